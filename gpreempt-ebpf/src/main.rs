@@ -1,0 +1,21 @@
+//! gpreempt's eBPF programs: kprobes/kretprobes on the KFD paths of `amdgpu.ko`.
+//!
+//! One module per area; [`maps`] holds the maps shared by all of them and the two helpers every
+//! probe uses (stash entry arguments for the kretprobe, write a record or count why not).
+#![no_std]
+#![no_main]
+
+mod maps;
+mod queue;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The verifier rejects any program that could reach this; it exists only to link.
+    loop {}
+}
+
+// Required for GPL-only helpers (bpf_probe_read_kernel, bpf_ktime_get_boot_ns).
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

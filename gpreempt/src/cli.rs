@@ -1,0 +1,108 @@
+//! Command-line definitions (clap derive). Each subcommand's `run` is in `commands/`.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpreempt",
+    version,
+    about = "See and control the compute queues of AMD GPUs through the stock KFD driver",
+    long_about = "gpreempt traces the KFD queue paths of the amdgpu driver with eBPF (queue creation \
+and destruction, with the exact ioctl arguments and results) and, on kernels with the KFD debug-trap \
+API, suspends and resumes another process's GPU queues.\n\nTracing needs root and the amdgpu module \
+loaded; it works on any kernel with kprobes, with or without an AMD GPU."
+)]
+pub struct Cli {
+    /// Log level for diagnostics on stderr (error, warn, info, debug, trace).
+    #[arg(long, global = true, default_value = "warn", env = "GPREEMPT_LOG")]
+    pub log: log::LevelFilter,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Trace KFD queue events live, one line per event (root).
+    ///
+    /// Attaches kprobes/kretprobes to the KFD ioctl handlers in amdgpu.ko and prints every queue
+    /// create/destroy with the host pid, command, queue id, gpu id, queue type, priority, ring size
+    /// and the handler's result (errno name on failure). Ctrl-C (or SIGTERM/SIGHUP) ends the trace
+    /// and prints the event and drop counts.
+    Trace(TraceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Write JSON Lines (one object per event, then a summary object) instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Only show events of this host pid (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+
+    /// Stop after this long (e.g. 30s, 5m, 500ms); default: until Ctrl-C.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub duration: Option<Duration>,
+
+    /// Colour: auto (only on a terminal), always, never.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
+    pub color: String,
+
+    /// Also write the JSON Lines stream to this file (the console keeps its text lines).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// `500ms`, `30s`, `5m`, `1h`, or plain seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a duration (try 500ms, 30s, 5m)"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        other => return Err(format!("unknown unit `{other}` in `{text}` (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{text}`: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("3d"), Err("unknown unit `d` in `3d` (use ms, s, m or h)".to_owned()));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn trace_flags_parse() {
+        let cli = Cli::try_parse_from(["gpreempt", "trace", "--json", "--pid", "7", "--pid", "9", "--duration", "1s"])
+            .unwrap();
+        let Command::Trace(t) = cli.command;
+        assert!(t.json);
+        assert_eq!(t.pids, vec![7, 9]);
+        assert_eq!(t.duration, Some(Duration::from_secs(1)));
+        Cli::command_for_test();
+    }
+
+    impl Cli {
+        fn command_for_test() {
+            use clap::CommandFactory;
+            Cli::command().debug_assert();
+        }
+    }
+}

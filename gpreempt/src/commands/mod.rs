@@ -1,0 +1,3 @@
+//! The binary's subcommands: argument handling and output around the library.
+
+pub mod trace;

@@ -1,0 +1,9 @@
+//! gpreempt: see and control the compute queues of AMD GPUs through the stock KFD driver.
+//!
+//! - [`kfd`]: the KFD user API (`/dev/kfd` ioctls).
+//! - [`trace`]: eBPF probes on the KFD paths of `amdgpu.ko` and the event stream they produce.
+//! - [`report`]: output sinks over that stream (console lines, JSON Lines).
+
+pub mod kfd;
+pub mod report;
+pub mod trace;

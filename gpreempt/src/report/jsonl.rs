@@ -1,0 +1,83 @@
+//! JSON Lines: one object per event (`"event"` names its kind), then one `"event": "summary"`.
+//! Field names are part of the interface (README, "JSON Lines").
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use super::{Sink, TraceSummary, clock::WallClock};
+use crate::trace::decode::Event;
+
+pub struct JsonLines<W: Write> {
+    out: W,
+    clock: WallClock,
+}
+
+impl<W: Write> JsonLines<W> {
+    pub fn new(out: W, clock: WallClock) -> Self {
+        Self { out, clock }
+    }
+}
+
+#[derive(Serialize)]
+struct Timed<'a> {
+    time: String,
+    duration_ns: u64,
+    #[serde(flatten)]
+    event: &'a Event,
+}
+
+#[derive(Serialize)]
+struct Summary<'a> {
+    event: &'static str,
+    #[serde(flatten)]
+    summary: &'a TraceSummary,
+}
+
+impl<W: Write> Sink for JsonLines<W> {
+    fn event(&mut self, event: &Event) -> std::io::Result<()> {
+        let timed = Timed { time: self.clock.rfc3339(event.ts_ns), duration_ns: event.duration_ns(), event };
+        serde_json::to_writer(&mut self.out, &timed)?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()
+    }
+
+    fn summary(&mut self, summary: &TraceSummary) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.out, &Summary { event: "summary", summary })?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpreempt_common::record::{QueueDestroyRecord, RecordKind};
+
+    use super::*;
+    use crate::trace::{
+        decode::{decode, tests::{bytes_of, header}},
+        stream::Losses,
+    };
+
+    #[test]
+    fn writes_one_object_per_line_and_a_summary() {
+        let mut out = Vec::new();
+        let mut sink = JsonLines::new(&mut out, WallClock::from_offset(0));
+        let d = QueueDestroyRecord { header: header(RecordKind::QueueDestroy, 9, "y"), queue_id: 42, _pad: 0, ret: 0 };
+        sink.event(&decode(&bytes_of(&d)).unwrap()).unwrap();
+        let losses = Losses { ringbuf_full: 2, ..Default::default() };
+        sink.summary(&TraceSummary { events: 1, dropped: 2, losses, duration_ms: 10 }).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["event"], "queue_destroy");
+        assert_eq!(lines[0]["queue_id"], 42);
+        assert_eq!(lines[0]["result"], "OK");
+        assert_eq!(lines[0]["duration_ns"], 3500);
+        assert_eq!(lines[0]["time"], "1970-01-01T00:00:00.000004Z");
+        assert_eq!(lines[1]["event"], "summary");
+        assert_eq!(lines[1]["events"], 1);
+        assert_eq!(lines[1]["dropped"], 2);
+        assert_eq!(lines[1]["losses"]["ringbuf_full"], 2);
+    }
+}

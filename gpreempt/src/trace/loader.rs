@@ -1,0 +1,92 @@
+//! Loads the embedded eBPF object and attaches every resolved probe.
+
+use aya::{
+    Ebpf, EbpfLoader,
+    programs::{KProbe, ProgramError},
+};
+
+use super::{
+    probes::{self, ProbeSpec, ResolvedProbe},
+    symbols::{Kallsyms, SymbolsError},
+};
+use crate::kfd::KfdVersion;
+
+/// The eBPF object built by `build.rs` (empty when built with `AYA_BUILD_SKIP=1`).
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpreempt"));
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("gpreempt trace needs root (CAP_BPF and CAP_PERFMON): run it with sudo, or `sudo cargo xtask run -- trace`")]
+    NotRoot,
+    #[error("this gpreempt binary was built with AYA_BUILD_SKIP=1 and has no eBPF programs: rebuild without it")]
+    NoObject,
+    #[error(transparent)]
+    Symbols(#[from] SymbolsError),
+    #[error("no KFD functions in /proc/kallsyms: load the amdgpu driver (`modprobe amdgpu`) first")]
+    NoKfd,
+    #[error("required probe {program} cannot attach: {reason}")]
+    RequiredMissing { program: &'static str, reason: String },
+    #[error("loading the eBPF object failed: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("eBPF program {program} not found in the object (the object and the probe table disagree)")]
+    NoProgram { program: &'static str },
+    #[error("eBPF program {program}: {source}")]
+    Program { program: &'static str, source: ProgramError },
+}
+
+/// The loaded programs with their attachments; dropping it detaches everything.
+pub struct Attached {
+    pub ebpf: Ebpf,
+    pub probes: Vec<ResolvedProbe>,
+    /// The module that provides KFD (`amdgpu`, a DKMS build, or the test emulator).
+    pub kfd_module: Option<String>,
+}
+
+impl Attached {
+    pub fn attached_count(&self) -> usize {
+        self.probes.iter().filter(|p| p.symbol.is_some()).count()
+    }
+}
+
+/// Resolve `table` against kallsyms, load the object and attach every probe that resolved.
+pub fn attach(table: &[ProbeSpec], kfd: Option<KfdVersion>) -> Result<Attached, LoadError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(LoadError::NotRoot);
+    }
+    if EBPF_OBJECT.is_empty() {
+        return Err(LoadError::NoObject);
+    }
+    let kallsyms = Kallsyms::load()?;
+    let kfd_module = kallsyms.kfd_module().ok_or(LoadError::NoKfd)?.map(str::to_owned);
+    let resolved = probes::resolve(table, &kallsyms, kfd);
+    if let Some(p) = resolved.iter().find(|p| p.required && p.symbol.is_none()) {
+        return Err(LoadError::RequiredMissing {
+            program: p.program,
+            reason: p.missing_reason.clone().unwrap_or_default(),
+        });
+    }
+
+    raise_memlock_limit();
+    let mut ebpf = EbpfLoader::new().load(EBPF_OBJECT)?;
+    for probe in &resolved {
+        let Some(symbol) = &probe.symbol else { continue };
+        let program: &mut KProbe = ebpf
+            .program_mut(probe.program)
+            .ok_or(LoadError::NoProgram { program: probe.program })?
+            .try_into()
+            .map_err(|source| LoadError::Program { program: probe.program, source })?;
+        program.load().map_err(|source| LoadError::Program { program: probe.program, source })?;
+        program.attach(symbol, 0).map_err(|source| LoadError::Program { program: probe.program, source })?;
+    }
+    Ok(Attached { ebpf, probes: resolved, kfd_module })
+}
+
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; newer ones use memcg and ignore it.
+fn raise_memlock_limit() {
+    let unlimited = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: plain setrlimit call with a valid struct.
+    let ret = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+    if ret != 0 {
+        log::debug!("setrlimit(RLIMIT_MEMLOCK) failed: {}", std::io::Error::last_os_error());
+    }
+}

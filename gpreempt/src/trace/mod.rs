@@ -1,0 +1,11 @@
+//! The tracer: eBPF probes on the KFD paths of `amdgpu.ko` and the events they produce.
+//!
+//! [`symbols`] finds the KFD functions in `/proc/kallsyms`, [`probes`] says which program goes on
+//! which function, [`loader`] loads and attaches them, [`stream`] reads the ring buffer and
+//! [`decode`] turns records into owned [`decode::Event`]s.
+
+pub mod decode;
+pub mod loader;
+pub mod probes;
+pub mod stream;
+pub mod symbols;

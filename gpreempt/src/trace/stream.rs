@@ -1,0 +1,108 @@
+//! Reading the `EVENTS` ring buffer asynchronously and accounting for every lost record.
+
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use gpreempt_common::record::{COUNTERS_MAP, EVENTS_MAP, counter};
+use serde::Serialize;
+use tokio::io::unix::AsyncFd;
+
+use super::{
+    decode::{self, Event},
+    loader::Attached,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error("map {0} missing from the eBPF object")]
+    MissingMap(&'static str),
+    #[error("map {name}: {source}")]
+    Map { name: &'static str, source: aya::maps::MapError },
+    #[error("polling the ring buffer: {0}")]
+    Poll(#[from] std::io::Error),
+}
+
+/// Records that did not become events, by cause. Never silent: printed in every summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Losses {
+    /// The kernel found the ring buffer full (summed over CPUs).
+    pub ringbuf_full: u64,
+    /// A probe could not read the ioctl arguments.
+    pub read_failed: u64,
+    /// A return probe fired without its entry probe.
+    pub entry_missing: u64,
+    /// Userspace could not decode a record (short or unknown kind).
+    pub decode_errors: u64,
+}
+
+impl Losses {
+    pub fn dropped(&self) -> u64 {
+        self.ringbuf_full + self.read_failed + self.entry_missing + self.decode_errors
+    }
+}
+
+/// The event stream of an attached tracer.
+pub struct EventStream {
+    ring: AsyncFd<RingBuf<MapData>>,
+    counters: PerCpuArray<MapData, u64>,
+    decode_errors: u64,
+}
+
+impl EventStream {
+    /// Takes the maps out of `attached` (the programs stay attached while `attached` lives).
+    pub fn new(attached: &mut Attached) -> Result<Self, StreamError> {
+        let map = |name: &'static str, a: &mut Attached| a.ebpf.take_map(name).ok_or(StreamError::MissingMap(name));
+        let ring = RingBuf::try_from(map(EVENTS_MAP, attached)?)
+            .map_err(|source| StreamError::Map { name: EVENTS_MAP, source })?;
+        let counters = PerCpuArray::try_from(map(COUNTERS_MAP, attached)?)
+            .map_err(|source| StreamError::Map { name: COUNTERS_MAP, source })?;
+        // SAFETY: the ring buffer map owns its fd for as long as the AsyncFd owns the map.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+            .map_err(std::io::Error::from)?;
+        Ok(Self { ring, counters, decode_errors: 0 })
+    }
+
+    /// Wait until records are available, then hand every available event to `sink`.
+    pub async fn next_batch(&mut self, mut sink: impl FnMut(Event)) -> Result<usize, StreamError> {
+        let mut guard = self.ring.readable_mut().await?;
+        let n = drain(guard.get_inner_mut(), &mut self.decode_errors, &mut sink);
+        guard.clear_ready();
+        Ok(n)
+    }
+
+    /// Hand every record already in the ring buffer to `sink` without waiting.
+    pub fn drain(&mut self, mut sink: impl FnMut(Event)) -> usize {
+        drain(self.ring.get_mut(), &mut self.decode_errors, &mut sink)
+    }
+
+    pub fn losses(&self) -> Result<Losses, StreamError> {
+        let sum = |index: u32| -> Result<u64, StreamError> {
+            let values = self
+                .counters
+                .get(&index, 0)
+                .map_err(|source| StreamError::Map { name: COUNTERS_MAP, source })?;
+            Ok(values.iter().sum())
+        };
+        Ok(Losses {
+            ringbuf_full: sum(counter::RINGBUF_FULL)?,
+            read_failed: sum(counter::READ_FAILED)?,
+            entry_missing: sum(counter::ENTRY_MISSING)?,
+            decode_errors: self.decode_errors,
+        })
+    }
+}
+
+fn drain(ring: &mut RingBuf<MapData>, decode_errors: &mut u64, sink: &mut impl FnMut(Event)) -> usize {
+    let mut n = 0;
+    while let Some(item) = ring.next() {
+        match decode::decode(&item) {
+            Ok(event) => {
+                n += 1;
+                sink(event);
+            }
+            Err(e) => {
+                *decode_errors += 1;
+                log::warn!("undecodable record: {e}");
+            }
+        }
+    }
+    n
+}
