@@ -133,8 +133,18 @@ impl DbgTrapArgs {
         Self { pid, op: dbg_trap_op::ENABLE, data: [exception_mask, rinfo_ptr, pack(rinfo_size, dbg_fd)] }
     }
     /// `suspend_queues { exception_mask, queue_array_ptr, num_queues, grace_period }`
-    pub fn suspend_queues(pid: u32, exception_mask: u64, queue_array_ptr: u64, num_queues: u32, grace_period: u32) -> Self {
-        Self { pid, op: dbg_trap_op::SUSPEND_QUEUES, data: [exception_mask, queue_array_ptr, pack(num_queues, grace_period)] }
+    pub fn suspend_queues(
+        pid: u32,
+        exception_mask: u64,
+        queue_array_ptr: u64,
+        num_queues: u32,
+        grace_period: u32,
+    ) -> Self {
+        Self {
+            pid,
+            op: dbg_trap_op::SUSPEND_QUEUES,
+            data: [exception_mask, queue_array_ptr, pack(num_queues, grace_period)],
+        }
     }
     /// `resume_queues { queue_array_ptr, num_queues, pad }`
     pub fn resume_queues(pid: u32, queue_array_ptr: u64, num_queues: u32) -> Self {
@@ -157,7 +167,14 @@ impl DbgTrapArgs {
         Self { pid, op: dbg_trap_op::QUERY_DEBUG_EVENT, data: [exception_mask, 0, 0] }
     }
     /// `query_exception_info { info_ptr, info_size, source_id, exception_code, clear_exception }`
-    pub fn query_exception_info(pid: u32, info_ptr: u64, info_size: u32, source_id: u32, exception_code: u32, clear: bool) -> Self {
+    pub fn query_exception_info(
+        pid: u32,
+        info_ptr: u64,
+        info_size: u32,
+        source_id: u32,
+        exception_code: u32,
+        clear: bool,
+    ) -> Self {
         Self {
             pid,
             op: dbg_trap_op::QUERY_EXCEPTION_INFO,

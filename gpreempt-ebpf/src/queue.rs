@@ -39,11 +39,7 @@ pub fn create_queue_return(ctx: RetProbeContext) -> u32 {
         return 0;
     };
     let ret: i32 = ctx.ret();
-    emit(&QueueCreateRecord {
-        header: header(RecordKind::QueueCreate, entry.entry_ns),
-        args,
-        ret: i64::from(ret),
-    });
+    emit(&QueueCreateRecord { header: header(RecordKind::QueueCreate, entry.entry_ns), args, ret: i64::from(ret) });
     0
 }
 

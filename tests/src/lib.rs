@@ -1,0 +1,114 @@
+//! Shared helpers for gpreempt's VM integration tests: locating the binaries under test,
+//! running the tracer in the background until it is attached, and reading its JSON Lines.
+//!
+//! These tests run as root inside a VM with the real amdgpu driver (`cargo xtask test`); they
+//! are not part of the host `cargo test`.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, ChildStdout, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::Duration,
+};
+
+use anyhow::{Context, Result, bail};
+
+/// `target/<profile>/<name>` next to the running test binary (`target/<profile>/deps/…`).
+pub fn binary(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let profile_dir =
+        exe.parent().and_then(|deps| deps.parent()).context("test binary has no target/<profile> directory")?;
+    let path = profile_dir.join(name);
+    if !path.exists() {
+        bail!("{} not built (cargo xtask test builds it)", path.display());
+    }
+    Ok(path)
+}
+
+/// `gpreempt trace --json …` running in the background.
+pub struct Tracer {
+    child: Child,
+    stdout: Option<ChildStdout>,
+    stderr_lines: mpsc::Receiver<String>,
+}
+
+impl Tracer {
+    /// Start the tracer and wait until it reports its probes attached.
+    pub fn start(extra_args: &[&str]) -> Result<Self> {
+        let mut child = Command::new(binary("gpreempt")?)
+            .args(["trace", "--json"])
+            .args(extra_args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("spawning gpreempt trace")?;
+        let stderr = child.stderr.take().context("no stderr")?;
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[gpreempt] {line}");
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdout = child.stdout.take();
+        let tracer = Self { child, stdout, stderr_lines: rx };
+        loop {
+            match tracer.stderr_lines.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) if line.contains("attached") => return Ok(tracer),
+                Ok(line) if line.contains("error") => bail!("gpreempt trace failed: {line}"),
+                Ok(_) => {}
+                Err(_) => bail!("gpreempt trace did not attach within 60 s"),
+            }
+        }
+    }
+
+    /// SIGINT the tracer (as Ctrl-C would), then return every JSON object it printed.
+    pub fn stop(mut self) -> Result<Vec<serde_json::Value>> {
+        // Give the ring buffer consumer a moment to see the last records before stopping.
+        thread::sleep(Duration::from_millis(200));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGINT)?;
+        let stdout = self.stdout.take().context("no stdout")?;
+        let mut objects = Vec::new();
+        for line in BufReader::new(stdout).lines() {
+            let line = line?;
+            objects.push(serde_json::from_str(&line).with_context(|| format!("not JSON: {line}"))?);
+        }
+        let status = self.child.wait()?;
+        if !status.success() {
+            bail!("gpreempt trace exited with {status}");
+        }
+        Ok(objects)
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Run the KFD client helper with `args`; returns (its pid, its JSON report).
+pub fn kfd_client(args: &[&str]) -> Result<(u32, serde_json::Value)> {
+    let out = Command::new(binary("kfd-client")?).args(args).output().context("running kfd-client")?;
+    if !out.status.success() {
+        bail!("kfd-client {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).context("kfd-client output is not JSON")?;
+    let pid = report["pid"].as_u64().context("no pid in kfd-client report")? as u32;
+    Ok((pid, report))
+}
+
+/// The events of one kind from one pid.
+pub fn events_of<'a>(objects: &'a [serde_json::Value], pid: u32, kind: &str) -> Vec<&'a serde_json::Value> {
+    objects.iter().filter(|o| o["event"] == kind && o["pid"] == pid).collect()
+}
+
+/// The closing summary object.
+pub fn summary(objects: &[serde_json::Value]) -> Result<&serde_json::Value> {
+    objects.iter().find(|o| o["event"] == "summary").context("no summary object")
+}

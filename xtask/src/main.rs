@@ -1,1 +1,62 @@
-fn main(){}
+//! gpreempt's developer and CI entry points. `cargo xtask --help` lists them.
+
+mod demo;
+mod setup;
+mod test;
+mod util;
+mod vm;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "gpreempt developer and CI tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install everything this machine lacks (idempotent): nightly rust-src, bpf-linker,
+    /// qemu, virtme-ng, busybox, and the Debian 6.1 / 6.12 kernels for the VM tests.
+    Setup,
+    /// Build gpreempt, then run it as root (through `sudo -E` when not root) with the given args.
+    Run {
+        /// Build in release mode.
+        #[arg(long)]
+        release: bool,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Boot a Debian kernel with the real amdgpu driver under software emulation and run a
+    /// command in it as root with the working tree visible; returns the command's exit status.
+    Vm(vm::VmArgs),
+    /// Run every test layer: fmt, clippy, unit tests, then the integration tests in a VM per kernel.
+    /// The last line is `N passed, M failed` over all layers.
+    Test(test::TestArgs),
+    /// Boot the 6.12 VM, run `gpreempt trace` while a built-in workload issues KFD ioctls, and
+    /// show the live output.
+    Demo,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup => setup::run(),
+        Task::Run { release, args } => util::run_gpreempt(release, &args),
+        Task::Vm(args) => vm::run(&args).and_then(|status| {
+            if status == 0 { Ok(()) } else { Err(anyhow::anyhow!("command in the VM exited with status {status}")) }
+        }),
+        Task::Test(args) => test::run(&args),
+        Task::Demo => demo::run(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -87,12 +87,8 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     let Delivery { mut sinks, events, write_error, .. } = delivery;
 
     let losses = stream.losses()?;
-    let summary = TraceSummary {
-        events,
-        dropped: losses.dropped(),
-        losses,
-        duration_ms: started.elapsed().as_millis() as u64,
-    };
+    let summary =
+        TraceSummary { events, dropped: losses.dropped(), losses, duration_ms: started.elapsed().as_millis() as u64 };
     for sink in &mut sinks {
         sink.summary(&summary).ok();
     }

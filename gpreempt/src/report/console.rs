@@ -77,13 +77,22 @@ mod tests {
     };
 
     use super::*;
-    use crate::trace::decode::{decode, tests::{bytes_of, header}};
+    use crate::trace::decode::{
+        decode,
+        tests::{bytes_of, header},
+    };
 
     #[test]
     fn a_create_line_shows_every_issue_field() {
         let rec = QueueCreateRecord {
             header: header(RecordKind::QueueCreate, 4242, "kfd-client"),
-            args: CreateQueueArgs { gpu_id: 0x1234, queue_type: 2, queue_priority: 7, ring_size: 65536, ..Default::default() },
+            args: CreateQueueArgs {
+                gpu_id: 0x1234,
+                queue_type: 2,
+                queue_priority: 7,
+                ring_size: 65536,
+                ..Default::default()
+            },
             ret: -22,
         };
         let c = Console::new(Vec::new(), WallClock::from_offset(0), false);

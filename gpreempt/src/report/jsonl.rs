@@ -55,7 +55,10 @@ mod tests {
 
     use super::*;
     use crate::trace::{
-        decode::{decode, tests::{bytes_of, header}},
+        decode::{
+            decode,
+            tests::{bytes_of, header},
+        },
         stream::Losses,
     };
 

@@ -246,7 +246,8 @@ pub(crate) mod tests {
         let EventKind::QueueCreate(c) = decode(&bytes_of(&rec)).unwrap().kind else { panic!() };
         assert_eq!(c.result.name(), "E4095");
 
-        let d = QueueDestroyRecord { header: header(RecordKind::QueueDestroy, 9, "y"), queue_id: 42, _pad: 0, ret: -22 };
+        let d =
+            QueueDestroyRecord { header: header(RecordKind::QueueDestroy, 9, "y"), queue_id: 42, _pad: 0, ret: -22 };
         let e = decode(&bytes_of(&d)).unwrap();
         assert_eq!(e.kind, EventKind::QueueDestroy(QueueDestroy { queue_id: 42, result: KernelResult(-22), ret: -22 }));
     }
@@ -255,10 +256,7 @@ pub(crate) mod tests {
     fn short_and_unknown_records_are_errors() {
         assert_eq!(decode(&[0u8; 10]), Err(DecodeError::Short { len: 10, need: 48, what: "header" }));
         let h = header(RecordKind::QueueCreate, 1, "x");
-        assert_eq!(
-            decode(&bytes_of(&h)),
-            Err(DecodeError::Short { len: 48, need: 144, what: "queue_create record" })
-        );
+        assert_eq!(decode(&bytes_of(&h)), Err(DecodeError::Short { len: 48, need: 144, what: "queue_create record" }));
         let mut unknown = h;
         unknown.kind = 999;
         assert_eq!(decode(&bytes_of(&unknown)), Err(DecodeError::UnknownKind(999)));
@@ -266,7 +264,8 @@ pub(crate) mod tests {
 
     #[test]
     fn json_field_names_are_stable() {
-        let d = QueueDestroyRecord { header: header(RecordKind::QueueDestroy, 9, "y"), queue_id: 42, _pad: 0, ret: -22 };
+        let d =
+            QueueDestroyRecord { header: header(RecordKind::QueueDestroy, 9, "y"), queue_id: 42, _pad: 0, ret: -22 };
         let json = serde_json::to_value(decode(&bytes_of(&d)).unwrap()).unwrap();
         assert_eq!(
             json,

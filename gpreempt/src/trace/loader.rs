@@ -16,7 +16,9 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("gpreempt trace needs root (CAP_BPF and CAP_PERFMON): run it with sudo, or `sudo cargo xtask run -- trace`")]
+    #[error(
+        "gpreempt trace needs root (CAP_BPF and CAP_PERFMON): run it with sudo, or `sudo cargo xtask run -- trace`"
+    )]
     NotRoot,
     #[error("this gpreempt binary was built with AYA_BUILD_SKIP=1 and has no eBPF programs: rebuild without it")]
     NoObject,

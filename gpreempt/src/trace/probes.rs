@@ -148,7 +148,9 @@ mod tests {
         assert_eq!(r[1].symbol, None);
         assert_eq!(
             r[1].missing_reason.as_deref(),
-            Some("kfd_ioctl_destroy_queue is not in /proc/kallsyms for module amdgpu (inlined or renamed in this build)")
+            Some(
+                "kfd_ioctl_destroy_queue is not in /proc/kallsyms for module amdgpu (inlined or renamed in this build)"
+            )
         );
         assert_eq!(r[2].missing_reason.as_deref(), Some("suspend_queues appeared in KFD 1.13; this kernel has 1.11"));
     }

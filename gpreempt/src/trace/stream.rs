@@ -75,10 +75,8 @@ impl EventStream {
 
     pub fn losses(&self) -> Result<Losses, StreamError> {
         let sum = |index: u32| -> Result<u64, StreamError> {
-            let values = self
-                .counters
-                .get(&index, 0)
-                .map_err(|source| StreamError::Map { name: COUNTERS_MAP, source })?;
+            let values =
+                self.counters.get(&index, 0).map_err(|source| StreamError::Map { name: COUNTERS_MAP, source })?;
             Ok(values.iter().sum())
         };
         Ok(Losses {

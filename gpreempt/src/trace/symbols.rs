@@ -30,9 +30,7 @@ pub struct Kallsyms {
 pub enum SymbolsError {
     #[error("cannot read {path}: {source}")]
     Read { path: String, source: io::Error },
-    #[error(
-        "{KALLSYMS} shows only zero addresses: run as root (kernel.kptr_restrict hides them from other users)"
-    )]
+    #[error("{KALLSYMS} shows only zero addresses: run as root (kernel.kptr_restrict hides them from other users)")]
     Hidden,
 }
 

@@ -1,1 +1,118 @@
-fn main(){}
+//! A small KFD client for the integration tests and the demo: opens /dev/kfd and makes the
+//! queue ioctls it is told to, with exactly the given values, then prints a JSON report
+//! (`{"pid":…, "op":…, "count":…, "results":{"EINVAL":1000}, "kfd_version":"1.17"}`).
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use gpreempt::kfd::{Device, uapi};
+
+#[derive(Parser)]
+#[command(about = "Issue KFD queue ioctls with chosen values (test helper)")]
+struct Cli {
+    #[command(subcommand)]
+    op: Op,
+    /// Repeat the ioctl this many times.
+    #[arg(long, global = true, default_value_t = 1)]
+    count: u32,
+}
+
+#[derive(Subcommand)]
+enum Op {
+    /// AMDKFD_IOC_CREATE_QUEUE
+    Create {
+        #[arg(long, value_parser = parse_u32)]
+        gpu_id: u32,
+        /// compute, sdma, compute-aql, sdma-xgmi or a number
+        #[arg(long, default_value = "compute-aql")]
+        r#type: String,
+        #[arg(long, default_value_t = 65536)]
+        ring_size: u32,
+        #[arg(long, default_value_t = 7)]
+        priority: u32,
+        #[arg(long, default_value_t = 100)]
+        percentage: u32,
+        #[arg(long, default_value = "0x7f0000000000", value_parser = parse_u64)]
+        ring_base: u64,
+    },
+    /// AMDKFD_IOC_DESTROY_QUEUE
+    Destroy {
+        #[arg(long)]
+        queue_id: u32,
+    },
+}
+
+fn parse_u64(s: &str) -> Result<u64, String> {
+    match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).map_err(|e| e.to_string()),
+        None => s.parse().map_err(|e: std::num::ParseIntError| e.to_string()),
+    }
+}
+
+fn parse_u32(s: &str) -> Result<u32, String> {
+    u32::try_from(parse_u64(s)?).map_err(|e| e.to_string())
+}
+
+fn queue_type(name: &str) -> Result<u32> {
+    Ok(match name {
+        "compute" => uapi::queue_type::COMPUTE,
+        "sdma" => uapi::queue_type::SDMA,
+        "compute-aql" => uapi::queue_type::COMPUTE_AQL,
+        "sdma-xgmi" => uapi::queue_type::SDMA_XGMI,
+        other => other.parse().with_context(|| format!("unknown queue type {other}"))?,
+    })
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let device = Device::open()?;
+    let version = device.version()?;
+    let mut results: BTreeMap<String, u32> = BTreeMap::new();
+    let mut queue_ids = Vec::new();
+    let op = match &cli.op {
+        Op::Create { .. } => "create",
+        Op::Destroy { .. } => "destroy",
+    };
+    for _ in 0..cli.count {
+        let result = match &cli.op {
+            Op::Create { gpu_id, r#type, ring_size, priority, percentage, ring_base } => {
+                let mut args = uapi::CreateQueueArgsV17 {
+                    base: uapi::CreateQueueArgs {
+                        ring_base_address: *ring_base,
+                        write_pointer_address: ring_base + 0x1_0000_0000,
+                        read_pointer_address: ring_base + 0x1_0000_0008,
+                        ring_size: *ring_size,
+                        gpu_id: *gpu_id,
+                        queue_type: queue_type(r#type)?,
+                        queue_percentage: *percentage,
+                        queue_priority: *priority,
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                let r = device.create_queue(&mut args);
+                if r.is_ok() {
+                    queue_ids.push(args.base.queue_id);
+                }
+                r
+            }
+            Op::Destroy { queue_id } => device.destroy_queue(*queue_id),
+        };
+        let name = match result {
+            Ok(()) => "OK".to_owned(),
+            Err(errno) => format!("{errno:?}"),
+        };
+        *results.entry(name).or_default() += 1;
+    }
+    let report = serde_json::json!({
+        "pid": std::process::id(),
+        "op": op,
+        "count": cli.count,
+        "results": results,
+        "queue_ids": queue_ids,
+        "kfd_version": version.to_string(),
+    });
+    println!("{report}");
+    Ok(())
+}

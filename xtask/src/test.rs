@@ -1,0 +1,220 @@
+//! `cargo xtask test`: every layer, in order, with one closing line `N passed, M failed`.
+//!
+//! 1. `cargo fmt --check` and `cargo clippy -D warnings` (one check each);
+//! 2. `cargo test` — unit tests, no root;
+//! 3. the integration tests of `tests/` as root inside a VM per kernel of the matrix.
+//!
+//! A layer that cannot run (build failure, VM that does not boot) counts as one failure and the
+//! other layers still run, so the closing line always accounts for everything.
+
+use std::{
+    fs,
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+
+use crate::{
+    setup,
+    util::{build_binaries, cargo, describe, output, workspace_root},
+    vm::{self, Kernel, VmArgs},
+};
+
+#[derive(Args, Debug)]
+pub struct TestArgs {
+    /// Only these kernels (default: the whole matrix).
+    #[arg(long = "kernel", value_enum)]
+    pub kernels: Vec<Kernel>,
+    /// Skip the VM layer (fmt, clippy and unit tests only).
+    #[arg(long)]
+    pub no_vm: bool,
+    /// Skip `cargo xtask setup`.
+    #[arg(long)]
+    pub no_setup: bool,
+    /// Only run integration tests whose name contains this.
+    #[arg(long)]
+    pub filter: Option<String>,
+}
+
+#[derive(Default, Debug, PartialEq, Eq)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+    }
+
+    fn check(ok: bool) -> Tally {
+        Tally { passed: u64::from(ok), failed: u64::from(!ok) }
+    }
+}
+
+/// Sum libtest's `test result: ok. 16 passed; 0 failed; …` lines.
+fn parse_libtest(text: &str) -> Tally {
+    let mut tally = Tally::default();
+    for line in text.lines().filter_map(|l| l.trim_start().strip_prefix("test result: ")) {
+        for part in line.split(';') {
+            let mut words = part.split_whitespace().rev();
+            let (Some(what), Some(n)) = (words.next(), words.next()) else { continue };
+            let Ok(n) = n.parse::<u64>() else { continue };
+            match what {
+                "passed" => tally.passed += n,
+                "failed" => tally.failed += n,
+                _ => {}
+            }
+        }
+    }
+    tally
+}
+
+/// Run `cmd`, stream its output, return (success, everything it printed).
+fn run_streaming(cmd: &mut Command) -> Result<(bool, String)> {
+    println!("xtask test: {}", describe(cmd));
+    let mut child = cmd
+        .current_dir(workspace_root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot start {}", describe(cmd)))?;
+    let mut text = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            println!("{line}");
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    Ok((child.wait()?.success(), text))
+}
+
+fn stage(name: &str, tally: &mut Tally, f: impl FnOnce() -> Result<Tally>) {
+    match f() {
+        Ok(t) => {
+            println!("xtask test: {name}: {} passed, {} failed", t.passed, t.failed);
+            tally.add(t);
+        }
+        Err(e) => {
+            println!("xtask test: {name}: could not run: {e:#}");
+            tally.add(Tally { passed: 0, failed: 1 });
+        }
+    }
+}
+
+/// The integration test executables of `gpreempt-tests` (built, not run).
+fn integration_test_binaries() -> Result<Vec<PathBuf>> {
+    let json =
+        output(cargo().args(["test", "--package", "gpreempt-tests", "--tests", "--no-run", "--message-format=json"]))?;
+    let mut binaries = Vec::new();
+    for line in json.lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let is_test_target = msg["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "test"));
+        if let (true, Some(exe)) = (is_test_target, msg["executable"].as_str()) {
+            binaries.push(PathBuf::from(exe));
+        }
+    }
+    if binaries.is_empty() {
+        bail!("no integration test binaries found in tests/");
+    }
+    Ok(binaries)
+}
+
+fn vm_layer(kernel: Kernel, binaries: &[PathBuf], filter: Option<&str>) -> Result<Tally> {
+    let log = vm::out_dir(kernel).join("tests.log");
+    let mut command = String::from("set -o pipefail; rc=0; ");
+    for exe in binaries {
+        command.push_str(&format!(
+            "{} --test-threads=1 {} 2>&1 | tee -a \"$GPREEMPT_VM_OUT/tests.log\" || rc=1; ",
+            exe.display(),
+            filter.map(vm::shell_quote).unwrap_or_default()
+        ));
+    }
+    command.push_str("exit $rc");
+    let status =
+        vm::run(&VmArgs { kernel, timeout: 1800, memory: "2G".to_owned(), no_amdgpu: false, command: vec![command] })?;
+    let text = fs::read_to_string(&log).with_context(|| format!("the VM wrote no {}", log.display()))?;
+    let mut tally = parse_libtest(&text);
+    // A test binary that crashed before its summary line still has to count.
+    if status != 0 && tally.failed == 0 {
+        tally.failed = 1;
+    }
+    Ok(tally)
+}
+
+pub fn run(args: &TestArgs) -> Result<()> {
+    if !args.no_setup {
+        setup::run()?;
+    }
+    let mut tally = Tally::default();
+    stage("fmt", &mut tally, || Ok(Tally::check(run_streaming(cargo().args(["fmt", "--all", "--check"]))?.0)));
+    stage("clippy", &mut tally, || {
+        let (ok, _) = run_streaming(cargo().args([
+            "clippy",
+            "--package",
+            "gpreempt-common",
+            "--package",
+            "gpreempt",
+            "--package",
+            "xtask",
+            "--package",
+            "gpreempt-tests",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+        Ok(Tally::check(ok))
+    });
+    stage("unit tests", &mut tally, || {
+        let (ok, text) = run_streaming(cargo().args([
+            "test",
+            "--workspace",
+            "--exclude",
+            "gpreempt-ebpf",
+            "--exclude",
+            "gpreempt-tests",
+        ]))?;
+        let mut t = parse_libtest(&text);
+        if !ok && t.failed == 0 {
+            t.failed = 1;
+        }
+        Ok(t)
+    });
+    if !args.no_vm {
+        let kernels = if args.kernels.is_empty() { Kernel::MATRIX.to_vec() } else { args.kernels.clone() };
+        match build_binaries().and_then(|_| integration_test_binaries()) {
+            Ok(binaries) => {
+                for kernel in kernels {
+                    stage(&format!("VM {}", kernel.name()), &mut tally, || {
+                        vm_layer(kernel, &binaries, args.filter.as_deref())
+                    });
+                }
+            }
+            Err(e) => stage("VM build", &mut tally, || Err(e)),
+        }
+    }
+    println!("{} passed, {} failed", tally.passed, tally.failed);
+    if tally.failed > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libtest_summaries_are_summed() {
+        let text = "running 3 tests\ntest result: ok. 16 passed; 0 failed; 0 ignored; 0 measured\n\
+                    test result: FAILED. 2 passed; 1 failed; 0 ignored\n  test result: ok. 0 passed; 0 failed;\n";
+        assert_eq!(parse_libtest(text), Tally { passed: 18, failed: 1 });
+        assert_eq!(parse_libtest("nothing here"), Tally::default());
+    }
+}

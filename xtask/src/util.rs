@@ -1,0 +1,91 @@
+//! Small helpers shared by the tasks: the workspace root, running commands, building.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context, Result, bail};
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map_or(manifest.clone(), Path::to_path_buf)
+}
+
+/// Run a command in the workspace root, streaming its output; fail with its name on error.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    let status =
+        cmd.current_dir(workspace_root()).status().with_context(|| format!("cannot start {:?}", cmd.get_program()))?;
+    if !status.success() {
+        bail!("{} failed ({status})", describe(cmd));
+    }
+    Ok(())
+}
+
+/// Run a command and capture stdout (stderr passes through).
+pub fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .current_dir(workspace_root())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start {:?}", cmd.get_program()))?;
+    if !out.status.success() {
+        bail!("{} failed ({})", describe(cmd), out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Does this command run and exit 0 (output discarded)?
+pub fn succeeds(program: &str, args: &[&str]) -> bool {
+    Command::new(program).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+pub fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+pub fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The directory cargo builds into.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from)
+}
+
+/// Build the gpreempt binary and the test helpers (debug profile); returns `target/debug`.
+pub fn build_binaries() -> Result<PathBuf> {
+    run(cargo().args(["build", "--package", "gpreempt", "--package", "gpreempt-tests", "--bins"]))?;
+    Ok(target_dir().join("debug"))
+}
+
+/// `cargo xtask run -- ARGS`: build, then run gpreempt as root.
+pub fn run_gpreempt(release: bool, args: &[String]) -> Result<()> {
+    let mut build = cargo();
+    build.args(["build", "--package", "gpreempt"]);
+    if release {
+        build.arg("--release");
+    }
+    run(&mut build)?;
+    let binary = target_dir().join(if release { "release" } else { "debug" }).join("gpreempt");
+    let mut cmd = if is_root() {
+        Command::new(&binary)
+    } else {
+        let mut sudo = Command::new("sudo");
+        sudo.arg("-E").arg(&binary);
+        sudo
+    };
+    let status = cmd.args(args).status().with_context(|| format!("cannot start {}", binary.display()))?;
+    std::process::exit(status.code().unwrap_or(1));
+}

@@ -1,0 +1,151 @@
+//! `cargo xtask vm`: boot a Debian kernel with the real amdgpu driver under virtme-ng and run a
+//! command in it as root.
+//!
+//! The host root is shared read-only (9p; no virtiofsd here), so the working tree and the build
+//! outputs are visible at the same paths. Only `target/vm/<kernel>/` is writable: the guest
+//! writes the command's exit status there (the console can be garbled by control sequences, so
+//! nothing is parsed from it). Software emulation (`--disable-kvm`): nested KVM hangs at boot here.
+
+use std::{
+    fs,
+    os::unix::process::CommandExt,
+    path::PathBuf,
+    process::{Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+
+use crate::{setup, util::target_dir};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Kernel {
+    /// Debian 6.1 (KFD 1.11, no debug-trap API)
+    #[value(name = "6.1")]
+    V6_1,
+    /// Debian 6.12.117 (KFD 1.17, debug-trap API)
+    #[value(name = "6.12")]
+    V6_12,
+}
+
+impl Kernel {
+    pub const MATRIX: [Kernel; 2] = [Kernel::V6_1, Kernel::V6_12];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::V6_1 => "6.1",
+            Kernel::V6_12 => "6.12",
+        }
+    }
+
+    /// The installed release (`6.1.0-56-amd64`), or a message saying how to install it.
+    pub fn release(self) -> Result<String> {
+        let prefix = match self {
+            Kernel::V6_1 => "6.1.0-",
+            Kernel::V6_12 => setup::KERNEL_612_RELEASE,
+        };
+        setup::installed_kernel(prefix)
+            .with_context(|| format!("no Debian {} kernel installed: run `cargo xtask setup`", self.name()))
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct VmArgs {
+    /// Kernel to boot.
+    #[arg(long, value_enum, default_value = "6.12")]
+    pub kernel: Kernel,
+    /// Kill the VM after this many seconds.
+    #[arg(long, default_value_t = 1200)]
+    pub timeout: u64,
+    /// Guest memory.
+    #[arg(long, default_value = "2G")]
+    pub memory: String,
+    /// Do not load amdgpu before the command.
+    #[arg(long)]
+    pub no_amdgpu: bool,
+    /// Command to run as root in the guest (through `bash -c`), in the workspace root.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// The guest's writable directory for `kernel` (visible at the same path on both sides).
+pub fn out_dir(kernel: Kernel) -> PathBuf {
+    target_dir().join("vm").join(kernel.name())
+}
+
+/// Boot, run, return the command's exit status.
+pub fn run(args: &VmArgs) -> Result<i32> {
+    let release = args.kernel.release()?;
+    let out = out_dir(args.kernel);
+    let _ = fs::remove_dir_all(&out);
+    fs::create_dir_all(&out)?;
+    let status_file = out.join("status");
+    let root = crate::util::workspace_root();
+    let load = if args.no_amdgpu {
+        String::new()
+    } else {
+        "modprobe amdgpu || { echo 'xtask vm: modprobe amdgpu failed' >&2; echo 97 > \"$GPREEMPT_VM_OUT/status\"; exit 97; }\n"
+            .to_owned()
+    };
+    let script = format!(
+        "#!/bin/bash\nexport GPREEMPT_VM_OUT='{out}' GPREEMPT_VM_KERNEL='{kernel}'\ncd '{root}'\n{load}\
+         bash -c {command}\necho $? > \"$GPREEMPT_VM_OUT/status\"\n",
+        out = out.display(),
+        kernel = args.kernel.name(),
+        root = root.display(),
+        command = shell_quote(&args.command.join(" ")),
+    );
+    let script_path = out.join("run.sh");
+    fs::write(&script_path, script)?;
+
+    eprintln!("xtask vm: booting {release} (software emulation, ~20-40 s)…");
+    let mut child = Command::new("python3")
+        .args(["-m", "virtme_ng.run", "--run"])
+        .arg(format!("/boot/vmlinuz-{release}"))
+        .args(["--disable-kvm", "--force-9p", "--cpus", "2", "--memory", &args.memory, "--rwdir"])
+        .arg(&out)
+        .arg("--exec")
+        .arg(format!("bash {}", script_path.display()))
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("cannot start virtme-ng: run `cargo xtask setup`")?;
+
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let vng_status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            // The whole group: vng, qemu and anything they started.
+            // SAFETY: plain kill(2) on our own child's process group.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            bail!("the {release} VM did not finish within {} s and was killed (a hung guest?)", args.timeout);
+        }
+        thread::sleep(Duration::from_millis(200));
+    };
+    match fs::read_to_string(&status_file) {
+        Ok(text) => text.trim().parse().with_context(|| format!("bad status file {}", status_file.display())),
+        Err(_) => bail!(
+            "the {release} VM ended ({vng_status}) without the command's exit status: the guest crashed or failed to boot"
+        ),
+    }
+}
+
+/// Single-quote for bash.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_single_quotes() {
+        assert_eq!(shell_quote("echo 'hi' there"), r"'echo '\''hi'\'' there'");
+    }
+}
