@@ -32,6 +32,26 @@ pub enum Command {
     /// and the handler's result (errno name on failure). Ctrl-C (or SIGTERM/SIGHUP) ends the trace
     /// and prints the event and drop counts.
     Trace(TraceArgs),
+    /// Check this host for everything gpreempt needs, and say what to do about each gap.
+    ///
+    /// Kernel and KFD ioctl version, debug-trap availability, the module that provides KFD and its
+    /// BTF, every tracer probe (found or missing, and why), debugfs, Yama ptrace_scope, the
+    /// caller's capabilities, and the amdgpu parameters that matter for preemption. Exits 1 when a
+    /// check fails.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Read a captured /sys tree from DIR instead of the live one (module parameters, BTF).
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sysfs_root: PathBuf,
+    /// Read a captured debugfs tree from DIR instead of /sys/kernel/debug.
+    #[arg(long, value_name = "DIR", default_value = "/sys/kernel/debug")]
+    pub debugfs_root: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -92,7 +112,7 @@ mod tests {
     fn trace_flags_parse() {
         let cli = Cli::try_parse_from(["gpreempt", "trace", "--json", "--pid", "7", "--pid", "9", "--duration", "1s"])
             .unwrap();
-        let Command::Trace(t) = cli.command;
+        let Command::Trace(t) = cli.command else { panic!("not trace") };
         assert!(t.json);
         assert_eq!(t.pids, vec![7, 9]);
         assert_eq!(t.duration, Some(Duration::from_secs(1)));

@@ -2,8 +2,10 @@
 //!
 //! - [`kfd`]: the KFD user API (`/dev/kfd` ioctls).
 //! - [`trace`]: eBPF probes on the KFD paths of `amdgpu.ko` and the event stream they produce.
+//! - [`doctor`]: what this host offers gpreempt and what to do about each gap.
 //! - [`report`]: output sinks over that stream (console lines, JSON Lines).
 
+pub mod doctor;
 pub mod kfd;
 pub mod report;
 pub mod trace;

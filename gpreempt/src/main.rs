@@ -18,6 +18,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             cli::Command::Trace(args) => commands::trace::run(args).await,
+            cli::Command::Doctor(args) => commands::doctor::run(&args),
         }
     });
     match result {

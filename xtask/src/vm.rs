@@ -8,6 +8,7 @@
 
 use std::{
     fs,
+    io::{Read, Write},
     os::unix::process::CommandExt,
     path::PathBuf,
     process::{Command, Stdio},
@@ -109,9 +110,17 @@ pub fn run(args: &VmArgs) -> Result<i32> {
         .arg("--exec")
         .arg(format!("bash {}", script_path.display()))
         .stdin(Stdio::null())
+        // Piped, not inherited: virtme reopens /dev/stdout, which would truncate a log file
+        // the caller redirected our output to.
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
         .context("cannot start virtme-ng: run `cargo xtask setup`")?;
+    let relays = [
+        child.stdout.take().map(|from| thread::spawn(move || relay(from, std::io::stdout()))),
+        child.stderr.take().map(|from| thread::spawn(move || relay(from, std::io::stderr()))),
+    ];
 
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     let vng_status = loop {
@@ -127,11 +136,24 @@ pub fn run(args: &VmArgs) -> Result<i32> {
         }
         thread::sleep(Duration::from_millis(200));
     };
+    for relay in relays.into_iter().flatten() {
+        let _ = relay.join();
+    }
     match fs::read_to_string(&status_file) {
         Ok(text) => text.trim().parse().with_context(|| format!("bad status file {}", status_file.display())),
         Err(_) => bail!(
             "the {release} VM ended ({vng_status}) without the command's exit status: the guest crashed or failed to boot"
         ),
+    }
+}
+
+/// Copy the guest console to our own output as it comes.
+fn relay(mut from: impl Read, mut to: impl Write) {
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = from.read(&mut buf) {
+        if n == 0 || to.write_all(&buf[..n]).and_then(|()| to.flush()).is_err() {
+            break;
+        }
     }
 }
 

@@ -1,3 +1,4 @@
 //! The binary's subcommands: argument handling and output around the library.
 
+pub mod doctor;
 pub mod trace;

@@ -1,0 +1,46 @@
+//! `gpreempt doctor`: print the host report; exit 1 when a check fails.
+
+use std::{io::IsTerminal, path::Path};
+
+use anyhow::{Result, bail};
+use gpreempt::{
+    doctor::{self, Roots, Status},
+    trace::symbols::Kallsyms,
+};
+
+use crate::cli::DoctorArgs;
+
+pub fn run(args: &DoctorArgs) -> Result<()> {
+    let kallsyms = match Kallsyms::load() {
+        Ok(k) => Some(k),
+        Err(e) => {
+            log::info!("{e}");
+            None
+        }
+    };
+    let debugfs_kfd = args.debugfs_root.join("kfd");
+    let roots = Roots { sys: &args.sysfs_root, proc: Path::new("/proc"), debugfs_kfd: &debugfs_kfd };
+    let report = doctor::diagnose(&roots, kallsyms.as_ref(), None);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let colour = std::io::stdout().is_terminal();
+        for c in &report.checks {
+            let (tag, code) = match c.status {
+                Status::Ok => ("ok  ", "32"),
+                Status::Warn => ("warn", "33"),
+                Status::Fail => ("FAIL", "31"),
+                Status::Info => ("info", "0"),
+            };
+            let tag = if colour { format!("\x1b[{code}m{tag}\x1b[0m") } else { tag.to_owned() };
+            println!("{tag}  {:<28} {}", c.name, c.detail);
+            if let Some(fix) = &c.fix {
+                println!("      {:<28} → {fix}", "");
+            }
+        }
+    }
+    if report.failures() > 0 {
+        bail!("{} check(s) failed", report.failures());
+    }
+    Ok(())
+}

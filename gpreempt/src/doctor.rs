@@ -1,0 +1,305 @@
+//! `gpreempt doctor`: what this host offers gpreempt, and what to do about each gap.
+//!
+//! Every check is a typed [`Check`] (status, what was found, the fix); the binary prints them as
+//! text or JSON. Reading only: nothing is attached and nothing is changed, except that the KFD
+//! version is asked by opening `/dev/kfd` (which registers a short-lived KFD process).
+
+use std::{fs, path::Path};
+
+use serde::Serialize;
+
+use crate::{
+    kfd::{Device, KfdVersion},
+    trace::{
+        probes::{self, ResolvedProbe},
+        symbols::Kallsyms,
+    },
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+    Info,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub status: Status,
+    pub detail: String,
+    /// What to do, for Warn and Fail.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn new(name: &str, status: Status, detail: impl Into<String>, fix: Option<&str>) -> Self {
+        Self { name: name.to_owned(), status, detail: detail.into(), fix: fix.map(str::to_owned) }
+    }
+}
+
+/// Everything doctor found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub kernel: String,
+    pub kfd_version: Option<KfdVersion>,
+    pub debug_trap: bool,
+    pub kfd_module: Option<String>,
+    pub probes: Vec<ResolvedProbe>,
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    pub fn failures(&self) -> usize {
+        self.checks.iter().filter(|c| c.status == Status::Fail).count()
+    }
+}
+
+/// Where doctor looks; tests and offline analysis point these at captured trees.
+#[derive(Clone, Debug)]
+pub struct Roots<'a> {
+    pub sys: &'a Path,
+    pub proc: &'a Path,
+    pub debugfs_kfd: &'a Path,
+}
+
+impl Default for Roots<'static> {
+    fn default() -> Self {
+        Roots { sys: Path::new("/sys"), proc: Path::new("/proc"), debugfs_kfd: Path::new("/sys/kernel/debug/kfd") }
+    }
+}
+
+fn read_trimmed(path: &Path) -> Option<String> {
+    fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+}
+
+/// Capability bits we care about (linux/capability.h).
+const CAPS: [(u32, &str); 4] = [(19, "CAP_SYS_PTRACE"), (21, "CAP_SYS_ADMIN"), (38, "CAP_PERFMON"), (39, "CAP_BPF")];
+
+/// Parse `CapEff:\t000001ffffffffff` from /proc/<pid>/status.
+pub fn effective_caps(status: &str) -> Option<u64> {
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// Run every check. `kfd` is the KFD version if known (None: ask `/dev/kfd`).
+pub fn diagnose(roots: &Roots<'_>, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>) -> Report {
+    let mut checks = Vec::new();
+    let kernel = read_trimmed(&roots.proc.join("sys/kernel/osrelease")).unwrap_or_else(|| "unknown".to_owned());
+    checks.push(Check::new("kernel", Status::Info, format!("Linux {kernel}"), None));
+
+    // KFD ioctl version: GET_VERSION on /dev/kfd.
+    let kfd_version = kfd.or_else(|| Device::open().ok().and_then(|d| d.version().ok()));
+    match kfd_version {
+        Some(v) => checks.push(Check::new("kfd", Status::Ok, format!("KFD ioctl interface {v}"), None)),
+        None => checks.push(Check::new(
+            "kfd",
+            Status::Fail,
+            "/dev/kfd cannot be opened or asked its version",
+            Some("load the driver (`modprobe amdgpu`) and run as root or a member of the `render` group"),
+        )),
+    }
+
+    let params = roots.sys.join("module/amdgpu/parameters");
+    let param = |name: &str| read_trimmed(&params.join(name));
+    let sched_policy = param("sched_policy");
+    let debug_trap = kfd_version.is_some_and(KfdVersion::has_debug_trap) && sched_policy.as_deref() != Some("2");
+    checks.push(match (kfd_version, sched_policy.as_deref()) {
+        (Some(v), _) if !v.has_debug_trap() => Check::new(
+            "debug-trap",
+            Status::Warn,
+            format!("absent: needs KFD ≥ {}, this kernel has {v}", KfdVersion::DEBUG_TRAP),
+            Some("suspend/resume needs Linux 6.5+ or AMD's amdgpu-dkms driver; tracing works regardless"),
+        ),
+        (Some(_), Some("2")) => Check::new(
+            "debug-trap",
+            Status::Warn,
+            "present but unusable: amdgpu sched_policy=2 (no HWS) makes every debug-trap call fail with EINVAL",
+            Some("load amdgpu with sched_policy=0"),
+        ),
+        (Some(v), _) => Check::new("debug-trap", Status::Ok, format!("available (KFD {v} ≥ 1.13)"), None),
+        (None, _) => Check::new("debug-trap", Status::Warn, "unknown: KFD version not readable", None),
+    });
+
+    // Which module provides KFD, and its BTF.
+    let kfd_module = kallsyms.and_then(Kallsyms::kfd_module).map(|m| m.unwrap_or("vmlinux").to_owned());
+    match (&kfd_module, kallsyms) {
+        (Some(m), _) => {
+            checks.push(Check::new("kfd-module", Status::Ok, format!("KFD functions are in [{m}]"), None));
+            let btf = roots.sys.join("kernel/btf").join(m);
+            checks.push(if btf.exists() {
+                Check::new("module-btf", Status::Ok, format!("{} present", btf.display()), None)
+            } else {
+                Check::new(
+                    "module-btf",
+                    Status::Warn,
+                    format!("{} missing (common with amdgpu-dkms)", btf.display()),
+                    Some("the tracer falls back to pointer learning; install a kernel with CONFIG_DEBUG_INFO_BTF_MODULES for struct offsets"),
+                )
+            });
+        }
+        (None, Some(_)) => checks.push(Check::new(
+            "kfd-module",
+            Status::Fail,
+            "no KFD functions in /proc/kallsyms",
+            Some("load the driver: `modprobe amdgpu`"),
+        )),
+        (None, None) => checks.push(Check::new(
+            "kfd-module",
+            Status::Warn,
+            "/proc/kallsyms not readable",
+            Some("run as root to see kernel symbols"),
+        )),
+    }
+    let probes = kallsyms.map(|k| probes::resolve(probes::PROBES, k, kfd_version)).unwrap_or_default();
+    for p in &probes {
+        let name = format!("probe {}", p.program);
+        checks.push(match (&p.symbol, p.required) {
+            (Some(sym), _) => Check::new(&name, Status::Ok, format!("{:?} on {sym}", p.kind), None),
+            (None, true) => Check::new(
+                &name,
+                Status::Fail,
+                p.missing_reason.clone().unwrap_or_default(),
+                Some("the tracer cannot start; report this kernel build"),
+            ),
+            (None, false) => Check::new(&name, Status::Warn, p.missing_reason.clone().unwrap_or_default(), None),
+        });
+    }
+
+    checks.push(if roots.debugfs_kfd.join("mqds").exists() {
+        Check::new("debugfs", Status::Ok, format!("{} readable", roots.debugfs_kfd.display()), None)
+    } else {
+        Check::new(
+            "debugfs",
+            Status::Warn,
+            format!("{} not found", roots.debugfs_kfd.display()),
+            Some("mount debugfs (`mount -t debugfs none /sys/kernel/debug`) for `ps --hw`"),
+        )
+    });
+
+    match read_trimmed(&roots.proc.join("sys/kernel/yama/ptrace_scope")).as_deref() {
+        None => checks.push(Check::new("ptrace-scope", Status::Info, "Yama not active", None)),
+        Some("0") | Some("1") => {
+            checks.push(Check::new("ptrace-scope", Status::Ok, "Yama ptrace_scope allows a privileged tracer", None))
+        }
+        Some("2") => checks.push(Check::new(
+            "ptrace-scope",
+            Status::Warn,
+            "Yama ptrace_scope=2: only CAP_SYS_PTRACE may attach",
+            Some("run gpreempt as root (it has CAP_SYS_PTRACE)"),
+        )),
+        Some(other) => checks.push(Check::new(
+            "ptrace-scope",
+            Status::Fail,
+            format!("Yama ptrace_scope={other}: ptrace attach is disabled until reboot"),
+            Some("the controller cannot work on this boot; set kernel.yama.ptrace_scope=1 at boot"),
+        )),
+    }
+
+    let caps = read_trimmed(&roots.proc.join("self/status")).as_deref().and_then(effective_caps).unwrap_or(0);
+    let missing: Vec<&str> = CAPS.iter().filter(|(bit, _)| caps & (1 << bit) == 0).map(|(_, n)| *n).collect();
+    checks.push(if missing.is_empty() {
+        Check::new("capabilities", Status::Ok, "CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE", None)
+    } else {
+        Check::new(
+            "capabilities",
+            Status::Warn,
+            format!("missing {}", missing.join(", ")),
+            Some("run gpreempt as root (sudo)"),
+        )
+    });
+
+    for (name, good, fix) in [
+        (
+            "cwsr_enable",
+            Some("1"),
+            "CWSR off: preemption waits for waves to drain and long kernels hit the timeout; load amdgpu with cwsr_enable=1",
+        ),
+        ("sched_policy", None, ""),
+        ("mes", None, ""),
+        ("queue_preemption_timeout_ms", None, ""),
+        ("hws_max_conc_proc", None, ""),
+    ] {
+        let check_name = format!("amdgpu.{name}");
+        checks.push(match (param(name), good) {
+            (None, _) => Check::new(&check_name, Status::Info, "not readable", None),
+            (Some(v), Some(good)) if v != good => Check::new(&check_name, Status::Warn, v, Some(fix)),
+            (Some(v), _) => Check::new(&check_name, Status::Info, v, None),
+        });
+    }
+
+    Report { kernel, kfd_version, debug_trap, kfd_module, probes, checks }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let w = |p: &str, s: &str| {
+            let path = dir.path().join(p);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, s).unwrap();
+        };
+        w("proc/sys/kernel/osrelease", "6.1.0-56-amd64\n");
+        w("proc/sys/kernel/yama/ptrace_scope", "3\n");
+        w("proc/self/status", "Name:\tx\nCapEff:\t0000000000080000\n");
+        w("sys/module/amdgpu/parameters/cwsr_enable", "0\n");
+        w("sys/module/amdgpu/parameters/sched_policy", "0\n");
+        dir
+    }
+
+    #[test]
+    fn a_6_1_host_without_debug_trap_gets_exact_findings() {
+        let dir = tree();
+        let (sys, proc, dbg) = (dir.path().join("sys"), dir.path().join("proc"), dir.path().join("debugfs"));
+        let k = Kallsyms::parse(
+            "ffffffffc0000000 t kfd_ioctl\t[amdgpu]\nffffffffc0000100 t kfd_ioctl_create_queue\t[amdgpu]\n",
+        );
+        let r = diagnose(
+            &Roots { sys: &sys, proc: &proc, debugfs_kfd: &dbg },
+            Some(&k),
+            Some(KfdVersion { major: 1, minor: 11 }),
+        );
+        assert_eq!(r.kernel, "6.1.0-56-amd64");
+        assert!(!r.debug_trap);
+        assert_eq!(r.kfd_module.as_deref(), Some("amdgpu"));
+        let get = |n: &str| r.checks.iter().find(|c| c.name == n).unwrap();
+        assert_eq!(get("debug-trap").status, Status::Warn);
+        assert_eq!(get("debug-trap").detail, "absent: needs KFD ≥ 1.13, this kernel has 1.11");
+        assert_eq!(get("module-btf").status, Status::Warn);
+        assert_eq!(get("ptrace-scope").status, Status::Fail);
+        assert_eq!(get("capabilities").detail, "missing CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF");
+        assert_eq!(get("amdgpu.cwsr_enable").status, Status::Warn);
+        assert_eq!(get("amdgpu.sched_policy").detail, "0");
+        assert_eq!(get("probe create_queue_entry").status, Status::Ok);
+        assert_eq!(get("probe destroy_queue_entry").status, Status::Fail);
+        assert_eq!(get("debugfs").status, Status::Warn);
+        assert_eq!(r.failures(), 3, "ptrace scope 3 and the two destroy probes");
+    }
+
+    #[test]
+    fn sched_policy_2_disables_debug_trap_even_on_new_kernels() {
+        let dir = tree();
+        fs::write(dir.path().join("sys/module/amdgpu/parameters/sched_policy"), "2\n").unwrap();
+        let (sys, proc, dbg) = (dir.path().join("sys"), dir.path().join("proc"), dir.path().join("debugfs"));
+        let r = diagnose(
+            &Roots { sys: &sys, proc: &proc, debugfs_kfd: &dbg },
+            None,
+            Some(KfdVersion { major: 1, minor: 17 }),
+        );
+        assert!(!r.debug_trap);
+        let c = r.checks.iter().find(|c| c.name == "debug-trap").unwrap();
+        assert!(c.detail.contains("sched_policy=2"));
+    }
+
+    #[test]
+    fn capability_mask_parses() {
+        assert_eq!(effective_caps("CapInh:\t0\nCapEff:\t000001ffffffffff\n"), Some(0x1ff_ffff_ffff));
+        assert_eq!(effective_caps("nothing"), None);
+    }
+}

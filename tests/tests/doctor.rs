@@ -1,0 +1,46 @@
+//! `gpreempt doctor` on the real driver: the KFD version and debug-trap availability of each
+//! kernel of the matrix (Debian 6.1.x: KFD 1.11, no debug-trap; 6.12.117: 1.17 with it).
+
+use std::process::Command;
+
+use gpreempt_tests::binary;
+
+fn doctor() -> serde_json::Value {
+    let out = Command::new(binary("gpreempt").unwrap()).args(["doctor", "--json"]).output().unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn reports_the_kfd_version_and_debug_trap_of_this_kernel() {
+    let report = doctor();
+    let kernel = std::env::var("GPREEMPT_VM_KERNEL").expect("run inside `cargo xtask vm` (sets GPREEMPT_VM_KERNEL)");
+    let (minor, debug_trap) = match kernel.as_str() {
+        "6.1" => (11, false),
+        "6.12" => (17, true),
+        other => panic!("unknown kernel {other}"),
+    };
+    assert_eq!(report["kfd_version"]["major"], 1);
+    assert_eq!(report["kfd_version"]["minor"], minor);
+    assert_eq!(report["debug_trap"], debug_trap);
+    assert_eq!(report["kfd_module"], "amdgpu");
+    let check = |name: &str| report["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).cloned().unwrap();
+    assert_eq!(check("debug-trap")["status"], if debug_trap { "ok" } else { "warn" });
+    if !debug_trap {
+        assert_eq!(check("debug-trap")["detail"], "absent: needs KFD ≥ 1.13, this kernel has 1.11");
+    }
+    assert_eq!(check("module-btf")["status"], "ok", "Debian kernels ship /sys/kernel/btf/amdgpu");
+    assert_eq!(check("capabilities")["status"], "ok", "root in the VM");
+}
+
+#[test]
+fn every_queue_probe_resolves_on_the_real_driver() {
+    let report = doctor();
+    let probes = report["probes"].as_array().unwrap();
+    assert_eq!(probes.len(), 4);
+    for p in probes {
+        assert_eq!(p["module"], "amdgpu", "{p}");
+        assert_eq!(p["symbol"], p["function"], "no suffix on the ioctl handlers: {p}");
+        assert_eq!(p["missing_reason"], serde_json::Value::Null);
+    }
+}
