@@ -39,6 +39,22 @@ pub enum Command {
     /// caller's capabilities, and the amdgpu parameters that matter for preemption. Exits 1 when a
     /// check fails.
     Doctor(DoctorArgs),
+    /// Compare queue ids across recorded runs (`gpreempt trace --json` output, one file per run).
+    ///
+    /// Per run: the queue ids each process created, per GPU, in creation order. Across runs of the
+    /// same command: identical ids, the same count with different ids, or a different count.
+    /// Within a run: concurrently running processes that were handed the same ids.
+    Analyze(AnalyzeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AnalyzeArgs {
+    /// JSON Lines recordings, one per run.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Print the analysis as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

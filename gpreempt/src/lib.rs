@@ -5,6 +5,7 @@
 //! - [`doctor`]: what this host offers gpreempt and what to do about each gap.
 //! - [`report`]: output sinks over that stream (console lines, JSON Lines).
 
+pub mod analyze;
 pub mod doctor;
 pub mod kfd;
 pub mod report;

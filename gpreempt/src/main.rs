@@ -19,6 +19,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             cli::Command::Trace(args) => commands::trace::run(args).await,
             cli::Command::Doctor(args) => commands::doctor::run(&args),
+            cli::Command::Analyze(args) => commands::analyze::run(&args),
         }
     });
     match result {

@@ -30,7 +30,6 @@ echo "== workload: 3 queue creates (gpu 0x1234/0x5678), 2 destroys, from kfd-cli
 sleep 1
 kill -INT $tracer
 wait $tracer
-cat "$GPREEMPT_VM_OUT/trace.err" | tail -n 1
 "#
     );
     let status = vm::run(&VmArgs {

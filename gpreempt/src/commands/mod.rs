@@ -1,4 +1,5 @@
 //! The binary's subcommands: argument handling and output around the library.
 
+pub mod analyze;
 pub mod doctor;
 pub mod trace;

@@ -1,0 +1,608 @@
+//! Who a host pid is: its `comm`, its pid inside its own pid namespace, and the container it runs in.
+//!
+//! KFD names processes by host TGID (design/KFD.md §4.1), which says little to someone who started a job in a
+//! container. Everything here comes from `/proc` and the container runtimes' on-disk state, without calling any
+//! container CLI or daemon.
+//!
+//! # Container detection ([`container_from_cgroup`])
+//!
+//! Each `/proc/<pid>/cgroup` line is `hierarchy:controllers:path` (cgroup v2 is the single `0::path` line); the
+//! first line whose path yields a container wins. Within a path, components are examined outermost first and the
+//! **outermost** container component wins: for nested containers (Docker-in-Docker, kind nodes) that is the one
+//! the host's runtime knows, so its id matches the host's state (and `docker ps`). Container components:
+//!
+//! | component                                        | runtime                   | id      |
+//! |--------------------------------------------------|---------------------------|---------|
+//! | `docker-<64hex>[.scope]`                         | [`Runtime::Docker`]       | hex     |
+//! | `docker` followed by `<64hex>` (cgroupfs driver) | [`Runtime::Docker`]       | hex     |
+//! | `cri-containerd-<64hex>[.scope]`                 | [`Runtime::Containerd`]   | hex     |
+//! | `nerdctl-<64hex>[.scope]`                        | [`Runtime::Containerd`]   | hex     |
+//! | `crio-<64hex>[.scope]`                           | [`Runtime::CriO`]         | hex     |
+//! | `libpod-<64hex>[.scope]` (rootful and rootless)  | [`Runtime::Podman`]       | hex     |
+//! | `lxc` followed by `<name>`; `lxc.payload.<name>` | [`Runtime::Lxc`]          | name    |
+//! | `<64hex>` after a kubepods pod component         | [`Runtime::Kubernetes`]   | hex     |
+//! | only a kubepods pod component                    | [`Runtime::Kubernetes`]   | pod uid |
+//!
+//! The runtime is what the cgroup name proves: with the systemd driver the scope prefix names the runtime, with the
+//! cgroupfs driver a Kubernetes container is a bare id under `kubepods/…/pod<uid>/` whatever runtime created it,
+//! so it is labelled [`Runtime::Kubernetes`]. Monitor processes are not containers: `libpod-conmon-…`,
+//! `crio-conmon-…` and `lxc.monitor.…` never match. Ids must be exactly 64 lowercase hex digits, so systemd units
+//! such as `docker-cleanup.scope` do not match either.
+//!
+//! A pod component is `…kubepods…-pod<uid>.slice` (systemd driver; the uid's `-` are written as `_` there and are
+//! converted back) or `pod<uid>` below a `kubepods` component (cgroupfs driver). `pod_uid` is set when a pod
+//! component precedes the chosen container component.
+
+use std::{
+    fmt, fs, io,
+    path::{Path, PathBuf},
+};
+
+/// The usual procfs mount point.
+pub const PROC_ROOT: &str = "/proc";
+/// Docker's default data root (`dockerd --data-root`).
+pub const DOCKER_ROOT: &str = "/var/lib/docker";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcInfoError {
+    #[error(
+        "no process {pid}: {} does not exist (it exited, the pid is wrong, or procfs hides it with hidepid=)",
+        path.display()
+    )]
+    NoSuchProcess { pid: u32, path: PathBuf },
+    #[error("cannot read {}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// Identity of one host pid. Fields are `None` when their file could not be read or parsed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ProcInfo {
+    /// Host pid (as KFD names the process).
+    pub pid: u32,
+    /// `/proc/<pid>/comm` without its newline (at most 15 bytes, set by the process itself).
+    pub comm: Option<String>,
+    /// Pid in the innermost pid namespace (last `NSpid:` value); equals `pid` for a host process.
+    pub ns_pid: Option<u32>,
+    pub container: Option<Container>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Container {
+    pub runtime: Runtime,
+    /// Full id as it appears in the cgroup path (LXC: the container name; pod-only: the pod uid).
+    pub id: String,
+    /// Human name when it can be found without a CLI: Docker's `config.v2.json`, LXC's cgroup name.
+    pub name: Option<String>,
+    /// Kubernetes pod uid, dashed form.
+    pub pod_uid: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Runtime {
+    Docker,
+    Containerd,
+    Podman,
+    CriO,
+    /// In a Kubernetes pod, but the cgroup name does not say which runtime created the container.
+    Kubernetes,
+    Lxc,
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Runtime::Docker => "docker",
+            Runtime::Containerd => "containerd",
+            Runtime::Podman => "podman",
+            Runtime::CriO => "cri-o",
+            Runtime::Kubernetes => "kubernetes",
+            Runtime::Lxc => "lxc",
+        })
+    }
+}
+
+/// [`read_with`] with Docker's default data root.
+pub fn read(proc_root: &Path, pid: u32) -> Result<ProcInfo, ProcInfoError> {
+    read_with(proc_root, Path::new(DOCKER_ROOT), pid)
+}
+
+/// Identity of `pid` from `proc_root` (normally [`PROC_ROOT`]); Docker container names come from
+/// `docker_root/containers/<id>/config.v2.json`.
+pub fn read_with(proc_root: &Path, docker_root: &Path, pid: u32) -> Result<ProcInfo, ProcInfoError> {
+    let dir = proc_root.join(pid.to_string());
+    match fs::metadata(&dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Err(ProcInfoError::NoSuchProcess { pid, path: dir }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(ProcInfoError::NoSuchProcess { pid, path: dir }),
+        Err(e) => return Err(ProcInfoError::Io { path: dir, source: e }),
+    }
+
+    // comm is arbitrary bytes chosen by the process (prctl PR_SET_NAME), hence the lossy conversion.
+    let comm = read_lossy(&dir.join("comm")).map(|s| s.strip_suffix('\n').unwrap_or(&s).to_string());
+    let ns_pid = read_lossy(&dir.join("status")).and_then(|status| ns_pid_from_status(&status));
+    let container = read_lossy(&dir.join("cgroup")).and_then(|cgroup| container_from_cgroup(&cgroup)).map(|mut c| {
+        if c.runtime == Runtime::Docker {
+            c.name = docker_name(docker_root, &c.id);
+        }
+        c
+    });
+
+    // A process reaped while we read it leaves only `None`s behind; say so instead.
+    if !dir.is_dir() {
+        return Err(ProcInfoError::NoSuchProcess { pid, path: dir });
+    }
+    Ok(ProcInfo { pid, comm, ns_pid, container })
+}
+
+/// The container described by the contents of a `/proc/<pid>/cgroup` file, by the rules in the module docs.
+pub fn container_from_cgroup(cgroup_text: &str) -> Option<Container> {
+    cgroup_text.lines().find_map(|line| {
+        // The path is the third field and may itself contain ':'.
+        let mut fields = line.splitn(3, ':');
+        let (_hierarchy, _controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        container_from_path(path.trim_end())
+    })
+}
+
+/// The first 12 characters of a hex id (as `docker ps` shows it); any other id (an LXC name, a pod uid) whole.
+pub fn short_id(id: &str) -> &str {
+    if id.len() > 12 && id.bytes().all(|b| b.is_ascii_hexdigit()) { &id[..12] } else { id }
+}
+
+/// Docker's name for container `id`: the top-level `"Name"` of its `config.v2.json`, without the leading '/'.
+/// `None` when the file is missing (rootless Docker, another data root) or not understood.
+pub fn docker_name(docker_root: &Path, id: &str) -> Option<String> {
+    // The id is used as a path component: only accept what Docker itself produces.
+    if !is_container_hex(id) {
+        return None;
+    }
+    let text = fs::read_to_string(docker_root.join("containers").join(id).join("config.v2.json")).ok()?;
+    let name = top_level_string(&text, "Name")?;
+    let name = name.strip_prefix('/').unwrap_or(&name);
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+fn read_lossy(path: &Path) -> Option<String> {
+    fs::read(path).ok().map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// `NSpid:` lists the pid in every pid namespace the process is in, outermost first (Linux ≥ 4.1).
+fn ns_pid_from_status(status: &str) -> Option<u32> {
+    let line = status.lines().find_map(|line| line.strip_prefix("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
+}
+
+fn container_from_path(path: &str) -> Option<Container> {
+    let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    let mut in_kubepods = false;
+    let mut pod_uid: Option<String> = None;
+    for (i, &component) in components.iter().enumerate() {
+        let next = components.get(i + 1).copied();
+        let found = if let Some((runtime, id)) = scope_container(component) {
+            Some((runtime, id))
+        } else if component == "docker" {
+            next.filter(|n| is_container_hex(n)).map(|id| (Runtime::Docker, id))
+        } else if component == "lxc" {
+            next.map(|name| (Runtime::Lxc, name))
+        } else if let Some(name) = component.strip_prefix("lxc.payload.").filter(|n| !n.is_empty()) {
+            Some((Runtime::Lxc, name))
+        } else if in_kubepods && pod_uid.is_some() && is_container_hex(component) {
+            Some((Runtime::Kubernetes, component))
+        } else {
+            None
+        };
+        if let Some((runtime, id)) = found {
+            let name = (runtime == Runtime::Lxc).then(|| id.to_string());
+            return Some(Container { runtime, id: id.to_string(), name, pod_uid });
+        }
+
+        if component.contains("kubepods") {
+            in_kubepods = true;
+            if let Some(uid) = systemd_pod_uid(component) {
+                pod_uid = Some(uid);
+            }
+        } else if in_kubepods && let Some(uid) = component.strip_prefix("pod").filter(|uid| is_uid(uid)) {
+            pod_uid = Some(uid.to_string());
+        }
+    }
+    pod_uid.map(|uid| Container { runtime: Runtime::Kubernetes, id: uid.clone(), name: None, pod_uid: Some(uid) })
+}
+
+/// `<prefix>-<64hex>.scope` as runc's systemd driver names a container scope (`slice:prefix:id`); the cgroupfs
+/// forms of CRI-O and Podman use the same name without `.scope`.
+fn scope_container(component: &str) -> Option<(Runtime, &str)> {
+    const PREFIXES: [(&str, Runtime); 5] = [
+        ("docker-", Runtime::Docker),
+        ("cri-containerd-", Runtime::Containerd),
+        ("nerdctl-", Runtime::Containerd),
+        ("crio-", Runtime::CriO),
+        ("libpod-", Runtime::Podman),
+    ];
+    let unit = component.strip_suffix(".scope").unwrap_or(component);
+    PREFIXES.iter().find_map(|&(prefix, runtime)| {
+        unit.strip_prefix(prefix).filter(|id| is_container_hex(id)).map(|id| (runtime, id))
+    })
+}
+
+/// `kubepods-burstable-pod<uid>.slice`, `kubepods-pod<uid>.slice`: systemd escapes '-' inside a slice name
+/// component, so the kubelet writes the uid's dashes as '_'.
+fn systemd_pod_uid(component: &str) -> Option<String> {
+    let unit = component.strip_suffix(".slice")?;
+    let uid = &unit[unit.rfind("-pod")? + "-pod".len()..];
+    is_uid(uid).then(|| uid.replace('_', "-"))
+}
+
+/// Pod uids are UUIDs (or a 32-hex hash for static pods).
+fn is_uid(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-' || b == b'_')
+}
+
+fn is_container_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The string value of `key` in the outermost JSON object of `json`, ignoring same-named keys of nested objects
+/// (a Docker label or a mount point can be called "Name" too). Not a validating parser: anything unexpected is
+/// `None`.
+fn top_level_string(json: &str, key: &str) -> Option<String> {
+    let bytes = json.as_bytes();
+    let mut i = skip_ws(bytes, 0);
+    if bytes.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    let mut depth = 1usize;
+    let mut expect_key = true;
+    while let Some(&b) = bytes.get(i) {
+        match b {
+            b'"' => {
+                let (text, end) = json_string(json, i)?;
+                i = end;
+                if depth == 1 && expect_key {
+                    let colon = skip_ws(bytes, i);
+                    if bytes.get(colon) != Some(&b':') {
+                        return None;
+                    }
+                    i = skip_ws(bytes, colon + 1);
+                    if text == key {
+                        return if bytes.get(i) == Some(&b'"') {
+                            json_string(json, i).map(|(value, _)| value)
+                        } else {
+                            None
+                        };
+                    }
+                    expect_key = false;
+                }
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return None;
+                }
+                i += 1;
+            }
+            b',' => {
+                if depth == 1 {
+                    expect_key = true;
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+fn skip_ws(bytes: &[u8], mut i: usize) -> usize {
+    while bytes.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
+        i += 1;
+    }
+    i
+}
+
+/// The decoded JSON string starting at the quote at byte `start`, and the byte index after its closing quote.
+fn json_string(json: &str, start: usize) -> Option<(String, usize)> {
+    let body = json.get(start + 1..)?;
+    let mut out = String::new();
+    let mut chars = body.char_indices();
+    while let Some((offset, c)) = chars.next() {
+        match c {
+            '"' => return Some((out, start + 1 + offset + 1)),
+            '\\' => match chars.next()?.1 {
+                c @ ('"' | '\\' | '/') => out.push(c),
+                'b' => out.push('\u{8}'),
+                'f' => out.push('\u{c}'),
+                'n' => out.push('\n'),
+                'r' => out.push('\r'),
+                't' => out.push('\t'),
+                'u' => {
+                    let mut unit = 0u32;
+                    for _ in 0..4 {
+                        unit = unit * 16 + chars.next()?.1.to_digit(16)?;
+                    }
+                    // Go's encoder only escapes control characters, <, >, & and U+2028/9 this way, never a
+                    // surrogate pair, so a lone surrogate just becomes U+FFFD.
+                    out.push(char::from_u32(unit).unwrap_or(char::REPLACEMENT_CHARACTER));
+                }
+                _ => return None,
+            },
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEX: &str = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00112233445566778899";
+    const HEX2: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    const UID: &str = "0a1b2c3d-4e5f-6789-abcd-ef0123456789";
+
+    fn container(runtime: Runtime, id: &str, name: Option<&str>, pod_uid: Option<&str>) -> Option<Container> {
+        Some(Container {
+            runtime,
+            id: id.to_string(),
+            name: name.map(str::to_string),
+            pod_uid: pod_uid.map(str::to_string),
+        })
+    }
+
+    #[test]
+    fn docker_cgroupfs() {
+        assert_eq!(container_from_cgroup(&format!("0::/docker/{HEX}\n")), container(Runtime::Docker, HEX, None, None));
+    }
+
+    #[test]
+    fn docker_systemd() {
+        let text = format!("0::/system.slice/docker-{HEX}.scope\n");
+        assert_eq!(container_from_cgroup(&text), container(Runtime::Docker, HEX, None, None));
+    }
+
+    #[test]
+    fn docker_cgroup_v1_takes_first_line_with_a_container() {
+        let text = format!(
+            "13:rdma:/\n12:pids:/system.slice/docker-{HEX}.scope\n1:name=systemd:/system.slice/docker-{HEX}.scope\n0::/\n"
+        );
+        assert_eq!(container_from_cgroup(&text), container(Runtime::Docker, HEX, None, None));
+    }
+
+    #[test]
+    fn nested_docker_reports_the_outermost() {
+        let text = format!("0::/system.slice/docker-{HEX}.scope/docker/{HEX2}\n");
+        assert_eq!(container_from_cgroup(&text), container(Runtime::Docker, HEX, None, None));
+    }
+
+    #[test]
+    fn systemd_inside_a_container_still_finds_it() {
+        let text = format!("0::/system.slice/docker-{HEX}.scope/system.slice/sshd.service\n");
+        assert_eq!(container_from_cgroup(&text), container(Runtime::Docker, HEX, None, None));
+    }
+
+    #[test]
+    fn kubernetes_systemd_containerd() {
+        let uid = UID.replace('-', "_");
+        let text = format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice/cri-containerd-{HEX}.scope\n"
+        );
+        assert_eq!(container_from_cgroup(&text), container(Runtime::Containerd, HEX, None, Some(UID)));
+    }
+
+    #[test]
+    fn kubernetes_systemd_guaranteed_qos_crio() {
+        let uid = UID.replace('-', "_");
+        let text = format!("0::/kubepods.slice/kubepods-pod{uid}.slice/crio-{HEX}.scope\n");
+        assert_eq!(container_from_cgroup(&text), container(Runtime::CriO, HEX, None, Some(UID)));
+    }
+
+    #[test]
+    fn crio_conmon_is_not_the_container() {
+        let uid = UID.replace('-', "_");
+        let text = format!("0::/kubepods.slice/kubepods-pod{uid}.slice/crio-conmon-{HEX}.scope\n");
+        // Only the pod is recognisable.
+        assert_eq!(container_from_cgroup(&text), container(Runtime::Kubernetes, UID, None, Some(UID)));
+    }
+
+    #[test]
+    fn kubernetes_cgroupfs_bare_id() {
+        let text = format!("0::/kubepods/besteffort/pod{UID}/{HEX}\n");
+        assert_eq!(container_from_cgroup(&text), container(Runtime::Kubernetes, HEX, None, Some(UID)));
+        let v1 = format!("11:memory:/kubepods/pod{UID}/{HEX}\n");
+        assert_eq!(container_from_cgroup(&v1), container(Runtime::Kubernetes, HEX, None, Some(UID)));
+    }
+
+    #[test]
+    fn kubernetes_cgroupfs_crio() {
+        let text = format!("0::/kubepods/burstable/pod{UID}/crio-{HEX}\n");
+        assert_eq!(container_from_cgroup(&text), container(Runtime::CriO, HEX, None, Some(UID)));
+    }
+
+    #[test]
+    fn kubernetes_pod_slice_without_container() {
+        let uid = UID.replace('-', "_");
+        let text = format!("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice\n");
+        assert_eq!(container_from_cgroup(&text), container(Runtime::Kubernetes, UID, None, Some(UID)));
+    }
+
+    #[test]
+    fn kubernetes_under_kubelet_slice() {
+        // Kubelet with --cgroup-root=/kubelet.slice (kind nodes, some distributions).
+        let uid = UID.replace('-', "_");
+        let text = format!(
+            "0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/\
+             kubelet-kubepods-burstable-pod{uid}.slice/cri-containerd-{HEX}.scope\n"
+        );
+        assert_eq!(container_from_cgroup(&text), container(Runtime::Containerd, HEX, None, Some(UID)));
+    }
+
+    #[test]
+    fn nerdctl_systemd() {
+        let text = format!("0::/system.slice/nerdctl-{HEX}.scope\n");
+        assert_eq!(container_from_cgroup(&text), container(Runtime::Containerd, HEX, None, None));
+    }
+
+    #[test]
+    fn podman_rootful() {
+        let text = format!("0::/machine.slice/libpod-{HEX}.scope/container\n");
+        assert_eq!(container_from_cgroup(&text), container(Runtime::Podman, HEX, None, None));
+    }
+
+    #[test]
+    fn podman_rootless() {
+        let text = format!("0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{HEX}.scope\n");
+        assert_eq!(container_from_cgroup(&text), container(Runtime::Podman, HEX, None, None));
+    }
+
+    #[test]
+    fn podman_conmon_is_not_the_container() {
+        let text = format!("0::/machine.slice/libpod-conmon-{HEX}.scope\n");
+        assert_eq!(container_from_cgroup(&text), None);
+    }
+
+    #[test]
+    fn lxc_legacy() {
+        assert_eq!(
+            container_from_cgroup("0::/lxc/build-box\n"),
+            container(Runtime::Lxc, "build-box", Some("build-box"), None)
+        );
+    }
+
+    #[test]
+    fn lxc_payload() {
+        let text = "0::/lxc.payload.c1/system.slice/cron.service\n";
+        assert_eq!(container_from_cgroup(text), container(Runtime::Lxc, "c1", Some("c1"), None));
+        assert_eq!(container_from_cgroup("0::/lxc.monitor.c1\n"), None);
+    }
+
+    #[test]
+    fn host_processes_are_not_containers() {
+        assert_eq!(container_from_cgroup("0::/user.slice/user-0.slice/session-1.scope\n"), None);
+        assert_eq!(container_from_cgroup("0::/init.scope\n"), None);
+        assert_eq!(container_from_cgroup("0::/system.slice/docker.service\n"), None);
+        assert_eq!(container_from_cgroup("0::/system.slice/containerd.service\n"), None);
+        assert_eq!(container_from_cgroup("0::/system.slice/docker-cleanup.scope\n"), None);
+        assert_eq!(container_from_cgroup("0::/\n"), None);
+    }
+
+    #[test]
+    fn garbage_is_not_a_container() {
+        assert_eq!(container_from_cgroup(""), None);
+        assert_eq!(container_from_cgroup("hello world\n"), None);
+        assert_eq!(container_from_cgroup(&format!("docker-{HEX}.scope\n")), None);
+        assert_eq!(container_from_cgroup(&format!("0::/docker/{}\n", &HEX[..63])), None);
+        assert_eq!(container_from_cgroup(&format!("0::/docker/{}\n", HEX.to_uppercase())), None);
+    }
+
+    #[test]
+    fn short_ids() {
+        assert_eq!(short_id(HEX), "3f4e5d6c7b8a");
+        assert_eq!(short_id("c1"), "c1");
+        assert_eq!(short_id("build-box-with-a-long-name"), "build-box-with-a-long-name");
+        assert_eq!(short_id(UID), UID);
+    }
+
+    #[test]
+    fn runtime_names() {
+        assert_eq!(Runtime::CriO.to_string(), "cri-o");
+        assert_eq!(Runtime::Kubernetes.to_string(), "kubernetes");
+    }
+
+    /// The shape of a real config.v2.json, with "Name" keys nested before and after the top-level one.
+    fn docker_config(name: &str) -> String {
+        format!(
+            r#"{{"StreamConfig":{{}},"State":{{"Running":true,"Pid":4242}},"ID":"{HEX}","Path":"python3","Args":["-c","print(\"a\\\"b\")"],"Config":{{"Hostname":"3f4e5d6c7b8a","Labels":{{"Name":"decoy"}}}},"NetworkSettings":{{"Networks":{{"bridge":{{"IPAddress":"172.17.0.2"}}}}}},"LogPath":"","Name":"{name}","Driver":"overlay2","MountPoints":{{"/data":{{"Name":"vol","Driver":"local"}}}}}}"#
+        )
+    }
+
+    fn proc_tree(status: &str, cgroup: &str) -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("proc/4242");
+        fs::create_dir_all(&dir).expect("mkdir");
+        fs::write(dir.join("comm"), "python3\n").expect("comm");
+        fs::write(dir.join("status"), status).expect("status");
+        fs::write(dir.join("cgroup"), cgroup).expect("cgroup");
+        tmp
+    }
+
+    const STATUS: &str = "Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\nPid:\t4242\n\
+                          PPid:\t4200\nNSpid:\t4242\t17\nNSpgid:\t4242\t17\n";
+
+    #[test]
+    fn read_docker_process() {
+        let tmp = proc_tree(STATUS, &format!("0::/system.slice/docker-{HEX}.scope\n"));
+        let config_dir = tmp.path().join("docker/containers").join(HEX);
+        fs::create_dir_all(&config_dir).expect("mkdir");
+        fs::write(config_dir.join("config.v2.json"), docker_config("/trainer")).expect("config");
+        let info = read_with(&tmp.path().join("proc"), &tmp.path().join("docker"), 4242).expect("read");
+        assert_eq!(
+            info,
+            ProcInfo {
+                pid: 4242,
+                comm: Some("python3".to_string()),
+                ns_pid: Some(17),
+                container: container(Runtime::Docker, HEX, Some("trainer"), None),
+            }
+        );
+    }
+
+    #[test]
+    fn read_docker_without_or_with_garbled_config_has_no_name() {
+        let tmp = proc_tree(STATUS, &format!("0::/docker/{HEX}\n"));
+        let proc_root = tmp.path().join("proc");
+        let docker_root = tmp.path().join("docker");
+        let info = read_with(&proc_root, &docker_root, 4242).expect("read");
+        assert_eq!(info.container, container(Runtime::Docker, HEX, None, None));
+
+        let config_dir = docker_root.join("containers").join(HEX);
+        fs::create_dir_all(&config_dir).expect("mkdir");
+        for garbled in ["", "{", "[\"Name\",\"/x\"]", "{\"Name\":42}", "{\"Config\":{\"Name\":\"/x\"}}", "\u{0}\u{1}"] {
+            fs::write(config_dir.join("config.v2.json"), garbled).expect("config");
+            let info = read_with(&proc_root, &docker_root, 4242).expect("read");
+            assert_eq!(info.container, container(Runtime::Docker, HEX, None, None), "{garbled:?}");
+        }
+    }
+
+    #[test]
+    fn read_host_process() {
+        let tmp = proc_tree("Name:\tbash\nNSpid:\t4242\n", "0::/user.slice/user-0.slice/session-1.scope\n");
+        let info = read(&tmp.path().join("proc"), 4242).expect("read");
+        assert_eq!(
+            info,
+            ProcInfo { pid: 4242, comm: Some("python3".to_string()), ns_pid: Some(4242), container: None }
+        );
+    }
+
+    #[test]
+    fn read_without_nspid_or_files() {
+        let tmp = proc_tree("Name:\tpython3\nPid:\t4242\n", "");
+        let dir = tmp.path().join("proc/4242");
+        fs::remove_file(dir.join("comm")).expect("rm");
+        fs::remove_file(dir.join("cgroup")).expect("rm");
+        let info = read(&tmp.path().join("proc"), 4242).expect("read");
+        assert_eq!(info, ProcInfo { pid: 4242, comm: None, ns_pid: None, container: None });
+    }
+
+    #[test]
+    fn read_missing_pid_is_an_error() {
+        let tmp = proc_tree(STATUS, "0::/init.scope\n");
+        let err = read(&tmp.path().join("proc"), 999_999).expect_err("no such pid");
+        assert!(matches!(err, ProcInfoError::NoSuchProcess { pid: 999_999, .. }), "{err:?}");
+        assert!(err.to_string().starts_with("no process 999999: "), "{err}");
+    }
+
+    #[test]
+    fn json_top_level_string() {
+        assert_eq!(
+            top_level_string(r#" { "A" : {"Name":"x"}, "Name" : "/n\u0061me\\" } "#, "Name").as_deref(),
+            Some("/name\\")
+        );
+        assert_eq!(top_level_string(r#"{"Labels":["Name","x"],"Name":"y"}"#, "Name").as_deref(), Some("y"));
+        assert_eq!(top_level_string(r#"{"A":"Name","B":"z"}"#, "Name"), None);
+    }
+}
