@@ -45,6 +45,44 @@ pub enum Command {
     /// same command: identical ids, the same count with different ids, or a different count.
     /// Within a run: concurrently running processes that were handed the same ids.
     Analyze(AnalyzeArgs),
+    /// List every process that uses KFD now, with its queues per GPU.
+    ///
+    /// Host pid, container (Docker, containerd, Podman, CRI-O, Kubernetes, LXC; from cgroup paths,
+    /// no container CLI needed), pid inside the container, command, and per GPU: queue ids and
+    /// types, VRAM, evicted_ms and cu_occupancy, from /sys/class/kfd/kfd/proc. `--hw` adds the
+    /// hardware view from debugfs (MQDs and active HQD slots) and a consistency check per GPU.
+    Ps(PsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    /// Print JSON (an array of processes, with notes) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Add the hardware view from debugfs and check KFD queues vs MQDs vs active HQD slots.
+    #[arg(long)]
+    pub hw: bool,
+    /// Block until a new KFD process appears (in --container if given), print it and exit.
+    #[arg(long)]
+    pub wait_new: bool,
+    /// Only processes in this container (name, full id or id prefix).
+    #[arg(long, value_name = "NAME_OR_ID")]
+    pub container: Option<String>,
+    /// With --wait-new: give up after this long (e.g. 30s); default: wait forever.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Option<Duration>,
+    /// Print only host pids, one per line (for `gpreempt trace --pid $(gpreempt ps --ids-only …)`).
+    #[arg(long)]
+    pub ids_only: bool,
+    /// Read a captured /sys tree from DIR instead of the live one.
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sysfs_root: PathBuf,
+    /// Read a captured debugfs tree from DIR (expects DIR/kfd/{mqds,hqds,rls}).
+    #[arg(long, value_name = "DIR", default_value = "/sys/kernel/debug")]
+    pub debugfs_root: PathBuf,
+    /// Read a captured /proc tree from DIR (process identity).
+    #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
+    pub proc_root: PathBuf,
 }
 
 #[derive(Debug, Args)]

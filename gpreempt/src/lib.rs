@@ -8,5 +8,6 @@
 pub mod analyze;
 pub mod doctor;
 pub mod kfd;
+pub mod model;
 pub mod report;
 pub mod trace;

@@ -20,6 +20,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Trace(args) => commands::trace::run(args).await,
             cli::Command::Doctor(args) => commands::doctor::run(&args),
             cli::Command::Analyze(args) => commands::analyze::run(&args),
+            cli::Command::Ps(args) => commands::ps::run(&args).await,
         }
     });
     match result {

@@ -2,4 +2,6 @@
 
 pub mod analyze;
 pub mod doctor;
+pub mod hw;
+pub mod ps;
 pub mod trace;

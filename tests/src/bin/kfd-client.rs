@@ -41,6 +41,11 @@ enum Op {
         #[arg(long)]
         queue_id: u32,
     },
+    /// Keep /dev/kfd open (a KFD process in sysfs) for this many milliseconds.
+    Hold {
+        #[arg(long, default_value_t = 3000)]
+        ms: u64,
+    },
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -73,6 +78,10 @@ fn main() -> Result<()> {
     let op = match &cli.op {
         Op::Create { .. } => "create",
         Op::Destroy { .. } => "destroy",
+        Op::Hold { ms } => {
+            std::thread::sleep(std::time::Duration::from_millis(*ms));
+            "hold"
+        }
     };
     for _ in 0..cli.count {
         let result = match &cli.op {
@@ -98,6 +107,7 @@ fn main() -> Result<()> {
                 r
             }
             Op::Destroy { queue_id } => device.destroy_queue(*queue_id),
+            Op::Hold { .. } => Ok(()),
         };
         let name = match result {
             Ok(()) => "OK".to_owned(),

@@ -1,0 +1,35 @@
+//! Printing the `ps --hw` view.
+
+use std::path::Path;
+
+use gpreempt::model::{
+    hw::{self, HwView},
+    ps::KfdProcess,
+};
+
+pub fn view(debugfs_root: &Path, processes: &[KfdProcess]) -> HwView {
+    hw::view(debugfs_root, processes)
+}
+
+pub fn print(v: &HwView) {
+    println!();
+    println!(
+        "{:>8} {:>10} {:>6} {:>5} {:>13} {:>5}  check",
+        "GPU", "KFD queues", "MQDs", "XCCs", "active HQDs", "HIQs"
+    );
+    for g in &v.gpus {
+        println!(
+            "{:>8} {:>10} {:>6} {:>5} {:>13} {:>5}  {}",
+            format!("{:#x}", g.gpu_id),
+            g.kfd_compute_queues,
+            g.mqd_compute_queues,
+            g.xccs,
+            g.active_compute_slots,
+            g.active_hiqs,
+            if g.findings.is_empty() { "ok".to_owned() } else { g.findings.join("; ") }
+        );
+    }
+    for n in &v.notes {
+        eprintln!("note: {n}");
+    }
+}

@@ -1,0 +1,141 @@
+//! `gpreempt ps`: the KFD processes now, as a table or JSON; `--wait-new` blocks for a new one.
+
+use std::{collections::HashSet, time::Instant};
+
+use anyhow::{Result, bail};
+use gpreempt::model::{
+    procinfo,
+    ps::{self, KfdProcess, Roots},
+};
+
+use crate::cli::PsArgs;
+
+fn roots(args: &PsArgs) -> Roots {
+    Roots { sys: args.sysfs_root.clone(), proc: args.proc_root.clone(), ..Roots::default() }
+}
+
+pub async fn run(args: &PsArgs) -> Result<()> {
+    let roots = roots(args);
+    if args.wait_new {
+        return wait_new(args, &roots).await;
+    }
+    let (mut processes, notes) = ps::scan(&roots);
+    if let Some(c) = &args.container {
+        processes.retain(|p| p.in_container(c));
+    }
+    let hw = if args.hw { Some(crate::commands::hw::view(&args.debugfs_root, &processes)) } else { None };
+    if args.ids_only {
+        for p in &processes {
+            println!("{}", p.pid());
+        }
+    } else if args.json {
+        let mut out = serde_json::json!({ "processes": processes, "notes": notes });
+        if let Some(hw) = &hw {
+            out["hw"] = serde_json::to_value(hw)?;
+        }
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_table(&processes);
+        if let Some(hw) = &hw {
+            crate::commands::hw::print(hw);
+        }
+        for n in &notes {
+            eprintln!("note: {n}");
+        }
+    }
+    Ok(())
+}
+
+fn container_label(p: &KfdProcess) -> String {
+    match p.info.as_ref().and_then(|i| i.container.as_ref()) {
+        None => "-".to_owned(),
+        Some(c) => match &c.name {
+            Some(name) => format!("{}:{name}", c.runtime),
+            None => format!("{}:{}", c.runtime, procinfo::short_id(&c.id)),
+        },
+    }
+}
+
+fn print_table(processes: &[KfdProcess]) {
+    println!(
+        "{:>8} {:>7} {:<24} {:<16} {:>8} {:<28} {:>10} {:>9} {:>4}",
+        "PID", "NSPID", "CONTAINER", "COMM", "GPU", "QUEUES (id:type)", "VRAM MiB", "EVICT ms", "CU"
+    );
+    for p in processes {
+        let comm = p.info.as_ref().and_then(|i| i.comm.clone()).unwrap_or_else(|| "?".to_owned());
+        let ns_pid = p.info.as_ref().and_then(|i| i.ns_pid).map_or_else(|| "?".to_owned(), |n| n.to_string());
+        let gpus: Vec<u32> = {
+            let mut g: Vec<u32> = p.sysfs.gpus.iter().map(|g| g.gpu_id).collect();
+            g.extend(p.sysfs.queues.iter().filter_map(|q| q.gpu_id));
+            g.sort_unstable();
+            g.dedup();
+            g
+        };
+        if gpus.is_empty() {
+            println!("{:>8} {ns_pid:>7} {:<24} {comm:<16} {:>8}", p.pid(), container_label(p), "-");
+        }
+        for gpu in gpus {
+            let queues: Vec<String> = p
+                .sysfs
+                .queues
+                .iter()
+                .filter(|q| q.gpu_id == Some(gpu))
+                .map(|q| format!("{}:{}", q.queue_id, q.type_name()))
+                .collect();
+            let stats = p.sysfs.gpus.iter().find(|g| g.gpu_id == gpu);
+            let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+            println!(
+                "{:>8} {ns_pid:>7} {:<24} {comm:<16} {:>8} {:<28} {:>10} {:>9} {:>4}",
+                p.pid(),
+                container_label(p),
+                format!("{gpu:#x}"),
+                if queues.is_empty() { "-".to_owned() } else { queues.join(" ") },
+                opt(stats.and_then(|s| s.vram_bytes).map(|b| format!("{:.1}", b as f64 / 1048576.0))),
+                opt(stats.and_then(|s| s.evicted_ms).map(|v| v.to_string())),
+                opt(stats.and_then(|s| s.cu_occupancy).map(|v| v.to_string())),
+            );
+        }
+    }
+}
+
+/// Poll the KFD sysfs tree until a pid that was not there at start appears (KFD creates the
+/// directory at the process's first open of /dev/kfd).
+async fn wait_new(args: &PsArgs, roots: &Roots) -> Result<()> {
+    let before: HashSet<u32> = ps::pids(roots).unwrap_or_default().into_iter().collect();
+    let started = Instant::now();
+    loop {
+        let now = ps::pids(roots).unwrap_or_default();
+        let fresh: Vec<u32> = now.into_iter().filter(|p| !before.contains(p)).collect();
+        if !fresh.is_empty() {
+            let (processes, _) = ps::scan(roots);
+            let matching: Vec<&KfdProcess> = processes
+                .iter()
+                .filter(|p| fresh.contains(&p.pid()))
+                .filter(|p| args.container.as_deref().is_none_or(|c| p.in_container(c)))
+                .collect();
+            if !matching.is_empty() {
+                for p in &matching {
+                    if args.ids_only {
+                        println!("{}", p.pid());
+                    } else if args.json {
+                        println!("{}", serde_json::to_string(p)?);
+                    }
+                }
+                if !args.ids_only && !args.json {
+                    print_table(&matching.into_iter().cloned().collect::<Vec<_>>());
+                }
+                return Ok(());
+            }
+        }
+        if let Some(t) = args.timeout
+            && started.elapsed() > t
+        {
+            bail!(
+                "no new KFD process{} appeared within {:.1} s",
+                args.container.as_deref().map(|c| format!(" in container {c}")).unwrap_or_default(),
+                t.as_secs_f64()
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,182 @@
+//! The hardware view behind `gpreempt ps --hw`: per GPU, KFD's queues (sysfs) vs the MQDs KFD
+//! holds (debugfs `mqds`) vs the hardware queue slots that are active (debugfs `hqds`).
+//!
+//! On a multi-XCC GPU every compute queue is mapped once per XCC (MI300X/MI308X: 4 XCCs, so
+//! MQD:HQD = 1:4 in `fixtures/debugfs-mi308x`). Fewer active slots than MQDs × XCCs means queues
+//! are not mapped right now: suspended, evicted, or left out of an oversubscribed runlist.
+
+use std::{collections::BTreeMap, fs, path::Path};
+
+use serde::Serialize;
+
+use super::ps::KfdProcess;
+use crate::kfd::debugfs::{self, HqdNode, MqdProcess, MqdQueueKind};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GpuHw {
+    pub gpu_id: u32,
+    /// Compute queues KFD lists in sysfs for this GPU (all processes).
+    pub kfd_compute_queues: usize,
+    /// Compute MQDs in debugfs `mqds` (one per queue, however many per-XCC dumps follow).
+    pub mqd_compute_queues: usize,
+    /// XCC instances in debugfs `hqds` (1 on GPUs without the `Inst N,` prefix).
+    pub xccs: usize,
+    pub active_compute_slots: usize,
+    pub active_hiqs: usize,
+    /// Problems found; empty when the three views agree.
+    pub findings: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HwView {
+    pub gpus: Vec<GpuHw>,
+    pub notes: Vec<String>,
+}
+
+/// Compare the three views per GPU.
+pub fn compare(processes: &[KfdProcess], mqds: &[MqdProcess], hqds: &[HqdNode]) -> Vec<GpuHw> {
+    let mut kfd: BTreeMap<u32, usize> = BTreeMap::new();
+    for q in processes.iter().flat_map(|p| &p.sysfs.queues) {
+        // Kernel enum value 0 is COMPUTE on every version (KFD.md §1); others moved after 6.12.
+        if let (Some(gpu), Some(0)) = (q.gpu_id, q.kernel_type) {
+            *kfd.entry(gpu).or_default() += 1;
+        }
+    }
+    let mut mqd: BTreeMap<u32, usize> = BTreeMap::new();
+    for q in mqds.iter().flat_map(|p| &p.queues) {
+        if q.kind == MqdQueueKind::Compute {
+            *mqd.entry(q.gpu_id).or_default() += 1;
+        }
+    }
+    let mut gpus: Vec<u32> = kfd.keys().chain(mqd.keys()).copied().chain(hqds.iter().map(|n| n.gpu_id)).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    gpus.into_iter()
+        .map(|gpu_id| {
+            let node = hqds.iter().find(|n| n.gpu_id == gpu_id);
+            let kfd_compute_queues = kfd.get(&gpu_id).copied().unwrap_or(0);
+            let mqd_compute_queues = mqd.get(&gpu_id).copied().unwrap_or(0);
+            let xccs = node.map_or(1, |n| n.xcc_count().max(1));
+            let active_compute_slots = node.map_or(0, HqdNode::active_compute_slots);
+            let mut findings = Vec::new();
+            if kfd_compute_queues != mqd_compute_queues {
+                findings.push(format!(
+                    "sysfs lists {kfd_compute_queues} compute queues but debugfs mqds has {mqd_compute_queues} (a process started or exited between the reads, or a hidden process)"
+                ));
+            }
+            let expected = mqd_compute_queues * xccs;
+            if node.is_some() && active_compute_slots != expected {
+                findings.push(format!(
+                    "{active_compute_slots} active compute HQD slots for {mqd_compute_queues} MQDs on {xccs} XCCs (expected {expected}, MQD:HQD 1:{xccs}): {}",
+                    if active_compute_slots < expected {
+                        "some queues are not mapped (suspended, evicted, or an oversubscribed runlist)"
+                    } else {
+                        "slots are held by queues KFD does not list"
+                    }
+                ));
+            }
+            GpuHw {
+                gpu_id,
+                kfd_compute_queues,
+                mqd_compute_queues,
+                xccs,
+                active_compute_slots,
+                active_hiqs: node.map_or(0, HqdNode::active_hiqs),
+                findings,
+            }
+        })
+        .collect()
+}
+
+/// Read `DEBUGFS/kfd/{mqds,hqds}` and compare; a missing or unparsable file is a note.
+pub fn view(debugfs_root: &Path, processes: &[KfdProcess]) -> HwView {
+    let mut notes = Vec::new();
+    let dir = debugfs_root.join("kfd");
+    let mut read = |name: &str| match fs::read_to_string(dir.join(name)) {
+        Ok(text) => Some(text),
+        Err(e) => {
+            notes.push(format!(
+                "{}: {e} (mount debugfs and run as root: `mount -t debugfs none /sys/kernel/debug`)",
+                dir.join(name).display()
+            ));
+            None
+        }
+    };
+    let (mqds_text, hqds_text) = (read("mqds"), read("hqds"));
+    let mqds = mqds_text.map(|t| debugfs::parse_mqds(&t)).transpose().unwrap_or_else(|e| {
+        notes.push(format!("mqds: {e}"));
+        None
+    });
+    let hqds = hqds_text.map(|t| debugfs::parse_hqds(&t)).transpose().unwrap_or_else(|e| {
+        notes.push(format!("hqds: {e}"));
+        None
+    });
+    let gpus = match (&mqds, &hqds) {
+        (None, None) => Vec::new(),
+        _ => compare(processes, mqds.as_deref().unwrap_or(&[]), hqds.as_deref().unwrap_or(&[])),
+    };
+    HwView { gpus, notes }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kfd::sysfs::{SysfsProcess, SysfsQueue};
+
+    fn fixture(name: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/debugfs-mi308x").join(name);
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The process of the capture: 5 compute queues on gpu 0xf7bc (ids are not in debugfs).
+    fn process(queues: u32) -> KfdProcess {
+        KfdProcess {
+            sysfs: SysfsProcess {
+                pid: 94314,
+                pasid: None,
+                queues: (0..queues)
+                    .map(|id| SysfsQueue { queue_id: id, gpu_id: Some(0xf7bc), kernel_type: Some(0), ring_size: None })
+                    .collect(),
+                gpus: vec![],
+                notes: vec![],
+            },
+            info: None,
+        }
+    }
+
+    #[test]
+    fn the_mi308x_capture_is_consistent_at_1_to_4() {
+        let mqds = debugfs::parse_mqds(&fixture("mqds_active.txt")).unwrap();
+        let hqds = debugfs::parse_hqds(&fixture("hqds_active.txt")).unwrap();
+        let gpus = compare(&[process(5)], &mqds, &hqds);
+        assert_eq!(gpus.len(), 8);
+        let g = gpus.iter().find(|g| g.gpu_id == 0xf7bc).unwrap();
+        assert_eq!(
+            (g.kfd_compute_queues, g.mqd_compute_queues, g.xccs, g.active_compute_slots, g.active_hiqs),
+            (5, 5, 4, 20, 4)
+        );
+        assert!(g.findings.is_empty(), "{:?}", g.findings);
+        assert_eq!(gpus.iter().map(|g| g.active_hiqs).sum::<usize>(), 32);
+    }
+
+    #[test]
+    fn unmapped_queues_and_sysfs_mismatches_are_flagged() {
+        let mqds = debugfs::parse_mqds(&fixture("mqds_active.txt")).unwrap();
+        // The HQDs after the process exited: 0 active slots while 5 MQDs are listed.
+        let hqds = debugfs::parse_hqds(&fixture("hqds_after_exit.txt")).unwrap();
+        let gpus = compare(&[process(6)], &mqds, &hqds);
+        let g = gpus.iter().find(|g| g.gpu_id == 0xf7bc).unwrap();
+        assert_eq!(g.active_compute_slots, 0);
+        assert_eq!(g.findings.len(), 2);
+        assert!(g.findings[0].starts_with("sysfs lists 6 compute queues but debugfs mqds has 5"));
+        assert!(g.findings[1].starts_with("0 active compute HQD slots for 5 MQDs on 4 XCCs (expected 20"));
+    }
+
+    #[test]
+    fn a_missing_debugfs_is_a_note_not_a_failure() {
+        let v = view(Path::new("/nonexistent-debugfs"), &[]);
+        assert!(v.gpus.is_empty());
+        assert_eq!(v.notes.len(), 2);
+        assert!(v.notes[0].contains("mount -t debugfs"));
+    }
+}

@@ -1,0 +1,5 @@
+//! The queue model: who owns the queues (host pid, container, pid inside it).
+
+pub mod hw;
+pub mod procinfo;
+pub mod ps;

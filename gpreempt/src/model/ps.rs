@@ -1,0 +1,152 @@
+//! The process view behind `gpreempt ps`: every KFD process from sysfs, with its identity from
+//! /proc (comm, container, pid inside the container). A process that exits mid-scan or a file
+//! that cannot be read becomes a note on that item, never a failure of the whole scan.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::procinfo::{self, ProcInfo};
+use crate::kfd::sysfs::{self, SysfsProcess};
+
+/// Where the scan reads; each stands for the live path and may point at a captured tree.
+#[derive(Clone, Debug)]
+pub struct Roots {
+    /// Stands for `/sys` (KFD processes are under `class/kfd/kfd/proc`).
+    pub sys: PathBuf,
+    /// Stands for `/proc`.
+    pub proc: PathBuf,
+    /// Stands for `/var/lib/docker` (container names).
+    pub docker: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Self { sys: "/sys".into(), proc: procinfo::PROC_ROOT.into(), docker: procinfo::DOCKER_ROOT.into() }
+    }
+}
+
+impl Roots {
+    pub fn kfd_proc(&self) -> PathBuf {
+        self.sys.join("class/kfd/kfd/proc")
+    }
+}
+
+/// One KFD process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KfdProcess {
+    #[serde(flatten)]
+    pub sysfs: SysfsProcess,
+    /// Identity from /proc; `None` when /proc has no such pid (another pid namespace, a captured tree).
+    pub info: Option<ProcInfo>,
+}
+
+impl KfdProcess {
+    pub fn pid(&self) -> u32 {
+        self.sysfs.pid
+    }
+
+    /// Does `filter` (a container name, a full id or an id prefix) name this process's container?
+    pub fn in_container(&self, filter: &str) -> bool {
+        let Some(c) = self.info.as_ref().and_then(|i| i.container.as_ref()) else { return false };
+        c.name.as_deref() == Some(filter) || (!filter.is_empty() && c.id.starts_with(filter))
+    }
+}
+
+/// Every KFD process now, plus notes on what could not be read.
+pub fn scan(roots: &Roots) -> (Vec<KfdProcess>, Vec<String>) {
+    let (processes, mut notes) = sysfs::read_all(&roots.kfd_proc());
+    let processes = processes
+        .into_iter()
+        .map(|sysfs| {
+            let info = match procinfo::read_with(&roots.proc, &roots.docker, sysfs.pid) {
+                Ok(info) => Some(info),
+                Err(e) => {
+                    notes.push(format!("pid {}: {e}", sysfs.pid));
+                    None
+                }
+            };
+            KfdProcess { sysfs, info }
+        })
+        .collect();
+    (processes, notes)
+}
+
+/// The pids under the KFD sysfs tree now (for `--wait-new`).
+pub fn pids(roots: &Roots) -> Result<Vec<u32>, sysfs::SysfsError> {
+    sysfs::list_pids(&roots.kfd_proc())
+}
+
+/// `roots.sys` as a path for messages.
+pub fn describe(root: &Path) -> String {
+    root.display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    const DOCKER_ID: &str = "3f1b6c0f5e2d4a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b";
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, text).unwrap();
+    }
+
+    /// A host with one containerised KFD process (pid 94314, pid 17 in its container) with two
+    /// compute queues on gpu 63420, and one KFD process that has already left /proc.
+    fn host() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        let kfd = "sys/class/kfd/kfd/proc";
+        write(r, &format!("{kfd}/94314/pasid"), "32770\n");
+        for (q, size) in [(0, "1048576"), (1, "65536")] {
+            write(r, &format!("{kfd}/94314/queues/{q}/gpuid"), "63420");
+            write(r, &format!("{kfd}/94314/queues/{q}/type"), "0");
+            write(r, &format!("{kfd}/94314/queues/{q}/size"), size);
+        }
+        write(r, &format!("{kfd}/94314/vram_63420"), "268435456\n");
+        write(r, &format!("{kfd}/94314/sdma_63420"), "0\n");
+        write(r, &format!("{kfd}/94314/stats_63420/evicted_ms"), "120\n");
+        write(r, &format!("{kfd}/94314/stats_63420/cu_occupancy"), "24\n");
+        write(r, &format!("{kfd}/555/pasid"), "32771\n");
+        write(r, "proc/94314/comm", "python3\n");
+        write(r, "proc/94314/status", "Name:\tpython3\nNSpid:\t94314\t17\n");
+        write(r, "proc/94314/cgroup", &format!("0::/system.slice/docker-{DOCKER_ID}.scope\n"));
+        write(r, &format!("docker/containers/{DOCKER_ID}/config.v2.json"), r#"{"ID":"x","Name":"/trainer"}"#);
+        dir
+    }
+
+    fn roots(dir: &Path) -> Roots {
+        Roots { sys: dir.join("sys"), proc: dir.join("proc"), docker: dir.join("docker") }
+    }
+
+    #[test]
+    fn joins_sysfs_queues_with_container_identity() {
+        let dir = host();
+        let (ps, notes) = scan(&roots(dir.path()));
+        assert_eq!(ps.len(), 2);
+        let p = ps.iter().find(|p| p.pid() == 94314).unwrap();
+        assert_eq!(p.sysfs.queues.iter().map(|q| q.queue_id).collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(p.sysfs.queues[0].ring_size, Some(1_048_576));
+        assert_eq!(p.sysfs.gpus[0].gpu_id, 63420);
+        assert_eq!(p.sysfs.gpus[0].evicted_ms, Some(120));
+        assert_eq!(p.sysfs.gpus[0].cu_occupancy, Some(24));
+        let info = p.info.as_ref().unwrap();
+        assert_eq!((info.comm.as_deref(), info.ns_pid), (Some("python3"), Some(17)));
+        let c = info.container.as_ref().unwrap();
+        assert_eq!((c.id.as_str(), c.name.as_deref()), (DOCKER_ID, Some("trainer")));
+        assert!(p.in_container("trainer"));
+        assert!(p.in_container("3f1b6c0f5e2d"));
+        assert!(!p.in_container("other"));
+        assert!(!p.in_container(""));
+        let gone = ps.iter().find(|p| p.pid() == 555).unwrap();
+        assert_eq!(gone.info, None);
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].starts_with("pid 555: no process 555"), "{notes:?}");
+        assert_eq!(pids(&roots(dir.path())).unwrap(), vec![555, 94314]);
+    }
+}

@@ -1,0 +1,51 @@
+//! `gpreempt ps` on the real driver: a process that opens /dev/kfd appears in the KFD sysfs tree
+//! (created by `kfd_create_process`) and `ps --wait-new` reports exactly its pid.
+
+use std::{
+    process::{Command, Stdio},
+    thread,
+    time::Duration,
+};
+
+use gpreempt_tests::binary;
+
+#[test]
+fn wait_new_reports_the_pid_of_a_new_kfd_process() {
+    let waiter = Command::new(binary("gpreempt").unwrap())
+        .args(["ps", "--wait-new", "--ids-only", "--timeout", "60s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(Duration::from_secs(2));
+    let mut client = Command::new(binary("kfd-client").unwrap())
+        .args(["hold", "--ms", "4000"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = waiter.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), client.id().to_string());
+
+    // While it holds /dev/kfd, `ps --json` lists it with no queues (no GPU) and its identity.
+    let ps = Command::new(binary("gpreempt").unwrap()).args(["ps", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&ps.stdout).unwrap();
+    let me = v["processes"].as_array().unwrap().iter().find(|p| p["pid"] == client.id()).cloned().unwrap();
+    assert_eq!(me["queues"], serde_json::json!([]));
+    assert_eq!(me["info"]["comm"], "kfd-client");
+    assert_eq!(me["info"]["ns_pid"], client.id());
+    assert_eq!(me["info"]["container"], serde_json::Value::Null);
+    client.wait().unwrap();
+}
+
+#[test]
+fn wait_new_times_out_with_a_clear_error() {
+    let out = Command::new(binary("gpreempt").unwrap())
+        .args(["ps", "--wait-new", "--container", "nope", "--timeout", "1s"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "gpreempt: error: no new KFD process in container nope appeared within 1.0 s"
+    );
+}
