@@ -1,15 +1,6 @@
 //! Printing the `ps --hw` view.
 
-use std::path::Path;
-
-use gpreempt::model::{
-    hw::{self, HwView},
-    ps::KfdProcess,
-};
-
-pub fn view(debugfs_root: &Path, processes: &[KfdProcess]) -> HwView {
-    hw::view(debugfs_root, processes)
-}
+use gpreempt::model::hw::HwView;
 
 pub fn print(v: &HwView) {
     println!();

@@ -4,7 +4,7 @@ use std::{collections::HashSet, time::Instant};
 
 use anyhow::{Result, bail};
 use gpreempt::model::{
-    procinfo,
+    hw, procinfo,
     ps::{self, KfdProcess, Roots},
 };
 
@@ -23,7 +23,7 @@ pub async fn run(args: &PsArgs) -> Result<()> {
     if let Some(c) = &args.container {
         processes.retain(|p| p.in_container(c));
     }
-    let hw = if args.hw { Some(crate::commands::hw::view(&args.debugfs_root, &processes)) } else { None };
+    let hw = if args.hw { Some(hw::view(&args.debugfs_root, &processes)) } else { None };
     if args.ids_only {
         for p in &processes {
             println!("{}", p.pid());

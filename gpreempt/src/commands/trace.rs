@@ -92,13 +92,8 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     for sink in &mut sinks {
         sink.summary(&summary).ok();
     }
-    if !args.json {
-        // Keep the summary visible even when stdout is redirected.
-        if !io::stdout().is_terminal() {
-            let mut err = io::stderr();
-            Console::new(&mut err, clock, false).summary(&summary).ok();
-        }
-    } else {
+    // Keep the summary readable when stdout carries JSON or is redirected.
+    if args.json || !io::stdout().is_terminal() {
         Console::new(io::stderr(), clock, false).summary(&summary).ok();
     }
     io::stdout().flush().ok();

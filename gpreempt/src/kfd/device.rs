@@ -94,10 +94,6 @@ impl Device {
         // SAFETY: as above.
         unsafe { uapi::update_queue(self.file.as_raw_fd(), args) }.map(drop)
     }
-
-    pub fn file(&self) -> &File {
-        &self.file
-    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! /proc (comm, container, pid inside the container). A process that exits mid-scan or a file
 //! that cannot be read becomes a note on that item, never a failure of the whole scan.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -77,14 +77,9 @@ pub fn pids(roots: &Roots) -> Result<Vec<u32>, sysfs::SysfsError> {
     sysfs::list_pids(&roots.kfd_proc())
 }
 
-/// `roots.sys` as a path for messages.
-pub fn describe(root: &Path) -> String {
-    root.display().to_string()
-}
-
 #[cfg(test)]
 mod tests {
-    use std::fs;
+    use std::{fs, path::Path};
 
     use super::*;
 
