@@ -2,21 +2,25 @@
 //! (created by `kfd_create_process`) and `ps --wait-new` reports exactly its pid.
 
 use std::{
+    io::{BufRead, BufReader},
     process::{Command, Stdio},
-    thread,
-    time::Duration,
 };
 
 use gpreempt_tests::binary;
 
 #[test]
 fn wait_new_reports_the_pid_of_a_new_kfd_process() {
-    let waiter = Command::new(binary("gpreempt").unwrap())
+    let mut waiter = Command::new(binary("gpreempt").unwrap())
         .args(["ps", "--wait-new", "--ids-only", "--timeout", "60s"])
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    thread::sleep(Duration::from_secs(2));
+    // Start the client only once the waiter has its baseline (its start-up under TCG over 9p can
+    // take seconds; a fixed sleep raced with it).
+    let mut ready = String::new();
+    BufReader::new(waiter.stderr.take().unwrap()).read_line(&mut ready).unwrap();
+    assert!(ready.starts_with("gpreempt: waiting for a new KFD process ("), "{ready}");
     let mut client = Command::new(binary("kfd-client").unwrap())
         .args(["hold", "--ms", "4000"])
         .stdout(Stdio::null())
@@ -44,8 +48,10 @@ fn wait_new_times_out_with_a_clear_error() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr).trim(),
-        "gpreempt: error: no new KFD process in container nope appeared within 1.0 s"
-    );
+    // The other test may hold a KFD process meanwhile, so the count in the first line varies.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(lines[0].starts_with("gpreempt: waiting for a new KFD process in container nope ("), "{stderr}");
+    assert_eq!(lines[1], "gpreempt: error: no new KFD process in container nope appeared within 1.0 s");
 }

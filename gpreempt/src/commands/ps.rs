@@ -102,6 +102,13 @@ fn print_table(processes: &[KfdProcess]) {
 /// directory at the process's first open of /dev/kfd).
 async fn wait_new(args: &PsArgs, roots: &Roots) -> Result<()> {
     let before: HashSet<u32> = ps::pids(roots).unwrap_or_default().into_iter().collect();
+    // The baseline is taken: anything that opens /dev/kfd from now on is reported. Scripts (and
+    // our tests) wait for this line before starting the workload.
+    eprintln!(
+        "gpreempt: waiting for a new KFD process{} ({} already present)",
+        args.container.as_deref().map(|c| format!(" in container {c}")).unwrap_or_default(),
+        before.len()
+    );
     let started = Instant::now();
     loop {
         let now = ps::pids(roots).unwrap_or_default();
