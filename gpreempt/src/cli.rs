@@ -52,6 +52,108 @@ pub enum Command {
     /// types, VRAM, evicted_ms and cu_occupancy, from /sys/class/kfd/kfd/proc. `--hw` adds the
     /// hardware view from debugfs (MQDs and active HQD slots) and a consistency check per GPU.
     Ps(PsArgs),
+    /// Show one process's GPU queues: addresses, ring and CWSR sizes, exception status (root).
+    ///
+    /// Uses the KFD debug-trap API (GET_QUEUE_SNAPSHOT, KFD ≥ 1.13): gpreempt ptrace-seizes the
+    /// process without stopping it, enables the debug trap, takes the snapshot and detaches. The
+    /// snapshot leaves the queues untouched. On older kernels it falls back to sysfs (queue id,
+    /// gpu, type, ring size) and says so. `--watch` samples repeatedly and ends with statistics.
+    Queues(QueuesArgs),
+    /// Suspend and resume another process's GPU queues in a loop and measure it (root).
+    ///
+    /// Per iteration: SUSPEND_QUEUES, hold, RESUME_QUEUES, gap. The target keeps running on the
+    /// CPU and receives its signals as usual; its queues are resumed on every way out (end,
+    /// error, Ctrl-C/SIGTERM/SIGHUP, panic; if gpreempt is killed, the kernel resumes them).
+    /// Prints per-iteration progress on a terminal, then success rate, latency percentiles
+    /// (p50/p90/p99/max/mean/stddev) and a histogram. On HWS GPUs (MI200/MI300) every suspend and
+    /// resume briefly preempts every process's queues on the GPU, not only the target's.
+    Preempt(PreemptArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct QueuesArgs {
+    /// Host pid of the process (see `gpreempt ps`).
+    pub pid: u32,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Print only queue ids, one per line.
+    #[arg(long)]
+    pub ids_only: bool,
+    /// Sample every INTERVAL (e.g. 100ms) instead of once; needs --duration.
+    #[arg(long, value_parser = parse_duration, value_name = "INTERVAL", requires = "duration")]
+    pub watch: Option<Duration>,
+    /// With --watch: how long to sample (e.g. 10s).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub duration: Option<Duration>,
+    /// Use sysfs even when the debug-trap API is available (no ptrace, no root needed).
+    #[arg(long)]
+    pub sysfs: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PreemptArgs {
+    /// Host pid of the process whose queues are suspended (the offline job).
+    #[arg(long, value_name = "PID")]
+    pub offline: u32,
+    /// Suspend/resume cycles.
+    #[arg(long, default_value_t = 100)]
+    pub iterations: u32,
+    /// How long the queues stay suspended per iteration, ms.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    pub hold_ms: u64,
+    /// Pause between a resume and the next suspend, ms.
+    #[arg(long, default_value_t = 500, value_name = "MS")]
+    pub gap_ms: u64,
+    /// CWSR grace period in units of 1000 GPU cycles (HWS only; 0 = shortest, as ROCdbgapi uses),
+    /// or `driver` to leave the driver's setting.
+    #[arg(long, default_value = "0", value_parser = parse_grace_period, value_name = "N|driver")]
+    pub grace_period: u32,
+    /// Which queues: `all` (every queue, re-snapshotted when new ones appear) or ids `0,1,5`.
+    #[arg(long, default_value = "all", value_parser = parse_queue_selection, value_name = "all|ID,...")]
+    pub queues: QueueSelectionArg,
+    /// Resume automatically (watchdog) if queues stay suspended longer than this, ms.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    pub max_suspend_ms: u64,
+    /// Write every iteration record and the summary to FILE as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// No per-iteration progress line.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `--queues` value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueueSelectionArg {
+    All,
+    Ids(Vec<u32>),
+}
+
+fn parse_queue_selection(text: &str) -> Result<QueueSelectionArg, String> {
+    if text == "all" {
+        return Ok(QueueSelectionArg::All);
+    }
+    text.split(',')
+        .map(|id| {
+            let id = id.trim();
+            id.parse::<u32>()
+                .ok()
+                .filter(|&v| v < 1024)
+                .ok_or_else(|| format!("`{id}` is not a queue id (0-1023); use `all` or ids like 0,1,5"))
+        })
+        .collect::<Result<Vec<u32>, String>>()
+        .map(QueueSelectionArg::Ids)
+}
+
+fn parse_grace_period(text: &str) -> Result<u32, String> {
+    if text == "driver" {
+        return Ok(gpreempt::kfd::debugger::DRIVER_GRACE_PERIOD);
+    }
+    text.parse::<u32>()
+        .ok()
+        .filter(|&v| v != gpreempt::kfd::debugger::DRIVER_GRACE_PERIOD)
+        .ok_or_else(|| format!("`{text}` is not a grace period (a number of 1000-cycle units, or `driver`)"))
 }
 
 #[derive(Debug, Args)]
@@ -171,6 +273,30 @@ mod tests {
         assert_eq!(t.pids, vec![7, 9]);
         assert_eq!(t.duration, Some(Duration::from_secs(1)));
         Cli::command_for_test();
+    }
+
+    #[test]
+    fn preempt_flags_parse_with_defaults() {
+        let cli = Cli::try_parse_from(["gpreempt", "preempt", "--offline", "42", "--iterations", "1000"]).unwrap();
+        let Command::Preempt(p) = cli.command else { panic!("not preempt") };
+        assert_eq!((p.offline, p.iterations, p.hold_ms, p.gap_ms, p.grace_period), (42, 1000, 100, 500, 0));
+        assert_eq!((p.queues, p.max_suspend_ms), (QueueSelectionArg::All, 5000));
+        let cli = Cli::try_parse_from([
+            "gpreempt",
+            "preempt",
+            "--offline",
+            "1",
+            "--queues",
+            "0, 3",
+            "--grace-period",
+            "driver",
+        ])
+        .unwrap();
+        let Command::Preempt(p) = cli.command else { panic!("not preempt") };
+        assert_eq!((p.queues, p.grace_period), (QueueSelectionArg::Ids(vec![0, 3]), 0xffff_ffff));
+        let err = Cli::try_parse_from(["gpreempt", "preempt", "--offline", "1", "--queues", "0,x"]).unwrap_err();
+        assert!(err.to_string().contains("`x` is not a queue id (0-1023)"), "{err}");
+        assert!(Cli::try_parse_from(["gpreempt", "queues", "7", "--watch", "100ms"]).is_err());
     }
 
     impl Cli {

@@ -4,10 +4,13 @@
 //! - [`trace`]: eBPF probes on the KFD paths of `amdgpu.ko` and the event stream they produce.
 //! - [`doctor`]: what this host offers gpreempt and what to do about each gap.
 //! - [`report`]: output sinks over that stream (console lines, JSON Lines).
+//! - [`preempt`]: the suspend/resume measurement loop over a [`kfd::Debugger`]; [`stats`] its statistics.
 
 pub mod analyze;
 pub mod doctor;
 pub mod kfd;
 pub mod model;
+pub mod preempt;
 pub mod report;
+pub mod stats;
 pub mod trace;

@@ -21,6 +21,8 @@ fn main() -> std::process::ExitCode {
             cli::Command::Doctor(args) => commands::doctor::run(&args),
             cli::Command::Analyze(args) => commands::analyze::run(&args),
             cli::Command::Ps(args) => commands::ps::run(&args).await,
+            cli::Command::Queues(args) => commands::queues::run(&args),
+            cli::Command::Preempt(args) => commands::preempt::run(&args),
         }
     });
     match result {

@@ -3,5 +3,8 @@
 pub mod analyze;
 pub mod doctor;
 pub mod hw;
+pub mod interrupt;
+pub mod preempt;
 pub mod ps;
+pub mod queues;
 pub mod trace;

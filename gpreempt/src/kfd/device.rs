@@ -89,6 +89,20 @@ impl Device {
         unsafe { uapi::destroy_queue(self.file.as_raw_fd(), &mut args) }.map(drop)
     }
 
+    /// `AMDKFD_IOC_DBG_TRAP`; returns the ioctl's non-negative result (a queue count for
+    /// SUSPEND_QUEUES / RESUME_QUEUES, KFD.md §2.4).
+    pub fn dbg_trap(&self, args: &mut uapi::DbgTrapArgs) -> Result<i32, Errno> {
+        // SAFETY: `args` is the ioctl's argument struct; the pointers inside it (arrays, buffers)
+        // are owned by the caller and outlive the call.
+        unsafe { uapi::dbg_trap(self.file.as_raw_fd(), args) }
+    }
+
+    /// `AMDKFD_IOC_RUNTIME_ENABLE` on this process (what ROCr does at start-up).
+    pub fn runtime_enable(&self, args: &mut uapi::RuntimeEnableArgs) -> Result<(), Errno> {
+        // SAFETY: as above.
+        unsafe { uapi::runtime_enable(self.file.as_raw_fd(), args) }.map(drop)
+    }
+
     /// `AMDKFD_IOC_UPDATE_QUEUE`.
     pub fn update_queue(&self, args: &uapi::UpdateQueueArgs) -> Result<(), Errno> {
         // SAFETY: as above.

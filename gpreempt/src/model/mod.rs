@@ -3,3 +3,4 @@
 pub mod hw;
 pub mod procinfo;
 pub mod ps;
+pub mod queues;

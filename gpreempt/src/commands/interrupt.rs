@@ -1,0 +1,32 @@
+//! Ctrl-C, SIGTERM and SIGHUP as a flag the long-running commands poll, so they can resume the
+//! target's queues and print their summary before exiting.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+use anyhow::{Context, Result};
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(signo: libc::c_int) {
+    // Only async-signal-safe work: two atomic stores.
+    SIGNAL.store(signo, Ordering::Relaxed);
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Install the handlers (without SA_RESTART, so blocking calls return EINTR promptly).
+pub fn install() -> Result<&'static AtomicBool> {
+    let action = SigAction::new(SigHandler::Handler(on_signal), SaFlags::empty(), SigSet::empty());
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        // SAFETY: the handler only stores to atomics.
+        unsafe { sigaction(signal, &action) }.with_context(|| format!("installing the {signal} handler"))?;
+    }
+    Ok(&STOP)
+}
+
+/// The signal that set the flag, by name ("SIGINT").
+pub fn received() -> Option<String> {
+    let signo = SIGNAL.load(Ordering::Relaxed);
+    (signo != 0).then(|| Signal::try_from(signo).map_or_else(|_| format!("signal {signo}"), |s| s.to_string()))
+}

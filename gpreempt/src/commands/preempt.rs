@@ -1,0 +1,152 @@
+//! `gpreempt preempt --offline PID`: the suspend/resume measurement loop, its progress line, the
+//! summary and the `--json` record file.
+
+use std::{
+    fs,
+    io::{IsTerminal, Write},
+    path::Path,
+    time::Duration,
+};
+
+use anyhow::{Context, Result, bail};
+use gpreempt::{
+    kfd::{
+        Debugger,
+        debugger::{Options, Selection},
+        uapi::runtime_state,
+    },
+    preempt::{self, Iteration, Plan, RunSummary},
+    stats::{self, Summary},
+};
+use serde_json::json;
+
+use super::interrupt;
+use crate::cli::{PreemptArgs, QueueSelectionArg};
+
+pub fn run(args: &PreemptArgs) -> Result<()> {
+    let stop = interrupt::install()?;
+    let options = Options { max_suspend: Some(Duration::from_millis(args.max_suspend_ms)), ..Options::default() };
+    let debugger = Debugger::attach(args.offline, options)?;
+    let target = debugger.attached().clone();
+    eprintln!(
+        "gpreempt: attached to pid {} ({}), KFD {}, runtime {}",
+        target.pid,
+        target.comm,
+        target.kfd_version,
+        runtime_name(target.runtime_state)
+    );
+    let plan = Plan {
+        iterations: args.iterations,
+        hold: Duration::from_millis(args.hold_ms),
+        gap: Duration::from_millis(args.gap_ms),
+        grace_period: args.grace_period,
+        selection: match &args.queues {
+            QueueSelectionArg::All => Selection::All,
+            QueueSelectionArg::Ids(ids) => Selection::Ids(ids.clone()),
+        },
+    };
+    let show_progress = !args.quiet && std::io::stderr().is_terminal();
+    let run = preempt::run(&debugger, &plan, stop, |it| {
+        if show_progress {
+            progress_line(it, plan.iterations);
+        }
+    });
+    // Resume whatever is suspended, DISABLE, detach — before reporting anything.
+    let detached = debugger.detach();
+    if show_progress {
+        eprintln!();
+    }
+    let summary = run.summary(plan.iterations);
+    print_summary(&summary, &run.iterations);
+    for notice in &run.notices {
+        eprintln!("gpreempt: {}", serde_json::to_string(notice)?);
+    }
+    if let Some(path) = &args.json {
+        let doc = json!({
+            "target": target,
+            "plan": {
+                "iterations": plan.iterations,
+                "hold_ms": args.hold_ms,
+                "gap_ms": args.gap_ms,
+                "grace_period": plan.grace_period,
+                "queues": match &plan.selection { Selection::All => json!("all"), Selection::Ids(ids) => json!(ids) },
+                "max_suspend_ms": args.max_suspend_ms,
+            },
+            "iterations": run.iterations,
+            "notices": run.notices,
+            "summary": summary,
+            "detached": detached,
+        });
+        write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
+    }
+    match &run.stopped {
+        None => Ok(()),
+        Some(reason) if reason == "interrupted" => bail!(
+            "interrupted by {} after {} of {} iterations; queues resumed, target detached",
+            interrupt::received().unwrap_or_else(|| "a signal".into()),
+            run.iterations.len(),
+            plan.iterations
+        ),
+        Some(reason) => bail!("stopped after {} of {} iterations: {reason}", run.iterations.len(), plan.iterations),
+    }
+}
+
+fn runtime_name(state: u32) -> &'static str {
+    match state {
+        runtime_state::DISABLED => "not enabled (suspends will fail until the target's ROCm runtime starts)",
+        runtime_state::ENABLED => "enabled",
+        runtime_state::ENABLED_BUSY => "enabled-busy",
+        runtime_state::ENABLED_ERROR => "enabled-error",
+        _ => "unknown",
+    }
+}
+
+fn progress_line(it: &Iteration, total: u32) {
+    let us = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+    let mut err = std::io::stderr().lock();
+    let _ = write!(
+        err,
+        "\r[{:>width$}/{total}] suspend {:>9} us  resume {:>9} us  queues {} suspended, {} invalid, {} error   ",
+        it.index + 1,
+        us(it.suspend_us),
+        us(it.resume_us),
+        it.suspended,
+        it.invalid,
+        it.error,
+        width = total.to_string().len()
+    );
+    let _ = err.flush();
+}
+
+fn print_summary(s: &RunSummary, iterations: &[Iteration]) {
+    println!("{} of {} iterations, {} fully successful ({:.1}%)", s.completed, s.planned, s.ok, 100.0 * s.success_rate);
+    let queues: i64 = iterations.iter().map(|i| i64::from(i.suspended)).sum();
+    let invalid: usize = iterations.iter().map(|i| i.invalid).sum();
+    let errors: usize = iterations.iter().map(|i| i.error).sum();
+    println!("queues suspended in total: {queues}; INVALID answers: {invalid}; ERROR answers: {errors}");
+    for (name, summary, hist) in
+        [("suspend", &s.suspend_us, &s.suspend_histogram), ("resume", &s.resume_us, &s.resume_histogram)]
+    {
+        match summary {
+            Some(v) => {
+                println!("{name} latency (us): {}", line(v));
+                print!("{}", stats::render_histogram(hist, "us", 40));
+            }
+            None => println!("{name} latency: no ioctl made"),
+        }
+    }
+}
+
+fn line(s: &Summary) -> String {
+    format!(
+        "p50 {:.1}  p90 {:.1}  p99 {:.1}  max {:.1}  mean {:.1}  stddev {:.1}  (n={})",
+        s.p50, s.p90, s.p99, s.max, s.mean, s.stddev, s.count
+    )
+}
+
+/// Write next to the destination and rename, so a reader never sees half a file.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("json.partial");
+    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+}

@@ -1,0 +1,173 @@
+//! `gpreempt queues <pid>`: one process's queues from a debug-trap snapshot (or sysfs), once or
+//! sampled with `--watch`.
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use gpreempt::{
+    kfd::{
+        Debugger, Device, KfdVersion,
+        debugger::Options,
+        sysfs::{self, KFD_PROC_ROOT},
+        target::{Roots, Target},
+    },
+    model::queues::{QueueRow, Sample, Source, WatchStats},
+    preempt::sleep_unless,
+};
+use serde_json::json;
+
+use super::interrupt;
+use crate::cli::QueuesArgs;
+
+/// Where samples come from.
+enum Lister {
+    DebugTrap(Debugger),
+    Sysfs(u32),
+}
+
+impl Lister {
+    fn source(&self) -> Source {
+        match self {
+            Self::DebugTrap(_) => Source::DebugTrap,
+            Self::Sysfs(_) => Source::Sysfs,
+        }
+    }
+
+    fn sample(&self) -> Result<Vec<QueueRow>> {
+        Ok(match self {
+            // Without clearing EC_QUEUE_NEW: looking must not change what a later suspend sees.
+            Self::DebugTrap(d) => d.snapshot(false)?.iter().map(QueueRow::from).collect(),
+            Self::Sysfs(pid) => {
+                sysfs::read_process(Path::new(KFD_PROC_ROOT), *pid)?.queues.iter().map(QueueRow::from).collect()
+            }
+        })
+    }
+}
+
+pub fn run(args: &QueuesArgs) -> Result<()> {
+    let target = Target::inspect(&Roots::default(), args.pid)?;
+    let version = Device::open().and_then(|d| d.version()).context("reading the KFD version")?;
+    let lister = if args.sysfs {
+        Lister::Sysfs(args.pid)
+    } else if !version.has_debug_trap() {
+        eprintln!(
+            "gpreempt: KFD {version} has no debug-trap API (needs ≥ {}, Linux 6.5+): showing what sysfs has \
+             (queue id, gpu, type, ring size)",
+            KfdVersion::DEBUG_TRAP
+        );
+        Lister::Sysfs(args.pid)
+    } else {
+        Lister::DebugTrap(Debugger::attach(args.pid, Options::default())?)
+    };
+    match args.watch {
+        Some(interval) => watch(args, &target, &lister, interval),
+        None => {
+            let rows = lister.sample()?;
+            print_once(args, &target, version, lister.source(), &rows)
+        }
+    }
+}
+
+fn print_once(
+    args: &QueuesArgs,
+    target: &Target,
+    version: KfdVersion,
+    source: Source,
+    rows: &[QueueRow],
+) -> Result<()> {
+    if args.ids_only {
+        rows.iter().for_each(|q| println!("{}", q.queue_id));
+    } else if args.json {
+        let out =
+            json!({"pid": target.pid, "comm": target.comm, "kfd_version": version, "source": source, "queues": rows});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("pid {} ({}): {} queue(s), from {}", target.pid, target.comm, rows.len(), source_name(source));
+        print_table(rows);
+    }
+    Ok(())
+}
+
+fn source_name(source: Source) -> &'static str {
+    match source {
+        Source::DebugTrap => "the debug-trap snapshot",
+        Source::Sysfs => "sysfs",
+    }
+}
+
+fn print_table(rows: &[QueueRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    let hex = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:#x}"));
+    let num = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    println!(
+        "{:>5} {:>6} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  EXCEPTIONS",
+        "QUEUE", "GPU", "TYPE", "RING", "RING_SIZE", "RPTR", "WPTR", "CWSR", "CWSR_SIZE"
+    );
+    for q in rows {
+        println!(
+            "{:>5} {:>6} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  {}",
+            q.queue_id,
+            num(q.gpu_id.map(u64::from)),
+            q.queue_type,
+            hex(q.ring_base),
+            num(q.ring_size),
+            hex(q.read_pointer_address),
+            hex(q.write_pointer_address),
+            hex(q.cwsr_address),
+            num(q.cwsr_size.map(u64::from)),
+            if q.exceptions.is_empty() { "-".to_owned() } else { q.exceptions.join(",") }
+        );
+    }
+}
+
+fn watch(args: &QueuesArgs, target: &Target, lister: &Lister, interval: Duration) -> Result<()> {
+    let stop = interrupt::install()?;
+    let duration = args.duration.unwrap_or(Duration::from_secs(10));
+    let start = Instant::now();
+    let mut rows = Vec::new();
+    let mut samples = Vec::new();
+    while start.elapsed() < duration {
+        let tick = Instant::now();
+        let now = lister.sample()?;
+        let sample =
+            Sample { t_ms: start.elapsed().as_millis() as u64, queue_ids: now.iter().map(|q| q.queue_id).collect() };
+        if !args.json && !args.ids_only {
+            println!("{:>8} ms  {:>3} queue(s)  {:?}", sample.t_ms, sample.queue_ids.len(), sample.queue_ids);
+        }
+        samples.push(sample);
+        rows.push(now);
+        if !sleep_unless(stop, interval.saturating_sub(tick.elapsed())) {
+            break;
+        }
+    }
+    let stats = WatchStats::of(&rows).context("no sample was taken")?;
+    if args.json {
+        let out = json!({"pid": target.pid, "comm": target.comm, "source": lister.source(), "samples": samples, "stats": stats});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else if args.ids_only {
+        stats.id_frequency.keys().for_each(|id| println!("{id}"));
+    } else {
+        println!("samples: {}", stats.samples);
+        println!("queue count: min {} / avg {:.2} / max {}", stats.min_count, stats.avg_count, stats.max_count);
+        println!("stable: {}", if stats.stable { "yes (same queue ids in every sample)" } else { "no" });
+        for (id, n) in &stats.id_frequency {
+            println!(
+                "  queue {id:>4}: in {n} of {} samples ({:.1}%)",
+                stats.samples,
+                100.0 * *n as f64 / stats.samples as f64
+            );
+        }
+        for (gpu, n) in &stats.per_gpu {
+            println!("  gpu {gpu}: {n} queue observation(s)");
+        }
+        for (ty, n) in &stats.per_type {
+            println!("  {ty}: {n} queue observation(s)");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! The process we are asked to debug: the checks made before touching it (exists, not us, a KFD
+//! process, not already traced) and the diagnosis of a refused `PTRACE_SEIZE`.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+/// Facts about a target process read from `/proc/<pid>` and the KFD sysfs tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub pid: u32,
+    /// `/proc/<pid>/comm`.
+    pub comm: String,
+    /// `TracerPid:` of `/proc/<pid>/status` (0 = not traced).
+    pub tracer_pid: u32,
+    /// `Tgid:`: the thread-group leader KFD checks the ptrace link against.
+    pub tgid: u32,
+    /// `/sys/class/kfd/kfd/proc/<pid>` exists: the process has opened `/dev/kfd`.
+    pub uses_kfd: bool,
+}
+
+/// Where to read process and KFD facts from (tests point these at captured trees).
+#[derive(Clone, Debug)]
+pub struct Roots {
+    pub proc: PathBuf,
+    pub sys: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Self { proc: PathBuf::from("/proc"), sys: PathBuf::from("/sys") }
+    }
+}
+
+/// Why a pid cannot be debugged, found before any ptrace or ioctl.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TargetError {
+    #[error("no process with pid {0} (see `gpreempt ps` for the KFD processes)")]
+    NoSuchProcess(u32),
+    #[error("pid {0} is gpreempt itself; give the pid of the offline GPU process (see `gpreempt ps`)")]
+    OwnProcess(u32),
+    #[error(
+        "pid {pid} ({comm}) has never opened /dev/kfd, so it has no GPU queues to suspend \
+         (see `gpreempt ps` for the processes that do)"
+    )]
+    NotKfdProcess { pid: u32, comm: String },
+    #[error("pid {pid} is a thread of process {tgid}; KFD debugs whole processes: use --offline {tgid}")]
+    NotLeader { pid: u32, tgid: u32 },
+    #[error(
+        "pid {pid} ({comm}) is already traced by pid {tracer_pid} ({tracer_comm}); a process has one tracer: \
+         detach that one (quit gdb/rocgdb/strace) and retry"
+    )]
+    AlreadyTraced { pid: u32, comm: String, tracer_pid: u32, tracer_comm: String },
+}
+
+impl Target {
+    /// Read the target's facts, refusing pids that cannot possibly be debugged.
+    pub fn inspect(roots: &Roots, pid: u32) -> Result<Self, TargetError> {
+        if pid == std::process::id() {
+            return Err(TargetError::OwnProcess(pid));
+        }
+        let dir = roots.proc.join(pid.to_string());
+        let status = fs::read_to_string(dir.join("status")).map_err(|_| TargetError::NoSuchProcess(pid))?;
+        let comm = read_comm(&dir).unwrap_or_else(|| status_field(&status, "Name").unwrap_or_default().to_owned());
+        let tgid = status_field(&status, "Tgid").and_then(|v| v.parse().ok()).unwrap_or(pid);
+        let tracer_pid = status_field(&status, "TracerPid").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let uses_kfd = roots.sys.join("class/kfd/kfd/proc").join(pid.to_string()).is_dir();
+        Ok(Self { pid, comm, tracer_pid, tgid, uses_kfd })
+    }
+
+    /// The checks `inspect` leaves to the caller so `gpreempt queues` can still fall back to sysfs.
+    pub fn check_debuggable(&self, roots: &Roots) -> Result<(), TargetError> {
+        if self.tgid != self.pid {
+            return Err(TargetError::NotLeader { pid: self.pid, tgid: self.tgid });
+        }
+        if !self.uses_kfd {
+            return Err(TargetError::NotKfdProcess { pid: self.pid, comm: self.comm.clone() });
+        }
+        if self.tracer_pid != 0 {
+            return Err(self.already_traced(roots, self.tracer_pid));
+        }
+        Ok(())
+    }
+
+    pub fn already_traced(&self, roots: &Roots, tracer_pid: u32) -> TargetError {
+        TargetError::AlreadyTraced {
+            pid: self.pid,
+            comm: self.comm.clone(),
+            tracer_pid,
+            tracer_comm: read_comm(&roots.proc.join(tracer_pid.to_string())).unwrap_or_else(|| "?".to_owned()),
+        }
+    }
+}
+
+/// Why the kernel refused `PTRACE_SEIZE` with EPERM, from what this host says.
+pub fn explain_ptrace_denied(roots: &Roots, target: &Target) -> String {
+    // The target may have been attached by someone else since `inspect`.
+    if let Ok(now) = Target::inspect(roots, target.pid)
+        && now.tracer_pid != 0
+    {
+        return now.already_traced(roots, now.tracer_pid).to_string();
+    }
+    let has_cap = has_cap_sys_ptrace(roots);
+    let scope = fs::read_to_string(roots.proc.join("sys/kernel/yama/ptrace_scope"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    match (scope, has_cap) {
+        (Some(3), _) => "Yama ptrace_scope is 3: ptrace is disabled on this host until reboot \
+                         (kernel.yama.ptrace_scope cannot be lowered from 3)"
+            .to_owned(),
+        (Some(2), false) => "Yama ptrace_scope is 2: only processes with CAP_SYS_PTRACE may attach; run as root \
+                             (or with CAP_SYS_PTRACE)"
+            .to_owned(),
+        (Some(1), false) => format!(
+            "Yama ptrace_scope is 1: pid {} is not a descendant of gpreempt; run as root (CAP_SYS_PTRACE) or set \
+             kernel.yama.ptrace_scope=0",
+            target.pid
+        ),
+        (_, false) => format!(
+            "not allowed to ptrace pid {} ({}): it belongs to another user or is not dumpable; run as root \
+             (CAP_SYS_PTRACE)",
+            target.pid, target.comm
+        ),
+        (_, true) => format!(
+            "the kernel refused to ptrace pid {} ({}) although gpreempt has CAP_SYS_PTRACE (a security module \
+             such as SELinux/AppArmor, or a container without CAP_SYS_PTRACE in the target's user namespace)",
+            target.pid, target.comm
+        ),
+    }
+}
+
+/// CAP_SYS_PTRACE (bit 19) in our effective set (`CapEff:` of /proc/self/status).
+fn has_cap_sys_ptrace(roots: &Roots) -> bool {
+    fs::read_to_string(roots.proc.join("self/status"))
+        .ok()
+        .and_then(|s| status_field(&s, "CapEff").and_then(|v| u64::from_str_radix(v, 16).ok()))
+        .is_some_and(|caps| caps & (1 << 19) != 0)
+}
+
+fn read_comm(dir: &Path) -> Option<String> {
+    fs::read_to_string(dir.join("comm")).ok().map(|s| s.trim_end().to_owned())
+}
+
+fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':').map(str::trim))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(proc: &[(&str, &str)], kfd_pids: &[u32]) -> (tempfile::TempDir, Roots) {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in proc {
+            let p = dir.path().join("proc").join(path);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, text).unwrap();
+        }
+        for pid in kfd_pids {
+            fs::create_dir_all(dir.path().join(format!("sys/class/kfd/kfd/proc/{pid}"))).unwrap();
+        }
+        let roots = Roots { proc: dir.path().join("proc"), sys: dir.path().join("sys") };
+        (dir, roots)
+    }
+
+    const TRAIN: &str = "Name:\ttrain\nTgid:\t4242\nPid:\t4242\nTracerPid:\t0\n";
+
+    #[test]
+    fn a_kfd_process_passes() {
+        let (_d, roots) = fake(&[("4242/status", TRAIN), ("4242/comm", "train\n")], &[4242]);
+        let t = Target::inspect(&roots, 4242).unwrap();
+        assert_eq!(t, Target { pid: 4242, comm: "train".into(), tracer_pid: 0, tgid: 4242, uses_kfd: true });
+        assert_eq!(t.check_debuggable(&roots), Ok(()));
+    }
+
+    #[test]
+    fn bad_targets_name_the_cause() {
+        let (_d, roots) = fake(
+            &[
+                ("1/status", "Name:\tsystemd\nTgid:\t1\nTracerPid:\t0\n"),
+                ("1/comm", "systemd\n"),
+                ("4242/status", "Name:\ttrain\nTgid:\t4242\nTracerPid:\t77\n"),
+                ("4242/comm", "train\n"),
+                ("77/comm", "strace\n"),
+                ("4243/status", "Name:\ttrain\nTgid:\t4242\nTracerPid:\t0\n"),
+            ],
+            &[4242],
+        );
+        assert_eq!(Target::inspect(&roots, 999_999).unwrap_err(), TargetError::NoSuchProcess(999_999));
+        assert_eq!(
+            Target::inspect(&roots, std::process::id()).unwrap_err(),
+            TargetError::OwnProcess(std::process::id())
+        );
+        let init = Target::inspect(&roots, 1).unwrap();
+        assert_eq!(
+            init.check_debuggable(&roots).unwrap_err().to_string(),
+            "pid 1 (systemd) has never opened /dev/kfd, so it has no GPU queues to suspend (see `gpreempt ps` for \
+             the processes that do)"
+        );
+        let traced = Target::inspect(&roots, 4242).unwrap();
+        assert_eq!(
+            traced.check_debuggable(&roots).unwrap_err(),
+            TargetError::AlreadyTraced {
+                pid: 4242,
+                comm: "train".into(),
+                tracer_pid: 77,
+                tracer_comm: "strace".into()
+            }
+        );
+        assert_eq!(
+            Target::inspect(&roots, 4243).unwrap().check_debuggable(&roots).unwrap_err(),
+            TargetError::NotLeader { pid: 4243, tgid: 4242 }
+        );
+    }
+
+    #[test]
+    fn ptrace_refusals_are_explained_from_yama_and_caps() {
+        let (_d, roots) = fake(
+            &[
+                ("4242/status", TRAIN),
+                ("sys/kernel/yama/ptrace_scope", "2\n"),
+                ("self/status", "CapEff:\t0000000000000000\n"),
+            ],
+            &[4242],
+        );
+        let t = Target::inspect(&roots, 4242).unwrap();
+        assert!(explain_ptrace_denied(&roots, &t).starts_with("Yama ptrace_scope is 2"));
+        fs::write(roots.proc.join("self/status"), "CapEff:\t000001ffffffffff\n").unwrap();
+        assert!(explain_ptrace_denied(&roots, &t).starts_with("the kernel refused to ptrace pid 4242 (train)"));
+    }
+}

@@ -1,0 +1,239 @@
+//! The `gpreempt preempt` measurement: per iteration suspend → hold → resume → gap on an attached
+//! [`Debugger`], one record per iteration, and the run's statistics.
+
+use std::{
+    sync::atomic::{AtomicBool, Ordering},
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+
+use crate::{
+    kfd::debugger::{Batch, DebugError, Debugger, Notice, Selection},
+    stats::{self, Bucket, Summary},
+};
+
+/// What to do.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub iterations: u32,
+    pub hold: Duration,
+    pub gap: Duration,
+    /// SUSPEND_QUEUES `grace_period` (units of 1000 GPU cycles on HWS; ignored by MES).
+    pub grace_period: u32,
+    pub selection: Selection,
+}
+
+/// One suspend/resume cycle.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Iteration {
+    pub index: u32,
+    /// Time in the SUSPEND_QUEUES ioctl(s), µs (`None` if no ioctl was made).
+    pub suspend_us: Option<f64>,
+    /// Time in the RESUME_QUEUES ioctl, µs.
+    pub resume_us: Option<f64>,
+    /// Queues the kernel suspended (its return value).
+    pub suspended: i32,
+    pub invalid: usize,
+    pub error: usize,
+    /// INVALID ids retried after a re-snapshot.
+    pub retried: u32,
+    /// Queues the kernel resumed.
+    pub resumed: i32,
+    /// How long the queues were actually held, ms (suspend return → resume call).
+    pub held_ms: f64,
+    /// Every requested queue was suspended and resumed, none INVALID or ERROR.
+    pub ok: bool,
+}
+
+/// Everything a run produced.
+#[derive(Clone, Debug, Serialize)]
+pub struct Run {
+    pub iterations: Vec<Iteration>,
+    pub notices: Vec<Notice>,
+    /// Why the run ended before `Plan::iterations` (Ctrl-C, target exit, an error).
+    pub stopped: Option<String>,
+}
+
+/// Statistics of a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSummary {
+    pub planned: u32,
+    pub completed: usize,
+    pub ok: usize,
+    /// `ok / completed`, 0 when nothing completed.
+    pub success_rate: f64,
+    pub suspend_us: Option<Summary>,
+    pub resume_us: Option<Summary>,
+    pub suspend_histogram: Vec<Bucket>,
+    pub resume_histogram: Vec<Bucket>,
+    pub stopped: Option<String>,
+}
+
+impl Run {
+    pub fn summary(&self, planned: u32) -> RunSummary {
+        let suspend: Vec<f64> = self.iterations.iter().filter_map(|i| i.suspend_us).collect();
+        let resume: Vec<f64> = self.iterations.iter().filter_map(|i| i.resume_us).collect();
+        let ok = self.iterations.iter().filter(|i| i.ok).count();
+        let completed = self.iterations.len();
+        RunSummary {
+            planned,
+            completed,
+            ok,
+            success_rate: if completed == 0 { 0.0 } else { ok as f64 / completed as f64 },
+            suspend_us: Summary::of(&suspend),
+            resume_us: Summary::of(&resume),
+            suspend_histogram: stats::histogram(&suspend),
+            resume_histogram: stats::histogram(&resume),
+            stopped: self.stopped.clone(),
+        }
+    }
+}
+
+/// Run the plan. Returns early — with what was recorded so far and the reason — when `stop` is
+/// set, the target exits, or an ioctl fails; queues are never left suspended by this function
+/// (a failed iteration's resume is attempted before returning; the debugger's drop does the rest).
+pub fn run(debugger: &Debugger, plan: &Plan, stop: &AtomicBool, mut progress: impl FnMut(&Iteration)) -> Run {
+    let mut run = Run { iterations: Vec::new(), notices: Vec::new(), stopped: None };
+    for index in 0..plan.iterations {
+        if stop.load(Ordering::Relaxed) {
+            run.stopped = Some("interrupted".into());
+            break;
+        }
+        match iteration(debugger, plan, index, stop) {
+            Ok(it) => {
+                progress(&it);
+                run.iterations.push(it);
+            }
+            Err(e) => {
+                run.stopped = Some(e.to_string());
+                break;
+            }
+        }
+        run.notices.extend(debugger.notices());
+        if index + 1 < plan.iterations && !sleep_unless(stop, plan.gap) {
+            run.stopped = Some("interrupted".into());
+            break;
+        }
+    }
+    run.notices.extend(debugger.notices());
+    run
+}
+
+fn iteration(debugger: &Debugger, plan: &Plan, index: u32, stop: &AtomicBool) -> Result<Iteration, DebugError> {
+    let suspend = debugger.suspend(plan.selection.clone(), plan.grace_period)?;
+    let held_from = Instant::now();
+    // Hold even when interrupted only as long as it takes to notice; resume comes first.
+    sleep_unless(stop, plan.hold);
+    let held_ms = held_from.elapsed().as_secs_f64() * 1e3;
+    let resume = debugger.resume()?;
+    Ok(record(index, &suspend, &resume, held_ms))
+}
+
+fn record(index: u32, suspend: &Batch, resume: &Batch, held_ms: f64) -> Iteration {
+    let us = |b: &Batch| (!b.skipped).then_some(b.latency_ns as f64 / 1e3);
+    Iteration {
+        index,
+        suspend_us: us(suspend),
+        resume_us: us(resume),
+        suspended: suspend.count,
+        invalid: suspend.invalid(),
+        error: suspend.error() + resume.error(),
+        retried: suspend.retried,
+        resumed: resume.count,
+        held_ms,
+        ok: !suspend.skipped && suspend.invalid() == 0 && suspend.error() == 0 && resume.error() == 0,
+    }
+}
+
+/// Sleep `total` in short slices; false if `stop` was set meanwhile.
+pub fn sleep_unless(stop: &AtomicBool, total: Duration) -> bool {
+    const SLICE: Duration = Duration::from_millis(5);
+    let end = Instant::now() + total;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        thread::sleep(left.min(SLICE));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kfd::debugger::{QueueOutcome, QueueResult};
+
+    fn batch(count: i32, results: &[QueueResult], ns: u64) -> Batch {
+        Batch {
+            count,
+            outcomes: results
+                .iter()
+                .enumerate()
+                .map(|(i, &result)| QueueOutcome { queue_id: i as u32, result })
+                .collect(),
+            latency_ns: ns,
+            retried: 0,
+            skipped: false,
+        }
+    }
+
+    #[test]
+    fn iterations_record_counts_and_verdicts() {
+        use QueueResult::*;
+        let good = record(0, &batch(2, &[Done, Done], 12_500), &batch(2, &[Done, Done], 8_000), 100.2);
+        assert_eq!(
+            good,
+            Iteration {
+                index: 0,
+                suspend_us: Some(12.5),
+                resume_us: Some(8.0),
+                suspended: 2,
+                invalid: 0,
+                error: 0,
+                retried: 0,
+                resumed: 2,
+                held_ms: 100.2,
+                ok: true
+            }
+        );
+        // The real driver without a GPU: both ids come back INVALID and the ioctl returns 0.
+        let no_gpu =
+            record(1, &batch(0, &[Invalid, Invalid], 3_000), &Batch { skipped: true, ..Batch::default() }, 1.0);
+        assert_eq!((no_gpu.suspended, no_gpu.invalid, no_gpu.resume_us, no_gpu.ok), (0, 2, None, false));
+        let skipped = record(2, &Batch { skipped: true, ..Batch::default() }, &Batch::default(), 0.0);
+        assert!(!skipped.ok);
+        assert_eq!(skipped.suspend_us, None);
+    }
+
+    #[test]
+    fn summary_counts_successes() {
+        use QueueResult::*;
+        let run = Run {
+            iterations: vec![
+                record(0, &batch(1, &[Done], 10_000), &batch(1, &[Done], 5_000), 1.0),
+                record(1, &batch(0, &[Invalid], 30_000), &batch(0, &[], 7_000), 1.0),
+            ],
+            notices: vec![],
+            stopped: Some("interrupted".into()),
+        };
+        let s = run.summary(5);
+        assert_eq!((s.planned, s.completed, s.ok, s.success_rate), (5, 2, 1, 0.5));
+        let su = s.suspend_us.unwrap();
+        assert_eq!((su.count, su.min, su.max, su.p50), (2, 10.0, 30.0, 10.0));
+        assert_eq!(s.stopped.as_deref(), Some("interrupted"));
+    }
+
+    #[test]
+    fn sleeping_stops_early_when_asked() {
+        let stop = AtomicBool::new(true);
+        let t = Instant::now();
+        assert!(!sleep_unless(&stop, Duration::from_secs(5)));
+        assert!(t.elapsed() < Duration::from_secs(1));
+        assert!(sleep_unless(&AtomicBool::new(false), Duration::from_millis(1)));
+    }
+}
