@@ -15,6 +15,8 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
+pub mod target;
+
 /// `target/<profile>/<name>` next to the running test binary (`target/<profile>/deps/…`).
 pub fn binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;

@@ -98,6 +98,11 @@ pub enum DebugError {
     )]
     RuntimeNotEnabled { pid: u32 },
     #[error(
+        "pid {pid} shut its ROCm runtime down (RUNTIME_ENABLE mode 0, as ROCr does at exit or hsa_shut_down): \
+         KFD resumed its queues and refuses new suspends"
+    )]
+    RuntimeDisabled { pid: u32 },
+    #[error(
         "KFD says this thread is not the ptrace parent of pid {pid} (EPERM) although it seized it; was it \
          detached by someone else?"
     )]
@@ -350,6 +355,8 @@ struct Session {
     _dbg_write: OwnedFd,
     enabled: bool,
     runtime_state: u32,
+    /// The runtime was enabled at some point of the session (so DISABLED now means shut down).
+    runtime_was_enabled: bool,
     /// Queue ids of the latest snapshot.
     known: Vec<u32>,
     queues_dirty: bool,
@@ -408,6 +415,7 @@ impl Session {
             _dbg_write: dbg_write,
             enabled: true,
             runtime_state: info.runtime_state,
+            runtime_was_enabled: info.runtime_state == runtime_state::ENABLED,
             known: Vec::new(),
             queues_dirty: true,
             suspended: Vec::new(),
@@ -458,15 +466,29 @@ impl Session {
     fn handle(&mut self, request: Request) {
         match request {
             Request::Snapshot { clear_new, reply } => {
-                let _ = reply.send(self.snapshot(if clear_new { QUEUE_NEW } else { 0 }));
+                let r = self.snapshot(if clear_new { QUEUE_NEW } else { 0 });
+                let _ = reply.send(self.with_exit_status(r));
             }
             Request::Suspend { selection, grace_period, reply } => {
-                let _ = reply.send(self.suspend(selection, grace_period));
+                let r = self.suspend(selection, grace_period);
+                let _ = reply.send(self.with_exit_status(r));
             }
             Request::Resume { reply } => {
-                let _ = reply.send(self.resume());
+                let r = self.resume();
+                let _ = reply.send(self.with_exit_status(r));
             }
             Request::Detach { .. } => unreachable!("handled by run"),
+        }
+    }
+
+    /// An ioctl's ESRCH only says the target is gone; waitpid has its exit status.
+    fn with_exit_status<T>(&mut self, result: Result<T, DebugError>) -> Result<T, DebugError> {
+        match result {
+            Err(DebugError::TargetExited { pid, code: -1 }) => {
+                self.service_tracee();
+                Err(DebugError::TargetExited { pid, code: self.tracee.is_gone().unwrap_or(-1) })
+            }
+            other => other,
         }
     }
 
@@ -520,6 +542,9 @@ impl Session {
 
     fn suspend(&mut self, selection: Selection, grace_period: u32) -> Result<Batch, DebugError> {
         self.check_alive()?;
+        if self.runtime_was_enabled && self.runtime_state == runtime_state::DISABLED {
+            return Err(self.runtime_shut_down());
+        }
         let ids = match selection {
             Selection::All => {
                 if self.queues_dirty || self.known.is_empty() {
@@ -561,6 +586,20 @@ impl Session {
             self.suspended_at = Some(Instant::now());
         }
         Ok(Batch { count, outcomes, latency_ns: latency.as_nanos() as u64, retried, skipped: false })
+    }
+
+    /// ROCr disables the runtime on its way out; give the process a moment to finish exiting so
+    /// the caller learns the real reason (its exit) rather than the intermediate state.
+    fn runtime_shut_down(&mut self) -> DebugError {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < deadline {
+            self.service_tracee();
+            if let Some(code) = self.tracee.is_gone() {
+                return DebugError::TargetExited { pid: self.pid, code };
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        DebugError::RuntimeDisabled { pid: self.pid }
     }
 
     fn suspend_ids(&self, ids: &[u32], grace_period: u32) -> Result<(i32, Vec<QueueOutcome>, Duration), DebugError> {
@@ -634,6 +673,7 @@ impl Session {
             return false;
         }
         self.runtime_state = info.runtime_state;
+        self.runtime_was_enabled |= info.runtime_state == runtime_state::ENABLED;
         // Runtime disable resumed every queue (§2.6).
         if info.runtime_state == runtime_state::DISABLED {
             self.suspended.clear();

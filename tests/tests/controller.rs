@@ -1,0 +1,426 @@
+//! The controller on the real driver: `kfd::Debugger`, `gpreempt preempt` and `gpreempt queues`
+//! against `rt-target`, a process that calls RUNTIME_ENABLE on its own /dev/kfd (no GPU needed).
+//! Without a GPU KFD has no queues, so a suspend of ids 0,1 returns 0 with both ids INVALID
+//! (KFD.md §2.4); queues that really exist are tested on the KFD emulator.
+//!
+//! 6.12.117 has the debug-trap API (KFD 1.17); 6.1 (KFD 1.11) must refuse with a clear error.
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Child, Command, Output, Stdio},
+    thread,
+    time::Duration,
+};
+
+use gpreempt::kfd::{
+    Debugger, Device, KfdVersion,
+    debugger::{Options, QueueOutcome, QueueResult, Selection},
+    uapi::{self, DbgTrapArgs},
+};
+use gpreempt_tests::{
+    binary,
+    target::{RtTarget, eventually, state, tracer_pid},
+};
+use nix::{errno::Errno, sys::signal::Signal};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn debug_trap_kernel() -> bool {
+    Device::open().unwrap().version().unwrap().has_debug_trap()
+}
+
+fn gpreempt(args: &[&str]) -> Output {
+    Command::new(binary("gpreempt").unwrap()).args(args).output().unwrap()
+}
+
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn last_line(text: &str) -> &str {
+    text.trim_end().lines().last().unwrap_or("")
+}
+
+/// `gpreempt preempt …` in the background, returned once it has attached.
+fn spawn_preempt(args: &[&str]) -> (Child, std::sync::mpsc::Receiver<String>) {
+    let mut child = Command::new(binary("gpreempt").unwrap())
+        .arg("preempt")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[gpreempt] {line}");
+            let _ = tx.send(line);
+        }
+    });
+    let first = rx.recv_timeout(60 * SECOND).expect("gpreempt preempt said nothing");
+    assert!(first.starts_with("gpreempt: attached to pid "), "{first}");
+    (child, rx)
+}
+
+fn finish(child: Child, stderr: std::sync::mpsc::Receiver<String>) -> (std::process::ExitStatus, String, String) {
+    let out = child.wait_with_output().unwrap();
+    thread::sleep(Duration::from_millis(100));
+    let err: Vec<String> = stderr.try_iter().collect();
+    (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), err.join("\n"))
+}
+
+#[test]
+fn the_kernel_decides_between_the_debug_trap_and_a_clear_refusal() {
+    let target = RtTarget::start(&[]).unwrap();
+    let enabled = target.wait_for("runtime_enable", 30 * SECOND).unwrap();
+    let version = Device::open().unwrap().version().unwrap();
+    if debug_trap_kernel() {
+        assert_eq!(version, KfdVersion { major: 1, minor: 17 });
+        assert_eq!(enabled["result"], 0);
+        return;
+    }
+    assert_eq!(version, KfdVersion { major: 1, minor: 11 });
+    // 6.1 has no RUNTIME_ENABLE: kfd_ioctl rejects the unknown ioctl number.
+    assert_eq!(enabled["result"], -(Errno::EINVAL as i32), "{enabled}");
+    let out = gpreempt(&["preempt", "--offline", &target.pid().to_string(), "--iterations", "3"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        last_line(&stderr_of(&out)),
+        "gpreempt: error: the debug-trap API needs KFD ≥ 1.13 (Linux 6.5+ or amdgpu-dkms); this kernel has 1.11"
+    );
+    assert_eq!(tracer_pid(target.pid()).unwrap(), 0);
+    // `queues` falls back to sysfs and says so.
+    let out = gpreempt(&["queues", &target.pid().to_string(), "--json"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).starts_with("gpreempt: KFD 1.11 has no debug-trap API (needs ≥ 1.13, Linux 6.5+)"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["source"].as_str(), v["queues"].clone()), (Some("sysfs"), serde_json::json!([])));
+}
+
+#[test]
+fn a_debug_session_has_the_kernels_exact_answers() {
+    if !debug_trap_kernel() {
+        return;
+    }
+    let target = RtTarget::start(&[]).unwrap();
+    assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
+    let pid = target.pid();
+
+    // Without the ptrace link KFD refuses ENABLE (§2.1 step 4).
+    let kfd = Device::open().unwrap();
+    let mut info = uapi::RuntimeInfo::default();
+    let (_r, w) = nix::unistd::pipe().unwrap();
+    let mut args = DbgTrapArgs::enable(pid, 0, &raw mut info as u64, 16, std::os::fd::AsRawFd::as_raw_fd(&w) as u32);
+    assert_eq!(kfd.dbg_trap(&mut args), Err(Errno::EPERM));
+
+    let debugger = Debugger::attach(pid, Options::default()).unwrap();
+    let a = debugger.attached();
+    assert_eq!(
+        (a.pid, a.comm.as_str(), a.kfd_version, a.runtime_state),
+        (pid, "rt-target", KfdVersion { major: 1, minor: 17 }, 1)
+    );
+    assert_eq!(tracer_pid(pid).unwrap(), std::process::id());
+    assert_eq!(debugger.snapshot(true).unwrap(), vec![]);
+    let batch = debugger.suspend(Selection::Ids(vec![0, 1]), 0).unwrap();
+    assert_eq!(batch.count, 0);
+    assert_eq!(
+        batch.outcomes,
+        vec![
+            QueueOutcome { queue_id: 0, result: QueueResult::Invalid },
+            QueueOutcome { queue_id: 1, result: QueueResult::Invalid }
+        ]
+    );
+    assert_eq!((batch.retried, batch.skipped), (0, false));
+    assert!(debugger.suspend(Selection::All, 0).unwrap().skipped, "no queues: nothing to suspend");
+    assert!(debugger.resume().unwrap().skipped, "nothing was suspended");
+    let detached = debugger.detach();
+    assert_eq!((detached.disabled, detached.resumed), (true, 0));
+    assert_eq!(tracer_pid(pid).unwrap(), 0);
+    // A second session works: DISABLE really ended the first one (no EALREADY).
+    let again = Debugger::attach(pid, Options::default()).unwrap();
+    assert!(again.detach().disabled);
+}
+
+#[test]
+fn preempt_records_every_one_of_1000_iterations() {
+    if !debug_trap_kernel() {
+        return;
+    }
+    let target = RtTarget::start(&[]).unwrap();
+    assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
+    let json = std::env::temp_dir().join(format!("preempt-{}.json", target.pid()));
+    let out = gpreempt(&[
+        "preempt",
+        "--offline",
+        &target.pid().to_string(),
+        "--iterations",
+        "1000",
+        "--hold-ms",
+        "0",
+        "--gap-ms",
+        "0",
+        "--queues",
+        "0,1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().next(), Some("1000 of 1000 iterations, 0 fully successful (0.0%)"));
+    assert_eq!(stdout.lines().nth(1), Some("queues suspended in total: 0; INVALID answers: 2000; ERROR answers: 0"));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let its = doc["iterations"].as_array().unwrap();
+    assert_eq!(its.len(), 1000);
+    for (i, it) in its.iter().enumerate() {
+        assert_eq!(it["index"], i);
+        assert_eq!(
+            (it["suspended"].as_i64(), it["invalid"].as_u64(), it["error"].as_u64()),
+            (Some(0), Some(2), Some(0))
+        );
+        assert!(it["suspend_us"].as_f64().unwrap() > 0.0);
+        assert_eq!(it["resume_us"], serde_json::Value::Null, "nothing suspended, nothing to resume");
+    }
+    let s = &doc["summary"];
+    assert_eq!((s["planned"].as_u64(), s["completed"].as_u64(), s["ok"].as_u64()), (Some(1000), Some(1000), Some(0)));
+    assert_eq!(s["suspend_us"]["count"], 1000);
+    assert_eq!(doc["detached"]["disabled"], true);
+    assert_eq!(doc["target"]["runtime_state"], 1);
+    assert!(!json.with_extension("json.partial").exists());
+    // The target is untraced and healthy.
+    assert_eq!(tracer_pid(target.pid()).unwrap(), 0);
+    target.signal(Signal::SIGUSR1).unwrap();
+    assert_eq!(target.wait_for("usr1", 10 * SECOND).unwrap()["count"], 1);
+}
+
+#[test]
+fn the_target_gets_its_signals_while_seized_and_every_signal_exit_cleans_up() {
+    if !debug_trap_kernel() {
+        return;
+    }
+    let target = RtTarget::start(&[]).unwrap();
+    assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
+    let pid = target.pid().to_string();
+    let mut usr1 = 0;
+    for stop_signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        let json = std::env::temp_dir().join(format!("preempt-{pid}-{stop_signal}.json"));
+        let (child, stderr) = spawn_preempt(&[
+            "--offline",
+            &pid,
+            "--iterations",
+            "1000000",
+            "--hold-ms",
+            "5",
+            "--gap-ms",
+            "5",
+            "--queues",
+            "0",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert_eq!(tracer_pid(target.pid()).unwrap(), child.id());
+        // A handler in the target runs for each SIGUSR1 (re-injected by the session thread).
+        for _ in 0..2 {
+            usr1 += 1;
+            target.signal(Signal::SIGUSR1).unwrap();
+            assert_eq!(target.wait_for("usr1", 10 * SECOND).unwrap()["count"], usr1);
+        }
+        // SIGSTOP stops it (a group-stop kept with PTRACE_LISTEN); SIGCONT continues it.
+        target.signal(Signal::SIGSTOP).unwrap();
+        assert!(eventually(10 * SECOND, || matches!(state(target.pid()), Ok('T' | 't'))), "not stopped");
+        target.signal(Signal::SIGCONT).unwrap();
+        assert!(eventually(10 * SECOND, || matches!(state(target.pid()), Ok('S' | 'R'))), "not continued");
+        usr1 += 1;
+        target.signal(Signal::SIGUSR1).unwrap();
+        assert_eq!(target.wait_for("usr1", 10 * SECOND).unwrap()["count"], usr1);
+
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), stop_signal).unwrap();
+        let (status, stdout, stderr) = finish(child, stderr);
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        let expected = format!("gpreempt: error: interrupted by {stop_signal} after ");
+        assert!(last_line(&stderr).starts_with(&expected), "{stderr}");
+        assert!(last_line(&stderr).ends_with(" of 1000000 iterations; queues resumed, target detached"), "{stderr}");
+        assert!(
+            stdout.lines().next().unwrap().ends_with(" of 1000000 iterations, 0 fully successful (0.0%)"),
+            "{stdout}"
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_eq!(doc["detached"]["disabled"], true);
+        assert_eq!(doc["summary"]["stopped"], "interrupted");
+        assert_eq!(tracer_pid(target.pid()).unwrap(), 0);
+    }
+}
+
+#[test]
+fn kill_9_of_the_controller_leaves_the_target_healthy_and_debuggable() {
+    if !debug_trap_kernel() {
+        return;
+    }
+    let target = RtTarget::start(&[]).unwrap();
+    assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
+    let pid = target.pid().to_string();
+    let (mut child, _stderr) = spawn_preempt(&[
+        "--offline",
+        &pid,
+        "--iterations",
+        "1000000",
+        "--hold-ms",
+        "5",
+        "--gap-ms",
+        "5",
+        "--queues",
+        "0",
+    ]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The kernel ends the ptrace link and (debugger mm teardown) the KFD debug session (§2.7).
+    assert!(eventually(10 * SECOND, || tracer_pid(target.pid()).ok() == Some(0)));
+    target.signal(Signal::SIGUSR1).unwrap();
+    assert_eq!(target.wait_for("usr1", 10 * SECOND).unwrap()["count"], 1);
+    let out = gpreempt(&["queues", &pid, "--json"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["source"].as_str(), v["comm"].as_str()), (Some("debug_trap"), Some("rt-target")));
+}
+
+#[test]
+fn the_target_exiting_mid_run_gives_a_clean_error_and_a_summary() {
+    if !debug_trap_kernel() {
+        return;
+    }
+    let target = RtTarget::start(&["--seconds", "4"]).unwrap();
+    assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
+    let pid = target.pid();
+    let json = std::env::temp_dir().join(format!("preempt-exit-{pid}.json"));
+    let out = gpreempt(&[
+        "preempt",
+        "--offline",
+        &pid.to_string(),
+        "--iterations",
+        "1000000",
+        "--hold-ms",
+        "5",
+        "--gap-ms",
+        "5",
+        "--queues",
+        "0",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = stderr_of(&out);
+    assert!(last_line(&stderr).starts_with("gpreempt: error: stopped after "), "{stderr}");
+    assert!(
+        last_line(&stderr)
+            .ends_with(&format!(" of 1000000 iterations: pid {pid} exited (status 0) during the debug session")),
+        "{stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(" of 1000000 iterations, 0 fully successful (0.0%)")
+    );
+    // ROCr-style shutdown (RUNTIME_ENABLE mode 0) blocked until the session acknowledged it.
+    assert_eq!(target.wait_for("runtime_disable", 10 * SECOND).unwrap()["result"], 0);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let notices = doc["notices"].as_array().unwrap();
+    assert!(notices.contains(&serde_json::json!({"notice": "runtime_changed", "runtime_state": 0})), "{notices:?}");
+    assert!(notices.contains(&serde_json::json!({"notice": "target_exited", "code": 0})), "{notices:?}");
+    assert_eq!(target.wait().unwrap(), 0);
+}
+
+#[test]
+fn runtime_enable_while_attached_is_acknowledged() {
+    if !debug_trap_kernel() {
+        return;
+    }
+    let target = RtTarget::start(&["--enable-on-usr2"]).unwrap();
+    target.wait_for("open", 30 * SECOND).unwrap();
+    let pid = target.pid();
+    let watcher = Command::new(binary("gpreempt").unwrap())
+        .args(["queues", &pid.to_string(), "--watch", "200ms", "--duration", "6s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(30 * SECOND, || tracer_pid(pid).ok() == Some(watcher.id())), "gpreempt never attached");
+    // ROCr's RUNTIME_ENABLE in a debugged process raises EC_PROCESS_RUNTIME and blocks until the
+    // debugger sends SEND_RUNTIME_EVENT (§2.6): it only returns because the session acknowledged.
+    target.signal(Signal::SIGUSR2).unwrap();
+    assert_eq!(target.wait_for("runtime_enable", 10 * SECOND).unwrap()["result"], 0);
+    let out = watcher.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["source"], "debug_trap");
+    assert_eq!((v["stats"]["min_count"].as_u64(), v["stats"]["max_count"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(v["stats"]["stable"], true);
+    assert!(v["stats"]["samples"].as_u64().unwrap() >= 5);
+    assert_eq!(tracer_pid(pid).unwrap(), 0);
+}
+
+#[test]
+fn bad_targets_are_refused_with_the_cause() {
+    let out = gpreempt(&["preempt", "--offline", "4000000"]);
+    assert_eq!(
+        last_line(&stderr_of(&out)),
+        "gpreempt: error: no process with pid 4000000 (see `gpreempt ps` for the KFD processes)"
+    );
+    let init_comm = std::fs::read_to_string("/proc/1/comm").unwrap();
+    let out = gpreempt(&["preempt", "--offline", "1"]);
+    assert_eq!(
+        last_line(&stderr_of(&out)),
+        format!(
+            "gpreempt: error: pid 1 ({}) has never opened /dev/kfd, so it has no GPU queues to suspend (see `gpreempt \
+             ps` for the processes that do)",
+            init_comm.trim_end()
+        )
+    );
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let out = gpreempt(&["preempt", "--offline", &sleeper.id().to_string()]);
+    assert_eq!(
+        last_line(&stderr_of(&out)),
+        format!(
+            "gpreempt: error: pid {} (sleep) has never opened /dev/kfd, so it has no GPU queues to suspend (see \
+             `gpreempt ps` for the processes that do)",
+            sleeper.id()
+        )
+    );
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    assert_eq!(
+        Debugger::attach(std::process::id(), Options::default()).err().unwrap().to_string(),
+        format!(
+            "pid {} is gpreempt itself; give the pid of the offline GPU process (see `gpreempt ps`)",
+            std::process::id()
+        )
+    );
+
+    // A target already traced (as by strace or gdb): a thread of this test seizes it.
+    let target = RtTarget::start(&[]).unwrap();
+    target.wait_for("runtime_enable", 30 * SECOND).unwrap();
+    let pid = target.pid();
+    let (seized_tx, seized_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let tracer = thread::spawn(move || {
+        nix::sys::ptrace::seize(nix::unistd::Pid::from_raw(pid as i32), nix::sys::ptrace::Options::empty()).unwrap();
+        seized_tx.send(()).unwrap();
+        let _ = done_rx.recv();
+        // Returning ends this thread, which ends its ptrace links.
+    });
+    seized_rx.recv().unwrap();
+    let me = std::fs::read_to_string("/proc/self/comm").unwrap();
+    let out = gpreempt(&["preempt", "--offline", &pid.to_string()]);
+    assert_eq!(
+        last_line(&stderr_of(&out)),
+        format!(
+            "gpreempt: error: pid {pid} (rt-target) is already traced by pid {} ({}); a process has one tracer: \
+             detach that one (quit gdb/rocgdb/strace) and retry",
+            std::process::id(),
+            me.trim_end()
+        )
+    );
+    done_tx.send(()).unwrap();
+    tracer.join().unwrap();
+}
