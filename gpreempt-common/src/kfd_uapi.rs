@@ -94,6 +94,16 @@ pub struct UpdateQueueArgs {
     pub queue_priority: u32,
 }
 
+/// `struct kfd_ioctl_smi_events_args` (KFD 1.3+): ask for an SMI event fd on one GPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SmiEventsArgs {
+    /// in: topology gpu_id
+    pub gpuid: u32,
+    /// out: a file descriptor delivering `KFD_SMI_EVENT_*` text records
+    pub anon_fd: u32,
+}
+
 /// `struct kfd_ioctl_runtime_enable_args` (KFD 1.13+).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -381,6 +391,7 @@ const _: () = {
     assert!(offset_of!(UpdateQueueArgs, queue_id) == 8);
     assert!(offset_of!(UpdateQueueArgs, queue_priority) == 20);
     assert!(size_of::<RuntimeEnableArgs>() == 16);
+    assert!(size_of::<SmiEventsArgs>() == 8);
     assert!(size_of::<DbgTrapArgs>() == 32);
     assert!(offset_of!(DbgTrapArgs, op) == 4);
     assert!(offset_of!(DbgTrapArgs, data) == 8);

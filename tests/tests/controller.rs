@@ -288,7 +288,7 @@ fn the_target_exiting_mid_run_gives_a_clean_error_and_a_summary() {
     if !debug_trap_kernel() {
         return;
     }
-    let target = RtTarget::start(&["--seconds", "4"]).unwrap();
+    let target = RtTarget::start(&["--seconds", "20"]).unwrap();
     assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
     let pid = target.pid();
     let json = std::env::temp_dir().join(format!("preempt-exit-{pid}.json"));

@@ -12,8 +12,11 @@ pub struct Target {
     pub pid: u32,
     /// `/proc/<pid>/comm`.
     pub comm: String,
-    /// `TracerPid:` of `/proc/<pid>/status` (0 = not traced).
+    /// `TracerPid:` of `/proc/<pid>/status` (0 = not traced). The kernel reports the tracing
+    /// *thread*; see [`Target::already_traced`] for its process.
     pub tracer_pid: u32,
+    /// `State:` is `Z`.
+    pub zombie: bool,
     /// `Tgid:`: the thread-group leader KFD checks the ptrace link against.
     pub tgid: u32,
     /// `/sys/class/kfd/kfd/proc/<pid>` exists: the process has opened `/dev/kfd`.
@@ -47,6 +50,8 @@ pub enum TargetError {
     NotKfdProcess { pid: u32, comm: String },
     #[error("pid {pid} is a thread of process {tgid}; KFD debugs whole processes: use --offline {tgid}")]
     NotLeader { pid: u32, tgid: u32 },
+    #[error("pid {pid} ({comm}) has exited (a zombie its parent has not reaped)")]
+    Exited { pid: u32, comm: String },
     #[error(
         "pid {pid} ({comm}) is already traced by pid {tracer_pid} ({tracer_comm}); a process has one tracer: \
          detach that one (quit gdb/rocgdb/strace) and retry"
@@ -66,11 +71,15 @@ impl Target {
         let tgid = status_field(&status, "Tgid").and_then(|v| v.parse().ok()).unwrap_or(pid);
         let tracer_pid = status_field(&status, "TracerPid").and_then(|v| v.parse().ok()).unwrap_or(0);
         let uses_kfd = roots.sys.join("class/kfd/kfd/proc").join(pid.to_string()).is_dir();
-        Ok(Self { pid, comm, tracer_pid, tgid, uses_kfd })
+        let zombie = status_field(&status, "State").is_some_and(|v| v.starts_with('Z'));
+        Ok(Self { pid, comm, tracer_pid, zombie, tgid, uses_kfd })
     }
 
     /// The checks `inspect` leaves to the caller so `gpreempt queues` can still fall back to sysfs.
     pub fn check_debuggable(&self, roots: &Roots) -> Result<(), TargetError> {
+        if self.zombie {
+            return Err(TargetError::Exited { pid: self.pid, comm: self.comm.clone() });
+        }
         if self.tgid != self.pid {
             return Err(TargetError::NotLeader { pid: self.pid, tgid: self.tgid });
         }
@@ -83,7 +92,14 @@ impl Target {
         Ok(())
     }
 
-    pub fn already_traced(&self, roots: &Roots, tracer_pid: u32) -> TargetError {
+    /// The error naming the tracer's process (TracerPid is the tracing thread; its Tgid and the
+    /// process's comm are what a user recognises: `strace`, `gdb`, …).
+    pub fn already_traced(&self, roots: &Roots, tracer_tid: u32) -> TargetError {
+        let thread = roots.proc.join(tracer_tid.to_string());
+        let tracer_pid = fs::read_to_string(thread.join("status"))
+            .ok()
+            .and_then(|s| status_field(&s, "Tgid").and_then(|v| v.parse().ok()))
+            .unwrap_or(tracer_tid);
         TargetError::AlreadyTraced {
             pid: self.pid,
             comm: self.comm.clone(),
@@ -170,7 +186,10 @@ mod tests {
     fn a_kfd_process_passes() {
         let (_d, roots) = fake(&[("4242/status", TRAIN), ("4242/comm", "train\n")], &[4242]);
         let t = Target::inspect(&roots, 4242).unwrap();
-        assert_eq!(t, Target { pid: 4242, comm: "train".into(), tracer_pid: 0, tgid: 4242, uses_kfd: true });
+        assert_eq!(
+            t,
+            Target { pid: 4242, comm: "train".into(), tracer_pid: 0, zombie: false, tgid: 4242, uses_kfd: true }
+        );
         assert_eq!(t.check_debuggable(&roots), Ok(()));
     }
 
@@ -180,9 +199,11 @@ mod tests {
             &[
                 ("1/status", "Name:\tsystemd\nTgid:\t1\nTracerPid:\t0\n"),
                 ("1/comm", "systemd\n"),
-                ("4242/status", "Name:\ttrain\nTgid:\t4242\nTracerPid:\t77\n"),
+                ("4242/status", "Name:\ttrain\nTgid:\t4242\nTracerPid:\t78\n"),
                 ("4242/comm", "train\n"),
+                ("78/status", "Name:\tworker\nTgid:\t77\n"),
                 ("77/comm", "strace\n"),
+                ("5000/status", "Name:\tdone\nState:\tZ (zombie)\nTgid:\t5000\nTracerPid:\t0\n"),
                 ("4243/status", "Name:\ttrain\nTgid:\t4242\nTracerPid:\t0\n"),
             ],
             &[4242],
@@ -207,6 +228,10 @@ mod tests {
                 tracer_pid: 77,
                 tracer_comm: "strace".into()
             }
+        );
+        assert_eq!(
+            Target::inspect(&roots, 5000).unwrap().check_debuggable(&roots).unwrap_err(),
+            TargetError::Exited { pid: 5000, comm: "done".into() }
         );
         assert_eq!(
             Target::inspect(&roots, 4243).unwrap().check_debuggable(&roots).unwrap_err(),

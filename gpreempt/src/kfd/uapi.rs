@@ -7,6 +7,7 @@ nix::ioctl_read!(get_version, KFD_IOCTL_TYPE, nr::GET_VERSION, GetVersionArgs);
 nix::ioctl_readwrite!(create_queue, KFD_IOCTL_TYPE, nr::CREATE_QUEUE, CreateQueueArgsV17);
 nix::ioctl_readwrite!(destroy_queue, KFD_IOCTL_TYPE, nr::DESTROY_QUEUE, DestroyQueueArgs);
 nix::ioctl_write_ptr!(update_queue, KFD_IOCTL_TYPE, nr::UPDATE_QUEUE, UpdateQueueArgs);
+nix::ioctl_readwrite!(smi_events, KFD_IOCTL_TYPE, nr::SMI_EVENTS, SmiEventsArgs);
 nix::ioctl_readwrite!(runtime_enable, KFD_IOCTL_TYPE, nr::RUNTIME_ENABLE, RuntimeEnableArgs);
 nix::ioctl_readwrite!(dbg_trap, KFD_IOCTL_TYPE, nr::DBG_TRAP, DbgTrapArgs);
 
@@ -34,6 +35,10 @@ mod tests {
         assert_eq!(
             nix::request_code_write!(KFD_IOCTL_TYPE, nr::UPDATE_QUEUE, size_of::<UpdateQueueArgs>()) as Req,
             0x40184B07u32 as Req
+        );
+        assert_eq!(
+            nix::request_code_readwrite!(KFD_IOCTL_TYPE, nr::SMI_EVENTS, size_of::<SmiEventsArgs>()) as Req,
+            0xC0084B1Fu32 as Req
         );
         assert_eq!(
             nix::request_code_readwrite!(KFD_IOCTL_TYPE, nr::RUNTIME_ENABLE, size_of::<RuntimeEnableArgs>()) as Req,
