@@ -78,10 +78,17 @@ impl Drop for RtTarget {
     }
 }
 
-/// `TracerPid:` of /proc/<pid>/status.
-pub fn tracer_pid(pid: u32) -> Result<u32> {
+fn status_field(pid: u32, key: &str) -> Result<u32> {
     let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status.lines().find_map(|l| l.strip_prefix("TracerPid:")?.trim().parse().ok()).context("no TracerPid line")
+    status.lines().find_map(|l| l.strip_prefix(key)?.trim().parse().ok()).with_context(|| format!("no {key} line"))
+}
+
+/// The process tracing `pid` (the Tgid of its `TracerPid:`, which is the tracing thread), or 0.
+pub fn tracer_pid(pid: u32) -> Result<u32> {
+    match status_field(pid, "TracerPid:")? {
+        0 => Ok(0),
+        tid => status_field(tid, "Tgid:"),
+    }
 }
 
 /// The state letter of /proc/<pid>/stat (R, S, T, t, Z …).
