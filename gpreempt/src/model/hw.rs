@@ -10,7 +10,56 @@ use std::{collections::BTreeMap, fs, path::Path};
 use serde::Serialize;
 
 use super::ps::KfdProcess;
-use crate::kfd::debugfs::{self, HqdNode, MqdProcess, MqdQueueKind};
+use crate::kfd::debugfs::{self, HqdNode, MqdProcess, MqdQueueKind, RunlistNode};
+
+/// What the HWS runlist of one GPU (debugfs `rls`) maps, counted by PM4 packet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Runlist {
+    /// `No active runlist` in debugfs: HWS has nothing mapped (idle GPU, or every queue unmapped).
+    pub active: bool,
+    pub dwords: usize,
+    /// MAP_PROCESS packets: processes in the runlist.
+    pub processes: usize,
+    /// MAP_QUEUES packets: queues in the runlist (compute and SDMA).
+    pub queues: usize,
+    /// RUN_LIST packets (a chained runlist, used when HWS is oversubscribed).
+    pub chained: usize,
+    /// Dwords that did not decode as type-3 packets (a truncated or unknown IB).
+    pub undecoded: usize,
+}
+
+// PM4 type-3 opcodes (kfd_pm4_opcodes.h, 6.1–6.12).
+const IT_MAP_PROCESS: u32 = 0xA1;
+const IT_MAP_QUEUES: u32 = 0xA2;
+const IT_RUN_LIST: u32 = 0xA5;
+
+/// Walk the runlist IB: each packet is a type-3 header (type in bits 31:30, body dwords − 1 in
+/// bits 29:16, opcode in bits 15:8) followed by its body (`pm_build_pm4_header`, 6.12).
+pub fn decode_runlist(node: &RunlistNode) -> Runlist {
+    let Some(ib) = &node.runlist else { return Runlist::default() };
+    let mut r = Runlist { active: true, dwords: ib.len(), ..Runlist::default() };
+    let mut i = 0;
+    while i < ib.len() {
+        let header = ib[i];
+        if header >> 30 != 3 {
+            r.undecoded += ib.len() - i;
+            break;
+        }
+        let body = ((header >> 16) & 0x3fff) as usize + 1;
+        match (header >> 8) & 0xff {
+            IT_MAP_PROCESS => r.processes += 1,
+            IT_MAP_QUEUES => r.queues += 1,
+            IT_RUN_LIST => r.chained += 1,
+            _ => {}
+        }
+        if i + 1 + body > ib.len() {
+            r.undecoded += ib.len() - i;
+            break;
+        }
+        i += 1 + body;
+    }
+    r
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct GpuHw {
@@ -23,6 +72,8 @@ pub struct GpuHw {
     pub xccs: usize,
     pub active_compute_slots: usize,
     pub active_hiqs: usize,
+    /// The HWS runlist from debugfs `rls` (`None` when not read).
+    pub runlist: Option<Runlist>,
     /// Problems found; empty when the three views agree.
     pub findings: Vec<String>,
 }
@@ -34,7 +85,7 @@ pub struct HwView {
 }
 
 /// Compare the three views per GPU.
-pub fn compare(processes: &[KfdProcess], mqds: &[MqdProcess], hqds: &[HqdNode]) -> Vec<GpuHw> {
+pub fn compare(processes: &[KfdProcess], mqds: &[MqdProcess], hqds: &[HqdNode], rls: &[RunlistNode]) -> Vec<GpuHw> {
     let mut kfd: BTreeMap<u32, usize> = BTreeMap::new();
     for q in processes.iter().flat_map(|p| &p.sysfs.queues) {
         // Kernel enum value 0 is COMPUTE on every version (KFD.md §1); others moved after 6.12.
@@ -82,6 +133,7 @@ pub fn compare(processes: &[KfdProcess], mqds: &[MqdProcess], hqds: &[HqdNode]) 
                 xccs,
                 active_compute_slots,
                 active_hiqs: node.map_or(0, HqdNode::active_hiqs),
+                runlist: rls.iter().find(|n| n.gpu_id == gpu_id).map(decode_runlist),
                 findings,
             }
         })
@@ -102,7 +154,7 @@ pub fn view(debugfs_root: &Path, processes: &[KfdProcess]) -> HwView {
             None
         }
     };
-    let (mqds_text, hqds_text) = (read("mqds"), read("hqds"));
+    let (mqds_text, hqds_text, rls_text) = (read("mqds"), read("hqds"), read("rls"));
     let mqds = mqds_text.map(|t| debugfs::parse_mqds(&t)).transpose().unwrap_or_else(|e| {
         notes.push(format!("mqds: {e}"));
         None
@@ -111,9 +163,18 @@ pub fn view(debugfs_root: &Path, processes: &[KfdProcess]) -> HwView {
         notes.push(format!("hqds: {e}"));
         None
     });
+    let rls = rls_text.map(|t| debugfs::parse_rls(&t)).transpose().unwrap_or_else(|e| {
+        notes.push(format!("rls: {e}"));
+        None
+    });
     let gpus = match (&mqds, &hqds) {
         (None, None) => Vec::new(),
-        _ => compare(processes, mqds.as_deref().unwrap_or(&[]), hqds.as_deref().unwrap_or(&[])),
+        _ => compare(
+            processes,
+            mqds.as_deref().unwrap_or(&[]),
+            hqds.as_deref().unwrap_or(&[]),
+            rls.as_deref().unwrap_or(&[]),
+        ),
     };
     HwView { gpus, notes }
 }
@@ -148,7 +209,7 @@ mod tests {
     fn the_mi308x_capture_is_consistent_at_1_to_4() {
         let mqds = debugfs::parse_mqds(&fixture("mqds_active.txt")).unwrap();
         let hqds = debugfs::parse_hqds(&fixture("hqds_active.txt")).unwrap();
-        let gpus = compare(&[process(5)], &mqds, &hqds);
+        let gpus = compare(&[process(5)], &mqds, &hqds, &[]);
         assert_eq!(gpus.len(), 8);
         let g = gpus.iter().find(|g| g.gpu_id == 0xf7bc).unwrap();
         assert_eq!(
@@ -164,7 +225,7 @@ mod tests {
         let mqds = debugfs::parse_mqds(&fixture("mqds_active.txt")).unwrap();
         // The HQDs after the process exited: 0 active slots while 5 MQDs are listed.
         let hqds = debugfs::parse_hqds(&fixture("hqds_after_exit.txt")).unwrap();
-        let gpus = compare(&[process(6)], &mqds, &hqds);
+        let gpus = compare(&[process(6)], &mqds, &hqds, &[]);
         let g = gpus.iter().find(|g| g.gpu_id == 0xf7bc).unwrap();
         assert_eq!(g.active_compute_slots, 0);
         assert_eq!(g.findings.len(), 2);
@@ -176,7 +237,24 @@ mod tests {
     fn a_missing_debugfs_is_a_note_not_a_failure() {
         let v = view(Path::new("/nonexistent-debugfs"), &[]);
         assert!(v.gpus.is_empty());
-        assert_eq!(v.notes.len(), 2);
+        assert_eq!(v.notes.len(), 3, "mqds, hqds and rls");
         assert!(v.notes[0].contains("mount -t debugfs"));
+    }
+
+    #[test]
+    fn runlists_are_counted_by_pm4_packet() {
+        // type 3 | (body-1) << 16 | opcode << 8
+        let h = |op: u32, body: u32| 3 << 30 | (body - 1) << 16 | op << 8;
+        let mut ib = vec![h(IT_MAP_PROCESS, 3), 0, 0, 0];
+        ib.extend([h(IT_MAP_QUEUES, 2), 0, 0, h(IT_MAP_QUEUES, 2), 0, 0, h(IT_RUN_LIST, 1), 0]);
+        let node = RunlistNode { node: 1, gpu_id: 0xf7bc, runlist: Some(ib) };
+        assert_eq!(
+            decode_runlist(&node),
+            Runlist { active: true, dwords: 12, processes: 1, queues: 2, chained: 1, undecoded: 0 }
+        );
+        let truncated = RunlistNode { node: 1, gpu_id: 1, runlist: Some(vec![h(IT_MAP_QUEUES, 5), 0, 0x1234]) };
+        assert_eq!(decode_runlist(&truncated).undecoded, 3);
+        let idle = RunlistNode { node: 1, gpu_id: 1, runlist: None };
+        assert_eq!(decode_runlist(&idle), Runlist::default());
     }
 }
