@@ -43,6 +43,10 @@ pub struct Iteration {
     pub resumed: i32,
     /// How long the queues were actually held, ms (suspend return → resume call).
     pub held_ms: f64,
+    /// CLOCK_MONOTONIC when SUSPEND_QUEUES returned and when RESUME_QUEUES was called, ns (to
+    /// line iterations up with other observers of the same machine).
+    pub suspended_at_ns: u64,
+    pub resumed_at_ns: u64,
     /// Every requested queue was suspended and resumed, none INVALID or ERROR.
     pub ok: bool,
 }
@@ -124,11 +128,22 @@ pub fn run(debugger: &Debugger, plan: &Plan, stop: &AtomicBool, mut progress: im
 fn iteration(debugger: &Debugger, plan: &Plan, index: u32, stop: &AtomicBool) -> Result<Iteration, DebugError> {
     let suspend = debugger.suspend(plan.selection.clone(), plan.grace_period)?;
     let held_from = Instant::now();
+    let suspended_at_ns = monotonic_ns();
     // Hold even when interrupted only as long as it takes to notice; resume comes first.
     sleep_unless(stop, plan.hold);
     let held_ms = held_from.elapsed().as_secs_f64() * 1e3;
+    let resumed_at_ns = monotonic_ns();
     let resume = debugger.resume()?;
-    Ok(record(index, &suspend, &resume, held_ms))
+    let mut it = record(index, &suspend, &resume, held_ms);
+    (it.suspended_at_ns, it.resumed_at_ns) = (suspended_at_ns, resumed_at_ns);
+    Ok(it)
+}
+
+/// CLOCK_MONOTONIC in ns (what `Instant` uses on Linux, but as a number others can compare).
+pub fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
 }
 
 fn record(index: u32, suspend: &Batch, resume: &Batch, held_ms: f64) -> Iteration {
@@ -143,6 +158,8 @@ fn record(index: u32, suspend: &Batch, resume: &Batch, held_ms: f64) -> Iteratio
         retried: suspend.retried,
         resumed: resume.count,
         held_ms,
+        suspended_at_ns: 0,
+        resumed_at_ns: 0,
         ok: !suspend.skipped && suspend.invalid() == 0 && suspend.error() == 0 && resume.error() == 0,
     }
 }
@@ -198,6 +215,8 @@ mod tests {
                 retried: 0,
                 resumed: 2,
                 held_ms: 100.2,
+                suspended_at_ns: 0,
+                resumed_at_ns: 0,
                 ok: true
             }
         );
