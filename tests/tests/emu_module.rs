@@ -269,12 +269,14 @@ fn runtime_enable_of_a_debugged_process_waits_for_the_debuggers_ack() {
         thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(pipe["text"], ".");
-    let event = d.cmd(&format!("query {EC_PROCESS_RUNTIME}")).unwrap();
+    // ROCdbgapi's order: QUERY_DEBUG_EVENT (no clearing), QUERY_EXCEPTION_INFO (clear), ack.
+    let event = d.cmd("query 0").unwrap();
     assert_eq!((event["ret"].as_i64(), event["exception_mask"].as_u64()), (Some(0), Some(EC_PROCESS_RUNTIME)));
-    assert_eq!(d.cmd("query 0").unwrap()["ret"], EAGAIN);
     let info = d.cmd("info 48 1").unwrap();
     assert_eq!((info["ret"].as_i64(), info["runtime_state"].as_u64()), (Some(0), Some(1)), "{info}");
     assert_eq!(info["r_debug"], 0x1234_5000);
+    assert_eq!(d.cmd("query 0").unwrap()["ret"], EAGAIN, "cleared by QUERY_EXCEPTION_INFO");
+    assert_eq!(d.cmd("info 48 1").unwrap()["ret"], -61, "nothing pending: ENODATA");
     assert_eq!(d.cmd(&format!("send_runtime {EC_PROCESS_RUNTIME}")).unwrap()["ret"], 0);
     assert_eq!(w.recv().unwrap()["ret"], 0, "RUNTIME_ENABLE returns after the ack");
 

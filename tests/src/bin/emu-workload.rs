@@ -67,9 +67,12 @@ fn parse_u32(s: &str) -> Result<u32, String> {
     u32::try_from(parse_u64(s)?).map_err(|e| e.to_string())
 }
 
+/// `ret` of an ioctl: its value, or `-errno`. Read errno right after the call: nix maps errnos
+/// libc does not name (the kernel-internal ENOTSUPP, 524) to `UnknownErrno`.
 fn ret_of(r: Result<i32, Errno>) -> i64 {
     match r {
         Ok(n) => i64::from(n),
+        Err(Errno::UnknownErrno) => -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)),
         Err(e) => -i64::from(e as i32),
     }
 }
@@ -165,7 +168,7 @@ fn create(
     };
     match device.create_queue(&mut args) {
         Ok(_) => (0, Some(QueueMem { queue_id: args.base.queue_id, gpu_id, rptr, wptr })),
-        Err(e) => (-i64::from(e as i32), None),
+        Err(e) => (ret_of(Err(e)), None),
     }
 }
 
