@@ -66,7 +66,8 @@ MODULE_PARM_DESC(packets_per_tick, "Read-index advance per tick per mapped queue
 
 static unsigned int preempt_delay_us = 5000;
 module_param(preempt_delay_us, uint, 0644);
-MODULE_PARM_DESC(preempt_delay_us, "Emulated CWSR save time of an unmap, spent in amdkfd_fence_wait_timeout (default 5000)");
+MODULE_PARM_DESC(preempt_delay_us,
+		 "Emulated CWSR save time of an unmap, spent in amdkfd_fence_wait_timeout (default 5000)");
 
 /* amdgpu's queue_preemption_timeout_ms (default 9000, 0644) */
 static unsigned int queue_preemption_timeout_ms = 9000;
@@ -120,7 +121,7 @@ static struct kfd_process_device *qpd_to_pdd(struct qcm_process_device *qpd)
 	return container_of(qpd, struct kfd_process_device, qpd);
 }
 
-/* ======================= emulated command processor (one per GPU) ======================= */
+/* ---- emulated command processor (one per GPU) ---- */
 
 /* One step of a mapped queue: rptr moves toward wptr (both u64 in the owner's memory). */
 static void emu_cp_advance(struct queue *q)
@@ -156,7 +157,8 @@ static int emu_cp_thread(void *data)
 
 	while (!kthread_should_stop()) {
 		if (!emu_cp_has_work(dqm)) {
-			wait_event_interruptible(dqm->cp_wait, kthread_should_stop() || emu_cp_has_work(dqm));
+			wait_event_interruptible(dqm->cp_wait, kthread_should_stop() ||
+						 emu_cp_has_work(dqm));
 			continue;
 		}
 		usleep_range(tick_us, tick_us + tick_us / 4 + 1);
@@ -180,7 +182,7 @@ static int emu_cp_thread(void *data)
 	return 0;
 }
 
-/* ======================= device queue manager (kfd_device_queue_manager.c) ======================= */
+/* ---- device queue manager (kfd_device_queue_manager.c) ---- */
 
 /*
  * Mirrors: int amdkfd_fence_wait_timeout(struct device_queue_manager *dqm, uint64_t fence_value,
@@ -205,12 +207,14 @@ __used noinline int amdkfd_fence_wait_timeout(struct device_queue_manager *dqm, 
 
 /*
  * Mirrors: static int unmap_queues_cpsch(struct device_queue_manager *dqm,
- *     enum kfd_unmap_queues_filter filter, uint32_t filter_param, uint32_t grace_period, bool reset)
+ *     enum kfd_unmap_queues_filter filter, uint32_t filter_param, uint32_t grace_period,
+ *     bool reset)
  * (6.12.117). Nothing to do without an active runlist; otherwise UNMAP_QUEUES of every dynamic
  * queue of every process on this GPU, then wait for the fence. grace_period is accepted and,
  * like the SCH_WAVE wait it programs on real HWS, has no emulated effect.
  */
-__used noinline int unmap_queues_cpsch(struct device_queue_manager *dqm, enum kfd_unmap_queues_filter filter,
+__used noinline int unmap_queues_cpsch(struct device_queue_manager *dqm,
+				       enum kfd_unmap_queues_filter filter,
 				       u32 filter_param, u32 grace_period, bool reset)
 {
 	struct qcm_process_device *qpd;
@@ -230,7 +234,7 @@ __used noinline int unmap_queues_cpsch(struct device_queue_manager *dqm, enum kf
 
 	retval = amdkfd_fence_wait_timeout(dqm, KFD_FENCE_COMPLETED, queue_preemption_timeout_ms);
 	if (retval) {
-		/* Real KFD calls kfd_hws_hang() (GPU reset) here; the emulator drops the runlist. */
+		/* Real KFD calls kfd_hws_hang() (GPU reset) here; the emulator drops the runlist */
 		pr_err("kfd_emu: The cp might be in an unrecoverable state due to an unsuccessful queues preemption\n");
 		mutex_lock(&dqm->hw_lock);
 		dqm->preempt_pending = false;
@@ -273,7 +277,8 @@ __used noinline int map_queues_cpsch(struct device_queue_manager *dqm)
  *     enum kfd_unmap_queues_filter filter, uint32_t filter_param, uint32_t grace_period) (6.12.117)
  * = unmap (device-wide) then map the active queues again.
  */
-__used noinline int execute_queues_cpsch(struct device_queue_manager *dqm, enum kfd_unmap_queues_filter filter,
+__used noinline int execute_queues_cpsch(struct device_queue_manager *dqm,
+					 enum kfd_unmap_queues_filter filter,
 					 u32 filter_param, u32 grace_period)
 {
 	int retval;
@@ -370,7 +375,8 @@ static int wait_on_destroy_queue(struct device_queue_manager *dqm, struct queue 
  * Mirrors: static int destroy_queue_cpsch(struct device_queue_manager *dqm,
  *     struct qcm_process_device *qpd, struct queue *q) (6.12.117)
  */
-__used noinline int destroy_queue_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd,
+__used noinline int destroy_queue_cpsch(struct device_queue_manager *dqm,
+					struct qcm_process_device *qpd,
 					struct queue *q)
 {
 	int retval;
@@ -428,7 +434,8 @@ static int dqm_update_queue(struct device_queue_manager *dqm, struct queue *q)
  *     struct qcm_process_device *qpd) (6.12.117): counted (only the first eviction acts), marks
  * every queue evicted, deactivates the active ones, execute_queues_cpsch.
  */
-__used noinline int evict_process_queues_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd)
+__used noinline int evict_process_queues_cpsch(struct device_queue_manager *dqm,
+					       struct qcm_process_device *qpd)
 {
 	struct queue *q;
 	int retval = 0;
@@ -444,7 +451,8 @@ __used noinline int evict_process_queues_cpsch(struct device_queue_manager *dqm,
 		decrement_queue_count(dqm, q);
 	}
 	qpd_to_pdd(qpd)->last_evict_timestamp = get_jiffies_64();
-	retval = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0, USE_DEFAULT_GRACE_PERIOD);
+	retval = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+				      USE_DEFAULT_GRACE_PERIOD);
 out:
 	dqm_unlock(dqm);
 	return retval;
@@ -476,7 +484,8 @@ __used noinline int restore_process_queues_cpsch(struct device_queue_manager *dq
 		q->properties.is_active = true;
 		increment_queue_count(dqm, q);
 	}
-	retval = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0, USE_DEFAULT_GRACE_PERIOD);
+	retval = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+				      USE_DEFAULT_GRACE_PERIOD);
 	atomic64_add(get_jiffies_64() - pdd->last_evict_timestamp, &pdd->evict_duration_counter);
 	qpd->evicted = 0;
 out:
@@ -489,7 +498,8 @@ out:
  *     struct qcm_process_device *qpd) (6.12.117): the process's queues leave the GPU whether or
  * not they are suspended; one execute_queues_cpsch if any was active.
  */
-__used noinline int process_termination_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd)
+__used noinline int process_termination_cpsch(struct device_queue_manager *dqm,
+					      struct qcm_process_device *qpd)
 {
 	struct queue *q;
 	bool any_active = false;
@@ -525,7 +535,8 @@ static int suspend_single_queue(struct device_queue_manager *dqm, struct queue *
 {
 	if (q->properties.is_suspended)
 		return 0;
-	if ((q->properties.exception_status & KFD_EC_MASK(EC_QUEUE_NEW)) || q->properties.is_being_destroyed)
+	if ((q->properties.exception_status & KFD_EC_MASK(EC_QUEUE_NEW)) ||
+	    q->properties.is_being_destroyed)
 		return -EBUSY;
 	q->properties.is_suspended = true;
 	if (q->properties.is_active) {
@@ -594,7 +605,8 @@ __used noinline int suspend_queues(struct kfd_process *p, u32 num_queues, u32 gr
 		mutex_lock(&p->event_mutex);
 		dqm_lock(dqm);
 		list_for_each_entry(q, &pdd->qpd.queues_list, list) {
-			int q_idx = q_array_get_index(q->properties.queue_id, num_queues, queue_ids);
+			int q_idx = q_array_get_index(q->properties.queue_id, num_queues,
+						      queue_ids);
 			int err;
 
 			if (q_idx < 0)
@@ -613,13 +625,15 @@ __used noinline int suspend_queues(struct kfd_process *p, u32 num_queues, u32 gr
 			mutex_unlock(&p->event_mutex);
 			continue;
 		}
-		r = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0, grace_period);
+		r = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+					 grace_period);
 		if (r)
 			pr_err("kfd_emu: Failed to suspend process queues.\n");
 		else
 			total_suspended += per_device_suspended;
 		list_for_each_entry(q, &pdd->qpd.queues_list, list) {
-			int q_idx = q_array_get_index(q->properties.queue_id, num_queues, queue_ids);
+			int q_idx = q_array_get_index(q->properties.queue_id, num_queues,
+						      queue_ids);
 
 			if (q_idx < 0)
 				continue;
@@ -631,7 +645,8 @@ __used noinline int suspend_queues(struct kfd_process *p, u32 num_queues, u32 gr
 		dqm_unlock(dqm);
 		mutex_unlock(&p->event_mutex);
 	}
-	if (copy_to_user((void __user *)usr_queue_id_array, queue_ids, array_size(num_queues, sizeof(u32))))
+	if (copy_to_user((void __user *)usr_queue_id_array, queue_ids, array_size(num_queues,
+										  sizeof(u32))))
 		pr_err("kfd_emu: copy_to_user failed on queue suspend\n");
 	kfree(queue_ids);
 	return total_suspended;
@@ -668,7 +683,8 @@ __used noinline int resume_queues(struct kfd_process *p, u32 num_queues, u32 *us
 			int q_idx = -1;
 
 			if (queue_ids)
-				q_idx = q_array_get_index(q->properties.queue_id, num_queues, queue_ids);
+				q_idx = q_array_get_index(q->properties.queue_id, num_queues,
+							  queue_ids);
 			if (queue_ids && q_idx < 0)
 				continue;
 			if (!resume_single_queue(dqm, q) && queue_ids)
@@ -679,12 +695,14 @@ __used noinline int resume_queues(struct kfd_process *p, u32 num_queues, u32 *us
 			dqm_unlock(dqm);
 			continue;
 		}
-		r = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0, USE_DEFAULT_GRACE_PERIOD);
+		r = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+					 USE_DEFAULT_GRACE_PERIOD);
 		if (r) {
 			pr_err("kfd_emu: Failed to resume process queues\n");
 			if (queue_ids) {
 				list_for_each_entry(q, &pdd->qpd.queues_list, list) {
-					int q_idx = q_array_get_index(q->properties.queue_id, num_queues, queue_ids);
+					int q_idx = q_array_get_index(q->properties.queue_id,
+								      num_queues, queue_ids);
 
 					if (q_idx >= 0)
 						queue_ids[q_idx] |= KFD_DBG_QUEUE_ERROR_MASK;
@@ -697,14 +715,15 @@ __used noinline int resume_queues(struct kfd_process *p, u32 num_queues, u32 *us
 		dqm_unlock(dqm);
 	}
 	if (queue_ids) {
-		if (copy_to_user((void __user *)usr_queue_id_array, queue_ids, array_size(num_queues, sizeof(u32))))
+		if (copy_to_user((void __user *)usr_queue_id_array, queue_ids,
+				 array_size(num_queues, sizeof(u32))))
 			pr_err("kfd_emu: copy_to_user failed on queue resume\n");
 		kfree(queue_ids);
 	}
 	return total_resumed;
 }
 
-/* ======================= SMI events and eviction (kfd_smi_events.c, kfd_process.c) ======================= */
+/* ---- SMI events and eviction (kfd_smi_events.c, kfd_process.c) ---- */
 
 /*
  * Mirrors: void kfd_smi_event_queue_eviction(struct kfd_node *node, pid_t pid, uint32_t trigger)
@@ -761,7 +780,7 @@ __used noinline int kfd_process_restore_queues(struct kfd_process *p)
 	return ret;
 }
 
-/* ======================= sysfs (kfd_process.c procfs part, 6.12.117 formats) ======================= */
+/* ---- sysfs (kfd_process.c procfs part, 6.12.117 formats) ---- */
 
 static void kfd_procfs_kobj_release(struct kobject *kobj)
 {
@@ -784,7 +803,9 @@ static ssize_t kfd_procfs_queue_show(struct kobject *kobj, struct attribute *att
 static struct attribute attr_queue_size = { .name = "size", .mode = 0444 };
 static struct attribute attr_queue_type = { .name = "type", .mode = 0444 };
 static struct attribute attr_queue_gpuid = { .name = "gpuid", .mode = 0444 };
-static struct attribute *procfs_queue_attrs[] = { &attr_queue_size, &attr_queue_type, &attr_queue_gpuid, NULL };
+static struct attribute *procfs_queue_attrs[] = {
+	&attr_queue_size, &attr_queue_type, &attr_queue_gpuid, NULL
+};
 ATTRIBUTE_GROUPS(procfs_queue);
 
 static const struct sysfs_ops procfs_queue_ops = { .show = kfd_procfs_queue_show };
@@ -853,7 +874,8 @@ static int kfd_process_add_sysfs(struct kfd_process *p)
 	p->kobj = kzalloc(sizeof(*p->kobj), GFP_KERNEL);
 	if (!p->kobj)
 		return -ENOMEM;
-	ret = kobject_init_and_add(p->kobj, &procfs_type, procfs_kobj, "%d", (int)p->lead_thread->pid);
+	ret = kobject_init_and_add(p->kobj, &procfs_type, procfs_kobj, "%d",
+				   (int)p->lead_thread->pid);
 	if (ret) {
 		kobject_put(p->kobj);
 		kfree(p->kobj);
@@ -879,7 +901,8 @@ static int kfd_process_add_sysfs(struct kfd_process *p)
 		pdd->kobj_stats = kzalloc(sizeof(*pdd->kobj_stats), GFP_KERNEL);
 		if (!pdd->kobj_stats)
 			return -ENOMEM;
-		if (kobject_init_and_add(pdd->kobj_stats, &procfs_type, p->kobj, "%s", pdd->stats_name)) {
+		if (kobject_init_and_add(pdd->kobj_stats, &procfs_type, p->kobj, "%s",
+					 pdd->stats_name)) {
 			kobject_put(pdd->kobj_stats);
 			kfree(pdd->kobj_stats);
 			pdd->kobj_stats = NULL;
@@ -921,9 +944,10 @@ static void kfd_process_remove_sysfs(struct kfd_process *p)
 	p->kobj = NULL;
 }
 
-/* ======================= process queue manager (kfd_process_queue_manager.c) ======================= */
+/* ---- process queue manager (kfd_process_queue_manager.c) ---- */
 
-static struct process_queue_node *get_queue_by_qid(struct process_queue_manager *pqm, unsigned int qid)
+static struct process_queue_node *get_queue_by_qid(struct process_queue_manager *pqm,
+						   unsigned int qid)
 {
 	struct process_queue_node *pqn;
 
@@ -944,7 +968,8 @@ static void kfd_dbg_ev_raise(u64 event_mask, struct kfd_process *process, struct
  * -ENOSPC past 127 queues on the device, lowest free id 0..1023 (-ENOMEM when none),
  * EC_QUEUE_NEW set on the new queue and raised to a debugger, sysfs queues/<id>.
  */
-__used noinline int pqm_create_queue(struct process_queue_manager *pqm, struct kfd_node *dev, struct file *f,
+__used noinline int pqm_create_queue(struct process_queue_manager *pqm, struct kfd_node *dev,
+				     struct file *f,
 				     struct queue_properties *properties, unsigned int *qid,
 				     const void *q_data, const void *restore_mqd, const void *restore_ctl_stack,
 				     u32 *p_doorbell_offset_in_process)
@@ -1080,7 +1105,8 @@ static u32 set_queue_type_for_user(struct queue_properties *q_props)
  *     uint32_t *entry_size) (6.12.117): entry_size 0 -> -EINVAL; writes min(entry_size, 64) bytes
  * per queue, at most *num_qss_entries entries, returns the real count, clears the mask bits.
  */
-__used noinline int pqm_get_queue_snapshot(struct process_queue_manager *pqm, u64 exception_clear_mask,
+__used noinline int pqm_get_queue_snapshot(struct process_queue_manager *pqm,
+					   u64 exception_clear_mask,
 					   void __user *buf, int *num_qss_entries, u32 *entry_size)
 {
 	struct process_queue_node *pqn;
@@ -1123,7 +1149,7 @@ __used noinline int pqm_get_queue_snapshot(struct process_queue_manager *pqm, u6
 	return r;
 }
 
-/* ======================= debugger (kfd_debug.c) ======================= */
+/* ---- debugger (kfd_debug.c) ---- */
 
 /*
  * kfd_dbg_ev_raise() (6.12.117): record the exception on the queue / device / process and write
@@ -1163,7 +1189,8 @@ static void kfd_dbg_trap_activate(struct kfd_process *target)
 		struct device_queue_manager *dqm = target->pdds[i].dev->dqm;
 
 		dqm_lock(dqm);
-		execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0, USE_DEFAULT_GRACE_PERIOD);
+		execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+				     USE_DEFAULT_GRACE_PERIOD);
 		dqm_unlock(dqm);
 	}
 }
@@ -1216,7 +1243,8 @@ __used noinline int kfd_dbg_trap_disable(struct kfd_process *target)
  * -EBADF for a bad dbg_fd, activation deferred until RUNTIME_ENABLE, an extra process reference,
  * min(size, 16) bytes of kfd_runtime_info copied out, size written back as 16.
  */
-__used noinline int kfd_dbg_trap_enable(struct kfd_process *target, u32 fd, void __user *runtime_info,
+__used noinline int kfd_dbg_trap_enable(struct kfd_process *target, u32 fd,
+					void __user *runtime_info,
 					u32 *runtime_size)
 {
 	u32 copy_size = min_t(u32, *runtime_size, sizeof(target->runtime_info));
@@ -1249,7 +1277,8 @@ __used noinline int kfd_dbg_trap_enable(struct kfd_process *target, u32 fd, void
 }
 
 /* kfd_dbg_send_exception_to_runtime() (6.12.117): EC_PROCESS_RUNTIME acks the runtime handshake. */
-static int kfd_dbg_send_exception_to_runtime(struct kfd_process *p, unsigned int dev_id, unsigned int queue_id,
+static int kfd_dbg_send_exception_to_runtime(struct kfd_process *p, unsigned int dev_id,
+					     unsigned int queue_id,
 					     u64 error_reason)
 {
 	if (error_reason & KFD_EC_MASK(EC_PROCESS_RUNTIME)) {
@@ -1264,8 +1293,9 @@ static int kfd_dbg_send_exception_to_runtime(struct kfd_process *p, unsigned int
 	return 0;
 }
 
-/* kfd_dbg_set_enabled_debug_exception_mask() (6.12.117): pokes dbg_fd if a pending one is now enabled. */
-static void kfd_dbg_set_enabled_debug_exception_mask(struct kfd_process *target, u64 exception_set_mask)
+/* kfd_dbg_set_enabled_debug_exception_mask() (6.12.117): pokes dbg_fd if one pending is now enabled */
+static void kfd_dbg_set_enabled_debug_exception_mask(struct kfd_process *target,
+						     u64 exception_set_mask)
 {
 	struct process_queue_node *pqn;
 	u64 found_mask = 0;
@@ -1321,7 +1351,8 @@ out:
 }
 
 /* kfd_dbg_trap_query_exception_info() (6.12.117), queue and process exceptions. */
-static int kfd_dbg_trap_query_exception_info(struct kfd_process *target, u32 source_id, u32 exception_code,
+static int kfd_dbg_trap_query_exception_info(struct kfd_process *target, u32 source_id,
+					     u32 exception_code,
 					     bool clear_exception, void __user *info, u32 *info_size)
 {
 	u64 *exception_status_ptr = NULL;
@@ -1364,7 +1395,7 @@ out:
 	return r;
 }
 
-/* ======================= processes (kfd_process.c) ======================= */
+/* ---- processes (kfd_process.c) ---- */
 
 static struct kfd_process *find_process_by_mm(const struct mm_struct *mm)
 {
@@ -1576,7 +1607,7 @@ __used noinline struct kfd_process *kfd_create_process(struct task_struct *threa
 	return process;
 }
 
-/* ======================= ioctls (kfd_chardev.c) ======================= */
+/* ---- ioctls (kfd_chardev.c) ---- */
 
 static int kfd_ioctl_get_version(struct file *filep, struct kfd_process *p, void *data)
 {
@@ -1595,7 +1626,8 @@ static int set_queue_properties_from_user(struct queue_properties *q_properties,
 		return -EINVAL;
 	if (args->queue_priority > KFD_MAX_QUEUE_PRIORITY)
 		return -EINVAL;
-	if (args->ring_base_address && !access_ok((const void __user *)args->ring_base_address, sizeof(u64)))
+	if (args->ring_base_address && !access_ok((const void __user *)args->ring_base_address,
+						  sizeof(u64)))
 		return -EFAULT;
 	if (!is_power_of_2(args->ring_size) && args->ring_size != 0)
 		return -EINVAL;
@@ -1603,7 +1635,8 @@ static int set_queue_properties_from_user(struct queue_properties *q_properties,
 		return -EFAULT;
 	if (!access_ok((const void __user *)args->write_pointer_address, sizeof(u32)))
 		return -EFAULT;
-	if (args->eop_buffer_address && !access_ok((const void __user *)args->eop_buffer_address, sizeof(u32)))
+	if (args->eop_buffer_address && !access_ok((const void __user *)args->eop_buffer_address,
+						   sizeof(u32)))
 		return -EFAULT;
 	if (args->ctx_save_restore_address &&
 	    !access_ok((const void __user *)args->ctx_save_restore_address, sizeof(u32)))
@@ -1621,7 +1654,8 @@ static int set_queue_properties_from_user(struct queue_properties *q_properties,
 	q_properties->ctx_save_restore_area_size = args->ctx_save_restore_size;
 	q_properties->ctl_stack_size = args->ctl_stack_size;
 	q_properties->sdma_engine_id = args->sdma_engine_id;
-	if (args->queue_type == KFD_IOC_QUEUE_TYPE_COMPUTE || args->queue_type == KFD_IOC_QUEUE_TYPE_COMPUTE_AQL)
+	if (args->queue_type == KFD_IOC_QUEUE_TYPE_COMPUTE ||
+	    args->queue_type == KFD_IOC_QUEUE_TYPE_COMPUTE_AQL)
 		q_properties->type = KFD_QUEUE_TYPE_COMPUTE;
 	else if (args->queue_type == KFD_IOC_QUEUE_TYPE_SDMA)
 		q_properties->type = KFD_QUEUE_TYPE_SDMA;
@@ -1631,8 +1665,10 @@ static int set_queue_properties_from_user(struct queue_properties *q_properties,
 		q_properties->type = KFD_QUEUE_TYPE_SDMA_BY_ENG_ID;
 	else
 		return -ENOTSUPP;
-	q_properties->format = args->queue_type == KFD_IOC_QUEUE_TYPE_COMPUTE_AQL ? KFD_QUEUE_FORMAT_AQL
-										   : KFD_QUEUE_FORMAT_PM4;
+	if (args->queue_type == KFD_IOC_QUEUE_TYPE_COMPUTE_AQL)
+		q_properties->format = KFD_QUEUE_FORMAT_AQL;
+	else
+		q_properties->format = KFD_QUEUE_FORMAT_PM4;
 	return 0;
 }
 
@@ -1641,7 +1677,8 @@ static int set_queue_properties_from_user(struct queue_properties *q_properties,
 
 /*
  * Mirrors: static int kfd_ioctl_create_queue(struct file *filep, struct kfd_process *p,
- *     void *data) (6.12.117): property checks, "Could not find gpu id" -> -EINVAL, pqm_create_queue,
+ *     void *data) (6.12.117): property checks, "Could not find gpu id" -> -EINVAL,
+ * pqm_create_queue,
  * queue_id and the doorbell mmap cookie written back. The kernel copy of the args is `data`
  * (queue_id at +52, what the tracer's kretprobe reads).
  */
@@ -1667,7 +1704,8 @@ __used noinline int kfd_ioctl_create_queue(struct file *filep, struct kfd_proces
 		goto out;
 	}
 	/* SDMA_BY_ENG_ID: the emulated GPUs have two SDMA engines (allocate_sdma_queue: -EINVAL) */
-	if (q_properties.type == KFD_QUEUE_TYPE_SDMA_BY_ENG_ID && q_properties.sdma_engine_id >= 2) {
+	if (q_properties.type == KFD_QUEUE_TYPE_SDMA_BY_ENG_ID &&
+	    q_properties.sdma_engine_id >= 2) {
 		err = -EINVAL;
 		goto out;
 	}
@@ -1677,13 +1715,17 @@ __used noinline int kfd_ioctl_create_queue(struct file *filep, struct kfd_proces
 	if (err)
 		goto out;
 	args->queue_id = queue_id;
-	args->doorbell_offset = KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(args->gpu_id) | doorbell_offset_in_process;
+	args->doorbell_offset = KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(args->gpu_id) |
+				doorbell_offset_in_process;
 out:
 	mutex_unlock(&p->mutex);
 	return err;
 }
 
-/* Mirrors: static int kfd_ioctl_destroy_queue(struct file *filp, struct kfd_process *p, void *data). */
+/*
+ * Mirrors: static int kfd_ioctl_destroy_queue(struct file *filp, struct kfd_process *p,
+ *     void *data) (6.12.117)
+ */
 __used noinline int kfd_ioctl_destroy_queue(struct file *filp, struct kfd_process *p, void *data)
 {
 	struct kfd_ioctl_destroy_queue_args *args = data;
@@ -1710,7 +1752,8 @@ __used noinline int kfd_ioctl_update_queue(struct file *filp, struct kfd_process
 		return -EINVAL;
 	if (args->queue_priority > KFD_MAX_QUEUE_PRIORITY)
 		return -EINVAL;
-	if (args->ring_base_address && !access_ok((const void __user *)args->ring_base_address, sizeof(u64)))
+	if (args->ring_base_address && !access_ok((const void __user *)args->ring_base_address,
+						  sizeof(u64)))
 		return -EFAULT;
 	if (!is_power_of_2(args->ring_size) && args->ring_size != 0)
 		return -EINVAL;
@@ -1787,7 +1830,10 @@ static int runtime_disable(struct kfd_process *p)
 	return 0;
 }
 
-/* Mirrors: static int kfd_ioctl_runtime_enable(struct file *filep, struct kfd_process *p, void *data). */
+/*
+ * Mirrors: static int kfd_ioctl_runtime_enable(struct file *filep, struct kfd_process *p,
+ *     void *data) (6.12.117)
+ */
 __used noinline int kfd_ioctl_runtime_enable(struct file *filep, struct kfd_process *p, void *data)
 {
 	struct kfd_ioctl_runtime_enable_args *args = data;
@@ -1795,7 +1841,8 @@ __used noinline int kfd_ioctl_runtime_enable(struct file *filep, struct kfd_proc
 
 	mutex_lock(&p->mutex);
 	if (args->mode_mask & KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK)
-		r = runtime_enable(p, args->r_debug, !!(args->mode_mask & KFD_RUNTIME_ENABLE_MODE_TTMP_SAVE_MASK));
+		r = runtime_enable(p, args->r_debug,
+				   !!(args->mode_mask & KFD_RUNTIME_ENABLE_MODE_TTMP_SAVE_MASK));
 	else
 		r = runtime_disable(p);
 	mutex_unlock(&p->mutex);
@@ -1840,7 +1887,10 @@ __used noinline int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_proc
 		rcu_read_lock();
 		create_process = thread != current && ptrace_parent(thread) == current;
 		rcu_read_unlock();
-		target = create_process ? kfd_create_process(thread) : kfd_lookup_process_by_pid(pid);
+		if (create_process)
+			target = kfd_create_process(thread);
+		else
+			target = kfd_lookup_process_by_pid(pid);
 	} else {
 		target = kfd_lookup_process_by_pid(pid);
 	}
@@ -1851,7 +1901,8 @@ __used noinline int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_proc
 	}
 
 	rcu_read_lock();
-	if (target != p && ptrace_parent(target->lead_thread) != current && target->debugger_process != p)
+	if (target != p && ptrace_parent(target->lead_thread) != current &&
+	    target->debugger_process != p)
 		r = -EPERM;
 	rcu_read_unlock();
 	if (r)
@@ -1865,16 +1916,19 @@ __used noinline int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_proc
 	if (target->runtime_info.runtime_state != DEBUG_RUNTIME_STATE_ENABLED &&
 	    (args->op == KFD_IOC_DBG_TRAP_SET_WAVE_LAUNCH_OVERRIDE ||
 	     args->op == KFD_IOC_DBG_TRAP_SET_WAVE_LAUNCH_MODE ||
-	     args->op == KFD_IOC_DBG_TRAP_SUSPEND_QUEUES || args->op == KFD_IOC_DBG_TRAP_RESUME_QUEUES ||
+	     args->op == KFD_IOC_DBG_TRAP_SUSPEND_QUEUES ||
+	     args->op == KFD_IOC_DBG_TRAP_RESUME_QUEUES ||
 	     args->op == KFD_IOC_DBG_TRAP_SET_NODE_ADDRESS_WATCH ||
-	     args->op == KFD_IOC_DBG_TRAP_CLEAR_NODE_ADDRESS_WATCH || args->op == KFD_IOC_DBG_TRAP_SET_FLAGS)) {
+	     args->op == KFD_IOC_DBG_TRAP_CLEAR_NODE_ADDRESS_WATCH ||
+	     args->op == KFD_IOC_DBG_TRAP_SET_FLAGS)) {
 		r = -EPERM;
 		goto unlock_out;
 	}
 
 	switch (args->op) {
 	case KFD_IOC_DBG_TRAP_ENABLE:
-		r = kfd_dbg_trap_enable(target, args->enable.dbg_fd, (void __user *)args->enable.rinfo_ptr,
+		r = kfd_dbg_trap_enable(target, args->enable.dbg_fd,
+					(void __user *)args->enable.rinfo_ptr,
 					&args->enable.rinfo_size);
 		if (!r) {
 			target->exception_enable_mask = args->enable.exception_mask;
@@ -1893,10 +1947,12 @@ __used noinline int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_proc
 						      args->send_runtime_event.exception_mask);
 		break;
 	case KFD_IOC_DBG_TRAP_SET_EXCEPTIONS_ENABLED:
-		kfd_dbg_set_enabled_debug_exception_mask(target, args->set_exceptions_enabled.exception_mask);
+		kfd_dbg_set_enabled_debug_exception_mask(target,
+							 args->set_exceptions_enabled.exception_mask);
 		break;
 	case KFD_IOC_DBG_TRAP_SUSPEND_QUEUES:
-		r = suspend_queues(target, args->suspend_queues.num_queues, args->suspend_queues.grace_period,
+		r = suspend_queues(target, args->suspend_queues.num_queues,
+				   args->suspend_queues.grace_period,
 				   args->suspend_queues.exception_mask,
 				   (u32 *)args->suspend_queues.queue_array_ptr);
 		break;
@@ -1981,7 +2037,8 @@ __used noinline long kfd_ioctl(struct file *filep, unsigned int cmd, unsigned lo
 	unsigned int usize, asize;
 	long retcode;
 
-	if (_IOC_TYPE(cmd) != AMDKFD_IOCTL_BASE || nr < AMDKFD_COMMAND_START || nr >= AMDKFD_COMMAND_END)
+	if (_IOC_TYPE(cmd) != AMDKFD_IOCTL_BASE || nr < AMDKFD_COMMAND_START ||
+	    nr >= AMDKFD_COMMAND_END)
 		return -ENOTTY;
 	ioctl = &amdkfd_ioctls[nr];
 	if (!ioctl->func)
@@ -2047,7 +2104,7 @@ static const struct file_operations kfd_fops = {
 	.release = kfd_release,
 };
 
-/* ======================= control files: /sys/kernel/kfd_emu/{evict,restore} ======================= */
+/* ---- control files: /sys/kernel/kfd_emu/{evict,restore} ---- */
 
 struct emu_evict_work {
 	struct work_struct work;
@@ -2096,12 +2153,14 @@ static ssize_t emu_evict_store_common(const char *buf, size_t count, bool evict)
 	return w.ret ? w.ret : count;
 }
 
-static ssize_t evict_store(struct kobject *kobj, struct kobj_attribute *attr, const char *buf, size_t count)
+static ssize_t evict_store(struct kobject *kobj, struct kobj_attribute *attr, const char *buf,
+			   size_t count)
 {
 	return emu_evict_store_common(buf, count, true);
 }
 
-static ssize_t restore_store(struct kobject *kobj, struct kobj_attribute *attr, const char *buf, size_t count)
+static ssize_t restore_store(struct kobject *kobj, struct kobj_attribute *attr, const char *buf,
+			     size_t count)
 {
 	return emu_evict_store_common(buf, count, false);
 }
@@ -2109,7 +2168,7 @@ static ssize_t restore_store(struct kobject *kobj, struct kobj_attribute *attr, 
 static struct kobj_attribute evict_attr = __ATTR_WO(evict);
 static struct kobj_attribute restore_attr = __ATTR_WO(restore);
 
-/* ======================= topology (kfd_topology.c, only gpu_id and name) ======================= */
+/* ---- topology (kfd_topology.c, only gpu_id and name) ---- */
 
 static ssize_t node_show(struct kobject *kobj, struct attribute *attr, char *buffer)
 {
@@ -2156,7 +2215,7 @@ static struct kobject *add_topology_node(unsigned int index)
 	return kobj;
 }
 
-/* ======================= module init / exit ======================= */
+/* ---- module init / exit ---- */
 
 static void kfd_emu_cleanup(void)
 {
@@ -2254,9 +2313,11 @@ static int __init kfd_emu_init(void)
 	emu_ctl_kobj = kobject_create_and_add("kfd_emu", kernel_kobj);
 	if (!emu_ctl_kobj)
 		goto fail;
-	if (sysfs_create_file(emu_ctl_kobj, &evict_attr.attr) || sysfs_create_file(emu_ctl_kobj, &restore_attr.attr))
+	if (sysfs_create_file(emu_ctl_kobj, &evict_attr.attr) ||
+	    sysfs_create_file(emu_ctl_kobj, &restore_attr.attr))
 		goto fail;
-	pr_info("kfd_emu: KFD emulator (KFD %d.%d) with %u GPU(s): gpu_id 0x%x%s\n", KFD_IOCTL_MAJOR_VERSION,
+	pr_info("kfd_emu: KFD emulator (KFD %d.%d) with %u GPU(s): gpu_id 0x%x%s\n",
+		KFD_IOCTL_MAJOR_VERSION,
 		KFD_IOCTL_MINOR_VERSION, num_gpus, emu_gpu_ids[0], num_gpus > 1 ? ", 0x2000" : "");
 	return 0;
 fail:

@@ -320,7 +320,7 @@ struct qcm_process_device {
 	struct device_queue_manager *dqm;
 	struct process_queue_manager *pqm;
 	struct list_head queues_list;
-	struct list_head dqm_list;	/* on dqm->queues while the process has queues on the device */
+	struct list_head dqm_list;	/* on dqm->queues while the process has queues here */
 	unsigned int queue_count;
 	unsigned int evicted;		/* eviction counter, 0 = not evicted */
 	bool registered;
@@ -411,7 +411,8 @@ int pqm_create_queue(struct process_queue_manager *pqm, struct kfd_node *dev, st
 		     const void *q_data, const void *restore_mqd, const void *restore_ctl_stack,
 		     u32 *p_doorbell_offset_in_process);
 int pqm_destroy_queue(struct process_queue_manager *pqm, unsigned int qid);
-int suspend_queues(struct kfd_process *p, u32 num_queues, u32 grace_period, u64 exception_clear_mask,
+int suspend_queues(struct kfd_process *p, u32 num_queues, u32 grace_period,
+		   u64 exception_clear_mask,
 		   u32 *usr_queue_id_array);
 int resume_queues(struct kfd_process *p, u32 num_queues, u32 *usr_queue_id_array);
 int execute_queues_cpsch(struct device_queue_manager *dqm, enum kfd_unmap_queues_filter filter,
@@ -419,7 +420,8 @@ int execute_queues_cpsch(struct device_queue_manager *dqm, enum kfd_unmap_queues
 int unmap_queues_cpsch(struct device_queue_manager *dqm, enum kfd_unmap_queues_filter filter,
 		       u32 filter_param, u32 grace_period, bool reset);
 int map_queues_cpsch(struct device_queue_manager *dqm);
-int amdkfd_fence_wait_timeout(struct device_queue_manager *dqm, u64 fence_value, unsigned int timeout_ms);
+int amdkfd_fence_wait_timeout(struct device_queue_manager *dqm, u64 fence_value,
+			      unsigned int timeout_ms);
 int kfd_process_evict_queues(struct kfd_process *p, u32 trigger);
 int kfd_process_restore_queues(struct kfd_process *p);
 void kfd_smi_event_queue_eviction(struct kfd_node *node, pid_t pid, u32 trigger);
@@ -428,15 +430,19 @@ int evict_process_queues_cpsch(struct device_queue_manager *dqm, struct qcm_proc
 int restore_process_queues_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd);
 struct kfd_process *kfd_create_process(struct task_struct *thread);
 void kfd_process_wq_release(struct work_struct *work);
-int create_queue_cpsch(struct device_queue_manager *dqm, struct queue *q, struct qcm_process_device *qpd,
+int create_queue_cpsch(struct device_queue_manager *dqm, struct queue *q,
+		       struct qcm_process_device *qpd,
 		       const void *qd, const void *restore_mqd, const void *restore_ctl_stack);
-int destroy_queue_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd, struct queue *q);
+int destroy_queue_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd,
+			struct queue *q);
 int process_termination_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd);
 void kfd_process_dequeue_from_all_devices(struct kfd_process *p);
 void pqm_uninit(struct process_queue_manager *pqm);
-int kfd_dbg_trap_enable(struct kfd_process *target, u32 fd, void __user *runtime_info, u32 *runtime_size);
+int kfd_dbg_trap_enable(struct kfd_process *target, u32 fd, void __user *runtime_info,
+			u32 *runtime_size);
 int kfd_dbg_trap_disable(struct kfd_process *target);
-int pqm_get_queue_snapshot(struct process_queue_manager *pqm, u64 exception_clear_mask, void __user *buf,
+int pqm_get_queue_snapshot(struct process_queue_manager *pqm, u64 exception_clear_mask,
+			   void __user *buf,
 			   int *num_qss_entries, u32 *entry_size);
 
 #endif /* KFD_EMU_H */
