@@ -2041,14 +2041,15 @@ __used noinline long kfd_ioctl(struct file *filep, unsigned int cmd, unsigned lo
 	    nr >= AMDKFD_COMMAND_END)
 		return -ENOTTY;
 	ioctl = &amdkfd_ioctls[nr];
-	if (!ioctl->func)
-		return -EINVAL;
 	usize = _IOC_SIZE(cmd);
 	asize = max_t(unsigned int, usize, _IOC_SIZE(ioctl->cmd));
 	cmd = ioctl->cmd;
 
+	/* "Using KFD FD in wrong process", then "no function" */
 	if (process->lead_thread != current->group_leader)
 		return -EBADF;
+	if (!ioctl->func)
+		return -EINVAL;
 
 	if (cmd & (IOC_IN | IOC_OUT)) {
 		if (asize <= sizeof(stack_kdata)) {
