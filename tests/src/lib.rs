@@ -5,9 +5,9 @@
 //! are not part of the host `cargo test`.
 
 use std::{
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Write},
     path::PathBuf,
-    process::{Child, ChildStdout, Command, Stdio},
+    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
     sync::mpsc,
     thread,
     time::Duration,
@@ -113,4 +113,73 @@ pub fn events_of<'a>(objects: &'a [serde_json::Value], pid: u32, kind: &str) -> 
 /// The closing summary object.
 pub fn summary(objects: &[serde_json::Value]) -> Result<&serde_json::Value> {
     objects.iter().find(|o| o["event"] == "summary").context("no summary object")
+}
+
+/// A helper process driven line by line: one command on its stdin, one JSON object back on its
+/// stdout (`emu-workload`). The first line it prints is kept as `hello`.
+pub struct LineHelper {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    pub hello: serde_json::Value,
+}
+
+impl LineHelper {
+    pub fn spawn(name: &str, args: &[&str]) -> Result<Self> {
+        let mut child = Command::new(binary(name)?)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("spawning {name}"))?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().context("no stdout")?);
+        let mut helper = Self { child, stdin, stdout, hello: serde_json::Value::Null };
+        helper.hello = helper.recv().with_context(|| format!("{name} {args:?} did not start"))?;
+        Ok(helper)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send one command without waiting for the reply (for commands that block in the driver).
+    pub fn send(&mut self, line: &str) -> Result<()> {
+        let stdin = self.stdin.as_mut().context("stdin already closed")?;
+        writeln!(stdin, "{line}")?;
+        stdin.flush()?;
+        Ok(())
+    }
+
+    /// The next reply.
+    pub fn recv(&mut self) -> Result<serde_json::Value> {
+        let mut line = String::new();
+        if self.stdout.read_line(&mut line)? == 0 {
+            bail!("helper {} closed its output", self.child.id());
+        }
+        serde_json::from_str(&line).with_context(|| format!("not JSON: {line}"))
+    }
+
+    pub fn cmd(&mut self, line: &str) -> Result<serde_json::Value> {
+        self.send(line)?;
+        self.recv()
+    }
+
+    /// Close stdin (the helper exits without cleaning up) and wait for it.
+    pub fn finish(mut self) -> Result<std::process::ExitStatus> {
+        drop(self.stdin.take());
+        Ok(self.child.wait()?)
+    }
+}
+
+impl Drop for LineHelper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A sysfs file's text, exactly (no trimming).
+pub fn read_sysfs(path: &str) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {path}"))
 }

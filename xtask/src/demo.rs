@@ -37,6 +37,7 @@ wait $tracer
         timeout: 600,
         memory: "2G".to_owned(),
         no_amdgpu: false,
+        module: None,
         command: vec![script],
     })?;
     if status != 0 {

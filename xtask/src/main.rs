@@ -1,6 +1,7 @@
 //! gpreempt's developer and CI entry points. `cargo xtask --help` lists them.
 
 mod demo;
+mod kmod;
 mod setup;
 mod test;
 mod util;

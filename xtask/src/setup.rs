@@ -13,8 +13,17 @@ use anyhow::{Context, Result};
 use crate::util::{self, output, succeeds};
 
 /// Debian packages the VM tests need, by the command or file that shows they are installed.
-const APT_TOOLS: &[(&str, &str)] =
-    &[("qemu-system-x86", "/usr/bin/qemu-system-x86_64"), ("busybox-static", "/bin/busybox")];
+const APT_TOOLS: &[(&str, &str)] = &[
+    ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
+    ("busybox-static", "/bin/busybox"),
+    // Building the KFD emulator module (tests/kfd-emu) with module BTF.
+    ("make", "/usr/bin/make"),
+    ("gcc-12", "/usr/bin/x86_64-linux-gnu-gcc-12"),
+    ("dwarves", "/usr/bin/pahole"),
+    ("binutils", "/usr/bin/readelf"),
+    ("xz-utils", "/usr/bin/xz"),
+    ("zstd", "/usr/bin/zstd"),
+];
 
 /// The 6.12 kernel of the VM matrix (debug-trap API, KFD 1.17).
 pub const KERNEL_612_PACKAGE: &str = "linux-image-6.12.117+deb12-amd64-unsigned";
@@ -31,6 +40,7 @@ pub fn run() -> Result<()> {
     bpf_linker()?;
     apt_packages()?;
     kernels()?;
+    kernel_headers()?;
     virtme_ng()?;
     Ok(())
 }
@@ -187,6 +197,25 @@ fn kernels() -> Result<()> {
         step(&format!("kernel {KERNEL_612_RELEASE}"), "present");
     } else {
         wanted.push(KERNEL_612_PACKAGE.to_owned());
+    }
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    step(&wanted.join(" "), "installing");
+    apt_install(&wanted)
+}
+
+/// `linux-headers-<release>` of each VM kernel: the KFD emulator module is built against them.
+fn kernel_headers() -> Result<()> {
+    let releases = [installed_kernel("6.1.0-"), installed_kernel(KERNEL_612_RELEASE)];
+    let mut wanted = Vec::new();
+    for release in releases.into_iter().flatten() {
+        let package = format!("linux-headers-{release}");
+        if crate::kmod::headers_dir(&release).join("Makefile").exists() && dpkg_installed(&package) {
+            step(&package, "present");
+        } else {
+            wanted.push(package);
+        }
     }
     if wanted.is_empty() {
         return Ok(());

@@ -2,7 +2,9 @@
 //!
 //! 1. `cargo fmt --check` and `cargo clippy -D warnings` (one check each);
 //! 2. `cargo test` — unit tests, no root;
-//! 3. the integration tests of `tests/` as root inside a VM per kernel of the matrix.
+//! 3. the integration tests of `tests/` as root inside a VM per kernel of the matrix: one boot
+//!    with the real amdgpu driver for every test binary except `emu_*`, and one boot with the KFD
+//!    emulator module (`tests/kfd-emu`) loaded instead for the `emu_*` binaries only.
 //!
 //! A layer that cannot run (build failure, VM that does not boot) counts as one failure and the
 //! other layers still run, so the closing line always accounts for everything.
@@ -10,7 +12,7 @@
 use std::{
     fs,
     io::{BufRead, BufReader},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Command, Stdio},
 };
 
@@ -18,6 +20,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::{
+    kmod::Module,
     setup,
     util::{build_binaries, cargo, describe, output, workspace_root},
     vm::{self, Kernel, VmArgs},
@@ -125,7 +128,15 @@ fn integration_test_binaries() -> Result<Vec<PathBuf>> {
     Ok(binaries)
 }
 
-fn vm_layer(kernel: Kernel, binaries: &[PathBuf], filter: Option<&str>) -> Result<Tally> {
+/// Test binaries of the emulator pass: `tests/tests/emu_*.rs` (cargo names them `emu_<name>-<hash>`).
+fn is_emulator_test(exe: &Path) -> bool {
+    exe.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("emu_"))
+}
+
+fn vm_layer(kernel: Kernel, module: Option<Module>, binaries: &[PathBuf], filter: Option<&str>) -> Result<Tally> {
+    if binaries.is_empty() {
+        bail!("no test binaries for this pass");
+    }
     let log = vm::out_dir(kernel).join("tests.log");
     let mut command = String::from("set -o pipefail; rc=0; ");
     for exe in binaries {
@@ -136,8 +147,14 @@ fn vm_layer(kernel: Kernel, binaries: &[PathBuf], filter: Option<&str>) -> Resul
         ));
     }
     command.push_str("exit $rc");
-    let status =
-        vm::run(&VmArgs { kernel, timeout: 1800, memory: "2G".to_owned(), no_amdgpu: false, command: vec![command] })?;
+    let status = vm::run(&VmArgs {
+        kernel,
+        timeout: 1800,
+        memory: "2G".to_owned(),
+        no_amdgpu: false,
+        module,
+        command: vec![command],
+    })?;
     let text = fs::read_to_string(&log).with_context(|| format!("the VM wrote no {}", log.display()))?;
     let mut tally = parse_libtest(&text);
     // A test binary that crashed before its summary line still has to count.
@@ -190,9 +207,14 @@ pub fn run(args: &TestArgs) -> Result<()> {
         let kernels = if args.kernels.is_empty() { Kernel::MATRIX.to_vec() } else { args.kernels.clone() };
         match build_binaries().and_then(|_| integration_test_binaries()) {
             Ok(binaries) => {
+                let (emulator, amdgpu): (Vec<PathBuf>, Vec<PathBuf>) =
+                    binaries.into_iter().partition(|exe| is_emulator_test(exe));
                 for kernel in kernels {
                     stage(&format!("VM {}", kernel.name()), &mut tally, || {
-                        vm_layer(kernel, &binaries, args.filter.as_deref())
+                        vm_layer(kernel, None, &amdgpu, args.filter.as_deref())
+                    });
+                    stage(&format!("VM {} emulator", kernel.name()), &mut tally, || {
+                        vm_layer(kernel, Some(Module::KfdEmu), &emulator, args.filter.as_deref())
                     });
                 }
             }
@@ -216,5 +238,12 @@ mod tests {
                     test result: FAILED. 2 passed; 1 failed; 0 ignored\n  test result: ok. 0 passed; 0 failed;\n";
         assert_eq!(parse_libtest(text), Tally { passed: 18, failed: 1 });
         assert_eq!(parse_libtest("nothing here"), Tally::default());
+    }
+
+    #[test]
+    fn emulator_binaries_are_the_emu_prefixed_ones() {
+        assert!(is_emulator_test(Path::new("/t/debug/deps/emu_module-0123abcd")));
+        assert!(!is_emulator_test(Path::new("/t/debug/deps/trace_queue_ioctls-0123abcd")));
+        assert!(!is_emulator_test(Path::new("/t/debug/deps/ps-emu_module")));
     }
 }

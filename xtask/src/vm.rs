@@ -19,7 +19,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 
-use crate::{setup, util::target_dir};
+use crate::{kmod, setup, util::target_dir};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Kernel {
@@ -66,6 +66,9 @@ pub struct VmArgs {
     /// Do not load amdgpu before the command.
     #[arg(long)]
     pub no_amdgpu: bool,
+    /// Build this test module for the kernel on the host and insmod it instead of loading amdgpu.
+    #[arg(long, value_enum)]
+    pub module: Option<kmod::Module>,
     /// Command to run as root in the guest (through `bash -c`), in the workspace root.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     pub command: Vec<String>,
@@ -84,7 +87,14 @@ pub fn run(args: &VmArgs) -> Result<i32> {
     fs::create_dir_all(&out)?;
     let status_file = out.join("status");
     let root = crate::util::workspace_root();
-    let load = if args.no_amdgpu {
+    let load = if let Some(module) = args.module {
+        let ko = kmod::build(module, &release)?;
+        format!(
+            "insmod '{}' || {{ echo 'xtask vm: insmod {}' failed >&2; echo 97 > \"$GPREEMPT_VM_OUT/status\"; exit 97; }}\n",
+            ko.display(),
+            module.name()
+        )
+    } else if args.no_amdgpu {
         String::new()
     } else {
         "modprobe amdgpu || { echo 'xtask vm: modprobe amdgpu failed' >&2; echo 97 > \"$GPREEMPT_VM_OUT/status\"; exit 97; }\n"

@@ -1,0 +1,2340 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * KFD emulator: /dev/kfd with the UAPI and semantics of amdkfd as of Linux 6.12.117 (KFD 1.17)
+ * for queues, the debug-trap API and process lifetime, plus emulated GPUs whose queues consume
+ * work, so gpreempt can be tested end to end without an AMD GPU. A test fixture, never shipped.
+ *
+ * Every function the tracer may probe has the name and prototype of its amdkfd counterpart
+ * (comment "mirrors"), is global and noinline, so it appears in /proc/kallsyms under its own
+ * name. Behaviour comments name the amdkfd fact they reproduce; design/KFD.md has the sources.
+ *
+ * Emulated GPUs: gpu_id 0x1000 (topology node 1) and 0x2000 (node 2), see kfd_emu.h.
+ * Emulated execution: one "CP" kthread per GPU. Each tick it moves the u64 read index at
+ * read_pointer_address one step (packets_per_tick) toward the u64 write index at
+ * write_pointer_address, for every queue in the GPU's current runlist. An unmap (HWS
+ * UNMAP_QUEUES of every dynamic queue on the GPU) completes preempt_delay_us later: the CP
+ * thread then takes every queue off the runlist and writes the fence amdkfd_fence_wait_timeout()
+ * polls, so queues keep running during the emulated CWSR save and are stopped once it returns.
+ */
+
+#include <linux/module.h>
+#include <linux/kernel.h>
+#include <linux/fs.h>
+#include <linux/file.h>
+#include <linux/device.h>
+#include <linux/kthread.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/task.h>
+#include <linux/sched/signal.h>
+#include <linux/ptrace.h>
+#include <linux/pid.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/delay.h>
+#include <linux/bitmap.h>
+#include <linux/jiffies.h>
+#include <linux/version.h>
+#include <linux/log2.h>
+
+#include "kfd_emu.h"
+
+static_assert(sizeof(struct kfd_ioctl_create_queue_args) == 96);
+static_assert(offsetof(struct kfd_ioctl_create_queue_args, queue_id) == 52);
+static_assert(sizeof(struct kfd_ioctl_dbg_trap_args) == 32);
+static_assert(offsetof(struct kfd_ioctl_dbg_trap_args, suspend_queues.num_queues) == 24);
+static_assert(sizeof(struct kfd_queue_snapshot_entry) == 64);
+static_assert(sizeof(struct kfd_runtime_info) == 16);
+static_assert(sizeof(struct kfd_ioctl_update_queue_args) == 24);
+static_assert(offsetof(struct queue, properties) == 40);
+static_assert(offsetof(struct queue_properties, queue_id) == 8);
+static_assert(offsetof(struct qcm_process_device, pqm) == 8);
+static_assert(offsetof(struct kfd_process_device, qpd) == 16);
+
+/* ---- module parameters ---- */
+
+static unsigned int num_gpus = 2;
+module_param(num_gpus, uint, 0444);
+MODULE_PARM_DESC(num_gpus, "Emulated GPUs (1 or 2; gpu_id 0x1000, 0x2000)");
+
+static unsigned int tick_us = 1000;
+module_param(tick_us, uint, 0644);
+MODULE_PARM_DESC(tick_us, "Emulated CP tick in microseconds (default 1000)");
+
+static unsigned int packets_per_tick = 1;
+module_param(packets_per_tick, uint, 0644);
+MODULE_PARM_DESC(packets_per_tick, "Read-index advance per tick per mapped queue (default 1)");
+
+static unsigned int preempt_delay_us = 5000;
+module_param(preempt_delay_us, uint, 0644);
+MODULE_PARM_DESC(preempt_delay_us,
+		 "Emulated CWSR save time of an unmap, spent in amdkfd_fence_wait_timeout (default 5000)");
+
+/* amdgpu's queue_preemption_timeout_ms (default 9000, 0644) */
+static unsigned int queue_preemption_timeout_ms = 9000;
+module_param(queue_preemption_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(queue_preemption_timeout_ms, "Fence wait timeout (default 9000)");
+
+/* ---- globals ---- */
+
+static struct kfd_node emu_nodes[EMU_MAX_GPUS];
+static struct device_queue_manager emu_dqms[EMU_MAX_GPUS];
+static const unsigned int emu_gpu_ids[EMU_MAX_GPUS] = { EMU_GPU_ID0, EMU_GPU_ID1 };
+
+static DEFINE_MUTEX(kfd_processes_mutex);
+static LIST_HEAD(kfd_processes_list);
+static struct workqueue_struct *kfd_process_wq;
+static atomic_t pasid_counter = ATOMIC_INIT(0x8000);
+
+static int kfd_char_dev_major = -1;
+static struct class *kfd_class;
+static struct device *kfd_device;
+static struct kobject *procfs_kobj;
+static struct kobject *topology_kobj;
+static struct kobject *topology_nodes_kobj;
+static struct kobject *topology_cpu_node_kobj;
+static struct kobject *emu_ctl_kobj;
+
+static void kfd_unref_process(struct kfd_process *p);
+
+static void dqm_lock(struct device_queue_manager *dqm)
+{
+	mutex_lock(&dqm->lock_hidden);
+}
+
+static void dqm_unlock(struct device_queue_manager *dqm)
+{
+	mutex_unlock(&dqm->lock_hidden);
+}
+
+static struct kfd_process_device *kfd_process_device_data_by_id(struct kfd_process *p, u32 gpu_id)
+{
+	int i;
+
+	for (i = 0; i < p->n_pdds; i++)
+		if (p->pdds[i].dev->id == gpu_id)
+			return &p->pdds[i];
+	return NULL;
+}
+
+static struct kfd_process_device *qpd_to_pdd(struct qcm_process_device *qpd)
+{
+	return container_of(qpd, struct kfd_process_device, qpd);
+}
+
+/* ---- emulated command processor (one per GPU) ---- */
+
+/* One step of a mapped queue: rptr moves toward wptr (both u64 in the owner's memory). */
+static void emu_cp_advance(struct queue *q)
+{
+	struct mm_struct *mm = q->process->mm_grabbed;
+	u64 __user *rptr = q->properties.read_ptr;
+	u64 __user *wptr = q->properties.write_ptr;
+	u64 r, w, step;
+
+	if (!rptr || !wptr || !mmget_not_zero(mm))
+		return;
+	kthread_use_mm(mm);
+	if (!get_user(w, wptr) && !get_user(r, rptr) && r < w) {
+		step = min_t(u64, w - r, packets_per_tick);
+		if (!put_user(r + step, rptr))
+			q->packets_done += step;
+	}
+	kthread_unuse_mm(mm);
+	/* Never the last user here in practice; async so exit_mmap never runs under hw_lock. */
+	mmput_async(mm);
+}
+
+static bool emu_cp_has_work(struct device_queue_manager *dqm)
+{
+	return READ_ONCE(dqm->preempt_pending) || READ_ONCE(dqm->active_runlist);
+}
+
+static int emu_cp_thread(void *data)
+{
+	struct device_queue_manager *dqm = data;
+	struct qcm_process_device *qpd;
+	struct queue *q;
+
+	while (!kthread_should_stop()) {
+		if (!emu_cp_has_work(dqm)) {
+			wait_event_interruptible(dqm->cp_wait, kthread_should_stop() ||
+						 emu_cp_has_work(dqm));
+			continue;
+		}
+		usleep_range(tick_us, tick_us + tick_us / 4 + 1);
+		mutex_lock(&dqm->hw_lock);
+		if (dqm->preempt_pending && ktime_after(ktime_get(), dqm->preempt_deadline)) {
+			/* UNMAP_QUEUES finished: every queue is saved and off the runlist, then the
+			 * QUERY_STATUS fence is written (what amdkfd_fence_wait_timeout polls).
+			 */
+			list_for_each_entry(qpd, &dqm->queues, dqm_list)
+				list_for_each_entry(q, &qpd->queues_list, list)
+					q->hw_mapped = false;
+			dqm->preempt_pending = false;
+			WRITE_ONCE(*dqm->fence_addr, dqm->fence_pending_value);
+		}
+		list_for_each_entry(qpd, &dqm->queues, dqm_list)
+			list_for_each_entry(q, &qpd->queues_list, list)
+				if (q->hw_mapped)
+					emu_cp_advance(q);
+		mutex_unlock(&dqm->hw_lock);
+	}
+	return 0;
+}
+
+/* ---- device queue manager (kfd_device_queue_manager.c) ---- */
+
+/*
+ * Mirrors: int amdkfd_fence_wait_timeout(struct device_queue_manager *dqm, uint64_t fence_value,
+ *                                        unsigned int timeout_ms)   (Linux 6.12.117)
+ * Polls the fence the CP writes when the preemption is done; -ETIME after timeout_ms
+ * ("qcm fence wait loop timeout expired").
+ */
+__used noinline int amdkfd_fence_wait_timeout(struct device_queue_manager *dqm, u64 fence_value,
+					      unsigned int timeout_ms)
+{
+	unsigned long end_jiffies = msecs_to_jiffies(timeout_ms) + jiffies;
+
+	while (READ_ONCE(*dqm->fence_addr) != fence_value) {
+		if (time_after(jiffies, end_jiffies)) {
+			pr_err("kfd_emu: qcm fence wait loop timeout expired\n");
+			return -ETIME;
+		}
+		usleep_range(50, 100);
+	}
+	return 0;
+}
+
+/*
+ * Mirrors: static int unmap_queues_cpsch(struct device_queue_manager *dqm,
+ *     enum kfd_unmap_queues_filter filter, uint32_t filter_param, uint32_t grace_period,
+ *     bool reset)
+ * (6.12.117). Nothing to do without an active runlist; otherwise UNMAP_QUEUES of every dynamic
+ * queue of every process on this GPU, then wait for the fence. grace_period is accepted and,
+ * like the SCH_WAVE wait it programs on real HWS, has no emulated effect.
+ */
+__used noinline int unmap_queues_cpsch(struct device_queue_manager *dqm,
+				       enum kfd_unmap_queues_filter filter,
+				       u32 filter_param, u32 grace_period, bool reset)
+{
+	struct qcm_process_device *qpd;
+	struct queue *q;
+	int retval;
+
+	if (!dqm->active_runlist)
+		return 0;
+
+	mutex_lock(&dqm->hw_lock);
+	WRITE_ONCE(*dqm->fence_addr, KFD_FENCE_INIT);
+	dqm->fence_pending_value = KFD_FENCE_COMPLETED;
+	dqm->preempt_deadline = ktime_add_us(ktime_get(), preempt_delay_us);
+	dqm->preempt_pending = true;
+	mutex_unlock(&dqm->hw_lock);
+	wake_up(&dqm->cp_wait);
+
+	retval = amdkfd_fence_wait_timeout(dqm, KFD_FENCE_COMPLETED, queue_preemption_timeout_ms);
+	if (retval) {
+		/* Real KFD calls kfd_hws_hang() (GPU reset) here; the emulator drops the runlist */
+		pr_err("kfd_emu: The cp might be in an unrecoverable state due to an unsuccessful queues preemption\n");
+		mutex_lock(&dqm->hw_lock);
+		dqm->preempt_pending = false;
+		list_for_each_entry(qpd, &dqm->queues, dqm_list)
+			list_for_each_entry(q, &qpd->queues_list, list)
+				q->hw_mapped = false;
+		mutex_unlock(&dqm->hw_lock);
+	}
+	dqm->active_runlist = false;
+	return retval;
+}
+
+/*
+ * Mirrors: static int map_queues_cpsch(struct device_queue_manager *dqm) (6.12.117):
+ * no-op without active queues or with a runlist already active; else submit a runlist of every
+ * active queue on the GPU.
+ */
+__used noinline int map_queues_cpsch(struct device_queue_manager *dqm)
+{
+	struct qcm_process_device *qpd;
+	struct queue *q;
+
+	if (dqm->active_queue_count == 0 || dqm->processes_count == 0)
+		return 0;
+	if (dqm->active_runlist)
+		return 0;
+
+	mutex_lock(&dqm->hw_lock);
+	list_for_each_entry(qpd, &dqm->queues, dqm_list)
+		list_for_each_entry(q, &qpd->queues_list, list)
+			q->hw_mapped = q->properties.is_active;
+	dqm->active_runlist = true;
+	mutex_unlock(&dqm->hw_lock);
+	wake_up(&dqm->cp_wait);
+	return 0;
+}
+
+/*
+ * Mirrors: static int execute_queues_cpsch(struct device_queue_manager *dqm,
+ *     enum kfd_unmap_queues_filter filter, uint32_t filter_param, uint32_t grace_period) (6.12.117)
+ * = unmap (device-wide) then map the active queues again.
+ */
+__used noinline int execute_queues_cpsch(struct device_queue_manager *dqm,
+					 enum kfd_unmap_queues_filter filter,
+					 u32 filter_param, u32 grace_period)
+{
+	int retval;
+
+	retval = unmap_queues_cpsch(dqm, filter, filter_param, grace_period, false);
+	if (!retval)
+		retval = map_queues_cpsch(dqm);
+	return retval;
+}
+
+static void increment_queue_count(struct device_queue_manager *dqm, struct queue *q)
+{
+	dqm->active_queue_count++;
+}
+
+static void decrement_queue_count(struct device_queue_manager *dqm, struct queue *q)
+{
+	dqm->active_queue_count--;
+}
+
+/* register_process(): the qpd joins dqm->queues (under hw_lock: the CP thread walks it). */
+static void dqm_register_process(struct device_queue_manager *dqm, struct qcm_process_device *qpd)
+{
+	if (qpd->registered)
+		return;
+	mutex_lock(&dqm->hw_lock);
+	list_add(&qpd->dqm_list, &dqm->queues);
+	mutex_unlock(&dqm->hw_lock);
+	qpd->registered = true;
+	dqm->processes_count++;
+}
+
+static void dqm_unregister_process(struct device_queue_manager *dqm, struct qcm_process_device *qpd)
+{
+	if (!qpd->registered)
+		return;
+	mutex_lock(&dqm->hw_lock);
+	list_del(&qpd->dqm_list);
+	mutex_unlock(&dqm->hw_lock);
+	qpd->registered = false;
+	dqm->processes_count--;
+}
+
+/*
+ * Mirrors: static int create_queue_cpsch(struct device_queue_manager *dqm, struct queue *q,
+ *     struct qcm_process_device *qpd, const struct kfd_criu_queue_priv_data *qd,
+ *     const void *restore_mqd, const void *restore_ctl_stack) (6.12.117):
+ * a queue of an evicted process starts evicted; an active queue triggers execute_queues_cpsch.
+ */
+__used noinline int create_queue_cpsch(struct device_queue_manager *dqm, struct queue *q,
+				       struct qcm_process_device *qpd, const void *qd,
+				       const void *restore_mqd, const void *restore_ctl_stack)
+{
+	int retval = 0;
+
+	dqm_lock(dqm);
+	dqm_register_process(dqm, qpd);
+	q->properties.is_evicted = !!qpd->evicted;
+	q->properties.is_active = QUEUE_IS_ACTIVE(q->properties);
+	mutex_lock(&dqm->hw_lock);
+	list_add(&q->list, &qpd->queues_list);
+	mutex_unlock(&dqm->hw_lock);
+	qpd->queue_count++;
+	if (q->properties.is_active) {
+		increment_queue_count(dqm, q);
+		retval = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+					      USE_DEFAULT_GRACE_PERIOD);
+	}
+	dqm_unlock(dqm);
+	return retval;
+}
+
+/*
+ * wait_on_destroy_queue() (6.12.117): destroying a suspended queue of a debug-enabled process
+ * blocks (interruptibly) until the debugger resumes it.
+ */
+static int wait_on_destroy_queue(struct device_queue_manager *dqm, struct queue *q)
+{
+	struct kfd_process *p = q->process;
+	int ret = 0;
+
+	q->properties.is_being_destroyed = true;
+	if (p->debug_trap_enabled && q->properties.is_suspended) {
+		dqm_unlock(dqm);
+		mutex_unlock(&p->mutex);
+		ret = wait_event_interruptible(dqm->destroy_wait, !q->properties.is_suspended);
+		mutex_lock(&p->mutex);
+		dqm_lock(dqm);
+	}
+	return ret;
+}
+
+/*
+ * Mirrors: static int destroy_queue_cpsch(struct device_queue_manager *dqm,
+ *     struct qcm_process_device *qpd, struct queue *q) (6.12.117)
+ */
+__used noinline int destroy_queue_cpsch(struct device_queue_manager *dqm,
+					struct qcm_process_device *qpd,
+					struct queue *q)
+{
+	int retval;
+
+	dqm_lock(dqm);
+	retval = wait_on_destroy_queue(dqm, q);
+	if (retval) {
+		q->properties.is_being_destroyed = false;
+		dqm_unlock(dqm);
+		return retval;
+	}
+	mutex_lock(&dqm->hw_lock);
+	list_del(&q->list);
+	q->hw_mapped = false;
+	mutex_unlock(&dqm->hw_lock);
+	qpd->queue_count--;
+	if (q->properties.is_active) {
+		decrement_queue_count(dqm, q);
+		retval = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+					      USE_DEFAULT_GRACE_PERIOD);
+		/* -ETIME: real KFD still frees the queue (pqm_destroy_queue ignores it) */
+		if (retval == -ETIME)
+			retval = 0;
+	}
+	if (list_empty(&qpd->queues_list))
+		dqm_unregister_process(dqm, qpd);
+	dqm_unlock(dqm);
+	return retval;
+}
+
+/* update_queue(): an active queue is unmapped while its properties change, then remapped. */
+static int dqm_update_queue(struct device_queue_manager *dqm, struct queue *q)
+{
+	bool prev_active;
+	int retval = 0;
+
+	dqm_lock(dqm);
+	prev_active = q->properties.is_active;
+	if (prev_active)
+		retval = unmap_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+					    USE_DEFAULT_GRACE_PERIOD, false);
+	q->properties.is_active = QUEUE_IS_ACTIVE(q->properties);
+	if (q->properties.is_active && !prev_active)
+		increment_queue_count(dqm, q);
+	else if (!q->properties.is_active && prev_active)
+		decrement_queue_count(dqm, q);
+	if (!retval)
+		retval = map_queues_cpsch(dqm);
+	dqm_unlock(dqm);
+	return retval;
+}
+
+/*
+ * Mirrors: static int evict_process_queues_cpsch(struct device_queue_manager *dqm,
+ *     struct qcm_process_device *qpd) (6.12.117): counted (only the first eviction acts), marks
+ * every queue evicted, deactivates the active ones, execute_queues_cpsch.
+ */
+__used noinline int evict_process_queues_cpsch(struct device_queue_manager *dqm,
+					       struct qcm_process_device *qpd)
+{
+	struct queue *q;
+	int retval = 0;
+
+	dqm_lock(dqm);
+	if (qpd->evicted++ > 0)
+		goto out;
+	list_for_each_entry(q, &qpd->queues_list, list) {
+		q->properties.is_evicted = true;
+		if (!q->properties.is_active)
+			continue;
+		q->properties.is_active = false;
+		decrement_queue_count(dqm, q);
+	}
+	qpd_to_pdd(qpd)->last_evict_timestamp = get_jiffies_64();
+	retval = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+				      USE_DEFAULT_GRACE_PERIOD);
+out:
+	dqm_unlock(dqm);
+	return retval;
+}
+
+/*
+ * Mirrors: static int restore_process_queues_cpsch(struct device_queue_manager *dqm,
+ *     struct qcm_process_device *qpd) (6.12.117): the last restore reactivates queues and adds the
+ * eviction time to stats_<gpuid>/evicted_ms.
+ */
+__used noinline int restore_process_queues_cpsch(struct device_queue_manager *dqm,
+						 struct qcm_process_device *qpd)
+{
+	struct kfd_process_device *pdd = qpd_to_pdd(qpd);
+	struct queue *q;
+	int retval = 0;
+
+	dqm_lock(dqm);
+	if (WARN_ON_ONCE(!qpd->evicted))
+		goto out;
+	if (qpd->evicted > 1) {
+		qpd->evicted--;
+		goto out;
+	}
+	list_for_each_entry(q, &qpd->queues_list, list) {
+		q->properties.is_evicted = false;
+		if (!QUEUE_IS_ACTIVE(q->properties))
+			continue;
+		q->properties.is_active = true;
+		increment_queue_count(dqm, q);
+	}
+	retval = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+				      USE_DEFAULT_GRACE_PERIOD);
+	atomic64_add(get_jiffies_64() - pdd->last_evict_timestamp, &pdd->evict_duration_counter);
+	qpd->evicted = 0;
+out:
+	dqm_unlock(dqm);
+	return retval;
+}
+
+/*
+ * Mirrors: static int process_termination_cpsch(struct device_queue_manager *dqm,
+ *     struct qcm_process_device *qpd) (6.12.117): the process's queues leave the GPU whether or
+ * not they are suspended; one execute_queues_cpsch if any was active.
+ */
+__used noinline int process_termination_cpsch(struct device_queue_manager *dqm,
+					      struct qcm_process_device *qpd)
+{
+	struct queue *q;
+	bool any_active = false;
+	int retval = 0;
+
+	dqm_lock(dqm);
+	mutex_lock(&dqm->hw_lock);
+	list_for_each_entry(q, &qpd->queues_list, list) {
+		q->hw_mapped = false;
+		if (q->properties.is_active) {
+			any_active = true;
+			q->properties.is_active = false;
+			decrement_queue_count(dqm, q);
+		}
+	}
+	/* the pqm still owns the queue memory (pqm_uninit frees it) */
+	while (!list_empty(&qpd->queues_list))
+		list_del_init(qpd->queues_list.next);
+	qpd->queue_count = 0;
+	mutex_unlock(&dqm->hw_lock);
+	dqm_unregister_process(dqm, qpd);
+	if (any_active)
+		retval = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+					      USE_DEFAULT_GRACE_PERIOD);
+	/* debug-suspended queues of a dying process must not keep a destroyer waiting */
+	wake_up_all(&dqm->destroy_wait);
+	dqm_unlock(dqm);
+	return retval;
+}
+
+/* suspend_single_queue() (6.12.117): new (EC_QUEUE_NEW) or dying queues are refused (-EBUSY). */
+static int suspend_single_queue(struct device_queue_manager *dqm, struct queue *q)
+{
+	if (q->properties.is_suspended)
+		return 0;
+	if ((q->properties.exception_status & KFD_EC_MASK(EC_QUEUE_NEW)) ||
+	    q->properties.is_being_destroyed)
+		return -EBUSY;
+	q->properties.is_suspended = true;
+	if (q->properties.is_active) {
+		decrement_queue_count(dqm, q);
+		q->properties.is_active = false;
+	}
+	return 0;
+}
+
+static int resume_single_queue(struct device_queue_manager *dqm, struct queue *q)
+{
+	if (!q->properties.is_suspended)
+		return 0;
+	q->properties.is_suspended = false;
+	if (QUEUE_IS_ACTIVE(q->properties)) {
+		q->properties.is_active = true;
+		increment_queue_count(dqm, q);
+	}
+	return 0;
+}
+
+static u32 *get_queue_ids(u32 num_queues, u32 __user *usr_queue_id_array)
+{
+	if (!usr_queue_id_array)
+		return NULL;
+	return memdup_user(usr_queue_id_array, array_size(num_queues, sizeof(u32)));
+}
+
+static int q_array_get_index(unsigned int queue_id, u32 num_queues, u32 *queue_ids)
+{
+	u32 i;
+
+	for (i = 0; i < num_queues; i++)
+		if (queue_id == (queue_ids[i] & ~KFD_DBG_QUEUE_INVALID_MASK))
+			return i;
+	return -1;
+}
+
+/*
+ * Mirrors: int suspend_queues(struct kfd_process *p, uint32_t num_queues, uint32_t grace_period,
+ *     uint64_t exception_clear_mask, uint32_t *usr_queue_id_array) (6.12.117, HWS path):
+ * every id starts INVALID, suspended (or already suspended) ones are cleared, one
+ * execute_queues_cpsch per GPU, ERROR on failure, array written back, returns the count.
+ */
+__used noinline int suspend_queues(struct kfd_process *p, u32 num_queues, u32 grace_period,
+				   u64 exception_clear_mask, u32 *usr_queue_id_array)
+{
+	u32 *queue_ids = get_queue_ids(num_queues, (u32 __user *)usr_queue_id_array);
+	int total_suspended = 0;
+	u32 i;
+	int d;
+
+	if (IS_ERR(queue_ids))
+		return PTR_ERR(queue_ids);
+	if (!queue_ids)
+		return -EINVAL;	/* real KFD dereferences the NULL array; refuse instead */
+	for (i = 0; i < num_queues; i++)
+		queue_ids[i] |= KFD_DBG_QUEUE_INVALID_MASK;
+
+	for (d = 0; d < p->n_pdds; d++) {
+		struct kfd_process_device *pdd = &p->pdds[d];
+		struct device_queue_manager *dqm = pdd->dev->dqm;
+		struct queue *q;
+		int r = 0, per_device_suspended = 0;
+
+		mutex_lock(&p->event_mutex);
+		dqm_lock(dqm);
+		list_for_each_entry(q, &pdd->qpd.queues_list, list) {
+			int q_idx = q_array_get_index(q->properties.queue_id, num_queues,
+						      queue_ids);
+			int err;
+
+			if (q_idx < 0)
+				continue;
+			err = suspend_single_queue(dqm, q);
+			if (!err) {
+				queue_ids[q_idx] &= ~KFD_DBG_QUEUE_INVALID_MASK;
+				per_device_suspended++;
+			} else if (err != -EBUSY) {
+				queue_ids[q_idx] |= KFD_DBG_QUEUE_ERROR_MASK;
+				break;
+			}
+		}
+		if (!per_device_suspended) {
+			dqm_unlock(dqm);
+			mutex_unlock(&p->event_mutex);
+			continue;
+		}
+		r = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+					 grace_period);
+		if (r)
+			pr_err("kfd_emu: Failed to suspend process queues.\n");
+		else
+			total_suspended += per_device_suspended;
+		list_for_each_entry(q, &pdd->qpd.queues_list, list) {
+			int q_idx = q_array_get_index(q->properties.queue_id, num_queues,
+						      queue_ids);
+
+			if (q_idx < 0)
+				continue;
+			if (r)
+				queue_ids[q_idx] |= KFD_DBG_QUEUE_ERROR_MASK;
+			else if (exception_clear_mask)
+				q->properties.exception_status &= ~exception_clear_mask;
+		}
+		dqm_unlock(dqm);
+		mutex_unlock(&p->event_mutex);
+	}
+	if (copy_to_user((void __user *)usr_queue_id_array, queue_ids, array_size(num_queues,
+										  sizeof(u32))))
+		pr_err("kfd_emu: copy_to_user failed on queue suspend\n");
+	kfree(queue_ids);
+	return total_suspended;
+}
+
+/*
+ * Mirrors: int resume_queues(struct kfd_process *p, uint32_t num_queues,
+ *     uint32_t *usr_queue_id_array) (6.12.117). A NULL array resumes every queue (used by
+ * debug deactivation, runtime disable and debugger exit).
+ */
+__used noinline int resume_queues(struct kfd_process *p, u32 num_queues, u32 *usr_queue_id_array)
+{
+	u32 *queue_ids = NULL;
+	int total_resumed = 0;
+	u32 i;
+	int d;
+
+	if (usr_queue_id_array) {
+		queue_ids = get_queue_ids(num_queues, (u32 __user *)usr_queue_id_array);
+		if (IS_ERR(queue_ids))
+			return PTR_ERR(queue_ids);
+		for (i = 0; i < num_queues; i++)
+			queue_ids[i] |= KFD_DBG_QUEUE_INVALID_MASK;
+	}
+
+	for (d = 0; d < p->n_pdds; d++) {
+		struct kfd_process_device *pdd = &p->pdds[d];
+		struct device_queue_manager *dqm = pdd->dev->dqm;
+		struct queue *q;
+		int r, per_device_resumed = 0;
+
+		dqm_lock(dqm);
+		list_for_each_entry(q, &pdd->qpd.queues_list, list) {
+			int q_idx = -1;
+
+			if (queue_ids)
+				q_idx = q_array_get_index(q->properties.queue_id, num_queues,
+							  queue_ids);
+			if (queue_ids && q_idx < 0)
+				continue;
+			if (!resume_single_queue(dqm, q) && queue_ids)
+				queue_ids[q_idx] &= ~KFD_DBG_QUEUE_INVALID_MASK;
+			per_device_resumed++;
+		}
+		if (!per_device_resumed) {
+			dqm_unlock(dqm);
+			continue;
+		}
+		r = execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+					 USE_DEFAULT_GRACE_PERIOD);
+		if (r) {
+			pr_err("kfd_emu: Failed to resume process queues\n");
+			if (queue_ids) {
+				list_for_each_entry(q, &pdd->qpd.queues_list, list) {
+					int q_idx = q_array_get_index(q->properties.queue_id,
+								      num_queues, queue_ids);
+
+					if (q_idx >= 0)
+						queue_ids[q_idx] |= KFD_DBG_QUEUE_ERROR_MASK;
+				}
+			}
+		} else {
+			total_resumed += per_device_resumed;
+		}
+		wake_up_all(&dqm->destroy_wait);
+		dqm_unlock(dqm);
+	}
+	if (queue_ids) {
+		if (copy_to_user((void __user *)usr_queue_id_array, queue_ids,
+				 array_size(num_queues, sizeof(u32))))
+			pr_err("kfd_emu: copy_to_user failed on queue resume\n");
+		kfree(queue_ids);
+	}
+	return total_resumed;
+}
+
+/* ---- SMI events and eviction (kfd_smi_events.c, kfd_process.c) ---- */
+
+/*
+ * Mirrors: void kfd_smi_event_queue_eviction(struct kfd_node *node, pid_t pid, uint32_t trigger)
+ * (6.12.117). The emulator has no SMI event fds; this is the probe point with the real arguments.
+ */
+__used noinline void kfd_smi_event_queue_eviction(struct kfd_node *node, pid_t pid, u32 trigger)
+{
+	pr_debug("kfd_emu: %x queue eviction pid %d trigger %u\n", node->id, pid, trigger);
+}
+
+/* Mirrors: void kfd_smi_event_queue_restore(struct kfd_node *node, pid_t pid) (6.12.117). */
+__used noinline void kfd_smi_event_queue_restore(struct kfd_node *node, pid_t pid)
+{
+	pr_debug("kfd_emu: %x queue restore pid %d\n", node->id, pid);
+}
+
+/*
+ * Mirrors: int kfd_process_evict_queues(struct kfd_process *p, uint32_t trigger) (6.12.117):
+ * per GPU, the SMI eviction event then the dqm's evict_process_queues.
+ */
+__used noinline int kfd_process_evict_queues(struct kfd_process *p, u32 trigger)
+{
+	int r = 0, i;
+
+	for (i = 0; i < p->n_pdds; i++) {
+		struct kfd_process_device *pdd = &p->pdds[i];
+
+		kfd_smi_event_queue_eviction(pdd->dev, p->lead_thread->pid, trigger);
+		r = evict_process_queues_cpsch(pdd->dev->dqm, &pdd->qpd);
+		if (r && r != -EIO) {
+			pr_err("kfd_emu: Failed to evict process queues\n");
+			break;
+		}
+	}
+	return r;
+}
+
+/* Mirrors: int kfd_process_restore_queues(struct kfd_process *p) (6.12.117). */
+__used noinline int kfd_process_restore_queues(struct kfd_process *p)
+{
+	int r, ret = 0, i;
+
+	for (i = 0; i < p->n_pdds; i++) {
+		struct kfd_process_device *pdd = &p->pdds[i];
+
+		kfd_smi_event_queue_restore(pdd->dev, p->lead_thread->pid);
+		r = restore_process_queues_cpsch(pdd->dev->dqm, &pdd->qpd);
+		if (r) {
+			pr_err("kfd_emu: Failed to restore process queues\n");
+			if (!ret)
+				ret = r;
+		}
+	}
+	return ret;
+}
+
+/* ---- sysfs (kfd_process.c procfs part, 6.12.117 formats) ---- */
+
+static void kfd_procfs_kobj_release(struct kobject *kobj)
+{
+}
+
+static ssize_t kfd_procfs_queue_show(struct kobject *kobj, struct attribute *attr, char *buffer)
+{
+	struct queue *q = container_of(kobj, struct queue, kobj);
+
+	/* no trailing newline, as kfd_procfs_queue_show() */
+	if (!strcmp(attr->name, "size"))
+		return sysfs_emit(buffer, "%llu", q->properties.queue_size);
+	if (!strcmp(attr->name, "type"))
+		return sysfs_emit(buffer, "%d", q->properties.type);
+	if (!strcmp(attr->name, "gpuid"))
+		return sysfs_emit(buffer, "%u", q->device->id);
+	return 0;
+}
+
+static struct attribute attr_queue_size = { .name = "size", .mode = 0444 };
+static struct attribute attr_queue_type = { .name = "type", .mode = 0444 };
+static struct attribute attr_queue_gpuid = { .name = "gpuid", .mode = 0444 };
+static struct attribute *procfs_queue_attrs[] = {
+	&attr_queue_size, &attr_queue_type, &attr_queue_gpuid, NULL
+};
+ATTRIBUTE_GROUPS(procfs_queue);
+
+static const struct sysfs_ops procfs_queue_ops = { .show = kfd_procfs_queue_show };
+static struct kobj_type procfs_queue_type = {
+	.release = kfd_procfs_kobj_release,
+	.sysfs_ops = &procfs_queue_ops,
+	.default_groups = procfs_queue_groups,
+};
+
+static int kfd_procfs_add_queue(struct queue *q)
+{
+	int ret = kobject_init_and_add(&q->kobj, &procfs_queue_type, q->process->kobj_queues, "%u",
+				       q->properties.queue_id);
+
+	if (ret < 0) {
+		pr_warn("kfd_emu: Creating proc/<pid>/queues/%u failed\n", q->properties.queue_id);
+		kobject_put(&q->kobj);
+	}
+	return ret;
+}
+
+static void kfd_procfs_del_queue(struct queue *q)
+{
+	kobject_del(&q->kobj);
+	kobject_put(&q->kobj);
+}
+
+static ssize_t kfd_procfs_show(struct kobject *kobj, struct attribute *attr, char *buffer)
+{
+	struct kfd_process *p;
+	struct kfd_process_device *pdd;
+
+	if (!strcmp(attr->name, "pasid")) {
+		p = container_of(attr, struct kfd_process, attr_pasid);
+		return sysfs_emit(buffer, "%d\n", p->pasid);
+	}
+	if (!strncmp(attr->name, "vram_", 5))
+		return sysfs_emit(buffer, "%llu\n", 0ULL);	/* the emulator allocates no VRAM */
+	if (!strncmp(attr->name, "sdma_", 5))
+		return sysfs_emit(buffer, "%llu\n", 0ULL);	/* no SDMA activity accounting */
+	if (!strcmp(attr->name, "evicted_ms")) {
+		pdd = container_of(attr, struct kfd_process_device, attr_evict);
+		return sysfs_emit(buffer, "%llu\n",
+				  (u64)jiffies64_to_msecs(atomic64_read(&pdd->evict_duration_counter)));
+	}
+	return 0;
+}
+
+static const struct sysfs_ops kfd_procfs_ops = { .show = kfd_procfs_show };
+static struct kobj_type procfs_type = {
+	.release = kfd_procfs_kobj_release,
+	.sysfs_ops = &kfd_procfs_ops,
+};
+
+static void kfd_sysfs_init_attr(struct attribute *attr, const char *name)
+{
+	sysfs_attr_init(attr);
+	attr->name = name;
+	attr->mode = 0444;
+}
+
+static int kfd_process_add_sysfs(struct kfd_process *p)
+{
+	int i, ret;
+
+	p->kobj = kzalloc(sizeof(*p->kobj), GFP_KERNEL);
+	if (!p->kobj)
+		return -ENOMEM;
+	ret = kobject_init_and_add(p->kobj, &procfs_type, procfs_kobj, "%d",
+				   (int)p->lead_thread->pid);
+	if (ret) {
+		kobject_put(p->kobj);
+		kfree(p->kobj);
+		p->kobj = NULL;
+		return ret;
+	}
+	kfd_sysfs_init_attr(&p->attr_pasid, "pasid");
+	ret = sysfs_create_file(p->kobj, &p->attr_pasid);
+	p->kobj_queues = kobject_create_and_add("queues", p->kobj);
+	if (!p->kobj_queues)
+		return -ENOMEM;
+	for (i = 0; i < p->n_pdds; i++) {
+		struct kfd_process_device *pdd = &p->pdds[i];
+
+		snprintf(pdd->vram_name, sizeof(pdd->vram_name), "vram_%u", pdd->dev->id);
+		snprintf(pdd->sdma_name, sizeof(pdd->sdma_name), "sdma_%u", pdd->dev->id);
+		snprintf(pdd->stats_name, sizeof(pdd->stats_name), "stats_%u", pdd->dev->id);
+		kfd_sysfs_init_attr(&pdd->attr_vram, pdd->vram_name);
+		kfd_sysfs_init_attr(&pdd->attr_sdma, pdd->sdma_name);
+		kfd_sysfs_init_attr(&pdd->attr_evict, "evicted_ms");
+		ret |= sysfs_create_file(p->kobj, &pdd->attr_vram);
+		ret |= sysfs_create_file(p->kobj, &pdd->attr_sdma);
+		pdd->kobj_stats = kzalloc(sizeof(*pdd->kobj_stats), GFP_KERNEL);
+		if (!pdd->kobj_stats)
+			return -ENOMEM;
+		if (kobject_init_and_add(pdd->kobj_stats, &procfs_type, p->kobj, "%s",
+					 pdd->stats_name)) {
+			kobject_put(pdd->kobj_stats);
+			kfree(pdd->kobj_stats);
+			pdd->kobj_stats = NULL;
+			return -ENOMEM;
+		}
+		ret |= sysfs_create_file(pdd->kobj_stats, &pdd->attr_evict);
+	}
+	return ret ? -ENOMEM : 0;
+}
+
+static void kfd_process_remove_sysfs(struct kfd_process *p)
+{
+	int i;
+
+	if (!p->kobj)
+		return;
+	for (i = 0; i < p->n_pdds; i++) {
+		struct kfd_process_device *pdd = &p->pdds[i];
+
+		sysfs_remove_file(p->kobj, &pdd->attr_vram);
+		sysfs_remove_file(p->kobj, &pdd->attr_sdma);
+		if (pdd->kobj_stats) {
+			sysfs_remove_file(pdd->kobj_stats, &pdd->attr_evict);
+			kobject_del(pdd->kobj_stats);
+			kobject_put(pdd->kobj_stats);
+			kfree(pdd->kobj_stats);
+			pdd->kobj_stats = NULL;
+		}
+	}
+	sysfs_remove_file(p->kobj, &p->attr_pasid);
+	if (p->kobj_queues) {
+		kobject_del(p->kobj_queues);
+		kobject_put(p->kobj_queues);
+		p->kobj_queues = NULL;
+	}
+	kobject_del(p->kobj);
+	kobject_put(p->kobj);
+	kfree(p->kobj);
+	p->kobj = NULL;
+}
+
+/* ---- process queue manager (kfd_process_queue_manager.c) ---- */
+
+static struct process_queue_node *get_queue_by_qid(struct process_queue_manager *pqm,
+						   unsigned int qid)
+{
+	struct process_queue_node *pqn;
+
+	list_for_each_entry(pqn, &pqm->queues, process_queue_list)
+		if (pqn->q && pqn->q->properties.queue_id == qid)
+			return pqn;
+	return NULL;
+}
+
+static void kfd_dbg_ev_raise(u64 event_mask, struct kfd_process *process, struct kfd_node *dev,
+			     unsigned int source_id);
+
+/*
+ * Mirrors: int pqm_create_queue(struct process_queue_manager *pqm, struct kfd_node *dev,
+ *     struct file *f, struct queue_properties *properties, unsigned int *qid,
+ *     const struct kfd_criu_queue_priv_data *q_data, const void *restore_mqd,
+ *     const void *restore_ctl_stack, uint32_t *p_doorbell_offset_in_process) (6.12.117):
+ * -ENOSPC past 127 queues on the device, lowest free id 0..1023 (-ENOMEM when none),
+ * EC_QUEUE_NEW set on the new queue and raised to a debugger, sysfs queues/<id>.
+ */
+__used noinline int pqm_create_queue(struct process_queue_manager *pqm, struct kfd_node *dev,
+				     struct file *f,
+				     struct queue_properties *properties, unsigned int *qid,
+				     const void *q_data, const void *restore_mqd, const void *restore_ctl_stack,
+				     u32 *p_doorbell_offset_in_process)
+{
+	struct kfd_process *p = pqm->process;
+	struct kfd_process_device *pdd = kfd_process_device_data_by_id(p, dev->id);
+	struct process_queue_node *pqn;
+	struct queue *q;
+	unsigned long found;
+	int retval;
+
+	if (!pdd)
+		return -EINVAL;
+	if (pdd->qpd.queue_count >= KFD_MAX_QUEUES_PER_PROCESS_DEVICE) {
+		pr_warn("kfd_emu: Can't create new usermode queue because 127 queues were already created\n");
+		return -ENOSPC;
+	}
+	found = find_first_zero_bit(pqm->queue_slot_bitmap, KFD_MAX_NUM_OF_QUEUES_PER_PROCESS);
+	if (found >= KFD_MAX_NUM_OF_QUEUES_PER_PROCESS) {
+		pr_info("kfd_emu: Cannot open more queues for process with pasid 0x%x\n", p->pasid);
+		return -ENOMEM;
+	}
+
+	pqn = kzalloc(sizeof(*pqn), GFP_KERNEL);
+	q = kzalloc(sizeof(*q), GFP_KERNEL);
+	if (!pqn || !q) {
+		kfree(pqn);
+		kfree(q);
+		return -ENOMEM;
+	}
+	set_bit(found, pqm->queue_slot_bitmap);
+	q->properties = *properties;
+	q->properties.queue_id = found;
+	/* init_user_queue(): every new queue carries EC_QUEUE_NEW until a snapshot clears it */
+	q->properties.exception_status = KFD_EC_MASK(EC_QUEUE_NEW);
+	q->process = p;
+	q->device = dev;
+	INIT_LIST_HEAD(&q->list);
+	pqn->q = q;
+
+	retval = create_queue_cpsch(dev->dqm, q, &pdd->qpd, q_data, restore_mqd, restore_ctl_stack);
+	if (retval) {
+		pr_err("kfd_emu: Error dqm create queue\n");
+		dqm_lock(dev->dqm);
+		mutex_lock(&dev->dqm->hw_lock);
+		list_del(&q->list);
+		mutex_unlock(&dev->dqm->hw_lock);
+		pdd->qpd.queue_count--;
+		if (q->properties.is_active)
+			decrement_queue_count(dev->dqm, q);
+		dqm_unlock(dev->dqm);
+		clear_bit(found, pqm->queue_slot_bitmap);
+		kfree(q);
+		kfree(pqn);
+		return retval;
+	}
+	*qid = found;
+	/* doorbell index within the process's doorbell frame (8-byte doorbells) */
+	if (p_doorbell_offset_in_process)
+		*p_doorbell_offset_in_process = found * sizeof(u64);
+	list_add(&pqn->process_queue_list, &pqm->queues);
+	kfd_procfs_add_queue(q);
+	if (p->debug_trap_enabled)
+		kfd_dbg_ev_raise(KFD_EC_MASK(EC_QUEUE_NEW), p, dev, found);
+	return 0;
+}
+
+/*
+ * Mirrors: int pqm_destroy_queue(struct process_queue_manager *pqm, unsigned int qid) (6.12.117):
+ * "Queue id does not match any known queue" -> -EINVAL.
+ */
+__used noinline int pqm_destroy_queue(struct process_queue_manager *pqm, unsigned int qid)
+{
+	struct process_queue_node *pqn = get_queue_by_qid(pqm, qid);
+	struct kfd_process_device *pdd;
+	struct queue *q;
+	int retval;
+
+	if (!pqn) {
+		pr_debug("kfd_emu: Queue id does not match any known queue\n");
+		return -EINVAL;
+	}
+	q = pqn->q;
+	pdd = kfd_process_device_data_by_id(pqm->process, q->device->id);
+	retval = destroy_queue_cpsch(q->device->dqm, &pdd->qpd, q);
+	if (retval)
+		return retval;
+	kfd_procfs_del_queue(q);
+	list_del(&pqn->process_queue_list);
+	clear_bit(qid, pqm->queue_slot_bitmap);
+	kfree(q);
+	kfree(pqn);
+	return 0;
+}
+
+/* Mirrors: void pqm_uninit(struct process_queue_manager *pqm) (6.12.117): frees every queue. */
+__used noinline void pqm_uninit(struct process_queue_manager *pqm)
+{
+	struct process_queue_node *pqn, *next;
+
+	list_for_each_entry_safe(pqn, next, &pqm->queues, process_queue_list) {
+		if (pqn->q) {
+			kfd_procfs_del_queue(pqn->q);
+			kfree(pqn->q);
+		}
+		list_del(&pqn->process_queue_list);
+		kfree(pqn);
+	}
+	bitmap_free(pqm->queue_slot_bitmap);
+	pqm->queue_slot_bitmap = NULL;
+}
+
+static u32 set_queue_type_for_user(struct queue_properties *q_props)
+{
+	switch (q_props->type) {
+	case KFD_QUEUE_TYPE_COMPUTE:
+		return q_props->format == KFD_QUEUE_FORMAT_AQL ? KFD_IOC_QUEUE_TYPE_COMPUTE_AQL
+							       : KFD_IOC_QUEUE_TYPE_COMPUTE;
+	case KFD_QUEUE_TYPE_SDMA:
+		return KFD_IOC_QUEUE_TYPE_SDMA;
+	case KFD_QUEUE_TYPE_SDMA_XGMI:
+		return KFD_IOC_QUEUE_TYPE_SDMA_XGMI;
+	case KFD_QUEUE_TYPE_SDMA_BY_ENG_ID:
+		return KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID;
+	default:
+		return KFD_IOC_QUEUE_TYPE_COMPUTE;
+	}
+}
+
+/*
+ * Mirrors: int pqm_get_queue_snapshot(struct process_queue_manager *pqm,
+ *     uint64_t exception_clear_mask, void __user *buf, int *num_qss_entries,
+ *     uint32_t *entry_size) (6.12.117): entry_size 0 -> -EINVAL; writes min(entry_size, 64) bytes
+ * per queue, at most *num_qss_entries entries, returns the real count, clears the mask bits.
+ */
+__used noinline int pqm_get_queue_snapshot(struct process_queue_manager *pqm,
+					   u64 exception_clear_mask,
+					   void __user *buf, int *num_qss_entries, u32 *entry_size)
+{
+	struct process_queue_node *pqn;
+	struct kfd_queue_snapshot_entry src;
+	u32 stride = *entry_size;
+	int r = 0, count = 0;
+
+	if (!*entry_size)
+		return -EINVAL;
+	*entry_size = min_t(u32, *entry_size, sizeof(src));
+	mutex_lock(&pqm->process->event_mutex);
+	list_for_each_entry(pqn, &pqm->queues, process_queue_list) {
+		struct queue *q = pqn->q;
+
+		if (!q)
+			continue;
+		if (count < *num_qss_entries) {
+			memset(&src, 0, sizeof(src));
+			src.exception_status = q->properties.exception_status;
+			src.ring_base_address = q->properties.queue_address;
+			src.write_pointer_address = (u64)(uintptr_t)q->properties.write_ptr;
+			src.read_pointer_address = (u64)(uintptr_t)q->properties.read_ptr;
+			src.ctx_save_restore_address = q->properties.ctx_save_restore_area_address;
+			src.ctx_save_restore_area_size = q->properties.ctx_save_restore_area_size;
+			src.queue_id = q->properties.queue_id;
+			src.gpu_id = q->device->id;
+			src.ring_size = (u32)q->properties.queue_size;
+			src.queue_type = set_queue_type_for_user(&q->properties);
+			if (copy_to_user(buf, &src, *entry_size)) {
+				r = -EFAULT;
+				break;
+			}
+			buf += stride;
+			q->properties.exception_status &= ~exception_clear_mask;
+		}
+		count++;
+	}
+	mutex_unlock(&pqm->process->event_mutex);
+	*num_qss_entries = count;
+	return r;
+}
+
+/* ---- debugger (kfd_debug.c) ---- */
+
+/*
+ * kfd_dbg_ev_raise() (6.12.117): record the exception on the queue / device / process and write
+ * one '.' to the debugger's dbg_fd when the debugger enabled that exception.
+ */
+static void kfd_dbg_ev_raise(u64 event_mask, struct kfd_process *process, struct kfd_node *dev,
+			     unsigned int source_id)
+{
+	struct process_queue_node *pqn;
+	bool notify;
+	loff_t pos = 0;
+	char dot = '.';
+
+	mutex_lock(&process->event_mutex);
+	if (event_mask & KFD_EC_MASK(EC_PROCESS_RUNTIME)) {
+		process->exception_status |= event_mask;
+	} else if (dev) {
+		list_for_each_entry(pqn, &process->pqm.queues, process_queue_list)
+			if (pqn->q && pqn->q->properties.queue_id == source_id)
+				pqn->q->properties.exception_status |= event_mask;
+	}
+	notify = process->exception_enable_mask & event_mask;
+	if (notify && process->dbg_ev_file)
+		kernel_write(process->dbg_ev_file, &dot, 1, &pos);
+	mutex_unlock(&process->event_mutex);
+}
+
+/*
+ * kfd_dbg_trap_activate() (6.12.117, per-VMID debug GPU under HWS): runtime state stays ENABLED,
+ * the runlist is refreshed (debug_refresh_runlist -> execute_queues_cpsch).
+ */
+static void kfd_dbg_trap_activate(struct kfd_process *target)
+{
+	int i;
+
+	for (i = 0; i < target->n_pdds; i++) {
+		struct device_queue_manager *dqm = target->pdds[i].dev->dqm;
+
+		dqm_lock(dqm);
+		execute_queues_cpsch(dqm, KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES, 0,
+				     USE_DEFAULT_GRACE_PERIOD);
+		dqm_unlock(dqm);
+	}
+}
+
+/* kfd_dbg_trap_deactivate() (6.12.117): resumes every suspended queue, refreshes the runlist. */
+static void kfd_dbg_trap_deactivate(struct kfd_process *target)
+{
+	resume_queues(target, 0, NULL);
+	kfd_dbg_trap_activate(target);
+}
+
+/*
+ * Mirrors: int kfd_dbg_trap_disable(struct kfd_process *target) (6.12.117): 0 when not enabled;
+ * deactivates (resumes everything) when the runtime is enabled, drops the dbg_fd, the debugger
+ * link and the reference ENABLE took.
+ */
+__used noinline int kfd_dbg_trap_disable(struct kfd_process *target)
+{
+	struct process_queue_node *pqn;
+
+	if (!target->debug_trap_enabled)
+		return 0;
+	if (target->runtime_info.runtime_state == DEBUG_RUNTIME_STATE_ENABLED)
+		kfd_dbg_trap_deactivate(target);
+	else if (target->runtime_info.runtime_state != DEBUG_RUNTIME_STATE_DISABLED)
+		target->runtime_info.runtime_state = DEBUG_RUNTIME_STATE_ENABLED;
+
+	mutex_lock(&target->event_mutex);
+	if (target->dbg_ev_file)
+		fput(target->dbg_ev_file);
+	target->dbg_ev_file = NULL;
+	/* kfd_dbg_clean_exception_status() */
+	target->exception_status = 0;
+	list_for_each_entry(pqn, &target->pqm.queues, process_queue_list)
+		if (pqn->q)
+			pqn->q->properties.exception_status = 0;
+	mutex_unlock(&target->event_mutex);
+	if (target->debugger_process) {
+		atomic_dec(&target->debugger_process->debugged_process_count);
+		target->debugger_process = NULL;
+	}
+	target->debug_trap_enabled = false;
+	kfd_unref_process(target);
+	return 0;
+}
+
+/*
+ * Mirrors: int kfd_dbg_trap_enable(struct kfd_process *target, uint32_t fd,
+ *     void __user *runtime_info, uint32_t *runtime_size) (6.12.117): -EALREADY when enabled,
+ * -EBADF for a bad dbg_fd, activation deferred until RUNTIME_ENABLE, an extra process reference,
+ * min(size, 16) bytes of kfd_runtime_info copied out, size written back as 16.
+ */
+__used noinline int kfd_dbg_trap_enable(struct kfd_process *target, u32 fd,
+					void __user *runtime_info,
+					u32 *runtime_size)
+{
+	u32 copy_size = min_t(u32, *runtime_size, sizeof(target->runtime_info));
+	struct file *f;
+	int r = 0;
+
+	if (target->debug_trap_enabled)
+		return -EALREADY;
+	f = fget(fd);
+	if (!f) {
+		pr_err("kfd_emu: Failed to get file for (%i)\n", fd);
+		return -EBADF;
+	}
+	target->dbg_ev_file = f;
+	if (target->runtime_info.runtime_state == DEBUG_RUNTIME_STATE_ENABLED)
+		kfd_dbg_trap_activate(target);
+	target->debug_trap_enabled = true;
+	kref_get(&target->ref);
+	if (copy_to_user(runtime_info, &target->runtime_info, copy_size)) {
+		target->debug_trap_enabled = false;
+		if (target->runtime_info.runtime_state == DEBUG_RUNTIME_STATE_ENABLED)
+			kfd_dbg_trap_deactivate(target);
+		fput(f);
+		target->dbg_ev_file = NULL;
+		kfd_unref_process(target);	/* the caller still holds its own reference */
+		r = -EFAULT;
+	}
+	*runtime_size = sizeof(target->runtime_info);
+	return r;
+}
+
+/* kfd_dbg_send_exception_to_runtime() (6.12.117): EC_PROCESS_RUNTIME acks the runtime handshake. */
+static int kfd_dbg_send_exception_to_runtime(struct kfd_process *p, unsigned int dev_id,
+					     unsigned int queue_id,
+					     u64 error_reason)
+{
+	if (error_reason & KFD_EC_MASK(EC_PROCESS_RUNTIME)) {
+		up(&p->runtime_enable_sema);
+		error_reason &= ~KFD_EC_MASK(EC_PROCESS_RUNTIME);
+	}
+	if (!error_reason)
+		return 0;
+	/* queue exceptions go to the runtime through HSA signal events, which are not emulated */
+	if (!get_queue_by_qid(&p->pqm, queue_id))
+		return -EINVAL;
+	return 0;
+}
+
+/* kfd_dbg_set_enabled_debug_exception_mask() (6.12.117): pokes dbg_fd if one pending is now enabled */
+static void kfd_dbg_set_enabled_debug_exception_mask(struct kfd_process *target,
+						     u64 exception_set_mask)
+{
+	struct process_queue_node *pqn;
+	u64 found_mask = 0;
+	loff_t pos = 0;
+	char dot = '.';
+
+	mutex_lock(&target->event_mutex);
+	found_mask |= target->exception_status;
+	list_for_each_entry(pqn, &target->pqm.queues, process_queue_list)
+		if (pqn->q)
+			found_mask |= pqn->q->properties.exception_status;
+	target->exception_enable_mask = exception_set_mask;
+	found_mask &= exception_set_mask;
+	if (found_mask && target->dbg_ev_file)
+		kernel_write(target->dbg_ev_file, &dot, 1, &pos);
+	mutex_unlock(&target->event_mutex);
+}
+
+/*
+ * kfd_dbg_ev_query_debug_event() (6.12.117): first queue with an enabled exception, else the
+ * process; clears exception_clear_mask on what it reports; -EAGAIN when nothing is pending.
+ */
+static int kfd_dbg_ev_query_debug_event(struct kfd_process *process, u32 *queue_id, u32 *gpu_id,
+					u64 exception_clear_mask, u64 *event_status)
+{
+	struct process_queue_node *pqn;
+	int ret = 0;
+
+	*event_status = 0;
+	*queue_id = 0;
+	*gpu_id = 0;
+	mutex_lock(&process->event_mutex);
+	list_for_each_entry(pqn, &process->pqm.queues, process_queue_list) {
+		struct queue *q = pqn->q;
+
+		if (!q || !(q->properties.exception_status & process->exception_enable_mask))
+			continue;
+		*event_status = q->properties.exception_status;
+		*queue_id = q->properties.queue_id;
+		*gpu_id = q->device->id;
+		q->properties.exception_status &= ~exception_clear_mask;
+		goto out;
+	}
+	if (process->exception_enable_mask & process->exception_status) {
+		*event_status = process->exception_status;
+		process->exception_status &= ~exception_clear_mask;
+	} else {
+		ret = -EAGAIN;
+	}
+out:
+	mutex_unlock(&process->event_mutex);
+	return ret;
+}
+
+/* kfd_dbg_trap_query_exception_info() (6.12.117), queue and process exceptions. */
+static int kfd_dbg_trap_query_exception_info(struct kfd_process *target, u32 source_id,
+					     u32 exception_code,
+					     bool clear_exception, void __user *info, u32 *info_size)
+{
+	u64 *exception_status_ptr = NULL;
+	u32 actual_info_size = 0;
+	struct process_queue_node *pqn;
+	int r = 0;
+
+	if (!info || !info_size)
+		return -EINVAL;
+	mutex_lock(&target->event_mutex);
+	if (KFD_DBG_EC_TYPE_IS_QUEUE(exception_code)) {
+		list_for_each_entry(pqn, &target->pqm.queues, process_queue_list)
+			if (pqn->q && pqn->q->properties.queue_id == source_id)
+				exception_status_ptr = &pqn->q->properties.exception_status;
+	} else if (KFD_DBG_EC_TYPE_IS_PROCESS(exception_code)) {
+		exception_status_ptr = &target->exception_status;
+		if (exception_code == EC_PROCESS_RUNTIME) {
+			u32 copy_size = min_t(u32, *info_size, sizeof(target->runtime_info));
+
+			if (copy_to_user(info, &target->runtime_info, copy_size)) {
+				r = -EFAULT;
+				goto out;
+			}
+			actual_info_size = sizeof(target->runtime_info);
+		}
+	}
+	if (!exception_status_ptr) {
+		r = -EINVAL;
+		goto out;
+	}
+	if (!(*exception_status_ptr & KFD_EC_MASK(exception_code))) {
+		r = -ENODATA;
+		goto out;
+	}
+	if (clear_exception)
+		*exception_status_ptr &= ~KFD_EC_MASK(exception_code);
+out:
+	mutex_unlock(&target->event_mutex);
+	*info_size = actual_info_size;
+	return r;
+}
+
+/* ---- processes (kfd_process.c) ---- */
+
+static struct kfd_process *find_process_by_mm(const struct mm_struct *mm)
+{
+	struct kfd_process *p;
+
+	list_for_each_entry(p, &kfd_processes_list, processes)
+		if (p->mm == mm)
+			return p;
+	return NULL;
+}
+
+/* kfd_lookup_process_by_pid() (6.12.117): referenced process of a pid, or NULL. */
+static struct kfd_process *kfd_lookup_process_by_pid(struct pid *pid)
+{
+	struct task_struct *task = get_pid_task(pid, PIDTYPE_PID);
+	struct kfd_process *p = NULL;
+	struct mm_struct *mm;
+
+	if (!task)
+		return NULL;
+	mm = get_task_mm(task);
+	put_task_struct(task);
+	if (!mm)
+		return NULL;
+	mutex_lock(&kfd_processes_mutex);
+	p = find_process_by_mm(mm);
+	if (p)
+		kref_get(&p->ref);
+	mutex_unlock(&kfd_processes_mutex);
+	mmput(mm);
+	return p;
+}
+
+static void kfd_process_ref_release(struct kref *ref)
+{
+	struct kfd_process *p = container_of(ref, struct kfd_process, ref);
+
+	INIT_WORK(&p->release_work, kfd_process_wq_release);
+	queue_work(kfd_process_wq, &p->release_work);
+}
+
+static void kfd_unref_process(struct kfd_process *p)
+{
+	kref_put(&p->ref, kfd_process_ref_release);
+}
+
+/*
+ * Mirrors: void kfd_process_dequeue_from_all_devices(struct kfd_process *p) (6.12.117).
+ */
+__used noinline void kfd_process_dequeue_from_all_devices(struct kfd_process *p)
+{
+	int i;
+
+	for (i = 0; i < p->n_pdds; i++)
+		process_termination_cpsch(p->pdds[i].dev->dqm, &p->pdds[i].qpd);
+}
+
+/*
+ * Mirrors: static void kfd_process_wq_release(struct work_struct *work) (6.12.117), on
+ * kfd_process_wq: queues leave the GPUs, the pqm frees them, the sysfs directory goes.
+ */
+__used noinline void kfd_process_wq_release(struct work_struct *work)
+{
+	struct kfd_process *p = container_of(work, struct kfd_process, release_work);
+
+	kfd_process_dequeue_from_all_devices(p);
+	pqm_uninit(&p->pqm);
+	kfd_process_remove_sysfs(p);
+	mmdrop(p->mm_grabbed);
+	put_task_struct(p->lead_thread);
+	kfree(p);
+	module_put(THIS_MODULE);
+}
+
+/*
+ * kfd_process_notifier_release_internal() (6.12.117): at exit_mmap the process leaves the table,
+ * disables debugging of itself and of every process it debugs (resuming their queues: the
+ * "debugger exit auto-resume"), and drops the notifier's reference.
+ */
+static void kfd_process_notifier_release(struct mmu_notifier *mn, struct mm_struct *mm)
+{
+	struct kfd_process *p = container_of(mn, struct kfd_process, mmu_notifier);
+	struct kfd_process *target, *refs[16];
+	int n = 0, i;
+
+	mutex_lock(&kfd_processes_mutex);
+	list_del_init(&p->processes);
+	p->mm = NULL;
+	if (atomic_read(&p->debugged_process_count) > 0) {
+		list_for_each_entry(target, &kfd_processes_list, processes) {
+			if (target->debugger_process == p && n < ARRAY_SIZE(refs)) {
+				kref_get(&target->ref);
+				refs[n++] = target;
+			}
+		}
+	}
+	mutex_unlock(&kfd_processes_mutex);
+
+	mutex_lock(&p->mutex);
+	kfd_dbg_trap_disable(p);
+	mutex_unlock(&p->mutex);
+	for (i = 0; i < n; i++) {
+		mutex_lock_nested(&refs[i]->mutex, 1);
+		if (refs[i]->debugger_process == p)
+			kfd_dbg_trap_disable(refs[i]);
+		mutex_unlock(&refs[i]->mutex);
+		kfd_unref_process(refs[i]);
+	}
+	mmu_notifier_put(&p->mmu_notifier);
+}
+
+static void kfd_process_free_notifier(struct mmu_notifier *mn)
+{
+	kfd_unref_process(container_of(mn, struct kfd_process, mmu_notifier));
+}
+
+static const struct mmu_notifier_ops kfd_process_mmu_notifier_ops = {
+	.release = kfd_process_notifier_release,
+	.free_notifier = kfd_process_free_notifier,
+};
+
+static struct kfd_process *create_process(struct task_struct *thread)
+{
+	struct kfd_process *p;
+	unsigned int i;
+	int err;
+
+	p = kzalloc(sizeof(*p), GFP_KERNEL);
+	if (!p)
+		return ERR_PTR(-ENOMEM);
+	p->pqm.queue_slot_bitmap = bitmap_zalloc(KFD_MAX_NUM_OF_QUEUES_PER_PROCESS, GFP_KERNEL);
+	if (!p->pqm.queue_slot_bitmap) {
+		kfree(p);
+		return ERR_PTR(-ENOMEM);
+	}
+	if (!try_module_get(THIS_MODULE)) {
+		bitmap_free(p->pqm.queue_slot_bitmap);
+		kfree(p);
+		return ERR_PTR(-ENODEV);
+	}
+	kref_init(&p->ref);	/* owned by the mmu notifier, dropped in free_notifier */
+	mutex_init(&p->mutex);
+	mutex_init(&p->event_mutex);
+	sema_init(&p->runtime_enable_sema, 0);
+	INIT_LIST_HEAD(&p->pqm.queues);
+	p->pqm.process = p;
+	p->mm = thread->mm;
+	p->mm_grabbed = thread->mm;
+	mmgrab(p->mm_grabbed);
+	p->lead_thread = thread->group_leader;
+	get_task_struct(p->lead_thread);
+	p->pasid = atomic_inc_return(&pasid_counter);
+	/* kfd_init_apertures(): one process-device per GPU from the start */
+	for (i = 0; i < num_gpus; i++) {
+		struct kfd_process_device *pdd = &p->pdds[i];
+
+		pdd->dev = &emu_nodes[i];
+		pdd->process = p;
+		pdd->qpd.dqm = emu_nodes[i].dqm;
+		pdd->qpd.pqm = &p->pqm;
+		INIT_LIST_HEAD(&pdd->qpd.queues_list);
+		INIT_LIST_HEAD(&pdd->qpd.dqm_list);
+	}
+	p->n_pdds = num_gpus;
+
+	p->mmu_notifier.ops = &kfd_process_mmu_notifier_ops;
+	err = mmu_notifier_register(&p->mmu_notifier, p->mm);
+	if (err) {
+		mmdrop(p->mm_grabbed);
+		put_task_struct(p->lead_thread);
+		bitmap_free(p->pqm.queue_slot_bitmap);
+		kfree(p);
+		module_put(THIS_MODULE);
+		return ERR_PTR(err);
+	}
+	list_add(&p->processes, &kfd_processes_list);
+	if (kfd_process_add_sysfs(p))
+		pr_warn("kfd_emu: Creating procfs for pid %d failed\n", p->lead_thread->pid);
+	return p;
+}
+
+/*
+ * Mirrors: struct kfd_process *kfd_create_process(struct task_struct *thread) (6.12.117): from
+ * kfd_open (thread = current) or from DBG_TRAP ENABLE for a ptraced target; finds the process
+ * of thread's mm or creates it (sysfs proc/<pid>). Returns a referenced process.
+ */
+__used noinline struct kfd_process *kfd_create_process(struct task_struct *thread)
+{
+	struct kfd_process *process;
+	struct mm_struct *mm = get_task_mm(thread);
+
+	if (!mm)
+		return ERR_PTR(-EINVAL);
+	if (thread->group_leader->mm != mm) {
+		mmput(mm);
+		return ERR_PTR(-EINVAL);
+	}
+	mutex_lock(&kfd_processes_mutex);
+	process = find_process_by_mm(mm);
+	if (process) {
+		kref_get(&process->ref);
+	} else {
+		process = create_process(thread);
+		if (!IS_ERR(process))
+			kref_get(&process->ref);
+	}
+	mutex_unlock(&kfd_processes_mutex);
+	mmput(mm);
+	return process;
+}
+
+/* ---- ioctls (kfd_chardev.c) ---- */
+
+static int kfd_ioctl_get_version(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_get_version_args *args = data;
+
+	args->major_version = KFD_IOCTL_MAJOR_VERSION;
+	args->minor_version = KFD_IOCTL_MINOR_VERSION;
+	return 0;
+}
+
+/* set_queue_properties_from_user() (6.12.117), in its order of checks and errnos. */
+static int set_queue_properties_from_user(struct queue_properties *q_properties,
+					  struct kfd_ioctl_create_queue_args *args)
+{
+	if ((args->queue_percentage & 0xFF) > KFD_MAX_QUEUE_PERCENTAGE)
+		return -EINVAL;
+	if (args->queue_priority > KFD_MAX_QUEUE_PRIORITY)
+		return -EINVAL;
+	if (args->ring_base_address && !access_ok((const void __user *)args->ring_base_address,
+						  sizeof(u64)))
+		return -EFAULT;
+	if (!is_power_of_2(args->ring_size) && args->ring_size != 0)
+		return -EINVAL;
+	if (!access_ok((const void __user *)args->read_pointer_address, sizeof(u32)))
+		return -EFAULT;
+	if (!access_ok((const void __user *)args->write_pointer_address, sizeof(u32)))
+		return -EFAULT;
+	if (args->eop_buffer_address && !access_ok((const void __user *)args->eop_buffer_address,
+						   sizeof(u32)))
+		return -EFAULT;
+	if (args->ctx_save_restore_address &&
+	    !access_ok((const void __user *)args->ctx_save_restore_address, sizeof(u32)))
+		return -EFAULT;
+
+	q_properties->queue_percent = args->queue_percentage & 0xFF;
+	q_properties->priority = args->queue_priority;
+	q_properties->queue_address = args->ring_base_address;
+	q_properties->queue_size = args->ring_size;
+	q_properties->read_ptr = (void __user *)args->read_pointer_address;
+	q_properties->write_ptr = (void __user *)args->write_pointer_address;
+	q_properties->eop_ring_buffer_address = args->eop_buffer_address;
+	q_properties->eop_ring_buffer_size = args->eop_buffer_size;
+	q_properties->ctx_save_restore_area_address = args->ctx_save_restore_address;
+	q_properties->ctx_save_restore_area_size = args->ctx_save_restore_size;
+	q_properties->ctl_stack_size = args->ctl_stack_size;
+	q_properties->sdma_engine_id = args->sdma_engine_id;
+	if (args->queue_type == KFD_IOC_QUEUE_TYPE_COMPUTE ||
+	    args->queue_type == KFD_IOC_QUEUE_TYPE_COMPUTE_AQL)
+		q_properties->type = KFD_QUEUE_TYPE_COMPUTE;
+	else if (args->queue_type == KFD_IOC_QUEUE_TYPE_SDMA)
+		q_properties->type = KFD_QUEUE_TYPE_SDMA;
+	else if (args->queue_type == KFD_IOC_QUEUE_TYPE_SDMA_XGMI)
+		q_properties->type = KFD_QUEUE_TYPE_SDMA_XGMI;
+	else if (args->queue_type == KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID)
+		q_properties->type = KFD_QUEUE_TYPE_SDMA_BY_ENG_ID;
+	else
+		return -ENOTSUPP;
+	if (args->queue_type == KFD_IOC_QUEUE_TYPE_COMPUTE_AQL)
+		q_properties->format = KFD_QUEUE_FORMAT_AQL;
+	else
+		q_properties->format = KFD_QUEUE_FORMAT_PM4;
+	return 0;
+}
+
+#define KFD_MMAP_TYPE_DOORBELL (0x3ULL << 62)
+#define KFD_MMAP_GPU_ID(gpu_id) ((((u64)(gpu_id)) << 46) & GENMASK_ULL(61, 46))
+
+/*
+ * Mirrors: static int kfd_ioctl_create_queue(struct file *filep, struct kfd_process *p,
+ *     void *data) (6.12.117): property checks, "Could not find gpu id" -> -EINVAL,
+ * pqm_create_queue,
+ * queue_id and the doorbell mmap cookie written back. The kernel copy of the args is `data`
+ * (queue_id at +52, what the tracer's kretprobe reads).
+ */
+__used noinline int kfd_ioctl_create_queue(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_create_queue_args *args = data;
+	struct queue_properties q_properties;
+	struct kfd_process_device *pdd;
+	u32 doorbell_offset_in_process = 0;
+	unsigned int queue_id;
+	int err;
+
+	memset(&q_properties, 0, sizeof(q_properties));
+	err = set_queue_properties_from_user(&q_properties, args);
+	if (err)
+		return err;
+
+	mutex_lock(&p->mutex);
+	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
+	if (!pdd) {
+		pr_debug("kfd_emu: Could not find gpu id 0x%x\n", args->gpu_id);
+		err = -EINVAL;
+		goto out;
+	}
+	/* SDMA_BY_ENG_ID: the emulated GPUs have two SDMA engines (allocate_sdma_queue: -EINVAL) */
+	if (q_properties.type == KFD_QUEUE_TYPE_SDMA_BY_ENG_ID &&
+	    q_properties.sdma_engine_id >= 2) {
+		err = -EINVAL;
+		goto out;
+	}
+	pdd->bound = true;	/* kfd_bind_process_to_device() */
+	err = pqm_create_queue(&p->pqm, pdd->dev, filep, &q_properties, &queue_id, NULL, NULL, NULL,
+			       &doorbell_offset_in_process);
+	if (err)
+		goto out;
+	args->queue_id = queue_id;
+	args->doorbell_offset = KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(args->gpu_id) |
+				doorbell_offset_in_process;
+out:
+	mutex_unlock(&p->mutex);
+	return err;
+}
+
+/*
+ * Mirrors: static int kfd_ioctl_destroy_queue(struct file *filp, struct kfd_process *p,
+ *     void *data) (6.12.117)
+ */
+__used noinline int kfd_ioctl_destroy_queue(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_destroy_queue_args *args = data;
+	int retval;
+
+	mutex_lock(&p->mutex);
+	retval = pqm_destroy_queue(&p->pqm, args->queue_id);
+	mutex_unlock(&p->mutex);
+	return retval;
+}
+
+/*
+ * Mirrors: static int kfd_ioctl_update_queue(struct file *filp, struct kfd_process *p, void *data)
+ * (6.12.117): same range checks as create; an unknown queue id is -EFAULT
+ * (pqm_update_queue_properties).
+ */
+__used noinline int kfd_ioctl_update_queue(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_update_queue_args *args = data;
+	struct process_queue_node *pqn;
+	int retval;
+
+	if ((args->queue_percentage & 0xFF) > KFD_MAX_QUEUE_PERCENTAGE)
+		return -EINVAL;
+	if (args->queue_priority > KFD_MAX_QUEUE_PRIORITY)
+		return -EINVAL;
+	if (args->ring_base_address && !access_ok((const void __user *)args->ring_base_address,
+						  sizeof(u64)))
+		return -EFAULT;
+	if (!is_power_of_2(args->ring_size) && args->ring_size != 0)
+		return -EINVAL;
+
+	mutex_lock(&p->mutex);
+	pqn = get_queue_by_qid(&p->pqm, args->queue_id);
+	if (!pqn) {
+		retval = -EFAULT;
+		goto out;
+	}
+	pqn->q->properties.queue_address = args->ring_base_address;
+	pqn->q->properties.queue_size = args->ring_size;
+	pqn->q->properties.queue_percent = args->queue_percentage & 0xFF;
+	pqn->q->properties.priority = args->queue_priority;
+	retval = dqm_update_queue(pqn->q->device->dqm, pqn->q);
+out:
+	mutex_unlock(&p->mutex);
+	return retval;
+}
+
+/*
+ * runtime_enable() / runtime_disable() (kfd_chardev.c, 6.12.117): -EBUSY unless DISABLED,
+ * -EEXIST once the process has queues; with a debugger attached, raise EC_PROCESS_RUNTIME and
+ * block until the debugger acks with SEND_RUNTIME_EVENT.
+ */
+static int runtime_enable(struct kfd_process *p, u64 r_debug, bool enable_ttmp_setup)
+{
+	int i, ret = 0;
+
+	if (p->is_runtime_retry)
+		goto retry;
+	if (p->runtime_info.runtime_state != DEBUG_RUNTIME_STATE_DISABLED)
+		return -EBUSY;
+	for (i = 0; i < p->n_pdds; i++)
+		if (p->pdds[i].qpd.queue_count)
+			return -EEXIST;
+	p->runtime_info.runtime_state = DEBUG_RUNTIME_STATE_ENABLED;
+	p->runtime_info.r_debug = r_debug;
+	p->runtime_info.ttmp_setup = enable_ttmp_setup;
+retry:
+	if (p->debug_trap_enabled) {
+		if (!p->is_runtime_retry) {
+			kfd_dbg_trap_activate(p);
+			kfd_dbg_ev_raise(KFD_EC_MASK(EC_PROCESS_RUNTIME), p, NULL, 0);
+		}
+		mutex_unlock(&p->mutex);
+		ret = down_interruptible(&p->runtime_enable_sema);
+		mutex_lock(&p->mutex);
+		p->is_runtime_retry = !!ret;
+	}
+	return ret;
+}
+
+static int runtime_disable(struct kfd_process *p)
+{
+	bool was_enabled = p->runtime_info.runtime_state == DEBUG_RUNTIME_STATE_ENABLED;
+	int ret;
+
+	p->runtime_info.runtime_state = DEBUG_RUNTIME_STATE_DISABLED;
+	p->runtime_info.r_debug = 0;
+	if (p->debug_trap_enabled) {
+		if (was_enabled)
+			kfd_dbg_trap_deactivate(p);
+		if (!p->is_runtime_retry)
+			kfd_dbg_ev_raise(KFD_EC_MASK(EC_PROCESS_RUNTIME), p, NULL, 0);
+		mutex_unlock(&p->mutex);
+		ret = down_interruptible(&p->runtime_enable_sema);
+		mutex_lock(&p->mutex);
+		p->is_runtime_retry = !!ret;
+		if (ret)
+			return ret;
+	}
+	p->runtime_info.ttmp_setup = false;
+	return 0;
+}
+
+/*
+ * Mirrors: static int kfd_ioctl_runtime_enable(struct file *filep, struct kfd_process *p,
+ *     void *data) (6.12.117)
+ */
+__used noinline int kfd_ioctl_runtime_enable(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_runtime_enable_args *args = data;
+	int r;
+
+	mutex_lock(&p->mutex);
+	if (args->mode_mask & KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK)
+		r = runtime_enable(p, args->r_debug,
+				   !!(args->mode_mask & KFD_RUNTIME_ENABLE_MODE_TTMP_SAVE_MASK));
+	else
+		r = runtime_disable(p);
+	mutex_unlock(&p->mutex);
+	return r;
+}
+
+/*
+ * Mirrors: static int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_process *p,
+ *     void *data) (6.12.117). Checks in the kernel's order: pid lookup (-ESRCH), target process
+ * (created for a ptraced target on ENABLE), the 6.12.117 permission rule (the calling thread
+ * must be the ptracer of the target's leader unless target == caller or the caller is the
+ * registered debugger: -EPERM), debug enabled (-EINVAL), runtime enabled for HW ops (-EPERM).
+ */
+__used noinline int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_dbg_trap_args *args = data;
+	struct task_struct *thread = NULL;
+	struct kfd_process *target = NULL;
+	struct mm_struct *mm = NULL;
+	struct pid *pid = NULL;
+	int r = 0;
+
+	pid = find_get_pid(args->pid);
+	if (!pid) {
+		r = -ESRCH;
+		goto out;
+	}
+	thread = get_pid_task(pid, PIDTYPE_PID);
+	if (!thread) {
+		r = -ESRCH;
+		goto out;
+	}
+	mm = get_task_mm(thread);
+	if (!mm) {
+		r = -ESRCH;
+		goto out;
+	}
+
+	if (args->op == KFD_IOC_DBG_TRAP_ENABLE) {
+		bool create_process;
+
+		rcu_read_lock();
+		create_process = thread != current && ptrace_parent(thread) == current;
+		rcu_read_unlock();
+		if (create_process)
+			target = kfd_create_process(thread);
+		else
+			target = kfd_lookup_process_by_pid(pid);
+	} else {
+		target = kfd_lookup_process_by_pid(pid);
+	}
+	if (IS_ERR_OR_NULL(target)) {
+		r = target ? PTR_ERR(target) : -ESRCH;
+		target = NULL;
+		goto out;
+	}
+
+	rcu_read_lock();
+	if (target != p && ptrace_parent(target->lead_thread) != current &&
+	    target->debugger_process != p)
+		r = -EPERM;
+	rcu_read_unlock();
+	if (r)
+		goto out;
+
+	mutex_lock(&target->mutex);
+	if (args->op != KFD_IOC_DBG_TRAP_ENABLE && !target->debug_trap_enabled) {
+		r = -EINVAL;
+		goto unlock_out;
+	}
+	if (target->runtime_info.runtime_state != DEBUG_RUNTIME_STATE_ENABLED &&
+	    (args->op == KFD_IOC_DBG_TRAP_SET_WAVE_LAUNCH_OVERRIDE ||
+	     args->op == KFD_IOC_DBG_TRAP_SET_WAVE_LAUNCH_MODE ||
+	     args->op == KFD_IOC_DBG_TRAP_SUSPEND_QUEUES ||
+	     args->op == KFD_IOC_DBG_TRAP_RESUME_QUEUES ||
+	     args->op == KFD_IOC_DBG_TRAP_SET_NODE_ADDRESS_WATCH ||
+	     args->op == KFD_IOC_DBG_TRAP_CLEAR_NODE_ADDRESS_WATCH ||
+	     args->op == KFD_IOC_DBG_TRAP_SET_FLAGS)) {
+		r = -EPERM;
+		goto unlock_out;
+	}
+
+	switch (args->op) {
+	case KFD_IOC_DBG_TRAP_ENABLE:
+		r = kfd_dbg_trap_enable(target, args->enable.dbg_fd,
+					(void __user *)args->enable.rinfo_ptr,
+					&args->enable.rinfo_size);
+		if (!r) {
+			target->exception_enable_mask = args->enable.exception_mask;
+			if (target != p) {
+				target->debugger_process = p;
+				atomic_inc(&p->debugged_process_count);
+			}
+		}
+		break;
+	case KFD_IOC_DBG_TRAP_DISABLE:
+		r = kfd_dbg_trap_disable(target);
+		break;
+	case KFD_IOC_DBG_TRAP_SEND_RUNTIME_EVENT:
+		r = kfd_dbg_send_exception_to_runtime(target, args->send_runtime_event.gpu_id,
+						      args->send_runtime_event.queue_id,
+						      args->send_runtime_event.exception_mask);
+		break;
+	case KFD_IOC_DBG_TRAP_SET_EXCEPTIONS_ENABLED:
+		kfd_dbg_set_enabled_debug_exception_mask(target,
+							 args->set_exceptions_enabled.exception_mask);
+		break;
+	case KFD_IOC_DBG_TRAP_SUSPEND_QUEUES:
+		r = suspend_queues(target, args->suspend_queues.num_queues,
+				   args->suspend_queues.grace_period,
+				   args->suspend_queues.exception_mask,
+				   (u32 *)args->suspend_queues.queue_array_ptr);
+		break;
+	case KFD_IOC_DBG_TRAP_RESUME_QUEUES:
+		r = resume_queues(target, args->resume_queues.num_queues,
+				  (u32 *)args->resume_queues.queue_array_ptr);
+		break;
+	case KFD_IOC_DBG_TRAP_QUERY_DEBUG_EVENT:
+		r = kfd_dbg_ev_query_debug_event(target, &args->query_debug_event.queue_id,
+						 &args->query_debug_event.gpu_id,
+						 args->query_debug_event.exception_mask,
+						 &args->query_debug_event.exception_mask);
+		break;
+	case KFD_IOC_DBG_TRAP_QUERY_EXCEPTION_INFO:
+		r = kfd_dbg_trap_query_exception_info(target, args->query_exception_info.source_id,
+						      args->query_exception_info.exception_code,
+						      args->query_exception_info.clear_exception,
+						      (void __user *)args->query_exception_info.info_ptr,
+						      &args->query_exception_info.info_size);
+		break;
+	case KFD_IOC_DBG_TRAP_GET_QUEUE_SNAPSHOT:
+		r = pqm_get_queue_snapshot(&target->pqm, args->queue_snapshot.exception_mask,
+					   (void __user *)args->queue_snapshot.snapshot_buf_ptr,
+					   (int *)&args->queue_snapshot.num_queues,
+					   &args->queue_snapshot.entry_size);
+		break;
+	case KFD_IOC_DBG_TRAP_SET_WAVE_LAUNCH_OVERRIDE:
+	case KFD_IOC_DBG_TRAP_SET_WAVE_LAUNCH_MODE:
+	case KFD_IOC_DBG_TRAP_SET_NODE_ADDRESS_WATCH:
+	case KFD_IOC_DBG_TRAP_CLEAR_NODE_ADDRESS_WATCH:
+	case KFD_IOC_DBG_TRAP_SET_FLAGS:
+	case KFD_IOC_DBG_TRAP_GET_DEVICE_SNAPSHOT:
+		/* wave-level debugging and device snapshots are not emulated (README.md) */
+		r = -EOPNOTSUPP;
+		break;
+	default:
+		r = -EINVAL;
+	}
+unlock_out:
+	mutex_unlock(&target->mutex);
+out:
+	if (thread)
+		put_task_struct(thread);
+	if (mm)
+		mmput(mm);
+	if (pid)
+		put_pid(pid);
+	if (target)
+		kfd_unref_process(target);
+	return r;
+}
+
+typedef int amdkfd_ioctl_t(struct file *filep, struct kfd_process *p, void *data);
+
+struct amdkfd_ioctl_desc {
+	unsigned int cmd;
+	amdkfd_ioctl_t *func;
+};
+
+static const struct amdkfd_ioctl_desc amdkfd_ioctls[AMDKFD_COMMAND_END] = {
+	[0x01] = { AMDKFD_IOC_GET_VERSION, kfd_ioctl_get_version },
+	[0x02] = { AMDKFD_IOC_CREATE_QUEUE, kfd_ioctl_create_queue },
+	[0x03] = { AMDKFD_IOC_DESTROY_QUEUE, kfd_ioctl_destroy_queue },
+	[0x07] = { AMDKFD_IOC_UPDATE_QUEUE, kfd_ioctl_update_queue },
+	[0x25] = { AMDKFD_IOC_RUNTIME_ENABLE, kfd_ioctl_runtime_enable },
+	[0x26] = { AMDKFD_IOC_DBG_TRAP, kfd_ioctl_set_debug_trap },
+};
+
+/*
+ * Mirrors: static long kfd_ioctl(struct file *filep, unsigned int cmd, unsigned long arg)
+ * (6.12.117): the table's command wins (either CREATE_QUEUE size works, the rest zero-filled),
+ * -EBADF when another process uses the fd, -EINVAL for numbers without a handler (the
+ * emulator has handlers only for the ioctls above), the args copied back even on error.
+ */
+__used noinline long kfd_ioctl(struct file *filep, unsigned int cmd, unsigned long arg)
+{
+	struct kfd_process *process = filep->private_data;
+	unsigned int nr = _IOC_NR(cmd);
+	const struct amdkfd_ioctl_desc *ioctl;
+	char stack_kdata[128];
+	char *kdata = NULL;
+	unsigned int usize, asize;
+	long retcode;
+
+	if (_IOC_TYPE(cmd) != AMDKFD_IOCTL_BASE || nr < AMDKFD_COMMAND_START ||
+	    nr >= AMDKFD_COMMAND_END)
+		return -ENOTTY;
+	ioctl = &amdkfd_ioctls[nr];
+	usize = _IOC_SIZE(cmd);
+	asize = max_t(unsigned int, usize, _IOC_SIZE(ioctl->cmd));
+	cmd = ioctl->cmd;
+
+	/* "Using KFD FD in wrong process", then "no function" */
+	if (process->lead_thread != current->group_leader)
+		return -EBADF;
+	if (!ioctl->func)
+		return -EINVAL;
+
+	if (cmd & (IOC_IN | IOC_OUT)) {
+		if (asize <= sizeof(stack_kdata)) {
+			kdata = stack_kdata;
+		} else {
+			kdata = kmalloc(asize, GFP_KERNEL);
+			if (!kdata)
+				return -ENOMEM;
+		}
+		memset(kdata, 0, asize);
+	}
+	if ((cmd & IOC_IN) && copy_from_user(kdata, (void __user *)arg, usize)) {
+		retcode = -EFAULT;
+		goto out;
+	}
+	retcode = ioctl->func(filep, process, kdata);
+	if ((cmd & IOC_OUT) && copy_to_user((void __user *)arg, kdata, usize))
+		retcode = -EFAULT;
+out:
+	if (kdata != stack_kdata)
+		kfree(kdata);
+	return retcode;
+}
+
+static int kfd_open(struct inode *inode, struct file *filep)
+{
+	struct kfd_process *process;
+
+	if (iminor(inode) != 0)
+		return -ENODEV;
+	process = kfd_create_process(current);
+	if (IS_ERR(process))
+		return PTR_ERR(process);
+	filep->private_data = process;	/* holds the reference kfd_create_process returned */
+	return 0;
+}
+
+/* kfd_release() (6.12.117): only drops the file's reference; the process lives with its mm. */
+static int kfd_release(struct inode *inode, struct file *filep)
+{
+	struct kfd_process *process = filep->private_data;
+
+	if (process)
+		kfd_unref_process(process);
+	return 0;
+}
+
+static const struct file_operations kfd_fops = {
+	.owner = THIS_MODULE,
+	.unlocked_ioctl = kfd_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.open = kfd_open,
+	.release = kfd_release,
+};
+
+/* ---- control files: /sys/kernel/kfd_emu/{evict,restore} ---- */
+
+struct emu_evict_work {
+	struct work_struct work;
+	struct kfd_process *p;
+	bool evict;
+	int ret;
+};
+
+/* Like evict_process_worker / restore_process_worker: TTM evictions run in a kworker. */
+static void emu_evict_worker(struct work_struct *work)
+{
+	struct emu_evict_work *w = container_of(work, struct emu_evict_work, work);
+
+	if (w->evict)
+		w->ret = kfd_process_evict_queues(w->p, KFD_QUEUE_EVICTION_TRIGGER_TTM);
+	else
+		w->ret = kfd_process_restore_queues(w->p);
+}
+
+static ssize_t emu_evict_store_common(const char *buf, size_t count, bool evict)
+{
+	struct emu_evict_work w = { .evict = evict };
+	struct kfd_process *p, *found = NULL;
+	int pid, err;
+
+	err = kstrtoint(buf, 10, &pid);
+	if (err)
+		return err;
+	mutex_lock(&kfd_processes_mutex);
+	list_for_each_entry(p, &kfd_processes_list, processes) {
+		if (p->lead_thread->pid == pid) {
+			found = p;
+			kref_get(&p->ref);
+			break;
+		}
+	}
+	mutex_unlock(&kfd_processes_mutex);
+	if (!found)
+		return -ESRCH;
+	w.p = found;
+	INIT_WORK_ONSTACK(&w.work, emu_evict_worker);
+	schedule_work(&w.work);
+	flush_work(&w.work);
+	destroy_work_on_stack(&w.work);
+	kfd_unref_process(found);
+	return w.ret ? w.ret : count;
+}
+
+static ssize_t evict_store(struct kobject *kobj, struct kobj_attribute *attr, const char *buf,
+			   size_t count)
+{
+	return emu_evict_store_common(buf, count, true);
+}
+
+static ssize_t restore_store(struct kobject *kobj, struct kobj_attribute *attr, const char *buf,
+			     size_t count)
+{
+	return emu_evict_store_common(buf, count, false);
+}
+
+static struct kobj_attribute evict_attr = __ATTR_WO(evict);
+static struct kobj_attribute restore_attr = __ATTR_WO(restore);
+
+/* ---- topology (kfd_topology.c, only gpu_id and name) ---- */
+
+static ssize_t node_show(struct kobject *kobj, struct attribute *attr, char *buffer)
+{
+	unsigned int i;
+	u32 gpu_id = 0;
+
+	for (i = 0; i < num_gpus; i++)
+		if (emu_nodes[i].kobj_node == kobj)
+			gpu_id = emu_nodes[i].id;
+	if (!strcmp(attr->name, "gpu_id"))
+		return sysfs_emit(buffer, "%u\n", gpu_id);
+	if (!strcmp(attr->name, "name"))
+		return sysfs_emit(buffer, "%s\n", gpu_id ? "kfd_emu" : "");
+	return 0;
+}
+
+static struct attribute node_attr_gpu_id = { .name = "gpu_id", .mode = 0444 };
+static struct attribute node_attr_name = { .name = "name", .mode = 0444 };
+static struct attribute *node_attrs[] = { &node_attr_gpu_id, &node_attr_name, NULL };
+ATTRIBUTE_GROUPS(node);
+static const struct sysfs_ops node_ops = { .show = node_show };
+
+static void node_kobj_release(struct kobject *kobj)
+{
+	kfree(kobj);
+}
+
+static struct kobj_type node_type = {
+	.release = node_kobj_release,
+	.sysfs_ops = &node_ops,
+	.default_groups = node_groups,
+};
+
+static struct kobject *add_topology_node(unsigned int index)
+{
+	struct kobject *kobj = kzalloc(sizeof(*kobj), GFP_KERNEL);
+
+	if (!kobj)
+		return NULL;
+	if (kobject_init_and_add(kobj, &node_type, topology_nodes_kobj, "%u", index)) {
+		kobject_put(kobj);
+		return NULL;
+	}
+	return kobj;
+}
+
+/* ---- module init / exit ---- */
+
+static void kfd_emu_cleanup(void)
+{
+	unsigned int i;
+
+	for (i = 0; i < EMU_MAX_GPUS; i++) {
+		if (emu_dqms[i].cp_thread)
+			kthread_stop(emu_dqms[i].cp_thread);
+		emu_dqms[i].cp_thread = NULL;
+		if (emu_nodes[i].kobj_node)
+			kobject_put(emu_nodes[i].kobj_node);
+		emu_nodes[i].kobj_node = NULL;
+	}
+	if (topology_cpu_node_kobj)
+		kobject_put(topology_cpu_node_kobj);
+	kobject_put(topology_nodes_kobj);
+	kobject_put(topology_kobj);
+	kobject_put(procfs_kobj);
+	kobject_put(emu_ctl_kobj);
+	if (kfd_device)
+		device_destroy(kfd_class, MKDEV(kfd_char_dev_major, 0));
+	if (!IS_ERR_OR_NULL(kfd_class))
+		class_destroy(kfd_class);
+	if (kfd_char_dev_major > 0)
+		unregister_chrdev(kfd_char_dev_major, "kfd");
+	if (kfd_process_wq)
+		destroy_workqueue(kfd_process_wq);
+}
+
+static int __init kfd_emu_init(void)
+{
+	unsigned int i;
+	int err = -ENOMEM;
+
+	if (num_gpus < 1 || num_gpus > EMU_MAX_GPUS)
+		return -EINVAL;
+	kfd_process_wq = alloc_workqueue("kfd_process_wq", 0, 0);
+	if (!kfd_process_wq)
+		return -ENOMEM;
+	for (i = 0; i < num_gpus; i++) {
+		struct device_queue_manager *dqm = &emu_dqms[i];
+
+		emu_nodes[i].id = emu_gpu_ids[i];
+		emu_nodes[i].node_id = i + 1;
+		emu_nodes[i].dqm = dqm;
+		dqm->dev = &emu_nodes[i];
+		mutex_init(&dqm->lock_hidden);
+		mutex_init(&dqm->hw_lock);
+		INIT_LIST_HEAD(&dqm->queues);
+		init_waitqueue_head(&dqm->destroy_wait);
+		init_waitqueue_head(&dqm->cp_wait);
+		dqm->fence_addr = &dqm->fence_mem;
+		dqm->cp_thread = kthread_run(emu_cp_thread, dqm, "kfd_emu_cp%u", i);
+		if (IS_ERR(dqm->cp_thread)) {
+			err = PTR_ERR(dqm->cp_thread);
+			dqm->cp_thread = NULL;
+			goto fail;
+		}
+	}
+
+	kfd_char_dev_major = register_chrdev(0, "kfd", &kfd_fops);
+	if (kfd_char_dev_major < 0) {
+		err = kfd_char_dev_major;
+		goto fail;
+	}
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 4, 0)
+	kfd_class = class_create("kfd");
+#else
+	kfd_class = class_create(THIS_MODULE, "kfd");
+#endif
+	if (IS_ERR(kfd_class)) {
+		err = PTR_ERR(kfd_class);
+		goto fail;
+	}
+	kfd_device = device_create(kfd_class, NULL, MKDEV(kfd_char_dev_major, 0), NULL, "kfd");
+	if (IS_ERR(kfd_device)) {
+		err = PTR_ERR(kfd_device);
+		kfd_device = NULL;
+		goto fail;
+	}
+	err = -ENOMEM;
+	procfs_kobj = kobject_create_and_add("proc", &kfd_device->kobj);
+	topology_kobj = kobject_create_and_add("topology", &kfd_device->kobj);
+	if (!procfs_kobj || !topology_kobj)
+		goto fail;
+	topology_nodes_kobj = kobject_create_and_add("nodes", topology_kobj);
+	if (!topology_nodes_kobj)
+		goto fail;
+	topology_cpu_node_kobj = add_topology_node(0);	/* node 0: the CPU, gpu_id 0 */
+	for (i = 0; i < num_gpus; i++) {
+		emu_nodes[i].kobj_node = add_topology_node(emu_nodes[i].node_id);
+		if (!emu_nodes[i].kobj_node)
+			goto fail;
+	}
+	emu_ctl_kobj = kobject_create_and_add("kfd_emu", kernel_kobj);
+	if (!emu_ctl_kobj)
+		goto fail;
+	if (sysfs_create_file(emu_ctl_kobj, &evict_attr.attr) ||
+	    sysfs_create_file(emu_ctl_kobj, &restore_attr.attr))
+		goto fail;
+	pr_info("kfd_emu: KFD emulator (KFD %d.%d) with %u GPU(s): gpu_id 0x%x%s\n",
+		KFD_IOCTL_MAJOR_VERSION,
+		KFD_IOCTL_MINOR_VERSION, num_gpus, emu_gpu_ids[0], num_gpus > 1 ? ", 0x2000" : "");
+	return 0;
+fail:
+	kfd_emu_cleanup();
+	return err;
+}
+
+static void __exit kfd_emu_exit(void)
+{
+	/* processes hold module references, so none is left here; wait for their last callbacks */
+	flush_workqueue(kfd_process_wq);
+	mmu_notifier_synchronize();
+	kfd_emu_cleanup();
+}
+
+module_init(kfd_emu_init);
+module_exit(kfd_emu_exit);
+MODULE_DESCRIPTION("KFD emulator for gpreempt tests (emulated AMD GPU queues behind /dev/kfd)");
+MODULE_LICENSE("Dual MIT/GPL");

@@ -1,0 +1,448 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * KFD emulator: a test fixture for gpreempt, never shipped with it.
+ *
+ * Internal structures carry the names of the amdkfd structures of Linux 6.12.117
+ * (drivers/gpu/drm/amd/amdkfd/kfd_priv.h) but hold only what the emulator needs. Where a probe
+ * may read a field without BTF, the offset matches amdkfd (design/KFD.md §3.3):
+ * queue.properties @40, queue_properties.queue_id @8 (so q->properties.queue_id is q+48),
+ * qcm_process_device.pqm @8, process_queue_manager.process @0,
+ * kfd_process_device {dev @0, process @8, qpd @16}.
+ *
+ * Emulated GPUs (fixed topology gpu ids): EMU_GPU_ID0 = 0x1000 (4096) on topology node 1 and
+ * EMU_GPU_ID1 = 0x2000 (8192) on node 2 (module parameter num_gpus = 1 keeps only the first).
+ */
+#ifndef KFD_EMU_H
+#define KFD_EMU_H
+
+#include <linux/types.h>
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/kobject.h>
+#include <linux/kref.h>
+#include <linux/mmu_notifier.h>
+#include <linux/semaphore.h>
+#include <linux/sysfs.h>
+#include <linux/wait.h>
+#include <linux/workqueue.h>
+#include <linux/ioctl.h>
+
+#define EMU_GPU_ID0 0x1000
+#define EMU_GPU_ID1 0x2000
+#define EMU_MAX_GPUS 2
+
+/* ---- UAPI (include/uapi/linux/kfd_ioctl.h, KFD 1.17 as in Linux 6.12.117; MIT licence) ---- */
+
+#define KFD_IOCTL_MAJOR_VERSION 1
+#define KFD_IOCTL_MINOR_VERSION 17
+
+struct kfd_ioctl_get_version_args {
+	__u32 major_version;
+	__u32 minor_version;
+};
+
+#define KFD_IOC_QUEUE_TYPE_COMPUTE 0x0
+#define KFD_IOC_QUEUE_TYPE_SDMA 0x1
+#define KFD_IOC_QUEUE_TYPE_COMPUTE_AQL 0x2
+#define KFD_IOC_QUEUE_TYPE_SDMA_XGMI 0x3
+#define KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID 0x4
+
+#define KFD_MAX_QUEUE_PERCENTAGE 100
+#define KFD_MAX_QUEUE_PRIORITY 15
+
+struct kfd_ioctl_create_queue_args {
+	__u64 ring_base_address;
+	__u64 write_pointer_address;
+	__u64 read_pointer_address;
+	__u64 doorbell_offset;
+	__u32 ring_size;
+	__u32 gpu_id;
+	__u32 queue_type;
+	__u32 queue_percentage;
+	__u32 queue_priority;
+	__u32 queue_id;
+	__u64 eop_buffer_address;
+	__u64 eop_buffer_size;
+	__u64 ctx_save_restore_address;
+	__u32 ctx_save_restore_size;
+	__u32 ctl_stack_size;
+	__u32 sdma_engine_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_destroy_queue_args {
+	__u32 queue_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_update_queue_args {
+	__u64 ring_base_address;
+	__u32 queue_id;
+	__u32 ring_size;
+	__u32 queue_percentage;
+	__u32 queue_priority;
+};
+
+#define KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK 1
+#define KFD_RUNTIME_ENABLE_MODE_TTMP_SAVE_MASK 2
+
+struct kfd_ioctl_runtime_enable_args {
+	__u64 r_debug;
+	__u32 mode_mask;
+	__u32 capabilities_mask;
+};
+
+enum kfd_dbg_trap_operations {
+	KFD_IOC_DBG_TRAP_ENABLE = 0,
+	KFD_IOC_DBG_TRAP_DISABLE = 1,
+	KFD_IOC_DBG_TRAP_SEND_RUNTIME_EVENT = 2,
+	KFD_IOC_DBG_TRAP_SET_EXCEPTIONS_ENABLED = 3,
+	KFD_IOC_DBG_TRAP_SET_WAVE_LAUNCH_OVERRIDE = 4,
+	KFD_IOC_DBG_TRAP_SET_WAVE_LAUNCH_MODE = 5,
+	KFD_IOC_DBG_TRAP_SUSPEND_QUEUES = 6,
+	KFD_IOC_DBG_TRAP_RESUME_QUEUES = 7,
+	KFD_IOC_DBG_TRAP_SET_NODE_ADDRESS_WATCH = 8,
+	KFD_IOC_DBG_TRAP_CLEAR_NODE_ADDRESS_WATCH = 9,
+	KFD_IOC_DBG_TRAP_SET_FLAGS = 10,
+	KFD_IOC_DBG_TRAP_QUERY_DEBUG_EVENT = 11,
+	KFD_IOC_DBG_TRAP_QUERY_EXCEPTION_INFO = 12,
+	KFD_IOC_DBG_TRAP_GET_QUEUE_SNAPSHOT = 13,
+	KFD_IOC_DBG_TRAP_GET_DEVICE_SNAPSHOT = 14,
+};
+
+struct kfd_ioctl_dbg_trap_enable_args {
+	__u64 exception_mask;
+	__u64 rinfo_ptr;
+	__u32 rinfo_size;
+	__u32 dbg_fd;
+};
+
+struct kfd_ioctl_dbg_trap_send_runtime_event_args {
+	__u64 exception_mask;
+	__u32 gpu_id;
+	__u32 queue_id;
+};
+
+struct kfd_ioctl_dbg_trap_set_exceptions_enabled_args {
+	__u64 exception_mask;
+};
+
+struct kfd_ioctl_dbg_trap_suspend_queues_args {
+	__u64 exception_mask;
+	__u64 queue_array_ptr;
+	__u32 num_queues;
+	__u32 grace_period;
+};
+
+struct kfd_ioctl_dbg_trap_resume_queues_args {
+	__u64 queue_array_ptr;
+	__u32 num_queues;
+	__u32 pad;
+};
+
+struct kfd_ioctl_dbg_trap_query_debug_event_args {
+	__u64 exception_mask;
+	__u32 gpu_id;
+	__u32 queue_id;
+};
+
+struct kfd_ioctl_dbg_trap_query_exception_info_args {
+	__u64 info_ptr;
+	__u32 info_size;
+	__u32 source_id;
+	__u32 exception_code;
+	__u32 clear_exception;
+};
+
+struct kfd_ioctl_dbg_trap_queue_snapshot_args {
+	__u64 exception_mask;
+	__u64 snapshot_buf_ptr;
+	__u32 num_queues;
+	__u32 entry_size;
+};
+
+struct kfd_ioctl_dbg_trap_args {
+	__u32 pid;
+	__u32 op;
+	union {
+		struct kfd_ioctl_dbg_trap_enable_args enable;
+		struct kfd_ioctl_dbg_trap_send_runtime_event_args send_runtime_event;
+		struct kfd_ioctl_dbg_trap_set_exceptions_enabled_args set_exceptions_enabled;
+		struct kfd_ioctl_dbg_trap_suspend_queues_args suspend_queues;
+		struct kfd_ioctl_dbg_trap_resume_queues_args resume_queues;
+		struct kfd_ioctl_dbg_trap_query_debug_event_args query_debug_event;
+		struct kfd_ioctl_dbg_trap_query_exception_info_args query_exception_info;
+		struct kfd_ioctl_dbg_trap_queue_snapshot_args queue_snapshot;
+	};
+};
+
+struct kfd_queue_snapshot_entry {
+	__u64 exception_status;
+	__u64 ring_base_address;
+	__u64 write_pointer_address;
+	__u64 read_pointer_address;
+	__u64 ctx_save_restore_address;
+	__u32 queue_id;
+	__u32 gpu_id;
+	__u32 ring_size;
+	__u32 queue_type;
+	__u32 ctx_save_restore_area_size;
+	__u32 reserved;
+};
+
+struct kfd_runtime_info {
+	__u64 r_debug;
+	__u32 runtime_state;
+	__u32 ttmp_setup;
+};
+
+enum {
+	DEBUG_RUNTIME_STATE_DISABLED = 0,
+	DEBUG_RUNTIME_STATE_ENABLED = 1,
+	DEBUG_RUNTIME_STATE_ENABLED_BUSY = 2,
+	DEBUG_RUNTIME_STATE_ENABLED_ERROR = 3,
+};
+
+#define KFD_DBG_QUEUE_ERROR_BIT 30
+#define KFD_DBG_QUEUE_INVALID_BIT 31
+#define KFD_DBG_QUEUE_ERROR_MASK (1U << KFD_DBG_QUEUE_ERROR_BIT)
+#define KFD_DBG_QUEUE_INVALID_MASK (1U << KFD_DBG_QUEUE_INVALID_BIT)
+
+#define EC_QUEUE_NEW 31
+#define EC_PROCESS_RUNTIME 48
+#define KFD_EC_MASK(ec) (1ULL << ((ec) - 1))
+/* kfd_ioctl.h: queue exceptions 1..31, device 32..47, process 48..63 */
+#define KFD_DBG_EC_TYPE_IS_QUEUE(ec) ((ec) >= 1 && (ec) <= 31)
+#define KFD_DBG_EC_TYPE_IS_DEVICE(ec) ((ec) >= 32 && (ec) <= 47)
+#define KFD_DBG_EC_TYPE_IS_PROCESS(ec) ((ec) >= 48 && (ec) <= 63)
+
+/* enum KFD_QUEUE_EVICTION_TRIGGERS */
+#define KFD_QUEUE_EVICTION_TRIGGER_TTM 2
+
+#define AMDKFD_IOCTL_BASE 'K'
+#define AMDKFD_IOC_GET_VERSION _IOR(AMDKFD_IOCTL_BASE, 0x01, struct kfd_ioctl_get_version_args)
+#define AMDKFD_IOC_CREATE_QUEUE _IOWR(AMDKFD_IOCTL_BASE, 0x02, struct kfd_ioctl_create_queue_args)
+#define AMDKFD_IOC_DESTROY_QUEUE _IOWR(AMDKFD_IOCTL_BASE, 0x03, struct kfd_ioctl_destroy_queue_args)
+#define AMDKFD_IOC_UPDATE_QUEUE _IOW(AMDKFD_IOCTL_BASE, 0x07, struct kfd_ioctl_update_queue_args)
+#define AMDKFD_IOC_RUNTIME_ENABLE _IOWR(AMDKFD_IOCTL_BASE, 0x25, struct kfd_ioctl_runtime_enable_args)
+#define AMDKFD_IOC_DBG_TRAP _IOWR(AMDKFD_IOCTL_BASE, 0x26, struct kfd_ioctl_dbg_trap_args)
+#define AMDKFD_COMMAND_START 0x01
+#define AMDKFD_COMMAND_END 0x27
+
+/* ---- internal structures (names from kfd_priv.h / kfd_device_queue_manager.h, 6.12.117) ---- */
+
+/* Kernel-internal queue types (6.12.117): what sysfs queues/<id>/type prints. */
+enum kfd_queue_type {
+	KFD_QUEUE_TYPE_COMPUTE = 0,
+	KFD_QUEUE_TYPE_SDMA = 1,
+	KFD_QUEUE_TYPE_HIQ = 2,
+	KFD_QUEUE_TYPE_DIQ = 3,
+	KFD_QUEUE_TYPE_SDMA_XGMI = 4,
+	KFD_QUEUE_TYPE_SDMA_BY_ENG_ID = 5,
+};
+
+enum kfd_queue_format {
+	KFD_QUEUE_FORMAT_PM4 = 0,
+	KFD_QUEUE_FORMAT_AQL = 1,
+};
+
+enum kfd_unmap_queues_filter {
+	KFD_UNMAP_QUEUES_FILTER_ALL_QUEUES = 1,
+	KFD_UNMAP_QUEUES_FILTER_DYNAMIC_QUEUES = 2,
+	KFD_UNMAP_QUEUES_FILTER_BY_PASID = 3,
+};
+
+#define USE_DEFAULT_GRACE_PERIOD 0xffffffff
+#define KFD_FENCE_COMPLETED 100
+#define KFD_FENCE_INIT 10
+#define KFD_MAX_NUM_OF_QUEUES_PER_PROCESS 1024
+/* "HWS limit" on queues per process per device (kfd_process_queue_manager.c, 6.12.117). */
+#define KFD_MAX_QUEUES_PER_PROCESS_DEVICE 127
+
+struct kfd_node;
+struct kfd_process;
+
+struct queue_properties {
+	enum kfd_queue_type type;
+	enum kfd_queue_format format;
+	unsigned int queue_id;
+	u64 queue_address;
+	u64 queue_size;
+	u32 priority;
+	u32 queue_percent;
+	void __user *read_ptr;
+	void __user *write_ptr;
+	u64 eop_ring_buffer_address;
+	u32 eop_ring_buffer_size;
+	u64 ctx_save_restore_area_address;
+	u32 ctx_save_restore_area_size;
+	u32 ctl_stack_size;
+	u32 sdma_engine_id;
+	u64 exception_status;
+	bool is_interop;
+	bool is_evicted;
+	bool is_suspended;
+	bool is_being_destroyed;
+	bool is_active;
+	bool is_gws;
+};
+
+/* QUEUE_IS_ACTIVE() from kfd_priv.h (6.12.117). */
+#define QUEUE_IS_ACTIVE(q) ((q).queue_size > 0 && (q).queue_address != 0 && (q).queue_percent > 0 && \
+			    !(q).is_evicted && !(q).is_suspended)
+
+struct queue {
+	struct list_head list;		/* on qpd->queues_list */
+	void *mqd;
+	void *mqd_mem_obj;
+	u64 gart_mqd_addr;
+	struct queue_properties properties;
+	struct kfd_process *process;
+	struct kfd_node *device;
+	struct kobject kobj;		/* /sys/class/kfd/kfd/proc/<pid>/queues/<id> */
+	/* emulator only: in the runlist the emulated CP executes (guarded by dqm->hw_lock) */
+	bool hw_mapped;
+	u64 packets_done;
+};
+
+struct process_queue_node {
+	struct queue *q;
+	struct list_head process_queue_list;
+};
+
+struct process_queue_manager {
+	struct kfd_process *process;
+	struct list_head queues;
+	unsigned long *queue_slot_bitmap;
+};
+
+struct qcm_process_device {
+	struct device_queue_manager *dqm;
+	struct process_queue_manager *pqm;
+	struct list_head queues_list;
+	struct list_head dqm_list;	/* on dqm->queues while the process has queues here */
+	unsigned int queue_count;
+	unsigned int evicted;		/* eviction counter, 0 = not evicted */
+	bool registered;
+};
+
+struct kfd_process_device {
+	struct kfd_node *dev;
+	struct kfd_process *process;
+	struct qcm_process_device qpd;
+	bool bound;
+	u64 exception_status;
+	u64 last_evict_timestamp;
+	atomic64_t evict_duration_counter;
+	struct attribute attr_vram;
+	struct attribute attr_sdma;
+	struct attribute attr_evict;
+	struct kobject *kobj_stats;
+	char vram_name[24];
+	char sdma_name[24];
+	char stats_name[24];
+};
+
+struct device_queue_manager {
+	struct kfd_node *dev;
+	struct mutex lock_hidden;	/* dqm_lock() */
+	struct list_head queues;	/* qcm_process_device.dqm_list */
+	unsigned int active_queue_count;
+	unsigned int processes_count;
+	bool active_runlist;
+	wait_queue_head_t destroy_wait;
+	u64 *fence_addr;		/* written by the emulated CP when a preemption completes */
+	u64 fence_mem;
+	/* emulated CP (one kthread per GPU) */
+	struct mutex hw_lock;
+	struct task_struct *cp_thread;
+	wait_queue_head_t cp_wait;
+	bool preempt_pending;
+	ktime_t preempt_deadline;
+	u64 fence_pending_value;
+};
+
+struct kfd_node {
+	unsigned int id;		/* topology gpu_id */
+	unsigned int node_id;		/* topology node index */
+	struct device_queue_manager *dqm;
+	struct kobject *kobj_node;
+};
+
+struct kfd_process {
+	struct list_head processes;	/* kfd_processes_list */
+	struct mm_struct *mm;
+	struct mutex mutex;
+	struct task_struct *lead_thread;
+	struct mmu_notifier mmu_notifier;
+	struct mm_struct *mm_grabbed;	/* emulator: mmgrab()ed for the CP thread */
+	struct kref ref;
+	struct work_struct release_work;
+	u32 pasid;
+	struct kfd_process_device pdds[EMU_MAX_GPUS];
+	int n_pdds;
+	struct process_queue_manager pqm;
+	/* debugger (kfd_debug.c, 6.12.117) */
+	struct mutex event_mutex;
+	bool debug_trap_enabled;
+	struct kfd_process *debugger_process;
+	atomic_t debugged_process_count;
+	struct file *dbg_ev_file;
+	u64 exception_enable_mask;
+	u64 exception_status;
+	struct kfd_runtime_info runtime_info;
+	struct semaphore runtime_enable_sema;
+	bool is_runtime_retry;
+	/* sysfs */
+	struct kobject *kobj;
+	struct kobject *kobj_queues;
+	struct attribute attr_pasid;
+};
+
+/* ---- the functions the tracer probes: amdkfd names and 6.12.117 prototypes ---- */
+long kfd_ioctl(struct file *filep, unsigned int cmd, unsigned long arg);
+int kfd_ioctl_create_queue(struct file *filep, struct kfd_process *p, void *data);
+int kfd_ioctl_destroy_queue(struct file *filp, struct kfd_process *p, void *data);
+int kfd_ioctl_update_queue(struct file *filp, struct kfd_process *p, void *data);
+int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_process *p, void *data);
+int kfd_ioctl_runtime_enable(struct file *filep, struct kfd_process *p, void *data);
+int pqm_create_queue(struct process_queue_manager *pqm, struct kfd_node *dev, struct file *f,
+		     struct queue_properties *properties, unsigned int *qid,
+		     const void *q_data, const void *restore_mqd, const void *restore_ctl_stack,
+		     u32 *p_doorbell_offset_in_process);
+int pqm_destroy_queue(struct process_queue_manager *pqm, unsigned int qid);
+int suspend_queues(struct kfd_process *p, u32 num_queues, u32 grace_period,
+		   u64 exception_clear_mask,
+		   u32 *usr_queue_id_array);
+int resume_queues(struct kfd_process *p, u32 num_queues, u32 *usr_queue_id_array);
+int execute_queues_cpsch(struct device_queue_manager *dqm, enum kfd_unmap_queues_filter filter,
+			 u32 filter_param, u32 grace_period);
+int unmap_queues_cpsch(struct device_queue_manager *dqm, enum kfd_unmap_queues_filter filter,
+		       u32 filter_param, u32 grace_period, bool reset);
+int map_queues_cpsch(struct device_queue_manager *dqm);
+int amdkfd_fence_wait_timeout(struct device_queue_manager *dqm, u64 fence_value,
+			      unsigned int timeout_ms);
+int kfd_process_evict_queues(struct kfd_process *p, u32 trigger);
+int kfd_process_restore_queues(struct kfd_process *p);
+void kfd_smi_event_queue_eviction(struct kfd_node *node, pid_t pid, u32 trigger);
+void kfd_smi_event_queue_restore(struct kfd_node *node, pid_t pid);
+int evict_process_queues_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd);
+int restore_process_queues_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd);
+struct kfd_process *kfd_create_process(struct task_struct *thread);
+void kfd_process_wq_release(struct work_struct *work);
+int create_queue_cpsch(struct device_queue_manager *dqm, struct queue *q,
+		       struct qcm_process_device *qpd,
+		       const void *qd, const void *restore_mqd, const void *restore_ctl_stack);
+int destroy_queue_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd,
+			struct queue *q);
+int process_termination_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd);
+void kfd_process_dequeue_from_all_devices(struct kfd_process *p);
+void pqm_uninit(struct process_queue_manager *pqm);
+int kfd_dbg_trap_enable(struct kfd_process *target, u32 fd, void __user *runtime_info,
+			u32 *runtime_size);
+int kfd_dbg_trap_disable(struct kfd_process *target);
+int pqm_get_queue_snapshot(struct process_queue_manager *pqm, u64 exception_clear_mask,
+			   void __user *buf,
+			   int *num_qss_entries, u32 *entry_size);
+
+#endif /* KFD_EMU_H */
