@@ -36,14 +36,18 @@ impl Lister {
         }
     }
 
+    /// Sorted by queue id (KFD lists a process's queues newest first: `list_add` in
+    /// pqm_create_queue, 6.12).
     fn sample(&self) -> Result<Vec<QueueRow>> {
-        Ok(match self {
+        let mut rows: Vec<QueueRow> = match self {
             // Without clearing EC_QUEUE_NEW: looking must not change what a later suspend sees.
             Self::DebugTrap(d) => d.snapshot(false)?.iter().map(QueueRow::from).collect(),
             Self::Sysfs(pid) => {
                 sysfs::read_process(Path::new(KFD_PROC_ROOT), *pid)?.queues.iter().map(QueueRow::from).collect()
             }
-        })
+        };
+        rows.sort_by_key(|q| q.queue_id);
+        Ok(rows)
     }
 }
 

@@ -1,0 +1,251 @@
+//! The unchanged `gpreempt` controller end to end on the KFD emulator (default parameters: tick
+//! 1 ms, 1 packet per tick, preempt_delay 5 ms, gpus 0x1000/0x2000): queues that really exist and
+//! really consume work. The offline workload's read index is sampled from `/proc/<pid>/mem`
+//! every millisecond, independently of gpreempt, and lined up with the CLOCK_MONOTONIC instants
+//! `gpreempt preempt --json` records per iteration.
+
+use std::{
+    fs::File,
+    os::unix::fs::FileExt,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::{self, JoinHandle},
+    time::Duration,
+};
+
+use gpreempt::preempt::monotonic_ns;
+use gpreempt_tests::{
+    LineHelper, binary,
+    target::{eventually, tracer_pid},
+};
+use nix::sys::signal::Signal;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn workload(args: &[&str]) -> LineHelper {
+    LineHelper::spawn("emu-workload", &[&["run"], args].concat()).unwrap()
+}
+
+/// Address of the first queue's read index in the workload.
+fn rptr_address(w: &LineHelper) -> u64 {
+    w.hello["queues"][0]["rptr"].as_u64().unwrap()
+}
+
+/// Samples `(CLOCK_MONOTONIC ns, read index)` of another process's queue every ~1 ms.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Vec<(u64, u64)>>,
+}
+
+impl Sampler {
+    fn start(pid: u32, address: u64) -> Self {
+        let mem = File::open(format!("/proc/{pid}/mem")).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = thread::spawn(move || {
+            let mut samples = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let mut buf = [0u8; 8];
+                if mem.read_exact_at(&mut buf, address).is_err() {
+                    break;
+                }
+                samples.push((monotonic_ns(), u64::from_ne_bytes(buf)));
+                thread::sleep(Duration::from_millis(1));
+            }
+            samples
+        });
+        Self { stop, thread }
+    }
+
+    fn finish(self) -> Vec<(u64, u64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+/// Read index at the first sample at or after `t`, and at the last sample at or before `t`.
+fn first_after(samples: &[(u64, u64)], t: u64) -> Option<(u64, u64)> {
+    samples.iter().copied().find(|s| s.0 >= t)
+}
+fn last_before(samples: &[(u64, u64)], t: u64) -> Option<(u64, u64)> {
+    samples.iter().copied().rev().find(|s| s.0 <= t)
+}
+
+fn rptr_now(pid: u32, address: u64) -> u64 {
+    let mut buf = [0u8; 8];
+    File::open(format!("/proc/{pid}/mem")).unwrap().read_exact_at(&mut buf, address).unwrap();
+    u64::from_ne_bytes(buf)
+}
+
+fn advances(pid: u32, address: u64) -> bool {
+    let a = rptr_now(pid, address);
+    thread::sleep(Duration::from_millis(200));
+    rptr_now(pid, address) > a
+}
+
+fn preempt(args: &[&str]) -> Child {
+    Command::new(binary("gpreempt").unwrap())
+        .arg("preempt")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn queues_lists_the_real_queues_with_every_field() {
+    let offline = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
+    let pid = offline.pid().to_string();
+    let out = Command::new(binary("gpreempt").unwrap()).args(["queues", &pid, "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["source"], "debug_trap");
+    let queues = v["queues"].as_array().unwrap();
+    assert_eq!(queues.len(), 2);
+    for (i, q) in queues.iter().enumerate() {
+        assert_eq!(q["queue_id"], i);
+        assert_eq!(q["gpu_id"], 0x1000);
+        assert_eq!(q["queue_type"], "compute-aql");
+        assert_eq!(q["ring_size"], 4096);
+        assert_eq!(q["read_pointer_address"], offline.hello["queues"][i]["rptr"]);
+        assert_eq!(q["write_pointer_address"], offline.hello["queues"][i]["wptr"]);
+        // Never snapshotted with a clear mask: every queue still carries EC_QUEUE_NEW.
+        assert_eq!(q["exceptions"], serde_json::json!(["QUEUE_NEW"]));
+    }
+    let ids = Command::new(binary("gpreempt").unwrap()).args(["queues", &pid, "--ids-only"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&ids.stdout), "0\n1\n");
+    assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
+}
+
+#[test]
+fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap() {
+    let offline = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
+    let online = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
+    let (pid, address) = (offline.pid(), rptr_address(&offline));
+    let (online_pid, online_address) = (online.pid(), rptr_address(&online));
+    let json = std::env::temp_dir().join(format!("emu-preempt-{pid}.json"));
+    let sampler = Sampler::start(pid, address);
+    let online_before = rptr_now(online_pid, online_address);
+    let out = preempt(&[
+        "--offline",
+        &pid.to_string(),
+        "--iterations",
+        "1000",
+        "--hold-ms",
+        "20",
+        "--gap-ms",
+        "50",
+        "--json",
+        json.to_str().unwrap(),
+    ])
+    .wait_with_output()
+    .unwrap();
+    let samples = sampler.finish();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().next(), Some("1000 of 1000 iterations, 1000 fully successful (100.0%)"));
+    assert_eq!(stdout.lines().nth(1), Some("queues suspended in total: 2000; INVALID answers: 0; ERROR answers: 0"));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let its = doc["iterations"].as_array().unwrap();
+    assert_eq!(its.len(), 1000);
+    let mut gaps_checked = 0;
+    let mut stalled_gaps = Vec::new();
+    for (i, it) in its.iter().enumerate() {
+        assert_eq!((it["suspended"].as_i64(), it["resumed"].as_i64()), (Some(2), Some(2)), "iteration {i}");
+        assert_eq!((it["invalid"].as_u64(), it["error"].as_u64(), it["ok"].as_bool()), (Some(0), Some(0), Some(true)));
+        // Hold: the queue stops when SUSPEND_QUEUES returns and stays stopped until RESUME.
+        let (from, to) = (it["suspended_at_ns"].as_u64().unwrap(), it["resumed_at_ns"].as_u64().unwrap());
+        let (a, b) = (first_after(&samples, from).unwrap(), last_before(&samples, to).unwrap());
+        if b.0 > a.0 {
+            assert_eq!(a.1, b.1, "iteration {i}: read index moved during the hold ({a:?} -> {b:?})");
+        }
+        // Gap: from RESUME's return to the next SUSPEND's call the queue runs.
+        if let Some(next) = its.get(i + 1) {
+            let resumed = to + (it["resume_us"].as_f64().unwrap() * 1e3) as u64;
+            let next_call =
+                next["suspended_at_ns"].as_u64().unwrap() - (next["suspend_us"].as_f64().unwrap() * 1e3) as u64;
+            if next_call > resumed + 10_000_000 {
+                let (a, b) = (first_after(&samples, resumed).unwrap(), last_before(&samples, next_call).unwrap());
+                // Only windows the sampler really covered (under TCG it is sometimes descheduled).
+                if b.0 > a.0 + 10_000_000 {
+                    gaps_checked += 1;
+                    if b.1 <= a.1 {
+                        stalled_gaps.push((i, a, b));
+                    }
+                }
+            }
+        }
+    }
+    // Every hold stopped the queue (asserted above). Every gap must show progress too, except
+    // that under software emulation the emulated CP kthread itself is sometimes not scheduled for
+    // 100+ ms (seen once in 1000 gaps): allow 0.5% of the gaps and print them.
+    assert!(gaps_checked > 900, "only {gaps_checked} gaps were covered by samples");
+    eprintln!("{} of {gaps_checked} gaps without progress: {stalled_gaps:?}", stalled_gaps.len());
+    assert!(stalled_gaps.len() * 200 <= gaps_checked, "gaps without progress: {stalled_gaps:?}");
+    assert_eq!(doc["summary"]["ok"], 1000);
+    assert_eq!(doc["detached"]["disabled"], true);
+    // The online process kept running (its queues were only briefly unmapped), the offline one
+    // runs again, and nothing is left traced.
+    assert!(rptr_now(online_pid, online_address) > online_before);
+    assert!(advances(pid, address));
+    assert_eq!(tracer_pid(pid).unwrap(), 0);
+}
+
+#[test]
+fn ctrl_c_and_kill_9_during_a_hold_leave_the_queues_running() {
+    let offline = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
+    let (pid, address) = (offline.pid(), rptr_address(&offline));
+    for signal in [Signal::SIGINT, Signal::SIGKILL] {
+        let child = preempt(&["--offline", &pid.to_string(), "--iterations", "3", "--hold-ms", "60000"]);
+        // Wait until the hold has begun: the read index stops.
+        assert!(eventually(30 * SECOND, || !advances(pid, address)), "never suspended");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+        let out = child.wait_with_output().unwrap();
+        if signal == Signal::SIGINT {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                stderr.trim_end().lines().last(),
+                // The interrupted iteration still suspended and resumed, so it is recorded.
+                Some("gpreempt: error: interrupted by SIGINT after 1 of 3 iterations; queues resumed, target detached")
+            );
+        }
+        // gpreempt resumed them (SIGINT) or the kernel did when the debugger died (SIGKILL, §2.7).
+        assert!(eventually(10 * SECOND, || advances(pid, address)), "{signal}: queues left suspended");
+        assert!(eventually(10 * SECOND, || tracer_pid(pid).ok() == Some(0)));
+    }
+}
+
+#[test]
+fn the_watchdog_resumes_a_hold_that_outlives_max_suspend() {
+    let offline = workload(&["--gpu-id", "0x2000", "--queues", "1", "--runtime-enable"]);
+    let (pid, address) = (offline.pid(), rptr_address(&offline));
+    let json = std::env::temp_dir().join(format!("emu-watchdog-{pid}.json"));
+    let out = preempt(&[
+        "--offline",
+        &pid.to_string(),
+        "--iterations",
+        "1",
+        "--hold-ms",
+        "3000",
+        "--max-suspend-ms",
+        "500",
+        "--json",
+        json.to_str().unwrap(),
+    ])
+    .wait_with_output()
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let notices = doc["notices"].as_array().unwrap();
+    let watchdog: Vec<&serde_json::Value> = notices.iter().filter(|n| n["notice"] == "watchdog_resumed").collect();
+    assert_eq!(watchdog.len(), 1, "{notices:?}");
+    assert_eq!(watchdog[0]["resumed"]["count"], 1);
+    assert!(watchdog[0]["held_ms"].as_u64().unwrap() >= 500);
+    // The loop's own resume then finds nothing left to resume.
+    assert_eq!(doc["iterations"][0]["resume_us"], serde_json::Value::Null);
+    assert!(advances(pid, address));
+}
