@@ -290,7 +290,32 @@ fn runtime_enable_of_a_debugged_process_waits_for_the_debuggers_ack() {
         (Some(0), Some(0), Some(u64::from(GPU0)), Some(EC_QUEUE_NEW))
     );
     assert_eq!(d.cmd("suspend 0 0").unwrap()["ret"], 1, "the query cleared NEW");
+
+    // SET_EXCEPTIONS_ENABLED: nothing is written for disabled exceptions; enabling one that is
+    // pending pokes the pipe.
+    assert_eq!(d.cmd("set_exceptions 0").unwrap()["ret"], 0);
+    assert_eq!(w.cmd("create 0x1000 2 4096 100 7").unwrap()["queue_id"], 1);
+    assert_eq!(d.cmd("pipe").unwrap()["bytes"], 0);
+    assert_eq!(d.cmd(&format!("set_exceptions {EC_QUEUE_NEW}")).unwrap()["ret"], 0);
+    assert_eq!(d.cmd("pipe").unwrap()["text"], ".");
     assert_eq!(d.cmd("disable").unwrap()["ret"], 0);
+}
+
+#[test]
+fn destroying_a_suspended_queue_waits_for_the_resume() {
+    let mut w = workload(&["--queues", "1", "--runtime-enable"]);
+    let queue_dir = format!("{}/queues/0", proc_dir(w.pid()));
+    let mut d = debugger(w.pid());
+    assert_eq!(d.cmd("enable 0").unwrap()["ret"], 0);
+    assert_eq!(d.cmd(&format!("snapshot {EC_QUEUE_NEW} 4")).unwrap()["num_queues"], 1);
+    assert_eq!(d.cmd("suspend 0 0").unwrap()["ret"], 1);
+    // wait_on_destroy_queue(): the destroy blocks while the queue is suspended.
+    w.send("destroy 0").unwrap();
+    thread::sleep(SETTLE);
+    assert!(Path::new(&queue_dir).exists(), "destroy went ahead while suspended");
+    assert_eq!(d.cmd("resume 0").unwrap()["ret"], 1);
+    assert_eq!(w.recv().unwrap()["ret"], 0, "destroy completes after the resume");
+    assert!(!Path::new(&queue_dir).exists());
 }
 
 #[test]
