@@ -73,9 +73,54 @@ fn wait_gone(path: &str, within: Duration) -> bool {
     false
 }
 
+/// The functions the tracer probes, by their amdkfd names (issue 6, item 4).
+const PROBED: [&str; 21] = [
+    "kfd_ioctl",
+    "kfd_ioctl_create_queue",
+    "kfd_ioctl_destroy_queue",
+    "kfd_ioctl_update_queue",
+    "kfd_ioctl_set_debug_trap",
+    "pqm_create_queue",
+    "pqm_destroy_queue",
+    "suspend_queues",
+    "resume_queues",
+    "execute_queues_cpsch",
+    "unmap_queues_cpsch",
+    "map_queues_cpsch",
+    "amdkfd_fence_wait_timeout",
+    "kfd_process_evict_queues",
+    "kfd_process_restore_queues",
+    "kfd_smi_event_queue_eviction",
+    "kfd_smi_event_queue_restore",
+    "evict_process_queues_cpsch",
+    "restore_process_queues_cpsch",
+    "kfd_create_process",
+    "kfd_process_wq_release",
+];
+
+#[test]
+fn every_probed_function_is_a_kfd_emu_symbol_of_its_own_name() {
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    for name in PROBED {
+        let variants: Vec<&str> = kallsyms
+            .lines()
+            .filter(|l| l.ends_with("[kfd_emu]"))
+            .filter_map(|l| l.split_whitespace().nth(2))
+            .filter(|sym| *sym == name || sym.strip_prefix(name).is_some_and(|rest| rest.starts_with('.')))
+            .filter(|sym| !sym.ends_with(".cold"))
+            .collect();
+        assert_eq!(variants, [name], "{name}: exactly one out-of-line copy, not inlined or cloned");
+    }
+}
+
 #[test]
 fn module_has_btf_topology_and_version() {
-    assert!(Path::new("/sys/kernel/btf/kfd_emu").exists(), "module BTF missing");
+    // Split BTF on vmlinux; the tracer resolves these member offsets from it.
+    let btf = std::fs::read("/sys/kernel/btf/kfd_emu").expect("module BTF missing");
+    for name in ["kfd_process", "lead_thread", "queue_properties", "queue_id", "device_queue_manager"] {
+        let needle = [b"\0", name.as_bytes(), b"\0"].concat();
+        assert!(btf.windows(needle.len()).any(|w| w == needle), "{name} not in the module BTF");
+    }
     let node = |n: u32| read_sysfs(&format!("/sys/class/kfd/kfd/topology/nodes/{n}/gpu_id")).unwrap();
     assert_eq!((node(0), node(1), node(2)), ("0\n".to_owned(), "4096\n".to_owned(), "8192\n".to_owned()));
     let w = workload(&["--queues", "0"]);
@@ -290,7 +335,32 @@ fn runtime_enable_of_a_debugged_process_waits_for_the_debuggers_ack() {
         (Some(0), Some(0), Some(u64::from(GPU0)), Some(EC_QUEUE_NEW))
     );
     assert_eq!(d.cmd("suspend 0 0").unwrap()["ret"], 1, "the query cleared NEW");
+
+    // SET_EXCEPTIONS_ENABLED: nothing is written for disabled exceptions; enabling one that is
+    // pending pokes the pipe.
+    assert_eq!(d.cmd("set_exceptions 0").unwrap()["ret"], 0);
+    assert_eq!(w.cmd("create 0x1000 2 4096 100 7").unwrap()["queue_id"], 1);
+    assert_eq!(d.cmd("pipe").unwrap()["bytes"], 0);
+    assert_eq!(d.cmd(&format!("set_exceptions {EC_QUEUE_NEW}")).unwrap()["ret"], 0);
+    assert_eq!(d.cmd("pipe").unwrap()["text"], ".");
     assert_eq!(d.cmd("disable").unwrap()["ret"], 0);
+}
+
+#[test]
+fn destroying_a_suspended_queue_waits_for_the_resume() {
+    let mut w = workload(&["--queues", "1", "--runtime-enable"]);
+    let queue_dir = format!("{}/queues/0", proc_dir(w.pid()));
+    let mut d = debugger(w.pid());
+    assert_eq!(d.cmd("enable 0").unwrap()["ret"], 0);
+    assert_eq!(d.cmd(&format!("snapshot {EC_QUEUE_NEW} 4")).unwrap()["num_queues"], 1);
+    assert_eq!(d.cmd("suspend 0 0").unwrap()["ret"], 1);
+    // wait_on_destroy_queue(): the destroy blocks while the queue is suspended.
+    w.send("destroy 0").unwrap();
+    thread::sleep(SETTLE);
+    assert!(Path::new(&queue_dir).exists(), "destroy went ahead while suspended");
+    assert_eq!(d.cmd("resume 0").unwrap()["ret"], 1);
+    assert_eq!(w.recv().unwrap()["ret"], 0, "destroy completes after the resume");
+    assert!(!Path::new(&queue_dir).exists());
 }
 
 #[test]

@@ -1,8 +1,11 @@
-//! The unchanged `gpreempt trace` against the KFD emulator (emulator VM pass): queue creates
-//! that succeed come out with ret 0 and the driver's queue id, destroys of real queues with
-//! ret 0. On amdgpu without a GPU every create fails, so only the emulator shows this.
+//! The unchanged `gpreempt` binary against the KFD emulator (emulator VM pass): `trace` sees
+//! queue creates that succeed, with ret 0 and the driver's queue id, and destroys of real queues
+//! with ret 0; `ps` lists the queues from sysfs. On amdgpu without a GPU every create fails, so
+//! only the emulator shows this.
 
-use gpreempt_tests::{LineHelper, Tracer, events_of, summary};
+use std::process::Command;
+
+use gpreempt_tests::{LineHelper, Tracer, binary, events_of, summary};
 
 #[test]
 fn successful_creates_and_destroys_are_traced_with_their_queue_ids() {
@@ -33,4 +36,31 @@ fn successful_creates_and_destroys_are_traced_with_their_queue_ids() {
     );
     assert_eq!((&destroys[1]["queue_id"], &destroys[1]["ret"]), (&0.into(), &(-22).into()));
     assert_eq!(summary(&objects).unwrap()["dropped"], 0);
+}
+
+#[test]
+fn ps_lists_the_emulated_queues_of_a_process() {
+    let mut w = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "2"]).unwrap();
+    assert_eq!(w.cmd("create 0x2000 1 8192 100 3").unwrap()["queue_id"], 2);
+    let ps = Command::new(binary("gpreempt").unwrap()).args(["ps", "--json"]).output().unwrap();
+    assert!(ps.status.success(), "{}", String::from_utf8_lossy(&ps.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&ps.stdout).unwrap();
+    let me = v["processes"].as_array().unwrap().iter().find(|p| p["pid"] == w.pid()).cloned().unwrap();
+    assert_eq!(
+        me["queues"],
+        serde_json::json!([
+            {"queue_id": 0, "gpu_id": 4096, "kernel_type": 0, "ring_size": 4096},
+            {"queue_id": 1, "gpu_id": 4096, "kernel_type": 0, "ring_size": 4096},
+            {"queue_id": 2, "gpu_id": 8192, "kernel_type": 1, "ring_size": 8192},
+        ])
+    );
+    let gpus: Vec<(u64, u64, u64)> = me["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["gpu_id"].as_u64().unwrap(), g["vram_bytes"].as_u64().unwrap(), g["evicted_ms"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(gpus, [(4096, 0, 0), (8192, 0, 0)]);
+    assert_eq!(me["notes"], serde_json::json!([]), "every file ps expects exists");
+    assert_eq!(me["info"]["comm"], "emu-workload");
 }
