@@ -53,6 +53,11 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         functions.join(", "),
         attached.kfd_module.as_deref().unwrap_or("vmlinux"),
     );
+    eprintln!(
+        "gpreempt: owner/gpu resolution: {}; {}",
+        attached.offset_mode,
+        gpreempt::trace::btf::describe(&attached.offsets)
+    );
     for p in attached.probes.iter().filter(|p| p.symbol.is_none()) {
         eprintln!("gpreempt: probe {} not attached: {}", p.program, p.missing_reason.as_deref().unwrap_or("?"));
     }

@@ -42,9 +42,88 @@ impl<W: Write> Console<W> {
                 self.result(c.result)
             ),
             EventKind::QueueDestroy(d) => format!("queue {:>4}  {}", d.queue_id, self.result(d.result)),
+            EventKind::QueueUpdate(u) => format!(
+                "queue {:>4} prio {:>2} pct {:>3} ring {:>8}  {}",
+                u.queue_id,
+                u.priority,
+                u.percentage,
+                u.ring_size,
+                self.result(u.result)
+            ),
+            EventKind::DebugTrap(d) => {
+                let mut text = format!("target {} {}", d.target_pid, d.op);
+                if let Some(n) = d.num_queues {
+                    text.push_str(&format!(" queues {n}"));
+                }
+                if let Some(g) = d.grace_period {
+                    text.push_str(&format!(" grace {g}"));
+                }
+                if d.ret > 0 {
+                    text.push_str(&format!(" -> {}", d.ret));
+                }
+                format!("{text}  {}", self.result(d.result))
+            }
+            EventKind::RuntimeEnable(r) => {
+                format!("{}  {}", if r.enable { "enable" } else { "disable" }, self.result(r.result))
+            }
+            EventKind::QueueEviction(v) => {
+                format!("target {} gpu {} trigger {}", v.target_pid, gpu(v.gpu_id), v.trigger)
+            }
+            EventKind::QueueRestore(v) => format!("target {} gpu {}", v.target_pid, gpu(v.gpu_id)),
+            EventKind::SuspendQueues(q) | EventKind::ResumeQueues(q) => {
+                let ids: Vec<String> = q
+                    .queues
+                    .iter()
+                    .map(|o| {
+                        let flag = if o.error {
+                            "!E"
+                        } else if o.invalid {
+                            "!I"
+                        } else {
+                            ""
+                        };
+                        format!("{}{flag}", o.queue_id)
+                    })
+                    .collect();
+                format!(
+                    "target {} queues {} [{}] handled {}  {}",
+                    q.target_pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
+                    q.num_queues,
+                    ids.join(","),
+                    q.handled.map_or_else(|| "-".to_owned(), |h| h.to_string()),
+                    self.result(q.result)
+                )
+            }
+            EventKind::KfdCall(c) => format!(
+                "{} owner {} gpu {}  {}",
+                c.function,
+                c.owner_pid.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+                gpu(c.gpu_id),
+                self.result(c.result)
+            ),
+            EventKind::ProcessOpen(p) => format!("owner {} kfd_process {:#x}", p.owner_pid, p.kfd_process),
+            EventKind::ProcessExit(p) => {
+                format!("owner {} ({})", p.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string()), p.stage)
+            }
+            EventKind::QueueRemoved(q) => format!(
+                "queue {:>4} owner {}",
+                q.queue_id.map_or_else(|| "?".to_owned(), |q| q.to_string()),
+                q.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
+            ),
+            EventKind::GpuReset(r) => {
+                if self.colour {
+                    format!("{RED}{}{RESET}", r.alarm)
+                } else {
+                    r.alarm.to_owned()
+                }
+            }
         };
         format!("{head} {body} ({:.1} µs)", e.duration_ns() as f64 / 1000.0)
     }
+}
+
+fn gpu(id: Option<u32>) -> String {
+    id.map_or_else(|| "?".to_owned(), |g| format!("{g:#06x}"))
 }
 
 impl<W: Write> Sink for Console<W> {
