@@ -3,3 +3,5 @@
 pub mod hw;
 pub mod procinfo;
 pub mod ps;
+pub mod registry;
+pub mod spans;

@@ -6,6 +6,7 @@
 
 pub mod btf;
 pub mod decode;
+pub mod filter;
 pub mod loader;
 pub mod probes;
 pub mod stream;

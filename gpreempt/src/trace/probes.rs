@@ -349,6 +349,10 @@ pub fn resolve(table: &[ProbeSpec], kallsyms: &Kallsyms, kfd: Option<KfdVersion>
                 (None, Some(min), Some(have)) if have < min => {
                     Some(format!("{} appeared in KFD {min}; this kernel has {have}", spec.function))
                 }
+                (None, Some(min), None) => Some(format!(
+                    "{} is not in /proc/kallsyms: it appeared in KFD {min} (Linux 6.5) and this KFD is older",
+                    spec.function
+                )),
                 (None, _, _) => Some(format!(
                     "{} is not in /proc/kallsyms{} (inlined or renamed in this build)",
                     spec.function,
