@@ -387,7 +387,8 @@ fn debug_trap(r: &DebugTrapRecord) -> DebugTrap {
     let op = a.op;
     let mut d = DebugTrap {
         target_pid: a.pid,
-        op: dbg_trap_op::name(op).map_or_else(|| op.to_string(), str::to_owned),
+        // `enable`, `suspend_queues`: the UAPI names without `KFD_IOC_DBG_TRAP_`, lower case.
+        op: dbg_trap_op::name(op).map_or_else(|| op.to_string(), str::to_ascii_lowercase),
         exception_mask: None,
         num_queues: None,
         grace_period: None,
@@ -645,5 +646,132 @@ pub(crate) mod tests {
             serde_json::json!({"ts_ns": 4500, "entry_ns": 1000, "cpu": 1, "pid": 9, "tid": 10, "comm": "y",
                 "event": "queue_destroy", "queue_id": 42, "result": "EINVAL", "ret": -22})
         );
+    }
+
+    #[test]
+    fn decodes_debug_trap_suspend_and_the_kernel_suspend_with_outcome_bits() {
+        use gpreempt_common::{
+            kfd_uapi::DbgTrapArgs,
+            record::{DebugTrapRecord, MAX_QUEUE_IDS, QueueSuspendRecord},
+        };
+        let t = DebugTrapRecord {
+            header: header(RecordKind::DebugTrap, 50, "dbg"),
+            args: DbgTrapArgs::suspend_queues(77, 0x4000_0000, 0x1000, 3, 5),
+            ret: 2,
+        };
+        let EventKind::DebugTrap(d) = decode(&bytes_of(&t)).unwrap().kind else { panic!() };
+        assert_eq!(
+            (d.target_pid, d.op.as_str(), d.num_queues, d.grace_period),
+            (77, "suspend_queues", Some(3), Some(5))
+        );
+        assert_eq!((d.exception_mask, d.dbg_fd, d.result.name(), d.ret), (Some(0x4000_0000), None, "OK".to_owned(), 2));
+
+        let mut ids = [0u32; MAX_QUEUE_IDS];
+        ids[..3].copy_from_slice(&[0, 1 | 1 << 31, 2 | 1 << 30]);
+        let r = QueueSuspendRecord {
+            header: header(RecordKind::QueueSuspend, 50, "dbg"),
+            target: 77,
+            num_queues: 3,
+            grace_period: 5,
+            resume: 0,
+            exception_clear_mask: 0x10,
+            ids_read: 3,
+            _pad: 0,
+            queue_ids: ids,
+            ret: 1,
+        };
+        let e = decode(&bytes_of(&r)).unwrap();
+        assert_eq!(e.kind.name(), "suspend_queues");
+        let EventKind::SuspendQueues(s) = e.kind else { panic!() };
+        assert_eq!(
+            s.queues,
+            [
+                QueueOutcome { queue_id: 0, invalid: false, error: false },
+                QueueOutcome { queue_id: 1, invalid: true, error: false },
+                QueueOutcome { queue_id: 2, invalid: false, error: true },
+            ]
+        );
+        assert_eq!(
+            (s.target_pid, s.handled, s.grace_period, s.exception_clear_mask),
+            (Some(77), Some(1), Some(5), Some(0x10))
+        );
+        // A resume from DISABLE: no array, no suspend-only fields; an ids_read beyond the array is clamped.
+        let resume = QueueSuspendRecord { resume: 1, num_queues: 0, ids_read: 99, ret: 0, ..r };
+        let EventKind::ResumeQueues(s) = decode(&bytes_of(&resume)).unwrap().kind else { panic!() };
+        assert_eq!((s.queues.len(), s.grace_period, s.exception_clear_mask), (MAX_QUEUE_IDS, None, None));
+    }
+
+    #[test]
+    fn decodes_kernel_calls_evictions_and_process_lifetime() {
+        use gpreempt_common::record::{KfdCallRecord, ProcessCreateRecord, SmiQueueRecord, call_phase, kfd_fn};
+        let call = |function, phase, owner, gpu_id, args, ret| KfdCallRecord {
+            header: header(RecordKind::KfdCall, 3, "kworker/1:2"),
+            function,
+            phase,
+            owner,
+            gpu_id,
+            args,
+            ret,
+        };
+        let fence = call(kfd_fn::FENCE_WAIT_TIMEOUT, call_phase::RETURN, 0, 0x1234, [9, 9000, 0, 0], -62);
+        let EventKind::KfdCall(c) = decode(&bytes_of(&fence)).unwrap().kind else { panic!() };
+        assert_eq!((c.function, c.owner_pid, c.gpu_id), ("amdkfd_fence_wait_timeout", None, Some(0x1234)));
+        assert_eq!((c.fence_value, c.timeout_ms, c.result.name()), (Some(9), Some(9000), "ETIME".to_owned()));
+        let evict = call(kfd_fn::PROCESS_EVICT_QUEUES, call_phase::RETURN, 42, 0, [2, 0, 0, 0], 0);
+        let EventKind::KfdCall(c) = decode(&bytes_of(&evict)).unwrap().kind else { panic!() };
+        assert_eq!((c.owner_pid, c.trigger.as_deref()), (Some(42), Some("ttm")));
+        let removed = call(kfd_fn::PROCFS_DEL_QUEUE, call_phase::ENTRY, 42, 0, [7, 0, 0, 0], 0);
+        assert_eq!(
+            decode(&bytes_of(&removed)).unwrap().kind,
+            EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(42), queue_id: Some(7) })
+        );
+        let exit = call(kfd_fn::PROCESS_RELEASE, call_phase::ENTRY, 42, 0, [0; 4], 0);
+        assert_eq!(
+            decode(&bytes_of(&exit)).unwrap().kind,
+            EventKind::ProcessExit(ProcessExit { owner_pid: Some(42), stage: "kfd_process_wq_release" })
+        );
+        assert_eq!(decode(&bytes_of(&call(999, 1, 0, 0, [0; 4], 0))), Err(DecodeError::UnknownFunction(999)));
+        let entry_of_return_only = call(kfd_fn::MAP_QUEUES_CPSCH, call_phase::ENTRY, 0, 0, [0; 4], 0);
+        assert_eq!(
+            decode(&bytes_of(&entry_of_return_only)),
+            Err(DecodeError::UnknownFunction(kfd_fn::MAP_QUEUES_CPSCH))
+        );
+
+        let smi = SmiQueueRecord {
+            header: header(RecordKind::SmiQueue, 3, "kworker"),
+            pid: 42,
+            trigger: 2,
+            gpu_id: 0,
+            restore: 0,
+        };
+        assert_eq!(
+            decode(&bytes_of(&smi)).unwrap().kind,
+            EventKind::QueueEviction(QueueEviction { target_pid: 42, gpu_id: None, trigger: "ttm".into() })
+        );
+        let restore = SmiQueueRecord { restore: 1, gpu_id: 5, ..smi };
+        assert_eq!(
+            decode(&bytes_of(&restore)).unwrap().kind,
+            EventKind::QueueRestore(QueueRestore { target_pid: 42, gpu_id: Some(5) })
+        );
+        let open = ProcessCreateRecord {
+            header: header(RecordKind::ProcessCreate, 42, "x"),
+            process: 0xffff_8880_0000_1000,
+            tgid: 42,
+            from_task: 1,
+        };
+        assert_eq!(
+            decode(&bytes_of(&open)).unwrap().kind,
+            EventKind::ProcessOpen(ProcessOpen { owner_pid: 42, kfd_process: 0xffff_8880_0000_1000 })
+        );
+    }
+
+    #[test]
+    fn every_kind_rejects_a_short_record() {
+        for kind in 1..=9u32 {
+            let mut h = header(RecordKind::QueueCreate, 1, "x");
+            h.kind = kind;
+            let err = decode(&bytes_of(&h)).unwrap_err();
+            assert!(matches!(err, DecodeError::Short { len: 48, .. }), "kind {kind}: {err}");
+        }
     }
 }
