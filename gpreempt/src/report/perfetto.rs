@@ -225,6 +225,22 @@ mod tests {
             open: false,
         };
         p.span(&span, |pid| Some(format!("p{pid}")));
+        let mut fence = ev(30, 4_500, EventKind::GpuReset(crate::trace::decode::GpuReset { alarm: "x" }));
+        fence.kind = EventKind::KfdCall(crate::trace::decode::KfdCall {
+            function: "amdkfd_fence_wait_timeout",
+            owner_pid: None,
+            gpu_id: Some(0xa),
+            trigger: None,
+            filter: None,
+            filter_param: None,
+            grace_period: None,
+            fence_value: Some(1),
+            timeout_ms: Some(9000),
+            result: KernelResult(0),
+            ret: 0,
+        });
+        fence.entry_ns = 3_500;
+        p.event(&fence);
         let mut out = Vec::new();
         p.write(&mut out, 10_000).unwrap();
         let doc: Value = serde_json::from_slice(&out).unwrap();
@@ -240,6 +256,7 @@ mod tests {
                 .collect()
         };
         let q = |id: u64| QUEUE_TID_BASE + id;
+        let gpu = GPU_TRACK_BASE + 0xa;
         assert_eq!(
             names("M"),
             [
@@ -249,6 +266,8 @@ mod tests {
                 (20, 0, "p20 20".to_owned()),
                 (20, 0, "process".to_owned()),
                 (20, q(0), "queue 0".to_owned()),
+                (gpu, 0, "GPU 0xa".to_owned()),
+                (gpu, 30, "p30 30".to_owned()),
             ]
         );
         let mut complete = names("X");
@@ -261,6 +280,7 @@ mod tests {
                 (10, q(3), "suspend".to_owned()),
                 (20, q(0), "preempted (collateral)".to_owned()),
                 (20, q(0), "queue 0".to_owned()),
+                (gpu, 30, "fence wait".to_owned()),
             ]
         );
         // Times are µs; durations of complete events are non-negative; every event has a phase.
