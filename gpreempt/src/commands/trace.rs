@@ -31,6 +31,11 @@ fn boottime_ns() -> u64 {
 }
 
 pub async fn run(args: TraceArgs) -> Result<()> {
+    // Before anything is announced: a SIGUSR1 right after "attached" must print the map, not kill us.
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let mut sigusr1 = signal(SignalKind::user_defined1()).context("installing the SIGUSR1 handler")?;
     let mut attached = loader::attach(probes::PROBES, None)?;
     // eBPF-side warnings (aya-log) go to our logger; without the log map nothing is lost.
     let _ebpf_log = aya_log::EbpfLogger::init(&mut attached.ebpf).ok();
@@ -125,10 +130,6 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     let has_command = !args.command.is_empty();
     let started = Instant::now();
 
-    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    let mut sigusr1 = signal(SignalKind::user_defined1()).context("installing the SIGUSR1 handler")?;
     let deadline = async {
         match args.duration {
             Some(d) => tokio::time::sleep(d).await,
