@@ -22,7 +22,8 @@ fn wait_new_reports_the_pid_of_a_new_kfd_process() {
     BufReader::new(waiter.stderr.take().unwrap()).read_line(&mut ready).unwrap();
     assert!(ready.starts_with("gpreempt: waiting for a new KFD process ("), "{ready}");
     let mut client = Command::new(binary("kfd-client").unwrap())
-        .args(["hold", "--ms", "4000"])
+        // Long enough for `ps --json` below even on a loaded TCG host; killed once checked.
+        .args(["hold", "--ms", "60000"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -38,6 +39,7 @@ fn wait_new_reports_the_pid_of_a_new_kfd_process() {
     assert_eq!(me["info"]["comm"], "kfd-client");
     assert_eq!(me["info"]["ns_pid"], client.id());
     assert_eq!(me["info"]["container"], serde_json::Value::Null);
+    client.kill().unwrap();
     client.wait().unwrap();
 }
 
