@@ -6,12 +6,16 @@
 
 use core::mem::size_of;
 
-use crate::kfd_uapi::CreateQueueArgs;
+use crate::kfd_uapi::{CreateQueueArgs, DbgTrapArgs, RuntimeEnableArgs, UpdateQueueArgs};
 
 /// Name of the ring buffer map.
 pub const EVENTS_MAP: &str = "EVENTS";
 /// Name of the per-CPU counters map (indices in [`counter`]).
 pub const COUNTERS_MAP: &str = "COUNTERS";
+/// Name of the load-time global holding the [`ProbeConfig`].
+pub const CONFIG_GLOBAL: &str = "CONFIG";
+/// How many queue ids of a `suspend_queues`/`resume_queues` user array a record carries.
+pub const MAX_QUEUE_IDS: usize = 16;
 /// Size of the ring buffer in bytes: 4 MiB holds ~29 000 create records, enough for bursts of
 /// thousands of ioctls while userspace is descheduled. Must be a power of two multiple of the
 /// page size.
@@ -25,7 +29,10 @@ pub mod counter {
     pub const READ_FAILED: u32 = 1;
     /// A kretprobe fired without its entry stash (evicted from the LRU or attached mid-call).
     pub const ENTRY_MISSING: u32 = 2;
-    pub const COUNT: u32 = 3;
+    /// A probe in kworker/notifier context could not resolve the owning process (no BTF offsets
+    /// and the `kfd_process*` was created before the tracer started): the record carries tgid 0.
+    pub const OWNER_UNKNOWN: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Kinds of record, the `kind` field of [`RecordHeader`].
@@ -36,6 +43,21 @@ pub enum RecordKind {
     QueueCreate = 1,
     /// [`QueueDestroyRecord`]: `kfd_ioctl_destroy_queue` returned.
     QueueDestroy = 2,
+    /// [`QueueUpdateRecord`]: `kfd_ioctl_update_queue` returned.
+    QueueUpdate = 3,
+    /// [`DebugTrapRecord`]: `kfd_ioctl_set_debug_trap` returned.
+    DebugTrap = 4,
+    /// [`RuntimeEnableRecord`]: `kfd_ioctl_runtime_enable` returned.
+    RuntimeEnable = 5,
+    /// [`SmiQueueRecord`]: `kfd_smi_event_queue_eviction` / `_restore` was called.
+    SmiQueue = 6,
+    /// [`KfdCallRecord`]: an internal KFD function (eviction, HWS runlist, fence wait, MES,
+    /// teardown, GPU reset) was called or returned.
+    KfdCall = 7,
+    /// [`QueueSuspendRecord`]: `suspend_queues` / `resume_queues` returned.
+    QueueSuspend = 8,
+    /// [`ProcessCreateRecord`]: `kfd_create_process` returned.
+    ProcessCreate = 9,
 }
 
 impl TryFrom<u32> for RecordKind {
@@ -45,6 +67,13 @@ impl TryFrom<u32> for RecordKind {
         Ok(match value {
             1 => Self::QueueCreate,
             2 => Self::QueueDestroy,
+            3 => Self::QueueUpdate,
+            4 => Self::DebugTrap,
+            5 => Self::RuntimeEnable,
+            6 => Self::SmiQueue,
+            7 => Self::KfdCall,
+            8 => Self::QueueSuspend,
+            9 => Self::ProcessCreate,
             unknown => return Err(unknown),
         })
     }
@@ -95,6 +124,178 @@ pub struct QueueDestroyRecord {
     pub ret: i64,
 }
 
+/// `kfd_ioctl_update_queue(filep, p, data)` returned: `args` is the kernel's copy of
+/// `struct kfd_ioctl_update_queue_args`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueUpdateRecord {
+    pub header: RecordHeader,
+    pub args: UpdateQueueArgs,
+    pub ret: i64,
+}
+
+/// `kfd_ioctl_set_debug_trap(filep, p, data)` returned: the kernel's copy of
+/// `struct kfd_ioctl_dbg_trap_args` after the call (in/out fields hold the outputs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DebugTrapRecord {
+    pub header: RecordHeader,
+    pub args: DbgTrapArgs,
+    /// Positive for SUSPEND/RESUME: the number of queues handled.
+    pub ret: i64,
+}
+
+/// `kfd_ioctl_runtime_enable(filep, p, data)` returned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeEnableRecord {
+    pub header: RecordHeader,
+    pub args: RuntimeEnableArgs,
+    pub ret: i64,
+}
+
+/// `kfd_smi_event_queue_eviction(dev, pid, trigger)` (`restore == 0`) or
+/// `kfd_smi_event_queue_restore(dev, pid)` (`restore == 1`). The pid is the kernel's argument
+/// (`p->lead_thread->pid`, the host tgid), not `current`, which is often a kworker.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmiQueueRecord {
+    pub header: RecordHeader,
+    pub pid: u32,
+    /// `KFD_QUEUE_EVICTION_TRIGGER_*` for evictions, 0 for restores.
+    pub trigger: u32,
+    /// 0 when the offset of `kfd_node.id` is unknown (no module BTF).
+    pub gpu_id: u32,
+    pub restore: u32,
+}
+
+/// Which internal KFD function a [`KfdCallRecord`] is about. Each has its own probe(s) in the
+/// table (`gpreempt::trace::probes`).
+pub mod kfd_fn {
+    pub const EVICT_PROCESS_QUEUES_CPSCH: u32 = 1;
+    pub const EVICT_PROCESS_QUEUES_NOCPSCH: u32 = 2;
+    pub const RESTORE_PROCESS_QUEUES_CPSCH: u32 = 3;
+    pub const RESTORE_PROCESS_QUEUES_NOCPSCH: u32 = 4;
+    pub const EXECUTE_QUEUES_CPSCH: u32 = 5;
+    pub const UNMAP_QUEUES_CPSCH: u32 = 6;
+    pub const MAP_QUEUES_CPSCH: u32 = 7;
+    pub const FENCE_WAIT_TIMEOUT: u32 = 8;
+    pub const PM_SEND_RUNLIST: u32 = 9;
+    pub const PM_SEND_UNMAP_QUEUE: u32 = 10;
+    pub const MES_V11_REMOVE_HW_QUEUE: u32 = 11;
+    pub const MES_V11_ADD_HW_QUEUE: u32 = 12;
+    pub const MES_V12_REMOVE_HW_QUEUE: u32 = 13;
+    pub const MES_V12_ADD_HW_QUEUE: u32 = 14;
+    pub const PROCESS_EVICT_QUEUES: u32 = 15;
+    pub const PROCESS_RESTORE_QUEUES: u32 = 16;
+    /// `amdgpu_amdkfd_gpu_reset`: entry only; an alarm.
+    pub const GPU_RESET: u32 = 17;
+    /// `kfd_process_dequeue_from_all_devices`: entry only; process teardown begins.
+    pub const PROCESS_DEQUEUE_ALL: u32 = 18;
+    /// `kfd_procfs_del_queue`: entry only; `args[0]` is the queue id. Every queue removal,
+    /// including those of process teardown.
+    pub const PROCFS_DEL_QUEUE: u32 = 19;
+    /// `kfd_process_wq_release`: entry only; the kfd_process is freed.
+    pub const PROCESS_RELEASE: u32 = 20;
+    /// Upper bound for validity checks.
+    pub const LAST: u32 = 20;
+}
+
+/// Whether a [`KfdCallRecord`] is written at the call or at its return.
+pub mod call_phase {
+    pub const ENTRY: u32 = 0;
+    pub const RETURN: u32 = 1;
+}
+
+/// An internal KFD function was called ([`call_phase::ENTRY`]) or returned
+/// ([`call_phase::RETURN`], with `header.entry_ns` the call time).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KfdCallRecord {
+    pub header: RecordHeader,
+    /// [`kfd_fn`]
+    pub function: u32,
+    /// [`call_phase`]
+    pub phase: u32,
+    /// Host tgid of the process the call is about (from its `kfd_process*`/`qpd*`), 0 when
+    /// the function is device-wide or the owner is unknown.
+    pub owner: u32,
+    /// GPU (topology id) from `dqm->dev->id`, 0 when unknown or not applicable.
+    pub gpu_id: u32,
+    /// Raw integer arguments, per function (see `gpreempt::trace::decode`).
+    pub args: [u64; 4],
+    /// Return value (0 for entry records and void functions).
+    pub ret: i64,
+}
+
+/// `suspend_queues(p, num_queues, grace_period, exception_clear_mask, usr_queue_id_array)` or
+/// `resume_queues(p, num_queues, usr_queue_id_array)` returned (KFD 1.13+).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueSuspendRecord {
+    pub header: RecordHeader,
+    /// Host tgid of the target process (0 when unknown).
+    pub target: u32,
+    pub num_queues: u32,
+    /// 1000-cycle units (suspend only).
+    pub grace_period: u32,
+    /// 1 = resume, 0 = suspend.
+    pub resume: u32,
+    pub exception_clear_mask: u64,
+    /// How many of `queue_ids` were read (min(num_queues, MAX_QUEUE_IDS), 0 if unreadable).
+    pub ids_read: u32,
+    pub _pad: u32,
+    /// The user array as the kernel wrote it back: ids with bit 31 INVALID / bit 30 ERROR.
+    pub queue_ids: [u32; MAX_QUEUE_IDS],
+    /// Number of queues suspended/resumed, or a negative errno.
+    pub ret: i64,
+}
+
+/// `kfd_create_process(...)` returned: `process` is the `struct kfd_process*` (or an
+/// `ERR_PTR`), `tgid` its owner (the `task_struct` argument on KFD 1.13+, else `current`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessCreateRecord {
+    pub header: RecordHeader,
+    pub process: u64,
+    pub tgid: u32,
+    /// 1 when the owner came from the `task_struct` argument (BTF offset of `tgid` known).
+    pub from_task: u32,
+}
+
+/// Struct offsets the probes need, found in BTF at start (bytes; 0 = unknown unless noted).
+/// Passed as the load-time global [`CONFIG_GLOBAL`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeConfig {
+    /// `struct kfd_process.lead_thread` (a `task_struct*`).
+    pub process_lead_thread: u32,
+    /// `struct task_struct.tgid` (vmlinux BTF).
+    pub task_tgid: u32,
+    /// `struct kfd_process.release_work` (a `work_struct`), for `kfd_process_wq_release`.
+    pub process_release_work: u32,
+    /// `struct qcm_process_device.pqm`; stable 8 on 6.1/6.12 (KFD.md §3.3); u32::MAX = unknown.
+    pub qpd_pqm: u32,
+    /// `struct process_queue_manager.process`; stable 0; u32::MAX = unknown.
+    pub pqm_process: u32,
+    /// `struct device_queue_manager.dev` (a `kfd_node*`/`kfd_dev*`).
+    pub dqm_dev: u32,
+    /// `struct kfd_node.id` (`kfd_dev.id` on 6.1): the topology gpu id.
+    pub node_id: u32,
+    /// `struct queue.properties.queue_id`; stable 48; u32::MAX = unknown.
+    pub queue_queue_id: u32,
+    /// 1 when `kfd_create_process` takes a `task_struct*` (KFD 1.13+), 0 for `struct file*`.
+    pub create_process_takes_task: u32,
+    /// 1 when `amdkfd_fence_wait_timeout`'s first argument is the dqm (6.12+), 0 for `u64*`.
+    pub fence_wait_takes_dqm: u32,
+    /// 1 when `kfd_smi_event_queue_*`'s second argument is a pid (all released kernels).
+    pub smi_arg_is_pid: u32,
+    pub _pad: u32,
+}
+
+/// "Unknown" for the offsets of [`ProbeConfig`] where 0 is a valid value.
+pub const OFFSET_UNKNOWN: u32 = u32::MAX;
+
 /// Key of the entry-argument stash that pairs a kprobe with its kretprobe: the same thread,
 /// the same traced function.
 #[repr(C)]
@@ -111,13 +312,24 @@ pub struct StashKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EntryStash {
     pub entry_ns: u64,
-    pub args: [u64; 3],
+    /// Owner and gpu the entry probe resolved (for [`KfdCallRecord`]).
+    pub owner: u32,
+    pub gpu_id: u32,
+    pub args: [u64; 5],
 }
 
 /// One slot per traced function that has an entry/return pair.
 pub mod stash_slot {
     pub const CREATE_QUEUE: u32 = 1;
     pub const DESTROY_QUEUE: u32 = 2;
+    pub const UPDATE_QUEUE: u32 = 3;
+    pub const DEBUG_TRAP: u32 = 4;
+    pub const RUNTIME_ENABLE: u32 = 5;
+    pub const SUSPEND_QUEUES: u32 = 6;
+    pub const RESUME_QUEUES: u32 = 7;
+    pub const CREATE_PROCESS: u32 = 8;
+    /// `KfdCall` functions use `100 + kfd_fn::*`.
+    pub const KFD_CALL_BASE: u32 = 100;
 }
 
 const _: () = {
@@ -125,7 +337,15 @@ const _: () = {
     assert!(size_of::<QueueCreateRecord>() == 48 + 88 + 8);
     assert!(size_of::<QueueDestroyRecord>() == 48 + 16);
     assert!(size_of::<StashKey>() == 16);
-    assert!(size_of::<EntryStash>() == 32);
+    assert!(size_of::<EntryStash>() == 56);
+    assert!(size_of::<QueueUpdateRecord>() == 48 + 24 + 8);
+    assert!(size_of::<DebugTrapRecord>() == 48 + 32 + 8);
+    assert!(size_of::<RuntimeEnableRecord>() == 48 + 16 + 8);
+    assert!(size_of::<SmiQueueRecord>() == 48 + 16);
+    assert!(size_of::<KfdCallRecord>() == 48 + 16 + 32 + 8);
+    assert!(size_of::<QueueSuspendRecord>() == 48 + 32 + 64 + 8);
+    assert!(size_of::<ProcessCreateRecord>() == 48 + 16);
+    assert!(size_of::<ProbeConfig>() == 48);
 };
 
 #[cfg(feature = "user")]
@@ -136,4 +356,12 @@ mod pod {
     unsafe impl aya::Pod for super::QueueDestroyRecord {}
     unsafe impl aya::Pod for super::StashKey {}
     unsafe impl aya::Pod for super::EntryStash {}
+    unsafe impl aya::Pod for super::QueueUpdateRecord {}
+    unsafe impl aya::Pod for super::DebugTrapRecord {}
+    unsafe impl aya::Pod for super::RuntimeEnableRecord {}
+    unsafe impl aya::Pod for super::SmiQueueRecord {}
+    unsafe impl aya::Pod for super::KfdCallRecord {}
+    unsafe impl aya::Pod for super::QueueSuspendRecord {}
+    unsafe impl aya::Pod for super::ProcessCreateRecord {}
+    unsafe impl aya::Pod for super::ProbeConfig {}
 }

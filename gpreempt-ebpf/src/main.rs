@@ -5,6 +5,8 @@
 #![no_std]
 #![no_main]
 
+mod calls;
+mod debug;
 mod maps;
 mod queue;
 

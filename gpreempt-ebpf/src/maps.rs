@@ -1,11 +1,14 @@
 //! Maps shared by every probe, and the helpers that use them.
 
+use aya_ebpf::helpers::bpf_probe_read_kernel;
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_boot_ns},
     macros::map,
     maps::{LruHashMap, PerCpuArray, RingBuf},
 };
-use gpreempt_common::record::{COMM_LEN, EVENTS_BYTES, EntryStash, RecordHeader, RecordKind, StashKey, counter};
+use gpreempt_common::record::{
+    COMM_LEN, EVENTS_BYTES, EntryStash, OFFSET_UNKNOWN, ProbeConfig, RecordHeader, RecordKind, StashKey, counter,
+};
 
 /// Records for userspace (`gpreempt::trace::stream`).
 #[map]
@@ -20,6 +23,128 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::C
 #[map]
 static ENTRY_STASH: LruHashMap<StashKey, EntryStash> = LruHashMap::with_max_entries(16 * 1024, 0);
 
+/// `kfd_process*` → host tgid, learned at `kfd_create_process` return (ioctl context), for
+/// probes in kworker/notifier context when BTF offsets are unavailable (pointer learning).
+#[map]
+static OWNERS: LruHashMap<u64, u32> = LruHashMap::with_max_entries(16 * 1024, 0);
+
+/// Thread (pid_tgid of a kworker) → tgid of the process it is tearing down, set at
+/// `kfd_process_wq_release` / `kfd_process_dequeue_from_all_devices` entry so the queue
+/// removals nested in the teardown are attributed to their owner.
+#[map]
+static TEARDOWN: LruHashMap<u64, u32> = LruHashMap::with_max_entries(1024, 0);
+
+/// Struct offsets from BTF, set by the loader (`EbpfLoader::set_global`). The defaults are the
+/// layout-free values: only the offsets KFD.md §3.3 found stable on 6.1/6.12 are filled in.
+#[unsafe(no_mangle)]
+static CONFIG: ProbeConfig = ProbeConfig {
+    process_lead_thread: 0,
+    task_tgid: 0,
+    process_release_work: 0,
+    qpd_pqm: 8,
+    pqm_process: 0,
+    dqm_dev: 0,
+    node_id: 0,
+    queue_queue_id: 48,
+    create_process_takes_task: 0,
+    fence_wait_takes_dqm: 0,
+    smi_arg_is_pid: 1,
+    _pad: 0,
+};
+
+/// The configuration; a volatile read so the compiler cannot fold the defaults in.
+pub fn config() -> ProbeConfig {
+    // SAFETY: reading a global the loader initialised before load.
+    unsafe { core::ptr::read_volatile(&CONFIG) }
+}
+
+/// Read a `T` at `base + offset` in kernel memory.
+pub fn read_at<T>(base: u64, offset: u32) -> Option<T> {
+    if base == 0 {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address; a fault returns an error.
+    unsafe { bpf_probe_read_kernel((base + u64::from(offset)) as *const T) }.ok()
+}
+
+/// Host tgid of a `task_struct*` (vmlinux BTF offset of `tgid`).
+pub fn task_tgid(cfg: &ProbeConfig, task: u64) -> Option<u32> {
+    if cfg.task_tgid == 0 {
+        return None;
+    }
+    read_at::<i32>(task, cfg.task_tgid).map(|t| t as u32)
+}
+
+/// Host tgid of a `kfd_process*`: `p->lead_thread->tgid` with BTF offsets, else the
+/// pointer-learning map. 0 (counted) when neither knows it.
+pub fn owner_of_process(cfg: &ProbeConfig, p: u64) -> u32 {
+    if cfg.process_lead_thread != 0 {
+        if let Some(tgid) = read_at::<u64>(p, cfg.process_lead_thread).and_then(|task| task_tgid(cfg, task)) {
+            return tgid;
+        }
+    }
+    // SAFETY: the value is copied out immediately.
+    match unsafe { OWNERS.get(&p) } {
+        Some(tgid) => *tgid,
+        None => {
+            count(counter::OWNER_UNKNOWN);
+            0
+        }
+    }
+}
+
+/// Owner of a `qcm_process_device*`: `qpd->pqm->process` (offsets 8 and 0 on 6.1/6.12).
+pub fn owner_of_qpd(cfg: &ProbeConfig, qpd: u64) -> u32 {
+    if cfg.qpd_pqm == OFFSET_UNKNOWN || cfg.pqm_process == OFFSET_UNKNOWN {
+        count(counter::OWNER_UNKNOWN);
+        return 0;
+    }
+    match read_at::<u64>(qpd, cfg.qpd_pqm).and_then(|pqm| read_at::<u64>(pqm, cfg.pqm_process)) {
+        Some(p) => owner_of_process(cfg, p),
+        None => {
+            count(counter::OWNER_UNKNOWN);
+            0
+        }
+    }
+}
+
+/// Topology gpu id of a `kfd_node*` (`kfd_dev*` on 6.1); 0 without BTF.
+pub fn gpu_of_node(cfg: &ProbeConfig, node: u64) -> u32 {
+    if cfg.node_id == 0 {
+        return 0;
+    }
+    read_at::<u32>(node, cfg.node_id).unwrap_or(0)
+}
+
+/// Topology gpu id of a `device_queue_manager*` (`dqm->dev->id`); 0 without BTF.
+pub fn gpu_of_dqm(cfg: &ProbeConfig, dqm: u64) -> u32 {
+    if cfg.dqm_dev == 0 {
+        return 0;
+    }
+    read_at::<u64>(dqm, cfg.dqm_dev).map_or(0, |node| gpu_of_node(cfg, node))
+}
+
+pub fn learn_owner(p: u64, tgid: u32) {
+    let _ = OWNERS.insert(&p, &tgid, 0);
+}
+
+pub fn forget_owner(p: u64) {
+    let _ = OWNERS.remove(&p);
+}
+
+pub fn set_teardown(tgid: u32) {
+    let _ = TEARDOWN.insert(&bpf_get_current_pid_tgid(), &tgid, 0);
+}
+
+pub fn teardown_owner() -> Option<u32> {
+    // SAFETY: copied out immediately.
+    unsafe { TEARDOWN.get(&bpf_get_current_pid_tgid()) }.copied()
+}
+
+pub fn clear_teardown() {
+    let _ = TEARDOWN.remove(&bpf_get_current_pid_tgid());
+}
+
 /// Count one undeliverable record.
 pub fn count(index: u32) {
     if let Some(slot) = COUNTERS.get_ptr_mut(index) {
@@ -32,12 +157,17 @@ fn stash_key(slot: u32) -> StashKey {
     StashKey { pid_tgid: bpf_get_current_pid_tgid(), slot, _pad: 0 }
 }
 
-/// Save up to three arguments of the current call for the matching kretprobe.
-pub fn stash(slot: u32, args: [u64; 3]) {
+/// Save up to five arguments of the current call for the matching kretprobe.
+pub fn stash(slot: u32, args: [u64; 5]) {
+    stash_call(slot, 0, 0, args);
+}
+
+/// [`stash`] with the owner and gpu the entry probe resolved.
+pub fn stash_call(slot: u32, owner: u32, gpu_id: u32, args: [u64; 5]) {
     // SAFETY: helper without preconditions.
     let entry_ns = unsafe { bpf_ktime_get_boot_ns() };
     // A full LRU evicts the oldest entry; insert cannot fail in a way we could act on.
-    let _ = ENTRY_STASH.insert(&stash_key(slot), &EntryStash { entry_ns, args }, 0);
+    let _ = ENTRY_STASH.insert(&stash_key(slot), &EntryStash { entry_ns, owner, gpu_id, args }, 0);
 }
 
 /// Take what the entry probe saved; counts [`counter::ENTRY_MISSING`] when there is nothing.

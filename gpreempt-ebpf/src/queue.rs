@@ -1,4 +1,4 @@
-//! Queue lifecycle on the ioctl path: create and destroy.
+//! Queue lifecycle on the ioctl path: create, destroy and update.
 //!
 //! Both handlers run in the ioctl caller's context (`kfd_ioctl()` refuses a /dev/kfd fd used by
 //! another process), so `current` is the queue's owner. `data` is the kernel's copy of the ioctl
@@ -12,8 +12,8 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::warn;
 use gpreempt_common::{
-    kfd_uapi::CreateQueueArgs,
-    record::{QueueCreateRecord, QueueDestroyRecord, RecordKind, counter, stash_slot},
+    kfd_uapi::{CreateQueueArgs, UpdateQueueArgs},
+    record::{QueueCreateRecord, QueueDestroyRecord, QueueUpdateRecord, RecordKind, counter, stash_slot},
 };
 
 use crate::maps::{count, emit, header, stash, take};
@@ -23,7 +23,7 @@ use crate::maps::{count, emit, header, stash, take};
 #[kprobe]
 pub fn create_queue_entry(ctx: ProbeContext) -> u32 {
     let data: u64 = ctx.arg(2).unwrap_or(0);
-    stash(stash_slot::CREATE_QUEUE, [data, 0, 0]);
+    stash(stash_slot::CREATE_QUEUE, [data, 0, 0, 0, 0]);
     0
 }
 
@@ -48,7 +48,7 @@ pub fn create_queue_return(ctx: RetProbeContext) -> u32 {
 #[kprobe]
 pub fn destroy_queue_entry(ctx: ProbeContext) -> u32 {
     let data: u64 = ctx.arg(2).unwrap_or(0);
-    stash(stash_slot::DESTROY_QUEUE, [data, 0, 0]);
+    stash(stash_slot::DESTROY_QUEUE, [data, 0, 0, 0, 0]);
     0
 }
 
@@ -70,5 +70,29 @@ pub fn destroy_queue_return(ctx: RetProbeContext) -> u32 {
         _pad: 0,
         ret: i64::from(ret),
     });
+    0
+}
+
+/// match-proto:v6.1.192,v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
+/// static int kfd_ioctl_update_queue(struct file *filp, struct kfd_process *p, void *data)
+#[kprobe]
+pub fn update_queue_entry(ctx: ProbeContext) -> u32 {
+    let data: u64 = ctx.arg(2).unwrap_or(0);
+    stash(stash_slot::UPDATE_QUEUE, [data, 0, 0, 0, 0]);
+    0
+}
+
+/// Return of `kfd_ioctl_update_queue`: `data` is `struct kfd_ioctl_update_queue_args` (24 bytes,
+/// unchanged since KFD 1.1).
+#[kretprobe]
+pub fn update_queue_return(ctx: RetProbeContext) -> u32 {
+    let Some(entry) = take(stash_slot::UPDATE_QUEUE) else { return 0 };
+    // SAFETY: as above.
+    let Ok(args) = (unsafe { bpf_probe_read_kernel(entry.args[0] as *const UpdateQueueArgs) }) else {
+        count(counter::READ_FAILED);
+        return 0;
+    };
+    let ret: i32 = ctx.ret();
+    emit(&QueueUpdateRecord { header: header(RecordKind::QueueUpdate, entry.entry_ns), args, ret: i64::from(ret) });
     0
 }

@@ -27,10 +27,13 @@ pub struct Cli {
 pub enum Command {
     /// Trace KFD queue events live, one line per event (root).
     ///
-    /// Attaches kprobes/kretprobes to the KFD ioctl handlers in amdgpu.ko and prints every queue
-    /// create/destroy with the host pid, command, queue id, gpu id, queue type, priority, ring size
-    /// and the handler's result (errno name on failure). Ctrl-C (or SIGTERM/SIGHUP) ends the trace
-    /// and prints the event and drop counts.
+    /// Attaches kprobes/kretprobes to the KFD paths of amdgpu.ko: queue create/destroy/update with
+    /// their exact arguments and results, process open and exit, evictions and restores, debug-trap
+    /// suspend/resume with the HWS unmap / fence wait / remap breakdown (and the other processes'
+    /// queues a device-wide unmap preempted), MES, and GPU resets. Keeps a live PID → queue map
+    /// (printed on SIGUSR1, every --map-interval and at exit). Ctrl-C (or SIGTERM/SIGHUP) ends the
+    /// trace with a summary: queues and churn per process, evictions, suspend/resume latency
+    /// percentiles, and every dropped record.
     Trace(TraceArgs),
     /// Check this host for everything gpreempt needs, and say what to do about each gap.
     ///
@@ -231,6 +234,28 @@ pub struct TraceArgs {
     /// Also write the JSON Lines stream to this file (the console keeps its text lines).
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// Only show processes in this container (name, full id or id prefix; from cgroup paths).
+    #[arg(long, value_name = "NAME_OR_ID")]
+    pub container: Option<String>,
+
+    /// Print the live PID → queue map this often (e.g. 5s); it is also printed on SIGUSR1 and at exit.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub map_interval: Option<Duration>,
+
+    /// Write a Chrome trace-event JSON file (open it in ui.perfetto.dev): a track per process and
+    /// per queue, spans for evictions, suspends/resumes and fence waits.
+    #[arg(long, value_name = "FILE")]
+    pub perfetto: Option<PathBuf>,
+
+    /// Write the exit summary as one JSON object to this file.
+    #[arg(long, value_name = "FILE")]
+    pub summary_json: Option<PathBuf>,
+
+    /// Run this command and trace only it and its children (`gpreempt trace [opts] -- CMD ARGS`);
+    /// the trace ends when it exits.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 /// `500ms`, `30s`, `5m`, `1h`, or plain seconds.
@@ -273,6 +298,29 @@ mod tests {
         assert_eq!(t.pids, vec![7, 9]);
         assert_eq!(t.duration, Some(Duration::from_secs(1)));
         Cli::command_for_test();
+        let cli = Cli::try_parse_from([
+            "gpreempt",
+            "trace",
+            "--container",
+            "abc",
+            "--map-interval",
+            "5s",
+            "--perfetto",
+            "t.json",
+            "--summary-json",
+            "s.json",
+            "--",
+            "./gemm",
+            "--size",
+            "4096",
+        ])
+        .unwrap();
+        let Command::Trace(t) = cli.command else { panic!("not trace") };
+        assert_eq!(t.container.as_deref(), Some("abc"));
+        assert_eq!(t.map_interval, Some(Duration::from_secs(5)));
+        assert_eq!(t.perfetto, Some(PathBuf::from("t.json")));
+        assert_eq!(t.summary_json, Some(PathBuf::from("s.json")));
+        assert_eq!(t.command, ["./gemm", "--size", "4096"]);
     }
 
     #[test]

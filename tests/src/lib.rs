@@ -34,6 +34,8 @@ pub struct Tracer {
     child: Child,
     stdout: Option<ChildStdout>,
     stderr_lines: mpsc::Receiver<String>,
+    /// stderr lines read so far (the attach report, missing probes, …).
+    pub stderr: Vec<String>,
 }
 
 impl Tracer {
@@ -57,15 +59,35 @@ impl Tracer {
             }
         });
         let stdout = child.stdout.take();
-        let tracer = Self { child, stdout, stderr_lines: rx };
+        let mut tracer = Self { child, stdout, stderr_lines: rx, stderr: Vec::new() };
         loop {
             match tracer.stderr_lines.recv_timeout(Duration::from_secs(60)) {
-                Ok(line) if line.contains("attached") => return Ok(tracer),
                 Ok(line) if line.contains("error") => bail!("gpreempt trace failed: {line}"),
-                Ok(_) => {}
+                Ok(line) if line.contains(" probes to ") => {
+                    tracer.stderr.push(line);
+                    return Ok(tracer);
+                }
+                Ok(line) => tracer.stderr.push(line),
                 Err(_) => bail!("gpreempt trace did not attach within 60 s"),
             }
         }
+    }
+
+    /// Host pid of the tracer (for signals).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Collect the stderr lines that arrive within `wait`.
+    pub fn read_stderr(&mut self, wait: Duration) -> &[String] {
+        let deadline = std::time::Instant::now() + wait;
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) => self.stderr.push(line),
+                Err(_) => break,
+            }
+        }
+        &self.stderr
     }
 
     /// SIGINT the tracer (as Ctrl-C would), then return every JSON object it printed.
@@ -108,6 +130,21 @@ pub fn kfd_client(args: &[&str]) -> Result<(u32, serde_json::Value)> {
 /// The events of one kind from one pid.
 pub fn events_of<'a>(objects: &'a [serde_json::Value], pid: u32, kind: &str) -> Vec<&'a serde_json::Value> {
     objects.iter().filter(|o| o["event"] == kind && o["pid"] == pid).collect()
+}
+
+/// The kernel the VM booted (`6.1` or `6.12`, from `cargo xtask vm`).
+pub fn vm_kernel() -> String {
+    std::env::var("GPREEMPT_VM_KERNEL").unwrap_or_default()
+}
+
+/// Objects whose `event` is `kind` and whose `field` equals `value`.
+pub fn objects_where<'a>(
+    objects: &'a [serde_json::Value],
+    kind: &str,
+    field: &str,
+    value: &serde_json::Value,
+) -> Vec<&'a serde_json::Value> {
+    objects.iter().filter(|o| o["event"] == kind && &o[field] == value).collect()
 }
 
 /// The closing summary object.

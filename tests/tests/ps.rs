@@ -22,6 +22,7 @@ fn wait_new_reports_the_pid_of_a_new_kfd_process() {
     BufReader::new(waiter.stderr.take().unwrap()).read_line(&mut ready).unwrap();
     assert!(ready.starts_with("gpreempt: waiting for a new KFD process ("), "{ready}");
     let mut client = Command::new(binary("kfd-client").unwrap())
+        // Long enough for `ps --json` below even on a loaded TCG host; killed once checked.
         .args(["hold", "--ms", "60000"])
         .stdout(Stdio::null())
         .spawn()

@@ -1,6 +1,7 @@
 //! gpreempt's developer and CI entry points. `cargo xtask --help` lists them.
 
 mod demo;
+mod fuzz;
 mod kmod;
 mod setup;
 mod test;
@@ -40,6 +41,8 @@ enum Task {
     /// Boot the 6.12 VM, run `gpreempt trace` while a built-in workload issues KFD ioctls, and
     /// show the live output.
     Demo,
+    /// Run every cargo-fuzz target (record decoder, debugfs/sysfs/kallsyms/BTF parsers) briefly.
+    Fuzz(fuzz::FuzzArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
         }),
         Task::Test(args) => test::run(&args),
         Task::Demo => demo::run(),
+        Task::Fuzz(args) => fuzz::run_fuzz(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

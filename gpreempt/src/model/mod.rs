@@ -4,3 +4,5 @@ pub mod hw;
 pub mod procinfo;
 pub mod ps;
 pub mod queues;
+pub mod registry;
+pub mod spans;

@@ -3,7 +3,10 @@
 use std::io::Write;
 
 use super::{Sink, TraceSummary, clock::WallClock};
-use crate::trace::decode::{Event, EventKind, KernelResult};
+use crate::{
+    model::spans::{Span, SpanKind},
+    trace::decode::{Event, EventKind, KernelResult},
+};
 
 pub struct Console<W: Write> {
     out: W,
@@ -42,8 +45,130 @@ impl<W: Write> Console<W> {
                 self.result(c.result)
             ),
             EventKind::QueueDestroy(d) => format!("queue {:>4}  {}", d.queue_id, self.result(d.result)),
+            EventKind::QueueUpdate(u) => format!(
+                "queue {:>4} prio {:>2} pct {:>3} ring {:>8}  {}",
+                u.queue_id,
+                u.priority,
+                u.percentage,
+                u.ring_size,
+                self.result(u.result)
+            ),
+            EventKind::DebugTrap(d) => {
+                let mut text = format!("target {} {}", d.target_pid, d.op);
+                if let Some(n) = d.num_queues {
+                    text.push_str(&format!(" queues {n}"));
+                }
+                if let Some(g) = d.grace_period {
+                    text.push_str(&format!(" grace {g}"));
+                }
+                if d.ret > 0 {
+                    text.push_str(&format!(" -> {}", d.ret));
+                }
+                format!("{text}  {}", self.result(d.result))
+            }
+            EventKind::RuntimeEnable(r) => {
+                format!("{}  {}", if r.enable { "enable" } else { "disable" }, self.result(r.result))
+            }
+            EventKind::QueueEviction(v) => {
+                format!("target {} gpu {} trigger {}", v.target_pid, gpu(v.gpu_id), v.trigger)
+            }
+            EventKind::QueueRestore(v) => format!("target {} gpu {}", v.target_pid, gpu(v.gpu_id)),
+            EventKind::SuspendQueues(q) | EventKind::ResumeQueues(q) => {
+                let ids: Vec<String> = q
+                    .queues
+                    .iter()
+                    .map(|o| {
+                        let flag = if o.error {
+                            "!E"
+                        } else if o.invalid {
+                            "!I"
+                        } else {
+                            ""
+                        };
+                        format!("{}{flag}", o.queue_id)
+                    })
+                    .collect();
+                format!(
+                    "target {} queues {} [{}] handled {}  {}",
+                    q.target_pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
+                    q.num_queues,
+                    ids.join(","),
+                    q.handled.map_or_else(|| "-".to_owned(), |h| h.to_string()),
+                    self.result(q.result)
+                )
+            }
+            EventKind::KfdCall(c) => format!(
+                "{} owner {} gpu {}  {}",
+                c.function,
+                c.owner_pid.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+                gpu(c.gpu_id),
+                self.result(c.result)
+            ),
+            EventKind::ProcessOpen(p) => format!("owner {} kfd_process {:#x}", p.owner_pid, p.kfd_process),
+            EventKind::ProcessExit(p) => {
+                format!("owner {} ({})", p.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string()), p.stage)
+            }
+            EventKind::QueueRemoved(q) => format!(
+                "queue {:>4} owner {}",
+                q.queue_id.map_or_else(|| "?".to_owned(), |q| q.to_string()),
+                q.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
+            ),
+            EventKind::GpuReset(r) => {
+                if self.colour {
+                    format!("{RED}{}{RESET}", r.alarm)
+                } else {
+                    r.alarm.to_owned()
+                }
+            }
         };
         format!("{head} {body} ({:.1} µs)", e.duration_ns() as f64 / 1000.0)
+    }
+}
+
+fn gpu(id: Option<u32>) -> String {
+    id.map_or_else(|| "?".to_owned(), |g| format!("{g:#06x}"))
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+impl<W: Write> Console<W> {
+    /// The line for one span.
+    pub fn span_line(&self, s: &Span) -> String {
+        let kind = match s.kind {
+            SpanKind::Eviction => "evicted",
+            SpanKind::Suspend => "suspended",
+            SpanKind::Resume => "resumed",
+        };
+        let target = s.target_pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
+        let mut line =
+            format!("{} {:>7} span {:<9} {:.3} ms", self.clock.time_of_day(s.end_ns), target, kind, ms(s.duration_ns));
+        if let Some(t) = &s.trigger {
+            line.push_str(&format!(" gpu {} trigger {t}", gpu(s.gpu_id)));
+        }
+        if s.open {
+            line.push_str(" (not restored when the trace ended)");
+        }
+        if s.kind != SpanKind::Eviction {
+            line.push_str(&format!(" queues {:?}", s.queues));
+            if !s.rejected.is_empty() {
+                line.push_str(&format!(" rejected {:?}", s.rejected));
+            }
+        }
+        if let Some(b) = &s.breakdown {
+            line.push_str(&format!(
+                " (unmap {:.3} fence {:.3} remap {:.3} ms)",
+                ms(b.unmap_ns),
+                ms(b.fence_wait_ns),
+                ms(b.remap_ns)
+            ));
+        }
+        if !s.collateral.is_empty() {
+            let others: Vec<String> = s.collateral.iter().map(|c| format!("{}:{}", c.pid, c.queue_id)).collect();
+            line.push_str(&format!(" collateral [{}]", others.join(" ")));
+        }
+        line
     }
 }
 
@@ -53,7 +178,55 @@ impl<W: Write> Sink for Console<W> {
         writeln!(self.out, "{line}")
     }
 
+    fn span(&mut self, s: &Span) -> std::io::Result<()> {
+        let line = self.span_line(s);
+        writeln!(self.out, "{line}")
+    }
+
+    fn queue_map(&mut self, text: &str, _json: &serde_json::Value) -> std::io::Result<()> {
+        write!(self.out, "{text}")
+    }
+
     fn summary(&mut self, s: &TraceSummary) -> std::io::Result<()> {
+        for p in &s.processes {
+            writeln!(
+                self.out,
+                "pid {:>7} {:<15} queues {:>3}{} created {} destroyed {} evictions {} ({:.3} ms total, {:.3} ms max) suspends {}",
+                p.pid,
+                p.comm.as_deref().unwrap_or("?"),
+                p.queues,
+                if p.exited { " (exited)" } else { "" },
+                p.churn.queues_created,
+                p.churn.queues_destroyed,
+                p.eviction_time.count,
+                ms(p.eviction_time.total_ns),
+                ms(p.eviction_time.max_ns),
+                p.churn.suspends,
+            )?;
+        }
+        for (name, l) in [("suspend", &s.suspend), ("resume", &s.resume), ("fence wait", &s.fence_wait)] {
+            if l.count > 0 {
+                writeln!(
+                    self.out,
+                    "{name} latency: n {} p50 {:.3} ms p90 {:.3} ms p99 {:.3} ms max {:.3} ms",
+                    l.count,
+                    ms(l.p50_ns),
+                    ms(l.p90_ns),
+                    ms(l.p99_ns),
+                    ms(l.max_ns)
+                )?;
+            }
+        }
+        if s.evictions.count > 0 || s.collateral_queues > 0 {
+            writeln!(
+                self.out,
+                "evictions {} ({:.3} ms total, {:.3} ms max); other processes' queues preempted by suspends/resumes: {}",
+                s.evictions.count,
+                ms(s.evictions.total_ns),
+                ms(s.evictions.max_ns),
+                s.collateral_queues
+            )?;
+        }
         let l = &s.losses;
         writeln!(
             self.out,

@@ -6,7 +6,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::{Sink, TraceSummary, clock::WallClock};
-use crate::trace::decode::Event;
+use crate::{model::spans::Span, trace::decode::Event};
 
 pub struct JsonLines<W: Write> {
     out: W,
@@ -27,6 +27,17 @@ struct Timed<'a> {
     event: &'a Event,
 }
 
+/// `{"event":"span","span":"suspend",…}`; `pid` is the target (0 when unknown) so recordings
+/// stay readable by `gpreempt analyze`.
+#[derive(Serialize)]
+struct SpanObject<'a> {
+    event: &'static str,
+    time: String,
+    pid: u32,
+    #[serde(flatten)]
+    span: &'a Span,
+}
+
 #[derive(Serialize)]
 struct Summary<'a> {
     event: &'static str,
@@ -38,6 +49,31 @@ impl<W: Write> Sink for JsonLines<W> {
     fn event(&mut self, event: &Event) -> std::io::Result<()> {
         let timed = Timed { time: self.clock.rfc3339(event.ts_ns), duration_ns: event.duration_ns(), event };
         serde_json::to_writer(&mut self.out, &timed)?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()
+    }
+
+    fn span(&mut self, span: &Span) -> std::io::Result<()> {
+        let obj = SpanObject {
+            event: "span",
+            time: self.clock.rfc3339(span.start_ns),
+            pid: span.target_pid.unwrap_or(0),
+            span,
+        };
+        serde_json::to_writer(&mut self.out, &obj)?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()
+    }
+
+    /// `{"event":"start","command":[…],"pid":…}`: what `gpreempt analyze` reads to name a run.
+    fn start(&mut self, command: &[String], pid: u32) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.out, &serde_json::json!({"event": "start", "command": command, "pid": pid}))?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()
+    }
+
+    fn queue_map(&mut self, _text: &str, json: &serde_json::Value) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.out, json)?;
         self.out.write_all(b"\n")?;
         self.out.flush()
     }
@@ -69,7 +105,7 @@ mod tests {
         let d = QueueDestroyRecord { header: header(RecordKind::QueueDestroy, 9, "y"), queue_id: 42, _pad: 0, ret: 0 };
         sink.event(&decode(&bytes_of(&d)).unwrap()).unwrap();
         let losses = Losses { ringbuf_full: 2, ..Default::default() };
-        sink.summary(&TraceSummary { events: 1, dropped: 2, losses, duration_ms: 10 }).unwrap();
+        sink.summary(&TraceSummary { events: 1, dropped: 2, losses, duration_ms: 10, ..Default::default() }).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(lines.len(), 2);

@@ -6,8 +6,11 @@
 use std::mem::size_of;
 
 use gpreempt_common::{
-    kfd_uapi::queue_type,
-    record::{QueueCreateRecord, QueueDestroyRecord, RecordHeader, RecordKind},
+    kfd_uapi::{dbg_trap_op, queue_status, queue_type, runtime_enable},
+    record::{
+        DebugTrapRecord, KfdCallRecord, ProcessCreateRecord, QueueCreateRecord, QueueDestroyRecord, QueueSuspendRecord,
+        QueueUpdateRecord, RecordHeader, RecordKind, RuntimeEnableRecord, SmiQueueRecord, call_phase, kfd_fn,
+    },
 };
 use serde::Serialize;
 
@@ -39,6 +42,18 @@ impl Event {
 pub enum EventKind {
     QueueCreate(QueueCreate),
     QueueDestroy(QueueDestroy),
+    QueueUpdate(QueueUpdate),
+    DebugTrap(DebugTrap),
+    RuntimeEnable(RuntimeEnable),
+    QueueEviction(QueueEviction),
+    QueueRestore(QueueRestore),
+    SuspendQueues(QueueSuspend),
+    ResumeQueues(QueueSuspend),
+    KfdCall(KfdCall),
+    ProcessOpen(ProcessOpen),
+    ProcessExit(ProcessExit),
+    QueueRemoved(QueueRemoved),
+    GpuReset(GpuReset),
 }
 
 impl EventKind {
@@ -46,6 +61,18 @@ impl EventKind {
         match self {
             Self::QueueCreate(_) => "queue_create",
             Self::QueueDestroy(_) => "queue_destroy",
+            Self::QueueUpdate(_) => "queue_update",
+            Self::DebugTrap(_) => "debug_trap",
+            Self::RuntimeEnable(_) => "runtime_enable",
+            Self::QueueEviction(_) => "queue_eviction",
+            Self::QueueRestore(_) => "queue_restore",
+            Self::SuspendQueues(_) => "suspend_queues",
+            Self::ResumeQueues(_) => "resume_queues",
+            Self::KfdCall(_) => "kfd_call",
+            Self::ProcessOpen(_) => "process_open",
+            Self::ProcessExit(_) => "process_exit",
+            Self::QueueRemoved(_) => "queue_removed",
+            Self::GpuReset(_) => "gpu_reset",
         }
     }
 }
@@ -112,8 +139,311 @@ pub struct QueueDestroy {
     pub ret: i64,
 }
 
+/// `kfd_ioctl_update_queue` returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct QueueUpdate {
+    pub queue_id: u32,
+    pub ring_base: u64,
+    pub ring_size: u32,
+    pub percentage: u32,
+    pub priority: u32,
+    pub result: KernelResult,
+    pub ret: i64,
+}
+
+/// `kfd_ioctl_set_debug_trap` returned. Op-specific fields are present only for their op.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DebugTrap {
+    /// Target pid as the caller passed it (its own pid namespace).
+    pub target_pid: u32,
+    /// `enable`, `suspend_queues`, … or the number when unknown.
+    pub op: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exception_mask: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub num_queues: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grace_period: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dbg_fd: Option<u32>,
+    pub result: KernelResult,
+    /// For SUSPEND/RESUME: the number of queues handled.
+    pub ret: i64,
+}
+
+/// `kfd_ioctl_runtime_enable` returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RuntimeEnable {
+    /// `false` is RUNTIME_DISABLE (mode mask without the enable bit).
+    pub enable: bool,
+    pub ttmp_save: bool,
+    pub r_debug: u64,
+    pub result: KernelResult,
+    pub ret: i64,
+}
+
+/// `enum KFD_QUEUE_EVICTION_TRIGGERS` (identical in 6.1, 6.12 and the newest tree).
+pub fn trigger_name(trigger: u32) -> String {
+    match trigger {
+        0 => "svm".to_owned(),
+        1 => "userptr".to_owned(),
+        2 => "ttm".to_owned(),
+        3 => "suspend".to_owned(),
+        4 => "criu_checkpoint".to_owned(),
+        5 => "criu_restore".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// `kfd_smi_event_queue_eviction`: queues of `target_pid` on `gpu_id` are about to be evicted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct QueueEviction {
+    pub target_pid: u32,
+    /// `None` without BTF.
+    pub gpu_id: Option<u32>,
+    pub trigger: String,
+}
+
+/// `kfd_smi_event_queue_restore`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct QueueRestore {
+    pub target_pid: u32,
+    pub gpu_id: Option<u32>,
+}
+
+/// One id of a suspend/resume array as the kernel wrote it back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct QueueOutcome {
+    pub queue_id: u32,
+    /// Bit 31: the queue does not exist, is new (EC_QUEUE_NEW) or is being destroyed.
+    pub invalid: bool,
+    /// Bit 30: the hardware failed to suspend/resume it.
+    pub error: bool,
+}
+
+/// `suspend_queues` / `resume_queues` returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct QueueSuspend {
+    /// Host pid of the target (`None` when unknown).
+    pub target_pid: Option<u32>,
+    pub num_queues: u32,
+    /// Suspend only (1000-cycle units).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grace_period: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exception_clear_mask: Option<u64>,
+    /// The first ids of the array (up to 16), with their outcome bits.
+    pub queues: Vec<QueueOutcome>,
+    /// Queues handled (>= 0) …
+    pub handled: Option<u32>,
+    pub result: KernelResult,
+    pub ret: i64,
+}
+
+/// An internal KFD function: eviction/restore ops, the HWS path, MES.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KfdCall {
+    /// Kernel function name (`amdkfd_fence_wait_timeout`).
+    pub function: &'static str,
+    /// Host pid the call is about (`None` for device-wide calls or unknown owners).
+    pub owner_pid: Option<u32>,
+    pub gpu_id: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    /// `enum kfd_unmap_queues_filter`: 1 single, 2 all, 3 dynamic, 4 by pasid (6.12 values).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter_param: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grace_period: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fence_value: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u32>,
+    pub result: KernelResult,
+    pub ret: i64,
+}
+
+/// `kfd_create_process` returned: a process opened /dev/kfd (or a debugger enabled it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProcessOpen {
+    pub owner_pid: u32,
+    /// The `struct kfd_process*`, for correlating with later teardown.
+    pub kfd_process: u64,
+}
+
+/// The process's KFD state is torn down (`kfd_process_dequeue_from_all_devices` or
+/// `kfd_process_wq_release`, in a kworker).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProcessExit {
+    pub owner_pid: Option<u32>,
+    /// `kfd_process_dequeue_from_all_devices` or `kfd_process_wq_release`.
+    pub stage: &'static str,
+}
+
+/// `kfd_procfs_del_queue`: a queue's sysfs entry is removed (destroy ioctl or teardown).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct QueueRemoved {
+    pub owner_pid: Option<u32>,
+    /// `None` when unreadable.
+    pub queue_id: Option<u32>,
+}
+
+/// `amdgpu_amdkfd_gpu_reset`: an alarm (failed preemption or HWS hang resets the whole GPU).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GpuReset {
+    pub alarm: &'static str,
+}
+
+/// Kernel function name of a [`kfd_fn`] id.
+pub fn function_name(function: u32) -> Option<&'static str> {
+    Some(match function {
+        kfd_fn::EVICT_PROCESS_QUEUES_CPSCH => "evict_process_queues_cpsch",
+        kfd_fn::EVICT_PROCESS_QUEUES_NOCPSCH => "evict_process_queues_nocpsch",
+        kfd_fn::RESTORE_PROCESS_QUEUES_CPSCH => "restore_process_queues_cpsch",
+        kfd_fn::RESTORE_PROCESS_QUEUES_NOCPSCH => "restore_process_queues_nocpsch",
+        kfd_fn::EXECUTE_QUEUES_CPSCH => "execute_queues_cpsch",
+        kfd_fn::UNMAP_QUEUES_CPSCH => "unmap_queues_cpsch",
+        kfd_fn::MAP_QUEUES_CPSCH => "map_queues_cpsch",
+        kfd_fn::FENCE_WAIT_TIMEOUT => "amdkfd_fence_wait_timeout",
+        kfd_fn::PM_SEND_RUNLIST => "pm_send_runlist",
+        kfd_fn::PM_SEND_UNMAP_QUEUE => "pm_send_unmap_queue",
+        kfd_fn::MES_V11_REMOVE_HW_QUEUE => "mes_v11_0_remove_hw_queue",
+        kfd_fn::MES_V11_ADD_HW_QUEUE => "mes_v11_0_add_hw_queue",
+        kfd_fn::MES_V12_REMOVE_HW_QUEUE => "mes_v12_0_remove_hw_queue",
+        kfd_fn::MES_V12_ADD_HW_QUEUE => "mes_v12_0_add_hw_queue",
+        kfd_fn::PROCESS_EVICT_QUEUES => "kfd_process_evict_queues",
+        kfd_fn::PROCESS_RESTORE_QUEUES => "kfd_process_restore_queues",
+        kfd_fn::GPU_RESET => "amdgpu_amdkfd_gpu_reset",
+        kfd_fn::PROCESS_DEQUEUE_ALL => "kfd_process_dequeue_from_all_devices",
+        kfd_fn::PROCFS_DEL_QUEUE => "kfd_procfs_del_queue",
+        kfd_fn::PROCESS_RELEASE => "kfd_process_wq_release",
+        _ => return None,
+    })
+}
+
+fn nonzero(v: u32) -> Option<u32> {
+    (v != 0).then_some(v)
+}
+
+fn kfd_call(r: &KfdCallRecord) -> Result<EventKind, DecodeError> {
+    let function = function_name(r.function).ok_or(DecodeError::UnknownFunction(r.function))?;
+    let owner_pid = nonzero(r.owner);
+    Ok(match r.function {
+        kfd_fn::GPU_RESET => EventKind::GpuReset(GpuReset { alarm: "GPU reset: queued work of every process is lost" }),
+        kfd_fn::PROCESS_DEQUEUE_ALL | kfd_fn::PROCESS_RELEASE => {
+            EventKind::ProcessExit(ProcessExit { owner_pid, stage: function })
+        }
+        kfd_fn::PROCFS_DEL_QUEUE => EventKind::QueueRemoved(QueueRemoved {
+            owner_pid,
+            queue_id: u32::try_from(r.args[0]).ok().filter(|&q| q != u32::MAX),
+        }),
+        f => {
+            if r.phase != call_phase::RETURN {
+                return Err(DecodeError::UnknownFunction(r.function));
+            }
+            let a = r.args;
+            let lo = |v: u64| v as u32;
+            let mut c = KfdCall {
+                function,
+                owner_pid,
+                gpu_id: nonzero(r.gpu_id),
+                trigger: None,
+                filter: None,
+                filter_param: None,
+                grace_period: None,
+                fence_value: None,
+                timeout_ms: None,
+                result: KernelResult(i64::from(r.ret as i32)),
+                ret: i64::from(r.ret as i32),
+            };
+            match f {
+                kfd_fn::PROCESS_EVICT_QUEUES => c.trigger = Some(trigger_name(lo(a[0]))),
+                kfd_fn::EXECUTE_QUEUES_CPSCH | kfd_fn::UNMAP_QUEUES_CPSCH => {
+                    c.filter = Some(lo(a[0]));
+                    c.filter_param = Some(lo(a[1]));
+                    // 6.1 has no grace_period argument (the register holds garbage); 0xffffffff
+                    // is USE_DEFAULT_GRACE_PERIOD on 6.12.
+                    c.grace_period = Some(lo(a[2]));
+                }
+                kfd_fn::PM_SEND_UNMAP_QUEUE => {
+                    c.filter = Some(lo(a[0]));
+                    c.filter_param = Some(lo(a[1]));
+                }
+                kfd_fn::FENCE_WAIT_TIMEOUT => {
+                    c.fence_value = Some(a[0]);
+                    c.timeout_ms = Some(lo(a[1]));
+                }
+                _ => {}
+            }
+            EventKind::KfdCall(c)
+        }
+    })
+}
+
+fn debug_trap(r: &DebugTrapRecord) -> DebugTrap {
+    let a = &r.args;
+    let op = a.op;
+    let mut d = DebugTrap {
+        target_pid: a.pid,
+        // `enable`, `suspend_queues`: the UAPI names without `KFD_IOC_DBG_TRAP_`, lower case.
+        op: dbg_trap_op::name(op).map_or_else(|| op.to_string(), str::to_ascii_lowercase),
+        exception_mask: None,
+        num_queues: None,
+        grace_period: None,
+        dbg_fd: None,
+        result: KernelResult(r.ret.min(0)),
+        ret: r.ret,
+    };
+    match op {
+        dbg_trap_op::ENABLE => {
+            d.exception_mask = Some(a.exception_mask());
+            d.dbg_fd = Some((a.data[2] >> 32) as u32);
+        }
+        dbg_trap_op::SUSPEND_QUEUES => {
+            d.exception_mask = Some(a.exception_mask());
+            d.num_queues = Some(a.num_queues());
+            d.grace_period = Some(a.grace_period());
+        }
+        dbg_trap_op::RESUME_QUEUES | dbg_trap_op::GET_QUEUE_SNAPSHOT | dbg_trap_op::GET_DEVICE_SNAPSHOT => {
+            d.num_queues = Some(a.num_queues());
+        }
+        dbg_trap_op::SET_EXCEPTIONS_ENABLED | dbg_trap_op::QUERY_DEBUG_EVENT | dbg_trap_op::SEND_RUNTIME_EVENT => {
+            d.exception_mask = Some(a.exception_mask());
+        }
+        _ => {}
+    }
+    d
+}
+
+fn suspend(r: &QueueSuspendRecord) -> QueueSuspend {
+    let n = (r.ids_read as usize).min(r.queue_ids.len());
+    let queues = r.queue_ids[..n]
+        .iter()
+        .map(|&raw| QueueOutcome {
+            queue_id: raw & queue_status::ID_MASK,
+            invalid: raw & queue_status::INVALID_MASK != 0,
+            error: raw & queue_status::ERROR_MASK != 0,
+        })
+        .collect();
+    let resume = r.resume != 0;
+    QueueSuspend {
+        target_pid: nonzero(r.target),
+        num_queues: r.num_queues,
+        grace_period: (!resume).then_some(r.grace_period),
+        exception_clear_mask: (!resume).then_some(r.exception_clear_mask),
+        queues,
+        handled: u32::try_from(r.ret).ok(),
+        result: KernelResult(r.ret.min(0)),
+        ret: r.ret,
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    #[error("unknown KFD function id {0} (or an entry record for a return-only function)")]
+    UnknownFunction(u32),
     #[error("record of {len} bytes is shorter than its {need}-byte {what}")]
     Short { len: usize, need: usize, what: &'static str },
     #[error("unknown record kind {0}")]
@@ -165,6 +495,50 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         RecordKind::QueueDestroy => {
             let r: QueueDestroyRecord = read(bytes, "queue_destroy record")?;
             EventKind::QueueDestroy(QueueDestroy { queue_id: r.queue_id, result: KernelResult(r.ret), ret: r.ret })
+        }
+        RecordKind::QueueUpdate => {
+            let r: QueueUpdateRecord = read(bytes, "queue_update record")?;
+            EventKind::QueueUpdate(QueueUpdate {
+                queue_id: r.args.queue_id,
+                ring_base: r.args.ring_base_address,
+                ring_size: r.args.ring_size,
+                percentage: r.args.queue_percentage,
+                priority: r.args.queue_priority,
+                result: KernelResult(r.ret),
+                ret: r.ret,
+            })
+        }
+        RecordKind::DebugTrap => EventKind::DebugTrap(debug_trap(&read(bytes, "debug_trap record")?)),
+        RecordKind::RuntimeEnable => {
+            let r: RuntimeEnableRecord = read(bytes, "runtime_enable record")?;
+            EventKind::RuntimeEnable(RuntimeEnable {
+                enable: r.args.mode_mask & runtime_enable::MODE_ENABLE_MASK != 0,
+                ttmp_save: r.args.mode_mask & runtime_enable::MODE_TTMP_SAVE_MASK != 0,
+                r_debug: r.args.r_debug,
+                result: KernelResult(r.ret),
+                ret: r.ret,
+            })
+        }
+        RecordKind::SmiQueue => {
+            let r: SmiQueueRecord = read(bytes, "smi_queue record")?;
+            if r.restore != 0 {
+                EventKind::QueueRestore(QueueRestore { target_pid: r.pid, gpu_id: nonzero(r.gpu_id) })
+            } else {
+                EventKind::QueueEviction(QueueEviction {
+                    target_pid: r.pid,
+                    gpu_id: nonzero(r.gpu_id),
+                    trigger: trigger_name(r.trigger),
+                })
+            }
+        }
+        RecordKind::KfdCall => kfd_call(&read(bytes, "kfd_call record")?)?,
+        RecordKind::QueueSuspend => {
+            let r: QueueSuspendRecord = read(bytes, "queue_suspend record")?;
+            if r.resume != 0 { EventKind::ResumeQueues(suspend(&r)) } else { EventKind::SuspendQueues(suspend(&r)) }
+        }
+        RecordKind::ProcessCreate => {
+            let r: ProcessCreateRecord = read(bytes, "process_create record")?;
+            EventKind::ProcessOpen(ProcessOpen { owner_pid: r.tgid, kfd_process: r.process })
         }
     };
     Ok(Event {
@@ -272,5 +646,132 @@ pub(crate) mod tests {
             serde_json::json!({"ts_ns": 4500, "entry_ns": 1000, "cpu": 1, "pid": 9, "tid": 10, "comm": "y",
                 "event": "queue_destroy", "queue_id": 42, "result": "EINVAL", "ret": -22})
         );
+    }
+
+    #[test]
+    fn decodes_debug_trap_suspend_and_the_kernel_suspend_with_outcome_bits() {
+        use gpreempt_common::{
+            kfd_uapi::DbgTrapArgs,
+            record::{DebugTrapRecord, MAX_QUEUE_IDS, QueueSuspendRecord},
+        };
+        let t = DebugTrapRecord {
+            header: header(RecordKind::DebugTrap, 50, "dbg"),
+            args: DbgTrapArgs::suspend_queues(77, 0x4000_0000, 0x1000, 3, 5),
+            ret: 2,
+        };
+        let EventKind::DebugTrap(d) = decode(&bytes_of(&t)).unwrap().kind else { panic!() };
+        assert_eq!(
+            (d.target_pid, d.op.as_str(), d.num_queues, d.grace_period),
+            (77, "suspend_queues", Some(3), Some(5))
+        );
+        assert_eq!((d.exception_mask, d.dbg_fd, d.result.name(), d.ret), (Some(0x4000_0000), None, "OK".to_owned(), 2));
+
+        let mut ids = [0u32; MAX_QUEUE_IDS];
+        ids[..3].copy_from_slice(&[0, 1 | 1 << 31, 2 | 1 << 30]);
+        let r = QueueSuspendRecord {
+            header: header(RecordKind::QueueSuspend, 50, "dbg"),
+            target: 77,
+            num_queues: 3,
+            grace_period: 5,
+            resume: 0,
+            exception_clear_mask: 0x10,
+            ids_read: 3,
+            _pad: 0,
+            queue_ids: ids,
+            ret: 1,
+        };
+        let e = decode(&bytes_of(&r)).unwrap();
+        assert_eq!(e.kind.name(), "suspend_queues");
+        let EventKind::SuspendQueues(s) = e.kind else { panic!() };
+        assert_eq!(
+            s.queues,
+            [
+                QueueOutcome { queue_id: 0, invalid: false, error: false },
+                QueueOutcome { queue_id: 1, invalid: true, error: false },
+                QueueOutcome { queue_id: 2, invalid: false, error: true },
+            ]
+        );
+        assert_eq!(
+            (s.target_pid, s.handled, s.grace_period, s.exception_clear_mask),
+            (Some(77), Some(1), Some(5), Some(0x10))
+        );
+        // A resume from DISABLE: no array, no suspend-only fields; an ids_read beyond the array is clamped.
+        let resume = QueueSuspendRecord { resume: 1, num_queues: 0, ids_read: 99, ret: 0, ..r };
+        let EventKind::ResumeQueues(s) = decode(&bytes_of(&resume)).unwrap().kind else { panic!() };
+        assert_eq!((s.queues.len(), s.grace_period, s.exception_clear_mask), (MAX_QUEUE_IDS, None, None));
+    }
+
+    #[test]
+    fn decodes_kernel_calls_evictions_and_process_lifetime() {
+        use gpreempt_common::record::{KfdCallRecord, ProcessCreateRecord, SmiQueueRecord, call_phase, kfd_fn};
+        let call = |function, phase, owner, gpu_id, args, ret| KfdCallRecord {
+            header: header(RecordKind::KfdCall, 3, "kworker/1:2"),
+            function,
+            phase,
+            owner,
+            gpu_id,
+            args,
+            ret,
+        };
+        let fence = call(kfd_fn::FENCE_WAIT_TIMEOUT, call_phase::RETURN, 0, 0x1234, [9, 9000, 0, 0], -62);
+        let EventKind::KfdCall(c) = decode(&bytes_of(&fence)).unwrap().kind else { panic!() };
+        assert_eq!((c.function, c.owner_pid, c.gpu_id), ("amdkfd_fence_wait_timeout", None, Some(0x1234)));
+        assert_eq!((c.fence_value, c.timeout_ms, c.result.name()), (Some(9), Some(9000), "ETIME".to_owned()));
+        let evict = call(kfd_fn::PROCESS_EVICT_QUEUES, call_phase::RETURN, 42, 0, [2, 0, 0, 0], 0);
+        let EventKind::KfdCall(c) = decode(&bytes_of(&evict)).unwrap().kind else { panic!() };
+        assert_eq!((c.owner_pid, c.trigger.as_deref()), (Some(42), Some("ttm")));
+        let removed = call(kfd_fn::PROCFS_DEL_QUEUE, call_phase::ENTRY, 42, 0, [7, 0, 0, 0], 0);
+        assert_eq!(
+            decode(&bytes_of(&removed)).unwrap().kind,
+            EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(42), queue_id: Some(7) })
+        );
+        let exit = call(kfd_fn::PROCESS_RELEASE, call_phase::ENTRY, 42, 0, [0; 4], 0);
+        assert_eq!(
+            decode(&bytes_of(&exit)).unwrap().kind,
+            EventKind::ProcessExit(ProcessExit { owner_pid: Some(42), stage: "kfd_process_wq_release" })
+        );
+        assert_eq!(decode(&bytes_of(&call(999, 1, 0, 0, [0; 4], 0))), Err(DecodeError::UnknownFunction(999)));
+        let entry_of_return_only = call(kfd_fn::MAP_QUEUES_CPSCH, call_phase::ENTRY, 0, 0, [0; 4], 0);
+        assert_eq!(
+            decode(&bytes_of(&entry_of_return_only)),
+            Err(DecodeError::UnknownFunction(kfd_fn::MAP_QUEUES_CPSCH))
+        );
+
+        let smi = SmiQueueRecord {
+            header: header(RecordKind::SmiQueue, 3, "kworker"),
+            pid: 42,
+            trigger: 2,
+            gpu_id: 0,
+            restore: 0,
+        };
+        assert_eq!(
+            decode(&bytes_of(&smi)).unwrap().kind,
+            EventKind::QueueEviction(QueueEviction { target_pid: 42, gpu_id: None, trigger: "ttm".into() })
+        );
+        let restore = SmiQueueRecord { restore: 1, gpu_id: 5, ..smi };
+        assert_eq!(
+            decode(&bytes_of(&restore)).unwrap().kind,
+            EventKind::QueueRestore(QueueRestore { target_pid: 42, gpu_id: Some(5) })
+        );
+        let open = ProcessCreateRecord {
+            header: header(RecordKind::ProcessCreate, 42, "x"),
+            process: 0xffff_8880_0000_1000,
+            tgid: 42,
+            from_task: 1,
+        };
+        assert_eq!(
+            decode(&bytes_of(&open)).unwrap().kind,
+            EventKind::ProcessOpen(ProcessOpen { owner_pid: 42, kfd_process: 0xffff_8880_0000_1000 })
+        );
+    }
+
+    #[test]
+    fn every_kind_rejects_a_short_record() {
+        for kind in 1..=9u32 {
+            let mut h = header(RecordKind::QueueCreate, 1, "x");
+            h.kind = kind;
+            let err = decode(&bytes_of(&h)).unwrap_err();
+            assert!(matches!(err, DecodeError::Short { len: 48, .. }), "kind {kind}: {err}");
+        }
     }
 }

@@ -5,7 +5,10 @@ use aya::{
     programs::{KProbe, ProgramError},
 };
 
+use gpreempt_common::record::{CONFIG_GLOBAL, ProbeConfig};
+
 use super::{
+    btf::{self, OffsetMode},
     probes::{self, ProbeSpec, ResolvedProbe},
     symbols::{Kallsyms, SymbolsError},
 };
@@ -42,6 +45,9 @@ pub struct Attached {
     pub probes: Vec<ResolvedProbe>,
     /// The module that provides KFD (`amdgpu`, a DKMS build, or the test emulator).
     pub kfd_module: Option<String>,
+    /// The struct offsets passed to the programs, and where they came from.
+    pub offsets: ProbeConfig,
+    pub offset_mode: OffsetMode,
 }
 
 impl Attached {
@@ -68,20 +74,39 @@ pub fn attach(table: &[ProbeSpec], kfd: Option<KfdVersion>) -> Result<Attached, 
         });
     }
 
+    let (offsets, offset_mode) = btf::discover(std::path::Path::new(BTF_DIR), kfd_module.as_deref());
+
     raise_memlock_limit();
-    let mut ebpf = EbpfLoader::new().load(EBPF_OBJECT)?;
-    for probe in &resolved {
-        let Some(symbol) = &probe.symbol else { continue };
-        let program: &mut KProbe = ebpf
-            .program_mut(probe.program)
-            .ok_or(LoadError::NoProgram { program: probe.program })?
-            .try_into()
-            .map_err(|source| LoadError::Program { program: probe.program, source })?;
-        program.load().map_err(|source| LoadError::Program { program: probe.program, source })?;
-        program.attach(symbol, 0).map_err(|source| LoadError::Program { program: probe.program, source })?;
+    let mut ebpf = EbpfLoader::new().override_global(CONFIG_GLOBAL, &offsets, true).load(EBPF_OBJECT)?;
+    let mut probes = resolved;
+    for probe in &mut probes {
+        let Some(symbol) = probe.symbol.clone() else { continue };
+        let program = probe.program;
+        let result = (|| -> Result<(), LoadError> {
+            let kprobe: &mut KProbe = ebpf
+                .program_mut(program)
+                .ok_or(LoadError::NoProgram { program })?
+                .try_into()
+                .map_err(|source| LoadError::Program { program, source })?;
+            kprobe.load().map_err(|source| LoadError::Program { program, source })?;
+            kprobe.attach(&symbol, 0).map_err(|source| LoadError::Program { program, source })?;
+            Ok(())
+        })();
+        match result {
+            Ok(()) => {}
+            // An optional probe the kernel refuses (blacklisted symbol, verifier) is reported.
+            Err(e) if !probe.required => {
+                probe.missing_reason = Some(format!("{symbol} resolved but attaching failed: {e}"));
+                probe.symbol = None;
+            }
+            Err(e) => return Err(e),
+        }
     }
-    Ok(Attached { ebpf, probes: resolved, kfd_module })
+    Ok(Attached { ebpf, probes, kfd_module, offsets, offset_mode })
 }
+
+/// Where the kernel exposes BTF (vmlinux and one file per module).
+pub const BTF_DIR: &str = "/sys/kernel/btf";
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; newer ones use memcg and ignore it.
 fn raise_memlock_limit() {

@@ -4,7 +4,9 @@
 //! which function, [`loader`] loads and attaches them, [`stream`] reads the ring buffer and
 //! [`decode`] turns records into owned [`decode::Event`]s.
 
+pub mod btf;
 pub mod decode;
+pub mod filter;
 pub mod loader;
 pub mod probes;
 pub mod stream;

@@ -31,40 +31,296 @@ pub struct ProbeSpec {
     pub yields: &'static str,
 }
 
-/// Every probe gpreempt knows. Prototypes are in the eBPF programs' comments.
+const fn row(
+    program: &'static str,
+    function: &'static str,
+    kind: ProbeKind,
+    required: bool,
+    min_kfd: Option<KfdVersion>,
+    yields: &'static str,
+) -> ProbeSpec {
+    ProbeSpec { program, function, kind, required, min_kfd, yields }
+}
+
+use ProbeKind::{Kprobe as K, Kretprobe as R};
+/// KFD 1.13 (Linux 6.5): the debugger API (`RUNTIME_ENABLE`, `DBG_TRAP`, `suspend_queues`).
+const DBG: Option<KfdVersion> = Some(KfdVersion::DEBUG_TRAP);
+
+/// Every probe gpreempt knows. The kernel prototype each relies on, with the versions checked
+/// (Debian 6.1.192 = KFD 1.11, 6.12.117 = KFD 1.17), is the `match-proto` comment on its eBPF
+/// program in `gpreempt-ebpf/src/{queue,debug,calls}.rs`. Only the queue ioctls are required:
+/// everything else is reported when missing and the trace goes on without it.
 pub const PROBES: &[ProbeSpec] = &[
-    ProbeSpec {
-        program: "create_queue_entry",
-        function: "kfd_ioctl_create_queue",
-        kind: ProbeKind::Kprobe,
-        required: true,
-        min_kfd: None,
-        yields: "queue create: ioctl arguments pointer (kept for the return probe)",
-    },
-    ProbeSpec {
-        program: "create_queue_return",
-        function: "kfd_ioctl_create_queue",
-        kind: ProbeKind::Kretprobe,
-        required: true,
-        min_kfd: None,
-        yields: "queue create: queue id, gpu id, type, priority, ring, CWSR area, result",
-    },
-    ProbeSpec {
-        program: "destroy_queue_entry",
-        function: "kfd_ioctl_destroy_queue",
-        kind: ProbeKind::Kprobe,
-        required: true,
-        min_kfd: None,
-        yields: "queue destroy: ioctl arguments pointer",
-    },
-    ProbeSpec {
-        program: "destroy_queue_return",
-        function: "kfd_ioctl_destroy_queue",
-        kind: ProbeKind::Kretprobe,
-        required: true,
-        min_kfd: None,
-        yields: "queue destroy: queue id, result",
-    },
+    // Queue lifecycle (ioctl context: current = owner). kfd_chardev.c, 6.1.192 and 6.12.117:
+    // static int kfd_ioctl_{create,destroy,update}_queue(struct file *, struct kfd_process *, void *data)
+    row(
+        "create_queue_entry",
+        "kfd_ioctl_create_queue",
+        K,
+        true,
+        None,
+        "queue create: ioctl arguments pointer (kept for the return probe)",
+    ),
+    row(
+        "create_queue_return",
+        "kfd_ioctl_create_queue",
+        R,
+        true,
+        None,
+        "queue create: queue id, gpu id, type, priority, percentage, ring, rptr/wptr, CWSR area, doorbell, result",
+    ),
+    row("destroy_queue_entry", "kfd_ioctl_destroy_queue", K, true, None, "queue destroy: ioctl arguments pointer"),
+    row("destroy_queue_return", "kfd_ioctl_destroy_queue", R, true, None, "queue destroy: queue id, result"),
+    row("update_queue_entry", "kfd_ioctl_update_queue", K, false, None, "queue update: ioctl arguments pointer"),
+    row(
+        "update_queue_return",
+        "kfd_ioctl_update_queue",
+        R,
+        false,
+        None,
+        "queue update: queue id, ring base/size, percentage, priority, result",
+    ),
+    // Process lifetime. kfd_process.c: kfd_create_process(struct file *) on 6.1.192,
+    // (struct task_struct *) on 6.12.117; static void kfd_process_wq_release(struct work_struct *);
+    // void kfd_process_dequeue_from_all_devices(struct kfd_process *); void kfd_procfs_del_queue(struct queue *).
+    row(
+        "create_process_entry",
+        "kfd_create_process",
+        K,
+        false,
+        None,
+        "process open: task argument (owner on KFD 1.13+)",
+    ),
+    row(
+        "create_process_return",
+        "kfd_create_process",
+        R,
+        false,
+        None,
+        "process open: kfd_process pointer -> host pid (pointer learning for kworker probes)",
+    ),
+    row(
+        "process_release_entry",
+        "kfd_process_wq_release",
+        K,
+        false,
+        None,
+        "process gone: the kworker frees the kfd_process (owner via BTF release_work offset)",
+    ),
+    row(
+        "process_release_return",
+        "kfd_process_wq_release",
+        R,
+        false,
+        None,
+        "process gone: ends the teardown attribution of this kworker",
+    ),
+    row(
+        "dequeue_all_entry",
+        "kfd_process_dequeue_from_all_devices",
+        K,
+        false,
+        None,
+        "process teardown: all queues of the process are unmapped (owner from the kfd_process)",
+    ),
+    row(
+        "procfs_del_queue",
+        "kfd_procfs_del_queue",
+        K,
+        false,
+        None,
+        "queue removed, incl. at process exit: queue id (q+48) and owner",
+    ),
+    // Eviction / restore. kfd_smi_events.c, 6.1.192 (struct kfd_dev *) and 6.12.117 (struct kfd_node *):
+    // void kfd_smi_event_queue_eviction(dev, pid_t pid, uint32_t trigger); void kfd_smi_event_queue_restore(dev, pid_t pid)
+    row(
+        "smi_eviction",
+        "kfd_smi_event_queue_eviction",
+        K,
+        false,
+        None,
+        "eviction begins: host pid, gpu id, trigger (SVM/USERPTR/TTM/SUSPEND/CRIU)",
+    ),
+    row("smi_restore", "kfd_smi_event_queue_restore", K, false, None, "restore begins: host pid, gpu id"),
+    // kfd_process.c, 6.1.192/6.12.117: int kfd_process_evict_queues(struct kfd_process *, uint32_t trigger);
+    // int kfd_process_restore_queues(struct kfd_process *)
+    row(
+        "process_evict_entry",
+        "kfd_process_evict_queues",
+        K,
+        false,
+        None,
+        "process eviction (all GPUs): owner, trigger",
+    ),
+    row("process_evict_return", "kfd_process_evict_queues", R, false, None, "process eviction: duration, result"),
+    row("process_restore_entry", "kfd_process_restore_queues", K, false, None, "process restore (all GPUs): owner"),
+    row("process_restore_return", "kfd_process_restore_queues", R, false, None, "process restore: duration, result"),
+    // kfd_device_queue_manager.c (dqm->ops), 6.1.192/6.12.117:
+    // static int {evict,restore}_process_queues_{cpsch,nocpsch}(struct device_queue_manager *, struct qcm_process_device *)
+    row(
+        "evict_cpsch_entry",
+        "evict_process_queues_cpsch",
+        K,
+        false,
+        None,
+        "per-GPU eviction (HWS): owner (qpd->pqm->process), gpu id",
+    ),
+    row("evict_cpsch_return", "evict_process_queues_cpsch", R, false, None, "per-GPU eviction (HWS): duration, result"),
+    row(
+        "evict_nocpsch_entry",
+        "evict_process_queues_nocpsch",
+        K,
+        false,
+        None,
+        "per-GPU eviction (no HWS): owner, gpu id",
+    ),
+    row(
+        "evict_nocpsch_return",
+        "evict_process_queues_nocpsch",
+        R,
+        false,
+        None,
+        "per-GPU eviction (no HWS): duration, result",
+    ),
+    row("restore_cpsch_entry", "restore_process_queues_cpsch", K, false, None, "per-GPU restore (HWS): owner, gpu id"),
+    row(
+        "restore_cpsch_return",
+        "restore_process_queues_cpsch",
+        R,
+        false,
+        None,
+        "per-GPU restore (HWS): duration, result",
+    ),
+    row(
+        "restore_nocpsch_entry",
+        "restore_process_queues_nocpsch",
+        K,
+        false,
+        None,
+        "per-GPU restore (no HWS): owner, gpu id",
+    ),
+    row(
+        "restore_nocpsch_return",
+        "restore_process_queues_nocpsch",
+        R,
+        false,
+        None,
+        "per-GPU restore (no HWS): duration, result",
+    ),
+    // Debug-trap preemption, KFD 1.13+ (absent on 6.1.192). kfd_chardev.c, 6.12.117:
+    // static int kfd_ioctl_set_debug_trap / kfd_ioctl_runtime_enable(struct file *, struct kfd_process *, void *data);
+    // kfd_device_queue_manager.c: int suspend_queues(struct kfd_process *, uint32_t num_queues, uint32_t grace_period,
+    // uint64_t exception_clear_mask, uint32_t *usr_queue_id_array); int resume_queues(struct kfd_process *, uint32_t, uint32_t *)
+    row("debug_trap_entry", "kfd_ioctl_set_debug_trap", K, false, DBG, "debug trap: ioctl arguments pointer"),
+    row(
+        "debug_trap_return",
+        "kfd_ioctl_set_debug_trap",
+        R,
+        false,
+        DBG,
+        "debug trap: target pid, op, queue count, grace period, exception mask, result",
+    ),
+    row("runtime_enable_entry", "kfd_ioctl_runtime_enable", K, false, DBG, "runtime enable: ioctl arguments pointer"),
+    row(
+        "runtime_enable_return",
+        "kfd_ioctl_runtime_enable",
+        R,
+        false,
+        DBG,
+        "runtime enable: mode mask, r_debug, result",
+    ),
+    row(
+        "suspend_queues_entry",
+        "suspend_queues",
+        K,
+        false,
+        DBG,
+        "suspend: target, queue count, grace period, exception mask",
+    ),
+    row(
+        "suspend_queues_return",
+        "suspend_queues",
+        R,
+        false,
+        DBG,
+        "suspend: duration, queues suspended, per-id INVALID/ERROR bits",
+    ),
+    row("resume_queues_entry", "resume_queues", K, false, DBG, "resume: target, queue count"),
+    row(
+        "resume_queues_return",
+        "resume_queues",
+        R,
+        false,
+        DBG,
+        "resume: duration, queues resumed, per-id INVALID/ERROR bits",
+    ),
+    // HWS path, nested on the suspending/evicting thread. kfd_device_queue_manager.c:
+    // execute_queues_cpsch(dqm, filter, filter_param[, uint32_t grace_period on 6.12.117]) — inlined on 6.1.192,
+    // `.constprop.0` on 6.12.117; unmap_queues_cpsch(dqm, filter, filter_param, [grace_period,] bool reset);
+    // static int map_queues_cpsch(dqm); amdkfd_fence_wait_timeout(uint64_t *fence_addr (6.1.192) |
+    // struct device_queue_manager * (6.12.117), uint64_t fence_value, unsigned int timeout_ms).
+    // kfd_packet_manager.c: int pm_send_runlist(struct packet_manager *, struct list_head *);
+    // int pm_send_unmap_queue(struct packet_manager *, enum kfd_unmap_queues_filter, uint32_t, bool)
+    row(
+        "execute_queues_entry",
+        "execute_queues_cpsch",
+        K,
+        false,
+        None,
+        "HWS execute (unmap + remap): gpu id, filter, grace period",
+    ),
+    row("execute_queues_return", "execute_queues_cpsch", R, false, None, "HWS execute: duration, result"),
+    row("unmap_queues_entry", "unmap_queues_cpsch", K, false, None, "HWS unmap of the device's queues: gpu id, filter"),
+    row("unmap_queues_return", "unmap_queues_cpsch", R, false, None, "HWS unmap: duration, result"),
+    row("map_queues_entry", "map_queues_cpsch", K, false, None, "HWS remap (runlist): gpu id"),
+    row("map_queues_return", "map_queues_cpsch", R, false, None, "HWS remap: duration, result"),
+    row("fence_wait_entry", "amdkfd_fence_wait_timeout", K, false, None, "preemption fence wait: fence value, timeout"),
+    row(
+        "fence_wait_return",
+        "amdkfd_fence_wait_timeout",
+        R,
+        false,
+        None,
+        "preemption fence wait: duration = CWSR preemption latency, -ETIME",
+    ),
+    row("send_runlist_entry", "pm_send_runlist", K, false, None, "runlist submission"),
+    row("send_runlist_return", "pm_send_runlist", R, false, None, "runlist submission: duration, result"),
+    row("send_unmap_entry", "pm_send_unmap_queue", K, false, None, "UNMAP_QUEUES packet: filter, reset"),
+    row("send_unmap_return", "pm_send_unmap_queue", R, false, None, "UNMAP_QUEUES packet: duration, result"),
+    // MES (gfx11/gfx12; per-queue preemption instead of HWS unmap). mes_v11_0.c / mes_v12_0.c, 6.12.117
+    // (v11 also on 6.1.192): static int mes_v1X_0_{remove,add}_hw_queue(struct amdgpu_mes *, struct mes_*_queue_input *)
+    row("mes11_remove_entry", "mes_v11_0_remove_hw_queue", K, false, None, "MES remove queue (gfx11)"),
+    row(
+        "mes11_remove_return",
+        "mes_v11_0_remove_hw_queue",
+        R,
+        false,
+        None,
+        "MES remove queue (gfx11): duration, result",
+    ),
+    row("mes11_add_entry", "mes_v11_0_add_hw_queue", K, false, None, "MES add queue (gfx11)"),
+    row("mes11_add_return", "mes_v11_0_add_hw_queue", R, false, None, "MES add queue (gfx11): duration, result"),
+    row("mes12_remove_entry", "mes_v12_0_remove_hw_queue", K, false, None, "MES remove queue (gfx12)"),
+    row(
+        "mes12_remove_return",
+        "mes_v12_0_remove_hw_queue",
+        R,
+        false,
+        None,
+        "MES remove queue (gfx12): duration, result",
+    ),
+    row("mes12_add_entry", "mes_v12_0_add_hw_queue", K, false, None, "MES add queue (gfx12)"),
+    row("mes12_add_return", "mes_v12_0_add_hw_queue", R, false, None, "MES add queue (gfx12): duration, result"),
+    // GPU reset after a failed preemption: kfd_hws_hang -> hw_exception_work -> amdgpu_amdkfd.c,
+    // 6.1.192/6.12.117: void amdgpu_amdkfd_gpu_reset(struct amdgpu_device *adev)
+    row(
+        "gpu_reset",
+        "amdgpu_amdkfd_gpu_reset",
+        K,
+        false,
+        None,
+        "ALARM: GPU reset (a preemption failed or the HWS hung)",
+    ),
 ];
 
 /// A probe resolved against the running kernel.
@@ -93,6 +349,10 @@ pub fn resolve(table: &[ProbeSpec], kallsyms: &Kallsyms, kfd: Option<KfdVersion>
                 (None, Some(min), Some(have)) if have < min => {
                     Some(format!("{} appeared in KFD {min}; this kernel has {have}", spec.function))
                 }
+                (None, Some(min), None) => Some(format!(
+                    "{} is not in /proc/kallsyms: it appeared in KFD {min} (Linux 6.5) and this KFD is older",
+                    spec.function
+                )),
                 (None, _, _) => Some(format!(
                     "{} is not in /proc/kallsyms{} (inlined or renamed in this build)",
                     spec.function,
@@ -153,5 +413,64 @@ mod tests {
             )
         );
         assert_eq!(r[2].missing_reason.as_deref(), Some("suspend_queues appeared in KFD 1.13; this kernel has 1.11"));
+    }
+
+    /// The table against the real kallsyms of both test kernels (captured in the VM; see
+    /// `fixtures/`): exactly which functions attach and why the others do not.
+    fn missing(kernel: &str, kfd: KfdVersion) -> (usize, Vec<(String, String)>) {
+        let text = match kernel {
+            "6.1" => include_str!("fixtures/kallsyms-amdgpu-6.1.txt"),
+            _ => include_str!("fixtures/kallsyms-amdgpu-6.12.txt"),
+        };
+        let resolved = resolve(PROBES, &Kallsyms::parse(text), Some(kfd));
+        let attached = resolved.iter().filter(|p| p.symbol.is_some()).count();
+        let mut missing: Vec<(String, String)> = resolved
+            .iter()
+            .filter(|p| p.symbol.is_none())
+            .map(|p| (p.program.to_owned(), p.missing_reason.clone().unwrap_or_default()))
+            .collect();
+        missing.sort();
+        (attached, missing)
+    }
+
+    #[test]
+    fn debian_6_1_attaches_all_but_the_debugger_api_mes12_and_the_inlined_execute() {
+        let (attached, missing) = missing("6.1", KfdVersion { major: 1, minor: 11 });
+        let names: Vec<&str> = missing.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "debug_trap_entry",
+                "debug_trap_return",
+                "execute_queues_entry",
+                "execute_queues_return",
+                "mes12_add_entry",
+                "mes12_add_return",
+                "mes12_remove_entry",
+                "mes12_remove_return",
+                "resume_queues_entry",
+                "resume_queues_return",
+                "runtime_enable_entry",
+                "runtime_enable_return",
+                "suspend_queues_entry",
+                "suspend_queues_return",
+            ]
+        );
+        assert_eq!(attached, PROBES.len() - 14);
+        let reason = |program: &str| missing.iter().find(|(p, _)| p == program).map(|(_, r)| r.as_str());
+        assert_eq!(reason("suspend_queues_entry"), Some("suspend_queues appeared in KFD 1.13; this kernel has 1.11"));
+        assert_eq!(
+            reason("execute_queues_entry"),
+            Some("execute_queues_cpsch is not in /proc/kallsyms for module amdgpu (inlined or renamed in this build)")
+        );
+    }
+
+    #[test]
+    fn debian_6_12_attaches_every_probe_including_the_constprop_execute() {
+        let (attached, missing) = missing("6.12", KfdVersion { major: 1, minor: 17 });
+        assert_eq!(missing, Vec::<(String, String)>::new());
+        assert_eq!(attached, PROBES.len());
+        let k = Kallsyms::parse(include_str!("fixtures/kallsyms-amdgpu-6.12.txt"));
+        assert_eq!(k.resolve("execute_queues_cpsch", Some("amdgpu")).unwrap().name, "execute_queues_cpsch.constprop.0");
     }
 }

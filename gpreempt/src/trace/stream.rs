@@ -31,6 +31,9 @@ pub struct Losses {
     pub entry_missing: u64,
     /// Userspace could not decode a record (short or unknown kind).
     pub decode_errors: u64,
+    /// Not a loss: records delivered without their owner (kworker context, no BTF and the
+    /// process opened /dev/kfd before the tracer started).
+    pub owner_unknown: u64,
 }
 
 impl Losses {
@@ -84,6 +87,7 @@ impl EventStream {
             read_failed: sum(counter::READ_FAILED)?,
             entry_missing: sum(counter::ENTRY_MISSING)?,
             decode_errors: self.decode_errors,
+            owner_unknown: sum(counter::OWNER_UNKNOWN)?,
         })
     }
 }

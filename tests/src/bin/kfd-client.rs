@@ -41,6 +41,19 @@ enum Op {
         #[arg(long)]
         queue_id: u32,
     },
+    /// AMDKFD_IOC_UPDATE_QUEUE
+    Update {
+        #[arg(long)]
+        queue_id: u32,
+        #[arg(long, default_value = "0x7f0000000000", value_parser = parse_u64)]
+        ring_base: u64,
+        #[arg(long, default_value_t = 65536)]
+        ring_size: u32,
+        #[arg(long, default_value_t = 100)]
+        percentage: u32,
+        #[arg(long, default_value_t = 7)]
+        priority: u32,
+    },
     /// Keep /dev/kfd open (a KFD process in sysfs) for this many milliseconds.
     Hold {
         #[arg(long, default_value_t = 3000)]
@@ -78,6 +91,7 @@ fn main() -> Result<()> {
     let op = match &cli.op {
         Op::Create { .. } => "create",
         Op::Destroy { .. } => "destroy",
+        Op::Update { .. } => "update",
         Op::Hold { ms } => {
             std::thread::sleep(std::time::Duration::from_millis(*ms));
             "hold"
@@ -107,6 +121,15 @@ fn main() -> Result<()> {
                 r
             }
             Op::Destroy { queue_id } => device.destroy_queue(*queue_id),
+            Op::Update { queue_id, ring_base, ring_size, percentage, priority } => {
+                device.update_queue(&uapi::UpdateQueueArgs {
+                    ring_base_address: *ring_base,
+                    queue_id: *queue_id,
+                    ring_size: *ring_size,
+                    queue_percentage: *percentage,
+                    queue_priority: *priority,
+                })
+            }
             Op::Hold { .. } => Ok(()),
         };
         let name = match result {

@@ -1,0 +1,149 @@
+//! Debug-trap preemption (KFD 1.13+, Linux 6.5+): the `AMDKFD_IOC_DBG_TRAP` and
+//! `AMDKFD_IOC_RUNTIME_ENABLE` handlers, and the `suspend_queues` / `resume_queues` they reach.
+//!
+//! The ioctl handlers run in the caller's context (the debugger, or the target for
+//! RUNTIME_ENABLE) and read the kernel's copy of the UAPI arguments, as `queue.rs` does.
+//! `suspend_queues`/`resume_queues` also run from `kfd_dbg_trap_deactivate` (DISABLE, runtime
+//! disable, debugger exit), so their target comes from the `kfd_process*` argument, not `current`.
+
+use aya_ebpf::{
+    helpers::{bpf_probe_read_kernel, bpf_probe_read_user},
+    macros::{kprobe, kretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+use gpreempt_common::{
+    kfd_uapi::{DbgTrapArgs, RuntimeEnableArgs},
+    record::{
+        DebugTrapRecord, MAX_QUEUE_IDS, QueueSuspendRecord, RecordKind, RuntimeEnableRecord, counter, stash_slot,
+    },
+};
+
+use crate::maps::{config, count, emit, header, owner_of_process, stash, stash_call, take};
+
+/// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
+/// static int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_process *p, void *data)
+/// (absent in 6.1.192, KFD 1.11)
+#[kprobe]
+pub fn debug_trap_entry(ctx: ProbeContext) -> u32 {
+    let data: u64 = ctx.arg(2).unwrap_or(0);
+    stash(stash_slot::DEBUG_TRAP, [data, 0, 0, 0, 0]);
+    0
+}
+
+/// Return of `kfd_ioctl_set_debug_trap`: `data` is `struct kfd_ioctl_dbg_trap_args` (32 bytes)
+/// after the call; the return value is the queue count for SUSPEND/RESUME.
+#[kretprobe]
+pub fn debug_trap_return(ctx: RetProbeContext) -> u32 {
+    let Some(entry) = take(stash_slot::DEBUG_TRAP) else { return 0 };
+    // SAFETY: bpf_probe_read_kernel checks the address.
+    let Ok(args) = (unsafe { bpf_probe_read_kernel(entry.args[0] as *const DbgTrapArgs) }) else {
+        count(counter::READ_FAILED);
+        return 0;
+    };
+    let ret: i32 = ctx.ret();
+    emit(&DebugTrapRecord { header: header(RecordKind::DebugTrap, entry.entry_ns), args, ret: i64::from(ret) });
+    0
+}
+
+/// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
+/// static int kfd_ioctl_runtime_enable(struct file *filep, struct kfd_process *p, void *data)
+#[kprobe]
+pub fn runtime_enable_entry(ctx: ProbeContext) -> u32 {
+    let data: u64 = ctx.arg(2).unwrap_or(0);
+    stash(stash_slot::RUNTIME_ENABLE, [data, 0, 0, 0, 0]);
+    0
+}
+
+#[kretprobe]
+pub fn runtime_enable_return(ctx: RetProbeContext) -> u32 {
+    let Some(entry) = take(stash_slot::RUNTIME_ENABLE) else { return 0 };
+    // SAFETY: as above.
+    let Ok(args) = (unsafe { bpf_probe_read_kernel(entry.args[0] as *const RuntimeEnableArgs) }) else {
+        count(counter::READ_FAILED);
+        return 0;
+    };
+    let ret: i32 = ctx.ret();
+    emit(&RuntimeEnableRecord { header: header(RecordKind::RuntimeEnable, entry.entry_ns), args, ret: i64::from(ret) });
+    0
+}
+
+/// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_device_queue_manager.c:
+/// int suspend_queues(struct kfd_process *p, uint32_t num_queues, uint32_t grace_period,
+///                    uint64_t exception_clear_mask, uint32_t *usr_queue_id_array)
+#[kprobe]
+pub fn suspend_queues_entry(ctx: ProbeContext) -> u32 {
+    let cfg = config();
+    let p: u64 = ctx.arg(0).unwrap_or(0);
+    let owner = owner_of_process(&cfg, p);
+    let num: u64 = ctx.arg::<u32>(1).map_or(0, u64::from);
+    let grace: u64 = ctx.arg::<u32>(2).map_or(0, u64::from);
+    let mask: u64 = ctx.arg(3).unwrap_or(0);
+    let array: u64 = ctx.arg(4).unwrap_or(0);
+    stash_call(stash_slot::SUSPEND_QUEUES, owner, 0, [p, num, grace, mask, array]);
+    0
+}
+
+#[kretprobe]
+pub fn suspend_queues_return(ctx: RetProbeContext) -> u32 {
+    let Some(entry) = take(stash_slot::SUSPEND_QUEUES) else { return 0 };
+    let ret: i32 = ctx.ret();
+    emit_suspend(&entry, 0, ret);
+    0
+}
+
+/// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_device_queue_manager.c:
+/// int resume_queues(struct kfd_process *p, uint32_t num_queues, uint32_t *usr_queue_id_array)
+/// (`usr_queue_id_array` is NULL when called from `kfd_dbg_trap_deactivate`: resume all)
+#[kprobe]
+pub fn resume_queues_entry(ctx: ProbeContext) -> u32 {
+    let cfg = config();
+    let p: u64 = ctx.arg(0).unwrap_or(0);
+    let owner = owner_of_process(&cfg, p);
+    let num: u64 = ctx.arg::<u32>(1).map_or(0, u64::from);
+    let array: u64 = ctx.arg(2).unwrap_or(0);
+    stash_call(stash_slot::RESUME_QUEUES, owner, 0, [p, num, 0, 0, array]);
+    0
+}
+
+#[kretprobe]
+pub fn resume_queues_return(ctx: RetProbeContext) -> u32 {
+    let Some(entry) = take(stash_slot::RESUME_QUEUES) else { return 0 };
+    let ret: i32 = ctx.ret();
+    emit_suspend(&entry, 1, ret);
+    0
+}
+
+/// Both calls copy the user array back with bit 31 (INVALID) / bit 30 (ERROR) per id before
+/// returning, so reading it at return shows the per-queue outcome.
+/// The stash holds `[p, num_queues, grace_period, exception_clear_mask, array]`.
+fn emit_suspend(entry: &gpreempt_common::record::EntryStash, resume: u32, ret: i32) {
+    let [_, num, grace, mask, array] = entry.args;
+    let mut record = QueueSuspendRecord {
+        header: header(RecordKind::QueueSuspend, entry.entry_ns),
+        target: entry.owner,
+        num_queues: num as u32,
+        grace_period: grace as u32,
+        resume,
+        exception_clear_mask: mask,
+        ids_read: 0,
+        _pad: 0,
+        queue_ids: [0; MAX_QUEUE_IDS],
+        ret: i64::from(ret),
+    };
+    if array != 0 {
+        for i in 0..MAX_QUEUE_IDS {
+            if i as u64 >= num {
+                break;
+            }
+            // SAFETY: bpf_probe_read_user checks the user address; a fault ends the copy.
+            match unsafe { bpf_probe_read_user((array + 4 * i as u64) as *const u32) } {
+                Ok(id) => {
+                    record.queue_ids[i] = id;
+                    record.ids_read = i as u32 + 1;
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    emit(&record);
+}

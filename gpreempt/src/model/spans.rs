@@ -1,0 +1,396 @@
+//! Timed spans from the event stream: eviction → restore per (pid, gpu), and each debugger
+//! suspend/resume with its HWS breakdown and the queues it preempted, including other
+//! processes' queues (collateral: on HWS GPUs the unmap is device-wide, KFD.md §2.4).
+//!
+//! The nested HWS calls (`execute_queues_cpsch`, `unmap_queues_cpsch`,
+//! `amdkfd_fence_wait_timeout`, `map_queues_cpsch`, `pm_send_runlist`, MES) run on the thread
+//! that called `suspend_queues`/`resume_queues` and return before it, so their records arrive
+//! first: they are kept per thread and claimed by the enclosing call whose time range holds them.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::Serialize;
+
+use super::registry::Registry;
+use crate::trace::decode::{Event, EventKind, KernelResult};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpanKind {
+    Eviction,
+    Suspend,
+    Resume,
+}
+
+/// A nested HWS/MES call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Phase {
+    pub function: &'static str,
+    pub gpu_id: Option<u32>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub result: KernelResult,
+}
+
+impl Phase {
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+}
+
+/// Where a suspend/resume spent its time.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Breakdown {
+    /// `unmap_queues_cpsch` (includes the fence wait) or MES remove.
+    pub unmap_ns: u64,
+    /// `amdkfd_fence_wait_timeout`: the preemption (CWSR save) latency.
+    pub fence_wait_ns: u64,
+    /// `map_queues_cpsch` (runlist submission) or MES add.
+    pub remap_ns: u64,
+    /// GPUs the nested calls touched.
+    pub gpus: Vec<u32>,
+}
+
+/// A queue of another process preempted by a device-wide unmap.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Collateral {
+    pub pid: u32,
+    pub queue_id: u32,
+    pub gpu_id: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Span {
+    /// JSON: `"span": "suspend"`.
+    #[serde(rename = "span")]
+    pub kind: SpanKind,
+    pub target_pid: Option<u32>,
+    /// Eviction: the GPU (when known).
+    pub gpu_id: Option<u32>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub duration_ns: u64,
+    /// Eviction trigger (`ttm`, `svm`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    /// Suspend/resume: the target's queue ids the kernel handled.
+    pub queues: Vec<u32>,
+    /// Suspend/resume: ids that came back INVALID or ERROR.
+    pub rejected: Vec<u32>,
+    pub collateral: Vec<Collateral>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown: Option<Breakdown>,
+    pub phases: Vec<Phase>,
+    /// Eviction still open when the trace ended.
+    pub open: bool,
+}
+
+/// Latency distribution (nearest-rank percentiles).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Latency {
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+impl Latency {
+    pub fn of(samples: &[u64]) -> Self {
+        if samples.is_empty() {
+            return Self::default();
+        }
+        let mut s = samples.to_vec();
+        s.sort_unstable();
+        let rank = |p: u64| {
+            let n = s.len() as u64;
+            // Nearest rank: ceil(p/100 * n), 1-based.
+            let r = (p * n).div_ceil(100).max(1);
+            s[(r - 1) as usize]
+        };
+        Self { count: s.len() as u64, p50_ns: rank(50), p90_ns: rank(90), p99_ns: rank(99), max_ns: s[s.len() - 1] }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EvictionStats {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+/// Pairs events into spans and keeps the statistics for the exit summary.
+#[derive(Debug, Default)]
+pub struct SpanTracker {
+    open_evictions: HashMap<(u32, Option<u32>), (u64, String)>,
+    nested: HashMap<u32, VecDeque<Phase>>,
+    pub evictions: BTreeMap<u32, EvictionStats>,
+    pub suspend_ns: Vec<u64>,
+    pub resume_ns: Vec<u64>,
+    pub fence_wait_ns: Vec<u64>,
+    pub collateral_queues: u64,
+}
+
+/// At most this many unclaimed nested calls are kept per thread (evictions and queue creation
+/// also run the HWS path without a suspend around it).
+const NESTED_KEEP: usize = 64;
+
+const HWS_UNMAP: [&str; 3] = ["unmap_queues_cpsch", "mes_v11_0_remove_hw_queue", "mes_v12_0_remove_hw_queue"];
+const HWS_REMAP: [&str; 3] = ["map_queues_cpsch", "mes_v11_0_add_hw_queue", "mes_v12_0_add_hw_queue"];
+
+impl SpanTracker {
+    /// Feed one event (before `registry.apply` sees it, so the registry shows the state the
+    /// event found). Returns the spans it closes.
+    pub fn on_event(&mut self, e: &Event, registry: &Registry) -> Vec<Span> {
+        match &e.kind {
+            EventKind::KfdCall(c) => {
+                if c.function == "amdkfd_fence_wait_timeout" {
+                    self.fence_wait_ns.push(e.duration_ns());
+                }
+                let nested = self.nested.entry(e.tid).or_default();
+                if nested.len() == NESTED_KEEP {
+                    nested.pop_front();
+                }
+                nested.push_back(Phase {
+                    function: c.function,
+                    gpu_id: c.gpu_id,
+                    start_ns: e.entry_ns,
+                    end_ns: e.ts_ns,
+                    result: c.result,
+                });
+                Vec::new()
+            }
+            EventKind::QueueEviction(v) => {
+                self.open_evictions.insert((v.target_pid, v.gpu_id), (e.ts_ns, v.trigger.clone()));
+                Vec::new()
+            }
+            EventKind::QueueRestore(v) => {
+                let Some((start, trigger)) = self.open_evictions.remove(&(v.target_pid, v.gpu_id)) else {
+                    return Vec::new();
+                };
+                vec![self.eviction(v.target_pid, v.gpu_id, start, e.ts_ns, trigger, false)]
+            }
+            EventKind::SuspendQueues(s) | EventKind::ResumeQueues(s) => {
+                let kind =
+                    if matches!(e.kind, EventKind::ResumeQueues(_)) { SpanKind::Resume } else { SpanKind::Suspend };
+                let phases: Vec<Phase> = match self.nested.get_mut(&e.tid) {
+                    Some(nested) => {
+                        let (inside, outside) =
+                            nested.drain(..).partition(|p| p.start_ns >= e.entry_ns && p.end_ns <= e.ts_ns);
+                        *nested = outside;
+                        inside.into_iter().collect()
+                    }
+                    None => Vec::new(),
+                };
+                let mut b = Breakdown::default();
+                for p in &phases {
+                    match p.function {
+                        "amdkfd_fence_wait_timeout" => b.fence_wait_ns += p.duration_ns(),
+                        f if HWS_UNMAP.contains(&f) => b.unmap_ns += p.duration_ns(),
+                        f if HWS_REMAP.contains(&f) => b.remap_ns += p.duration_ns(),
+                        _ => {}
+                    }
+                    if let Some(g) = p.gpu_id
+                        && !b.gpus.contains(&g)
+                    {
+                        b.gpus.push(g);
+                    }
+                }
+                b.gpus.sort_unstable();
+                // Only an observed HWS unmap (not MES's per-queue remove) preempts other processes.
+                let device_wide =
+                    phases.iter().any(|p| p.function == "unmap_queues_cpsch" || p.function == "execute_queues_cpsch");
+                let collateral: Vec<Collateral> = if device_wide {
+                    let gpus = if b.gpus.is_empty() {
+                        s.target_pid.map(|t| registry.gpus_of(t)).unwrap_or_default()
+                    } else {
+                        b.gpus.clone()
+                    };
+                    registry
+                        .active_queues_of_others(s.target_pid, &gpus)
+                        .into_iter()
+                        .map(|(pid, queue_id, gpu_id)| Collateral { pid, queue_id, gpu_id })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                self.collateral_queues += collateral.len() as u64;
+                let duration = e.duration_ns();
+                match kind {
+                    SpanKind::Resume => self.resume_ns.push(duration),
+                    _ => self.suspend_ns.push(duration),
+                }
+                vec![Span {
+                    kind,
+                    target_pid: s.target_pid,
+                    gpu_id: None,
+                    start_ns: e.entry_ns,
+                    end_ns: e.ts_ns,
+                    duration_ns: duration,
+                    trigger: None,
+                    queues: s.queues.iter().filter(|o| !o.invalid && !o.error).map(|o| o.queue_id).collect(),
+                    rejected: s.queues.iter().filter(|o| o.invalid || o.error).map(|o| o.queue_id).collect(),
+                    collateral,
+                    breakdown: (!phases.is_empty()).then_some(b),
+                    phases,
+                    open: false,
+                }]
+            }
+            EventKind::ProcessExit(x) => {
+                // Evictions of a process that is gone end with it.
+                let Some(pid) = x.owner_pid else { return Vec::new() };
+                let keys: Vec<_> = self.open_evictions.keys().filter(|(p, _)| *p == pid).copied().collect();
+                let mut spans = Vec::new();
+                for key in keys {
+                    if let Some((start, trigger)) = self.open_evictions.remove(&key) {
+                        spans.push(self.eviction(key.0, key.1, start, e.ts_ns, trigger, true));
+                    }
+                }
+                spans
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn eviction(&mut self, pid: u32, gpu_id: Option<u32>, start: u64, end: u64, trigger: String, open: bool) -> Span {
+        let duration = end.saturating_sub(start);
+        let stats = self.evictions.entry(pid).or_default();
+        stats.count += 1;
+        stats.total_ns += duration;
+        stats.max_ns = stats.max_ns.max(duration);
+        Span {
+            kind: SpanKind::Eviction,
+            target_pid: Some(pid),
+            gpu_id,
+            start_ns: start,
+            end_ns: end,
+            duration_ns: duration,
+            trigger: Some(trigger),
+            queues: Vec::new(),
+            rejected: Vec::new(),
+            collateral: Vec::new(),
+            breakdown: None,
+            phases: Vec::new(),
+            open,
+        }
+    }
+
+    /// Close evictions still open at the end of the trace (`now_ns`).
+    pub fn finish(&mut self, now_ns: u64) -> Vec<Span> {
+        let open: Vec<_> = self.open_evictions.drain().collect();
+        open.into_iter()
+            .map(|((pid, gpu), (start, trigger))| self.eviction(pid, gpu, start, now_ns, trigger, true))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        model::registry::tests::{create, ev, suspend},
+        trace::decode::{KfdCall, QueueEviction, QueueRestore},
+    };
+
+    fn call(tid: u32, function: &'static str, gpu: Option<u32>, start: u64, end: u64) -> Event {
+        Event {
+            ts_ns: end,
+            entry_ns: start,
+            cpu: 0,
+            pid: tid,
+            tid,
+            comm: "dbg".into(),
+            kind: EventKind::KfdCall(KfdCall {
+                function,
+                owner_pid: None,
+                gpu_id: gpu,
+                trigger: None,
+                filter: None,
+                filter_param: None,
+                grace_period: None,
+                fence_value: None,
+                timeout_ms: None,
+                result: KernelResult(0),
+                ret: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_suspend_claims_its_nested_hws_calls_and_names_the_collateral_queues() {
+        let mut reg = Registry::new(None);
+        reg.apply(&ev(10, 1, create(0, 0xa)));
+        reg.apply(&ev(10, 1, create(1, 0xa)));
+        reg.apply(&ev(20, 1, create(0, 0xa))); // another process on the same GPU: collateral
+        reg.apply(&ev(20, 1, create(1, 0xb))); // another GPU: not preempted
+        let mut t = SpanTracker::default();
+        // Debugger thread 30: execute [100,900] ⊃ unmap [110,600] ⊃ fence [150,550]; map [610,890].
+        for e in [
+            call(30, "amdkfd_fence_wait_timeout", Some(0xa), 150, 550),
+            call(30, "unmap_queues_cpsch", Some(0xa), 110, 600),
+            call(30, "map_queues_cpsch", Some(0xa), 610, 890),
+            call(30, "execute_queues_cpsch", Some(0xa), 100, 900),
+            call(31, "unmap_queues_cpsch", Some(0xa), 200, 300), // other thread: not ours
+        ] {
+            assert!(t.on_event(&e, &reg).is_empty());
+        }
+        let mut s = ev(30, 1000, suspend(10, &[0, 1, 5 | 1 << 31], false));
+        s.entry_ns = 50;
+        let spans = t.on_event(&s, &reg);
+        assert_eq!(spans.len(), 1);
+        let span = &spans[0];
+        assert_eq!((span.kind, span.target_pid, span.duration_ns), (SpanKind::Suspend, Some(10), 950));
+        assert_eq!(span.queues, [0, 1]);
+        assert_eq!(span.rejected, [5]);
+        assert_eq!(
+            span.breakdown,
+            Some(Breakdown { unmap_ns: 490, fence_wait_ns: 400, remap_ns: 280, gpus: vec![0xa] })
+        );
+        assert_eq!(span.phases.len(), 4);
+        assert_eq!(span.collateral, [Collateral { pid: 20, queue_id: 0, gpu_id: Some(0xa) }]);
+        assert_eq!(t.fence_wait_ns, [400]);
+        assert_eq!(t.suspend_ns, [950]);
+        assert_eq!(t.collateral_queues, 1);
+        // The other thread's call is still waiting for its own parent.
+        assert_eq!(t.nested[&31].len(), 1);
+        assert!(t.nested[&30].is_empty());
+    }
+
+    #[test]
+    fn a_suspend_without_a_device_wide_unmap_has_no_collateral() {
+        let mut reg = Registry::new(None);
+        reg.apply(&ev(20, 1, create(0, 0xa)));
+        let mut t = SpanTracker::default();
+        t.on_event(&call(30, "mes_v11_0_remove_hw_queue", Some(0xa), 10, 20), &reg);
+        let mut s = ev(30, 100, suspend(10, &[0], false));
+        s.entry_ns = 5;
+        let span = &t.on_event(&s, &reg)[0];
+        assert!(span.collateral.is_empty());
+        assert_eq!(span.breakdown.as_ref().map(|b| b.unmap_ns), Some(10));
+    }
+
+    #[test]
+    fn evictions_pair_per_pid_and_gpu_and_count() {
+        let reg = Registry::new(None);
+        let mut t = SpanTracker::default();
+        let evict =
+            |gpu| EventKind::QueueEviction(QueueEviction { target_pid: 10, gpu_id: Some(gpu), trigger: "ttm".into() });
+        let restore = |gpu| EventKind::QueueRestore(QueueRestore { target_pid: 10, gpu_id: Some(gpu) });
+        assert!(t.on_event(&ev(1, 100, evict(0xa)), &reg).is_empty());
+        assert!(t.on_event(&ev(1, 150, evict(0xb)), &reg).is_empty());
+        let a = t.on_event(&ev(1, 400, restore(0xa)), &reg);
+        assert_eq!((a[0].duration_ns, a[0].gpu_id, a[0].trigger.as_deref()), (300, Some(0xa), Some("ttm")));
+        assert!(t.on_event(&ev(1, 500, restore(0xc)), &reg).is_empty(), "a restore without eviction is no span");
+        let open = t.finish(1150);
+        assert_eq!((open[0].duration_ns, open[0].open), (1000, true));
+        assert_eq!(t.evictions[&10], EvictionStats { count: 2, total_ns: 1300, max_ns: 1000 });
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let samples: Vec<u64> = (1..=100).collect();
+        assert_eq!(Latency::of(&samples), Latency { count: 100, p50_ns: 50, p90_ns: 90, p99_ns: 99, max_ns: 100 });
+        assert_eq!(Latency::of(&[7]), Latency { count: 1, p50_ns: 7, p90_ns: 7, p99_ns: 7, max_ns: 7 });
+        assert_eq!(Latency::of(&[]), Latency::default());
+    }
+}

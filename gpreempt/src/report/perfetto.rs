@@ -1,0 +1,294 @@
+//! Chrome trace-event JSON (`{"traceEvents":[…]}`) that ui.perfetto.dev and chrome://tracing
+//! open: one track (process) per host pid with a thread per queue, a track per GPU for the
+//! HWS/MES calls, and complete ("X") events for evictions, suspends/resumes, fence waits and
+//! queue lifetimes. Written once, at the end (the format is one JSON document).
+
+use std::{collections::BTreeMap, io::Write};
+
+use serde_json::{Value, json};
+
+use crate::{
+    model::spans::{Span, SpanKind},
+    trace::decode::{Event, EventKind},
+};
+
+/// Pseudo pids for the GPU tracks (above any real pid: PID_MAX_LIMIT is 2^22).
+const GPU_TRACK_BASE: u64 = 1 << 30;
+/// Thread ids of per-queue tracks inside a process track (queue ids are < 1024).
+const QUEUE_TID_BASE: u64 = 1 << 24;
+/// The process-level thread of a process track.
+const PROCESS_TID: u64 = 0;
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+/// Collects trace events; [`Perfetto::write`] emits the document.
+#[derive(Debug, Default)]
+pub struct Perfetto {
+    events: Vec<Value>,
+    names: BTreeMap<(u64, Option<u64>), String>,
+    /// Open queue lifetimes: (pid, queue id) → created at.
+    queues: BTreeMap<(u32, u32), u64>,
+}
+
+impl Perfetto {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn name_process(&mut self, pid: u64, name: String) {
+        self.names.entry((pid, None)).or_insert(name);
+    }
+
+    fn name_thread(&mut self, pid: u64, tid: u64, name: String) {
+        self.names.entry((pid, Some(tid))).or_insert(name);
+    }
+
+    /// A complete event on `track` = (pid, tid).
+    fn complete(&mut self, name: &str, cat: &str, track: (u64, u64), start_ns: u64, end_ns: u64, args: Value) {
+        let (pid, tid) = track;
+        self.events.push(json!({
+            "name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid,
+            "ts": us(start_ns), "dur": us(end_ns.saturating_sub(start_ns)), "args": args,
+        }));
+    }
+
+    fn instant(&mut self, name: &str, cat: &str, pid: u64, tid: u64, ts_ns: u64, args: Value) {
+        self.events.push(json!({
+            "name": name, "cat": cat, "ph": "i", "s": "t", "pid": pid, "tid": tid, "ts": us(ts_ns), "args": args,
+        }));
+    }
+
+    fn queue_track(&mut self, pid: u32, queue_id: u32) -> u64 {
+        let tid = QUEUE_TID_BASE + u64::from(queue_id);
+        self.name_thread(u64::from(pid), tid, format!("queue {queue_id}"));
+        tid
+    }
+
+    fn process_track(&mut self, pid: u32, comm: Option<&str>) -> u64 {
+        let p = u64::from(pid);
+        self.name_process(p, format!("{} {pid}", comm.unwrap_or("pid")));
+        self.name_thread(p, PROCESS_TID, "process".to_owned());
+        p
+    }
+
+    /// One traced event: queue lifetimes, HWS calls on the GPU track, alarms.
+    pub fn event(&mut self, e: &Event) {
+        match &e.kind {
+            EventKind::QueueCreate(c) => {
+                let Some(q) = c.queue_id else { return };
+                let p = self.process_track(e.pid, Some(&e.comm));
+                let tid = self.queue_track(e.pid, q);
+                self.queues.insert((e.pid, q), e.ts_ns);
+                self.instant(
+                    "create",
+                    "queue",
+                    p,
+                    tid,
+                    e.ts_ns,
+                    json!({"gpu_id": c.gpu_id, "type": c.queue_type, "priority": c.priority}),
+                );
+            }
+            EventKind::QueueDestroy(d) if d.result.is_ok() => self.end_queue(e.pid, d.queue_id, e.ts_ns),
+            EventKind::QueueRemoved(r) => {
+                if let (Some(pid), Some(q)) = (r.owner_pid, r.queue_id) {
+                    self.end_queue(pid, q, e.ts_ns);
+                }
+            }
+            EventKind::KfdCall(c) => {
+                let (pid, tname) = match c.gpu_id {
+                    Some(g) => (GPU_TRACK_BASE + u64::from(g), format!("GPU {g:#x}")),
+                    None => (GPU_TRACK_BASE, "GPU (unknown id)".to_owned()),
+                };
+                self.name_process(pid, tname);
+                let tid = u64::from(e.tid);
+                self.name_thread(pid, tid, format!("{} {}", e.comm, e.tid));
+                let name = if c.function == "amdkfd_fence_wait_timeout" { "fence wait" } else { c.function };
+                self.complete(
+                    name,
+                    "hws",
+                    (pid, tid),
+                    e.entry_ns,
+                    e.ts_ns,
+                    json!({"owner_pid": c.owner_pid, "result": c.result.name()}),
+                );
+            }
+            EventKind::GpuReset(r) => {
+                self.name_process(GPU_TRACK_BASE, "GPU (unknown id)".to_owned());
+                self.events.push(json!({"name": "GPU RESET", "cat": "alarm", "ph": "i", "s": "g", "pid": GPU_TRACK_BASE, "tid": 0, "ts": us(e.ts_ns), "args": {"alarm": r.alarm}}));
+            }
+            EventKind::DebugTrap(d) => {
+                let p = self.process_track(e.pid, Some(&e.comm));
+                self.complete(
+                    &format!("dbg_trap {}", d.op),
+                    "debug",
+                    (p, PROCESS_TID),
+                    e.entry_ns,
+                    e.ts_ns,
+                    json!({"target_pid": d.target_pid, "result": d.result.name(), "ret": d.ret}),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn end_queue(&mut self, pid: u32, queue_id: u32, ts_ns: u64) {
+        if let Some(start) = self.queues.remove(&(pid, queue_id)) {
+            let tid = self.queue_track(pid, queue_id);
+            self.complete(&format!("queue {queue_id}"), "queue", (u64::from(pid), tid), start, ts_ns, json!({}));
+        }
+    }
+
+    /// One closed span: on the target's process track and on each affected queue's track.
+    pub fn span(&mut self, s: &Span, comm_of: impl Fn(u32) -> Option<String>) {
+        let Some(pid) = s.target_pid else { return };
+        let p = self.process_track(pid, comm_of(pid).as_deref());
+        let name = match s.kind {
+            SpanKind::Eviction => "evicted",
+            SpanKind::Suspend => "suspend",
+            SpanKind::Resume => "resume",
+        };
+        let args = json!({
+            "gpu_id": s.gpu_id, "trigger": s.trigger, "queues": s.queues, "rejected": s.rejected,
+            "collateral": s.collateral, "breakdown": s.breakdown, "open": s.open,
+        });
+        self.complete(name, "span", (p, PROCESS_TID), s.start_ns, s.end_ns, args);
+        for q in &s.queues {
+            let tid = self.queue_track(pid, *q);
+            self.complete(name, "span", (p, tid), s.start_ns, s.end_ns, json!({}));
+        }
+        for c in &s.collateral {
+            let cp = self.process_track(c.pid, comm_of(c.pid).as_deref());
+            let tid = self.queue_track(c.pid, c.queue_id);
+            self.complete(
+                "preempted (collateral)",
+                "span",
+                (cp, tid),
+                s.start_ns,
+                s.end_ns,
+                json!({"by_pid": pid, "kind": name}),
+            );
+        }
+    }
+
+    /// Close queue lifetimes still open at `end_ns` and write the document.
+    pub fn write(mut self, out: &mut impl Write, end_ns: u64) -> std::io::Result<()> {
+        let open: Vec<(u32, u32)> = self.queues.keys().copied().collect();
+        for (pid, q) in open {
+            self.end_queue(pid, q, end_ns);
+        }
+        let mut events = Vec::with_capacity(self.names.len() + self.events.len());
+        for ((pid, tid), name) in &self.names {
+            events.push(match tid {
+                None => json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}),
+                Some(tid) => json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}),
+            });
+        }
+        events.append(&mut self.events);
+        serde_json::to_writer(&mut *out, &json!({"traceEvents": events, "displayTimeUnit": "ns"}))?;
+        out.write_all(b"\n")?;
+        out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        model::{
+            registry::tests::{create, ev},
+            spans::{Breakdown, Collateral},
+        },
+        trace::decode::{KernelResult, QueueDestroy},
+    };
+
+    #[test]
+    fn the_document_has_named_tracks_and_complete_spans() {
+        let mut p = Perfetto::new();
+        p.event(&ev(10, 1_000, create(3, 0xa)));
+        p.event(&ev(10, 9_000, EventKind::QueueDestroy(QueueDestroy { queue_id: 3, result: KernelResult(0), ret: 0 })));
+        p.event(&ev(20, 2_000, create(0, 0xa)));
+        let span = Span {
+            kind: SpanKind::Suspend,
+            target_pid: Some(10),
+            gpu_id: None,
+            start_ns: 3_000,
+            end_ns: 5_000,
+            duration_ns: 2_000,
+            trigger: None,
+            queues: vec![3],
+            rejected: vec![],
+            collateral: vec![Collateral { pid: 20, queue_id: 0, gpu_id: Some(0xa) }],
+            breakdown: Some(Breakdown { unmap_ns: 1, fence_wait_ns: 1, remap_ns: 1, gpus: vec![0xa] }),
+            phases: vec![],
+            open: false,
+        };
+        p.span(&span, |pid| Some(format!("p{pid}")));
+        let mut fence = ev(30, 4_500, EventKind::GpuReset(crate::trace::decode::GpuReset { alarm: "x" }));
+        fence.kind = EventKind::KfdCall(crate::trace::decode::KfdCall {
+            function: "amdkfd_fence_wait_timeout",
+            owner_pid: None,
+            gpu_id: Some(0xa),
+            trigger: None,
+            filter: None,
+            filter_param: None,
+            grace_period: None,
+            fence_value: Some(1),
+            timeout_ms: Some(9000),
+            result: KernelResult(0),
+            ret: 0,
+        });
+        fence.entry_ns = 3_500;
+        p.event(&fence);
+        let mut out = Vec::new();
+        p.write(&mut out, 10_000).unwrap();
+        let doc: Value = serde_json::from_slice(&out).unwrap();
+        let events = doc["traceEvents"].as_array().unwrap();
+        let names = |ph: &str| -> Vec<(u64, u64, String)> {
+            events
+                .iter()
+                .filter(|e| e["ph"] == ph)
+                .map(|e| {
+                    let n = if ph == "M" { e["args"]["name"].as_str() } else { e["name"].as_str() };
+                    (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap(), n.unwrap().to_owned())
+                })
+                .collect()
+        };
+        let q = |id: u64| QUEUE_TID_BASE + id;
+        let gpu = GPU_TRACK_BASE + 0xa;
+        assert_eq!(
+            names("M"),
+            [
+                (10, 0, "p10 10".to_owned()),
+                (10, 0, "process".to_owned()),
+                (10, q(3), "queue 3".to_owned()),
+                (20, 0, "p20 20".to_owned()),
+                (20, 0, "process".to_owned()),
+                (20, q(0), "queue 0".to_owned()),
+                (gpu, 0, "GPU 0xa".to_owned()),
+                (gpu, 30, "p30 30".to_owned()),
+            ]
+        );
+        let mut complete = names("X");
+        complete.sort();
+        assert_eq!(
+            complete,
+            [
+                (10, 0, "suspend".to_owned()),
+                (10, q(3), "queue 3".to_owned()),
+                (10, q(3), "suspend".to_owned()),
+                (20, q(0), "preempted (collateral)".to_owned()),
+                (20, q(0), "queue 0".to_owned()),
+                (gpu, 30, "fence wait".to_owned()),
+            ]
+        );
+        // Times are µs; durations of complete events are non-negative; every event has a phase.
+        let suspend = events.iter().find(|e| e["name"] == "suspend" && e["tid"] == 0).unwrap();
+        assert_eq!((suspend["ts"].as_f64(), suspend["dur"].as_f64()), (Some(3.0), Some(2.0)));
+        assert_eq!(suspend["args"]["collateral"][0]["pid"], 20);
+        let queue0 = events.iter().find(|e| e["name"] == "queue 0").unwrap();
+        assert_eq!((queue0["ts"].as_f64(), queue0["dur"].as_f64()), (Some(2.0), Some(8.0)), "closed at the end");
+        assert!(events.iter().all(|e| e["ph"].is_string() && e["pid"].is_u64()));
+    }
+}

@@ -1,0 +1,170 @@
+//! `gpreempt trace` against the real amdgpu driver, beyond create/destroy: the probe table on this
+//! kernel, update_queue, process open/exit and the live map, `-- CMD`, and the Perfetto and
+//! summary files. Without a GPU every update fails in `pqm_update_queue_properties` ("No queue %d
+//! exists for update operation"): EFAULT; opening /dev/kfd still creates a `kfd_process`, which a kworker releases
+//! after the process exits.
+
+use std::{
+    process::{Command, Stdio},
+    thread,
+    time::Duration,
+};
+
+use gpreempt_tests::{Tracer, binary, events_of, kfd_client, objects_where, summary, vm_kernel};
+use serde_json::{Value, json};
+
+#[test]
+fn probe_table_attaches_what_this_kernel_has_and_says_why_not_the_rest() {
+    let mut tracer = Tracer::start(&[]).unwrap();
+    let lines = tracer.read_stderr(Duration::from_secs(2)).to_vec();
+    tracer.stop().unwrap();
+    let attached = &lines[0];
+    let missing: Vec<&String> = lines.iter().filter(|l| l.contains("not attached")).collect();
+    let resolution = lines.iter().find(|l| l.contains("owner/gpu resolution")).expect("resolution line");
+    // Module BTF is present on both Debian kernels: owners and gpu ids come from struct offsets.
+    assert!(resolution.contains("BTF offsets from /sys/kernel/btf/amdgpu"), "{resolution}");
+    assert!(resolution.contains("kfd_process.lead_thread=96"), "{resolution}");
+    assert!(resolution.contains("queue.properties.queue_id=48"), "{resolution}");
+    match vm_kernel().as_str() {
+        "6.12" => {
+            assert!(attached.starts_with("gpreempt: attached 55 probes to "), "{attached}");
+            assert!(attached.contains("execute_queues_cpsch.constprop.0"), "{attached}");
+            assert!(missing.is_empty(), "{missing:?}");
+            assert!(resolution.contains("kfd_node.id=36"), "{resolution}");
+            assert!(resolution.contains("create_process(task)=1 fence_wait(dqm)=1 smi(pid)=1"), "{resolution}");
+        }
+        "6.1" => {
+            assert!(attached.starts_with("gpreempt: attached 41 probes to "), "{attached}");
+            assert_eq!(missing.len(), 14, "{missing:?}");
+            assert!(missing.contains(&&"gpreempt: probe suspend_queues_entry not attached: suspend_queues is not in /proc/kallsyms: it appeared in KFD 1.13 (Linux 6.5) and this KFD is older".to_owned()), "{missing:?}");
+            assert!(missing.contains(&&"gpreempt: probe execute_queues_entry not attached: execute_queues_cpsch is not in /proc/kallsyms for module amdgpu (inlined or renamed in this build)".to_owned()), "{missing:?}");
+            assert!(resolution.contains("kfd_node.id=96"), "6.1 names it kfd_dev.id: {resolution}");
+            assert!(resolution.contains("create_process(task)=0 fence_wait(dqm)=0 smi(pid)=1"), "{resolution}");
+        }
+        other => panic!("unknown VM kernel {other:?}"),
+    }
+}
+
+#[test]
+fn update_queue_arguments_and_result_are_traced_exactly() {
+    let tracer = Tracer::start(&[]).unwrap();
+    let (pid, report) = kfd_client(&[
+        "update",
+        "--queue-id",
+        "9",
+        "--ring-base",
+        "0x7f3400000000",
+        "--ring-size",
+        "8192",
+        "--percentage",
+        "40",
+        "--priority",
+        "12",
+    ])
+    .unwrap();
+    assert_eq!(report["results"]["EFAULT"], 1, "{report}");
+    let objects = tracer.stop().unwrap();
+    let updates = events_of(&objects, pid, "queue_update");
+    assert_eq!(updates.len(), 1, "{objects:?}");
+    let u = updates[0];
+    assert_eq!(
+        (&u["queue_id"], &u["ring_base"], &u["ring_size"], &u["percentage"], &u["priority"]),
+        (&json!(9), &json!(0x7f34_0000_0000u64), &json!(8192), &json!(40), &json!(12))
+    );
+    assert_eq!((&u["result"], &u["ret"]), (&json!("EFAULT"), &json!(-14)));
+    assert_eq!(summary(&objects).unwrap()["dropped"], 0);
+}
+
+#[test]
+fn process_open_and_exit_keep_the_live_map_current() {
+    let tracer = Tracer::start(&[]).unwrap();
+    let client = Command::new(binary("kfd-client").unwrap())
+        .args(["hold", "--ms", "2500"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = client.id();
+    thread::sleep(Duration::from_millis(1200));
+    // SIGUSR1: the map while the client holds /dev/kfd open.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(tracer.pid() as i32), nix::sys::signal::Signal::SIGUSR1).unwrap();
+    let mut client = client;
+    assert!(client.wait().unwrap().success());
+    // The kfd_process is released by a kworker after the exit.
+    thread::sleep(Duration::from_millis(1500));
+    let objects = tracer.stop().unwrap();
+
+    let opens = objects_where(&objects, "process_open", "owner_pid", &json!(pid));
+    assert_eq!(opens.len(), 1, "{objects:?}");
+    assert_eq!(opens[0]["pid"], pid, "kfd_open runs in the opener's context");
+    assert_eq!(opens[0]["comm"], "kfd-client");
+    // Teardown: the kworker's events name the owner, not the kworker.
+    let exits = objects_where(&objects, "process_exit", "owner_pid", &json!(pid));
+    let stages: Vec<&Value> = exits.iter().map(|e| &e["stage"]).collect();
+    assert_eq!(stages, [&json!("kfd_process_wq_release"), &json!("kfd_process_dequeue_from_all_devices")]);
+    assert!(exits.iter().all(|e| e["pid"] != pid), "teardown runs in a kworker");
+
+    let maps: Vec<&Value> = objects.iter().filter(|o| o["event"] == "queue_map").collect();
+    assert_eq!(maps.len(), 2, "one on SIGUSR1, one at exit");
+    let in_map = |m: &Value| m["processes"].as_array().unwrap().iter().any(|p| p["pid"] == pid);
+    assert!(in_map(maps[0]), "the open process is in the SIGUSR1 map: {}", maps[0]);
+    let entry = maps[0]["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).unwrap();
+    assert_eq!((&entry["comm"], &entry["ns_pid"], &entry["queues"]), (&json!("kfd-client"), &json!(pid), &json!({})));
+    assert!(!in_map(maps[1]), "the exited process left the map: {}", maps[1]);
+    let s = summary(&objects).unwrap();
+    let p = s["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).expect("in the summary");
+    assert_eq!((&p["exited"], &p["queues"], &p["queues_created"]), (&json!(true), &json!(0), &json!(0)));
+}
+
+#[test]
+fn command_mode_traces_only_the_command_and_names_it() {
+    let kfd_client_path = binary("kfd-client").unwrap();
+    let client = kfd_client_path.to_str().unwrap();
+    // A bystander making ioctls during the whole trace must not appear.
+    let bystander = Command::new(client)
+        .args(["destroy", "--queue-id", "5", "--count", "400"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = Command::new(binary("gpreempt").unwrap())
+        .args(["trace", "--json", "--", client, "destroy", "--queue-id", "77"])
+        .output()
+        .unwrap();
+    let mut bystander = bystander;
+    bystander.wait().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    // The client's own JSON report shares stdout; keep the tracer's objects.
+    let objects: Vec<Value> =
+        text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|o| o["event"].is_string()).collect();
+    let start = &objects[0];
+    assert_eq!(start["event"], "start");
+    assert_eq!(start["command"], json!([client, "destroy", "--queue-id", "77"]));
+    let child = start["pid"].as_u64().unwrap() as u32;
+    let destroys: Vec<&Value> = objects.iter().filter(|o| o["event"] == "queue_destroy").collect();
+    assert_eq!(destroys.len(), 1, "{destroys:?}");
+    assert_eq!((&destroys[0]["pid"], &destroys[0]["queue_id"]), (&json!(child), &json!(77)));
+    // Everything shown is the child's: its own calls, or kworker teardown about it.
+    assert!(objects.iter().all(|o| o["pid"].is_null() || o["pid"] == child || o["owner_pid"] == child), "{objects:?}");
+}
+
+#[test]
+fn perfetto_and_summary_files_are_written() {
+    let dir = std::env::temp_dir().join(format!("gpreempt-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let perfetto = dir.join("trace.json");
+    let summary_path = dir.join("summary.json");
+    let tracer =
+        Tracer::start(&["--perfetto", perfetto.to_str().unwrap(), "--summary-json", summary_path.to_str().unwrap()])
+            .unwrap();
+    let (pid, _) = kfd_client(&["hold", "--ms", "100"]).unwrap();
+    thread::sleep(Duration::from_millis(1000));
+    tracer.stop().unwrap();
+    let doc: Value = serde_json::from_slice(&std::fs::read(&perfetto).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    assert!(events.iter().all(|e| e["ph"].is_string() && e["pid"].is_u64()), "{doc}");
+    let s: Value = serde_json::from_slice(&std::fs::read(&summary_path).unwrap()).unwrap();
+    let p = s["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).expect("client in the summary");
+    assert_eq!((&p["comm"], &p["exited"]), (&json!("kfd-client"), &json!(true)));
+    assert_eq!(s["dropped"], 0);
+    assert_eq!(s["suspend"]["count"], 0);
+}
