@@ -44,8 +44,14 @@ impl Summary {
 /// Nearest-rank percentile of sorted, non-empty samples: the smallest value with at least `p`%
 /// of the samples at or below it.
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    sorted[nearest_rank(sorted.len(), p)]
+}
+
+/// 0-based index of the nearest-rank `p`th percentile in `len` (> 0) sorted samples:
+/// `ceil(p/100 · len)`, 1-based, at least 1.
+pub fn nearest_rank(len: usize, p: f64) -> usize {
+    let rank = ((p / 100.0) * len as f64).ceil() as usize;
+    rank.clamp(1, len) - 1
 }
 
 /// One histogram bucket: samples in `[lo, hi)`.

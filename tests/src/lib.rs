@@ -220,3 +220,16 @@ impl Drop for LineHelper {
 pub fn read_sysfs(path: &str) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {path}"))
 }
+
+/// A number in decimal or `0x` hex (helper command lines).
+pub fn parse_u64(s: &str) -> Result<u64, String> {
+    match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).map_err(|e| e.to_string()),
+        None => s.parse().map_err(|e: std::num::ParseIntError| e.to_string()),
+    }
+}
+
+/// [`parse_u64`] that must fit 32 bits.
+pub fn parse_u32(s: &str) -> Result<u32, String> {
+    u32::try_from(parse_u64(s)?).map_err(|e| e.to_string())
+}

@@ -102,13 +102,14 @@ impl Latency {
         }
         let mut s = samples.to_vec();
         s.sort_unstable();
-        let rank = |p: u64| {
-            let n = s.len() as u64;
-            // Nearest rank: ceil(p/100 * n), 1-based.
-            let r = (p * n).div_ceil(100).max(1);
-            s[(r - 1) as usize]
-        };
-        Self { count: s.len() as u64, p50_ns: rank(50), p90_ns: rank(90), p99_ns: rank(99), max_ns: s[s.len() - 1] }
+        let rank = |p: f64| s[crate::stats::nearest_rank(s.len(), p)];
+        Self {
+            count: s.len() as u64,
+            p50_ns: rank(50.0),
+            p90_ns: rank(90.0),
+            p99_ns: rank(99.0),
+            max_ns: s[s.len() - 1],
+        }
     }
 }
 

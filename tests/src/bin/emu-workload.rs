@@ -15,6 +15,7 @@
 //! `info CODE CLEAR`, `send_runtime MASK`, `set_exceptions MASK`, `pipe` (bytes pending on the
 //! dbg_fd pipe), `disable`, `exit` (exit without DISABLE).
 
+use gpreempt_tests::{parse_u32, parse_u64};
 use std::{
     fs::File,
     io::{BufRead, Write},
@@ -54,17 +55,6 @@ enum Mode {
         #[arg(long)]
         no_ptrace: bool,
     },
-}
-
-fn parse_u64(s: &str) -> Result<u64, String> {
-    match s.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16).map_err(|e| e.to_string()),
-        None => s.parse().map_err(|e: std::num::ParseIntError| e.to_string()),
-    }
-}
-
-fn parse_u32(s: &str) -> Result<u32, String> {
-    u32::try_from(parse_u64(s)?).map_err(|e| e.to_string())
 }
 
 /// `ret` of an ioctl: its value, or `-errno`. Read errno right after the call: nix maps errnos

@@ -2,6 +2,7 @@
 //! queue ioctls it is told to, with exactly the given values, then prints a JSON report
 //! (`{"pid":…, "op":…, "count":…, "results":{"EINVAL":1000}, "kfd_version":"1.17"}`).
 
+use gpreempt_tests::{parse_u32, parse_u64};
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
@@ -59,17 +60,6 @@ enum Op {
         #[arg(long, default_value_t = 3000)]
         ms: u64,
     },
-}
-
-fn parse_u64(s: &str) -> Result<u64, String> {
-    match s.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16).map_err(|e| e.to_string()),
-        None => s.parse().map_err(|e: std::num::ParseIntError| e.to_string()),
-    }
-}
-
-fn parse_u32(s: &str) -> Result<u32, String> {
-    u32::try_from(parse_u64(s)?).map_err(|e| e.to_string())
 }
 
 fn queue_type(name: &str) -> Result<u32> {
