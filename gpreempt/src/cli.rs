@@ -124,6 +124,13 @@ pub struct PreemptArgs {
     /// No per-iteration progress line.
     #[arg(long)]
     pub quiet: bool,
+    /// The latency-critical process sharing the GPU: report how often the device-wide unmaps
+    /// preempted its queues (needs the tracer).
+    #[arg(long, value_name = "PID")]
+    pub online: Option<u32>,
+    /// Do not attach the tracer (no kernel-side breakdown: fence wait, collateral queues).
+    #[arg(long)]
+    pub no_trace: bool,
 }
 
 /// `--queues` value.

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::{
     kfd::debugger::{Batch, DebugError, Debugger, Notice, Selection},
+    model::spans::{Span, SpanKind},
     stats::{self, Bucket, Summary},
 };
 
@@ -47,8 +48,64 @@ pub struct Iteration {
     /// line iterations up with other observers of the same machine).
     pub suspended_at_ns: u64,
     pub resumed_at_ns: u64,
+    /// What the driver did, from the in-process tracer (absent when it could not attach).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelSide>,
     /// Every requested queue was suspended and resumed, none INVALID or ERROR.
     pub ok: bool,
+}
+
+/// The kernel's side of one iteration, from the tracer's suspend/resume spans.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct KernelSide {
+    pub suspend: Option<KernelCall>,
+    pub resume: Option<KernelCall>,
+}
+
+/// One `suspend_queues` / `resume_queues` inside the driver.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct KernelCall {
+    pub duration_us: f64,
+    /// `unmap_queues_cpsch` (or MES remove), fence wait included.
+    pub unmap_us: f64,
+    /// `amdkfd_fence_wait_timeout`: the preemption (CWSR save) latency.
+    pub fence_wait_us: f64,
+    /// `map_queues_cpsch` (or MES add).
+    pub remap_us: f64,
+    pub gpus: Vec<u32>,
+    /// Queues of other processes the device-wide unmap preempted.
+    pub collateral_queues: usize,
+    pub collateral_pids: Vec<u32>,
+    /// Of those, the `--online` process's queues.
+    pub online_queues: usize,
+}
+
+impl KernelSide {
+    /// The suspend and resume spans of `offline` among `spans` (the last of each kind wins: a
+    /// retried suspend is two calls, the second is the one that counted).
+    pub fn from_spans(spans: &[Span], offline: u32, online: Option<u32>) -> Option<Self> {
+        let call = |kind: SpanKind| {
+            spans.iter().rev().find(|s| s.kind == kind && s.target_pid == Some(offline)).map(|s| {
+                let us = |ns: u64| ns as f64 / 1e3;
+                let b = s.breakdown.clone().unwrap_or_default();
+                let mut pids: Vec<u32> = s.collateral.iter().map(|c| c.pid).collect();
+                pids.sort_unstable();
+                pids.dedup();
+                KernelCall {
+                    duration_us: us(s.duration_ns),
+                    unmap_us: us(b.unmap_ns),
+                    fence_wait_us: us(b.fence_wait_ns),
+                    remap_us: us(b.remap_ns),
+                    gpus: b.gpus,
+                    collateral_queues: s.collateral.len(),
+                    collateral_pids: pids,
+                    online_queues: online.map_or(0, |o| s.collateral.iter().filter(|c| c.pid == o).count()),
+                }
+            })
+        };
+        let side = Self { suspend: call(SpanKind::Suspend), resume: call(SpanKind::Resume) };
+        (side.suspend.is_some() || side.resume.is_some()).then_some(side)
+    }
 }
 
 /// Everything a run produced.
@@ -72,6 +129,12 @@ pub struct RunSummary {
     pub resume_us: Option<Summary>,
     pub suspend_histogram: Vec<Bucket>,
     pub resume_histogram: Vec<Bucket>,
+    /// In-driver preemption latency of the suspends (fence wait), µs, when traced.
+    pub fence_wait_us: Option<Summary>,
+    /// Other processes' queues preempted by the suspends and resumes, in total, when traced.
+    pub collateral_queues: Option<usize>,
+    /// The `--online` process's queues among them.
+    pub online_queues: Option<usize>,
     pub stopped: Option<String>,
 }
 
@@ -81,6 +144,11 @@ impl Run {
         let resume: Vec<f64> = self.iterations.iter().filter_map(|i| i.resume_us).collect();
         let ok = self.iterations.iter().filter(|i| i.ok).count();
         let completed = self.iterations.len();
+        let kernel: Vec<&KernelSide> = self.iterations.iter().filter_map(|i| i.kernel.as_ref()).collect();
+        let calls = || kernel.iter().flat_map(|k| [&k.suspend, &k.resume]).flatten();
+        let fence: Vec<f64> =
+            kernel.iter().filter_map(|k| k.suspend.as_ref()).map(|c| c.fence_wait_us).filter(|&f| f > 0.0).collect();
+        let traced = !kernel.is_empty();
         RunSummary {
             planned,
             completed,
@@ -90,6 +158,9 @@ impl Run {
             resume_us: Summary::of(&resume),
             suspend_histogram: stats::histogram(&suspend),
             resume_histogram: stats::histogram(&resume),
+            fence_wait_us: Summary::of(&fence),
+            collateral_queues: traced.then(|| calls().map(|c| c.collateral_queues).sum()),
+            online_queues: traced.then(|| calls().map(|c| c.online_queues).sum()),
             stopped: self.stopped.clone(),
         }
     }
@@ -98,7 +169,15 @@ impl Run {
 /// Run the plan. Returns early — with what was recorded so far and the reason — when `stop` is
 /// set, the target exits, or an ioctl fails; queues are never left suspended by this function
 /// (a failed iteration's resume is attempted before returning; the debugger's drop does the rest).
-pub fn run(debugger: &Debugger, plan: &Plan, stop: &AtomicBool, mut progress: impl FnMut(&Iteration)) -> Run {
+/// `observe` runs after each iteration's resume, before `progress` (the caller's tracer adds
+/// [`Iteration::kernel`] there).
+pub fn run(
+    debugger: &Debugger,
+    plan: &Plan,
+    stop: &AtomicBool,
+    mut observe: impl FnMut(&mut Iteration),
+    mut progress: impl FnMut(&Iteration),
+) -> Run {
     let mut run = Run { iterations: Vec::new(), notices: Vec::new(), stopped: None };
     for index in 0..plan.iterations {
         if stop.load(Ordering::Relaxed) {
@@ -106,7 +185,8 @@ pub fn run(debugger: &Debugger, plan: &Plan, stop: &AtomicBool, mut progress: im
             break;
         }
         match iteration(debugger, plan, index, stop) {
-            Ok(it) => {
+            Ok(mut it) => {
+                observe(&mut it);
                 progress(&it);
                 run.iterations.push(it);
             }
@@ -160,6 +240,7 @@ fn record(index: u32, suspend: &Batch, resume: &Batch, held_ms: f64) -> Iteratio
         held_ms,
         suspended_at_ns: 0,
         resumed_at_ns: 0,
+        kernel: None,
         ok: !suspend.skipped && suspend.invalid() == 0 && suspend.error() == 0 && resume.error() == 0,
     }
 }
@@ -217,6 +298,7 @@ mod tests {
                 held_ms: 100.2,
                 suspended_at_ns: 0,
                 resumed_at_ns: 0,
+                kernel: None,
                 ok: true
             }
         );
@@ -245,6 +327,53 @@ mod tests {
         let su = s.suspend_us.unwrap();
         assert_eq!((su.count, su.min, su.max, su.p50), (2, 10.0, 30.0, 10.0));
         assert_eq!(s.stopped.as_deref(), Some("interrupted"));
+    }
+
+    #[test]
+    fn the_kernel_side_comes_from_the_offline_process_spans() {
+        use crate::model::spans::{Breakdown, Collateral};
+        let span = |kind, pid, fence_ns, collateral: Vec<(u32, u32)>| Span {
+            kind,
+            target_pid: Some(pid),
+            gpu_id: None,
+            start_ns: 1_000,
+            end_ns: 9_000,
+            duration_ns: 8_000,
+            trigger: None,
+            queues: vec![0, 1],
+            rejected: vec![],
+            collateral: collateral
+                .into_iter()
+                .map(|(pid, queue_id)| Collateral { pid, queue_id, gpu_id: Some(0x1000) })
+                .collect(),
+            breakdown: Some(Breakdown {
+                unmap_ns: 6_000,
+                fence_wait_ns: fence_ns,
+                remap_ns: 1_500,
+                gpus: vec![0x1000],
+            }),
+            phases: vec![],
+            open: false,
+        };
+        let spans = vec![
+            span(SpanKind::Suspend, 99, 1, vec![]), // another target's
+            span(SpanKind::Suspend, 7, 5_000, vec![(8, 0), (8, 1), (9, 0)]),
+            span(SpanKind::Resume, 7, 4_000, vec![(8, 0)]),
+        ];
+        let k = KernelSide::from_spans(&spans, 7, Some(8)).unwrap();
+        let s = k.suspend.unwrap();
+        assert_eq!((s.duration_us, s.unmap_us, s.fence_wait_us, s.remap_us), (8.0, 6.0, 5.0, 1.5));
+        assert_eq!((s.collateral_queues, s.collateral_pids, s.online_queues), (3, vec![8, 9], 2));
+        assert_eq!(k.resume.unwrap().online_queues, 1);
+        assert_eq!(KernelSide::from_spans(&spans, 5, None), None);
+
+        let mut it =
+            record(0, &batch(2, &[QueueResult::Done; 2], 9_000), &batch(2, &[QueueResult::Done; 2], 9_000), 1.0);
+        it.kernel = KernelSide::from_spans(&spans, 7, Some(8));
+        let run = Run { iterations: vec![it], notices: vec![], stopped: None };
+        let s = run.summary(1);
+        assert_eq!(s.fence_wait_us.unwrap().p50, 5.0);
+        assert_eq!((s.collateral_queues, s.online_queues), (Some(4), Some(3)));
     }
 
     #[test]

@@ -44,7 +44,7 @@ fn last_line(text: &str) -> &str {
 /// `gpreempt preempt …` in the background, returned once it has attached.
 fn spawn_preempt(args: &[&str]) -> (Child, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new(binary("gpreempt").unwrap())
-        .arg("preempt")
+        .args(["preempt", "--no-trace"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -187,6 +187,13 @@ fn preempt_records_every_one_of_1000_iterations() {
     assert_eq!(s["suspend_us"]["count"], 1000);
     assert_eq!(doc["detached"]["disabled"], true);
     assert_eq!(doc["target"]["runtime_state"], 1);
+    // The in-process tracer saw every suspend_queues call in the driver: no GPU, so nothing was
+    // unmapped (no fence wait, no other process's queue preempted).
+    for it in its {
+        let k = &it["kernel"]["suspend"];
+        assert_eq!((k["fence_wait_us"].as_f64(), k["collateral_queues"].as_u64()), (Some(0.0), Some(0)), "{it}");
+    }
+    assert_eq!(doc["summary"]["collateral_queues"], 0);
     assert!(!json.with_extension("json.partial").exists());
     // The target is untraced and healthy.
     assert_eq!(tracer_pid(target.pid()).unwrap(), 0);
@@ -305,6 +312,7 @@ fn the_target_exiting_mid_run_gives_a_clean_error_and_a_summary() {
         "5",
         "--queues",
         "0",
+        "--no-trace",
         "--json",
         json.to_str().unwrap(),
     ]);

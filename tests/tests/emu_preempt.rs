@@ -139,6 +139,8 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
         "20",
         "--gap-ms",
         "50",
+        "--online",
+        &online_pid.to_string(),
         "--json",
         json.to_str().unwrap(),
     ])
@@ -157,6 +159,14 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
     for (i, it) in its.iter().enumerate() {
         assert_eq!((it["suspended"].as_i64(), it["resumed"].as_i64()), (Some(2), Some(2)), "iteration {i}");
         assert_eq!((it["invalid"].as_u64(), it["error"].as_u64(), it["ok"].as_bool()), (Some(0), Some(0), Some(true)));
+        // Inside the driver (in-process tracer): the unmap waited for the emulated CWSR save
+        // (preempt_delay 5 ms) and preempted the online process's queue on the same GPU too.
+        let k = &it["kernel"]["suspend"];
+        let fence = k["fence_wait_us"].as_f64().unwrap();
+        assert!((5_000.0..100_000.0).contains(&fence), "iteration {i}: fence wait {fence} us");
+        assert_eq!(k["collateral_pids"], serde_json::json!([online_pid]), "iteration {i}");
+        assert_eq!(k["online_queues"], 1, "iteration {i}");
+        assert_eq!(k["gpus"], serde_json::json!([0x1000]), "iteration {i}");
         // Hold: the queue stops when SUSPEND_QUEUES returns and stays stopped until RESUME.
         let (from, to) = (it["suspended_at_ns"].as_u64().unwrap(), it["resumed_at_ns"].as_u64().unwrap());
         let (a, b) = (first_after(&samples, from).unwrap(), last_before(&samples, to).unwrap());
@@ -200,7 +210,7 @@ fn ctrl_c_and_kill_9_during_a_hold_leave_the_queues_running() {
     let offline = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
     let (pid, address) = (offline.pid(), rptr_address(&offline));
     for signal in [Signal::SIGINT, Signal::SIGKILL] {
-        let child = preempt(&["--offline", &pid.to_string(), "--iterations", "3", "--hold-ms", "60000"]);
+        let child = preempt(&["--offline", &pid.to_string(), "--iterations", "3", "--hold-ms", "60000", "--no-trace"]);
         // Wait until the hold has begun: the read index stops.
         assert!(eventually(30 * SECOND, || !advances(pid, address)), "never suspended");
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();

@@ -11,22 +11,84 @@ use std::{
 use anyhow::{Context, Result, bail};
 use gpreempt::{
     kfd::{
-        Debugger,
+        Debugger, Device,
         debugger::{Options, Selection},
+        target::{Roots as TargetRoots, Target},
         uapi::runtime_state,
     },
-    preempt::{self, Iteration, Plan, RunSummary},
+    model::{
+        ps::Roots,
+        registry::Registry,
+        spans::{Span, SpanTracker},
+    },
+    preempt::{self, Iteration, KernelSide, Plan, RunSummary},
     stats::{self, Summary},
+    trace::{
+        loader::{self, Attached},
+        probes,
+        stream::EventStream,
+    },
 };
 use serde_json::json;
 
 use super::interrupt;
 use crate::cli::{PreemptArgs, QueueSelectionArg};
 
+/// The tracer, in-process: the driver's side of every suspend/resume of the offline process.
+struct KernelTracer {
+    _attached: Attached,
+    stream: EventStream,
+    registry: Registry,
+    spans: SpanTracker,
+    offline: u32,
+    online: Option<u32>,
+}
+
+impl KernelTracer {
+    fn start(offline: u32, online: Option<u32>) -> Result<Self> {
+        let version = Device::open().and_then(|d| d.version()).ok();
+        let mut attached = loader::attach(probes::PROBES, version)?;
+        let stream = EventStream::new(&mut attached)?;
+        let roots = Roots::default();
+        let mut registry = Registry::new(Some(roots.clone()));
+        registry.bootstrap(&roots);
+        Ok(Self { _attached: attached, stream, registry, spans: SpanTracker::default(), offline, online })
+    }
+
+    /// The kretprobes of this iteration's calls fired before the ioctls returned, so their
+    /// records are already in the ring buffer.
+    fn observe(&mut self, it: &mut Iteration) {
+        let mut closed: Vec<Span> = Vec::new();
+        let (registry, spans) = (&mut self.registry, &mut self.spans);
+        self.stream.drain(|event| {
+            closed.extend(spans.on_event(&event, registry));
+            registry.apply(&event);
+        });
+        it.kernel = KernelSide::from_spans(&closed, self.offline, self.online);
+    }
+}
+
 pub fn run(args: &PreemptArgs) -> Result<()> {
     let stop = interrupt::install()?;
+    if let Some(online) = args.online {
+        Target::inspect(&TargetRoots::default(), online).context("--online")?;
+    }
     let options = Options { max_suspend: Some(Duration::from_millis(args.max_suspend_ms)), ..Options::default() };
     let debugger = Debugger::attach(args.offline, options)?;
+    // After the session is up, so bad targets and old kernels are refused at once.
+    let mut tracer = if args.no_trace {
+        None
+    } else {
+        match KernelTracer::start(args.offline, args.online) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!(
+                    "gpreempt: no kernel-side breakdown (the tracer could not attach: {e:#}); --no-trace hides this"
+                );
+                None
+            }
+        }
+    };
     let target = debugger.attached().clone();
     eprintln!(
         "gpreempt: attached to pid {} ({}), KFD {}, runtime {}",
@@ -46,11 +108,21 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
         },
     };
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
-    let run = preempt::run(&debugger, &plan, stop, |it| {
-        if show_progress {
-            progress_line(it, plan.iterations);
-        }
-    });
+    let run = preempt::run(
+        &debugger,
+        &plan,
+        stop,
+        |it| {
+            if let Some(t) = tracer.as_mut() {
+                t.observe(it);
+            }
+        },
+        |it| {
+            if show_progress {
+                progress_line(it, plan.iterations);
+            }
+        },
+    );
     // Resume whatever is suspended, DISABLE, detach — before reporting anything.
     let detached = debugger.detach();
     if show_progress {
@@ -124,6 +196,16 @@ fn print_summary(s: &RunSummary, iterations: &[Iteration]) {
     let invalid: usize = iterations.iter().map(|i| i.invalid).sum();
     let errors: usize = iterations.iter().map(|i| i.error).sum();
     println!("queues suspended in total: {queues}; INVALID answers: {invalid}; ERROR answers: {errors}");
+    if let Some(f) = &s.fence_wait_us {
+        println!("in-driver preemption (fence wait) per suspend (us): {}", line(f));
+    }
+    if let Some(c) = s.collateral_queues {
+        print!("other processes' queues preempted by the device-wide unmaps: {c}");
+        match s.online_queues {
+            Some(o) if o > 0 => println!(" (of them the online process's: {o})"),
+            _ => println!(),
+        }
+    }
     for (name, summary, hist) in
         [("suspend", &s.suspend_us, &s.suspend_histogram), ("resume", &s.resume_us, &s.resume_histogram)]
     {
