@@ -21,9 +21,8 @@ fn wait_new_reports_the_pid_of_a_new_kfd_process() {
     let mut ready = String::new();
     BufReader::new(waiter.stderr.take().unwrap()).read_line(&mut ready).unwrap();
     assert!(ready.starts_with("gpreempt: waiting for a new KFD process ("), "{ready}");
-    // Held far longer than the test needs and killed at the end: under TCG on a loaded machine,
-    // starting the waiter's return plus `ps --json` took more than 4 s (the client had gone).
     let mut client = Command::new(binary("kfd-client").unwrap())
+        // Long enough for `ps --json` below even on a loaded TCG host; killed once checked.
         .args(["hold", "--ms", "60000"])
         .stdout(Stdio::null())
         .spawn()
