@@ -34,10 +34,19 @@ fn rptr_address(w: &LineHelper) -> u64 {
     w.hello["queues"][0]["rptr"].as_u64().unwrap()
 }
 
-/// Samples `(CLOCK_MONOTONIC ns, read index)` of another process's queue every ~1 ms.
+/// One read of the read index, bracketed by CLOCK_MONOTONIC before and after the read (a
+/// timestamp taken only after could belong to a value read before an event it follows).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Sample {
+    before: u64,
+    after: u64,
+    value: u64,
+}
+
+/// Samples another process's queue read index every ~1 ms.
 struct Sampler {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Vec<(u64, u64)>>,
+    thread: JoinHandle<Vec<Sample>>,
 }
 
 impl Sampler {
@@ -49,10 +58,11 @@ impl Sampler {
             let mut samples = Vec::new();
             while !flag.load(Ordering::Relaxed) {
                 let mut buf = [0u8; 8];
+                let before = monotonic_ns();
                 if mem.read_exact_at(&mut buf, address).is_err() {
                     break;
                 }
-                samples.push((monotonic_ns(), u64::from_ne_bytes(buf)));
+                samples.push(Sample { before, after: monotonic_ns(), value: u64::from_ne_bytes(buf) });
                 thread::sleep(Duration::from_millis(1));
             }
             samples
@@ -60,18 +70,18 @@ impl Sampler {
         Self { stop, thread }
     }
 
-    fn finish(self) -> Vec<(u64, u64)> {
+    fn finish(self) -> Vec<Sample> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap()
     }
 }
 
-/// Read index at the first sample at or after `t`, and at the last sample at or before `t`.
-fn first_after(samples: &[(u64, u64)], t: u64) -> Option<(u64, u64)> {
-    samples.iter().copied().find(|s| s.0 >= t)
+/// The first sample read wholly after `t`, and the last read wholly before `t`.
+fn first_after(samples: &[Sample], t: u64) -> Option<Sample> {
+    samples.iter().copied().find(|s| s.before >= t)
 }
-fn last_before(samples: &[(u64, u64)], t: u64) -> Option<(u64, u64)> {
-    samples.iter().copied().rev().find(|s| s.0 <= t)
+fn last_before(samples: &[Sample], t: u64) -> Option<Sample> {
+    samples.iter().copied().rev().find(|s| s.after <= t)
 }
 
 fn rptr_now(pid: u32, address: u64) -> u64 {
@@ -170,8 +180,8 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
         // Hold: the queue stops when SUSPEND_QUEUES returns and stays stopped until RESUME.
         let (from, to) = (it["suspended_at_ns"].as_u64().unwrap(), it["resumed_at_ns"].as_u64().unwrap());
         let (a, b) = (first_after(&samples, from).unwrap(), last_before(&samples, to).unwrap());
-        if b.0 > a.0 {
-            assert_eq!(a.1, b.1, "iteration {i}: read index moved during the hold ({a:?} -> {b:?})");
+        if b.before > a.before {
+            assert_eq!(a.value, b.value, "iteration {i}: read index moved during the hold ({a:?} -> {b:?})");
         }
         // Gap: from RESUME's return to the next SUSPEND's call the queue runs.
         if let Some(next) = its.get(i + 1) {
@@ -181,9 +191,9 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
             if next_call > resumed + 10_000_000 {
                 let (a, b) = (first_after(&samples, resumed).unwrap(), last_before(&samples, next_call).unwrap());
                 // Only windows the sampler really covered (under TCG it is sometimes descheduled).
-                if b.0 > a.0 + 10_000_000 {
+                if b.before > a.before + 10_000_000 {
                     gaps_checked += 1;
-                    if b.1 <= a.1 {
+                    if b.value <= a.value {
                         stalled_gaps.push((i, a, b));
                     }
                 }
