@@ -1,15 +1,26 @@
 //! `cargo xtask demo`: the tracer on the real amdgpu driver of Debian 6.12, in a VM, while a
-//! built-in workload (the `kfd-client` test helper) issues KFD queue ioctls.
+//! built-in workload (the `kfd-client` test helper) issues KFD queue ioctls; `--emulator`: the
+//! whole tool on the KFD emulator, where queues exist and consume work.
 
 use anyhow::{Result, bail};
 
 use crate::{
-    setup,
+    kmod, setup,
     util::build_binaries,
     vm::{self, Kernel, VmArgs},
 };
 
-pub fn run() -> Result<()> {
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Run the scenario on the KFD emulator (tests/kfd-emu) instead of amdgpu.
+    #[arg(long)]
+    pub emulator: bool,
+}
+
+pub fn run(args: &DemoArgs) -> Result<()> {
+    if args.emulator {
+        return emulator();
+    }
     setup::run()?;
     let bin = build_binaries()?;
     let (gpreempt, client) = (bin.join("gpreempt"), bin.join("kfd-client"));
@@ -42,6 +53,71 @@ wait $tracer
     })?;
     if status != 0 {
         bail!("the demo exited with status {status}");
+    }
+    Ok(())
+}
+
+/// Online and offline emulated workloads on GPU 0x1000; the tracer live; a TTM eviction of the
+/// online one through the emulator's control file; then `gpreempt preempt` holds the offline
+/// one while a monitor prints its read-index progress twice a second.
+fn emulator() -> Result<()> {
+    setup::run()?;
+    let bin = build_binaries()?;
+    let (gpreempt, workload) = (bin.join("gpreempt"), bin.join("emu-workload"));
+    let (gpreempt, workload) = (gpreempt.display(), workload.display());
+    let script = format!(
+        r#"
+out="$GPREEMPT_VM_OUT"
+echo "== KFD emulator on $(uname -r): /dev/kfd with emulated GPUs 0x1000 and 0x2000 whose queues consume work"
+{gpreempt} trace --map-interval 30s 2> "$out/trace.err" &
+tracer=$!
+for _ in $(seq 600); do grep -q attached "$out/trace.err" 2>/dev/null && break; sleep 0.1; done
+head -2 "$out/trace.err"
+echo "== two workloads on gpu 0x1000: online (1 queue) and offline (2 queues)"
+sleep 600 | {workload} run --gpu-id 0x1000 --queues 1 --runtime-enable > "$out/online.json" &
+sleep 600 | {workload} run --gpu-id 0x1000 --queues 2 --runtime-enable > "$out/offline.json" &
+for _ in $(seq 100); do [ -s "$out/offline.json" ] && [ -s "$out/online.json" ] && break; sleep 0.1; done
+online=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$out/online.json")
+offline=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$out/offline.json")
+rptr=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["queues"][0]["rptr"])' "$out/offline.json")
+sleep 1
+echo "== TTM eviction of the online workload (pid $online) and its restore, via /sys/kernel/kfd_emu"
+echo "$online" > /sys/kernel/kfd_emu/evict; sleep 0.5; echo "$online" > /sys/kernel/kfd_emu/restore; sleep 0.5
+echo "== the live map (SIGUSR1)"
+kill -USR1 $tracer; sleep 1
+echo "== gpreempt preempt: 3 x (suspend 2 s, resume 2 s) of the offline workload (pid $offline)"
+python3 - "$offline" "$rptr" > "$out/progress.log" <<'PY' &
+import os, struct, sys, time
+pid, addr = int(sys.argv[1]), int(sys.argv[2])
+fd = os.open(f"/proc/{{pid}}/mem", os.O_RDONLY)
+last = None
+while True:
+    v = struct.unpack("<Q", os.pread(fd, 8, addr))[0]
+    if last is not None:
+        print(f"offline queue 0 read index {{v:>8}}  +{{v - last:>4}} in 0.5 s  {{'RUNNING' if v > last else 'stopped'}}", flush=True)
+    last = v
+    time.sleep(0.5)
+PY
+monitor=$!
+tail -f "$out/progress.log" &
+tailer=$!
+{gpreempt} preempt --offline "$offline" --online "$online" --iterations 3 --hold-ms 2000 --gap-ms 2000 --quiet
+kill $monitor $tailer
+echo "== tracer summary"
+kill -INT $tracer
+wait $tracer
+"#
+    );
+    let status = vm::run(&VmArgs {
+        kernel: Kernel::V6_12,
+        timeout: 900,
+        memory: "2G".to_owned(),
+        no_amdgpu: false,
+        module: Some(kmod::Module::KfdEmu),
+        command: vec![script],
+    })?;
+    if status != 0 {
+        bail!("the emulator demo exited with status {status}");
     }
     Ok(())
 }

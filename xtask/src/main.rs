@@ -39,8 +39,9 @@ enum Task {
     /// The last line is `N passed, M failed` over all layers.
     Test(test::TestArgs),
     /// Boot the 6.12 VM, run `gpreempt trace` while a built-in workload issues KFD ioctls, and
-    /// show the live output.
-    Demo,
+    /// show the live output. `--emulator`: on the KFD emulator, an online and an offline
+    /// workload, an eviction, and `gpreempt preempt` stopping and restarting the offline one.
+    Demo(demo::DemoArgs),
     /// Run every cargo-fuzz target (record decoder, debugfs/sysfs/kallsyms/BTF parsers) briefly.
     Fuzz(fuzz::FuzzArgs),
 }
@@ -54,7 +55,7 @@ fn main() -> ExitCode {
             if status == 0 { Ok(()) } else { Err(anyhow::anyhow!("command in the VM exited with status {status}")) }
         }),
         Task::Test(args) => test::run(&args),
-        Task::Demo => demo::run(),
+        Task::Demo(args) => demo::run(&args),
         Task::Fuzz(args) => fuzz::run_fuzz(&args),
     };
     match result {
