@@ -59,14 +59,15 @@ impl Tracer {
         let stdout = child.stdout.take();
         let mut tracer = Self { child, stdout, stderr_lines: rx, stderr: Vec::new() };
         loop {
-            match tracer.stderr_lines.recv_timeout(Duration::from_secs(60)) {
+            // Loading 55 programs in a TCG guest on a loaded 2-core host has taken over a minute.
+            match tracer.stderr_lines.recv_timeout(Duration::from_secs(240)) {
                 Ok(line) if line.contains("error") => bail!("gpreempt trace failed: {line}"),
                 Ok(line) if line.contains(" probes to ") => {
                     tracer.stderr.push(line);
                     return Ok(tracer);
                 }
                 Ok(line) => tracer.stderr.push(line),
-                Err(_) => bail!("gpreempt trace did not attach within 60 s"),
+                Err(_) => bail!("gpreempt trace did not attach within 240 s"),
             }
         }
     }

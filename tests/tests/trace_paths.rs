@@ -168,3 +168,25 @@ fn perfetto_and_summary_files_are_written() {
     assert_eq!(s["dropped"], 0);
     assert_eq!(s["suspend"]["count"], 0);
 }
+
+#[test]
+fn without_btf_owners_come_from_pointer_learning() {
+    // No BTF at all: the kfd_process* → pid map learned at kfd_create_process (ioctl context)
+    // names the owner of the teardown; kfd_process_wq_release cannot find its kfd_process.
+    let mut tracer = Tracer::start(&["--btf-dir", "/nonexistent"]).unwrap();
+    let lines = tracer.read_stderr(Duration::from_secs(1)).to_vec();
+    let resolution = lines.iter().find(|l| l.contains("owner/gpu resolution")).expect("resolution line");
+    assert!(resolution.contains("pointer learning (no module BTF: cannot read /nonexistent/vmlinux"), "{resolution}");
+    let (pid, _) = kfd_client(&["hold", "--ms", "100"]).unwrap();
+    thread::sleep(Duration::from_millis(1500));
+    let objects = tracer.stop().unwrap();
+    let opens = objects_where(&objects, "process_open", "owner_pid", &json!(pid));
+    assert_eq!(opens.len(), 1, "{objects:?}");
+    let exits = objects_where(&objects, "process_exit", "owner_pid", &json!(pid));
+    let stages: Vec<&Value> = exits.iter().map(|e| &e["stage"]).collect();
+    assert_eq!(stages, [&json!("kfd_process_dequeue_from_all_devices")]);
+    let s = summary(&objects).unwrap();
+    assert!(s["processes"].as_array().unwrap().iter().any(|p| p["pid"] == pid && p["exited"] == true), "{s}");
+    // The release itself had no owner to name; that is counted, never silent.
+    assert!(s["losses"]["owner_unknown"].as_u64().unwrap() >= 1, "{s}");
+}
