@@ -131,6 +131,22 @@ pub fn events_of<'a>(objects: &'a [serde_json::Value], pid: u32, kind: &str) -> 
     objects.iter().filter(|o| o["event"] == kind && o["pid"] == pid).collect()
 }
 
+/// Wait (up to 2 min) until KFD released `pid`'s process: its sysfs directory is removed in
+/// `kfd_process_wq_release`, which a kworker runs some time after the exit.
+pub fn wait_kfd_released(pid: u32) -> Result<()> {
+    let dir = PathBuf::from(format!("/sys/class/kfd/kfd/proc/{pid}"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while dir.exists() {
+        if std::time::Instant::now() > deadline {
+            bail!("{} still exists 2 min after the exit", dir.display());
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    // The release continues after the directory is gone; let its records reach the tracer.
+    thread::sleep(Duration::from_millis(500));
+    Ok(())
+}
+
 /// The kernel the VM booted (`6.1` or `6.12`, from `cargo xtask vm`).
 pub fn vm_kernel() -> String {
     std::env::var("GPREEMPT_VM_KERNEL").unwrap_or_default()
