@@ -13,11 +13,11 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use gpreempt_common::record::{
-    KfdCallRecord, ProcessCreateRecord, RecordKind, SmiQueueRecord, call_phase, kfd_fn, stash_slot,
+    KfdCallRecord, ProcessCreateRecord, RecordKind, SmiQueueRecord, call_phase, counter, kfd_fn, stash_slot,
 };
 
 use crate::maps::{
-    clear_teardown, config, emit, forget_owner, gpu_of_dqm, gpu_of_node, header, learn_owner, owner_of_process,
+    clear_teardown, config, count, emit, forget_owner, gpu_of_dqm, gpu_of_node, header, learn_owner, owner_of_process,
     owner_of_qpd, read_at, set_teardown, stash, stash_call, take, task_tgid, teardown_owner,
 };
 
@@ -381,6 +381,8 @@ pub fn process_release_entry(ctx: ProbeContext) -> u32 {
         let p = work - u64::from(cfg.process_release_work);
         (p, owner_of_process(&cfg, p))
     } else {
+        // No BTF: the owner comes from `kfd_process_dequeue_from_all_devices` just after.
+        count(counter::OWNER_UNKNOWN);
         (0, 0)
     };
     if owner != 0 {

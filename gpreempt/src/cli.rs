@@ -259,6 +259,11 @@ pub struct TraceArgs {
     #[arg(long, value_name = "FILE")]
     pub summary_json: Option<PathBuf>,
 
+    /// Read BTF (vmlinux and the KFD module's split BTF) from DIR; a directory without it forces
+    /// the pointer-learning fallback (tests).
+    #[arg(long, value_name = "DIR", default_value = "/sys/kernel/btf", hide = true)]
+    pub btf_dir: PathBuf,
+
     /// Run this command and trace only it and its children (`gpreempt trace [opts] -- CMD ARGS`);
     /// the trace ends when it exits.
     #[arg(last = true, value_name = "CMD")]

@@ -61,14 +61,15 @@ impl Tracer {
         let stdout = child.stdout.take();
         let mut tracer = Self { child, stdout, stderr_lines: rx, stderr: Vec::new() };
         loop {
-            match tracer.stderr_lines.recv_timeout(Duration::from_secs(60)) {
+            // Loading 55 programs in a TCG guest on a loaded 2-core host has taken over a minute.
+            match tracer.stderr_lines.recv_timeout(Duration::from_secs(240)) {
                 Ok(line) if line.contains("error") => bail!("gpreempt trace failed: {line}"),
                 Ok(line) if line.contains(" probes to ") => {
                     tracer.stderr.push(line);
                     return Ok(tracer);
                 }
                 Ok(line) => tracer.stderr.push(line),
-                Err(_) => bail!("gpreempt trace did not attach within 60 s"),
+                Err(_) => bail!("gpreempt trace did not attach within 240 s"),
             }
         }
     }
@@ -130,6 +131,22 @@ pub fn kfd_client(args: &[&str]) -> Result<(u32, serde_json::Value)> {
 /// The events of one kind from one pid.
 pub fn events_of<'a>(objects: &'a [serde_json::Value], pid: u32, kind: &str) -> Vec<&'a serde_json::Value> {
     objects.iter().filter(|o| o["event"] == kind && o["pid"] == pid).collect()
+}
+
+/// Wait (up to 2 min) until KFD released `pid`'s process: its sysfs directory is removed in
+/// `kfd_process_wq_release`, which a kworker runs some time after the exit.
+pub fn wait_kfd_released(pid: u32) -> Result<()> {
+    let dir = PathBuf::from(format!("/sys/class/kfd/kfd/proc/{pid}"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while dir.exists() {
+        if std::time::Instant::now() > deadline {
+            bail!("{} still exists 2 min after the exit", dir.display());
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    // The release continues after the directory is gone; let its records reach the tracer.
+    thread::sleep(Duration::from_millis(500));
+    Ok(())
 }
 
 /// The kernel the VM booted (`6.1` or `6.12`, from `cargo xtask vm`).

@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use gpreempt_tests::{Tracer, binary, events_of, kfd_client, objects_where, summary, vm_kernel};
+use gpreempt_tests::{Tracer, binary, events_of, kfd_client, objects_where, summary, vm_kernel, wait_kfd_released};
 use serde_json::{Value, json};
 
 #[test]
@@ -78,19 +78,27 @@ fn update_queue_arguments_and_result_are_traced_exactly() {
 #[test]
 fn process_open_and_exit_keep_the_live_map_current() {
     let tracer = Tracer::start(&[]).unwrap();
-    let client = Command::new(binary("kfd-client").unwrap())
-        .args(["hold", "--ms", "2500"])
+    let mut client = Command::new(binary("kfd-client").unwrap())
+        .args(["hold", "--ms", "60000"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     let pid = client.id();
-    thread::sleep(Duration::from_millis(1200));
+    // Starting a binary over 9p under TCG takes seconds: wait until KFD created its process
+    // (kfd_create_process makes the sysfs directory just before it returns).
+    let sysfs = format!("/sys/class/kfd/kfd/proc/{pid}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !std::path::Path::new(&sysfs).exists() {
+        assert!(std::time::Instant::now() < deadline, "{sysfs} never appeared");
+        thread::sleep(Duration::from_millis(100));
+    }
+    thread::sleep(Duration::from_millis(500));
     // SIGUSR1: the map while the client holds /dev/kfd open.
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(tracer.pid() as i32), nix::sys::signal::Signal::SIGUSR1).unwrap();
-    let mut client = client;
-    assert!(client.wait().unwrap().success());
-    // The kfd_process is released by a kworker after the exit.
-    thread::sleep(Duration::from_millis(1500));
+    thread::sleep(Duration::from_millis(500));
+    client.kill().unwrap();
+    client.wait().unwrap();
+    wait_kfd_released(pid).unwrap();
     let objects = tracer.stop().unwrap();
 
     let opens = objects_where(&objects, "process_open", "owner_pid", &json!(pid));
@@ -157,7 +165,7 @@ fn perfetto_and_summary_files_are_written() {
         Tracer::start(&["--perfetto", perfetto.to_str().unwrap(), "--summary-json", summary_path.to_str().unwrap()])
             .unwrap();
     let (pid, _) = kfd_client(&["hold", "--ms", "100"]).unwrap();
-    thread::sleep(Duration::from_millis(1000));
+    wait_kfd_released(pid).unwrap();
     tracer.stop().unwrap();
     let doc: Value = serde_json::from_slice(&std::fs::read(&perfetto).unwrap()).unwrap();
     let events = doc["traceEvents"].as_array().unwrap();
@@ -167,4 +175,26 @@ fn perfetto_and_summary_files_are_written() {
     assert_eq!((&p["comm"], &p["exited"]), (&json!("kfd-client"), &json!(true)));
     assert_eq!(s["dropped"], 0);
     assert_eq!(s["suspend"]["count"], 0);
+}
+
+#[test]
+fn without_btf_owners_come_from_pointer_learning() {
+    // No BTF at all: the kfd_process* → pid map learned at kfd_create_process (ioctl context)
+    // names the owner of the teardown; kfd_process_wq_release cannot find its kfd_process.
+    let mut tracer = Tracer::start(&["--btf-dir", "/nonexistent"]).unwrap();
+    let lines = tracer.read_stderr(Duration::from_secs(1)).to_vec();
+    let resolution = lines.iter().find(|l| l.contains("owner/gpu resolution")).expect("resolution line");
+    assert!(resolution.contains("pointer learning (no module BTF: cannot read /nonexistent/vmlinux"), "{resolution}");
+    let (pid, _) = kfd_client(&["hold", "--ms", "100"]).unwrap();
+    wait_kfd_released(pid).unwrap();
+    let objects = tracer.stop().unwrap();
+    let opens = objects_where(&objects, "process_open", "owner_pid", &json!(pid));
+    assert_eq!(opens.len(), 1, "{objects:?}");
+    let exits = objects_where(&objects, "process_exit", "owner_pid", &json!(pid));
+    let stages: Vec<&Value> = exits.iter().map(|e| &e["stage"]).collect();
+    assert_eq!(stages, [&json!("kfd_process_dequeue_from_all_devices")]);
+    let s = summary(&objects).unwrap();
+    assert!(s["processes"].as_array().unwrap().iter().any(|p| p["pid"] == pid && p["exited"] == true), "{s}");
+    // The release itself had no owner to name; that is counted, never silent.
+    assert!(s["losses"]["owner_unknown"].as_u64().unwrap() >= 1, "{s}");
 }

@@ -36,7 +36,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let mut sigusr1 = signal(SignalKind::user_defined1()).context("installing the SIGUSR1 handler")?;
-    let mut attached = loader::attach(probes::PROBES, None)?;
+    let mut attached = loader::attach(probes::PROBES, None, &args.btf_dir)?;
     // eBPF-side warnings (aya-log) go to our logger; without the log map nothing is lost.
     let _ebpf_log = aya_log::EbpfLogger::init(&mut attached.ebpf).ok();
     let mut stream = EventStream::new(&mut attached)?;
@@ -84,6 +84,8 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         attached.kfd_module.as_deref().unwrap_or("vmlinux"),
     );
     eprintln!("gpreempt: owner/gpu resolution: {}; {}", attached.offset_mode, btf::describe(&attached.offsets));
+    let [kallsyms_ms, btf_ms, load_ms] = attached.startup_ms;
+    log::info!("start-up: kallsyms {kallsyms_ms} ms, BTF {btf_ms} ms, load + attach {load_ms} ms");
     for p in attached.probes.iter().filter(|p| p.symbol.is_none()) {
         eprintln!("gpreempt: probe {} not attached: {}", p.program, p.missing_reason.as_deref().unwrap_or("?"));
     }

@@ -49,7 +49,9 @@ pub enum BtfError {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Member {
-    name: String,
+    /// Offset into [`Btf::strings`] (names are resolved only when compared: vmlinux has
+    /// hundreds of thousands of members and the tracer may start under slow emulation).
+    name: u32,
     type_id: u32,
     bit_offset: u32,
 }
@@ -58,24 +60,23 @@ struct Member {
 enum Type {
     /// Struct or union.
     Composite {
-        name: String,
+        name: u32,
         members: Vec<Member>,
     },
     /// Ptr, typedef, const, volatile, restrict, type tag: `type_id` is what it refers to.
     Ref {
         kind: u32,
-        name: String,
+        name: u32,
         type_id: u32,
     },
     Func {
-        name: String,
         proto: u32,
     },
     Proto {
         params: Vec<u32>,
     },
     Other {
-        name: String,
+        name: u32,
     },
 }
 
@@ -84,7 +85,11 @@ enum Type {
 pub struct Btf {
     /// Index 0 is the `void` type.
     types: Vec<Type>,
+    /// Struct, union and function names → type ids (the only kinds looked up by name).
     by_name: HashMap<String, Vec<u32>>,
+    /// Base strings followed by split strings: split BTF's string offsets continue the base's,
+    /// so one concatenated table serves both.
+    strings: Vec<u8>,
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -120,16 +125,15 @@ fn sections<'a>(data: &'a [u8], what: &str) -> Result<Section<'a>, BtfError> {
 impl Btf {
     /// Parse base BTF (`/sys/kernel/btf/vmlinux`).
     pub fn parse(base: &[u8]) -> Result<Self, BtfError> {
-        let mut btf = Btf { types: vec![Type::Other { name: String::new() }], by_name: HashMap::new() };
-        btf.add(base, &[], "vmlinux")?;
+        let mut btf = Btf { types: vec![Type::Other { name: 0 }], ..Default::default() };
+        btf.add(base, "vmlinux")?;
         Ok(btf)
     }
 
     /// Parse base BTF plus one split BTF on top of it (a module's `/sys/kernel/btf/<module>`).
     pub fn parse_split(base: &[u8], split: &[u8], what: &str) -> Result<Self, BtfError> {
-        let base_strings = sections(base, "vmlinux")?.strings;
         let mut btf = Self::parse(base)?;
-        btf.add(split, base_strings, what)?;
+        btf.add(split, what)?;
         Ok(btf)
     }
 
@@ -146,28 +150,27 @@ impl Btf {
         }
     }
 
-    fn add(&mut self, data: &[u8], base_strings: &[u8], what: &str) -> Result<(), BtfError> {
+    /// The string at `off` of the combined table ("" when out of range or not UTF-8).
+    fn name(&self, off: u32) -> &str {
+        let bytes = self.strings.get(off as usize..).unwrap_or(&[]);
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        std::str::from_utf8(&bytes[..end]).unwrap_or("")
+    }
+
+    fn add(&mut self, data: &[u8], what: &str) -> Result<(), BtfError> {
         let sec = sections(data, what)?;
-        let string = |off: u32| -> String {
-            let off = off as usize;
-            let (table, off) =
-                if off < base_strings.len() { (base_strings, off) } else { (sec.strings, off - base_strings.len()) };
-            let bytes = table.get(off..).unwrap_or(&[]);
-            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-            String::from_utf8_lossy(&bytes[..end]).into_owned()
-        };
+        self.strings.extend_from_slice(sec.strings);
         let t = sec.types;
         let mut at = 0usize;
         while at < t.len() {
             let id = self.types.len() as u32;
             let truncated = || BtfError::Truncated { what: what.to_owned(), at };
-            let name_off = u32_at(t, at).ok_or_else(truncated)?;
+            let name = u32_at(t, at).ok_or_else(truncated)?;
             let info = u32_at(t, at + 4).ok_or_else(truncated)?;
             let size_or_type = u32_at(t, at + 8).ok_or_else(truncated)?;
             let vlen = (info & 0xffff) as usize;
             let kind = (info >> 24) & 0x1f;
             let kind_flag = info >> 31 == 1;
-            let name = string(name_off);
             let body = at + 12;
             let (ty, extra) = match kind {
                 KIND_INT | KIND_VAR | KIND_DECL_TAG => (Type::Other { name }, 4),
@@ -179,7 +182,7 @@ impl Btf {
                 KIND_PTR | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
                     (Type::Ref { kind, name, type_id: size_or_type }, 0)
                 }
-                KIND_FUNC => (Type::Func { name, proto: size_or_type }, 0),
+                KIND_FUNC => (Type::Func { proto: size_or_type }, 0),
                 KIND_FUNC_PROTO => {
                     let mut params = Vec::with_capacity(vlen);
                     for i in 0..vlen {
@@ -193,7 +196,7 @@ impl Btf {
                         let m = body + 12 * i;
                         let offset = u32_at(t, m + 8).ok_or_else(truncated)?;
                         members.push(Member {
-                            name: string(u32_at(t, m).ok_or_else(truncated)?),
+                            name: u32_at(t, m).ok_or_else(truncated)?,
                             type_id: u32_at(t, m + 4).ok_or_else(truncated)?,
                             // With kind_flag the top 8 bits are a bitfield size.
                             bit_offset: if kind_flag { offset & 0x00ff_ffff } else { offset },
@@ -203,13 +206,12 @@ impl Btf {
                 }
                 unknown => return Err(BtfError::UnknownKind { what: what.to_owned(), kind: unknown, id }),
             };
-            let name = match &ty {
-                Type::Composite { name, .. } | Type::Ref { name, .. } | Type::Func { name, .. } => name.clone(),
-                Type::Other { name } => name.clone(),
-                Type::Proto { .. } => String::new(),
-            };
-            if !name.is_empty() {
-                self.by_name.entry(name).or_default().push(id);
+            if matches!(kind, KIND_STRUCT | KIND_UNION | KIND_FUNC) && name != 0 {
+                let text = self.name(name);
+                if !text.is_empty() {
+                    let text = text.to_owned();
+                    self.by_name.entry(text).or_default().push(id);
+                }
             }
             self.types.push(ty);
             at = body + extra;
@@ -239,14 +241,14 @@ impl Btf {
     /// Find `name` among `members`, descending into anonymous struct/union members.
     fn find_member(&self, members: &[Member], name: &str, depth: u32) -> Option<(u32, u32)> {
         for m in members {
-            if m.name == name {
+            if self.name(m.name) == name {
                 return Some((m.bit_offset, m.type_id));
             }
         }
         if depth > 8 {
             return None;
         }
-        for m in members.iter().filter(|m| m.name.is_empty()) {
+        for m in members.iter().filter(|m| self.name(m.name).is_empty()) {
             if let Some(Type::Composite { members: inner, .. }) = self.types.get(self.resolve(m.type_id) as usize)
                 && let Some((off, ty)) = self.find_member(inner, name, depth + 1)
             {
@@ -263,7 +265,7 @@ impl Btf {
         let mut parts = path.split('.').peekable();
         while let Some(part) = parts.next() {
             let (off, ty) = self.find_member(members, part, 0)?;
-            bits += off;
+            bits = bits.checked_add(off)?;
             if parts.peek().is_some() {
                 match self.types.get(self.resolve(ty) as usize)? {
                     Type::Composite { members: inner, .. } => members = inner,
@@ -275,10 +277,10 @@ impl Btf {
     }
 
     /// The name of parameter `index` of function `func`'s type: the struct name behind a
-    /// pointer (`task_struct`), else the type's own name (`pid_t`, `u64`).
+    /// pointer (`task_struct*`), else the type's own name (`pid_t`, `u64`).
     pub fn param_type_name(&self, func: &str, index: usize) -> Option<String> {
         let proto = self.by_name.get(func)?.iter().find_map(|&id| match self.types.get(id as usize) {
-            Some(Type::Func { proto, .. }) => Some(*proto),
+            Some(Type::Func { proto }) => Some(*proto),
             _ => None,
         })?;
         let Some(Type::Proto { params }) = self.types.get(proto as usize) else { return None };
@@ -290,10 +292,11 @@ impl Btf {
                     pointer = true;
                     id = *type_id;
                 }
-                Type::Ref { kind: KIND_TYPEDEF, name, .. } if !pointer => return Some(name.clone()),
+                Type::Ref { kind: KIND_TYPEDEF, name, .. } if !pointer => return Some(self.name(*name).to_owned()),
                 Type::Ref { type_id, .. } => id = *type_id,
                 Type::Composite { name, .. } | Type::Other { name } => {
-                    return Some(if pointer { format!("{name}*") } else { name.clone() });
+                    let name = self.name(*name);
+                    return Some(if pointer { format!("{name}*") } else { name.to_owned() });
                 }
                 _ => return None,
             }

@@ -48,6 +48,8 @@ pub struct Attached {
     /// The struct offsets passed to the programs, and where they came from.
     pub offsets: ProbeConfig,
     pub offset_mode: OffsetMode,
+    /// Start-up time: kallsyms resolution, BTF offsets, object load + attach (ms).
+    pub startup_ms: [u64; 3],
 }
 
 impl Attached {
@@ -56,14 +58,16 @@ impl Attached {
     }
 }
 
-/// Resolve `table` against kallsyms, load the object and attach every probe that resolved.
-pub fn attach(table: &[ProbeSpec], kfd: Option<KfdVersion>) -> Result<Attached, LoadError> {
+/// Resolve `table` against kallsyms, read struct offsets from the BTF in `btf_dir` (normally
+/// [`BTF_DIR`]), load the object and attach every probe that resolved.
+pub fn attach(table: &[ProbeSpec], kfd: Option<KfdVersion>, btf_dir: &std::path::Path) -> Result<Attached, LoadError> {
     if !nix::unistd::geteuid().is_root() {
         return Err(LoadError::NotRoot);
     }
     if EBPF_OBJECT.is_empty() {
         return Err(LoadError::NoObject);
     }
+    let started = std::time::Instant::now();
     let kallsyms = Kallsyms::load()?;
     let kfd_module = kallsyms.kfd_module().ok_or(LoadError::NoKfd)?.map(str::to_owned);
     let resolved = probes::resolve(table, &kallsyms, kfd);
@@ -74,7 +78,9 @@ pub fn attach(table: &[ProbeSpec], kfd: Option<KfdVersion>) -> Result<Attached, 
         });
     }
 
-    let (offsets, offset_mode) = btf::discover(std::path::Path::new(BTF_DIR), kfd_module.as_deref());
+    let kallsyms_ms = started.elapsed().as_millis() as u64;
+    let (offsets, offset_mode) = btf::discover(btf_dir, kfd_module.as_deref());
+    let btf_ms = started.elapsed().as_millis() as u64 - kallsyms_ms;
 
     raise_memlock_limit();
     let mut ebpf = EbpfLoader::new().override_global(CONFIG_GLOBAL, &offsets, true).load(EBPF_OBJECT)?;
@@ -102,7 +108,8 @@ pub fn attach(table: &[ProbeSpec], kfd: Option<KfdVersion>) -> Result<Attached, 
             Err(e) => return Err(e),
         }
     }
-    Ok(Attached { ebpf, probes, kfd_module, offsets, offset_mode })
+    let load_ms = started.elapsed().as_millis() as u64 - kallsyms_ms - btf_ms;
+    Ok(Attached { ebpf, probes, kfd_module, offsets, offset_mode, startup_ms: [kallsyms_ms, btf_ms, load_ms] })
 }
 
 /// Where the kernel exposes BTF (vmlinux and one file per module).
