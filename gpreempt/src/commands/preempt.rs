@@ -47,7 +47,7 @@ struct KernelTracer {
 impl KernelTracer {
     fn start(offline: u32, online: Option<u32>) -> Result<Self> {
         let version = Device::open().and_then(|d| d.version()).ok();
-        let mut attached = loader::attach(probes::PROBES, version)?;
+        let mut attached = loader::attach(probes::PROBES, version, std::path::Path::new(loader::BTF_DIR))?;
         let stream = EventStream::new(&mut attached)?;
         let roots = Roots::default();
         let mut registry = Registry::new(Some(roots.clone()));
