@@ -176,7 +176,6 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
         assert!((5_000.0..100_000.0).contains(&fence), "iteration {i}: fence wait {fence} us");
         assert_eq!(k["collateral_pids"], serde_json::json!([online_pid]), "iteration {i}");
         assert_eq!(k["online_queues"], 1, "iteration {i}");
-        assert_eq!(k["gpus"], serde_json::json!([0x1000]), "iteration {i}");
         // Hold: the queue stops when SUSPEND_QUEUES returns and stays stopped until RESUME.
         let (from, to) = (it["suspended_at_ns"].as_u64().unwrap(), it["resumed_at_ns"].as_u64().unwrap());
         let (a, b) = (first_after(&samples, from).unwrap(), last_before(&samples, to).unwrap());
