@@ -42,6 +42,32 @@ fn seeds(target: &str) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// A minimal valid BTF blob (header, `int`, `struct queue { int queue_id; }` at bit 384), so the
+/// BTF target starts past the magic check.
+fn btf_seed() -> Vec<u8> {
+    let strings = b"\0int\0queue\0queue_id\0";
+    let words: [u32; 10] = [
+        1,
+        1 << 24, // INT "int"
+        4,
+        32,
+        5,
+        (4 << 24) | 1, // STRUCT "queue", 1 member
+        64,
+        11,
+        1,
+        384, // member "queue_id": type 1, bit 384
+    ];
+    let types: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let mut out = vec![0x9f, 0xeb, 1, 0];
+    for w in [24u32, 0, types.len() as u32, types.len() as u32, strings.len() as u32] {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    out.extend_from_slice(&types);
+    out.extend_from_slice(strings);
+    out
+}
+
 fn ensure_cargo_fuzz() -> Result<()> {
     if succeeds("cargo", &["+nightly", "fuzz", "--version"]) {
         return Ok(());
@@ -64,6 +90,9 @@ pub fn run_fuzz(args: &FuzzArgs) -> Result<()> {
             if let Some(name) = seed.file_name() {
                 let _ = fs::copy(&seed, corpus.join(name));
             }
+        }
+        if target == "btf" {
+            let _ = fs::write(corpus.join("seed-minimal"), btf_seed());
         }
         let mut cmd = Command::new("cargo");
         cmd.args(["+nightly", "fuzz", "run", target])
