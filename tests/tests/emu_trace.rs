@@ -64,3 +64,24 @@ fn ps_lists_the_emulated_queues_of_a_process() {
     assert_eq!(me["notes"], serde_json::json!([]), "every file ps expects exists");
     assert_eq!(me["info"]["comm"], "emu-workload");
 }
+
+#[test]
+fn a_ttm_eviction_and_its_restore_make_one_eviction_span() {
+    let tracer = Tracer::start(&[]).unwrap();
+    let w = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "1"]).unwrap();
+    let pid = w.pid();
+    // The emulator's control files run kfd_process_evict_queues(p, TTM) / _restore_queues in a
+    // kworker, which call kfd_smi_event_queue_eviction / _restore as amdgpu does.
+    std::fs::write("/sys/kernel/kfd_emu/evict", pid.to_string()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write("/sys/kernel/kfd_emu/restore", pid.to_string()).unwrap();
+    let objects = tracer.stop().unwrap();
+    let spans: Vec<&serde_json::Value> =
+        objects.iter().filter(|o| o["event"] == "span" && o["span"] == "eviction" && o["pid"] == pid).collect();
+    assert_eq!(spans.len(), 1, "{objects:?}");
+    assert_eq!(spans[0]["trigger"], "ttm");
+    assert_eq!(spans[0]["open"], false);
+    let ms = spans[0]["duration_ns"].as_u64().unwrap() as f64 / 1e6;
+    assert!((300.0..10_000.0).contains(&ms), "eviction lasted {ms} ms");
+    drop(w);
+}
