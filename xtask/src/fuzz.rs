@@ -96,7 +96,8 @@ pub fn run_fuzz(args: &FuzzArgs) -> Result<()> {
         }
         let mut cmd = Command::new("cargo");
         // Build outside the source tree (cargo-fuzz would otherwise use gpreempt/target).
-        let target_dir = crate::util::target_dir().join("fuzz");
+        // Absolute: cargo-fuzz runs in gpreempt/, where a relative CARGO_TARGET_DIR would land.
+        let target_dir = workspace_root().join(crate::util::target_dir()).join("fuzz");
         cmd.args(["+nightly", "fuzz", "run", target, "--target-dir"])
             .arg(&target_dir)
             .arg(&corpus)
