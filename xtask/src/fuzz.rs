@@ -95,7 +95,11 @@ pub fn run_fuzz(args: &FuzzArgs) -> Result<()> {
             let _ = fs::write(corpus.join("seed-minimal"), btf_seed());
         }
         let mut cmd = Command::new("cargo");
-        cmd.args(["+nightly", "fuzz", "run", target])
+        // Build outside the source tree (cargo-fuzz would otherwise use gpreempt/target).
+        // Absolute: cargo-fuzz runs in gpreempt/, where a relative CARGO_TARGET_DIR would land.
+        let target_dir = workspace_root().join(crate::util::target_dir()).join("fuzz");
+        cmd.args(["+nightly", "fuzz", "run", target, "--target-dir"])
+            .arg(&target_dir)
             .arg(&corpus)
             .args(["--", &format!("-max_total_time={}", args.seconds), "-max_len=65536"])
             .env("AYA_BUILD_SKIP", "1")

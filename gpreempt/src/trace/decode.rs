@@ -91,7 +91,8 @@ impl KernelResult {
         if self.0 >= 0 {
             return "OK".to_owned();
         }
-        match i32::try_from(-self.0) {
+        // checked: a corrupt record may carry i64::MIN (found by the decode_record fuzz target).
+        match self.0.checked_neg().and_then(|n| i32::try_from(n).ok()).ok_or(()) {
             Ok(errno) => match nix::errno::Errno::from_raw(errno) {
                 nix::errno::Errno::UnknownErrno => format!("E{errno}"),
                 known => format!("{known:?}"),
@@ -619,6 +620,9 @@ pub(crate) mod tests {
         rec.ret = -4095;
         let EventKind::QueueCreate(c) = decode(&bytes_of(&rec)).unwrap().kind else { panic!() };
         assert_eq!(c.result.name(), "E4095");
+        // The fuzzer's first find: negating i64::MIN overflowed.
+        assert_eq!(KernelResult(i64::MIN).name(), "-9223372036854775808");
+        assert_eq!(KernelResult(-(1 << 40)).name(), "-1099511627776");
 
         let d =
             QueueDestroyRecord { header: header(RecordKind::QueueDestroy, 9, "y"), queue_id: 42, _pad: 0, ret: -22 };
