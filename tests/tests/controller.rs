@@ -41,6 +41,11 @@ fn last_line(text: &str) -> &str {
     text.trim_end().lines().last().unwrap_or("")
 }
 
+/// Arguments of a preempt run that outlasts the test: queue 0, 5 ms holds and gaps.
+fn endless_run(pid: &str) -> [&str; 10] {
+    ["--offline", pid, "--iterations", "1000000", "--hold-ms", "5", "--gap-ms", "5", "--queues", "0"]
+}
+
 /// `gpreempt preempt …` in the background, returned once it has attached.
 fn spawn_preempt(args: &[&str]) -> (Child, std::sync::mpsc::Receiver<String>) {
     let mut child = Command::new(binary("gpreempt").unwrap())
@@ -212,20 +217,7 @@ fn the_target_gets_its_signals_while_seized_and_every_signal_exit_cleans_up() {
     let mut usr1 = 0;
     for stop_signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         let json = std::env::temp_dir().join(format!("preempt-{pid}-{stop_signal}.json"));
-        let (child, stderr) = spawn_preempt(&[
-            "--offline",
-            &pid,
-            "--iterations",
-            "1000000",
-            "--hold-ms",
-            "5",
-            "--gap-ms",
-            "5",
-            "--queues",
-            "0",
-            "--json",
-            json.to_str().unwrap(),
-        ]);
+        let (child, stderr) = spawn_preempt(&[&endless_run(&pid)[..], &["--json", json.to_str().unwrap()]].concat());
         assert_eq!(tracer_pid(target.pid()).unwrap(), child.id());
         // A handler in the target runs for each SIGUSR1 (re-injected by the session thread).
         for _ in 0..2 {
@@ -267,18 +259,7 @@ fn kill_9_of_the_controller_leaves_the_target_healthy_and_debuggable() {
     let target = RtTarget::start(&[]).unwrap();
     assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
     let pid = target.pid().to_string();
-    let (mut child, _stderr) = spawn_preempt(&[
-        "--offline",
-        &pid,
-        "--iterations",
-        "1000000",
-        "--hold-ms",
-        "5",
-        "--gap-ms",
-        "5",
-        "--queues",
-        "0",
-    ]);
+    let (mut child, _stderr) = spawn_preempt(&endless_run(&pid));
     child.kill().unwrap();
     child.wait().unwrap();
     // The kernel ends the ptrace link and (debugger mm teardown) the KFD debug session (§2.7).

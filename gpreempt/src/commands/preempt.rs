@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use gpreempt::{
     kfd::{
-        Debugger, Device,
+        Debugger, KfdVersion,
         debugger::{Options, Selection},
         target::{Roots as TargetRoots, Target},
         uapi::runtime_state,
@@ -45,9 +45,9 @@ struct KernelTracer {
 }
 
 impl KernelTracer {
-    fn start(offline: u32, online: Option<u32>) -> Result<Self> {
-        let version = Device::open().and_then(|d| d.version()).ok();
-        let mut attached = loader::attach(probes::PROBES, version, std::path::Path::new(loader::BTF_DIR))?;
+    /// `version`: the KFD version the debug session already read (the probe table's minimums).
+    fn start(offline: u32, online: Option<u32>, version: KfdVersion) -> Result<Self> {
+        let mut attached = loader::attach(probes::PROBES, Some(version), std::path::Path::new(loader::BTF_DIR))?;
         let stream = EventStream::new(&mut attached)?;
         let roots = Roots::default();
         let mut registry = Registry::new(Some(roots.clone()));
@@ -79,7 +79,7 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
     let mut tracer = if args.no_trace {
         None
     } else {
-        match KernelTracer::start(args.offline, args.online) {
+        match KernelTracer::start(args.offline, args.online, debugger.attached().kfd_version) {
             Ok(t) => Some(t),
             Err(e) => {
                 eprintln!(
