@@ -166,6 +166,7 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
     assert_eq!(its.len(), 1000);
     let mut gaps_checked = 0;
     let mut stalled_gaps = Vec::new();
+    let mut fences = Vec::new();
     for (i, it) in its.iter().enumerate() {
         assert_eq!((it["suspended"].as_i64(), it["resumed"].as_i64()), (Some(2), Some(2)), "iteration {i}");
         assert_eq!((it["invalid"].as_u64(), it["error"].as_u64(), it["ok"].as_bool()), (Some(0), Some(0), Some(true)));
@@ -173,10 +174,15 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
         // (preempt_delay 5 ms) and preempted the online process's queue on the same GPU too.
         let k = &it["kernel"]["suspend"];
         // The emulated CP completes the unmap preempt_delay after it was sent, so the whole unmap
-        // takes at least 5 ms and the fence wait, entered a little later, about that long.
+        // takes at least 5 ms and the fence wait, nested in it and entered a little later, about
+        // that long (how much later is TCG scheduling: checked over the whole run below).
         let (unmap, fence) = (k["unmap_us"].as_f64().unwrap(), k["fence_wait_us"].as_f64().unwrap());
         assert!(unmap >= 5_000.0, "iteration {i}: unmap {unmap} us");
-        assert!((2_500.0..100_000.0).contains(&fence), "iteration {i}: fence wait {fence} us");
+        assert!(
+            fence > 0.0 && fence <= unmap && fence < 100_000.0,
+            "iteration {i}: fence wait {fence} us, unmap {unmap} us"
+        );
+        fences.push(fence);
         assert_eq!(k["collateral_pids"], serde_json::json!([online_pid]), "iteration {i}");
         assert_eq!(k["online_queues"], 1, "iteration {i}");
         // Hold: the queue stops when SUSPEND_QUEUES returns and stays stopped until RESUME.
@@ -208,6 +214,14 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
     assert!(gaps_checked > 900, "only {gaps_checked} gaps were covered by samples");
     eprintln!("{} of {gaps_checked} gaps without progress: {stalled_gaps:?}", stalled_gaps.len());
     assert!(stalled_gaps.len() * 200 <= gaps_checked, "gaps without progress: {stalled_gaps:?}");
+    // The fence wait measures the emulated CWSR save: its median is the 5 ms delay (less the
+    // few µs between sending the unmap and entering the wait), and at most 1% of the waits were
+    // entered more than 2.5 ms late (a vCPU descheduled by TCG: seen once in 1000 on 6.1).
+    fences.sort_by(f64::total_cmp);
+    let median = fences[fences.len() / 2];
+    assert!((4_000.0..10_000.0).contains(&median), "median fence wait {median} us");
+    let late = fences.iter().filter(|&&f| f < 2_500.0).count();
+    assert!(late <= 10, "{late} fence waits under 2.5 ms: {:?}", &fences[..late]);
     assert_eq!(doc["summary"]["ok"], 1000);
     assert_eq!(doc["detached"]["disabled"], true);
     // The online process kept running (its queues were only briefly unmapped), the offline one
