@@ -1,5 +1,6 @@
 //! gpreempt's developer and CI entry points. `cargo xtask --help` lists them.
 
+mod bench;
 mod demo;
 mod fuzz;
 mod kmod;
@@ -44,6 +45,13 @@ enum Task {
     Demo(demo::DemoArgs),
     /// Run every cargo-fuzz target (record decoder, debugfs/sysfs/kallsyms/BTF parsers) briefly.
     Fuzz(fuzz::FuzzArgs),
+    /// Benchmark gpreempt against bpftrace, ftrace and a minimal C program in one run (VMs on the
+    /// real amdgpu driver and the KFD emulator; criterion for the userspace pipeline); writes
+    /// BENCHMARKS.md and BENCHMARKS.json. `--quick`: under 5 minutes once built.
+    Bench(bench::BenchArgs),
+    /// (inside the VM) The guest half of `bench`.
+    #[command(hide = true)]
+    BenchGuest(bench::guest::GuestArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +65,8 @@ fn main() -> ExitCode {
         Task::Test(args) => test::run(&args),
         Task::Demo(args) => demo::run(&args),
         Task::Fuzz(args) => fuzz::run_fuzz(&args),
+        Task::Bench(args) => bench::run(&args),
+        Task::BenchGuest(args) => bench::guest::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

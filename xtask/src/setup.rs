@@ -23,6 +23,8 @@ const APT_TOOLS: &[(&str, &str)] = &[
     ("binutils", "/usr/bin/readelf"),
     ("xz-utils", "/usr/bin/xz"),
     ("zstd", "/usr/bin/zstd"),
+    // `cargo xtask bench` compares against bpftrace and times C baselines.
+    ("bpftrace", "/usr/bin/bpftrace"),
 ];
 
 /// The 6.12 kernel of the VM matrix (debug-trap API, KFD 1.17).

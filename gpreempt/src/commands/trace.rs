@@ -50,11 +50,14 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     };
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
     let mut json_sinks: Vec<usize> = Vec::new();
+    // Buffered even on a terminal: the loop flushes once per ring-buffer batch (Sink::flush), so
+    // lines still appear as they happen but a burst costs one write(2), not one per event.
+    let out = BufWriter::with_capacity(1 << 16, stdout.lock());
     if args.json {
         json_sinks.push(sinks.len());
-        sinks.push(Box::new(JsonLines::new(stdout.lock(), clock)));
+        sinks.push(Box::new(JsonLines::new(out, clock)));
     } else {
-        sinks.push(Box::new(Console::new(stdout.lock(), clock, colour)));
+        sinks.push(Box::new(Console::new(out, clock, colour)));
     }
     if let Some(path) = &args.output {
         let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
@@ -169,7 +172,10 @@ pub async fn run(args: TraceArgs) -> Result<()> {
                 child_code = code.ok().flatten();
                 grace_end = Some(tokio::time::Instant::now() + COMMAND_GRACE);
             }
-            batch = stream.next_batch(|e| d.deliver(e)) => { batch?; }
+            batch = stream.next_batch(|e| d.deliver(e)) => {
+                batch?;
+                d.flush();
+            }
         }
         if d.write_error.as_ref().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) {
             break;
@@ -177,6 +183,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     }
     // Records written before we stopped still count.
     stream.drain(|e| d.deliver(e));
+    d.flush();
     let now = boottime_ns();
     for span in d.spans.finish(now) {
         d.span(&span);
@@ -271,6 +278,14 @@ impl Delivery {
         }
         for sink in &mut self.sinks {
             if let Err(e) = sink.span(span) {
+                self.write_error.get_or_insert(e);
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        for sink in &mut self.sinks {
+            if let Err(e) = sink.flush() {
                 self.write_error.get_or_insert(e);
             }
         }

@@ -184,7 +184,12 @@ impl<W: Write> Sink for Console<W> {
     }
 
     fn queue_map(&mut self, text: &str, _json: &serde_json::Value) -> std::io::Result<()> {
-        write!(self.out, "{text}")
+        write!(self.out, "{text}")?;
+        self.out.flush()
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
     }
 
     fn summary(&mut self, s: &TraceSummary) -> std::io::Result<()> {
@@ -238,7 +243,8 @@ impl<W: Write> Sink for Console<W> {
             l.read_failed,
             l.entry_missing,
             l.decode_errors
-        )
+        )?;
+        self.out.flush()
     }
 }
 

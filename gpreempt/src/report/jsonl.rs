@@ -49,8 +49,7 @@ impl<W: Write> Sink for JsonLines<W> {
     fn event(&mut self, event: &Event) -> std::io::Result<()> {
         let timed = Timed { time: self.clock.rfc3339(event.ts_ns), duration_ns: event.duration_ns(), event };
         serde_json::to_writer(&mut self.out, &timed)?;
-        self.out.write_all(b"\n")?;
-        self.out.flush()
+        self.out.write_all(b"\n")
     }
 
     fn span(&mut self, span: &Span) -> std::io::Result<()> {
@@ -61,8 +60,7 @@ impl<W: Write> Sink for JsonLines<W> {
             span,
         };
         serde_json::to_writer(&mut self.out, &obj)?;
-        self.out.write_all(b"\n")?;
-        self.out.flush()
+        self.out.write_all(b"\n")
     }
 
     /// `{"event":"start","command":[…],"pid":…}`: what `gpreempt analyze` reads to name a run.
@@ -81,6 +79,10 @@ impl<W: Write> Sink for JsonLines<W> {
     fn summary(&mut self, summary: &TraceSummary) -> std::io::Result<()> {
         serde_json::to_writer(&mut self.out, &Summary { event: "summary", summary })?;
         self.out.write_all(b"\n")?;
+        self.out.flush()
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
         self.out.flush()
     }
 }

@@ -27,6 +27,9 @@ pub trait Sink {
         Ok(())
     }
     fn summary(&mut self, summary: &TraceSummary) -> std::io::Result<()>;
+    /// Push buffered output out: called once per ring-buffer batch, not per event, so a busy
+    /// trace costs one write(2) per batch instead of one per line.
+    fn flush(&mut self) -> std::io::Result<()>;
     /// `trace -- CMD` started `command` as host pid `pid`.
     fn start(&mut self, _command: &[String], _pid: u32) -> std::io::Result<()> {
         Ok(())

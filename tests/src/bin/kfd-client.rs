@@ -1,9 +1,14 @@
 //! A small KFD client for the integration tests and the demo: opens /dev/kfd and makes the
 //! queue ioctls it is told to, with exactly the given values, then prints a JSON report
-//! (`{"pid":…, "op":…, "count":…, "results":{"EINVAL":1000}, "kfd_version":"1.17"}`).
+//! (`{"pid":…, "op":…, "count":…, "results":{"EINVAL":1000}, "kfd_version":"1.17", "elapsed_ns":…}`).
+//! `cargo xtask bench` uses it as the load generator: the loop does nothing but the ioctl
+//! (arguments built once, results tallied by errno), optionally paced to `--rate` per second.
 
 use gpreempt_tests::{parse_u32, parse_u64};
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -17,6 +22,9 @@ struct Cli {
     /// Repeat the ioctl this many times.
     #[arg(long, global = true, default_value_t = 1)]
     count: u32,
+    /// Issue at most this many ioctls per second (paced in 1 ms slots); default: as fast as possible.
+    #[arg(long, global = true)]
+    rate: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -76,7 +84,6 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let device = Device::open()?;
     let version = device.version()?;
-    let mut results: BTreeMap<String, u32> = BTreeMap::new();
     let mut queue_ids = Vec::new();
     let op = match &cli.op {
         Op::Create { .. } => "create",
@@ -87,23 +94,37 @@ fn main() -> Result<()> {
             "hold"
         }
     };
-    for _ in 0..cli.count {
+    let create_args = match &cli.op {
+        Op::Create { gpu_id, r#type, ring_size, priority, percentage, ring_base } => Some(uapi::CreateQueueArgsV17 {
+            base: uapi::CreateQueueArgs {
+                ring_base_address: *ring_base,
+                write_pointer_address: ring_base + 0x1_0000_0000,
+                read_pointer_address: ring_base + 0x1_0000_0008,
+                ring_size: *ring_size,
+                gpu_id: *gpu_id,
+                queue_type: queue_type(r#type)?,
+                queue_percentage: *percentage,
+                queue_priority: *priority,
+                ..Default::default()
+            },
+            ..Default::default()
+        }),
+        _ => None,
+    };
+    let mut tally: BTreeMap<Option<i32>, u32> = BTreeMap::new();
+    let started = Instant::now();
+    for i in 0..cli.count {
+        if let Some(rate) = cli.rate {
+            // Pacing: ioctl i is due at i / rate seconds; sleep in whole slots when ahead.
+            let due = Duration::from_nanos(u64::from(i) * 1_000_000_000 / u64::from(rate.max(1)));
+            let now = started.elapsed();
+            if due > now + Duration::from_millis(1) {
+                std::thread::sleep(due - now);
+            }
+        }
         let result = match &cli.op {
-            Op::Create { gpu_id, r#type, ring_size, priority, percentage, ring_base } => {
-                let mut args = uapi::CreateQueueArgsV17 {
-                    base: uapi::CreateQueueArgs {
-                        ring_base_address: *ring_base,
-                        write_pointer_address: ring_base + 0x1_0000_0000,
-                        read_pointer_address: ring_base + 0x1_0000_0008,
-                        ring_size: *ring_size,
-                        gpu_id: *gpu_id,
-                        queue_type: queue_type(r#type)?,
-                        queue_percentage: *percentage,
-                        queue_priority: *priority,
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                };
+            Op::Create { .. } => {
+                let mut args = create_args.unwrap_or_default();
                 let r = device.create_queue(&mut args);
                 if r.is_ok() {
                     queue_ids.push(args.base.queue_id);
@@ -122,12 +143,13 @@ fn main() -> Result<()> {
             }
             Op::Hold { .. } => Ok(()),
         };
-        let name = match result {
-            Ok(()) => "OK".to_owned(),
-            Err(errno) => format!("{errno:?}"),
-        };
-        *results.entry(name).or_default() += 1;
+        *tally.entry(result.err().map(|e| e as i32)).or_default() += 1;
     }
+    let elapsed_ns = started.elapsed().as_nanos() as u64;
+    let results: BTreeMap<String, u32> = tally
+        .into_iter()
+        .map(|(errno, n)| (errno.map_or_else(|| "OK".to_owned(), |e| format!("{:?}", nix::errno::Errno::from_raw(e))), n))
+        .collect();
     let report = serde_json::json!({
         "pid": std::process::id(),
         "op": op,
@@ -135,6 +157,7 @@ fn main() -> Result<()> {
         "results": results,
         "queue_ids": queue_ids,
         "kfd_version": version.to_string(),
+        "elapsed_ns": elapsed_ns,
     });
     println!("{report}");
     Ok(())

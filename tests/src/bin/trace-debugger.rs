@@ -1,7 +1,8 @@
 //! Test helper for the tracer's debug-trap tests (KFD 1.13+): forks a target that opens
 //! /dev/kfd and calls `AMDKFD_IOC_RUNTIME_ENABLE` on it, then debugs it from this (single,
 //! hence the same) thread: PTRACE_SEIZE, DBG_TRAP ENABLE, SUSPEND_QUEUES, RESUME_QUEUES,
-//! DISABLE. Prints a JSON report (`{"debugger":…, "target":…, "ops":[{"op":"enable","ret":0},…]}`).
+//! DISABLE. Prints a JSON report (`{"debugger":…, "target":…, "ops":[{"op":"enable","ret":0},…],
+//! "cycles":1, "elapsed_ns":…}`; `elapsed_ns` covers the suspend/resume loop).
 //!
 //! Without a GPU the target has no queues, so SUSPEND/RESUME return 0 and every id comes back
 //! with bit 31 (INVALID) set (design/TOOLCHAIN.md).
@@ -37,6 +38,10 @@ struct Cli {
     /// Exception mask cleared on suspended queues.
     #[arg(long, default_value_t = 0)]
     exception_mask: u64,
+    /// Suspend and resume this many times (`cargo xtask bench`'s debug-trap load); the report
+    /// keeps the first pair's results and the whole loop's `elapsed_ns`.
+    #[arg(long, default_value_t = 1)]
+    cycles: u32,
 }
 
 fn kfd() -> Result<std::fs::File> {
@@ -93,7 +98,7 @@ fn main() -> Result<()> {
     let _ = std::fs::File::from(done_w).write_all(b"x");
     let _ = ptrace::detach(child, None);
     let status = waitpid(child, None);
-    let ops = result?;
+    let (ops, elapsed_ns) = result?;
     if status.is_err() {
         let _ = kill(child, Signal::SIGKILL);
     }
@@ -102,12 +107,14 @@ fn main() -> Result<()> {
         "target": child.as_raw(),
         "runtime_enable": runtime_enable_ret,
         "ops": ops,
+        "cycles": cli.cycles,
+        "elapsed_ns": elapsed_ns,
     });
     println!("{report}");
     Ok(())
 }
 
-fn debug(child: Pid, cli: &Cli) -> Result<Vec<serde_json::Value>> {
+fn debug(child: Pid, cli: &Cli) -> Result<(Vec<serde_json::Value>, u64)> {
     ptrace::seize(child, ptrace::Options::empty()).context("PTRACE_SEIZE")?;
     let device = kfd()?;
     let pid = child.as_raw() as u32;
@@ -132,27 +139,36 @@ fn debug(child: Pid, cli: &Cli) -> Result<Vec<serde_json::Value>> {
         bail!("DBG_TRAP ENABLE failed: {ret}");
     }
 
-    let mut ids = cli.queues.clone();
-    let mut suspend = DbgTrapArgs::suspend_queues(
-        pid,
-        cli.exception_mask,
-        ids.as_mut_ptr() as u64,
-        ids.len() as u32,
-        cli.grace_period,
-    );
-    let ret = dbg_trap(&device, &mut suspend);
-    record("suspend_queues", &suspend, ret, Some(&ids));
+    let started = std::time::Instant::now();
+    for cycle in 0..cli.cycles {
+        let mut ids = cli.queues.clone();
+        let mut suspend = DbgTrapArgs::suspend_queues(
+            pid,
+            cli.exception_mask,
+            ids.as_mut_ptr() as u64,
+            ids.len() as u32,
+            cli.grace_period,
+        );
+        let ret = dbg_trap(&device, &mut suspend);
+        if cycle == 0 {
+            record("suspend_queues", &suspend, ret, Some(&ids));
+        }
 
-    let mut ids = cli.queues.clone();
-    let mut resume = DbgTrapArgs::resume_queues(pid, ids.as_mut_ptr() as u64, ids.len() as u32);
-    let ret = dbg_trap(&device, &mut resume);
-    record("resume_queues", &resume, ret, Some(&ids));
+        let mut ids = cli.queues.clone();
+        let mut resume = DbgTrapArgs::resume_queues(pid, ids.as_mut_ptr() as u64, ids.len() as u32);
+        let ret = dbg_trap(&device, &mut resume);
+        if cycle == 0 {
+            record("resume_queues", &resume, ret, Some(&ids));
+        }
+    }
+    let elapsed_ns = started.elapsed().as_nanos() as u64;
 
     let mut disable = DbgTrapArgs::bare(pid, dbg_trap_op::DISABLE);
     let ret = dbg_trap(&device, &mut disable);
     record("disable", &disable, ret, None);
+
     // The write end stayed open until DISABLE released KFD's reference to it.
     drop(event_r);
     drop(event_w);
-    Ok(ops)
+    Ok((ops, elapsed_ns))
 }

@@ -1,0 +1,664 @@
+//! The part of `cargo xtask bench` that runs inside the VM, as root: starts each tool, drives the
+//! KFD load, and writes every measurement as JSON for the host to tabulate (`bench/mod.rs`).
+//!
+//! Interleaving: every tool gets its own session (start, measure, stop) in a fixed order, and the
+//! whole order repeats `sessions` times, so drift in the emulated machine lands on every tool.
+
+use std::{
+    fs,
+    io::{BufRead, BufReader, Read, Seek, SeekFrom},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use serde_json::{Value, json};
+
+/// Where the benchmarked tools keep their state in the guest (tmpfs, not the 9p tree).
+const SCRATCH: &str = "/tmp/gpreempt-bench";
+const TRACEFS: &str = "/sys/kernel/tracing";
+/// A gpu id no KFD node has: CREATE_QUEUE fails with EINVAL after the ioctl handler looked it
+/// up, the path every host without a GPU can drive (design/TOOLCHAIN.md).
+const NO_SUCH_GPU: &str = "0x1234";
+const EMU_PARAMS: &str = "/sys/module/kfd_emu/parameters";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// Rows 1-4 on the real amdgpu driver.
+    Amdgpu,
+    /// Rows 5-6 on the KFD emulator module.
+    Emulator,
+}
+
+#[derive(Args, Debug)]
+pub struct GuestArgs {
+    #[arg(long, value_enum)]
+    pub scenario: Scenario,
+    /// Fewer repetitions and smaller loops (`cargo xtask bench --quick`).
+    #[arg(long)]
+    pub quick: bool,
+    /// Release binaries: gpreempt and the test helpers.
+    #[arg(long)]
+    pub bin: PathBuf,
+    /// The C baseline of the controller row (xtask/bench/dbg_pair.c, compiled on the host).
+    #[arg(long)]
+    pub dbg_pair: PathBuf,
+    /// The JSON results file.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// How much of everything: `--quick` keeps the whole run under 5 minutes.
+struct Sizes {
+    sessions: usize,
+    loops: usize,
+    create_ioctls: u32,
+    debug_cycles: u32,
+    extra_starts: usize,
+    rate_step: Duration,
+    memory_events: u32,
+    controller_runs: usize,
+    controller_cycles: u32,
+    fence_iterations: u32,
+    fence_delays_us: &'static [u32],
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Sizes {
+                sessions: 1,
+                loops: 3,
+                create_ioctls: 10_000,
+                debug_cycles: 2_000,
+                extra_starts: 0,
+                rate_step: Duration::from_secs(2),
+                memory_events: 100_000,
+                controller_runs: 2,
+                controller_cycles: 300,
+                fence_iterations: 100,
+                fence_delays_us: &[5_000],
+            }
+        } else {
+            Sizes {
+                sessions: 2,
+                loops: 5,
+                create_ioctls: 40_000,
+                debug_cycles: 8_000,
+                extra_starts: 2,
+                rate_step: Duration::from_secs(4),
+                memory_events: 1_000_000,
+                controller_runs: 5,
+                controller_cycles: 1_000,
+                fence_iterations: 300,
+                fence_delays_us: &[1_000, 5_000],
+            }
+        }
+    }
+}
+
+/// One measurement; the host groups them by (row, case, tool).
+struct Samples(Vec<Value>);
+
+impl Samples {
+    fn add(&mut self, row: &str, case: &str, tool: Tool, value: f64, unit: &str) {
+        eprintln!("bench: {row:<12} {case:<22} {:<16} {value:>14.1} {unit}", tool.name());
+        self.0.push(json!({"row": row, "case": case, "tool": tool.name(), "value": value, "unit": unit}));
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tool {
+    Untraced,
+    Gpreempt,
+    Bpftrace,
+    /// Empty bpftrace programs on the same functions: the kprobe + kretprobe floor.
+    KprobeFloor,
+    FtraceFunction,
+    FtraceGraph,
+    /// `gpreempt preempt --no-trace`
+    GpreemptNoTrace,
+    /// xtask/bench/dbg_pair.c
+    CPair,
+    /// The emulator's own figure (the delay it was told to spend).
+    Emulator,
+}
+
+impl Tool {
+    fn name(self) -> &'static str {
+        match self {
+            Tool::Untraced => "untraced",
+            Tool::Gpreempt => "gpreempt",
+            Tool::Bpftrace => "bpftrace",
+            Tool::KprobeFloor => "kprobe-floor",
+            Tool::FtraceFunction => "ftrace-function",
+            Tool::FtraceGraph => "ftrace-graph",
+            Tool::GpreemptNoTrace => "gpreempt-no-trace",
+            Tool::CPair => "c-ioctl-pair",
+            Tool::Emulator => "emulator",
+        }
+    }
+}
+
+pub fn run(args: &GuestArgs) -> Result<()> {
+    let _ = fs::remove_dir_all(SCRATCH);
+    fs::create_dir_all(SCRATCH)?;
+    let sizes = Sizes::new(args.quick);
+    let mut samples = Samples(Vec::new());
+    let mut notes = Vec::new();
+    let started = Instant::now();
+    match args.scenario {
+        Scenario::Amdgpu => amdgpu(args, &sizes, &mut samples, &mut notes)?,
+        Scenario::Emulator => emulator(args, &sizes, &mut samples, &mut notes)?,
+    }
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
+    let doc = json!({
+        "scenario": format!("{:?}", args.scenario).to_lowercase(),
+        "kernel": kernel,
+        "quick": args.quick,
+        "cpus": thread::available_parallelism().map_or(1, |n| n.get()),
+        "seconds": started.elapsed().as_secs_f64(),
+        "notes": notes,
+        "sizes": {
+            "sessions": sizes.sessions,
+            "loops": sizes.loops,
+            "create_ioctls": sizes.create_ioctls,
+            "debug_ioctls": 2 * sizes.debug_cycles,
+            "rate_step_s": sizes.rate_step.as_secs(),
+            "memory_events": sizes.memory_events,
+            "controller_runs": sizes.controller_runs,
+            "controller_cycles": sizes.controller_cycles,
+            "fence_iterations": sizes.fence_iterations,
+        },
+        "samples": samples.0,
+    });
+    fs::write(&args.out, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("writing {}", args.out.display()))
+}
+
+// ---- rows 1-4: the real driver ----
+
+fn amdgpu(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut Vec<String>) -> Result<()> {
+    let bin = &args.bin;
+    // The debug-trap path needs KFD 1.13 (Linux 6.5+): probe it once, untraced.
+    let debug_trap = debug_loop(bin, 1).is_ok();
+    if !debug_trap {
+        notes.push("no debug-trap API on this kernel (KFD < 1.13): debug-trap rows skipped".into());
+    }
+    let order = [
+        Tool::Untraced,
+        Tool::Gpreempt,
+        Tool::Bpftrace,
+        Tool::KprobeFloor,
+        Tool::FtraceFunction,
+        Tool::FtraceGraph,
+    ];
+    for session in 0..sizes.sessions {
+        for tool in order {
+            let mut s = Session::start(tool, bin)?;
+            if let Some(ms) = s.startup_ms {
+                samples.add("startup", "all probes attached", tool, ms, "ms");
+            }
+            for _ in 0..sizes.loops {
+                let ns = create_loop(bin, sizes.create_ioctls)?;
+                samples.add("ioctl", "create_queue", tool, ns, "ns/ioctl");
+                if debug_trap {
+                    let ns = debug_loop(bin, sizes.debug_cycles)?;
+                    samples.add("ioctl", "debug_trap", tool, ns, "ns/ioctl");
+                }
+            }
+            if session + 1 == sizes.sessions && matches!(tool, Tool::Gpreempt | Tool::Bpftrace) {
+                delivery(&mut s, bin, sizes, samples, notes)?;
+                memory(&mut s, bin, sizes, samples)?;
+            }
+            s.stop()?;
+        }
+    }
+    for _ in 0..sizes.extra_starts {
+        for tool in [Tool::Gpreempt, Tool::Bpftrace] {
+            let s = Session::start(tool, bin)?;
+            samples.add("startup", "all probes attached", tool, s.startup_ms.unwrap_or(0.0), "ms");
+            s.stop()?;
+        }
+    }
+    Ok(())
+}
+
+/// `count` CREATE_QUEUE ioctls back to back; ns per ioctl.
+fn create_loop(bin: &Path, count: u32) -> Result<f64> {
+    let report = json_of(
+        Command::new(bin.join("kfd-client")).args(["--count", &count.to_string(), "create", "--gpu-id", NO_SUCH_GPU]),
+    )?;
+    if report["results"]["EINVAL"].as_u64() != Some(u64::from(count)) {
+        bail!("kfd-client: expected {count} EINVAL results, got {}", report["results"]);
+    }
+    Ok(report["elapsed_ns"].as_f64().unwrap_or(0.0) / f64::from(count))
+}
+
+/// `cycles` × (SUSPEND_QUEUES, RESUME_QUEUES) on a forked debuggee; ns per ioctl.
+fn debug_loop(bin: &Path, cycles: u32) -> Result<f64> {
+    let report = json_of(Command::new(bin.join("trace-debugger")).args(["--cycles", &cycles.to_string()]))?;
+    let enabled = report["ops"].get(0).and_then(|o| o["ret"].as_i64());
+    if enabled != Some(0) {
+        bail!("trace-debugger: DBG_TRAP ENABLE returned {enabled:?}");
+    }
+    Ok(report["elapsed_ns"].as_f64().unwrap_or(0.0) / (2.0 * f64::from(cycles)))
+}
+
+/// Row 2: the highest paced event rate delivered with zero loss, then the loss at twice it.
+/// Two generator processes (one per vCPU) share the rate; the tracer competes with them for CPU.
+fn delivery(s: &mut Session, bin: &Path, sizes: &Sizes, samples: &mut Samples, notes: &mut Vec<String>) -> Result<()> {
+    let mut rate = 4_000u32;
+    let mut best: Option<u32> = None;
+    let mut ceiling = None;
+    for _ in 0..8 {
+        let step = paced(s, bin, rate, sizes.rate_step)?;
+        eprintln!(
+            "bench: {} at {rate}/s: achieved {:.0}/s, {} of {} delivered",
+            s.tool.name(),
+            step.achieved,
+            step.delivered,
+            step.issued
+        );
+        if step.achieved < 0.9 * f64::from(rate) {
+            ceiling = Some(step.achieved);
+            break;
+        }
+        if step.delivered < step.issued {
+            break;
+        }
+        best = Some(rate);
+        rate *= 2;
+    }
+    let best = best.unwrap_or(0);
+    samples.add("delivery", "zero-loss rate", s.tool, f64::from(best), "events/s");
+    if let Some(c) = ceiling {
+        notes.push(format!(
+            "{}: the two generators peaked at {c:.0} ioctls/s under this tracer with every event delivered; \
+             the zero-loss rate is bounded by the generator, not the tracer",
+            s.tool.name()
+        ));
+    }
+    let double = paced(s, bin, (2 * best).max(4_000), sizes.rate_step)?;
+    let lost = double.issued.saturating_sub(double.delivered);
+    samples.add("delivery", "loss at 2x that rate", s.tool, lost as f64, "events");
+    samples.add("delivery", "2x rate achieved", s.tool, double.achieved, "events/s");
+    Ok(())
+}
+
+struct Step {
+    issued: u64,
+    delivered: u64,
+    achieved: f64,
+}
+
+fn paced(s: &mut Session, bin: &Path, rate: u32, length: Duration) -> Result<Step> {
+    let per_generator = rate / 2;
+    let count = (u64::from(per_generator) * length.as_millis() as u64 / 1000) as u32;
+    let before = s.delivered()?;
+    let started = Instant::now();
+    let generators: Vec<Child> = (0..2)
+        .map(|_| {
+            Command::new(bin.join("kfd-client"))
+                .args(["--count", &count.to_string(), "--rate", &per_generator.to_string()])
+                .args(["create", "--gpu-id", NO_SUCH_GPU])
+                .stdout(Stdio::null())
+                .spawn()
+                .context("starting kfd-client")
+        })
+        .collect::<Result<_>>()?;
+    for mut g in generators {
+        g.wait()?;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let issued = 2 * u64::from(count);
+    let delivered = s.settle(before + issued)? - before;
+    Ok(Step { issued, delivered, achieved: issued as f64 / elapsed })
+}
+
+/// Row 4: resident memory after `memory_events` events (two unpaced generators).
+fn memory(s: &mut Session, bin: &Path, sizes: &Sizes, samples: &mut Samples) -> Result<()> {
+    let before = s.delivered()?;
+    let per = sizes.memory_events / 2;
+    let generators: Vec<Child> = (0..2)
+        .map(|_| {
+            Command::new(bin.join("kfd-client"))
+                .args(["--count", &per.to_string(), "create", "--gpu-id", NO_SUCH_GPU])
+                .stdout(Stdio::null())
+                .spawn()
+                .context("starting kfd-client")
+        })
+        .collect::<Result<_>>()?;
+    for mut g in generators {
+        g.wait()?;
+    }
+    let delivered = s.settle(before + 2 * u64::from(per))? - before;
+    let (rss, hwm) = s.memory_kib()?;
+    samples.add("memory", "events delivered", s.tool, delivered as f64, "events");
+    samples.add("memory", "VmRSS", s.tool, rss as f64 / 1024.0, "MiB");
+    samples.add("memory", "VmHWM (peak)", s.tool, hwm as f64 / 1024.0, "MiB");
+    Ok(())
+}
+
+/// One tool attached for a while: its process, its output file and how to count its events.
+struct Session {
+    tool: Tool,
+    child: Option<Child>,
+    /// What the tool writes its events to; `queue_create` occurrences are the delivered events.
+    output: PathBuf,
+    read_at: u64,
+    counted: u64,
+    startup_ms: Option<f64>,
+}
+
+impl Session {
+    fn start(tool: Tool, bin: &Path) -> Result<Session> {
+        let output = Path::new(SCRATCH).join(format!("{}.out", tool.name()));
+        let _ = fs::remove_file(&output);
+        let started = Instant::now();
+        let child = match tool {
+            Tool::Gpreempt => {
+                let mut child = Command::new(bin.join("gpreempt"))
+                    .args(["trace", "--json", "--summary-json"])
+                    .arg(Path::new(SCRATCH).join("gpreempt-summary.json"))
+                    .stdout(fs::File::create(&output)?)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .context("starting gpreempt trace")?;
+                // "gpreempt: attached N probes …" is printed once every probe is attached.
+                let stderr = child.stderr.take().context("gpreempt stderr")?;
+                let mut lines = BufReader::new(stderr).lines();
+                loop {
+                    match lines.next() {
+                        Some(Ok(line)) if line.starts_with("gpreempt: attached") => break,
+                        Some(Ok(_)) => {}
+                        _ => bail!("gpreempt trace ended before attaching its probes"),
+                    }
+                }
+                // Keep draining stderr so gpreempt never blocks on it.
+                thread::spawn(move || for _ in lines {});
+                Some(child)
+            }
+            Tool::Bpftrace | Tool::KprobeFloor => {
+                let script = if tool == Tool::Bpftrace {
+                    crate::util::workspace_root().join("xtask/bench/kfd.bt")
+                } else {
+                    let floor = Path::new(SCRATCH).join("floor.bt");
+                    fs::write(&floor, FLOOR_SCRIPT)?;
+                    floor
+                };
+                let mut child = Command::new("bpftrace")
+                    .arg("-o")
+                    .arg(&output)
+                    .arg(&script)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .context("starting bpftrace (run `cargo xtask setup`)")?;
+                // BEGIN runs once every probe is attached; it prints "ready".
+                let deadline = Instant::now() + Duration::from_secs(300);
+                while !fs::read_to_string(&output).is_ok_and(|t| t.contains("ready")) {
+                    if let Some(status) = child.try_wait()? {
+                        bail!("bpftrace exited ({status}) before attaching");
+                    }
+                    if Instant::now() > deadline {
+                        let _ = child.kill();
+                        bail!("bpftrace did not attach within 300 s");
+                    }
+                    thread::sleep(Duration::from_millis(20));
+                }
+                Some(child)
+            }
+            Tool::FtraceFunction | Tool::FtraceGraph => {
+                let tracer = if tool == Tool::FtraceFunction { "function" } else { "function_graph" };
+                ftrace_write("tracing_on", "0")?;
+                ftrace_write("trace", "")?;
+                // The proof-of-concept's filter: every function of the amdgpu module.
+                ftrace_write("set_ftrace_filter", ":mod:amdgpu")?;
+                ftrace_write("current_tracer", tracer)?;
+                let child = Command::new("cat")
+                    .arg(Path::new(TRACEFS).join("trace_pipe"))
+                    .stdout(fs::File::create(&output)?)
+                    .spawn()
+                    .context("starting cat trace_pipe")?;
+                ftrace_write("tracing_on", "1")?;
+                Some(child)
+            }
+            _ => None,
+        };
+        let startup_ms =
+            matches!(tool, Tool::Gpreempt | Tool::Bpftrace).then(|| started.elapsed().as_secs_f64() * 1e3);
+        Ok(Session { tool, child, output, read_at: 0, counted: 0, startup_ms })
+    }
+
+    /// `queue_create` events in the output so far.
+    fn delivered(&mut self) -> Result<u64> {
+        let mut file = fs::File::open(&self.output).with_context(|| format!("opening {}", self.output.display()))?;
+        file.seek(SeekFrom::Start(self.read_at))?;
+        let mut text = Vec::new();
+        file.read_to_end(&mut text)?;
+        // Only whole lines: the tool may be mid-write.
+        let end = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let needle = b"queue_create";
+        self.counted += text[..end].windows(needle.len()).filter(|w| w == needle).count() as u64;
+        self.read_at += end as u64;
+        Ok(self.counted)
+    }
+
+    /// Wait until `expected` events were delivered or none arrived for 2 s; the count then.
+    fn settle(&mut self, expected: u64) -> Result<u64> {
+        let mut last = self.delivered()?;
+        let mut quiet_since = Instant::now();
+        while last < expected && quiet_since.elapsed() < Duration::from_secs(2) {
+            thread::sleep(Duration::from_millis(100));
+            let now = self.delivered()?;
+            if now != last {
+                (last, quiet_since) = (now, Instant::now());
+            }
+        }
+        Ok(last)
+    }
+
+    fn memory_kib(&self) -> Result<(u64, u64)> {
+        let pid = self.child.as_ref().context("no tracer process")?.id();
+        let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+                .with_context(|| format!("no {name} in /proc/{pid}/status"))
+        };
+        Ok((field("VmRSS:")?, field("VmHWM:")?))
+    }
+
+    fn stop(mut self) -> Result<()> {
+        if matches!(self.tool, Tool::FtraceFunction | Tool::FtraceGraph) {
+            ftrace_write("tracing_on", "0")?;
+            ftrace_write("current_tracer", "nop")?;
+            ftrace_write("set_ftrace_filter", "")?;
+        }
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while child.try_wait()?.is_none() {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = fs::remove_file(&self.output);
+        Ok(())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The kprobe floor: empty programs on the functions both benchmarked paths hit.
+const FLOOR_SCRIPT: &str = "BEGIN { printf(\"ready\\n\"); }
+kprobe:kfd_ioctl_create_queue {} kretprobe:kfd_ioctl_create_queue {}
+kprobe:kfd_ioctl_set_debug_trap {} kretprobe:kfd_ioctl_set_debug_trap {}
+kprobe:suspend_queues {} kretprobe:suspend_queues {}
+kprobe:resume_queues {} kretprobe:resume_queues {}
+";
+
+fn ftrace_write(file: &str, value: &str) -> Result<()> {
+    let path = Path::new(TRACEFS).join(file);
+    fs::write(&path, value).with_context(|| format!("writing {value:?} to {}", path.display()))
+}
+
+fn json_of(cmd: &mut Command) -> Result<Value> {
+    let out = cmd.stderr(Stdio::inherit()).output().with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    if !out.status.success() {
+        bail!("{:?} failed ({})", cmd.get_program(), out.status);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or_default())
+        .with_context(|| format!("{:?} printed no JSON: {text}", cmd.get_program()))
+}
+
+// ---- rows 5-6: the KFD emulator ----
+
+fn emulator(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut Vec<String>) -> Result<()> {
+    let bin = &args.bin;
+    let mut workload = Command::new(bin.join("emu-workload"))
+        .args(["run", "--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting emu-workload")?;
+    let mut hello = String::new();
+    BufReader::new(workload.stdout.as_mut().context("emu-workload stdout")?).read_line(&mut hello)?;
+    let hello: Value = serde_json::from_str(&hello).context("emu-workload hello")?;
+    let pid = hello["pid"].as_u64().context("emu-workload pid")?.to_string();
+    let result = emulator_rows(args, sizes, samples, notes, &pid);
+    drop(workload.stdin.take());
+    let _ = workload.wait();
+    set_emu_param("preempt_delay_us", 5_000)?;
+    result
+}
+
+fn emulator_rows(
+    args: &GuestArgs,
+    sizes: &Sizes,
+    samples: &mut Samples,
+    notes: &mut Vec<String>,
+    pid: &str,
+) -> Result<()> {
+    // Row 5: the emulated CWSR delay is irrelevant to the userspace cost; keep cycles short.
+    set_emu_param("preempt_delay_us", 100)?;
+    notes.push("controller row: emulator preempt_delay_us = 100, hold 0 ms, gap 0 ms, 2 queues".into());
+    let cycles = sizes.controller_cycles.to_string();
+    for _ in 0..sizes.controller_runs {
+        // The C baseline.
+        let out = Command::new(&args.dbg_pair).args([pid, cycles.as_str(), "0"]).stderr(Stdio::inherit()).output()?;
+        if !out.status.success() {
+            bail!("dbg-pair failed ({})", out.status);
+        }
+        let rows: Vec<[f64; 4]> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let v: Vec<f64> = l.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+                (v.len() == 4).then(|| [v[0], v[1], v[2], v[3]])
+            })
+            .collect();
+        // Per cycle: suspend return to the next suspend return, less the resume and next suspend ioctls.
+        let overhead: Vec<f64> = rows
+            .windows(2)
+            .map(|w| (w[1][1] - w[0][1]) - (w[0][3] - w[0][2]) - (w[1][1] - w[1][0]))
+            .map(|ns| ns / 1e3)
+            .collect();
+        add_percentiles(samples, "controller", Tool::CPair, &overhead);
+        for (tool, extra) in [(Tool::GpreemptNoTrace, Some("--no-trace")), (Tool::Gpreempt, None)] {
+            let json = Path::new(SCRATCH).join("preempt.json");
+            let doc = preempt(&args.bin, pid, &cycles, "0", "0", extra, &json)?;
+            let its = doc["iterations"].as_array().context("no iterations")?;
+            let f = |it: &Value, k: &str| it[k].as_f64().unwrap_or(0.0);
+            let overhead: Vec<f64> = its
+                .windows(2)
+                .map(|w| {
+                    (f(&w[1], "suspended_at_ns") - f(&w[0], "suspended_at_ns")) / 1e3
+                        - f(&w[0], "resume_us")
+                        - f(&w[1], "suspend_us")
+                })
+                .collect();
+            add_percentiles(samples, "controller", tool, &overhead);
+        }
+    }
+    // Row 6: end-to-end suspend latency and the tracer's fence-wait span vs the emulated delay.
+    for &delay in sizes.fence_delays_us {
+        set_emu_param("preempt_delay_us", delay)?;
+        let json = Path::new(SCRATCH).join("fence.json");
+        let n = sizes.fence_iterations.to_string();
+        let doc = preempt(&args.bin, pid, &n, "2", "2", None, &json)?;
+        let its = doc["iterations"].as_array().context("no iterations")?;
+        let suspend: Vec<f64> = its.iter().filter_map(|it| it["suspend_us"].as_f64()).collect();
+        let fence: Vec<f64> = its.iter().filter_map(|it| it["kernel"]["suspend"]["fence_wait_us"].as_f64()).collect();
+        let case = format!("delay {} us", delay);
+        for (name, values) in [("suspend ioctl", &suspend), ("fence-wait span", &fence)] {
+            let mut v = values.clone();
+            v.sort_by(f64::total_cmp);
+            for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
+                let value = percentile(&v, q);
+                samples.add("emulated", &format!("{case}: {name} {label}"), Tool::Gpreempt, value, "us");
+            }
+        }
+        samples.add("emulated", &format!("{case}: emulated CWSR delay"), Tool::Emulator, f64::from(delay), "us");
+    }
+    Ok(())
+}
+
+fn preempt(
+    bin: &Path,
+    pid: &str,
+    iterations: &str,
+    hold: &str,
+    gap: &str,
+    extra: Option<&str>,
+    json: &Path,
+) -> Result<Value> {
+    let mut cmd = Command::new(bin.join("gpreempt"));
+    cmd.args(["preempt", "--offline", pid, "--iterations", iterations, "--hold-ms", hold, "--gap-ms", gap, "--quiet"])
+        .arg("--json")
+        .arg(json)
+        .args(extra)
+        .stdout(Stdio::null());
+    let status = cmd.status().context("starting gpreempt preempt")?;
+    if !status.success() {
+        bail!("gpreempt preempt failed ({status})");
+    }
+    serde_json::from_slice(&fs::read(json)?).context("gpreempt preempt --json")
+}
+
+fn add_percentiles(samples: &mut Samples, row: &str, tool: Tool, values: &[f64]) {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    samples.add(row, "userspace per cycle p50", tool, percentile(&v, 0.5), "us");
+    samples.add(row, "userspace per cycle p99", tool, percentile(&v, 0.99), "us");
+}
+
+/// Nearest-rank percentile of sorted values (0 when empty).
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn set_emu_param(name: &str, value: u32) -> Result<()> {
+    let path = Path::new(EMU_PARAMS).join(name);
+    fs::write(&path, value.to_string()).with_context(|| format!("writing {}", path.display()))
+}

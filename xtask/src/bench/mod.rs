@@ -1,0 +1,154 @@
+//! `cargo xtask bench`: gpreempt against bpftrace, ftrace and a minimal C program, in one run,
+//! inside VMs (real amdgpu; the KFD emulator where queues must exist), written to BENCHMARKS.md
+//! and BENCHMARKS.json at the workspace root.
+//!
+//! The host builds everything (release), boots one VM per scenario and runs `xtask bench-guest`
+//! there (`guest.rs`), then groups the samples and writes the tables (`report.rs`).
+
+pub mod guest;
+mod report;
+
+use std::{fs, path::PathBuf, process::Command, time::Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde_json::{Value, json};
+
+use crate::{
+    kmod, setup,
+    util::{self, cargo, target_dir, workspace_root},
+    vm::{self, Kernel},
+};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Fewer repetitions and smaller loops, 6.12 only: finishes in under 5 minutes once built.
+    #[arg(long)]
+    pub quick: bool,
+    /// Kernels for the real-driver rows (repeatable); default 6.1 and 6.12 (`--quick`: 6.12).
+    #[arg(long, value_enum)]
+    pub kernel: Vec<Kernel>,
+    /// Skip `cargo xtask setup`.
+    #[arg(long)]
+    pub no_setup: bool,
+    /// Only the userspace criterion benchmark (no VM).
+    #[arg(long)]
+    pub no_vm: bool,
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let started = Instant::now();
+    if !args.no_setup {
+        setup::run()?;
+    }
+    let kernels = match (args.kernel.is_empty(), args.quick) {
+        (false, _) => args.kernel.clone(),
+        (true, true) => vec![Kernel::V6_12],
+        (true, false) => Kernel::MATRIX.to_vec(),
+    };
+    eprintln!("xtask bench: building release binaries");
+    util::run(cargo().args(["build", "--release", "--package", "gpreempt", "--package", "gpreempt-tests", "--bins"]))?;
+    let bench_dir = target_dir().join("bench");
+    fs::create_dir_all(&bench_dir)?;
+    let dbg_pair = bench_dir.join("dbg-pair");
+    util::run(
+        Command::new("gcc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&dbg_pair)
+            .arg(workspace_root().join("xtask/bench/dbg_pair.c")),
+    )?;
+
+    let criterion = criterion(args.quick)?;
+    let mut runs = Vec::new();
+    if !args.no_vm {
+        let release = target_dir().join("release");
+        let xtask = std::env::current_exe().context("locating the xtask binary")?;
+        let mut scenarios: Vec<(Kernel, guest::Scenario)> =
+            kernels.iter().map(|&k| (k, guest::Scenario::Amdgpu)).collect();
+        // The emulator runs on the newest kernel of the selection (its module builds for both).
+        let newest = if kernels.contains(&Kernel::V6_12) || kernels.is_empty() { Kernel::V6_12 } else { kernels[0] };
+        scenarios.push((newest, guest::Scenario::Emulator));
+        for (kernel, scenario) in scenarios {
+            let out = vm::out_dir(kernel).join("bench.json");
+            let mut command = vec![
+                xtask.display().to_string(),
+                "bench-guest".into(),
+                "--scenario".into(),
+                format!("{scenario:?}").to_lowercase(),
+                "--bin".into(),
+                release.display().to_string(),
+                "--dbg-pair".into(),
+                dbg_pair.display().to_string(),
+                "--out".into(),
+                out.display().to_string(),
+            ];
+            if args.quick {
+                command.push("--quick".into());
+            }
+            let status = vm::run(&vm::VmArgs {
+                kernel,
+                timeout: 3600,
+                memory: "2G".into(),
+                no_amdgpu: false,
+                module: (scenario == guest::Scenario::Emulator).then_some(kmod::Module::KfdEmu),
+                command,
+            })?;
+            if status != 0 {
+                bail!("the {} {scenario:?} benchmark failed in the VM (status {status})", kernel.name());
+            }
+            let text = fs::read(&out).with_context(|| format!("the VM wrote no {}", out.display()))?;
+            let doc: Value = serde_json::from_slice(&text)?;
+            fs::write(bench_dir.join(format!("{}-{scenario:?}.json", kernel.name()).to_lowercase()), &text)?;
+            runs.push(doc);
+        }
+    }
+    let commit = util::output(Command::new("git").args(["rev-parse", "--short", "HEAD"])).unwrap_or_default();
+    let results = json!({
+        "command": if args.quick { "cargo xtask bench --quick" } else { "cargo xtask bench" },
+        "commit": commit.trim(),
+        "date": util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).unwrap_or_default().trim(),
+        "host_cpus": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "seconds": started.elapsed().as_secs_f64(),
+        "criterion": criterion,
+        "runs": runs,
+    });
+    let root = workspace_root();
+    fs::write(root.join("BENCHMARKS.json"), serde_json::to_vec_pretty(&results)?)?;
+    fs::write(root.join("BENCHMARKS.md"), report::markdown(&results))?;
+    eprintln!(
+        "xtask bench: wrote BENCHMARKS.md and BENCHMARKS.json in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Row 2's userspace half: `cargo bench --bench pipeline`, read back from criterion's estimates.
+fn criterion(quick: bool) -> Result<Value> {
+    let mut cmd = cargo();
+    cmd.args(["bench", "--package", "gpreempt", "--bench", "pipeline", "--", "--noplot"]);
+    if quick {
+        cmd.args(["--warm-up-time", "1", "--measurement-time", "3"]);
+    }
+    util::run(&mut cmd)?;
+    let mut out = Vec::new();
+    for id in ["decode+map", "decode+map+jsonl"] {
+        let dir: PathBuf = target_dir().join("criterion/pipeline").join(id).join("new");
+        let read = |name: &str| -> Result<Value> {
+            let path = dir.join(name);
+            Ok(serde_json::from_slice(&fs::read(&path).with_context(|| format!("reading {}", path.display()))?)?)
+        };
+        let (estimates, benchmark) = (read("estimates.json")?, read("benchmark.json")?);
+        let elements = benchmark["throughput"]["Elements"].as_f64().context("no element throughput")?;
+        let ns = |k: &str, f: &str| estimates[k][f].as_f64().unwrap_or(0.0);
+        let per_second = |t: f64| if t > 0.0 { elements * 1e9 / t } else { 0.0 };
+        out.push(json!({
+            "id": id,
+            "records_per_iteration": elements,
+            "events_per_second": per_second(ns("median", "point_estimate")),
+            // The slower end of criterion's 95% interval for the median.
+            "events_per_second_low": per_second(estimates["median"]["confidence_interval"]["upper_bound"].as_f64().unwrap_or(0.0)),
+            "ns_per_event": ns("median", "point_estimate") / elements,
+        }));
+    }
+    Ok(Value::Array(out))
+}
