@@ -40,6 +40,13 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     // eBPF-side warnings (aya-log) go to our logger; without the log map nothing is lost.
     let _ebpf_log = aya_log::EbpfLogger::init(&mut attached.ebpf).ok();
     let mut stream = EventStream::new(&mut attached)?;
+    // Loading parsed vmlinux and module BTF (tens of MiB, freed again once the programs are
+    // loaded); give those pages back rather than keep them resident for the whole trace.
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions; it only returns free heap pages to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 
     let clock = WallClock::now();
     let stdout = io::stdout();

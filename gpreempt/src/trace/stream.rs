@@ -42,11 +42,21 @@ impl Losses {
     }
 }
 
+/// How long the reader leaves the ring buffer alone after a batch. The kernel wakes the reader
+/// only for a record written while it is caught up (`bpf_ringbuf_commit()`, kernel/bpf/ringbuf.c,
+/// 6.1-6.12: wakeup iff the consumer position equals the record's), so while we pause the first
+/// record costs one wakeup and the rest of the window's records none: one wakeup, one read pass
+/// and one write(2) per window instead of per event. 2 ms is invisible on a console and holds
+/// ~30k records of slack at 15M events/s in the 4 MiB ring.
+pub const BATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// The event stream of an attached tracer.
 pub struct EventStream {
     ring: AsyncFd<RingBuf<MapData>>,
     counters: PerCpuArray<MapData, u64>,
     decode_errors: u64,
+    /// No read before this (the end of the last batch plus [`BATCH_WINDOW`]).
+    quiet_until: Option<tokio::time::Instant>,
 }
 
 impl EventStream {
@@ -60,14 +70,19 @@ impl EventStream {
         // SAFETY: the ring buffer map owns its fd for as long as the AsyncFd owns the map.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(std::io::Error::from)?;
-        Ok(Self { ring, counters, decode_errors: 0 })
+        Ok(Self { ring, counters, decode_errors: 0, quiet_until: None })
     }
 
-    /// Wait until records are available, then hand every available event to `sink`.
+    /// Wait until records are available (and the batch window since the last batch has passed),
+    /// then hand every available event to `sink`. Cancel-safe: dropping the future loses nothing.
     pub async fn next_batch(&mut self, mut sink: impl FnMut(Event)) -> Result<usize, StreamError> {
+        if let Some(at) = self.quiet_until {
+            tokio::time::sleep_until(at).await;
+        }
         let mut guard = self.ring.readable_mut().await?;
         let n = drain(guard.get_inner_mut(), &mut self.decode_errors, &mut sink);
         guard.clear_ready();
+        self.quiet_until = Some(tokio::time::Instant::now() + BATCH_WINDOW);
         Ok(n)
     }
 

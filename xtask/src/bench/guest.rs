@@ -202,16 +202,25 @@ fn amdgpu(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut Ve
                 samples.add("startup", "all probes attached", tool, ms, "ms");
             }
             for _ in 0..sizes.loops {
+                let cpu = s.cpu_ns();
                 let ns = create_loop(bin, sizes.create_ioctls)?;
                 samples.add("ioctl", "create_queue", tool, ns, "ns/ioctl");
+                // The tool's own CPU time (all its threads; ftrace's is the copying `cat`).
+                if matches!(tool, Tool::Gpreempt | Tool::Bpftrace) {
+                    // Until every event of the loop is out, so its processing is counted.
+                    s.settle(s.counted + u64::from(sizes.create_ioctls))?;
+                }
+                if let (Some(a), Some(b)) = (cpu, s.cpu_ns()) {
+                    samples.add("tool_cpu", "create_queue", tool, (b - a) / f64::from(sizes.create_ioctls), "ns/ioctl");
+                }
                 if debug_trap {
                     let ns = debug_loop(bin, sizes.debug_cycles)?;
                     samples.add("ioctl", "debug_trap", tool, ns, "ns/ioctl");
                 }
             }
             if session + 1 == sizes.sessions && matches!(tool, Tool::Gpreempt | Tool::Bpftrace) {
-                delivery(&mut s, bin, sizes, samples, notes)?;
-                memory(&mut s, bin, sizes, samples)?;
+                let rate = delivery(&mut s, bin, sizes, samples, notes)?;
+                memory(&mut s, bin, sizes, rate, samples)?;
             }
             s.stop()?;
         }
@@ -249,10 +258,10 @@ fn debug_loop(bin: &Path, cycles: u32) -> Result<f64> {
 
 /// Row 2: the highest paced event rate delivered with zero loss, then the loss at twice it.
 /// Two generator processes (one per vCPU) share the rate; the tracer competes with them for CPU.
-fn delivery(s: &mut Session, bin: &Path, sizes: &Sizes, samples: &mut Samples, notes: &mut Vec<String>) -> Result<()> {
+fn delivery(s: &mut Session, bin: &Path, sizes: &Sizes, samples: &mut Samples, notes: &mut Vec<String>) -> Result<f64> {
     let mut rate = 4_000u32;
-    let mut best: Option<u32> = None;
-    let mut ceiling = None;
+    let mut best = 0.0f64;
+    let mut generator_bound = false;
     for _ in 0..8 {
         let step = paced(s, bin, rate, sizes.rate_step)?;
         eprintln!(
@@ -262,30 +271,29 @@ fn delivery(s: &mut Session, bin: &Path, sizes: &Sizes, samples: &mut Samples, n
             step.delivered,
             step.issued
         );
-        if step.achieved < 0.9 * f64::from(rate) {
-            ceiling = Some(step.achieved);
-            break;
-        }
         if step.delivered < step.issued {
             break;
         }
-        best = Some(rate);
+        best = best.max(step.achieved);
+        if step.achieved < 0.9 * f64::from(rate) {
+            generator_bound = true;
+            break;
+        }
         rate *= 2;
     }
-    let best = best.unwrap_or(0);
-    samples.add("delivery", "zero-loss rate", s.tool, f64::from(best), "events/s");
-    if let Some(c) = ceiling {
+    samples.add("delivery", "zero-loss rate", s.tool, best, "events/s");
+    if generator_bound {
         notes.push(format!(
-            "{}: the two generators peaked at {c:.0} ioctls/s under this tracer with every event delivered; \
-             the zero-loss rate is bounded by the generator, not the tracer",
+            "{}: the two generators peaked at {best:.0} ioctls/s under this tool with every event delivered, \
+             so its zero-loss rate is bounded by the generator, not by the tool",
             s.tool.name()
         ));
     }
-    let double = paced(s, bin, (2 * best).max(4_000), sizes.rate_step)?;
+    let double = paced(s, bin, (2.0 * best) as u32, sizes.rate_step)?;
     let lost = double.issued.saturating_sub(double.delivered);
     samples.add("delivery", "loss at 2x that rate", s.tool, lost as f64, "events");
     samples.add("delivery", "2x rate achieved", s.tool, double.achieved, "events/s");
-    Ok(())
+    Ok(best)
 }
 
 struct Step {
@@ -298,42 +306,42 @@ fn paced(s: &mut Session, bin: &Path, rate: u32, length: Duration) -> Result<Ste
     let per_generator = rate / 2;
     let count = (u64::from(per_generator) * length.as_millis() as u64 / 1000) as u32;
     let before = s.delivered()?;
-    let started = Instant::now();
-    let generators: Vec<Child> = (0..2)
-        .map(|_| {
-            Command::new(bin.join("kfd-client"))
-                .args(["--count", &count.to_string(), "--rate", &per_generator.to_string()])
-                .args(["create", "--gpu-id", NO_SUCH_GPU])
-                .stdout(Stdio::null())
-                .spawn()
-                .context("starting kfd-client")
-        })
-        .collect::<Result<_>>()?;
-    for mut g in generators {
-        g.wait()?;
-    }
-    let elapsed = started.elapsed().as_secs_f64();
+    let reports = generators(bin, count, Some(per_generator))?;
+    // The pace the loops kept (their own clocks: process start-up is not part of it).
+    let slowest = reports.iter().filter_map(|r| r["elapsed_ns"].as_f64()).fold(0.0, f64::max);
     let issued = 2 * u64::from(count);
     let delivered = s.settle(before + issued)? - before;
-    Ok(Step { issued, delivered, achieved: issued as f64 / elapsed })
+    Ok(Step { issued, delivered, achieved: if slowest > 0.0 { issued as f64 * 1e9 / slowest } else { 0.0 } })
 }
 
-/// Row 4: resident memory after `memory_events` events (two unpaced generators).
-fn memory(s: &mut Session, bin: &Path, sizes: &Sizes, samples: &mut Samples) -> Result<()> {
-    let before = s.delivered()?;
-    let per = sizes.memory_events / 2;
-    let generators: Vec<Child> = (0..2)
+/// Two `kfd-client` CREATE_QUEUE loops at once (one per vCPU), `count` each; their reports.
+fn generators(bin: &Path, count: u32, rate: Option<u32>) -> Result<Vec<Value>> {
+    let children: Vec<Child> = (0..2)
         .map(|_| {
-            Command::new(bin.join("kfd-client"))
-                .args(["--count", &per.to_string(), "create", "--gpu-id", NO_SUCH_GPU])
-                .stdout(Stdio::null())
-                .spawn()
-                .context("starting kfd-client")
+            let mut cmd = Command::new(bin.join("kfd-client"));
+            cmd.args(["--count", &count.to_string()]);
+            if let Some(rate) = rate {
+                cmd.args(["--rate", &rate.to_string()]);
+            }
+            cmd.args(["create", "--gpu-id", NO_SUCH_GPU]).stdout(Stdio::piped()).spawn().context("starting kfd-client")
         })
         .collect::<Result<_>>()?;
-    for mut g in generators {
-        g.wait()?;
-    }
+    children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            serde_json::from_str(text.trim()).with_context(|| format!("kfd-client printed {text:?}"))
+        })
+        .collect()
+}
+
+/// Row 4: resident memory after `memory_events` events, paced at the zero-loss rate of row 2
+/// so that every one of them reaches the tool.
+fn memory(s: &mut Session, bin: &Path, sizes: &Sizes, rate: f64, samples: &mut Samples) -> Result<()> {
+    let before = s.delivered()?;
+    let per = sizes.memory_events / 2;
+    generators(bin, per, Some(((rate / 2.0) as u32).max(1_000)))?;
     let delivered = s.settle(before + 2 * u64::from(per))? - before;
     let (rss, hwm) = s.memory_kib()?;
     samples.add("memory", "events delivered", s.tool, delivered as f64, "events");
@@ -389,8 +397,10 @@ impl Session {
                     fs::write(&floor, FLOOR_SCRIPT)?;
                     floor
                 };
+                // -B line: each event line reaches the file as it happens, as gpreempt's do
+                // (bpftrace buffers a file fully otherwise, and "ready" would not show).
                 let mut child = Command::new("bpftrace")
-                    .arg("-o")
+                    .args(["-B", "line", "-o"])
                     .arg(&output)
                     .arg(&script)
                     .stdout(Stdio::null())
@@ -459,6 +469,18 @@ impl Session {
             }
         }
         Ok(last)
+    }
+
+    /// User + system CPU time of the tool's process so far (all threads), ns.
+    fn cpu_ns(&self) -> Option<f64> {
+        let pid = self.child.as_ref()?.id();
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the parenthesised comm: state is the 1st, utime the 12th, stime the 13th.
+        let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+        let ticks = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        Some(ticks * 1e9 / hz)
     }
 
     fn memory_kib(&self) -> Result<(u64, u64)> {

@@ -173,6 +173,14 @@ pub fn markdown(results: &Value) -> String {
         );
     }
     md.push('\n');
+    md.push_str(
+        "The tools' own CPU time per CREATE_QUEUE ioctl in the same loops (user + system time of the \
+         tool's process from /proc/PID/stat, all threads, measured until every event of the loop was in \
+         its output; for ftrace, the `cat` copying `trace_pipe`). Under emulation the tool competes \
+         with the loop for the two vCPUs, so this is part of the cost above.\n\n",
+    );
+    let g1cpu = groups(results, "amdgpu", "tool_cpu");
+    table(&mut md, &g1cpu, "bpftrace", false, |g| format!("{} × {}", g.values.len(), size("amdgpu", "create_ioctls")));
 
     // ---- row 2 ----
     md.push_str("## 2. Event delivery\n\n");
@@ -280,3 +288,62 @@ Online P99 vs standalone and offline throughput retained: run the online service
 generator twice — alone, then while `gpreempt preempt --offline <OFFLINE_PID> --hold-ms H --gap-ms G \
 --iterations N` runs — and compare its P99; read the offline job's throughput (samples/s) in both \
 runs.\n";
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn sample(row: &str, case: &str, tool: &str, value: f64) -> Value {
+        json!({"row": row, "case": case, "tool": tool, "value": value, "unit": "ns/ioctl"})
+    }
+
+    fn results() -> Value {
+        json!({
+            "command": "cargo xtask bench --quick", "commit": "abc1234", "date": "2026-11-21", "seconds": 250.0,
+            "host_cpus": 2,
+            "criterion": [{"id": "decode+map", "events_per_second": 2.5e6, "ns_per_event": 400.0}],
+            "runs": [{
+                "scenario": "amdgpu", "kernel": "6.12.117+deb12-amd64",
+                "sizes": {"create_ioctls": 10000, "debug_ioctls": 4000},
+                "notes": [],
+                "samples": [
+                    sample("ioctl", "create_queue", "untraced", 1000.0),
+                    sample("ioctl", "create_queue", "untraced", 1200.0),
+                    sample("ioctl", "create_queue", "untraced", 1100.0),
+                    sample("ioctl", "create_queue", "gpreempt", 1500.0),
+                    sample("ioctl", "create_queue", "gpreempt", 1700.0),
+                    sample("ioctl", "create_queue", "bpftrace", 2100.0),
+                    sample("ioctl", "create_queue", "kprobe-floor", 1400.0),
+                    sample("ioctl", "create_queue", "ftrace-function", 5100.0),
+                ],
+            }],
+        })
+    }
+
+    #[test]
+    fn medians_ranges_and_ratios_come_from_the_samples() {
+        let r = results();
+        let g = groups(&r, "amdgpu", "ioctl");
+        assert_eq!(g.len(), 5);
+        let untraced = find(&g, "6.12.117+deb12-amd64", "create_queue", "untraced").unwrap();
+        assert_eq!((untraced.median(), untraced.min(), untraced.max()), (1100.0, 1000.0, 1200.0));
+        // An even count takes the mean of the middle two.
+        assert_eq!(find(&g, "6.12.117+deb12-amd64", "create_queue", "gpreempt").unwrap().median(), 1600.0);
+    }
+
+    #[test]
+    fn the_ioctl_table_shows_the_added_cost_and_the_floor_verdict() {
+        let md = markdown(&results());
+        assert!(md.contains("| 6.12.117+deb12-amd64 | create_queue | gpreempt | 2 × 10000 | 1600 ns/ioctl | 1500 – 1700 | 500 | 1.45× |"), "{md}");
+        assert!(md.contains("| 6.12.117+deb12-amd64 | create_queue | untraced | 3 × 10000 | 1100 ns/ioctl | 1000 – 1200 | 0 | 1.00× |"), "{md}");
+        assert!(md.contains(
+            "- 6.12.117+deb12-amd64 create_queue: gpreempt adds 500 ns per ioctl, bpftrace 1000 ns, ftrace `function` 4000 ns; \
+             the empty kprobe + kretprobe pair alone costs 300 ns, so gpreempt's own work (stash, read, ring-buffer record) \
+             is 200 ns above that floor and below bpftrace's."
+        ), "{md}");
+        assert!(md.contains("| decode+map | 2500000 | 400 |"), "{md}");
+        assert!(md.contains("at commit `abc1234`"));
+    }
+}
