@@ -7,6 +7,7 @@
 
 mod calls;
 mod debug;
+mod floor;
 mod maps;
 mod queue;
 

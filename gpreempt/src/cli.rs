@@ -264,6 +264,11 @@ pub struct TraceArgs {
     #[arg(long, value_name = "DIR", default_value = "/sys/kernel/btf", hide = true)]
     pub btf_dir: PathBuf,
 
+    /// Attach empty programs to the benchmarked functions instead, and nothing else: the kprobe
+    /// + kretprobe floor for `cargo xtask bench`.
+    #[arg(long, hide = true)]
+    pub empty_probes: bool,
+
     /// Run this command and trace only it and its children (`gpreempt trace [opts] -- CMD ARGS`);
     /// the trace ends when it exits.
     #[arg(last = true, value_name = "CMD")]

@@ -36,6 +36,16 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let mut sigusr1 = signal(SignalKind::user_defined1()).context("installing the SIGUSR1 handler")?;
+    if args.empty_probes {
+        let floor = loader::attach(probes::FLOOR, None, &args.btf_dir)?;
+        eprintln!("gpreempt: attached {} empty probes (the kprobe floor); Ctrl-C to stop", floor.attached_count());
+        tokio::select! {
+            _ = sigint.recv() => {}
+            _ = sigterm.recv() => {}
+            _ = sighup.recv() => {}
+        }
+        return Ok(());
+    }
     let mut attached = loader::attach(probes::PROBES, None, &args.btf_dir)?;
     // eBPF-side warnings (aya-log) go to our logger; without the log map nothing is lost.
     let _ebpf_log = aya_log::EbpfLogger::init(&mut attached.ebpf).ok();

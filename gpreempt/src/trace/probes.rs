@@ -323,6 +323,19 @@ pub const PROBES: &[ProbeSpec] = &[
     ),
 ];
 
+/// `gpreempt trace --empty-probes` (hidden, for `cargo xtask bench`): empty programs on the
+/// functions of the two benchmarked ioctl paths, to measure the kprobe + kretprobe floor.
+pub const FLOOR: &[ProbeSpec] = &[
+    row("floor_create_queue_entry", "kfd_ioctl_create_queue", K, true, None, "nothing (floor)"),
+    row("floor_create_queue_return", "kfd_ioctl_create_queue", R, true, None, "nothing (floor)"),
+    row("floor_debug_trap_entry", "kfd_ioctl_set_debug_trap", K, false, DBG, "nothing (floor)"),
+    row("floor_debug_trap_return", "kfd_ioctl_set_debug_trap", R, false, DBG, "nothing (floor)"),
+    row("floor_suspend_queues_entry", "suspend_queues", K, false, DBG, "nothing (floor)"),
+    row("floor_suspend_queues_return", "suspend_queues", R, false, DBG, "nothing (floor)"),
+    row("floor_resume_queues_entry", "resume_queues", K, false, DBG, "nothing (floor)"),
+    row("floor_resume_queues_return", "resume_queues", R, false, DBG, "nothing (floor)"),
+];
+
 /// A probe resolved against the running kernel.
 #[derive(Clone, Debug, Serialize)]
 pub struct ResolvedProbe {

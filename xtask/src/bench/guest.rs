@@ -71,11 +71,11 @@ impl Sizes {
         if quick {
             Sizes {
                 sessions: 1,
-                loops: 3,
+                loops: 2,
                 create_ioctls: 10_000,
                 debug_cycles: 2_000,
                 extra_starts: 0,
-                rate_step: Duration::from_secs(2),
+                rate_step: Duration::from_secs(1),
                 memory_events: 100_000,
                 controller_runs: 2,
                 controller_cycles: 300,
@@ -115,7 +115,8 @@ enum Tool {
     Untraced,
     Gpreempt,
     Bpftrace,
-    /// Empty bpftrace programs on the same functions: the kprobe + kretprobe floor.
+    /// Empty programs on the same functions (`gpreempt trace --empty-probes`): the kprobe +
+    /// kretprobe floor.
     KprobeFloor,
     FtraceFunction,
     FtraceGraph,
@@ -365,12 +366,17 @@ impl Session {
     fn start(tool: Tool, bin: &Path) -> Result<Session> {
         let output = Path::new(SCRATCH).join(format!("{}.out", tool.name()));
         let _ = fs::remove_file(&output);
+        eprintln!("bench: starting {}", tool.name());
         let started = Instant::now();
         let child = match tool {
-            Tool::Gpreempt => {
-                let mut child = Command::new(bin.join("gpreempt"))
-                    .args(["trace", "--json", "--summary-json"])
-                    .arg(Path::new(SCRATCH).join("gpreempt-summary.json"))
+            Tool::Gpreempt | Tool::KprobeFloor => {
+                let mut cmd = Command::new(bin.join("gpreempt"));
+                if tool == Tool::Gpreempt {
+                    cmd.args(["trace", "--json", "--summary-json"]).arg(Path::new(SCRATCH).join("gpreempt-summary.json"));
+                } else {
+                    cmd.args(["trace", "--empty-probes"]);
+                }
+                let mut child = cmd
                     .stdout(fs::File::create(&output)?)
                     .stderr(Stdio::piped())
                     .spawn()
@@ -389,14 +395,8 @@ impl Session {
                 thread::spawn(move || for _ in lines {});
                 Some(child)
             }
-            Tool::Bpftrace | Tool::KprobeFloor => {
-                let script = if tool == Tool::Bpftrace {
-                    crate::util::workspace_root().join("xtask/bench/kfd.bt")
-                } else {
-                    let floor = Path::new(SCRATCH).join("floor.bt");
-                    fs::write(&floor, FLOOR_SCRIPT)?;
-                    floor
-                };
+            Tool::Bpftrace => {
+                let script = crate::util::workspace_root().join("xtask/bench/kfd.bt");
                 // -B line: each event line reaches the file as it happens, as gpreempt's do
                 // (bpftrace buffers a file fully otherwise, and "ready" would not show).
                 let mut child = Command::new("bpftrace")
@@ -498,6 +498,7 @@ impl Session {
     }
 
     fn stop(mut self) -> Result<()> {
+        eprintln!("bench: stopping {}", self.tool.name());
         if matches!(self.tool, Tool::FtraceFunction | Tool::FtraceGraph) {
             ftrace_write("tracing_on", "0")?;
             ftrace_write("current_tracer", "nop")?;
@@ -527,14 +528,6 @@ impl Drop for Session {
         }
     }
 }
-
-/// The kprobe floor: empty programs on the functions both benchmarked paths hit.
-const FLOOR_SCRIPT: &str = "BEGIN { printf(\"ready\\n\"); }
-kprobe:kfd_ioctl_create_queue {} kretprobe:kfd_ioctl_create_queue {}
-kprobe:kfd_ioctl_set_debug_trap {} kretprobe:kfd_ioctl_set_debug_trap {}
-kprobe:suspend_queues {} kretprobe:suspend_queues {}
-kprobe:resume_queues {} kretprobe:resume_queues {}
-";
 
 fn ftrace_write(file: &str, value: &str) -> Result<()> {
     let path = Path::new(TRACEFS).join(file);

@@ -142,7 +142,8 @@ pub fn markdown(results: &Value) -> String {
          `gpreempt trace --json > file` (all its probes attached); bpftrace with the same probes and \
          fields (`xtask/bench/kfd.bt`, `-o file`); the proof-of-concept's ftrace `function` and \
          `function_graph` tracers with `set_ftrace_filter` = `:mod:amdgpu`, `trace_pipe` copied to a \
-         file; and the kprobe floor: empty bpftrace programs on the same functions. Each sample is \
+         file; and the kprobe floor: empty eBPF programs on the same functions (`gpreempt trace \
+         --empty-probes`), what any kprobe-based tracer pays before doing anything. Each sample is \
          one loop's ns per ioctl.\n\n",
     );
     let g1 = groups(results, "amdgpu", "ioctl");
