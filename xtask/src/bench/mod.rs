@@ -88,7 +88,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             let status = vm::run(&vm::VmArgs {
                 kernel,
                 timeout: 3600,
-                memory: "2G".into(),
+                memory: "4G".into(),
                 no_amdgpu: false,
                 module: (scenario == guest::Scenario::Emulator).then_some(kmod::Module::KfdEmu),
                 command,

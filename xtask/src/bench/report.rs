@@ -130,7 +130,8 @@ pub fn markdown(results: &Value) -> String {
          SUSPEND/RESUME answer INVALID for each id), or with the KFD emulator module where queues must \
          exist (rows 5-6). Absolute times are many times slower than on real hardware; only the \
          ratios between tools measured in the same run carry over. Tools are interleaved: each gets \
-         its own session (start, measure, stop) in a fixed order, and the order repeats.\n\n",
+         its own session (start, several loops, stop) in a fixed order, with an untraced session \
+         between every two, so the baseline's min – max shows the drift over the run.\n\n",
     );
 
     // ---- row 1 ----
