@@ -407,13 +407,13 @@ impl Session {
             }
             Tool::Bpftrace => {
                 let script = crate::util::workspace_root().join("xtask/bench/kfd.bt");
-                // -B line: each event line reaches the file as it happens, as gpreempt's do
-                // (bpftrace buffers a file fully otherwise, and "ready" would not show).
+                // stdout redirected to the file with -B line: each event line reaches the file as
+                // it happens, as gpreempt's do. (`-o FILE` is fully buffered whatever -B says in
+                // bpftrace 0.17: "ready" only showed at exit.)
                 let mut child = Command::new("bpftrace")
-                    .args(["-B", "line", "-o"])
-                    .arg(&output)
+                    .args(["-B", "line"])
                     .arg(&script)
-                    .stdout(Stdio::null())
+                    .stdout(fs::File::create(&output)?)
                     .stderr(Stdio::null())
                     .spawn()
                     .context("starting bpftrace (run `cargo xtask setup`)")?;

@@ -141,7 +141,7 @@ pub fn markdown(results: &Value) -> String {
          0x1234` (CREATE_QUEUE) and `trace-debugger --cycles N` (DBG_TRAP SUSPEND_QUEUES + \
          RESUME_QUEUES on a forked, ptrace-seized KFD process; KFD ≥ 1.13 only). Tools: \
          `gpreempt trace --json > file` (all its probes attached); bpftrace with the same probes and \
-         fields (`xtask/bench/kfd.bt`, `-o file`); the proof-of-concept's ftrace `function` and \
+         fields (`xtask/bench/kfd.bt`, `-B line > file`); the proof-of-concept's ftrace `function` and \
          `function_graph` tracers with `set_ftrace_filter` = `:mod:amdgpu`, `trace_pipe` copied to a \
          file; and the kprobe floor: empty eBPF programs on the same functions (`gpreempt trace \
          --empty-probes`), what any kprobe-based tracer pays before doing anything. Each sample is \
