@@ -181,6 +181,12 @@ pub fn markdown(results: &Value) -> String {
          its output; for ftrace, the `cat` copying `trace_pipe`). Under emulation the tool competes \
          with the loop for the two vCPUs, so this is part of the cost above.\n\n",
     );
+    md.push_str(
+        "Events that reached the tool's output in those CREATE_QUEUE loops (a tool that loses events \
+         during the loop also does less work in it):\n\n",
+    );
+    let g1d = groups(results, "amdgpu", "ioctl_delivered");
+    table(&mut md, &g1d, "bpftrace", false, |g| format!("{} × {}", g.values.len(), size("amdgpu", "create_ioctls")));
     let g1cpu = groups(results, "amdgpu", "tool_cpu");
     table(&mut md, &g1cpu, "bpftrace", false, |g| format!("{} × {}", g.values.len(), size("amdgpu", "create_ioctls")));
 
