@@ -55,7 +55,11 @@ fn records() -> Vec<Vec<u8>> {
         }
         ts += 1_000;
         let bad = CreateQueueArgs { gpu_id: 0x1234, ring_size: 65536, queue_type: 2, ..Default::default() };
-        out.push(bytes_of(&QueueCreateRecord { header: header(RecordKind::QueueCreate, pid, ts), args: bad, ret: -22 }));
+        out.push(bytes_of(&QueueCreateRecord {
+            header: header(RecordKind::QueueCreate, pid, ts),
+            args: bad,
+            ret: -22,
+        }));
     }
     for pid in 1000..1064u32 {
         for q in 0..8u32 {

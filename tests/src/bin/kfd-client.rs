@@ -148,7 +148,9 @@ fn main() -> Result<()> {
     let elapsed_ns = started.elapsed().as_nanos() as u64;
     let results: BTreeMap<String, u32> = tally
         .into_iter()
-        .map(|(errno, n)| (errno.map_or_else(|| "OK".to_owned(), |e| format!("{:?}", nix::errno::Errno::from_raw(e))), n))
+        .map(|(errno, n)| {
+            (errno.map_or_else(|| "OK".to_owned(), |e| format!("{:?}", nix::errno::Errno::from_raw(e))), n)
+        })
         .collect();
     let report = serde_json::json!({
         "pid": std::process::id(),

@@ -254,9 +254,13 @@ fn amdgpu(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut Ve
 
 /// `count` CREATE_QUEUE ioctls back to back; ns per ioctl.
 fn create_loop(bin: &Path, count: u32) -> Result<f64> {
-    let report = json_of(
-        Command::new(bin.join("kfd-client")).args(["--count", &count.to_string(), "create", "--gpu-id", NO_SUCH_GPU]),
-    )?;
+    let report = json_of(Command::new(bin.join("kfd-client")).args([
+        "--count",
+        &count.to_string(),
+        "create",
+        "--gpu-id",
+        NO_SUCH_GPU,
+    ]))?;
     if report["results"]["EINVAL"].as_u64() != Some(u64::from(count)) {
         bail!("kfd-client: expected {count} EINVAL results, got {}", report["results"]);
     }
@@ -388,7 +392,8 @@ impl Session {
             Tool::Gpreempt | Tool::KprobeFloor => {
                 let mut cmd = Command::new(bin.join("gpreempt"));
                 if tool == Tool::Gpreempt {
-                    cmd.args(["trace", "--json", "--summary-json"]).arg(Path::new(SCRATCH).join("gpreempt-summary.json"));
+                    cmd.args(["trace", "--json", "--summary-json"])
+                        .arg(Path::new(SCRATCH).join("gpreempt-summary.json"));
                 } else {
                     cmd.args(["trace", "--empty-probes"]);
                 }
@@ -454,8 +459,7 @@ impl Session {
             }
             _ => None,
         };
-        let startup_ms =
-            matches!(tool, Tool::Gpreempt | Tool::Bpftrace).then(|| started.elapsed().as_secs_f64() * 1e3);
+        let startup_ms = matches!(tool, Tool::Gpreempt | Tool::Bpftrace).then(|| started.elapsed().as_secs_f64() * 1e3);
         Ok(Session { tool, child, output, read_at: 0, counted: 0, startup_ms })
     }
 

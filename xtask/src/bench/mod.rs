@@ -34,10 +34,22 @@ pub struct BenchArgs {
     /// Only the userspace criterion benchmark (no VM).
     #[arg(long)]
     pub no_vm: bool,
+    /// Rewrite BENCHMARKS.md from BENCHMARKS.json without measuring anything.
+    #[arg(long)]
+    pub report_only: bool,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
     let started = Instant::now();
+    let root = workspace_root();
+    if args.report_only {
+        let path = root.join("BENCHMARKS.json");
+        let text =
+            fs::read(&path).with_context(|| format!("reading {} (run `cargo xtask bench` first)", path.display()))?;
+        fs::write(root.join("BENCHMARKS.md"), report::markdown(&serde_json::from_slice(&text)?))?;
+        eprintln!("xtask bench: rewrote BENCHMARKS.md from BENCHMARKS.json");
+        return Ok(());
+    }
     if !args.no_setup {
         setup::run()?;
     }
@@ -112,13 +124,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         "criterion": criterion,
         "runs": runs,
     });
-    let root = workspace_root();
     fs::write(root.join("BENCHMARKS.json"), serde_json::to_vec_pretty(&results)?)?;
     fs::write(root.join("BENCHMARKS.md"), report::markdown(&results))?;
-    eprintln!(
-        "xtask bench: wrote BENCHMARKS.md and BENCHMARKS.json in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
+    eprintln!("xtask bench: wrote BENCHMARKS.md and BENCHMARKS.json in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }
 
