@@ -40,7 +40,7 @@ fn records() -> Vec<Vec<u8>> {
                 ring_base_address: 0x7f00_0000_0000 + u64::from(q) * 0x10_0000,
                 write_pointer_address: 0x7f10_0000_0000 + u64::from(q) * 0x1000,
                 read_pointer_address: 0x7f10_0000_0008 + u64::from(q) * 0x1000,
-                doorbell_offset: 0x8000_0000_0000 | u64::from(q) * 8,
+                doorbell_offset: 0x8000_0000_0000 | (u64::from(q) * 8),
                 ring_size: 65536,
                 gpu_id: 0xa1b2,
                 queue_type: 2,
