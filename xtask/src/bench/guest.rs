@@ -77,7 +77,7 @@ impl Sizes {
                 debug_cycles: 2_000,
                 extra_starts: 0,
                 rate_step: Duration::from_secs(1),
-                memory_events: 100_000,
+                memory_events: 50_000,
                 controller_runs: 2,
                 controller_cycles: 300,
                 fence_iterations: 100,
@@ -191,9 +191,7 @@ fn amdgpu(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut Ve
     if !debug_trap {
         notes.push("no debug-trap API on this kernel (KFD < 1.13): debug-trap rows skipped".into());
     }
-    // bpftrace first, in the freshly booted guest: started after other tools have attached and
-    // detached kprobes it took 4-7 times longer to attach under emulation (400 s instead of
-    // 60-100 s on 6.12), so this order gives bpftrace its best case.
+    // bpftrace first, in the freshly booted guest (its start-up, 55-65 s here, is the longest).
     // The untraced baseline runs between every two tool sessions, so drift shows in its spread.
     let order = [
         Tool::Untraced,
@@ -243,7 +241,7 @@ fn amdgpu(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut Ve
         }
     }
     for _ in 0..sizes.extra_starts {
-        // gpreempt only: bpftrace's later starts are not comparable (see the order above).
+        // gpreempt only: one bpftrace start takes a minute under emulation.
         let s = Session::start(Tool::Gpreempt, bin)?;
         samples.add("startup", "all probes attached", Tool::Gpreempt, s.startup_ms.unwrap_or(0.0), "ms");
         s.stop()?;

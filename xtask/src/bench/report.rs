@@ -307,9 +307,9 @@ pub fn markdown(results: &Value) -> String {
                 md,
                 "- {k}: gpreempt is attached after {} s, bpftrace after {} s ({} of bpftrace's time). bpftrace \
                  parses every BTF and compiles its script with LLVM at each start; gpreempt loads a \
-                 precompiled object and reads only the struct offsets it needs from BTF. bpftrace was started \
-                 first in a freshly booted guest, its best case (started after other tools had detached \
-                 their kprobes it took several times longer).\n",
+                 precompiled object and reads only the struct offsets it needs from BTF. One bpftrace start \
+                 takes about a minute under emulation, so it is measured once per run; gpreempt's extra \
+                 starts come at the end of the run.\n",
                 num(ours / 1e3),
                 num(bt / 1e3),
                 ratio(ours, bt)
