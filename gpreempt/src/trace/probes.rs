@@ -430,12 +430,12 @@ mod tests {
 
     /// The table against the real kallsyms of both test kernels (captured in the VM; see
     /// `fixtures/`): exactly which functions attach and why the others do not.
-    fn missing(kernel: &str, kfd: KfdVersion) -> (usize, Vec<(String, String)>) {
+    fn missing(table: &[ProbeSpec], kernel: &str, kfd: KfdVersion) -> (usize, Vec<(String, String)>) {
         let text = match kernel {
             "6.1" => include_str!("fixtures/kallsyms-amdgpu-6.1.txt"),
             _ => include_str!("fixtures/kallsyms-amdgpu-6.12.txt"),
         };
-        let resolved = resolve(PROBES, &Kallsyms::parse(text), Some(kfd));
+        let resolved = resolve(table, &Kallsyms::parse(text), Some(kfd));
         let attached = resolved.iter().filter(|p| p.symbol.is_some()).count();
         let mut missing: Vec<(String, String)> = resolved
             .iter()
@@ -448,7 +448,7 @@ mod tests {
 
     #[test]
     fn debian_6_1_attaches_all_but_the_debugger_api_mes12_and_the_inlined_execute() {
-        let (attached, missing) = missing("6.1", KfdVersion { major: 1, minor: 11 });
+        let (attached, missing) = missing(PROBES, "6.1", KfdVersion { major: 1, minor: 11 });
         let names: Vec<&str> = missing.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(
             names,
@@ -480,10 +480,29 @@ mod tests {
 
     #[test]
     fn debian_6_12_attaches_every_probe_including_the_constprop_execute() {
-        let (attached, missing) = missing("6.12", KfdVersion { major: 1, minor: 17 });
+        let (attached, missing) = missing(PROBES, "6.12", KfdVersion { major: 1, minor: 17 });
         assert_eq!(missing, Vec::<(String, String)>::new());
         assert_eq!(attached, PROBES.len());
         let k = Kallsyms::parse(include_str!("fixtures/kallsyms-amdgpu-6.12.txt"));
         assert_eq!(k.resolve("execute_queues_cpsch", Some("amdgpu")).unwrap().name, "execute_queues_cpsch.constprop.0");
+    }
+
+    #[test]
+    fn the_floor_table_attaches_all_eight_on_6_12_and_only_the_create_pair_on_6_1() {
+        assert_eq!(missing(FLOOR, "6.12", KfdVersion { major: 1, minor: 17 }), (8, Vec::new()));
+        let (attached, missing) = missing(FLOOR, "6.1", KfdVersion { major: 1, minor: 11 });
+        assert_eq!(attached, 2);
+        let names: Vec<&str> = missing.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "floor_debug_trap_entry",
+                "floor_debug_trap_return",
+                "floor_resume_queues_entry",
+                "floor_resume_queues_return",
+                "floor_suspend_queues_entry",
+                "floor_suspend_queues_return",
+            ]
+        );
     }
 }
