@@ -644,10 +644,7 @@ fn emulator_rows(
         let fence: Vec<f64> = its.iter().filter_map(|it| it["kernel"]["suspend"]["fence_wait_us"].as_f64()).collect();
         let case = format!("delay {} us", delay);
         for (name, values) in [("suspend ioctl", &suspend), ("fence-wait span", &fence)] {
-            let mut v = values.clone();
-            v.sort_by(f64::total_cmp);
-            for (label, q) in [("p50", 0.5), ("p99", 0.99)] {
-                let value = percentile(&v, q);
+            for (label, value) in p50_p99(values) {
                 samples.add("emulated", &format!("{case}: {name} {label}"), Tool::Gpreempt, value, "us");
             }
         }
@@ -679,10 +676,16 @@ fn preempt(
 }
 
 fn add_percentiles(samples: &mut Samples, row: &str, tool: Tool, values: &[f64]) {
+    for (label, value) in p50_p99(values) {
+        samples.add(row, &format!("userspace per cycle {label}"), tool, value, "us");
+    }
+}
+
+/// The p50 and p99 of `values` (sorted once), labelled.
+fn p50_p99(values: &[f64]) -> [(&'static str, f64); 2] {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
-    samples.add(row, "userspace per cycle p50", tool, percentile(&v, 0.5), "us");
-    samples.add(row, "userspace per cycle p99", tool, percentile(&v, 0.99), "us");
+    [("p50", percentile(&v, 0.5)), ("p99", percentile(&v, 0.99))]
 }
 
 /// Nearest-rank percentile of sorted values (0 when empty).
@@ -697,4 +700,17 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 fn set_emu_param(name: &str, value: u32) -> Result<()> {
     let path = Path::new(EMU_PARAMS).join(name);
     fs::write(&path, value.to_string()).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank_of_the_sorted_values() {
+        let values: Vec<f64> = (1..=200).rev().map(f64::from).collect();
+        assert_eq!(p50_p99(&values), [("p50", 100.0), ("p99", 198.0)]);
+        assert_eq!(p50_p99(&[7.0]), [("p50", 7.0), ("p99", 7.0)]);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
 }
