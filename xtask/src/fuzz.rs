@@ -3,7 +3,7 @@
 //! cargo-fuzz needs nightly (sanitizer flags); it is installed on first use rather than by
 //! `cargo xtask setup`, which stays cheap. The fuzz crate is its own workspace, so the main
 //! workspace never builds it. The eBPF object is not needed (`AYA_BUILD_SKIP=1`). Seed corpora:
-//! the debugfs captures in `../shared/fixtures` and the kallsyms captures in the tracer's fixtures.
+//! the debugfs captures in `fixtures/debugfs-mi308x` and the kallsyms captures in the tracer's fixtures.
 
 use std::{fs, path::PathBuf, process::Command};
 
@@ -33,7 +33,7 @@ fn fuzz_dir() -> PathBuf {
 fn seeds(target: &str) -> Vec<PathBuf> {
     let root = workspace_root();
     let dir = match target {
-        "debugfs" => root.join("../shared/fixtures/debugfs-mi308x"),
+        "debugfs" => root.join("fixtures/debugfs-mi308x"),
         "kallsyms" => root.join("gpreempt/src/trace/fixtures"),
         _ => return Vec::new(),
     };
@@ -128,7 +128,7 @@ mod tests {
             assert!(fuzz_dir().join("fuzz_targets").join(format!("{t}.rs")).is_file(), "{t}");
             assert!(manifest.contains(&format!("name = \"{t}\"")), "{t}");
         }
-        assert!(!seeds("debugfs").is_empty() || !workspace_root().join("../shared").exists());
+        assert_eq!(seeds("debugfs").len(), 5);
         assert_eq!(seeds("kallsyms").len(), 2);
     }
 }

@@ -606,7 +606,7 @@ mod tests {
     use super::*;
 
     fn fixture(name: &str) -> String {
-        let path = format!("{}/../../shared/fixtures/debugfs-mi308x/{name}", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/../fixtures/debugfs-mi308x/{name}", env!("CARGO_MANIFEST_DIR"));
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading fixture {path}: {e}"))
     }
 

@@ -185,7 +185,7 @@ mod tests {
     use crate::kfd::sysfs::{SysfsProcess, SysfsQueue};
 
     fn fixture(name: &str) -> String {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/debugfs-mi308x").join(name);
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/debugfs-mi308x").join(name);
         fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
