@@ -1,7 +1,7 @@
 //! The controller on the real driver: `kfd::Debugger`, `gpreempt preempt` and `gpreempt queues`
 //! against `rt-target`, a process that calls RUNTIME_ENABLE on its own /dev/kfd (no GPU needed).
 //! Without a GPU KFD has no queues, so a suspend of ids 0,1 returns 0 with both ids INVALID
-//! (KFD.md §2.4); queues that really exist are tested on the KFD emulator.
+//! (docs/kfd.md §2.4); queues that really exist are tested on the KFD emulator.
 //!
 //! 6.12.117 has the debug-trap API (KFD 1.17); 6.1 (KFD 1.11) must refuse with a clear error.
 

@@ -1,6 +1,6 @@
 //! `cargo xtask setup`: install what a fresh machine of this kind lacks, idempotently.
 //! One line per step; a step that finds its tool present does nothing (a second run takes
-//! seconds). Facts behind each step: design/TOOLCHAIN.md.
+//! seconds). Facts behind each step: docs/toolchain.md.
 
 use std::{
     fs,

@@ -1,4 +1,4 @@
-//! Parsers for the KFD debugfs files `/sys/kernel/debug/kfd/{mqds,hqds,rls}` (KFD.md §4.2).
+//! Parsers for the KFD debugfs files `/sys/kernel/debug/kfd/{mqds,hqds,rls}` (docs/kfd.md §4.2).
 //!
 //! All three files are line oriented `seq_file` output. The parsers accept the 6.1 forms, the 6.12 / amdgpu-dkms
 //! multi-XCC forms (`Inst %d, …`) and the newer `Process %d PASID %d:` form, tolerate any amount of leading,
@@ -12,7 +12,7 @@ use std::str::SplitWhitespace;
 use serde::Serialize;
 
 /// `seq_hex_dump(m, prefix, DUMP_PREFIX_OFFSET, 32, 4, …)` prints 32-byte rows of 4-byte groups, and `seq_reg_dump`
-/// starts a new line after 1 + 7 values, so no dump line of these files holds more than 8 words (KFD.md §4.2).
+/// starts a new line after 1 + 7 values, so no dump line of these files holds more than 8 words (docs/kfd.md §4.2).
 const MAX_WORDS_PER_LINE: usize = 8;
 
 /// Errors quote at most this much of the offending line: a binary file or a fuzzer can hand us megabyte "lines".
@@ -81,7 +81,7 @@ pub struct MqdProcess {
     /// The process' TGID.
     pub pid: u32,
     /// The PASID on 6.1/6.12 (`PASID 0x%x`); on newer kernels and amdgpu-dkms (`PASID %d`) the lead thread's pid,
-    /// so equal to `pid` (KFD.md §4.2, fixture README).
+    /// so equal to `pid` (docs/kfd.md §4.2, fixture README).
     pub second_field: u32,
     /// Queues in the kernel's pqm list order (newest first); there are no queue ids in this file.
     pub queues: Vec<MqdQueue>,
@@ -144,7 +144,7 @@ pub fn parse_mqds(text: &str) -> Result<Vec<MqdProcess>, DebugfsError> {
                 ));
             };
             if row.offset == 0 {
-                // gfx9.4.3 prints one MQD per XCC back to back, each from offset 0 (KFD.md §4.2).
+                // gfx9.4.3 prints one MQD per XCC back to back, each from offset 0 (docs/kfd.md §4.2).
                 queue.dumps = queue.dumps.saturating_add(1);
             } else if next_offset != Some(row.offset) {
                 return Err(DebugfsError::bad_dump(line_no, raw, continuation_expectation(next_offset)));
@@ -153,7 +153,7 @@ pub fn parse_mqds(text: &str) -> Result<Vec<MqdProcess>, DebugfsError> {
             continue;
         }
 
-        // 6.1/6.12 print `PASID 0x%x` (tgid, pasid); newer kernels `PASID %d` (tgid, pid) (KFD.md §4.2), and so does
+        // 6.1/6.12 print `PASID 0x%x` (tgid, pasid); newer kernels `PASID %d` (tgid, pid) (docs/kfd.md §4.2), and so does
         // the amdgpu-dkms 6.12.12 driver of the MI308X fixture (`Process 94314 PASID 94314:`).
         if let Some([pid, second_field]) = match_line(line, "Process {d} PASID {p}:") {
             processes.push(MqdProcess { pid, second_field, queues: Vec::new(), queueless_nodes: 0 });
@@ -309,7 +309,7 @@ pub fn parse_hqds(text: &str) -> Result<Vec<HqdNode>, DebugfsError> {
                 // The gfx9 hqd_dump walks mmCP_MQD_BASE_ADDR, mmCP_MQD_BASE_ADDR_HI, mmCP_HQD_ACTIVE, … upward, so
                 // CP_HQD_ACTIVE is the 3rd value of the slot's first row (seq_reg_dump keeps consecutive registers on
                 // one row). This "3rd value of the first line" rule is the one documented in
-                // shared/fixtures/debugfs-mi308x/README.md; KFD.md §4.2 leaves the exact order unverified.
+                // fixtures/debugfs-mi308x/README.md; docs/kfd.md §4.2 leaves the exact order unverified.
                 slot.active = row.words().get(2).map(|value| value & 1 == 1);
             }
             for (i, &value) in row.words().iter().enumerate() {
@@ -553,7 +553,7 @@ fn parse_dec(s: &str) -> Option<u32> {
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) { s.parse().ok() } else { None }
 }
 
-/// The PASID field: `0x%x` on 6.1/6.12, `%d` on newer kernels (KFD.md §4.2).
+/// The PASID field: `0x%x` on 6.1/6.12, `%d` on newer kernels (docs/kfd.md §4.2).
 fn parse_pasid(s: &str) -> Option<u32> {
     match s.strip_prefix("0x") {
         Some(hex) => parse_hex(hex),

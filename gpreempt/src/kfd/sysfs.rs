@@ -1,4 +1,4 @@
-//! The KFD per-process sysfs tree `/sys/class/kfd/kfd/proc/<pid>/` (design/KFD.md §4.1).
+//! The KFD per-process sysfs tree `/sys/class/kfd/kfd/proc/<pid>/` (docs/kfd.md §4.1).
 //!
 //! Everything here is world-readable (mode 0444), so this works without root and without opening `/dev/kfd`.
 //! Directories appear and disappear while we read them (processes open/close `/dev/kfd`, queues are created and
@@ -15,7 +15,7 @@ use std::{
 pub const KFD_PROC_ROOT: &str = "/sys/class/kfd/kfd/proc";
 
 /// Kernel `enum kfd_queue_type` values that are the same in 6.1, 6.12 and newer kernels. Everything above SDMA was
-/// renumbered when DIQ was removed after 6.12 (KFD.md §4.1), so higher values are only reported as numbers.
+/// renumbered when DIQ was removed after 6.12 (docs/kfd.md §4.1), so higher values are only reported as numbers.
 const KERNEL_QUEUE_TYPE_COMPUTE: u32 = 0;
 const KERNEL_QUEUE_TYPE_SDMA: u32 = 1;
 
@@ -243,7 +243,7 @@ fn read_number<T: std::str::FromStr>(dir: &Path, rel: &str, presence: Presence, 
         }
     };
     let text = String::from_utf8_lossy(&bytes);
-    // Queue files have no trailing newline, the per-process and per-GPU ones end in "\n" (KFD.md §4.1); trim both
+    // Queue files have no trailing newline, the per-process and per-GPU ones end in "\n" (docs/kfd.md §4.1); trim both
     // plus NULs so either form (and a padded buffer) parses.
     let trimmed = text.trim_matches(|c: char| c.is_whitespace() || c == '\0');
     match trimmed.parse::<T>() {

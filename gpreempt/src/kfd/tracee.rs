@@ -1,4 +1,4 @@
-//! The ptrace link KFD requires (KFD.md §2.1: the calling thread must be the ptrace parent of the
+//! The ptrace link KFD requires (docs/kfd.md §2.1: the calling thread must be the ptrace parent of the
 //! target's leader), kept invisible to the target: PTRACE_SEIZE does not stop it, every signal it
 //! receives is re-injected, job-control stops stay stops (PTRACE_LISTEN), and detach works from
 //! any state. All calls must come from the thread that seized (ptrace links are per thread).

@@ -88,7 +88,7 @@ pub struct HwView {
 pub fn compare(processes: &[KfdProcess], mqds: &[MqdProcess], hqds: &[HqdNode], rls: &[RunlistNode]) -> Vec<GpuHw> {
     let mut kfd: BTreeMap<u32, usize> = BTreeMap::new();
     for q in processes.iter().flat_map(|p| &p.sysfs.queues) {
-        // Kernel enum value 0 is COMPUTE on every version (KFD.md §1); others moved after 6.12.
+        // Kernel enum value 0 is COMPUTE on every version (docs/kfd.md §1); others moved after 6.12.
         if let (Some(gpu), Some(0)) = (q.gpu_id, q.kernel_type) {
             *kfd.entry(gpu).or_default() += 1;
         }

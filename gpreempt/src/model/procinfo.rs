@@ -1,6 +1,6 @@
 //! Who a host pid is: its `comm`, its pid inside its own pid namespace, and the container it runs in.
 //!
-//! KFD names processes by host TGID (design/KFD.md §4.1), which says little to someone who started a job in a
+//! KFD names processes by host TGID (docs/kfd.md §4.1), which says little to someone who started a job in a
 //! container. Everything here comes from `/proc` and the container runtimes' on-disk state, without calling any
 //! container CLI or daemon.
 //!

@@ -1,7 +1,7 @@
 //! A stand-in for a ROCm process, for the controller's VM tests: opens /dev/kfd, calls
 //! AMDKFD_IOC_RUNTIME_ENABLE as ROCr does at start-up (works without a GPU on 6.5+), counts the
 //! SIGUSR1s it receives, and at the end calls RUNTIME_ENABLE with mode 0 (ROCr's shutdown), which
-//! blocks while a debugger has not acknowledged EC_PROCESS_RUNTIME (KFD.md §2.6).
+//! blocks while a debugger has not acknowledged EC_PROCESS_RUNTIME (docs/kfd.md §2.6).
 //!
 //! One JSON object per line on stdout: `{"event":"runtime_enable","result":0}`, `{"event":"usr1",
 //! "count":N}`, `{"event":"runtime_disable","result":0}`, `{"event":"exit"}`. A result is 0 or the

@@ -5,7 +5,7 @@
 //! "cycles":1, "elapsed_ns":…}`; `elapsed_ns` covers the suspend/resume loop).
 //!
 //! Without a GPU the target has no queues, so SUSPEND/RESUME return 0 and every id comes back
-//! with bit 31 (INVALID) set (design/TOOLCHAIN.md).
+//! with bit 31 (INVALID) set (docs/toolchain.md).
 
 use std::{
     fs::OpenOptions,
