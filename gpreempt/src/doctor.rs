@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::{
     kfd::{Device, KfdVersion},
+    model::procinfo::effective_caps,
     trace::{
         probes::{self, ResolvedProbe},
         symbols::Kallsyms,
@@ -58,19 +59,7 @@ impl Report {
     }
 }
 
-/// Where doctor looks; tests and offline analysis point these at captured trees.
-#[derive(Clone, Debug)]
-pub struct Roots<'a> {
-    pub sys: &'a Path,
-    pub proc: &'a Path,
-    pub debugfs_kfd: &'a Path,
-}
-
-impl Default for Roots<'static> {
-    fn default() -> Self {
-        Roots { sys: Path::new("/sys"), proc: Path::new("/proc"), debugfs_kfd: Path::new("/sys/kernel/debug/kfd") }
-    }
-}
+pub use crate::roots::Roots;
 
 fn read_trimmed(path: &Path) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
@@ -79,14 +68,8 @@ fn read_trimmed(path: &Path) -> Option<String> {
 /// Capability bits we care about (linux/capability.h).
 const CAPS: [(u32, &str); 4] = [(19, "CAP_SYS_PTRACE"), (21, "CAP_SYS_ADMIN"), (38, "CAP_PERFMON"), (39, "CAP_BPF")];
 
-/// Parse `CapEff:\t000001ffffffffff` from /proc/<pid>/status.
-pub fn effective_caps(status: &str) -> Option<u64> {
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
-    u64::from_str_radix(hex, 16).ok()
-}
-
 /// Run every check. `kfd` is the KFD version if known (None: ask `/dev/kfd`).
-pub fn diagnose(roots: &Roots<'_>, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>) -> Report {
+pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>) -> Report {
     let mut checks = Vec::new();
     let kernel = read_trimmed(&roots.proc.join("sys/kernel/osrelease")).unwrap_or_else(|| "unknown".to_owned());
     checks.push(Check::new("kernel", Status::Info, format!("Linux {kernel}"), None));
@@ -154,7 +137,15 @@ pub fn diagnose(roots: &Roots<'_>, kallsyms: Option<&Kallsyms>, kfd: Option<KfdV
             Some("run as root to see kernel symbols"),
         )),
     }
-    let probes = kallsyms.map(|k| probes::resolve(probes::PROBES, k, kfd_version)).unwrap_or_default();
+    // Without a KFD provider every probe would be "missing": one line says why none was checked.
+    let probes = match (kallsyms, &kfd_module) {
+        (Some(k), Some(_)) => probes::resolve(probes::PROBES, k, kfd_version),
+        (Some(_), None) => {
+            checks.push(Check::new("probes", Status::Info, "not checked: no KFD module loaded", None));
+            Vec::new()
+        }
+        (None, _) => Vec::new(),
+    };
     for p in &probes {
         let name = format!("probe {}", p.program);
         checks.push(match (&p.symbol, p.required) {
@@ -261,7 +252,7 @@ mod tests {
             "ffffffffc0000000 t kfd_ioctl\t[amdgpu]\nffffffffc0000100 t kfd_ioctl_create_queue\t[amdgpu]\n",
         );
         let r = diagnose(
-            &Roots { sys: &sys, proc: &proc, debugfs_kfd: &dbg },
+            &Roots { sys, proc, debugfs_kfd: dbg, ..Roots::default() },
             Some(&k),
             Some(KfdVersion { major: 1, minor: 11 }),
         );
@@ -283,12 +274,31 @@ mod tests {
     }
 
     #[test]
+    fn without_a_kfd_module_the_probe_table_is_one_line() {
+        let dir = tree();
+        let (sys, proc, dbg) = (dir.path().join("sys"), dir.path().join("proc"), dir.path().join("debugfs"));
+        // A host whose kallsyms has no KFD function (amdgpu not loaded).
+        let k = Kallsyms::parse("ffffffff81000000 T _stext\nffffffffc0000000 t e1000_probe\t[e1000]\n");
+        let r = diagnose(&Roots { sys, proc, debugfs_kfd: dbg, ..Roots::default() }, Some(&k), None);
+        assert_eq!(r.kfd_module, None);
+        assert!(r.probes.is_empty());
+        let probe_lines: Vec<(&str, &str)> = r
+            .checks
+            .iter()
+            .filter(|c| c.name.starts_with("probe"))
+            .map(|c| (c.name.as_str(), c.detail.as_str()))
+            .collect();
+        assert_eq!(probe_lines, [("probes", "not checked: no KFD module loaded")]);
+        assert_eq!(r.checks.iter().find(|c| c.name == "kfd-module").map(|c| c.status), Some(Status::Fail));
+    }
+
+    #[test]
     fn sched_policy_2_disables_debug_trap_even_on_new_kernels() {
         let dir = tree();
         fs::write(dir.path().join("sys/module/amdgpu/parameters/sched_policy"), "2\n").unwrap();
         let (sys, proc, dbg) = (dir.path().join("sys"), dir.path().join("proc"), dir.path().join("debugfs"));
         let r = diagnose(
-            &Roots { sys: &sys, proc: &proc, debugfs_kfd: &dbg },
+            &Roots { sys, proc, debugfs_kfd: dbg, ..Roots::default() },
             None,
             Some(KfdVersion { major: 1, minor: 17 }),
         );

@@ -12,5 +12,6 @@ pub mod kfd;
 pub mod model;
 pub mod preempt;
 pub mod report;
+pub mod roots;
 pub mod stats;
 pub mod trace;

@@ -11,6 +11,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use gpreempt::model::procinfo;
 
 use crate::binary;
 
@@ -78,16 +79,16 @@ impl Drop for RtTarget {
     }
 }
 
-fn status_field(pid: u32, key: &str) -> Result<u32> {
+fn status_number(pid: u32, key: &str) -> Result<u32> {
     let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status.lines().find_map(|l| l.strip_prefix(key)?.trim().parse().ok()).with_context(|| format!("no {key} line"))
+    procinfo::status_number(&status, key).with_context(|| format!("no {key} in /proc/{pid}/status"))
 }
 
 /// The process tracing `pid` (the Tgid of its `TracerPid:`, which is the tracing thread), or 0.
 pub fn tracer_pid(pid: u32) -> Result<u32> {
-    match status_field(pid, "TracerPid:")? {
+    match status_number(pid, "TracerPid")? {
         0 => Ok(0),
-        tid => status_field(tid, "Tgid:"),
+        tid => status_number(tid, "Tgid"),
     }
 }
 

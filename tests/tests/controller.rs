@@ -3,7 +3,9 @@
 //! Without a GPU KFD has no queues, so a suspend of ids 0,1 returns 0 with both ids INVALID
 //! (docs/kfd.md §2.4); queues that really exist are tested on the KFD emulator.
 //!
-//! 6.12.117 has the debug-trap API (KFD 1.17); 6.1 (KFD 1.11) must refuse with a clear error.
+//! 6.12.117 has the debug-trap API (KFD 1.17); on 6.1 (KFD 1.11) every test asserts instead that
+//! the same request is refused with the clear error and the target left untouched (never traced,
+//! still answering its signals).
 
 use std::{
     io::{BufRead, BufReader},
@@ -18,15 +20,43 @@ use gpreempt::kfd::{
     uapi::{self, DbgTrapArgs},
 };
 use gpreempt_tests::{
-    binary,
+    binary, field,
     target::{RtTarget, eventually, state, tracer_pid},
 };
 use nix::{errno::Errno, sys::signal::Signal};
 
 const SECOND: Duration = Duration::from_secs(1);
 
+/// The matrix has two kernels: 6.12.117 (KFD 1.17, debug trap) and 6.1.192 (KFD 1.11, none).
 fn debug_trap_kernel() -> bool {
-    Device::open().unwrap().version().unwrap().has_debug_trap()
+    let version = Device::open().unwrap().version().unwrap();
+    let expected = if version.has_debug_trap() { KfdVersion { major: 1, minor: 17 } } else { KFD_6_1 };
+    assert_eq!(version, expected);
+    version.has_debug_trap()
+}
+
+const KFD_6_1: KfdVersion = KfdVersion { major: 1, minor: 11 };
+
+/// What the library says on 6.1, and the binary's last line (docs/kfd.md §5 item 1).
+const NO_DEBUG_TRAP: &str = "the debug-trap API needs KFD ≥ 1.13 (Linux 6.5+ or amdgpu-dkms); this kernel has 1.11";
+
+/// 6.1 has no RUNTIME_ENABLE nor DBG_TRAP: their numbers are past `kfd_ioctl`'s command table,
+/// which answers ENOTTY (observed on Debian 6.1.192; docs/kfd.md §2.1).
+fn assert_no_runtime_enable(target: &RtTarget) {
+    let enabled = target.wait_for("runtime_enable", 30 * SECOND).unwrap();
+    assert_eq!(enabled["result"], -(Errno::ENOTTY as i32), "{enabled}");
+}
+
+/// On 6.1: `gpreempt preempt ARGS` exits 1 with [`NO_DEBUG_TRAP`] before touching the target,
+/// which stays untraced and keeps handling its signals (`usr1` is the count it must report next).
+fn assert_preempt_refused(target: &RtTarget, args: &[&str], usr1: u64) {
+    let out = gpreempt(&[&["preempt"], args].concat());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    assert_eq!(last_line(&stderr_of(&out)), format!("gpreempt: error: {NO_DEBUG_TRAP}"));
+    assert!(out.stdout.is_empty(), "no iteration ran: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(tracer_pid(target.pid()).unwrap(), 0);
+    target.signal(Signal::SIGUSR1).unwrap();
+    assert_eq!(target.wait_for("usr1", 10 * SECOND).unwrap()["count"], usr1);
 }
 
 fn gpreempt(args: &[&str]) -> Output {
@@ -79,23 +109,12 @@ fn finish(child: Child, stderr: std::sync::mpsc::Receiver<String>) -> (std::proc
 fn the_kernel_decides_between_the_debug_trap_and_a_clear_refusal() {
     let target = RtTarget::start(&[]).unwrap();
     let enabled = target.wait_for("runtime_enable", 30 * SECOND).unwrap();
-    let version = Device::open().unwrap().version().unwrap();
     if debug_trap_kernel() {
-        assert_eq!(version, KfdVersion { major: 1, minor: 17 });
         assert_eq!(enabled["result"], 0);
         return;
     }
-    assert_eq!(version, KfdVersion { major: 1, minor: 11 });
-    // 6.1 has no RUNTIME_ENABLE: kfd_ioctl rejects the ioctl number past its table with ENOTTY
-    // (observed on Debian 6.1.0).
     assert_eq!(enabled["result"], -(Errno::ENOTTY as i32), "{enabled}");
-    let out = gpreempt(&["preempt", "--offline", &target.pid().to_string(), "--iterations", "3"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(
-        last_line(&stderr_of(&out)),
-        "gpreempt: error: the debug-trap API needs KFD ≥ 1.13 (Linux 6.5+ or amdgpu-dkms); this kernel has 1.11"
-    );
-    assert_eq!(tracer_pid(target.pid()).unwrap(), 0);
+    assert_preempt_refused(&target, &["--offline", &target.pid().to_string(), "--iterations", "3"], 1);
     // `queues` falls back to sysfs and says so.
     let out = gpreempt(&["queues", &target.pid().to_string(), "--json"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
@@ -106,18 +125,23 @@ fn the_kernel_decides_between_the_debug_trap_and_a_clear_refusal() {
 
 #[test]
 fn a_debug_session_has_the_kernels_exact_answers() {
-    if !debug_trap_kernel() {
-        return;
-    }
     let target = RtTarget::start(&[]).unwrap();
-    assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
     let pid = target.pid();
-
-    // Without the ptrace link KFD refuses ENABLE (§2.1 step 4).
     let kfd = Device::open().unwrap();
     let mut info = uapi::RuntimeInfo::default();
     let (_r, w) = nix::unistd::pipe().unwrap();
     let mut args = DbgTrapArgs::enable(pid, 0, &raw mut info as u64, 16, std::os::fd::AsRawFd::as_raw_fd(&w) as u32);
+    if !debug_trap_kernel() {
+        assert_no_runtime_enable(&target);
+        assert_eq!(kfd.dbg_trap(&mut args), Err(Errno::ENOTTY), "no DBG_TRAP ioctl on KFD 1.11");
+        let refused = Debugger::attach(pid, Options::default()).err().expect("attach must fail on KFD 1.11");
+        assert_eq!(refused.to_string(), NO_DEBUG_TRAP);
+        assert_eq!(tracer_pid(pid).unwrap(), 0, "refused before PTRACE_SEIZE");
+        return;
+    }
+    assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
+
+    // Without the ptrace link KFD refuses ENABLE (§2.1 step 4).
     assert_eq!(kfd.dbg_trap(&mut args), Err(Errno::EPERM));
 
     let debugger = Debugger::attach(pid, Options::default()).unwrap();
@@ -150,16 +174,12 @@ fn a_debug_session_has_the_kernels_exact_answers() {
 
 #[test]
 fn preempt_records_every_one_of_1000_iterations() {
-    if !debug_trap_kernel() {
-        return;
-    }
     let target = RtTarget::start(&[]).unwrap();
-    assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
     let json = std::env::temp_dir().join(format!("preempt-{}.json", target.pid()));
-    let out = gpreempt(&[
-        "preempt",
+    let pid = target.pid().to_string();
+    let args = [
         "--offline",
-        &target.pid().to_string(),
+        &pid,
         "--iterations",
         "1000",
         "--hold-ms",
@@ -170,7 +190,15 @@ fn preempt_records_every_one_of_1000_iterations() {
         "0,1",
         "--json",
         json.to_str().unwrap(),
-    ]);
+    ];
+    if !debug_trap_kernel() {
+        assert_no_runtime_enable(&target);
+        assert_preempt_refused(&target, &args, 1);
+        assert!(!json.exists(), "no record of a run that never started");
+        return;
+    }
+    assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
+    let out = gpreempt(&[&["preempt"], &args[..]].concat());
     assert!(out.status.success(), "{}", stderr_of(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.lines().next(), Some("1000 of 1000 iterations, 0 fully successful (0.0%)"));
@@ -185,7 +213,7 @@ fn preempt_records_every_one_of_1000_iterations() {
             (Some(0), Some(2), Some(0))
         );
         assert!(it["suspend_us"].as_f64().unwrap() > 0.0);
-        assert_eq!(it["resume_us"], serde_json::Value::Null, "nothing suspended, nothing to resume");
+        assert_eq!(field(it, "resume_us"), &serde_json::Value::Null, "nothing suspended, nothing to resume");
     }
     let s = &doc["summary"];
     assert_eq!((s["planned"].as_u64(), s["completed"].as_u64(), s["ok"].as_u64()), (Some(1000), Some(1000), Some(0)));
@@ -208,12 +236,14 @@ fn preempt_records_every_one_of_1000_iterations() {
 
 #[test]
 fn the_target_gets_its_signals_while_seized_and_every_signal_exit_cleans_up() {
+    let target = RtTarget::start(&[]).unwrap();
+    let pid = target.pid().to_string();
     if !debug_trap_kernel() {
+        assert_no_runtime_enable(&target);
+        assert_preempt_refused(&target, &endless_run(&pid), 1);
         return;
     }
-    let target = RtTarget::start(&[]).unwrap();
     assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
-    let pid = target.pid().to_string();
     let mut usr1 = 0;
     for stop_signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         let json = std::env::temp_dir().join(format!("preempt-{pid}-{stop_signal}.json"));
@@ -253,12 +283,19 @@ fn the_target_gets_its_signals_while_seized_and_every_signal_exit_cleans_up() {
 
 #[test]
 fn kill_9_of_the_controller_leaves_the_target_healthy_and_debuggable() {
+    let target = RtTarget::start(&[]).unwrap();
+    let pid = target.pid().to_string();
     if !debug_trap_kernel() {
+        assert_no_runtime_enable(&target);
+        assert_preempt_refused(&target, &endless_run(&pid), 1);
+        // `queues` still answers, from sysfs.
+        let out = gpreempt(&["queues", &pid, "--json"]);
+        assert!(out.status.success(), "{}", stderr_of(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!((field(&v, "source").as_str(), field(&v, "comm").as_str()), (Some("sysfs"), Some("rt-target")));
         return;
     }
-    let target = RtTarget::start(&[]).unwrap();
     assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
-    let pid = target.pid().to_string();
     let (mut child, _stderr) = spawn_preempt(&endless_run(&pid));
     child.kill().unwrap();
     child.wait().unwrap();
@@ -274,29 +311,19 @@ fn kill_9_of_the_controller_leaves_the_target_healthy_and_debuggable() {
 
 #[test]
 fn the_target_exiting_mid_run_gives_a_clean_error_and_a_summary() {
-    if !debug_trap_kernel() {
-        return;
-    }
     let target = RtTarget::start(&["--seconds", "20"]).unwrap();
-    assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
     let pid = target.pid();
     let json = std::env::temp_dir().join(format!("preempt-exit-{pid}.json"));
-    let out = gpreempt(&[
-        "preempt",
-        "--offline",
-        &pid.to_string(),
-        "--iterations",
-        "1000000",
-        "--hold-ms",
-        "5",
-        "--gap-ms",
-        "5",
-        "--queues",
-        "0",
-        "--no-trace",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    let pid_arg = pid.to_string();
+    let args = [&endless_run(&pid_arg)[..], &["--no-trace", "--json", json.to_str().unwrap()]].concat();
+    if !debug_trap_kernel() {
+        assert_no_runtime_enable(&target);
+        assert_preempt_refused(&target, &args, 1);
+        assert!(!json.exists(), "no record of a run that never started");
+        return;
+    }
+    assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
+    let out = gpreempt(&[&["preempt"], &args[..]].concat());
     assert_eq!(out.status.code(), Some(1));
     let stderr = stderr_of(&out);
     assert!(last_line(&stderr).starts_with("gpreempt: error: stopped after "), "{stderr}");
@@ -323,12 +350,22 @@ fn the_target_exiting_mid_run_gives_a_clean_error_and_a_summary() {
 
 #[test]
 fn runtime_enable_while_attached_is_acknowledged() {
-    if !debug_trap_kernel() {
-        return;
-    }
     let target = RtTarget::start(&["--enable-on-usr2"]).unwrap();
     target.wait_for("open", 30 * SECOND).unwrap();
     let pid = target.pid();
+    if !debug_trap_kernel() {
+        // Nothing attaches: `queues --watch` samples sysfs and says why.
+        let out = gpreempt(&["queues", &pid.to_string(), "--watch", "200ms", "--duration", "1s", "--json"]);
+        assert!(out.status.success(), "{}", stderr_of(&out));
+        assert!(stderr_of(&out).starts_with("gpreempt: KFD 1.11 has no debug-trap API (needs ≥ 1.13, Linux 6.5+)"));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(field(&v, "source"), "sysfs");
+        assert_eq!((v["stats"]["min_count"].as_u64(), v["stats"]["max_count"].as_u64()), (Some(0), Some(0)));
+        assert_eq!(tracer_pid(pid).unwrap(), 0);
+        target.signal(Signal::SIGUSR2).unwrap();
+        assert_no_runtime_enable(&target);
+        return;
+    }
     let watcher = Command::new(binary("gpreempt").unwrap())
         .args(["queues", &pid.to_string(), "--watch", "200ms", "--duration", "6s", "--json"])
         .stdout(Stdio::piped())

@@ -10,7 +10,9 @@ use std::{
     time::Duration,
 };
 
-use gpreempt_tests::{Tracer, binary, events_of, kfd_client, objects_where, summary, vm_kernel, wait_kfd_released};
+use gpreempt_tests::{
+    Tracer, binary, events_of, kfd_client, objects_where, skip, summary, vm_kernel, wait_kfd_released,
+};
 use serde_json::{Value, json};
 
 #[test]
@@ -156,25 +158,71 @@ fn command_mode_traces_only_the_command_and_names_it() {
 }
 
 #[test]
-fn perfetto_and_summary_files_are_written() {
-    let dir = std::env::temp_dir().join(format!("gpreempt-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let perfetto = dir.join("trace.json");
-    let summary_path = dir.join("summary.json");
-    let tracer =
-        Tracer::start(&["--perfetto", perfetto.to_str().unwrap(), "--summary-json", summary_path.to_str().unwrap()])
-            .unwrap();
+fn the_summary_file_is_written() {
+    let summary_path = std::env::temp_dir().join(format!("gpreempt-summary-{}.json", std::process::id()));
+    let tracer = Tracer::start(&["--summary-json", summary_path.to_str().unwrap()]).unwrap();
     let (pid, _) = kfd_client(&["hold", "--ms", "100"]).unwrap();
     wait_kfd_released(pid).unwrap();
     tracer.stop().unwrap();
-    let doc: Value = serde_json::from_slice(&std::fs::read(&perfetto).unwrap()).unwrap();
-    let events = doc["traceEvents"].as_array().unwrap();
-    assert!(events.iter().all(|e| e["ph"].is_string() && e["pid"].is_u64()), "{doc}");
     let s: Value = serde_json::from_slice(&std::fs::read(&summary_path).unwrap()).unwrap();
     let p = s["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).expect("client in the summary");
     assert_eq!((&p["comm"], &p["exited"]), (&json!("kfd-client"), &json!(true)));
     assert_eq!(s["dropped"], 0);
     assert_eq!(s["suspend"]["count"], 0);
+}
+
+/// Without a GPU only the debug trap puts anything on a Perfetto track (queue creation fails, no
+/// HWS work happens), so the document is checked against `trace-debugger`'s known calls.
+#[test]
+fn the_perfetto_file_draws_the_debug_trap_calls_and_spans() {
+    if vm_kernel() != "6.12" {
+        skip!(
+            "KFD 1.11 (6.1) has no debug trap, and without a GPU no queue is ever created: nothing reaches a \
+             Perfetto track on this kernel"
+        );
+    }
+    let perfetto = std::env::temp_dir().join(format!("gpreempt-perfetto-{}.json", std::process::id()));
+    let tracer = Tracer::start(&["--perfetto", perfetto.to_str().unwrap()]).unwrap();
+    let out = Command::new(binary("trace-debugger").unwrap()).output().unwrap();
+    assert!(out.status.success(), "trace-debugger: {}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    tracer.stop().unwrap();
+    let (debugger, target) = (&report["debugger"], &report["target"]);
+
+    let doc: Value = serde_json::from_slice(&std::fs::read(&perfetto).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    assert!(events.iter().all(|e| e["ph"].is_string() && e["pid"].is_u64()), "{doc}");
+    // The debugger's track is named after it.
+    let process_name = |pid: &Value| {
+        events
+            .iter()
+            .find(|e| e["ph"] == "M" && e["name"] == "process_name" && &e["pid"] == pid)
+            .map(|e| &e["args"]["name"])
+    };
+    assert_eq!(process_name(debugger), Some(&json!(format!("trace-debugger {debugger}"))), "{doc}");
+    assert!(process_name(target).is_some(), "the target has a track: {doc}");
+    // Its four DBG_TRAP ioctls, in order, as complete events naming the target.
+    let calls: Vec<(&Value, &Value)> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "debug" && &e["pid"] == debugger)
+        .map(|e| (&e["name"], &e["args"]["target_pid"]))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            (&json!("dbg_trap enable"), target),
+            (&json!("dbg_trap suspend_queues"), target),
+            (&json!("dbg_trap resume_queues"), target),
+            (&json!("dbg_trap disable"), target)
+        ],
+        "{doc}"
+    );
+    // The target's spans: the suspend that rejected ids 0 and 1, its resume, and DISABLE's resume-all.
+    let spans: Vec<&Value> =
+        events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "span" && &e["pid"] == target).collect();
+    let names: Vec<&Value> = spans.iter().map(|e| &e["name"]).collect();
+    assert_eq!(names, [&json!("suspend"), &json!("resume"), &json!("resume")], "{doc}");
+    assert_eq!((&spans[0]["args"]["queues"], &spans[0]["args"]["rejected"]), (&json!([]), &json!([0, 1])));
 }
 
 #[test]

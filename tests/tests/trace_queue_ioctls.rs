@@ -3,7 +3,13 @@
 //! Without a GPU every create fails in `kfd_ioctl_create_queue` ("Could not find gpu id") and
 //! every destroy in `pqm_destroy_queue` ("Queue id does not match any known queue"): EINVAL.
 
-use gpreempt_tests::{Tracer, events_of, kfd_client, summary};
+use std::{
+    process::{Command, Stdio},
+    thread,
+    time::Duration,
+};
+
+use gpreempt_tests::{Tracer, binary, events_of, field, kfd_client, summary};
 
 #[test]
 fn create_queue_arguments_and_result_are_traced_exactly() {
@@ -41,7 +47,7 @@ fn create_queue_arguments_and_result_are_traced_exactly() {
     assert_eq!(e["read_pointer"], 0x7f13_0000_0008u64);
     assert_eq!(e["result"], "EINVAL");
     assert_eq!(e["ret"], -22);
-    assert_eq!(e["queue_id"], serde_json::Value::Null, "a failed create has no queue id");
+    assert_eq!(field(e, "queue_id"), &serde_json::Value::Null, "a failed create has no queue id");
     assert_eq!(e["tid"], pid, "single-threaded helper: tid == pid");
     assert!(e["duration_ns"].as_u64().unwrap() > 0);
 
@@ -85,11 +91,25 @@ fn a_thousand_creates_give_exactly_a_thousand_events_and_no_drops() {
 
 #[test]
 fn pid_filter_keeps_only_that_process() {
-    let (other_pid, _) = kfd_client(&["destroy", "--queue-id", "1"]).unwrap();
-    let tracer = Tracer::start(&["--pid", "1"]).unwrap();
-    let (pid, _) = kfd_client(&["destroy", "--queue-id", "7"]).unwrap();
+    // The chosen process destroys queue 55 ten times a second for the whole trace; another
+    // process destroys queue 7 while the trace runs.
+    let mut chosen = Command::new(binary("kfd-client").unwrap())
+        .args(["destroy", "--queue-id", "55", "--count", "1200", "--rate", "10"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = chosen.id();
+    let tracer = Tracer::start(&["--pid", &pid.to_string()]).unwrap();
+    let (other_pid, _) = kfd_client(&["destroy", "--queue-id", "7"]).unwrap();
+    thread::sleep(Duration::from_millis(1500));
     let objects = tracer.stop().unwrap();
-    assert!(events_of(&objects, pid, "queue_destroy").is_empty());
-    assert!(events_of(&objects, other_pid, "queue_destroy").is_empty());
-    assert_eq!(summary(&objects).unwrap()["events"], 0);
+    chosen.kill().unwrap();
+    chosen.wait().unwrap();
+
+    let mine = events_of(&objects, pid, "queue_destroy");
+    assert!(!mine.is_empty(), "the chosen process's destroys are shown: {objects:?}");
+    assert!(mine.iter().all(|e| e["queue_id"] == 55 && e["result"] == "EINVAL"), "{mine:?}");
+    assert!(events_of(&objects, other_pid, "queue_destroy").is_empty(), "{objects:?}");
+    assert!(objects.iter().all(|o| o["pid"].is_null() || o["pid"] == pid || o["owner_pid"] == pid), "{objects:?}");
+    assert_eq!(summary(&objects).unwrap()["dropped"], 0);
 }

@@ -1,4 +1,4 @@
-//! `cargo xtask test`: every layer, in order, with one closing line `N passed, M failed`.
+//! `cargo xtask test`: every layer, in order, with one closing line `N passed, M failed, K skipped`.
 //!
 //! 1. `cargo fmt --check` and `cargo clippy -D warnings` (one check each);
 //! 2. `cargo test` — unit tests, no root;
@@ -8,6 +8,16 @@
 //!
 //! A layer that cannot run (build failure, VM that does not boot) counts as one failure and the
 //! other layers still run, so the closing line always accounts for everything.
+//!
+//! # Skipped tests
+//!
+//! A test is *skipped* when it cannot run where it is (a file the kernel does not provide, a
+//! kernel without the feature under test and nothing to assert instead). Such a test prints one
+//! line `SKIPPED: <test>: <why>` on stdout and returns (`gpreempt_tests::skip!` does both; it
+//! writes past libtest's output capture, so the line is visible). libtest counts it as passed;
+//! this harness moves every such line from passed to skipped, and counts libtest's `ignored` as
+//! skipped too. The closing line is `N passed, M failed, K skipped`: `N passed, M failed` first so
+//! that anything reading the older line still finds it.
 
 use std::{
     fs,
@@ -42,24 +52,37 @@ pub struct TestArgs {
     pub filter: Option<String>,
 }
 
+/// What a skipped test prints (see the module doc; emitted by `gpreempt_tests::skip!`).
+const SKIP_MARKER: &str = "SKIPPED: ";
+
 #[derive(Default, Debug, PartialEq, Eq)]
 struct Tally {
     passed: u64,
     failed: u64,
+    skipped: u64,
 }
 
 impl Tally {
     fn add(&mut self, other: Tally) {
         self.passed += other.passed;
         self.failed += other.failed;
+        self.skipped += other.skipped;
     }
 
     fn check(ok: bool) -> Tally {
-        Tally { passed: u64::from(ok), failed: u64::from(!ok) }
+        Tally { passed: u64::from(ok), failed: u64::from(!ok), skipped: 0 }
     }
 }
 
-/// Sum libtest's `test result: ok. 16 passed; 0 failed; …` lines.
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} passed, {} failed, {} skipped", self.passed, self.failed, self.skipped)
+    }
+}
+
+/// Sum libtest's `test result: ok. 16 passed; 0 failed; 1 ignored; …` lines, then move the tests
+/// that printed [`SKIP_MARKER`] from passed to skipped. The marker may follow libtest's
+/// `test name ... ` on the same line (one test thread prints that before the test runs).
 fn parse_libtest(text: &str) -> Tally {
     let mut tally = Tally::default();
     for line in text.lines().filter_map(|l| l.trim_start().strip_prefix("test result: ")) {
@@ -70,10 +93,15 @@ fn parse_libtest(text: &str) -> Tally {
             match what {
                 "passed" => tally.passed += n,
                 "failed" => tally.failed += n,
+                "ignored" => tally.skipped += n,
                 _ => {}
             }
         }
     }
+    let marked = text.lines().filter(|l| l.contains(SKIP_MARKER)).count() as u64;
+    let moved = marked.min(tally.passed);
+    tally.passed -= moved;
+    tally.skipped += moved;
     tally
 }
 
@@ -100,12 +128,12 @@ fn run_streaming(cmd: &mut Command) -> Result<(bool, String)> {
 fn stage(name: &str, tally: &mut Tally, f: impl FnOnce() -> Result<Tally>) {
     match f() {
         Ok(t) => {
-            println!("xtask test: {name}: {} passed, {} failed", t.passed, t.failed);
+            println!("xtask test: {name}: {t}");
             tally.add(t);
         }
         Err(e) => {
             println!("xtask test: {name}: could not run: {e:#}");
-            tally.add(Tally { passed: 0, failed: 1 });
+            tally.add(Tally { passed: 0, failed: 1, skipped: 0 });
         }
     }
 }
@@ -156,6 +184,10 @@ fn vm_layer(kernel: Kernel, module: Option<Module>, binaries: &[PathBuf], filter
         command: vec![command],
     })?;
     let text = fs::read_to_string(&log).with_context(|| format!("the VM wrote no {}", log.display()))?;
+    // The guest console is noisy; repeat why tests were skipped where the stage result is.
+    for line in text.lines().filter_map(|l| l.find(SKIP_MARKER).map(|at| &l[at..])) {
+        println!("xtask test: {}: {line}", kernel.name());
+    }
     let mut tally = parse_libtest(&text);
     // A test binary that crashed before its summary line still has to count.
     if status != 0 && tally.failed == 0 {
@@ -221,7 +253,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
             Err(e) => stage("VM build", &mut tally, || Err(e)),
         }
     }
-    println!("{} passed, {} failed", tally.passed, tally.failed);
+    println!("{tally}");
     if tally.failed > 0 {
         std::process::exit(1);
     }
@@ -236,8 +268,26 @@ mod tests {
     fn libtest_summaries_are_summed() {
         let text = "running 3 tests\ntest result: ok. 16 passed; 0 failed; 0 ignored; 0 measured\n\
                     test result: FAILED. 2 passed; 1 failed; 0 ignored\n  test result: ok. 0 passed; 0 failed;\n";
-        assert_eq!(parse_libtest(text), Tally { passed: 18, failed: 1 });
+        assert_eq!(parse_libtest(text), Tally { passed: 18, failed: 1, skipped: 0 });
         assert_eq!(parse_libtest("nothing here"), Tally::default());
+    }
+
+    #[test]
+    fn ignored_and_marked_tests_are_skipped_not_passed() {
+        // One test thread: the marker follows libtest's `test … ... ` on the same line.
+        let text = "running 3 tests\n\
+                    test btf::real ... SKIPPED: trace_btf::real: no /sys/kernel/btf/amdgpu\nok\n\
+                    test a ... ok\ntest b ... ignored\n\
+                    test result: ok. 2 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out\n";
+        assert_eq!(parse_libtest(text), Tally { passed: 1, failed: 0, skipped: 2 });
+        // Several test threads: the marker on a line of its own.
+        let text = "SKIPPED: x: why\ntest result: ok. 1 passed; 0 failed; 0 ignored\n";
+        assert_eq!(parse_libtest(text), Tally { passed: 0, failed: 0, skipped: 1 });
+        assert_eq!(
+            Tally { passed: 3, failed: 1, skipped: 2 }.to_string(),
+            "3 passed, 1 failed, 2 skipped",
+            "`N passed, M failed` stays a prefix of the closing line"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `gpreempt doctor`: print the host report; exit 1 when a check fails.
 
-use std::{io::IsTerminal, path::Path};
+use std::io::IsTerminal;
 
 use anyhow::{Result, bail};
 use gpreempt::{
@@ -18,8 +18,7 @@ pub fn run(args: &DoctorArgs) -> Result<()> {
             None
         }
     };
-    let debugfs_kfd = args.debugfs_root.join("kfd");
-    let roots = Roots { sys: &args.sysfs_root, proc: Path::new("/proc"), debugfs_kfd: &debugfs_kfd };
+    let roots = Roots { sys: args.sysfs_root.clone(), debugfs_kfd: args.debugfs_root.join("kfd"), ..Roots::default() };
     let report = doctor::diagnose(&roots, kallsyms.as_ref(), None);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -37,7 +37,8 @@ pub async fn run(args: &PsArgs) -> Result<()> {
     } else {
         print_table(&processes);
         if let Some(hw) = &hw {
-            crate::commands::hw::print(hw);
+            let pids: Vec<u32> = processes.iter().map(KfdProcess::pid).collect();
+            crate::commands::hw::print(hw, &pids);
         }
         for n in &notes {
             eprintln!("note: {n}");

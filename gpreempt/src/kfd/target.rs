@@ -1,10 +1,10 @@
 //! The process we are asked to debug: the checks made before touching it (exists, not us, a KFD
 //! process, not already traced) and the diagnosis of a refused `PTRACE_SEIZE`.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-};
+use std::{fs, path::Path};
+
+use crate::model::procinfo::{effective_caps, status_field, status_number};
+pub use crate::roots::Roots;
 
 /// Facts about a target process read from `/proc/<pid>` and the KFD sysfs tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,19 +21,6 @@ pub struct Target {
     pub tgid: u32,
     /// `/sys/class/kfd/kfd/proc/<pid>` exists: the process has opened `/dev/kfd`.
     pub uses_kfd: bool,
-}
-
-/// Where to read process and KFD facts from (tests point these at captured trees).
-#[derive(Clone, Debug)]
-pub struct Roots {
-    pub proc: PathBuf,
-    pub sys: PathBuf,
-}
-
-impl Default for Roots {
-    fn default() -> Self {
-        Self { proc: PathBuf::from("/proc"), sys: PathBuf::from("/sys") }
-    }
 }
 
 /// Why a pid cannot be debugged, found before any ptrace or ioctl.
@@ -68,9 +55,9 @@ impl Target {
         let dir = roots.proc.join(pid.to_string());
         let status = fs::read_to_string(dir.join("status")).map_err(|_| TargetError::NoSuchProcess(pid))?;
         let comm = read_comm(&dir).unwrap_or_else(|| status_field(&status, "Name").unwrap_or_default().to_owned());
-        let tgid = status_field(&status, "Tgid").and_then(|v| v.parse().ok()).unwrap_or(pid);
-        let tracer_pid = status_field(&status, "TracerPid").and_then(|v| v.parse().ok()).unwrap_or(0);
-        let uses_kfd = roots.sys.join("class/kfd/kfd/proc").join(pid.to_string()).is_dir();
+        let tgid = status_number(&status, "Tgid").unwrap_or(pid);
+        let tracer_pid = status_number(&status, "TracerPid").unwrap_or(0);
+        let uses_kfd = roots.kfd_proc().join(pid.to_string()).is_dir();
         let zombie = status_field(&status, "State").is_some_and(|v| v.starts_with('Z'));
         Ok(Self { pid, comm, tracer_pid, zombie, tgid, uses_kfd })
     }
@@ -98,7 +85,7 @@ impl Target {
         let thread = roots.proc.join(tracer_tid.to_string());
         let tracer_pid = fs::read_to_string(thread.join("status"))
             .ok()
-            .and_then(|s| status_field(&s, "Tgid").and_then(|v| v.parse().ok()))
+            .and_then(|s| status_number(&s, "Tgid"))
             .unwrap_or(tracer_tid);
         TargetError::AlreadyTraced {
             pid: self.pid,
@@ -150,16 +137,12 @@ pub fn explain_ptrace_denied(roots: &Roots, target: &Target) -> String {
 fn has_cap_sys_ptrace(roots: &Roots) -> bool {
     fs::read_to_string(roots.proc.join("self/status"))
         .ok()
-        .and_then(|s| status_field(&s, "CapEff").and_then(|v| u64::from_str_radix(v, 16).ok()))
+        .and_then(|s| effective_caps(&s))
         .is_some_and(|caps| caps & (1 << 19) != 0)
 }
 
 fn read_comm(dir: &Path) -> Option<String> {
     fs::read_to_string(dir.join("comm")).ok().map(|s| s.trim_end().to_owned())
-}
-
-fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
-    status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':').map(str::trim))
 }
 
 #[cfg(test)]
@@ -176,7 +159,7 @@ mod tests {
         for pid in kfd_pids {
             fs::create_dir_all(dir.path().join(format!("sys/class/kfd/kfd/proc/{pid}"))).unwrap();
         }
-        let roots = Roots { proc: dir.path().join("proc"), sys: dir.path().join("sys") };
+        let roots = Roots { proc: dir.path().join("proc"), sys: dir.path().join("sys"), ..Roots::default() };
         (dir, roots)
     }
 

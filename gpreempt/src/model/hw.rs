@@ -78,9 +78,47 @@ pub struct GpuHw {
     pub findings: Vec<String>,
 }
 
+/// One process as debugfs `mqds` lists it: its pid and its queues per GPU. This is all that names
+/// the processes when only debugfs is at hand (a capture without sysfs, or a process sysfs lost).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MqdOwner {
+    pub pid: u32,
+    /// By gpu id, ascending.
+    pub gpus: Vec<MqdOwnerGpu>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MqdOwnerGpu {
+    pub gpu_id: u32,
+    pub compute: usize,
+    pub sdma: usize,
+    /// DIQ and `Bad … queue type` entries.
+    pub other: usize,
+}
+
+/// The processes of `mqds`, in the file's order, with their queues counted per GPU.
+pub fn mqd_owners(mqds: &[MqdProcess]) -> Vec<MqdOwner> {
+    mqds.iter()
+        .map(|p| {
+            let mut gpus: BTreeMap<u32, MqdOwnerGpu> = BTreeMap::new();
+            for q in &p.queues {
+                let g = gpus.entry(q.gpu_id).or_insert_with(|| MqdOwnerGpu { gpu_id: q.gpu_id, ..Default::default() });
+                match q.kind {
+                    MqdQueueKind::Compute => g.compute += 1,
+                    MqdQueueKind::Sdma => g.sdma += 1,
+                    MqdQueueKind::Diq | MqdQueueKind::Bad(_) | MqdQueueKind::BadKernel(_) => g.other += 1,
+                }
+            }
+            MqdOwner { pid: p.pid, gpus: gpus.into_values().collect() }
+        })
+        .collect()
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct HwView {
     pub gpus: Vec<GpuHw>,
+    /// Every process debugfs `mqds` lists.
+    pub mqd_processes: Vec<MqdOwner>,
     pub notes: Vec<String>,
 }
 
@@ -176,7 +214,8 @@ pub fn view(debugfs_root: &Path, processes: &[KfdProcess]) -> HwView {
             rls.as_deref().unwrap_or(&[]),
         ),
     };
-    HwView { gpus, notes }
+    let mqd_processes = mqds.as_deref().map(mqd_owners).unwrap_or_default();
+    HwView { gpus, mqd_processes, notes }
 }
 
 #[cfg(test)]
@@ -231,6 +270,15 @@ mod tests {
         assert_eq!(g.findings.len(), 2);
         assert!(g.findings[0].starts_with("sysfs lists 6 compute queues but debugfs mqds has 5"));
         assert!(g.findings[1].starts_with("0 active compute HQD slots for 5 MQDs on 4 XCCs (expected 20"));
+    }
+
+    #[test]
+    fn the_capture_names_its_process_and_its_queues_per_gpu() {
+        let mqds = debugfs::parse_mqds(&fixture("mqds_active.txt")).unwrap();
+        assert_eq!(
+            mqd_owners(&mqds),
+            [MqdOwner { pid: 94314, gpus: vec![MqdOwnerGpu { gpu_id: 0xf7bc, compute: 5, sdma: 0, other: 0 }] }]
+        );
     }
 
     #[test]

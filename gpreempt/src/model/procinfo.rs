@@ -77,6 +77,14 @@ pub struct Container {
     pub pod_uid: Option<String>,
 }
 
+impl Container {
+    /// Does `filter` name this container: its name exactly, or its id or a prefix of it (as
+    /// `docker` accepts `3f4e5d6c7b8a` for the full id)? An empty filter names nothing.
+    pub fn matches(&self, filter: &str) -> bool {
+        self.name.as_deref() == Some(filter) || (!filter.is_empty() && self.id.starts_with(filter))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Runtime {
@@ -120,7 +128,7 @@ pub fn read_with(proc_root: &Path, docker_root: &Path, pid: u32) -> Result<ProcI
 
     // comm is arbitrary bytes chosen by the process (prctl PR_SET_NAME), hence the lossy conversion.
     let comm = read_lossy(&dir.join("comm")).map(|s| s.strip_suffix('\n').unwrap_or(&s).to_string());
-    let ns_pid = read_lossy(&dir.join("status")).and_then(|status| ns_pid_from_status(&status));
+    let ns_pid = read_lossy(&dir.join("status")).and_then(|status| ns_pid(&status));
     let container = read_lossy(&dir.join("cgroup")).and_then(|cgroup| container_from_cgroup(&cgroup)).map(|mut c| {
         if c.runtime == Runtime::Docker {
             c.name = docker_name(docker_root, &c.id);
@@ -158,8 +166,10 @@ pub fn docker_name(docker_root: &Path, id: &str) -> Option<String> {
         return None;
     }
     let text = fs::read_to_string(docker_root.join("containers").join(id).join("config.v2.json")).ok()?;
-    let name = top_level_string(&text, "Name")?;
-    let name = name.strip_prefix('/').unwrap_or(&name);
+    // Only the top-level "Name": labels and mount points may carry a "Name" of their own.
+    let config: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let name = config.get("Name")?.as_str()?;
+    let name = name.strip_prefix('/').unwrap_or(name);
     (!name.is_empty()).then(|| name.to_string())
 }
 
@@ -167,10 +177,25 @@ fn read_lossy(path: &Path) -> Option<String> {
     fs::read(path).ok().map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// `NSpid:` lists the pid in every pid namespace the process is in, outermost first (Linux ≥ 4.1).
-fn ns_pid_from_status(status: &str) -> Option<u32> {
-    let line = status.lines().find_map(|line| line.strip_prefix("NSpid:"))?;
-    line.split_whitespace().last()?.parse().ok()
+/// The value of `key` in the text of a `/proc/<pid>/status` file (`Key:\tvalue` lines), trimmed.
+pub fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':').map(str::trim))
+}
+
+/// `status_field(status, key)` as a number (`Tgid`, `TracerPid`, `Pid`).
+pub fn status_number(status: &str, key: &str) -> Option<u32> {
+    status_field(status, key)?.parse().ok()
+}
+
+/// The effective capability set, `CapEff:` (hex).
+pub fn effective_caps(status: &str) -> Option<u64> {
+    u64::from_str_radix(status_field(status, "CapEff")?, 16).ok()
+}
+
+/// The pid inside the innermost pid namespace: `NSpid:` lists the pid in every pid namespace the
+/// process is in, outermost first (Linux ≥ 4.1).
+pub fn ns_pid(status: &str) -> Option<u32> {
+    status_field(status, "NSpid")?.split_whitespace().last()?.parse().ok()
 }
 
 fn container_from_path(path: &str) -> Option<Container> {
@@ -240,101 +265,6 @@ fn is_uid(s: &str) -> bool {
 
 fn is_container_hex(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-/// The string value of `key` in the outermost JSON object of `json`, ignoring same-named keys of nested objects
-/// (a Docker label or a mount point can be called "Name" too). Not a validating parser: anything unexpected is
-/// `None`.
-fn top_level_string(json: &str, key: &str) -> Option<String> {
-    let bytes = json.as_bytes();
-    let mut i = skip_ws(bytes, 0);
-    if bytes.get(i) != Some(&b'{') {
-        return None;
-    }
-    i += 1;
-    let mut depth = 1usize;
-    let mut expect_key = true;
-    while let Some(&b) = bytes.get(i) {
-        match b {
-            b'"' => {
-                let (text, end) = json_string(json, i)?;
-                i = end;
-                if depth == 1 && expect_key {
-                    let colon = skip_ws(bytes, i);
-                    if bytes.get(colon) != Some(&b':') {
-                        return None;
-                    }
-                    i = skip_ws(bytes, colon + 1);
-                    if text == key {
-                        return if bytes.get(i) == Some(&b'"') {
-                            json_string(json, i).map(|(value, _)| value)
-                        } else {
-                            None
-                        };
-                    }
-                    expect_key = false;
-                }
-            }
-            b'{' | b'[' => {
-                depth += 1;
-                i += 1;
-            }
-            b'}' | b']' => {
-                depth -= 1;
-                if depth == 0 {
-                    return None;
-                }
-                i += 1;
-            }
-            b',' => {
-                if depth == 1 {
-                    expect_key = true;
-                }
-                i += 1;
-            }
-            _ => i += 1,
-        }
-    }
-    None
-}
-
-fn skip_ws(bytes: &[u8], mut i: usize) -> usize {
-    while bytes.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
-        i += 1;
-    }
-    i
-}
-
-/// The decoded JSON string starting at the quote at byte `start`, and the byte index after its closing quote.
-fn json_string(json: &str, start: usize) -> Option<(String, usize)> {
-    let body = json.get(start + 1..)?;
-    let mut out = String::new();
-    let mut chars = body.char_indices();
-    while let Some((offset, c)) = chars.next() {
-        match c {
-            '"' => return Some((out, start + 1 + offset + 1)),
-            '\\' => match chars.next()?.1 {
-                c @ ('"' | '\\' | '/') => out.push(c),
-                'b' => out.push('\u{8}'),
-                'f' => out.push('\u{c}'),
-                'n' => out.push('\n'),
-                'r' => out.push('\r'),
-                't' => out.push('\t'),
-                'u' => {
-                    let mut unit = 0u32;
-                    for _ in 0..4 {
-                        unit = unit * 16 + chars.next()?.1.to_digit(16)?;
-                    }
-                    // Go's encoder only escapes control characters, <, >, & and U+2028/9 this way, never a
-                    // surrogate pair, so a lone surrogate just becomes U+FFFD.
-                    out.push(char::from_u32(unit).unwrap_or(char::REPLACEMENT_CHARACTER));
-                }
-                _ => return None,
-            },
-            c => out.push(c),
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -597,12 +527,31 @@ mod tests {
     }
 
     #[test]
-    fn json_top_level_string() {
-        assert_eq!(
-            top_level_string(r#" { "A" : {"Name":"x"}, "Name" : "/n\u0061me\\" } "#, "Name").as_deref(),
-            Some("/name\\")
-        );
-        assert_eq!(top_level_string(r#"{"Labels":["Name","x"],"Name":"y"}"#, "Name").as_deref(), Some("y"));
-        assert_eq!(top_level_string(r#"{"A":"Name","B":"z"}"#, "Name"), None);
+    fn a_container_is_named_by_its_name_its_id_or_an_id_prefix() {
+        let c = container(Runtime::Docker, HEX, Some("trainer"), None).expect("container");
+        for (filter, named) in
+            [("trainer", true), (HEX, true), ("3f4e5d6c7b8a", true), ("3", true), ("", false), ("train", false)]
+        {
+            assert_eq!(c.matches(filter), named, "{filter:?}");
+        }
+        let unnamed = container(Runtime::CriO, HEX2, None, None).expect("container");
+        assert!(!unnamed.matches("trainer") && unnamed.matches("0123"));
+    }
+
+    #[test]
+    fn docker_name_is_the_top_level_name_unescaped() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let config_dir = tmp.path().join("containers").join(HEX);
+        fs::create_dir_all(&config_dir).expect("mkdir");
+        for (json, name) in [
+            (r#" { "A" : {"Name":"x"}, "Name" : "/n\u0061me\\" } "#, Some("name\\")),
+            (r#"{"Labels":["Name","x"],"Name":"y"}"#, Some("y")),
+            (r#"{"A":"Name","B":"z"}"#, None),
+            (r#"{"Name":"/"}"#, None),
+        ] {
+            fs::write(config_dir.join("config.v2.json"), json).expect("config");
+            assert_eq!(docker_name(tmp.path(), HEX).as_deref(), name, "{json}");
+        }
+        assert_eq!(docker_name(tmp.path(), "../../etc"), None, "not a container id");
     }
 }

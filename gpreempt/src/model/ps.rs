@@ -2,35 +2,11 @@
 //! /proc (comm, container, pid inside the container). A process that exits mid-scan or a file
 //! that cannot be read becomes a note on that item, never a failure of the whole scan.
 
-use std::path::PathBuf;
-
 use serde::Serialize;
 
 use super::procinfo::{self, ProcInfo};
 use crate::kfd::sysfs::{self, SysfsProcess};
-
-/// Where the scan reads; each stands for the live path and may point at a captured tree.
-#[derive(Clone, Debug)]
-pub struct Roots {
-    /// Stands for `/sys` (KFD processes are under `class/kfd/kfd/proc`).
-    pub sys: PathBuf,
-    /// Stands for `/proc`.
-    pub proc: PathBuf,
-    /// Stands for `/var/lib/docker` (container names).
-    pub docker: PathBuf,
-}
-
-impl Default for Roots {
-    fn default() -> Self {
-        Self { sys: "/sys".into(), proc: procinfo::PROC_ROOT.into(), docker: procinfo::DOCKER_ROOT.into() }
-    }
-}
-
-impl Roots {
-    pub fn kfd_proc(&self) -> PathBuf {
-        self.sys.join("class/kfd/kfd/proc")
-    }
-}
+pub use crate::roots::Roots;
 
 /// One KFD process.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -48,8 +24,7 @@ impl KfdProcess {
 
     /// Does `filter` (a container name, a full id or an id prefix) name this process's container?
     pub fn in_container(&self, filter: &str) -> bool {
-        let Some(c) = self.info.as_ref().and_then(|i| i.container.as_ref()) else { return false };
-        c.name.as_deref() == Some(filter) || (!filter.is_empty() && c.id.starts_with(filter))
+        self.info.as_ref().and_then(|i| i.container.as_ref()).is_some_and(|c| c.matches(filter))
     }
 }
 
@@ -116,7 +91,7 @@ mod tests {
     }
 
     fn roots(dir: &Path) -> Roots {
-        Roots { sys: dir.join("sys"), proc: dir.join("proc"), docker: dir.join("docker") }
+        Roots { sys: dir.join("sys"), proc: dir.join("proc"), docker: dir.join("docker"), ..Roots::default() }
     }
 
     #[test]

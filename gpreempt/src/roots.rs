@@ -1,0 +1,38 @@
+//! Where gpreempt reads the host's state. Each root stands for a live path and may point at a
+//! captured tree instead (unit tests, `gpreempt ps --sysfs-root/--proc-root`, `doctor
+//! --sysfs-root/--debugfs-root`), so every reader of `/proc`, `/sys`, Docker's state or KFD's
+//! debugfs takes a [`Roots`] rather than a hard-coded path.
+
+use std::path::PathBuf;
+
+use crate::model::procinfo;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Roots {
+    /// Stands for `/proc`.
+    pub proc: PathBuf,
+    /// Stands for `/sys` (KFD's per-process tree is `class/kfd/kfd/proc`, module BTF `kernel/btf`).
+    pub sys: PathBuf,
+    /// Stands for `/var/lib/docker` (container names).
+    pub docker: PathBuf,
+    /// Stands for `/sys/kernel/debug/kfd` (`mqds`, `hqds`, `rls`; root only).
+    pub debugfs_kfd: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Self {
+            proc: procinfo::PROC_ROOT.into(),
+            sys: "/sys".into(),
+            docker: procinfo::DOCKER_ROOT.into(),
+            debugfs_kfd: "/sys/kernel/debug/kfd".into(),
+        }
+    }
+}
+
+impl Roots {
+    /// `/sys/class/kfd/kfd/proc`: one directory per KFD process (docs/kfd.md §4.1).
+    pub fn kfd_proc(&self) -> PathBuf {
+        self.sys.join("class/kfd/kfd/proc")
+    }
+}
