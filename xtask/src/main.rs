@@ -37,7 +37,7 @@ enum Task {
     /// command in it as root with the working tree visible; returns the command's exit status.
     Vm(vm::VmArgs),
     /// Run every test layer: fmt, clippy, unit tests, then the integration tests in a VM per kernel.
-    /// The last line is `N passed, M failed` over all layers.
+    /// The last line is `N passed, M failed, K skipped` over all layers (skips: see test.rs).
     Test(test::TestArgs),
     /// Boot the 6.12 VM, run `gpreempt trace` while a built-in workload issues KFD ioctls, and
     /// show the live output. `--emulator`: on the KFD emulator, an online and an offline
