@@ -5,6 +5,7 @@
 //! - [`doctor`]: what this host offers gpreempt and what to do about each gap.
 //! - [`report`]: output sinks over that stream (console lines, JSON Lines).
 //! - [`preempt`]: the suspend/resume measurement loop over a [`kfd::Debugger`]; [`stats`] its statistics.
+//! - [`roots`]: where the host's state is read (`/proc`, `/sys`, Docker's state, KFD debugfs).
 
 pub mod analyze;
 pub mod doctor;
