@@ -48,7 +48,7 @@ const DBG: Option<KfdVersion> = Some(KfdVersion::DEBUG_TRAP);
 
 /// Every probe gpreempt knows. The kernel prototype each relies on, with the versions checked
 /// (Debian 6.1.192 = KFD 1.11, 6.12.117 = KFD 1.17), is the `match-proto` comment on its eBPF
-/// program in `gpreempt-ebpf/src/{queue,debug,calls}.rs`. Only the queue ioctls are required:
+/// program in `gpreempt-ebpf/src/{queue,debug,eviction,hws,process}.rs`. Only the queue ioctls are required:
 /// everything else is reported when missing and the trace goes on without it.
 pub const PROBES: &[ProbeSpec] = &[
     // Queue lifecycle (ioctl context: current = owner). kfd_chardev.c, 6.1.192 and 6.12.117:
