@@ -105,7 +105,15 @@ pub fn enter(function: KfdFn, owner: u32, gpu_id: u32, args: [u64; 4]) {
 pub fn leave(ctx: &RetProbeContext, function: KfdFn) {
     let Some(e) = take(function.stash_slot()) else { return };
     let ret: i64 = ctx.ret();
-    emit_call(function, CallPhase::Return, e.entry_ns, e.owner, e.gpu_id, [e.args[0], e.args[1], e.args[2], e.args[3]], ret);
+    emit_call(
+        function,
+        CallPhase::Return,
+        e.entry_ns,
+        e.owner,
+        e.gpu_id,
+        [e.args[0], e.args[1], e.args[2], e.args[3]],
+        ret,
+    );
 }
 
 /// A kprobe (`$entry`) and kretprobe (`$ret`) on the internal function `KfdFn::$function`.

@@ -248,7 +248,8 @@ fn return_probe_losses(roots: &Roots<'_>, kernel: &str) -> Check {
             "return-probe-losses",
             Status::Ok,
             format!(
-                "counted: each return probe holds {limit} concurrent calls; calls beyond that lose their return                  record and are reported as missed in the summary"
+                "counted: each return probe holds {limit} concurrent calls; calls beyond that lose their return \
+                 record and are reported as missed in the summary"
             ),
             None,
         ),
@@ -256,7 +257,9 @@ fn return_probe_losses(roots: &Roots<'_>, kernel: &str) -> Check {
             "return-probe-losses",
             Status::Warn,
             format!(
-                "not counted: {reason}; each return probe holds {limit} concurrent calls, and a call beyond that                  (callers sleeping in amdkfd_fence_wait_timeout or kfd_ioctl_runtime_enable) loses its return record                  silently"
+                "not counted: {reason}; each return probe holds {limit} concurrent calls, and a call beyond that \
+                 (callers sleeping in amdkfd_fence_wait_timeout or kfd_ioctl_runtime_enable) loses its return record \
+                 silently"
             ),
             Some("use Linux 6.7 or newer to have these losses counted; the summary shows them as unknown"),
         ),

@@ -191,11 +191,6 @@ fn without_btf_owners_come_from_pointer_learning() {
     let mut tracer = Tracer::start(&["--btf-dir", "/nonexistent"]).unwrap();
     let lines = tracer.read_stderr(Duration::from_secs(1)).to_vec();
     let resolution = lines.iter().find(|l| l.contains("owner/gpu resolution")).expect("resolution line");
-    // The counts come from the probe table and this guest's kallsyms.
-    let expected = expected_probes().unwrap();
-    let resolved = expected.iter().filter(|p| p.symbol.is_some()).count();
-    assert!(attached.starts_with(&format!("gpreempt: attached {resolved} probes to ")), "{resolved}: {attached}");
-    assert_eq!(missing.len(), expected.len() - resolved, "{missing:?}");
     assert!(resolution.contains("pointer learning (no module BTF: cannot read /nonexistent/vmlinux"), "{resolution}");
     let (pid, _) = kfd_client(&["hold", "--ms", "100"]).unwrap();
     wait_kfd_released(pid).unwrap();

@@ -716,7 +716,8 @@ pub(crate) mod tests {
             decode(&bytes_of(&exit)).unwrap().kind,
             EventKind::ProcessExit(ProcessExit { owner_pid: Some(42), stage: "kfd_process_wq_release" })
         );
-        let unknown = KfdCallRecord { function: 999, ..call(KfdFn::MapQueuesCpsch, CallPhase::Return, 0, 0, [0; 4], 0) };
+        let unknown =
+            KfdCallRecord { function: 999, ..call(KfdFn::MapQueuesCpsch, CallPhase::Return, 0, 0, [0; 4], 0) };
         assert_eq!(decode(&bytes_of(&unknown)), Err(DecodeError::UnknownFunction(999)));
         let bad_phase = KfdCallRecord { phase: 2, ..unknown };
         assert_eq!(decode(&bytes_of(&KfdCallRecord { function: 7, ..bad_phase })), Err(DecodeError::UnknownPhase(2)));

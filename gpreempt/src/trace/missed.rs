@@ -144,8 +144,11 @@ fn missed_of(info: &bpf_link_info) -> Option<u64> {
     let perf = unsafe { info.__bindgen_anon_1.perf_event };
     let kprobe = perf.type_ == bpf_perf_event_type::BPF_PERF_EVENT_KPROBE as u32
         || perf.type_ == bpf_perf_event_type::BPF_PERF_EVENT_KRETPROBE as u32;
+    if !kprobe {
+        return None;
+    }
     // SAFETY: as above.
-    kprobe.then(|| unsafe { perf.__bindgen_anon_1.kprobe.missed })
+    Some(unsafe { perf.__bindgen_anon_1.kprobe.missed })
 }
 
 /// The links of the attached return probes, to ask their missed counts.
