@@ -348,6 +348,21 @@ pub struct KfdCallRecord {
     pub ret: i64,
 }
 
+impl KfdCallRecord {
+    /// A record about `function`, with its typed function and phase on the wire as `u32`.
+    pub const fn new(
+        header: RecordHeader,
+        function: KfdFn,
+        phase: CallPhase,
+        owner: u32,
+        gpu_id: u32,
+        args: [u64; 4],
+        ret: i64,
+    ) -> Self {
+        Self { header, function: function as u32, phase: phase as u32, owner, gpu_id, args, ret }
+    }
+}
+
 /// `suspend_queues(p, num_queues, grace_period, exception_clear_mask, usr_queue_id_array)` or
 /// `resume_queues(p, num_queues, usr_queue_id_array)` returned (KFD 1.13+).
 #[repr(C)]

@@ -82,15 +82,7 @@ pub(crate) use ioctl_pair;
 /// Write a [`KfdCallRecord`] about `function`.
 #[inline(always)]
 pub fn emit_call(function: KfdFn, phase: CallPhase, entry_ns: u64, owner: u32, gpu_id: u32, args: [u64; 4], ret: i64) {
-    emit(&KfdCallRecord {
-        header: header(entry_ns),
-        function: function as u32,
-        phase: phase as u32,
-        owner,
-        gpu_id,
-        args,
-        ret,
-    });
+    emit(&KfdCallRecord::new(header(entry_ns), function, phase, owner, gpu_id, args, ret));
 }
 
 /// Entry of an internal function: stash what the entry knows; the return probe writes the record.

@@ -690,14 +690,8 @@ pub(crate) mod tests {
     #[test]
     fn decodes_kernel_calls_evictions_and_process_lifetime() {
         use gpreempt_common::record::{CallPhase, KfdCallRecord, KfdFn, ProcessCreateRecord, SmiQueueRecord};
-        let call = |function: KfdFn, phase: CallPhase, owner, gpu_id, args, ret| KfdCallRecord {
-            header: header(RecordKind::KfdCall, 3, "kworker/1:2"),
-            function: function as u32,
-            phase: phase as u32,
-            owner,
-            gpu_id,
-            args,
-            ret,
+        let call = |function, phase, owner, gpu_id, args, ret| {
+            KfdCallRecord::new(header(RecordKind::KfdCall, 3, "kworker/1:2"), function, phase, owner, gpu_id, args, ret)
         };
         let fence = call(KfdFn::FenceWaitTimeout, CallPhase::Return, 0, 0x1234, [9, 9000, 0, 0], -62);
         let EventKind::KfdCall(c) = decode(&bytes_of(&fence)).unwrap().kind else { panic!() };
