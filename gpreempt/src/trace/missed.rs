@@ -25,9 +25,10 @@ use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_link_info, bpf_link_type, bpf_pe
 /// The first kernel that reports missed kprobe hits in the link info.
 pub const MISSED_SINCE: (u32, u32) = (6, 7);
 
-/// The kretprobe instance limit of a PMU kprobe, max(10, 2 × possible CPUs)
-/// (`register_kretprobe`, kernel/kprobes.c, 6.1 and 6.12), from the CPU list of
-/// `/sys/devices/system/cpu/possible` (`0-1`, `0,2-5`).
+/// The kretprobe instance limit of a PMU kprobe, max(10, 2 × possible CPUs) (`register_kretprobe`,
+/// kernel/kprobes.c: 6.12 always; 6.1 with CONFIG_PREEMPTION, which Debian's 6.1 and 6.12 both
+/// set, else the number of possible CPUs), from the CPU list of `/sys/devices/system/cpu/possible`
+/// (`0-1`, `0,2-5`).
 pub fn default_maxactive(possible_cpus: &str) -> Option<u32> {
     let mut cpus = 0u32;
     for range in possible_cpus.trim().split(',') {
