@@ -368,7 +368,7 @@ pub const KFD_MIN_QUEUE_RING_SIZE: u32 = 1024;
 /// `KFD_MAX_QUEUE_PRIORITY`
 pub const KFD_MAX_QUEUE_PRIORITY: u32 = 15;
 
-// Layouts from design/KFD.md §1.2 (x86-64), checked against the headers of 6.1.192 and 6.12.117.
+// Layouts from docs/kfd.md §1.2 (x86-64), checked against the headers of 6.1.192 and 6.12.117.
 const _: () = {
     assert!(size_of::<GetVersionArgs>() == 8);
     assert!(size_of::<CreateQueueArgs>() == 88);

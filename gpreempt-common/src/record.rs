@@ -79,6 +79,45 @@ impl TryFrom<u32> for RecordKind {
     }
 }
 
+/// A record type of the `EVENTS` ring buffer, tied to the [`RecordKind`] its header carries.
+///
+/// The eBPF side writes only such types (its `emit` sets `header.kind` from [`Record::KIND`]);
+/// the user side reads only such types, so a kind and its layout cannot disagree.
+pub trait Record: Copy + 'static {
+    /// The `kind` of this record's header.
+    const KIND: RecordKind;
+    /// What the record is called in decode errors (`queue_create record`).
+    const NAME: &'static str;
+    /// The common start of the record.
+    fn header_mut(&mut self) -> &mut RecordHeader;
+}
+
+macro_rules! record {
+    ($($ty:ident => $kind:ident, $name:literal;)+) => {
+        $(
+            impl Record for $ty {
+                const KIND: RecordKind = RecordKind::$kind;
+                const NAME: &'static str = $name;
+                fn header_mut(&mut self) -> &mut RecordHeader {
+                    &mut self.header
+                }
+            }
+        )+
+    };
+}
+
+record! {
+    QueueCreateRecord => QueueCreate, "queue_create record";
+    QueueDestroyRecord => QueueDestroy, "queue_destroy record";
+    QueueUpdateRecord => QueueUpdate, "queue_update record";
+    DebugTrapRecord => DebugTrap, "debug_trap record";
+    RuntimeEnableRecord => RuntimeEnable, "runtime_enable record";
+    SmiQueueRecord => SmiQueue, "smi_queue record";
+    KfdCallRecord => KfdCall, "kfd_call record";
+    QueueSuspendRecord => QueueSuspend, "queue_suspend record";
+    ProcessCreateRecord => ProcessCreate, "process_create record";
+}
+
 /// `TASK_COMM_LEN`
 pub const COMM_LEN: usize = 16;
 
@@ -169,53 +208,134 @@ pub struct SmiQueueRecord {
     pub restore: u32,
 }
 
-/// Which internal KFD function a [`KfdCallRecord`] is about. Each has its own probe(s) in the
-/// table (`gpreempt::trace::probes`).
-pub mod kfd_fn {
-    pub const EVICT_PROCESS_QUEUES_CPSCH: u32 = 1;
-    pub const EVICT_PROCESS_QUEUES_NOCPSCH: u32 = 2;
-    pub const RESTORE_PROCESS_QUEUES_CPSCH: u32 = 3;
-    pub const RESTORE_PROCESS_QUEUES_NOCPSCH: u32 = 4;
-    pub const EXECUTE_QUEUES_CPSCH: u32 = 5;
-    pub const UNMAP_QUEUES_CPSCH: u32 = 6;
-    pub const MAP_QUEUES_CPSCH: u32 = 7;
-    pub const FENCE_WAIT_TIMEOUT: u32 = 8;
-    pub const PM_SEND_RUNLIST: u32 = 9;
-    pub const PM_SEND_UNMAP_QUEUE: u32 = 10;
-    pub const MES_V11_REMOVE_HW_QUEUE: u32 = 11;
-    pub const MES_V11_ADD_HW_QUEUE: u32 = 12;
-    pub const MES_V12_REMOVE_HW_QUEUE: u32 = 13;
-    pub const MES_V12_ADD_HW_QUEUE: u32 = 14;
-    pub const PROCESS_EVICT_QUEUES: u32 = 15;
-    pub const PROCESS_RESTORE_QUEUES: u32 = 16;
+/// Which internal KFD function a [`KfdCallRecord`] is about (its `function` field, as `u32`).
+/// Each has its own probe(s) in the table (`gpreempt::trace::probes`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KfdFn {
+    EvictProcessQueuesCpsch = 1,
+    EvictProcessQueuesNocpsch = 2,
+    RestoreProcessQueuesCpsch = 3,
+    RestoreProcessQueuesNocpsch = 4,
+    ExecuteQueuesCpsch = 5,
+    UnmapQueuesCpsch = 6,
+    MapQueuesCpsch = 7,
+    FenceWaitTimeout = 8,
+    PmSendRunlist = 9,
+    PmSendUnmapQueue = 10,
+    MesV11RemoveHwQueue = 11,
+    MesV11AddHwQueue = 12,
+    MesV12RemoveHwQueue = 13,
+    MesV12AddHwQueue = 14,
+    ProcessEvictQueues = 15,
+    ProcessRestoreQueues = 16,
     /// `amdgpu_amdkfd_gpu_reset`: entry only; an alarm.
-    pub const GPU_RESET: u32 = 17;
+    GpuReset = 17,
     /// `kfd_process_dequeue_from_all_devices`: entry only; process teardown begins.
-    pub const PROCESS_DEQUEUE_ALL: u32 = 18;
+    ProcessDequeueAll = 18,
     /// `kfd_procfs_del_queue`: entry only; `args[0]` is the queue id. Every queue removal,
     /// including those of process teardown.
-    pub const PROCFS_DEL_QUEUE: u32 = 19;
+    ProcfsDelQueue = 19,
     /// `kfd_process_wq_release`: entry only; the kfd_process is freed.
-    pub const PROCESS_RELEASE: u32 = 20;
-    /// Upper bound for validity checks.
-    pub const LAST: u32 = 20;
+    ProcessRelease = 20,
 }
 
-/// Whether a [`KfdCallRecord`] is written at the call or at its return.
-pub mod call_phase {
-    pub const ENTRY: u32 = 0;
-    pub const RETURN: u32 = 1;
+impl KfdFn {
+    /// Every variant, in wire order (`ALL[i] as u32 == i + 1`).
+    pub const ALL: [Self; 20] = [
+        Self::EvictProcessQueuesCpsch,
+        Self::EvictProcessQueuesNocpsch,
+        Self::RestoreProcessQueuesCpsch,
+        Self::RestoreProcessQueuesNocpsch,
+        Self::ExecuteQueuesCpsch,
+        Self::UnmapQueuesCpsch,
+        Self::MapQueuesCpsch,
+        Self::FenceWaitTimeout,
+        Self::PmSendRunlist,
+        Self::PmSendUnmapQueue,
+        Self::MesV11RemoveHwQueue,
+        Self::MesV11AddHwQueue,
+        Self::MesV12RemoveHwQueue,
+        Self::MesV12AddHwQueue,
+        Self::ProcessEvictQueues,
+        Self::ProcessRestoreQueues,
+        Self::GpuReset,
+        Self::ProcessDequeueAll,
+        Self::ProcfsDelQueue,
+        Self::ProcessRelease,
+    ];
+
+    /// The kernel symbol (base name, without a `.constprop.N` suffix).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::EvictProcessQueuesCpsch => "evict_process_queues_cpsch",
+            Self::EvictProcessQueuesNocpsch => "evict_process_queues_nocpsch",
+            Self::RestoreProcessQueuesCpsch => "restore_process_queues_cpsch",
+            Self::RestoreProcessQueuesNocpsch => "restore_process_queues_nocpsch",
+            Self::ExecuteQueuesCpsch => "execute_queues_cpsch",
+            Self::UnmapQueuesCpsch => "unmap_queues_cpsch",
+            Self::MapQueuesCpsch => "map_queues_cpsch",
+            Self::FenceWaitTimeout => "amdkfd_fence_wait_timeout",
+            Self::PmSendRunlist => "pm_send_runlist",
+            Self::PmSendUnmapQueue => "pm_send_unmap_queue",
+            Self::MesV11RemoveHwQueue => "mes_v11_0_remove_hw_queue",
+            Self::MesV11AddHwQueue => "mes_v11_0_add_hw_queue",
+            Self::MesV12RemoveHwQueue => "mes_v12_0_remove_hw_queue",
+            Self::MesV12AddHwQueue => "mes_v12_0_add_hw_queue",
+            Self::ProcessEvictQueues => "kfd_process_evict_queues",
+            Self::ProcessRestoreQueues => "kfd_process_restore_queues",
+            Self::GpuReset => "amdgpu_amdkfd_gpu_reset",
+            Self::ProcessDequeueAll => "kfd_process_dequeue_from_all_devices",
+            Self::ProcfsDelQueue => "kfd_procfs_del_queue",
+            Self::ProcessRelease => "kfd_process_wq_release",
+        }
+    }
+
+    /// The [`StashKey::slot`] of this function's entry/return pair.
+    pub const fn stash_slot(self) -> u32 {
+        stash_slot::KFD_CALL_BASE + self as u32
+    }
 }
 
-/// An internal KFD function was called ([`call_phase::ENTRY`]) or returned
-/// ([`call_phase::RETURN`], with `header.entry_ns` the call time).
+impl TryFrom<u32> for KfdFn {
+    type Error = u32;
+
+    /// The variant whose wire value is `value`; the value itself when none is.
+    fn try_from(value: u32) -> Result<Self, u32> {
+        let index = value.checked_sub(1).ok_or(value)? as usize;
+        Self::ALL.get(index).copied().ok_or(value)
+    }
+}
+
+/// Whether a [`KfdCallRecord`] is written at the call or at its return (its `phase` field).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CallPhase {
+    Entry = 0,
+    Return = 1,
+}
+
+impl TryFrom<u32> for CallPhase {
+    type Error = u32;
+
+    fn try_from(value: u32) -> Result<Self, u32> {
+        match value {
+            0 => Ok(Self::Entry),
+            1 => Ok(Self::Return),
+            unknown => Err(unknown),
+        }
+    }
+}
+
+/// An internal KFD function was called ([`CallPhase::Entry`]) or returned
+/// ([`CallPhase::Return`], with `header.entry_ns` the call time).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KfdCallRecord {
     pub header: RecordHeader,
-    /// [`kfd_fn`]
+    /// [`KfdFn`] as `u32`.
     pub function: u32,
-    /// [`call_phase`]
+    /// [`CallPhase`] as `u32`.
     pub phase: u32,
     /// Host tgid of the process the call is about (from its `kfd_process*`/`qpd*`), 0 when
     /// the function is device-wide or the owner is unknown.
@@ -226,6 +346,21 @@ pub struct KfdCallRecord {
     pub args: [u64; 4],
     /// Return value (0 for entry records and void functions).
     pub ret: i64,
+}
+
+impl KfdCallRecord {
+    /// A record about `function`, with its typed function and phase on the wire as `u32`.
+    pub const fn new(
+        header: RecordHeader,
+        function: KfdFn,
+        phase: CallPhase,
+        owner: u32,
+        gpu_id: u32,
+        args: [u64; 4],
+        ret: i64,
+    ) -> Self {
+        Self { header, function: function as u32, phase: phase as u32, owner, gpu_id, args, ret }
+    }
 }
 
 /// `suspend_queues(p, num_queues, grace_period, exception_clear_mask, usr_queue_id_array)` or
@@ -266,7 +401,7 @@ pub struct ProcessCreateRecord {
 /// Struct offsets the probes need, found in BTF at start (bytes; 0 = unknown unless noted).
 /// Passed as the load-time global [`CONFIG_GLOBAL`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeConfig {
     /// `struct kfd_process.lead_thread` (a `task_struct*`).
     pub process_lead_thread: u32,
@@ -274,7 +409,7 @@ pub struct ProbeConfig {
     pub task_tgid: u32,
     /// `struct kfd_process.release_work` (a `work_struct`), for `kfd_process_wq_release`.
     pub process_release_work: u32,
-    /// `struct qcm_process_device.pqm`; stable 8 on 6.1/6.12 (KFD.md §3.3); u32::MAX = unknown.
+    /// `struct qcm_process_device.pqm`; stable 8 on 6.1/6.12 (docs/kfd.md §3.3); u32::MAX = unknown.
     pub qpd_pqm: u32,
     /// `struct process_queue_manager.process`; stable 0; u32::MAX = unknown.
     pub pqm_process: u32,
@@ -295,6 +430,32 @@ pub struct ProbeConfig {
 
 /// "Unknown" for the offsets of [`ProbeConfig`] where 0 is a valid value.
 pub const OFFSET_UNKNOWN: u32 = u32::MAX;
+
+impl ProbeConfig {
+    /// The layout-free defaults, what the programs use until the loader overrides them from BTF:
+    /// only the offsets found stable on 6.1.192, 6.12.117 and the newest tree are filled in
+    /// (docs/kfd.md §3.3); everything BTF must answer is 0 (unknown).
+    pub const DEFAULT: Self = Self {
+        process_lead_thread: 0,
+        task_tgid: 0,
+        process_release_work: 0,
+        qpd_pqm: 8,
+        pqm_process: 0,
+        dqm_dev: 0,
+        node_id: 0,
+        queue_queue_id: 48,
+        create_process_takes_task: 0,
+        fence_wait_takes_dqm: 0,
+        smi_arg_is_pid: 1,
+        _pad: 0,
+    };
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 
 /// Key of the entry-argument stash that pairs a kprobe with its kretprobe: the same thread,
 /// the same traced function.
@@ -328,7 +489,7 @@ pub mod stash_slot {
     pub const SUSPEND_QUEUES: u32 = 6;
     pub const RESUME_QUEUES: u32 = 7;
     pub const CREATE_PROCESS: u32 = 8;
-    /// `KfdCall` functions use `100 + kfd_fn::*`.
+    /// `KfdCall` functions use `100 + KfdFn as u32` ([`KfdFn::stash_slot`]).
     pub const KFD_CALL_BASE: u32 = 100;
 }
 
@@ -364,4 +525,37 @@ mod pod {
     unsafe impl aya::Pod for super::QueueSuspendRecord {}
     unsafe impl aya::Pod for super::ProcessCreateRecord {}
     unsafe impl aya::Pod for super::ProbeConfig {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kfd_fn_round_trips_through_its_wire_value_and_names_distinct_symbols() {
+        for (i, f) in KfdFn::ALL.iter().enumerate() {
+            assert_eq!(*f as u32, i as u32 + 1, "{f:?}");
+            assert_eq!(KfdFn::try_from(*f as u32), Ok(*f));
+            assert!(KfdFn::ALL[..i].iter().all(|g| g.name() != f.name()), "{} twice", f.name());
+        }
+        assert_eq!(KfdFn::try_from(0), Err(0));
+        assert_eq!(KfdFn::try_from(21), Err(21));
+        assert_eq!(KfdFn::FenceWaitTimeout.name(), "amdkfd_fence_wait_timeout");
+        assert_eq!(KfdFn::FenceWaitTimeout.stash_slot(), 108);
+    }
+
+    #[test]
+    fn call_phase_and_record_kind_reject_unknown_values() {
+        assert_eq!(CallPhase::try_from(1), Ok(CallPhase::Return));
+        assert_eq!(CallPhase::try_from(2), Err(2));
+        assert_eq!(RecordKind::try_from(QueueSuspendRecord::KIND as u32), Ok(RecordKind::QueueSuspend));
+        assert_eq!(RecordKind::try_from(10), Err(10));
+    }
+
+    #[test]
+    fn the_default_config_is_the_layout_free_one() {
+        let c = ProbeConfig::default();
+        assert_eq!((c.qpd_pqm, c.pqm_process, c.queue_queue_id, c.smi_arg_is_pid), (8, 0, 48, 1));
+        assert_eq!((c.process_lead_thread, c.dqm_dev, c.node_id), (0, 0, 0));
+    }
 }

@@ -2,70 +2,51 @@
 //! `AMDKFD_IOC_RUNTIME_ENABLE` handlers, and the `suspend_queues` / `resume_queues` they reach.
 //!
 //! The ioctl handlers run in the caller's context (the debugger, or the target for
-//! RUNTIME_ENABLE) and read the kernel's copy of the UAPI arguments, as `queue.rs` does.
+//! RUNTIME_ENABLE) and read the kernel's copy of the UAPI arguments (`pairs::ioctl_pair!`).
 //! `suspend_queues`/`resume_queues` also run from `kfd_dbg_trap_deactivate` (DISABLE, runtime
 //! disable, debugger exit), so their target comes from the `kfd_process*` argument, not `current`.
 
 use aya_ebpf::{
-    helpers::{bpf_probe_read_kernel, bpf_probe_read_user},
+    helpers::bpf_probe_read_user,
     macros::{kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
 use gpreempt_common::{
     kfd_uapi::{DbgTrapArgs, RuntimeEnableArgs},
-    record::{
-        DebugTrapRecord, MAX_QUEUE_IDS, QueueSuspendRecord, RecordKind, RuntimeEnableRecord, counter, stash_slot,
-    },
+    record::{DebugTrapRecord, EntryStash, MAX_QUEUE_IDS, QueueSuspendRecord, RuntimeEnableRecord, stash_slot},
 };
 
-use crate::maps::{config, count, emit, header, owner_of_process, stash, stash_call, take};
+use crate::{
+    maps::{config, emit, header, owner_of_process, stash_call, take},
+    pairs::ioctl_pair,
+};
 
-/// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
-/// static int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_process *p, void *data)
-/// (absent in 6.1.192, KFD 1.11)
-#[kprobe]
-pub fn debug_trap_entry(ctx: ProbeContext) -> u32 {
-    let data: u64 = ctx.arg(2).unwrap_or(0);
-    stash(stash_slot::DEBUG_TRAP, [data, 0, 0, 0, 0]);
-    0
-}
+ioctl_pair!(
+    /// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
+    /// static int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_process *p, void *data)
+    /// (absent in 6.1.192, KFD 1.11). `data` is `struct kfd_ioctl_dbg_trap_args` (32 bytes) after
+    /// the call; the return value is the queue count for SUSPEND/RESUME.
+    debug_trap_entry,
+    debug_trap_return,
+    stash_slot::DEBUG_TRAP,
+    "kfd_ioctl_set_debug_trap",
+    DbgTrapArgs,
+    |header, args, ret| DebugTrapRecord { header, args, ret }
+);
 
-/// Return of `kfd_ioctl_set_debug_trap`: `data` is `struct kfd_ioctl_dbg_trap_args` (32 bytes)
-/// after the call; the return value is the queue count for SUSPEND/RESUME.
-#[kretprobe]
-pub fn debug_trap_return(ctx: RetProbeContext) -> u32 {
-    let Some(entry) = take(stash_slot::DEBUG_TRAP) else { return 0 };
-    // SAFETY: bpf_probe_read_kernel checks the address.
-    let Ok(args) = (unsafe { bpf_probe_read_kernel(entry.args[0] as *const DbgTrapArgs) }) else {
-        count(counter::READ_FAILED);
-        return 0;
-    };
-    let ret: i32 = ctx.ret();
-    emit(&DebugTrapRecord { header: header(RecordKind::DebugTrap, entry.entry_ns), args, ret: i64::from(ret) });
-    0
-}
-
-/// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
-/// static int kfd_ioctl_runtime_enable(struct file *filep, struct kfd_process *p, void *data)
-#[kprobe]
-pub fn runtime_enable_entry(ctx: ProbeContext) -> u32 {
-    let data: u64 = ctx.arg(2).unwrap_or(0);
-    stash(stash_slot::RUNTIME_ENABLE, [data, 0, 0, 0, 0]);
-    0
-}
-
-#[kretprobe]
-pub fn runtime_enable_return(ctx: RetProbeContext) -> u32 {
-    let Some(entry) = take(stash_slot::RUNTIME_ENABLE) else { return 0 };
-    // SAFETY: as above.
-    let Ok(args) = (unsafe { bpf_probe_read_kernel(entry.args[0] as *const RuntimeEnableArgs) }) else {
-        count(counter::READ_FAILED);
-        return 0;
-    };
-    let ret: i32 = ctx.ret();
-    emit(&RuntimeEnableRecord { header: header(RecordKind::RuntimeEnable, entry.entry_ns), args, ret: i64::from(ret) });
-    0
-}
+ioctl_pair!(
+    /// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
+    /// static int kfd_ioctl_runtime_enable(struct file *filep, struct kfd_process *p, void *data)
+    /// (absent in 6.1.192). With a debugger attached it sleeps until the debugger acknowledges
+    /// the runtime event: many concurrent callers can exceed the kretprobe instance limit, and
+    /// the loader reports those misses.
+    runtime_enable_entry,
+    runtime_enable_return,
+    stash_slot::RUNTIME_ENABLE,
+    "kfd_ioctl_runtime_enable",
+    RuntimeEnableArgs,
+    |header, args, ret| RuntimeEnableRecord { header, args, ret }
+);
 
 /// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_device_queue_manager.c:
 /// int suspend_queues(struct kfd_process *p, uint32_t num_queues, uint32_t grace_period,
@@ -116,10 +97,10 @@ pub fn resume_queues_return(ctx: RetProbeContext) -> u32 {
 /// Both calls copy the user array back with bit 31 (INVALID) / bit 30 (ERROR) per id before
 /// returning, so reading it at return shows the per-queue outcome.
 /// The stash holds `[p, num_queues, grace_period, exception_clear_mask, array]`.
-fn emit_suspend(entry: &gpreempt_common::record::EntryStash, resume: u32, ret: i32) {
+fn emit_suspend(entry: &EntryStash, resume: u32, ret: i32) {
     let [_, num, grace, mask, array] = entry.args;
     let mut record = QueueSuspendRecord {
-        header: header(RecordKind::QueueSuspend, entry.entry_ns),
+        header: header(entry.entry_ns),
         target: entry.owner,
         num_queues: num as u32,
         grace_period: grace as u32,

@@ -1,14 +1,19 @@
 //! gpreempt's eBPF programs: kprobes/kretprobes on the KFD paths of `amdgpu.ko`.
 //!
-//! One module per area; [`maps`] holds the maps shared by all of them and the two helpers every
-//! probe uses (stash entry arguments for the kretprobe, write a record or count why not).
+//! One module per area ([`queue`], [`debug`], [`eviction`], [`hws`], [`process`], [`floor`]);
+//! [`maps`] holds the maps shared by all of them and the helpers every probe uses (stash entry
+//! arguments for the kretprobe, write a record or count why not), [`pairs`] the two shapes of
+//! entry/return pair.
 #![no_std]
 #![no_main]
 
-mod calls;
 mod debug;
+mod eviction;
 mod floor;
+mod hws;
 mod maps;
+mod pairs;
+mod process;
 mod queue;
 
 #[cfg(not(test))]

@@ -7,7 +7,7 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray, RingBuf},
 };
 use gpreempt_common::record::{
-    COMM_LEN, EVENTS_BYTES, EntryStash, OFFSET_UNKNOWN, ProbeConfig, RecordHeader, RecordKind, StashKey, counter,
+    COMM_LEN, EVENTS_BYTES, EntryStash, OFFSET_UNKNOWN, ProbeConfig, Record, RecordHeader, StashKey, counter,
 };
 
 /// Records for userspace (`gpreempt::trace::stream`).
@@ -34,23 +34,10 @@ static OWNERS: LruHashMap<u64, u32> = LruHashMap::with_max_entries(16 * 1024, 0)
 #[map]
 static TEARDOWN: LruHashMap<u64, u32> = LruHashMap::with_max_entries(1024, 0);
 
-/// Struct offsets from BTF, set by the loader (`EbpfLoader::set_global`). The defaults are the
-/// layout-free values: only the offsets KFD.md §3.3 found stable on 6.1/6.12 are filled in.
+/// Struct offsets from BTF, set by the loader (`EbpfLoader::override_global`); until then the
+/// layout-free [`ProbeConfig::DEFAULT`].
 #[unsafe(no_mangle)]
-static CONFIG: ProbeConfig = ProbeConfig {
-    process_lead_thread: 0,
-    task_tgid: 0,
-    process_release_work: 0,
-    qpd_pqm: 8,
-    pqm_process: 0,
-    dqm_dev: 0,
-    node_id: 0,
-    queue_queue_id: 48,
-    create_process_takes_task: 0,
-    fence_wait_takes_dqm: 0,
-    smi_arg_is_pid: 1,
-    _pad: 0,
-};
+static CONFIG: ProbeConfig = ProbeConfig::DEFAULT;
 
 /// The configuration; a volatile read so the compiler cannot fold the defaults in.
 pub fn config() -> ProbeConfig {
@@ -187,12 +174,12 @@ pub fn take(slot: u32) -> Option<EntryStash> {
     }
 }
 
-/// The header of a record about `current`.
-pub fn header(kind: RecordKind, entry_ns: u64) -> RecordHeader {
+/// The header of a record about `current`; [`emit`] sets its `kind`.
+pub fn header(entry_ns: u64) -> RecordHeader {
     let pid_tgid = bpf_get_current_pid_tgid();
     let comm = bpf_get_current_comm().unwrap_or([0u8; COMM_LEN]);
     RecordHeader {
-        kind: kind as u32,
+        kind: 0,
         // SAFETY: helpers without preconditions.
         cpu: unsafe { bpf_get_smp_processor_id() },
         entry_ns,
@@ -203,12 +190,17 @@ pub fn header(kind: RecordKind, entry_ns: u64) -> RecordHeader {
     }
 }
 
-/// Write `record` to [`EVENTS`]; count it as dropped when the ring buffer is full.
-pub fn emit<T: 'static>(record: &T) {
-    match EVENTS.reserve::<T>(0) {
+/// Write `record` to [`EVENTS`] with its header's kind set to `R::KIND`; count it as dropped
+/// when the ring buffer is full.
+pub fn emit<R: Record>(record: &R) {
+    match EVENTS.reserve::<R>(0) {
         Some(mut entry) => {
-            // SAFETY: `T` is a plain `#[repr(C)]` record; copying it initialises the slot.
-            unsafe { core::ptr::copy_nonoverlapping(record, entry.as_mut_ptr(), 1) };
+            // SAFETY: `R` is a plain `#[repr(C)]` record; copying it initialises the slot, which
+            // is then ours to write until it is submitted.
+            unsafe {
+                core::ptr::copy_nonoverlapping(record, entry.as_mut_ptr(), 1);
+                entry.assume_init_mut().header_mut().kind = R::KIND as u32;
+            }
             entry.submit(0);
         }
         None => count(counter::RINGBUF_FULL),

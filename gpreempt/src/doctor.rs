@@ -12,6 +12,7 @@ use crate::{
     kfd::{Device, KfdVersion},
     model::procinfo::effective_caps,
     trace::{
+        missed::{self, MissedSupport},
         probes::{self, ResolvedProbe},
         symbols::Kallsyms,
     },
@@ -160,6 +161,8 @@ pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersi
         });
     }
 
+    checks.push(return_probe_losses(roots, &kernel));
+
     checks.push(if roots.debugfs_kfd.join("mqds").exists() {
         Check::new("debugfs", Status::Ok, format!("{} readable", roots.debugfs_kfd.display()), None)
     } else {
@@ -225,6 +228,35 @@ pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersi
     Report { kernel, kfd_version, debug_trap, kfd_module, probes, checks }
 }
 
+/// Whether the losses of return probes on sleeping functions (more concurrent callers than the
+/// kretprobe instance limit) can be counted on this kernel (`trace::missed`).
+fn return_probe_losses(roots: &Roots<'_>, kernel: &str) -> Check {
+    let limit = read_trimmed(&roots.sys.join("devices/system/cpu/possible"))
+        .and_then(|cpus| missed::default_maxactive(&cpus))
+        .map_or_else(|| "max(10, 2 × possible CPUs)".to_owned(), |n| n.to_string());
+    match MissedSupport::of_release(kernel) {
+        MissedSupport::Exposed => Check::new(
+            "return-probe-losses",
+            Status::Ok,
+            format!(
+                "counted: each return probe holds {limit} concurrent calls; calls beyond that lose their return \
+                 record and are reported as missed in the summary"
+            ),
+            None,
+        ),
+        MissedSupport::NotExposed { reason } => Check::new(
+            "return-probe-losses",
+            Status::Warn,
+            format!(
+                "not counted: {reason}; each return probe holds {limit} concurrent calls, and a call beyond that \
+                 (callers sleeping in amdkfd_fence_wait_timeout or kfd_ioctl_runtime_enable) loses its return record \
+                 silently"
+            ),
+            Some("use Linux 6.7 or newer to have these losses counted; the summary shows them as unknown"),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,6 +273,7 @@ mod tests {
         w("proc/self/status", "Name:\tx\nCapEff:\t0000000000080000\n");
         w("sys/module/amdgpu/parameters/cwsr_enable", "0\n");
         w("sys/module/amdgpu/parameters/sched_policy", "0\n");
+        w("sys/devices/system/cpu/possible", "0-7\n");
         dir
     }
 
@@ -270,6 +303,14 @@ mod tests {
         assert_eq!(get("probe create_queue_entry").status, Status::Ok);
         assert_eq!(get("probe destroy_queue_entry").status, Status::Fail);
         assert_eq!(get("debugfs").status, Status::Warn);
+        assert_eq!(get("return-probe-losses").status, Status::Warn);
+        assert_eq!(
+            get("return-probe-losses").detail,
+            "not counted: Linux 6.1.0-56-amd64 does not report missed kprobe hits \
+             (bpf_link_info.perf_event.kprobe.missed appeared in 6.7); each return probe holds 16 concurrent calls, \
+             and a call beyond that (callers sleeping in amdkfd_fence_wait_timeout or kfd_ioctl_runtime_enable) \
+             loses its return record silently"
+        );
         assert_eq!(r.failures(), 3, "ptrace scope 3 and the two destroy probes");
     }
 
@@ -296,6 +337,7 @@ mod tests {
     fn sched_policy_2_disables_debug_trap_even_on_new_kernels() {
         let dir = tree();
         fs::write(dir.path().join("sys/module/amdgpu/parameters/sched_policy"), "2\n").unwrap();
+        fs::write(dir.path().join("proc/sys/kernel/osrelease"), "6.12.117+deb12-amd64\n").unwrap();
         let (sys, proc, dbg) = (dir.path().join("sys"), dir.path().join("proc"), dir.path().join("debugfs"));
         let r = diagnose(
             &Roots { sys, proc, debugfs_kfd: dbg, ..Roots::default() },
@@ -305,6 +347,9 @@ mod tests {
         assert!(!r.debug_trap);
         let c = r.checks.iter().find(|c| c.name == "debug-trap").unwrap();
         assert!(c.detail.contains("sched_policy=2"));
+        let losses = r.checks.iter().find(|c| c.name == "return-probe-losses").unwrap();
+        assert_eq!(losses.status, Status::Ok);
+        assert!(losses.detail.starts_with("counted: each return probe holds 16 concurrent calls"), "{}", losses.detail);
     }
 
     #[test]

@@ -61,7 +61,7 @@ impl Tracer {
         let stdout = child.stdout.take();
         let mut tracer = Self { child, stdout, stderr_lines: rx, stderr: Vec::new() };
         loop {
-            // Loading 55 programs in a TCG guest on a loaded 2-core host has taken over a minute.
+            // Loading every program in a TCG guest on a loaded 2-core host has taken over a minute.
             match tracer.stderr_lines.recv_timeout(Duration::from_secs(240)) {
                 Ok(line) if line.contains("error") => bail!("gpreempt trace failed: {line}"),
                 Ok(line) if line.contains(" probes to ") => {
@@ -281,4 +281,13 @@ pub fn parse_u64(s: &str) -> Result<u64, String> {
 /// [`parse_u64`] that must fit 32 bits.
 pub fn parse_u32(s: &str) -> Result<u32, String> {
     u32::try_from(parse_u64(s)?).map_err(|e| e.to_string())
+}
+
+/// The tracer's probe table resolved against this guest's `/proc/kallsyms` and KFD version: what
+/// `trace` must attach and `doctor` must report, so no test hard-codes a probe count.
+pub fn expected_probes() -> Result<Vec<gpreempt::trace::probes::ResolvedProbe>> {
+    use gpreempt::trace::{probes, symbols::Kallsyms};
+    let kallsyms = Kallsyms::load()?;
+    let kfd = gpreempt::kfd::Device::open()?.version()?;
+    Ok(probes::resolve(probes::PROBES, &kallsyms, Some(kfd)))
 }

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use gpreempt_tests::{binary, field};
+use gpreempt_tests::{binary, expected_probes, field};
 
 fn doctor() -> serde_json::Value {
     let out = Command::new(binary("gpreempt").unwrap()).args(["doctor", "--json"]).output().unwrap();
@@ -37,8 +37,13 @@ fn reports_the_kfd_version_and_debug_trap_of_this_kernel() {
 fn every_queue_probe_resolves_on_the_real_driver() {
     let report = doctor();
     let probes = report["probes"].as_array().unwrap();
-    // The whole tracer table (gpreempt/src/trace/probes.rs).
-    assert_eq!(probes.len(), 55);
+    // The whole tracer table, resolved as this guest's kallsyms says.
+    let expected = expected_probes().unwrap();
+    assert_eq!(probes.len(), gpreempt::trace::probes::PROBES.len());
+    let resolved: Vec<&str> = expected.iter().filter(|p| p.symbol.is_some()).map(|p| p.program).collect();
+    let found: Vec<&str> =
+        probes.iter().filter(|p| !p["symbol"].is_null()).map(|p| p["program"].as_str().unwrap()).collect();
+    assert_eq!(found, resolved);
     for p in probes.iter().filter(|p| p["required"] == true) {
         assert_eq!(p["module"], "amdgpu", "{p}");
         assert_eq!(p["symbol"], p["function"], "no suffix on the ioctl handlers: {p}");
@@ -49,7 +54,7 @@ fn every_queue_probe_resolves_on_the_real_driver() {
         "6.12" => assert!(missing.is_empty(), "{missing:?}"),
         _ => {
             // 6.1: no debugger API (8 programs), no MES v12 (4), execute_queues_cpsch inlined (2).
-            assert_eq!(missing.len(), 14, "{missing:?}");
+            assert_eq!(missing.len(), expected.len() - resolved.len(), "{missing:?}");
             let suspend = missing.iter().find(|p| p["program"] == "suspend_queues_entry").unwrap();
             assert_eq!(suspend["missing_reason"], "suspend_queues appeared in KFD 1.13; this kernel has 1.11");
         }

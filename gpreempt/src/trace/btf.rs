@@ -327,7 +327,7 @@ impl std::fmt::Display for OffsetMode {
 
 /// The layout-free defaults (docs/kfd.md §3.3: stable on 6.1/6.12 and the newest tree).
 pub fn default_config() -> ProbeConfig {
-    ProbeConfig { qpd_pqm: 8, pqm_process: 0, queue_queue_id: 48, smi_arg_is_pid: 1, ..Default::default() }
+    ProbeConfig::DEFAULT
 }
 
 /// Offsets from `btf`; fields it cannot answer keep the layout-free defaults.

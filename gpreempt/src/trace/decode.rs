@@ -8,8 +8,8 @@ use std::mem::size_of;
 use gpreempt_common::{
     kfd_uapi::{dbg_trap_op, queue_status, queue_type, runtime_enable},
     record::{
-        DebugTrapRecord, KfdCallRecord, ProcessCreateRecord, QueueCreateRecord, QueueDestroyRecord, QueueSuspendRecord,
-        QueueUpdateRecord, RecordHeader, RecordKind, RuntimeEnableRecord, SmiQueueRecord, call_phase, kfd_fn,
+        CallPhase, DebugTrapRecord, KfdCallRecord, KfdFn, ProcessCreateRecord, QueueCreateRecord, QueueDestroyRecord,
+        QueueSuspendRecord, QueueUpdateRecord, Record, RecordHeader, RecordKind, RuntimeEnableRecord, SmiQueueRecord,
     },
 };
 use serde::Serialize;
@@ -244,7 +244,7 @@ pub struct QueueSuspend {
 /// An internal KFD function: eviction/restore ops, the HWS path, MES.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct KfdCall {
-    /// Kernel function name (`amdkfd_fence_wait_timeout`).
+    /// Kernel function name (`amdkfd_fence_wait_timeout`): [`KfdFn::name`].
     pub function: &'static str,
     /// Host pid the call is about (`None` for device-wide calls or unknown owners).
     pub owner_pid: Option<u32>,
@@ -297,51 +297,26 @@ pub struct GpuReset {
     pub alarm: &'static str,
 }
 
-/// Kernel function name of a [`kfd_fn`] id.
-pub fn function_name(function: u32) -> Option<&'static str> {
-    Some(match function {
-        kfd_fn::EVICT_PROCESS_QUEUES_CPSCH => "evict_process_queues_cpsch",
-        kfd_fn::EVICT_PROCESS_QUEUES_NOCPSCH => "evict_process_queues_nocpsch",
-        kfd_fn::RESTORE_PROCESS_QUEUES_CPSCH => "restore_process_queues_cpsch",
-        kfd_fn::RESTORE_PROCESS_QUEUES_NOCPSCH => "restore_process_queues_nocpsch",
-        kfd_fn::EXECUTE_QUEUES_CPSCH => "execute_queues_cpsch",
-        kfd_fn::UNMAP_QUEUES_CPSCH => "unmap_queues_cpsch",
-        kfd_fn::MAP_QUEUES_CPSCH => "map_queues_cpsch",
-        kfd_fn::FENCE_WAIT_TIMEOUT => "amdkfd_fence_wait_timeout",
-        kfd_fn::PM_SEND_RUNLIST => "pm_send_runlist",
-        kfd_fn::PM_SEND_UNMAP_QUEUE => "pm_send_unmap_queue",
-        kfd_fn::MES_V11_REMOVE_HW_QUEUE => "mes_v11_0_remove_hw_queue",
-        kfd_fn::MES_V11_ADD_HW_QUEUE => "mes_v11_0_add_hw_queue",
-        kfd_fn::MES_V12_REMOVE_HW_QUEUE => "mes_v12_0_remove_hw_queue",
-        kfd_fn::MES_V12_ADD_HW_QUEUE => "mes_v12_0_add_hw_queue",
-        kfd_fn::PROCESS_EVICT_QUEUES => "kfd_process_evict_queues",
-        kfd_fn::PROCESS_RESTORE_QUEUES => "kfd_process_restore_queues",
-        kfd_fn::GPU_RESET => "amdgpu_amdkfd_gpu_reset",
-        kfd_fn::PROCESS_DEQUEUE_ALL => "kfd_process_dequeue_from_all_devices",
-        kfd_fn::PROCFS_DEL_QUEUE => "kfd_procfs_del_queue",
-        kfd_fn::PROCESS_RELEASE => "kfd_process_wq_release",
-        _ => return None,
-    })
-}
-
 fn nonzero(v: u32) -> Option<u32> {
     (v != 0).then_some(v)
 }
 
 fn kfd_call(r: &KfdCallRecord) -> Result<EventKind, DecodeError> {
-    let function = function_name(r.function).ok_or(DecodeError::UnknownFunction(r.function))?;
+    let kfd_fn = KfdFn::try_from(r.function).map_err(DecodeError::UnknownFunction)?;
+    let phase = CallPhase::try_from(r.phase).map_err(DecodeError::UnknownPhase)?;
+    let function = kfd_fn.name();
     let owner_pid = nonzero(r.owner);
-    Ok(match r.function {
-        kfd_fn::GPU_RESET => EventKind::GpuReset(GpuReset { alarm: "GPU reset: queued work of every process is lost" }),
-        kfd_fn::PROCESS_DEQUEUE_ALL | kfd_fn::PROCESS_RELEASE => {
+    Ok(match kfd_fn {
+        KfdFn::GpuReset => EventKind::GpuReset(GpuReset { alarm: "GPU reset: queued work of every process is lost" }),
+        KfdFn::ProcessDequeueAll | KfdFn::ProcessRelease => {
             EventKind::ProcessExit(ProcessExit { owner_pid, stage: function })
         }
-        kfd_fn::PROCFS_DEL_QUEUE => EventKind::QueueRemoved(QueueRemoved {
+        KfdFn::ProcfsDelQueue => EventKind::QueueRemoved(QueueRemoved {
             owner_pid,
             queue_id: u32::try_from(r.args[0]).ok().filter(|&q| q != u32::MAX),
         }),
         f => {
-            if r.phase != call_phase::RETURN {
+            if phase != CallPhase::Return {
                 return Err(DecodeError::UnknownFunction(r.function));
             }
             let a = r.args;
@@ -360,19 +335,19 @@ fn kfd_call(r: &KfdCallRecord) -> Result<EventKind, DecodeError> {
                 ret: i64::from(r.ret as i32),
             };
             match f {
-                kfd_fn::PROCESS_EVICT_QUEUES => c.trigger = Some(trigger_name(lo(a[0]))),
-                kfd_fn::EXECUTE_QUEUES_CPSCH | kfd_fn::UNMAP_QUEUES_CPSCH => {
+                KfdFn::ProcessEvictQueues => c.trigger = Some(trigger_name(lo(a[0]))),
+                KfdFn::ExecuteQueuesCpsch | KfdFn::UnmapQueuesCpsch => {
                     c.filter = Some(lo(a[0]));
                     c.filter_param = Some(lo(a[1]));
                     // 6.1 has no grace_period argument (the register holds garbage); 0xffffffff
                     // is USE_DEFAULT_GRACE_PERIOD on 6.12.
                     c.grace_period = Some(lo(a[2]));
                 }
-                kfd_fn::PM_SEND_UNMAP_QUEUE => {
+                KfdFn::PmSendUnmapQueue => {
                     c.filter = Some(lo(a[0]));
                     c.filter_param = Some(lo(a[1]));
                 }
-                kfd_fn::FENCE_WAIT_TIMEOUT => {
+                KfdFn::FenceWaitTimeout => {
                     c.fence_value = Some(a[0]);
                     c.timeout_ms = Some(lo(a[1]));
                 }
@@ -445,19 +420,26 @@ fn suspend(r: &QueueSuspendRecord) -> QueueSuspend {
 pub enum DecodeError {
     #[error("unknown KFD function id {0} (or an entry record for a return-only function)")]
     UnknownFunction(u32),
+    #[error("unknown call phase {0}")]
+    UnknownPhase(u32),
     #[error("record of {len} bytes is shorter than its {need}-byte {what}")]
     Short { len: usize, need: usize, what: &'static str },
     #[error("unknown record kind {0}")]
     UnknownKind(u32),
 }
 
-fn read<T: Copy>(bytes: &[u8], what: &'static str) -> Result<T, DecodeError> {
+fn read_pod<T: aya::Pod>(bytes: &[u8], what: &'static str) -> Result<T, DecodeError> {
     let need = size_of::<T>();
     if bytes.len() < need {
         return Err(DecodeError::Short { len: bytes.len(), need, what });
     }
-    // SAFETY: length checked; `T` is a plain-old-data record (`aya::Pod` on the user side).
+    // SAFETY: length checked; `T: Pod` is plain old data, valid for any bytes.
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// The record `R` at the start of `bytes` (whose header said `R::KIND`).
+fn read<R: Record + aya::Pod>(bytes: &[u8]) -> Result<R, DecodeError> {
+    read_pod(bytes, R::NAME)
 }
 
 fn comm(raw: &[u8]) -> String {
@@ -467,10 +449,10 @@ fn comm(raw: &[u8]) -> String {
 
 /// Decode one ring-buffer record.
 pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
-    let header: RecordHeader = read(bytes, "header")?;
+    let header: RecordHeader = read_pod(bytes, "header")?;
     let kind = match RecordKind::try_from(header.kind).map_err(DecodeError::UnknownKind)? {
         RecordKind::QueueCreate => {
-            let r: QueueCreateRecord = read(bytes, "queue_create record")?;
+            let r: QueueCreateRecord = read(bytes)?;
             let a = r.args;
             let ok = r.ret >= 0;
             EventKind::QueueCreate(QueueCreate {
@@ -494,11 +476,11 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             })
         }
         RecordKind::QueueDestroy => {
-            let r: QueueDestroyRecord = read(bytes, "queue_destroy record")?;
+            let r: QueueDestroyRecord = read(bytes)?;
             EventKind::QueueDestroy(QueueDestroy { queue_id: r.queue_id, result: KernelResult(r.ret), ret: r.ret })
         }
         RecordKind::QueueUpdate => {
-            let r: QueueUpdateRecord = read(bytes, "queue_update record")?;
+            let r: QueueUpdateRecord = read(bytes)?;
             EventKind::QueueUpdate(QueueUpdate {
                 queue_id: r.args.queue_id,
                 ring_base: r.args.ring_base_address,
@@ -509,9 +491,9 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 ret: r.ret,
             })
         }
-        RecordKind::DebugTrap => EventKind::DebugTrap(debug_trap(&read(bytes, "debug_trap record")?)),
+        RecordKind::DebugTrap => EventKind::DebugTrap(debug_trap(&read(bytes)?)),
         RecordKind::RuntimeEnable => {
-            let r: RuntimeEnableRecord = read(bytes, "runtime_enable record")?;
+            let r: RuntimeEnableRecord = read(bytes)?;
             EventKind::RuntimeEnable(RuntimeEnable {
                 enable: r.args.mode_mask & runtime_enable::MODE_ENABLE_MASK != 0,
                 ttmp_save: r.args.mode_mask & runtime_enable::MODE_TTMP_SAVE_MASK != 0,
@@ -521,7 +503,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             })
         }
         RecordKind::SmiQueue => {
-            let r: SmiQueueRecord = read(bytes, "smi_queue record")?;
+            let r: SmiQueueRecord = read(bytes)?;
             if r.restore != 0 {
                 EventKind::QueueRestore(QueueRestore { target_pid: r.pid, gpu_id: nonzero(r.gpu_id) })
             } else {
@@ -532,13 +514,13 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                 })
             }
         }
-        RecordKind::KfdCall => kfd_call(&read(bytes, "kfd_call record")?)?,
+        RecordKind::KfdCall => kfd_call(&read(bytes)?)?,
         RecordKind::QueueSuspend => {
-            let r: QueueSuspendRecord = read(bytes, "queue_suspend record")?;
+            let r: QueueSuspendRecord = read(bytes)?;
             if r.resume != 0 { EventKind::ResumeQueues(suspend(&r)) } else { EventKind::SuspendQueues(suspend(&r)) }
         }
         RecordKind::ProcessCreate => {
-            let r: ProcessCreateRecord = read(bytes, "process_create record")?;
+            let r: ProcessCreateRecord = read(bytes)?;
             EventKind::ProcessOpen(ProcessOpen { owner_pid: r.tgid, kfd_process: r.process })
         }
     };
@@ -707,39 +689,34 @@ pub(crate) mod tests {
 
     #[test]
     fn decodes_kernel_calls_evictions_and_process_lifetime() {
-        use gpreempt_common::record::{KfdCallRecord, ProcessCreateRecord, SmiQueueRecord, call_phase, kfd_fn};
-        let call = |function, phase, owner, gpu_id, args, ret| KfdCallRecord {
-            header: header(RecordKind::KfdCall, 3, "kworker/1:2"),
-            function,
-            phase,
-            owner,
-            gpu_id,
-            args,
-            ret,
+        use gpreempt_common::record::{CallPhase, KfdCallRecord, KfdFn, ProcessCreateRecord, SmiQueueRecord};
+        let call = |function, phase, owner, gpu_id, args, ret| {
+            KfdCallRecord::new(header(RecordKind::KfdCall, 3, "kworker/1:2"), function, phase, owner, gpu_id, args, ret)
         };
-        let fence = call(kfd_fn::FENCE_WAIT_TIMEOUT, call_phase::RETURN, 0, 0x1234, [9, 9000, 0, 0], -62);
+        let fence = call(KfdFn::FenceWaitTimeout, CallPhase::Return, 0, 0x1234, [9, 9000, 0, 0], -62);
         let EventKind::KfdCall(c) = decode(&bytes_of(&fence)).unwrap().kind else { panic!() };
         assert_eq!((c.function, c.owner_pid, c.gpu_id), ("amdkfd_fence_wait_timeout", None, Some(0x1234)));
         assert_eq!((c.fence_value, c.timeout_ms, c.result.name()), (Some(9), Some(9000), "ETIME".to_owned()));
-        let evict = call(kfd_fn::PROCESS_EVICT_QUEUES, call_phase::RETURN, 42, 0, [2, 0, 0, 0], 0);
+        let evict = call(KfdFn::ProcessEvictQueues, CallPhase::Return, 42, 0, [2, 0, 0, 0], 0);
         let EventKind::KfdCall(c) = decode(&bytes_of(&evict)).unwrap().kind else { panic!() };
         assert_eq!((c.owner_pid, c.trigger.as_deref()), (Some(42), Some("ttm")));
-        let removed = call(kfd_fn::PROCFS_DEL_QUEUE, call_phase::ENTRY, 42, 0, [7, 0, 0, 0], 0);
+        let removed = call(KfdFn::ProcfsDelQueue, CallPhase::Entry, 42, 0, [7, 0, 0, 0], 0);
         assert_eq!(
             decode(&bytes_of(&removed)).unwrap().kind,
             EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(42), queue_id: Some(7) })
         );
-        let exit = call(kfd_fn::PROCESS_RELEASE, call_phase::ENTRY, 42, 0, [0; 4], 0);
+        let exit = call(KfdFn::ProcessRelease, CallPhase::Entry, 42, 0, [0; 4], 0);
         assert_eq!(
             decode(&bytes_of(&exit)).unwrap().kind,
             EventKind::ProcessExit(ProcessExit { owner_pid: Some(42), stage: "kfd_process_wq_release" })
         );
-        assert_eq!(decode(&bytes_of(&call(999, 1, 0, 0, [0; 4], 0))), Err(DecodeError::UnknownFunction(999)));
-        let entry_of_return_only = call(kfd_fn::MAP_QUEUES_CPSCH, call_phase::ENTRY, 0, 0, [0; 4], 0);
-        assert_eq!(
-            decode(&bytes_of(&entry_of_return_only)),
-            Err(DecodeError::UnknownFunction(kfd_fn::MAP_QUEUES_CPSCH))
-        );
+        let unknown =
+            KfdCallRecord { function: 999, ..call(KfdFn::MapQueuesCpsch, CallPhase::Return, 0, 0, [0; 4], 0) };
+        assert_eq!(decode(&bytes_of(&unknown)), Err(DecodeError::UnknownFunction(999)));
+        let bad_phase = KfdCallRecord { phase: 2, ..unknown };
+        assert_eq!(decode(&bytes_of(&KfdCallRecord { function: 7, ..bad_phase })), Err(DecodeError::UnknownPhase(2)));
+        let entry_of_return_only = call(KfdFn::MapQueuesCpsch, CallPhase::Entry, 0, 0, [0; 4], 0);
+        assert_eq!(decode(&bytes_of(&entry_of_return_only)), Err(DecodeError::UnknownFunction(7)));
 
         let smi = SmiQueueRecord {
             header: header(RecordKind::SmiQueue, 3, "kworker"),

@@ -9,7 +9,8 @@ use gpreempt_common::record::{CONFIG_GLOBAL, ProbeConfig};
 
 use super::{
     btf::{self, OffsetMode},
-    probes::{self, ProbeSpec, ResolvedProbe},
+    missed::{MissedSupport, ReturnProbeLinks},
+    probes::{self, ProbeKind, ProbeSpec, ResolvedProbe},
     symbols::{Kallsyms, SymbolsError},
 };
 use crate::kfd::KfdVersion;
@@ -50,6 +51,8 @@ pub struct Attached {
     pub offset_mode: OffsetMode,
     /// Start-up time: kallsyms resolution, BTF offsets, object load + attach (ms).
     pub startup_ms: [u64; 3],
+    /// The links of the attached return probes, for their missed hits ([`super::missed`]).
+    pub return_links: ReturnProbeLinks,
 }
 
 impl Attached {
@@ -85,10 +88,11 @@ pub fn attach(table: &[ProbeSpec], kfd: Option<KfdVersion>, btf_dir: &std::path:
     raise_memlock_limit();
     let mut ebpf = EbpfLoader::new().override_global(CONFIG_GLOBAL, &offsets, true).load(EBPF_OBJECT)?;
     let mut probes = resolved;
+    let mut return_programs = Vec::new();
     for probe in &mut probes {
         let Some(symbol) = probe.symbol.clone() else { continue };
         let program = probe.program;
-        let result = (|| -> Result<(), LoadError> {
+        let result = (|| -> Result<Option<u32>, LoadError> {
             let kprobe: &mut KProbe = ebpf
                 .program_mut(program)
                 .ok_or(LoadError::NoProgram { program })?
@@ -96,10 +100,14 @@ pub fn attach(table: &[ProbeSpec], kfd: Option<KfdVersion>, btf_dir: &std::path:
                 .map_err(|source| LoadError::Program { program, source })?;
             kprobe.load().map_err(|source| LoadError::Program { program, source })?;
             kprobe.attach(&symbol, 0).map_err(|source| LoadError::Program { program, source })?;
-            Ok(())
+            Ok(kprobe.info().map(|info| info.id()).ok())
         })();
         match result {
-            Ok(()) => {}
+            Ok(id) => {
+                if let (ProbeKind::Kretprobe, Some(id)) = (probe.kind, id) {
+                    return_programs.push((program, id));
+                }
+            }
             // An optional probe the kernel refuses (blacklisted symbol, verifier) is reported.
             Err(e) if !probe.required => {
                 probe.missing_reason = Some(format!("{symbol} resolved but attaching failed: {e}"));
@@ -108,8 +116,20 @@ pub fn attach(table: &[ProbeSpec], kfd: Option<KfdVersion>, btf_dir: &std::path:
             Err(e) => return Err(e),
         }
     }
+    let return_links = ReturnProbeLinks::find(&return_programs, MissedSupport::running()).unwrap_or_else(|e| {
+        log::warn!("cannot find the return probes' links, their missed hits stay unknown: {e}");
+        ReturnProbeLinks::default()
+    });
     let load_ms = started.elapsed().as_millis() as u64 - kallsyms_ms - btf_ms;
-    Ok(Attached { ebpf, probes, kfd_module, offsets, offset_mode, startup_ms: [kallsyms_ms, btf_ms, load_ms] })
+    Ok(Attached {
+        ebpf,
+        probes,
+        kfd_module,
+        offsets,
+        offset_mode,
+        startup_ms: [kallsyms_ms, btf_ms, load_ms],
+        return_links,
+    })
 }
 
 /// Where the kernel exposes BTF (vmlinux and one file per module).
@@ -122,5 +142,35 @@ fn raise_memlock_limit() {
     let ret = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
     if ret != 0 {
         log::debug!("setrlimit(RLIMIT_MEMLOCK) failed: {}", std::io::Error::last_os_error());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The programs the embedded object defines (parsed, not loaded: no root needed).
+    fn object_programs() -> Vec<String> {
+        assert!(
+            !EBPF_OBJECT.is_empty(),
+            "this test binary was built with AYA_BUILD_SKIP=1: the embedded eBPF object is empty and cannot be checked"
+        );
+        let object = aya_obj::Object::parse(EBPF_OBJECT).expect("the embedded eBPF object parses");
+        let mut names: Vec<String> = object.programs.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn every_program_of_the_probe_tables_is_in_the_embedded_object() {
+        let programs = object_programs();
+        let tables = probes::PROBES.iter().chain(probes::FLOOR);
+        let missing: Vec<&str> =
+            tables.clone().map(|p| p.program).filter(|name| !programs.iter().any(|p| p == name)).collect();
+        assert_eq!(missing, Vec::<&str>::new(), "programs named in the tables but absent from the object");
+        // And nothing in the object that no table attaches.
+        let unused: Vec<&String> = programs.iter().filter(|p| !tables.clone().any(|t| t.program == *p)).collect();
+        assert_eq!(unused, Vec::<&String>::new(), "programs in the object that no table names");
+        assert_eq!(programs.len(), probes::PROBES.len() + probes::FLOOR.len());
     }
 }

@@ -2,12 +2,14 @@
 //!
 //! [`symbols`] finds the KFD functions in `/proc/kallsyms`, [`probes`] says which program goes on
 //! which function, [`loader`] loads and attaches them, [`stream`] reads the ring buffer and
-//! [`decode`] turns records into owned [`decode::Event`]s.
+//! [`decode`] turns records into owned [`decode::Event`]s; [`missed`] asks the kernel for the
+//! return probes it skipped.
 
 pub mod btf;
 pub mod decode;
 pub mod filter;
 pub mod loader;
+pub mod missed;
 pub mod probes;
 pub mod stream;
 pub mod symbols;

@@ -8,6 +8,7 @@ use tokio::io::unix::AsyncFd;
 use super::{
     decode::{self, Event},
     loader::Attached,
+    missed::ReturnProbeLinks,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -31,14 +32,39 @@ pub struct Losses {
     pub entry_missing: u64,
     /// Userspace could not decode a record (short or unknown kind).
     pub decode_errors: u64,
+    /// Calls whose return probe the kernel skipped because every kretprobe instance was in use
+    /// (more callers inside a sleeping probed function than the instance limit), summed over
+    /// the return probes; `None` when the kernel cannot tell (before Linux 6.7).
+    pub return_probes_missed: Option<u64>,
     /// Not a loss: records delivered without their owner (kworker context, no BTF and the
     /// process opened /dev/kfd before the tracer started).
     pub owner_unknown: u64,
 }
 
 impl Losses {
+    /// Every record that was not delivered (missed return probes included when known).
     pub fn dropped(&self) -> u64 {
-        self.ringbuf_full + self.read_failed + self.entry_missing + self.decode_errors
+        self.ringbuf_full
+            + self.read_failed
+            + self.entry_missing
+            + self.decode_errors
+            + self.return_probes_missed.unwrap_or(0)
+    }
+}
+
+impl std::fmt::Display for Losses {
+    /// `ring buffer full 0, probe read failed 0, return without entry 0, undecodable 0, return
+    /// probes missed 0` (`unknown (before Linux 6.7)` when the kernel cannot tell).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ring buffer full {}, probe read failed {}, return without entry {}, undecodable {}, return probes missed ",
+            self.ringbuf_full, self.read_failed, self.entry_missing, self.decode_errors
+        )?;
+        match self.return_probes_missed {
+            Some(n) => write!(f, "{n}"),
+            None => write!(f, "unknown (before Linux 6.7)"),
+        }
     }
 }
 
@@ -54,13 +80,15 @@ pub const BATCH_WINDOW: std::time::Duration = std::time::Duration::from_millis(2
 pub struct EventStream {
     ring: AsyncFd<RingBuf<MapData>>,
     counters: PerCpuArray<MapData, u64>,
+    return_links: ReturnProbeLinks,
     decode_errors: u64,
     /// No read before this (the end of the last batch plus [`BATCH_WINDOW`]).
     quiet_until: Option<tokio::time::Instant>,
 }
 
 impl EventStream {
-    /// Takes the maps out of `attached` (the programs stay attached while `attached` lives).
+    /// Takes the maps and the return probes' links out of `attached` (the programs stay attached
+    /// while `attached` lives).
     pub fn new(attached: &mut Attached) -> Result<Self, StreamError> {
         let map = |name: &'static str, a: &mut Attached| a.ebpf.take_map(name).ok_or(StreamError::MissingMap(name));
         let ring = RingBuf::try_from(map(EVENTS_MAP, attached)?)
@@ -70,7 +98,8 @@ impl EventStream {
         // SAFETY: the ring buffer map owns its fd for as long as the AsyncFd owns the map.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(std::io::Error::from)?;
-        Ok(Self { ring, counters, decode_errors: 0, quiet_until: None })
+        let return_links = std::mem::take(&mut attached.return_links);
+        Ok(Self { ring, counters, return_links, decode_errors: 0, quiet_until: None })
     }
 
     /// Wait until records are available (and the batch window since the last batch has passed),
@@ -102,6 +131,7 @@ impl EventStream {
             read_failed: sum(counter::READ_FAILED)?,
             entry_missing: sum(counter::ENTRY_MISSING)?,
             decode_errors: self.decode_errors,
+            return_probes_missed: self.return_links.missed(),
             owner_unknown: sum(counter::OWNER_UNKNOWN)?,
         })
     }
@@ -122,4 +152,25 @@ fn drain(ring: &mut RingBuf<MapData>, decode_errors: &mut u64, sink: &mut impl F
         }
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missed_return_probes_count_as_dropped_and_are_printed() {
+        let mut l = Losses { ringbuf_full: 1, decode_errors: 2, return_probes_missed: Some(6), ..Default::default() };
+        assert_eq!(l.dropped(), 9);
+        assert_eq!(
+            l.to_string(),
+            "ring buffer full 1, probe read failed 0, return without entry 0, undecodable 2, return probes missed 6"
+        );
+        l.return_probes_missed = None;
+        assert_eq!(l.dropped(), 3);
+        assert!(l.to_string().ends_with("return probes missed unknown (before Linux 6.7)"), "{l}");
+        let json = serde_json::to_value(l).unwrap();
+        assert!(json.as_object().unwrap().contains_key("return_probes_missed"), "{json}");
+        assert_eq!(json["return_probes_missed"], serde_json::Value::Null);
+    }
 }
