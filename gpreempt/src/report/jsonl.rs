@@ -5,8 +5,13 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::{Sink, TraceSummary, clock::WallClock};
-use crate::{model::spans::Span, trace::decode::Event};
+use super::{Sink, TraceSummary};
+use crate::{
+    clock::WallClock,
+    domain::HostPid,
+    model::{Model, QueueMap, registry::ProcessEntry, spans::Span},
+    trace::decode::Event,
+};
 
 pub struct JsonLines<W: Write> {
     out: W,
@@ -33,9 +38,17 @@ struct Timed<'a> {
 struct SpanObject<'a> {
     event: &'static str,
     time: String,
-    pid: u32,
+    pid: HostPid,
     #[serde(flatten)]
     span: &'a Span,
+}
+
+/// `{"event":"queue_map","ts_ns":…,"processes":[…]}`
+#[derive(Serialize)]
+struct MapObject<'a> {
+    event: &'static str,
+    ts_ns: u64,
+    processes: &'a [&'a ProcessEntry],
 }
 
 #[derive(Serialize)]
@@ -52,11 +65,11 @@ impl<W: Write> Sink for JsonLines<W> {
         self.out.write_all(b"\n")
     }
 
-    fn span(&mut self, span: &Span) -> std::io::Result<()> {
+    fn span(&mut self, span: &Span, _model: &Model) -> std::io::Result<()> {
         let obj = SpanObject {
             event: "span",
             time: self.clock.rfc3339(span.start_ns),
-            pid: span.target_pid.unwrap_or(0),
+            pid: span.target_pid.unwrap_or_default(),
             span,
         };
         serde_json::to_writer(&mut self.out, &obj)?;
@@ -64,14 +77,15 @@ impl<W: Write> Sink for JsonLines<W> {
     }
 
     /// `{"event":"start","command":[…],"pid":…}`: what `gpreempt analyze` reads to name a run.
-    fn start(&mut self, command: &[String], pid: u32) -> std::io::Result<()> {
+    fn start(&mut self, command: &[String], pid: HostPid) -> std::io::Result<()> {
         serde_json::to_writer(&mut self.out, &serde_json::json!({"event": "start", "command": command, "pid": pid}))?;
         self.out.write_all(b"\n")?;
         self.out.flush()
     }
 
-    fn queue_map(&mut self, _text: &str, json: &serde_json::Value) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.out, json)?;
+    fn queue_map(&mut self, map: &QueueMap<'_>) -> std::io::Result<()> {
+        let obj = MapObject { event: "queue_map", ts_ns: map.ts_ns, processes: &map.processes };
+        serde_json::to_writer(&mut self.out, &obj)?;
         self.out.write_all(b"\n")?;
         self.out.flush()
     }
@@ -120,5 +134,20 @@ mod tests {
         assert_eq!(lines[1]["events"], 1);
         assert_eq!(lines[1]["dropped"], 2);
         assert_eq!(lines[1]["losses"]["ringbuf_full"], 2);
+    }
+
+    #[test]
+    fn the_map_is_one_object_with_every_queue() {
+        use crate::model::registry::tests::{create, ev};
+        let mut m = Model::new(None);
+        m.apply(&ev(10, 1, create(3, 0x1234)));
+        let mut out = Vec::new();
+        JsonLines::new(&mut out, WallClock::from_offset(0)).queue_map(&m.snapshot(5, |_| true)).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!((json["event"].as_str(), json["ts_ns"].as_u64()), (Some("queue_map"), Some(5)));
+        assert_eq!(json["processes"][0]["pid"], 10);
+        assert_eq!(json["processes"][0]["queues"]["3"]["state"], "active");
+        assert_eq!(json["processes"][0]["queues"]["3"]["gpu_id"], 0x1234);
+        assert!(json["processes"][0].get("exited_ns").is_none());
     }
 }

@@ -2,12 +2,14 @@
 //!
 //! [`symbols`] finds the KFD functions in `/proc/kallsyms`, [`probes`] says which program goes on
 //! which function, [`loader`] loads and attaches them, [`stream`] reads the ring buffer and
-//! [`decode`] turns records into owned [`decode::Event`]s.
+//! [`decode`] turns records into owned [`decode::Event`]s, and [`pipeline`] takes each through
+//! the model, the [`filter`] and the output sinks.
 
 pub mod btf;
 pub mod decode;
 pub mod filter;
 pub mod loader;
+pub mod pipeline;
 pub mod probes;
 pub mod stream;
 pub mod symbols;
