@@ -350,10 +350,10 @@ mod tests {
         };
         let s = run.summary(5);
         assert_eq!((s.planned, s.completed, s.ok, s.success_rate), (5, 2, 1, 0.5));
+        assert_eq!(serde_json::to_value(&s).unwrap()["stopped"], "interrupted");
         let su = s.suspend_us.unwrap();
         assert_eq!((su.count, su.min, su.max, su.p50), (2, 10.0, 30.0, 10.0));
         assert_eq!(s.stopped, Some(StopReason::Interrupted));
-        assert_eq!(serde_json::to_value(&s).unwrap()["stopped"], "interrupted");
         assert_eq!(StopReason::Failed("pid 7 exited".into()).to_string(), "pid 7 exited");
     }
 

@@ -10,13 +10,13 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use gpreempt::{
+    domain::HostPid,
     kfd::{
         Debugger, KfdVersion,
         debugger::{Options, Selection},
         target::{Roots as TargetRoots, Target},
         uapi::runtime_state,
     },
-    domain::HostPid,
     model::{Model, ps::Roots, spans::Span},
     preempt::{self, Iteration, KernelSide, Plan, RunSummary, StopReason},
     stats::{self, Summary},

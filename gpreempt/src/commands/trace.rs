@@ -59,7 +59,8 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         _ => stdout.is_terminal() && !args.json,
     };
     // Files are created before anything is traced, so a bad path fails at once.
-    let create = |path: &std::path::Path| File::create(path).with_context(|| format!("cannot create {}", path.display()));
+    let create =
+        |path: &std::path::Path| File::create(path).with_context(|| format!("cannot create {}", path.display()));
     let output = args.output.as_deref().map(create).transpose()?;
     let perfetto = args.perfetto.as_deref().map(create).transpose()?;
     let summary_file = args.summary_json.as_deref().map(create).transpose()?;

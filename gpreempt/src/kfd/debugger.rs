@@ -31,7 +31,7 @@ use super::{
     device::DeviceError,
     target::{self, Target, TargetError},
     tracee::{Tracee, TraceeState},
-    uapi::{DbgTrapArgs, QueueSnapshotEntry, RuntimeInfo, dbg_trap_op, exception, queue_status, runtime_state},
+    uapi::{DbgTrapArgs, QueueSnapshotEntry, RuntimeInfo, dbg_trap_op, exception, runtime_state},
 };
 
 /// `KFD_EC_MASK(EC_QUEUE_NEW)`: set on every new queue; suspend refuses such queues until a

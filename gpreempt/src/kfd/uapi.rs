@@ -87,7 +87,10 @@ mod tests {
         );
         // Both bits: a hardware error wins over invalid, and both bits are kept.
         let both = QueueOutcome::from_raw(5 | queue_status::INVALID_MASK | queue_status::ERROR_MASK);
-        assert_eq!((both.queue_id, both.invalid, both.error, both.result()), (QueueId(5), true, true, QueueResult::Error));
+        assert_eq!(
+            (both.queue_id, both.invalid, both.error, both.result()),
+            (QueueId(5), true, true, QueueResult::Error)
+        );
         assert!(!both.handled() && out[0].handled());
     }
 

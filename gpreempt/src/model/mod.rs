@@ -30,13 +30,24 @@ use crate::{
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "notice", rename_all = "snake_case")]
 pub enum Notice {
-    QueueCreated { pid: HostPid, queue_id: QueueId, gpu_id: GpuId },
+    QueueCreated {
+        pid: HostPid,
+        queue_id: QueueId,
+        gpu_id: GpuId,
+    },
     /// Destroyed by its process, or removed at teardown.
-    QueueGone { pid: HostPid, queue_id: QueueId },
+    QueueGone {
+        pid: HostPid,
+        queue_id: QueueId,
+    },
     /// A process opened /dev/kfd (first seen).
-    ProcessOpened { pid: HostPid },
+    ProcessOpened {
+        pid: HostPid,
+    },
     /// A process's KFD state was torn down (it exited or closed /dev/kfd).
-    ProcessGone { pid: HostPid },
+    ProcessGone {
+        pid: HostPid,
+    },
 }
 
 /// What one event closed or changed.
@@ -165,7 +176,11 @@ mod tests {
     };
 
     fn exit(pid: u32, ts: u64) -> Event {
-        ev(5, ts, EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(pid)), stage: "kfd_process_wq_release" }))
+        ev(
+            5,
+            ts,
+            EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(pid)), stage: "kfd_process_wq_release" }),
+        )
     }
 
     #[test]

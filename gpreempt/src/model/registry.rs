@@ -397,15 +397,18 @@ pub(crate) mod tests {
         r.apply(&ev(20, 4, create(0, 0x1234)));
         assert_eq!(r.processes[&HostPid(10)].comm.as_deref(), Some("p10"));
         // Eviction of pid 10 on one GPU only.
-        let evict =
-            EventKind::QueueEviction(QueueEviction {
+        let evict = EventKind::QueueEviction(QueueEviction {
             target_pid: HostPid(10),
             gpu_id: Some(GpuId(0x1234)),
             trigger: EvictionTrigger::Ttm,
         });
         r.apply(&ev(99, 5, evict));
         assert_eq!(states(&r, 10), [(0, QueueState::Evicted), (1, QueueState::Evicted), (2, QueueState::Active)]);
-        r.apply(&ev(99, 6, EventKind::QueueRestore(QueueRestore { target_pid: HostPid(10), gpu_id: Some(GpuId(0x1234)) })));
+        r.apply(&ev(
+            99,
+            6,
+            EventKind::QueueRestore(QueueRestore { target_pid: HostPid(10), gpu_id: Some(GpuId(0x1234)) }),
+        ));
         assert!(states(&r, 10).iter().all(|(_, s)| *s == QueueState::Active));
         // Suspend 0 and 2; id 7 came back INVALID and changes nothing.
         r.apply(&ev(30, 7, suspend(10, &[0, 2, 7 | 1 << 31], false)));
@@ -438,7 +441,8 @@ pub(crate) mod tests {
     #[test]
     fn a_reused_pid_finds_its_last_process_and_old_ones_expire() {
         let mut r = Registry::new(None);
-        let exit = || EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(10)), stage: "kfd_process_wq_release" });
+        let exit =
+            || EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(10)), stage: "kfd_process_wq_release" });
         for (ts, comm) in [(1, "first"), (3, "second")] {
             let mut e = ev(10, ts, create(0, 1));
             e.comm = comm.to_owned();

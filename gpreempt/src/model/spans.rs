@@ -309,7 +309,8 @@ impl SpanTracker {
 
     /// Drop the thread whose newest unclaimed call is the oldest.
     fn forget_quietest_thread(&mut self) {
-        let quietest = self.nested.iter().min_by_key(|(_, calls)| calls.back().map_or(0, |p| p.end_ns)).map(|(&t, _)| t);
+        let quietest =
+            self.nested.iter().min_by_key(|(_, calls)| calls.back().map_or(0, |p| p.end_ns)).map(|(&t, _)| t);
         if let Some(tid) = quietest {
             self.nested.remove(&tid);
         }
@@ -487,7 +488,10 @@ mod tests {
         for v in 0..(SAMPLES_KEEP as u64 + 5) {
             s.push(v);
         }
-        assert_eq!((s.count(), s.values().count(), s.values().next()), (SAMPLES_KEEP as u64 + 5, SAMPLES_KEEP, Some(5)));
+        assert_eq!(
+            (s.count(), s.values().count(), s.values().next()),
+            (SAMPLES_KEEP as u64 + 5, SAMPLES_KEEP, Some(5))
+        );
         assert_eq!(s.latency().count, SAMPLES_KEEP as u64 + 5);
     }
 

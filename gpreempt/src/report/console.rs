@@ -5,7 +5,7 @@ use std::io::Write;
 use super::{Sink, TraceSummary};
 use crate::{
     clock::WallClock,
-    domain::GpuId,
+    domain::{GpuId, QueueId},
     model::{
         Model, QueueMap, procinfo,
         spans::{Span, SpanKind},
@@ -141,6 +141,12 @@ fn gpu(id: Option<GpuId>) -> String {
     id.map_or_else(|| "?".to_owned(), |g| format!("{g:#06x}"))
 }
 
+/// `[0, 1]`
+fn id_list(ids: &[QueueId]) -> String {
+    let ids: Vec<String> = ids.iter().map(QueueId::to_string).collect();
+    format!("[{}]", ids.join(", "))
+}
+
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
@@ -163,9 +169,9 @@ impl<W: Write> Console<W> {
             line.push_str(" (not restored when the trace ended)");
         }
         if s.kind != SpanKind::Eviction {
-            line.push_str(&format!(" queues {:?}", s.queues));
+            line.push_str(&format!(" queues {}", id_list(&s.queues)));
             if !s.rejected.is_empty() {
-                line.push_str(&format!(" rejected {:?}", s.rejected));
+                line.push_str(&format!(" rejected {}", id_list(&s.rejected)));
             }
         }
         if let Some(b) = &s.breakdown {

@@ -218,6 +218,7 @@ impl<W: Write> Perfetto<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::GpuId;
     use crate::{
         model::{
             registry::tests::{create, ev},
@@ -225,7 +226,6 @@ mod tests {
         },
         trace::decode::{KernelResult, QueueDestroy},
     };
-    use crate::domain::GpuId;
 
     #[test]
     fn the_document_has_named_tracks_and_complete_spans() {

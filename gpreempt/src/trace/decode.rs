@@ -473,7 +473,11 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         }
         RecordKind::QueueDestroy => {
             let r: QueueDestroyRecord = read(bytes, "queue_destroy record")?;
-            EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(r.queue_id), result: KernelResult(r.ret), ret: r.ret })
+            EventKind::QueueDestroy(QueueDestroy {
+                queue_id: QueueId(r.queue_id),
+                result: KernelResult(r.ret),
+                ret: r.ret,
+            })
         }
         RecordKind::QueueUpdate => {
             let r: QueueUpdateRecord = read(bytes, "queue_update record")?;
@@ -501,7 +505,10 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         RecordKind::SmiQueue => {
             let r: SmiQueueRecord = read(bytes, "smi_queue record")?;
             if r.restore != 0 {
-                EventKind::QueueRestore(QueueRestore { target_pid: HostPid(r.pid), gpu_id: nonzero(r.gpu_id).map(GpuId) })
+                EventKind::QueueRestore(QueueRestore {
+                    target_pid: HostPid(r.pid),
+                    gpu_id: nonzero(r.gpu_id).map(GpuId),
+                })
             } else {
                 EventKind::QueueEviction(QueueEviction {
                     target_pid: HostPid(r.pid),
@@ -593,7 +600,10 @@ pub(crate) mod tests {
             ret: 0,
         };
         let EventKind::QueueCreate(c) = decode(&bytes_of(&rec)).unwrap().kind else { panic!() };
-        assert_eq!((c.queue_id, c.doorbell_offset, c.queue_type), (Some(QueueId(3)), Some(0x1000), QueueType::Other(9)));
+        assert_eq!(
+            (c.queue_id, c.doorbell_offset, c.queue_type),
+            (Some(QueueId(3)), Some(0x1000), QueueType::Other(9))
+        );
         assert_eq!(c.result.name(), "OK");
         rec.ret = -4095;
         let EventKind::QueueCreate(c) = decode(&bytes_of(&rec)).unwrap().kind else { panic!() };
@@ -605,7 +615,10 @@ pub(crate) mod tests {
         let d =
             QueueDestroyRecord { header: header(RecordKind::QueueDestroy, 9, "y"), queue_id: 42, _pad: 0, ret: -22 };
         let e = decode(&bytes_of(&d)).unwrap();
-        assert_eq!(e.kind, EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(42), result: KernelResult(-22), ret: -22 }));
+        assert_eq!(
+            e.kind,
+            EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(42), result: KernelResult(-22), ret: -22 })
+        );
     }
 
     #[test]
@@ -697,7 +710,10 @@ pub(crate) mod tests {
         };
         let fence = call(kfd_fn::FENCE_WAIT_TIMEOUT, call_phase::RETURN, 0, 0x1234, [9, 9000, 0, 0], -62);
         let EventKind::KfdCall(c) = decode(&bytes_of(&fence)).unwrap().kind else { panic!() };
-        assert_eq!((c.function, c.kfd_fn, c.owner_pid, c.gpu_id), ("amdkfd_fence_wait_timeout", kfd_fn::FENCE_WAIT_TIMEOUT, None, Some(GpuId(0x1234))));
+        assert_eq!(
+            (c.function, c.kfd_fn, c.owner_pid, c.gpu_id),
+            ("amdkfd_fence_wait_timeout", kfd_fn::FENCE_WAIT_TIMEOUT, None, Some(GpuId(0x1234)))
+        );
         assert_eq!((c.fence_value, c.timeout_ms, c.result.name()), (Some(9), Some(9000), "ETIME".to_owned()));
         let evict = call(kfd_fn::PROCESS_EVICT_QUEUES, call_phase::RETURN, 42, 0, [2, 0, 0, 0], 0);
         let EventKind::KfdCall(c) = decode(&bytes_of(&evict)).unwrap().kind else { panic!() };
@@ -728,7 +744,11 @@ pub(crate) mod tests {
         };
         assert_eq!(
             decode(&bytes_of(&smi)).unwrap().kind,
-            EventKind::QueueEviction(QueueEviction { target_pid: HostPid(42), gpu_id: None, trigger: EvictionTrigger::Ttm })
+            EventKind::QueueEviction(QueueEviction {
+                target_pid: HostPid(42),
+                gpu_id: None,
+                trigger: EvictionTrigger::Ttm
+            })
         );
         let restore = SmiQueueRecord { restore: 1, gpu_id: 5, ..smi };
         assert_eq!(
