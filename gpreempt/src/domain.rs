@@ -79,6 +79,11 @@ impl QueueType {
         }
     }
 
+    /// `compute-aql`, …; `None` for a value this build does not know.
+    pub fn name(self) -> Option<&'static str> {
+        queue_type::name(self.raw())
+    }
+
     pub fn raw(self) -> u32 {
         match self {
             Self::Compute => queue_type::COMPUTE,
@@ -127,7 +132,8 @@ impl EvictionTrigger {
         }
     }
 
-    fn name(self) -> Option<&'static str> {
+    /// `svm`, `ttm`, …; `None` for a value this build does not know.
+    pub fn name(self) -> Option<&'static str> {
         Some(match self {
             Self::Svm => "svm",
             Self::Userptr => "userptr",
@@ -150,7 +156,7 @@ fn name_or_number(f: &mut fmt::Formatter<'_>, name: Option<&str>, raw: u32) -> f
 
 impl fmt::Display for QueueType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        name_or_number(f, queue_type::name(self.raw()), self.raw())
+        name_or_number(f, self.name(), self.raw())
     }
 }
 
@@ -167,16 +173,31 @@ impl fmt::Display for DebugTrapOp {
     }
 }
 
-macro_rules! serialize_as_display {
-    ($($t:ty),*) => {$(
-        impl Serialize for $t {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
+// Names as plain strings (no formatting machinery per event: the JSON Lines sink serialises
+// every create), the rare unknown value through Display.
+impl Serialize for QueueType {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.name() {
+            Some(name) => s.serialize_str(name),
+            None => s.collect_str(self),
         }
-    )*};
+    }
 }
-serialize_as_display!(QueueType, EvictionTrigger, DebugTrapOp);
+
+impl Serialize for EvictionTrigger {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.name() {
+            Some(name) => s.serialize_str(name),
+            None => s.collect_str(self),
+        }
+    }
+}
+
+impl Serialize for DebugTrapOp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 #[cfg(test)]
 mod tests {

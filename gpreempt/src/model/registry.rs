@@ -230,7 +230,7 @@ impl Registry {
                     QueueEntry {
                         queue_id,
                         gpu_id: Some(c.gpu_id),
-                        queue_type: Some(c.queue_type.to_string()),
+                        queue_type: Some(c.queue_type.name().map_or_else(|| c.queue_type.to_string(), str::to_owned)),
                         priority: Some(c.priority),
                         percentage: Some(c.percentage),
                         ring_base: Some(c.ring_base),
