@@ -329,6 +329,40 @@ mod tests {
     };
 
     #[test]
+    fn a_span_line_lists_ids_breakdown_and_collateral() {
+        use crate::{
+            domain::{GpuId, QueueId},
+            model::spans::{Breakdown, Collateral},
+        };
+        let span = Span {
+            kind: SpanKind::Suspend,
+            target_pid: Some(HostPid(10)),
+            gpu_id: None,
+            start_ns: 1_000_000,
+            end_ns: 3_000_000,
+            duration_ns: 2_000_000,
+            trigger: None,
+            queues: vec![QueueId(0), QueueId(1)],
+            rejected: vec![QueueId(5)],
+            collateral: vec![Collateral { pid: HostPid(20), queue_id: QueueId(4), gpu_id: Some(GpuId(0xa)) }],
+            breakdown: Some(Breakdown {
+                unmap_ns: 1_500_000,
+                fence_wait_ns: 1_000_000,
+                remap_ns: 250_000,
+                gpus: vec![GpuId(0xa)],
+            }),
+            phases: vec![],
+            open: false,
+        };
+        let c = Console::new(Vec::new(), WallClock::from_offset(0), false);
+        assert_eq!(
+            c.span_line(&span),
+            "00:00:00.003000      10 span suspended 2.000 ms queues [0, 1] rejected [5] \
+             (unmap 1.500 fence 1.000 remap 0.250 ms) collateral [20:4]"
+        );
+    }
+
+    #[test]
     fn the_map_is_a_table_of_every_queue() {
         let mut m = Model::new(None);
         m.apply(&ev(10, 1, create(3, 0x1234)));

@@ -22,6 +22,14 @@ impl<W: Write> JsonLines<W> {
     pub fn new(out: W, clock: WallClock) -> Self {
         Self { out, clock }
     }
+
+    /// One object, one line. Events wait for the batch's flush; the rare records (start, map,
+    /// summary) are flushed at once so a reader sees them when they happen.
+    fn line(&mut self, value: &impl Serialize, flush: bool) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.out, value)?;
+        self.out.write_all(b"\n")?;
+        if flush { self.out.flush() } else { Ok(()) }
+    }
 }
 
 #[derive(Serialize)]
@@ -61,8 +69,7 @@ struct Summary<'a> {
 impl<W: Write> Sink for JsonLines<W> {
     fn event(&mut self, event: &Event) -> std::io::Result<()> {
         let timed = Timed { time: self.clock.rfc3339(event.ts_ns), duration_ns: event.duration_ns(), event };
-        serde_json::to_writer(&mut self.out, &timed)?;
-        self.out.write_all(b"\n")
+        self.line(&timed, false)
     }
 
     fn span(&mut self, span: &Span, _model: &Model) -> std::io::Result<()> {
@@ -72,28 +79,20 @@ impl<W: Write> Sink for JsonLines<W> {
             pid: span.target_pid.unwrap_or_default(),
             span,
         };
-        serde_json::to_writer(&mut self.out, &obj)?;
-        self.out.write_all(b"\n")
+        self.line(&obj, false)
     }
 
     /// `{"event":"start","command":[…],"pid":…}`: what `gpreempt analyze` reads to name a run.
     fn start(&mut self, command: &[String], pid: HostPid) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.out, &serde_json::json!({"event": "start", "command": command, "pid": pid}))?;
-        self.out.write_all(b"\n")?;
-        self.out.flush()
+        self.line(&serde_json::json!({"event": "start", "command": command, "pid": pid}), true)
     }
 
     fn queue_map(&mut self, map: &QueueMap<'_>) -> std::io::Result<()> {
-        let obj = MapObject { event: "queue_map", ts_ns: map.ts_ns, processes: &map.processes };
-        serde_json::to_writer(&mut self.out, &obj)?;
-        self.out.write_all(b"\n")?;
-        self.out.flush()
+        self.line(&MapObject { event: "queue_map", ts_ns: map.ts_ns, processes: &map.processes }, true)
     }
 
     fn summary(&mut self, summary: &TraceSummary) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.out, &Summary { event: "summary", summary })?;
-        self.out.write_all(b"\n")?;
-        self.out.flush()
+        self.line(&Summary { event: "summary", summary }, true)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -134,6 +133,38 @@ mod tests {
         assert_eq!(lines[1]["events"], 1);
         assert_eq!(lines[1]["dropped"], 2);
         assert_eq!(lines[1]["losses"]["ringbuf_full"], 2);
+    }
+
+    #[test]
+    fn a_span_keeps_its_field_names_and_values() {
+        use crate::{
+            domain::{EvictionTrigger, GpuId},
+            model::spans::SpanKind,
+        };
+        let span = Span {
+            kind: SpanKind::Eviction,
+            target_pid: Some(HostPid(42)),
+            gpu_id: Some(GpuId(0xa)),
+            start_ns: 1_000,
+            end_ns: 4_000,
+            duration_ns: 3_000,
+            trigger: Some(EvictionTrigger::Ttm),
+            queues: vec![],
+            rejected: vec![],
+            collateral: vec![],
+            breakdown: None,
+            phases: vec![],
+            open: true,
+        };
+        let mut out = Vec::new();
+        JsonLines::new(&mut out, WallClock::from_offset(0)).span(&span, &Model::new(None)).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"event": "span", "time": "1970-01-01T00:00:00.000001Z", "pid": 42, "span": "eviction",
+                "target_pid": 42, "gpu_id": 10, "start_ns": 1000, "end_ns": 4000, "duration_ns": 3000,
+                "trigger": "ttm", "queues": [], "rejected": [], "collateral": [], "phases": [], "open": true})
+        );
     }
 
     #[test]
