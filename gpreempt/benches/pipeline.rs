@@ -1,6 +1,7 @@
 //! Userspace throughput of the tracer's pipeline on one core (`cargo xtask bench`, row 2):
-//! ring-buffer record bytes → `decode` → span tracker and PID → queue map (`Registry::apply`),
-//! and the same followed by the JSON Lines sink, as `gpreempt trace --json` runs it per event.
+//! ring-buffer record bytes → `decode` → `Pipeline::deliver` (the model: span tracker and PID →
+//! queue map; the filter), without sinks and with the JSON Lines sink, as `gpreempt trace
+//! --json` runs it per event.
 //!
 //! The records are a create/destroy churn of 64 processes with 8 queues each plus failed creates,
 //! built with the same `#[repr(C)]` types the eBPF programs write.
@@ -9,9 +10,10 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use gpreempt::{
-    model::{registry::Registry, spans::SpanTracker},
-    report::{Sink, clock::WallClock, jsonl::JsonLines},
-    trace::decode::decode,
+    clock::WallClock,
+    model::Model,
+    report::jsonl::JsonLines,
+    trace::{decode::decode, filter::Filter, pipeline::Pipeline},
 };
 use gpreempt_common::{
     kfd_uapi::CreateQueueArgs,
@@ -78,27 +80,24 @@ fn pipeline(c: &mut Criterion) {
     group.throughput(Throughput::Elements(records.len() as u64));
     group.bench_function("decode+map", |b| {
         b.iter(|| {
-            let (mut registry, mut spans) = (Registry::new(None), SpanTracker::default());
+            let mut pipeline = Pipeline::new(Model::new(None), Filter::default());
             for r in &records {
                 let Ok(event) = decode(black_box(r)) else { continue };
-                black_box(spans.on_event(&event, &registry));
-                registry.apply(&event);
+                pipeline.deliver(&event);
             }
-            registry
+            pipeline
         });
     });
     group.bench_function("decode+map+jsonl", |b| {
         let clock = WallClock::now();
         b.iter(|| {
-            let (mut registry, mut spans) = (Registry::new(None), SpanTracker::default());
-            let mut sink = JsonLines::new(std::io::sink(), clock);
+            let mut pipeline = Pipeline::new(Model::new(None), Filter::default());
+            pipeline.add_sink(Box::new(JsonLines::new(std::io::sink(), clock)));
             for r in &records {
                 let Ok(event) = decode(black_box(r)) else { continue };
-                black_box(spans.on_event(&event, &registry));
-                registry.apply(&event);
-                let _ = sink.event(&event);
+                pipeline.deliver(&event);
             }
-            registry
+            pipeline
         });
     });
     group.finish();

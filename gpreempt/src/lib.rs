@@ -3,12 +3,15 @@
 //! - [`kfd`]: the KFD user API (`/dev/kfd` ioctls).
 //! - [`trace`]: eBPF probes on the KFD paths of `amdgpu.ko` and the event stream they produce.
 //! - [`doctor`]: what this host offers gpreempt and what to do about each gap.
-//! - [`report`]: output sinks over that stream (console lines, JSON Lines).
+//! - [`model`]: what the event stream says about the host (queue map, spans), applied in one place.
+//! - [`report`]: output sinks over that stream (console lines, JSON Lines, Perfetto, summary).
 //! - [`preempt`]: the suspend/resume measurement loop over a [`kfd::Debugger`]; [`stats`] its statistics.
 //! - [`roots`]: where the host's state is read (`/proc`, `/sys`, Docker's state, KFD debugfs).
 
 pub mod analyze;
+pub mod clock;
 pub mod doctor;
+pub mod domain;
 pub mod kfd;
 pub mod model;
 pub mod preempt;

@@ -10,6 +10,7 @@ use std::{
 use serde::Serialize;
 
 use crate::{
+    domain::{GpuId, HostPid},
     kfd::debugger::{Batch, DebugError, Debugger, Notice, Selection},
     model::spans::{Span, SpanKind},
     stats::{self, Bucket, Summary},
@@ -72,10 +73,10 @@ pub struct KernelCall {
     pub fence_wait_us: f64,
     /// `map_queues_cpsch` (or MES add).
     pub remap_us: f64,
-    pub gpus: Vec<u32>,
+    pub gpus: Vec<GpuId>,
     /// Queues of other processes the device-wide unmap preempted.
     pub collateral_queues: usize,
-    pub collateral_pids: Vec<u32>,
+    pub collateral_pids: Vec<HostPid>,
     /// Of those, the `--online` process's queues.
     pub online_queues: usize,
 }
@@ -83,12 +84,12 @@ pub struct KernelCall {
 impl KernelSide {
     /// The suspend and resume spans of `offline` among `spans` (the last of each kind wins: a
     /// retried suspend is two calls, the second is the one that counted).
-    pub fn from_spans(spans: &[Span], offline: u32, online: Option<u32>) -> Option<Self> {
+    pub fn from_spans(spans: &[Span], offline: HostPid, online: Option<HostPid>) -> Option<Self> {
         let call = |kind: SpanKind| {
             spans.iter().rev().find(|s| s.kind == kind && s.target_pid == Some(offline)).map(|s| {
                 let us = |ns: u64| ns as f64 / 1e3;
                 let b = s.breakdown.clone().unwrap_or_default();
-                let mut pids: Vec<u32> = s.collateral.iter().map(|c| c.pid).collect();
+                let mut pids: Vec<HostPid> = s.collateral.iter().map(|c| c.pid).collect();
                 pids.sort_unstable();
                 pids.dedup();
                 KernelCall {
@@ -108,13 +109,36 @@ impl KernelSide {
     }
 }
 
+/// Why a run ended before `Plan::iterations`. Serialised as `"interrupted"` or the error's text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// Ctrl-C / SIGTERM.
+    Interrupted,
+    /// The target exited or an ioctl failed: the error's text.
+    Failed(String),
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Interrupted => f.write_str("interrupted"),
+            Self::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl Serialize for StopReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// Everything a run produced.
 #[derive(Clone, Debug, Serialize)]
 pub struct Run {
     pub iterations: Vec<Iteration>,
     pub notices: Vec<Notice>,
-    /// Why the run ended before `Plan::iterations` (Ctrl-C, target exit, an error).
-    pub stopped: Option<String>,
+    pub stopped: Option<StopReason>,
 }
 
 /// Statistics of a run.
@@ -135,7 +159,7 @@ pub struct RunSummary {
     pub collateral_queues: Option<usize>,
     /// The `--online` process's queues among them.
     pub online_queues: Option<usize>,
-    pub stopped: Option<String>,
+    pub stopped: Option<StopReason>,
 }
 
 impl Run {
@@ -181,7 +205,7 @@ pub fn run(
     let mut run = Run { iterations: Vec::new(), notices: Vec::new(), stopped: None };
     for index in 0..plan.iterations {
         if stop.load(Ordering::Relaxed) {
-            run.stopped = Some("interrupted".into());
+            run.stopped = Some(StopReason::Interrupted);
             break;
         }
         match iteration(debugger, plan, index, stop) {
@@ -191,13 +215,13 @@ pub fn run(
                 run.iterations.push(it);
             }
             Err(e) => {
-                run.stopped = Some(e.to_string());
+                run.stopped = Some(StopReason::Failed(e.to_string()));
                 break;
             }
         }
         run.notices.extend(debugger.notices());
         if index + 1 < plan.iterations && !sleep_unless(stop, plan.gap) {
-            run.stopped = Some("interrupted".into());
+            run.stopped = Some(StopReason::Interrupted);
             break;
         }
     }
@@ -219,12 +243,7 @@ fn iteration(debugger: &Debugger, plan: &Plan, index: u32, stop: &AtomicBool) ->
     Ok(it)
 }
 
-/// CLOCK_MONOTONIC in ns (what `Instant` uses on Linux, but as a number others can compare).
-pub fn monotonic_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
-}
+pub use crate::clock::monotonic_ns;
 
 fn record(index: u32, suspend: &Batch, resume: &Batch, held_ms: f64) -> Iteration {
     let us = |b: &Batch| (!b.skipped).then_some(b.latency_ns as f64 / 1e3);
@@ -264,7 +283,10 @@ pub fn sleep_unless(stop: &AtomicBool, total: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kfd::debugger::{QueueOutcome, QueueResult};
+    use crate::{
+        domain::QueueId,
+        kfd::debugger::{QueueOutcome, QueueResult},
+    };
 
     fn batch(count: i32, results: &[QueueResult], ns: u64) -> Batch {
         Batch {
@@ -272,7 +294,11 @@ mod tests {
             outcomes: results
                 .iter()
                 .enumerate()
-                .map(|(i, &result)| QueueOutcome { queue_id: i as u32, result })
+                .map(|(i, &result)| QueueOutcome {
+                    queue_id: QueueId(i as u32),
+                    invalid: result == QueueResult::Invalid,
+                    error: result == QueueResult::Error,
+                })
                 .collect(),
             latency_ns: ns,
             retried: 0,
@@ -320,13 +346,15 @@ mod tests {
                 record(1, &batch(0, &[Invalid], 30_000), &batch(0, &[], 7_000), 1.0),
             ],
             notices: vec![],
-            stopped: Some("interrupted".into()),
+            stopped: Some(StopReason::Interrupted),
         };
         let s = run.summary(5);
         assert_eq!((s.planned, s.completed, s.ok, s.success_rate), (5, 2, 1, 0.5));
+        assert_eq!(serde_json::to_value(&s).unwrap()["stopped"], "interrupted");
         let su = s.suspend_us.unwrap();
         assert_eq!((su.count, su.min, su.max, su.p50), (2, 10.0, 30.0, 10.0));
-        assert_eq!(s.stopped.as_deref(), Some("interrupted"));
+        assert_eq!(s.stopped, Some(StopReason::Interrupted));
+        assert_eq!(StopReason::Failed("pid 7 exited".into()).to_string(), "pid 7 exited");
     }
 
     #[test]
@@ -334,23 +362,27 @@ mod tests {
         use crate::model::spans::{Breakdown, Collateral};
         let span = |kind, pid, fence_ns, collateral: Vec<(u32, u32)>| Span {
             kind,
-            target_pid: Some(pid),
+            target_pid: Some(HostPid(pid)),
             gpu_id: None,
             start_ns: 1_000,
             end_ns: 9_000,
             duration_ns: 8_000,
             trigger: None,
-            queues: vec![0, 1],
+            queues: vec![QueueId(0), QueueId(1)],
             rejected: vec![],
             collateral: collateral
                 .into_iter()
-                .map(|(pid, queue_id)| Collateral { pid, queue_id, gpu_id: Some(0x1000) })
+                .map(|(pid, queue_id)| Collateral {
+                    pid: HostPid(pid),
+                    queue_id: QueueId(queue_id),
+                    gpu_id: Some(GpuId(0x1000)),
+                })
                 .collect(),
             breakdown: Some(Breakdown {
                 unmap_ns: 6_000,
                 fence_wait_ns: fence_ns,
                 remap_ns: 1_500,
-                gpus: vec![0x1000],
+                gpus: vec![GpuId(0x1000)],
             }),
             phases: vec![],
             open: false,
@@ -360,16 +392,16 @@ mod tests {
             span(SpanKind::Suspend, 7, 5_000, vec![(8, 0), (8, 1), (9, 0)]),
             span(SpanKind::Resume, 7, 4_000, vec![(8, 0)]),
         ];
-        let k = KernelSide::from_spans(&spans, 7, Some(8)).unwrap();
+        let k = KernelSide::from_spans(&spans, HostPid(7), Some(HostPid(8))).unwrap();
         let s = k.suspend.unwrap();
         assert_eq!((s.duration_us, s.unmap_us, s.fence_wait_us, s.remap_us), (8.0, 6.0, 5.0, 1.5));
-        assert_eq!((s.collateral_queues, s.collateral_pids, s.online_queues), (3, vec![8, 9], 2));
+        assert_eq!((s.collateral_queues, s.collateral_pids, s.online_queues), (3, vec![HostPid(8), HostPid(9)], 2));
         assert_eq!(k.resume.unwrap().online_queues, 1);
-        assert_eq!(KernelSide::from_spans(&spans, 5, None), None);
+        assert_eq!(KernelSide::from_spans(&spans, HostPid(5), None), None);
 
         let mut it =
             record(0, &batch(2, &[QueueResult::Done; 2], 9_000), &batch(2, &[QueueResult::Done; 2], 9_000), 1.0);
-        it.kernel = KernelSide::from_spans(&spans, 7, Some(8));
+        it.kernel = KernelSide::from_spans(&spans, HostPid(7), Some(HostPid(8)));
         let run = Run { iterations: vec![it], notices: vec![], stopped: None };
         let s = run.summary(1);
         assert_eq!(s.fence_wait_us.unwrap().p50, 5.0);

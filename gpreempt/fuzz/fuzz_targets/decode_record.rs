@@ -1,20 +1,23 @@
 //! Ring-buffer records: any bytes decode to an event or a counted error, never a panic; a
-//! record that decodes also serialises (the JSON Lines sink) and feeds the model.
+//! record that decodes also goes through the pipeline `gpreempt trace` runs (the model, the
+//! filter, the JSON Lines and console sinks, the queue map and the summary).
 #![no_main]
 
 use gpreempt::{
-    model::{registry::Registry, spans::SpanTracker},
-    trace::decode::decode,
+    clock::WallClock,
+    model::Model,
+    report::{console::Console, jsonl::JsonLines},
+    trace::{decode::decode, filter::Filter, pipeline::Pipeline, stream::Losses},
 };
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(event) = decode(data) {
-        let _ = serde_json::to_string(&event);
-        let registry = Registry::new(None);
-        let mut spans = SpanTracker::default();
-        let _ = spans.on_event(&event, &registry);
-        let mut registry = registry;
-        registry.apply(&event);
+        let clock = WallClock::from_offset(0);
+        let mut pipeline = Pipeline::new(Model::new(None), Filter::default());
+        pipeline.add_sink(Box::new(JsonLines::new(std::io::sink(), clock)));
+        pipeline.add_sink(Box::new(Console::new(std::io::sink(), clock, false)));
+        pipeline.deliver(&event);
+        pipeline.finish(event.ts_ns, Losses::default(), 0);
     }
 });

@@ -10,21 +10,20 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use gpreempt::{
+    domain::HostPid,
     kfd::{
         Debugger, KfdVersion,
         debugger::{Options, Selection},
         target::{Roots as TargetRoots, Target},
         uapi::runtime_state,
     },
-    model::{
-        ps::Roots,
-        registry::Registry,
-        spans::{Span, SpanTracker},
-    },
-    preempt::{self, Iteration, KernelSide, Plan, RunSummary},
+    model::{Model, ps::Roots, spans::Span},
+    preempt::{self, Iteration, KernelSide, Plan, RunSummary, StopReason},
     stats::{self, Summary},
     trace::{
+        filter::Filter,
         loader::{self, Attached},
+        pipeline::{Observed, Pipeline},
         probes,
         stream::EventStream,
     },
@@ -38,10 +37,11 @@ use crate::cli::{PreemptArgs, QueueSelectionArg};
 struct KernelTracer {
     _attached: Attached,
     stream: EventStream,
-    registry: Registry,
-    spans: SpanTracker,
-    offline: u32,
-    online: Option<u32>,
+    /// No sinks: the spans reach `observe` through the channel subscriber.
+    pipeline: Pipeline,
+    observed: std::sync::mpsc::Receiver<Observed>,
+    offline: HostPid,
+    online: Option<HostPid>,
 }
 
 impl KernelTracer {
@@ -50,20 +50,34 @@ impl KernelTracer {
         let mut attached = loader::attach(probes::PROBES, Some(version), std::path::Path::new(loader::BTF_DIR))?;
         let stream = EventStream::new(&mut attached)?;
         let roots = Roots::default();
-        let mut registry = Registry::new(Some(roots.clone()));
-        registry.bootstrap(&roots);
-        Ok(Self { _attached: attached, stream, registry, spans: SpanTracker::default(), offline, online })
+        let mut model = Model::new(Some(roots.clone()));
+        model.bootstrap(&roots);
+        let mut pipeline = Pipeline::new(model, Filter::default());
+        let (tx, observed) = std::sync::mpsc::channel();
+        pipeline.subscribe(Box::new(tx));
+        Ok(Self {
+            _attached: attached,
+            stream,
+            pipeline,
+            observed,
+            offline: HostPid(offline),
+            online: online.map(HostPid),
+        })
     }
 
     /// The kretprobes of this iteration's calls fired before the ioctls returned, so their
     /// records are already in the ring buffer.
     fn observe(&mut self, it: &mut Iteration) {
-        let mut closed: Vec<Span> = Vec::new();
-        let (registry, spans) = (&mut self.registry, &mut self.spans);
-        self.stream.drain(|event| {
-            closed.extend(spans.on_event(&event, registry));
-            registry.apply(&event);
-        });
+        let pipeline = &mut self.pipeline;
+        self.stream.drain(|event| pipeline.deliver(&event));
+        let closed: Vec<Span> = self
+            .observed
+            .try_iter()
+            .filter_map(|o| match o {
+                Observed::Span(s) => Some(s),
+                _ => None,
+            })
+            .collect();
         it.kernel = KernelSide::from_spans(&closed, self.offline, self.online);
     }
 }
@@ -153,13 +167,15 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
     }
     match &run.stopped {
         None => Ok(()),
-        Some(reason) if reason == "interrupted" => bail!(
+        Some(StopReason::Interrupted) => bail!(
             "interrupted by {} after {} of {} iterations; queues resumed, target detached",
             interrupt::received().unwrap_or_else(|| "a signal".into()),
             run.iterations.len(),
             plan.iterations
         ),
-        Some(reason) => bail!("stopped after {} of {} iterations: {reason}", run.iterations.len(), plan.iterations),
+        Some(reason @ StopReason::Failed(_)) => {
+            bail!("stopped after {} of {} iterations: {reason}", run.iterations.len(), plan.iterations)
+        }
     }
 }
 

@@ -10,13 +10,11 @@ use std::{
 
 use anyhow::{Context, Result};
 use gpreempt::{
-    model::{
-        ps::Roots,
-        registry::Registry,
-        spans::{Span, SpanTracker},
-    },
-    report::{Sink, TraceSummary, clock::WallClock, console::Console, jsonl::JsonLines, perfetto::Perfetto},
-    trace::{btf, decode::Event, filter::Filter, loader, probes, stream::EventStream},
+    clock::{WallClock, boottime_ns},
+    domain::HostPid,
+    model::{Model, ps::Roots},
+    report::{console::Console, jsonl::JsonLines, perfetto::Perfetto, summary::SummaryFile},
+    trace::{btf, filter::Filter, loader, pipeline::Pipeline, probes, stream::EventStream},
 };
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -24,11 +22,6 @@ use crate::cli::TraceArgs;
 
 /// How long records of a finished `-- CMD` keep arriving (its teardown runs in a kworker).
 const COMMAND_GRACE: Duration = Duration::from_millis(500);
-
-fn boottime_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
-        .map_or(0, |t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-}
 
 pub async fn run(args: TraceArgs) -> Result<()> {
     // Before anything is announced: a SIGUSR1 right after "attached" must print the map, not kill us.
@@ -65,30 +58,12 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         "never" => false,
         _ => stdout.is_terminal() && !args.json,
     };
-    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
-    let mut json_sinks: Vec<usize> = Vec::new();
-    // Buffered even on a terminal: the loop flushes once per ring-buffer batch (Sink::flush), so
-    // lines still appear as they happen but a burst costs one write(2), not one per event.
-    let out = BufWriter::with_capacity(1 << 16, stdout.lock());
-    if args.json {
-        json_sinks.push(sinks.len());
-        sinks.push(Box::new(JsonLines::new(out, clock)));
-    } else {
-        sinks.push(Box::new(Console::new(out, clock, colour)));
-    }
-    if let Some(path) = &args.output {
-        let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-        json_sinks.push(sinks.len());
-        sinks.push(Box::new(JsonLines::new(BufWriter::new(file), clock)));
-    }
-    let perfetto_file = match &args.perfetto {
-        Some(path) => Some(File::create(path).with_context(|| format!("cannot create {}", path.display()))?),
-        None => None,
-    };
-    let summary_file = match &args.summary_json {
-        Some(path) => Some(File::create(path).with_context(|| format!("cannot create {}", path.display()))?),
-        None => None,
-    };
+    // Files are created before anything is traced, so a bad path fails at once.
+    let create =
+        |path: &std::path::Path| File::create(path).with_context(|| format!("cannot create {}", path.display()));
+    let output = args.output.as_deref().map(create).transpose()?;
+    let perfetto = args.perfetto.as_deref().map(create).transpose()?;
+    let summary_file = args.summary_json.as_deref().map(create).transpose()?;
 
     let functions: Vec<String> = attached
         .probes
@@ -111,20 +86,32 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     }
 
     let roots = Roots::default();
-    let mut registry = Registry::new(Some(roots.clone()));
-    for note in registry.bootstrap(&roots) {
+    let mut model = Model::new(Some(roots.clone()));
+    for note in model.bootstrap(&roots) {
         log::info!("queue map bootstrap: {note}");
     }
-    let filter = Filter::new(&args.pids, args.container.clone(), roots.proc.clone());
-    let mut d = Delivery {
-        filter,
-        sinks,
-        registry,
-        spans: SpanTracker::default(),
-        perfetto: perfetto_file.as_ref().map(|_| Perfetto::new()),
-        events: 0,
-        write_error: None,
-    };
+    let mut pipeline = Pipeline::new(model, Filter::new(&args.pids, args.container.clone(), roots.proc.clone()));
+    // Buffered even on a terminal: the loop flushes once per ring-buffer batch (Sink::flush), so
+    // lines still appear as they happen but a burst costs one write(2), not one per event.
+    let out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    if args.json {
+        pipeline.add_sink(Box::new(JsonLines::new(out, clock)));
+    } else {
+        pipeline.add_sink(Box::new(Console::new(out, clock, colour)));
+    }
+    if let Some(file) = output {
+        pipeline.add_sink(Box::new(JsonLines::new(BufWriter::new(file), clock)));
+    }
+    if let Some(file) = perfetto {
+        pipeline.add_sink(Box::new(Perfetto::new(BufWriter::new(file))));
+    }
+    if let Some(file) = summary_file {
+        pipeline.add_sink(Box::new(SummaryFile::new(BufWriter::new(file))));
+    }
+    // Keep the summary readable when stdout carries JSON or is redirected.
+    if args.json || !io::stdout().is_terminal() {
+        pipeline.add_sink(Box::new(Console::summary_only(io::stderr(), clock)));
+    }
 
     // `-- CMD`: started after the probes are attached, so its first open is seen.
     let (child_done_tx, mut child_done) = tokio::sync::oneshot::channel::<Option<i32>>();
@@ -134,12 +121,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
             .spawn()
             .with_context(|| format!("cannot run {}", args.command.join(" ")))?;
         let pid = child.id();
-        d.filter.set_root(pid);
-        for &i in &json_sinks {
-            if let Err(e) = d.sinks[i].start(&args.command, pid) {
-                d.write_error.get_or_insert(e);
-            }
-        }
+        pipeline.start(&args.command, HostPid(pid));
         eprintln!("gpreempt: tracing `{}` (pid {pid}) and its children", args.command.join(" "));
         let mut child = child;
         std::thread::spawn(move || {
@@ -183,140 +165,38 @@ pub async fn run(args: TraceArgs) -> Result<()> {
             _ = sighup.recv() => break,
             () = &mut deadline => break,
             () = grace => break,
-            _ = sigusr1.recv() => d.print_map(),
-            () = tick => d.print_map(),
+            _ = sigusr1.recv() => pipeline.emit_map(boottime_ns()),
+            () = tick => {
+                let now = boottime_ns();
+                pipeline.expire(now);
+                pipeline.emit_map(now);
+            }
             code = &mut child_done, if has_command && grace_end.is_none() => {
                 child_code = code.ok().flatten();
                 grace_end = Some(tokio::time::Instant::now() + COMMAND_GRACE);
             }
-            batch = stream.next_batch(|e| d.deliver(e)) => {
+            batch = stream.next_batch(|e| pipeline.deliver(&e)) => {
                 batch?;
-                d.flush();
+                pipeline.flush();
             }
         }
-        if d.write_error.as_ref().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) {
+        if pipeline.broken_pipe() {
             break;
         }
     }
     // Records written before we stopped still count.
-    stream.drain(|e| d.deliver(e));
-    d.flush();
-    let now = boottime_ns();
-    for span in d.spans.finish(now) {
-        d.span(&span);
-    }
-    d.print_map();
-
+    stream.drain(|e| pipeline.deliver(&e));
+    pipeline.flush();
     let losses = stream.losses()?;
-    let mut summary = TraceSummary {
-        events: d.events,
-        dropped: losses.dropped(),
-        losses,
-        duration_ms: started.elapsed().as_millis() as u64,
-        ..Default::default()
-    };
-    let Delivery { mut sinks, registry, spans, perfetto, mut filter, write_error, .. } = d;
-    summary.add_model(&registry, &spans, |pid| filter.keep_pid(pid, &registry));
-    for sink in &mut sinks {
-        sink.summary(&summary).ok();
-    }
-    drop(sinks);
-    // Keep the summary readable when stdout carries JSON or is redirected.
-    if args.json || !io::stdout().is_terminal() {
-        Console::new(io::stderr(), clock, false).summary(&summary).ok();
-    }
-    if let (Some(p), Some(file)) = (perfetto, perfetto_file) {
-        let mut out = BufWriter::new(file);
-        p.write(&mut out, now).context("writing the Perfetto trace")?;
-    }
-    if let Some(file) = summary_file {
-        let mut out = BufWriter::new(file);
-        serde_json::to_writer_pretty(&mut out, &summary).context("writing the summary")?;
-        out.write_all(b"\n")?;
-        out.flush()?;
-    }
+    pipeline.finish(boottime_ns(), losses, started.elapsed().as_millis() as u64);
+    let write_error = pipeline.take_write_error();
+    drop(pipeline);
     io::stdout().flush().ok();
     if let Some(code) = child_code.filter(|&c| c != 0) {
         eprintln!("gpreempt: `{}` exited with status {code}", args.command.join(" "));
     }
     match write_error {
-        Some(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e).context("writing events"),
+        Some(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e).context("writing the trace output"),
         _ => Ok(()),
-    }
-}
-
-/// Feeds the model, filters, and hands events to every sink; remembers the first write error.
-struct Delivery {
-    filter: Filter,
-    sinks: Vec<Box<dyn Sink>>,
-    registry: Registry,
-    spans: SpanTracker,
-    perfetto: Option<Perfetto>,
-    events: u64,
-    write_error: Option<io::Error>,
-}
-
-impl Delivery {
-    fn deliver(&mut self, event: Event) {
-        // The model sees everything (collateral needs other processes' queues); output is filtered.
-        let closed = self.spans.on_event(&event, &self.registry);
-        self.registry.apply(&event);
-        if self.filter.keep_event(&event, &self.registry) {
-            self.events += 1;
-            if let Some(p) = &mut self.perfetto {
-                p.event(&event);
-            }
-            for sink in &mut self.sinks {
-                if let Err(e) = sink.event(&event) {
-                    self.write_error.get_or_insert(e);
-                }
-            }
-        }
-        for span in closed {
-            self.span(&span);
-        }
-    }
-
-    fn span(&mut self, span: &Span) {
-        let shown = span.target_pid.is_some_and(|p| self.filter.keep_pid(p, &self.registry))
-            || span.collateral.iter().any(|c| self.filter.keep_pid(c.pid, &self.registry));
-        if !shown {
-            return;
-        }
-        if let Some(p) = &mut self.perfetto {
-            let registry = &self.registry;
-            p.span(span, |pid| {
-                registry
-                    .processes
-                    .get(&pid)
-                    .or_else(|| registry.finished.iter().find(|e| e.pid == pid))
-                    .and_then(|e| e.comm.clone())
-            });
-        }
-        for sink in &mut self.sinks {
-            if let Err(e) = sink.span(span) {
-                self.write_error.get_or_insert(e);
-            }
-        }
-    }
-
-    fn flush(&mut self) {
-        for sink in &mut self.sinks {
-            if let Err(e) = sink.flush() {
-                self.write_error.get_or_insert(e);
-            }
-        }
-    }
-
-    fn print_map(&mut self) {
-        let keep: Vec<u32> =
-            self.registry.processes.keys().copied().filter(|&pid| self.filter.keep_pid(pid, &self.registry)).collect();
-        let text = self.registry.render(|p| keep.contains(&p.pid));
-        let json = self.registry.to_json(|p| keep.contains(&p.pid), boottime_ns());
-        for sink in &mut self.sinks {
-            if let Err(e) = sink.queue_map(&text, &json) {
-                self.write_error.get_or_insert(e);
-            }
-        }
     }
 }

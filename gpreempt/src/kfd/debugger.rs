@@ -24,12 +24,14 @@ use nix::{
 };
 use serde::Serialize;
 
+use crate::domain::QueueId;
+
 use super::{
     Device, KfdVersion,
     device::DeviceError,
     target::{self, Target, TargetError},
     tracee::{Tracee, TraceeState},
-    uapi::{DbgTrapArgs, QueueSnapshotEntry, RuntimeInfo, dbg_trap_op, exception, queue_status, runtime_state},
+    uapi::{DbgTrapArgs, QueueSnapshotEntry, RuntimeInfo, dbg_trap_op, exception, runtime_state},
 };
 
 /// `KFD_EC_MASK(EC_QUEUE_NEW)`: set on every new queue; suspend refuses such queues until a
@@ -129,28 +131,15 @@ pub struct Attached {
     pub r_debug: u64,
 }
 
-/// The kernel's verdict on one queue id of a suspend/resume (bits 30/31 of the returned array).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum QueueResult {
-    Done,
-    /// No such queue, a new queue not yet snapshotted, or one being destroyed.
-    Invalid,
-    /// The hardware failed to preempt/restore it.
-    Error,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct QueueOutcome {
-    pub queue_id: u32,
-    pub result: QueueResult,
-}
+pub use super::uapi::{QueueOutcome, QueueResult, decode_outcomes};
 
 /// One SUSPEND_QUEUES or RESUME_QUEUES as seen from userspace.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Batch {
     /// The ioctl's return value: the number of queues suspended/resumed.
     pub count: i32,
+    /// Serialised as `{queue_id, result}` per id (the `--json` record's shape).
+    #[serde(serialize_with = "verdicts")]
     pub outcomes: Vec<QueueOutcome>,
     /// Time spent in the ioctl(s), retry included.
     pub latency_ns: u64,
@@ -171,26 +160,17 @@ impl Batch {
         self.count_of(QueueResult::Error)
     }
     fn count_of(&self, r: QueueResult) -> usize {
-        self.outcomes.iter().filter(|o| o.result == r).count()
+        self.outcomes.iter().filter(|o| o.result() == r).count()
     }
 }
 
-/// Decode the id array the kernel wrote back (KFD.md §2.4: INVALID is ORed into every entry, then
-/// cleared for each handled queue; ERROR marks a hardware failure).
-pub fn decode_outcomes(array: &[u32]) -> Vec<QueueOutcome> {
-    array
-        .iter()
-        .map(|&raw| QueueOutcome {
-            queue_id: raw & queue_status::ID_MASK,
-            result: if raw & queue_status::ERROR_MASK != 0 {
-                QueueResult::Error
-            } else if raw & queue_status::INVALID_MASK != 0 {
-                QueueResult::Invalid
-            } else {
-                QueueResult::Done
-            },
-        })
-        .collect()
+fn verdicts<S: serde::Serializer>(outcomes: &[QueueOutcome], s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Verdict {
+        queue_id: QueueId,
+        result: QueueResult,
+    }
+    s.collect_seq(outcomes.iter().map(|o| Verdict { queue_id: o.queue_id, result: o.result() }))
 }
 
 /// Which queues to suspend.
@@ -560,7 +540,7 @@ impl Session {
         let (mut count, mut outcomes, mut latency) = self.suspend_ids(&ids, grace_period)?;
         // A queue created since the last snapshot still has EC_QUEUE_NEW: clear it and retry once.
         let invalid: Vec<u32> =
-            outcomes.iter().filter(|o| o.result == QueueResult::Invalid).map(|o| o.queue_id).collect();
+            outcomes.iter().filter(|o| o.result() == QueueResult::Invalid).map(|o| o.queue_id.0).collect();
         let mut retried = 0;
         if !invalid.is_empty() {
             self.snapshot(QUEUE_NEW)?;
@@ -577,9 +557,9 @@ impl Session {
                 }
             }
         }
-        for o in outcomes.iter().filter(|o| o.result == QueueResult::Done) {
-            if !self.suspended.contains(&o.queue_id) {
-                self.suspended.push(o.queue_id);
+        for o in outcomes.iter().filter(|o| o.handled()) {
+            if !self.suspended.contains(&o.queue_id.0) {
+                self.suspended.push(o.queue_id.0);
             }
         }
         if !self.suspended.is_empty() && self.suspended_at.is_none() {
@@ -744,24 +724,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn outcomes_decode_the_status_bits() {
-        let out = decode_outcomes(&[0, 1 | queue_status::INVALID_MASK, 2 | queue_status::ERROR_MASK, 1023]);
-        assert_eq!(
-            out,
-            vec![
-                QueueOutcome { queue_id: 0, result: QueueResult::Done },
-                QueueOutcome { queue_id: 1, result: QueueResult::Invalid },
-                QueueOutcome { queue_id: 2, result: QueueResult::Error },
-                QueueOutcome { queue_id: 1023, result: QueueResult::Done },
-            ]
-        );
-        let b = Batch { count: 2, outcomes: out, ..Batch::default() };
+    fn batches_count_verdicts_and_serialise_them_by_id() {
+        let b = Batch { count: 2, outcomes: decode_outcomes(&[0, 1 | 1 << 31, 2 | 1 << 30, 3]), ..Batch::default() };
         assert_eq!((b.done(), b.invalid(), b.error()), (2, 1, 1));
-        // Both bits: a hardware error wins over invalid.
-        assert_eq!(
-            decode_outcomes(&[5 | queue_status::INVALID_MASK | queue_status::ERROR_MASK])[0],
-            QueueOutcome { queue_id: 5, result: QueueResult::Error }
-        );
+        let json = serde_json::to_value(&b).unwrap();
+        assert_eq!(json["outcomes"][1], serde_json::json!({"queue_id": 1, "result": "invalid"}));
+        assert_eq!(json["outcomes"][2], serde_json::json!({"queue_id": 2, "result": "error"}));
     }
 
     #[test]

@@ -11,9 +11,88 @@ nix::ioctl_readwrite!(smi_events, KFD_IOCTL_TYPE, nr::SMI_EVENTS, SmiEventsArgs)
 nix::ioctl_readwrite!(runtime_enable, KFD_IOCTL_TYPE, nr::RUNTIME_ENABLE, RuntimeEnableArgs);
 nix::ioctl_readwrite!(dbg_trap, KFD_IOCTL_TYPE, nr::DBG_TRAP, DbgTrapArgs);
 
+/// The kernel's verdict on one queue id of a suspend/resume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueResult {
+    Done,
+    /// No such queue, a new queue not yet snapshotted, or one being destroyed.
+    Invalid,
+    /// The hardware failed to preempt/restore it.
+    Error,
+}
+
+/// One entry of the queue-id array SUSPEND_QUEUES / RESUME_QUEUES write back (docs/kfd.md §2.4):
+/// the kernel ORs INVALID into every entry, clears it for each queue it handled and ORs ERROR
+/// into a queue it failed on. Both bits can be set (6.12 `suspend_queues`: a per-queue failure
+/// leaves INVALID set), so both are kept; [`QueueOutcome::result`] is the verdict.
+/// The one decoder of these bits, for the controller and the tracer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct QueueOutcome {
+    pub queue_id: crate::domain::QueueId,
+    /// Bit 31: the queue does not exist, is new (EC_QUEUE_NEW) or is being destroyed.
+    pub invalid: bool,
+    /// Bit 30: the hardware failed to suspend/resume it.
+    pub error: bool,
+}
+
+impl QueueOutcome {
+    pub fn from_raw(raw: u32) -> Self {
+        Self {
+            queue_id: crate::domain::QueueId(raw & queue_status::ID_MASK),
+            invalid: raw & queue_status::INVALID_MASK != 0,
+            error: raw & queue_status::ERROR_MASK != 0,
+        }
+    }
+
+    /// A hardware error wins over invalid.
+    pub fn result(self) -> QueueResult {
+        if self.error {
+            QueueResult::Error
+        } else if self.invalid {
+            QueueResult::Invalid
+        } else {
+            QueueResult::Done
+        }
+    }
+
+    /// The kernel suspended/resumed this queue.
+    pub fn handled(self) -> bool {
+        self.result() == QueueResult::Done
+    }
+}
+
+/// Decode the id array the kernel wrote back.
+pub fn decode_outcomes(array: &[u32]) -> Vec<QueueOutcome> {
+    array.iter().map(|&raw| QueueOutcome::from_raw(raw)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::QueueId;
+
+    #[test]
+    fn outcomes_decode_the_status_bits() {
+        let out = decode_outcomes(&[0, 1 | queue_status::INVALID_MASK, 2 | queue_status::ERROR_MASK, 1023]);
+        let results: Vec<(QueueId, QueueResult)> = out.iter().map(|o| (o.queue_id, o.result())).collect();
+        assert_eq!(
+            results,
+            [
+                (QueueId(0), QueueResult::Done),
+                (QueueId(1), QueueResult::Invalid),
+                (QueueId(2), QueueResult::Error),
+                (QueueId(1023), QueueResult::Done),
+            ]
+        );
+        // Both bits: a hardware error wins over invalid, and both bits are kept.
+        let both = QueueOutcome::from_raw(5 | queue_status::INVALID_MASK | queue_status::ERROR_MASK);
+        assert_eq!(
+            (both.queue_id, both.invalid, both.error, both.result()),
+            (QueueId(5), true, true, QueueResult::Error)
+        );
+        assert!(!both.handled() && out[0].handled());
+    }
 
     /// Full command values from design/KFD.md §1.1 (computed with gcc against the real structs).
     #[test]

@@ -1,4 +1,10 @@
-//! The queue model: who owns the queues (host pid, container, pid inside it).
+//! What the event stream says about the host: who owns which queues (host pid, container, pid
+//! inside it), in which state, and the timed spans (evictions, suspends, resumes).
+//!
+//! [`Model`] owns the queue map ([`registry`]) and the span tracker ([`spans`]) and applies one
+//! event in one place ([`Model::apply`]); every consumer — `gpreempt trace`, `gpreempt preempt`,
+//! the benchmark, the fuzz target — goes through it (via [`crate::trace::pipeline::Pipeline`]).
+//! It holds data, never formatting: sinks read [`Model::snapshot`] and the spans it returns.
 
 pub mod hw;
 pub mod procinfo;
@@ -6,3 +12,203 @@ pub mod ps;
 pub mod queues;
 pub mod registry;
 pub mod spans;
+
+use serde::Serialize;
+
+use self::{
+    ps::Roots,
+    registry::{ProcessEntry, Registry},
+    spans::{Span, SpanTracker},
+};
+use crate::{
+    domain::{GpuId, HostPid, QueueId},
+    trace::decode::Event,
+};
+
+/// Something a subscriber reacts to: a queue or a process appeared or went away. At most one per
+/// event, so applying an event allocates nothing for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "notice", rename_all = "snake_case")]
+pub enum Notice {
+    QueueCreated {
+        pid: HostPid,
+        queue_id: QueueId,
+        gpu_id: GpuId,
+    },
+    /// Destroyed by its process, or removed at teardown.
+    QueueGone {
+        pid: HostPid,
+        queue_id: QueueId,
+    },
+    /// A process opened /dev/kfd (first seen).
+    ProcessOpened {
+        pid: HostPid,
+    },
+    /// A process's KFD state was torn down (it exited or closed /dev/kfd).
+    ProcessGone {
+        pid: HostPid,
+    },
+}
+
+/// What one event closed or changed.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Spans it closed (a suspend, a resume, an eviction restored or ended by an exit).
+    pub spans: Vec<Span>,
+    pub notice: Option<Notice>,
+    /// Exited processes the model no longer keeps (past [`Limits`]): their series can go.
+    pub forgotten: Vec<HostPid>,
+}
+
+/// How much of the past the model keeps: a long-running consumer sets a grace period, a
+/// one-shot trace keeps every exited process for its summary (up to `finished_max`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Exited processes kept at most.
+    pub finished_max: usize,
+    /// Exited processes leave this long (ns) after their teardown; `None`: only `finished_max`.
+    pub finished_grace_ns: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { finished_max: 4096, finished_grace_ns: None }
+    }
+}
+
+/// The live queue map at one instant, for sinks to render.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueMap<'a> {
+    /// CLOCK_BOOTTIME ns when it was taken.
+    pub ts_ns: u64,
+    /// Running processes, in pid order.
+    pub processes: Vec<&'a ProcessEntry>,
+}
+
+/// The queue map and the span tracker, fed one event at a time.
+#[derive(Debug, Default)]
+pub struct Model {
+    registry: Registry,
+    spans: SpanTracker,
+    limits: Limits,
+}
+
+impl Model {
+    /// An empty model that looks up the identity of new pids under `roots` (`None`: no /proc
+    /// lookups, for tests and benchmarks).
+    pub fn new(roots: Option<Roots>) -> Self {
+        Self { registry: Registry::new(roots), ..Default::default() }
+    }
+
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Add every KFD process and queue sysfs shows now; returns the scan's notes.
+    pub fn bootstrap(&mut self, roots: &Roots) -> Vec<String> {
+        self.registry.bootstrap(roots)
+    }
+
+    /// Apply one event: spans first (they must see the map as the event found it: collateral
+    /// is what was active before a suspend), then the map.
+    pub fn apply(&mut self, event: &Event) -> Applied {
+        let spans = self.spans.on_event(event, &self.registry);
+        let notice = self.registry.apply(event);
+        let mut forgotten = Vec::new();
+        if matches!(notice, Some(Notice::ProcessGone { .. })) {
+            let before = self.limits.finished_grace_ns.map(|g| event.ts_ns.saturating_sub(g));
+            self.registry.expire(self.limits.finished_max, before, |pid| forgotten.push(pid));
+            for &pid in &forgotten {
+                self.spans.forget(pid);
+            }
+        }
+        Applied { spans, notice, forgotten }
+    }
+
+    /// Forget exited processes past their grace period at `now_ns` (a quiet stream applies no
+    /// exits that would do it); returns them.
+    pub fn expire(&mut self, now_ns: u64) -> Vec<HostPid> {
+        let mut forgotten = Vec::new();
+        let before = self.limits.finished_grace_ns.map(|g| now_ns.saturating_sub(g));
+        self.registry.expire(self.limits.finished_max, before, |pid| forgotten.push(pid));
+        for &pid in &forgotten {
+            self.spans.forget(pid);
+        }
+        forgotten
+    }
+
+    /// Close what is still open at the end (`now_ns`): evictions not restored.
+    pub fn finish(&mut self, now_ns: u64) -> Vec<Span> {
+        self.spans.finish(now_ns)
+    }
+
+    /// The process `pid`: running, or the last one of that pid that exited (pids are reused).
+    pub fn process(&self, pid: HostPid) -> Option<&ProcessEntry> {
+        self.registry.lookup(pid)
+    }
+
+    /// Its command name, when known.
+    pub fn comm_of(&self, pid: HostPid) -> Option<&str> {
+        self.process(pid).and_then(|p| p.comm.as_deref())
+    }
+
+    /// The running processes that `keep` selects, with their queues.
+    pub fn snapshot(&self, ts_ns: u64, mut keep: impl FnMut(HostPid) -> bool) -> QueueMap<'_> {
+        QueueMap { ts_ns, processes: self.registry.processes.values().filter(|p| keep(p.pid)).collect() }
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn spans(&self) -> &SpanTracker {
+        &self.spans
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        model::registry::tests::{create, ev, suspend},
+        trace::decode::{EventKind, ProcessExit},
+    };
+
+    fn exit(pid: u32, ts: u64) -> Event {
+        ev(
+            5,
+            ts,
+            EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(pid)), stage: "kfd_process_wq_release" }),
+        )
+    }
+
+    #[test]
+    fn one_apply_updates_spans_and_map_and_says_what_happened() {
+        let mut m = Model::new(None);
+        let a = m.apply(&ev(10, 1, create(0, 0xa)));
+        assert_eq!(a.notice, Some(Notice::QueueCreated { pid: HostPid(10), queue_id: QueueId(0), gpu_id: GpuId(0xa) }));
+        m.apply(&ev(20, 2, create(4, 0xa)));
+        let a = m.apply(&ev(30, 3, suspend(10, &[0], false)));
+        assert_eq!((a.spans.len(), a.notice), (1, None));
+        assert_eq!(a.spans[0].queues, [QueueId(0)]);
+        let map = m.snapshot(9, |pid| pid == HostPid(20));
+        assert_eq!((map.ts_ns, map.processes.len(), map.processes[0].pid), (9, 1, HostPid(20)));
+        assert_eq!(m.apply(&exit(10, 4)).notice, Some(Notice::ProcessGone { pid: HostPid(10) }));
+        assert_eq!(m.comm_of(HostPid(10)), Some("p10"), "an exited process is still known");
+    }
+
+    #[test]
+    fn exited_processes_leave_after_the_grace_period_or_beyond_the_cap() {
+        let mut m = Model::new(None).with_limits(Limits { finished_max: 2, finished_grace_ns: Some(100) });
+        for (i, pid) in [1u32, 2, 3].into_iter().enumerate() {
+            m.apply(&ev(pid, i as u64, create(0, 1)));
+            let a = m.apply(&exit(pid, 10 + i as u64));
+            assert_eq!(a.forgotten, if pid == 3 { vec![HostPid(1)] } else { vec![] }, "cap of 2 at pid {pid}");
+        }
+        assert_eq!(m.expire(111), [], "exited at 11, grace 100: still kept at 111");
+        assert_eq!(m.expire(112), [HostPid(2)]);
+        assert_eq!(m.expire(113), [HostPid(3)]);
+        assert_eq!((m.registry().finished.len(), m.process(HostPid(3))), (0, None));
+    }
+}

@@ -4,17 +4,23 @@
 //! Per queue: state (Active / Evicted / Suspended) and attributes; per process: host pid, comm,
 //! container and the pid inside it (from /proc, read once when the process is first seen), and
 //! the churn counters the exit summary reports. A process whose KFD state is torn down leaves
-//! the map (its counters stay in [`Registry::finished`]).
+//! the map (its counters stay in [`Registry::finished`], bounded by [`super::Limits`]).
+//! Formatting is the sinks' business (`report::*`); this is data.
 
-use std::{collections::BTreeMap, fmt::Write as _};
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
 use super::{
+    Notice,
     procinfo::{self, Container},
     ps::{self, Roots},
+    spans::Collateral,
 };
-use crate::trace::decode::{Event, EventKind};
+use crate::{
+    domain::{GpuId, HostPid, QueueId},
+    trace::decode::{Event, EventKind},
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -26,10 +32,20 @@ pub enum QueueState {
     Suspended,
 }
 
+impl QueueState {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Evicted => "evicted",
+            Self::Suspended => "suspended",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueEntry {
-    pub queue_id: u32,
-    pub gpu_id: Option<u32>,
+    pub queue_id: QueueId,
+    pub gpu_id: Option<GpuId>,
     /// `compute-aql`, … from the create ioctl; sysfs's kernel type name for bootstrapped queues.
     pub queue_type: Option<String>,
     pub priority: Option<u32>,
@@ -55,18 +71,21 @@ pub struct Churn {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ProcessEntry {
     /// Host pid (tgid).
-    pub pid: u32,
+    pub pid: HostPid,
     pub comm: Option<String>,
     /// Pid inside its pid namespace (NSpid), equal to `pid` on the host.
     pub ns_pid: Option<u32>,
     pub container: Option<Container>,
-    pub queues: BTreeMap<u32, QueueEntry>,
+    pub queues: BTreeMap<QueueId, QueueEntry>,
     pub churn: Churn,
+    /// CLOCK_BOOTTIME ns of its KFD teardown (`None` while it runs).
+    #[serde(skip)]
+    pub exited_ns: Option<u64>,
 }
 
 impl ProcessEntry {
-    fn new(pid: u32, roots: Option<&Roots>) -> Self {
-        let info = roots.and_then(|r| procinfo::read_with(&r.proc, &r.docker, pid).ok());
+    fn new(pid: HostPid, roots: Option<&Roots>) -> Self {
+        let info = roots.and_then(|r| procinfo::read_with(&r.proc, &r.docker, pid.0).ok());
         Self {
             pid,
             comm: info.as_ref().and_then(|i| i.comm.clone()),
@@ -74,6 +93,7 @@ impl ProcessEntry {
             container: info.and_then(|i| i.container),
             queues: BTreeMap::new(),
             churn: Churn::default(),
+            exited_ns: None,
         }
     }
 
@@ -87,9 +107,9 @@ impl ProcessEntry {
 /// The map.
 #[derive(Debug, Default)]
 pub struct Registry {
-    pub processes: BTreeMap<u32, ProcessEntry>,
-    /// Processes that exited during the trace, with their final counters.
-    pub finished: Vec<ProcessEntry>,
+    pub processes: BTreeMap<HostPid, ProcessEntry>,
+    /// Processes that exited during the trace, with their final counters, oldest first.
+    pub finished: VecDeque<ProcessEntry>,
     /// Where identity is read for newly seen pids; `None` in tests (no /proc lookups).
     roots: Option<Roots>,
 }
@@ -104,20 +124,23 @@ impl Registry {
     pub fn bootstrap(&mut self, roots: &Roots) -> Vec<String> {
         let (processes, notes) = ps::scan(roots);
         for p in processes {
-            let entry = self.processes.entry(p.pid()).or_insert_with(|| ProcessEntry {
-                pid: p.pid(),
+            let pid = HostPid(p.pid());
+            let entry = self.processes.entry(pid).or_insert_with(|| ProcessEntry {
+                pid,
                 comm: p.info.as_ref().and_then(|i| i.comm.clone()),
                 ns_pid: p.info.as_ref().and_then(|i| i.ns_pid),
                 container: p.info.as_ref().and_then(|i| i.container.clone()),
                 queues: BTreeMap::new(),
                 churn: Churn::default(),
+                exited_ns: None,
             });
             for q in &p.sysfs.queues {
+                let queue_id = QueueId(q.queue_id);
                 entry.queues.insert(
-                    q.queue_id,
+                    queue_id,
                     QueueEntry {
-                        queue_id: q.queue_id,
-                        gpu_id: q.gpu_id,
+                        queue_id,
+                        gpu_id: q.gpu_id.map(GpuId),
                         queue_type: Some(q.type_name()),
                         priority: None,
                         percentage: None,
@@ -133,7 +156,12 @@ impl Registry {
         notes
     }
 
-    fn process(&mut self, pid: u32, comm: Option<&str>) -> &mut ProcessEntry {
+    /// The process `pid`: running, or the last one of that pid that exited (pids are reused).
+    pub fn lookup(&self, pid: HostPid) -> Option<&ProcessEntry> {
+        self.processes.get(&pid).or_else(|| self.finished.iter().rev().find(|p| p.pid == pid))
+    }
+
+    fn process(&mut self, pid: HostPid, comm: Option<&str>) -> &mut ProcessEntry {
         let roots = self.roots.as_ref();
         let entry = self.processes.entry(pid).or_insert_with(|| ProcessEntry::new(pid, roots));
         if entry.comm.is_none() {
@@ -143,7 +171,7 @@ impl Registry {
     }
 
     /// Queues of `pid` on `gpu` (all GPUs when unknown).
-    fn queues_on(&mut self, pid: u32, gpu: Option<u32>) -> impl Iterator<Item = &mut QueueEntry> {
+    fn queues_on(&mut self, pid: HostPid, gpu: Option<GpuId>) -> impl Iterator<Item = &mut QueueEntry> {
         self.processes
             .get_mut(&pid)
             .into_iter()
@@ -151,15 +179,15 @@ impl Registry {
             .filter(move |q| gpu.is_none() || q.gpu_id.is_none() || q.gpu_id == gpu)
     }
 
-    /// Active queues of every process except `except` on `gpu` (all GPUs when unknown): what a
+    /// Active queues of every process except `except` on `gpus` (all GPUs when empty): what a
     /// device-wide HWS unmap preempts besides the target.
-    pub fn active_queues_of_others(&self, except: Option<u32>, gpus: &[u32]) -> Vec<(u32, u32, Option<u32>)> {
+    pub fn active_queues_of_others(&self, except: Option<HostPid>, gpus: &[GpuId]) -> Vec<Collateral> {
         let mut out = Vec::new();
         for p in self.processes.values().filter(|p| Some(p.pid) != except) {
             for q in p.queues.values().filter(|q| q.state == QueueState::Active) {
                 let on_gpu = gpus.is_empty() || q.gpu_id.is_none_or(|g| gpus.contains(&g));
                 if on_gpu {
-                    out.push((p.pid, q.queue_id, q.gpu_id));
+                    out.push(Collateral { pid: p.pid, queue_id: q.queue_id, gpu_id: q.gpu_id });
                 }
             }
         }
@@ -167,20 +195,34 @@ impl Registry {
     }
 
     /// The GPUs `pid` has queues on.
-    pub fn gpus_of(&self, pid: u32) -> Vec<u32> {
-        let mut gpus: Vec<u32> =
+    pub fn gpus_of(&self, pid: HostPid) -> Vec<GpuId> {
+        let mut gpus: Vec<GpuId> =
             self.processes.get(&pid).map(|p| p.queues.values().filter_map(|q| q.gpu_id).collect()).unwrap_or_default();
         gpus.sort_unstable();
         gpus.dedup();
         gpus
     }
 
-    /// Apply one event.
-    pub fn apply(&mut self, e: &Event) {
+    /// Forget finished processes beyond `keep` entries or that exited before `before_ns`;
+    /// calls `forgotten` with each.
+    pub(super) fn expire(&mut self, keep: usize, before_ns: Option<u64>, mut forgotten: impl FnMut(HostPid)) {
+        while let Some(oldest) = self.finished.front() {
+            let old = before_ns.is_some_and(|t| oldest.exited_ns.is_some_and(|x| x < t));
+            if self.finished.len() <= keep && !old {
+                break;
+            }
+            if let Some(p) = self.finished.pop_front() {
+                forgotten(p.pid);
+            }
+        }
+    }
+
+    /// Apply one event; returns what it created or ended, for subscribers.
+    pub fn apply(&mut self, e: &Event) -> Option<Notice> {
         let ts = e.ts_ns;
         match &e.kind {
             EventKind::QueueCreate(c) => {
-                let Some(queue_id) = c.queue_id else { return };
+                let queue_id = c.queue_id?;
                 let p = self.process(e.pid, Some(&e.comm));
                 p.churn.queues_created += 1;
                 p.queues.insert(
@@ -188,7 +230,7 @@ impl Registry {
                     QueueEntry {
                         queue_id,
                         gpu_id: Some(c.gpu_id),
-                        queue_type: Some(c.queue_type.clone()),
+                        queue_type: Some(c.queue_type.name().map_or_else(|| c.queue_type.to_string(), str::to_owned)),
                         priority: Some(c.priority),
                         percentage: Some(c.percentage),
                         ring_base: Some(c.ring_base),
@@ -198,22 +240,13 @@ impl Registry {
                         bootstrapped: false,
                     },
                 );
+                Some(Notice::QueueCreated { pid: e.pid, queue_id, gpu_id: c.gpu_id })
             }
-            EventKind::QueueDestroy(d) if d.result.is_ok() => {
-                if let Some(p) = self.processes.get_mut(&e.pid)
-                    && p.queues.remove(&d.queue_id).is_some()
-                {
-                    p.churn.queues_destroyed += 1;
-                }
-            }
+            EventKind::QueueDestroy(d) if d.result.is_ok() => self.remove_queue(e.pid, d.queue_id),
             EventKind::QueueRemoved(r) => {
                 // Teardown removes queues without a destroy ioctl; the destroy path was counted above.
-                let (Some(pid), Some(queue_id)) = (r.owner_pid, r.queue_id) else { return };
-                if let Some(p) = self.processes.get_mut(&pid)
-                    && p.queues.remove(&queue_id).is_some()
-                {
-                    p.churn.queues_destroyed += 1;
-                }
+                let (Some(pid), Some(queue_id)) = (r.owner_pid, r.queue_id) else { return None };
+                self.remove_queue(pid, queue_id)
             }
             EventKind::QueueUpdate(u) if u.result.is_ok() => {
                 if let Some(q) = self.processes.get_mut(&e.pid).and_then(|p| p.queues.get_mut(&u.queue_id)) {
@@ -222,17 +255,20 @@ impl Registry {
                     q.ring_base = Some(u.ring_base);
                     q.ring_size = Some(u64::from(u.ring_size));
                 }
+                None
             }
             EventKind::ProcessOpen(o) => {
                 let comm = (o.owner_pid == e.pid).then_some(e.comm.as_str());
+                let known = self.processes.contains_key(&o.owner_pid);
                 self.process(o.owner_pid, comm);
+                (!known).then_some(Notice::ProcessOpened { pid: o.owner_pid })
             }
             EventKind::ProcessExit(x) => {
-                if let Some(pid) = x.owner_pid
-                    && let Some(p) = self.processes.remove(&pid)
-                {
-                    self.finished.push(p);
-                }
+                let pid = x.owner_pid?;
+                let mut p = self.processes.remove(&pid)?;
+                p.exited_ns = Some(ts);
+                self.finished.push_back(p);
+                Some(Notice::ProcessGone { pid })
             }
             EventKind::QueueEviction(v) => {
                 if let Some(p) = self.processes.get_mut(&v.target_pid) {
@@ -244,6 +280,7 @@ impl Registry {
                         q.since_ns = ts;
                     }
                 }
+                None
             }
             EventKind::QueueRestore(v) => {
                 for q in self.queues_on(v.target_pid, v.gpu_id) {
@@ -252,15 +289,15 @@ impl Registry {
                         q.since_ns = ts;
                     }
                 }
+                None
             }
             EventKind::SuspendQueues(s) | EventKind::ResumeQueues(s) => {
                 let resume = matches!(e.kind, EventKind::ResumeQueues(_));
-                let Some(pid) = s.target_pid else { return };
+                let pid = s.target_pid?;
                 if !resume && let Some(p) = self.processes.get_mut(&pid) {
                     p.churn.suspends += 1;
                 }
-                let handled: Vec<u32> =
-                    s.queues.iter().filter(|o| !o.invalid && !o.error).map(|o| o.queue_id).collect();
+                let handled: Vec<QueueId> = s.queues.iter().filter(|o| o.handled()).map(|o| o.queue_id).collect();
                 // Resume without an array (debugger DISABLE / exit) resumes every suspended queue.
                 let all = resume && s.queues.is_empty() && s.result.is_ok();
                 for q in self.queues_on(pid, None) {
@@ -278,71 +315,41 @@ impl Registry {
                         q.since_ns = ts;
                     }
                 }
+                None
             }
-            _ => {}
+            _ => None,
         }
     }
 
-    /// A human table of the map (processes in pid order, queues in id order).
-    pub fn render(&self, filter: impl Fn(&ProcessEntry) -> bool) -> String {
-        let mut out = String::new();
-        let shown: Vec<&ProcessEntry> = self.processes.values().filter(|p| filter(p)).collect();
-        let _ = writeln!(out, "queue map: {} process(es)", shown.len());
-        for p in shown {
-            let container = p
-                .container
-                .as_ref()
-                .map(|c| {
-                    format!(" {} {}", c.runtime, c.name.clone().unwrap_or_else(|| procinfo::short_id(&c.id).to_owned()))
-                })
-                .unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "  pid {} ({}){container} nspid {} queues {}",
-                p.pid,
-                p.comm.as_deref().unwrap_or("?"),
-                p.ns_pid.map_or_else(|| "?".to_owned(), |n| n.to_string()),
-                p.queues.len()
-            );
-            for q in p.queues.values() {
-                let _ = writeln!(
-                    out,
-                    "    queue {:>4} gpu {} {:<12} {:<9} prio {}",
-                    q.queue_id,
-                    q.gpu_id.map_or_else(|| "?".to_owned(), |g| format!("{g:#06x}")),
-                    q.queue_type.as_deref().unwrap_or("?"),
-                    format!("{:?}", q.state).to_lowercase(),
-                    q.priority.map_or_else(|| "?".to_owned(), |p| p.to_string()),
-                );
-            }
-        }
-        out
-    }
-
-    /// The map as JSON (`{"event":"queue_map","processes":[…]}`).
-    pub fn to_json(&self, filter: impl Fn(&ProcessEntry) -> bool, ts_ns: u64) -> serde_json::Value {
-        let processes: Vec<&ProcessEntry> = self.processes.values().filter(|p| filter(p)).collect();
-        serde_json::json!({ "event": "queue_map", "ts_ns": ts_ns, "processes": processes })
+    fn remove_queue(&mut self, pid: HostPid, queue_id: QueueId) -> Option<Notice> {
+        let p = self.processes.get_mut(&pid)?;
+        p.queues.remove(&queue_id)?;
+        p.churn.queues_destroyed += 1;
+        Some(Notice::QueueGone { pid, queue_id })
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::trace::decode::{
-        KernelResult, ProcessExit, QueueCreate, QueueDestroy, QueueEviction, QueueOutcome, QueueRemoved, QueueRestore,
-        QueueSuspend,
+    use crate::{
+        domain::{EvictionTrigger, QueueType},
+        kfd::uapi::QueueOutcome,
+        trace::decode::{
+            KernelResult, ProcessExit, QueueCreate, QueueDestroy, QueueEviction, QueueRemoved, QueueRestore,
+            QueueSuspend,
+        },
     };
 
     pub(crate) fn ev(pid: u32, ts_ns: u64, kind: EventKind) -> Event {
-        Event { ts_ns, entry_ns: ts_ns, cpu: 0, pid, tid: pid, comm: format!("p{pid}"), kind }
+        Event { ts_ns, entry_ns: ts_ns, cpu: 0, pid: HostPid(pid), tid: pid, comm: format!("p{pid}"), kind }
     }
 
     pub(crate) fn create(queue_id: u32, gpu_id: u32) -> EventKind {
         EventKind::QueueCreate(QueueCreate {
-            queue_id: Some(queue_id),
-            gpu_id,
-            queue_type: "compute-aql".to_owned(),
+            queue_id: Some(QueueId(queue_id)),
+            gpu_id: GpuId(gpu_id),
+            queue_type: QueueType::ComputeAql,
             priority: 7,
             percentage: 100,
             ring_base: 0x1000,
@@ -362,14 +369,11 @@ pub(crate) mod tests {
 
     pub(crate) fn suspend(target: u32, ids: &[u32], resume: bool) -> EventKind {
         let s = QueueSuspend {
-            target_pid: Some(target),
+            target_pid: Some(HostPid(target)),
             num_queues: ids.len() as u32,
             grace_period: None,
             exception_clear_mask: None,
-            queues: ids
-                .iter()
-                .map(|&raw| QueueOutcome { queue_id: raw & 0x3fff_ffff, invalid: raw >> 31 == 1, error: false })
-                .collect(),
+            queues: ids.iter().map(|&raw| QueueOutcome::from_raw(raw)).collect(),
             handled: Some(ids.iter().filter(|&&r| r >> 31 == 0).count() as u32),
             result: KernelResult(0),
             ret: 0,
@@ -378,57 +382,78 @@ pub(crate) mod tests {
     }
 
     fn states(r: &Registry, pid: u32) -> Vec<(u32, QueueState)> {
-        r.processes[&pid].queues.values().map(|q| (q.queue_id, q.state)).collect()
+        r.processes[&HostPid(pid)].queues.values().map(|q| (q.queue_id.0, q.state)).collect()
     }
 
     #[test]
     fn queues_follow_create_evict_suspend_resume_destroy_and_exit() {
         let mut r = Registry::new(None);
-        r.apply(&ev(10, 1, create(0, 0x1234)));
+        assert_eq!(
+            r.apply(&ev(10, 1, create(0, 0x1234))),
+            Some(Notice::QueueCreated { pid: HostPid(10), queue_id: QueueId(0), gpu_id: GpuId(0x1234) })
+        );
         r.apply(&ev(10, 2, create(1, 0x1234)));
         r.apply(&ev(10, 3, create(2, 0x5678)));
         r.apply(&ev(20, 4, create(0, 0x1234)));
-        assert_eq!(r.processes[&10].comm.as_deref(), Some("p10"));
+        assert_eq!(r.processes[&HostPid(10)].comm.as_deref(), Some("p10"));
         // Eviction of pid 10 on one GPU only.
-        let evict =
-            EventKind::QueueEviction(QueueEviction { target_pid: 10, gpu_id: Some(0x1234), trigger: "ttm".into() });
+        let evict = EventKind::QueueEviction(QueueEviction {
+            target_pid: HostPid(10),
+            gpu_id: Some(GpuId(0x1234)),
+            trigger: EvictionTrigger::Ttm,
+        });
         r.apply(&ev(99, 5, evict));
         assert_eq!(states(&r, 10), [(0, QueueState::Evicted), (1, QueueState::Evicted), (2, QueueState::Active)]);
-        r.apply(&ev(99, 6, EventKind::QueueRestore(QueueRestore { target_pid: 10, gpu_id: Some(0x1234) })));
+        r.apply(&ev(
+            99,
+            6,
+            EventKind::QueueRestore(QueueRestore { target_pid: HostPid(10), gpu_id: Some(GpuId(0x1234)) }),
+        ));
         assert!(states(&r, 10).iter().all(|(_, s)| *s == QueueState::Active));
         // Suspend 0 and 2; id 7 came back INVALID and changes nothing.
         r.apply(&ev(30, 7, suspend(10, &[0, 2, 7 | 1 << 31], false)));
         assert_eq!(states(&r, 10), [(0, QueueState::Suspended), (1, QueueState::Active), (2, QueueState::Suspended)]);
-        assert_eq!(r.active_queues_of_others(Some(10), &[0x1234]), [(20, 0, Some(0x1234))]);
+        assert_eq!(
+            r.active_queues_of_others(Some(HostPid(10)), &[GpuId(0x1234)]),
+            [Collateral { pid: HostPid(20), queue_id: QueueId(0), gpu_id: Some(GpuId(0x1234)) }]
+        );
         r.apply(&ev(30, 8, suspend(10, &[0], true)));
         assert_eq!(states(&r, 10)[0], (0, QueueState::Active));
         // Resume without an array (DISABLE): everything.
         r.apply(&ev(30, 9, suspend(10, &[], true)));
         assert!(states(&r, 10).iter().all(|(_, s)| *s == QueueState::Active));
         // Destroy, then teardown removal of the rest, then exit.
-        let destroy = EventKind::QueueDestroy(QueueDestroy { queue_id: 1, result: KernelResult(0), ret: 0 });
-        r.apply(&ev(10, 10, destroy));
-        r.apply(&ev(5, 11, EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(10), queue_id: Some(0) })));
+        let destroy = EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(1), result: KernelResult(0), ret: 0 });
+        assert_eq!(r.apply(&ev(10, 10, destroy)), Some(Notice::QueueGone { pid: HostPid(10), queue_id: QueueId(1) }));
+        let removed = QueueRemoved { owner_pid: Some(HostPid(10)), queue_id: Some(QueueId(0)) };
+        r.apply(&ev(5, 11, EventKind::QueueRemoved(removed)));
         assert_eq!(states(&r, 10), [(2, QueueState::Active)]);
-        let exit = EventKind::ProcessExit(ProcessExit { owner_pid: Some(10), stage: "kfd_process_wq_release" });
-        r.apply(&ev(5, 12, exit));
-        assert!(!r.processes.contains_key(&10));
+        let exit =
+            EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(10)), stage: "kfd_process_wq_release" });
+        assert_eq!(r.apply(&ev(5, 12, exit)), Some(Notice::ProcessGone { pid: HostPid(10) }));
+        assert!(!r.processes.contains_key(&HostPid(10)));
         let gone = &r.finished[0];
         assert_eq!(gone.churn, Churn { queues_created: 3, queues_destroyed: 2, evictions: 1, suspends: 1 });
-        assert_eq!(r.processes.keys().copied().collect::<Vec<_>>(), [20]);
+        assert_eq!((gone.exited_ns, r.lookup(HostPid(10)).map(|p| p.pid)), (Some(12), Some(HostPid(10))));
+        assert_eq!(r.processes.keys().copied().collect::<Vec<_>>(), [HostPid(20)]);
     }
 
     #[test]
-    fn render_and_json_show_every_queue() {
+    fn a_reused_pid_finds_its_last_process_and_old_ones_expire() {
         let mut r = Registry::new(None);
-        r.apply(&ev(10, 1, create(3, 0x1234)));
-        assert_eq!(
-            r.render(|_| true),
-            "queue map: 1 process(es)\n  pid 10 (p10) nspid ? queues 1\n    queue    3 gpu 0x1234 compute-aql  active    prio 7\n"
-        );
-        let json = r.to_json(|_| true, 5);
-        assert_eq!(json["processes"][0]["queues"]["3"]["state"], "active");
-        assert_eq!(json["processes"][0]["pid"], 10);
-        assert_eq!(r.render(|p| p.pid == 1), "queue map: 0 process(es)\n");
+        let exit =
+            || EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(10)), stage: "kfd_process_wq_release" });
+        for (ts, comm) in [(1, "first"), (3, "second")] {
+            let mut e = ev(10, ts, create(0, 1));
+            e.comm = comm.to_owned();
+            r.apply(&e);
+            r.apply(&ev(5, ts + 1, exit()));
+        }
+        assert_eq!(r.lookup(HostPid(10)).and_then(|p| p.comm.as_deref()), Some("second"));
+        let mut forgotten = Vec::new();
+        r.expire(8, Some(3), |pid| forgotten.push(pid));
+        assert_eq!((forgotten.len(), r.finished.len()), (1, 1), "exited at 2, before 3");
+        r.expire(0, None, |pid| forgotten.push(pid));
+        assert_eq!((forgotten, r.finished.len()), (vec![HostPid(10), HostPid(10)], 0));
     }
 }

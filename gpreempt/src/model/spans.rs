@@ -1,18 +1,26 @@
 //! Timed spans from the event stream: eviction → restore per (pid, gpu), and each debugger
 //! suspend/resume with its HWS breakdown and the queues it preempted, including other
-//! processes' queues (collateral: on HWS GPUs the unmap is device-wide, KFD.md §2.4).
+//! processes' queues (collateral: on HWS GPUs the unmap is device-wide, docs/kfd.md §2.4).
 //!
 //! The nested HWS calls (`execute_queues_cpsch`, `unmap_queues_cpsch`,
 //! `amdkfd_fence_wait_timeout`, `map_queues_cpsch`, `pm_send_runlist`, MES) run on the thread
 //! that called `suspend_queues`/`resume_queues` and return before it, so their records arrive
 //! first: they are kept per thread and claimed by the enclosing call whose time range holds them.
+//!
+//! Memory stays bounded for a tracer that runs for weeks: at most [`NESTED_KEEP`] unclaimed calls
+//! per thread and [`NESTED_THREADS`] threads, the latest [`SAMPLES_KEEP`] latency samples per
+//! series, and per-process eviction statistics only while the model keeps the process.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use gpreempt_common::record::KfdFn;
 use serde::Serialize;
 
 use super::registry::Registry;
-use crate::trace::decode::{Event, EventKind, KernelResult};
+use crate::{
+    domain::{EvictionTrigger, GpuId, HostPid, QueueId},
+    trace::decode::{Event, EventKind, KernelResult},
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -25,8 +33,12 @@ pub enum SpanKind {
 /// A nested HWS/MES call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Phase {
+    /// Kernel function name, for output.
     pub function: &'static str,
-    pub gpu_id: Option<u32>,
+    /// Its [`kfd_fn`] id, for comparisons.
+    #[serde(skip)]
+    pub kfd_fn: u32,
+    pub gpu_id: Option<GpuId>,
     pub start_ns: u64,
     pub end_ns: u64,
     pub result: KernelResult,
@@ -48,15 +60,15 @@ pub struct Breakdown {
     /// `map_queues_cpsch` (runlist submission) or MES add.
     pub remap_ns: u64,
     /// GPUs the nested calls touched.
-    pub gpus: Vec<u32>,
+    pub gpus: Vec<GpuId>,
 }
 
 /// A queue of another process preempted by a device-wide unmap.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Collateral {
-    pub pid: u32,
-    pub queue_id: u32,
-    pub gpu_id: Option<u32>,
+    pub pid: HostPid,
+    pub queue_id: QueueId,
+    pub gpu_id: Option<GpuId>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -64,19 +76,19 @@ pub struct Span {
     /// JSON: `"span": "suspend"`.
     #[serde(rename = "span")]
     pub kind: SpanKind,
-    pub target_pid: Option<u32>,
+    pub target_pid: Option<HostPid>,
     /// Eviction: the GPU (when known).
-    pub gpu_id: Option<u32>,
+    pub gpu_id: Option<GpuId>,
     pub start_ns: u64,
     pub end_ns: u64,
     pub duration_ns: u64,
     /// Eviction trigger (`ttm`, `svm`, …).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub trigger: Option<String>,
+    pub trigger: Option<EvictionTrigger>,
     /// Suspend/resume: the target's queue ids the kernel handled.
-    pub queues: Vec<u32>,
+    pub queues: Vec<QueueId>,
     /// Suspend/resume: ids that came back INVALID or ERROR.
-    pub rejected: Vec<u32>,
+    pub rejected: Vec<QueueId>,
     pub collateral: Vec<Collateral>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub breakdown: Option<Breakdown>,
@@ -113,6 +125,43 @@ impl Latency {
     }
 }
 
+/// Latency samples of one series: how many there were, and the latest [`SAMPLES_KEEP`] values.
+#[derive(Clone, Debug, Default)]
+pub struct Samples {
+    count: u64,
+    recent: VecDeque<u64>,
+}
+
+/// Samples kept per series (8 bytes each): exact percentiles for any trace up to this many
+/// suspends, the latest ones beyond.
+pub const SAMPLES_KEEP: usize = 1 << 16;
+
+impl Samples {
+    pub fn push(&mut self, ns: u64) {
+        if self.recent.len() == SAMPLES_KEEP {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(ns);
+        self.count += 1;
+    }
+
+    /// All samples ever pushed.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The kept samples, oldest first.
+    pub fn values(&self) -> impl Iterator<Item = u64> + '_ {
+        self.recent.iter().copied()
+    }
+
+    /// Percentiles over the kept samples; `count` is every sample.
+    pub fn latency(&self) -> Latency {
+        let values: Vec<u64> = self.values().collect();
+        Latency { count: self.count, ..Latency::of(&values) }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct EvictionStats {
     pub count: u64,
@@ -123,21 +172,28 @@ pub struct EvictionStats {
 /// Pairs events into spans and keeps the statistics for the exit summary.
 #[derive(Debug, Default)]
 pub struct SpanTracker {
-    open_evictions: HashMap<(u32, Option<u32>), (u64, String)>,
+    open_evictions: HashMap<(HostPid, Option<GpuId>), (u64, EvictionTrigger)>,
     nested: HashMap<u32, VecDeque<Phase>>,
-    pub evictions: BTreeMap<u32, EvictionStats>,
-    pub suspend_ns: Vec<u64>,
-    pub resume_ns: Vec<u64>,
-    pub fence_wait_ns: Vec<u64>,
+    pub evictions: BTreeMap<HostPid, EvictionStats>,
+    pub suspend_ns: Samples,
+    pub resume_ns: Samples,
+    pub fence_wait_ns: Samples,
     pub collateral_queues: u64,
 }
 
 /// At most this many unclaimed nested calls are kept per thread (evictions and queue creation
 /// also run the HWS path without a suspend around it).
-const NESTED_KEEP: usize = 64;
+pub const NESTED_KEEP: usize = 64;
+/// At most this many threads with unclaimed nested calls (kworkers come and go).
+pub const NESTED_THREADS: usize = 256;
 
-const HWS_UNMAP: [&str; 3] = ["unmap_queues_cpsch", "mes_v11_0_remove_hw_queue", "mes_v12_0_remove_hw_queue"];
-const HWS_REMAP: [&str; 3] = ["map_queues_cpsch", "mes_v11_0_add_hw_queue", "mes_v12_0_add_hw_queue"];
+/// HWS unmap (the fence wait inside) or MES's per-queue remove.
+const HWS_UNMAP: [KfdFn; 3] =
+    [KfdFn::UnmapQueuesCpsch, KfdFn::MesV11RemoveHwQueue, KfdFn::MesV12RemoveHwQueue];
+/// Runlist submission or MES add.
+const HWS_REMAP: [KfdFn; 3] = [KfdFn::MapQueuesCpsch, KfdFn::MesV11AddHwQueue, KfdFn::MesV12AddHwQueue];
+/// An observed HWS unmap (not MES's per-queue remove) preempts other processes.
+const DEVICE_WIDE: [KfdFn; 2] = [KfdFn::UnmapQueuesCpsch, KfdFn::ExecuteQueuesCpsch];
 
 impl SpanTracker {
     /// Feed one event (before `registry.apply` sees it, so the registry shows the state the
@@ -145,8 +201,11 @@ impl SpanTracker {
     pub fn on_event(&mut self, e: &Event, registry: &Registry) -> Vec<Span> {
         match &e.kind {
             EventKind::KfdCall(c) => {
-                if c.function == "amdkfd_fence_wait_timeout" {
+                if c.kfd_fn == KfdFn::FenceWaitTimeout {
                     self.fence_wait_ns.push(e.duration_ns());
+                }
+                if !self.nested.contains_key(&e.tid) && self.nested.len() >= NESTED_THREADS {
+                    self.forget_quietest_thread();
                 }
                 let nested = self.nested.entry(e.tid).or_default();
                 if nested.len() == NESTED_KEEP {
@@ -154,6 +213,7 @@ impl SpanTracker {
                 }
                 nested.push_back(Phase {
                     function: c.function,
+                    kfd_fn: c.kfd_fn,
                     gpu_id: c.gpu_id,
                     start_ns: e.entry_ns,
                     end_ns: e.ts_ns,
@@ -162,7 +222,7 @@ impl SpanTracker {
                 Vec::new()
             }
             EventKind::QueueEviction(v) => {
-                self.open_evictions.insert((v.target_pid, v.gpu_id), (e.ts_ns, v.trigger.clone()));
+                self.open_evictions.insert((v.target_pid, v.gpu_id), (e.ts_ns, v.trigger));
                 Vec::new()
             }
             EventKind::QueueRestore(v) => {
@@ -185,8 +245,8 @@ impl SpanTracker {
                 };
                 let mut b = Breakdown::default();
                 for p in &phases {
-                    match p.function {
-                        "amdkfd_fence_wait_timeout" => b.fence_wait_ns += p.duration_ns(),
+                    match p.kfd_fn {
+                        KfdFn::FenceWaitTimeout => b.fence_wait_ns += p.duration_ns(),
                         f if HWS_UNMAP.contains(&f) => b.unmap_ns += p.duration_ns(),
                         f if HWS_REMAP.contains(&f) => b.remap_ns += p.duration_ns(),
                         _ => {}
@@ -198,20 +258,14 @@ impl SpanTracker {
                     }
                 }
                 b.gpus.sort_unstable();
-                // Only an observed HWS unmap (not MES's per-queue remove) preempts other processes.
-                let device_wide =
-                    phases.iter().any(|p| p.function == "unmap_queues_cpsch" || p.function == "execute_queues_cpsch");
+                let device_wide = phases.iter().any(|p| DEVICE_WIDE.contains(&p.kfd_fn));
                 let collateral: Vec<Collateral> = if device_wide {
                     let gpus = if b.gpus.is_empty() {
                         s.target_pid.map(|t| registry.gpus_of(t)).unwrap_or_default()
                     } else {
                         b.gpus.clone()
                     };
-                    registry
-                        .active_queues_of_others(s.target_pid, &gpus)
-                        .into_iter()
-                        .map(|(pid, queue_id, gpu_id)| Collateral { pid, queue_id, gpu_id })
-                        .collect()
+                    registry.active_queues_of_others(s.target_pid, &gpus)
                 } else {
                     Vec::new()
                 };
@@ -229,8 +283,8 @@ impl SpanTracker {
                     end_ns: e.ts_ns,
                     duration_ns: duration,
                     trigger: None,
-                    queues: s.queues.iter().filter(|o| !o.invalid && !o.error).map(|o| o.queue_id).collect(),
-                    rejected: s.queues.iter().filter(|o| o.invalid || o.error).map(|o| o.queue_id).collect(),
+                    queues: s.queues.iter().filter(|o| o.handled()).map(|o| o.queue_id).collect(),
+                    rejected: s.queues.iter().filter(|o| !o.handled()).map(|o| o.queue_id).collect(),
                     collateral,
                     breakdown: (!phases.is_empty()).then_some(b),
                     phases,
@@ -253,7 +307,29 @@ impl SpanTracker {
         }
     }
 
-    fn eviction(&mut self, pid: u32, gpu_id: Option<u32>, start: u64, end: u64, trigger: String, open: bool) -> Span {
+    /// Drop the thread whose newest unclaimed call is the oldest.
+    fn forget_quietest_thread(&mut self) {
+        let quietest =
+            self.nested.iter().min_by_key(|(_, calls)| calls.back().map_or(0, |p| p.end_ns)).map(|(&t, _)| t);
+        if let Some(tid) = quietest {
+            self.nested.remove(&tid);
+        }
+    }
+
+    /// The model no longer keeps `pid`: its statistics go with it.
+    pub fn forget(&mut self, pid: HostPid) {
+        self.evictions.remove(&pid);
+    }
+
+    fn eviction(
+        &mut self,
+        pid: HostPid,
+        gpu_id: Option<GpuId>,
+        start: u64,
+        end: u64,
+        trigger: EvictionTrigger,
+        open: bool,
+    ) -> Span {
         let duration = end.saturating_sub(start);
         let stats = self.evictions.entry(pid).or_default();
         stats.count += 1;
@@ -293,18 +369,19 @@ mod tests {
         trace::decode::{KfdCall, QueueEviction, QueueRestore},
     };
 
-    fn call(tid: u32, function: &'static str, gpu: Option<u32>, start: u64, end: u64) -> Event {
+    fn call(tid: u32, function: KfdFn, gpu: Option<u32>, start: u64, end: u64) -> Event {
         Event {
             ts_ns: end,
             entry_ns: start,
             cpu: 0,
-            pid: tid,
+            pid: HostPid(tid),
             tid,
             comm: "dbg".into(),
             kind: EventKind::KfdCall(KfdCall {
-                function,
+                function: function.name(),
+                kfd_fn: function,
                 owner_pid: None,
-                gpu_id: gpu,
+                gpu_id: gpu.map(GpuId),
                 trigger: None,
                 filter: None,
                 filter_param: None,
@@ -327,11 +404,11 @@ mod tests {
         let mut t = SpanTracker::default();
         // Debugger thread 30: execute [100,900] ⊃ unmap [110,600] ⊃ fence [150,550]; map [610,890].
         for e in [
-            call(30, "amdkfd_fence_wait_timeout", Some(0xa), 150, 550),
-            call(30, "unmap_queues_cpsch", Some(0xa), 110, 600),
-            call(30, "map_queues_cpsch", Some(0xa), 610, 890),
-            call(30, "execute_queues_cpsch", Some(0xa), 100, 900),
-            call(31, "unmap_queues_cpsch", Some(0xa), 200, 300), // other thread: not ours
+            call(30, KfdFn::FenceWaitTimeout, Some(0xa), 150, 550),
+            call(30, KfdFn::UnmapQueuesCpsch, Some(0xa), 110, 600),
+            call(30, KfdFn::MapQueuesCpsch, Some(0xa), 610, 890),
+            call(30, KfdFn::ExecuteQueuesCpsch, Some(0xa), 100, 900),
+            call(31, KfdFn::UnmapQueuesCpsch, Some(0xa), 200, 300), // other thread: not ours
         ] {
             assert!(t.on_event(&e, &reg).is_empty());
         }
@@ -340,17 +417,17 @@ mod tests {
         let spans = t.on_event(&s, &reg);
         assert_eq!(spans.len(), 1);
         let span = &spans[0];
-        assert_eq!((span.kind, span.target_pid, span.duration_ns), (SpanKind::Suspend, Some(10), 950));
-        assert_eq!(span.queues, [0, 1]);
-        assert_eq!(span.rejected, [5]);
+        assert_eq!((span.kind, span.target_pid, span.duration_ns), (SpanKind::Suspend, Some(HostPid(10)), 950));
+        assert_eq!(span.queues, [QueueId(0), QueueId(1)]);
+        assert_eq!(span.rejected, [QueueId(5)]);
         assert_eq!(
             span.breakdown,
-            Some(Breakdown { unmap_ns: 490, fence_wait_ns: 400, remap_ns: 280, gpus: vec![0xa] })
+            Some(Breakdown { unmap_ns: 490, fence_wait_ns: 400, remap_ns: 280, gpus: vec![GpuId(0xa)] })
         );
         assert_eq!(span.phases.len(), 4);
-        assert_eq!(span.collateral, [Collateral { pid: 20, queue_id: 0, gpu_id: Some(0xa) }]);
-        assert_eq!(t.fence_wait_ns, [400]);
-        assert_eq!(t.suspend_ns, [950]);
+        assert_eq!(span.collateral, [Collateral { pid: HostPid(20), queue_id: QueueId(0), gpu_id: Some(GpuId(0xa)) }]);
+        assert_eq!(t.fence_wait_ns.values().collect::<Vec<_>>(), [400]);
+        assert_eq!(t.suspend_ns.values().collect::<Vec<_>>(), [950]);
         assert_eq!(t.collateral_queues, 1);
         // The other thread's call is still waiting for its own parent.
         assert_eq!(t.nested[&31].len(), 1);
@@ -362,7 +439,7 @@ mod tests {
         let mut reg = Registry::new(None);
         reg.apply(&ev(20, 1, create(0, 0xa)));
         let mut t = SpanTracker::default();
-        t.on_event(&call(30, "mes_v11_0_remove_hw_queue", Some(0xa), 10, 20), &reg);
+        t.on_event(&call(30, KfdFn::MesV11RemoveHwQueue, Some(0xa), 10, 20), &reg);
         let mut s = ev(30, 100, suspend(10, &[0], false));
         s.entry_ns = 5;
         let span = &t.on_event(&s, &reg)[0];
@@ -374,17 +451,48 @@ mod tests {
     fn evictions_pair_per_pid_and_gpu_and_count() {
         let reg = Registry::new(None);
         let mut t = SpanTracker::default();
-        let evict =
-            |gpu| EventKind::QueueEviction(QueueEviction { target_pid: 10, gpu_id: Some(gpu), trigger: "ttm".into() });
-        let restore = |gpu| EventKind::QueueRestore(QueueRestore { target_pid: 10, gpu_id: Some(gpu) });
+        let evict = |gpu| {
+            EventKind::QueueEviction(QueueEviction {
+                target_pid: HostPid(10),
+                gpu_id: Some(GpuId(gpu)),
+                trigger: EvictionTrigger::Ttm,
+            })
+        };
+        let restore = |gpu| EventKind::QueueRestore(QueueRestore { target_pid: HostPid(10), gpu_id: Some(GpuId(gpu)) });
         assert!(t.on_event(&ev(1, 100, evict(0xa)), &reg).is_empty());
         assert!(t.on_event(&ev(1, 150, evict(0xb)), &reg).is_empty());
         let a = t.on_event(&ev(1, 400, restore(0xa)), &reg);
-        assert_eq!((a[0].duration_ns, a[0].gpu_id, a[0].trigger.as_deref()), (300, Some(0xa), Some("ttm")));
+        assert_eq!((a[0].duration_ns, a[0].gpu_id, a[0].trigger), (300, Some(GpuId(0xa)), Some(EvictionTrigger::Ttm)));
         assert!(t.on_event(&ev(1, 500, restore(0xc)), &reg).is_empty(), "a restore without eviction is no span");
         let open = t.finish(1150);
         assert_eq!((open[0].duration_ns, open[0].open), (1000, true));
-        assert_eq!(t.evictions[&10], EvictionStats { count: 2, total_ns: 1300, max_ns: 1000 });
+        assert_eq!(t.evictions[&HostPid(10)], EvictionStats { count: 2, total_ns: 1300, max_ns: 1000 });
+        t.forget(HostPid(10));
+        assert!(t.evictions.is_empty());
+    }
+
+    #[test]
+    fn unclaimed_calls_and_samples_stay_bounded() {
+        let reg = Registry::new(None);
+        let mut t = SpanTracker::default();
+        for tid in 0..(NESTED_THREADS as u32 + 10) {
+            for i in 0..(NESTED_KEEP as u64 + 3) {
+                let start = u64::from(tid) * 1000 + i;
+                t.on_event(&call(tid, KfdFn::PmSendRunlist, None, start, start + 1), &reg);
+            }
+        }
+        assert_eq!(t.nested.len(), NESTED_THREADS);
+        assert!(t.nested.values().all(|calls| calls.len() == NESTED_KEEP));
+        assert!(!t.nested.contains_key(&0), "the quietest threads went first");
+        let mut s = Samples::default();
+        for v in 0..(SAMPLES_KEEP as u64 + 5) {
+            s.push(v);
+        }
+        assert_eq!(
+            (s.count(), s.values().count(), s.values().next()),
+            (SAMPLES_KEEP as u64 + 5, SAMPLES_KEEP, Some(5))
+        );
+        assert_eq!(s.latency().count, SAMPLES_KEEP as u64 + 5);
     }
 
     #[test]

@@ -2,9 +2,14 @@
 
 use std::io::Write;
 
-use super::{Sink, TraceSummary, clock::WallClock};
+use super::{Sink, TraceSummary};
 use crate::{
-    model::spans::{Span, SpanKind},
+    clock::WallClock,
+    domain::{GpuId, QueueId},
+    model::{
+        Model, QueueMap, procinfo,
+        spans::{Span, SpanKind},
+    },
     trace::decode::{Event, EventKind, KernelResult},
 };
 
@@ -12,6 +17,8 @@ pub struct Console<W: Write> {
     out: W,
     clock: WallClock,
     colour: bool,
+    /// Only the closing summary (on stderr when stdout carries JSON or is redirected).
+    summary_only: bool,
 }
 
 const RED: &str = "\x1b[31m";
@@ -20,7 +27,12 @@ const RESET: &str = "\x1b[0m";
 
 impl<W: Write> Console<W> {
     pub fn new(out: W, clock: WallClock, colour: bool) -> Self {
-        Self { out, clock, colour }
+        Self { out, clock, colour, summary_only: false }
+    }
+
+    /// A console that prints the closing summary and nothing else.
+    pub fn summary_only(out: W, clock: WallClock) -> Self {
+        Self { out, clock, colour: false, summary_only: true }
     }
 
     fn result(&self, r: KernelResult) -> String {
@@ -125,8 +137,14 @@ impl<W: Write> Console<W> {
     }
 }
 
-fn gpu(id: Option<u32>) -> String {
+fn gpu(id: Option<GpuId>) -> String {
     id.map_or_else(|| "?".to_owned(), |g| format!("{g:#06x}"))
+}
+
+/// `[0, 1]`
+fn id_list(ids: &[QueueId]) -> String {
+    let ids: Vec<String> = ids.iter().map(QueueId::to_string).collect();
+    format!("[{}]", ids.join(", "))
 }
 
 fn ms(ns: u64) -> f64 {
@@ -151,9 +169,9 @@ impl<W: Write> Console<W> {
             line.push_str(" (not restored when the trace ended)");
         }
         if s.kind != SpanKind::Eviction {
-            line.push_str(&format!(" queues {:?}", s.queues));
+            line.push_str(&format!(" queues {}", id_list(&s.queues)));
             if !s.rejected.is_empty() {
-                line.push_str(&format!(" rejected {:?}", s.rejected));
+                line.push_str(&format!(" rejected {}", id_list(&s.rejected)));
             }
         }
         if let Some(b) = &s.breakdown {
@@ -170,21 +188,66 @@ impl<W: Write> Console<W> {
         }
         line
     }
+
+    /// The queue map as a table (processes in pid order, queues in id order).
+    pub fn map_text(map: &QueueMap<'_>) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(out, "queue map: {} process(es)", map.processes.len());
+        for p in &map.processes {
+            let container = p
+                .container
+                .as_ref()
+                .map(|c| {
+                    format!(" {} {}", c.runtime, c.name.clone().unwrap_or_else(|| procinfo::short_id(&c.id).to_owned()))
+                })
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  pid {} ({}){container} nspid {} queues {}",
+                p.pid,
+                p.comm.as_deref().unwrap_or("?"),
+                p.ns_pid.map_or_else(|| "?".to_owned(), |n| n.to_string()),
+                p.queues.len()
+            );
+            for q in p.queues.values() {
+                let _ = writeln!(
+                    out,
+                    "    queue {:>4} gpu {} {:<12} {:<9} prio {}",
+                    q.queue_id,
+                    gpu(q.gpu_id),
+                    q.queue_type.as_deref().unwrap_or("?"),
+                    q.state.name(),
+                    q.priority.map_or_else(|| "?".to_owned(), |p| p.to_string()),
+                );
+            }
+        }
+        out
+    }
 }
 
 impl<W: Write> Sink for Console<W> {
     fn event(&mut self, event: &Event) -> std::io::Result<()> {
+        if self.summary_only {
+            return Ok(());
+        }
         let line = self.line(event);
         writeln!(self.out, "{line}")
     }
 
-    fn span(&mut self, s: &Span) -> std::io::Result<()> {
+    fn span(&mut self, s: &Span, _model: &Model) -> std::io::Result<()> {
+        if self.summary_only {
+            return Ok(());
+        }
         let line = self.span_line(s);
         writeln!(self.out, "{line}")
     }
 
-    fn queue_map(&mut self, text: &str, _json: &serde_json::Value) -> std::io::Result<()> {
-        write!(self.out, "{text}")?;
+    fn queue_map(&mut self, map: &QueueMap<'_>) -> std::io::Result<()> {
+        if self.summary_only {
+            return Ok(());
+        }
+        write!(self.out, "{}", Self::map_text(map))?;
         self.out.flush()
     }
 
@@ -256,10 +319,64 @@ mod tests {
     };
 
     use super::*;
-    use crate::trace::decode::{
-        decode,
-        tests::{bytes_of, header},
+    use crate::{
+        domain::HostPid,
+        model::registry::tests::{create, ev},
+        trace::decode::{
+            decode,
+            tests::{bytes_of, header},
+        },
     };
+
+    #[test]
+    fn a_span_line_lists_ids_breakdown_and_collateral() {
+        use crate::{
+            domain::{GpuId, QueueId},
+            model::spans::{Breakdown, Collateral},
+        };
+        let span = Span {
+            kind: SpanKind::Suspend,
+            target_pid: Some(HostPid(10)),
+            gpu_id: None,
+            start_ns: 1_000_000,
+            end_ns: 3_000_000,
+            duration_ns: 2_000_000,
+            trigger: None,
+            queues: vec![QueueId(0), QueueId(1)],
+            rejected: vec![QueueId(5)],
+            collateral: vec![Collateral { pid: HostPid(20), queue_id: QueueId(4), gpu_id: Some(GpuId(0xa)) }],
+            breakdown: Some(Breakdown {
+                unmap_ns: 1_500_000,
+                fence_wait_ns: 1_000_000,
+                remap_ns: 250_000,
+                gpus: vec![GpuId(0xa)],
+            }),
+            phases: vec![],
+            open: false,
+        };
+        let c = Console::new(Vec::new(), WallClock::from_offset(0), false);
+        assert_eq!(
+            c.span_line(&span),
+            "00:00:00.003000      10 span suspended 2.000 ms queues [0, 1] rejected [5] \
+             (unmap 1.500 fence 1.000 remap 0.250 ms) collateral [20:4]"
+        );
+    }
+
+    #[test]
+    fn the_map_is_a_table_of_every_queue() {
+        let mut m = Model::new(None);
+        m.apply(&ev(10, 1, create(3, 0x1234)));
+        assert_eq!(
+            Console::<Vec<u8>>::map_text(&m.snapshot(5, |_| true)),
+            "queue map: 1 process(es)\n  pid 10 (p10) nspid ? queues 1\n    queue    3 gpu 0x1234 compute-aql  active    prio 7\n"
+        );
+        assert_eq!(Console::<Vec<u8>>::map_text(&m.snapshot(5, |p| p == HostPid(1))), "queue map: 0 process(es)\n");
+        let mut quiet = Console::summary_only(Vec::new(), WallClock::from_offset(0));
+        quiet.queue_map(&m.snapshot(5, |_| true)).unwrap();
+        quiet.event(&ev(10, 1, create(3, 0x1234))).unwrap();
+        quiet.summary(&TraceSummary::default()).unwrap();
+        assert!(String::from_utf8(quiet.out).unwrap().starts_with("0 events in 0.0 s"));
+    }
 
     #[test]
     fn a_create_line_shows_every_issue_field() {

@@ -5,8 +5,13 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::{Sink, TraceSummary, clock::WallClock};
-use crate::{model::spans::Span, trace::decode::Event};
+use super::{Sink, TraceSummary};
+use crate::{
+    clock::WallClock,
+    domain::HostPid,
+    model::{Model, QueueMap, registry::ProcessEntry, spans::Span},
+    trace::decode::Event,
+};
 
 pub struct JsonLines<W: Write> {
     out: W,
@@ -16,6 +21,14 @@ pub struct JsonLines<W: Write> {
 impl<W: Write> JsonLines<W> {
     pub fn new(out: W, clock: WallClock) -> Self {
         Self { out, clock }
+    }
+
+    /// One object, one line. Events wait for the batch's flush; the rare records (start, map,
+    /// summary) are flushed at once so a reader sees them when they happen.
+    fn line(&mut self, value: &impl Serialize, flush: bool) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.out, value)?;
+        self.out.write_all(b"\n")?;
+        if flush { self.out.flush() } else { Ok(()) }
     }
 }
 
@@ -33,9 +46,17 @@ struct Timed<'a> {
 struct SpanObject<'a> {
     event: &'static str,
     time: String,
-    pid: u32,
+    pid: HostPid,
     #[serde(flatten)]
     span: &'a Span,
+}
+
+/// `{"event":"queue_map","ts_ns":…,"processes":[…]}`
+#[derive(Serialize)]
+struct MapObject<'a> {
+    event: &'static str,
+    ts_ns: u64,
+    processes: &'a [&'a ProcessEntry],
 }
 
 #[derive(Serialize)]
@@ -48,38 +69,30 @@ struct Summary<'a> {
 impl<W: Write> Sink for JsonLines<W> {
     fn event(&mut self, event: &Event) -> std::io::Result<()> {
         let timed = Timed { time: self.clock.rfc3339(event.ts_ns), duration_ns: event.duration_ns(), event };
-        serde_json::to_writer(&mut self.out, &timed)?;
-        self.out.write_all(b"\n")
+        self.line(&timed, false)
     }
 
-    fn span(&mut self, span: &Span) -> std::io::Result<()> {
+    fn span(&mut self, span: &Span, _model: &Model) -> std::io::Result<()> {
         let obj = SpanObject {
             event: "span",
             time: self.clock.rfc3339(span.start_ns),
-            pid: span.target_pid.unwrap_or(0),
+            pid: span.target_pid.unwrap_or_default(),
             span,
         };
-        serde_json::to_writer(&mut self.out, &obj)?;
-        self.out.write_all(b"\n")
+        self.line(&obj, false)
     }
 
     /// `{"event":"start","command":[…],"pid":…}`: what `gpreempt analyze` reads to name a run.
-    fn start(&mut self, command: &[String], pid: u32) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.out, &serde_json::json!({"event": "start", "command": command, "pid": pid}))?;
-        self.out.write_all(b"\n")?;
-        self.out.flush()
+    fn start(&mut self, command: &[String], pid: HostPid) -> std::io::Result<()> {
+        self.line(&serde_json::json!({"event": "start", "command": command, "pid": pid}), true)
     }
 
-    fn queue_map(&mut self, _text: &str, json: &serde_json::Value) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.out, json)?;
-        self.out.write_all(b"\n")?;
-        self.out.flush()
+    fn queue_map(&mut self, map: &QueueMap<'_>) -> std::io::Result<()> {
+        self.line(&MapObject { event: "queue_map", ts_ns: map.ts_ns, processes: &map.processes }, true)
     }
 
     fn summary(&mut self, summary: &TraceSummary) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.out, &Summary { event: "summary", summary })?;
-        self.out.write_all(b"\n")?;
-        self.out.flush()
+        self.line(&Summary { event: "summary", summary }, true)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -120,5 +133,52 @@ mod tests {
         assert_eq!(lines[1]["events"], 1);
         assert_eq!(lines[1]["dropped"], 2);
         assert_eq!(lines[1]["losses"]["ringbuf_full"], 2);
+    }
+
+    #[test]
+    fn a_span_keeps_its_field_names_and_values() {
+        use crate::{
+            domain::{EvictionTrigger, GpuId},
+            model::spans::SpanKind,
+        };
+        let span = Span {
+            kind: SpanKind::Eviction,
+            target_pid: Some(HostPid(42)),
+            gpu_id: Some(GpuId(0xa)),
+            start_ns: 1_000,
+            end_ns: 4_000,
+            duration_ns: 3_000,
+            trigger: Some(EvictionTrigger::Ttm),
+            queues: vec![],
+            rejected: vec![],
+            collateral: vec![],
+            breakdown: None,
+            phases: vec![],
+            open: true,
+        };
+        let mut out = Vec::new();
+        JsonLines::new(&mut out, WallClock::from_offset(0)).span(&span, &Model::new(None)).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"event": "span", "time": "1970-01-01T00:00:00.000001Z", "pid": 42, "span": "eviction",
+                "target_pid": 42, "gpu_id": 10, "start_ns": 1000, "end_ns": 4000, "duration_ns": 3000,
+                "trigger": "ttm", "queues": [], "rejected": [], "collateral": [], "phases": [], "open": true})
+        );
+    }
+
+    #[test]
+    fn the_map_is_one_object_with_every_queue() {
+        use crate::model::registry::tests::{create, ev};
+        let mut m = Model::new(None);
+        m.apply(&ev(10, 1, create(3, 0x1234)));
+        let mut out = Vec::new();
+        JsonLines::new(&mut out, WallClock::from_offset(0)).queue_map(&m.snapshot(5, |_| true)).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!((json["event"].as_str(), json["ts_ns"].as_u64()), (Some("queue_map"), Some(5)));
+        assert_eq!(json["processes"][0]["pid"], 10);
+        assert_eq!(json["processes"][0]["queues"]["3"]["state"], "active");
+        assert_eq!(json["processes"][0]["queues"]["3"]["gpu_id"], 0x1234);
+        assert!(json["processes"][0].get("exited_ns").is_none());
     }
 }

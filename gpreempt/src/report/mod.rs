@@ -1,45 +1,62 @@
-//! Output sinks over the event stream: thin formatting, no tracing logic.
+//! Output sinks over the event stream: formatting only, no tracing logic. Each sink receives the
+//! filtered events and closed spans, the live queue map on request and the closing summary
+//! from [`crate::trace::pipeline::Pipeline`].
 
-pub mod clock;
 pub mod console;
 pub mod jsonl;
 pub mod perfetto;
+pub mod summary;
 
 use serde::Serialize;
 
 use crate::{
+    domain::HostPid,
     model::{
+        Model, QueueMap,
         procinfo::Container,
-        registry::{Churn, Registry},
-        spans::{EvictionStats, Latency, Span, SpanTracker},
+        registry::Churn,
+        spans::{EvictionStats, Latency, Span},
     },
     trace::{decode::Event, stream::Losses},
 };
 
-/// Something that shows events, spans, the queue map and the closing summary.
+/// Something that shows events, spans, the queue map and the closing summary. Every method has
+/// a do-nothing default, so a sink implements only what it shows.
 pub trait Sink {
-    fn event(&mut self, event: &Event) -> std::io::Result<()>;
-    fn span(&mut self, _span: &Span) -> std::io::Result<()> {
+    fn event(&mut self, _event: &Event) -> std::io::Result<()> {
         Ok(())
     }
-    /// The live map: `text` for humans, `json` (`{"event":"queue_map",…}`) for machines.
-    fn queue_map(&mut self, _text: &str, _json: &serde_json::Value) -> std::io::Result<()> {
+    /// A closed span; `model` names the processes it involves.
+    fn span(&mut self, _span: &Span, _model: &Model) -> std::io::Result<()> {
         Ok(())
     }
-    fn summary(&mut self, summary: &TraceSummary) -> std::io::Result<()>;
+    /// The live queue map (on SIGUSR1, every `--map-interval`, and at the end).
+    fn queue_map(&mut self, _map: &QueueMap<'_>) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn summary(&mut self, _summary: &TraceSummary) -> std::io::Result<()> {
+        Ok(())
+    }
     /// Push buffered output out: called once per ring-buffer batch, not per event, so a busy
     /// trace costs one write(2) per batch instead of one per line.
-    fn flush(&mut self) -> std::io::Result<()>;
-    /// `trace -- CMD` started `command` as host pid `pid`.
-    fn start(&mut self, _command: &[String], _pid: u32) -> std::io::Result<()> {
+    fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+    /// `trace -- CMD` started `command` as host pid `pid`.
+    fn start(&mut self, _command: &[String], _pid: HostPid) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// The stream ended at `end_ns` (CLOCK_BOOTTIME), after the summary: write what is written
+    /// once (a whole-document format) and flush.
+    fn finish(&mut self, _end_ns: u64) -> std::io::Result<()> {
+        self.flush()
     }
 }
 
 /// One process in the exit summary.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ProcessSummary {
-    pub pid: u32,
+    pub pid: HostPid,
     pub comm: Option<String>,
     pub container: Option<Container>,
     /// Queues it holds at the end (0 once it exited).
@@ -73,7 +90,8 @@ pub struct TraceSummary {
 
 impl TraceSummary {
     /// Fill the per-process and latency parts from the model (`keep` filters processes).
-    pub fn add_model(&mut self, registry: &Registry, spans: &SpanTracker, mut keep: impl FnMut(u32) -> bool) {
+    pub fn add_model(&mut self, model: &Model, mut keep: impl FnMut(HostPid) -> bool) {
+        let (registry, spans) = (model.registry(), model.spans());
         let entries = registry
             .processes
             .values()
@@ -95,9 +113,9 @@ impl TraceSummary {
                 eviction_time,
             });
         }
-        self.suspend = Latency::of(&spans.suspend_ns);
-        self.resume = Latency::of(&spans.resume_ns);
-        self.fence_wait = Latency::of(&spans.fence_wait_ns);
+        self.suspend = spans.suspend_ns.latency();
+        self.resume = spans.resume_ns.latency();
+        self.fence_wait = spans.fence_wait_ns.latency();
         self.collateral_queues = spans.collateral_queues;
     }
 }

@@ -5,10 +5,16 @@
 
 use std::{collections::BTreeMap, io::Write};
 
+use gpreempt_common::record::KfdFn;
 use serde_json::{Value, json};
 
+use super::Sink;
 use crate::{
-    model::spans::{Span, SpanKind},
+    domain::{HostPid, QueueId},
+    model::{
+        Model,
+        spans::{Span, SpanKind},
+    },
     trace::decode::{Event, EventKind},
 };
 
@@ -23,18 +29,35 @@ fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
 
-/// Collects trace events; [`Perfetto::write`] emits the document.
-#[derive(Debug, Default)]
-pub struct Perfetto {
+/// Collects trace events; writes the document to `out` when the stream ends.
+#[derive(Debug)]
+pub struct Perfetto<W: Write> {
+    out: W,
     events: Vec<Value>,
     names: BTreeMap<(u64, Option<u64>), String>,
     /// Open queue lifetimes: (pid, queue id) → created at.
-    queues: BTreeMap<(u32, u32), u64>,
+    queues: BTreeMap<(HostPid, QueueId), u64>,
 }
 
-impl Perfetto {
-    pub fn new() -> Self {
-        Self::default()
+impl<W: Write> Sink for Perfetto<W> {
+    fn event(&mut self, event: &Event) -> std::io::Result<()> {
+        self.record_event(event);
+        Ok(())
+    }
+
+    fn span(&mut self, span: &Span, model: &Model) -> std::io::Result<()> {
+        self.record_span(span, |pid| model.comm_of(pid).map(str::to_owned));
+        Ok(())
+    }
+
+    fn finish(&mut self, end_ns: u64) -> std::io::Result<()> {
+        self.write(end_ns)
+    }
+}
+
+impl<W: Write> Perfetto<W> {
+    pub fn new(out: W) -> Self {
+        Self { out, events: Vec::new(), names: BTreeMap::new(), queues: BTreeMap::new() }
     }
 
     fn name_process(&mut self, pid: u64, name: String) {
@@ -60,13 +83,13 @@ impl Perfetto {
         }));
     }
 
-    fn queue_track(&mut self, pid: u32, queue_id: u32) -> u64 {
+    fn queue_track(&mut self, pid: HostPid, queue_id: QueueId) -> u64 {
         let tid = QUEUE_TID_BASE + u64::from(queue_id);
         self.name_thread(u64::from(pid), tid, format!("queue {queue_id}"));
         tid
     }
 
-    fn process_track(&mut self, pid: u32, comm: Option<&str>) -> u64 {
+    fn process_track(&mut self, pid: HostPid, comm: Option<&str>) -> u64 {
         let p = u64::from(pid);
         self.name_process(p, format!("{} {pid}", comm.unwrap_or("pid")));
         self.name_thread(p, PROCESS_TID, "process".to_owned());
@@ -74,7 +97,7 @@ impl Perfetto {
     }
 
     /// One traced event: queue lifetimes, HWS calls on the GPU track, alarms.
-    pub fn event(&mut self, e: &Event) {
+    fn record_event(&mut self, e: &Event) {
         match &e.kind {
             EventKind::QueueCreate(c) => {
                 let Some(q) = c.queue_id else { return };
@@ -104,7 +127,7 @@ impl Perfetto {
                 self.name_process(pid, tname);
                 let tid = u64::from(e.tid);
                 self.name_thread(pid, tid, format!("{} {}", e.comm, e.tid));
-                let name = if c.function == "amdkfd_fence_wait_timeout" { "fence wait" } else { c.function };
+                let name = if c.kfd_fn == KfdFn::FenceWaitTimeout { "fence wait" } else { c.function };
                 self.complete(
                     name,
                     "hws",
@@ -133,7 +156,7 @@ impl Perfetto {
         }
     }
 
-    fn end_queue(&mut self, pid: u32, queue_id: u32, ts_ns: u64) {
+    fn end_queue(&mut self, pid: HostPid, queue_id: QueueId, ts_ns: u64) {
         if let Some(start) = self.queues.remove(&(pid, queue_id)) {
             let tid = self.queue_track(pid, queue_id);
             self.complete(&format!("queue {queue_id}"), "queue", (u64::from(pid), tid), start, ts_ns, json!({}));
@@ -141,7 +164,7 @@ impl Perfetto {
     }
 
     /// One closed span: on the target's process track and on each affected queue's track.
-    pub fn span(&mut self, s: &Span, comm_of: impl Fn(u32) -> Option<String>) {
+    fn record_span(&mut self, s: &Span, comm_of: impl Fn(HostPid) -> Option<String>) {
         let Some(pid) = s.target_pid else { return };
         let p = self.process_track(pid, comm_of(pid).as_deref());
         let name = match s.kind {
@@ -173,8 +196,8 @@ impl Perfetto {
     }
 
     /// Close queue lifetimes still open at `end_ns` and write the document.
-    pub fn write(mut self, out: &mut impl Write, end_ns: u64) -> std::io::Result<()> {
-        let open: Vec<(u32, u32)> = self.queues.keys().copied().collect();
+    fn write(&mut self, end_ns: u64) -> std::io::Result<()> {
+        let open: Vec<(HostPid, QueueId)> = self.queues.keys().copied().collect();
         for (pid, q) in open {
             self.end_queue(pid, q, end_ns);
         }
@@ -186,15 +209,16 @@ impl Perfetto {
             });
         }
         events.append(&mut self.events);
-        serde_json::to_writer(&mut *out, &json!({"traceEvents": events, "displayTimeUnit": "ns"}))?;
-        out.write_all(b"\n")?;
-        out.flush()
+        serde_json::to_writer(&mut self.out, &json!({"traceEvents": events, "displayTimeUnit": "ns"}))?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::GpuId;
     use crate::{
         model::{
             registry::tests::{create, ev},
@@ -205,31 +229,34 @@ mod tests {
 
     #[test]
     fn the_document_has_named_tracks_and_complete_spans() {
-        let mut p = Perfetto::new();
-        p.event(&ev(10, 1_000, create(3, 0xa)));
-        p.event(&ev(10, 9_000, EventKind::QueueDestroy(QueueDestroy { queue_id: 3, result: KernelResult(0), ret: 0 })));
-        p.event(&ev(20, 2_000, create(0, 0xa)));
+        let mut out = Vec::new();
+        let mut p = Perfetto::new(&mut out);
+        p.record_event(&ev(10, 1_000, create(3, 0xa)));
+        let destroy = QueueDestroy { queue_id: QueueId(3), result: KernelResult(0), ret: 0 };
+        p.record_event(&ev(10, 9_000, EventKind::QueueDestroy(destroy)));
+        p.record_event(&ev(20, 2_000, create(0, 0xa)));
         let span = Span {
             kind: SpanKind::Suspend,
-            target_pid: Some(10),
+            target_pid: Some(HostPid(10)),
             gpu_id: None,
             start_ns: 3_000,
             end_ns: 5_000,
             duration_ns: 2_000,
             trigger: None,
-            queues: vec![3],
+            queues: vec![QueueId(3)],
             rejected: vec![],
-            collateral: vec![Collateral { pid: 20, queue_id: 0, gpu_id: Some(0xa) }],
-            breakdown: Some(Breakdown { unmap_ns: 1, fence_wait_ns: 1, remap_ns: 1, gpus: vec![0xa] }),
+            collateral: vec![Collateral { pid: HostPid(20), queue_id: QueueId(0), gpu_id: Some(GpuId(0xa)) }],
+            breakdown: Some(Breakdown { unmap_ns: 1, fence_wait_ns: 1, remap_ns: 1, gpus: vec![GpuId(0xa)] }),
             phases: vec![],
             open: false,
         };
-        p.span(&span, |pid| Some(format!("p{pid}")));
+        p.record_span(&span, |pid| Some(format!("p{pid}")));
         let mut fence = ev(30, 4_500, EventKind::GpuReset(crate::trace::decode::GpuReset { alarm: "x" }));
         fence.kind = EventKind::KfdCall(crate::trace::decode::KfdCall {
             function: "amdkfd_fence_wait_timeout",
+            kfd_fn: KfdFn::FenceWaitTimeout,
             owner_pid: None,
-            gpu_id: Some(0xa),
+            gpu_id: Some(GpuId(0xa)),
             trigger: None,
             filter: None,
             filter_param: None,
@@ -240,9 +267,9 @@ mod tests {
             ret: 0,
         });
         fence.entry_ns = 3_500;
-        p.event(&fence);
-        let mut out = Vec::new();
-        p.write(&mut out, 10_000).unwrap();
+        p.record_event(&fence);
+        p.finish(10_000).unwrap();
+        drop(p);
         let doc: Value = serde_json::from_slice(&out).unwrap();
         let events = doc["traceEvents"].as_array().unwrap();
         let names = |ph: &str| -> Vec<(u64, u64, String)> {

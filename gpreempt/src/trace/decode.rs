@@ -6,13 +6,18 @@
 use std::mem::size_of;
 
 use gpreempt_common::{
-    kfd_uapi::{dbg_trap_op, queue_status, queue_type, runtime_enable},
+    kfd_uapi::{dbg_trap_op, runtime_enable},
     record::{
         CallPhase, DebugTrapRecord, KfdCallRecord, KfdFn, ProcessCreateRecord, QueueCreateRecord, QueueDestroyRecord,
         QueueSuspendRecord, QueueUpdateRecord, Record, RecordHeader, RecordKind, RuntimeEnableRecord, SmiQueueRecord,
     },
 };
 use serde::Serialize;
+
+use crate::{
+    domain::{DebugTrapOp, EvictionTrigger, GpuId, HostPid, QueueId, QueueType},
+    kfd::uapi::QueueOutcome,
+};
 
 /// One traced occurrence, owned and decoded.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -23,7 +28,7 @@ pub struct Event {
     pub entry_ns: u64,
     pub cpu: u32,
     /// Host pid (thread group id) of the calling task.
-    pub pid: u32,
+    pub pid: HostPid,
     pub tid: u32,
     pub comm: String,
     #[serde(flatten)]
@@ -112,10 +117,10 @@ impl Serialize for KernelResult {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueCreate {
     /// Assigned queue id; only meaningful when the call succeeded.
-    pub queue_id: Option<u32>,
-    pub gpu_id: u32,
+    pub queue_id: Option<QueueId>,
+    pub gpu_id: GpuId,
     /// `KFD_IOC_QUEUE_TYPE_*` name (`compute-aql`), or the number when unknown.
-    pub queue_type: String,
+    pub queue_type: QueueType,
     pub priority: u32,
     pub percentage: u32,
     pub ring_base: u64,
@@ -135,7 +140,7 @@ pub struct QueueCreate {
 /// `kfd_ioctl_destroy_queue` returned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueDestroy {
-    pub queue_id: u32,
+    pub queue_id: QueueId,
     pub result: KernelResult,
     pub ret: i64,
 }
@@ -143,7 +148,7 @@ pub struct QueueDestroy {
 /// `kfd_ioctl_update_queue` returned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueUpdate {
-    pub queue_id: u32,
+    pub queue_id: QueueId,
     pub ring_base: u64,
     pub ring_size: u32,
     pub percentage: u32,
@@ -158,7 +163,7 @@ pub struct DebugTrap {
     /// Target pid as the caller passed it (its own pid namespace).
     pub target_pid: u32,
     /// `enable`, `suspend_queues`, … or the number when unknown.
-    pub op: String,
+    pub op: DebugTrapOp,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exception_mask: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -183,50 +188,27 @@ pub struct RuntimeEnable {
     pub ret: i64,
 }
 
-/// `enum KFD_QUEUE_EVICTION_TRIGGERS` (identical in 6.1, 6.12 and the newest tree).
-pub fn trigger_name(trigger: u32) -> String {
-    match trigger {
-        0 => "svm".to_owned(),
-        1 => "userptr".to_owned(),
-        2 => "ttm".to_owned(),
-        3 => "suspend".to_owned(),
-        4 => "criu_checkpoint".to_owned(),
-        5 => "criu_restore".to_owned(),
-        other => other.to_string(),
-    }
-}
-
 /// `kfd_smi_event_queue_eviction`: queues of `target_pid` on `gpu_id` are about to be evicted.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueEviction {
-    pub target_pid: u32,
+    pub target_pid: HostPid,
     /// `None` without BTF.
-    pub gpu_id: Option<u32>,
-    pub trigger: String,
+    pub gpu_id: Option<GpuId>,
+    pub trigger: EvictionTrigger,
 }
 
 /// `kfd_smi_event_queue_restore`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueRestore {
-    pub target_pid: u32,
-    pub gpu_id: Option<u32>,
-}
-
-/// One id of a suspend/resume array as the kernel wrote it back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct QueueOutcome {
-    pub queue_id: u32,
-    /// Bit 31: the queue does not exist, is new (EC_QUEUE_NEW) or is being destroyed.
-    pub invalid: bool,
-    /// Bit 30: the hardware failed to suspend/resume it.
-    pub error: bool,
+    pub target_pid: HostPid,
+    pub gpu_id: Option<GpuId>,
 }
 
 /// `suspend_queues` / `resume_queues` returned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueSuspend {
     /// Host pid of the target (`None` when unknown).
-    pub target_pid: Option<u32>,
+    pub target_pid: Option<HostPid>,
     pub num_queues: u32,
     /// Suspend only (1000-cycle units).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -246,11 +228,14 @@ pub struct QueueSuspend {
 pub struct KfdCall {
     /// Kernel function name (`amdkfd_fence_wait_timeout`): [`KfdFn::name`].
     pub function: &'static str,
+    /// The probed function: what code compares, never the name.
+    #[serde(skip)]
+    pub kfd_fn: KfdFn,
     /// Host pid the call is about (`None` for device-wide calls or unknown owners).
-    pub owner_pid: Option<u32>,
-    pub gpu_id: Option<u32>,
+    pub owner_pid: Option<HostPid>,
+    pub gpu_id: Option<GpuId>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub trigger: Option<String>,
+    pub trigger: Option<EvictionTrigger>,
     /// `enum kfd_unmap_queues_filter`: 1 single, 2 all, 3 dynamic, 4 by pasid (6.12 values).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub filter: Option<u32>,
@@ -269,7 +254,7 @@ pub struct KfdCall {
 /// `kfd_create_process` returned: a process opened /dev/kfd (or a debugger enabled it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ProcessOpen {
-    pub owner_pid: u32,
+    pub owner_pid: HostPid,
     /// The `struct kfd_process*`, for correlating with later teardown.
     pub kfd_process: u64,
 }
@@ -278,7 +263,7 @@ pub struct ProcessOpen {
 /// `kfd_process_wq_release`, in a kworker).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ProcessExit {
-    pub owner_pid: Option<u32>,
+    pub owner_pid: Option<HostPid>,
     /// `kfd_process_dequeue_from_all_devices` or `kfd_process_wq_release`.
     pub stage: &'static str,
 }
@@ -286,9 +271,9 @@ pub struct ProcessExit {
 /// `kfd_procfs_del_queue`: a queue's sysfs entry is removed (destroy ioctl or teardown).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueRemoved {
-    pub owner_pid: Option<u32>,
+    pub owner_pid: Option<HostPid>,
     /// `None` when unreadable.
-    pub queue_id: Option<u32>,
+    pub queue_id: Option<QueueId>,
 }
 
 /// `amdgpu_amdkfd_gpu_reset`: an alarm (failed preemption or HWS hang resets the whole GPU).
@@ -305,7 +290,7 @@ fn kfd_call(r: &KfdCallRecord) -> Result<EventKind, DecodeError> {
     let kfd_fn = KfdFn::try_from(r.function).map_err(DecodeError::UnknownFunction)?;
     let phase = CallPhase::try_from(r.phase).map_err(DecodeError::UnknownPhase)?;
     let function = kfd_fn.name();
-    let owner_pid = nonzero(r.owner);
+    let owner_pid = nonzero(r.owner).map(HostPid);
     Ok(match kfd_fn {
         KfdFn::GpuReset => EventKind::GpuReset(GpuReset { alarm: "GPU reset: queued work of every process is lost" }),
         KfdFn::ProcessDequeueAll | KfdFn::ProcessRelease => {
@@ -313,7 +298,7 @@ fn kfd_call(r: &KfdCallRecord) -> Result<EventKind, DecodeError> {
         }
         KfdFn::ProcfsDelQueue => EventKind::QueueRemoved(QueueRemoved {
             owner_pid,
-            queue_id: u32::try_from(r.args[0]).ok().filter(|&q| q != u32::MAX),
+            queue_id: u32::try_from(r.args[0]).ok().filter(|&q| q != u32::MAX).map(QueueId),
         }),
         f => {
             if phase != CallPhase::Return {
@@ -323,8 +308,9 @@ fn kfd_call(r: &KfdCallRecord) -> Result<EventKind, DecodeError> {
             let lo = |v: u64| v as u32;
             let mut c = KfdCall {
                 function,
+                kfd_fn: f,
                 owner_pid,
-                gpu_id: nonzero(r.gpu_id),
+                gpu_id: nonzero(r.gpu_id).map(GpuId),
                 trigger: None,
                 filter: None,
                 filter_param: None,
@@ -335,7 +321,7 @@ fn kfd_call(r: &KfdCallRecord) -> Result<EventKind, DecodeError> {
                 ret: i64::from(r.ret as i32),
             };
             match f {
-                KfdFn::ProcessEvictQueues => c.trigger = Some(trigger_name(lo(a[0]))),
+                KfdFn::ProcessEvictQueues => c.trigger = Some(EvictionTrigger::from_raw(lo(a[0]))),
                 KfdFn::ExecuteQueuesCpsch | KfdFn::UnmapQueuesCpsch => {
                     c.filter = Some(lo(a[0]));
                     c.filter_param = Some(lo(a[1]));
@@ -363,8 +349,7 @@ fn debug_trap(r: &DebugTrapRecord) -> DebugTrap {
     let op = a.op;
     let mut d = DebugTrap {
         target_pid: a.pid,
-        // `enable`, `suspend_queues`: the UAPI names without `KFD_IOC_DBG_TRAP_`, lower case.
-        op: dbg_trap_op::name(op).map_or_else(|| op.to_string(), str::to_ascii_lowercase),
+        op: DebugTrapOp(op),
         exception_mask: None,
         num_queues: None,
         grace_period: None,
@@ -395,17 +380,10 @@ fn debug_trap(r: &DebugTrapRecord) -> DebugTrap {
 
 fn suspend(r: &QueueSuspendRecord) -> QueueSuspend {
     let n = (r.ids_read as usize).min(r.queue_ids.len());
-    let queues = r.queue_ids[..n]
-        .iter()
-        .map(|&raw| QueueOutcome {
-            queue_id: raw & queue_status::ID_MASK,
-            invalid: raw & queue_status::INVALID_MASK != 0,
-            error: raw & queue_status::ERROR_MASK != 0,
-        })
-        .collect();
+    let queues = r.queue_ids[..n].iter().map(|&raw| QueueOutcome::from_raw(raw)).collect();
     let resume = r.resume != 0;
     QueueSuspend {
-        target_pid: nonzero(r.target),
+        target_pid: nonzero(r.target).map(HostPid),
         num_queues: r.num_queues,
         grace_period: (!resume).then_some(r.grace_period),
         exception_clear_mask: (!resume).then_some(r.exception_clear_mask),
@@ -456,9 +434,9 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             let a = r.args;
             let ok = r.ret >= 0;
             EventKind::QueueCreate(QueueCreate {
-                queue_id: ok.then_some(a.queue_id),
-                gpu_id: a.gpu_id,
-                queue_type: queue_type::name(a.queue_type).map_or_else(|| a.queue_type.to_string(), str::to_owned),
+                queue_id: ok.then_some(QueueId(a.queue_id)),
+                gpu_id: GpuId(a.gpu_id),
+                queue_type: QueueType::from_raw(a.queue_type),
                 priority: a.queue_priority,
                 percentage: a.queue_percentage,
                 ring_base: a.ring_base_address,
@@ -477,12 +455,16 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         }
         RecordKind::QueueDestroy => {
             let r: QueueDestroyRecord = read(bytes)?;
-            EventKind::QueueDestroy(QueueDestroy { queue_id: r.queue_id, result: KernelResult(r.ret), ret: r.ret })
+            EventKind::QueueDestroy(QueueDestroy {
+                queue_id: QueueId(r.queue_id),
+                result: KernelResult(r.ret),
+                ret: r.ret,
+            })
         }
         RecordKind::QueueUpdate => {
             let r: QueueUpdateRecord = read(bytes)?;
             EventKind::QueueUpdate(QueueUpdate {
-                queue_id: r.args.queue_id,
+                queue_id: QueueId(r.args.queue_id),
                 ring_base: r.args.ring_base_address,
                 ring_size: r.args.ring_size,
                 percentage: r.args.queue_percentage,
@@ -505,12 +487,15 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         RecordKind::SmiQueue => {
             let r: SmiQueueRecord = read(bytes)?;
             if r.restore != 0 {
-                EventKind::QueueRestore(QueueRestore { target_pid: r.pid, gpu_id: nonzero(r.gpu_id) })
+                EventKind::QueueRestore(QueueRestore {
+                    target_pid: HostPid(r.pid),
+                    gpu_id: nonzero(r.gpu_id).map(GpuId),
+                })
             } else {
                 EventKind::QueueEviction(QueueEviction {
-                    target_pid: r.pid,
-                    gpu_id: nonzero(r.gpu_id),
-                    trigger: trigger_name(r.trigger),
+                    target_pid: HostPid(r.pid),
+                    gpu_id: nonzero(r.gpu_id).map(GpuId),
+                    trigger: EvictionTrigger::from_raw(r.trigger),
                 })
             }
         }
@@ -521,14 +506,14 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         }
         RecordKind::ProcessCreate => {
             let r: ProcessCreateRecord = read(bytes)?;
-            EventKind::ProcessOpen(ProcessOpen { owner_pid: r.tgid, kfd_process: r.process })
+            EventKind::ProcessOpen(ProcessOpen { owner_pid: HostPid(r.tgid), kfd_process: r.process })
         }
     };
     Ok(Event {
         ts_ns: header.ts_ns,
         entry_ns: header.entry_ns,
         cpu: header.cpu,
-        pid: header.tgid,
+        pid: HostPid(header.tgid),
         tid: header.tid,
         comm: comm(&header.comm),
         kind,
@@ -576,12 +561,12 @@ pub(crate) mod tests {
             ret: -22,
         };
         let e = decode(&bytes_of(&rec)).unwrap();
-        assert_eq!((e.pid, e.tid, e.comm.as_str(), e.cpu), (4242, 4243, "kfd-client", 1));
+        assert_eq!((e.pid, e.tid, e.comm.as_str(), e.cpu), (HostPid(4242), 4243, "kfd-client", 1));
         assert_eq!(e.duration_ns(), 3_500);
         let EventKind::QueueCreate(c) = e.kind else { panic!("wrong kind") };
         assert_eq!(c.queue_id, None, "a failed create assigns no queue id");
-        assert_eq!(c.gpu_id, 0x1234);
-        assert_eq!(c.queue_type, "compute-aql");
+        assert_eq!(c.gpu_id, GpuId(0x1234));
+        assert_eq!(c.queue_type, QueueType::ComputeAql);
         assert_eq!((c.priority, c.percentage, c.ring_size), (7, 100, 65536));
         assert_eq!(c.cwsr_address, 0x7f00_1000_0000);
         assert_eq!(c.cwsr_size, 0x5000);
@@ -597,7 +582,10 @@ pub(crate) mod tests {
             ret: 0,
         };
         let EventKind::QueueCreate(c) = decode(&bytes_of(&rec)).unwrap().kind else { panic!() };
-        assert_eq!((c.queue_id, c.doorbell_offset, c.queue_type.as_str()), (Some(3), Some(0x1000), "9"));
+        assert_eq!(
+            (c.queue_id, c.doorbell_offset, c.queue_type),
+            (Some(QueueId(3)), Some(0x1000), QueueType::Other(9))
+        );
         assert_eq!(c.result.name(), "OK");
         rec.ret = -4095;
         let EventKind::QueueCreate(c) = decode(&bytes_of(&rec)).unwrap().kind else { panic!() };
@@ -609,7 +597,10 @@ pub(crate) mod tests {
         let d =
             QueueDestroyRecord { header: header(RecordKind::QueueDestroy, 9, "y"), queue_id: 42, _pad: 0, ret: -22 };
         let e = decode(&bytes_of(&d)).unwrap();
-        assert_eq!(e.kind, EventKind::QueueDestroy(QueueDestroy { queue_id: 42, result: KernelResult(-22), ret: -22 }));
+        assert_eq!(
+            e.kind,
+            EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(42), result: KernelResult(-22), ret: -22 })
+        );
     }
 
     #[test]
@@ -647,8 +638,8 @@ pub(crate) mod tests {
         };
         let EventKind::DebugTrap(d) = decode(&bytes_of(&t)).unwrap().kind else { panic!() };
         assert_eq!(
-            (d.target_pid, d.op.as_str(), d.num_queues, d.grace_period),
-            (77, "suspend_queues", Some(3), Some(5))
+            (d.target_pid, d.op, d.num_queues, d.grace_period),
+            (77, DebugTrapOp::SUSPEND_QUEUES, Some(3), Some(5))
         );
         assert_eq!((d.exception_mask, d.dbg_fd, d.result.name(), d.ret), (Some(0x4000_0000), None, "OK".to_owned(), 2));
 
@@ -672,14 +663,14 @@ pub(crate) mod tests {
         assert_eq!(
             s.queues,
             [
-                QueueOutcome { queue_id: 0, invalid: false, error: false },
-                QueueOutcome { queue_id: 1, invalid: true, error: false },
-                QueueOutcome { queue_id: 2, invalid: false, error: true },
+                QueueOutcome { queue_id: QueueId(0), invalid: false, error: false },
+                QueueOutcome { queue_id: QueueId(1), invalid: true, error: false },
+                QueueOutcome { queue_id: QueueId(2), invalid: false, error: true },
             ]
         );
         assert_eq!(
             (s.target_pid, s.handled, s.grace_period, s.exception_clear_mask),
-            (Some(77), Some(1), Some(5), Some(0x10))
+            (Some(HostPid(77)), Some(1), Some(5), Some(0x10))
         );
         // A resume from DISABLE: no array, no suspend-only fields; an ids_read beyond the array is clamped.
         let resume = QueueSuspendRecord { resume: 1, num_queues: 0, ids_read: 99, ret: 0, ..r };
@@ -695,20 +686,23 @@ pub(crate) mod tests {
         };
         let fence = call(KfdFn::FenceWaitTimeout, CallPhase::Return, 0, 0x1234, [9, 9000, 0, 0], -62);
         let EventKind::KfdCall(c) = decode(&bytes_of(&fence)).unwrap().kind else { panic!() };
-        assert_eq!((c.function, c.owner_pid, c.gpu_id), ("amdkfd_fence_wait_timeout", None, Some(0x1234)));
+        assert_eq!(
+            (c.function, c.kfd_fn, c.owner_pid, c.gpu_id),
+            ("amdkfd_fence_wait_timeout", KfdFn::FenceWaitTimeout, None, Some(GpuId(0x1234)))
+        );
         assert_eq!((c.fence_value, c.timeout_ms, c.result.name()), (Some(9), Some(9000), "ETIME".to_owned()));
         let evict = call(KfdFn::ProcessEvictQueues, CallPhase::Return, 42, 0, [2, 0, 0, 0], 0);
         let EventKind::KfdCall(c) = decode(&bytes_of(&evict)).unwrap().kind else { panic!() };
-        assert_eq!((c.owner_pid, c.trigger.as_deref()), (Some(42), Some("ttm")));
+        assert_eq!((c.owner_pid, c.trigger), (Some(HostPid(42)), Some(EvictionTrigger::Ttm)));
         let removed = call(KfdFn::ProcfsDelQueue, CallPhase::Entry, 42, 0, [7, 0, 0, 0], 0);
         assert_eq!(
             decode(&bytes_of(&removed)).unwrap().kind,
-            EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(42), queue_id: Some(7) })
+            EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(HostPid(42)), queue_id: Some(QueueId(7)) })
         );
         let exit = call(KfdFn::ProcessRelease, CallPhase::Entry, 42, 0, [0; 4], 0);
         assert_eq!(
             decode(&bytes_of(&exit)).unwrap().kind,
-            EventKind::ProcessExit(ProcessExit { owner_pid: Some(42), stage: "kfd_process_wq_release" })
+            EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(42)), stage: "kfd_process_wq_release" })
         );
         let unknown =
             KfdCallRecord { function: 999, ..call(KfdFn::MapQueuesCpsch, CallPhase::Return, 0, 0, [0; 4], 0) };
@@ -727,12 +721,16 @@ pub(crate) mod tests {
         };
         assert_eq!(
             decode(&bytes_of(&smi)).unwrap().kind,
-            EventKind::QueueEviction(QueueEviction { target_pid: 42, gpu_id: None, trigger: "ttm".into() })
+            EventKind::QueueEviction(QueueEviction {
+                target_pid: HostPid(42),
+                gpu_id: None,
+                trigger: EvictionTrigger::Ttm
+            })
         );
         let restore = SmiQueueRecord { restore: 1, gpu_id: 5, ..smi };
         assert_eq!(
             decode(&bytes_of(&restore)).unwrap().kind,
-            EventKind::QueueRestore(QueueRestore { target_pid: 42, gpu_id: Some(5) })
+            EventKind::QueueRestore(QueueRestore { target_pid: HostPid(42), gpu_id: Some(GpuId(5)) })
         );
         let open = ProcessCreateRecord {
             header: header(RecordKind::ProcessCreate, 42, "x"),
@@ -742,7 +740,7 @@ pub(crate) mod tests {
         };
         assert_eq!(
             decode(&bytes_of(&open)).unwrap().kind,
-            EventKind::ProcessOpen(ProcessOpen { owner_pid: 42, kfd_process: 0xffff_8880_0000_1000 })
+            EventKind::ProcessOpen(ProcessOpen { owner_pid: HostPid(42), kfd_process: 0xffff_8880_0000_1000 })
         );
     }
 

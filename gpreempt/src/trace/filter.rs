@@ -8,18 +8,20 @@ use std::{
 };
 
 use crate::{
-    model::registry::{ProcessEntry, Registry},
+    domain::HostPid,
+    model::Model,
     trace::decode::{Event, EventKind},
 };
 
 #[derive(Debug, Default)]
 pub struct Filter {
-    pids: HashSet<u32>,
+    pids: HashSet<HostPid>,
     container: Option<String>,
     /// `-- CMD`: the command's host pid; its descendants are included too.
-    root: Option<u32>,
+    root: Option<HostPid>,
     proc_root: PathBuf,
-    decided: HashMap<u32, bool>,
+    /// Decisions per pid, dropped when the model forgets the pid ([`Filter::forget`]).
+    decided: HashMap<HostPid, bool>,
 }
 
 /// The parent pid from `/proc/<pid>/stat` (`pid (comm) state ppid …`; comm may hold spaces
@@ -32,7 +34,7 @@ pub fn parent_from_stat(stat: &str) -> Option<u32> {
 impl Filter {
     pub fn new(pids: &[u32], container: Option<String>, proc_root: impl Into<PathBuf>) -> Self {
         Self {
-            pids: pids.iter().copied().collect(),
+            pids: pids.iter().copied().map(HostPid).collect(),
             container,
             root: None,
             proc_root: proc_root.into(),
@@ -41,7 +43,7 @@ impl Filter {
     }
 
     /// Restrict to `pid` and its descendants (the `-- CMD` child).
-    pub fn set_root(&mut self, pid: u32) {
+    pub fn set_root(&mut self, pid: HostPid) {
         self.root = Some(pid);
         self.decided.clear();
     }
@@ -50,9 +52,14 @@ impl Filter {
         self.pids.is_empty() && self.container.is_none() && self.root.is_none()
     }
 
-    fn descends_from_root(&self, pid: u32) -> bool {
-        let Some(root) = self.root else { return true };
-        let mut current = pid;
+    /// The model no longer knows `pid`: a later process may reuse it.
+    pub fn forget(&mut self, pid: HostPid) {
+        self.decided.remove(&pid);
+    }
+
+    fn descends_from_root(&self, pid: HostPid) -> bool {
+        let Some(HostPid(root)) = self.root else { return true };
+        let mut current = pid.0;
         // Bounded walk up the process tree (pid 1 / 0 end it).
         for _ in 0..64 {
             if current == root {
@@ -72,13 +79,9 @@ impl Filter {
         false
     }
 
-    fn process_entry(registry: &Registry, pid: u32) -> Option<&ProcessEntry> {
-        registry.processes.get(&pid).or_else(|| registry.finished.iter().rev().find(|p| p.pid == pid))
-    }
-
     /// Is host pid `pid` shown? Decided once per pid (a process cannot change container or parent
     /// chain in a way that matters here, and it may be gone from /proc later).
-    pub fn keep_pid(&mut self, pid: u32, registry: &Registry) -> bool {
+    pub fn keep_pid(&mut self, pid: HostPid, model: &Model) -> bool {
         if self.is_empty() {
             return true;
         }
@@ -88,18 +91,18 @@ impl Filter {
         let by_pid = self.pids.is_empty() || self.pids.contains(&pid);
         let by_container = match &self.container {
             None => true,
-            Some(c) => Self::process_entry(registry, pid).is_some_and(|p| p.in_container(c)),
+            Some(c) => model.process(pid).is_some_and(|p| p.in_container(c)),
         };
         let keep = by_pid && by_container && self.descends_from_root(pid);
         // A container lookup that failed because the process was not in the map yet is retried.
-        if self.container.is_none() || Self::process_entry(registry, pid).is_some() {
+        if self.container.is_none() || model.process(pid).is_some() {
             self.decided.insert(pid, keep);
         }
         keep
     }
 
     /// An event is shown when its caller or the process it is about is shown.
-    pub fn keep_event(&mut self, e: &Event, registry: &Registry) -> bool {
+    pub fn keep_event(&mut self, e: &Event, model: &Model) -> bool {
         if self.is_empty() {
             return true;
         }
@@ -121,7 +124,7 @@ impl Filter {
                 | EventKind::ProcessExit(_)
                 | EventKind::QueueRemoved(_)
         );
-        (caller_counts && self.keep_pid(e.pid, registry)) || about.is_some_and(|p| self.keep_pid(p, registry))
+        (caller_counts && self.keep_pid(e.pid, model)) || about.is_some_and(|p| self.keep_pid(p, model))
     }
 }
 
@@ -129,6 +132,7 @@ impl Filter {
 mod tests {
     use super::*;
     use crate::{
+        domain::QueueId,
         model::registry::tests::{create, ev},
         trace::decode::QueueRemoved,
     };
@@ -142,12 +146,13 @@ mod tests {
 
     #[test]
     fn pid_filter_keeps_callers_and_subjects() {
-        let reg = Registry::new(None);
+        let reg = Model::new(None);
         let mut f = Filter::new(&[10], None, "/nonexistent");
         assert!(f.keep_event(&ev(10, 1, create(0, 1)), &reg));
         assert!(!f.keep_event(&ev(11, 1, create(0, 1)), &reg));
         // A kworker (pid 3) removing pid 10's queue at teardown is about pid 10.
-        let removed = EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(10), queue_id: Some(0) });
+        let removed =
+            EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(HostPid(10)), queue_id: Some(QueueId(0)) });
         assert!(f.keep_event(&ev(3, 1, removed.clone()), &reg));
         let mut g = Filter::new(&[3], None, "/nonexistent");
         assert!(!g.keep_event(&ev(3, 1, removed), &reg), "the kworker itself is not the subject");
@@ -162,12 +167,14 @@ mod tests {
             fs::create_dir_all(&d).unwrap();
             fs::write(d.join("stat"), format!("{pid} (x y) S {ppid} 0 0")).unwrap();
         }
-        let reg = Registry::new(None);
+        let reg = Model::new(None);
         let mut f = Filter::new(&[], None, dir.path());
-        f.set_root(100);
-        assert!(f.keep_pid(100, &reg));
-        assert!(f.keep_pid(102, &reg));
-        assert!(!f.keep_pid(200, &reg));
-        assert!(!f.keep_pid(999, &reg), "unknown pids are not the command's");
+        f.set_root(HostPid(100));
+        assert!(f.keep_pid(HostPid(100), &reg));
+        assert!(f.keep_pid(HostPid(102), &reg));
+        assert!(!f.keep_pid(HostPid(200), &reg));
+        assert!(!f.keep_pid(HostPid(999), &reg), "unknown pids are not the command's");
+        f.forget(HostPid(200));
+        assert!(!f.decided.contains_key(&HostPid(200)));
     }
 }

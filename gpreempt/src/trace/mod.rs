@@ -2,14 +2,16 @@
 //!
 //! [`symbols`] finds the KFD functions in `/proc/kallsyms`, [`probes`] says which program goes on
 //! which function, [`loader`] loads and attaches them, [`stream`] reads the ring buffer and
-//! [`decode`] turns records into owned [`decode::Event`]s; [`missed`] asks the kernel for the
-//! return probes it skipped.
+//! [`decode`] turns records into owned [`decode::Event`]s, [`pipeline`] takes each through the
+//! model, the [`filter`] and the output sinks, and [`missed`] asks the kernel for the return
+//! probes it skipped.
 
 pub mod btf;
 pub mod decode;
 pub mod filter;
 pub mod loader;
 pub mod missed;
+pub mod pipeline;
 pub mod probes;
 pub mod stream;
 pub mod symbols;

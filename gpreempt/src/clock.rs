@@ -1,4 +1,6 @@
-//! Converting CLOCK_BOOTTIME (eBPF and SMI timestamps) to wall-clock time, once, at output.
+//! The clocks gpreempt reads: CLOCK_BOOTTIME (what eBPF's `bpf_ktime_get_boot_ns` and KFD's SMI
+//! events stamp), CLOCK_MONOTONIC (what `Instant` uses, as a number other processes can compare),
+//! and the conversion of CLOCK_BOOTTIME to wall-clock time, once, at output.
 
 use nix::time::{ClockId, clock_gettime};
 
@@ -8,8 +10,19 @@ pub struct WallClock {
     realtime_minus_boottime_ns: i128,
 }
 
+/// Nanoseconds on `clock` (0 if the clock cannot be read, which Linux never refuses for these).
 fn now_ns(clock: ClockId) -> i128 {
     clock_gettime(clock).map_or(0, |t| i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec()))
+}
+
+/// CLOCK_BOOTTIME now, ns: the time base of every [`crate::trace::decode::Event`].
+pub fn boottime_ns() -> u64 {
+    now_ns(ClockId::CLOCK_BOOTTIME) as u64
+}
+
+/// CLOCK_MONOTONIC now, ns.
+pub fn monotonic_ns() -> u64 {
+    now_ns(ClockId::CLOCK_MONOTONIC) as u64
 }
 
 impl WallClock {
