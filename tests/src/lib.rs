@@ -250,3 +250,31 @@ pub fn parse_u64(s: &str) -> Result<u64, String> {
 pub fn parse_u32(s: &str) -> Result<u32, String> {
     u32::try_from(parse_u64(s)?).map_err(|e| e.to_string())
 }
+
+/// A KFD emulator module parameter (`/sys/module/kfd_emu/parameters/<name>`).
+pub fn emu_param(name: &str) -> Result<u64> {
+    let text = read_sysfs(&format!("/sys/module/kfd_emu/parameters/{name}"))?;
+    text.trim().parse().with_context(|| format!("parameter {name}: {text:?}"))
+}
+
+/// Sets an emulator module parameter for as long as it lives, then restores the old value (also
+/// when a test panics).
+pub struct EmuParam {
+    name: &'static str,
+    old: u64,
+}
+
+impl EmuParam {
+    pub fn set(name: &'static str, value: u64) -> Result<Self> {
+        let old = emu_param(name)?;
+        std::fs::write(format!("/sys/module/kfd_emu/parameters/{name}"), value.to_string())
+            .with_context(|| format!("setting {name}"))?;
+        Ok(Self { name, old })
+    }
+}
+
+impl Drop for EmuParam {
+    fn drop(&mut self) {
+        let _ = std::fs::write(format!("/sys/module/kfd_emu/parameters/{}", self.name), self.old.to_string());
+    }
+}
