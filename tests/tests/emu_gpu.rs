@@ -143,7 +143,8 @@ fn one_queue_alone_each_request_takes_k_times_d() {
 fn an_online_dispatch_waits_for_the_running_offline_one() {
     let mut off = helper(&["offline", "--gpu-id", "0x1000", "--dispatch-us", "30000", "--records"]);
     thread::sleep(Duration::from_millis(100));
-    let mut on = helper(&["online", "--gpu-id", "0x1000", "--dispatch-us", "2000", "--period-us", "70000", "--requests", "12"]);
+    let mut on =
+        helper(&["online", "--gpu-id", "0x1000", "--dispatch-us", "2000", "--period-us", "70000", "--requests", "12"]);
     let mut requests = Vec::new();
     for _ in 0..12 {
         requests.push(on.recv().unwrap());
@@ -223,8 +224,7 @@ fn suspend_mid_dispatch_keeps_the_remaining_cost_and_the_online_pays_each_unmap(
     let (save_ns, restore_ns) =
         (emu_param("preempt_delay_us").unwrap() * 1000, emu_param("restore_delay_us").unwrap() * 1000);
     let cost = 40 * MS;
-    let mut off =
-        helper(&["offline", "--gpu-id", "0x1000", "--dispatch-us", "40000", "--records", "--runtime-enable"]);
+    let mut off = helper(&["offline", "--gpu-id", "0x1000", "--dispatch-us", "40000", "--records", "--runtime-enable"]);
     let pid = off.hello["pid"].as_u64().unwrap() as u32;
     let occupancy = format!("/sys/class/kfd/kfd/proc/{pid}/stats_4096/cu_occupancy");
     let mut d = debugger(pid);
@@ -337,13 +337,13 @@ fn malformed_packets_put_only_their_queue_in_error_state() {
     let mut w = helper(&["run", "--gpu-id", "0x1000", "--fill-us", "0", "--runtime-enable", "--queues", "7"]);
     // (queue, packet command or raw write index, exception code)
     let cases: [(usize, &str, u32); 7] = [
-        (0, "packet 0 0 1 256 256 1000", 23),          // VENDOR_SPECIFIC
-        (1, "packet 1 3 1 256 256 1000", 20),          // BARRIER_AND: valid AQL, not emulated
-        (2, "packet 2 9 1 256 256 1000", 19),          // reserved type
-        (3, "packet 3 2 0 256 256 1000", 16),          // dispatch with 0 dimensions
-        (4, "packet 4 2 1 0 256 1000", 21),            // workgroup size 0
-        (5, "packet 5 2 1 256 256 0", 18),             // cost (kernel_object) 0
-        (6, "wptr 6 67", 19),                          // write index 65 packets ahead of a 64-packet ring
+        (0, "packet 0 0 1 256 256 1000", 23), // VENDOR_SPECIFIC
+        (1, "packet 1 3 1 256 256 1000", 20), // BARRIER_AND: valid AQL, not emulated
+        (2, "packet 2 9 1 256 256 1000", 19), // reserved type
+        (3, "packet 3 2 0 256 256 1000", 16), // dispatch with 0 dimensions
+        (4, "packet 4 2 1 0 256 1000", 21),   // workgroup size 0
+        (5, "packet 5 2 1 256 256 0", 18),    // cost (kernel_object) 0
+        (6, "wptr 6 67", 19),                 // write index 65 packets ahead of a 64-packet ring
     ];
     for &(q, bad, ec) in &cases {
         assert_eq!(w.cmd(&format!("submit {q} 2 1000")).unwrap()["ret"], 0);

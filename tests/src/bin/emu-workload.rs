@@ -383,7 +383,11 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: 
 /// One AQL queue for the `online` / `offline` workloads; the hello line describes it.
 fn load_queue(a: &QueueArgs) -> Result<(Kfd, QueueMem, Value)> {
     let device = Kfd::open()?;
-    let runtime = if a.runtime_enable { json!(device.runtime_enable(uapi::runtime_enable::MODE_ENABLE_MASK)) } else { Value::Null };
+    let runtime = if a.runtime_enable {
+        json!(device.runtime_enable(uapi::runtime_enable::MODE_ENABLE_MASK))
+    } else {
+        Value::Null
+    };
     let q = match create(&device, a.gpu_id, uapi::queue_type::COMPUTE_AQL, a.ring_size, 100, 7) {
         (_, Some(q)) => q,
         (ret, None) => bail!("CREATE_QUEUE on gpu {:#x} failed: {ret}", a.gpu_id),

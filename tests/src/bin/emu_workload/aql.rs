@@ -103,17 +103,17 @@ impl QueueMem {
     /// CWSR area header whose error payload is zero.
     pub fn alloc(ring_size: u32) -> Self {
         let ring_packets = u64::from(ring_size) / 64;
-        let slots = vec![DispatchPacket { header: packet_type::INVALID, ..Default::default() }; ring_packets.max(1) as usize];
+        let slots =
+            vec![DispatchPacket { header: packet_type::INVALID, ..Default::default() }; ring_packets.max(1) as usize];
         let ring = Box::leak(slots.into_boxed_slice()).as_mut_ptr();
         let pointers: &'static mut [u64; 2] = Box::leak(Box::new([0u64, 0]));
         let rptr = &mut pointers[0] as *mut u64;
         // SAFETY: both point into the leaked array.
         let wptr = unsafe { rptr.add(1) };
         let error_payload = Box::leak(Box::new(0u64)) as *mut u64;
-        let ctx_save = Box::leak(Box::new(ContextSaveAreaHeader {
-            err_payload_addr: error_payload as u64,
-            ..Default::default()
-        })) as *mut ContextSaveAreaHeader;
+        let ctx_save =
+            Box::leak(Box::new(ContextSaveAreaHeader { err_payload_addr: error_payload as u64, ..Default::default() }))
+                as *mut ContextSaveAreaHeader;
         Self { queue_id: 0, gpu_id: 0, rptr, wptr, ring, ring_packets, error_payload, ctx_save }
     }
 
