@@ -298,8 +298,11 @@ static bool emu_cp_start(struct device_queue_manager *dqm, struct queue *q, u64 
 	}
 	slot = (void __user *)(uintptr_t)(q->properties.queue_address +
 					  (i % emu_ring_packets(q)) * AQL_PACKET_SIZE);
-	if (!emu_user_begin(q))
+	if (!emu_user_begin(q)) {
+		/* the process is exiting: forget what was seen, its queues are torn down next */
+		q->obs_old_w = q->obs_new_w = i;
 		return false;
+	}
 	if (copy_from_user(&pkt, slot, sizeof(pkt))) {
 		emu_user_end(q);
 		emu_queue_error(q, EC_QUEUE_PACKET_RESERVED);
