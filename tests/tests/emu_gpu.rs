@@ -278,7 +278,8 @@ fn suspend_mid_dispatch_keeps_the_remaining_cost_and_the_online_pays_each_unmap(
         // Nor alongside the online dispatch (one GPU).
         assert!(r.end_ns <= online.start_ns || r.start_ns >= online.end_ns || r.preemptions > 0, "{r:?}");
     }
-    let stopped: Vec<&Record> = recs.iter().filter(|r| (s0..s1).contains(&r.first_stop_ns)).collect();
+    let stopped: Vec<&Record> =
+        recs.iter().filter(|r| r.preemptions > 0 && (s0..s1).contains(&r.first_stop_ns)).collect();
     assert_eq!(stopped.len(), 1, "exactly one dispatch interrupted by the suspend: {recs:?}");
     let r = stopped[0];
     assert_eq!(r.preemptions, 1, "{r:?}");
