@@ -268,6 +268,7 @@ fn suspend_mid_dispatch_keeps_the_remaining_cost_and_the_online_pays_each_unmap(
     assert!(online.off_ns >= 2 * (save_ns + restore_ns), "{online:?}");
     assert!(online.off_ns <= t1 - t0 + 2 * restore_ns, "{online:?}");
 
+    assert_eq!(d.cmd("disable").unwrap()["ret"], 0);
     off.send("stop").unwrap();
     let summary = until(&mut off, "summary");
     let recs = records(&summary["records"]);
@@ -286,7 +287,6 @@ fn suspend_mid_dispatch_keeps_the_remaining_cost_and_the_online_pays_each_unmap(
     assert!(r.last_start_ns >= r0 && r.last_start_ns <= r1 + 50 * MS, "{r:?} resumed {r0}..{r1}");
     assert_eq!(r.end_ns - r.last_start_ns, cost - (r.first_stop_ns - r.start_ns), "exactly the remaining cost");
     assert_eq!(summary["busy_ns_total"], summary["cost_ns_total"], "work conserved");
-    assert_eq!(d.cmd("disable").unwrap()["ret"], 0);
 }
 
 fn until_stats(w: &mut LineHelper) -> Value {

@@ -72,13 +72,13 @@ fn emulator() -> Result<()> {
 out="$GPREEMPT_VM_OUT"
 echo "== KFD emulator on $(uname -r): /dev/kfd with emulated GPUs 0x1000 and 0x2000 whose queues consume work"
 echo "   emulated CWSR save $(cat /sys/module/kfd_emu/parameters/preempt_delay_us) us, restore $(cat /sys/module/kfd_emu/parameters/restore_delay_us) us, doorbell tick $(cat /sys/module/kfd_emu/parameters/tick_us) us"
-echo "== online: 60 requests, one every 25 ms, each 2 dispatches of 1 ms on gpu 0x1000; offline (5 ms dispatches) joins after request 20"
-{workload} online --gpu-id 0x1000 --dispatches 2 --dispatch-us 1000 --period-us 25000 --requests 60 > "$out/latency.jsonl" &
+echo "== online: 80 requests, one every 25 ms, each 2 dispatches of 1 ms on gpu 0x1000; offline (5 ms dispatches) joins after request 20"
+{workload} online --gpu-id 0x1000 --dispatches 2 --dispatch-us 1000 --period-us 25000 --requests 80 > "$out/latency.jsonl" &
 online_load=$!
 python3 - "$out/latency.jsonl" <<'PY' &
 import json, sys, time
 seen = 0
-while seen < 61:
+while seen < 81:
     try:
         lines = open(sys.argv[1]).read().splitlines()
     except FileNotFoundError:
@@ -93,21 +93,25 @@ while seen < 61:
 PY
 printer=$!
 for _ in $(seq 600); do [ "$(grep -c '"request"' "$out/latency.jsonl" 2>/dev/null)" -ge 20 ] && break; sleep 0.05; done
-echo "  -- offline starts: its queue keeps the GPU saturated with 5 ms dispatches"
-sleep 600 | {workload} offline --gpu-id 0x1000 --dispatch-us 5000 --interval-ms 0 > "$out/offline-load.jsonl" &
+sleep 600 | {workload} offline --gpu-id 0x1000 --dispatch-us 5000 > "$out/offline-load.jsonl" &
 offline_load=$!
+for _ in $(seq 600); do [ -s "$out/offline-load.jsonl" ] && break; sleep 0.05; done
+offline_since=$(python3 -c 'import time; print(time.monotonic_ns())')
+echo "  -- offline runs from here: its queue keeps the GPU saturated with 5 ms dispatches"
 wait $online_load
 wait $printer
 kill $offline_load 2>/dev/null
-python3 - "$out/latency.jsonl" <<'PY'
+python3 - "$out/latency.jsonl" "$offline_since" <<'PY'
 import json, math, sys
 reqs = [json.loads(l) for l in open(sys.argv[1]) if '"request"' in l]
+since = int(sys.argv[2])
 def pct(v, q):
     v = sorted(v)
     return v[max(0, math.ceil(q * len(v)) - 1)]
-for name, part in (("alone", reqs[:20]), ("co-located", reqs[22:])):
+for name, part in (("alone", reqs[:20]), ("co-located", [r for r in reqs if r["submit_ns"] >= since])):
     lat = [r["latency_ns"] / 1e6 for r in part]
-    print(f"== online latency {{name:>10}}: p50 {{pct(lat, 0.5):6.2f}} ms  p99 {{pct(lat, 0.99):6.2f}} ms  ({{len(lat)}} requests)")
+    if lat:
+        print(f"== online latency {{name:>10}}: p50 {{pct(lat, 0.5):6.2f}} ms  p99 {{pct(lat, 0.99):6.2f}} ms  ({{len(lat)}} requests)")
 PY
 {gpreempt} trace --map-interval 30s 2> "$out/trace.err" &
 tracer=$!
