@@ -9,12 +9,12 @@
  * name. Behaviour comments name the amdkfd fact they reproduce; design/KFD.md has the sources.
  *
  * Emulated GPUs: gpu_id 0x1000 (topology node 1) and 0x2000 (node 2), see kfd_emu.h.
- * Emulated execution: one "CP" kthread per GPU. Each tick it moves the u64 read index at
- * read_pointer_address one step (packets_per_tick) toward the u64 write index at
- * write_pointer_address, for every queue in the GPU's current runlist. An unmap (HWS
- * UNMAP_QUEUES of every dynamic queue on the GPU) completes preempt_delay_us later: the CP
- * thread then takes every queue off the runlist and writes the fence amdkfd_fence_wait_timeout()
- * polls, so queues keep running during the emulated CWSR save and are stopped once it returns.
+ * Emulated execution: one "CP" kthread per GPU executes the 64-byte AQL kernel-dispatch packets
+ * of the mapped queues, one dispatch at a time for its cost (kernel_object, in ns), round-robin
+ * between queues at dispatch boundaries; an unmap (HWS UNMAP_QUEUES of every dynamic queue on
+ * the GPU) stops the running dispatch, which keeps its remaining cost, and writes the fence
+ * amdkfd_fence_wait_timeout() polls preempt_delay_us later; after a map nothing runs for
+ * restore_delay_us. README.md describes the packet format and the model.
  */
 
 #include <linux/module.h>
@@ -56,18 +56,23 @@ static unsigned int num_gpus = 2;
 module_param(num_gpus, uint, 0444);
 MODULE_PARM_DESC(num_gpus, "Emulated GPUs (1 or 2; gpu_id 0x1000, 0x2000)");
 
-static unsigned int tick_us = 1000;
+static unsigned int tick_us = 200;
 module_param(tick_us, uint, 0644);
-MODULE_PARM_DESC(tick_us, "Emulated CP tick in microseconds (default 1000)");
+MODULE_PARM_DESC(tick_us,
+		 "Emulated doorbell: the CP polls the write indices every tick_us (default 200)");
 
-static unsigned int packets_per_tick = 1;
-module_param(packets_per_tick, uint, 0644);
-MODULE_PARM_DESC(packets_per_tick, "Read-index advance per tick per mapped queue (default 1)");
-
-static unsigned int preempt_delay_us = 5000;
+/* Emulator defaults, not measurements: a full CWSR save on MI300 moves ~150-180 MB (>= ~30 us at
+ * HBM bandwidth) plus CP and fence overhead; no public figure for either delay exists.
+ */
+static unsigned int preempt_delay_us = 200;
 module_param(preempt_delay_us, uint, 0644);
 MODULE_PARM_DESC(preempt_delay_us,
-		 "Emulated CWSR save time of an unmap, spent in amdkfd_fence_wait_timeout (default 5000)");
+		 "Emulated CWSR save of an unmap, spent in amdkfd_fence_wait_timeout (default 200)");
+
+static unsigned int restore_delay_us = 100;
+module_param(restore_delay_us, uint, 0644);
+MODULE_PARM_DESC(restore_delay_us,
+		 "Emulated restore after a map: nothing runs for restore_delay_us (default 100)");
 
 /* amdgpu's queue_preemption_timeout_ms (default 9000, 0644) */
 static unsigned int queue_preemption_timeout_ms = 9000;
@@ -79,6 +84,8 @@ MODULE_PARM_DESC(queue_preemption_timeout_ms, "Fence wait timeout (default 9000)
 static struct kfd_node emu_nodes[EMU_MAX_GPUS];
 static struct device_queue_manager emu_dqms[EMU_MAX_GPUS];
 static const unsigned int emu_gpu_ids[EMU_MAX_GPUS] = { EMU_GPU_ID0, EMU_GPU_ID1 };
+/* CUs of an emulated GPU (an MI300X's count); a dispatch occupies all of them while it runs */
+#define EMU_CU_COUNT 304
 
 static DEFINE_MUTEX(kfd_processes_mutex);
 static LIST_HEAD(kfd_processes_list);
@@ -123,63 +130,396 @@ static struct kfd_process_device *qpd_to_pdd(struct qcm_process_device *qpd)
 
 /* ---- emulated command processor (one per GPU) ---- */
 
-/* One step of a mapped queue: rptr moves toward wptr (both u64 in the owner's memory). */
-static void emu_cp_advance(struct queue *q)
+/*
+ * The CP plays a timeline: one dispatch occupies the GPU at a time, for its cost; at each
+ * dispatch boundary the next one comes from the queue with work that was served least recently
+ * (round-robin between queues), a preempted dispatch first. Event times are computed, not taken
+ * from when the thread happens to wake, so a late wake-up (a descheduled vCPU) delays only what
+ * software sees (the read index, the fence, completion records), never the emulated times.
+ */
+
+static void emu_queue_error(struct queue *q, u32 ec);
+
+/* user memory of q's process, for the CP kthread (kthread_use_mm); false if the mm is gone */
+static bool emu_user_begin(struct queue *q)
 {
 	struct mm_struct *mm = q->process->mm_grabbed;
-	u64 __user *rptr = q->properties.read_ptr;
-	u64 __user *wptr = q->properties.write_ptr;
-	u64 r, w, step;
 
-	if (!rptr || !wptr || !mmget_not_zero(mm))
-		return;
+	if (!mmget_not_zero(mm))
+		return false;
 	kthread_use_mm(mm);
-	if (!get_user(w, wptr) && !get_user(r, rptr) && r < w) {
-		step = min_t(u64, w - r, packets_per_tick);
-		if (!put_user(r + step, rptr))
-			q->packets_done += step;
-	}
+	return true;
+}
+
+static void emu_user_end(struct queue *q)
+{
+	struct mm_struct *mm = q->process->mm_grabbed;
+
 	kthread_unuse_mm(mm);
 	/* Never the last user here in practice; async so exit_mmap never runs under hw_lock. */
 	mmput_async(mm);
 }
 
-static bool emu_cp_has_work(struct device_queue_manager *dqm)
+/* Only AQL compute queues carry packets the emulated CP executes; PM4 and SDMA queues idle. */
+static bool emu_cp_serves(struct queue *q)
 {
-	return READ_ONCE(dqm->preempt_pending) || READ_ONCE(dqm->active_runlist);
+	return q->hw_mapped && !q->error_ec && q->properties.type == KFD_QUEUE_TYPE_COMPUTE &&
+	       q->properties.format == KFD_QUEUE_FORMAT_AQL;
+}
+
+static u64 emu_ring_packets(struct queue *q)
+{
+	return q->properties.queue_size / AQL_PACKET_SIZE;
+}
+
+/* The doorbell the emulator does not have: read each served queue's write index at time t. */
+static void emu_cp_observe(struct device_queue_manager *dqm, u64 t)
+{
+	struct qcm_process_device *qpd;
+	struct queue *q, *first;
+	u64 w;
+
+	list_for_each_entry(qpd, &dqm->queues, dqm_list) {
+		first = NULL;
+		list_for_each_entry(q, &qpd->queues_list, list)
+			if (emu_cp_serves(q) && !first)
+				first = q;
+		if (!first || !emu_user_begin(first))
+			continue;
+		list_for_each_entry(q, &qpd->queues_list, list) {
+			if (!emu_cp_serves(q) || get_user(w, (u64 __user *)q->properties.write_ptr))
+				continue;
+			/* A write index behind the read index or more than a ring ahead of it names
+			 * packets the ring cannot hold.
+			 */
+			if (w - q->cp_rptr > emu_ring_packets(q)) {
+				emu_queue_error(q, EC_QUEUE_PACKET_RESERVED);
+				continue;
+			}
+			if (w > q->obs_new_w) {
+				q->obs_old_w = q->obs_new_w;
+				q->obs_old_ns = q->obs_new_ns;
+				q->obs_new_w = w;
+				q->obs_new_ns = t;
+			}
+		}
+		emu_user_end(first);
+	}
+}
+
+/* When q's next packet became known to the CP (U64_MAX: none is). */
+static u64 emu_next_known_at(struct queue *q)
+{
+	if (q->cp_rptr < q->obs_old_w)
+		return q->obs_old_ns;
+	if (q->cp_rptr < q->obs_new_w)
+		return q->obs_new_ns;
+	return U64_MAX;
+}
+
+/*
+ * The queue to serve at time t: a preempted dispatch first, then the least recently served
+ * queue whose next packet is known by t. *next_t: the earliest time another becomes eligible.
+ */
+static struct queue *emu_cp_pick(struct device_queue_manager *dqm, u64 t, u64 *next_t)
+{
+	struct qcm_process_device *qpd;
+	struct queue *q, *best = NULL;
+	u64 best_at = 0;
+
+	*next_t = U64_MAX;
+	list_for_each_entry(qpd, &dqm->queues, dqm_list) {
+		list_for_each_entry(q, &qpd->queues_list, list) {
+			u64 at;
+
+			if (!emu_cp_serves(q))
+				continue;
+			at = q->has_dispatch ? t : emu_next_known_at(q);
+			if (at > t) {
+				*next_t = min(*next_t, at);
+				continue;
+			}
+			if (!best || (q->has_dispatch && !best->has_dispatch) ||
+			    (q->has_dispatch == best->has_dispatch &&
+			     (q->served_seq < best->served_seq ||
+			      (q->served_seq == best->served_seq && at < best_at)))) {
+				best = q;
+				best_at = at;
+			}
+		}
+	}
+	return best;
+}
+
+static u32 emu_packet_error(const struct hsa_kernel_dispatch_packet *pkt)
+{
+	u32 dims = pkt->setup & HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS_MASK;
+
+	switch (pkt->header & HSA_PACKET_HEADER_TYPE_MASK) {
+	case HSA_PACKET_TYPE_KERNEL_DISPATCH:
+		break;
+	case HSA_PACKET_TYPE_VENDOR_SPECIFIC:
+		return EC_QUEUE_PACKET_VENDOR_UNSUPPORTED;
+	case HSA_PACKET_TYPE_BARRIER_AND:
+	case HSA_PACKET_TYPE_AGENT_DISPATCH:
+	case HSA_PACKET_TYPE_BARRIER_OR:
+		return EC_QUEUE_PACKET_UNSUPPORTED;	/* valid AQL, not emulated */
+	default:
+		return EC_QUEUE_PACKET_RESERVED;
+	}
+	if (dims == 0 || !pkt->grid_size_x || (dims > 1 && !pkt->grid_size_y) ||
+	    (dims > 2 && !pkt->grid_size_z))
+		return EC_QUEUE_PACKET_DISPATCH_DIM_INVALID;
+	if (!pkt->workgroup_size_x || (dims > 1 && !pkt->workgroup_size_y) ||
+	    (dims > 2 && !pkt->workgroup_size_z))
+		return EC_QUEUE_PACKET_DISPATCH_WORK_GROUP_SIZE_INVALID;
+	if (!pkt->kernel_object)
+		return EC_QUEUE_PACKET_DISPATCH_CODE_INVALID;
+	return 0;
+}
+
+/*
+ * Start q's next packet (or resume its preempted dispatch) at time t. The read index advances
+ * when the packet is consumed, i.e. when its dispatch starts, and the slot's header becomes
+ * INVALID so the producer may reuse it. False if nothing started (header still INVALID: the
+ * packet is not published yet and is looked for again at the next poll; or a packet error).
+ */
+static bool emu_cp_start(struct device_queue_manager *dqm, struct queue *q, u64 t)
+{
+	struct hsa_kernel_dispatch_packet pkt;
+	u64 i = q->cp_rptr;
+	void __user *slot;
+	u32 ec;
+
+	if (q->has_dispatch) {
+		q->d.off_ns += t - q->d.stop_ns;
+		q->d.seg_start_ns = t;
+		goto run;
+	}
+	slot = (void __user *)(uintptr_t)(q->properties.queue_address +
+					  (i % emu_ring_packets(q)) * AQL_PACKET_SIZE);
+	if (!emu_user_begin(q)) {
+		/* the process is exiting: forget what was seen, its queues are torn down next */
+		q->obs_old_w = q->obs_new_w = i;
+		return false;
+	}
+	if (copy_from_user(&pkt, slot, sizeof(pkt))) {
+		emu_user_end(q);
+		emu_queue_error(q, EC_QUEUE_PACKET_RESERVED);
+		return false;
+	}
+	if ((pkt.header & HSA_PACKET_HEADER_TYPE_MASK) == HSA_PACKET_TYPE_INVALID) {
+		emu_user_end(q);
+		q->obs_old_w = q->obs_new_w = i;
+		return false;
+	}
+	ec = emu_packet_error(&pkt);
+	if (ec) {
+		emu_user_end(q);
+		emu_queue_error(q, ec);
+		return false;
+	}
+	q->cp_rptr = i + 1;
+	if (put_user((u16)HSA_PACKET_TYPE_INVALID, (u16 __user *)slot) ||
+	    put_user(q->cp_rptr, (u64 __user *)q->properties.read_ptr)) {
+		emu_user_end(q);
+		emu_queue_error(q, EC_QUEUE_PACKET_RESERVED);
+		return false;
+	}
+	emu_user_end(q);
+	q->has_dispatch = true;
+	q->d.index = i;
+	q->d.cost_ns = pkt.kernel_object;
+	q->d.remaining_ns = pkt.kernel_object;
+	q->d.completion = pkt.completion_signal;
+	q->d.start_ns = t;
+	q->d.seg_start_ns = t;
+	q->d.first_stop_ns = 0;
+	q->d.off_ns = 0;
+	q->d.preemptions = 0;
+run:
+	q->served_seq = ++dqm->serve_seq;
+	dqm->running = q;
+	return true;
+}
+
+/* q's running dispatch ends at end: completion record (status written last). */
+static void emu_cp_complete(struct device_queue_manager *dqm, struct queue *q, u64 end)
+{
+	struct emu_completion_record rec = {
+		.start_ns = q->d.start_ns,
+		.end_ns = end,
+		.packet_index = q->d.index,
+		.off_ns = q->d.off_ns,
+		.first_stop_ns = q->d.first_stop_ns ? q->d.first_stop_ns : end,
+		.last_start_ns = q->d.seg_start_ns,
+		.preemptions = q->d.preemptions,
+		.queue_id = q->properties.queue_id,
+		.status = EMU_COMPLETION_DONE,
+	};
+	struct emu_completion_record __user *dst =
+		(struct emu_completion_record __user *)(uintptr_t)q->d.completion;
+
+	dqm->running = NULL;
+	q->has_dispatch = false;
+	q->packets_done++;
+	if (!dst || !emu_user_begin(q))
+		return;
+	if (!copy_to_user(dst, &rec, offsetof(struct emu_completion_record, status))) {
+		smp_wmb();
+		if (put_user(rec.status, &dst->status))
+			pr_debug("kfd_emu: completion record of queue %u unwritable\n",
+				 q->properties.queue_id);
+	}
+	emu_user_end(q);
+}
+
+/* Play the timeline up to limit. */
+static void emu_cp_advance(struct device_queue_manager *dqm, u64 limit)
+{
+	struct queue *q;
+	u64 t, next_t;
+
+	for (;;) {
+		q = dqm->running;
+		if (q) {
+			u64 end = q->d.seg_start_ns + q->d.remaining_ns;
+
+			if (end > limit)
+				break;
+			dqm->now_ns = end;
+			emu_cp_complete(dqm, q, end);
+			continue;
+		}
+		if (!dqm->cp_mapped)
+			break;
+		t = max(dqm->now_ns, dqm->stall_until_ns);
+		if (t > limit)
+			break;
+		q = emu_cp_pick(dqm, t, &next_t);
+		if (!q) {
+			if (next_t > limit)
+				break;
+			dqm->now_ns = next_t;
+			continue;
+		}
+		dqm->now_ns = t;
+		emu_cp_start(dqm, q, t);
+	}
+	dqm->now_ns = max(dqm->now_ns, limit);
+}
+
+/* UNMAP_QUEUES reached the waves at t: the running dispatch stops and keeps what it has left. */
+static void emu_cp_preempt(struct device_queue_manager *dqm, u64 t)
+{
+	struct queue *q = dqm->running;
+
+	dqm->cp_mapped = false;
+	if (!q)
+		return;
+	q->d.remaining_ns -= t - q->d.seg_start_ns;
+	q->d.stop_ns = t;
+	if (!q->d.first_stop_ns)
+		q->d.first_stop_ns = t;
+	q->d.preemptions++;
+	dqm->running = NULL;
+}
+
+/* A queue leaves the GPU's lists (destroy, process teardown): the CP forgets it. */
+static void emu_cp_forget(struct device_queue_manager *dqm, struct queue *q)
+{
+	if (dqm->running == q) {
+		dqm->now_ns = max(dqm->now_ns, min(q->d.seg_start_ns + q->d.remaining_ns,
+						   ktime_get_ns()));
+		dqm->running = NULL;
+	}
+	q->hw_mapped = false;
+	q->has_dispatch = false;
+}
+
+/* One pass at time now (under hw_lock); returns when the CP must look again (0: when kicked). */
+static u64 emu_cp_run(struct device_queue_manager *dqm, u64 now)
+{
+	struct qcm_process_device *qpd;
+	struct queue *q;
+	u64 wake = U64_MAX;
+	bool polling = false;
+
+	if (dqm->cp_mapped && !dqm->preempt_pending)
+		emu_cp_observe(dqm, now);
+	if (dqm->preempt_pending && !dqm->preempt_applied) {
+		emu_cp_advance(dqm, dqm->unmap_at_ns);
+		emu_cp_preempt(dqm, dqm->unmap_at_ns);
+		dqm->preempt_applied = true;
+	}
+	emu_cp_advance(dqm, now);
+	if (dqm->preempt_pending && now >= dqm->preempt_deadline_ns) {
+		/* UNMAP_QUEUES finished: every queue is saved and off the runlist, then the
+		 * QUERY_STATUS fence is written (what amdkfd_fence_wait_timeout polls).
+		 */
+		list_for_each_entry(qpd, &dqm->queues, dqm_list)
+			list_for_each_entry(q, &qpd->queues_list, list)
+				q->hw_mapped = false;
+		dqm->preempt_pending = false;
+		WRITE_ONCE(*dqm->fence_addr, dqm->fence_pending_value);
+	}
+	if (dqm->preempt_pending)
+		wake = dqm->preempt_deadline_ns;
+	if (dqm->running)
+		wake = min(wake, dqm->running->d.seg_start_ns + dqm->running->d.remaining_ns);
+	if (dqm->cp_mapped && dqm->stall_until_ns > now)
+		wake = min(wake, dqm->stall_until_ns);
+	if (dqm->cp_mapped) {
+		list_for_each_entry(qpd, &dqm->queues, dqm_list)
+			list_for_each_entry(q, &qpd->queues_list, list)
+				polling |= emu_cp_serves(q);
+		if (polling)
+			wake = min(wake, now + (u64)max(tick_us, 1U) * NSEC_PER_USEC);
+	}
+	return wake == U64_MAX ? 0 : wake;
+}
+
+static void emu_cp_kick(struct device_queue_manager *dqm)
+{
+	WRITE_ONCE(dqm->cp_kick, true);
+	wake_up(&dqm->cp_wait);
 }
 
 static int emu_cp_thread(void *data)
 {
 	struct device_queue_manager *dqm = data;
-	struct qcm_process_device *qpd;
-	struct queue *q;
+	u64 now, wake, sync;
 
 	while (!kthread_should_stop()) {
-		if (!emu_cp_has_work(dqm)) {
-			wait_event_interruptible(dqm->cp_wait, kthread_should_stop() ||
-						 emu_cp_has_work(dqm));
-			continue;
-		}
-		usleep_range(tick_us, tick_us + tick_us / 4 + 1);
+		WRITE_ONCE(dqm->cp_kick, false);
 		mutex_lock(&dqm->hw_lock);
-		if (dqm->preempt_pending && ktime_after(ktime_get(), dqm->preempt_deadline)) {
-			/* UNMAP_QUEUES finished: every queue is saved and off the runlist, then the
-			 * QUERY_STATUS fence is written (what amdkfd_fence_wait_timeout polls).
-			 */
-			list_for_each_entry(qpd, &dqm->queues, dqm_list)
-				list_for_each_entry(q, &qpd->queues_list, list)
-					q->hw_mapped = false;
-			dqm->preempt_pending = false;
-			WRITE_ONCE(*dqm->fence_addr, dqm->fence_pending_value);
-		}
-		list_for_each_entry(qpd, &dqm->queues, dqm_list)
-			list_for_each_entry(q, &qpd->queues_list, list)
-				if (q->hw_mapped)
-					emu_cp_advance(q);
+		sync = dqm->sync_req;
+		now = ktime_get_ns();
+		wake = emu_cp_run(dqm, now);
+		dqm->sync_done = sync;
 		mutex_unlock(&dqm->hw_lock);
+		wake_up_all(&dqm->sync_wait);
+		if (!wake)
+			wait_event_interruptible(dqm->cp_wait, kthread_should_stop() ||
+						 READ_ONCE(dqm->cp_kick));
+		else if (wake > now)
+			wait_event_interruptible_hrtimeout(dqm->cp_wait, kthread_should_stop() ||
+							   READ_ONCE(dqm->cp_kick),
+							   ns_to_ktime(wake - now));
 	}
 	return 0;
+}
+
+/* Make the CP play its timeline up to now (a "register read" of the emulated GPU). */
+static void emu_cp_sync(struct device_queue_manager *dqm)
+{
+	u64 want;
+
+	mutex_lock(&dqm->hw_lock);
+	want = ++dqm->sync_req;
+	mutex_unlock(&dqm->hw_lock);
+	emu_cp_kick(dqm);
+	wait_event_timeout(dqm->sync_wait, READ_ONCE(dqm->sync_done) >= want, HZ);
 }
 
 /* ---- device queue manager (kfd_device_queue_manager.c) ---- */
@@ -227,17 +567,22 @@ __used noinline int unmap_queues_cpsch(struct device_queue_manager *dqm,
 	mutex_lock(&dqm->hw_lock);
 	WRITE_ONCE(*dqm->fence_addr, KFD_FENCE_INIT);
 	dqm->fence_pending_value = KFD_FENCE_COMPLETED;
-	dqm->preempt_deadline = ktime_add_us(ktime_get(), preempt_delay_us);
+	dqm->unmap_at_ns = ktime_get_ns();
+	dqm->preempt_deadline_ns = dqm->unmap_at_ns + (u64)preempt_delay_us * NSEC_PER_USEC;
+	dqm->preempt_applied = false;
 	dqm->preempt_pending = true;
 	mutex_unlock(&dqm->hw_lock);
-	wake_up(&dqm->cp_wait);
+	emu_cp_kick(dqm);
 
 	retval = amdkfd_fence_wait_timeout(dqm, KFD_FENCE_COMPLETED, queue_preemption_timeout_ms);
 	if (retval) {
 		/* Real KFD calls kfd_hws_hang() (GPU reset) here; the emulator drops the runlist */
 		pr_err("kfd_emu: The cp might be in an unrecoverable state due to an unsuccessful queues preemption\n");
 		mutex_lock(&dqm->hw_lock);
+		if (!dqm->preempt_applied)
+			emu_cp_preempt(dqm, dqm->unmap_at_ns);
 		dqm->preempt_pending = false;
+		dqm->cp_mapped = false;
 		list_for_each_entry(qpd, &dqm->queues, dqm_list)
 			list_for_each_entry(q, &qpd->queues_list, list)
 				q->hw_mapped = false;
@@ -266,9 +611,13 @@ __used noinline int map_queues_cpsch(struct device_queue_manager *dqm)
 	list_for_each_entry(qpd, &dqm->queues, dqm_list)
 		list_for_each_entry(q, &qpd->queues_list, list)
 			q->hw_mapped = q->properties.is_active;
+	/* the CP loads the runlist and restores the saved waves before anything runs */
+	dqm->now_ns = max(dqm->now_ns, ktime_get_ns());
+	dqm->stall_until_ns = dqm->now_ns + (u64)restore_delay_us * NSEC_PER_USEC;
+	dqm->cp_mapped = true;
 	dqm->active_runlist = true;
 	mutex_unlock(&dqm->hw_lock);
-	wake_up(&dqm->cp_wait);
+	emu_cp_kick(dqm);
 	return 0;
 }
 
@@ -390,7 +739,7 @@ __used noinline int destroy_queue_cpsch(struct device_queue_manager *dqm,
 	}
 	mutex_lock(&dqm->hw_lock);
 	list_del(&q->list);
-	q->hw_mapped = false;
+	emu_cp_forget(dqm, q);
 	mutex_unlock(&dqm->hw_lock);
 	qpd->queue_count--;
 	if (q->properties.is_active) {
@@ -508,7 +857,7 @@ __used noinline int process_termination_cpsch(struct device_queue_manager *dqm,
 	dqm_lock(dqm);
 	mutex_lock(&dqm->hw_lock);
 	list_for_each_entry(q, &qpd->queues_list, list) {
-		q->hw_mapped = false;
+		emu_cp_forget(dqm, q);
 		if (q->properties.is_active) {
 			any_active = true;
 			q->properties.is_active = false;
@@ -833,6 +1182,23 @@ static void kfd_procfs_del_queue(struct queue *q)
 	kobject_put(&q->kobj);
 }
 
+/*
+ * stats_<gpuid>/cu_occupancy: kfd_get_cu_occupancy() (6.12.117) reads the waves in flight from
+ * the hardware and prints the CUs they occupy ("%d\n"). Here the CP first plays its timeline up
+ * to now; a running dispatch holds every CU of the emulated GPU, a preempted one none.
+ */
+static int emu_cu_occupancy(struct kfd_process_device *pdd)
+{
+	struct device_queue_manager *dqm = pdd->dev->dqm;
+	bool busy;
+
+	emu_cp_sync(dqm);
+	mutex_lock(&dqm->hw_lock);
+	busy = dqm->running && dqm->running->process == pdd->process;
+	mutex_unlock(&dqm->hw_lock);
+	return busy ? EMU_CU_COUNT : 0;
+}
+
 static ssize_t kfd_procfs_show(struct kobject *kobj, struct attribute *attr, char *buffer)
 {
 	struct kfd_process *p;
@@ -846,6 +1212,10 @@ static ssize_t kfd_procfs_show(struct kobject *kobj, struct attribute *attr, cha
 		return sysfs_emit(buffer, "%llu\n", 0ULL);	/* the emulator allocates no VRAM */
 	if (!strncmp(attr->name, "sdma_", 5))
 		return sysfs_emit(buffer, "%llu\n", 0ULL);	/* no SDMA activity accounting */
+	if (!strcmp(attr->name, "cu_occupancy")) {
+		pdd = container_of(attr, struct kfd_process_device, attr_cu_occupancy);
+		return sysfs_emit(buffer, "%d\n", emu_cu_occupancy(pdd));
+	}
 	if (!strcmp(attr->name, "evicted_ms")) {
 		pdd = container_of(attr, struct kfd_process_device, attr_evict);
 		return sysfs_emit(buffer, "%llu\n",
@@ -896,6 +1266,7 @@ static int kfd_process_add_sysfs(struct kfd_process *p)
 		kfd_sysfs_init_attr(&pdd->attr_vram, pdd->vram_name);
 		kfd_sysfs_init_attr(&pdd->attr_sdma, pdd->sdma_name);
 		kfd_sysfs_init_attr(&pdd->attr_evict, "evicted_ms");
+		kfd_sysfs_init_attr(&pdd->attr_cu_occupancy, "cu_occupancy");
 		ret |= sysfs_create_file(p->kobj, &pdd->attr_vram);
 		ret |= sysfs_create_file(p->kobj, &pdd->attr_sdma);
 		pdd->kobj_stats = kzalloc(sizeof(*pdd->kobj_stats), GFP_KERNEL);
@@ -909,6 +1280,7 @@ static int kfd_process_add_sysfs(struct kfd_process *p)
 			return -ENOMEM;
 		}
 		ret |= sysfs_create_file(pdd->kobj_stats, &pdd->attr_evict);
+		ret |= sysfs_create_file(pdd->kobj_stats, &pdd->attr_cu_occupancy);
 	}
 	return ret ? -ENOMEM : 0;
 }
@@ -926,6 +1298,7 @@ static void kfd_process_remove_sysfs(struct kfd_process *p)
 		sysfs_remove_file(p->kobj, &pdd->attr_sdma);
 		if (pdd->kobj_stats) {
 			sysfs_remove_file(pdd->kobj_stats, &pdd->attr_evict);
+			sysfs_remove_file(pdd->kobj_stats, &pdd->attr_cu_occupancy);
 			kobject_del(pdd->kobj_stats);
 			kobject_put(pdd->kobj_stats);
 			kfree(pdd->kobj_stats);
@@ -1009,6 +1382,11 @@ __used noinline int pqm_create_queue(struct process_queue_manager *pqm, struct k
 	q->device = dev;
 	INIT_LIST_HEAD(&q->list);
 	pqn->q = q;
+	/* the CP starts at the read index the producer initialised (here, in its context) */
+	if (get_user(q->cp_rptr, (u64 __user *)q->properties.read_ptr))
+		q->cp_rptr = 0;
+	q->obs_old_w = q->cp_rptr;
+	q->obs_new_w = q->cp_rptr;
 
 	retval = create_queue_cpsch(dev->dqm, q, &pdd->qpd, q_data, restore_mqd, restore_ctl_stack);
 	if (retval) {
@@ -1016,6 +1394,7 @@ __used noinline int pqm_create_queue(struct process_queue_manager *pqm, struct k
 		dqm_lock(dev->dqm);
 		mutex_lock(&dev->dqm->hw_lock);
 		list_del(&q->list);
+		emu_cp_forget(dev->dqm, q);
 		mutex_unlock(&dev->dqm->hw_lock);
 		pdd->qpd.queue_count--;
 		if (q->properties.is_active)
@@ -1175,6 +1554,103 @@ static void kfd_dbg_ev_raise(u64 event_mask, struct kfd_process *process, struct
 	if (notify && process->dbg_ev_file)
 		kernel_write(process->dbg_ev_file, &dot, 1, &pos);
 	mutex_unlock(&process->event_mutex);
+}
+
+/*
+ * kfd_send_exception_to_runtime() (kfd_process.c, 6.12.117): OR the exception into the u64 the
+ * CWSR area header's err_payload_addr names (the runtime's HSA event is not emulated).
+ */
+static void kfd_send_exception_to_runtime(struct kfd_process *p, u64 csa, u64 error_reason)
+{
+	struct kfd_context_save_area_header __user *header =
+		(struct kfd_context_save_area_header __user *)(uintptr_t)csa;
+	struct mm_struct *mm = p->mm_grabbed;
+	u64 payload, cur;
+
+	if (!mmget_not_zero(mm))
+		return;
+	kthread_use_mm(mm);
+	if (!get_user(payload, &header->err_payload_addr) && payload &&
+	    !get_user(cur, (u64 __user *)(uintptr_t)payload))
+		if (put_user(cur | error_reason, (u64 __user *)(uintptr_t)payload))
+			pr_debug("kfd_emu: error payload of pasid 0x%x unwritable\n", p->pasid);
+	kthread_unuse_mm(mm);
+	mmput(mm);
+}
+
+/*
+ * kfd_set_dbg_ev_from_interrupt() (kfd_debug.c, 6.12.117) for a CP packet error: a debugger
+ * that enabled the exception gets it on the queue and a '.' on its dbg_fd; otherwise a runtime
+ * (RUNTIME_ENABLE) gets it through kfd_send_exception_to_runtime.
+ */
+static void emu_report_queue_exception(struct kfd_process *p, struct kfd_node *dev, u32 queue_id,
+				       u64 mask)
+{
+	struct process_queue_node *pqn;
+	u64 csa = 0;
+
+	mutex_lock(&p->mutex);
+	if (p->debug_trap_enabled) {
+		kfd_dbg_ev_raise(mask, p, dev, queue_id);
+		if (p->exception_enable_mask & mask) {
+			mutex_unlock(&p->mutex);
+			return;
+		}
+	}
+	if (p->runtime_info.runtime_state == DEBUG_RUNTIME_STATE_ENABLED) {
+		pqn = get_queue_by_qid(&p->pqm, queue_id);
+		if (pqn)
+			csa = pqn->q->properties.ctx_save_restore_area_address;
+	}
+	mutex_unlock(&p->mutex);
+	if (csa)
+		kfd_send_exception_to_runtime(p, csa, mask);
+}
+
+struct emu_error_work {
+	struct work_struct work;
+	struct kfd_process *p;
+	struct kfd_node *dev;
+	u32 queue_id;
+	u64 mask;
+};
+
+static void emu_error_worker(struct work_struct *work)
+{
+	struct emu_error_work *w = container_of(work, struct emu_error_work, work);
+
+	emu_report_queue_exception(w->p, w->dev, w->queue_id, w->mask);
+	kfd_unref_process(w->p);
+	kfree(w);
+}
+
+/*
+ * The CP found a packet it cannot execute (under hw_lock): the queue stops being served and
+ * the exception is reported from a worker, as amdgpu's interrupt handler defers to
+ * kfd_int_process_v9's work (the reporting takes process locks the CP must not).
+ */
+static void emu_queue_error(struct queue *q, u32 ec)
+{
+	struct emu_error_work *w;
+
+	if (q->error_ec)
+		return;
+	q->error_ec = ec;
+	pr_debug("kfd_emu: queue %u of pasid 0x%x: packet error %u at index %llu\n",
+		 q->properties.queue_id, q->process->pasid, ec, q->cp_rptr);
+	w = kzalloc(sizeof(*w), GFP_KERNEL);
+	if (!w)
+		return;
+	if (!kref_get_unless_zero(&q->process->ref)) {
+		kfree(w);
+		return;
+	}
+	w->p = q->process;
+	w->dev = q->device;
+	w->queue_id = q->properties.queue_id;
+	w->mask = KFD_EC_MASK(ec);
+	INIT_WORK(&w->work, emu_error_worker);
+	queue_work(kfd_process_wq, &w->work);
 }
 
 /*
@@ -2268,6 +2744,7 @@ static int __init kfd_emu_init(void)
 		INIT_LIST_HEAD(&dqm->queues);
 		init_waitqueue_head(&dqm->destroy_wait);
 		init_waitqueue_head(&dqm->cp_wait);
+		init_waitqueue_head(&dqm->sync_wait);
 		dqm->fence_addr = &dqm->fence_mem;
 		dqm->cp_thread = kthread_run(emu_cp_thread, dqm, "kfd_emu_cp%u", i);
 		if (IS_ERR(dqm->cp_thread)) {

@@ -208,6 +208,13 @@ enum {
 #define KFD_DBG_QUEUE_ERROR_MASK (1U << KFD_DBG_QUEUE_ERROR_BIT)
 #define KFD_DBG_QUEUE_INVALID_MASK (1U << KFD_DBG_QUEUE_INVALID_BIT)
 
+/* enum kfd_dbg_trap_exception_code (kfd_ioctl.h, 6.12.117): the packet errors the emulated CP raises */
+#define EC_QUEUE_PACKET_DISPATCH_DIM_INVALID 16
+#define EC_QUEUE_PACKET_DISPATCH_CODE_INVALID 18
+#define EC_QUEUE_PACKET_RESERVED 19
+#define EC_QUEUE_PACKET_UNSUPPORTED 20
+#define EC_QUEUE_PACKET_DISPATCH_WORK_GROUP_SIZE_INVALID 21
+#define EC_QUEUE_PACKET_VENDOR_UNSUPPORTED 23
 #define EC_QUEUE_NEW 31
 #define EC_PROCESS_RUNTIME 48
 #define KFD_EC_MASK(ec) (1ULL << ((ec) - 1))
@@ -215,6 +222,83 @@ enum {
 #define KFD_DBG_EC_TYPE_IS_QUEUE(ec) ((ec) >= 1 && (ec) <= 31)
 #define KFD_DBG_EC_TYPE_IS_DEVICE(ec) ((ec) >= 32 && (ec) <= 47)
 #define KFD_DBG_EC_TYPE_IS_PROCESS(ec) ((ec) >= 48 && (ec) <= 63)
+
+/*
+ * struct kfd_context_save_area_header (kfd_ioctl.h, 6.12.117): the head of the CWSR area at
+ * ctx_save_restore_address. KFD reports a queue exception to a runtime that has no debugger by
+ * OR-ing the exception mask into the u64 at err_payload_addr (kfd_send_exception_to_runtime).
+ */
+struct kfd_context_save_area_header {
+	struct {
+		__u32 control_stack_offset;
+		__u32 control_stack_size;
+		__u32 wave_state_offset;
+		__u32 wave_state_size;
+	} wave_state;
+	__u32 debug_offset;
+	__u32 debug_size;
+	__u64 err_payload_addr;
+	__u32 err_event_id;
+	__u32 reserved1;
+};
+
+/* ---- AQL (HSA 1.2 hsa.h, the packet format of an AQL queue's ring) ---- */
+
+#define HSA_PACKET_TYPE_VENDOR_SPECIFIC 0
+#define HSA_PACKET_TYPE_INVALID 1
+#define HSA_PACKET_TYPE_KERNEL_DISPATCH 2
+#define HSA_PACKET_TYPE_BARRIER_AND 3
+#define HSA_PACKET_TYPE_AGENT_DISPATCH 4
+#define HSA_PACKET_TYPE_BARRIER_OR 5
+#define HSA_PACKET_HEADER_TYPE_MASK 0xff	/* header bits 0..7 */
+#define HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS_MASK 0x3
+#define AQL_PACKET_SIZE 64
+
+/*
+ * hsa_kernel_dispatch_packet_t. The emulator runs no code, so kernel_object, which names the
+ * code object to run, carries the dispatch's emulated GPU time in nanoseconds instead (0 is
+ * refused as EC_QUEUE_PACKET_DISPATCH_CODE_INVALID, like a null code object), and
+ * completion_signal, a signal handle on hardware, is the user address of a struct
+ * emu_completion_record (0: no record). README.md, "Packet format".
+ */
+struct hsa_kernel_dispatch_packet {
+	__u16 header;
+	__u16 setup;
+	__u16 workgroup_size_x;
+	__u16 workgroup_size_y;
+	__u16 workgroup_size_z;
+	__u16 reserved0;
+	__u32 grid_size_x;
+	__u32 grid_size_y;
+	__u32 grid_size_z;
+	__u32 private_segment_size;
+	__u32 group_segment_size;
+	__u64 kernel_object;		/* emulator: cost in ns */
+	__u64 kernarg_address;
+	__u64 reserved2;
+	__u64 completion_signal;	/* emulator: address of a struct emu_completion_record */
+};
+
+/*
+ * Written by the emulated CP when a dispatch completes (64 bytes, status last). Times are
+ * CLOCK_MONOTONIC ns on the emulated GPU's timeline: start/end of the dispatch, the end of its
+ * first run segment and the start of its last (equal to end/start when never preempted), and
+ * off_ns, the time between start and end it spent preempted or waiting to be restored, so that
+ * end - start - off_ns is the GPU time it used, always its cost.
+ */
+struct emu_completion_record {
+	__u64 start_ns;
+	__u64 end_ns;
+	__u64 packet_index;
+	__u64 off_ns;
+	__u64 first_stop_ns;
+	__u64 last_start_ns;
+	__u32 preemptions;
+	__u32 queue_id;
+	__u64 status;			/* EMU_COMPLETION_DONE once the rest is written */
+};
+
+#define EMU_COMPLETION_DONE 1
 
 /* enum KFD_QUEUE_EVICTION_TRIGGERS */
 #define KFD_QUEUE_EVICTION_TRIGGER_TTM 2
@@ -300,8 +384,23 @@ struct queue {
 	struct kfd_process *process;
 	struct kfd_node *device;
 	struct kobject kobj;		/* /sys/class/kfd/kfd/proc/<pid>/queues/<id> */
-	/* emulator only: in the runlist the emulated CP executes (guarded by dqm->hw_lock) */
-	bool hw_mapped;
+	/* emulator only, guarded by dqm->hw_lock: the emulated CP's view of the queue */
+	bool hw_mapped;			/* in the runlist the CP executes */
+	u64 cp_rptr;			/* next packet index to consume (the read index) */
+	/*
+	 * Write indices observed at two polls (the later one and the one before): packet i is
+	 * known to the CP from obs_old_ns when i < obs_old_w, else from obs_new_ns when
+	 * i < obs_new_w (the emulated doorbell).
+	 */
+	u64 obs_old_w, obs_old_ns, obs_new_w, obs_new_ns;
+	u64 served_seq;			/* CP dispatch counter when the queue last started one */
+	u32 error_ec;			/* packet error raised: the CP no longer serves the queue */
+	bool has_dispatch;		/* started and not complete (running or preempted) */
+	struct {
+		u64 index, cost_ns, remaining_ns, completion;
+		u64 start_ns, seg_start_ns, stop_ns, first_stop_ns, off_ns;
+		u32 preemptions;
+	} d;
 	u64 packets_done;
 };
 
@@ -337,6 +436,7 @@ struct kfd_process_device {
 	struct attribute attr_vram;
 	struct attribute attr_sdma;
 	struct attribute attr_evict;
+	struct attribute attr_cu_occupancy;
 	struct kobject *kobj_stats;
 	char vram_name[24];
 	char sdma_name[24];
@@ -353,13 +453,23 @@ struct device_queue_manager {
 	wait_queue_head_t destroy_wait;
 	u64 *fence_addr;		/* written by the emulated CP when a preemption completes */
 	u64 fence_mem;
-	/* emulated CP (one kthread per GPU) */
+	/* emulated CP (one kthread per GPU), guarded by hw_lock; times are ktime_get_ns() */
 	struct mutex hw_lock;
 	struct task_struct *cp_thread;
 	wait_queue_head_t cp_wait;
-	bool preempt_pending;
-	ktime_t preempt_deadline;
+	bool cp_kick;			/* something changed: the CP thread runs now */
+	bool cp_mapped;			/* a runlist is mapped and not being unmapped */
+	struct queue *running;		/* the queue whose dispatch occupies the GPU */
+	u64 now_ns;			/* the CP's timeline has been played up to here */
+	u64 stall_until_ns;		/* restore after a map: nothing runs before */
+	u64 serve_seq;
+	bool preempt_pending;		/* UNMAP_QUEUES sent, fence not yet written */
+	bool preempt_applied;		/* the running dispatch was stopped at unmap_at_ns */
+	u64 unmap_at_ns;
+	u64 preempt_deadline_ns;	/* unmap_at_ns + preempt_delay_us: the fence */
 	u64 fence_pending_value;
+	u64 sync_req, sync_done;	/* emu_cp_sync(): the CP played up to "now" */
+	wait_queue_head_t sync_wait;
 };
 
 struct kfd_node {

@@ -291,3 +291,31 @@ pub fn expected_probes() -> Result<Vec<gpreempt::trace::probes::ResolvedProbe>> 
     let kfd = gpreempt::kfd::Device::open()?.version()?;
     Ok(probes::resolve(probes::PROBES, &kallsyms, Some(kfd)))
 }
+
+/// A KFD emulator module parameter (`/sys/module/kfd_emu/parameters/<name>`).
+pub fn emu_param(name: &str) -> Result<u64> {
+    let text = read_sysfs(&format!("/sys/module/kfd_emu/parameters/{name}"))?;
+    text.trim().parse().with_context(|| format!("parameter {name}: {text:?}"))
+}
+
+/// Sets an emulator module parameter for as long as it lives, then restores the old value (also
+/// when a test panics).
+pub struct EmuParam {
+    name: &'static str,
+    old: u64,
+}
+
+impl EmuParam {
+    pub fn set(name: &'static str, value: u64) -> Result<Self> {
+        let old = emu_param(name)?;
+        std::fs::write(format!("/sys/module/kfd_emu/parameters/{name}"), value.to_string())
+            .with_context(|| format!("setting {name}"))?;
+        Ok(Self { name, old })
+    }
+}
+
+impl Drop for EmuParam {
+    fn drop(&mut self) {
+        let _ = std::fs::write(format!("/sys/module/kfd_emu/parameters/{}", self.name), self.old.to_string());
+    }
+}

@@ -1,6 +1,6 @@
-//! The unchanged `gpreempt` controller end to end on the KFD emulator (default parameters: tick
-//! 1 ms, 1 packet per tick, preempt_delay 5 ms, gpus 0x1000/0x2000): queues that really exist and
-//! really consume work. The offline workload's read index is sampled from `/proc/<pid>/mem`
+//! The unchanged `gpreempt` controller end to end on the KFD emulator (gpus 0x1000/0x2000, the
+//! workloads' rings kept full of 1 ms dispatches): queues that really exist and really consume
+//! work. The offline workload's read index is sampled from `/proc/<pid>/mem`
 //! every millisecond, independently of gpreempt, and lined up with the CLOCK_MONOTONIC instants
 //! `gpreempt preempt --json` records per iteration.
 
@@ -18,7 +18,7 @@ use std::{
 
 use gpreempt::preempt::monotonic_ns;
 use gpreempt_tests::{
-    LineHelper, binary,
+    EmuParam, LineHelper, binary,
     target::{eventually, tracer_pid},
 };
 use nix::sys::signal::Signal;
@@ -133,6 +133,9 @@ fn queues_lists_the_real_queues_with_every_field() {
 
 #[test]
 fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap() {
+    // A 5 ms emulated CWSR save, long against TCG's scheduling noise, so the fence wait is
+    // recognisable in every iteration.
+    let _delay = EmuParam::set("preempt_delay_us", 5000).unwrap();
     let offline = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
     let online = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
     let (pid, address) = (offline.pid(), rptr_address(&offline));

@@ -57,9 +57,11 @@ wait $tracer
     Ok(())
 }
 
-/// Online and offline emulated workloads on GPU 0x1000; the tracer live; a TTM eviction of the
-/// online one through the emulator's control file; then `gpreempt preempt` holds the offline
-/// one while a monitor prints its read-index progress twice a second.
+/// The emulated GPU's contention first: an online workload's per-request latency (from the
+/// completion records the emulated CP writes) alone, then with an offline workload saturating
+/// the same GPU. Then the tool: the tracer live, a TTM eviction through the emulator's control
+/// file, and `gpreempt preempt` holding the offline workload while a monitor prints its
+/// read-index progress twice a second.
 fn emulator() -> Result<()> {
     setup::run()?;
     let bin = build_binaries()?;
@@ -69,6 +71,48 @@ fn emulator() -> Result<()> {
         r#"
 out="$GPREEMPT_VM_OUT"
 echo "== KFD emulator on $(uname -r): /dev/kfd with emulated GPUs 0x1000 and 0x2000 whose queues consume work"
+echo "   emulated CWSR save $(cat /sys/module/kfd_emu/parameters/preempt_delay_us) us, restore $(cat /sys/module/kfd_emu/parameters/restore_delay_us) us, doorbell tick $(cat /sys/module/kfd_emu/parameters/tick_us) us"
+echo "== online: 80 requests, one every 25 ms, each 2 dispatches of 1 ms on gpu 0x1000; offline (5 ms dispatches) joins after request 20"
+{workload} online --gpu-id 0x1000 --dispatches 2 --dispatch-us 1000 --period-us 25000 --requests 80 > "$out/latency.jsonl" &
+online_load=$!
+python3 - "$out/latency.jsonl" <<'PY' &
+import json, sys, time
+seen = 0
+while seen < 81:
+    try:
+        lines = open(sys.argv[1]).read().splitlines()
+    except FileNotFoundError:
+        lines = []
+    for l in lines[seen:]:
+        seen += 1
+        v = json.loads(l)
+        if v.get("event") == "request":
+            r = v["records"]
+            print(f"  request {{v['request']:>2}}: latency {{v['latency_ns']/1e6:7.2f}} ms  (first dispatch waited {{(r[0]['start_ns']-v['submit_ns'])/1e6:6.2f}} ms for the GPU)", flush=True)
+    time.sleep(0.1)
+PY
+printer=$!
+for _ in $(seq 600); do [ "$(grep -c '"request"' "$out/latency.jsonl" 2>/dev/null)" -ge 20 ] && break; sleep 0.05; done
+sleep 600 | {workload} offline --gpu-id 0x1000 --dispatch-us 5000 > "$out/offline-load.jsonl" &
+offline_load=$!
+for _ in $(seq 600); do [ -s "$out/offline-load.jsonl" ] && break; sleep 0.05; done
+offline_since=$(python3 -c 'import time; print(time.monotonic_ns())')
+echo "  -- offline runs from here: its queue keeps the GPU saturated with 5 ms dispatches"
+wait $online_load
+wait $printer
+kill $offline_load 2>/dev/null
+python3 - "$out/latency.jsonl" "$offline_since" <<'PY'
+import json, math, sys
+reqs = [json.loads(l) for l in open(sys.argv[1]) if '"request"' in l]
+since = int(sys.argv[2])
+def pct(v, q):
+    v = sorted(v)
+    return v[max(0, math.ceil(q * len(v)) - 1)]
+for name, part in (("alone", reqs[:20]), ("co-located", [r for r in reqs if r["submit_ns"] >= since])):
+    lat = [r["latency_ns"] / 1e6 for r in part]
+    if lat:
+        print(f"== online latency {{name:>10}}: p50 {{pct(lat, 0.5):6.2f}} ms  p99 {{pct(lat, 0.99):6.2f}} ms  ({{len(lat)}} requests)")
+PY
 {gpreempt} trace --map-interval 30s 2> "$out/trace.err" &
 tracer=$!
 for _ in $(seq 600); do grep -q attached "$out/trace.err" 2>/dev/null && break; sleep 0.1; done

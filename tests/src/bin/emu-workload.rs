@@ -2,12 +2,19 @@
 //! stdin; every reply is one JSON object on stdout. Integer results (`ret`) are the ioctl's
 //! return value or `-errno`.
 //!
-//! `emu-workload run --gpu-id 0x1000 --queues 2 [--runtime-enable]` opens /dev/kfd, creates queues
-//! with real ring / read-index / write-index memory (the write index starts far ahead, so the
-//! emulated GPU always has work), prints `{"pid", "queues": [{queue_id, gpu_id, rptr, wptr}], …}`
-//! and then answers `rptr` (current read indices), `create GPU TYPE RING_SIZE PERCENT PRIORITY`,
-//! `destroy ID`, `update ID RING_SIZE PERCENT PRIORITY`, `wptr VALUE`, `runtime_enable MODE_MASK`. EOF exits without
-//! destroying anything (the driver tears the queues down).
+//! `emu-workload run --gpu-id 0x1000 --queues 2 [--runtime-enable] [--fill-us 1000]` opens
+//! /dev/kfd, creates AQL queues with real ring / read-index / write-index / CWSR-header memory,
+//! keeps each ring full of dispatches of `--fill-us` µs (0: leave them empty), prints
+//! `{"pid", "queues": [{queue_id, gpu_id, rptr, wptr, ring, error_payload}], …}` and then answers
+//! `rptr` (current read indices), `create GPU TYPE RING_SIZE PERCENT PRIORITY`, `destroy ID`,
+//! `update ID RING_SIZE PERCENT PRIORITY`, `runtime_enable MODE_MASK`, `stop` (the fillers stop;
+//! replies the final write indices), `submit QID N COST_US` (N dispatches with completion
+//! records), `packet QID TYPE SETUP WG_X GRID_X COST_NS` (one raw packet), `wptr QID VALUE` (raw
+//! write index), `records QID` (the completion records written so far), `error QID` (the CWSR
+//! error payload). QID is an index into `queues`. EOF exits without destroying anything (the
+//! driver tears the queues down).
+//!
+//! `emu-workload online …` and `emu-workload offline …`: the load generators of `load.rs`.
 //!
 //! `emu-workload debug --pid P [--no-ptrace]` opens /dev/kfd, PTRACE_SEIZEs P (from this, the
 //! only thread that issues debug-trap ioctls) and answers `enable MASK`, `snapshot CLEAR_MASK
@@ -15,13 +22,26 @@
 //! `info CODE CLEAR`, `send_runtime MASK`, `set_exceptions MASK`, `pipe` (bytes pending on the
 //! dbg_fd pipe), `disable`, `exit` (exit without DISABLE).
 
+#[path = "emu_workload/aql.rs"]
+mod aql;
+#[path = "emu_workload/load.rs"]
+mod load;
+
 use gpreempt_tests::{parse_u32, parse_u64};
 use std::{
     fs::File,
-    io::{BufRead, Write},
+    io::BufRead,
     os::fd::{AsRawFd, OwnedFd},
-    time::Instant,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
 };
+
+use aql::{DispatchPacket, QueueMem, Records};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -48,6 +68,44 @@ enum Mode {
         runtime_enable: bool,
         #[arg(long, default_value_t = 4096)]
         ring_size: u32,
+        /// Keep every queue's ring full of dispatches of this many µs (0: empty rings).
+        #[arg(long, default_value_t = 1000)]
+        fill_us: u64,
+    },
+    /// Periodic requests of K dispatches of D µs every P µs (+ jitter): per-request latency.
+    Online {
+        #[command(flatten)]
+        queue: QueueArgs,
+        #[arg(long, default_value_t = 1)]
+        dispatches: u32,
+        #[arg(long, default_value_t = 1000)]
+        dispatch_us: u64,
+        #[arg(long, default_value_t = 10_000)]
+        period_us: u64,
+        #[arg(long, default_value_t = 0)]
+        jitter_us: u64,
+        #[arg(long, default_value_t = 100)]
+        requests: u32,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Also write the whole result as one JSON document here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Keeps its queue saturated with dispatches of D µs until `stop` or EOF on stdin.
+    Offline {
+        #[command(flatten)]
+        queue: QueueArgs,
+        #[arg(long, default_value_t = 1000)]
+        dispatch_us: u64,
+        /// Print completions per interval while running (0: only the summary).
+        #[arg(long, default_value_t = 0)]
+        interval_ms: u64,
+        /// Include every completion record in the summary.
+        #[arg(long)]
+        records: bool,
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     Debug {
         #[arg(long)]
@@ -55,6 +113,17 @@ enum Mode {
         #[arg(long)]
         no_ptrace: bool,
     },
+}
+
+#[derive(clap::Args)]
+struct QueueArgs {
+    #[arg(long, value_parser = parse_u32, default_value = "0x1000")]
+    gpu_id: u32,
+    /// AMDKFD_IOC_RUNTIME_ENABLE before creating the queue (as ROCr does).
+    #[arg(long)]
+    runtime_enable: bool,
+    #[arg(long, default_value_t = 4096)]
+    ring_size: u32,
 }
 
 /// `ret` of an ioctl: its value, or `-errno`. Read errno right after the call: nix maps errnos
@@ -68,22 +137,8 @@ fn ret_of(r: Result<i32, Errno>) -> i64 {
 }
 
 fn reply(v: Value) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{v}")?;
-    out.flush()?;
-    Ok(())
+    load::line(&v)
 }
-
-/// Memory one emulated queue reads and writes. Leaked: it must outlive the queue, which the
-/// driver may tear down only at process exit.
-struct QueueMem {
-    queue_id: u32,
-    gpu_id: u32,
-    rptr: *mut u64,
-    wptr: *mut u64,
-}
-
-const WPTR_START: u64 = 1 << 40;
 
 /// /dev/kfd, opened here (not through `gpreempt::kfd::Device`) because the debug-trap and
 /// runtime-enable ioctls need the raw fd.
@@ -137,33 +192,36 @@ fn create(
     percentage: u32,
     priority: u32,
 ) -> (i64, Option<QueueMem>) {
-    let ring: &'static mut [u8] = Box::leak(vec![0u8; ring_size.max(64) as usize].into_boxed_slice());
-    let pointers: &'static mut [u64; 2] = Box::leak(Box::new([0u64, WPTR_START]));
-    let rptr = &mut pointers[0] as *mut u64;
-    // SAFETY: both point into the leaked array.
-    let wptr = unsafe { rptr.add(1) };
+    let mut mem = QueueMem::alloc(ring_size);
     let mut args = uapi::CreateQueueArgsV17 {
         base: uapi::CreateQueueArgs {
-            ring_base_address: ring.as_ptr() as u64,
-            write_pointer_address: wptr as u64,
-            read_pointer_address: rptr as u64,
+            ring_base_address: mem.ring as u64,
+            write_pointer_address: mem.wptr as u64,
+            read_pointer_address: mem.rptr as u64,
             ring_size,
             gpu_id,
             queue_type,
             queue_percentage: percentage,
             queue_priority: priority,
+            ctx_save_restore_address: mem.ctx_save as u64,
+            ctx_save_restore_size: size_of::<aql::ContextSaveAreaHeader>() as u32,
             ..Default::default()
         },
         ..Default::default()
     };
     match device.create_queue(&mut args) {
-        Ok(_) => (0, Some(QueueMem { queue_id: args.base.queue_id, gpu_id, rptr, wptr })),
+        Ok(_) => {
+            mem.queue_id = args.base.queue_id;
+            mem.gpu_id = gpu_id;
+            (0, Some(mem))
+        }
         Err(e) => (ret_of(Err(e)), None),
     }
 }
 
 fn describe(q: &QueueMem) -> Value {
-    json!({"queue_id": q.queue_id, "gpu_id": q.gpu_id, "rptr": q.rptr as u64, "wptr": q.wptr as u64})
+    json!({"queue_id": q.queue_id, "gpu_id": q.gpu_id, "rptr": q.rptr as u64, "wptr": q.wptr as u64,
+           "ring": q.ring as u64, "ring_packets": q.ring_packets, "error_payload": q.error_payload as u64})
 }
 
 fn words(line: &str) -> Vec<u64> {
@@ -174,7 +232,23 @@ fn arg(words: &[u64], i: usize) -> Result<u64> {
     words.get(i).copied().with_context(|| format!("missing argument {i}"))
 }
 
-fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32) -> Result<()> {
+/// Keeps `q`'s ring full of dispatches of `cost_ns` until `stop` is set (no completion records:
+/// the read index shows the progress).
+fn fill(q: QueueMem, cost_ns: u64, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        while q.space() > 0 {
+            q.publish(DispatchPacket::dispatch(cost_ns, 0));
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn queue_arg(mems: &[QueueMem], words: &[u64]) -> Result<QueueMem> {
+    let i = arg(words, 0)? as usize;
+    mems.get(i).copied().with_context(|| format!("no queue #{i}"))
+}
+
+fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: u64) -> Result<()> {
     let device = Kfd::open()?;
     let version = device.version()?;
     let mut runtime = Value::Null;
@@ -189,6 +263,16 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32) -> Result
             (ret, None) => errors.push(ret),
         }
     }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut fillers = Vec::new();
+    if fill_us > 0 {
+        for q in &mems {
+            let (q, stop) = (*q, stop.clone());
+            fillers.push(thread::spawn(move || fill(q, fill_us * 1000, stop)));
+        }
+    }
+    // Completion records of `submit`ted dispatches, per queue: (packet index, records, slot).
+    let mut submitted: Vec<Vec<(u64, Records, usize)>> = vec![Vec::new(); mems.len()];
     reply(json!({
         "pid": std::process::id(),
         "kfd_version": version,
@@ -201,8 +285,7 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32) -> Result
         let w = words(&line);
         match line.split_whitespace().next().unwrap_or_default() {
             "rptr" => {
-                // SAFETY: the pointers are into leaked memory the emulator writes with put_user.
-                let values: Vec<u64> = mems.iter().map(|q| unsafe { q.rptr.read_volatile() }).collect();
+                let values: Vec<u64> = mems.iter().map(QueueMem::read_index).collect();
                 reply(json!({"rptr": values, "queue_ids": mems.iter().map(|q| q.queue_id).collect::<Vec<_>>()}))?;
             }
             "create" => {
@@ -215,21 +298,27 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32) -> Result
                     arg(&w, 4)? as u32,
                 );
                 let queue_id = q.as_ref().map(|q| q.queue_id);
-                mems.extend(q);
+                if let Some(q) = q {
+                    mems.push(q);
+                    submitted.push(Vec::new());
+                }
                 reply(json!({"ret": ret, "queue_id": queue_id}))?;
             }
             "destroy" => {
                 let id = arg(&w, 0)? as u32;
                 let r = device.destroy_queue(id);
-                if r.is_ok() {
-                    mems.retain(|q| q.queue_id != id);
+                if r.is_ok()
+                    && let Some(i) = mems.iter().position(|q| q.queue_id == id)
+                {
+                    mems.remove(i);
+                    submitted.remove(i);
                 }
                 reply(json!({"ret": ret_of(r)}))?;
             }
             "update" => {
                 let q = mems.iter().find(|q| u64::from(q.queue_id) == w.first().copied().unwrap_or(u64::MAX));
                 let args = uapi::UpdateQueueArgs {
-                    ring_base_address: q.map_or(0x7f00_0000_0000, |q| q.rptr as u64),
+                    ring_base_address: q.map_or(0x7f00_0000_0000, |q| q.ring as u64),
                     queue_id: arg(&w, 0)? as u32,
                     ring_size: arg(&w, 1)? as u32,
                     queue_percentage: arg(&w, 2)? as u32,
@@ -238,18 +327,74 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32) -> Result
                 reply(json!({"ret": ret_of(device.update_queue(&args))}))?;
             }
             "runtime_enable" => reply(json!({"ret": device.runtime_enable(arg(&w, 0)? as u32)}))?,
-            "wptr" => {
-                let value = arg(&w, 0)?;
-                for q in &mems {
-                    // SAFETY: as for `rptr`.
-                    unsafe { q.wptr.write_volatile(value) };
+            "stop" => {
+                stop.store(true, Ordering::Relaxed);
+                for f in fillers.drain(..) {
+                    let _ = f.join();
                 }
+                reply(json!({"wptr": mems.iter().map(QueueMem::write_index).collect::<Vec<_>>()}))?;
+            }
+            "submit" => {
+                let qi = arg(&w, 0)? as usize;
+                let q = queue_arg(&mems, &w)?;
+                let (n, cost_ns) = (arg(&w, 1)? as usize, arg(&w, 2)? * 1000);
+                if q.space() < n as u64 {
+                    reply(json!({"ret": -28, "space": q.space()}))?;
+                    continue;
+                }
+                let records = Records::alloc(n);
+                let packets: Vec<DispatchPacket> =
+                    (0..n).map(|slot| DispatchPacket::dispatch(cost_ns, records.arm(slot))).collect();
+                let submit_ns = gpreempt::preempt::monotonic_ns();
+                let first = q.publish_batch(&packets);
+                submitted[qi].extend((0..n).map(|slot| (first + slot as u64, records, slot)));
+                reply(json!({"ret": 0, "first": first, "submit_ns": submit_ns}))?;
+            }
+            "packet" => {
+                let q = queue_arg(&mems, &w)?;
+                let packet = DispatchPacket {
+                    header: arg(&w, 1)? as u16,
+                    setup: arg(&w, 2)? as u16,
+                    workgroup_size: [arg(&w, 3)? as u16, 1, 1],
+                    grid_size: [arg(&w, 4)? as u32, 1, 1],
+                    kernel_object: arg(&w, 5)?,
+                    ..Default::default()
+                };
+                reply(json!({"index": q.publish(packet)}))?;
+            }
+            "wptr" => {
+                queue_arg(&mems, &w)?.set_write_index(arg(&w, 1)?);
                 reply(json!({"ret": 0}))?;
             }
+            "records" => {
+                let qi = arg(&w, 0)? as usize;
+                let list = submitted.get(qi).with_context(|| format!("no queue #{qi}"))?;
+                let done: Vec<_> = list.iter().filter_map(|(_, records, slot)| records.done(*slot)).collect();
+                let pending = list.len() - done.len();
+                reply(json!({"records": done, "pending": pending}))?;
+            }
+            "error" => reply(json!({"err_payload": queue_arg(&mems, &w)?.error_payload()}))?,
             other => bail!("unknown command {other:?}"),
         }
     }
     Ok(())
+}
+
+/// One AQL queue for the `online` / `offline` workloads; the hello line describes it.
+fn load_queue(a: &QueueArgs) -> Result<(Kfd, QueueMem, Value)> {
+    let device = Kfd::open()?;
+    let runtime = if a.runtime_enable {
+        json!(device.runtime_enable(uapi::runtime_enable::MODE_ENABLE_MASK))
+    } else {
+        Value::Null
+    };
+    let q = match create(&device, a.gpu_id, uapi::queue_type::COMPUTE_AQL, a.ring_size, 100, 7) {
+        (_, Some(q)) => q,
+        (ret, None) => bail!("CREATE_QUEUE on gpu {:#x} failed: {ret}", a.gpu_id),
+    };
+    let hello = json!({"pid": std::process::id(), "runtime_enable": runtime, "queues": [describe(&q)]});
+    reply(hello.clone())?;
+    Ok((device, q, hello))
 }
 
 fn dbg_trap(device: &Kfd, args: &mut uapi::DbgTrapArgs) -> i64 {
@@ -380,7 +525,18 @@ fn debug(pid: i32, no_ptrace: bool) -> Result<()> {
 
 fn main() -> Result<()> {
     match Cli::parse().mode {
-        Mode::Run { gpu_id, queues, runtime_enable, ring_size } => run(gpu_id, queues, runtime_enable, ring_size),
+        Mode::Run { gpu_id, queues, runtime_enable, ring_size, fill_us } => {
+            run(gpu_id, queues, runtime_enable, ring_size, fill_us)
+        }
+        Mode::Online { queue, dispatches, dispatch_us, period_us, jitter_us, requests, seed, out } => {
+            let (_device, q, hello) = load_queue(&queue)?;
+            let args = load::OnlineArgs { dispatches, dispatch_us, period_us, jitter_us, requests, seed, out };
+            load::online(&q, hello, &args)
+        }
+        Mode::Offline { queue, dispatch_us, interval_ms, records, out } => {
+            let (_device, q, hello) = load_queue(&queue)?;
+            load::offline(&q, hello, &load::OfflineArgs { dispatch_us, interval_ms, records, out })
+        }
         Mode::Debug { pid, no_ptrace } => debug(pid, no_ptrace),
     }
 }

@@ -569,6 +569,7 @@ fn json_of(cmd: &mut Command) -> Result<Value> {
 
 fn emulator(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut Vec<String>) -> Result<()> {
     let bin = &args.bin;
+    let default_delay = emu_param("preempt_delay_us")?;
     let mut workload = Command::new(bin.join("emu-workload"))
         .args(["run", "--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"])
         .stdin(Stdio::piped())
@@ -582,7 +583,7 @@ fn emulator(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut 
     let result = emulator_rows(args, sizes, samples, notes, &pid);
     drop(workload.stdin.take());
     let _ = workload.wait();
-    set_emu_param("preempt_delay_us", 5_000)?;
+    set_emu_param("preempt_delay_us", default_delay)?;
     result
 }
 
@@ -695,6 +696,12 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     }
     let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
+}
+
+fn emu_param(name: &str) -> Result<u32> {
+    let path = Path::new(EMU_PARAMS).join(name);
+    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    text.trim().parse().with_context(|| format!("{}: {text:?}", path.display()))
 }
 
 fn set_emu_param(name: &str, value: u32) -> Result<()> {
