@@ -6,7 +6,7 @@
  *
  * Every function the tracer may probe has the name and prototype of its amdkfd counterpart
  * (comment "mirrors"), is global and noinline, so it appears in /proc/kallsyms under its own
- * name. Behaviour comments name the amdkfd fact they reproduce; design/KFD.md has the sources.
+ * name. Behaviour comments name the amdkfd fact they reproduce; docs/kfd.md has the sources.
  *
  * Emulated GPUs: gpu_id 0x1000 (topology node 1) and 0x2000 (node 2), see kfd_emu.h.
  * Emulated execution: one "CP" kthread per GPU executes the 64-byte AQL kernel-dispatch packets

@@ -4,7 +4,7 @@
  *
  * Internal structures carry the names of the amdkfd structures of Linux 6.12.117
  * (drivers/gpu/drm/amd/amdkfd/kfd_priv.h) but hold only what the emulator needs. Where a probe
- * may read a field without BTF, the offset matches amdkfd (design/KFD.md §3.3):
+ * may read a field without BTF, the offset matches amdkfd (docs/kfd.md §3.3):
  * queue.properties @40, queue_properties.queue_id @8 (so q->properties.queue_id is q+48),
  * qcm_process_device.pqm @8, process_queue_manager.process @0,
  * kfd_process_device {dev @0, process @8, qpd @16}.

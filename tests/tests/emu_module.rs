@@ -1,4 +1,4 @@
-//! The KFD emulator module (`tests/kfd-emu`) on its own: KFD's UAPI and semantics (design/KFD.md
+//! The KFD emulator module (`tests/kfd-emu`) on its own: KFD's UAPI and semantics (docs/kfd.md
 //! §1-2, Linux 6.12.117) and the emulated execution. Runs in the emulator VM pass of
 //! `cargo xtask test` (module loaded instead of amdgpu) with the default module parameters (gpu
 //! ids 0x1000 and 0x2000); workloads keep their rings full of 1 ms dispatches (`--fill-us`).

@@ -1,6 +1,6 @@
 //! A KFD debug-trap session on one target process, owned by one dedicated OS thread.
 //!
-//! KFD checks that the *calling thread* is the ptrace parent of the target's leader (KFD.md §2.1),
+//! KFD checks that the *calling thread* is the ptrace parent of the target's leader (docs/kfd.md §2.1),
 //! so the thread that seizes the target issues every `AMDKFD_IOC_DBG_TRAP`. Between requests it
 //! services the session: re-injects the target's signals, acknowledges `EC_PROCESS_RUNTIME` so the
 //! target never blocks in ROCr start-up or shutdown (§2.6), notes new queues (`EC_QUEUE_NEW`), and
@@ -35,7 +35,7 @@ use super::{
 };
 
 /// `KFD_EC_MASK(EC_QUEUE_NEW)`: set on every new queue; suspend refuses such queues until a
-/// snapshot clears it (KFD.md §2.4).
+/// snapshot clears it (docs/kfd.md §2.4).
 const QUEUE_NEW: u64 = exception::ec_mask(exception::EC_QUEUE_NEW);
 /// `KFD_EC_MASK(EC_PROCESS_RUNTIME)`: the target's runtime was enabled or disabled.
 const PROCESS_RUNTIME: u64 = exception::ec_mask(exception::EC_PROCESS_RUNTIME);
@@ -615,7 +615,7 @@ impl Session {
         })
     }
 
-    /// Debug events: QUERY_DEBUG_EVENT until EAGAIN (KFD.md §2.8). Queue events are cleared by
+    /// Debug events: QUERY_DEBUG_EVENT until EAGAIN (docs/kfd.md §2.8). Queue events are cleared by
     /// the query itself; EC_PROCESS_RUNTIME is cleared by QUERY_EXCEPTION_INFO and acknowledged
     /// with SEND_RUNTIME_EVENT, which releases the target blocked in runtime enable/disable.
     fn service_events(&mut self) {

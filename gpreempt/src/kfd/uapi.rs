@@ -94,7 +94,7 @@ mod tests {
         assert!(!both.handled() && out[0].handled());
     }
 
-    /// Full command values from design/KFD.md §1.1 (computed with gcc against the real structs).
+    /// Full command values from docs/kfd.md §1.1 (computed with gcc against the real structs).
     #[test]
     fn ioctl_commands_match_the_kernel_headers() {
         type Req = nix::sys::ioctl::ioctl_num_type;

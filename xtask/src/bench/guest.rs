@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 const SCRATCH: &str = "/tmp/gpreempt-bench";
 const TRACEFS: &str = "/sys/kernel/tracing";
 /// A gpu id no KFD node has: CREATE_QUEUE fails with EINVAL after the ioctl handler looked it
-/// up, the path every host without a GPU can drive (design/TOOLCHAIN.md).
+/// up, the path every host without a GPU can drive (docs/toolchain.md).
 const NO_SUCH_GPU: &str = "0x1234";
 const EMU_PARAMS: &str = "/sys/module/kfd_emu/parameters";
 
