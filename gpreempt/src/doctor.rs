@@ -230,7 +230,7 @@ pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersi
 
 /// Whether the losses of return probes on sleeping functions (more concurrent callers than the
 /// kretprobe instance limit) can be counted on this kernel (`trace::missed`).
-fn return_probe_losses(roots: &Roots<'_>, kernel: &str) -> Check {
+fn return_probe_losses(roots: &Roots, kernel: &str) -> Check {
     let limit = read_trimmed(&roots.sys.join("devices/system/cpu/possible"))
         .and_then(|cpus| missed::default_maxactive(&cpus))
         .map_or_else(|| "max(10, 2 × possible CPUs)".to_owned(), |n| n.to_string());

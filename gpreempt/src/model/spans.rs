@@ -35,9 +35,9 @@ pub enum SpanKind {
 pub struct Phase {
     /// Kernel function name, for output.
     pub function: &'static str,
-    /// Its [`kfd_fn`] id, for comparisons.
+    /// The probed function, for comparisons.
     #[serde(skip)]
-    pub kfd_fn: u32,
+    pub kfd_fn: KfdFn,
     pub gpu_id: Option<GpuId>,
     pub start_ns: u64,
     pub end_ns: u64,
