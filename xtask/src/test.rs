@@ -2,9 +2,10 @@
 //!
 //! 1. `cargo fmt --check` and `cargo clippy -D warnings` (one check each);
 //! 2. `cargo test` — unit tests, no root;
-//! 3. the integration tests of `tests/` as root inside a VM per kernel of the matrix: one boot
-//!    with the real amdgpu driver for every test binary except `emu_*`, and one boot with the KFD
-//!    emulator module (`tests/kfd-emu`) loaded instead for the `emu_*` binaries only.
+//! 3. the integration tests of `tests/` as root inside one VM boot per kernel of the matrix: first
+//!    with the real amdgpu driver for every test binary except `emu_*`, then, in the same boot,
+//!    with amdgpu unloaded and the KFD emulator module (`tests/kfd-emu`) loaded for the `emu_*`
+//!    binaries only.
 //!
 //! A layer that cannot run (build failure, VM that does not boot) counts as one failure and the
 //! other layers still run, so the closing line always accounts for everything.
@@ -30,7 +31,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::{
-    kmod::Module,
+    kmod::{self, Module},
     setup,
     util::{build_binaries, cargo, describe, output, workspace_root},
     vm::{self, Kernel, VmArgs},
@@ -161,28 +162,72 @@ fn is_emulator_test(exe: &Path) -> bool {
     exe.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("emu_"))
 }
 
-fn vm_layer(kernel: Kernel, module: Option<Module>, binaries: &[PathBuf], filter: Option<&str>) -> Result<Tally> {
-    if binaries.is_empty() {
-        bail!("no test binaries for this pass");
+/// One pass of a VM boot: which driver provides `/dev/kfd` and which test binaries run on it.
+struct Pass<'a> {
+    /// The stage name in the closing tally (`VM 6.12`, `VM 6.12 emulator`).
+    name: String,
+    /// Guest commands that load the driver; they run after the previous pass's tests.
+    load: String,
+    binaries: &'a [PathBuf],
+    /// The pass's log in the guest's writable directory.
+    log: &'static str,
+}
+
+/// Boot `kernel` once and run every pass in it, in order: the real amdgpu pass, then the emulator
+/// pass after `modprobe -r amdgpu` and `insmod kfd_emu.ko` (amdgpu without a GPU holds no device,
+/// so it unloads; one boot per kernel instead of two saves a TCG boot of 20-45 s and the test
+/// binaries' first load over 9p). A pass whose driver did not load counts as one failure; a test
+/// binary that crashed before its summary line too.
+fn vm_boot(kernel: Kernel, passes: &[Pass], filter: Option<&str>) -> Vec<(String, Result<Tally>)> {
+    let mut command = String::from("set -o pipefail; ");
+    for (i, pass) in passes.iter().enumerate() {
+        let rc = format!("\"$GPREEMPT_VM_OUT/pass{i}.rc\"");
+        command.push_str(&format!("rc=0; if {{ {}; }}; then ", pass.load));
+        for exe in pass.binaries {
+            command.push_str(&format!(
+                "{} --test-threads=1 {} 2>&1 | tee -a \"$GPREEMPT_VM_OUT/{}\" || rc=1; ",
+                exe.display(),
+                filter.map(vm::shell_quote).unwrap_or_default(),
+                pass.log,
+            ));
+        }
+        command
+            .push_str(&format!("else echo 'xtask test: loading the driver failed' >&2; rc=97; fi; echo $rc > {rc}; "));
     }
-    let log = vm::out_dir(kernel).join("tests.log");
-    let mut command = String::from("set -o pipefail; rc=0; ");
-    for exe in binaries {
-        command.push_str(&format!(
-            "{} --test-threads=1 {} 2>&1 | tee -a \"$GPREEMPT_VM_OUT/tests.log\" || rc=1; ",
-            exe.display(),
-            filter.map(vm::shell_quote).unwrap_or_default()
-        ));
-    }
-    command.push_str("exit $rc");
+    command.push_str("exit 0");
     let status = vm::run(&VmArgs {
         kernel,
-        timeout: 1800,
+        timeout: 2700,
         memory: "2G".to_owned(),
-        no_amdgpu: false,
-        module,
+        no_amdgpu: true,
+        module: None,
         command: vec![command],
-    })?;
+    });
+    let out = vm::out_dir(kernel);
+    passes
+        .iter()
+        .enumerate()
+        .map(|(i, pass)| {
+            let result = match &status {
+                Err(e) => Err(anyhow::anyhow!("{e:#}")),
+                Ok(_) => pass_tally(kernel, &out, i, pass),
+            };
+            (pass.name.clone(), result)
+        })
+        .collect()
+}
+
+fn pass_tally(kernel: Kernel, out: &Path, index: usize, pass: &Pass) -> Result<Tally> {
+    let rc_file = out.join(format!("pass{index}.rc"));
+    let rc: i32 = fs::read_to_string(&rc_file)
+        .with_context(|| format!("the VM did not reach the end of this pass (no {})", rc_file.display()))?
+        .trim()
+        .parse()
+        .with_context(|| format!("bad {}", rc_file.display()))?;
+    if rc == 97 {
+        bail!("the driver for this pass did not load (see the guest console above)");
+    }
+    let log = out.join(pass.log);
     let text = fs::read_to_string(&log).with_context(|| format!("the VM wrote no {}", log.display()))?;
     // The guest console is noisy; repeat why tests were skipped where the stage result is.
     for line in text.lines().filter_map(|l| l.find(SKIP_MARKER).map(|at| &l[at..])) {
@@ -190,7 +235,7 @@ fn vm_layer(kernel: Kernel, module: Option<Module>, binaries: &[PathBuf], filter
     }
     let mut tally = parse_libtest(&text);
     // A test binary that crashed before its summary line still has to count.
-    if status != 0 && tally.failed == 0 {
+    if rc != 0 && tally.failed == 0 {
         tally.failed = 1;
     }
     Ok(tally)
@@ -242,12 +287,32 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 let (emulator, amdgpu): (Vec<PathBuf>, Vec<PathBuf>) =
                     binaries.into_iter().partition(|exe| is_emulator_test(exe));
                 for kernel in kernels {
-                    stage(&format!("VM {}", kernel.name()), &mut tally, || {
-                        vm_layer(kernel, None, &amdgpu, args.filter.as_deref())
-                    });
-                    stage(&format!("VM {} emulator", kernel.name()), &mut tally, || {
-                        vm_layer(kernel, Some(Module::KfdEmu), &emulator, args.filter.as_deref())
-                    });
+                    let passes = match kernel.release().and_then(|release| kmod::build(Module::KfdEmu, &release)) {
+                        Ok(ko) => vec![
+                            Pass {
+                                name: format!("VM {}", kernel.name()),
+                                load: "modprobe amdgpu".to_owned(),
+                                binaries: &amdgpu,
+                                log: "tests.log",
+                            },
+                            Pass {
+                                name: format!("VM {} emulator", kernel.name()),
+                                load: format!(
+                                    "modprobe -r amdgpu && insmod {}",
+                                    vm::shell_quote(&ko.display().to_string())
+                                ),
+                                binaries: &emulator,
+                                log: "emu-tests.log",
+                            },
+                        ],
+                        Err(e) => {
+                            stage(&format!("VM {}", kernel.name()), &mut tally, || Err(e));
+                            continue;
+                        }
+                    };
+                    for (name, result) in vm_boot(kernel, &passes, args.filter.as_deref()) {
+                        stage(&name, &mut tally, || result);
+                    }
                 }
             }
             Err(e) => stage("VM build", &mut tally, || Err(e)),

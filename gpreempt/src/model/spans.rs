@@ -188,8 +188,7 @@ pub const NESTED_KEEP: usize = 64;
 pub const NESTED_THREADS: usize = 256;
 
 /// HWS unmap (the fence wait inside) or MES's per-queue remove.
-const HWS_UNMAP: [KfdFn; 3] =
-    [KfdFn::UnmapQueuesCpsch, KfdFn::MesV11RemoveHwQueue, KfdFn::MesV12RemoveHwQueue];
+const HWS_UNMAP: [KfdFn; 3] = [KfdFn::UnmapQueuesCpsch, KfdFn::MesV11RemoveHwQueue, KfdFn::MesV12RemoveHwQueue];
 /// Runlist submission or MES add.
 const HWS_REMAP: [KfdFn; 3] = [KfdFn::MapQueuesCpsch, KfdFn::MesV11AddHwQueue, KfdFn::MesV12AddHwQueue];
 /// An observed HWS unmap (not MES's per-queue remove) preempts other processes.
