@@ -37,6 +37,10 @@ pub struct BenchArgs {
     /// Rewrite BENCHMARKS.md from BENCHMARKS.json without measuring anything.
     #[arg(long)]
     pub report_only: bool,
+    /// Re-measure only the criterion pipeline row and splice it into BENCHMARKS.json (the VM rows
+    /// keep their commit); the numbers it replaces stay in the report as "before".
+    #[arg(long)]
+    pub criterion_only: bool,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -49,6 +53,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         fs::write(root.join("BENCHMARKS.md"), report::markdown(&serde_json::from_slice(&text)?))?;
         eprintln!("xtask bench: rewrote BENCHMARKS.md from BENCHMARKS.json");
         return Ok(());
+    }
+    if args.criterion_only {
+        return criterion_only(&root, args.quick);
     }
     if !args.no_setup {
         setup::run()?;
@@ -127,6 +134,30 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     fs::write(root.join("BENCHMARKS.json"), serde_json::to_vec_pretty(&results)?)?;
     fs::write(root.join("BENCHMARKS.md"), report::markdown(&results))?;
     eprintln!("xtask bench: wrote BENCHMARKS.md and BENCHMARKS.json in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// `--criterion-only`: measure the pipeline row again at this commit and keep the rest.
+fn criterion_only(root: &std::path::Path, quick: bool) -> Result<()> {
+    let path = root.join("BENCHMARKS.json");
+    let text = fs::read(&path).with_context(|| format!("reading {} (run `cargo xtask bench` first)", path.display()))?;
+    let mut results: Value = serde_json::from_slice(&text)?;
+    let commit = util::output(Command::new("git").args(["rev-parse", "--short", "HEAD"])).unwrap_or_default();
+    let fresh = criterion(quick)?;
+    let previous = json!({
+        "commit": results["criterion_rerun"]["commit"].as_str().or(results["commit"].as_str()).unwrap_or("?"),
+        "criterion": results["criterion"].take(),
+    });
+    results["criterion"] = fresh;
+    results["criterion_rerun"] = json!({
+        "commit": commit.trim(),
+        "command": "cargo xtask bench --criterion-only",
+        "date": util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).unwrap_or_default().trim(),
+        "previous": previous,
+    });
+    fs::write(&path, serde_json::to_vec_pretty(&results)?)?;
+    fs::write(root.join("BENCHMARKS.md"), report::markdown(&results))?;
+    eprintln!("xtask bench: re-measured the pipeline row; rewrote BENCHMARKS.md and BENCHMARKS.json");
     Ok(())
 }
 

@@ -278,6 +278,26 @@ pub fn markdown(results: &Value) -> String {
             num(c["ns_per_event"].as_f64().unwrap_or(0.0))
         );
     }
+    if let Some(rerun) = results["criterion_rerun"].as_object() {
+        let _ = writeln!(
+            md,
+            "\nThis row was measured again at commit {} on {} (`{}`); the rest of the page keeps its own \
+             commit. At commit {} it was:",
+            rerun.get("commit").and_then(Value::as_str).unwrap_or("?"),
+            rerun.get("date").and_then(Value::as_str).unwrap_or("?"),
+            rerun.get("command").and_then(Value::as_str).unwrap_or("?"),
+            results["criterion_rerun"]["previous"]["commit"].as_str().unwrap_or("?"),
+        );
+        for c in results["criterion_rerun"]["previous"]["criterion"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                md,
+                "- {}: {} events/s, {} ns per event",
+                c["id"].as_str().unwrap_or("?"),
+                num(c["events_per_second"].as_f64().unwrap_or(0.0)),
+                num(c["ns_per_event"].as_f64().unwrap_or(0.0))
+            );
+        }
+    }
     if let (Some(map), Some(json)) = (crit("decode+map"), crit("decode+map+jsonl")) {
         let _ = writeln!(
             md,
