@@ -96,7 +96,7 @@ for _ in $(seq 600); do [ "$(grep -c '"request"' "$out/latency.jsonl" 2>/dev/nul
 sleep 600 | {workload} offline --gpu-id 0x1000 --dispatch-us 5000 > "$out/offline-load.jsonl" &
 offline_load=$!
 for _ in $(seq 600); do [ -s "$out/offline-load.jsonl" ] && break; sleep 0.05; done
-offline_since=$(python3 -c 'import time; print(time.monotonic_ns())')
+offline_since=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["started_ns"])' "$out/offline-load.jsonl")
 echo "  -- offline runs from here: its queue keeps the GPU saturated with 5 ms dispatches"
 wait $online_load
 wait $printer

@@ -392,7 +392,8 @@ fn load_queue(a: &QueueArgs) -> Result<(Kfd, QueueMem, Value)> {
         (_, Some(q)) => q,
         (ret, None) => bail!("CREATE_QUEUE on gpu {:#x} failed: {ret}", a.gpu_id),
     };
-    let hello = json!({"pid": std::process::id(), "runtime_enable": runtime, "queues": [describe(&q)]});
+    let hello = json!({"pid": std::process::id(), "runtime_enable": runtime, "queues": [describe(&q)],
+                       "started_ns": gpreempt::preempt::monotonic_ns()});
     reply(hello.clone())?;
     Ok((device, q, hello))
 }
