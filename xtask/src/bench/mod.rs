@@ -140,7 +140,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 /// `--criterion-only`: measure the pipeline row again at this commit and keep the rest.
 fn criterion_only(root: &std::path::Path, quick: bool) -> Result<()> {
     let path = root.join("BENCHMARKS.json");
-    let text = fs::read(&path).with_context(|| format!("reading {} (run `cargo xtask bench` first)", path.display()))?;
+    let text =
+        fs::read(&path).with_context(|| format!("reading {} (run `cargo xtask bench` first)", path.display()))?;
     let mut results: Value = serde_json::from_slice(&text)?;
     let commit = util::output(Command::new("git").args(["rev-parse", "--short", "HEAD"])).unwrap_or_default();
     let fresh = criterion(quick)?;
