@@ -25,7 +25,7 @@ use gpreempt::{
         loader::{self, Attached},
         pipeline::{Observed, Pipeline},
         probes,
-        stream::EventStream,
+        stream::{EventStream, Losses},
     },
 };
 use serde_json::json;
@@ -79,6 +79,12 @@ impl KernelTracer {
             })
             .collect();
         it.kernel = KernelSide::from_spans(&closed, self.offline, self.online);
+    }
+
+    /// What the in-process tracer could not deliver: a lost record is a breakdown that is missing,
+    /// and a missed return probe (a suspend waiting in the fence) one that never started.
+    fn losses(&self) -> Option<Losses> {
+        self.stream.losses().ok()
     }
 }
 
@@ -144,6 +150,10 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
     }
     let summary = run.summary(plan.iterations);
     print_summary(&summary, &run.iterations);
+    let tracer_losses = tracer.as_ref().and_then(KernelTracer::losses);
+    if let Some(l) = &tracer_losses {
+        println!("kernel-side tracer: {} records lost ({l})", l.dropped());
+    }
     for notice in &run.notices {
         eprintln!("gpreempt: {}", serde_json::to_string(notice)?);
     }
@@ -162,6 +172,7 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
             "notices": run.notices,
             "summary": summary,
             "detached": detached,
+            "tracer_losses": tracer_losses,
         });
         write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
     }

@@ -295,17 +295,13 @@ impl<W: Write> Sink for Console<W> {
                 s.collateral_queues
             )?;
         }
-        let l = &s.losses;
         writeln!(
             self.out,
-            "{} events in {:.1} s, {} dropped (ring buffer full {}, probe read failed {}, return without entry {}, undecodable {})",
+            "{} events in {:.1} s, {} dropped ({})",
             s.events,
             s.duration_ms as f64 / 1000.0,
             s.dropped,
-            l.ringbuf_full,
-            l.read_failed,
-            l.entry_missing,
-            l.decode_errors
+            s.losses
         )?;
         self.out.flush()
     }
