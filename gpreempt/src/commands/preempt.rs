@@ -14,11 +14,12 @@ use gpreempt::{
     kfd::{
         Debugger, KfdVersion,
         debugger::{Options, Selection},
-        target::{Roots as TargetRoots, Target},
+        target::Target,
         uapi::runtime_state,
     },
-    model::{Model, ps::Roots, spans::Span},
+    model::{Model, spans::Span},
     preempt::{self, Iteration, KernelSide, Plan, RunSummary, StopReason},
+    roots::Roots,
     stats::{self, Summary},
     trace::{
         filter::Filter,
@@ -91,7 +92,7 @@ impl KernelTracer {
 pub fn run(args: &PreemptArgs) -> Result<()> {
     let stop = interrupt::install()?;
     if let Some(online) = args.online {
-        Target::inspect(&TargetRoots::default(), online).context("--online")?;
+        Target::inspect(&Roots::default(), online).context("--online")?;
     }
     let options = Options { max_suspend: Some(Duration::from_millis(args.max_suspend_ms)), ..Options::default() };
     let debugger = Debugger::attach(args.offline, options)?;

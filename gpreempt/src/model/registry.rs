@@ -99,8 +99,7 @@ impl ProcessEntry {
 
     /// Does `filter` (container name, full id or id prefix) name this process's container?
     pub fn in_container(&self, filter: &str) -> bool {
-        let Some(c) = &self.container else { return false };
-        c.name.as_deref() == Some(filter) || (!filter.is_empty() && c.id.starts_with(filter))
+        self.container.as_ref().is_some_and(|c| c.matches(filter))
     }
 }
 
