@@ -269,14 +269,17 @@ pub fn markdown(results: &Value) -> String {
          map, then also writes JSON Lines to a sink; records are a create/destroy churn of 64 processes.\n\n\
          | pipeline | events/s (median) | ns per event |\n|---|---|---|\n",
     );
-    for c in results["criterion"].as_array().into_iter().flatten() {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} |",
-            c["id"].as_str().unwrap_or("?"),
+    // One criterion result: its id, events per second and ns per event, formatted.
+    let cells = |c: &Value| {
+        (
+            c["id"].as_str().unwrap_or("?").to_owned(),
             num(c["events_per_second"].as_f64().unwrap_or(0.0)),
-            num(c["ns_per_event"].as_f64().unwrap_or(0.0))
-        );
+            num(c["ns_per_event"].as_f64().unwrap_or(0.0)),
+        )
+    };
+    for c in results["criterion"].as_array().into_iter().flatten() {
+        let (id, per_second, ns) = cells(c);
+        let _ = writeln!(md, "| {id} | {per_second} | {ns} |");
     }
     if let Some(rerun) = results["criterion_rerun"].as_object() {
         let _ = writeln!(
@@ -289,13 +292,8 @@ pub fn markdown(results: &Value) -> String {
             results["criterion_rerun"]["previous"]["commit"].as_str().unwrap_or("?"),
         );
         for c in results["criterion_rerun"]["previous"]["criterion"].as_array().into_iter().flatten() {
-            let _ = writeln!(
-                md,
-                "- {}: {} events/s, {} ns per event",
-                c["id"].as_str().unwrap_or("?"),
-                num(c["events_per_second"].as_f64().unwrap_or(0.0)),
-                num(c["ns_per_event"].as_f64().unwrap_or(0.0))
-            );
+            let (id, per_second, ns) = cells(c);
+            let _ = writeln!(md, "- {id}: {per_second} events/s, {ns} ns per event");
         }
     }
     if let (Some(map), Some(json)) = (crit("decode+map"), crit("decode+map+jsonl")) {
