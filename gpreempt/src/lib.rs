@@ -17,5 +17,6 @@ pub mod model;
 pub mod preempt;
 pub mod report;
 pub mod roots;
+pub mod signal_pipe;
 pub mod stats;
 pub mod trace;

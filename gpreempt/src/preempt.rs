@@ -1,7 +1,9 @@
-//! The `gpreempt preempt` measurement: per iteration suspend → hold → resume → gap on an attached
-//! [`Debugger`], one record per iteration, and the run's statistics.
+//! The `gpreempt preempt` measurement: per iteration suspend → hold → resume → gap, run on the
+//! thread that owns the [`Session`] (holds and gaps are the session's `ppoll`), one record per
+//! iteration into a preallocated buffer, and the run's statistics.
 
 use std::{
+    os::fd::BorrowedFd,
     sync::atomic::{AtomicBool, Ordering},
     thread,
     time::{Duration, Instant},
@@ -11,7 +13,10 @@ use serde::Serialize;
 
 use crate::{
     domain::{GpuId, HostPid},
-    kfd::debugger::{Batch, DebugError, Debugger, Notice, Selection},
+    kfd::{
+        debugger::{DebugError, Notice, Selection},
+        session::{Session, Tally, Wake},
+    },
     model::spans::{Span, SpanKind},
     stats::{self, Bucket, Summary},
 };
@@ -43,12 +48,21 @@ pub struct Iteration {
     pub retried: u32,
     /// Queues the kernel resumed.
     pub resumed: i32,
-    /// How long the queues were actually held, ms (suspend return → resume call).
+    /// Queues the target created during the hold, snapshotted and suspended within it.
+    pub late_suspended: u32,
+    /// How long the queues were actually held, ms (suspend return → resume call, the watchdog's
+    /// if it resumed them).
     pub held_ms: f64,
+    /// The watchdog resumed the queues: the hold outlived `max_suspend`.
+    pub watchdog: bool,
     /// CLOCK_MONOTONIC when SUSPEND_QUEUES returned and when RESUME_QUEUES was called, ns (to
     /// line iterations up with other observers of the same machine).
     pub suspended_at_ns: u64,
     pub resumed_at_ns: u64,
+    /// CLOCK_MONOTONIC when SUSPEND_QUEUES was called and RESUME_QUEUES returned, ns: with the two
+    /// above, the windows the driver's spans of this iteration fall in.
+    pub suspend_called_ns: u64,
+    pub resume_returned_ns: u64,
     /// What the driver did, from the in-process tracer (absent when it could not attach).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<KernelSide>,
@@ -82,30 +96,43 @@ pub struct KernelCall {
 }
 
 impl KernelSide {
-    /// The suspend and resume spans of `offline` among `spans` (the last of each kind wins: a
-    /// retried suspend is two calls, the second is the one that counted).
-    pub fn from_spans(spans: &[Span], offline: HostPid, online: Option<HostPid>) -> Option<Self> {
-        let call = |kind: SpanKind| {
-            spans.iter().rev().find(|s| s.kind == kind && s.target_pid == Some(offline)).map(|s| {
-                let us = |ns: u64| ns as f64 / 1e3;
-                let b = s.breakdown.clone().unwrap_or_default();
-                let mut pids: Vec<HostPid> = s.collateral.iter().map(|c| c.pid).collect();
-                pids.sort_unstable();
-                pids.dedup();
-                KernelCall {
-                    duration_us: us(s.duration_ns),
-                    unmap_us: us(b.unmap_ns),
-                    fence_wait_us: us(b.fence_wait_ns),
-                    remap_us: us(b.remap_ns),
-                    gpus: b.gpus,
-                    collateral_queues: s.collateral.len(),
-                    collateral_pids: pids,
-                    online_queues: online.map_or(0, |o| s.collateral.iter().filter(|c| c.pid == o).count()),
-                }
-            })
+    /// The suspend and resume spans of `offline` that lie within the iteration's ioctl windows
+    /// (the last of each kind in its window wins: a retried suspend is two calls, the second is
+    /// the one that counted).
+    pub fn of_iteration(spans: &[Span], it: &Iteration, offline: HostPid, online: Option<HostPid>) -> Option<Self> {
+        let within = |s: &Span, from: u64, to: u64| s.start_ns >= from && s.end_ns <= to;
+        let call = |kind: SpanKind, from: u64, to: u64| {
+            spans
+                .iter()
+                .rev()
+                .find(|s| s.kind == kind && s.target_pid == Some(offline) && within(s, from, to))
+                .map(|s| KernelCall::of(s, online))
         };
-        let side = Self { suspend: call(SpanKind::Suspend), resume: call(SpanKind::Resume) };
+        let side = Self {
+            suspend: call(SpanKind::Suspend, it.suspend_called_ns, it.suspended_at_ns),
+            resume: call(SpanKind::Resume, it.resumed_at_ns, it.resume_returned_ns),
+        };
         (side.suspend.is_some() || side.resume.is_some()).then_some(side)
+    }
+}
+
+impl KernelCall {
+    fn of(s: &Span, online: Option<HostPid>) -> Self {
+        let us = |ns: u64| ns as f64 / 1e3;
+        let b = s.breakdown.clone().unwrap_or_default();
+        let mut pids: Vec<HostPid> = s.collateral.iter().map(|c| c.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        KernelCall {
+            duration_us: us(s.duration_ns),
+            unmap_us: us(b.unmap_ns),
+            fence_wait_us: us(b.fence_wait_ns),
+            remap_us: us(b.remap_ns),
+            gpus: b.gpus,
+            collateral_queues: s.collateral.len(),
+            collateral_pids: pids,
+            online_queues: online.map_or(0, |o| s.collateral.iter().filter(|c| c.pid == o).count()),
+        }
     }
 }
 
@@ -190,77 +217,142 @@ impl Run {
     }
 }
 
-/// Run the plan. Returns early — with what was recorded so far and the reason — when `stop` is
-/// set, the target exits, or an ioctl fails; queues are never left suspended by this function
-/// (a failed iteration's resume is attempted before returning; the debugger's drop does the rest).
-/// `observe` runs after each iteration's resume, before `progress` (the caller's tracer adds
-/// [`Iteration::kernel`] there).
+/// Run the plan on the session's thread. Returns early — with what was recorded so far and the
+/// reason — when `stop` is set or a fd of `wake` becomes readable (Ctrl-C), the target exits, or
+/// an ioctl fails; queues are never left suspended by this function (a failed iteration's resume
+/// is attempted before returning; the session's detach does the rest). Per cycle it makes the
+/// two ioctls and nothing else: records go to a buffer sized for the plan, a hold or gap of zero
+/// costs no system call (the session still looks at its fds every 20 ms), and `on_iteration`
+/// (progress, the tracer's draining) is the caller's to keep cheap.
 pub fn run(
-    debugger: &Debugger,
+    session: &mut Session,
     plan: &Plan,
     stop: &AtomicBool,
-    mut observe: impl FnMut(&mut Iteration),
-    mut progress: impl FnMut(&Iteration),
+    wake: &[BorrowedFd<'_>],
+    mut on_iteration: impl FnMut(&Iteration),
 ) -> Run {
-    let mut run = Run { iterations: Vec::new(), notices: Vec::new(), stopped: None };
+    let mut run = Run { iterations: Vec::with_capacity(plan.iterations as usize), notices: Vec::new(), stopped: None };
     for index in 0..plan.iterations {
         if stop.load(Ordering::Relaxed) {
             run.stopped = Some(StopReason::Interrupted);
             break;
         }
-        match iteration(debugger, plan, index, stop) {
-            Ok(mut it) => {
-                observe(&mut it);
-                progress(&it);
+        match iteration(session, plan, index, stop, wake) {
+            Ok((it, interrupted)) => {
+                on_iteration(&it);
+                let end = it.resume_returned_ns;
                 run.iterations.push(it);
+                if interrupted {
+                    run.stopped = Some(StopReason::Interrupted);
+                    break;
+                }
+                if index + 1 < plan.iterations {
+                    match pause(session, end, plan.gap, stop, wake) {
+                        Ok(Pause::Interrupted) => {
+                            run.stopped = Some(StopReason::Interrupted);
+                            break;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            run.stopped = Some(StopReason::Failed(e.to_string()));
+                            break;
+                        }
+                    }
+                }
             }
             Err(e) => {
                 run.stopped = Some(StopReason::Failed(e.to_string()));
                 break;
             }
         }
-        run.notices.extend(debugger.notices());
-        if index + 1 < plan.iterations && !sleep_unless(stop, plan.gap) {
-            run.stopped = Some(StopReason::Interrupted);
-            break;
-        }
     }
-    run.notices.extend(debugger.notices());
+    run.notices = session.notices();
     run
 }
 
-fn iteration(debugger: &Debugger, plan: &Plan, index: u32, stop: &AtomicBool) -> Result<Iteration, DebugError> {
-    let suspend = debugger.suspend(plan.selection.clone(), plan.grace_period)?;
-    let held_from = Instant::now();
-    let suspended_at_ns = monotonic_ns();
+/// How a hold or a gap ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pause {
+    Elapsed,
+    Interrupted,
+    /// The watchdog resumed the queues.
+    Watchdog,
+}
+
+/// Wait `length` from `from_ns` (CLOCK_MONOTONIC), servicing the session.
+fn pause(
+    session: &mut Session,
+    from_ns: u64,
+    length: Duration,
+    stop: &AtomicBool,
+    wake: &[BorrowedFd<'_>],
+) -> Result<Pause, DebugError> {
+    let deadline_ns = from_ns + length.as_nanos() as u64;
+    let mut now_ns = from_ns;
+    loop {
+        match session.wait_ns(deadline_ns, now_ns, wake)? {
+            Wake::Deadline => return Ok(Pause::Elapsed),
+            Wake::Ready(_) => return Ok(Pause::Interrupted),
+            Wake::Watchdog => return Ok(Pause::Watchdog),
+            Wake::Target => {}
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(Pause::Interrupted);
+        }
+        now_ns = monotonic_ns();
+    }
+}
+
+/// One suspend → hold → resume; whether it was interrupted during the hold.
+fn iteration(
+    session: &mut Session,
+    plan: &Plan,
+    index: u32,
+    stop: &AtomicBool,
+    wake: &[BorrowedFd<'_>],
+) -> Result<(Iteration, bool), DebugError> {
+    let suspend = session.suspend_tally(&plan.selection, plan.grace_period)?;
     // Hold even when interrupted only as long as it takes to notice; resume comes first.
-    sleep_unless(stop, plan.hold);
-    let held_ms = held_from.elapsed().as_secs_f64() * 1e3;
-    let resumed_at_ns = monotonic_ns();
-    let resume = debugger.resume()?;
-    let mut it = record(index, &suspend, &resume, held_ms);
-    (it.suspended_at_ns, it.resumed_at_ns) = (suspended_at_ns, resumed_at_ns);
-    Ok(it)
+    let paused = if suspend.skipped { Pause::Elapsed } else { pause(session, suspend.returned_ns, plan.hold, stop, wake)? };
+    let late = session.late_suspended();
+    let (resume, watchdog) = match session.take_watchdog_resume() {
+        Some(t) => (t, true),
+        None => (session.resume_tally()?, false),
+    };
+    let mut it = record(index, &suspend, &resume, late);
+    it.watchdog = watchdog;
+    it.ok &= !watchdog;
+    if watchdog {
+        // The loop's own resume then finds nothing left to resume.
+        it.resume_us = None;
+        it.resumed = 0;
+    }
+    Ok((it, paused == Pause::Interrupted || stop.load(Ordering::Relaxed)))
 }
 
 pub use crate::clock::monotonic_ns;
 
-fn record(index: u32, suspend: &Batch, resume: &Batch, held_ms: f64) -> Iteration {
-    let us = |b: &Batch| (!b.skipped).then_some(b.latency_ns as f64 / 1e3);
+fn record(index: u32, suspend: &Tally, resume: &Tally, late_suspended: u32) -> Iteration {
+    let us = |t: &Tally| (!t.skipped).then_some(t.latency_ns as f64 / 1e3);
+    let held_to = if resume.skipped { resume.returned_ns } else { resume.called_ns };
     Iteration {
         index,
         suspend_us: us(suspend),
         resume_us: us(resume),
         suspended: suspend.count,
-        invalid: suspend.invalid(),
-        error: suspend.error() + resume.error(),
+        invalid: suspend.invalid as usize,
+        error: (suspend.error + resume.error) as usize,
         retried: suspend.retried,
         resumed: resume.count,
-        held_ms,
-        suspended_at_ns: 0,
-        resumed_at_ns: 0,
+        late_suspended,
+        held_ms: held_to.saturating_sub(suspend.returned_ns) as f64 / 1e6,
+        watchdog: false,
+        suspended_at_ns: suspend.returned_ns,
+        resumed_at_ns: resume.called_ns,
+        suspend_called_ns: suspend.called_ns,
+        resume_returned_ns: resume.returned_ns,
         kernel: None,
-        ok: !suspend.skipped && suspend.invalid() == 0 && suspend.error() == 0 && resume.error() == 0,
+        ok: !suspend.skipped && suspend.invalid == 0 && suspend.error == 0 && resume.error == 0,
     }
 }
 
@@ -283,33 +375,26 @@ pub fn sleep_unless(stop: &AtomicBool, total: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        domain::QueueId,
-        kfd::debugger::{QueueOutcome, QueueResult},
-    };
+    use crate::domain::QueueId;
 
-    fn batch(count: i32, results: &[QueueResult], ns: u64) -> Batch {
-        Batch {
+    /// A tally of `count` handled ids (`invalid`, `error` more), ioctl from `at` for `ns`.
+    fn tally(count: i32, invalid: u32, error: u32, at: u64, ns: u64) -> Tally {
+        Tally {
             count,
-            outcomes: results
-                .iter()
-                .enumerate()
-                .map(|(i, &result)| QueueOutcome {
-                    queue_id: QueueId(i as u32),
-                    invalid: result == QueueResult::Invalid,
-                    error: result == QueueResult::Error,
-                })
-                .collect(),
-            latency_ns: ns,
+            done: count as u32,
+            invalid,
+            error,
             retried: 0,
+            latency_ns: ns,
+            called_ns: at,
+            returned_ns: at + ns,
             skipped: false,
         }
     }
 
     #[test]
-    fn iterations_record_counts_and_verdicts() {
-        use QueueResult::*;
-        let good = record(0, &batch(2, &[Done, Done], 12_500), &batch(2, &[Done, Done], 8_000), 100.2);
+    fn iterations_record_counts_verdicts_and_windows() {
+        let good = record(0, &tally(2, 0, 0, 1_000_000, 12_500), &tally(2, 0, 0, 101_212_500, 8_000), 0);
         assert_eq!(
             good,
             Iteration {
@@ -321,29 +406,34 @@ mod tests {
                 error: 0,
                 retried: 0,
                 resumed: 2,
+                late_suspended: 0,
                 held_ms: 100.2,
-                suspended_at_ns: 0,
-                resumed_at_ns: 0,
+                watchdog: false,
+                suspended_at_ns: 1_012_500,
+                resumed_at_ns: 101_212_500,
+                suspend_called_ns: 1_000_000,
+                resume_returned_ns: 101_220_500,
                 kernel: None,
                 ok: true
             }
         );
         // The real driver without a GPU: both ids come back INVALID and the ioctl returns 0.
-        let no_gpu =
-            record(1, &batch(0, &[Invalid, Invalid], 3_000), &Batch { skipped: true, ..Batch::default() }, 1.0);
-        assert_eq!((no_gpu.suspended, no_gpu.invalid, no_gpu.resume_us, no_gpu.ok), (0, 2, None, false));
-        let skipped = record(2, &Batch { skipped: true, ..Batch::default() }, &Batch::default(), 0.0);
+        let no_gpu = record(1, &tally(0, 2, 0, 0, 3_000), &Tally::default(), 0);
+        assert_eq!((no_gpu.suspended, no_gpu.invalid, no_gpu.ok), (0, 2, false));
+        let skipped = record(2, &Tally { skipped: true, ..Tally::default() }, &Tally::default(), 0);
         assert!(!skipped.ok);
         assert_eq!(skipped.suspend_us, None);
+        // Queues created mid-hold are counted apart and do not spoil the iteration.
+        let late = record(3, &tally(1, 0, 0, 0, 10), &tally(2, 0, 0, 50, 10), 1);
+        assert_eq!((late.suspended, late.late_suspended, late.resumed, late.ok), (1, 1, 2, true));
     }
 
     #[test]
     fn summary_counts_successes() {
-        use QueueResult::*;
         let run = Run {
             iterations: vec![
-                record(0, &batch(1, &[Done], 10_000), &batch(1, &[Done], 5_000), 1.0),
-                record(1, &batch(0, &[Invalid], 30_000), &batch(0, &[], 7_000), 1.0),
+                record(0, &tally(1, 0, 0, 0, 10_000), &tally(1, 0, 0, 20_000, 5_000), 0),
+                record(1, &tally(0, 1, 0, 40_000, 30_000), &tally(0, 0, 0, 80_000, 7_000), 0),
             ],
             notices: vec![],
             stopped: Some(StopReason::Interrupted),
@@ -358,14 +448,14 @@ mod tests {
     }
 
     #[test]
-    fn the_kernel_side_comes_from_the_offline_process_spans() {
+    fn the_kernel_side_is_the_offline_spans_inside_each_iteration_s_ioctl_windows() {
         use crate::model::spans::{Breakdown, Collateral};
-        let span = |kind, pid, fence_ns, collateral: Vec<(u32, u32)>| Span {
+        let span = |kind, pid, start_ns: u64, fence_ns, collateral: Vec<(u32, u32)>| Span {
             kind,
             target_pid: Some(HostPid(pid)),
             gpu_id: None,
-            start_ns: 1_000,
-            end_ns: 9_000,
+            start_ns,
+            end_ns: start_ns + 8_000,
             duration_ns: 8_000,
             trigger: None,
             queues: vec![QueueId(0), QueueId(1)],
@@ -387,21 +477,28 @@ mod tests {
             phases: vec![],
             open: false,
         };
+        // Two iterations: suspend [0, 10 µs], resume [20, 30]; suspend [100, 110], resume [120, 130].
+        let first = record(0, &tally(2, 0, 0, 0, 10_000), &tally(2, 0, 0, 20_000, 10_000), 0);
+        let second = record(1, &tally(2, 0, 0, 100_000, 10_000), &tally(2, 0, 0, 120_000, 10_000), 0);
         let spans = vec![
-            span(SpanKind::Suspend, 99, 1, vec![]), // another target's
-            span(SpanKind::Suspend, 7, 5_000, vec![(8, 0), (8, 1), (9, 0)]),
-            span(SpanKind::Resume, 7, 4_000, vec![(8, 0)]),
+            span(SpanKind::Suspend, 99, 1_000, 1, vec![]), // another target's
+            span(SpanKind::Suspend, 7, 1_000, 5_000, vec![(8, 0), (8, 1), (9, 0)]),
+            span(SpanKind::Resume, 7, 21_000, 4_000, vec![(8, 0)]),
+            span(SpanKind::Suspend, 7, 101_000, 7_000, vec![]),
+            // The second iteration's resume span is missing (a lost record): nothing else may
+            // stand in for it.
         ];
-        let k = KernelSide::from_spans(&spans, HostPid(7), Some(HostPid(8))).unwrap();
+        let k = KernelSide::of_iteration(&spans, &first, HostPid(7), Some(HostPid(8))).unwrap();
         let s = k.suspend.unwrap();
         assert_eq!((s.duration_us, s.unmap_us, s.fence_wait_us, s.remap_us), (8.0, 6.0, 5.0, 1.5));
         assert_eq!((s.collateral_queues, s.collateral_pids, s.online_queues), (3, vec![HostPid(8), HostPid(9)], 2));
         assert_eq!(k.resume.unwrap().online_queues, 1);
-        assert_eq!(KernelSide::from_spans(&spans, HostPid(5), None), None);
+        let k2 = KernelSide::of_iteration(&spans, &second, HostPid(7), Some(HostPid(8))).unwrap();
+        assert_eq!((k2.suspend.unwrap().fence_wait_us, k2.resume), (7.0, None));
+        assert_eq!(KernelSide::of_iteration(&spans, &first, HostPid(5), None), None);
 
-        let mut it =
-            record(0, &batch(2, &[QueueResult::Done; 2], 9_000), &batch(2, &[QueueResult::Done; 2], 9_000), 1.0);
-        it.kernel = KernelSide::from_spans(&spans, HostPid(7), Some(HostPid(8)));
+        let mut it = first.clone();
+        it.kernel = KernelSide::of_iteration(&spans, &first, HostPid(7), Some(HostPid(8)));
         let run = Run { iterations: vec![it], notices: vec![], stopped: None };
         let s = run.summary(1);
         assert_eq!(s.fence_wait_us.unwrap().p50, 5.0);

@@ -12,14 +12,16 @@ use anyhow::{Context, Result, bail};
 use gpreempt::{
     domain::HostPid,
     kfd::{
-        Debugger, KfdVersion,
+        KfdVersion,
         debugger::{Options, Selection},
+        session::Session,
         target::Target,
         uapi::runtime_state,
     },
     model::{Model, spans::Span},
-    preempt::{self, Iteration, KernelSide, Plan, RunSummary, StopReason},
+    preempt::{self, Iteration, KernelSide, Plan, RunSummary, StopReason, monotonic_ns},
     roots::Roots,
+    signal_pipe::SignalPipe,
     stats::{self, Summary},
     trace::{
         filter::Filter,
@@ -41,6 +43,8 @@ struct KernelTracer {
     /// No sinks: the spans reach `observe` through the channel subscriber.
     pipeline: Pipeline,
     observed: std::sync::mpsc::Receiver<Observed>,
+    /// The offline process's closed spans so far, matched to iterations by time at the end.
+    spans: Vec<Span>,
     offline: HostPid,
     online: Option<HostPid>,
 }
@@ -61,25 +65,30 @@ impl KernelTracer {
             stream,
             pipeline,
             observed,
+            spans: Vec::new(),
             offline: HostPid(offline),
             online: online.map(HostPid),
         })
     }
 
-    /// The kretprobes of this iteration's calls fired before the ioctls returned, so their
-    /// records are already in the ring buffer.
-    fn observe(&mut self, it: &mut Iteration) {
+    /// Move what the probes recorded so far out of the ring buffer (reading its memory, no
+    /// system call) and keep the offline process's spans.
+    fn collect(&mut self) {
         let pipeline = &mut self.pipeline;
         self.stream.drain(|event| pipeline.deliver(&event));
-        let closed: Vec<Span> = self
-            .observed
-            .try_iter()
-            .filter_map(|o| match o {
-                Observed::Span(s) => Some(s),
-                _ => None,
-            })
-            .collect();
-        it.kernel = KernelSide::from_spans(&closed, self.offline, self.online);
+        let offline = self.offline;
+        self.spans.extend(self.observed.try_iter().filter_map(|o| match o {
+            Observed::Span(s) if s.target_pid == Some(offline) => Some(s),
+            _ => None,
+        }));
+    }
+
+    /// Each iteration's kernel side: the spans inside its ioctl windows.
+    fn annotate(&mut self, iterations: &mut [Iteration]) {
+        self.collect();
+        for it in iterations {
+            it.kernel = KernelSide::of_iteration(&self.spans, it, self.offline, self.online);
+        }
     }
 
     /// What the in-process tracer could not deliver: a lost record is a breakdown that is missing,
@@ -94,13 +103,17 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
     if let Some(online) = args.online {
         Target::inspect(&Roots::default(), online).context("--online")?;
     }
+    // Ctrl-C also wakes the session's ppoll (the flag alone would wait for its next look).
+    let stop_pipe = SignalPipe::new(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+        .map_err(|e| anyhow::anyhow!("cannot watch for Ctrl-C: {e}"))?;
     let options = Options { max_suspend: Some(Duration::from_millis(args.max_suspend_ms)), ..Options::default() };
-    let debugger = Debugger::attach(args.offline, options)?;
+    // This thread seizes the target and runs the whole plan (docs/kfd.md §2.1).
+    let mut session = Session::attach(HostPid(args.offline), &options)?;
     // After the session is up, so bad targets and old kernels are refused at once.
     let mut tracer = if args.no_trace {
         None
     } else {
-        match KernelTracer::start(args.offline, args.online, debugger.attached().kfd_version) {
+        match KernelTracer::start(args.offline, args.online, session.attached().kfd_version) {
             Ok(t) => Some(t),
             Err(e) => {
                 eprintln!(
@@ -110,7 +123,7 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
             }
         }
     };
-    let target = debugger.attached().clone();
+    let target = session.attached().clone();
     eprintln!(
         "gpreempt: attached to pid {} ({}), KFD {}, runtime {}",
         target.pid,
@@ -129,23 +142,27 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
         },
     };
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
-    let run = preempt::run(
-        &debugger,
-        &plan,
-        stop,
-        |it| {
-            if let Some(t) = tracer.as_mut() {
-                t.observe(it);
-            }
-        },
-        |it| {
-            if show_progress {
-                progress_line(it, plan.iterations);
-            }
-        },
-    );
+    // Side work between cycles is throttled: the tracer's ring buffer every 10 ms, the progress
+    // line every 100 ms (and always for the last iteration).
+    let (mut drained_ns, mut shown_ns) = (0u64, 0u64);
+    let mut run = preempt::run(&mut session, &plan, stop, &[stop_pipe.fd()], |it| {
+        let now = it.resume_returned_ns;
+        if let Some(t) = tracer.as_mut()
+            && now >= drained_ns + 10_000_000
+        {
+            t.collect();
+            drained_ns = now;
+        }
+        if show_progress && (now >= shown_ns + 100_000_000 || it.index + 1 == plan.iterations) {
+            progress_line(it, plan.iterations);
+            shown_ns = monotonic_ns();
+        }
+    });
     // Resume whatever is suspended, DISABLE, detach — before reporting anything.
-    let detached = debugger.detach();
+    let detached = session.detach();
+    if let Some(t) = tracer.as_mut() {
+        t.annotate(&mut run.iterations);
+    }
     if show_progress {
         eprintln!();
     }

@@ -1,15 +1,9 @@
-//! A KFD debug-trap session on one target process, owned by one dedicated OS thread.
-//!
-//! KFD checks that the *calling thread* is the ptrace parent of the target's leader (docs/kfd.md §2.1),
-//! so the thread that seizes the target issues every `AMDKFD_IOC_DBG_TRAP`. Between requests it
-//! services the session: re-injects the target's signals, acknowledges `EC_PROCESS_RUNTIME` so the
-//! target never blocks in ROCr start-up or shutdown (§2.6), notes new queues (`EC_QUEUE_NEW`), and
-//! resumes a suspension that outlives `max_suspend` (watchdog). Every exit path — `detach`, drop,
-//! a panic in either thread — resumes what is suspended, disables debugging and detaches; if the
-//! whole controller dies (kill -9) the kernel does the same (debugger mm teardown, §2.7).
+//! The debug session's vocabulary (options, errors, batches, notices) and [`Debugger`], a
+//! [`Session`] run on a thread of its own for callers that cannot keep the session on their
+//! thread. The session itself — everything that touches the target — is `kfd::session`.
 
 use std::{
-    os::fd::{AsFd, AsRawFd, OwnedFd},
+    os::fd::{AsFd, OwnedFd},
     path::PathBuf,
     sync::mpsc::{self, Receiver, Sender, TryRecvError},
     thread::{self, JoinHandle},
@@ -20,31 +14,21 @@ use nix::{
     errno::Errno,
     fcntl::OFlag,
     poll::{PollFd, PollFlags, PollTimeout, poll},
-    unistd::{pipe2, read, write},
+    unistd::{pipe2, write},
 };
 use serde::Serialize;
 
-use crate::domain::QueueId;
-
 use super::{
-    Device, KfdVersion,
+    KfdVersion,
     device::DeviceError,
-    target::{self, Target, TargetError},
-    tracee::{Tracee, TraceeState},
-    uapi::{DbgTrapArgs, QueueSnapshotEntry, RuntimeInfo, dbg_trap_op, exception, runtime_state},
+    session::Session,
+    target::{self, TargetError},
+    uapi::QueueSnapshotEntry,
 };
-
-/// `KFD_EC_MASK(EC_QUEUE_NEW)`: set on every new queue; suspend refuses such queues until a
-/// snapshot clears it (docs/kfd.md §2.4).
-const QUEUE_NEW: u64 = exception::ec_mask(exception::EC_QUEUE_NEW);
-/// `KFD_EC_MASK(EC_PROCESS_RUNTIME)`: the target's runtime was enabled or disabled.
-const PROCESS_RUNTIME: u64 = exception::ec_mask(exception::EC_PROCESS_RUNTIME);
-/// What the session subscribes to in ENABLE's `exception_mask`.
-const SUBSCRIBED: u64 = QUEUE_NEW | PROCESS_RUNTIME;
-/// How often the session thread looks at the tracee and the watchdog when nothing else wakes it.
-const SERVICE_PERIOD: Duration = Duration::from_millis(20);
-/// `KFD_MAX_NUM_OF_QUEUES_PER_PROCESS`: bounds snapshot buffers.
-const MAX_QUEUES_PER_PROCESS: u32 = 1024;
+use crate::{
+    domain::{HostPid, QueueId},
+    signal_pipe,
+};
 
 /// `grace_period` value KFD treats as "leave CP_IQ_WAIT_TIME2 as it is" (`USE_DEFAULT_GRACE_PERIOD`,
 /// kfd_device_queue_manager.h, 6.5–6.12).
@@ -117,6 +101,10 @@ pub enum DebugError {
     Pipe(Errno),
     #[error("the debug session thread is gone (it panicked?)")]
     SessionGone,
+    #[error("injected fault ({0}) from GPREEMPT_TEST_FAULT")]
+    Injected(&'static str),
+    #[error("cannot wait on {0} file descriptors at once (at most 64: 3 per session plus the caller's)")]
+    TooManyFds(usize),
 }
 
 /// What attaching found out.
@@ -194,10 +182,25 @@ pub enum Notice {
     },
     /// The target created queues (EC_QUEUE_NEW); the next `All` suspend re-snapshots.
     QueuesAppeared,
+    /// Queues created during a hold of every queue were snapshotted and suspended too.
+    QueuesSuspendedMidHold {
+        count: u32,
+    },
     /// The watchdog resumed queues held longer than `max_suspend`.
     WatchdogResumed {
         held_ms: u64,
         resumed: Batch,
+    },
+    /// The watchdog's RESUME failed; it tries again after `retry_in_ms` (doubling, at most 1 s).
+    WatchdogResumeFailed {
+        held_ms: u64,
+        error: String,
+        retry_in_ms: u64,
+    },
+    /// A step the session took on its own failed.
+    Failed {
+        op: &'static str,
+        error: String,
     },
 }
 
@@ -219,7 +222,8 @@ enum Request {
     Detach { reply: Sender<Detached> },
 }
 
-/// Handle to a debug session; dropping it ends the session cleanly.
+/// A [`Session`] on a thread of its own, for callers that need a handle they can keep on
+/// another thread (each call is a round trip to that thread). Dropping it ends the session.
 pub struct Debugger {
     requests: Sender<Request>,
     notices: Receiver<Notice>,
@@ -231,18 +235,16 @@ pub struct Debugger {
 impl Debugger {
     /// Check the target, seize it and enable the debug trap, all on a new session thread.
     pub fn attach(pid: u32, options: Options) -> Result<Self, DebugError> {
-        let target = Target::inspect(&options.roots, pid)?;
-        target.check_debuggable(&options.roots)?;
         let (wake_read, wake_write) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(DebugError::Pipe)?;
         let (requests, request_rx) = mpsc::channel();
         let (notice_tx, notices) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = thread::Builder::new()
             .name(format!("kfd-debug-{pid}"))
-            .spawn(move || match Session::start(target, options, notice_tx) {
-                Ok((mut session, attached)) => {
-                    if ready_tx.send(Ok(attached)).is_ok() {
-                        session.run(&request_rx, wake_read);
+            .spawn(move || match Session::attach(HostPid(pid), &options) {
+                Ok(session) => {
+                    if ready_tx.send(Ok(session.attached().clone())).is_ok() {
+                        serve(session, &request_rx, &notice_tx, wake_read);
                     }
                 }
                 Err(e) => {
@@ -324,399 +326,44 @@ impl Drop for Debugger {
     }
 }
 
-/// The session thread's state.
-struct Session {
-    pid: u32,
-    kfd: Device,
-    tracee: Tracee,
-    dbg_read: OwnedFd,
-    /// KFD holds its own reference to the write end (fget at ENABLE); ours only keeps the pipe
-    /// alive for the session.
-    _dbg_write: OwnedFd,
-    enabled: bool,
-    runtime_state: u32,
-    /// The runtime was enabled at some point of the session (so DISABLED now means shut down).
-    runtime_was_enabled: bool,
-    /// Queue ids of the latest snapshot.
-    known: Vec<u32>,
-    queues_dirty: bool,
-    suspended: Vec<u32>,
-    suspended_at: Option<Instant>,
-    max_suspend: Option<Duration>,
-    notices: Sender<Notice>,
-}
-
-impl Session {
-    fn start(target: Target, options: Options, notices: Sender<Notice>) -> Result<(Self, Attached), DebugError> {
-        let kfd = Device::open_path(&options.device)?;
-        let version = kfd.version()?;
-        if !version.has_debug_trap() {
-            return Err(DebugError::NoDebugTrap(version));
+/// The session thread: wait (servicing the target) until a request is signalled, answer it.
+fn serve(mut session: Session, requests: &Receiver<Request>, notices: &Sender<Notice>, wake: OwnedFd) {
+    loop {
+        if session.wait(Instant::now() + Duration::from_secs(1), &[wake.as_fd()]).is_err() {
+            // The target is gone: only requests can wake us now.
+            let mut fds = [PollFd::new(wake.as_fd(), PollFlags::POLLIN)];
+            let _ = poll(&mut fds, PollTimeout::from(1000u16));
         }
-        let pid = target.pid;
-        let tracee = Tracee::seize(pid).map_err(|errno| match errno {
-            Errno::EPERM => {
-                DebugError::PtraceDenied { pid, reason: target::explain_ptrace_denied(&options.roots, &target) }
-            }
-            Errno::ESRCH => DebugError::Target(TargetError::NoSuchProcess(pid)),
-            errno => DebugError::Ptrace { pid, errno },
-        })?;
-        // ROCdbgapi's choice: a non-blocking pipe; KFD writes one '.' per raised exception (§2.2).
-        let (dbg_read, dbg_write) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(DebugError::Pipe)?;
-        let mut info = RuntimeInfo::default();
-        let mut args = DbgTrapArgs::enable(
-            pid,
-            SUBSCRIBED,
-            &raw mut info as u64,
-            size_of::<RuntimeInfo>() as u32,
-            dbg_write.as_raw_fd() as u32,
-        );
-        // On error `tracee` drops here and detaches.
-        kfd.dbg_trap(&mut args).map_err(|errno| match errno {
-            Errno::EALREADY => DebugError::AlreadyDebugged { pid },
-            Errno::EBUSY => DebugError::Busy { pid },
-            Errno::EINVAL => DebugError::NoHws,
-            Errno::ESRCH => DebugError::Target(TargetError::NoSuchProcess(pid)),
-            Errno::EPERM => DebugError::NotPtraceParent { pid },
-            errno => DebugError::Ioctl { op: "ENABLE", pid, errno },
-        })?;
-        let attached = Attached {
-            pid,
-            comm: target.comm.clone(),
-            kfd_version: version,
-            runtime_state: info.runtime_state,
-            r_debug: info.r_debug,
-        };
-        let session = Self {
-            pid,
-            kfd,
-            tracee,
-            dbg_read,
-            _dbg_write: dbg_write,
-            enabled: true,
-            runtime_state: info.runtime_state,
-            runtime_was_enabled: info.runtime_state == runtime_state::ENABLED,
-            known: Vec::new(),
-            queues_dirty: true,
-            suspended: Vec::new(),
-            suspended_at: None,
-            max_suspend: options.max_suspend,
-            notices,
-        };
-        Ok((session, attached))
-    }
-
-    fn run(&mut self, requests: &Receiver<Request>, wake: OwnedFd) {
+        signal_pipe::drain(&wake);
+        for n in session.notices() {
+            let _ = notices.send(n);
+        }
         loop {
-            let timeout = self.next_timeout();
-            let mut fds =
-                [PollFd::new(wake.as_fd(), PollFlags::POLLIN), PollFd::new(self.dbg_read.as_fd(), PollFlags::POLLIN)];
-            let _ = poll(&mut fds, PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX));
-            drain(&wake);
-            if fds[1].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
-                drain(&self.dbg_read);
-                self.service_events();
-            }
-            self.service_tracee();
-            self.watchdog();
-            loop {
-                match requests.try_recv() {
-                    Ok(Request::Detach { reply }) => {
-                        let _ = reply.send(self.cleanup());
-                        return;
+            match requests.try_recv() {
+                Ok(Request::Snapshot { clear_new, reply }) => {
+                    let _ = reply.send(session.snapshot(clear_new).map(<[QueueSnapshotEntry]>::to_vec));
+                }
+                Ok(Request::Suspend { selection, grace_period, reply }) => {
+                    let _ = reply.send(session.suspend(&selection, grace_period));
+                }
+                Ok(Request::Resume { reply }) => {
+                    let _ = reply.send(session.resume());
+                }
+                Ok(Request::Detach { reply }) => {
+                    for n in session.notices() {
+                        let _ = notices.send(n);
                     }
-                    Ok(request) => self.handle(request),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        self.cleanup();
-                        return;
-                    }
+                    let _ = reply.send(session.detach());
+                    return;
                 }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return,
             }
         }
-    }
-
-    fn next_timeout(&self) -> Duration {
-        match (self.suspended_at, self.max_suspend) {
-            (Some(at), Some(max)) => max.saturating_sub(at.elapsed()).min(SERVICE_PERIOD),
-            _ => SERVICE_PERIOD,
+        for n in session.notices() {
+            let _ = notices.send(n);
         }
     }
-
-    fn handle(&mut self, request: Request) {
-        match request {
-            Request::Snapshot { clear_new, reply } => {
-                let r = self.snapshot(if clear_new { QUEUE_NEW } else { 0 });
-                let _ = reply.send(self.with_exit_status(r));
-            }
-            Request::Suspend { selection, grace_period, reply } => {
-                let r = self.suspend(selection, grace_period);
-                let _ = reply.send(self.with_exit_status(r));
-            }
-            Request::Resume { reply } => {
-                let r = self.resume();
-                let _ = reply.send(self.with_exit_status(r));
-            }
-            Request::Detach { .. } => unreachable!("handled by run"),
-        }
-    }
-
-    /// An ioctl's ESRCH only says the target is gone; waitpid has its exit status.
-    fn with_exit_status<T>(&mut self, result: Result<T, DebugError>) -> Result<T, DebugError> {
-        match result {
-            Err(DebugError::TargetExited { pid, code: -1 }) => {
-                self.service_tracee();
-                Err(DebugError::TargetExited { pid, code: self.tracee.is_gone().unwrap_or(-1) })
-            }
-            other => other,
-        }
-    }
-
-    fn check_alive(&mut self) -> Result<(), DebugError> {
-        match self.tracee.is_gone() {
-            Some(code) => Err(DebugError::TargetExited { pid: self.pid, code }),
-            None => Ok(()),
-        }
-    }
-
-    fn ioctl(&self, op: &'static str, args: &mut DbgTrapArgs) -> Result<i32, DebugError> {
-        self.kfd.dbg_trap(args).map_err(|errno| match errno {
-            Errno::ESRCH => DebugError::TargetExited { pid: self.pid, code: -1 },
-            // §2.1 step 6: SUSPEND/RESUME need runtime_state == ENABLED, else EPERM; the other
-            // EPERM is the ptrace-parent check.
-            Errno::EPERM if self.runtime_state != runtime_state::ENABLED => {
-                DebugError::RuntimeNotEnabled { pid: self.pid }
-            }
-            Errno::EPERM => DebugError::NotPtraceParent { pid: self.pid },
-            errno => DebugError::Ioctl { op, pid: self.pid, errno },
-        })
-    }
-
-    /// GET_QUEUE_SNAPSHOT, growing the buffer until every queue fits (the kernel reports the
-    /// real count and clears `clear_mask` only on the entries it copied, §2.5).
-    fn snapshot(&mut self, clear_mask: u64) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
-        self.check_alive()?;
-        let mut capacity = self.known.len() as u32 + 16;
-        loop {
-            let mut buf = vec![QueueSnapshotEntry::default(); capacity as usize];
-            let mut args = DbgTrapArgs::queue_snapshot(
-                self.pid,
-                clear_mask,
-                buf.as_mut_ptr() as u64,
-                capacity,
-                size_of::<QueueSnapshotEntry>() as u32,
-            );
-            self.ioctl("GET_QUEUE_SNAPSHOT", &mut args)?;
-            let actual = args.num_queues();
-            if actual <= capacity || capacity >= MAX_QUEUES_PER_PROCESS {
-                buf.truncate(actual.min(capacity) as usize);
-                if clear_mask & QUEUE_NEW != 0 {
-                    self.known = buf.iter().map(|e| e.queue_id).collect();
-                    self.queues_dirty = false;
-                }
-                return Ok(buf);
-            }
-            capacity = actual.min(MAX_QUEUES_PER_PROCESS);
-        }
-    }
-
-    fn suspend(&mut self, selection: Selection, grace_period: u32) -> Result<Batch, DebugError> {
-        self.check_alive()?;
-        if self.runtime_was_enabled && self.runtime_state == runtime_state::DISABLED {
-            return Err(self.runtime_shut_down());
-        }
-        let ids = match selection {
-            Selection::All => {
-                if self.queues_dirty || self.known.is_empty() {
-                    self.snapshot(QUEUE_NEW)?;
-                }
-                self.known.clone()
-            }
-            Selection::Ids(ids) => ids,
-        };
-        if ids.is_empty() {
-            return Ok(Batch { skipped: true, ..Batch::default() });
-        }
-        let (mut count, mut outcomes, mut latency) = self.suspend_ids(&ids, grace_period)?;
-        // A queue created since the last snapshot still has EC_QUEUE_NEW: clear it and retry once.
-        let invalid: Vec<u32> =
-            outcomes.iter().filter(|o| o.result() == QueueResult::Invalid).map(|o| o.queue_id.0).collect();
-        let mut retried = 0;
-        if !invalid.is_empty() {
-            self.snapshot(QUEUE_NEW)?;
-            let again: Vec<u32> = invalid.into_iter().filter(|id| self.known.contains(id)).collect();
-            if !again.is_empty() {
-                retried = again.len() as u32;
-                let (c, retry_outcomes, l) = self.suspend_ids(&again, grace_period)?;
-                count += c;
-                latency += l;
-                for o in retry_outcomes {
-                    if let Some(slot) = outcomes.iter_mut().find(|x| x.queue_id == o.queue_id) {
-                        *slot = o;
-                    }
-                }
-            }
-        }
-        for o in outcomes.iter().filter(|o| o.handled()) {
-            if !self.suspended.contains(&o.queue_id.0) {
-                self.suspended.push(o.queue_id.0);
-            }
-        }
-        if !self.suspended.is_empty() && self.suspended_at.is_none() {
-            self.suspended_at = Some(Instant::now());
-        }
-        Ok(Batch { count, outcomes, latency_ns: latency.as_nanos() as u64, retried, skipped: false })
-    }
-
-    /// ROCr disables the runtime on its way out; give the process a moment to finish exiting so
-    /// the caller learns the real reason (its exit) rather than the intermediate state.
-    fn runtime_shut_down(&mut self) -> DebugError {
-        let deadline = Instant::now() + Duration::from_millis(500);
-        while Instant::now() < deadline {
-            self.service_tracee();
-            if let Some(code) = self.tracee.is_gone() {
-                return DebugError::TargetExited { pid: self.pid, code };
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-        DebugError::RuntimeDisabled { pid: self.pid }
-    }
-
-    fn suspend_ids(&self, ids: &[u32], grace_period: u32) -> Result<(i32, Vec<QueueOutcome>, Duration), DebugError> {
-        let mut array = ids.to_vec();
-        let mut args =
-            DbgTrapArgs::suspend_queues(self.pid, 0, array.as_mut_ptr() as u64, array.len() as u32, grace_period);
-        let start = Instant::now();
-        let count = self.ioctl("SUSPEND_QUEUES", &mut args)?;
-        let latency = start.elapsed();
-        Ok((count, decode_outcomes(&array), latency))
-    }
-
-    fn resume(&mut self) -> Result<Batch, DebugError> {
-        self.check_alive()?;
-        if self.suspended.is_empty() {
-            return Ok(Batch { skipped: true, ..Batch::default() });
-        }
-        let mut array = self.suspended.clone();
-        let mut args = DbgTrapArgs::resume_queues(self.pid, array.as_mut_ptr() as u64, array.len() as u32);
-        let start = Instant::now();
-        let count = self.ioctl("RESUME_QUEUES", &mut args)?;
-        let latency = start.elapsed();
-        // Whatever the verdict, nothing we suspended is left suspended: INVALID now means the
-        // queue is gone (destroyed or its process exited).
-        self.suspended.clear();
-        self.suspended_at = None;
-        Ok(Batch {
-            count,
-            outcomes: decode_outcomes(&array),
-            latency_ns: latency.as_nanos() as u64,
-            retried: 0,
-            skipped: false,
-        })
-    }
-
-    /// Debug events: QUERY_DEBUG_EVENT until EAGAIN (docs/kfd.md §2.8). Queue events are cleared by
-    /// the query itself; EC_PROCESS_RUNTIME is cleared by QUERY_EXCEPTION_INFO and acknowledged
-    /// with SEND_RUNTIME_EVENT, which releases the target blocked in runtime enable/disable.
-    fn service_events(&mut self) {
-        for _ in 0..MAX_QUEUES_PER_PROCESS {
-            let mut args = DbgTrapArgs::query_debug_event(self.pid, QUEUE_NEW);
-            if self.kfd.dbg_trap(&mut args).is_err() {
-                break; // EAGAIN: nothing pending (or the target is gone).
-            }
-            let status = args.exception_mask();
-            if status & QUEUE_NEW != 0 {
-                self.queues_dirty = true;
-                let _ = self.notices.send(Notice::QueuesAppeared);
-            }
-            if status & PROCESS_RUNTIME != 0 {
-                if !self.acknowledge_runtime() {
-                    break;
-                }
-            } else if status & SUBSCRIBED == 0 {
-                break;
-            }
-        }
-    }
-
-    fn acknowledge_runtime(&mut self) -> bool {
-        let mut info = RuntimeInfo::default();
-        let mut query = DbgTrapArgs::query_exception_info(
-            self.pid,
-            &raw mut info as u64,
-            size_of::<RuntimeInfo>() as u32,
-            0,
-            exception::EC_PROCESS_RUNTIME,
-            true,
-        );
-        if self.kfd.dbg_trap(&mut query).is_err() {
-            return false;
-        }
-        self.runtime_state = info.runtime_state;
-        self.runtime_was_enabled |= info.runtime_state == runtime_state::ENABLED;
-        // Runtime disable resumed every queue (§2.6).
-        if info.runtime_state == runtime_state::DISABLED {
-            self.suspended.clear();
-            self.suspended_at = None;
-        }
-        let mut ack = DbgTrapArgs::send_runtime_event(self.pid, PROCESS_RUNTIME, 0, 0);
-        let _ = self.kfd.dbg_trap(&mut ack);
-        let _ = self.notices.send(Notice::RuntimeChanged { runtime_state: info.runtime_state });
-        true
-    }
-
-    fn service_tracee(&mut self) {
-        if self.tracee.is_gone().is_some() {
-            return;
-        }
-        if let TraceeState::Gone(code) = self.tracee.service() {
-            // KFD tears the queues down with the process; nothing is left to resume or disable.
-            self.suspended.clear();
-            self.suspended_at = None;
-            self.enabled = false;
-            let _ = self.notices.send(Notice::TargetExited { code });
-        }
-    }
-
-    fn watchdog(&mut self) {
-        let (Some(at), Some(max)) = (self.suspended_at, self.max_suspend) else { return };
-        let held = at.elapsed();
-        if held < max {
-            return;
-        }
-        let resumed = self.resume().unwrap_or_default();
-        let _ = self.notices.send(Notice::WatchdogResumed { held_ms: held.as_millis() as u64, resumed });
-    }
-
-    /// Resume, DISABLE (which resumes every queue again, §2.3), PTRACE_DETACH. Idempotent.
-    fn cleanup(&mut self) -> Detached {
-        let mut report = Detached { signals_forwarded: self.tracee.forwarded, ..Detached::default() };
-        if self.enabled {
-            self.service_tracee();
-        }
-        if self.enabled {
-            if !self.suspended.is_empty() {
-                report.resumed = self.resume().map(|b| b.done()).unwrap_or(0);
-            }
-            let mut args = DbgTrapArgs::bare(self.pid, dbg_trap_op::DISABLE);
-            report.disabled = self.kfd.dbg_trap(&mut args).is_ok();
-            self.enabled = false;
-        }
-        self.tracee.detach();
-        report
-    }
-}
-
-impl Drop for Session {
-    /// A panic on the session thread still resumes, disables and detaches.
-    fn drop(&mut self) {
-        self.cleanup();
-    }
-}
-
-fn drain(fd: &OwnedFd) {
-    let mut buf = [0u8; 256];
-    while matches!(read(fd, &mut buf), Ok(n) if n > 0) {}
 }
 
 #[cfg(test)]
@@ -733,13 +380,7 @@ mod tests {
     }
 
     #[test]
-    fn masks_are_the_kernel_bits() {
-        assert_eq!(QUEUE_NEW, 1 << 30);
-        assert_eq!(PROCESS_RUNTIME, 0x8000_0000_0000);
-    }
-
-    #[test]
-    fn attaching_to_a_missing_pid_names_it() {
+    fn attaching_to_a_missing_pid_names_it_through_the_thread_too() {
         let err = Debugger::attach(999_999_999, Options::default()).err().unwrap();
         assert_eq!(err.to_string(), "no process with pid 999999999 (see `gpreempt ps` for the KFD processes)");
     }

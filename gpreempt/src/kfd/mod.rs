@@ -2,6 +2,7 @@
 
 pub mod debugfs;
 pub mod debugger;
+pub mod session;
 pub mod device;
 pub mod sysfs;
 pub mod target;

@@ -1,0 +1,884 @@
+//! A KFD debug-trap session on one target process, bound to the thread that created it.
+//!
+//! KFD checks that the *calling thread* is the ptrace parent of the target's leader (docs/kfd.md
+//! §2.1), so everything that touches the target — seize, every `AMDKFD_IOC_DBG_TRAP`, servicing
+//! debug events, forwarding the target's signals, detach — happens on the thread that seized it,
+//! and so does the caller's timing loop: a hold or a gap is one `ppoll` ([`Session::wait`]) over
+//! the debug-event pipe (KFD writes a byte per raised exception, §2.2), a SIGCHLD pipe (the
+//! target's stops and exit), and the caller's fds (Ctrl-C, an eventfd), with the watchdog
+//! deadline as the timeout. A [`Session`] is therefore not `Send`. One thread may hold several
+//! sessions and wait on all of them at once ([`wait_any`]).
+//!
+//! The per-cycle path ([`Session::suspend_tally`], [`Session::resume_tally`]) allocates nothing:
+//! id arrays and snapshot buffers are sized once (`KFD_MAX_NUM_OF_QUEUES_PER_PROCESS`).
+//!
+//! Every exit path — [`Session::detach`], drop, a panic — resumes what is suspended, acknowledges
+//! pending runtime events, disables debugging and detaches; if the whole controller dies
+//! (kill -9) the kernel resumes the queues (debugger mm teardown, §2.7).
+
+use std::{
+    marker::PhantomData,
+    os::fd::{AsRawFd, BorrowedFd, OwnedFd},
+    time::{Duration, Instant},
+};
+
+use nix::{errno::Errno, fcntl::OFlag, unistd::pipe2};
+
+use super::{
+    Device,
+    debugger::{Attached, Batch, DebugError, Detached, Notice, Options, Selection},
+    target::{self, Target, TargetError},
+    tracee::{Tracee, TraceeState},
+    uapi::{DbgTrapArgs, QueueSnapshotEntry, RuntimeInfo, decode_outcomes, dbg_trap_op, exception, runtime_state},
+};
+use crate::{
+    clock::monotonic_ns,
+    domain::HostPid,
+    signal_pipe::{self, SignalPipe},
+};
+
+/// `KFD_EC_MASK(EC_QUEUE_NEW)`: set on every new queue; suspend refuses such queues until a
+/// snapshot clears it (docs/kfd.md §2.4).
+const QUEUE_NEW: u64 = exception::ec_mask(exception::EC_QUEUE_NEW);
+/// `KFD_EC_MASK(EC_PROCESS_RUNTIME)`: the target's runtime was enabled or disabled.
+const PROCESS_RUNTIME: u64 = exception::ec_mask(exception::EC_PROCESS_RUNTIME);
+/// What the session subscribes to in ENABLE's `exception_mask`.
+const SUBSCRIBED: u64 = QUEUE_NEW | PROCESS_RUNTIME;
+/// Backstop: a waitpid(WNOHANG) at least this often, and the longest a `wait` whose deadline has
+/// passed goes without looking at its fds.
+const SERVICE_PERIOD_NS: u64 = 20_000_000;
+/// `KFD_MAX_NUM_OF_QUEUES_PER_PROCESS`: bounds every id array and snapshot buffer.
+pub const MAX_QUEUES_PER_PROCESS: usize = 1024;
+/// The most fds one [`wait_any`] polls (3 per session plus the caller's).
+const MAX_POLL_FDS: usize = 64;
+/// First and longest delay between watchdog RESUME attempts that failed.
+const BACKOFF_FIRST_NS: u64 = 10_000_000;
+const BACKOFF_MAX_NS: u64 = 1_000_000_000;
+/// DISABLE rounds spent releasing a runtime event raised just before DISABLE (see `disable`).
+const RELEASE_ROUNDS: u32 = 8;
+
+/// What ended a [`Session::wait`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// The deadline passed.
+    Deadline,
+    /// The caller's fd `extra[i]` is readable (not read: that is the caller's).
+    Ready(usize),
+    /// A session serviced events (new queues, runtime change): see its notices.
+    Target,
+    /// The watchdog resumed a session's queues (held longer than `max_suspend`).
+    Watchdog,
+}
+
+/// One SUSPEND_QUEUES or RESUME_QUEUES (retry included) without its per-queue verdicts, so the
+/// per-cycle path allocates nothing; the verdicts are in [`Session::outcomes`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// The ioctl's return value(s): queues suspended/resumed.
+    pub count: i32,
+    pub done: u32,
+    pub invalid: u32,
+    pub error: u32,
+    /// Ids retried once after a re-snapshot because they came back INVALID.
+    pub retried: u32,
+    /// Time inside the ioctl(s), ns.
+    pub latency_ns: u64,
+    /// CLOCK_MONOTONIC just before the (first) ioctl and just after the (last) one.
+    pub called_ns: u64,
+    pub returned_ns: u64,
+    /// No ioctl was needed (nothing to suspend or resume).
+    pub skipped: bool,
+}
+
+impl Tally {
+    fn skipped(now_ns: u64) -> Self {
+        Self { skipped: true, called_ns: now_ns, returned_ns: now_ns, ..Self::default() }
+    }
+}
+
+/// Faults injected for the VM tests through `GPREEMPT_TEST_FAULT` (comma separated):
+/// `after-suspend` fails the step that follows a successful SUSPEND_QUEUES (as a failed
+/// re-snapshot would); `resume=N` fails the next N RESUME_QUEUES with EIO before the ioctl.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Faults {
+    after_suspend: bool,
+    resume_failures: u32,
+}
+
+impl Faults {
+    const VAR: &'static str = "GPREEMPT_TEST_FAULT";
+
+    fn parse(spec: &str) -> Self {
+        let mut f = Self::default();
+        for item in spec.split(',').map(str::trim) {
+            match item.split_once('=') {
+                None if item == "after-suspend" => f.after_suspend = true,
+                Some(("resume", n)) => f.resume_failures = n.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        f
+    }
+
+    fn from_env() -> Self {
+        std::env::var(Self::VAR).map(|s| Self::parse(&s)).unwrap_or_default()
+    }
+}
+
+/// The watchdog's retry state after a RESUME it issued failed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Backoff {
+    next_ns: u64,
+    delay_ns: u64,
+}
+
+impl Backoff {
+    /// Exponential, bounded: 10 ms, 20 ms, … 1 s.
+    fn after_failure(self, now_ns: u64) -> Self {
+        let delay_ns = if self.delay_ns == 0 { BACKOFF_FIRST_NS } else { (self.delay_ns * 2).min(BACKOFF_MAX_NS) };
+        Self { next_ns: now_ns + delay_ns, delay_ns }
+    }
+}
+
+/// A debug session; lives and dies on the thread that attached it.
+pub struct Session {
+    pid: u32,
+    kfd: Device,
+    tracee: Tracee,
+    dbg_read: OwnedFd,
+    /// KFD holds its own reference to the write end (fget at ENABLE); ours keeps the pipe alive
+    /// across a re-ENABLE.
+    dbg_write: OwnedFd,
+    /// SIGCHLD: the tracee stopped, continued or exited.
+    chld: SignalPipe,
+    attached: Attached,
+    enabled: bool,
+    runtime_state: u32,
+    /// The runtime was enabled at some point of the session (so DISABLED now means shut down).
+    runtime_was_enabled: bool,
+    /// Queue ids of the latest clearing snapshot.
+    known: Vec<u32>,
+    queues_dirty: bool,
+    /// Ids the kernel confirmed suspended, recorded as soon as each SUSPEND returns.
+    suspended: Vec<u32>,
+    suspended_at_ns: Option<u64>,
+    /// An `All` suspend is being held with this grace period: queues created meanwhile are
+    /// snapshotted and suspended too.
+    holding_all: Option<u32>,
+    /// Queues suspended that way since the last suspend.
+    late_suspended: u32,
+    /// Scratch id arrays (the kernel writes verdict bits into them) and the snapshot buffer.
+    ids: Vec<u32>,
+    retry: Vec<u32>,
+    snap: Vec<QueueSnapshotEntry>,
+    max_suspend_ns: Option<u64>,
+    backoff: Option<Backoff>,
+    /// The watchdog's last successful RESUME, until the caller takes it.
+    watchdog_resume: Option<Tally>,
+    last_service_ns: u64,
+    notices: Vec<Notice>,
+    faults: Faults,
+    /// ptrace links and KFD's parent check are per thread.
+    _thread_bound: PhantomData<*const ()>,
+}
+
+impl Session {
+    /// Check the target, seize it and enable the debug trap, on this thread.
+    pub fn attach(pid: HostPid, options: &Options) -> Result<Self, DebugError> {
+        let pid = pid.0;
+        let target = Target::inspect(&options.roots, pid)?;
+        target.check_debuggable(&options.roots)?;
+        let kfd = Device::open_path(&options.device)?;
+        let version = kfd.version()?;
+        if !version.has_debug_trap() {
+            return Err(DebugError::NoDebugTrap(version));
+        }
+        // Before the seize, so no SIGCHLD of the tracee is missed.
+        let chld = SignalPipe::new(&[libc::SIGCHLD]).map_err(DebugError::Pipe)?;
+        let tracee = Tracee::seize(pid).map_err(|errno| match errno {
+            Errno::EPERM => {
+                DebugError::PtraceDenied { pid, reason: target::explain_ptrace_denied(&options.roots, &target) }
+            }
+            Errno::ESRCH => DebugError::Target(TargetError::NoSuchProcess(pid)),
+            errno => DebugError::Ptrace { pid, errno },
+        })?;
+        // ROCdbgapi's choice: a non-blocking pipe; KFD writes one '.' per raised exception (§2.2).
+        let (dbg_read, dbg_write) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(DebugError::Pipe)?;
+        // On error `tracee` drops here and detaches.
+        let info = enable(&kfd, pid, &dbg_write).map_err(|errno| match errno {
+            Errno::EALREADY => DebugError::AlreadyDebugged { pid },
+            Errno::EBUSY => DebugError::Busy { pid },
+            Errno::EINVAL => DebugError::NoHws,
+            Errno::ESRCH => DebugError::Target(TargetError::NoSuchProcess(pid)),
+            Errno::EPERM => DebugError::NotPtraceParent { pid },
+            errno => DebugError::Ioctl { op: "ENABLE", pid, errno },
+        })?;
+        let attached = Attached {
+            pid,
+            comm: target.comm.clone(),
+            kfd_version: version,
+            runtime_state: info.runtime_state,
+            r_debug: info.r_debug,
+        };
+        Ok(Self {
+            pid,
+            kfd,
+            tracee,
+            dbg_read,
+            dbg_write,
+            chld,
+            attached,
+            enabled: true,
+            runtime_state: info.runtime_state,
+            runtime_was_enabled: info.runtime_state == runtime_state::ENABLED,
+            known: Vec::with_capacity(MAX_QUEUES_PER_PROCESS),
+            queues_dirty: true,
+            suspended: Vec::with_capacity(MAX_QUEUES_PER_PROCESS),
+            suspended_at_ns: None,
+            holding_all: None,
+            late_suspended: 0,
+            ids: Vec::with_capacity(MAX_QUEUES_PER_PROCESS),
+            retry: Vec::with_capacity(MAX_QUEUES_PER_PROCESS),
+            snap: Vec::with_capacity(16),
+            max_suspend_ns: options.max_suspend.map(|d| d.as_nanos() as u64),
+            backoff: None,
+            watchdog_resume: None,
+            last_service_ns: monotonic_ns(),
+            notices: Vec::new(),
+            faults: Faults::from_env(),
+            _thread_bound: PhantomData,
+        })
+    }
+
+    pub fn attached(&self) -> &Attached {
+        &self.attached
+    }
+
+    pub fn pid(&self) -> HostPid {
+        HostPid(self.pid)
+    }
+
+    /// Notices since the last call.
+    pub fn notices(&mut self) -> Vec<Notice> {
+        std::mem::take(&mut self.notices)
+    }
+
+    /// Ids currently suspended by this session.
+    pub fn suspended(&self) -> &[u32] {
+        &self.suspended
+    }
+
+    /// Queues suspended mid-hold (created while an `All` suspend was held) since the last suspend.
+    pub fn late_suspended(&self) -> u32 {
+        self.late_suspended
+    }
+
+    /// The watchdog's RESUME since the last call, if it fired.
+    pub fn take_watchdog_resume(&mut self) -> Option<Tally> {
+        self.watchdog_resume.take()
+    }
+
+    /// GET_QUEUE_SNAPSHOT. `clear_new` clears EC_QUEUE_NEW on the reported queues, which makes
+    /// them suspendable; without it the snapshot changes nothing in the target.
+    pub fn snapshot(&mut self, clear_new: bool) -> Result<&[QueueSnapshotEntry], DebugError> {
+        self.check_alive()?;
+        self.snapshot_into(if clear_new { QUEUE_NEW } else { 0 })?;
+        Ok(&self.snap)
+    }
+
+    /// SUSPEND_QUEUES (snapshot first for `All`, one retry of INVALID ids after a re-snapshot),
+    /// with the per-queue verdicts.
+    pub fn suspend(&mut self, selection: &Selection, grace_period: u32) -> Result<Batch, DebugError> {
+        let t = self.suspend_tally(selection, grace_period)?;
+        Ok(self.batch(t))
+    }
+
+    /// RESUME_QUEUES of every queue this session suspended, with the per-queue verdicts.
+    pub fn resume(&mut self) -> Result<Batch, DebugError> {
+        let t = self.resume_tally()?;
+        Ok(self.batch(t))
+    }
+
+    /// The raw id array of the last suspend or resume (verdict bits included).
+    pub fn outcomes(&self) -> &[u32] {
+        &self.ids
+    }
+
+    fn batch(&self, t: Tally) -> Batch {
+        Batch {
+            count: t.count,
+            outcomes: if t.skipped { Vec::new() } else { decode_outcomes(&self.ids) },
+            latency_ns: t.latency_ns,
+            retried: t.retried,
+            skipped: t.skipped,
+        }
+    }
+
+    /// [`Session::suspend`] without allocating.
+    pub fn suspend_tally(&mut self, selection: &Selection, grace_period: u32) -> Result<Tally, DebugError> {
+        self.check_alive()?;
+        if self.runtime_was_enabled && self.runtime_state == runtime_state::DISABLED {
+            return Err(self.runtime_shut_down());
+        }
+        self.late_suspended = 0;
+        self.ids.clear();
+        match selection {
+            Selection::All => {
+                if self.queues_dirty || self.known.is_empty() {
+                    self.snapshot_into(QUEUE_NEW)?;
+                }
+                self.ids.extend_from_slice(&self.known);
+            }
+            Selection::Ids(ids) => self.ids.extend(ids.iter().take(MAX_QUEUES_PER_PROCESS)),
+        }
+        if self.ids.is_empty() {
+            return Ok(Tally::skipped(monotonic_ns()));
+        }
+        let mut t = self.suspend_array(false, grace_period)?;
+        if *selection == Selection::All {
+            self.holding_all = Some(grace_period);
+        }
+        // Everything below may fail: the ids are already in `self.suspended`.
+        if self.faults.after_suspend {
+            return Err(DebugError::Injected("after-suspend"));
+        }
+        if t.invalid > 0 {
+            // A queue created since the last snapshot still has EC_QUEUE_NEW: clear it and retry once.
+            self.snapshot_into(QUEUE_NEW)?;
+            self.retry.clear();
+            for &raw in &self.ids {
+                let id = raw & super::uapi::queue_status::ID_MASK;
+                if raw & super::uapi::queue_status::INVALID_MASK != 0 && self.known.contains(&id) {
+                    self.retry.push(id);
+                }
+            }
+            if !self.retry.is_empty() {
+                let r = self.suspend_array(true, grace_period)?;
+                t.count += r.count;
+                t.latency_ns += r.latency_ns;
+                t.returned_ns = r.returned_ns;
+                t.retried = self.retry.len() as u32;
+                // Merge the retry's verdicts into the first array.
+                for &raw in &self.retry {
+                    let id = raw & super::uapi::queue_status::ID_MASK;
+                    if let Some(slot) =
+                        self.ids.iter_mut().find(|x| **x & super::uapi::queue_status::ID_MASK == id)
+                    {
+                        *slot = raw;
+                    }
+                }
+                (t.done, t.invalid, t.error) = verdicts(&self.ids);
+            }
+        }
+        Ok(t)
+    }
+
+    /// One SUSPEND_QUEUES of `self.ids` (or `self.retry`); records the handled ids before
+    /// returning, so no later failure can lose them.
+    fn suspend_array(&mut self, retry: bool, grace_period: u32) -> Result<Tally, DebugError> {
+        let array = if retry { &mut self.retry } else { &mut self.ids };
+        let mut args =
+            DbgTrapArgs::suspend_queues(self.pid, 0, array.as_mut_ptr() as u64, array.len() as u32, grace_period);
+        let called_ns = monotonic_ns();
+        let result = self.kfd.dbg_trap(&mut args);
+        let returned_ns = monotonic_ns();
+        let count = result.map_err(|errno| self.ioctl_error("SUSPEND_QUEUES", errno))?;
+        let array = if retry { &self.retry } else { &self.ids };
+        for &raw in array.iter() {
+            if raw & (super::uapi::queue_status::INVALID_MASK | super::uapi::queue_status::ERROR_MASK) == 0
+                && !self.suspended.contains(&raw)
+            {
+                self.suspended.push(raw);
+            }
+        }
+        if !self.suspended.is_empty() && self.suspended_at_ns.is_none() {
+            self.suspended_at_ns = Some(returned_ns);
+        }
+        let (done, invalid, error) = verdicts(array);
+        Ok(Tally {
+            count,
+            done,
+            invalid,
+            error,
+            retried: 0,
+            latency_ns: returned_ns - called_ns,
+            called_ns,
+            returned_ns,
+            skipped: false,
+        })
+    }
+
+    /// [`Session::resume`] without allocating.
+    pub fn resume_tally(&mut self) -> Result<Tally, DebugError> {
+        self.check_alive()?;
+        if self.suspended.is_empty() {
+            self.holding_all = None;
+            return Ok(Tally::skipped(monotonic_ns()));
+        }
+        self.ids.clear();
+        self.ids.extend_from_slice(&self.suspended);
+        let mut args = DbgTrapArgs::resume_queues(self.pid, self.ids.as_mut_ptr() as u64, self.ids.len() as u32);
+        let called_ns = monotonic_ns();
+        let result = if self.faults.resume_failures > 0 {
+            self.faults.resume_failures -= 1;
+            Err(Errno::EIO)
+        } else {
+            self.kfd.dbg_trap(&mut args)
+        };
+        let returned_ns = monotonic_ns();
+        let count = result.map_err(|errno| self.ioctl_error("RESUME_QUEUES", errno))?;
+        // Whatever the verdict, nothing we suspended is left suspended: INVALID now means the
+        // queue is gone (destroyed or its process exited).
+        self.forget_suspended();
+        let (done, invalid, error) = verdicts(&self.ids);
+        Ok(Tally {
+            count,
+            done,
+            invalid,
+            error,
+            retried: 0,
+            latency_ns: returned_ns - called_ns,
+            called_ns,
+            returned_ns,
+            skipped: false,
+        })
+    }
+
+    fn forget_suspended(&mut self) {
+        self.suspended.clear();
+        self.suspended_at_ns = None;
+        self.holding_all = None;
+        self.backoff = None;
+    }
+
+    /// Wait until `deadline`, a readable fd of `extra`, a debug event or the watchdog, servicing
+    /// the session meanwhile (one `ppoll`).
+    pub fn wait(&mut self, deadline: Instant, extra: &[BorrowedFd<'_>]) -> Result<Wake, DebugError> {
+        wait_any(std::slice::from_mut(self), deadline, extra)
+    }
+
+    /// The allocation-free form of [`Session::wait`] for a timing loop that already read the
+    /// clock: `deadline_ns` and `now_ns` are CLOCK_MONOTONIC. A deadline already passed costs no
+    /// system call unless the session is due for its periodic look ([`SERVICE_PERIOD_NS`]).
+    pub fn wait_ns(&mut self, deadline_ns: u64, now_ns: u64, extra: &[BorrowedFd<'_>]) -> Result<Wake, DebugError> {
+        wait_ns(std::slice::from_mut(self), deadline_ns, now_ns, extra)
+    }
+
+    fn check_alive(&self) -> Result<(), DebugError> {
+        match self.tracee.is_gone() {
+            Some(code) => Err(DebugError::TargetExited { pid: self.pid, code }),
+            None => Ok(()),
+        }
+    }
+
+    fn ioctl_error(&self, op: &'static str, errno: Errno) -> DebugError {
+        match errno {
+            Errno::ESRCH => DebugError::TargetExited { pid: self.pid, code: self.tracee.is_gone().unwrap_or(-1) },
+            // §2.1 step 6: SUSPEND/RESUME need runtime_state == ENABLED, else EPERM; the other
+            // EPERM is the ptrace-parent check.
+            Errno::EPERM if self.runtime_state != runtime_state::ENABLED => {
+                DebugError::RuntimeNotEnabled { pid: self.pid }
+            }
+            Errno::EPERM => DebugError::NotPtraceParent { pid: self.pid },
+            errno => DebugError::Ioctl { op, pid: self.pid, errno },
+        }
+    }
+
+    /// GET_QUEUE_SNAPSHOT into `self.snap`, growing it until every queue fits (the kernel
+    /// reports the real count and clears `clear_mask` only on the entries it copied, §2.5).
+    fn snapshot_into(&mut self, clear_mask: u64) -> Result<(), DebugError> {
+        let mut capacity = self.snap.capacity().max(self.known.len() + 16).min(MAX_QUEUES_PER_PROCESS);
+        loop {
+            self.snap.clear();
+            self.snap.resize(capacity, QueueSnapshotEntry::default());
+            let mut args = DbgTrapArgs::queue_snapshot(
+                self.pid,
+                clear_mask,
+                self.snap.as_mut_ptr() as u64,
+                capacity as u32,
+                size_of::<QueueSnapshotEntry>() as u32,
+            );
+            self.kfd.dbg_trap(&mut args).map_err(|e| self.ioctl_error("GET_QUEUE_SNAPSHOT", e))?;
+            let actual = args.num_queues() as usize;
+            if actual <= capacity || capacity >= MAX_QUEUES_PER_PROCESS {
+                self.snap.truncate(actual.min(capacity));
+                if clear_mask & QUEUE_NEW != 0 {
+                    self.known.clear();
+                    self.known.extend(self.snap.iter().map(|e| e.queue_id));
+                    self.queues_dirty = false;
+                }
+                return Ok(());
+            }
+            capacity = actual.min(MAX_QUEUES_PER_PROCESS);
+        }
+    }
+
+    /// ROCr disables the runtime on its way out; give the process a moment to finish exiting so
+    /// the caller learns the real reason (its exit) rather than the intermediate state.
+    fn runtime_shut_down(&mut self) -> DebugError {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < deadline {
+            self.service_tracee();
+            if let Some(code) = self.tracee.is_gone() {
+                return DebugError::TargetExited { pid: self.pid, code };
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        DebugError::RuntimeDisabled { pid: self.pid }
+    }
+
+    /// Debug events: QUERY_DEBUG_EVENT until EAGAIN (docs/kfd.md §2.8), the event pipe drained
+    /// before each query so a byte left after the last one means a later event. Queue events
+    /// are cleared by the query; EC_PROCESS_RUNTIME is cleared by QUERY_EXCEPTION_INFO and
+    /// acknowledged with SEND_RUNTIME_EVENT, which releases the target blocked in runtime
+    /// enable/disable. Whether anything was found.
+    fn service_events(&mut self) -> bool {
+        let mut any = false;
+        let mut new_queues = false;
+        for _ in 0..MAX_QUEUES_PER_PROCESS {
+            signal_pipe::drain(&self.dbg_read);
+            let mut args = DbgTrapArgs::query_debug_event(self.pid, QUEUE_NEW);
+            if self.kfd.dbg_trap(&mut args).is_err() {
+                break; // EAGAIN: nothing pending (or the target is gone).
+            }
+            let status = args.exception_mask();
+            any = true;
+            if status & QUEUE_NEW != 0 {
+                self.queues_dirty = true;
+                new_queues = true;
+            }
+            if status & PROCESS_RUNTIME != 0 {
+                if !self.acknowledge_runtime() {
+                    break;
+                }
+            } else if status & SUBSCRIBED == 0 {
+                break;
+            }
+        }
+        if new_queues {
+            self.notices.push(Notice::QueuesAppeared);
+            if let Some(grace) = self.holding_all {
+                self.suspend_late(grace);
+            }
+        }
+        any
+    }
+
+    /// Queues created while an `All` suspend is held: snapshot (clears EC_QUEUE_NEW) and suspend
+    /// the new ones within the same hold.
+    fn suspend_late(&mut self, grace_period: u32) {
+        let result = self.snapshot_into(QUEUE_NEW).and_then(|()| {
+            self.ids.clear();
+            for &id in &self.known {
+                if !self.suspended.contains(&id) {
+                    self.ids.push(id);
+                }
+            }
+            if self.ids.is_empty() {
+                return Ok(0);
+            }
+            self.suspend_array(false, grace_period).map(|t| t.done)
+        });
+        match result {
+            Ok(0) => {}
+            Ok(n) => {
+                self.late_suspended += n;
+                self.notices.push(Notice::QueuesSuspendedMidHold { count: n });
+            }
+            Err(e) => self.notices.push(Notice::Failed { op: "suspend new queues", error: e.to_string() }),
+        }
+    }
+
+    fn acknowledge_runtime(&mut self) -> bool {
+        let mut info = RuntimeInfo::default();
+        let mut query = DbgTrapArgs::query_exception_info(
+            self.pid,
+            &raw mut info as u64,
+            size_of::<RuntimeInfo>() as u32,
+            0,
+            exception::EC_PROCESS_RUNTIME,
+            true,
+        );
+        if self.kfd.dbg_trap(&mut query).is_err() {
+            return false;
+        }
+        self.note_runtime(info.runtime_state);
+        self.send_runtime_ack();
+        true
+    }
+
+    fn note_runtime(&mut self, state: u32) {
+        self.runtime_state = state;
+        self.runtime_was_enabled |= state == runtime_state::ENABLED;
+        // Runtime disable resumed every queue (§2.6).
+        if state == runtime_state::DISABLED {
+            self.forget_suspended();
+        }
+        self.notices.push(Notice::RuntimeChanged { runtime_state: state });
+    }
+
+    /// SEND_RUNTIME_EVENT(EC_PROCESS_RUNTIME): `up(&p->runtime_enable_sema)` in
+    /// kfd_dbg_send_exception_to_runtime (6.12 kfd_debug.c), which wakes the target's thread.
+    fn send_runtime_ack(&self) {
+        let mut ack = DbgTrapArgs::send_runtime_event(self.pid, PROCESS_RUNTIME, 0, 0);
+        let _ = self.kfd.dbg_trap(&mut ack);
+    }
+
+    fn service_tracee(&mut self) {
+        if self.tracee.is_gone().is_some() {
+            return;
+        }
+        if let TraceeState::Gone(code) = self.tracee.service() {
+            // KFD tears the queues down with the process; nothing is left to resume or disable.
+            self.forget_suspended();
+            self.enabled = false;
+            self.notices.push(Notice::TargetExited { code });
+        }
+    }
+
+    /// When the watchdog is due (CLOCK_MONOTONIC ns), or `None`.
+    fn watchdog_due_ns(&self) -> Option<u64> {
+        let (at, max) = (self.suspended_at_ns?, self.max_suspend_ns?);
+        Some(self.backoff.map_or(at + max, |b| b.next_ns))
+    }
+
+    /// Resume a hold that outlived `max_suspend`; a failed RESUME is retried with a bounded
+    /// exponential backoff and reported. Whether it resumed.
+    fn watchdog(&mut self, now_ns: u64) -> bool {
+        let (Some(due), Some(at)) = (self.watchdog_due_ns(), self.suspended_at_ns) else { return false };
+        if now_ns < due {
+            return false;
+        }
+        let held_ms = (now_ns - at) / 1_000_000;
+        match self.resume_tally() {
+            Ok(t) => {
+                let resumed = self.batch(t);
+                self.watchdog_resume = Some(t);
+                self.notices.push(Notice::WatchdogResumed { held_ms, resumed });
+                true
+            }
+            Err(e) => {
+                let b = self.backoff.unwrap_or_default().after_failure(now_ns);
+                self.backoff = Some(b);
+                self.notices.push(Notice::WatchdogResumeFailed {
+                    held_ms,
+                    error: e.to_string(),
+                    retry_in_ms: b.delay_ns / 1_000_000,
+                });
+                false
+            }
+        }
+    }
+
+    /// Resume, acknowledge pending runtime events, DISABLE (which resumes every queue again,
+    /// §2.3), PTRACE_DETACH. Idempotent.
+    fn cleanup(&mut self) -> Detached {
+        let mut report = Detached { signals_forwarded: self.tracee.forwarded, ..Detached::default() };
+        if self.enabled {
+            self.service_tracee();
+        }
+        if self.enabled {
+            if !self.suspended.is_empty() {
+                self.faults.resume_failures = 0;
+                report.resumed = self.resume_tally().map(|t| t.done as usize).unwrap_or(0);
+            }
+            report.disabled = self.disable();
+            self.enabled = false;
+        }
+        self.tracee.detach();
+        report
+    }
+
+    /// DISABLE without leaving a target thread asleep in RUNTIME_ENABLE: KFD raises
+    /// EC_PROCESS_RUNTIME and the thread sleeps in `down_interruptible(&p->runtime_enable_sema)`
+    /// until SEND_RUNTIME_EVENT; `kfd_dbg_trap_disable` never ups that semaphore (6.12
+    /// kfd_chardev.c `runtime_enable`/`runtime_disable`, kfd_debug.c). So pending events are
+    /// acknowledged first. An event raised between the last query and DISABLE (both take the
+    /// target's mutex; the raise writes the event pipe under it) leaves a byte in the pipe: then
+    /// re-ENABLE, and if the runtime state moved, acknowledge that transition, and try again.
+    fn disable(&mut self) -> bool {
+        let mut disabled = false;
+        for _ in 0..RELEASE_ROUNDS {
+            self.service_events();
+            let mut args = DbgTrapArgs::bare(self.pid, dbg_trap_op::DISABLE);
+            disabled = self.kfd.dbg_trap(&mut args).is_ok();
+            if !disabled || !signal_pipe::drain(&self.dbg_read) {
+                return disabled;
+            }
+            let Ok(info) = enable(&self.kfd, self.pid, &self.dbg_write) else { return disabled };
+            if info.runtime_state != self.runtime_state {
+                self.note_runtime(info.runtime_state);
+                self.send_runtime_ack();
+            }
+        }
+        let mut args = DbgTrapArgs::bare(self.pid, dbg_trap_op::DISABLE);
+        self.kfd.dbg_trap(&mut args).is_ok() || disabled
+    }
+
+    /// End the session: resume, DISABLE, PTRACE_DETACH.
+    pub fn detach(mut self) -> Detached {
+        self.cleanup()
+    }
+}
+
+impl Drop for Session {
+    /// A panic on the session's thread still resumes, disables and detaches.
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
+/// DBG_TRAP ENABLE with our exception mask and event pipe; the runtime info KFD writes back.
+fn enable(kfd: &Device, pid: u32, dbg_write: &OwnedFd) -> Result<RuntimeInfo, Errno> {
+    let mut info = RuntimeInfo::default();
+    let mut args = DbgTrapArgs::enable(
+        pid,
+        SUBSCRIBED,
+        &raw mut info as u64,
+        size_of::<RuntimeInfo>() as u32,
+        dbg_write.as_raw_fd() as u32,
+    );
+    kfd.dbg_trap(&mut args)?;
+    Ok(info)
+}
+
+/// (done, invalid, error) of an id array the kernel wrote back (docs/kfd.md §2.4).
+fn verdicts(array: &[u32]) -> (u32, u32, u32) {
+    use super::uapi::queue_status::{ERROR_MASK, INVALID_MASK};
+    let (mut done, mut invalid, mut error) = (0, 0, 0);
+    for &raw in array {
+        if raw & ERROR_MASK != 0 {
+            error += 1;
+        } else if raw & INVALID_MASK != 0 {
+            invalid += 1;
+        } else {
+            done += 1;
+        }
+    }
+    (done, invalid, error)
+}
+
+/// [`Session::wait`] over several sessions held by this thread (the scheduler's offline
+/// processes): one `ppoll` over all their fds and `extra`.
+pub fn wait_any(sessions: &mut [Session], deadline: Instant, extra: &[BorrowedFd<'_>]) -> Result<Wake, DebugError> {
+    let now_ns = monotonic_ns();
+    let left = deadline.saturating_duration_since(Instant::now());
+    wait_ns(sessions, now_ns + left.as_nanos() as u64, now_ns, extra)
+}
+
+fn wait_ns(
+    sessions: &mut [Session],
+    deadline_ns: u64,
+    mut now_ns: u64,
+    extra: &[BorrowedFd<'_>],
+) -> Result<Wake, DebugError> {
+    let nfds = 3 * sessions.len() + extra.len();
+    if nfds > MAX_POLL_FDS {
+        return Err(DebugError::TooManyFds(nfds));
+    }
+    loop {
+        let mut woke = None;
+        for s in sessions.iter_mut() {
+            if s.watchdog(now_ns) {
+                woke = Some(Wake::Watchdog);
+            }
+        }
+        if let Some(w) = woke {
+            return Ok(w);
+        }
+        let mut until = deadline_ns;
+        let mut due = false;
+        for s in sessions.iter() {
+            until = until.min(s.watchdog_due_ns().unwrap_or(u64::MAX));
+            due |= now_ns >= s.last_service_ns + SERVICE_PERIOD_NS;
+        }
+        if now_ns >= deadline_ns && !due {
+            return Ok(Wake::Deadline);
+        }
+        let timeout_ns = until.saturating_sub(now_ns).min(SERVICE_PERIOD_NS);
+        let mut fds = [libc::pollfd { fd: -1, events: 0, revents: 0 }; MAX_POLL_FDS];
+        for (i, s) in sessions.iter().enumerate() {
+            fds[3 * i].fd = s.dbg_read.as_raw_fd();
+            fds[3 * i + 1].fd = s.chld.fd().as_raw_fd();
+            fds[3 * i + 2].fd = -1;
+        }
+        for (i, fd) in extra.iter().enumerate() {
+            fds[3 * sessions.len() + i].fd = fd.as_raw_fd();
+        }
+        for p in fds.iter_mut().take(nfds) {
+            p.events = libc::POLLIN;
+        }
+        let ts = libc::timespec {
+            tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: `fds` holds `nfds` initialised pollfds; ts outlives the call; no sigmask.
+        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), nfds as libc::nfds_t, &ts, std::ptr::null()) };
+        now_ns = monotonic_ns();
+        let mut serviced = false;
+        for (i, s) in sessions.iter_mut().enumerate() {
+            let (dbg, chld) = (fds[3 * i].revents != 0, fds[3 * i + 1].revents != 0);
+            if n > 0 && dbg {
+                serviced |= s.service_events();
+            }
+            if (n > 0 && chld && s.chld.drain()) || now_ns >= s.last_service_ns + SERVICE_PERIOD_NS {
+                s.service_tracee();
+                s.last_service_ns = now_ns;
+            }
+            s.check_alive()?;
+        }
+        if n > 0
+            && let Some(i) = (0..extra.len()).find(|&i| fds[3 * sessions.len() + i].revents != 0)
+        {
+            return Ok(Wake::Ready(i));
+        }
+        if serviced {
+            return Ok(Wake::Target);
+        }
+        if now_ns >= deadline_ns {
+            return Ok(Wake::Deadline);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_from_10_ms_up_to_1_s() {
+        let mut b = Backoff::default();
+        let mut delays = Vec::new();
+        for _ in 0..9 {
+            b = b.after_failure(5_000);
+            delays.push(b.delay_ns / 1_000_000);
+        }
+        assert_eq!(delays, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        assert_eq!(b.next_ns, 5_000 + 1_000_000_000);
+    }
+
+    #[test]
+    fn masks_are_the_kernel_bits() {
+        assert_eq!(QUEUE_NEW, 1 << 30);
+        assert_eq!(PROCESS_RUNTIME, 0x8000_0000_0000);
+    }
+
+    #[test]
+    fn faults_parse_from_the_test_variable() {
+        assert_eq!(Faults::parse("after-suspend"), Faults { after_suspend: true, resume_failures: 0 });
+        assert_eq!(Faults::parse("resume=3, after-suspend"), Faults { after_suspend: true, resume_failures: 3 });
+        assert_eq!(Faults::parse(""), Faults::default());
+    }
+
+    #[test]
+    fn verdicts_count_each_id_once_error_over_invalid() {
+        use super::super::uapi::queue_status::{ERROR_MASK, INVALID_MASK};
+        assert_eq!(verdicts(&[0, 1 | INVALID_MASK, 2 | ERROR_MASK | INVALID_MASK, 3]), (2, 1, 1));
+    }
+
+    #[test]
+    fn attaching_to_a_missing_pid_names_it() {
+        let err = Session::attach(HostPid(999_999_999), &Options::default()).err().unwrap();
+        assert_eq!(err.to_string(), "no process with pid 999999999 (see `gpreempt ps` for the KFD processes)");
+    }
+}

@@ -1,0 +1,88 @@
+//! A pipe that becomes readable when one of some signals arrives, so a `ppoll` can wait for
+//! signals next to file descriptors. Signals are process-directed (SIGCHLD, SIGINT): whichever
+//! thread runs the handler, the byte lands in the pipe the waiting thread polls. Handlers already
+//! installed for those signals keep running (signal-hook-registry chains them).
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use nix::{
+    errno::Errno,
+    fcntl::OFlag,
+    unistd::{pipe2, read},
+};
+use signal_hook_registry::SigId;
+
+/// The read end of a signal-fed pipe; dropping it removes the handlers.
+#[derive(Debug)]
+pub struct SignalPipe {
+    read: OwnedFd,
+    /// Written from signal handlers; closed only after they are unregistered.
+    write: OwnedFd,
+    ids: Vec<SigId>,
+}
+
+impl SignalPipe {
+    pub fn new(signals: &[libc::c_int]) -> Result<Self, Errno> {
+        let (read, write) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+        let raw = write.as_raw_fd();
+        let mut pipe = Self { read, write, ids: Vec::with_capacity(signals.len()) };
+        for &signal in signals {
+            // SAFETY: the action only calls write(2) on a non-blocking pipe, which is
+            // async-signal-safe; a full pipe (EAGAIN) already says "something arrived".
+            let id = unsafe {
+                signal_hook_registry::register(signal, move || {
+                    let _ = libc::write(raw, b"s".as_ptr().cast(), 1);
+                })
+            }
+            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EINVAL)))?;
+            pipe.ids.push(id);
+        }
+        Ok(pipe)
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.read.as_fd()
+    }
+
+    /// Empty the pipe; whether anything had arrived.
+    pub fn drain(&self) -> bool {
+        drain(&self.read)
+    }
+}
+
+impl Drop for SignalPipe {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook_registry::unregister(id);
+        }
+        let _ = &self.write;
+    }
+}
+
+/// Read a non-blocking fd until it is empty; whether anything was read.
+pub fn drain(fd: &impl AsFd) -> bool {
+    let mut buf = [0u8; 256];
+    let mut any = false;
+    while let Ok(n) = read(fd.as_fd(), &mut buf) {
+        if n == 0 {
+            break;
+        }
+        any = true;
+    }
+    any
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_makes_the_pipe_readable_and_drain_empties_it() {
+        let pipe = SignalPipe::new(&[libc::SIGUSR2]).unwrap();
+        assert!(!pipe.drain());
+        // SAFETY: raise(3) to ourselves; the registry's handler only writes to the pipe.
+        unsafe { libc::raise(libc::SIGUSR2) };
+        assert!(pipe.drain());
+        assert!(!pipe.drain());
+    }
+}
