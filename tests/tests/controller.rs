@@ -14,10 +14,14 @@ use std::{
     time::Duration,
 };
 
-use gpreempt::kfd::{
-    Debugger, Device, KfdVersion,
-    debugger::{Options, QueueResult, Selection},
-    uapi::{self, DbgTrapArgs},
+use gpreempt::{
+    domain::HostPid,
+    kfd::{
+        Debugger, Device, KfdVersion,
+        debugger::{Options, QueueResult, Selection},
+        session::Session,
+        uapi::{self, DbgTrapArgs},
+    },
 };
 use gpreempt_tests::{
     binary, field,
@@ -445,4 +449,50 @@ fn bad_targets_are_refused_with_the_cause() {
     );
     done_tx.send(()).unwrap();
     tracer.join().unwrap();
+}
+
+/// The runtime handshake at detach (docs/kfd.md §2.6): a thread of the target enables and
+/// disables its runtime in a loop, so at almost every detach a RUNTIME_ENABLE call is waiting for
+/// the debugger's acknowledgement. DISABLE does not release it (6.12 `kfd_dbg_trap_disable`
+/// never ups `runtime_enable_sema`), so the session acknowledges pending events first. After each
+/// of 200 attach/detach rounds the loop must go on (its thread blocks every signal, so nothing
+/// but KFD can wake it), and no call may fail.
+#[test]
+fn detaching_200_times_while_a_thread_toggles_the_runtime_leaves_no_call_asleep() {
+    let target = RtTarget::start(&["--runtime-loop", "--seconds", "900"]).unwrap();
+    target.wait_for("runtime_loop_started", 30 * SECOND).unwrap();
+    let pid = target.pid();
+    if !debug_trap_kernel() {
+        let refused = Session::attach(HostPid(pid), &Options::default()).err().expect("attach must fail on KFD 1.11");
+        assert_eq!(refused.to_string(), NO_DEBUG_TRAP);
+        return;
+    }
+    let report = || {
+        target.signal(Signal::SIGUSR1).unwrap();
+        target.wait_for("runtime_loop", 10 * SECOND).unwrap()
+    };
+    let cycles = |v: &serde_json::Value| v["cycles"].as_u64().unwrap();
+    let mut last = cycles(&report());
+    assert!(eventually(10 * SECOND, || cycles(&report()) > last), "the loop never ran");
+    for round in 0..200 {
+        let mut session = Session::attach(HostPid(pid), &Options::default()).unwrap();
+        assert_eq!(tracer_pid(pid).unwrap(), std::process::id(), "round {round}");
+        // Let a few runtime events be raised and acknowledged while attached.
+        let until = std::time::Instant::now() + Duration::from_millis(5);
+        while std::time::Instant::now() < until {
+            session.wait(until, &[]).unwrap();
+        }
+        let detached = session.detach();
+        assert!(detached.disabled, "round {round}");
+        let now = report();
+        assert_eq!(now["failures"], 0, "round {round}: {now}");
+        let before = cycles(&now);
+        assert!(
+            eventually(10 * SECOND, || cycles(&report()) > before),
+            "round {round}: the runtime loop is asleep in KFD after detach (was at cycle {before})"
+        );
+        last = before;
+    }
+    assert!(last > 0);
+    assert_eq!(tracer_pid(pid).unwrap(), 0);
 }

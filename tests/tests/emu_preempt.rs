@@ -97,13 +97,23 @@ fn advances(pid: u32, address: u64) -> bool {
 }
 
 fn preempt(args: &[&str]) -> Child {
+    preempt_with_fault(args, "")
+}
+
+/// `gpreempt preempt ARGS` with `GPREEMPT_TEST_FAULT=fault` (the session's fault injection).
+fn preempt_with_fault(args: &[&str], fault: &str) -> Child {
     Command::new(binary("gpreempt").unwrap())
         .arg("preempt")
         .args(args)
+        .env("GPREEMPT_TEST_FAULT", fault)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+fn json_of(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
 #[test]
@@ -284,7 +294,129 @@ fn the_watchdog_resumes_a_hold_that_outlives_max_suspend() {
     assert_eq!(watchdog.len(), 1, "{notices:?}");
     assert_eq!(watchdog[0]["resumed"]["count"], 1);
     assert!(watchdog[0]["held_ms"].as_u64().unwrap() >= 500);
-    // The loop's own resume then finds nothing left to resume.
-    assert_eq!(doc["iterations"][0]["resume_us"], serde_json::Value::Null);
+    // The loop's own resume then finds nothing left to resume, and the iteration says the hold
+    // was cut short: not ok, the real hold, the watchdog's intervention.
+    let it = &doc["iterations"][0];
+    assert_eq!(it["resume_us"], serde_json::Value::Null);
+    assert_eq!((it["ok"].as_bool(), it["watchdog"].as_bool()), (Some(false), Some(true)));
+    let held = it["held_ms"].as_f64().unwrap();
+    assert!((500.0..3000.0).contains(&held), "held {held} ms");
+    assert_eq!(doc["summary"]["ok"], 0);
     assert!(advances(pid, address));
+}
+
+#[test]
+fn a_failing_watchdog_resume_backs_off_and_is_reported() {
+    let offline = workload(&["--gpu-id", "0x2000", "--queues", "1", "--runtime-enable"]);
+    let (pid, address) = (offline.pid(), rptr_address(&offline));
+    let json = std::env::temp_dir().join(format!("emu-backoff-{pid}.json"));
+    let args = [
+        "--offline",
+        &pid.to_string(),
+        "--iterations",
+        "1",
+        "--hold-ms",
+        "5000",
+        "--max-suspend-ms",
+        "300",
+        "--no-trace",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    // The first three RESUME_QUEUES fail (EIO, injected before the ioctl).
+    let out = preempt_with_fault(&args, "resume=3").wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().next(), Some("1 of 1 iterations, 0 fully successful (0.0%)"));
+    let doc = json_of(&json);
+    let notices = doc["notices"].as_array().unwrap();
+    let failed: Vec<&serde_json::Value> =
+        notices.iter().filter(|n| n["notice"] == "watchdog_resume_failed").collect();
+    let retries: Vec<u64> = failed.iter().map(|n| n["retry_in_ms"].as_u64().unwrap()).collect();
+    assert_eq!(retries, [10, 20, 40], "{notices:?}");
+    for n in &failed {
+        assert_eq!(
+            n["error"],
+            format!("AMDKFD_IOC_DBG_TRAP RESUME_QUEUES on pid {pid} failed: EIO: I/O error"),
+            "{n}"
+        );
+        assert!(n["held_ms"].as_u64().unwrap() >= 300);
+    }
+    let resumed: Vec<&serde_json::Value> = notices.iter().filter(|n| n["notice"] == "watchdog_resumed").collect();
+    assert_eq!(resumed.len(), 1, "{notices:?}");
+    assert_eq!(resumed[0]["resumed"]["count"], 1);
+    // The retries are spaced (10 + 20 + 40 ms at least), not a spin.
+    assert!(resumed[0]["held_ms"].as_u64().unwrap() >= 370, "{notices:?}");
+    let it = &doc["iterations"][0];
+    assert_eq!((it["ok"].as_bool(), it["watchdog"].as_bool()), (Some(false), Some(true)));
+    assert!(it["held_ms"].as_f64().unwrap() < 5000.0);
+    assert!(advances(pid, address));
+}
+
+#[test]
+fn a_fault_after_a_successful_suspend_still_resumes_those_queues() {
+    let offline = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
+    let (pid, address) = (offline.pid(), rptr_address(&offline));
+    let json = std::env::temp_dir().join(format!("emu-fault-{pid}.json"));
+    let args =
+        ["--offline", &pid.to_string(), "--iterations", "3", "--hold-ms", "10", "--no-trace", "--json", json.to_str().unwrap()];
+    let out = preempt_with_fault(&args, "after-suspend").wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim_end().lines().last(),
+        Some("gpreempt: error: stopped after 0 of 3 iterations: injected fault (after-suspend) from GPREEMPT_TEST_FAULT")
+    );
+    let doc = json_of(&json);
+    assert_eq!(doc["iterations"], serde_json::json!([]));
+    // Both queues the SUSPEND handled were recorded before the fault, so detach's RESUME
+    // resumed them itself (DISABLE would resume them too, §2.3, but only a recorded id is
+    // resumed by RESUME_QUEUES and counted here).
+    assert_eq!((doc["detached"]["resumed"].as_u64(), doc["detached"]["disabled"].as_bool()), (Some(2), Some(true)));
+    assert!(advances(pid, address));
+    assert_eq!(tracer_pid(pid).unwrap(), 0);
+}
+
+#[test]
+fn a_queue_created_mid_hold_is_suspended_within_the_same_hold() {
+    let mut offline = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
+    let (pid, address) = (offline.pid(), rptr_address(&offline));
+    let json = std::env::temp_dir().join(format!("emu-midhold-{pid}.json"));
+    let child = preempt(&[
+        "--offline",
+        &pid.to_string(),
+        "--iterations",
+        "1",
+        "--hold-ms",
+        "10000",
+        "--no-trace",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(eventually(30 * SECOND, || !advances(pid, address)), "never suspended");
+    // A second queue (compute AQL on gpu 0x1000): KFD raises EC_QUEUE_NEW to the debugger.
+    let created = offline.cmd("create 4096 2 4096 100 7").unwrap();
+    assert_eq!((created["ret"].as_i64(), created["queue_id"].as_u64()), (Some(0), Some(1)));
+    // Give gpreempt a generous second to see the event and suspend it, then give it work.
+    thread::sleep(SECOND);
+    let submitted = offline.cmd("submit 1 4 1000").unwrap();
+    assert_eq!(submitted["ret"], 0);
+    let first = submitted["first"].as_u64().unwrap();
+    thread::sleep(SECOND / 2);
+    let during = offline.cmd("rptr").unwrap();
+    assert_eq!(during["queue_ids"], serde_json::json!([0, 1]));
+    assert_eq!(during["rptr"][1].as_u64(), Some(first), "the new queue ran during the hold");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc = json_of(&json);
+    let it = &doc["iterations"][0];
+    assert_eq!(
+        (it["suspended"].as_i64(), it["late_suspended"].as_u64(), it["resumed"].as_i64(), it["ok"].as_bool()),
+        (Some(1), Some(1), Some(2), Some(true)),
+        "{it}"
+    );
+    let notices = doc["notices"].as_array().unwrap();
+    assert!(notices.contains(&serde_json::json!({"notice": "queues_suspended_mid_hold", "count": 1})), "{notices:?}");
+    // Resumed with the others: its four dispatches run.
+    assert!(eventually(30 * SECOND, || offline.cmd("rptr").unwrap()["rptr"][1].as_u64() == Some(first + 4)));
 }

@@ -54,6 +54,9 @@ const MAX_POLL_FDS: usize = 64;
 /// First and longest delay between watchdog RESUME attempts that failed.
 const BACKOFF_FIRST_NS: u64 = 10_000_000;
 const BACKOFF_MAX_NS: u64 = 1_000_000_000;
+/// Before DISABLE: how long the target must raise nothing, and the longest that is waited for.
+const QUIET_NS: u64 = 10_000_000;
+const QUIESCE_MAX_NS: u64 = 1_000_000_000;
 /// DISABLE rounds spent releasing a runtime event raised just before DISABLE (see `disable`).
 const RELEASE_ROUNDS: u32 = 8;
 
@@ -691,15 +694,17 @@ impl Session {
 
     /// DISABLE without leaving a target thread asleep in RUNTIME_ENABLE: KFD raises
     /// EC_PROCESS_RUNTIME and the thread sleeps in `down_interruptible(&p->runtime_enable_sema)`
-    /// until SEND_RUNTIME_EVENT; `kfd_dbg_trap_disable` never ups that semaphore (6.12
+    /// until SEND_RUNTIME_EVENT, and `kfd_dbg_trap_disable` never ups that semaphore (6.12
     /// kfd_chardev.c `runtime_enable`/`runtime_disable`, kfd_debug.c). So pending events are
-    /// acknowledged first. An event raised between the last query and DISABLE (both take the
-    /// target's mutex; the raise writes the event pipe under it) leaves a byte in the pipe: then
-    /// re-ENABLE, and if the runtime state moved, acknowledge that transition, and try again.
+    /// acknowledged first, until the target has raised nothing for [`QUIET_NS`] (a thread that
+    /// is released makes its next runtime call at once). An event raised between the last query
+    /// and DISABLE (both take the target's mutex; the raise writes the event pipe under it)
+    /// leaves a byte in the pipe: then re-ENABLE, and if the runtime state moved, acknowledge that
+    /// transition, and try again.
     fn disable(&mut self) -> bool {
         let mut disabled = false;
         for _ in 0..RELEASE_ROUNDS {
-            self.service_events();
+            self.quiesce();
             let mut args = DbgTrapArgs::bare(self.pid, dbg_trap_op::DISABLE);
             disabled = self.kfd.dbg_trap(&mut args).is_ok();
             if !disabled || !signal_pipe::drain(&self.dbg_read) {
@@ -713,6 +718,22 @@ impl Session {
         }
         let mut args = DbgTrapArgs::bare(self.pid, dbg_trap_op::DISABLE);
         self.kfd.dbg_trap(&mut args).is_ok() || disabled
+    }
+
+    /// Service debug events until none arrives for [`QUIET_NS`] (at most [`QUIESCE_MAX_NS`]).
+    fn quiesce(&mut self) {
+        let end = monotonic_ns() + QUIESCE_MAX_NS;
+        loop {
+            self.service_events();
+            let mut fd = libc::pollfd { fd: self.dbg_read.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let ms = (QUIET_NS / 1_000_000) as libc::c_int;
+            // SAFETY: one valid pollfd.
+            let ready = unsafe { libc::poll(&mut fd, 1, ms) };
+            if ready <= 0 || monotonic_ns() >= end {
+                self.service_events();
+                return;
+            }
+        }
     }
 
     /// End the session: resume, DISABLE, PTRACE_DETACH.

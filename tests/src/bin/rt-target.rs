@@ -8,7 +8,7 @@
 //! negated errno.
 
 use std::{
-    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering},
     thread,
     time::{Duration, Instant},
 };
@@ -27,6 +27,11 @@ struct Cli {
     /// Call RUNTIME_ENABLE only after the first SIGUSR2 (so a test can attach a debugger first).
     #[arg(long)]
     enable_on_usr2: bool,
+    /// Instead of one RUNTIME_ENABLE: a second thread enables and disables the runtime in a loop
+    /// (SIGUSR1 then reports `{"event":"runtime_loop","cycles":N,"failures":F,"last_error":E}`;
+    /// the loop thread blocks every signal so none can wake it from KFD's wait, docs/kfd.md §2.6).
+    #[arg(long)]
+    runtime_loop: bool,
     /// Exit after this many seconds (SIGTERM also ends it).
     #[arg(long, default_value_t = 120)]
     seconds: u64,
@@ -58,6 +63,34 @@ fn runtime(device: &Device, mode_mask: u32) -> i32 {
     }
 }
 
+static CYCLES: AtomicU64 = AtomicU64::new(0);
+static FAILURES: AtomicU64 = AtomicU64::new(0);
+static LAST_ERROR: AtomicI32 = AtomicI32::new(0);
+
+/// RUNTIME_ENABLE, RUNTIME_ENABLE(0), … until SIGTERM: one cycle counted per pair that returned.
+fn runtime_loop() {
+    let mut all = SigSet::all();
+    all.remove(Signal::SIGKILL);
+    let _ = all.thread_block();
+    let device = match Device::open() {
+        Ok(d) => d,
+        Err(_) => {
+            FAILURES.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    while !TERM.load(Ordering::Relaxed) {
+        for mode in [uapi::runtime_enable::MODE_ENABLE_MASK, 0] {
+            let r = runtime(&device, mode);
+            if r != 0 {
+                FAILURES.fetch_add(1, Ordering::Relaxed);
+                LAST_ERROR.store(r, Ordering::Relaxed);
+            }
+        }
+        CYCLES.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     // SAFETY: the handlers only touch atomics.
@@ -77,6 +110,25 @@ fn main() -> Result<()> {
     }
     let device = Device::open()?;
     emit(serde_json::json!({"event": "open", "pid": std::process::id()}));
+    if cli.runtime_loop {
+        let looping = thread::spawn(runtime_loop);
+        emit(serde_json::json!({"event": "runtime_loop_started"}));
+        let end = Instant::now() + Duration::from_secs(cli.seconds);
+        let mut seen = 0;
+        while Instant::now() < end && !TERM.load(Ordering::Relaxed) {
+            let n = USR1.load(Ordering::Relaxed);
+            if n != seen {
+                seen = n;
+                emit(serde_json::json!({"event": "runtime_loop", "cycles": CYCLES.load(Ordering::Relaxed),
+                    "failures": FAILURES.load(Ordering::Relaxed), "last_error": LAST_ERROR.load(Ordering::Relaxed)}));
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        TERM.store(true, Ordering::Relaxed);
+        let _ = looping.join();
+        emit(serde_json::json!({"event": "exit"}));
+        return Ok(());
+    }
     thread::sleep(Duration::from_millis(cli.delay_ms));
     while cli.enable_on_usr2 && !USR2.load(Ordering::Relaxed) && !TERM.load(Ordering::Relaxed) {
         thread::sleep(Duration::from_millis(10));

@@ -50,6 +50,9 @@ pub struct GuestArgs {
     /// The JSON results file.
     #[arg(long)]
     pub out: PathBuf,
+    /// Emulator scenario: only row 5, the controller's userspace time per cycle.
+    #[arg(long)]
+    pub controller_only: bool,
 }
 
 /// How much of everything: `--quick` keeps the whole run under 5 minutes.
@@ -633,6 +636,9 @@ fn emulator_rows(
                 .collect();
             add_percentiles(samples, "controller", tool, &overhead);
         }
+    }
+    if args.controller_only {
+        return Ok(());
     }
     // Row 6: end-to-end suspend latency and the tracer's fence-wait span vs the emulated delay.
     for &delay in sizes.fence_delays_us {

@@ -41,6 +41,10 @@ pub struct BenchArgs {
     /// keep their commit); the numbers it replaces stay in the report as "before".
     #[arg(long)]
     pub criterion_only: bool,
+    /// Measure only row 5 (the controller's userspace time per cycle against the C program, on
+    /// the emulator, newest kernel of the selection) and print it; BENCHMARKS.* are left as they are.
+    #[arg(long)]
+    pub controller_only: bool,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -77,6 +81,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .arg(workspace_root().join("xtask/bench/dbg_pair.c")),
     )?;
 
+    if args.controller_only {
+        return controller_only(&dbg_pair, kernels.last().copied().unwrap_or(Kernel::V6_12), args.quick);
+    }
     let criterion = criterion(args.quick)?;
     let mut runs = Vec::new();
     if !args.no_vm {
@@ -134,6 +141,60 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     fs::write(root.join("BENCHMARKS.json"), serde_json::to_vec_pretty(&results)?)?;
     fs::write(root.join("BENCHMARKS.md"), report::markdown(&results))?;
     eprintln!("xtask bench: wrote BENCHMARKS.md and BENCHMARKS.json in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// `--controller-only`: row 5 alone, printed as the median over runs of each run's p50 and p99.
+fn controller_only(dbg_pair: &std::path::Path, kernel: Kernel, quick: bool) -> Result<()> {
+    let release = target_dir().join("release");
+    let xtask = std::env::current_exe().context("locating the xtask binary")?;
+    let out = vm::out_dir(kernel).join("bench-controller.json");
+    let mut command = vec![
+        xtask.display().to_string(),
+        "bench-guest".into(),
+        "--scenario".into(),
+        "emulator".into(),
+        "--controller-only".into(),
+        "--bin".into(),
+        release.display().to_string(),
+        "--dbg-pair".into(),
+        dbg_pair.display().to_string(),
+        "--out".into(),
+        out.display().to_string(),
+    ];
+    if quick {
+        command.push("--quick".into());
+    }
+    let status = vm::run(&vm::VmArgs {
+        kernel,
+        timeout: 3600,
+        memory: "4G".into(),
+        no_amdgpu: false,
+        module: Some(kmod::Module::KfdEmu),
+        command,
+    })?;
+    if status != 0 {
+        bail!("the {} controller benchmark failed in the VM (status {status})", kernel.name());
+    }
+    let doc: Value = serde_json::from_slice(&fs::read(&out).with_context(|| format!("the VM wrote no {}", out.display()))?)?;
+    let commit = util::output(Command::new("git").args(["rev-parse", "--short", "HEAD"])).unwrap_or_default();
+    println!("row 5 on {} at {}: userspace per cycle beyond the two ioctls, median of the runs", doc["kernel"], commit.trim());
+    for tool in ["c-ioctl-pair", "gpreempt-no-trace", "gpreempt"] {
+        let mut line = format!("  {tool:<18}");
+        for p in ["p50", "p99"] {
+            let mut v: Vec<f64> = doc["samples"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|s| s["tool"] == tool && s["case"] == format!("userspace per cycle {p}"))
+                .filter_map(|s| s["value"].as_f64())
+                .collect();
+            v.sort_by(f64::total_cmp);
+            let median = v.get(v.len() / 2).copied().unwrap_or(f64::NAN);
+            line.push_str(&format!("  {p} {median:>9.2} us (runs: {v:.2?})"));
+        }
+        println!("{line}");
+    }
     Ok(())
 }
 
