@@ -458,7 +458,7 @@ fn bad_targets_are_refused_with_the_cause() {
 /// of 200 attach/detach rounds the loop must go on (its thread blocks every signal, so nothing
 /// but KFD can wake it), and no call may fail.
 #[test]
-fn detaching_200_times_while_a_thread_toggles_the_runtime_leaves_no_call_asleep() {
+fn session_detached_200_times_while_a_thread_toggles_the_runtime_leaves_no_call_asleep() {
     let target = RtTarget::start(&["--runtime-loop", "--seconds", "900"]).unwrap();
     target.wait_for("runtime_loop_started", 30 * SECOND).unwrap();
     let pid = target.pid();

@@ -269,7 +269,7 @@ fn ctrl_c_and_kill_9_during_a_hold_leave_the_queues_running() {
 }
 
 #[test]
-fn the_watchdog_resumes_a_hold_that_outlives_max_suspend() {
+fn session_watchdog_resumes_a_hold_that_outlives_max_suspend_and_says_so() {
     let offline = workload(&["--gpu-id", "0x2000", "--queues", "1", "--runtime-enable"]);
     let (pid, address) = (offline.pid(), rptr_address(&offline));
     let json = std::env::temp_dir().join(format!("emu-watchdog-{pid}.json"));
@@ -306,7 +306,7 @@ fn the_watchdog_resumes_a_hold_that_outlives_max_suspend() {
 }
 
 #[test]
-fn a_failing_watchdog_resume_backs_off_and_is_reported() {
+fn session_watchdog_resume_that_fails_backs_off_and_is_reported() {
     let offline = workload(&["--gpu-id", "0x2000", "--queues", "1", "--runtime-enable"]);
     let (pid, address) = (offline.pid(), rptr_address(&offline));
     let json = std::env::temp_dir().join(format!("emu-backoff-{pid}.json"));
@@ -354,7 +354,7 @@ fn a_failing_watchdog_resume_backs_off_and_is_reported() {
 }
 
 #[test]
-fn a_fault_after_a_successful_suspend_still_resumes_those_queues() {
+fn session_fault_after_a_successful_suspend_still_resumes_those_queues() {
     let offline = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
     let (pid, address) = (offline.pid(), rptr_address(&offline));
     let json = std::env::temp_dir().join(format!("emu-fault-{pid}.json"));
@@ -378,7 +378,7 @@ fn a_fault_after_a_successful_suspend_still_resumes_those_queues() {
 }
 
 #[test]
-fn a_queue_created_mid_hold_is_suspended_within_the_same_hold() {
+fn session_queue_created_mid_hold_is_suspended_within_the_same_hold() {
     let mut offline = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
     let (pid, address) = (offline.pid(), rptr_address(&offline));
     let json = std::env::temp_dir().join(format!("emu-midhold-{pid}.json"));
