@@ -222,7 +222,7 @@ impl Run {
 /// an ioctl fails; queues are never left suspended by this function (a failed iteration's resume
 /// is attempted before returning; the session's detach does the rest). Per cycle it makes the
 /// two ioctls and nothing else: records go to a buffer sized for the plan, a hold or gap of zero
-/// costs no system call (the session still looks at its fds every 20 ms), and `on_iteration`
+/// costs no system call (the session still looks at its fds every 100 ms), and `on_iteration`
 /// (progress, the tracer's draining) is the caller's to keep cheap.
 pub fn run(
     session: &mut Session,
@@ -231,7 +231,9 @@ pub fn run(
     wake: &[BorrowedFd<'_>],
     mut on_iteration: impl FnMut(&Iteration),
 ) -> Run {
-    let mut run = Run { iterations: Vec::with_capacity(plan.iterations as usize), notices: Vec::new(), stopped: None };
+    // Sized for the plan (bounded: a run of millions grows the buffer now and then).
+    let capacity = plan.iterations.min(100_000) as usize;
+    let mut run = Run { iterations: Vec::with_capacity(capacity), notices: Vec::new(), stopped: None };
     for index in 0..plan.iterations {
         if stop.load(Ordering::Relaxed) {
             run.stopped = Some(StopReason::Interrupted);
@@ -313,7 +315,7 @@ fn iteration(
 ) -> Result<(Iteration, bool), DebugError> {
     let suspend = session.suspend_tally(&plan.selection, plan.grace_period)?;
     // Hold even when interrupted only as long as it takes to notice; resume comes first.
-    let paused = if suspend.skipped { Pause::Elapsed } else { pause(session, suspend.returned_ns, plan.hold, stop, wake)? };
+    let paused = pause(session, suspend.returned_ns, plan.hold, stop, wake)?;
     let late = session.late_suspended();
     let (resume, watchdog) = match session.take_watchdog_resume() {
         Some(t) => (t, true),
