@@ -330,16 +330,11 @@ fn session_watchdog_resume_that_fails_backs_off_and_is_reported() {
     assert_eq!(stdout.lines().next(), Some("1 of 1 iterations, 0 fully successful (0.0%)"));
     let doc = json_of(&json);
     let notices = doc["notices"].as_array().unwrap();
-    let failed: Vec<&serde_json::Value> =
-        notices.iter().filter(|n| n["notice"] == "watchdog_resume_failed").collect();
+    let failed: Vec<&serde_json::Value> = notices.iter().filter(|n| n["notice"] == "watchdog_resume_failed").collect();
     let retries: Vec<u64> = failed.iter().map(|n| n["retry_in_ms"].as_u64().unwrap()).collect();
     assert_eq!(retries, [10, 20, 40], "{notices:?}");
     for n in &failed {
-        assert_eq!(
-            n["error"],
-            format!("AMDKFD_IOC_DBG_TRAP RESUME_QUEUES on pid {pid} failed: EIO: I/O error"),
-            "{n}"
-        );
+        assert_eq!(n["error"], format!("AMDKFD_IOC_DBG_TRAP RESUME_QUEUES on pid {pid} failed: EIO: I/O error"), "{n}");
         assert!(n["held_ms"].as_u64().unwrap() >= 300);
     }
     let resumed: Vec<&serde_json::Value> = notices.iter().filter(|n| n["notice"] == "watchdog_resumed").collect();
@@ -358,14 +353,25 @@ fn session_fault_after_a_successful_suspend_still_resumes_those_queues() {
     let offline = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
     let (pid, address) = (offline.pid(), rptr_address(&offline));
     let json = std::env::temp_dir().join(format!("emu-fault-{pid}.json"));
-    let args =
-        ["--offline", &pid.to_string(), "--iterations", "3", "--hold-ms", "10", "--no-trace", "--json", json.to_str().unwrap()];
+    let args = [
+        "--offline",
+        &pid.to_string(),
+        "--iterations",
+        "3",
+        "--hold-ms",
+        "10",
+        "--no-trace",
+        "--json",
+        json.to_str().unwrap(),
+    ];
     let out = preempt_with_fault(&args, "after-suspend").wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         stderr.trim_end().lines().last(),
-        Some("gpreempt: error: stopped after 0 of 3 iterations: injected fault (after-suspend) from GPREEMPT_TEST_FAULT")
+        Some(
+            "gpreempt: error: stopped after 0 of 3 iterations: injected fault (after-suspend) from GPREEMPT_TEST_FAULT"
+        )
     );
     let doc = json_of(&json);
     assert_eq!(doc["iterations"], serde_json::json!([]));

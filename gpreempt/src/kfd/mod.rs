@@ -2,8 +2,8 @@
 
 pub mod debugfs;
 pub mod debugger;
-pub mod session;
 pub mod device;
+pub mod session;
 pub mod sysfs;
 pub mod target;
 pub mod tracee;

@@ -29,7 +29,7 @@ use super::{
     debugger::{Attached, Batch, DebugError, Detached, Notice, Options, Selection},
     target::{self, Target, TargetError},
     tracee::{Tracee, TraceeState},
-    uapi::{DbgTrapArgs, QueueSnapshotEntry, RuntimeInfo, decode_outcomes, dbg_trap_op, exception, runtime_state},
+    uapi::{DbgTrapArgs, QueueSnapshotEntry, RuntimeInfo, dbg_trap_op, decode_outcomes, exception, runtime_state},
 };
 use crate::{
     clock::monotonic_ns,
@@ -366,9 +366,7 @@ impl Session {
                 // Merge the retry's verdicts into the first array.
                 for &raw in &self.retry {
                     let id = raw & super::uapi::queue_status::ID_MASK;
-                    if let Some(slot) =
-                        self.ids.iter_mut().find(|x| **x & super::uapi::queue_status::ID_MASK == id)
-                    {
+                    if let Some(slot) = self.ids.iter_mut().find(|x| **x & super::uapi::queue_status::ID_MASK == id) {
                         *slot = raw;
                     }
                 }

@@ -176,9 +176,14 @@ fn controller_only(dbg_pair: &std::path::Path, kernel: Kernel, quick: bool) -> R
     if status != 0 {
         bail!("the {} controller benchmark failed in the VM (status {status})", kernel.name());
     }
-    let doc: Value = serde_json::from_slice(&fs::read(&out).with_context(|| format!("the VM wrote no {}", out.display()))?)?;
+    let doc: Value =
+        serde_json::from_slice(&fs::read(&out).with_context(|| format!("the VM wrote no {}", out.display()))?)?;
     let commit = util::output(Command::new("git").args(["rev-parse", "--short", "HEAD"])).unwrap_or_default();
-    println!("row 5 on {} at {}: userspace per cycle beyond the two ioctls, median of the runs", doc["kernel"], commit.trim());
+    println!(
+        "row 5 on {} at {}: userspace per cycle beyond the two ioctls, median of the runs",
+        doc["kernel"],
+        commit.trim()
+    );
     for tool in ["c-ioctl-pair", "gpreempt-no-trace", "gpreempt"] {
         let mut line = format!("  {tool:<18}");
         for p in ["p50", "p99"] {
