@@ -96,6 +96,22 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// One ioctl that returned `count` and wrote its verdicts into `array`.
+    fn of_ioctl(count: i32, array: &[u32], called_ns: u64, returned_ns: u64) -> Self {
+        let (done, invalid, error) = verdicts(array);
+        Self {
+            count,
+            done,
+            invalid,
+            error,
+            retried: 0,
+            latency_ns: returned_ns - called_ns,
+            called_ns,
+            returned_ns,
+            skipped: false,
+        }
+    }
+
     fn skipped(now_ns: u64) -> Self {
         Self { skipped: true, called_ns: now_ns, returned_ns: now_ns, ..Self::default() }
     }
@@ -397,18 +413,7 @@ impl Session {
         if !self.suspended.is_empty() && self.suspended_at_ns.is_none() {
             self.suspended_at_ns = Some(returned_ns);
         }
-        let (done, invalid, error) = verdicts(array);
-        Ok(Tally {
-            count,
-            done,
-            invalid,
-            error,
-            retried: 0,
-            latency_ns: returned_ns - called_ns,
-            called_ns,
-            returned_ns,
-            skipped: false,
-        })
+        Ok(Tally::of_ioctl(count, array, called_ns, returned_ns))
     }
 
     /// [`Session::resume`] without allocating.
@@ -433,18 +438,7 @@ impl Session {
         // Whatever the verdict, nothing we suspended is left suspended: INVALID now means the
         // queue is gone (destroyed or its process exited).
         self.forget_suspended();
-        let (done, invalid, error) = verdicts(&self.ids);
-        Ok(Tally {
-            count,
-            done,
-            invalid,
-            error,
-            retried: 0,
-            latency_ns: returned_ns - called_ns,
-            called_ns,
-            returned_ns,
-            skipped: false,
-        })
+        Ok(Tally::of_ioctl(count, &self.ids, called_ns, returned_ns))
     }
 
     fn forget_suspended(&mut self) {

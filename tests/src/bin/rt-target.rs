@@ -91,6 +91,20 @@ fn runtime_loop() {
     }
 }
 
+/// Until `seconds` pass or SIGTERM: `report(count)` whenever SIGUSR1s arrived since the last look.
+fn on_each_usr1(seconds: u64, mut report: impl FnMut(u32)) {
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut seen = 0;
+    while Instant::now() < end && !TERM.load(Ordering::Relaxed) {
+        let n = USR1.load(Ordering::Relaxed);
+        if n != seen {
+            seen = n;
+            report(n);
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     // SAFETY: the handlers only touch atomics.
@@ -113,17 +127,10 @@ fn main() -> Result<()> {
     if cli.runtime_loop {
         let looping = thread::spawn(runtime_loop);
         emit(serde_json::json!({"event": "runtime_loop_started"}));
-        let end = Instant::now() + Duration::from_secs(cli.seconds);
-        let mut seen = 0;
-        while Instant::now() < end && !TERM.load(Ordering::Relaxed) {
-            let n = USR1.load(Ordering::Relaxed);
-            if n != seen {
-                seen = n;
-                emit(serde_json::json!({"event": "runtime_loop", "cycles": CYCLES.load(Ordering::Relaxed),
-                    "failures": FAILURES.load(Ordering::Relaxed), "last_error": LAST_ERROR.load(Ordering::Relaxed)}));
-            }
-            thread::sleep(Duration::from_millis(5));
-        }
+        on_each_usr1(cli.seconds, |_| {
+            emit(serde_json::json!({"event": "runtime_loop", "cycles": CYCLES.load(Ordering::Relaxed),
+                "failures": FAILURES.load(Ordering::Relaxed), "last_error": LAST_ERROR.load(Ordering::Relaxed)}));
+        });
         TERM.store(true, Ordering::Relaxed);
         let _ = looping.join();
         emit(serde_json::json!({"event": "exit"}));
@@ -136,16 +143,7 @@ fn main() -> Result<()> {
     emit(
         serde_json::json!({"event": "runtime_enable", "result": runtime(&device, uapi::runtime_enable::MODE_ENABLE_MASK)}),
     );
-    let end = Instant::now() + Duration::from_secs(cli.seconds);
-    let mut seen = 0;
-    while Instant::now() < end && !TERM.load(Ordering::Relaxed) {
-        let n = USR1.load(Ordering::Relaxed);
-        if n != seen {
-            seen = n;
-            emit(serde_json::json!({"event": "usr1", "count": n}));
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
+    on_each_usr1(cli.seconds, |n| emit(serde_json::json!({"event": "usr1", "count": n})));
     emit(serde_json::json!({"event": "runtime_disable", "result": runtime(&device, 0)}));
     emit(serde_json::json!({"event": "exit"}));
     Ok(())

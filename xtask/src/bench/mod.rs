@@ -87,8 +87,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let criterion = criterion(args.quick)?;
     let mut runs = Vec::new();
     if !args.no_vm {
-        let release = target_dir().join("release");
-        let xtask = std::env::current_exe().context("locating the xtask binary")?;
         let mut scenarios: Vec<(Kernel, guest::Scenario)> =
             kernels.iter().map(|&k| (k, guest::Scenario::Amdgpu)).collect();
         // The emulator runs on the newest kernel of the selection (its module builds for both).
@@ -96,33 +94,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         scenarios.push((newest, guest::Scenario::Emulator));
         for (kernel, scenario) in scenarios {
             let out = vm::out_dir(kernel).join("bench.json");
-            let mut command = vec![
-                xtask.display().to_string(),
-                "bench-guest".into(),
-                "--scenario".into(),
-                format!("{scenario:?}").to_lowercase(),
-                "--bin".into(),
-                release.display().to_string(),
-                "--dbg-pair".into(),
-                dbg_pair.display().to_string(),
-                "--out".into(),
-                out.display().to_string(),
-            ];
-            if args.quick {
-                command.push("--quick".into());
-            }
-            let status = vm::run(&vm::VmArgs {
-                kernel,
-                timeout: 3600,
-                memory: "4G".into(),
-                no_amdgpu: false,
-                module: (scenario == guest::Scenario::Emulator).then_some(kmod::Module::KfdEmu),
-                command,
-            })?;
-            if status != 0 {
-                bail!("the {} {scenario:?} benchmark failed in the VM (status {status})", kernel.name());
-            }
-            let text = fs::read(&out).with_context(|| format!("the VM wrote no {}", out.display()))?;
+            let text = guest(kernel, scenario, &dbg_pair, &out, args.quick, &[])?;
             let doc: Value = serde_json::from_slice(&text)?;
             fs::write(bench_dir.join(format!("{}-{scenario:?}.json", kernel.name()).to_lowercase()), &text)?;
             runs.push(doc);
@@ -144,17 +116,22 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// `--controller-only`: row 5 alone, printed as the median over runs of each run's p50 and p99.
-fn controller_only(dbg_pair: &std::path::Path, kernel: Kernel, quick: bool) -> Result<()> {
+/// Boot `kernel` and run `xtask bench-guest` for `scenario` there; the JSON it wrote to `out`.
+fn guest(
+    kernel: Kernel,
+    scenario: guest::Scenario,
+    dbg_pair: &std::path::Path,
+    out: &std::path::Path,
+    quick: bool,
+    extra: &[&str],
+) -> Result<Vec<u8>> {
     let release = target_dir().join("release");
     let xtask = std::env::current_exe().context("locating the xtask binary")?;
-    let out = vm::out_dir(kernel).join("bench-controller.json");
     let mut command = vec![
         xtask.display().to_string(),
         "bench-guest".into(),
         "--scenario".into(),
-        "emulator".into(),
-        "--controller-only".into(),
+        format!("{scenario:?}").to_lowercase(),
         "--bin".into(),
         release.display().to_string(),
         "--dbg-pair".into(),
@@ -165,19 +142,26 @@ fn controller_only(dbg_pair: &std::path::Path, kernel: Kernel, quick: bool) -> R
     if quick {
         command.push("--quick".into());
     }
+    command.extend(extra.iter().map(|s| s.to_string()));
     let status = vm::run(&vm::VmArgs {
         kernel,
         timeout: 3600,
         memory: "4G".into(),
         no_amdgpu: false,
-        module: Some(kmod::Module::KfdEmu),
+        module: (scenario == guest::Scenario::Emulator).then_some(kmod::Module::KfdEmu),
         command,
     })?;
     if status != 0 {
-        bail!("the {} controller benchmark failed in the VM (status {status})", kernel.name());
+        bail!("the {} {scenario:?} benchmark failed in the VM (status {status})", kernel.name());
     }
-    let doc: Value =
-        serde_json::from_slice(&fs::read(&out).with_context(|| format!("the VM wrote no {}", out.display()))?)?;
+    fs::read(out).with_context(|| format!("the VM wrote no {}", out.display()))
+}
+
+/// `--controller-only`: row 5 alone, printed as the median over runs of each run's p50 and p99.
+fn controller_only(dbg_pair: &std::path::Path, kernel: Kernel, quick: bool) -> Result<()> {
+    let out = vm::out_dir(kernel).join("bench-controller.json");
+    let text = guest(kernel, guest::Scenario::Emulator, dbg_pair, &out, quick, &["--controller-only"])?;
+    let doc: Value = serde_json::from_slice(&text)?;
     let commit = util::output(Command::new("git").args(["rev-parse", "--short", "HEAD"])).unwrap_or_default();
     println!(
         "row 5 on {} at {}: userspace per cycle beyond the two ioctls, median of the runs",
