@@ -378,14 +378,13 @@ pub fn markdown(results: &Value) -> String {
         let _ = writeln!(
             md,
             "- {k}: beyond the two ioctls, `gpreempt preempt --no-trace` spends p50 {} µs / p99 {} µs per \
-             cycle, the C loop {} µs / {} µs. What bounds gpreempt here is its design, not the ioctls: KFD \
-             accepts debug-trap calls only from the thread that ptrace-seized the target, so one thread \
-             owns the session (it also forwards the target's signals and acknowledges runtime events) \
-             and the measuring loop hands it each SUSPEND and each RESUME over a channel and a wake-up \
-             pipe: two cross-thread round trips per cycle, which software emulation makes expensive. \
-             Against a preemption that takes milliseconds (row 6, and real CWSR saves) this is the price \
-             of never leaving a target suspended; issuing both ioctls of a cycle in one round trip is the \
-             next step to halve it.\n",
+             cycle, the C loop {} µs / {} µs. KFD accepts debug-trap calls only from the thread that \
+             ptrace-seized the target, so that thread runs the whole loop: per cycle the two ioctls, the \
+             clock read around each, and a record into a buffer sized for the run; a hold or gap of zero \
+             is no system call at all (the session's ppoll over the debug-event pipe, SIGCHLD and Ctrl-C \
+             runs when a hold or gap is not zero, and otherwise once per 100 ms). With the tracer, its \
+             ring buffer is read every 10 ms on the same thread and its spans matched to iterations by \
+             time after the run.\n",
             num(p("userspace per cycle p50", "gpreempt-no-trace")),
             num(p("userspace per cycle p99", "gpreempt-no-trace")),
             num(p("userspace per cycle p50", "c-ioctl-pair")),
