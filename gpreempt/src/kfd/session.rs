@@ -774,7 +774,9 @@ fn verdicts(array: &[u32]) -> (u32, u32, u32) {
 }
 
 /// [`Session::wait`] over several sessions held by this thread (the scheduler's offline
-/// processes): one `ppoll` over all their fds and `extra`.
+/// processes): one `ppoll` over all their fds and `extra`. `Wake::Target`/`Wake::Watchdog` do not
+/// say which session: read their notices. A session whose target exited makes every call fail
+/// with `DebugError::TargetExited` naming its pid: detach it and wait on the others.
 pub fn wait_any(sessions: &mut [Session], deadline: Instant, extra: &[BorrowedFd<'_>]) -> Result<Wake, DebugError> {
     let now_ns = monotonic_ns();
     let left = deadline.saturating_duration_since(Instant::now());
