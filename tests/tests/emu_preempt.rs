@@ -395,6 +395,9 @@ fn session_queue_created_mid_hold_is_suspended_within_the_same_hold() {
         "1",
         "--hold-ms",
         "10000",
+        // Longer than the hold: the loop's own RESUME must take the late queue too.
+        "--max-suspend-ms",
+        "60000",
         "--no-trace",
         "--json",
         json.to_str().unwrap(),
