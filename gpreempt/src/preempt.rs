@@ -222,7 +222,7 @@ impl Run {
 /// an ioctl fails; queues are never left suspended by this function (a failed iteration's resume
 /// is attempted before returning; the session's detach does the rest). Per cycle it makes the
 /// two ioctls and nothing else: records go to a buffer sized for the plan, a hold or gap of zero
-/// costs no system call (the session still looks at its fds every 100 ms), and `on_iteration`
+/// costs no system call (the session looks at its fds when SIGCHLD or SIGIO says so, or once a second), and `on_iteration`
 /// (progress, the tracer's draining) is the caller's to keep cheap.
 pub fn run(
     session: &mut Session,

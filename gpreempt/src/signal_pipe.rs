@@ -3,7 +3,13 @@
 //! thread runs the handler, the byte lands in the pipe the waiting thread polls. Handlers already
 //! installed for those signals keep running (signal-hook-registry chains them).
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::{
+    os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use nix::{
     errno::Errno,
@@ -18,6 +24,8 @@ pub struct SignalPipe {
     read: OwnedFd,
     /// Written from signal handlers; closed only after they are unregistered.
     write: OwnedFd,
+    /// Set by the handlers too: a loop that must not make a system call per cycle can ask.
+    arrived: Arc<AtomicBool>,
     ids: Vec<SigId>,
 }
 
@@ -25,12 +33,15 @@ impl SignalPipe {
     pub fn new(signals: &[libc::c_int]) -> Result<Self, Errno> {
         let (read, write) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
         let raw = write.as_raw_fd();
-        let mut pipe = Self { read, write, ids: Vec::with_capacity(signals.len()) };
+        let arrived = Arc::new(AtomicBool::new(false));
+        let mut pipe = Self { read, write, arrived: arrived.clone(), ids: Vec::with_capacity(signals.len()) };
         for &signal in signals {
-            // SAFETY: the action only calls write(2) on a non-blocking pipe, which is
-            // async-signal-safe; a full pipe (EAGAIN) already says "something arrived".
+            let flag = arrived.clone();
+            // SAFETY: the action stores to an atomic and calls write(2) on a non-blocking pipe,
+            // both async-signal-safe; a full pipe (EAGAIN) already says "something arrived".
             let id = unsafe {
                 signal_hook_registry::register(signal, move || {
+                    flag.store(true, Ordering::Relaxed);
                     let _ = libc::write(raw, b"s".as_ptr().cast(), 1);
                 })
             }
@@ -44,8 +55,14 @@ impl SignalPipe {
         self.read.as_fd()
     }
 
+    /// A signal arrived since the last [`SignalPipe::drain`] (no system call).
+    pub fn arrived(&self) -> bool {
+        self.arrived.load(Ordering::Relaxed)
+    }
+
     /// Empty the pipe; whether anything had arrived.
     pub fn drain(&self) -> bool {
+        self.arrived.store(false, Ordering::Relaxed);
         drain(&self.read)
     }
 }
@@ -82,7 +99,9 @@ mod tests {
         assert!(!pipe.drain());
         // SAFETY: raise(3) to ourselves; the registry's handler only writes to the pipe.
         unsafe { libc::raise(libc::SIGUSR2) };
+        assert!(pipe.arrived());
         assert!(pipe.drain());
+        assert!(!pipe.arrived());
         assert!(!pipe.drain());
     }
 }

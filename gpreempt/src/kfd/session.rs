@@ -44,11 +44,10 @@ const QUEUE_NEW: u64 = exception::ec_mask(exception::EC_QUEUE_NEW);
 const PROCESS_RUNTIME: u64 = exception::ec_mask(exception::EC_PROCESS_RUNTIME);
 /// What the session subscribes to in ENABLE's `exception_mask`.
 const SUBSCRIBED: u64 = QUEUE_NEW | PROCESS_RUNTIME;
-/// Backstop: a waitpid(WNOHANG) at least this often (SIGCHLD is the prompt path), and the longest
-/// a `wait` whose deadline has passed goes without looking at its fds. Coarse on purpose: in a
-/// loop with no hold and no gap, the one cycle in this period that polls must stay out of the
-/// per-cycle p99.
-const SERVICE_PERIOD_NS: u64 = 100_000_000;
+/// Backstop: a waitpid(WNOHANG) and a look at the event pipe at least this often. The prompt
+/// paths are signals: SIGCHLD for the tracee, SIGIO for the event pipe (O_ASYNC), so a loop with
+/// no hold and no gap looks at its fds only when one arrived.
+const SERVICE_PERIOD_NS: u64 = 1_000_000_000;
 /// `KFD_MAX_NUM_OF_QUEUES_PER_PROCESS`: bounds every id array and snapshot buffer.
 pub const MAX_QUEUES_PER_PROCESS: usize = 1024;
 /// The most fds one [`wait_any`] polls (3 per session plus the caller's).
@@ -170,8 +169,8 @@ pub struct Session {
     /// KFD holds its own reference to the write end (fget at ENABLE); ours keeps the pipe alive
     /// across a re-ENABLE.
     dbg_write: OwnedFd,
-    /// SIGCHLD: the tracee stopped, continued or exited.
-    chld: SignalPipe,
+    /// SIGCHLD (the tracee stopped, continued or exited) and SIGIO (KFD wrote the event pipe).
+    signals: SignalPipe,
     attached: Attached,
     enabled: bool,
     runtime_state: u32,
@@ -215,7 +214,7 @@ impl Session {
             return Err(DebugError::NoDebugTrap(version));
         }
         // Before the seize, so no SIGCHLD of the tracee is missed.
-        let chld = SignalPipe::new(&[libc::SIGCHLD]).map_err(DebugError::Pipe)?;
+        let signals = SignalPipe::new(&[libc::SIGCHLD, libc::SIGIO]).map_err(DebugError::Pipe)?;
         let tracee = Tracee::seize(pid).map_err(|errno| match errno {
             Errno::EPERM => {
                 DebugError::PtraceDenied { pid, reason: target::explain_ptrace_denied(&options.roots, &target) }
@@ -225,6 +224,12 @@ impl Session {
         })?;
         // ROCdbgapi's choice: a non-blocking pipe; KFD writes one '.' per raised exception (§2.2).
         let (dbg_read, dbg_write) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(DebugError::Pipe)?;
+        // SIGIO to this process when KFD writes the pipe (pipe_write's kill_fasync).
+        // SAFETY: fcntl on a pipe we own; no pointers.
+        unsafe {
+            libc::fcntl(dbg_read.as_raw_fd(), libc::F_SETOWN, libc::getpid());
+            libc::fcntl(dbg_read.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK | libc::O_ASYNC);
+        }
         // On error `tracee` drops here and detaches.
         let info = enable(&kfd, pid, &dbg_write).map_err(|errno| match errno {
             Errno::EALREADY => DebugError::AlreadyDebugged { pid },
@@ -247,7 +252,7 @@ impl Session {
             tracee,
             dbg_read,
             dbg_write,
-            chld,
+            signals,
             attached,
             enabled: true,
             runtime_state: info.runtime_state,
@@ -456,7 +461,7 @@ impl Session {
 
     /// The allocation-free form of [`Session::wait`] for a timing loop that already read the
     /// clock: `deadline_ns` and `now_ns` are CLOCK_MONOTONIC. A deadline already passed costs no
-    /// system call unless the session is due for its periodic look (every 100 ms).
+    /// system call unless a signal says something happened (or once a second).
     pub fn wait_ns(&mut self, deadline_ns: u64, now_ns: u64, extra: &[BorrowedFd<'_>]) -> Result<Wake, DebugError> {
         wait_ns(std::slice::from_mut(self), deadline_ns, now_ns, extra)
     }
@@ -807,7 +812,7 @@ fn wait_ns(
         let mut due = false;
         for s in sessions.iter() {
             until = until.min(s.watchdog_due_ns().unwrap_or(u64::MAX));
-            due |= now_ns >= s.last_service_ns + SERVICE_PERIOD_NS;
+            due |= now_ns >= s.last_service_ns + SERVICE_PERIOD_NS || s.signals.arrived();
         }
         if now_ns >= deadline_ns && !due {
             return Ok(Wake::Deadline);
@@ -816,7 +821,7 @@ fn wait_ns(
         let mut fds = [libc::pollfd { fd: -1, events: 0, revents: 0 }; MAX_POLL_FDS];
         for (i, s) in sessions.iter().enumerate() {
             fds[3 * i].fd = s.dbg_read.as_raw_fd();
-            fds[3 * i + 1].fd = s.chld.fd().as_raw_fd();
+            fds[3 * i + 1].fd = s.signals.fd().as_raw_fd();
             fds[3 * i + 2].fd = -1;
         }
         for (i, fd) in extra.iter().enumerate() {
@@ -838,7 +843,7 @@ fn wait_ns(
             if n > 0 && dbg {
                 serviced |= s.service_events();
             }
-            if (n > 0 && chld && s.chld.drain()) || now_ns >= s.last_service_ns + SERVICE_PERIOD_NS {
+            if (n > 0 && chld && s.signals.drain()) || now_ns >= s.last_service_ns + SERVICE_PERIOD_NS {
                 s.service_tracee();
                 s.last_service_ns = now_ns;
             }

@@ -382,7 +382,8 @@ pub fn markdown(results: &Value) -> String {
              ptrace-seized the target, so that thread runs the whole loop: per cycle the two ioctls, the \
              clock read around each, and a record into a buffer sized for the run; a hold or gap of zero \
              is no system call at all (the session's ppoll over the debug-event pipe, SIGCHLD and Ctrl-C \
-             runs when a hold or gap is not zero, and otherwise once per 100 ms). With the tracer, its \
+             runs when a hold or gap is not zero, and otherwise only when SIGCHLD or SIGIO says the target \
+             or KFD has something for it). With the tracer, its \
              ring buffer is read every 10 ms on the same thread and its spans matched to iterations by \
              time after the run.\n",
             num(p("userspace per cycle p50", "gpreempt-no-trace")),
