@@ -406,7 +406,7 @@ impl Session {
         let called_ns = monotonic_ns();
         let result = self.kfd.dbg_trap(&mut args);
         let returned_ns = monotonic_ns();
-        let count = result.map_err(|errno| self.ioctl_error("SUSPEND_QUEUES", errno))?;
+        let count = result.map_err(|errno| self.fail("SUSPEND_QUEUES", errno))?;
         let array = if retry { &self.retry } else { &self.ids };
         for &raw in array.iter() {
             if raw & (super::uapi::queue_status::INVALID_MASK | super::uapi::queue_status::ERROR_MASK) == 0
@@ -439,7 +439,7 @@ impl Session {
             self.kfd.dbg_trap(&mut args)
         };
         let returned_ns = monotonic_ns();
-        let count = result.map_err(|errno| self.ioctl_error("RESUME_QUEUES", errno))?;
+        let count = result.map_err(|errno| self.fail("RESUME_QUEUES", errno))?;
         // Whatever the verdict, nothing we suspended is left suspended: INVALID now means the
         // queue is gone (destroyed or its process exited).
         self.forget_suspended();
@@ -473,15 +473,32 @@ impl Session {
         }
     }
 
-    fn ioctl_error(&self, op: &'static str, errno: Errno) -> DebugError {
+    /// What a failed ioctl means, after looking at the target: ESRCH is its exit (waitpid has
+    /// the status); EPERM is either the runtime no longer enabled (§2.1 step 6: SUSPEND/RESUME
+    /// need runtime_state == ENABLED — possibly a RUNTIME_ENABLE(0) whose event is still in the
+    /// pipe) or the ptrace-parent check.
+    fn fail(&mut self, op: &'static str, errno: Errno) -> DebugError {
         match errno {
-            Errno::ESRCH => DebugError::TargetExited { pid: self.pid, code: self.tracee.is_gone().unwrap_or(-1) },
-            // §2.1 step 6: SUSPEND/RESUME need runtime_state == ENABLED, else EPERM; the other
-            // EPERM is the ptrace-parent check.
-            Errno::EPERM if self.runtime_state != runtime_state::ENABLED => {
-                DebugError::RuntimeNotEnabled { pid: self.pid }
+            Errno::ESRCH => {
+                for _ in 0..50 {
+                    self.service_tracee();
+                    if self.tracee.is_gone().is_some() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                DebugError::TargetExited { pid: self.pid, code: self.tracee.is_gone().unwrap_or(-1) }
             }
-            Errno::EPERM => DebugError::NotPtraceParent { pid: self.pid },
+            Errno::EPERM => {
+                self.service_events();
+                if self.runtime_was_enabled && self.runtime_state == runtime_state::DISABLED {
+                    self.runtime_shut_down()
+                } else if self.runtime_state != runtime_state::ENABLED {
+                    DebugError::RuntimeNotEnabled { pid: self.pid }
+                } else {
+                    DebugError::NotPtraceParent { pid: self.pid }
+                }
+            }
             errno => DebugError::Ioctl { op, pid: self.pid, errno },
         }
     }
@@ -500,7 +517,8 @@ impl Session {
                 capacity as u32,
                 size_of::<QueueSnapshotEntry>() as u32,
             );
-            self.kfd.dbg_trap(&mut args).map_err(|e| self.ioctl_error("GET_QUEUE_SNAPSHOT", e))?;
+            let result = self.kfd.dbg_trap(&mut args);
+            result.map_err(|e| self.fail("GET_QUEUE_SNAPSHOT", e))?;
             let actual = args.num_queues() as usize;
             if actual <= capacity || capacity >= MAX_QUEUES_PER_PROCESS {
                 self.snap.truncate(actual.min(capacity));
