@@ -234,6 +234,11 @@ pub fn run(
     // Sized for the plan (bounded: a run of millions grows the buffer now and then).
     let capacity = plan.iterations.min(100_000) as usize;
     let mut run = Run { iterations: Vec::with_capacity(capacity), notices: Vec::new(), stopped: None };
+    // Touch every page of the buffer now: a first-touch page fault inside the loop would land on
+    // one cycle in twenty (and is slow under emulation).
+    let blank = record(0, &Tally::default(), &Tally::default(), 0);
+    run.iterations.resize(capacity, blank);
+    run.iterations.clear();
     for index in 0..plan.iterations {
         if stop.load(Ordering::Relaxed) {
             run.stopped = Some(StopReason::Interrupted);
