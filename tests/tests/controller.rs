@@ -130,7 +130,7 @@ fn the_kernel_decides_between_the_debug_trap_and_a_clear_refusal() {
     assert_eq!(enabled["result"], -(Errno::ENOTTY as i32), "{enabled}");
     assert_preempt_refused(&target, &["--offline", &target.pid().to_string(), "--iterations", "3"], 1);
     // `queues` falls back to sysfs and says so.
-    let out = gpreempt(&["queues", &target.pid().to_string(), "--json"]);
+    let out = gpreempt(&["queues", &target.pid().to_string(), "--json", "--debug-snapshot"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(stderr_of(&out).starts_with("gpreempt: KFD 1.11 has no debug-trap API (needs ≥ 1.13, Linux 6.5+)"));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -291,7 +291,7 @@ fn kill_9_of_the_controller_leaves_the_target_healthy_and_debuggable() {
         assert_no_runtime_enable(&target);
         assert_preempt_refused(&target, &endless_run(&pid), 1);
         // `queues` still answers, from sysfs.
-        let out = gpreempt(&["queues", &pid, "--json"]);
+        let out = gpreempt(&["queues", &pid, "--json", "--debug-snapshot"]);
         assert!(out.status.success(), "{}", stderr_of(&out));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!((field(&v, "source").as_str(), field(&v, "comm").as_str()), (Some("sysfs"), Some("rt-target")));
@@ -305,7 +305,7 @@ fn kill_9_of_the_controller_leaves_the_target_healthy_and_debuggable() {
     assert!(eventually(10 * SECOND, || tracer_pid(target.pid()).ok() == Some(0)));
     target.signal(Signal::SIGUSR1).unwrap();
     assert_eq!(target.wait_for("usr1", 10 * SECOND).unwrap()["count"], 1);
-    let out = gpreempt(&["queues", &pid, "--json"]);
+    let out = gpreempt(&["queues", &pid, "--json", "--debug-snapshot"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((v["source"].as_str(), v["comm"].as_str()), (Some("debug_trap"), Some("rt-target")));
@@ -350,7 +350,7 @@ fn runtime_enable_while_attached_is_acknowledged() {
     let pid = target.pid();
     if !debug_trap_kernel() {
         // Nothing attaches: `queues --watch` samples sysfs and says why.
-        let out = gpreempt(&["queues", &pid.to_string(), "--watch", "200ms", "--duration", "1s", "--json"]);
+        let out = gpreempt(&["queues", &pid.to_string(), "--watch", "200ms", "--duration", "1s", "--json", "--debug-snapshot"]);
         assert!(out.status.success(), "{}", stderr_of(&out));
         assert!(stderr_of(&out).starts_with("gpreempt: KFD 1.11 has no debug-trap API (needs ≥ 1.13, Linux 6.5+)"));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -362,7 +362,7 @@ fn runtime_enable_while_attached_is_acknowledged() {
         return;
     }
     let watcher = Command::new(binary("gpreempt").unwrap())
-        .args(["queues", &pid.to_string(), "--watch", "200ms", "--duration", "6s", "--json"])
+        .args(["queues", &pid.to_string(), "--watch", "200ms", "--duration", "6s", "--json", "--debug-snapshot"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -361,6 +361,8 @@ impl Session {
             Errno::ESRCH => DebugError::Target(TargetError::NoSuchProcess(pid)),
             errno => DebugError::Ptrace { pid, errno },
         })?;
+        // pidfd wiring: the seized pid is still the inspected process (not a reused pid).
+        target.confirm()?;
         // ROCdbgapi's choice: a non-blocking pipe; KFD writes one '.' per raised exception (§2.2).
         let (dbg_read, dbg_write) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(DebugError::Pipe)?;
         let mut info = RuntimeInfo::default();
