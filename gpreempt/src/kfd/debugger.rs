@@ -31,6 +31,7 @@ use super::{
     device::DeviceError,
     target::{self, Target, TargetError},
     tracee::{Tracee, TraceeState},
+    watchdog::Watchdog, // watchdog wiring
     uapi::{DbgTrapArgs, QueueSnapshotEntry, RuntimeInfo, dbg_trap_op, exception, runtime_state},
 };
 
@@ -115,6 +116,8 @@ pub enum DebugError {
     Ioctl { op: &'static str, pid: u32, errno: Errno },
     #[error("cannot create the debug-event pipe: {0}")]
     Pipe(Errno),
+    #[error("{0}")]
+    Watchdog(String), // watchdog wiring
     #[error("the debug session thread is gone (it panicked?)")]
     SessionGone,
 }
@@ -344,10 +347,17 @@ struct Session {
     suspended_at: Option<Instant>,
     max_suspend: Option<Duration>,
     notices: Sender<Notice>,
+    /// Kills this process if a suspension outlives `max_suspend` while it is stopped. // watchdog wiring
+    watchdog: Option<Watchdog>,
 }
 
 impl Session {
     fn start(target: Target, options: Options, notices: Sender<Notice>) -> Result<(Self, Attached), DebugError> {
+        // watchdog wiring: forked before the device and the target are touched.
+        let watchdog = match options.max_suspend {
+            Some(_) => Some(Watchdog::spawn().map_err(|e| DebugError::Watchdog(e.to_string()))?),
+            None => None,
+        };
         let kfd = Device::open_path(&options.device)?;
         let version = kfd.version()?;
         if !version.has_debug_trap() {
@@ -404,6 +414,7 @@ impl Session {
             suspended_at: None,
             max_suspend: options.max_suspend,
             notices,
+            watchdog, // watchdog wiring
         };
         Ok((session, attached))
     }
@@ -566,6 +577,9 @@ impl Session {
         }
         if !self.suspended.is_empty() && self.suspended_at.is_none() {
             self.suspended_at = Some(Instant::now());
+            if let (Some(w), Some(max)) = (&self.watchdog, self.max_suspend) {
+                w.arm(max); // watchdog wiring
+            }
         }
         Ok(Batch { count, outcomes, latency_ns: latency.as_nanos() as u64, retried, skipped: false })
     }
@@ -608,6 +622,7 @@ impl Session {
         // queue is gone (destroyed or its process exited).
         self.suspended.clear();
         self.suspended_at = None;
+        self.watchdog.iter().for_each(Watchdog::disarm); // watchdog wiring
         Ok(Batch {
             count,
             outcomes: decode_outcomes(&array),
@@ -660,6 +675,7 @@ impl Session {
         if info.runtime_state == runtime_state::DISABLED {
             self.suspended.clear();
             self.suspended_at = None;
+            self.watchdog.iter().for_each(Watchdog::disarm); // watchdog wiring
         }
         let mut ack = DbgTrapArgs::send_runtime_event(self.pid, PROCESS_RUNTIME, 0, 0);
         let _ = self.kfd.dbg_trap(&mut ack);
@@ -675,6 +691,7 @@ impl Session {
             // KFD tears the queues down with the process; nothing is left to resume or disable.
             self.suspended.clear();
             self.suspended_at = None;
+            self.watchdog.iter().for_each(Watchdog::disarm); // watchdog wiring
             self.enabled = false;
             let _ = self.notices.send(Notice::TargetExited { code });
         }
