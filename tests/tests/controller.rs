@@ -350,7 +350,16 @@ fn runtime_enable_while_attached_is_acknowledged() {
     let pid = target.pid();
     if !debug_trap_kernel() {
         // Nothing attaches: `queues --watch` samples sysfs and says why.
-        let out = gpreempt(&["queues", &pid.to_string(), "--watch", "200ms", "--duration", "1s", "--json", "--debug-snapshot"]);
+        let out = gpreempt(&[
+            "queues",
+            &pid.to_string(),
+            "--watch",
+            "200ms",
+            "--duration",
+            "1s",
+            "--json",
+            "--debug-snapshot",
+        ]);
         assert!(out.status.success(), "{}", stderr_of(&out));
         assert!(stderr_of(&out).starts_with("gpreempt: KFD 1.11 has no debug-trap API (needs ≥ 1.13, Linux 6.5+)"));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

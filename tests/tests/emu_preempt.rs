@@ -110,7 +110,10 @@ fn preempt(args: &[&str]) -> Child {
 fn queues_lists_the_real_queues_with_every_field() {
     let offline = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
     let pid = offline.pid().to_string();
-    let out = Command::new(binary("gpreempt").unwrap()).args(["queues", &pid, "--json", "--debug-snapshot"]).output().unwrap();
+    let out = Command::new(binary("gpreempt").unwrap())
+        .args(["queues", &pid, "--json", "--debug-snapshot"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["source"], "debug_trap");

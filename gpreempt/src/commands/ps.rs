@@ -64,7 +64,15 @@ fn container_label(p: &KfdProcess) -> String {
 fn print_table(processes: &[KfdProcess]) {
     outln!(
         "{:>8} {:>7} {:<24} {:<16} {:>8} {:<28} {:>10} {:>9} {:>4}",
-        "PID", "NSPID", "CONTAINER", "COMM", "GPU", "QUEUES (id:type)", "VRAM MiB", "EVICT ms", "CU"
+        "PID",
+        "NSPID",
+        "CONTAINER",
+        "COMM",
+        "GPU",
+        "QUEUES (id:type)",
+        "VRAM MiB",
+        "EVICT ms",
+        "CU"
     );
     for p in processes {
         let comm = escape(p.info.as_ref().and_then(|i| i.comm.as_deref()).unwrap_or("?"));

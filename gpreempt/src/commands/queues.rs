@@ -98,13 +98,7 @@ fn print_once(
             json!({"pid": target.pid, "comm": target.comm, "kfd_version": version, "source": source, "queues": rows});
         outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        outln!(
-            "pid {} ({}): {} queue(s), from {}",
-            target.pid,
-            escape(&target.comm),
-            rows.len(),
-            source_name(source)
-        );
+        outln!("pid {} ({}): {} queue(s), from {}", target.pid, escape(&target.comm), rows.len(), source_name(source));
         print_table(rows);
     }
     Ok(())
@@ -125,7 +119,15 @@ fn print_table(rows: &[QueueRow]) {
     let num = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
     outln!(
         "{:>5} {:>6} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  EXCEPTIONS",
-        "QUEUE", "GPU", "TYPE", "RING", "RING_SIZE", "RPTR", "WPTR", "CWSR", "CWSR_SIZE"
+        "QUEUE",
+        "GPU",
+        "TYPE",
+        "RING",
+        "RING_SIZE",
+        "RPTR",
+        "WPTR",
+        "CWSR",
+        "CWSR_SIZE"
     );
     for q in rows {
         outln!(

@@ -27,12 +27,13 @@ use serde::Serialize;
 use crate::domain::QueueId;
 
 use super::{
-    Device, KfdVersion,
+    Device,
+    KfdVersion,
     device::DeviceError,
     target::{self, Target, TargetError},
     tracee::{Tracee, TraceeState},
-    watchdog::Watchdog, // watchdog wiring
     uapi::{DbgTrapArgs, QueueSnapshotEntry, RuntimeInfo, dbg_trap_op, exception, runtime_state},
+    watchdog::Watchdog, // watchdog wiring
 };
 
 /// `KFD_EC_MASK(EC_QUEUE_NEW)`: set on every new queue; suspend refuses such queues until a

@@ -15,11 +15,11 @@ use std::{
 
 use nix::errno::Errno;
 
+pub use crate::roots::Roots;
 use crate::{
     model::procinfo::{PROC_ROOT, effective_caps, status_field, status_number},
     output::text::escape,
 };
-pub use crate::roots::Roots;
 
 /// Facts about a target process read from `/proc/<pid>` and the KFD sysfs tree.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -40,8 +40,9 @@ pub enum DetachOutcome {
     /// The tracee exited before or during the detach.
     Gone,
     /// It did not reach a ptrace stop within [`DETACH_DEADLINE`]. The link stays until this
-    /// thread exits: the kernel detaches every tracee of an exiting tracer (`exit_ptrace`,
-    /// kernel/ptrace.c, 6.12), clearing the pending interrupt, so the target then runs on.
+    /// thread exits: the kernel detaches every tracee of an exiting tracer thread (`exit_ptrace`
+    /// from `forget_original_parent`, kernel/exit.c and kernel/ptrace.c, 6.12), and
+    /// `__ptrace_unlink` clears the pending interrupt (JOBCTL_TRAP_MASK), so the target runs on.
     TimedOut,
 }
 
@@ -52,7 +53,10 @@ pub enum Stop {
     Signaled(i32),
     /// A ptrace stop: `signo` is WSTOPSIG, `event` is `status >> 16` (0 for a signal-delivery stop,
     /// `PTRACE_EVENT_STOP` for group and interrupt stops under SEIZE).
-    Stopped { signo: i32, event: i32 },
+    Stopped {
+        signo: i32,
+        event: i32,
+    },
     Continued,
 }
 

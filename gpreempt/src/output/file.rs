@@ -110,7 +110,10 @@ mod tests {
         let err = write_atomically(&link, b"{}").unwrap_err();
         assert_eq!(
             err.to_string(),
-            format!("{} is a symbolic link; gpreempt does not write through links (give the real path)", link.display())
+            format!(
+                "{} is a symbolic link; gpreempt does not write through links (give the real path)",
+                link.display()
+            )
         );
         assert!(matches!(create(&link), Err(OutputError::Symlink(p)) if p == link));
         assert_eq!(fs::read_to_string(&victim).unwrap(), "root:secret\n");

@@ -46,7 +46,8 @@ impl<W: Write> Console<W> {
 
     /// The line for one event, without colour decisions of the caller.
     pub fn line(&self, e: &Event) -> String {
-        let head = format!("{} {:>7} {:<15} {:<14}", self.clock.time_of_day(e.ts_ns), e.pid, escape(&e.comm), e.kind.name());
+        let head =
+            format!("{} {:>7} {:<15} {:<14}", self.clock.time_of_day(e.ts_ns), e.pid, escape(&e.comm), e.kind.name());
         let body = match &e.kind {
             EventKind::QueueCreate(c) => format!(
                 "queue {:>4} gpu {:#06x} {:<12} prio {:>2} ring {:>8}  {}",
@@ -200,11 +201,7 @@ impl<W: Write> Console<W> {
                 .container
                 .as_ref()
                 .map(|c| {
-                    format!(
-                        " {} {}",
-                        c.runtime,
-                        escape(c.name.as_deref().unwrap_or_else(|| procinfo::short_id(&c.id)))
-                    )
+                    format!(" {} {}", c.runtime, escape(c.name.as_deref().unwrap_or_else(|| procinfo::short_id(&c.id))))
                 })
                 .unwrap_or_default();
             let _ = writeln!(

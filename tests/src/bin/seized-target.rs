@@ -128,11 +128,8 @@ fn main() -> Result<()> {
     }
     install(libc::SIGUSR1)?;
     let device = Device::open()?;
-    let mut args = uapi::RuntimeEnableArgs {
-        r_debug: 0,
-        mode_mask: uapi::runtime_enable::MODE_ENABLE_MASK,
-        capabilities_mask: 0,
-    };
+    let mut args =
+        uapi::RuntimeEnableArgs { r_debug: 0, mode_mask: uapi::runtime_enable::MODE_ENABLE_MASK, capabilities_mask: 0 };
     let runtime = match device.runtime_enable(&mut args) {
         Ok(()) => 0,
         Err(e) => -(e as i32),
