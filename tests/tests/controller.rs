@@ -8,7 +8,6 @@
 //! still answering its signals).
 
 use std::{
-    io::{BufRead, BufReader},
     process::{Child, Command, Output, Stdio},
     thread,
     time::Duration,
@@ -20,7 +19,9 @@ use gpreempt::kfd::{
     uapi::{self, DbgTrapArgs},
 };
 use gpreempt_tests::{
-    binary, field,
+    binary,
+    controller::spawn_preempt,
+    field,
     target::{RtTarget, eventually, state, tracer_pid},
 };
 use nix::{errno::Errno, sys::signal::Signal};
@@ -88,28 +89,6 @@ fn preempt_or_refusal(target: &RtTarget, args: &[&str], json: &std::path::Path) 
 /// Arguments of a preempt run that outlasts the test: queue 0, 5 ms holds and gaps.
 fn endless_run(pid: &str) -> [&str; 10] {
     ["--offline", pid, "--iterations", "1000000", "--hold-ms", "5", "--gap-ms", "5", "--queues", "0"]
-}
-
-/// `gpreempt preempt …` in the background, returned once it has attached.
-fn spawn_preempt(args: &[&str]) -> (Child, std::sync::mpsc::Receiver<String>) {
-    let mut child = Command::new(binary("gpreempt").unwrap())
-        .args(["preempt", "--no-trace"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[gpreempt] {line}");
-            let _ = tx.send(line);
-        }
-    });
-    let first = rx.recv_timeout(60 * SECOND).expect("gpreempt preempt said nothing");
-    assert!(first.starts_with("gpreempt: attached to pid "), "{first}");
-    (child, rx)
 }
 
 fn finish(child: Child, stderr: std::sync::mpsc::Receiver<String>) -> (std::process::ExitStatus, String, String) {

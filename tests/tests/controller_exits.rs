@@ -6,7 +6,6 @@
 //! commands on stdin. 6.1 has no debug trap: these tests are skipped there.
 
 use std::{
-    io::{BufRead, BufReader},
     process::{Child, Command, Stdio},
     sync::mpsc::Receiver,
     thread,
@@ -15,7 +14,9 @@ use std::{
 
 use gpreempt::kfd::{Device, tracee::DETACH_DEADLINE};
 use gpreempt_tests::{
-    LineHelper, binary, skip,
+    LineHelper, binary,
+    controller::spawn_preempt,
+    skip,
     target::{eventually, state, tracer_pid},
 };
 use nix::{sys::signal::Signal, unistd::Pid};
@@ -34,27 +35,9 @@ fn target() -> LineHelper {
 
 /// `gpreempt preempt --no-trace` on queue 0 (no GPU: INVALID, docs/kfd.md §2.4) with 5 ms holds
 /// and gaps for far longer than the test, returned once attached, with its stderr lines.
-fn spawn_preempt(pid: u32, extra: &[&str]) -> (Child, Receiver<String>) {
+fn spawn_endless(pid: u32) -> (Child, Receiver<String>) {
     let pid = pid.to_string();
-    let mut child = Command::new(binary("gpreempt").unwrap())
-        .args(["preempt", "--no-trace", "--offline", &pid, "--iterations", "1000000", "--hold-ms", "5"])
-        .args(["--gap-ms", "5", "--queues", "0"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[gpreempt] {line}");
-            let _ = tx.send(line);
-        }
-    });
-    let first = rx.recv_timeout(60 * SECOND).expect("gpreempt preempt said nothing");
-    assert!(first.starts_with("gpreempt: attached to pid "), "{first}");
-    (child, rx)
+    spawn_preempt(&["--offline", &pid, "--iterations", "1000000", "--hold-ms", "5", "--gap-ms", "5", "--queues", "0"])
 }
 
 fn signal(pid: u32, signal: Signal) {
@@ -76,7 +59,7 @@ fn finding_1_realtime_and_glibc_internal_signals_reach_the_seized_target_and_the
     let pid = t.pid();
     let rtmin = t.hello["sigrtmin"].as_i64().unwrap() as i32;
     assert_eq!(t.cmd("cancel").unwrap()["cancel"], 0, "glibc's SIGCANCEL handler is installed");
-    let (mut child, stderr) = spawn_preempt(pid, &[]);
+    let (mut child, stderr) = spawn_endless(pid);
     assert_eq!(tracer_pid(pid).unwrap(), child.id());
 
     // POSIX real-time signals, queued: SIGRTMIN+n n+1 times each.
@@ -124,7 +107,7 @@ fn finding_6_a_vfork_parent_does_not_hang_detach_and_a_second_ctrl_c_exits_at_on
     let mut t = target();
     let pid = t.pid();
     for second_signal in [false, true] {
-        let (mut child, stderr) = spawn_preempt(pid, &[]);
+        let (mut child, stderr) = spawn_endless(pid);
         assert_eq!(t.cmd(&format!("vfork {CHILD_MS}")).unwrap()["vforking"], true);
         // A vfork parent waits killable in wait_for_vfork_done (kernel/fork.c, 6.12): state D.
         assert!(eventually(10 * SECOND, || state(pid).ok() == Some('D')), "not in the vfork wait: {:?}", state(pid));

@@ -12,6 +12,7 @@ use std::{
 
 use gpreempt_tests::{
     LineHelper, Tracer, binary,
+    controller::advances,
     target::{eventually, tracer_pid},
 };
 use nix::{sys::signal::Signal, unistd::Pid};
@@ -20,19 +21,6 @@ const SECOND: Duration = Duration::from_secs(1);
 
 fn workload(args: &[&str]) -> LineHelper {
     LineHelper::spawn("emu-workload", &[&["run"], args].concat()).unwrap()
-}
-
-fn rptr_now(pid: u32, address: u64) -> u64 {
-    let mut buf = [0u8; 8];
-    File::open(format!("/proc/{pid}/mem")).unwrap().read_exact_at(&mut buf, address).unwrap();
-    u64::from_ne_bytes(buf)
-}
-
-/// The queue's read index moves within 200 ms.
-fn advances(pid: u32, address: u64) -> bool {
-    let a = rptr_now(pid, address);
-    thread::sleep(Duration::from_millis(200));
-    rptr_now(pid, address) > a
 }
 
 #[test]
@@ -118,8 +106,9 @@ fn finding_8_queues_reads_sysfs_without_preempting_and_only_the_debug_snapshot_p
     assert!(snapshot_err.contains("debug ENABLE and DISABLE each preempt every queue"), "{snapshot_err}");
     let objects = tracer.stop().unwrap();
     assert_eq!(executes_by(&objects, quiet), 0, "the default path touched the runlist");
-    // ENABLE and DISABLE each refresh the runlist of both emulated GPUs (the process has a
-    // device on each): 2 x 2 device-wide executes.
-    assert_eq!(executes_by(&objects, loud), 4);
+    // ENABLE refreshes the runlist of both emulated GPUs (the process has a device on each): 2;
+    // DISABLE resumes the process's queues, one execute on the GPU holding them (0x1000), and
+    // refreshes both runlists again: 3 (kfd_dbg_trap_activate/_deactivate, 6.12).
+    assert_eq!(executes_by(&objects, loud), 5);
     assert_eq!(tracer_pid(w.pid()).unwrap(), 0);
 }

@@ -19,6 +19,7 @@ use std::{
 use gpreempt::preempt::monotonic_ns;
 use gpreempt_tests::{
     EmuParam, LineHelper, binary,
+    controller::{advances, rptr_now},
     target::{eventually, tracer_pid},
 };
 use nix::sys::signal::Signal;
@@ -82,18 +83,6 @@ fn first_after(samples: &[Sample], t: u64) -> Option<Sample> {
 }
 fn last_before(samples: &[Sample], t: u64) -> Option<Sample> {
     samples.iter().copied().rev().find(|s| s.after <= t)
-}
-
-fn rptr_now(pid: u32, address: u64) -> u64 {
-    let mut buf = [0u8; 8];
-    File::open(format!("/proc/{pid}/mem")).unwrap().read_exact_at(&mut buf, address).unwrap();
-    u64::from_ne_bytes(buf)
-}
-
-fn advances(pid: u32, address: u64) -> bool {
-    let a = rptr_now(pid, address);
-    thread::sleep(Duration::from_millis(200));
-    rptr_now(pid, address) > a
 }
 
 fn preempt(args: &[&str]) -> Child {
