@@ -3,10 +3,7 @@
 //! without preempting anything unless asked to (finding 8).
 
 use std::{
-    fs::File,
-    os::unix::fs::FileExt,
     process::{Command, Stdio},
-    thread,
     time::{Duration, Instant},
 };
 
