@@ -217,7 +217,55 @@ fn is_stop_signal(signo: i32) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::{os::unix::process::CommandExt, process::Command};
+
     use super::*;
+
+    /// State letter of /proc/<pid>/stat.
+    fn state(pid: u32) -> char {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap()
+    }
+
+    #[test]
+    fn a_real_time_signal_is_re_injected_and_the_tracee_runs_on() {
+        let rt = libc::SIGRTMIN() + 6;
+        // `sleep` with the signal ignored: a ptraced task still stops for it (sig_ignored() is
+        // false under ptrace, kernel/signal.c, 6.12), and must not be left in that stop.
+        let mut command = Command::new("sleep");
+        command.arg("30");
+        // SAFETY: only `signal(2)` between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                libc::signal(rt, libc::SIG_IGN);
+                Ok(())
+            })
+        };
+        let mut child = command.spawn().unwrap();
+        let pid = child.id();
+        let mut tracee = match Tracee::seize(pid) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = child.kill();
+                panic!("PTRACE_SEIZE of a child failed ({e}): ptrace is not permitted here");
+            }
+        };
+        for _ in 0..3 {
+            // SAFETY: signalling our own child.
+            assert_eq!(unsafe { libc::kill(pid as i32, rt) }, 0);
+        }
+        let until = Instant::now() + Duration::from_secs(10);
+        while tracee.forwarded < 3 && Instant::now() < until {
+            assert_eq!(tracee.service(), TraceeState::Running);
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(tracee.forwarded, 3);
+        assert_eq!(tracee.service(), TraceeState::Running);
+        assert_ne!(state(pid), 't', "left in a ptrace stop");
+        assert_eq!(tracee.detach(), DetachOutcome::Detached);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
 
     /// Raw statuses as the kernel builds them (`wait_task_stopped`/`ptrace_stop`, kernel/exit.c and
     /// kernel/signal.c, 6.12): `(event << 16) | (signo << 8) | 0x7f` for stops.
