@@ -27,13 +27,11 @@ use serde::Serialize;
 use crate::domain::QueueId;
 
 use super::{
-    Device,
-    KfdVersion,
+    Device, KfdVersion,
     device::DeviceError,
     target::{self, Target, TargetError},
     tracee::{Tracee, TraceeState},
     uapi::{DbgTrapArgs, QueueSnapshotEntry, RuntimeInfo, dbg_trap_op, exception, runtime_state},
-    watchdog::Watchdog, // watchdog wiring
 };
 
 /// `KFD_EC_MASK(EC_QUEUE_NEW)`: set on every new queue; suspend refuses such queues until a
@@ -117,8 +115,8 @@ pub enum DebugError {
     Ioctl { op: &'static str, pid: u32, errno: Errno },
     #[error("cannot create the debug-event pipe: {0}")]
     Pipe(Errno),
-    #[error("{0}")]
-    Watchdog(String), // watchdog wiring
+    #[error(transparent)]
+    Watchdog(#[from] super::watchdog::WatchdogError), // watchdog wiring
     #[error("the debug session thread is gone (it panicked?)")]
     SessionGone,
 }
@@ -348,15 +346,15 @@ struct Session {
     suspended_at: Option<Instant>,
     max_suspend: Option<Duration>,
     notices: Sender<Notice>,
-    /// Kills this process if a suspension outlives `max_suspend` while it is stopped. // watchdog wiring
-    watchdog: Option<Watchdog>,
+    /// Kills this process if a suspension outlives `max_suspend` while it is stopped (watchdog wiring).
+    watchdog: Option<super::watchdog::Watchdog>,
 }
 
 impl Session {
     fn start(target: Target, options: Options, notices: Sender<Notice>) -> Result<(Self, Attached), DebugError> {
         // watchdog wiring: forked before the device and the target are touched.
         let watchdog = match options.max_suspend {
-            Some(_) => Some(Watchdog::spawn().map_err(|e| DebugError::Watchdog(e.to_string()))?),
+            Some(_) => Some(super::watchdog::Watchdog::spawn()?),
             None => None,
         };
         let kfd = Device::open_path(&options.device)?;
@@ -623,7 +621,7 @@ impl Session {
         // queue is gone (destroyed or its process exited).
         self.suspended.clear();
         self.suspended_at = None;
-        self.watchdog.iter().for_each(Watchdog::disarm); // watchdog wiring
+        self.watchdog.iter().for_each(|w| w.disarm()); // watchdog wiring
         Ok(Batch {
             count,
             outcomes: decode_outcomes(&array),
@@ -676,7 +674,7 @@ impl Session {
         if info.runtime_state == runtime_state::DISABLED {
             self.suspended.clear();
             self.suspended_at = None;
-            self.watchdog.iter().for_each(Watchdog::disarm); // watchdog wiring
+            self.watchdog.iter().for_each(|w| w.disarm()); // watchdog wiring
         }
         let mut ack = DbgTrapArgs::send_runtime_event(self.pid, PROCESS_RUNTIME, 0, 0);
         let _ = self.kfd.dbg_trap(&mut ack);
@@ -692,7 +690,7 @@ impl Session {
             // KFD tears the queues down with the process; nothing is left to resume or disable.
             self.suspended.clear();
             self.suspended_at = None;
-            self.watchdog.iter().for_each(Watchdog::disarm); // watchdog wiring
+            self.watchdog.iter().for_each(|w| w.disarm()); // watchdog wiring
             self.enabled = false;
             let _ = self.notices.send(Notice::TargetExited { code });
         }
