@@ -55,12 +55,13 @@ pub enum Command {
     /// types, VRAM, evicted_ms and cu_occupancy, from /sys/class/kfd/kfd/proc. `--hw` adds the
     /// hardware view from debugfs (MQDs and active HQD slots) and a consistency check per GPU.
     Ps(PsArgs),
-    /// Show one process's GPU queues: addresses, ring and CWSR sizes, exception status (root).
+    /// Show one process's GPU queues, without disturbing the GPU.
     ///
-    /// Uses the KFD debug-trap API (GET_QUEUE_SNAPSHOT, KFD ≥ 1.13): gpreempt ptrace-seizes the
-    /// process without stopping it, enables the debug trap, takes the snapshot and detaches. The
-    /// snapshot leaves the queues untouched. On older kernels it falls back to sysfs (queue id,
-    /// gpu, type, ring size) and says so. `--watch` samples repeatedly and ends with statistics.
+    /// By default reads sysfs (/sys/class/kfd/kfd/proc/PID/queues: queue id, gpu, type, ring
+    /// size): no ptrace, no ioctl, nothing the GPU notices. `--debug-snapshot` adds addresses, CWSR
+    /// and exception bits from the KFD debug-trap API (KFD ≥ 1.13, root), at a price: its debug
+    /// ENABLE and DISABLE each preempt every queue on the GPU (two device-wide preemptions). `--watch`
+    /// samples repeatedly and ends with statistics.
     Queues(QueuesArgs),
     /// Suspend and resume another process's GPU queues in a loop and measure it (root).
     ///
@@ -89,9 +90,13 @@ pub struct QueuesArgs {
     /// With --watch: how long to sample (e.g. 10s).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
-    /// Use sysfs even when the debug-trap API is available (no ptrace, no root needed).
+    /// Take a KFD debug-trap snapshot instead of reading sysfs (root, KFD ≥ 1.13): ring, read and
+    /// write pointer and CWSR addresses, exception bits. DISTURBS THE GPU: gpreempt ptrace-seizes the
+    /// process and enables debugging on it; the debug ENABLE and DISABLE each refresh the hardware
+    /// scheduler's runlist, which preempts every queue of every process on the GPU (twice), and
+    /// on some GPUs reserve a debug VMID while the session lasts.
     #[arg(long)]
-    pub sysfs: bool,
+    pub debug_snapshot: bool,
 }
 
 #[derive(Debug, Args)]
@@ -153,7 +158,13 @@ fn parse_queue_selection(text: &str) -> Result<QueueSelectionArg, String> {
                 .ok_or_else(|| format!("`{id}` is not a queue id (0-1023); use `all` or ids like 0,1,5"))
         })
         .collect::<Result<Vec<u32>, String>>()
-        .map(QueueSelectionArg::Ids)
+        .and_then(|ids| {
+            // Each id once: a repeated id would be suspended once but counted twice.
+            match ids.iter().enumerate().find(|(i, id)| ids[..*i].contains(id)) {
+                Some((_, id)) => Err(format!("queue id {id} is given twice; list each queue once")),
+                None => Ok(QueueSelectionArg::Ids(ids)),
+            }
+        })
 }
 
 fn parse_grace_period(text: &str) -> Result<u32, String> {
@@ -359,6 +370,8 @@ mod tests {
         .unwrap();
         let Command::Preempt(p) = cli.command else { panic!("not preempt") };
         assert_eq!((p.queues, p.grace_period), (QueueSelectionArg::Ids(vec![0, 3]), 0xffff_ffff));
+        let err = Cli::try_parse_from(["gpreempt", "preempt", "--offline", "1", "--queues", "0,3,0"]).unwrap_err();
+        assert!(err.to_string().contains("queue id 0 is given twice; list each queue once"), "{err}");
         let err = Cli::try_parse_from(["gpreempt", "preempt", "--offline", "1", "--queues", "0,x"]).unwrap_err();
         assert!(err.to_string().contains("`x` is not a queue id (0-1023)"), "{err}");
         assert!(Cli::try_parse_from(["gpreempt", "queues", "7", "--watch", "100ms"]).is_err());

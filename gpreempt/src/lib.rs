@@ -6,6 +6,7 @@
 //! - [`model`]: what the event stream says about the host (queue map, spans), applied in one place.
 //! - [`report`]: output sinks over that stream (console lines, JSON Lines, Perfetto, summary).
 //! - [`preempt`]: the suspend/resume measurement loop over a [`kfd::Debugger`]; [`stats`] its statistics.
+//! - [`output`]: output files that never follow symlinks, and terminal-safe text from other processes.
 //! - [`roots`]: where the host's state is read (`/proc`, `/sys`, Docker's state, KFD debugfs).
 
 pub mod analyze;
@@ -14,6 +15,7 @@ pub mod doctor;
 pub mod domain;
 pub mod kfd;
 pub mod model;
+pub mod output;
 pub mod preempt;
 pub mod report;
 pub mod roots;

@@ -15,6 +15,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
+pub mod controller;
 pub mod target;
 
 /// `target/<profile>/<name>` next to the running test binary (`target/<profile>/deps/…`).

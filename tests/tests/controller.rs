@@ -8,7 +8,6 @@
 //! still answering its signals).
 
 use std::{
-    io::{BufRead, BufReader},
     process::{Child, Command, Output, Stdio},
     thread,
     time::Duration,
@@ -24,7 +23,9 @@ use gpreempt::{
     },
 };
 use gpreempt_tests::{
-    binary, field,
+    binary,
+    controller::spawn_preempt,
+    field,
     target::{RtTarget, eventually, state, tracer_pid},
 };
 use nix::{errno::Errno, sys::signal::Signal};
@@ -94,28 +95,6 @@ fn endless_run(pid: &str) -> [&str; 10] {
     ["--offline", pid, "--iterations", "1000000", "--hold-ms", "5", "--gap-ms", "5", "--queues", "0"]
 }
 
-/// `gpreempt preempt …` in the background, returned once it has attached.
-fn spawn_preempt(args: &[&str]) -> (Child, std::sync::mpsc::Receiver<String>) {
-    let mut child = Command::new(binary("gpreempt").unwrap())
-        .args(["preempt", "--no-trace"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[gpreempt] {line}");
-            let _ = tx.send(line);
-        }
-    });
-    let first = rx.recv_timeout(60 * SECOND).expect("gpreempt preempt said nothing");
-    assert!(first.starts_with("gpreempt: attached to pid "), "{first}");
-    (child, rx)
-}
-
 fn finish(child: Child, stderr: std::sync::mpsc::Receiver<String>) -> (std::process::ExitStatus, String, String) {
     let out = child.wait_with_output().unwrap();
     thread::sleep(Duration::from_millis(100));
@@ -134,7 +113,7 @@ fn the_kernel_decides_between_the_debug_trap_and_a_clear_refusal() {
     assert_eq!(enabled["result"], -(Errno::ENOTTY as i32), "{enabled}");
     assert_preempt_refused(&target, &["--offline", &target.pid().to_string(), "--iterations", "3"], 1);
     // `queues` falls back to sysfs and says so.
-    let out = gpreempt(&["queues", &target.pid().to_string(), "--json"]);
+    let out = gpreempt(&["queues", &target.pid().to_string(), "--json", "--debug-snapshot"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(stderr_of(&out).starts_with("gpreempt: KFD 1.11 has no debug-trap API (needs ≥ 1.13, Linux 6.5+)"));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -295,7 +274,7 @@ fn kill_9_of_the_controller_leaves_the_target_healthy_and_debuggable() {
         assert_no_runtime_enable(&target);
         assert_preempt_refused(&target, &endless_run(&pid), 1);
         // `queues` still answers, from sysfs.
-        let out = gpreempt(&["queues", &pid, "--json"]);
+        let out = gpreempt(&["queues", &pid, "--json", "--debug-snapshot"]);
         assert!(out.status.success(), "{}", stderr_of(&out));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!((field(&v, "source").as_str(), field(&v, "comm").as_str()), (Some("sysfs"), Some("rt-target")));
@@ -309,7 +288,7 @@ fn kill_9_of_the_controller_leaves_the_target_healthy_and_debuggable() {
     assert!(eventually(10 * SECOND, || tracer_pid(target.pid()).ok() == Some(0)));
     target.signal(Signal::SIGUSR1).unwrap();
     assert_eq!(target.wait_for("usr1", 10 * SECOND).unwrap()["count"], 1);
-    let out = gpreempt(&["queues", &pid, "--json"]);
+    let out = gpreempt(&["queues", &pid, "--json", "--debug-snapshot"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((v["source"].as_str(), v["comm"].as_str()), (Some("debug_trap"), Some("rt-target")));
@@ -354,7 +333,16 @@ fn runtime_enable_while_attached_is_acknowledged() {
     let pid = target.pid();
     if !debug_trap_kernel() {
         // Nothing attaches: `queues --watch` samples sysfs and says why.
-        let out = gpreempt(&["queues", &pid.to_string(), "--watch", "200ms", "--duration", "1s", "--json"]);
+        let out = gpreempt(&[
+            "queues",
+            &pid.to_string(),
+            "--watch",
+            "200ms",
+            "--duration",
+            "1s",
+            "--json",
+            "--debug-snapshot",
+        ]);
         assert!(out.status.success(), "{}", stderr_of(&out));
         assert!(stderr_of(&out).starts_with("gpreempt: KFD 1.11 has no debug-trap API (needs ≥ 1.13, Linux 6.5+)"));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -366,7 +354,7 @@ fn runtime_enable_while_attached_is_acknowledged() {
         return;
     }
     let watcher = Command::new(binary("gpreempt").unwrap())
-        .args(["queues", &pid.to_string(), "--watch", "200ms", "--duration", "6s", "--json"])
+        .args(["queues", &pid.to_string(), "--watch", "200ms", "--duration", "6s", "--json", "--debug-snapshot"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -19,6 +19,7 @@ use std::{
 use gpreempt::preempt::monotonic_ns;
 use gpreempt_tests::{
     EmuParam, LineHelper, binary,
+    controller::{advances, rptr_now},
     target::{eventually, tracer_pid},
 };
 use nix::sys::signal::Signal;
@@ -84,18 +85,6 @@ fn last_before(samples: &[Sample], t: u64) -> Option<Sample> {
     samples.iter().copied().rev().find(|s| s.after <= t)
 }
 
-fn rptr_now(pid: u32, address: u64) -> u64 {
-    let mut buf = [0u8; 8];
-    File::open(format!("/proc/{pid}/mem")).unwrap().read_exact_at(&mut buf, address).unwrap();
-    u64::from_ne_bytes(buf)
-}
-
-fn advances(pid: u32, address: u64) -> bool {
-    let a = rptr_now(pid, address);
-    thread::sleep(Duration::from_millis(200));
-    rptr_now(pid, address) > a
-}
-
 fn preempt(args: &[&str]) -> Child {
     preempt_with_fault(args, "")
 }
@@ -120,7 +109,10 @@ fn json_of(path: &std::path::Path) -> serde_json::Value {
 fn queues_lists_the_real_queues_with_every_field() {
     let offline = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
     let pid = offline.pid().to_string();
-    let out = Command::new(binary("gpreempt").unwrap()).args(["queues", &pid, "--json"]).output().unwrap();
+    let out = Command::new(binary("gpreempt").unwrap())
+        .args(["queues", &pid, "--json", "--debug-snapshot"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["source"], "debug_trap");

@@ -1,5 +1,8 @@
 //! Ctrl-C, SIGTERM and SIGHUP as a flag the long-running commands poll, so they can resume the
-//! target's queues and print their summary before exiting.
+//! target's queues and print their summary before exiting. A second signal exits at once: the
+//! kernel then does the cleanup (ptrace links end with the tracer, `exit_ptrace`, kernel/ptrace.c;
+//! KFD resumes the target's queues and disables debugging when the debugger's process goes away,
+//! docs/kfd.md §2.7), so a stuck cleanup never holds the user hostage.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
@@ -10,9 +13,12 @@ static STOP: AtomicBool = AtomicBool::new(false);
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(signo: libc::c_int) {
-    // Only async-signal-safe work: two atomic stores.
+    // Only async-signal-safe work: atomics and `_exit`.
+    if STOP.swap(true, Ordering::Relaxed) {
+        // SAFETY: `_exit` is async-signal-safe; no destructor must run (one may be what hangs).
+        unsafe { libc::_exit(128 + signo) };
+    }
     SIGNAL.store(signo, Ordering::Relaxed);
-    STOP.store(true, Ordering::Relaxed);
 }
 
 /// Install the handlers (without SA_RESTART, so blocking calls return EINTR promptly).

@@ -2,7 +2,6 @@
 //! summary and the `--json` record file.
 
 use std::{
-    fs,
     io::{IsTerminal, Write},
     path::Path,
     time::Duration,
@@ -34,6 +33,7 @@ use gpreempt::{
 use serde_json::json;
 
 use super::interrupt;
+use super::stdout::{out, outln};
 use crate::cli::{PreemptArgs, QueueSelectionArg};
 
 /// The tracer, in-process: the driver's side of every suspend/resume of the offline process.
@@ -127,7 +127,7 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
     eprintln!(
         "gpreempt: attached to pid {} ({}), KFD {}, runtime {}",
         target.pid,
-        target.comm,
+        gpreempt::output::text::escape(&target.comm),
         target.kfd_version,
         runtime_name(target.runtime_state)
     );
@@ -170,7 +170,7 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
     print_summary(&summary, &run.iterations);
     let tracer_losses = tracer.as_ref().and_then(KernelTracer::losses);
     if let Some(l) = &tracer_losses {
-        println!("kernel-side tracer: {} records lost ({l})", l.dropped());
+        outln!("kernel-side tracer: {} records lost ({l})", l.dropped());
     }
     for notice in &run.notices {
         eprintln!("gpreempt: {}", serde_json::to_string(notice)?);
@@ -236,19 +236,19 @@ fn progress_line(it: &Iteration, total: u32) {
 }
 
 fn print_summary(s: &RunSummary, iterations: &[Iteration]) {
-    println!("{} of {} iterations, {} fully successful ({:.1}%)", s.completed, s.planned, s.ok, 100.0 * s.success_rate);
+    outln!("{} of {} iterations, {} fully successful ({:.1}%)", s.completed, s.planned, s.ok, 100.0 * s.success_rate);
     let queues: i64 = iterations.iter().map(|i| i64::from(i.suspended)).sum();
     let invalid: usize = iterations.iter().map(|i| i.invalid).sum();
     let errors: usize = iterations.iter().map(|i| i.error).sum();
-    println!("queues suspended in total: {queues}; INVALID answers: {invalid}; ERROR answers: {errors}");
+    outln!("queues suspended in total: {queues}; INVALID answers: {invalid}; ERROR answers: {errors}");
     if let Some(f) = &s.fence_wait_us {
-        println!("in-driver preemption (fence wait) per suspend (us): {}", line(f));
+        outln!("in-driver preemption (fence wait) per suspend (us): {}", line(f));
     }
     if let Some(c) = s.collateral_queues {
-        print!("other processes' queues preempted by the device-wide unmaps: {c}");
+        out!("other processes' queues preempted by the device-wide unmaps: {c}");
         match s.online_queues {
-            Some(o) if o > 0 => println!(" (of them the online process's: {o})"),
-            _ => println!(),
+            Some(o) if o > 0 => outln!(" (of them the online process's: {o})"),
+            _ => outln!(""),
         }
     }
     for (name, summary, hist) in
@@ -256,10 +256,10 @@ fn print_summary(s: &RunSummary, iterations: &[Iteration]) {
     {
         match summary {
             Some(v) => {
-                println!("{name} latency (us): {}", line(v));
-                print!("{}", stats::render_histogram(hist, "us", 40));
+                outln!("{name} latency (us): {}", line(v));
+                out!("{}", stats::render_histogram(hist, "us", 40));
             }
-            None => println!("{name} latency: no ioctl made"),
+            None => outln!("{name} latency: no ioctl made"),
         }
     }
 }
@@ -271,9 +271,7 @@ fn line(s: &Summary) -> String {
     )
 }
 
-/// Write next to the destination and rename, so a reader never sees half a file.
+/// Output-file wiring: never through a symlink, never half a file (`gpreempt::output::file`).
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("json.partial");
-    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
+    Ok(gpreempt::output::file::write_atomically(path, bytes)?)
 }

@@ -3,11 +3,15 @@
 use std::{collections::HashSet, time::Instant};
 
 use anyhow::{Result, bail};
-use gpreempt::model::{
-    hw, procinfo,
-    ps::{self, KfdProcess, Roots},
+use gpreempt::{
+    model::{
+        hw, procinfo,
+        ps::{self, KfdProcess, Roots},
+    },
+    output::text::escape,
 };
 
+use super::stdout::outln;
 use crate::cli::PsArgs;
 
 fn roots(args: &PsArgs) -> Roots {
@@ -26,14 +30,14 @@ pub async fn run(args: &PsArgs) -> Result<()> {
     let hw = if args.hw { Some(hw::view(&args.debugfs_root, &processes)) } else { None };
     if args.ids_only {
         for p in &processes {
-            println!("{}", p.pid());
+            outln!("{}", p.pid());
         }
     } else if args.json {
         let mut out = serde_json::json!({ "processes": processes, "notes": notes });
         if let Some(hw) = &hw {
             out["hw"] = serde_json::to_value(hw)?;
         }
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print_table(&processes);
         if let Some(hw) = &hw {
@@ -51,19 +55,27 @@ fn container_label(p: &KfdProcess) -> String {
     match p.info.as_ref().and_then(|i| i.container.as_ref()) {
         None => "-".to_owned(),
         Some(c) => match &c.name {
-            Some(name) => format!("{}:{name}", c.runtime),
+            Some(name) => format!("{}:{}", c.runtime, escape(name)),
             None => format!("{}:{}", c.runtime, procinfo::short_id(&c.id)),
         },
     }
 }
 
 fn print_table(processes: &[KfdProcess]) {
-    println!(
+    outln!(
         "{:>8} {:>7} {:<24} {:<16} {:>8} {:<28} {:>10} {:>9} {:>4}",
-        "PID", "NSPID", "CONTAINER", "COMM", "GPU", "QUEUES (id:type)", "VRAM MiB", "EVICT ms", "CU"
+        "PID",
+        "NSPID",
+        "CONTAINER",
+        "COMM",
+        "GPU",
+        "QUEUES (id:type)",
+        "VRAM MiB",
+        "EVICT ms",
+        "CU"
     );
     for p in processes {
-        let comm = p.info.as_ref().and_then(|i| i.comm.clone()).unwrap_or_else(|| "?".to_owned());
+        let comm = escape(p.info.as_ref().and_then(|i| i.comm.as_deref()).unwrap_or("?"));
         let ns_pid = p.info.as_ref().and_then(|i| i.ns_pid).map_or_else(|| "?".to_owned(), |n| n.to_string());
         let gpus: Vec<u32> = {
             let mut g: Vec<u32> = p.sysfs.gpus.iter().map(|g| g.gpu_id).collect();
@@ -73,7 +85,7 @@ fn print_table(processes: &[KfdProcess]) {
             g
         };
         if gpus.is_empty() {
-            println!("{:>8} {ns_pid:>7} {:<24} {comm:<16} {:>8}", p.pid(), container_label(p), "-");
+            outln!("{:>8} {ns_pid:>7} {:<24} {comm:<16} {:>8}", p.pid(), container_label(p), "-");
         }
         for gpu in gpus {
             let queues: Vec<String> = p
@@ -85,7 +97,7 @@ fn print_table(processes: &[KfdProcess]) {
                 .collect();
             let stats = p.sysfs.gpus.iter().find(|g| g.gpu_id == gpu);
             let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
-            println!(
+            outln!(
                 "{:>8} {ns_pid:>7} {:<24} {comm:<16} {:>8} {:<28} {:>10} {:>9} {:>4}",
                 p.pid(),
                 container_label(p),
@@ -124,9 +136,9 @@ async fn wait_new(args: &PsArgs, roots: &Roots) -> Result<()> {
             if !matching.is_empty() {
                 for p in &matching {
                     if args.ids_only {
-                        println!("{}", p.pid());
+                        outln!("{}", p.pid());
                     } else if args.json {
-                        println!("{}", serde_json::to_string(p)?);
+                        outln!("{}", serde_json::to_string(p)?);
                     }
                 }
                 if !args.ids_only && !args.json {

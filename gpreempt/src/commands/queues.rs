@@ -1,4 +1,5 @@
-//! `gpreempt queues <pid>`: one process's queues from a debug-trap snapshot (or sysfs), once or
+//! `gpreempt queues <pid>`: one process's queues from sysfs (by default: nothing the GPU notices) or
+//! from a debug-trap snapshot (`--debug-snapshot`, which preempts the GPU's queues twice), once or
 //! sampled with `--watch`.
 
 use std::{
@@ -15,11 +16,13 @@ use gpreempt::{
         target::{Roots, Target},
     },
     model::queues::{QueueRow, Sample, Source, WatchStats},
+    output::text::escape,
     preempt::sleep_unless,
 };
 use serde_json::json;
 
 use super::interrupt;
+use super::stdout::outln;
 use crate::cli::QueuesArgs;
 
 /// Where samples come from.
@@ -51,10 +54,15 @@ impl Lister {
     }
 }
 
+/// What `--debug-snapshot` costs, said on stderr whenever it is used.
+const SNAPSHOT_COST: &str = "gpreempt: --debug-snapshot: debug ENABLE and DISABLE each preempt every queue of every \
+                             process on the GPU (a hardware-scheduler runlist refresh), and may reserve a debug VMID \
+                             while attached";
+
 pub fn run(args: &QueuesArgs) -> Result<()> {
     let target = Target::inspect(&Roots::default(), args.pid)?;
     let version = Device::open().and_then(|d| d.version()).context("reading the KFD version")?;
-    let lister = if args.sysfs {
+    let lister = if !args.debug_snapshot {
         Lister::Sysfs(args.pid)
     } else if !version.has_debug_trap() {
         eprintln!(
@@ -64,6 +72,7 @@ pub fn run(args: &QueuesArgs) -> Result<()> {
         );
         Lister::Sysfs(args.pid)
     } else {
+        eprintln!("{SNAPSHOT_COST}");
         Lister::DebugTrap(Debugger::attach(args.pid, Options::default())?)
     };
     match args.watch {
@@ -83,13 +92,13 @@ fn print_once(
     rows: &[QueueRow],
 ) -> Result<()> {
     if args.ids_only {
-        rows.iter().for_each(|q| println!("{}", q.queue_id));
+        rows.iter().for_each(|q| outln!("{}", q.queue_id));
     } else if args.json {
         let out =
             json!({"pid": target.pid, "comm": target.comm, "kfd_version": version, "source": source, "queues": rows});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!("pid {} ({}): {} queue(s), from {}", target.pid, target.comm, rows.len(), source_name(source));
+        outln!("pid {} ({}): {} queue(s), from {}", target.pid, escape(&target.comm), rows.len(), source_name(source));
         print_table(rows);
     }
     Ok(())
@@ -108,12 +117,20 @@ fn print_table(rows: &[QueueRow]) {
     }
     let hex = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:#x}"));
     let num = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
-    println!(
+    outln!(
         "{:>5} {:>6} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  EXCEPTIONS",
-        "QUEUE", "GPU", "TYPE", "RING", "RING_SIZE", "RPTR", "WPTR", "CWSR", "CWSR_SIZE"
+        "QUEUE",
+        "GPU",
+        "TYPE",
+        "RING",
+        "RING_SIZE",
+        "RPTR",
+        "WPTR",
+        "CWSR",
+        "CWSR_SIZE"
     );
     for q in rows {
-        println!(
+        outln!(
             "{:>5} {:>6} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  {}",
             q.queue_id,
             num(q.gpu_id.map(u64::from)),
@@ -141,7 +158,7 @@ fn watch(args: &QueuesArgs, target: &Target, lister: &Lister, interval: Duration
         let sample =
             Sample { t_ms: start.elapsed().as_millis() as u64, queue_ids: now.iter().map(|q| q.queue_id).collect() };
         if !args.json && !args.ids_only {
-            println!("{:>8} ms  {:>3} queue(s)  {:?}", sample.t_ms, sample.queue_ids.len(), sample.queue_ids);
+            outln!("{:>8} ms  {:>3} queue(s)  {:?}", sample.t_ms, sample.queue_ids.len(), sample.queue_ids);
         }
         samples.push(sample);
         rows.push(now);
@@ -152,25 +169,25 @@ fn watch(args: &QueuesArgs, target: &Target, lister: &Lister, interval: Duration
     let stats = WatchStats::of(&rows).context("no sample was taken")?;
     if args.json {
         let out = json!({"pid": target.pid, "comm": target.comm, "source": lister.source(), "samples": samples, "stats": stats});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?);
     } else if args.ids_only {
-        stats.id_frequency.keys().for_each(|id| println!("{id}"));
+        stats.id_frequency.keys().for_each(|id| outln!("{id}"));
     } else {
-        println!("samples: {}", stats.samples);
-        println!("queue count: min {} / avg {:.2} / max {}", stats.min_count, stats.avg_count, stats.max_count);
-        println!("stable: {}", if stats.stable { "yes (same queue ids in every sample)" } else { "no" });
+        outln!("samples: {}", stats.samples);
+        outln!("queue count: min {} / avg {:.2} / max {}", stats.min_count, stats.avg_count, stats.max_count);
+        outln!("stable: {}", if stats.stable { "yes (same queue ids in every sample)" } else { "no" });
         for (id, n) in &stats.id_frequency {
-            println!(
+            outln!(
                 "  queue {id:>4}: in {n} of {} samples ({:.1}%)",
                 stats.samples,
                 100.0 * *n as f64 / stats.samples as f64
             );
         }
         for (gpu, n) in &stats.per_gpu {
-            println!("  gpu {gpu}: {n} queue observation(s)");
+            outln!("  gpu {gpu}: {n} queue observation(s)");
         }
         for (ty, n) in &stats.per_type {
-            println!("  {ty}: {n} queue observation(s)");
+            outln!("  {ty}: {n} queue observation(s)");
         }
     }
     Ok(())

@@ -2,7 +2,6 @@
 //! record on exit.
 
 use std::{
-    fs::File,
     io::{self, BufWriter, IsTerminal, Write},
     process::Command,
     time::{Duration, Instant},
@@ -59,8 +58,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         _ => stdout.is_terminal() && !args.json,
     };
     // Files are created before anything is traced, so a bad path fails at once.
-    let create =
-        |path: &std::path::Path| File::create(path).with_context(|| format!("cannot create {}", path.display()));
+    let create = |path: &std::path::Path| gpreempt::output::file::create(path).context("creating an output file");
     let output = args.output.as_deref().map(create).transpose()?;
     let perfetto = args.perfetto.as_deref().map(create).transpose()?;
     let summary_file = args.summary_json.as_deref().map(create).transpose()?;

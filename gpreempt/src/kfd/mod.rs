@@ -8,6 +8,7 @@ pub mod sysfs;
 pub mod target;
 pub mod tracee;
 pub mod uapi;
+pub mod watchdog;
 
 pub use debugger::Debugger;
 pub use device::{Device, KfdVersion};

@@ -1,10 +1,25 @@
 //! The process we are asked to debug: the checks made before touching it (exists, not us, a KFD
 //! process, not already traced) and the diagnosis of a refused `PTRACE_SEIZE`.
+//!
+//! A pid names a process only while it lives: between `inspect` and `PTRACE_SEIZE` the target
+//! may exit and its pid be reused. `inspect` therefore opens a pidfd, which keeps naming the
+//! inspected process, and [`Target::confirm`] asks it after the seize whether that process is
+//! still the one alive.
 
-use std::{fs, path::Path};
+use std::{
+    fs,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    path::Path,
+    sync::Arc,
+};
 
-use crate::model::procinfo::{effective_caps, status_field, status_number};
+use nix::errno::Errno;
+
 pub use crate::roots::Roots;
+use crate::{
+    model::procinfo::{PROC_ROOT, effective_caps, status_field, status_number},
+    output::text::escape,
+};
 
 /// Facts about a target process read from `/proc/<pid>` and the KFD sysfs tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,7 +36,44 @@ pub struct Target {
     pub tgid: u32,
     /// `/sys/class/kfd/kfd/proc/<pid>` exists: the process has opened `/dev/kfd`.
     pub uses_kfd: bool,
+    /// The inspected process itself (None for a captured `/proc` tree, or a kernel before 5.3).
+    pub handle: Option<ProcessHandle>,
 }
+
+/// A pidfd (`pidfd_open(2)`): refers to one process for good, whatever later reuses its pid.
+#[derive(Clone, Debug)]
+pub struct ProcessHandle(Arc<OwnedFd>);
+
+impl ProcessHandle {
+    pub fn open(pid: u32) -> Result<Self, Errno> {
+        // SAFETY: plain syscall with integer arguments; a non-negative result is a new fd we own.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return Err(Errno::last());
+        }
+        // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+        Ok(Self(Arc::new(unsafe { OwnedFd::from_raw_fd(fd as i32) })))
+    }
+
+    /// Whether the process still exists: `pidfd_send_signal(fd, 0)` answers ESRCH once it has been
+    /// reaped, even if its pid was reused since (kernel/signal.c, 6.12; an unreaped zombie still
+    /// exists, and `inspect` reports it as such). EPERM (another user's process) means it exists.
+    pub fn alive(&self) -> bool {
+        // SAFETY: signal 0 with a null siginfo only checks existence and permission.
+        let r = unsafe {
+            libc::syscall(libc::SYS_pidfd_send_signal, self.0.as_raw_fd(), 0, std::ptr::null::<libc::siginfo_t>(), 0)
+        };
+        r == 0 || Errno::last() != Errno::ESRCH
+    }
+}
+
+/// Two handles are equal when they are the same open pidfd.
+impl PartialEq for ProcessHandle {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+impl Eq for ProcessHandle {}
 
 /// Why a pid cannot be debugged, found before any ptrace or ioctl.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -31,17 +83,26 @@ pub enum TargetError {
     #[error("pid {0} is gpreempt itself; give the pid of the offline GPU process (see `gpreempt ps`)")]
     OwnProcess(u32),
     #[error(
-        "pid {pid} ({comm}) has never opened /dev/kfd, so it has no GPU queues to suspend \
-         (see `gpreempt ps` for the processes that do)"
+        "pid {pid} ({}) has never opened /dev/kfd, so it has no GPU queues to suspend \
+         (see `gpreempt ps` for the processes that do)",
+        escape(.comm)
     )]
     NotKfdProcess { pid: u32, comm: String },
     #[error("pid {pid} is a thread of process {tgid}; KFD debugs whole processes: use --offline {tgid}")]
     NotLeader { pid: u32, tgid: u32 },
-    #[error("pid {pid} ({comm}) has exited (a zombie its parent has not reaped)")]
+    #[error(
+        "pid {pid} ({}) exited after it was inspected; the pid may now name another process, so it was not \
+         debugged",
+        escape(.comm)
+    )]
+    Replaced { pid: u32, comm: String },
+    #[error("pid {pid} ({}) has exited (a zombie its parent has not reaped)", escape(.comm))]
     Exited { pid: u32, comm: String },
     #[error(
-        "pid {pid} ({comm}) is already traced by pid {tracer_pid} ({tracer_comm}); a process has one tracer: \
-         detach that one (quit gdb/rocgdb/strace) and retry"
+        "pid {pid} ({}) is already traced by pid {tracer_pid} ({}); a process has one tracer: \
+         detach that one (quit gdb/rocgdb/strace) and retry",
+        escape(.comm),
+        escape(.tracer_comm)
     )]
     AlreadyTraced { pid: u32, comm: String, tracer_pid: u32, tracer_comm: String },
 }
@@ -52,14 +113,29 @@ impl Target {
         if pid == std::process::id() {
             return Err(TargetError::OwnProcess(pid));
         }
+        // Opened before /proc is read, so what is read is known to be this process's if the handle
+        // still says it lives afterwards.
+        let handle = if roots.proc == Path::new(PROC_ROOT) { ProcessHandle::open(pid).ok() } else { None };
         let dir = roots.proc.join(pid.to_string());
         let status = fs::read_to_string(dir.join("status")).map_err(|_| TargetError::NoSuchProcess(pid))?;
+        if handle.as_ref().is_some_and(|h| !h.alive()) {
+            return Err(TargetError::NoSuchProcess(pid));
+        }
         let comm = read_comm(&dir).unwrap_or_else(|| status_field(&status, "Name").unwrap_or_default().to_owned());
         let tgid = status_number(&status, "Tgid").unwrap_or(pid);
         let tracer_pid = status_number(&status, "TracerPid").unwrap_or(0);
         let uses_kfd = roots.kfd_proc().join(pid.to_string()).is_dir();
         let zombie = status_field(&status, "State").is_some_and(|v| v.starts_with('Z'));
-        Ok(Self { pid, comm, tracer_pid, zombie, tgid, uses_kfd })
+        Ok(Self { pid, comm, tracer_pid, zombie, tgid, uses_kfd, handle })
+    }
+
+    /// Call right after `PTRACE_SEIZE`: the seized pid is still the inspected process. A process
+    /// that exited in between fails even if its pid was reused by the one just seized.
+    pub fn confirm(&self) -> Result<(), TargetError> {
+        match &self.handle {
+            Some(h) if !h.alive() => Err(TargetError::Replaced { pid: self.pid, comm: self.comm.clone() }),
+            _ => Ok(()),
+        }
     }
 
     /// The checks `inspect` leaves to the caller so `gpreempt queues` can still fall back to sysfs.
@@ -123,12 +199,14 @@ pub fn explain_ptrace_denied(roots: &Roots, target: &Target) -> String {
         (_, false) => format!(
             "not allowed to ptrace pid {} ({}): it belongs to another user or is not dumpable; run as root \
              (CAP_SYS_PTRACE)",
-            target.pid, target.comm
+            target.pid,
+            escape(&target.comm)
         ),
         (_, true) => format!(
             "the kernel refused to ptrace pid {} ({}) although gpreempt has CAP_SYS_PTRACE (a security module \
              such as SELinux/AppArmor, or a container without CAP_SYS_PTRACE in the target's user namespace)",
-            target.pid, target.comm
+            target.pid,
+            escape(&target.comm)
         ),
     }
 }
@@ -171,7 +249,15 @@ mod tests {
         let t = Target::inspect(&roots, 4242).unwrap();
         assert_eq!(
             t,
-            Target { pid: 4242, comm: "train".into(), tracer_pid: 0, zombie: false, tgid: 4242, uses_kfd: true }
+            Target {
+                pid: 4242,
+                comm: "train".into(),
+                tracer_pid: 0,
+                zombie: false,
+                tgid: 4242,
+                uses_kfd: true,
+                handle: None
+            }
         );
         assert_eq!(t.check_debuggable(&roots), Ok(()));
     }
@@ -212,6 +298,12 @@ mod tests {
                 tracer_comm: "strace".into()
             }
         );
+        let tty = Target { comm: "x\x1b]0;owned\x07".into(), ..init.clone() };
+        assert_eq!(
+            tty.check_debuggable(&roots).unwrap_err().to_string(),
+            "pid 1 (x\\e]0;owned\\x07) has never opened /dev/kfd, so it has no GPU queues to suspend (see `gpreempt \
+             ps` for the processes that do)"
+        );
         assert_eq!(
             Target::inspect(&roots, 5000).unwrap().check_debuggable(&roots).unwrap_err(),
             TargetError::Exited { pid: 5000, comm: "done".into() }
@@ -220,6 +312,19 @@ mod tests {
             Target::inspect(&roots, 4243).unwrap().check_debuggable(&roots).unwrap_err(),
             TargetError::NotLeader { pid: 4243, tgid: 4242 }
         );
+    }
+
+    #[test]
+    fn confirm_fails_once_the_inspected_process_has_exited() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let target = Target::inspect(&Roots::default(), child.id()).unwrap();
+        assert!(target.handle.is_some(), "a live /proc gives a pidfd");
+        assert_eq!(target.comm, "sleep");
+        assert_eq!(target.confirm(), Ok(()));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Whether or not the pid is reused meanwhile, the pidfd names the exited process.
+        assert_eq!(target.confirm(), Err(TargetError::Replaced { pid: child.id(), comm: "sleep".into() }));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::{
         Model, QueueMap, procinfo,
         spans::{Span, SpanKind},
     },
+    output::text::escape,
     trace::decode::{Event, EventKind, KernelResult},
 };
 
@@ -45,7 +46,8 @@ impl<W: Write> Console<W> {
 
     /// The line for one event, without colour decisions of the caller.
     pub fn line(&self, e: &Event) -> String {
-        let head = format!("{} {:>7} {:<15} {:<14}", self.clock.time_of_day(e.ts_ns), e.pid, e.comm, e.kind.name());
+        let head =
+            format!("{} {:>7} {:<15} {:<14}", self.clock.time_of_day(e.ts_ns), e.pid, escape(&e.comm), e.kind.name());
         let body = match &e.kind {
             EventKind::QueueCreate(c) => format!(
                 "queue {:>4} gpu {:#06x} {:<12} prio {:>2} ring {:>8}  {}",
@@ -199,14 +201,14 @@ impl<W: Write> Console<W> {
                 .container
                 .as_ref()
                 .map(|c| {
-                    format!(" {} {}", c.runtime, c.name.clone().unwrap_or_else(|| procinfo::short_id(&c.id).to_owned()))
+                    format!(" {} {}", c.runtime, escape(c.name.as_deref().unwrap_or_else(|| procinfo::short_id(&c.id))))
                 })
                 .unwrap_or_default();
             let _ = writeln!(
                 out,
                 "  pid {} ({}){container} nspid {} queues {}",
                 p.pid,
-                p.comm.as_deref().unwrap_or("?"),
+                escape(p.comm.as_deref().unwrap_or("?")),
                 p.ns_pid.map_or_else(|| "?".to_owned(), |n| n.to_string()),
                 p.queues.len()
             );
@@ -261,7 +263,7 @@ impl<W: Write> Sink for Console<W> {
                 self.out,
                 "pid {:>7} {:<15} queues {:>3}{} created {} destroyed {} evictions {} ({:.3} ms total, {:.3} ms max) suspends {}",
                 p.pid,
-                p.comm.as_deref().unwrap_or("?"),
+                escape(p.comm.as_deref().unwrap_or("?")),
                 p.queues,
                 if p.exited { " (exited)" } else { "" },
                 p.churn.queues_created,

@@ -1,0 +1,62 @@
+//! Result lines on stdout that survive a reader going away. `println!` panics when stdout is a
+//! closed pipe (`gpreempt preempt … | head -1`: Rust ignores SIGPIPE, so the write fails with
+//! EPIPE), which would skip everything after it — the `--json` record, the detach report. Lines
+//! go through [`line`] instead: after EPIPE, stdout is dropped silently and the command goes on;
+//! `main` then exits as usual.
+
+use std::{
+    fmt,
+    io::{self, Write},
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+static CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// `println!` through [`line`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::commands::stdout::line(format_args!($($arg)*), true)
+    };
+}
+/// `print!` through [`line`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::commands::stdout::line(format_args!($($arg)*), false)
+    };
+}
+pub(crate) use {out, outln};
+
+/// Write to stdout (and a newline if `newline`); a closed reader ends stdout output, nothing else.
+pub fn line(args: fmt::Arguments<'_>, newline: bool) {
+    if CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Err(e) = write_line(&mut io::stdout().lock(), args, newline) {
+        CLOSED.store(true, Ordering::Relaxed);
+        if e.kind() != io::ErrorKind::BrokenPipe {
+            eprintln!("gpreempt: stdout: {e}; no further results are printed there");
+        }
+    }
+}
+
+fn write_line(out: &mut impl Write, args: fmt::Arguments<'_>, newline: bool) -> io::Result<()> {
+    out.write_fmt(args)?;
+    if newline {
+        out.write_all(b"\n")?;
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_pipe_is_an_error_value_not_a_panic() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        drop(r);
+        let mut file = std::fs::File::from(w);
+        let err = write_line(&mut file, format_args!("x {}", 1), true).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+    }
+}
