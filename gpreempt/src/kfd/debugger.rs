@@ -99,6 +99,8 @@ pub enum DebugError {
     Ioctl { op: &'static str, pid: u32, errno: Errno },
     #[error("cannot create the debug-event pipe: {0}")]
     Pipe(Errno),
+    #[error(transparent)]
+    Watchdog(#[from] super::watchdog::WatchdogError),
     #[error("the debug session thread is gone (it panicked?)")]
     SessionGone,
     #[error("injected fault ({0}) from GPREEMPT_TEST_FAULT")]

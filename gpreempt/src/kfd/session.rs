@@ -30,6 +30,7 @@ use super::{
     target::{self, Target, TargetError},
     tracee::{Tracee, TraceeState},
     uapi::{DbgTrapArgs, QueueSnapshotEntry, RuntimeInfo, dbg_trap_op, decode_outcomes, exception, runtime_state},
+    watchdog::Watchdog,
 };
 use crate::{
     clock::monotonic_ns,
@@ -198,6 +199,9 @@ pub struct Session {
     last_service_ns: u64,
     notices: Vec<Notice>,
     faults: Faults,
+    /// A separate process that SIGKILLs this one when a suspension outlives `max_suspend` while
+    /// this process cannot resume it (stopped, frozen, stuck); armed while `suspended` is not empty.
+    watchdog: Option<Watchdog>,
     /// ptrace links and KFD's parent check are per thread.
     _thread_bound: PhantomData<*const ()>,
 }
@@ -208,6 +212,8 @@ impl Session {
         let pid = pid.0;
         let target = Target::inspect(&options.roots, pid)?;
         target.check_debuggable(&options.roots)?;
+        // Forked before the device and the target are touched, so it holds neither.
+        let watchdog = options.max_suspend.map(|_| Watchdog::spawn()).transpose()?;
         let kfd = Device::open_path(&options.device)?;
         let version = kfd.version()?;
         if !version.has_debug_trap() {
@@ -222,6 +228,8 @@ impl Session {
             Errno::ESRCH => DebugError::Target(TargetError::NoSuchProcess(pid)),
             errno => DebugError::Ptrace { pid, errno },
         })?;
+        // The seized pid is still the process inspected above, not a reused pid (its pidfd).
+        target.confirm()?;
         // ROCdbgapi's choice: a non-blocking pipe; KFD writes one '.' per raised exception (§2.2).
         let (dbg_read, dbg_write) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(DebugError::Pipe)?;
         // SIGIO to this process when KFD writes the pipe (pipe_write's kill_fasync).
@@ -272,6 +280,7 @@ impl Session {
             last_service_ns: monotonic_ns(),
             notices: Vec::new(),
             faults: Faults::from_env(),
+            watchdog,
             _thread_bound: PhantomData,
         })
     }
@@ -417,6 +426,9 @@ impl Session {
         }
         if !self.suspended.is_empty() && self.suspended_at_ns.is_none() {
             self.suspended_at_ns = Some(returned_ns);
+            if let (Some(w), Some(max)) = (&self.watchdog, self.max_suspend_ns) {
+                w.arm(Duration::from_nanos(max));
+            }
         }
         Ok(Tally::of_ioctl(count, array, called_ns, returned_ns))
     }
@@ -447,6 +459,9 @@ impl Session {
     }
 
     fn forget_suspended(&mut self) {
+        if let Some(w) = &self.watchdog {
+            w.disarm();
+        }
         self.suspended.clear();
         self.suspended_at_ns = None;
         self.holding_all = None;
