@@ -84,7 +84,10 @@ pub const AGENT_NEEDS: AgentNeeds = AgentNeeds {
         need("/sys/class/kfd", "the KFD processes and queues that exist when the agent starts"),
         need("/sys/devices/virtual/kfd", "where /sys/class/kfd's links point"),
         optional("/var/lib/kubelet/pods", "a pod's presence on this node"),
-        optional("/run/containerd/io.containerd.runtime.v2.task/k8s.io", "containerd: a container's pod name and namespace"),
+        optional(
+            "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
+            "containerd: a container's pod name and namespace",
+        ),
         optional("/run/containers/storage/overlay-containers", "CRI-O: a container's pod name and namespace"),
         optional("/var/lib/docker/containers", "Docker (cri-dockerd): a container's pod name and namespace"),
     ],

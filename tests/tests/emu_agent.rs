@@ -148,8 +148,10 @@ fn scratch() -> Result<PathBuf> {
     Ok(dir)
 }
 
-const GOOD: &str = "process_grace_s = 2\n\n[[policy]]\nname = \"first\"\nonline = [\"1\"]\noffline = [\"container:batch\"]\n";
-const BROKEN: &str = "process_grace_s = 2\n\n[[policy]]\nname = \"second\"\nonline = [\"pod:serving\"]\noffline = [\"2\"]\n";
+const GOOD: &str =
+    "process_grace_s = 2\n\n[[policy]]\nname = \"first\"\nonline = [\"1\"]\noffline = [\"container:batch\"]\n";
+const BROKEN: &str =
+    "process_grace_s = 2\n\n[[policy]]\nname = \"second\"\nonline = [\"pod:serving\"]\noffline = [\"2\"]\n";
 
 fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
@@ -162,7 +164,10 @@ fn prometheus_scrapes_queue_counts_evictions_and_reloads_from_the_agent() -> Res
     write(&config, GOOD)?;
     let mut agent = Daemon::spawn(
         "agent",
-        Command::new(binary("gpreempt")?).args(["agent", "--metrics-addr", "127.0.0.1:0", "--hostname", "vm"]).arg("--config").arg(&config),
+        Command::new(binary("gpreempt")?)
+            .args(["agent", "--metrics-addr", "127.0.0.1:0", "--hostname", "vm"])
+            .arg("--config")
+            .arg(&config),
     )?;
     // Loading every program in a TCG guest on a loaded host has taken over a minute.
     let started = agent.wait_line("msg=started", Duration::from_secs(240))?;
@@ -198,7 +203,10 @@ fn prometheus_scrapes_queue_counts_evictions_and_reloads_from_the_agent() -> Res
     let by_gpu = settle(prom_addr, &format!("sum by (gpu_id) ({active})"), "gpu_id", &[("4096", 2.0), ("8192", 3.0)]);
     assert_eq!(by_gpu, [("4096".into(), 2.0), ("8192".into(), 3.0)]);
     let creates = format!("gpreempt_queue_creates_total{{kfd_process_id=~\"{pa}|{pb}\"}}");
-    assert_eq!(settle(prom_addr, &creates, "kfd_process_id", &[(&pa, 2.0), (&pb, 3.0)]), [(pa.clone(), 2.0), (pb.clone(), 3.0)]);
+    assert_eq!(
+        settle(prom_addr, &creates, "kfd_process_id", &[(&pa, 2.0), (&pb, 3.0)]),
+        [(pa.clone(), 2.0), (pb.clone(), 3.0)]
+    );
 
     // A scripted TTM eviction of A and its restore (the emulator runs kfd_process_evict_queues).
     std::fs::write("/sys/kernel/kfd_emu/evict", &pa)?;
@@ -208,7 +216,10 @@ fn prometheus_scrapes_queue_counts_evictions_and_reloads_from_the_agent() -> Res
     assert_eq!(settle(prom_addr, &evictions, "kfd_process_id", &[(&pa, 1.0)]), [(pa.clone(), 1.0)]);
     let restores = format!("gpreempt_restores_total{{kfd_process_id=\"{pa}\"}}");
     assert_eq!(settle(prom_addr, &restores, "kfd_process_id", &[(&pa, 1.0)]), [(pa.clone(), 1.0)]);
-    assert_eq!(settle(prom_addr, &active, "kfd_process_id", &[(&pa, 2.0), (&pb, 3.0)]), [(pa.clone(), 2.0), (pb.clone(), 3.0)]);
+    assert_eq!(
+        settle(prom_addr, &active, "kfd_process_id", &[(&pa, 2.0), (&pb, 3.0)]),
+        [(pa.clone(), 2.0), (pb.clone(), 3.0)]
+    );
 
     // B exits: its series leave the agent once the 2 s grace period has passed.
     assert!(b.finish()?.success());

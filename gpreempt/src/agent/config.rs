@@ -169,9 +169,11 @@ impl Config {
             message,
         };
         let metrics_addr = match raw.metrics_addr {
-            Some(a) => Some(a.get_ref().parse::<SocketAddr>().map_err(|e| {
-                invalid(a.span(), format!("metrics_addr `{}`: {e} (write IP:PORT)", a.get_ref()))
-            })?),
+            Some(a) => Some(
+                a.get_ref()
+                    .parse::<SocketAddr>()
+                    .map_err(|e| invalid(a.span(), format!("metrics_addr `{}`: {e} (write IP:PORT)", a.get_ref())))?,
+            ),
             None => None,
         };
         let process_grace = raw.process_grace_s.map_or(DEFAULT_PROCESS_GRACE, |g| Duration::from_secs(*g.get_ref()));
@@ -181,7 +183,10 @@ impl Config {
             let p = p.into_inner();
             let name = p.name.get_ref().trim().to_owned();
             if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
-                return Err(invalid(p.name.span(), format!("policy name `{name}`: use letters, digits, `-`, `_`, `.`")));
+                return Err(invalid(
+                    p.name.span(),
+                    format!("policy name `{name}`: use letters, digits, `-`, `_`, `.`"),
+                ));
             }
             if !names.insert(name.clone()) {
                 return Err(invalid(p.name.span(), format!("policy `{name}` is defined twice")));
@@ -296,10 +301,15 @@ mod tests {
             "agent.toml, line 5: policy `a`: idle_ms must be greater than 0"
         );
         assert_eq!(
-            err("[[policy]]\nname = \"a\"\nonline = [\"1\"]\noffline = [\"7\"]\n[[policy]]\nname = \"a\"\nonline = [\"2\"]\noffline = [\"8\"]\n"),
+            err(
+                "[[policy]]\nname = \"a\"\nonline = [\"1\"]\noffline = [\"7\"]\n[[policy]]\nname = \"a\"\nonline = [\"2\"]\noffline = [\"8\"]\n"
+            ),
             "agent.toml, line 6: policy `a` is defined twice"
         );
-        assert_eq!(err("metrics_addr = \"localhost\"\n"), "agent.toml, line 1: metrics_addr `localhost`: invalid socket address syntax (write IP:PORT)");
+        assert_eq!(
+            err("metrics_addr = \"localhost\"\n"),
+            "agent.toml, line 1: metrics_addr `localhost`: invalid socket address syntax (write IP:PORT)"
+        );
         let syntax = err("process_grace_s = 5\npolicy = [\n");
         assert!(syntax.starts_with("agent.toml: TOML parse error at line 2, column 11"), "{syntax}");
         let unknown = err("\nidle = 5\n");

@@ -61,10 +61,11 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let Live { attached, mut stream, ebpf_log: _ebpf_log } = live;
     metrics.set_probes(probes, missing);
     for p in attached.probes.iter().filter(|p| p.symbol.is_none()) {
-        log("warn", "probe not attached", &[
-            ("program", &p.program),
-            ("reason", &p.missing_reason.as_deref().unwrap_or("?")),
-        ]);
+        log(
+            "warn",
+            "probe not attached",
+            &[("program", &p.program), ("reason", &p.missing_reason.as_deref().unwrap_or("?"))],
+        );
     }
 
     let health = Health::default();
@@ -72,8 +73,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let server = tokio::spawn(http::serve(listener, metrics.clone(), health.clone()));
 
     let roots = Roots::default();
-    let limits =
-        Limits { finished_max: FINISHED_MAX, finished_grace_ns: Some(config.process_grace.as_nanos() as u64) };
+    let limits = Limits { finished_max: FINISHED_MAX, finished_grace_ns: Some(config.process_grace.as_nanos() as u64) };
     let mut model = Model::new(Some(roots.clone())).with_limits(limits);
     let notes = model.bootstrap(&roots);
     let k8s = K8sRoots::default();
@@ -87,21 +87,26 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     for note in notes {
         log("info", "queue map bootstrap", &[("note", &note)]);
     }
-    log("info", "started", &[
-        ("metrics_addr", &addr),
-        ("hostname", &hostname),
-        ("probes", &probes),
-        ("probes_missing", &missing),
-        ("kfd_module", &attached.kfd_module.as_deref().unwrap_or("vmlinux")),
-        ("processes", &pipeline.model().registry().processes.len()),
-        ("policies", &describe_policies(&config)),
-        ("process_grace_s", &config.process_grace.as_secs()),
-    ]);
+    log(
+        "info",
+        "started",
+        &[
+            ("metrics_addr", &addr),
+            ("hostname", &hostname),
+            ("probes", &probes),
+            ("probes_missing", &missing),
+            ("kfd_module", &attached.kfd_module.as_deref().unwrap_or("vmlinux")),
+            ("processes", &pipeline.model().registry().processes.len()),
+            ("policies", &describe_policies(&config)),
+            ("process_grace_s", &config.process_grace.as_secs()),
+        ],
+    );
     if !config.policies.is_empty() {
-        log("warn", "policies are validated but not applied: this build has no scheduler", &[(
-            "policies",
-            &describe_policies(&config),
-        )]);
+        log(
+            "warn",
+            "policies are validated but not applied: this build has no scheduler",
+            &[("policies", &describe_policies(&config))],
+        );
     }
 
     let mut tick = tokio::time::interval(TICK);
@@ -146,11 +151,10 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     metrics.add_events(n);
     let losses = stream.losses()?;
     server.abort();
-    log("info", "exiting", &[
-        ("signal", &reason),
-        ("events", &(events + n)),
-        ("dropped", &losses.dropped()),
-        ("losses", &losses),
-    ]);
+    log(
+        "info",
+        "exiting",
+        &[("signal", &reason), ("events", &(events + n)), ("dropped", &losses.dropped()), ("losses", &losses)],
+    );
     Ok(())
 }

@@ -142,8 +142,17 @@ impl Metrics {
         r.register("queue_creates", "Queues created (successful create ioctls)", m.queue_creates.clone());
         r.register("queue_destroys", "Queues destroyed or torn down with their process", m.queue_destroys.clone());
         r.register("evictions", "Queue evictions, counted when they end, by trigger", m.evictions.clone());
-        r.register("restores", "Evictions that ended with a restore (not with the process), by trigger", m.restores.clone());
-        r.register_with_unit("eviction", "Time queues spent evicted, by trigger", Unit::Seconds, m.eviction_seconds.clone());
+        r.register(
+            "restores",
+            "Evictions that ended with a restore (not with the process), by trigger",
+            m.restores.clone(),
+        );
+        r.register_with_unit(
+            "eviction",
+            "Time queues spent evicted, by trigger",
+            Unit::Seconds,
+            m.eviction_seconds.clone(),
+        );
         r.register(
             "debug_trap_operations",
             "Debug-trap SUSPEND_QUEUES/RESUME_QUEUES calls on a process, by operation",
@@ -310,7 +319,7 @@ impl Recorder {
         let identify = &mut self.identify;
         self.tracked.entry(pid).or_insert_with(|| {
             let mut base = vec![("kfd_process_id", pid.to_string())];
-            if let Some(pod) = model.process(pid).and_then(|p| identify(p)) {
+            if let Some(pod) = model.process(pid).and_then(&mut *identify) {
                 base.push(("pod", pod.name));
                 base.push(("namespace", pod.namespace));
                 if let Some(c) = pod.container {

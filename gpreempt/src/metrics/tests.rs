@@ -5,7 +5,11 @@ use gpreempt_common::record::KfdFn;
 use super::*;
 use crate::{
     domain::{EvictionTrigger, GpuId, QueueId},
-    model::{Limits, registry::tests::{create, ev, suspend}, spans::tests::call},
+    model::{
+        Limits,
+        registry::tests::{create, ev, suspend},
+        spans::tests::call,
+    },
     trace::{
         decode::{Event, EventKind, ProcessExit, QueueEviction, QueueRestore},
         filter::Filter,
@@ -62,7 +66,15 @@ fn exposition_of_a_scripted_sequence_is_exact() {
     let mut r = ev(30, 3_000_050_000, suspend(10, &[0, 1], true));
     r.entry_ns = 3_000_000_000;
     p.deliver(&r);
-    p.deliver(&ev(10, 3_100_000_000, EventKind::QueueDestroy(crate::trace::decode::QueueDestroy { queue_id: QueueId(1), result: crate::trace::decode::KernelResult(0), ret: 0 })));
+    p.deliver(&ev(
+        10,
+        3_100_000_000,
+        EventKind::QueueDestroy(crate::trace::decode::QueueDestroy {
+            queue_id: QueueId(1),
+            result: crate::trace::decode::KernelResult(0),
+            ret: 0,
+        }),
+    ));
     p.deliver(&exit(20, 4_000_000_000));
     recorder.borrow_mut().refresh(p.model());
     metrics.add_events(9);
@@ -100,7 +112,6 @@ fn sorted(text: &str) -> String {
     }
     out
 }
-
 
 /// Compare with the expected file; `GPREEMPT_BLESS=1` rewrites it instead (then review the diff).
 fn expect(metrics: &Metrics, file: &str, expected: &str) {
