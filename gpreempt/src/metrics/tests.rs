@@ -123,3 +123,43 @@ fn expect(metrics: &Metrics, file: &str, expected: &str) {
     }
     assert_eq!(text, expected, "{file}");
 }
+
+/// 10,000 short-lived processes (open, two queues, one destroyed, exit) through the pipeline:
+/// once their grace period has passed the exposition is the baseline again, byte for byte, and
+/// nothing is kept for them.
+#[test]
+fn ten_thousand_short_lived_processes_leave_no_series_behind() {
+    let metrics = Metrics::new("node-a", "0.1.0");
+    let recorder = std::rc::Rc::new(std::cell::RefCell::new(Recorder::new(metrics.clone(), Box::new(|_| None))));
+    let grace = 1_000_000_000;
+    let model = Model::new(None).with_limits(Limits { finished_max: 4096, finished_grace_ns: Some(grace) });
+    let mut p = Pipeline::new(model, Filter::default());
+    p.subscribe(Box::new(recorder.clone()));
+    recorder.borrow_mut().refresh(p.model());
+    let baseline = metrics.encode();
+    let mut peak = 0;
+    for i in 0..10_000u32 {
+        let (pid, ts) = (1000 + i, u64::from(i) * 1_000_000);
+        p.deliver(&ev(pid, ts, create(0, 0xa)));
+        p.deliver(&ev(pid, ts + 1, create(1, 0xa)));
+        let destroy = crate::trace::decode::QueueDestroy {
+            queue_id: QueueId(0),
+            result: crate::trace::decode::KernelResult(0),
+            ret: 0,
+        };
+        p.deliver(&ev(pid, ts + 2, EventKind::QueueDestroy(destroy)));
+        p.deliver(&exit(pid, ts + 3));
+        if i % 100 == 0 {
+            recorder.borrow_mut().refresh(p.model());
+            p.expire(ts + 4);
+        }
+        peak = peak.max(recorder.borrow().tracked());
+    }
+    // One process per ms with a 1 s grace period: each exit expires those past it.
+    assert_eq!(peak, 1001, "the ones exited within the last second, and the current one");
+    p.expire(10_000 * 1_000_000 + grace + 4);
+    recorder.borrow_mut().refresh(p.model());
+    assert_eq!((recorder.borrow().tracked(), recorder.borrow().process_series()), (0, 0));
+    assert_eq!((p.model().registry().processes.len(), p.model().registry().finished.len()), (0, 0));
+    assert_eq!(metrics.encode(), baseline);
+}
