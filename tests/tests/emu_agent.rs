@@ -5,7 +5,7 @@
 //! SIGTERM exits 0 and leaves the workloads running.
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
+    io::{Read, Write},
     net::{SocketAddr, TcpListener, TcpStream},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -15,7 +15,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use gpreempt_tests::{LineHelper, binary};
+use gpreempt_tests::{LineHelper, binary, stderr_lines};
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
@@ -33,16 +33,7 @@ struct Daemon {
 impl Daemon {
     fn spawn(name: &'static str, command: &mut Command) -> Result<Self> {
         let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().context(name)?;
-        let stderr = child.stderr.take().context("no stderr")?;
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("[{name}] {line}");
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = stderr_lines(child.stderr.take().context("no stderr")?, name);
         Ok(Self { name, child, lines, seen: Vec::new() })
     }
 
