@@ -149,7 +149,7 @@ fn write(path: &Path, text: &str) -> Result<()> {
 }
 
 #[test]
-fn prometheus_scrapes_queue_counts_evictions_and_reloads_from_the_agent() -> Result<()> {
+fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_and_reloads() -> Result<()> {
     let dir = scratch()?;
     let config = dir.join("agent.toml");
     write(&config, GOOD)?;
