@@ -148,20 +148,26 @@ fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-#[test]
-fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_and_reloads() -> Result<()> {
-    let dir = scratch()?;
-    let config = dir.join("agent.toml");
-    write(&config, GOOD)?;
+/// `gpreempt agent --config CONFIG` on a free loopback port, and its `msg=started` line.
+fn start_agent(config: &Path) -> Result<(Daemon, String)> {
     let mut agent = Daemon::spawn(
         "agent",
         Command::new(binary("gpreempt")?)
             .args(["agent", "--metrics-addr", "127.0.0.1:0", "--hostname", "vm"])
             .arg("--config")
-            .arg(&config),
+            .arg(config),
     )?;
     // Loading every program in a TCG guest on a loaded host has taken over a minute.
     let started = agent.wait_line("msg=started", Duration::from_secs(240))?;
+    Ok((agent, started))
+}
+
+#[test]
+fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_and_reloads() -> Result<()> {
+    let dir = scratch()?;
+    let config = dir.join("agent.toml");
+    write(&config, GOOD)?;
+    let (mut agent, started) = start_agent(&config)?;
     assert_eq!(field(&started, "policies"), Some("first"));
     let agent_addr: SocketAddr = field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
     assert_eq!(http_get(agent_addr, "/healthz")?, (200, "ok\n".to_owned()));
@@ -286,14 +292,7 @@ fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<(
     std::fs::create_dir_all(&dir)?;
     let config = dir.join("agent.toml");
     write(&config, "process_grace_s = 1\n")?;
-    let mut agent = Daemon::spawn(
-        "agent",
-        Command::new(binary("gpreempt")?)
-            .args(["agent", "--metrics-addr", "127.0.0.1:0", "--hostname", "vm"])
-            .arg("--config")
-            .arg(&config),
-    )?;
-    let started = agent.wait_line("msg=started", Duration::from_secs(240))?;
+    let (mut agent, started) = start_agent(&config)?;
     let addr: SocketAddr = field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
     let pid = agent.child.id();
     let churn = |count: u32| -> Result<()> {
