@@ -72,6 +72,16 @@ pub enum Command {
     /// (p50/p90/p99/max/mean/stddev) and a histogram. On HWS GPUs (MI200/MI300) every suspend and
     /// resume briefly preempts every process's queues on the GPU, not only the target's.
     Preempt(PreemptArgs),
+    /// Run as a node daemon: trace continuously and serve Prometheus metrics (root).
+    ///
+    /// Serves `/metrics` (OpenMetrics) and `/healthz` on --metrics-addr: queues per process and
+    /// GPU by type and state, creates and destroys, evictions by trigger, debug-trap suspends and
+    /// their in-driver breakdown, collateral preemptions, tracer losses, labelled with the pod,
+    /// namespace and container when the process runs in a Kubernetes pod. Memory stays bounded:
+    /// an exited process's series leave after the config's grace period. Logs key=value lines to
+    /// stderr. SIGHUP reloads --config (an invalid file is rejected and the old one kept);
+    /// SIGTERM or Ctrl-C exits cleanly.
+    Agent(AgentArgs),
 }
 
 #[derive(Debug, Args)]
@@ -216,6 +226,24 @@ pub struct AnalyzeArgs {
     /// Print the analysis as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Configuration file (TOML; see deploy/agent.toml). Without it: defaults, no policies.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Serve /metrics and /healthz here (IP:PORT); overrides the config's metrics_addr.
+    /// Default: 127.0.0.1:9464.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The `hostname` label of every series (a DaemonSet passes the node name). Default: the
+    /// kernel's hostname.
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    pub hostname: Option<String>,
+    /// Read BTF from DIR (see `trace --btf-dir`).
+    #[arg(long, value_name = "DIR", default_value = "/sys/kernel/btf", hide = true)]
+    pub btf_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -5,15 +5,20 @@
 //! - [`doctor`]: what this host offers gpreempt and what to do about each gap.
 //! - [`model`]: what the event stream says about the host (queue map, spans), applied in one place.
 //! - [`report`]: output sinks over that stream (console lines, JSON Lines, Perfetto, summary).
-//! - [`preempt`]: the suspend/resume measurement loop over a [`kfd::Debugger`]; [`stats`] its statistics.
+//! - [`preempt`]: the suspend/resume measurement loop on a [`kfd::session::Session`]; [`stats`] its statistics.
 //! - [`output`]: output files that never follow symlinks, and terminal-safe text from other processes.
+//! - [`agent`]: the node daemon's configuration, HTTP endpoint and policy seam.
+//! - [`metrics`]: Prometheus series of the event stream (`gpreempt agent`); [`k8s`]: a process's pod.
 //! - [`roots`]: where the host's state is read (`/proc`, `/sys`, Docker's state, KFD debugfs).
 
+pub mod agent;
 pub mod analyze;
 pub mod clock;
 pub mod doctor;
 pub mod domain;
+pub mod k8s;
 pub mod kfd;
+pub mod metrics;
 pub mod model;
 pub mod output;
 pub mod preempt;

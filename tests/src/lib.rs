@@ -7,7 +7,7 @@
 use std::{
     io::{BufRead, BufReader, Write},
     path::PathBuf,
-    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
+    process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio},
     sync::mpsc,
     thread,
     time::Duration,
@@ -30,6 +30,20 @@ pub fn binary(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// A child's stderr, line by line, over a channel (each line also echoed as `[name] line`).
+pub fn stderr_lines(stderr: ChildStderr, name: &'static str) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[{name}] {line}");
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// `gpreempt trace --json …` running in the background.
 pub struct Tracer {
     child: Child,
@@ -49,16 +63,7 @@ impl Tracer {
             .stderr(Stdio::piped())
             .spawn()
             .context("spawning gpreempt trace")?;
-        let stderr = child.stderr.take().context("no stderr")?;
-        let (tx, rx) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("[gpreempt] {line}");
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = stderr_lines(child.stderr.take().context("no stderr")?, "gpreempt");
         let stdout = child.stdout.take();
         let mut tracer = Self { child, stdout, stderr_lines: rx, stderr: Vec::new() };
         loop {

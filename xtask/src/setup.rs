@@ -25,6 +25,8 @@ const APT_TOOLS: &[(&str, &str)] = &[
     ("zstd", "/usr/bin/zstd"),
     // `cargo xtask bench` compares against bpftrace and times C baselines.
     ("bpftrace", "/usr/bin/bpftrace"),
+    // The agent's VM test scrapes `gpreempt agent` with a real Prometheus server.
+    ("prometheus", "/usr/bin/prometheus"),
 ];
 
 /// The 6.12 kernel of the VM matrix (debug-trap API, KFD 1.17).

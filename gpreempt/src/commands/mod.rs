@@ -1,5 +1,6 @@
 //! The binary's subcommands: argument handling and output around the library.
 
+pub mod agent;
 pub mod analyze;
 pub mod doctor;
 pub mod hw;

@@ -13,7 +13,7 @@ use gpreempt::{
     domain::HostPid,
     model::{Model, ps::Roots},
     report::{console::Console, jsonl::JsonLines, perfetto::Perfetto, summary::SummaryFile},
-    trace::{btf, filter::Filter, loader, pipeline::Pipeline, probes, stream::EventStream},
+    trace::{btf, filter::Filter, live::Live, loader, pipeline::Pipeline, probes},
 };
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -38,17 +38,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let mut attached = loader::attach(probes::PROBES, None, &args.btf_dir)?;
-    // eBPF-side warnings (aya-log) go to our logger; without the log map nothing is lost.
-    let _ebpf_log = aya_log::EbpfLogger::init(&mut attached.ebpf).ok();
-    let mut stream = EventStream::new(&mut attached)?;
-    // Loading parsed vmlinux and module BTF (tens of MiB, freed again once the programs are
-    // loaded); give those pages back rather than keep them resident for the whole trace.
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim has no preconditions; it only returns free heap pages to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    let Live { attached, mut stream, ebpf_log: _ebpf_log } = Live::start(&args.btf_dir)?;
 
     let clock = WallClock::now();
     let stdout = io::stdout();

@@ -361,14 +361,14 @@ impl SpanTracker {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::{
         model::registry::tests::{create, ev, suspend},
         trace::decode::{KfdCall, QueueEviction, QueueRestore},
     };
 
-    fn call(tid: u32, function: KfdFn, gpu: Option<u32>, start: u64, end: u64) -> Event {
+    pub(crate) fn call(tid: u32, function: KfdFn, gpu: Option<u32>, start: u64, end: u64) -> Event {
         Event {
             ts_ns: end,
             entry_ns: start,

@@ -1,7 +1,7 @@
 //! The tracer: eBPF probes on the KFD paths of `amdgpu.ko` and the events they produce.
 //!
 //! [`symbols`] finds the KFD functions in `/proc/kallsyms`, [`probes`] says which program goes on
-//! which function, [`loader`] loads and attaches them, [`stream`] reads the ring buffer and
+//! which function, [`loader`] loads and attaches them ([`live`]: with their stream open), [`stream`] reads the ring buffer and
 //! [`decode`] turns records into owned [`decode::Event`]s, [`pipeline`] takes each through the
 //! model, the [`filter`] and the output sinks, and [`missed`] asks the kernel for the return
 //! probes it skipped.
@@ -9,6 +9,7 @@
 pub mod btf;
 pub mod decode;
 pub mod filter;
+pub mod live;
 pub mod loader;
 pub mod missed;
 pub mod pipeline;

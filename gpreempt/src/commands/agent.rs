@@ -1,0 +1,160 @@
+//! `gpreempt agent`: the tracer as a node daemon, with Prometheus metrics on HTTP.
+
+use std::{cell::RefCell, path::Path, rc::Rc, time::Duration};
+
+use anyhow::{Context, Result};
+use gpreempt::{
+    agent::{
+        config::{self, Config},
+        http::{self, Health},
+        log_line,
+    },
+    clock::boottime_ns,
+    k8s::K8sRoots,
+    metrics::{Metrics, Recorder},
+    model::{Limits, Model},
+    roots::Roots,
+    trace::{filter::Filter, live::Live, pipeline::Pipeline},
+};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::AgentArgs;
+
+/// Exited processes kept at most, whatever the grace period (bounds memory under churn).
+const FINISHED_MAX: usize = 4096;
+/// The loop's housekeeping period: heartbeat, expiry of exited processes, loss counters.
+const TICK: Duration = Duration::from_secs(1);
+
+fn log(level: &str, msg: &str, fields: &[(&str, &dyn std::fmt::Display)]) {
+    eprintln!("{}", log_line(level, msg, fields));
+}
+
+fn load(path: Option<&Path>) -> Result<Config, config::ConfigError> {
+    path.map_or_else(|| Ok(Config::default()), Config::load)
+}
+
+fn describe_policies(c: &Config) -> String {
+    let names: Vec<&str> = c.policies.iter().map(|p| p.name.as_str()).collect();
+    if names.is_empty() { "none".into() } else { names.join(",") }
+}
+
+pub async fn run(args: AgentArgs) -> Result<()> {
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let mut config = load(args.config.as_deref())?;
+    let default_addr = config::DEFAULT_METRICS_ADDR.parse().context("the default metrics address")?;
+    let addr = args.metrics_addr.or(config.metrics_addr).unwrap_or(default_addr);
+    let hostname = match args.hostname.clone() {
+        Some(h) => h,
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .context("reading the hostname (or pass --hostname)")?
+            .trim()
+            .to_owned(),
+    };
+    let metrics = Metrics::new(&hostname, env!("CARGO_PKG_VERSION"));
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+    let addr = listener.local_addr().unwrap_or(addr);
+
+    let live = Live::start(&args.btf_dir)?;
+    let (probes, missing) = live.probe_counts();
+    let Live { attached, mut stream, ebpf_log: _ebpf_log } = live;
+    metrics.set_probes(probes, missing);
+    for p in attached.probes.iter().filter(|p| p.symbol.is_none()) {
+        log(
+            "warn",
+            "probe not attached",
+            &[("program", &p.program), ("reason", &p.missing_reason.as_deref().unwrap_or("?"))],
+        );
+    }
+
+    let health = Health::default();
+    health.beat();
+    let server = tokio::spawn(http::serve(listener, metrics.clone(), health.clone()));
+
+    let roots = Roots::default();
+    let limits = Limits { finished_max: FINISHED_MAX, finished_grace_ns: Some(config.process_grace.as_nanos() as u64) };
+    let mut model = Model::new(Some(roots.clone())).with_limits(limits);
+    let notes = model.bootstrap(&roots);
+    let k8s = K8sRoots::default();
+    let recorder = Rc::new(RefCell::new(Recorder::new(
+        metrics.clone(),
+        Box::new(move |p| p.container.as_ref().and_then(|c| k8s.identify(c))),
+    )));
+    let mut pipeline = Pipeline::new(model, Filter::default());
+    pipeline.subscribe(Box::new(recorder.clone()));
+    recorder.borrow_mut().refresh(pipeline.model());
+    for note in notes {
+        log("info", "queue map bootstrap", &[("note", &note)]);
+    }
+    log(
+        "info",
+        "started",
+        &[
+            ("metrics_addr", &addr),
+            ("hostname", &hostname),
+            ("probes", &probes),
+            ("probes_missing", &missing),
+            ("kfd_module", &attached.kfd_module.as_deref().unwrap_or("vmlinux")),
+            ("processes", &pipeline.model().registry().processes.len()),
+            ("policies", &describe_policies(&config)),
+            ("process_grace_s", &config.process_grace.as_secs()),
+        ],
+    );
+    if !config.policies.is_empty() {
+        log(
+            "warn",
+            "policies are validated but not applied: this build has no scheduler",
+            &[("policies", &describe_policies(&config))],
+        );
+    }
+
+    let mut tick = tokio::time::interval(TICK);
+    let mut events: u64 = 0;
+    let reason = loop {
+        tokio::select! {
+            _ = sigterm.recv() => break "SIGTERM",
+            _ = sigint.recv() => break "SIGINT",
+            _ = sighup.recv() => match load(args.config.as_deref()) {
+                Ok(new) => {
+                    metrics.config_reload(true);
+                    if new.process_grace != config.process_grace || new.metrics_addr != config.metrics_addr {
+                        log("warn", "process_grace_s and metrics_addr take effect at the next start", &[]);
+                    }
+                    log("info", "config reloaded", &[("policies", &describe_policies(&new))]);
+                    config = new;
+                }
+                Err(e) => {
+                    metrics.config_reload(false);
+                    log("error", "config rejected, keeping the previous one", &[
+                        ("error", &e),
+                        ("policies", &describe_policies(&config)),
+                    ]);
+                }
+            },
+            _ = tick.tick() => {
+                health.beat();
+                pipeline.expire(boottime_ns());
+                recorder.borrow_mut().refresh(pipeline.model());
+                metrics.set_losses(&stream.losses()?);
+            }
+            batch = stream.next_batch(|e| pipeline.deliver(&e)) => {
+                let n = batch? as u64;
+                events += n;
+                metrics.add_events(n);
+                recorder.borrow_mut().refresh(pipeline.model());
+            }
+        }
+    };
+    // Records written before we stopped still count.
+    let n = stream.drain(|e| pipeline.deliver(&e)) as u64;
+    metrics.add_events(n);
+    let losses = stream.losses()?;
+    server.abort();
+    log(
+        "info",
+        "exiting",
+        &[("signal", &reason), ("events", &(events + n)), ("dropped", &losses.dropped()), ("losses", &losses)],
+    );
+    Ok(())
+}

@@ -1,0 +1,340 @@
+//! `gpreempt agent` scraped by a real Prometheus server (Debian's `prometheus`, installed by
+//! `cargo xtask setup`), against the KFD emulator: Prometheus's HTTP API reports the exact queue
+//! counts of two workloads and the eviction of one; an exited workload's series leave after the
+//! grace period; SIGHUP with a broken config keeps the previous one (logged and counted);
+//! SIGTERM exits 0 and leaves the workloads running.
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use gpreempt_tests::{LineHelper, binary, stderr_lines};
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+use serde_json::Value;
+
+/// A child whose stderr lines are collected on a thread.
+struct Daemon {
+    name: &'static str,
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Daemon {
+    fn spawn(name: &'static str, command: &mut Command) -> Result<Self> {
+        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().context(name)?;
+        let lines = stderr_lines(child.stderr.take().context("no stderr")?, name);
+        Ok(Self { name, child, lines, seen: Vec::new() })
+    }
+
+    /// The first new stderr line containing `needle`, within `wait`.
+    fn wait_line(&mut self, needle: &str, wait: Duration) -> Result<String> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now()).unwrap_or_default();
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return Ok(line);
+                    }
+                }
+                Err(_) => bail!("{} printed no line with {needle:?} within {wait:?}: {:?}", self.name, self.seen),
+            }
+        }
+    }
+
+    fn signal(&self, signal: Signal) -> Result<()> {
+        Ok(kill(Pid::from_raw(self.child.id() as i32), signal)?)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `key=value` of a log line (values without spaces).
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// A plain HTTP/1.0 GET (the agent and Prometheus both answer it without chunking).
+fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("no status line")?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Ok((status, body))
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Prometheus's instant query: each result's (labels, value).
+fn query(prometheus: SocketAddr, promql: &str) -> Result<Vec<(Value, f64)>> {
+    let (status, body) = http_get(prometheus, &format!("/api/v1/query?query={}", percent_encode(promql)))?;
+    let v: Value = serde_json::from_str(&body).with_context(|| format!("{status}: {body}"))?;
+    if v["status"] != "success" {
+        bail!("query {promql}: {body}");
+    }
+    v["data"]["result"]
+        .as_array()
+        .context("no result")?
+        .iter()
+        .map(|r| {
+            let value = r["value"][1].as_str().context("no value")?.parse::<f64>()?;
+            Ok((r["metric"].clone(), value))
+        })
+        .collect()
+}
+
+/// Poll `promql` until its results equal `expected` (as (label, value) pairs of `label`), or
+/// 120 s pass; returns the last results either way, for the caller's exact assertion.
+fn settle(prometheus: SocketAddr, promql: &str, label: &str, expected: &[(&str, f64)]) -> Vec<(String, f64)> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut got: Vec<(String, f64)> = query(prometheus, promql)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(m, v)| (m[label].as_str().unwrap_or("").to_owned(), v))
+            .collect();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        let want: Vec<(String, f64)> = expected.iter().map(|(l, v)| ((*l).to_owned(), *v)).collect();
+        if got == want || Instant::now() > deadline {
+            return got;
+        }
+        thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn scratch() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("gpreempt-emu-agent-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+const GOOD: &str =
+    "process_grace_s = 2\n\n[[policy]]\nname = \"first\"\nonline = [\"1\"]\noffline = [\"container:batch\"]\n";
+const BROKEN: &str =
+    "process_grace_s = 2\n\n[[policy]]\nname = \"second\"\nonline = [\"pod:serving\"]\noffline = [\"2\"]\n";
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `gpreempt agent --config CONFIG` on a free loopback port, and its `msg=started` line.
+fn start_agent(config: &Path) -> Result<(Daemon, String)> {
+    let mut agent = Daemon::spawn(
+        "agent",
+        Command::new(binary("gpreempt")?)
+            .args(["agent", "--metrics-addr", "127.0.0.1:0", "--hostname", "vm"])
+            .arg("--config")
+            .arg(config),
+    )?;
+    // Loading every program in a TCG guest on a loaded host has taken over a minute.
+    let started = agent.wait_line("msg=started", Duration::from_secs(240))?;
+    Ok((agent, started))
+}
+
+#[test]
+fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_and_reloads() -> Result<()> {
+    let dir = scratch()?;
+    let config = dir.join("agent.toml");
+    write(&config, GOOD)?;
+    let (mut agent, started) = start_agent(&config)?;
+    assert_eq!(field(&started, "policies"), Some("first"));
+    let agent_addr: SocketAddr = field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
+    assert_eq!(http_get(agent_addr, "/healthz")?, (200, "ok\n".to_owned()));
+
+    let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+    let prom_config = dir.join("prometheus.yml");
+    write(
+        &prom_config,
+        &format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: gpreempt\n    static_configs:\n      - targets: ['{agent_addr}']\n"
+        ),
+    )?;
+    let mut prometheus = Daemon::spawn(
+        "prometheus",
+        Command::new("/usr/bin/prometheus")
+            .arg(format!("--config.file={}", prom_config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!("--web.listen-address={prom_addr}")),
+    )?;
+    prometheus.wait_line("Server is ready to receive web requests", Duration::from_secs(180))?;
+    assert_eq!(settle(prom_addr, "up{job=\"gpreempt\"}", "job", &[("gpreempt", 1.0)]), [("gpreempt".into(), 1.0)]);
+
+    // Two workloads: 2 queues on GPU 0x1000, 3 on GPU 0x2000.
+    let a = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "2"])?;
+    let b = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x2000", "--queues", "3"])?;
+    let (pa, pb) = (a.pid().to_string(), b.pid().to_string());
+    let active = format!("gpreempt_queues{{state=\"active\",kfd_process_id=~\"{pa}|{pb}\"}}");
+    let got = settle(prom_addr, &active, "kfd_process_id", &[(&pa, 2.0), (&pb, 3.0)]);
+    assert_eq!(got, [(pa.clone(), 2.0), (pb.clone(), 3.0)]);
+    let by_gpu = settle(prom_addr, &format!("sum by (gpu_id) ({active})"), "gpu_id", &[("4096", 2.0), ("8192", 3.0)]);
+    assert_eq!(by_gpu, [("4096".into(), 2.0), ("8192".into(), 3.0)]);
+    let creates = format!("gpreempt_queue_creates_total{{kfd_process_id=~\"{pa}|{pb}\"}}");
+    assert_eq!(
+        settle(prom_addr, &creates, "kfd_process_id", &[(&pa, 2.0), (&pb, 3.0)]),
+        [(pa.clone(), 2.0), (pb.clone(), 3.0)]
+    );
+
+    // A scripted TTM eviction of A and its restore (the emulator runs kfd_process_evict_queues).
+    std::fs::write("/sys/kernel/kfd_emu/evict", &pa)?;
+    thread::sleep(Duration::from_millis(300));
+    std::fs::write("/sys/kernel/kfd_emu/restore", &pa)?;
+    let evictions = format!("gpreempt_evictions_total{{kfd_process_id=\"{pa}\",trigger=\"ttm\"}}");
+    assert_eq!(settle(prom_addr, &evictions, "kfd_process_id", &[(&pa, 1.0)]), [(pa.clone(), 1.0)]);
+    let restores = format!("gpreempt_restores_total{{kfd_process_id=\"{pa}\"}}");
+    assert_eq!(settle(prom_addr, &restores, "kfd_process_id", &[(&pa, 1.0)]), [(pa.clone(), 1.0)]);
+    assert_eq!(
+        settle(prom_addr, &active, "kfd_process_id", &[(&pa, 2.0), (&pb, 3.0)]),
+        [(pa.clone(), 2.0), (pb.clone(), 3.0)]
+    );
+
+    // B exits: its series leave the agent once the 2 s grace period has passed.
+    assert!(b.finish()?.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let needle = format!("kfd_process_id=\"{pb}\"");
+    let mut exposition = http_get(agent_addr, "/metrics")?.1;
+    while exposition.contains(&needle) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(500));
+        exposition = http_get(agent_addr, "/metrics")?.1;
+    }
+    assert!(!exposition.contains(&needle), "{exposition}");
+    assert!(exposition.contains(&format!("kfd_process_id=\"{pa}\"")), "{exposition}");
+
+    // A broken config on SIGHUP: rejected with its line, counted, the old policy stays.
+    write(&config, BROKEN)?;
+    agent.signal(Signal::SIGHUP)?;
+    let rejected = agent.wait_line("config rejected", Duration::from_secs(60))?;
+    assert!(rejected.contains("line 5: policy `second`, online: `pod:serving` is not a pod selector"), "{rejected}");
+    assert_eq!(field(&rejected, "policies"), Some("first"), "the previous config stays in force");
+    let reloads = "gpreempt_config_reloads_total";
+    assert_eq!(settle(prom_addr, reloads, "result", &[("rejected", 1.0)]), [("rejected".into(), 1.0)]);
+    write(&config, &GOOD.replace("first", "third"))?;
+    agent.signal(Signal::SIGHUP)?;
+    assert_eq!(field(&agent.wait_line("config reloaded", Duration::from_secs(60))?, "policies"), Some("third"));
+    assert_eq!(
+        settle(prom_addr, reloads, "result", &[("applied", 1.0), ("rejected", 1.0)]),
+        [("applied".into(), 1.0), ("rejected".into(), 1.0)]
+    );
+
+    // SIGTERM: a clean exit; the workload keeps running.
+    agent.signal(Signal::SIGTERM)?;
+    let exiting = agent.wait_line("msg=exiting", Duration::from_secs(60))?;
+    assert_eq!(field(&exiting, "signal"), Some("SIGTERM"));
+    assert_eq!(field(&exiting, "dropped"), Some("0"));
+    let status = agent.child.wait()?;
+    assert_eq!(status.code(), Some(0));
+    kill(Pid::from_raw(a.pid() as i32), None).context("the workload survives the agent")?;
+    drop(a);
+    prometheus.signal(Signal::SIGTERM)?;
+    prometheus.child.wait()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Resident set size of `pid` in KiB.
+fn rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let value = gpreempt::model::procinfo::status_field(&status, "VmRSS").context("no VmRSS")?;
+    Ok(value.trim_end_matches("kB").trim().parse()?)
+}
+
+/// utime + stime of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let fields: Vec<&str> = stat.rsplit_once(')').context("no comm")?.1.split_whitespace().collect();
+    Ok(fields[11].parse::<u64>()? + fields[12].parse::<u64>()?)
+}
+
+/// Lines of the exposition that belong to a process.
+fn process_series(agent: SocketAddr) -> Result<usize> {
+    Ok(http_get(agent, "/metrics")?.1.lines().filter(|l| l.contains("kfd_process_id=")).count())
+}
+
+/// Short-lived KFD processes through the agent (1,000 here; `GPREEMPT_SOAK_PROCESSES` sets
+/// another count): once their grace period has passed, the per-process series are back to the
+/// baseline exactly and the agent's resident memory to within 4 MiB of it; no record is lost.
+#[test]
+#[ignore = "its first run (6.12, 1,000 processes) ended the emulator VM mid-soak without an exit \
+            status; run it by hand (`cargo xtask vm`) until the cause is known"]
+fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<()> {
+    let n: u32 = std::env::var("GPREEMPT_SOAK_PROCESSES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let dir = scratch()?.join("soak");
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("agent.toml");
+    write(&config, "process_grace_s = 1\n")?;
+    let (mut agent, started) = start_agent(&config)?;
+    let addr: SocketAddr = field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
+    let pid = agent.child.id();
+    let churn = |count: u32| -> Result<()> {
+        for _ in 0..count {
+            let w = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "1"])?;
+            assert!(w.finish()?.success());
+        }
+        Ok(())
+    };
+    let settle = || -> Result<usize> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let series = process_series(addr)?;
+            if series == 0 || Instant::now() > deadline {
+                return Ok(series);
+            }
+            thread::sleep(Duration::from_millis(500));
+        }
+    };
+    // Warm up the allocator and the maps, then take the baseline.
+    churn(50)?;
+    assert_eq!(settle()?, 0, "no process's series stay past the grace period");
+    let (rss0, cpu0, t0) = (rss_kib(pid)?, cpu_ticks(pid)?, Instant::now());
+    churn(n)?;
+    let during = process_series(addr)?;
+    assert_eq!(settle()?, 0, "series back to the baseline");
+    let (rss1, cpu1) = (rss_kib(pid)?, cpu_ticks(pid)?);
+    let exposition = http_get(addr, "/metrics")?.1;
+    let lost: f64 = exposition
+        .lines()
+        .filter(|l| l.starts_with("gpreempt_tracer_lost_records_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    eprintln!(
+        "soak: {n} processes in {:.1} s; agent RSS {rss0} KiB before, {rss1} KiB after; CPU {} ticks; {during} process series right after the last",
+        t0.elapsed().as_secs_f64(),
+        cpu1 - cpu0
+    );
+    assert_eq!(lost, 0.0, "{exposition}");
+    assert!(rss1 <= rss0 + 4096, "RSS grew from {rss0} KiB to {rss1} KiB");
+    agent.signal(Signal::SIGTERM)?;
+    assert_eq!(agent.child.wait()?.code(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
