@@ -17,5 +17,7 @@ pub mod model;
 pub mod preempt;
 pub mod report;
 pub mod roots;
+pub mod schedule;
+pub mod select;
 pub mod stats;
 pub mod trace;
