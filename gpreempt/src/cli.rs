@@ -71,6 +71,64 @@ pub enum Command {
     /// (p50/p90/p99/max/mean/stddev) and a histogram. On HWS GPUs (MI200/MI300) every suspend and
     /// resume briefly preempts every process's queues on the GPU, not only the target's.
     Preempt(PreemptArgs),
+    /// Suspend the offline processes' GPU queues while the online processes have work (root).
+    ///
+    /// Attaches once to each offline process (debug-trap ENABLE: one runlist refresh) and keeps
+    /// it attached; watches the online processes' AQL dispatch indices (process_vm_readv) and
+    /// cu_occupancy without attaching to them (an online process that already has queues costs
+    /// one snapshot at start: ENABLE, GET_QUEUE_SNAPSHOT, DISABLE, two runlist refreshes).
+    /// Processes that open /dev/kfd later are picked up by their selector. Runs until Ctrl-C or
+    /// SIGTERM, then resumes and detaches everything and prints a summary. On HWS GPUs
+    /// (MI200/MI300) every suspend and resume preempts every queue of the GPU once.
+    Schedule(ScheduleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleArgs {
+    /// Latency-critical processes: host pids or container:NAME (name, id or id prefix).
+    #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
+    pub online: Vec<gpreempt::select::Selector>,
+    /// Throughput processes whose queues are suspended: host pids or container:NAME.
+    #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
+    pub offline: Vec<gpreempt::select::Selector>,
+    /// Resume the offline queues after this long without online work, ms.
+    #[arg(long, default_value_t = 2.0, value_name = "MS")]
+    pub idle_ms: f64,
+    /// Interval between reads of the online dispatch indices, µs.
+    #[arg(long, default_value_t = 200, value_name = "US")]
+    pub poll_us: u64,
+    /// Interval between reads of the online processes' cu_occupancy, µs.
+    #[arg(long, default_value_t = 1000, value_name = "US")]
+    pub occupancy_us: u64,
+    /// Guarantee the offline job this share of GPU time over --share-window-ms even under
+    /// continuous online load (0..1; 0: none). The online work waits during those slices.
+    #[arg(long, default_value_t = 0.0, value_name = "F", value_parser = parse_share)]
+    pub offline_min_share: f64,
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub share_window_ms: u64,
+    /// Resume (watchdog) a suspension that lasts longer than this, ms.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    pub max_suspend_ms: u64,
+    /// Unix socket where an online server writes `begin` / `end` lines around its requests.
+    #[arg(long, value_name = "PATH")]
+    pub hint_socket: Option<PathBuf>,
+    /// JSON Lines on stdout: one object per transition and per interval, a summary at the end.
+    #[arg(long)]
+    pub json: bool,
+    /// Interval between interval records and status-line updates, ms.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub interval_ms: u64,
+    /// Do not attach the tracer (processes that appear later are found in sysfs; their new
+    /// online queues are not watched).
+    #[arg(long)]
+    pub no_trace: bool,
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a share in [0, 1) (e.g. 0.2 for 20 %)")),
+    }
 }
 
 #[derive(Debug, Args)]

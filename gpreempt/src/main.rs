@@ -23,6 +23,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Ps(args) => commands::ps::run(&args).await,
             cli::Command::Queues(args) => commands::queues::run(&args),
             cli::Command::Preempt(args) => commands::preempt::run(&args),
+            cli::Command::Schedule(args) => commands::schedule::run(&args),
         }
     });
     match result {

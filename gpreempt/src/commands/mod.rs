@@ -7,4 +7,5 @@ pub mod interrupt;
 pub mod preempt;
 pub mod ps;
 pub mod queues;
+pub mod schedule;
 pub mod trace;
