@@ -468,9 +468,12 @@ impl<C: Control> Scheduler<C> {
                 next_occupancy = now + u64::try_from(self.config.occupancy.as_nanos()).unwrap_or(u64::MAX);
             }
             pending = self.poll_online(now, read_occupancy, emit);
-            let active = pending
-                || self.online.iter().any(|p| p.last_occupancy.is_some_and(|o| o > 0))
-                || self.hints.as_ref().is_some_and(|h| h.state.active());
+            // Hints count while an online process is watched: an open request of a server
+            // that exited is not online work.
+            let active = !self.online.is_empty()
+                && (pending
+                    || self.online.iter().any(|p| p.last_occupancy.is_some_and(|o| o > 0))
+                    || self.hints.as_ref().is_some_and(|h| h.state.active()));
             if active && self.visible_at.is_none() {
                 self.visible_at = Some(now);
             }
