@@ -169,7 +169,8 @@ mod tests {
             }
             write(r, &format!("proc/{pid}/comm"), "python3\n");
             write(r, &format!("proc/{pid}/status"), &format!("Name:\tpython3\nNSpid:\t{pid}\n"));
-            let cgroup = id.map_or_else(|| "0::/user.slice\n".to_owned(), |id| format!("0::/system.slice/docker-{id}.scope\n"));
+            let cgroup =
+                id.map_or_else(|| "0::/user.slice\n".to_owned(), |id| format!("0::/system.slice/docker-{id}.scope\n"));
             write(r, &format!("proc/{pid}/cgroup"), &cgroup);
         }
         write(r, &format!("docker/containers/{ID_A}/config.v2.json"), r#"{"Name":"/trainer"}"#);

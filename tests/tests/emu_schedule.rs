@@ -169,8 +169,11 @@ fn offline_run() -> LineHelper {
 
 /// An online process with one empty queue: work only when a test submits it.
 fn online_idle() -> LineHelper {
-    LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "1", "--runtime-enable", "--fill-us", "0"])
-        .unwrap()
+    LineHelper::spawn(
+        "emu-workload",
+        &["run", "--gpu-id", "0x1000", "--queues", "1", "--runtime-enable", "--fill-us", "0"],
+    )
+    .unwrap()
 }
 
 fn sock_path(tag: &str) -> PathBuf {
@@ -234,7 +237,7 @@ fn emu_schedule_suspends_the_offline_work_during_each_online_request_and_lets_it
     let sum = summary(&lines);
     let suspends = sum["suspends"].as_u64().unwrap() as usize;
     // At most one suspend per request (plus one for a burst split by a stalled vCPU).
-    assert!(suspends >= 1 && suspends <= REQUESTS + 1, "{suspends} suspends for {REQUESTS} requests: {sum}");
+    assert!((1..=REQUESTS + 1).contains(&suspends), "{suspends} suspends for {REQUESTS} requests: {sum}");
     assert_eq!(sum["failed_suspends"], 0);
     // Every suspend was resumed (idle after the request, or at stop).
     assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
@@ -407,6 +410,10 @@ fn emu_schedule_an_offline_exit_is_detached_cleanly() {
 fn emu_schedule_picks_up_an_offline_process_of_a_container_started_later() {
     // A cgroup named as Docker names its containers makes this process "in container" <id>.
     let id = "5eed0000000000000000000000000000000000000000000000000000000000aa";
+    if !std::path::Path::new("/sys/fs/cgroup/cgroup.procs").exists() {
+        let ok = Command::new("mount").args(["-t", "cgroup2", "none", "/sys/fs/cgroup"]).status().unwrap();
+        assert!(ok.success(), "cannot mount cgroup2 at /sys/fs/cgroup");
+    }
     let cg = PathBuf::from(format!("/sys/fs/cgroup/docker-{id}.scope"));
     std::fs::create_dir_all(&cg).unwrap();
     let online = online_idle();

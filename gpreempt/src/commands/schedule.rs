@@ -93,10 +93,9 @@ fn show(e: &Event, json: bool, status: bool) {
             if *picked_up { " (picked up)" } else { "" }
         ),
         Event::OfflineAttachFailed { pid, error } => eprintln!("gpreempt: offline pid {pid} not attached: {error}"),
-        Event::OfflineDetached { pid, reason, detached } => eprintln!(
-            "gpreempt: offline pid {pid} detached ({reason}; {} queue(s) resumed)",
-            detached.resumed
-        ),
+        Event::OfflineDetached { pid, reason, detached } => {
+            eprintln!("gpreempt: offline pid {pid} detached ({reason}; {} queue(s) resumed)", detached.resumed)
+        }
         Event::OnlineAdded { pid, queues, snapshot, occupancy_files } => eprintln!(
             "gpreempt: online pid {pid} watched, {queues} queue(s){}{}",
             if *snapshot { " (learnt with one debug-trap snapshot: two runlist refreshes)" } else { "" },
@@ -151,7 +150,10 @@ fn print_report(r: &Report) {
         rate(r.offline_rate_overall_per_s)
     );
     if let Some(h) = &r.hints {
-        println!("hints: {} begin, {} end, {} malformed, {} connection(s)", h.begins, h.ends, h.malformed, h.connections);
+        println!(
+            "hints: {} begin, {} end, {} malformed, {} connection(s)",
+            h.begins, h.ends, h.malformed, h.connections
+        );
     }
     println!("runlist refreshes from attaching: {}", r.attach_refreshes);
     println!("gpreempt CPU: {:.1} ms ({:.2}% of one core)", r.cpu_ms, 100.0 * r.cpu_share);

@@ -42,7 +42,9 @@ pub fn change_of(event: &Event) -> Option<Change> {
             pid: event.pid,
             addrs: QueueAddrs { queue_id, gpu_id: c.gpu_id, read: c.read_pointer, write: c.write_pointer },
         }),
-        EventKind::QueueDestroy(d) if d.result.0 == 0 => Some(Change::QueueGone { pid: event.pid, queue_id: d.queue_id }),
+        EventKind::QueueDestroy(d) if d.result.0 == 0 => {
+            Some(Change::QueueGone { pid: event.pid, queue_id: d.queue_id })
+        }
         _ => None,
     }
 }

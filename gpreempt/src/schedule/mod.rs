@@ -192,21 +192,49 @@ pub struct Report {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
     /// An offline process is attached (kept attached until it exits or the scheduler stops).
-    OfflineAttached { pid: HostPid, comm: String, queues: usize, picked_up: bool },
+    OfflineAttached {
+        pid: HostPid,
+        comm: String,
+        queues: usize,
+        picked_up: bool,
+    },
     /// An offline process could not be attached (picked up later: it is skipped).
-    OfflineAttachFailed { pid: HostPid, error: String },
-    OfflineDetached { pid: HostPid, reason: &'static str, detached: Detached },
+    OfflineAttachFailed {
+        pid: HostPid,
+        error: String,
+    },
+    OfflineDetached {
+        pid: HostPid,
+        reason: &'static str,
+        detached: Detached,
+    },
     /// An online process is watched; `snapshot`: its existing queues were learnt with one
     /// debug-trap snapshot (ENABLE, GET_QUEUE_SNAPSHOT, DISABLE: two runlist refreshes).
-    OnlineAdded { pid: HostPid, queues: usize, snapshot: bool, occupancy_files: usize },
-    OnlineQueue { pid: HostPid, queue_id: QueueId, gpu_id: GpuId },
-    OnlineGone { pid: HostPid },
+    OnlineAdded {
+        pid: HostPid,
+        queues: usize,
+        snapshot: bool,
+        occupancy_files: usize,
+    },
+    OnlineQueue {
+        pid: HostPid,
+        queue_id: QueueId,
+        gpu_id: GpuId,
+    },
+    OnlineGone {
+        pid: HostPid,
+    },
     Transition(Transition),
     Interval(Interval),
     /// A hint line that is not `begin` or `end` (ignored).
-    HintMalformed { line: String, count: u64 },
-    Warning { message: String },
-    Summary(Report),
+    HintMalformed {
+        line: String,
+        count: u64,
+    },
+    Warning {
+        message: String,
+    },
+    Summary(Box<Report>),
 }
 
 struct OfflineProc<C> {
@@ -356,7 +384,9 @@ impl<C: Control> Scheduler<C> {
         }
         for name in online_sel.empty_containers.iter().chain(&offline_sel.empty_containers) {
             emit(&Event::Warning {
-                message: format!("container {name} has no KFD process yet; its processes are picked up when they open /dev/kfd"),
+                message: format!(
+                    "container {name} has no KFD process yet; its processes are picked up when they open /dev/kfd"
+                ),
             });
         }
         if !s.discovery.sees_queues() {
@@ -413,7 +443,12 @@ impl<C: Control> Scheduler<C> {
         Ok(())
     }
 
-    fn attach_offline(&mut self, pid: HostPid, picked_up: bool, emit: &mut dyn FnMut(&Event)) -> Result<(), DebugError> {
+    fn attach_offline(
+        &mut self,
+        pid: HostPid,
+        picked_up: bool,
+        emit: &mut dyn FnMut(&Event),
+    ) -> Result<(), DebugError> {
         let mut control = C::attach(pid, &self.config.session)?;
         self.metrics.attach_refreshes += 1;
         let reads: Vec<u64> = control.snapshot().map(|e| e.iter().map(|q| q.read_pointer_address).collect())?;
@@ -439,7 +474,6 @@ impl<C: Control> Scheduler<C> {
         let mut interval_suspended = 0u64;
         let mut last = self.now();
         let mut last_state = self.policy.state();
-        let mut pending = false;
         while !stop.load(Ordering::Relaxed) {
             let now = self.now();
             // Time accounting of the previous step.
@@ -452,11 +486,11 @@ impl<C: Control> Scheduler<C> {
             }
             last = now;
 
-            changes.clear();
             self.discovery.poll(&mut changes);
-            for c in changes.drain(..).collect::<Vec<_>>() {
+            for &c in &changes {
                 self.apply_change(c, emit);
             }
+            changes.clear();
             self.service_offline(emit);
             if let Some(h) = self.hints.as_mut() {
                 for w in h.poll() {
@@ -467,7 +501,7 @@ impl<C: Control> Scheduler<C> {
             if read_occupancy {
                 next_occupancy = now + u64::try_from(self.config.occupancy.as_nanos()).unwrap_or(u64::MAX);
             }
-            pending = self.poll_online(now, read_occupancy, emit);
+            let pending = self.poll_online(now, read_occupancy, emit);
             // Hints count while an online process is watched: an open request of a server
             // that exited is not online work.
             let active = !self.online.is_empty()
@@ -507,14 +541,13 @@ impl<C: Control> Scheduler<C> {
             }
             std::thread::sleep(self.config.poll);
         }
-        let _ = pending;
         if let Some(action) = self.policy.stop() {
             self.act(action, emit);
         }
         self.offline_progress();
         self.shutdown(emit);
         let report = self.report();
-        emit(&Event::Summary(report.clone()));
+        emit(&Event::Summary(Box::new(report.clone())));
         report
     }
 
@@ -603,7 +636,10 @@ impl<C: Control> Scheduler<C> {
                 i += 1;
             }
         }
-        if self.offline.iter().all(|p| !p.suspended) && self.policy.state() == State::Suspended && !self.offline.is_empty() {
+        if self.offline.iter().all(|p| !p.suspended)
+            && self.policy.state() == State::Suspended
+            && !self.offline.is_empty()
+        {
             // Every hold ended without us (watchdog, exits): the policy follows.
             self.policy.resumed(self.now());
         }

@@ -321,10 +321,7 @@ mod tests {
     #[test]
     fn watchdog_ends_a_long_suspension_and_the_burst_is_not_suspended_again() {
         let mut p = policy(3, 20, 0.0);
-        assert_eq!(
-            run(&mut p, 0, 60, on()),
-            vec![(0, Action::Suspend), (20, Action::Resume(ResumeReason::Watchdog))]
-        );
+        assert_eq!(run(&mut p, 0, 60, on()), vec![(0, Action::Suspend), (20, Action::Resume(ResumeReason::Watchdog))]);
         assert_eq!(run(&mut p, 61, 64, off()), vec![]);
         assert_eq!(run(&mut p, 65, 65, on()), vec![(65, Action::Suspend)]);
     }
