@@ -51,6 +51,12 @@ impl Schedule {
         Self { child, lines, reader: Some(reader) }
     }
 
+    /// `--online ONLINE --offline OFFLINE` plus `extra`.
+    fn between(online: u32, offline: &str, extra: &[&str]) -> Self {
+        let online = online.to_string();
+        Self::start(&[&["--online", &online, "--offline", offline], extra].concat())
+    }
+
     fn events(&self, kind: &str) -> Vec<Value> {
         self.lines.lock().unwrap().iter().filter(|v| v["event"] == kind).cloned().collect()
     }
@@ -207,16 +213,8 @@ fn emu_schedule_suspends_the_offline_work_during_each_online_request_and_lets_it
         ],
     )
     .unwrap();
-    let mut s = Schedule::start(&[
-        "--online",
-        &online.pid().to_string(),
-        "--offline",
-        &offline.pid().to_string(),
-        "--idle-ms",
-        "5",
-        "--interval-ms",
-        "200",
-    ]);
+    let mut s =
+        Schedule::between(online.pid(), &offline.pid().to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!(attached[0]["queues"], 1);
     let added = s.events("online_added");
@@ -285,16 +283,11 @@ fn emu_schedule_hints_drive_suspend_and_resume_exactly_and_malformed_lines_are_c
     let offline = offline_run();
     let online = online_idle();
     let path = sock_path("drive");
-    let mut s = Schedule::start(&[
-        "--online",
-        &online.pid().to_string(),
-        "--offline",
+    let mut s = Schedule::between(
+        online.pid(),
         &offline.pid().to_string(),
-        "--idle-ms",
-        "20",
-        "--hint-socket",
-        path.to_str().unwrap(),
-    ]);
+        &["--idle-ms", "20", "--hint-socket", path.to_str().unwrap()],
+    );
     s.wait_events("offline_attached", 1, LONG);
     assert!(progresses(&offline));
     assert_eq!(s.transitions("suspend").len(), 0);
@@ -335,16 +328,11 @@ fn held_then(tag: &str, finish: impl FnOnce(&mut Schedule, &mut Option<LineHelpe
     let offline = offline_run();
     let mut online = Some(online_idle());
     let path = sock_path(tag);
-    let mut s = Schedule::start(&[
-        "--online",
-        &online.as_ref().unwrap().pid().to_string(),
-        "--offline",
+    let mut s = Schedule::between(
+        online.as_ref().unwrap().pid(),
         &offline.pid().to_string(),
-        "--idle-ms",
-        "5000",
-        "--hint-socket",
-        path.to_str().unwrap(),
-    ]);
+        &["--idle-ms", "5000", "--hint-socket", path.to_str().unwrap()],
+    );
     s.wait_events("offline_attached", 1, LONG);
     let mut hint = UnixStream::connect(&path).unwrap();
     hint.write_all(b"begin\n").unwrap();
@@ -396,7 +384,7 @@ fn emu_schedule_exits_leave_the_offline_job_running_and_untraced() {
 fn emu_schedule_an_offline_exit_is_detached_cleanly() {
     let offline = offline_run();
     let online = online_idle();
-    let mut s = Schedule::start(&["--online", &online.pid().to_string(), "--offline", &offline.pid().to_string()]);
+    let mut s = Schedule::between(online.pid(), &offline.pid().to_string(), &[]);
     s.wait_events("offline_attached", 1, LONG);
     let pid = offline.pid();
     offline.finish().unwrap();
