@@ -50,6 +50,9 @@ pub struct HintCounts {
 #[derive(Debug, Default)]
 pub struct HintState {
     open: u64,
+    /// A `begin` arrived since the last [`HintState::take_activity`] (a request that began and
+    /// ended between two polls still counts as online work once).
+    begun: bool,
     pub counts: HintCounts,
 }
 
@@ -59,6 +62,7 @@ impl HintState {
         match parse(line) {
             Some(Hint::Begin) if line.len() <= MAX_LINE => {
                 self.open += 1;
+                self.begun = true;
                 self.counts.begins += 1;
                 None
             }
@@ -78,6 +82,11 @@ impl HintState {
     /// A request is open (begun, not ended).
     pub fn active(&self) -> bool {
         self.open > 0
+    }
+
+    /// Online work per the hints since the last call: a request is open, or one began.
+    pub fn take_activity(&mut self) -> bool {
+        std::mem::take(&mut self.begun) || self.open > 0
     }
 
     /// A client went away: its open requests end with it.
@@ -201,6 +210,13 @@ mod tests {
         assert_eq!(s.line(b"\xff\xfe"), Some(Malformed { line: "\u{fffd}\u{fffd}".into(), count: 3 }));
         assert!(!s.active());
         assert_eq!(s.counts, HintCounts { begins: 2, ends: 2, malformed: 3, connections: 0 });
+        // A request that began and ended between two polls is seen once.
+        assert!(s.take_activity());
+        assert!(!s.take_activity());
+        s.line(b"begin");
+        s.line(b"end");
+        assert!(s.take_activity());
+        assert!(!s.take_activity());
     }
 
     #[test]

@@ -507,7 +507,7 @@ impl<C: Control> Scheduler<C> {
             let active = !self.online.is_empty()
                 && (pending
                     || self.online.iter().any(|p| p.last_occupancy.is_some_and(|o| o > 0))
-                    || self.hints.as_ref().is_some_and(|h| h.state.active()));
+                    || self.hints.as_mut().is_some_and(|h| h.state.take_activity()));
             if active && self.visible_at.is_none() {
                 self.visible_at = Some(now);
             }
