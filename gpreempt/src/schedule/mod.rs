@@ -795,3 +795,200 @@ impl<C: Control> Scheduler<C> {
         self.policy.state()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        fs,
+        path::Path,
+        sync::{
+            Arc, Mutex,
+            atomic::{AtomicU64, Ordering},
+        },
+        thread,
+    };
+
+    use super::*;
+    use crate::kfd::{debugger::Batch, uapi::QueueSnapshotEntry};
+
+    /// Calls made on the test's sessions, in order.
+    static CALLS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    /// The online queue's indices, in this process (the test's "online process").
+    static READ: AtomicU64 = AtomicU64::new(0);
+    static WRITE: AtomicU64 = AtomicU64::new(0);
+    const OFFLINE: u32 = 3_999_999;
+
+    fn log(call: String) {
+        CALLS.lock().unwrap().push(call);
+    }
+
+    fn calls() -> Vec<String> {
+        CALLS.lock().unwrap().clone()
+    }
+
+    /// A session that records what the scheduler asks of it; the online one's snapshot names
+    /// the indices above.
+    struct Recorder {
+        pid: HostPid,
+    }
+
+    impl Control for Recorder {
+        fn attach(pid: HostPid, _: &Options) -> Result<Self, DebugError> {
+            log(format!("attach {pid}"));
+            Ok(Self { pid })
+        }
+        fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError> {
+            log(format!("suspend {} {selection:?}", self.pid));
+            Ok(Batch { count: 1, ..Batch::default() })
+        }
+        fn resume(&mut self) -> Result<Batch, DebugError> {
+            log(format!("resume {}", self.pid));
+            Ok(Batch { count: 1, ..Batch::default() })
+        }
+        fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
+            log(format!("snapshot {}", self.pid));
+            Ok(vec![QueueSnapshotEntry {
+                queue_id: 0,
+                gpu_id: 0x1000,
+                read_pointer_address: READ.as_ptr() as u64,
+                write_pointer_address: WRITE.as_ptr() as u64,
+                ..QueueSnapshotEntry::default()
+            }])
+        }
+        fn notices(&mut self) -> Vec<Notice> {
+            Vec::new()
+        }
+        fn comm(&self) -> String {
+            "recorder".into()
+        }
+        fn detach(self) -> Detached {
+            log(format!("detach {}", self.pid));
+            Detached::default()
+        }
+    }
+
+    /// Nothing appears or goes.
+    struct Quiet;
+    impl Discovery for Quiet {
+        fn poll(&mut self, _: &mut Vec<Change>) {}
+        fn sees_queues(&self) -> bool {
+            true
+        }
+    }
+
+    fn kfd_process(root: &Path, pid: u32) {
+        let dir = root.join(format!("sys/class/kfd/kfd/proc/{pid}/queues/0"));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("gpuid"), "4096").unwrap();
+        fs::write(dir.join("type"), "0").unwrap();
+        fs::write(root.join(format!("sys/class/kfd/kfd/proc/{pid}/pasid")), "32770\n").unwrap();
+        let proc_dir = root.join(format!("proc/{pid}"));
+        fs::create_dir_all(&proc_dir).unwrap();
+        fs::write(proc_dir.join("comm"), "worker\n").unwrap();
+        fs::write(proc_dir.join("status"), format!("Name:\tworker\nNSpid:\t{pid}\n")).unwrap();
+        fs::write(proc_dir.join("cgroup"), "0::/user.slice\n").unwrap();
+    }
+
+    #[test]
+    fn pending_online_work_suspends_the_offline_queues_once_and_idle_resumes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        kfd_process(dir.path(), me);
+        kfd_process(dir.path(), OFFLINE);
+        let roots = Roots {
+            sys: dir.path().join("sys"),
+            proc: dir.path().join("proc"),
+            docker: dir.path().join("docker"),
+            ..Roots::default()
+        };
+        let config = Config {
+            online: vec![Selector::Pid(HostPid(me))],
+            offline: vec![Selector::Pid(HostPid(OFFLINE))],
+            policy: PolicyConfig { idle: Duration::from_millis(5), ..PolicyConfig::default() },
+            poll: Duration::from_micros(100),
+            roots,
+            ..Config::default()
+        };
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let mut emit = move |e: &Event| sink.lock().unwrap().push(e.clone());
+        let s = Scheduler::<Recorder>::start(config, Box::new(Quiet), &mut emit).unwrap();
+        assert_eq!(
+            calls(),
+            vec![
+                format!("attach {me}"),
+                format!("snapshot {me}"),
+                format!("detach {me}"),
+                format!("attach {OFFLINE}"),
+                format!("snapshot {OFFLINE}"),
+            ]
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let driver = thread::spawn(move || {
+            let wait_for = |what: &str| {
+                while !calls().iter().any(|c| c.starts_with(what)) {
+                    thread::sleep(Duration::from_millis(1));
+                }
+            };
+            // Two bursts of online work: one dispatch each, consumed after the suspend.
+            for n in 1..=2u64 {
+                WRITE.store(n, Ordering::SeqCst);
+                while calls().iter().filter(|c| c.starts_with("suspend")).count() < n as usize {
+                    thread::sleep(Duration::from_millis(1));
+                }
+                thread::sleep(Duration::from_millis(20));
+                READ.store(n, Ordering::SeqCst);
+                while calls().iter().filter(|c| c.starts_with("resume")).count() < n as usize {
+                    thread::sleep(Duration::from_millis(1));
+                }
+            }
+            wait_for("resume");
+            flag.store(true, Ordering::SeqCst);
+        });
+        let report = s.run(&stop, &mut emit);
+        driver.join().unwrap();
+        assert_eq!(
+            calls()[5..],
+            [
+                format!("suspend {OFFLINE} All"),
+                format!("resume {OFFLINE}"),
+                format!("suspend {OFFLINE} All"),
+                format!("resume {OFFLINE}"),
+                format!("detach {OFFLINE}"),
+            ]
+        );
+        assert_eq!((report.suspends, report.resumes, report.failed_suspends), (2, 2, 0));
+        assert_eq!(report.resumes_by_reason, BTreeMap::from([("idle".to_owned(), 2)]));
+        assert_eq!(report.attach_refreshes, 4);
+        assert_eq!(report.reaction_us.as_ref().map(|r| r.count), Some(2));
+        // Each dispatch was seen pending once and consumed once.
+        assert_eq!(report.online_dispatch_delay_us.as_ref().map(|d| d.count), Some(2));
+        let events = events.lock().unwrap();
+        let kinds: Vec<String> = events
+            .iter()
+            .map(|e| match e {
+                Event::Transition(t) => format!("{} {:?}", t.action, t.reason),
+                Event::OnlineAdded { queues, snapshot, .. } => format!("online_added {queues} {snapshot}"),
+                Event::OfflineAttached { queues, picked_up, .. } => format!("offline_attached {queues} {picked_up}"),
+                Event::OfflineDetached { reason, .. } => format!("offline_detached {reason}"),
+                Event::Summary(_) => "summary".into(),
+                other => format!("{other:?}"),
+            })
+            .filter(|k| !k.starts_with("Interval"))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "online_added 1 true",
+                "offline_attached 1 false",
+                "suspend None",
+                "resume Some(Idle)",
+                "suspend None",
+                "resume Some(Idle)",
+                "offline_detached stopped",
+                "summary",
+            ]
+        );
+    }
+}
