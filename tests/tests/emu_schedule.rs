@@ -387,6 +387,10 @@ fn emu_schedule_an_offline_exit_is_detached_cleanly() {
     let mut s = Schedule::between(online.pid(), &offline.pid().to_string(), &[]);
     s.wait_events("offline_attached", 1, LONG);
     let pid = offline.pid();
+    // A second scheduler on the same offline process is refused, naming the first.
+    let e = refused(&["--online", &online.pid().to_string(), "--offline", &pid.to_string()]);
+    assert!(e.contains(&format!("is already traced by pid {} (gpreempt)", s.child.id())), "{e}");
+    assert_eq!(tracer_pid(online.pid()).unwrap(), 0, "the refused scheduler left the online process traced");
     offline.finish().unwrap();
     let detached = s.wait_events("offline_detached", 1, LONG);
     assert_eq!((detached[0]["pid"].as_u64(), detached[0]["reason"].as_str()), (Some(u64::from(pid)), Some("exited")));
@@ -467,7 +471,8 @@ fn emu_schedule_bad_input_is_refused_with_cause_and_fix_and_nothing_attached() {
     assert!(e.contains(&format!("pid {off} is selected both as online and as offline")), "{e}");
     let e = refused(&["--online", &on, "--offline", "container:"]);
     assert!(e.contains("`container:` needs a container name or id"), "{e}");
-    // The offline process was never left attached, and still runs.
+    // Neither process was left attached, and the offline one still runs.
     assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
+    assert_eq!(tracer_pid(online.pid()).unwrap(), 0);
     assert!(progresses(&offline));
 }
