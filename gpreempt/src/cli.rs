@@ -422,6 +422,45 @@ mod tests {
         assert!(Cli::try_parse_from(["gpreempt", "queues", "7", "--watch", "100ms"]).is_err());
     }
 
+    #[test]
+    fn schedule_takes_several_selectors_per_side() {
+        use gpreempt::{domain::HostPid, select::Selector};
+        let cli = Cli::try_parse_from([
+            "gpreempt",
+            "schedule",
+            "--online",
+            "10",
+            "container:vllm",
+            "--offline",
+            "20",
+            "--idle-ms",
+            "0.5",
+            "--offline-min-share",
+            "0.2",
+            "--json",
+        ])
+        .unwrap();
+        let Command::Schedule(s) = cli.command else { panic!("not schedule") };
+        assert_eq!(s.online, vec![Selector::Pid(HostPid(10)), Selector::Container("vllm".into())]);
+        assert_eq!(s.offline, vec![Selector::Pid(HostPid(20))]);
+        assert_eq!((s.idle_ms, s.offline_min_share, s.poll_us, s.max_suspend_ms, s.json), (0.5, 0.2, 200, 5000, true));
+        let err = Cli::try_parse_from(["gpreempt", "schedule", "--online", "1", "--offline", "vllm"]).unwrap_err();
+        assert!(err.to_string().contains("`vllm` is neither a host pid nor container:NAME"), "{err}");
+        let err = Cli::try_parse_from([
+            "gpreempt",
+            "schedule",
+            "--online",
+            "1",
+            "--offline",
+            "2",
+            "--offline-min-share",
+            "1",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("`1` is not a share in [0, 1)"), "{err}");
+        assert!(Cli::try_parse_from(["gpreempt", "schedule", "--online", "1"]).is_err());
+    }
+
     impl Cli {
         fn command_for_test() {
             use clap::CommandFactory;
