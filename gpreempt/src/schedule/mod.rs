@@ -280,7 +280,13 @@ pub struct Scheduler<C: Control> {
     online_gone: bool,
     /// Pids already decided on (attached, watched or refused), so a repeated open is ignored.
     seen: BTreeMap<HostPid, Role>,
+    /// Offline processes seen opening /dev/kfd whose KFD state was not complete yet, retried
+    /// until the deadline (ns).
+    retry: Vec<(HostPid, u64)>,
 }
+
+/// How long a picked-up offline process is retried while its KFD state is incomplete.
+const PICKUP_RETRY: Duration = Duration::from_secs(2);
 
 fn cpu_ms() -> f64 {
     let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
@@ -364,6 +370,7 @@ impl<C: Control> Scheduler<C> {
             visible_at: None,
             online_gone: false,
             seen: BTreeMap::new(),
+            retry: Vec::new(),
         };
         for &pid in &online_sel.pids {
             s.seen.insert(pid, Role::Online);
@@ -491,6 +498,9 @@ impl<C: Control> Scheduler<C> {
                 self.apply_change(c, emit);
             }
             changes.clear();
+            for (pid, deadline) in std::mem::take(&mut self.retry) {
+                self.pick_up(pid, deadline, emit);
+            }
             self.service_offline(emit);
             if let Some(h) = self.hints.as_mut() {
                 for w in h.poll() {
@@ -565,9 +575,8 @@ impl<C: Control> Scheduler<C> {
                     }
                 } else if select::any_matches_new(&self.config.offline, roots, pid) {
                     self.seen.insert(pid, Role::Offline);
-                    if let Err(e) = self.attach_offline(pid, true, emit) {
-                        emit(&Event::OfflineAttachFailed { pid, error: e.to_string() });
-                    }
+                    let deadline = self.now() + u64::try_from(PICKUP_RETRY.as_nanos()).unwrap_or(u64::MAX);
+                    self.pick_up(pid, deadline, emit);
                 }
             }
             Change::ProcessGone(pid) => {
@@ -599,6 +608,18 @@ impl<C: Control> Scheduler<C> {
                     p.remove_queue(queue_id);
                 }
             }
+        }
+    }
+
+    /// Attach a process that just opened /dev/kfd; while its KFD state is still being set up
+    /// (no sysfs entry yet) it is retried at later polls until `deadline`.
+    fn pick_up(&mut self, pid: HostPid, deadline: u64, emit: &mut dyn FnMut(&Event)) {
+        match self.attach_offline(pid, true, emit) {
+            Ok(()) => {}
+            Err(DebugError::Target(TargetError::NotKfdProcess { .. })) if self.now() < deadline => {
+                self.retry.push((pid, deadline));
+            }
+            Err(e) => emit(&Event::OfflineAttachFailed { pid, error: e.to_string() }),
         }
     }
 
