@@ -12,7 +12,8 @@
 //! everything. What happens is reported as typed [`Event`]s to a callback.
 //!
 //! Costs the output names: one debug-trap ENABLE and DISABLE per offline process (a runlist
-//! refresh each, docs/kfd.md §2.4), and for an online process that already has queues when the
+//! refresh each: `debug_refresh_runlist` in `kfd_dbg_trap_activate`/`_deactivate`, kfd_debug.c,
+//! Linux 6.12), and for an online process that already has queues when the
 //! scheduler starts one snapshot (ENABLE, GET_QUEUE_SNAPSHOT, DISABLE: two refreshes) to learn
 //! their index addresses; the online process is never kept attached. On HWS GPUs every suspend
 //! and resume unmaps every queue of the device, the online process's too.

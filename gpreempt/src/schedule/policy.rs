@@ -5,8 +5,9 @@
 //!
 //! Rules, in the order they are checked:
 //! - **Never stacked.** Nothing is issued while a suspend or resume is in flight: a suspend that
-//!   piles up behind another can wait out the driver's preemption timeout, and a timeout resets
-//!   the GPU (docs/kfd.md §2.4).
+//!   piles up behind another can wait out the fence timeout (`queue_preemption_timeout_ms`,
+//!   default 9000), after which KFD declares the hardware scheduler hung and resets the GPU
+//!   (`amdkfd_fence_wait_timeout` and its callers, kfd_device_queue_manager.c, Linux 6.12).
 //! - **Suspend** when online work is visible, at most once per online *burst*. A burst is online
 //!   activity with no gap of `idle` or more; a suspend that failed or was ended by the watchdog is
 //!   not retried within the same burst (each suspend and resume unmaps every queue of the device
