@@ -745,7 +745,7 @@ impl<C: Control> Scheduler<C> {
             self.metrics.resumes += 1;
             self.metrics.resume_us.push(latency_us);
             let Action::Resume(reason) = action else { unreachable!("not a suspend") };
-            *self.metrics.resumes_by_reason.entry(format!("{reason:?}").to_lowercase()).or_default() += 1;
+            *self.metrics.resumes_by_reason.entry(reason.name().to_owned()).or_default() += 1;
             (None, Some(reason))
         };
         emit(&Event::Transition(Transition {

@@ -76,6 +76,19 @@ pub enum ResumeReason {
     Stop,
 }
 
+impl ResumeReason {
+    /// The name used in the output (as serialised).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::OnlineGone => "online_gone",
+            Self::Watchdog => "watchdog",
+            Self::MinShare => "min_share",
+            Self::Stop => "stop",
+        }
+    }
+}
+
 /// What the controller must do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -369,5 +382,8 @@ mod tests {
         assert_eq!(p.stop(), Some(Action::Resume(ResumeReason::Stop)));
         p.resumed(MS);
         assert_eq!(p.state(), State::Running);
+        for r in [ResumeReason::Idle, ResumeReason::OnlineGone, ResumeReason::MinShare] {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.name());
+        }
     }
 }
