@@ -66,32 +66,29 @@ impl Schedule {
         self.events("transition").into_iter().filter(|t| t["action"] == action).collect()
     }
 
-    /// Wait until `n` events of `kind` have arrived (panics with the stream after `timeout`).
-    fn wait_events(&mut self, kind: &str, n: usize, timeout: Duration) -> Vec<Value> {
+    /// Wait until `find` returns `n` items (panics with the stream and, if the scheduler
+    /// exited, its stderr after `timeout`).
+    fn wait_n(&mut self, what: &str, n: usize, timeout: Duration, find: impl Fn(&Self) -> Vec<Value>) -> Vec<Value> {
         let deadline = Instant::now() + timeout;
         loop {
-            let found = self.events(kind);
+            let found = find(self);
             if found.len() >= n {
                 return found;
             }
             if Instant::now() > deadline || self.child.try_wait().unwrap().is_some() {
                 let stderr = self.stderr_now();
-                panic!("no {n} `{kind}` events: {:?}\nstderr: {stderr}", self.lines.lock().unwrap());
+                panic!("no {n} `{what}`: {:?}\nstderr: {stderr}", self.lines.lock().unwrap());
             }
             thread::sleep(Duration::from_millis(10));
         }
     }
 
+    fn wait_events(&mut self, kind: &str, n: usize, timeout: Duration) -> Vec<Value> {
+        self.wait_n(kind, n, timeout, |s| s.events(kind))
+    }
+
     fn wait_transitions(&mut self, action: &str, n: usize, timeout: Duration) -> Vec<Value> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let found = self.transitions(action);
-            if found.len() >= n {
-                return found;
-            }
-            assert!(Instant::now() < deadline, "no {n} {action} transitions: {:?}", self.lines.lock().unwrap());
-            thread::sleep(Duration::from_millis(10));
-        }
+        self.wait_n(action, n, timeout, |s| s.transitions(action))
     }
 
     fn stderr_now(&mut self) -> String {
