@@ -82,6 +82,64 @@ pub enum Command {
     /// stderr. SIGHUP reloads --config (an invalid file is rejected and the old one kept);
     /// SIGTERM or Ctrl-C exits cleanly.
     Agent(AgentArgs),
+    /// Suspend the offline processes' GPU queues while the online processes have work (root).
+    ///
+    /// Attaches once to each offline process (debug-trap ENABLE: one runlist refresh) and keeps
+    /// it attached; watches the online processes' AQL dispatch indices (process_vm_readv) and
+    /// cu_occupancy without attaching to them (an online process that already has queues costs
+    /// one snapshot at start: ENABLE, GET_QUEUE_SNAPSHOT, DISABLE, two runlist refreshes).
+    /// Processes that open /dev/kfd later are picked up by their selector. Runs until Ctrl-C or
+    /// SIGTERM, then resumes and detaches everything and prints a summary. On HWS GPUs
+    /// (MI200/MI300) every suspend and resume preempts every queue of the GPU once.
+    Schedule(ScheduleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleArgs {
+    /// Latency-critical processes: host pids or container:NAME (name, id or id prefix).
+    #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
+    pub online: Vec<gpreempt::select::Selector>,
+    /// Throughput processes whose queues are suspended: host pids or container:NAME.
+    #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
+    pub offline: Vec<gpreempt::select::Selector>,
+    /// Resume the offline queues after this long without online work, ms.
+    #[arg(long, default_value_t = 2.0, value_name = "MS")]
+    pub idle_ms: f64,
+    /// Interval between reads of the online dispatch indices, µs.
+    #[arg(long, default_value_t = 200, value_name = "US")]
+    pub poll_us: u64,
+    /// Interval between reads of the online processes' cu_occupancy, µs.
+    #[arg(long, default_value_t = 1000, value_name = "US")]
+    pub occupancy_us: u64,
+    /// Guarantee the offline job this share of GPU time over --share-window-ms even under
+    /// continuous online load (0..1; 0: none). The online work waits during those slices.
+    #[arg(long, default_value_t = 0.0, value_name = "F", value_parser = parse_share)]
+    pub offline_min_share: f64,
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub share_window_ms: u64,
+    /// Resume (watchdog) a suspension that lasts longer than this, ms.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    pub max_suspend_ms: u64,
+    /// Unix socket where an online server writes `begin` / `end` lines around its requests.
+    #[arg(long, value_name = "PATH")]
+    pub hint_socket: Option<PathBuf>,
+    /// JSON Lines on stdout: one object per transition and per interval, a summary at the end.
+    #[arg(long)]
+    pub json: bool,
+    /// Interval between interval records and status-line updates, ms.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub interval_ms: u64,
+    /// Do not attach the tracer (processes that appear later are found in sysfs; their new
+    /// online queues are not watched).
+    #[arg(long)]
+    pub no_trace: bool,
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a share in [0, 1) (e.g. 0.2 for 20 %)")),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -403,6 +461,45 @@ mod tests {
         let err = Cli::try_parse_from(["gpreempt", "preempt", "--offline", "1", "--queues", "0,x"]).unwrap_err();
         assert!(err.to_string().contains("`x` is not a queue id (0-1023)"), "{err}");
         assert!(Cli::try_parse_from(["gpreempt", "queues", "7", "--watch", "100ms"]).is_err());
+    }
+
+    #[test]
+    fn schedule_takes_several_selectors_per_side() {
+        use gpreempt::{domain::HostPid, select::Selector};
+        let cli = Cli::try_parse_from([
+            "gpreempt",
+            "schedule",
+            "--online",
+            "10",
+            "container:vllm",
+            "--offline",
+            "20",
+            "--idle-ms",
+            "0.5",
+            "--offline-min-share",
+            "0.2",
+            "--json",
+        ])
+        .unwrap();
+        let Command::Schedule(s) = cli.command else { panic!("not schedule") };
+        assert_eq!(s.online, vec![Selector::Pid(HostPid(10)), Selector::Container("vllm".into())]);
+        assert_eq!(s.offline, vec![Selector::Pid(HostPid(20))]);
+        assert_eq!((s.idle_ms, s.offline_min_share, s.poll_us, s.max_suspend_ms, s.json), (0.5, 0.2, 200, 5000, true));
+        let err = Cli::try_parse_from(["gpreempt", "schedule", "--online", "1", "--offline", "vllm"]).unwrap_err();
+        assert!(err.to_string().contains("`vllm` is neither a host pid nor container:NAME"), "{err}");
+        let err = Cli::try_parse_from([
+            "gpreempt",
+            "schedule",
+            "--online",
+            "1",
+            "--offline",
+            "2",
+            "--offline-min-share",
+            "1",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("`1` is not a share in [0, 1)"), "{err}");
+        assert!(Cli::try_parse_from(["gpreempt", "schedule", "--online", "1"]).is_err());
     }
 
     impl Cli {

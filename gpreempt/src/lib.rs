@@ -25,5 +25,7 @@ pub mod preempt;
 pub mod report;
 pub mod roots;
 pub mod signal_pipe;
+pub mod schedule;
+pub mod select;
 pub mod stats;
 pub mod trace;

@@ -24,6 +24,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Queues(args) => commands::queues::run(&args),
             cli::Command::Preempt(args) => commands::preempt::run(&args),
             cli::Command::Agent(args) => commands::agent::run(args).await,
+            cli::Command::Schedule(args) => commands::schedule::run(&args),
         }
     });
     match result {

@@ -61,7 +61,9 @@ wait $tracer
 /// completion records the emulated CP writes) alone, then with an offline workload saturating
 /// the same GPU. Then the tool: the tracer live, a TTM eviction through the emulator's control
 /// file, and `gpreempt preempt` holding the offline workload while a monitor prints its
-/// read-index progress twice a second.
+/// read-index progress twice a second. It ends with `gpreempt schedule`: the same online
+/// requests next to the saturating offline workload, back near their latency alone, with the
+/// offline workload's progress per second.
 fn emulator() -> Result<()> {
     setup::run()?;
     let bin = build_binaries()?;
@@ -153,6 +155,42 @@ kill $monitor $tailer
 echo "== tracer summary"
 kill -INT $tracer
 wait $tracer
+echo "== with gpreempt schedule: the same online requests next to the same saturating offline workload"
+sleep 600 | {workload} offline --gpu-id 0x1000 --runtime-enable --dispatch-us 5000 --interval-ms 1000 > "$out/offline-sched.jsonl" &
+offline_sched=$!
+# The online workload waits for a line on fd 9 (a FIFO held open here) until gpreempt is attached.
+mkfifo "$out/go"
+exec 9<>"$out/go"
+{workload} online --gpu-id 0x1000 --runtime-enable --dispatches 2 --dispatch-us 1000 --period-us 25000 --requests 60 --wait-go <&9 > "$out/latency-sched.jsonl" &
+online_sched=$!
+for _ in $(seq 600); do [ -s "$out/offline-sched.jsonl" ] && [ -s "$out/latency-sched.jsonl" ] && break; sleep 0.05; done
+{gpreempt} schedule --online $online_sched --offline $offline_sched --idle-ms 2 --json > "$out/schedule.jsonl" 2> "$out/schedule.err" &
+scheduler=$!
+for _ in $(seq 600); do grep -q offline_attached "$out/schedule.jsonl" 2>/dev/null && break; sleep 0.1; done
+echo go >&9
+wait $online_sched
+kill -INT $scheduler
+wait $scheduler
+exec 9>&-
+kill $offline_sched 2>/dev/null
+python3 - "$out/latency.jsonl" "$out/latency-sched.jsonl" "$out/schedule.jsonl" "$out/offline-sched.jsonl" <<'PY'
+import json, math, sys
+def pct(v, q):
+    v = sorted(v)
+    return v[max(0, math.ceil(q * len(v)) - 1)]
+def lat(path, part=slice(None)):
+    return [r["latency_ns"] / 1e6 for r in [json.loads(l) for l in open(path) if '"request"' in l][part]]
+alone, sched = lat(sys.argv[1], slice(0, 20)), lat(sys.argv[2])
+print(f"== online latency  alone     : p50 {{pct(alone, 0.5):6.2f}} ms  p90 {{pct(alone, 0.9):6.2f}} ms  max {{max(alone):6.2f}} ms  ({{len(alone)}} requests)")
+print(f"== online latency  scheduled : p50 {{pct(sched, 0.5):6.2f}} ms  p90 {{pct(sched, 0.9):6.2f}} ms  max {{max(sched):6.2f}} ms  ({{len(sched)}} requests)")
+events = [json.loads(l) for l in open(sys.argv[3])]
+s = next(e for e in events if e["event"] == "summary")
+r = s.get("reaction_us") or {{}}
+print(f"   gpreempt schedule: {{s['suspends']}} suspends for {{len(sched)}} requests, reaction p50 {{r.get('p50', 0):.0f}} us p99 {{r.get('p99', 0):.0f}} us, offline suspended {{100 * s['suspended_share']:.0f}}% of the time")
+per_s = [e["per_s"] for e in (json.loads(l) for l in open(sys.argv[4])) if e.get("event") == "interval"]
+if per_s:
+    print(f"   offline progress while scheduled: {{', '.join(f'{{v:.0f}}' for v in per_s)}} dispatches/s per second")
+PY
 "#
     );
     let status = vm::run(&VmArgs {

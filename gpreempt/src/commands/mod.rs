@@ -9,4 +9,5 @@ pub mod preempt;
 pub mod ps;
 pub mod queues;
 pub mod stdout;
+pub mod schedule;
 pub mod trace;

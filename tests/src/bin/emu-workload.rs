@@ -71,6 +71,10 @@ enum Mode {
         /// Keep every queue's ring full of dispatches of this many µs (0: empty rings).
         #[arg(long, default_value_t = 1000)]
         fill_us: u64,
+        /// Move into this cgroup (v2 directory) before opening /dev/kfd, e.g. one named as a
+        /// container runtime names its containers.
+        #[arg(long)]
+        cgroup: Option<PathBuf>,
     },
     /// Periodic requests of K dispatches of D µs every P µs (+ jitter): per-request latency.
     Online {
@@ -88,6 +92,10 @@ enum Mode {
         requests: u32,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// After the hello line, wait for one line on stdin before the first request (so a
+        /// controller can attach first).
+        #[arg(long)]
+        wait_go: bool,
         /// Also write the whole result as one JSON document here.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -526,11 +534,20 @@ fn debug(pid: i32, no_ptrace: bool) -> Result<()> {
 
 fn main() -> Result<()> {
     match Cli::parse().mode {
-        Mode::Run { gpu_id, queues, runtime_enable, ring_size, fill_us } => {
+        Mode::Run { gpu_id, queues, runtime_enable, ring_size, fill_us, cgroup } => {
+            if let Some(dir) = cgroup {
+                let procs = dir.join("cgroup.procs");
+                std::fs::write(&procs, std::process::id().to_string())
+                    .with_context(|| format!("joining {}", procs.display()))?;
+            }
             run(gpu_id, queues, runtime_enable, ring_size, fill_us)
         }
-        Mode::Online { queue, dispatches, dispatch_us, period_us, jitter_us, requests, seed, out } => {
+        Mode::Online { queue, dispatches, dispatch_us, period_us, jitter_us, requests, seed, wait_go, out } => {
             let (_device, q, hello) = load_queue(&queue)?;
+            if wait_go {
+                let mut go = String::new();
+                std::io::stdin().read_line(&mut go)?;
+            }
             let args = load::OnlineArgs { dispatches, dispatch_us, period_us, jitter_us, requests, seed, out };
             load::online(&q, hello, &args)
         }

@@ -1,0 +1,160 @@
+//! `gpreempt schedule --online SEL... --offline SEL...`: the scheduler library behind a status
+//! line, JSON Lines (`--json`) and the summary.
+
+use std::{
+    io::{IsTerminal, Write},
+    time::Duration,
+};
+
+use anyhow::Result;
+use gpreempt::{
+    kfd::Debugger,
+    roots::Roots,
+    schedule::{
+        Config, Event, Interval, Report, Scheduler,
+        discover::{Discovery, SysfsDiscovery, TracerDiscovery},
+        policy::PolicyConfig,
+    },
+    stats::Summary,
+};
+
+use super::interrupt;
+use crate::cli::ScheduleArgs;
+
+pub fn run(args: &ScheduleArgs) -> Result<()> {
+    let stop = interrupt::install()?;
+    let roots = Roots::default();
+    // The tracer first, so nothing that appears while the scheduler starts is missed.
+    let discovery: Box<dyn Discovery> = if args.no_trace {
+        Box::new(SysfsDiscovery::new(roots.clone()))
+    } else {
+        match TracerDiscovery::start(None) {
+            Ok(t) => Box::new(t),
+            Err(e) => {
+                eprintln!("gpreempt: the tracer could not attach ({e}); finding new processes in sysfs instead");
+                Box::new(SysfsDiscovery::new(roots.clone()))
+            }
+        }
+    };
+    let config = Config {
+        online: args.online.clone(),
+        offline: args.offline.clone(),
+        policy: PolicyConfig {
+            idle: Duration::from_secs_f64(args.idle_ms.max(0.0) / 1e3),
+            max_suspend: Duration::from_millis(args.max_suspend_ms),
+            min_share: args.offline_min_share,
+            share_window: Duration::from_millis(args.share_window_ms.max(1)),
+        },
+        poll: Duration::from_micros(args.poll_us),
+        occupancy: Duration::from_micros(args.occupancy_us),
+        interval: Duration::from_millis(args.interval_ms.max(1)),
+        hint_socket: args.hint_socket.clone(),
+        roots,
+        ..Config::default()
+    };
+    let status = !args.json && std::io::stderr().is_terminal();
+    let json = args.json;
+    let mut emit = move |e: &Event| show(e, json, status);
+    let scheduler = Scheduler::<Debugger>::start(config, discovery, &mut emit)?;
+    eprintln!("gpreempt: scheduling; Ctrl-C or SIGTERM resumes the offline queues, detaches and prints the summary");
+    let report = scheduler.run(stop, &mut emit);
+    if status {
+        eprintln!();
+    }
+    if !json {
+        print_report(&report);
+    }
+    if let Some(signal) = interrupt::received() {
+        eprintln!("gpreempt: stopped by {signal}; offline queues resumed, every process detached");
+    }
+    Ok(())
+}
+
+fn show(e: &Event, json: bool, status: bool) {
+    if json {
+        // A closed stdout (a pipe whose reader left) must not stop the scheduler.
+        if let Ok(line) = serde_json::to_string(e) {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+        return;
+    }
+    match e {
+        Event::Interval(i) => {
+            if status {
+                status_line(i);
+            }
+        }
+        Event::Transition(_) | Event::Summary(_) => {}
+        Event::OfflineAttached { pid, comm, queues, picked_up } => eprintln!(
+            // Debug formatting escapes control characters a process may put in its comm.
+            "gpreempt: offline pid {pid} ({comm:?}) attached{}, {queues} queue(s)",
+            if *picked_up { " (picked up)" } else { "" }
+        ),
+        Event::OfflineAttachFailed { pid, error } => eprintln!("gpreempt: offline pid {pid} not attached: {error}"),
+        Event::OfflineDetached { pid, reason, detached } => {
+            eprintln!("gpreempt: offline pid {pid} detached ({reason}; {} queue(s) resumed)", detached.resumed)
+        }
+        Event::OnlineAdded { pid, queues, snapshot, occupancy_files } => eprintln!(
+            "gpreempt: online pid {pid} watched, {queues} queue(s){}{}",
+            if *snapshot { " (learnt with one debug-trap snapshot: two runlist refreshes)" } else { "" },
+            if *occupancy_files > 0 { ", cu_occupancy read" } else { ", no cu_occupancy file" }
+        ),
+        Event::OnlineQueue { pid, queue_id, .. } => eprintln!("gpreempt: online pid {pid} queue {queue_id} watched"),
+        Event::OnlineGone { pid } => eprintln!("gpreempt: online pid {pid} gone"),
+        Event::HintMalformed { line, count } => {
+            eprintln!("gpreempt: warning: hint line {line:?} is neither `begin` nor `end`, ignored ({count} so far)")
+        }
+        Event::Warning { message } => eprintln!("gpreempt: warning: {message}"),
+    }
+}
+
+fn status_line(i: &Interval) {
+    let mut err = std::io::stderr().lock();
+    let _ = write!(
+        err,
+        "\r{:>9.1} s  {:<10}  online {:<7}  suspended {:>5.1}%  transitions {:>6}  reaction p99 {:>8} us   ",
+        i.t_ms / 1e3,
+        format!("{:?}", i.state).to_lowercase(),
+        if i.online_pending { "pending" } else { "idle" },
+        100.0 * i.suspended_share,
+        i.transitions,
+        i.reaction_p99_us.map_or_else(|| "-".into(), |v| format!("{v:.0}")),
+    );
+    let _ = err.flush();
+}
+
+fn print_report(r: &Report) {
+    let line = |s: &Option<Summary>| {
+        s.as_ref().map_or_else(
+            || "none".to_owned(),
+            |s| format!("p50 {:.1}  p99 {:.1}  max {:.1}  (n={})", s.p50, s.p99, s.max, s.count),
+        )
+    };
+    println!("ran {:.1} s, {} polls", r.elapsed_ms / 1e3, r.polls);
+    println!(
+        "transitions: {} suspends ({} failed), {} resumes {:?}",
+        r.suspends, r.failed_suspends, r.resumes, r.resumes_by_reason
+    );
+    println!("offline suspended {:.1} ms ({:.1}% of the time)", r.suspended_ms, 100.0 * r.suspended_share);
+    println!("reaction (online work visible -> SUSPEND returned), us: {}", line(&r.reaction_us));
+    println!("suspend latency, us: {}", line(&r.suspend_us));
+    println!("resume latency, us: {}", line(&r.resume_us));
+    println!("online dispatch delay (pending seen -> consumed), us: {}", line(&r.online_dispatch_delay_us));
+    let rate = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.1}/s"));
+    println!(
+        "offline progress: {} dispatches; {} while running, {} overall",
+        r.offline_dispatches,
+        rate(r.offline_rate_running_per_s),
+        rate(r.offline_rate_overall_per_s)
+    );
+    if let Some(h) = &r.hints {
+        println!(
+            "hints: {} begin, {} end, {} malformed, {} connection(s)",
+            h.begins, h.ends, h.malformed, h.connections
+        );
+    }
+    println!("runlist refreshes from attaching: {}", r.attach_refreshes);
+    println!("gpreempt CPU: {:.1} ms ({:.2}% of one core)", r.cpu_ms, 100.0 * r.cpu_share);
+}

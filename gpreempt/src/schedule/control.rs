@@ -1,0 +1,60 @@
+//! What the scheduler needs from a debug-trap session on one offline process, as a trait so the
+//! session type can change without touching the scheduler. [`Debugger`] implements it.
+
+use crate::{
+    domain::HostPid,
+    kfd::{
+        Debugger,
+        debugger::{Batch, DRIVER_GRACE_PERIOD, DebugError, Detached, Notice, Options, Selection},
+        uapi::QueueSnapshotEntry,
+    },
+};
+
+/// A debug-trap session the scheduler drives: attach once, suspend and resume many times.
+/// Implementations resume what they suspended and disable debugging when detached or dropped.
+pub trait Control: Sized {
+    /// Check the process, seize it and enable the debug trap (one runlist refresh).
+    fn attach(pid: HostPid, options: &Options) -> Result<Self, DebugError>;
+    /// SUSPEND_QUEUES of `selection` (queues that appeared are picked up by `All`).
+    fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError>;
+    /// RESUME_QUEUES of everything this session suspended.
+    fn resume(&mut self) -> Result<Batch, DebugError>;
+    /// GET_QUEUE_SNAPSHOT without clearing anything in the target.
+    fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError>;
+    /// Notices since the last call (exit, runtime changes, new queues, watchdog resumes).
+    fn notices(&mut self) -> Vec<Notice>;
+    /// `comm` of the target as seen at attach.
+    fn comm(&self) -> String;
+    /// Resume, DISABLE (one runlist refresh), detach.
+    fn detach(self) -> Detached;
+}
+
+impl Control for Debugger {
+    fn attach(pid: HostPid, options: &Options) -> Result<Self, DebugError> {
+        Debugger::attach(pid.0, options.clone())
+    }
+
+    fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError> {
+        Debugger::suspend(self, selection.clone(), DRIVER_GRACE_PERIOD)
+    }
+
+    fn resume(&mut self) -> Result<Batch, DebugError> {
+        Debugger::resume(self)
+    }
+
+    fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
+        Debugger::snapshot(self, false)
+    }
+
+    fn notices(&mut self) -> Vec<Notice> {
+        Debugger::notices(self)
+    }
+
+    fn comm(&self) -> String {
+        self.attached().comm.clone()
+    }
+
+    fn detach(self) -> Detached {
+        Debugger::detach(self)
+    }
+}

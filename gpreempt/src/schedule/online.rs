@@ -1,0 +1,261 @@
+//! Seeing online work from outside the online process, without attaching to it.
+//!
+//! ROCr registers each AQL queue with KFD passing `&amd_queue_t::read_dispatch_id` as the
+//! CREATE_QUEUE `read_pointer_address` and `&amd_queue_t::write_dispatch_id` as its
+//! `write_pointer_address` (ROCR-Runtime rocm-6.2, `core/runtime/amd_aql_queue.cpp`,
+//! `AqlQueue::AqlQueue`; `inc/amd_hsa_queue.h` puts them at offsets 0x80 and 0x38). Both are u64
+//! packet indices in the process's memory: the producer bumps the write index, the packet
+//! processor the read index when it consumes a packet (starts the dispatch). So `write > read`
+//! means dispatches are queued and not yet started. The addresses come from the tracer's
+//! CREATE_QUEUE records, or for queues created before the controller started from one debug-trap
+//! snapshot (docs/kfd.md §1.2). A dispatch that has started is not visible in the indices: the
+//! process's `cu_occupancy` (waves in flight, docs/kfd.md §4.1) shows it, and is read less often
+//! because the kernel queries the hardware for it.
+//!
+//! The indices are read with `process_vm_readv` (one call for every queue of a process), which
+//! needs the same rights as ptrace (root, or CAP_SYS_PTRACE).
+
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+};
+
+use serde::Serialize;
+
+use crate::domain::{GpuId, HostPid, QueueId};
+
+/// Where one online queue keeps its dispatch indices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct QueueAddrs {
+    pub queue_id: QueueId,
+    pub gpu_id: GpuId,
+    /// `read_pointer_address` (`read_dispatch_id`).
+    pub read: u64,
+    /// `write_pointer_address` (`write_dispatch_id`).
+    pub write: u64,
+}
+
+/// Why an online process's memory could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("pid {0} has exited")]
+    Gone(HostPid),
+    #[error(
+        "cannot read the memory of online pid {pid} ({errno}): run gpreempt as root or with CAP_SYS_PTRACE, \
+         and check that no LSM (Yama ptrace_scope=3, SELinux, AppArmor) forbids it"
+    )]
+    Denied { pid: HostPid, errno: io::Error },
+    #[error("reading the queue indices of online pid {pid} failed: {errno} (were its queues destroyed?)")]
+    Fault { pid: HostPid, errno: io::Error },
+}
+
+/// Read the u64 at each of `addrs` in `pid`'s memory into `out`, with one `process_vm_readv`.
+pub fn read_u64s(pid: HostPid, addrs: &[u64], out: &mut [u64]) -> Result<(), ReadError> {
+    assert_eq!(addrs.len(), out.len(), "one destination per address");
+    if addrs.is_empty() {
+        return Ok(());
+    }
+    let local: Vec<libc::iovec> =
+        out.iter_mut().map(|v| libc::iovec { iov_base: (v as *mut u64).cast(), iov_len: 8 }).collect();
+    let remote: Vec<libc::iovec> =
+        addrs.iter().map(|&a| libc::iovec { iov_base: a as usize as *mut libc::c_void, iov_len: 8 }).collect();
+    let pid_raw = libc::pid_t::try_from(pid.0).map_err(|_| ReadError::Gone(pid))?;
+    // SAFETY: every local iovec points at a live u64 of `out`; the remote ones are only read
+    // by the kernel, which checks them against the target's address space.
+    let n = unsafe {
+        libc::process_vm_readv(pid_raw, local.as_ptr(), local.len() as _, remote.as_ptr(), remote.len() as _, 0)
+    };
+    if n < 0 {
+        let errno = io::Error::last_os_error();
+        return Err(match errno.raw_os_error() {
+            Some(libc::ESRCH) => ReadError::Gone(pid),
+            Some(libc::EPERM) | Some(libc::EACCES) => ReadError::Denied { pid, errno },
+            _ => ReadError::Fault { pid, errno },
+        });
+    }
+    if n as usize != addrs.len() * 8 {
+        // A partial read: some queue memory is unmapped (the queue was destroyed).
+        return Err(ReadError::Fault { pid, errno: io::Error::from_raw_os_error(libc::EFAULT) });
+    }
+    Ok(())
+}
+
+/// `stats_<gpuid>/cu_occupancy` of `pid` on each GPU it uses (files that do not exist are
+/// left out: older kernels and GPUs before gfx9 have none).
+pub fn occupancy_files(kfd_proc: &Path, pid: HostPid) -> Vec<PathBuf> {
+    let Ok(dir) = fs::read_dir(kfd_proc.join(pid.0.to_string())) else { return Vec::new() };
+    let mut files: Vec<PathBuf> = dir
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("stats_")))
+        .map(|e| e.path().join("cu_occupancy"))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    files
+}
+
+/// The CUs occupied now over `files` (None: none could be read).
+pub fn read_occupancy(files: &[PathBuf]) -> Option<u64> {
+    let mut total = None;
+    for f in files {
+        if let Some(v) = fs::read_to_string(f).ok().and_then(|s| s.trim().parse::<i64>().ok()) {
+            *total.get_or_insert(0) += u64::try_from(v).unwrap_or(0);
+        }
+    }
+    total
+}
+
+/// What one poll of a process found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Poll {
+    /// Queues with `write > read`.
+    pub pending_queues: usize,
+    /// Dispatch delays (first seen pending → consumed) completed at this poll, ns: how many.
+    pub delays_closed: usize,
+}
+
+/// One online queue and what is known of its backlog.
+#[derive(Clone, Debug)]
+struct Watched {
+    addrs: QueueAddrs,
+    /// The write index first seen ahead of the read index, and when.
+    pending_since: Option<(u64, u64)>,
+}
+
+/// One online process: its queues' indices and its occupancy files.
+#[derive(Debug)]
+pub struct OnlineProcess {
+    pub pid: HostPid,
+    queues: Vec<Watched>,
+    occupancy: Vec<PathBuf>,
+    /// Last occupancy read (CUs), kept between sparse reads.
+    pub last_occupancy: Option<u64>,
+    addrs: Vec<u64>,
+    values: Vec<u64>,
+}
+
+impl OnlineProcess {
+    pub fn new(pid: HostPid, occupancy: Vec<PathBuf>) -> Self {
+        Self { pid, queues: Vec::new(), occupancy, last_occupancy: None, addrs: Vec::new(), values: Vec::new() }
+    }
+
+    /// Watch a queue (a repeat of a known id replaces its addresses: ids are reused after destroy).
+    pub fn add_queue(&mut self, addrs: QueueAddrs) {
+        self.queues.retain(|w| w.addrs.queue_id != addrs.queue_id);
+        self.queues.push(Watched { addrs, pending_since: None });
+        self.addrs = self.queues.iter().flat_map(|w| [w.addrs.read, w.addrs.write]).collect();
+        self.values = vec![0; self.addrs.len()];
+    }
+
+    pub fn remove_queue(&mut self, queue_id: QueueId) {
+        self.queues.retain(|w| w.addrs.queue_id != queue_id);
+        self.addrs = self.queues.iter().flat_map(|w| [w.addrs.read, w.addrs.write]).collect();
+        self.values = vec![0; self.addrs.len()];
+    }
+
+    pub fn queue_ids(&self) -> Vec<QueueId> {
+        self.queues.iter().map(|w| w.addrs.queue_id).collect()
+    }
+
+    /// Read every queue's indices at `now` (ns); closed dispatch delays go to `delays`.
+    pub fn poll(&mut self, now: u64, delays: &mut Vec<u64>) -> Result<Poll, ReadError> {
+        read_u64s(self.pid, &self.addrs, &mut self.values)?;
+        Ok(self.apply(now, delays))
+    }
+
+    /// The bookkeeping of [`OnlineProcess::poll`] over the values just read.
+    fn apply(&mut self, now: u64, delays: &mut Vec<u64>) -> Poll {
+        let mut out = Poll::default();
+        for (w, pair) in self.queues.iter_mut().zip(self.values.chunks_exact(2)) {
+            let (read, write) = (pair[0], pair[1]);
+            if let Some((target, since)) = w.pending_since
+                && read >= target
+            {
+                delays.push(now.saturating_sub(since));
+                out.delays_closed += 1;
+                w.pending_since = None;
+            }
+            if write > read {
+                out.pending_queues += 1;
+                if w.pending_since.is_none() {
+                    w.pending_since = Some((write, now));
+                }
+            }
+        }
+        out
+    }
+
+    /// Re-read the occupancy files (sparingly: the kernel asks the hardware).
+    pub fn read_occupancy(&mut self) -> Option<u64> {
+        self.last_occupancy = read_occupancy(&self.occupancy);
+        self.last_occupancy
+    }
+
+    pub fn has_occupancy_files(&self) -> bool {
+        !self.occupancy.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(id: u32, read: u64, write: u64) -> QueueAddrs {
+        QueueAddrs { queue_id: QueueId(id), gpu_id: GpuId(0x1000), read, write }
+    }
+
+    #[test]
+    fn reads_this_process_memory_in_one_call() {
+        let values: [u64; 3] = [7, 0xdead_beef_0000_0001, u64::MAX];
+        let addrs: Vec<u64> = values.iter().map(|v| v as *const u64 as u64).collect();
+        let mut out = [0u64; 3];
+        read_u64s(HostPid(std::process::id()), &addrs, &mut out).unwrap();
+        assert_eq!(out, values);
+        // Unmapped memory is a fault, not a panic or a zero.
+        let err = read_u64s(HostPid(std::process::id()), &[8], &mut [0]).unwrap_err();
+        assert!(matches!(err, ReadError::Fault { .. }), "{err}");
+    }
+
+    #[test]
+    fn pending_is_write_ahead_of_read_and_the_delay_closes_when_consumed() {
+        // The indices live in this test; the process reads itself.
+        let mut idx: Box<[u64; 4]> = Box::new([0, 0, 5, 5]);
+        let base = idx.as_ptr() as u64;
+        let mut p = OnlineProcess::new(HostPid(std::process::id()), Vec::new());
+        p.add_queue(q(0, base, base + 8));
+        p.add_queue(q(1, base + 16, base + 24));
+        let mut delays = Vec::new();
+        assert_eq!(p.poll(1_000, &mut delays).unwrap(), Poll::default());
+        idx[1] = 3; // three dispatches submitted on queue 0
+        assert_eq!(p.poll(2_000, &mut delays).unwrap(), Poll { pending_queues: 1, delays_closed: 0 });
+        idx[0] = 2; // two started: still pending, the delay is measured to the last one seen
+        assert_eq!(p.poll(3_000, &mut delays).unwrap(), Poll { pending_queues: 1, delays_closed: 0 });
+        idx[0] = 3;
+        assert_eq!(p.poll(4_500, &mut delays).unwrap(), Poll { pending_queues: 0, delays_closed: 1 });
+        assert_eq!(delays, vec![2_500]);
+        p.remove_queue(QueueId(0));
+        assert_eq!(p.queue_ids(), vec![QueueId(1)]);
+        idx[3] = 6;
+        assert_eq!(p.poll(5_000, &mut delays).unwrap().pending_queues, 1);
+        // Re-adding an id replaces it.
+        p.add_queue(q(1, base + 16, base + 16));
+        assert_eq!(p.queue_ids(), vec![QueueId(1)]);
+        assert_eq!(p.poll(6_000, &mut delays).unwrap().pending_queues, 0);
+    }
+
+    #[test]
+    fn occupancy_sums_the_gpus_and_skips_missing_files() {
+        let dir = tempfile::tempdir().unwrap();
+        for (gpu, v) in [("4096", "304\n"), ("8192", "0\n")] {
+            let d = dir.path().join(format!("42/stats_{gpu}"));
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("cu_occupancy"), v).unwrap();
+        }
+        fs::create_dir_all(dir.path().join("42/stats_12288")).unwrap();
+        let files = occupancy_files(dir.path(), HostPid(42));
+        assert_eq!(files.len(), 2);
+        assert_eq!(read_occupancy(&files), Some(304));
+        assert_eq!(read_occupancy(&[]), None);
+        assert!(occupancy_files(dir.path(), HostPid(43)).is_empty());
+    }
+}

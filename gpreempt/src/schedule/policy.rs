@@ -1,0 +1,389 @@
+//! When to suspend and resume the offline queues: a pure state machine over "is online work
+//! visible now", fed by the controller on every poll and told when its suspends and resumes
+//! return. No clock of its own (timestamps are nanoseconds on any monotonic clock), no I/O, so
+//! every rule is tested with a scripted clock.
+//!
+//! Rules, in the order they are checked:
+//! - **Never stacked.** Nothing is issued while a suspend or resume is in flight: a suspend that
+//!   piles up behind another can wait out the fence timeout (`queue_preemption_timeout_ms`,
+//!   default 9000), after which KFD declares the hardware scheduler hung and resets the GPU
+//!   (`amdkfd_fence_wait_timeout` and its callers, kfd_device_queue_manager.c, Linux 6.12).
+//! - **Suspend** when online work is visible, at most once per online *burst*. A burst is online
+//!   activity with no gap of `idle` or more; a suspend that failed or was ended by the watchdog is
+//!   not retried within the same burst (each suspend and resume unmaps every queue of the device
+//!   on HWS GPUs, the online process's too).
+//! - **Resume** when online work has been invisible for `idle` (hysteresis), at once when an online
+//!   process exits and nothing else is pending, when a suspension has lasted `max_suspend`
+//!   (watchdog), or when the offline job's share of the `share_window` would drop below
+//!   `min_share`.
+//! - **Minimum share** (the trade-off): with `min_share` F > 0 the offline job runs at least
+//!   F × `share_window` after a share resume before it can be suspended again, so under
+//!   continuous online load it gets about F of the GPU in slices, and the online work waits
+//!   behind it during those slices.
+
+use std::{collections::VecDeque, time::Duration};
+
+use serde::Serialize;
+
+/// Parameters of the policy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PolicyConfig {
+    /// Online idle time after which the offline queues resume (hysteresis).
+    pub idle: Duration,
+    /// Longest suspension; the watchdog resumes after it.
+    pub max_suspend: Duration,
+    /// Fraction of `share_window` the offline job runs at least (0: no guarantee).
+    pub min_share: f64,
+    pub share_window: Duration,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_millis(2),
+            max_suspend: Duration::from_secs(5),
+            min_share: 0.0,
+            share_window: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Where the offline queues are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Running,
+    /// A SUSPEND is in flight.
+    Suspending,
+    Suspended,
+    /// A RESUME is in flight.
+    Resuming,
+}
+
+/// Why the offline queues are resumed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumeReason {
+    /// No online work for `idle`.
+    Idle,
+    /// An online process exited with no other online work pending.
+    OnlineGone,
+    /// The suspension reached `max_suspend`.
+    Watchdog,
+    /// The offline job's minimum share of the window.
+    MinShare,
+    /// The controller stops.
+    Stop,
+}
+
+impl ResumeReason {
+    /// The name used in the output (as serialised).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::OnlineGone => "online_gone",
+            Self::Watchdog => "watchdog",
+            Self::MinShare => "min_share",
+            Self::Stop => "stop",
+        }
+    }
+}
+
+/// What the controller must do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Suspend,
+    Resume(ResumeReason),
+}
+
+/// What the controller saw at one poll.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Observation {
+    /// Online work is pending or running (indices, occupancy, an open hint).
+    pub online_active: bool,
+    /// An online process exited since the previous poll.
+    pub online_gone: bool,
+}
+
+/// The state machine.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    config: PolicyConfig,
+    state: State,
+    /// Last poll that saw online work.
+    last_active: Option<u64>,
+    /// This burst already had its suspend.
+    burst_served: bool,
+    /// Start of the current suspension (SUSPEND returned).
+    suspended_since: Option<u64>,
+    /// Closed suspensions (start, end) that may still overlap the share window.
+    history: VecDeque<(u64, u64)>,
+    /// No suspend before this (the end of a minimum-share slice).
+    no_suspend_until: u64,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Policy {
+    pub fn new(config: PolicyConfig) -> Self {
+        Self {
+            config,
+            state: State::Running,
+            last_active: None,
+            burst_served: false,
+            suspended_since: None,
+            history: VecDeque::new(),
+            no_suspend_until: 0,
+        }
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    pub fn config(&self) -> &PolicyConfig {
+        &self.config
+    }
+
+    /// One poll at `now`: the action to take, if any. After a `Suspend` or `Resume` the
+    /// controller reports the outcome with [`Policy::suspended`] / [`Policy::resumed`].
+    pub fn tick(&mut self, now: u64, seen: Observation) -> Option<Action> {
+        if seen.online_active {
+            self.last_active = Some(now);
+        }
+        let idle_for = self.last_active.map_or(u64::MAX, |t| now.saturating_sub(t));
+        if !seen.online_active && (idle_for >= ns(self.config.idle) || seen.online_gone) {
+            // The burst is over: the next online work may have its suspend.
+            self.burst_served = false;
+        }
+        match self.state {
+            State::Suspending | State::Resuming => None,
+            State::Running => {
+                let allowed = seen.online_active && !self.burst_served && now >= self.no_suspend_until;
+                if allowed && self.share_room(now) {
+                    self.burst_served = true;
+                    self.state = State::Suspending;
+                    Some(Action::Suspend)
+                } else {
+                    None
+                }
+            }
+            State::Suspended => {
+                let since = self.suspended_since.unwrap_or(now);
+                let reason = if seen.online_gone && !seen.online_active {
+                    Some(ResumeReason::OnlineGone)
+                } else if now.saturating_sub(since) >= ns(self.config.max_suspend) {
+                    Some(ResumeReason::Watchdog)
+                } else if !self.share_room(now) {
+                    self.burst_served = false;
+                    self.no_suspend_until = now + self.slice_ns();
+                    Some(ResumeReason::MinShare)
+                } else if !seen.online_active && idle_for >= ns(self.config.idle) {
+                    Some(ResumeReason::Idle)
+                } else {
+                    None
+                };
+                reason.map(|r| {
+                    self.state = State::Resuming;
+                    Action::Resume(r)
+                })
+            }
+        }
+    }
+
+    /// The controller stops: resume if anything is or may be suspended.
+    pub fn stop(&mut self) -> Option<Action> {
+        match self.state {
+            State::Running => None,
+            _ => {
+                self.state = State::Resuming;
+                Some(Action::Resume(ResumeReason::Stop))
+            }
+        }
+    }
+
+    /// The SUSPEND returned at `now`; `ok`: at least one queue is suspended. A failed suspend is
+    /// not retried in the same burst.
+    pub fn suspended(&mut self, now: u64, ok: bool) {
+        if ok {
+            self.state = State::Suspended;
+            self.suspended_since = Some(now);
+        } else {
+            self.state = State::Running;
+        }
+    }
+
+    /// The RESUME returned at `now`, or the queues were resumed without being asked (the
+    /// session's own watchdog, every offline process gone).
+    pub fn resumed(&mut self, now: u64) {
+        if let Some(start) = self.suspended_since.take() {
+            self.history.push_back((start, now));
+        }
+        self.state = State::Running;
+    }
+
+    /// Time suspended within the share window ending at `now`, in ns.
+    pub fn suspended_in_window(&mut self, now: u64) -> u64 {
+        let from = now.saturating_sub(ns(self.config.share_window));
+        while self.history.front().is_some_and(|&(_, end)| end <= from) {
+            self.history.pop_front();
+        }
+        let open = self.suspended_since.map(|s| (s, now));
+        self.history.iter().copied().chain(open).map(|(s, e)| e.saturating_sub(s.max(from))).sum()
+    }
+
+    fn slice_ns(&self) -> u64 {
+        (self.config.min_share * ns(self.config.share_window) as f64) as u64
+    }
+
+    /// Suspended time the window allows.
+    fn budget_ns(&self) -> u64 {
+        ((1.0 - self.config.min_share) * ns(self.config.share_window) as f64) as u64
+    }
+
+    /// Is the window within its suspended-time budget (a suspension may start or go on)?
+    fn share_room(&mut self, now: u64) -> bool {
+        self.config.min_share <= 0.0 || self.suspended_in_window(now) <= self.budget_ns()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn policy(idle_ms: u64, max_ms: u64, share: f64) -> Policy {
+        Policy::new(PolicyConfig {
+            idle: Duration::from_millis(idle_ms),
+            max_suspend: Duration::from_millis(max_ms),
+            min_share: share,
+            share_window: Duration::from_millis(100),
+        })
+    }
+
+    fn on() -> Observation {
+        Observation { online_active: true, online_gone: false }
+    }
+
+    fn off() -> Observation {
+        Observation::default()
+    }
+
+    /// Drive `p` from `from` to `to` (inclusive) in 1 ms polls with `seen`; every action is
+    /// completed at once. Returns (time ms, action).
+    fn run(p: &mut Policy, from: u64, to: u64, seen: Observation) -> Vec<(u64, Action)> {
+        let mut out = Vec::new();
+        for t in from..=to {
+            if let Some(a) = p.tick(t * MS, seen) {
+                match a {
+                    Action::Suspend => p.suspended(t * MS, true),
+                    Action::Resume(_) => p.resumed(t * MS),
+                }
+                out.push((t, a));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn one_suspend_per_burst_and_resume_after_idle() {
+        let mut p = policy(3, 1000, 0.0);
+        assert_eq!(run(&mut p, 0, 9, off()), vec![]);
+        assert_eq!(run(&mut p, 10, 14, on()), vec![(10, Action::Suspend)]);
+        // A 2 ms gap is within the burst: no resume, and no second suspend when work returns.
+        assert_eq!(run(&mut p, 15, 16, off()), vec![]);
+        assert_eq!(run(&mut p, 17, 20, on()), vec![]);
+        assert_eq!(run(&mut p, 21, 30, off()), vec![(23, Action::Resume(ResumeReason::Idle))]);
+        assert_eq!(p.state(), State::Running);
+        // The next burst has its own suspend.
+        assert_eq!(run(&mut p, 31, 31, on()), vec![(31, Action::Suspend)]);
+    }
+
+    #[test]
+    fn nothing_is_issued_while_a_suspend_or_resume_is_in_flight() {
+        let mut p = policy(2, 1000, 0.0);
+        assert_eq!(p.tick(0, on()), Some(Action::Suspend));
+        assert_eq!(p.state(), State::Suspending);
+        // The suspend has not returned: whatever is seen, nothing is issued.
+        for t in 1..50 {
+            assert_eq!(p.tick(t * MS, if t % 2 == 0 { on() } else { off() }), None);
+        }
+        p.suspended(50 * MS, true);
+        assert_eq!(p.tick(60 * MS, off()), Some(Action::Resume(ResumeReason::Idle)));
+        assert_eq!(p.state(), State::Resuming);
+        assert_eq!(p.tick(61 * MS, on()), None);
+        assert_eq!(p.tick(62 * MS, on()), None);
+        p.resumed(63 * MS);
+        // The burst ended at 60 (idle 2 ms); the work seen during the resume is a new burst.
+        assert_eq!(p.tick(64 * MS, on()), Some(Action::Suspend));
+    }
+
+    #[test]
+    fn a_failed_suspend_is_not_retried_within_the_burst() {
+        let mut p = policy(3, 1000, 0.0);
+        assert_eq!(p.tick(0, on()), Some(Action::Suspend));
+        p.suspended(MS, false);
+        assert_eq!(p.state(), State::Running);
+        assert_eq!(run(&mut p, 2, 20, on()), vec![]);
+        assert_eq!(run(&mut p, 21, 23, off()), vec![]);
+        assert_eq!(run(&mut p, 24, 24, on()), vec![(24, Action::Suspend)]);
+    }
+
+    #[test]
+    fn watchdog_ends_a_long_suspension_and_the_burst_is_not_suspended_again() {
+        let mut p = policy(3, 20, 0.0);
+        assert_eq!(run(&mut p, 0, 60, on()), vec![(0, Action::Suspend), (20, Action::Resume(ResumeReason::Watchdog))]);
+        assert_eq!(run(&mut p, 61, 64, off()), vec![]);
+        assert_eq!(run(&mut p, 65, 65, on()), vec![(65, Action::Suspend)]);
+    }
+
+    #[test]
+    fn an_online_exit_resumes_at_once() {
+        let mut p = policy(50, 1000, 0.0);
+        assert_eq!(run(&mut p, 0, 5, on()), vec![(0, Action::Suspend)]);
+        let gone = Observation { online_active: false, online_gone: true };
+        assert_eq!(p.tick(6 * MS, gone), Some(Action::Resume(ResumeReason::OnlineGone)));
+        p.resumed(6 * MS);
+        // Another online process still busy when one exits: no resume.
+        let mut p = policy(50, 1000, 0.0);
+        run(&mut p, 0, 5, on());
+        assert_eq!(p.tick(6 * MS, Observation { online_active: true, online_gone: true }), None);
+    }
+
+    #[test]
+    fn minimum_share_gives_the_offline_job_slices_under_continuous_load() {
+        // Window 100 ms, share 0.3: at most 70 ms suspended in any 100 ms, then a 30 ms slice.
+        // The budget is exceeded at the first poll past it (1 ms polls here).
+        let mut p = policy(3, 10_000, 0.3);
+        let actions = run(&mut p, 0, 299, on());
+        assert_eq!(
+            actions,
+            vec![
+                (0, Action::Suspend),
+                (71, Action::Resume(ResumeReason::MinShare)),
+                (101, Action::Suspend),
+                (172, Action::Resume(ResumeReason::MinShare)),
+                (202, Action::Suspend),
+                (273, Action::Resume(ResumeReason::MinShare)),
+            ]
+        );
+        // The last window holds the budget plus one poll of suspension.
+        assert_eq!(p.suspended_in_window(300 * MS), 71 * MS);
+    }
+
+    #[test]
+    fn stop_resumes_whatever_may_be_suspended() {
+        let mut p = policy(3, 1000, 0.0);
+        assert_eq!(p.stop(), None);
+        assert_eq!(p.tick(0, on()), Some(Action::Suspend));
+        assert_eq!(p.stop(), Some(Action::Resume(ResumeReason::Stop)));
+        p.resumed(MS);
+        assert_eq!(p.state(), State::Running);
+        for r in [ResumeReason::Idle, ResumeReason::OnlineGone, ResumeReason::MinShare] {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.name());
+        }
+    }
+}
