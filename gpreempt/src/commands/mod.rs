@@ -8,6 +8,6 @@ pub mod interrupt;
 pub mod preempt;
 pub mod ps;
 pub mod queues;
-pub mod stdout;
 pub mod schedule;
+pub mod stdout;
 pub mod trace;

@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::Result;
 use gpreempt::{
-    kfd::Debugger,
+    kfd::session::Session,
     roots::Roots,
     schedule::{
         Config, Event, Interval, Report, Scheduler,
@@ -55,7 +55,7 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     let status = !args.json && std::io::stderr().is_terminal();
     let json = args.json;
     let mut emit = move |e: &Event| show(e, json, status);
-    let scheduler = Scheduler::<Debugger>::start(config, discovery, &mut emit)?;
+    let scheduler = Scheduler::<Session>::start(config, discovery, &mut emit)?;
     eprintln!("gpreempt: scheduling; Ctrl-C or SIGTERM resumes the offline queues, detaches and prints the summary");
     let report = scheduler.run(stop, &mut emit);
     if status {

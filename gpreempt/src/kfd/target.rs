@@ -317,6 +317,14 @@ mod tests {
     #[test]
     fn confirm_fails_once_the_inspected_process_has_exited() {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        // spawn returns once the child exists, possibly before its exec renamed it.
+        let comm_path = format!("/proc/{}/comm", child.id());
+        for _ in 0..500 {
+            if fs::read_to_string(&comm_path).is_ok_and(|c| c.trim() == "sleep") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let target = Target::inspect(&Roots::default(), child.id()).unwrap();
         assert!(target.handle.is_some(), "a live /proc gives a pidfd");
         assert_eq!(target.comm, "sleep");

@@ -1,11 +1,13 @@
 //! What the scheduler needs from a debug-trap session on one offline process, as a trait so the
-//! session type can change without touching the scheduler. [`Debugger`] implements it.
+//! scheduler's logic can be tested with a recording implementation. [`Session`] (the controller,
+//! on the scheduler's own thread) and [`Debugger`] (a session on a thread of its own) implement it.
 
 use crate::{
     domain::HostPid,
     kfd::{
         Debugger,
         debugger::{Batch, DRIVER_GRACE_PERIOD, DebugError, Detached, Notice, Options, Selection},
+        session::Session,
         uapi::QueueSnapshotEntry,
     },
 };
@@ -56,5 +58,41 @@ impl Control for Debugger {
 
     fn detach(self) -> Detached {
         Debugger::detach(self)
+    }
+}
+
+/// The scheduler's thread is the session's thread: attach, suspend, resume and detach are direct
+/// ioctls, with no hand-off.
+impl Control for Session {
+    fn attach(pid: HostPid, options: &Options) -> Result<Self, DebugError> {
+        Session::attach(pid, options)
+    }
+
+    fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError> {
+        Session::suspend(self, selection, DRIVER_GRACE_PERIOD)
+    }
+
+    fn resume(&mut self) -> Result<Batch, DebugError> {
+        Session::resume(self)
+    }
+
+    fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
+        Session::snapshot(self, false).map(<[QueueSnapshotEntry]>::to_vec)
+    }
+
+    /// Services the session first without blocking (a deadline of now: a system call only when
+    /// the target signalled or the debug-event pipe was written), so exits, runtime changes and
+    /// new queues are seen at the scheduler's poll rate.
+    fn notices(&mut self) -> Vec<Notice> {
+        let _ = Session::wait(self, std::time::Instant::now(), &[]);
+        Session::notices(self)
+    }
+
+    fn comm(&self) -> String {
+        self.attached().comm.clone()
+    }
+
+    fn detach(self) -> Detached {
+        Session::detach(self)
     }
 }
