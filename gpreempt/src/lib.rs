@@ -7,6 +7,10 @@
 //! - [`report`]: output sinks over that stream (console lines, JSON Lines, Perfetto, summary).
 //! - [`preempt`]: the suspend/resume measurement loop on a [`kfd::session::Session`]; [`stats`] its statistics.
 //! - [`output`]: output files that never follow symlinks, and terminal-safe text from other processes.
+//! - [`schedule`]: `gpreempt schedule` — online work seen from outside (AQL indices, occupancy,
+//!   hints), the policy state machine, and the scheduler driving offline [`kfd::session::Session`]s;
+//!   [`select`]: pid and `container:NAME` selectors.
+//! - [`signal_pipe`]: signals as a readable fd, so one `ppoll` waits for them too.
 //! - [`agent`]: the node daemon's configuration, HTTP endpoint and policy seam.
 //! - [`metrics`]: Prometheus series of the event stream (`gpreempt agent`); [`k8s`]: a process's pod.
 //! - [`roots`]: where the host's state is read (`/proc`, `/sys`, Docker's state, KFD debugfs).
