@@ -56,7 +56,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let addr = listener.local_addr().unwrap_or(addr);
 
-    let live = Live::start(&args.btf_dir)?;
+    let live = Live::start(None, &args.btf_dir)?;
     let (probes, missing) = live.probe_counts();
     let Live { attached, mut stream, ebpf_log: _ebpf_log } = live;
     metrics.set_probes(probes, missing);

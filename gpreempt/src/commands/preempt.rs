@@ -24,10 +24,10 @@ use gpreempt::{
     stats::{self, Summary},
     trace::{
         filter::Filter,
-        loader::{self, Attached},
+        live::Live,
+        loader,
         pipeline::{Observed, Pipeline},
-        probes,
-        stream::{EventStream, Losses},
+        stream::Losses,
     },
 };
 use serde_json::json;
@@ -38,8 +38,7 @@ use crate::cli::{PreemptArgs, QueueSelectionArg};
 
 /// The tracer, in-process: the driver's side of every suspend/resume of the offline process.
 struct KernelTracer {
-    _attached: Attached,
-    stream: EventStream,
+    live: Live,
     /// No sinks: the spans reach `observe` through the channel subscriber.
     pipeline: Pipeline,
     observed: std::sync::mpsc::Receiver<Observed>,
@@ -52,30 +51,21 @@ struct KernelTracer {
 impl KernelTracer {
     /// `version`: the KFD version the debug session already read (the probe table's minimums).
     fn start(offline: u32, online: Option<u32>, version: KfdVersion) -> Result<Self> {
-        let mut attached = loader::attach(probes::PROBES, Some(version), std::path::Path::new(loader::BTF_DIR))?;
-        let stream = EventStream::new(&mut attached)?;
+        let live = Live::start(Some(version), std::path::Path::new(loader::BTF_DIR))?;
         let roots = Roots::default();
         let mut model = Model::new(Some(roots.clone()));
         model.bootstrap(&roots);
         let mut pipeline = Pipeline::new(model, Filter::default());
         let (tx, observed) = std::sync::mpsc::channel();
         pipeline.subscribe(Box::new(tx));
-        Ok(Self {
-            _attached: attached,
-            stream,
-            pipeline,
-            observed,
-            spans: Vec::new(),
-            offline: HostPid(offline),
-            online: online.map(HostPid),
-        })
+        Ok(Self { live, pipeline, observed, spans: Vec::new(), offline: HostPid(offline), online: online.map(HostPid) })
     }
 
     /// Move what the probes recorded so far out of the ring buffer (reading its memory, no
     /// system call) and keep the offline process's spans.
     fn collect(&mut self) {
         let pipeline = &mut self.pipeline;
-        self.stream.drain(|event| pipeline.deliver(&event));
+        self.live.stream.drain(|event| pipeline.deliver(&event));
         let offline = self.offline;
         self.spans.extend(self.observed.try_iter().filter_map(|o| match o {
             Observed::Span(s) if s.target_pid == Some(offline) => Some(s),
@@ -94,7 +84,7 @@ impl KernelTracer {
     /// What the in-process tracer could not deliver: a lost record is a breakdown that is missing,
     /// and a missed return probe (a suspend waiting in the fence) one that never started.
     fn losses(&self) -> Option<Losses> {
-        self.stream.losses().ok()
+        self.live.stream.losses().ok()
     }
 }
 

@@ -38,7 +38,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let Live { attached, mut stream, ebpf_log: _ebpf_log } = Live::start(&args.btf_dir)?;
+    let Live { attached, mut stream, ebpf_log: _ebpf_log } = Live::start(None, &args.btf_dir)?;
 
     let clock = WallClock::now();
     let stdout = io::stdout();

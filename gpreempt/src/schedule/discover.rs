@@ -11,9 +11,8 @@ use crate::{
     schedule::online::QueueAddrs,
     trace::{
         decode::{Event, EventKind},
-        loader::{self, LoadError},
-        probes,
-        stream::{EventStream, StreamError},
+        live::{Live, StartError},
+        loader,
     },
 };
 
@@ -49,38 +48,26 @@ pub fn change_of(event: &Event) -> Option<Change> {
     }
 }
 
-/// Why the tracer could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum TracerError {
-    #[error(transparent)]
-    Load(#[from] LoadError),
-    #[error(transparent)]
-    Stream(#[from] StreamError),
-}
-
 /// The eBPF tracer, in-process. Must be created inside a tokio runtime context (the ring
 /// buffer registers with its reactor); it is read without waiting.
 pub struct TracerDiscovery {
-    _attached: loader::Attached,
-    stream: EventStream,
+    live: Live,
 }
 
 impl TracerDiscovery {
-    pub fn start(version: Option<KfdVersion>) -> Result<Self, TracerError> {
-        let mut attached = loader::attach(probes::PROBES, version, std::path::Path::new(loader::BTF_DIR))?;
-        let stream = EventStream::new(&mut attached)?;
-        Ok(Self { _attached: attached, stream })
+    pub fn start(version: Option<KfdVersion>) -> Result<Self, StartError> {
+        Ok(Self { live: Live::start(version, std::path::Path::new(loader::BTF_DIR))? })
     }
 
     /// Records the tracer could not deliver.
     pub fn dropped(&self) -> u64 {
-        self.stream.losses().map_or(0, |l| l.dropped())
+        self.live.stream.losses().map_or(0, |l| l.dropped())
     }
 }
 
 impl Discovery for TracerDiscovery {
     fn poll(&mut self, out: &mut Vec<Change>) {
-        self.stream.drain(|event| out.extend(change_of(&event)));
+        self.live.stream.drain(|event| out.extend(change_of(&event)));
     }
 
     fn sees_queues(&self) -> bool {

@@ -1,7 +1,9 @@
 //! A running tracer: the full probe table attached and its event stream open, as `gpreempt
-//! trace` and `gpreempt agent` both start it.
+//! trace`, `gpreempt agent`, `gpreempt preempt` and `gpreempt schedule` all start it.
 
 use std::path::Path;
+
+use crate::kfd::KfdVersion;
 
 use super::{
     loader::{self, Attached, LoadError},
@@ -28,8 +30,10 @@ pub struct Live {
 
 impl Live {
     /// Attach every probe this kernel offers (BTF from `btf_dir`) and open the ring buffer.
-    pub fn start(btf_dir: &Path) -> Result<Self, StartError> {
-        let mut attached = loader::attach(probes::PROBES, None, btf_dir)?;
+    /// `version`: the KFD version when the caller already read it (the probe table's minimums);
+    /// `None` reads it.
+    pub fn start(version: Option<KfdVersion>, btf_dir: &Path) -> Result<Self, StartError> {
+        let mut attached = loader::attach(probes::PROBES, version, btf_dir)?;
         let ebpf_log = aya_log::EbpfLogger::init(&mut attached.ebpf).ok();
         let stream = EventStream::new(&mut attached)?;
         // Loading parsed vmlinux and module BTF (tens of MiB, freed again once the programs are
