@@ -20,7 +20,7 @@ use std::{collections::HashSet, fmt, net::SocketAddr, ops::Range, path::Path, st
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::{domain::HostPid, k8s::PodPattern};
+use crate::{domain::HostPid, k8s::PodPattern, select};
 
 /// The default `--metrics-addr`: loopback only, the port Prometheus's exporter list gives the
 /// next free slot after AMD's device-metrics exporter.
@@ -65,22 +65,19 @@ impl fmt::Display for Selector {
 impl FromStr for Selector {
     type Err = String;
 
+    /// `pod:` here; a pid or `container:` as `gpreempt schedule` parses them ([`select::Selector`]).
     fn from_str(s: &str) -> Result<Self, String> {
         let s = s.trim();
         if s.starts_with(crate::k8s::POD_PREFIX) {
             return s.parse().map(Self::Pod).map_err(|e: crate::k8s::PodPatternError| e.to_string());
         }
-        if let Some(name) = s.strip_prefix("container:") {
-            return if name.trim().is_empty() {
-                Err("`container:` needs a container name or id after it".into())
-            } else {
-                Ok(Self::Container(name.trim().into()))
-            };
-        }
-        match s.parse::<u32>() {
-            Ok(0) => Err("pid 0 names no process".into()),
-            Ok(pid) => Ok(Self::Pid(HostPid(pid))),
-            Err(_) => Err(format!("`{s}` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME")),
+        match s.parse::<select::Selector>() {
+            Ok(select::Selector::Pid(pid)) => Ok(Self::Pid(pid)),
+            Ok(select::Selector::Container(name)) => Ok(Self::Container(name)),
+            Err(select::SelectorError::Invalid(_)) => {
+                Err(format!("`{s}` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME"))
+            }
+            Err(e) => Err(e.to_string()),
         }
     }
 }
