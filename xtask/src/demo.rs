@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 
 use crate::{
     kmod, setup,
-    util::build_binaries,
+    util::{self, build_binaries, cargo, target_dir},
     vm::{self, Kernel, VmArgs},
 };
 
@@ -15,13 +15,18 @@ pub struct DemoArgs {
     /// Run the scenario on the KFD emulator (tests/kfd-emu) instead of amdgpu.
     #[arg(long)]
     pub emulator: bool,
+    /// Skip `cargo xtask setup`.
+    #[arg(long)]
+    pub no_setup: bool,
 }
 
 pub fn run(args: &DemoArgs) -> Result<()> {
+    if !args.no_setup {
+        setup::run()?;
+    }
     if args.emulator {
         return emulator();
     }
-    setup::run()?;
     let bin = build_binaries()?;
     let (gpreempt, client) = (bin.join("gpreempt"), bin.join("kfd-client"));
     let (gpreempt, client) = (gpreempt.display(), client.display());
@@ -65,8 +70,9 @@ wait $tracer
 /// requests next to the saturating offline workload, back near their latency alone, with the
 /// offline workload's progress per second.
 fn emulator() -> Result<()> {
-    setup::run()?;
-    let bin = build_binaries()?;
+    // Release binaries: the scheduler's poll loop is what the demo times.
+    util::run(cargo().args(["build", "--release", "--package", "gpreempt", "--package", "gpreempt-tests", "--bins"]))?;
+    let bin = target_dir().join("release");
     let (gpreempt, workload) = (bin.join("gpreempt"), bin.join("emu-workload"));
     let (gpreempt, workload) = (gpreempt.display(), workload.display());
     let script = format!(
