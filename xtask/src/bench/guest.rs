@@ -32,6 +32,8 @@ pub enum Scenario {
     Amdgpu,
     /// Rows 5-6 on the KFD emulator module.
     Emulator,
+    /// The co-location benchmark on the KFD emulator module (`colocation.rs`).
+    Colocation,
 }
 
 #[derive(Args, Debug)]
@@ -151,6 +153,9 @@ impl Tool {
 }
 
 pub fn run(args: &GuestArgs) -> Result<()> {
+    if args.scenario == Scenario::Colocation {
+        return super::colocation::guest(args);
+    }
     let _ = fs::remove_dir_all(SCRATCH);
     fs::create_dir_all(SCRATCH)?;
     let sizes = Sizes::new(args.quick);
@@ -160,6 +165,7 @@ pub fn run(args: &GuestArgs) -> Result<()> {
     match args.scenario {
         Scenario::Amdgpu => amdgpu(args, &sizes, &mut samples, &mut notes)?,
         Scenario::Emulator => emulator(args, &sizes, &mut samples, &mut notes)?,
+        Scenario::Colocation => unreachable!("handled above"),
     }
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
     let doc = json!({
