@@ -16,9 +16,8 @@ use std::{
     fs,
     path::Path,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
-        Mutex,
     },
     time::Duration,
 };

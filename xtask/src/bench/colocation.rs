@@ -244,7 +244,10 @@ impl Schedule {
                 for r in self.readers.drain(..) {
                     let _ = r.join();
                 }
-                bail!("gpreempt schedule: no `{kind}` event; stderr: {}", self.stderr.lock().map(|s| s.clone()).unwrap_or_default());
+                bail!(
+                    "gpreempt schedule: no `{kind}` event; stderr: {}",
+                    self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+                );
             }
             thread::sleep(Duration::from_millis(20));
         }
@@ -406,7 +409,8 @@ fn pooled(doc: &Value, state: &str, key: &str) -> Vec<f64> {
 }
 
 fn range(v: &[f64], digits: usize) -> String {
-    let (lo, hi) = (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+    let (lo, hi) =
+        (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max));
     if v.is_empty() { "–".into() } else { format!("{lo:.digits$} – {hi:.digits$}") }
 }
 
@@ -585,8 +589,18 @@ mod tests {
         section(&mut md, &doc);
         // Pooled: alone [4.0, 4.0, 4.1, 4.2] → P50 4.0, P99 4.2; co-located P99 16.0.
         assert!(md.contains("| online alone | 4.00 ms | 4.20 ms | 1.00× | 1.00× | 4.10 – 4.20 ms | – | – |"), "{md}");
-        assert!(md.contains("| co-located, no gpreempt | 12.00 ms | 16.00 ms | 3.00× | 3.81× | 14.00 – 16.00 ms | 180 | 90 % |"), "{md}");
-        assert!(md.contains("| co-located, `gpreempt schedule` | 5.00 ms | 6.00 ms | 1.25× | 1.43× | 5.20 – 6.00 ms | 160 | 80 % |"), "{md}");
+        assert!(
+            md.contains(
+                "| co-located, no gpreempt | 12.00 ms | 16.00 ms | 3.00× | 3.81× | 14.00 – 16.00 ms | 180 | 90 % |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| co-located, `gpreempt schedule` | 5.00 ms | 6.00 ms | 1.25× | 1.43× | 5.20 – 6.00 ms | 160 | 80 % |"
+            ),
+            "{md}"
+        );
         assert!(md.contains("1.00 suspends and 2.00 transitions (suspend + resume) per online request (4 suspends, 0 failed, over 4 requests)"), "{md}");
         assert!(md.contains("gpreempt's CPU time (user + system, all threads, from /proc/PID/stat over the online run) 5.0 % of one vCPU"), "{md}");
     }

@@ -5,8 +5,8 @@
 //! The host builds everything (release), boots one VM per scenario and runs `xtask bench-guest`
 //! there (`guest.rs`), then groups the samples and writes the tables (`report.rs`).
 
-pub mod guest;
 pub mod colocation;
+pub mod guest;
 mod report;
 
 use std::{fmt::Write as _, fs, path::PathBuf, process::Command, time::Instant};
@@ -167,7 +167,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let dbg_pair = bench_dir.join("dbg-pair");
     if vm {
         eprintln!("xtask bench: building release binaries");
-        util::run(cargo().args(["build", "--release", "--package", "gpreempt", "--package", "gpreempt-tests", "--bins"]))?;
+        util::run(cargo().args([
+            "build",
+            "--release",
+            "--package",
+            "gpreempt",
+            "--package",
+            "gpreempt-tests",
+            "--bins",
+        ]))?;
         util::run(
             Command::new("gcc")
                 .args(["-O2", "-Wall", "-o"])
