@@ -41,7 +41,7 @@ struct Plan {
 impl Plan {
     fn new(quick: bool) -> Self {
         Plan {
-            rounds: if quick { 2 } else { 4 },
+            rounds: if quick { 2 } else { 3 },
             requests: if quick { 40 } else { 75 },
             dispatches: 2,
             dispatch_us: 2_000,
@@ -539,8 +539,8 @@ pub fn section(md: &mut String, doc: &Value) {
          the reaction (the index poll interval, 200 µs, plus the loop and the SUSPEND_QUEUES ioctl) and the \
          emulated save of the running offline dispatch ({save_ms:.1} ms, inside the ioctl), and the device-wide \
          unmap makes the online queue pay a restore ({restore_ms:.1} ms) too; the measured P50 adds {:.2} ms to \
-         alone. The reaction under TCG is many times the native path (section 8): the vCPU that runs gpreempt \
-         also runs both workloads and the emulated CP. The offline share lost is the time suspended (online \
+         alone. Under emulation the reaction also holds the time the vCPU that runs gpreempt spends on both \
+         workloads and the emulated CP; section 8 measures gpreempt's userspace part of it natively. The offline share lost is the time suspended (online \
          requests plus the 2 ms idle hysteresis after each, and the save/restore per transition).\n",
         2.0 * offline_ms,
         plan["dispatches"].as_f64().unwrap_or(0.0) * dispatch_ms,
