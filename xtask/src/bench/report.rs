@@ -284,13 +284,19 @@ pub fn markdown(results: &Value) -> String {
         let (id, per_second, ns) = cells(c);
         let _ = writeln!(md, "| {id} | {per_second} | {ns} |");
     }
-    if let Some(previous) = results["pipeline_previous"].as_object() {
+    // What a partial run replaced (`criterion_rerun.previous`: files written before sections).
+    let previous = if results["pipeline_previous"].is_object() {
+        &results["pipeline_previous"]
+    } else {
+        &results["criterion_rerun"]["previous"]
+    };
+    if previous.is_object() {
         let _ = writeln!(
             md,
             "\nBefore this measurement, at commit {}, it was:",
-            previous.get("commit").and_then(Value::as_str).unwrap_or("?"),
+            previous["commit"].as_str().unwrap_or("?"),
         );
-        for c in results["pipeline_previous"]["criterion"].as_array().into_iter().flatten() {
+        for c in previous["criterion"].as_array().into_iter().flatten() {
             let (id, per_second, ns) = cells(c);
             let _ = writeln!(md, "- {id}: {per_second} events/s, {ns} ns per event");
         }
