@@ -417,3 +417,55 @@ fn criterion(quick: bool) -> Result<Value> {
     }
     Ok(Value::Array(out))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn args(line: &[&str]) -> BenchArgs {
+        Cli::parse_from([&["bench"], line].concat()).bench
+    }
+
+    #[test]
+    fn only_and_its_aliases_select_sections_and_nothing_selects_all() {
+        assert_eq!(args(&[]).sections(), Section::ALL.to_vec());
+        assert_eq!(args(&["--only", "colocation"]).sections(), vec![Section::Colocation]);
+        assert_eq!(args(&["--only", "reaction,tracer"]).sections(), vec![Section::Tracer, Section::Reaction]);
+        assert_eq!(args(&["--controller-only"]).sections(), vec![Section::Controller]);
+        assert_eq!(args(&["--criterion-only", "--only", "pipeline"]).sections(), vec![Section::Pipeline]);
+        assert_eq!(args(&["--no-vm"]).sections(), vec![Section::Pipeline, Section::Reaction]);
+        let a = args(&["--quick", "--only", "colocation", "--kernel", "6.12"]);
+        assert_eq!(a.command(&a.sections()), "cargo xtask bench --quick --only colocation --kernel 6.12");
+        assert_eq!(args(&[]).command(&Section::ALL), "cargo xtask bench");
+    }
+
+    #[test]
+    fn a_spliced_row_replaces_only_its_samples_and_sections_keep_their_stamp() {
+        let sample = |row: &str, v: f64| json!({"row": row, "case": "c", "tool": "t", "value": v});
+        let mut results = json!({
+            "command": "cargo xtask bench", "commit": "aaa", "date": "d0",
+            "runs": [
+                {"scenario": "amdgpu", "kernel": "k", "samples": [sample("ioctl", 1.0)]},
+                {"scenario": "emulator", "kernel": "k", "samples": [sample("controller", 1.0), sample("emulated", 2.0)]},
+            ],
+            "sections": {"controller": {"command": "cargo xtask bench --only controller", "commit": "bbb", "date": "d1"}},
+        });
+        let fresh = json!({"scenario": "emulator", "kernel": "k2", "samples": [sample("controller", 5.0)]});
+        splice_emulator(&mut results, fresh, &["controller"]);
+        let emu = &results["runs"][1];
+        assert_eq!(emu["kernel"], "k2");
+        assert_eq!(emu["samples"], json!([sample("emulated", 2.0), sample("controller", 5.0)]));
+        assert_eq!(results["runs"][0]["samples"], json!([sample("ioctl", 1.0)]));
+        assert_eq!(provenance(&results, Section::Controller)["commit"], "bbb");
+        // Not stamped yet: the whole file's stamp.
+        assert_eq!(provenance(&results, Section::Preemption)["commit"], "aaa");
+    }
+}
