@@ -21,7 +21,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use super::guest::GuestArgs;
+use super::guest::{GuestArgs, process_cpu_ns};
 
 const EMU_PARAMS: &str = "/sys/module/kfd_emu/parameters";
 const GPU: &str = "0x1000";
@@ -177,17 +177,6 @@ fn stop(mut w: Workload) -> Result<()> {
     Ok(())
 }
 
-/// User + system CPU time of `pid` so far (all threads), ms.
-fn cpu_ms(pid: u32) -> Option<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the parenthesised comm: state is the 1st field, utime the 12th, stime the 13th.
-    let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-    let ticks = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks * 1e3 / hz)
-}
-
 /// `gpreempt schedule --json` with its stdout and stderr collected by threads.
 struct Schedule {
     child: Child,
@@ -324,14 +313,14 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
         sched.wait_for("offline_attached", Duration::from_secs(600))?;
         let startup_s = t.elapsed().as_secs_f64();
         let pid = sched.child.id();
-        let (a, cpu_a, t_a) = (stats(&mut off)?, cpu_ms(pid), Instant::now());
+        let (a, cpu_a, t_a) = (stats(&mut off)?, process_cpu_ns(pid), Instant::now());
         let scheduled = requests(&mut on, plan.requests)?;
-        let (b, cpu_b, window_ms) = (stats(&mut off)?, cpu_ms(pid), t_a.elapsed().as_secs_f64() * 1e3);
+        let (b, cpu_b, window_ms) = (stats(&mut off)?, process_cpu_ns(pid), t_a.elapsed().as_secs_f64() * 1e3);
         let scheduled_offline = rate(a, b);
         let summary = sched.stop()?;
         drop(on);
         stop(off)?;
-        let cpu = cpu_a.zip(cpu_b).map(|(a, b)| b - a);
+        let cpu = cpu_a.zip(cpu_b).map(|(a, b)| (b - a) / 1e6);
         eprintln!(
             "bench: round {}: {} suspends, {} resumes, reaction {}, cpu {cpu:?} ms over {window_ms:.0} ms",
             round + 1,

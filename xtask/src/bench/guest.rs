@@ -499,14 +499,7 @@ impl Session {
 
     /// User + system CPU time of the tool's process so far (all threads), ns.
     fn cpu_ns(&self) -> Option<f64> {
-        let pid = self.child.as_ref()?.id();
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // Fields after the parenthesised comm: state is the 1st, utime the 12th, stime the 13th.
-        let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-        let ticks = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        Some(ticks * 1e9 / hz)
+        process_cpu_ns(self.child.as_ref()?.id())
     }
 
     fn memory_kib(&self) -> Result<(u64, u64)> {
@@ -557,6 +550,17 @@ impl Drop for Session {
             let _ = child.wait();
         }
     }
+}
+
+/// User + system CPU time of process `pid` so far (all threads), ns.
+pub(super) fn process_cpu_ns(pid: u32) -> Option<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised comm: state is the 1st, utime the 12th, stime the 13th.
+    let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let ticks = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks * 1e9 / hz)
 }
 
 fn ftrace_write(file: &str, value: &str) -> Result<()> {
