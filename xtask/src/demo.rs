@@ -196,7 +196,7 @@ lat, rate = requests(online(), offline())
 show("co-located", lat, rate, alone)
 
 off, on = offline(), online()
-print("   starting gpreempt schedule (its tracer attaches first: tens of seconds under emulation)", flush=True)
+print("   starting gpreempt schedule (its in-process tracer attaches first, then the offline process)", flush=True)
 sched = subprocess.Popen([gpreempt, "schedule", "--json", "--online", str(on.pid), "--offline", str(off.pid)],
                          stdout=subprocess.PIPE, text=True, bufsize=1)
 events = []
