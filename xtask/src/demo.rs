@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 
 use crate::{
     kmod, setup,
-    util::build_binaries,
+    util::{self, build_binaries, cargo, target_dir},
     vm::{self, Kernel, VmArgs},
 };
 
@@ -15,13 +15,18 @@ pub struct DemoArgs {
     /// Run the scenario on the KFD emulator (tests/kfd-emu) instead of amdgpu.
     #[arg(long)]
     pub emulator: bool,
+    /// Skip `cargo xtask setup`.
+    #[arg(long)]
+    pub no_setup: bool,
 }
 
 pub fn run(args: &DemoArgs) -> Result<()> {
+    if !args.no_setup {
+        setup::run()?;
+    }
     if args.emulator {
         return emulator();
     }
-    setup::run()?;
     let bin = build_binaries()?;
     let (gpreempt, client) = (bin.join("gpreempt"), bin.join("kfd-client"));
     let (gpreempt, client) = (gpreempt.display(), client.display());
@@ -57,16 +62,16 @@ wait $tracer
     Ok(())
 }
 
-/// The emulated GPU's contention first: an online workload's per-request latency (from the
-/// completion records the emulated CP writes) alone, then with an offline workload saturating
-/// the same GPU. Then the tool: the tracer live, a TTM eviction through the emulator's control
-/// file, and `gpreempt preempt` holding the offline workload while a monitor prints its
-/// read-index progress twice a second. It ends with `gpreempt schedule`: the same online
-/// requests next to the saturating offline workload, back near their latency alone, with the
-/// offline workload's progress per second.
+/// The tool on an emulated GPU: the tracer live, a TTM eviction through the emulator's control
+/// file, and `gpreempt preempt` holding an offline workload while a monitor prints its
+/// read-index progress twice a second. It ends with the story `gpreempt schedule` exists for:
+/// an online workload's request latency (from the completion records the emulated CP writes)
+/// alone, next to a saturating offline workload (worse), and with `gpreempt schedule` (back near
+/// alone), with the offline workload's throughput in each state.
 fn emulator() -> Result<()> {
-    setup::run()?;
-    let bin = build_binaries()?;
+    // Release binaries: the scheduler's poll loop is what the demo times.
+    util::run(cargo().args(["build", "--release", "--package", "gpreempt", "--package", "gpreempt-tests", "--bins"]))?;
+    let bin = target_dir().join("release");
     let (gpreempt, workload) = (bin.join("gpreempt"), bin.join("emu-workload"));
     let (gpreempt, workload) = (gpreempt.display(), workload.display());
     let script = format!(
@@ -74,50 +79,6 @@ fn emulator() -> Result<()> {
 out="$GPREEMPT_VM_OUT"
 echo "== KFD emulator on $(uname -r): /dev/kfd with emulated GPUs 0x1000 and 0x2000 whose queues consume work"
 echo "   emulated CWSR save $(cat /sys/module/kfd_emu/parameters/preempt_delay_us) us, restore $(cat /sys/module/kfd_emu/parameters/restore_delay_us) us, doorbell tick $(cat /sys/module/kfd_emu/parameters/tick_us) us"
-echo "== online: 80 requests, one every 25 ms, each 2 dispatches of 1 ms on gpu 0x1000; offline (5 ms dispatches) joins after request 20"
-{workload} online --gpu-id 0x1000 --dispatches 2 --dispatch-us 1000 --period-us 25000 --requests 80 > "$out/latency.jsonl" &
-online_load=$!
-python3 - "$out/latency.jsonl" <<'PY' &
-import json, sys, time
-seen = 0
-while seen < 81:
-    try:
-        lines = open(sys.argv[1]).read().splitlines()
-    except FileNotFoundError:
-        lines = []
-    for l in lines[seen:]:
-        seen += 1
-        v = json.loads(l)
-        if v.get("event") == "request":
-            r = v["records"]
-            print(f"  request {{v['request']:>2}}: latency {{v['latency_ns']/1e6:7.2f}} ms  (first dispatch waited {{(r[0]['start_ns']-v['submit_ns'])/1e6:6.2f}} ms for the GPU)", flush=True)
-    time.sleep(0.1)
-PY
-printer=$!
-for _ in $(seq 600); do [ "$(grep -c '"request"' "$out/latency.jsonl" 2>/dev/null)" -ge 20 ] && break; sleep 0.05; done
-sleep 600 | {workload} offline --gpu-id 0x1000 --dispatch-us 5000 > "$out/offline-load.jsonl" &
-offline_load=$!
-for _ in $(seq 600); do [ -s "$out/offline-load.jsonl" ] && break; sleep 0.05; done
-offline_since=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["started_ns"])' "$out/offline-load.jsonl")
-wait $online_load
-wait $printer
-kill $offline_load 2>/dev/null
-python3 - "$out/latency.jsonl" "$offline_since" <<'PY'
-import json, math, sys
-reqs = [json.loads(l) for l in open(sys.argv[1]) if '"request"' in l]
-since = int(sys.argv[2])
-def pct(v, q):
-    v = sorted(v)
-    return v[max(0, math.ceil(q * len(v)) - 1)]
-colocated = [r for r in reqs if r["submit_ns"] >= since]
-if colocated:
-    print(f"  -- the offline workload ran from request {{colocated[0]['request']}} on, keeping the GPU saturated with 5 ms dispatches")
-# A few dozen requests: p90 and the maximum, not a p99 that would only repeat the maximum.
-for name, part in (("alone", reqs[:20]), ("co-located", colocated)):
-    lat = [r["latency_ns"] / 1e6 for r in part]
-    if lat:
-        print(f"== online latency {{name:>10}}: p50 {{pct(lat, 0.5):6.2f}} ms  p90 {{pct(lat, 0.9):6.2f}} ms  max {{max(lat):6.2f}} ms  ({{len(lat)}} requests)")
-PY
 {gpreempt} trace --map-interval 30s 2> "$out/trace.err" &
 tracer=$!
 for _ in $(seq 600); do grep -q attached "$out/trace.err" 2>/dev/null && break; sleep 0.1; done
@@ -155,41 +116,109 @@ kill $monitor $tailer
 echo "== tracer summary"
 kill -INT $tracer
 wait $tracer
-echo "== with gpreempt schedule: the same online requests next to the same saturating offline workload"
-sleep 600 | {workload} offline --gpu-id 0x1000 --runtime-enable --dispatch-us 5000 --interval-ms 1000 > "$out/offline-sched.jsonl" &
-offline_sched=$!
-# The online workload waits for a line on fd 9 (a FIFO held open here) until gpreempt is attached.
-mkfifo "$out/go"
-exec 9<>"$out/go"
-{workload} online --gpu-id 0x1000 --runtime-enable --dispatches 2 --dispatch-us 1000 --period-us 25000 --requests 60 --wait-go <&9 > "$out/latency-sched.jsonl" &
-online_sched=$!
-for _ in $(seq 600); do [ -s "$out/offline-sched.jsonl" ] && [ -s "$out/latency-sched.jsonl" ] && break; sleep 0.05; done
-{gpreempt} schedule --online $online_sched --offline $offline_sched --idle-ms 2 --json > "$out/schedule.jsonl" 2> "$out/schedule.err" &
-scheduler=$!
-for _ in $(seq 600); do grep -q offline_attached "$out/schedule.jsonl" 2>/dev/null && break; sleep 0.1; done
-echo go >&9
-wait $online_sched
-kill -INT $scheduler
-wait $scheduler
-exec 9>&-
-kill $offline_sched 2>/dev/null
-python3 - "$out/latency.jsonl" "$out/latency-sched.jsonl" "$out/schedule.jsonl" "$out/offline-sched.jsonl" <<'PY'
-import json, math, sys
+# The two `run` workloads keep their rings full: they leave the GPU to the story's workloads.
+kill $online $offline
+sleep 1
+echo "== the story: an online workload (2 dispatches of 2 ms every 40 ms: 10 % of the GPU) and an offline one (5 ms dispatches, saturating) on gpu 0x1000"
+python3 - {workload} {gpreempt} <<'PY'
+import json, math, signal, subprocess, sys, threading, time
+workload, gpreempt = sys.argv[1], sys.argv[2]
+REQUESTS = 50
+
 def pct(v, q):
     v = sorted(v)
     return v[max(0, math.ceil(q * len(v)) - 1)]
-def lat(path, part=slice(None)):
-    return [r["latency_ns"] / 1e6 for r in [json.loads(l) for l in open(path) if '"request"' in l][part]]
-alone, sched = lat(sys.argv[1], slice(0, 20)), lat(sys.argv[2])
-print(f"== online latency  alone     : p50 {{pct(alone, 0.5):6.2f}} ms  p90 {{pct(alone, 0.9):6.2f}} ms  max {{max(alone):6.2f}} ms  ({{len(alone)}} requests)")
-print(f"== online latency  scheduled : p50 {{pct(sched, 0.5):6.2f}} ms  p90 {{pct(sched, 0.9):6.2f}} ms  max {{max(sched):6.2f}} ms  ({{len(sched)}} requests)")
-events = [json.loads(l) for l in open(sys.argv[3])]
-s = next(e for e in events if e["event"] == "summary")
+
+class Proc:
+    """A load generator: JSON lines out, commands in."""
+    def __init__(self, *args):
+        self.p = subprocess.Popen([workload, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.pid = self.next()["pid"]
+    def next(self, event=None):
+        while True:
+            line = self.p.stdout.readline()
+            if not line:
+                sys.exit(f"emu-workload {{self.p.args[1]}} ended early")
+            v = json.loads(line)
+            if event is None or v.get("event") == event:
+                return v
+    def send(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+
+def online():
+    return Proc("online", "--gpu-id", "0x1000", "--runtime-enable", "--dispatches", "2", "--dispatch-us", "2000",
+                "--period-us", "40000", "--requests", str(REQUESTS), "--wait-go")
+
+def offline():
+    p = Proc("offline", "--gpu-id", "0x1000", "--runtime-enable", "--dispatch-us", "5000")
+    time.sleep(0.2)
+    return p
+
+def done(p):
+    p.send("stats")
+    s = p.next("stats")
+    return s["completed"], s["now_ns"]
+
+def requests(p, off=None):
+    """Run the online requests; with an offline workload, its dispatches/s over the same time."""
+    a = done(off) if off else None
+    p.send("go")
+    lat = [p.next("request")["latency_ns"] / 1e6 for _ in range(REQUESTS)]
+    p.next("summary")
+    rate = None
+    if off:
+        b = done(off)
+        rate = (b[0] - a[0]) * 1e9 / (b[1] - a[1])
+        off.send("stop")
+        off.next("summary")
+    return lat, rate
+
+rows = []
+def show(name, lat, rate, alone=None):
+    rows.append((name, lat, rate))
+    base = rows[0][1]
+    ratio = f"  ({{pct(lat, .5) / pct(base, .5):.1f}}x / {{pct(lat, .99) / pct(base, .99):.1f}}x alone)"
+    print(f"   {{name:<24}} online p50 {{pct(lat, .5):6.2f}} ms  p99 {{pct(lat, .99):6.2f}} ms{{ratio if len(rows) > 1 else ' ' * len(ratio)}}"
+          + (f"   offline {{rate:4.0f}} dispatches/s ({{100 * rate / alone:.0f}} % of alone)" if rate else ""), flush=True)
+
+lat, _ = requests(online())
+off = offline()
+a = done(off)
+time.sleep(REQUESTS * 0.04)
+b = done(off)
+alone = (b[0] - a[0]) * 1e9 / (b[1] - a[1])
+off.send("stop")
+off.next("summary")
+show("online alone", lat, None)
+print(f"   {{'offline alone':<24}} {{alone:.0f}} dispatches/s", flush=True)
+lat, rate = requests(online(), offline())
+show("co-located", lat, rate, alone)
+
+off, on = offline(), online()
+print("   starting gpreempt schedule (its in-process tracer attaches first, then the offline process)", flush=True)
+sched = subprocess.Popen([gpreempt, "schedule", "--json", "--online", str(on.pid), "--offline", str(off.pid)],
+                         stdout=subprocess.PIPE, text=True, bufsize=1)
+events = []
+attached = threading.Event()
+def read():
+    for line in sched.stdout:
+        events.append(json.loads(line))
+        if events[-1].get("event") == "offline_attached":
+            attached.set()
+reader = threading.Thread(target=read, daemon=True)
+reader.start()
+if not attached.wait(600):
+    sys.exit("gpreempt schedule did not attach")
+lat, rate = requests(on, off)
+sched.send_signal(signal.SIGINT)
+sched.wait()
+reader.join(10)
+show("with gpreempt schedule", lat, rate, alone)
+s = next(e for e in events if e.get("event") == "summary")
 r = s.get("reaction_us") or {{}}
-print(f"   gpreempt schedule: {{s['suspends']}} suspends for {{len(sched)}} requests, reaction p50 {{r.get('p50', 0):.0f}} us p99 {{r.get('p99', 0):.0f}} us, offline suspended {{100 * s['suspended_share']:.0f}}% of the time")
-per_s = [e["per_s"] for e in (json.loads(l) for l in open(sys.argv[4])) if e.get("event") == "interval"]
-if per_s:
-    print(f"   offline progress while scheduled: {{', '.join(f'{{v:.0f}}' for v in per_s)}} dispatches/s per second")
+print(f"   gpreempt schedule: {{s['suspends']}} suspends for {{REQUESTS}} requests, reaction p50 {{r.get('p50', 0):.0f}} us "
+      f"p99 {{r.get('p99', 0):.0f}} us, its CPU {{100 * s['cpu_share']:.1f}} % of one vCPU", flush=True)
 PY
 "#
     );

@@ -32,6 +32,8 @@ pub enum Scenario {
     Amdgpu,
     /// Rows 5-6 on the KFD emulator module.
     Emulator,
+    /// The co-location benchmark on the KFD emulator module (`colocation.rs`).
+    Colocation,
 }
 
 #[derive(Args, Debug)]
@@ -151,6 +153,9 @@ impl Tool {
 }
 
 pub fn run(args: &GuestArgs) -> Result<()> {
+    if args.scenario == Scenario::Colocation {
+        return super::colocation::guest(args);
+    }
     let _ = fs::remove_dir_all(SCRATCH);
     fs::create_dir_all(SCRATCH)?;
     let sizes = Sizes::new(args.quick);
@@ -160,6 +165,7 @@ pub fn run(args: &GuestArgs) -> Result<()> {
     match args.scenario {
         Scenario::Amdgpu => amdgpu(args, &sizes, &mut samples, &mut notes)?,
         Scenario::Emulator => emulator(args, &sizes, &mut samples, &mut notes)?,
+        Scenario::Colocation => unreachable!("handled above"),
     }
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
     let doc = json!({
@@ -493,14 +499,7 @@ impl Session {
 
     /// User + system CPU time of the tool's process so far (all threads), ns.
     fn cpu_ns(&self) -> Option<f64> {
-        let pid = self.child.as_ref()?.id();
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // Fields after the parenthesised comm: state is the 1st, utime the 12th, stime the 13th.
-        let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-        let ticks = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        Some(ticks * 1e9 / hz)
+        process_cpu_ns(self.child.as_ref()?.id())
     }
 
     fn memory_kib(&self) -> Result<(u64, u64)> {
@@ -551,6 +550,17 @@ impl Drop for Session {
             let _ = child.wait();
         }
     }
+}
+
+/// User + system CPU time of process `pid` so far (all threads), ns.
+pub(super) fn process_cpu_ns(pid: u32) -> Option<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised comm: state is the 1st, utime the 12th, stime the 13th.
+    let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let ticks = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks * 1e9 / hz)
 }
 
 fn ftrace_write(file: &str, value: &str) -> Result<()> {

@@ -5,13 +5,14 @@
 //! The host builds everything (release), boots one VM per scenario and runs `xtask bench-guest`
 //! there (`guest.rs`), then groups the samples and writes the tables (`report.rs`).
 
+pub mod colocation;
 pub mod guest;
 mod report;
 
-use std::{fs, path::PathBuf, process::Command, time::Instant};
+use std::{fmt::Write as _, fs, path::PathBuf, process::Command, time::Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
 use crate::{
@@ -19,6 +20,51 @@ use crate::{
     util::{self, cargo, target_dir, workspace_root},
     vm::{self, Kernel},
 };
+
+/// A part of BENCHMARKS.md that is measured, stored and rendered on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Section {
+    /// Rows 1-4: the tracers on the real amdgpu driver (one VM per kernel).
+    Tracer,
+    /// Row 2's userspace pipeline (criterion, on the host).
+    Pipeline,
+    /// Row 5: the controller's userspace time per cycle (emulator VM).
+    Controller,
+    /// Row 6: preemption latency and the tracer's fence-wait span (emulator VM).
+    Preemption,
+    /// Section 7: online/offline co-location with and without `gpreempt schedule` (emulator VM).
+    Colocation,
+    /// Section 8: the native reaction path of `gpreempt schedule` (on the host).
+    Reaction,
+}
+
+impl Section {
+    pub const ALL: [Section; 6] = [
+        Section::Tracer,
+        Section::Pipeline,
+        Section::Controller,
+        Section::Preemption,
+        Section::Colocation,
+        Section::Reaction,
+    ];
+
+    /// The key in BENCHMARKS.json's `sections` and the `--only` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Section::Tracer => "tracer",
+            Section::Pipeline => "pipeline",
+            Section::Controller => "controller",
+            Section::Preemption => "preemption",
+            Section::Colocation => "colocation",
+            Section::Reaction => "reaction",
+        }
+    }
+
+    /// Whether measuring it boots a VM.
+    fn needs_vm(self) -> bool {
+        !matches!(self, Section::Pipeline | Section::Reaction)
+    }
+}
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -31,89 +77,237 @@ pub struct BenchArgs {
     /// Skip `cargo xtask setup`.
     #[arg(long)]
     pub no_setup: bool,
-    /// Only the userspace criterion benchmark (no VM).
+    /// Measure only these sections (comma-separated or repeated) and keep the others of
+    /// BENCHMARKS.json; BENCHMARKS.md is rendered again from the whole file.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<Section>,
+    /// Only the sections measured on the host (pipeline, reaction): `--only pipeline,reaction`.
     #[arg(long)]
     pub no_vm: bool,
     /// Rewrite BENCHMARKS.md from BENCHMARKS.json without measuring anything.
     #[arg(long)]
     pub report_only: bool,
-    /// Re-measure only the criterion pipeline row and splice it into BENCHMARKS.json (the VM rows
-    /// keep their commit); the numbers it replaces stay in the report as "before".
+    /// `--only pipeline` (kept for scripts that use it).
     #[arg(long)]
     pub criterion_only: bool,
-    /// Measure only row 5 (the controller's userspace time per cycle against the C program, on
-    /// the emulator, newest kernel of the selection) and print it; BENCHMARKS.* are left as they are.
+    /// `--only controller` (kept for scripts that use it); also prints row 5.
     #[arg(long)]
     pub controller_only: bool,
+}
+
+impl BenchArgs {
+    /// The sections this run measures, in order; all of them unless narrowed.
+    fn sections(&self) -> Vec<Section> {
+        let mut s = self.only.clone();
+        if self.criterion_only {
+            s.push(Section::Pipeline);
+        }
+        if self.controller_only {
+            s.push(Section::Controller);
+        }
+        if self.no_vm {
+            s.extend([Section::Pipeline, Section::Reaction]);
+        }
+        if s.is_empty() {
+            s = Section::ALL.to_vec();
+        }
+        s.sort_unstable();
+        s.dedup();
+        s
+    }
+
+    /// The command line that measured a section, as the report shows it.
+    fn command(&self, sections: &[Section]) -> String {
+        let mut c = String::from("cargo xtask bench");
+        if self.quick {
+            c.push_str(" --quick");
+        }
+        if sections.len() < Section::ALL.len() {
+            let names: Vec<&str> = sections.iter().map(|s| s.name()).collect();
+            let _ = write!(c, " --only {}", names.join(","));
+        }
+        for k in &self.kernel {
+            let _ = write!(c, " --kernel {}", k.name());
+        }
+        c
+    }
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
     let started = Instant::now();
     let root = workspace_root();
+    let path = root.join("BENCHMARKS.json");
     if args.report_only {
-        let path = root.join("BENCHMARKS.json");
         let text =
             fs::read(&path).with_context(|| format!("reading {} (run `cargo xtask bench` first)", path.display()))?;
         fs::write(root.join("BENCHMARKS.md"), report::markdown(&serde_json::from_slice(&text)?))?;
         eprintln!("xtask bench: rewrote BENCHMARKS.md from BENCHMARKS.json");
         return Ok(());
     }
-    if args.criterion_only {
-        return criterion_only(&root, args.quick);
-    }
-    if !args.no_setup {
-        setup::run()?;
-    }
+    let sections = args.sections();
+    let full = sections.len() == Section::ALL.len();
+    // A partial run keeps every other section as it was measured.
+    let mut results: Value = match fs::read(&path) {
+        Ok(text) if !full => serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))?,
+        _ => json!({}),
+    };
     let kernels = match (args.kernel.is_empty(), args.quick) {
         (false, _) => args.kernel.clone(),
         (true, true) => vec![Kernel::V6_12],
         (true, false) => Kernel::MATRIX.to_vec(),
     };
-    eprintln!("xtask bench: building release binaries");
-    util::run(cargo().args(["build", "--release", "--package", "gpreempt", "--package", "gpreempt-tests", "--bins"]))?;
+    // The emulator runs on the newest kernel of the selection (its module builds for both).
+    let newest = if kernels.contains(&Kernel::V6_12) { Kernel::V6_12 } else { kernels[0] };
+    let vm = sections.iter().any(|s| s.needs_vm());
+    if vm && !args.no_setup {
+        setup::run()?;
+    }
     let bench_dir = target_dir().join("bench");
     fs::create_dir_all(&bench_dir)?;
     let dbg_pair = bench_dir.join("dbg-pair");
-    util::run(
-        Command::new("gcc")
-            .args(["-O2", "-Wall", "-o"])
-            .arg(&dbg_pair)
-            .arg(workspace_root().join("xtask/bench/dbg_pair.c")),
-    )?;
-
-    if args.controller_only {
-        return controller_only(&dbg_pair, kernels.last().copied().unwrap_or(Kernel::V6_12), args.quick);
+    if vm {
+        eprintln!("xtask bench: building release binaries");
+        util::run(cargo().args([
+            "build",
+            "--release",
+            "--package",
+            "gpreempt",
+            "--package",
+            "gpreempt-tests",
+            "--bins",
+        ]))?;
+        util::run(
+            Command::new("gcc")
+                .args(["-O2", "-Wall", "-o"])
+                .arg(&dbg_pair)
+                .arg(workspace_root().join("xtask/bench/dbg_pair.c")),
+        )?;
     }
-    let criterion = criterion(args.quick)?;
-    let mut runs = Vec::new();
-    if !args.no_vm {
-        let mut scenarios: Vec<(Kernel, guest::Scenario)> =
-            kernels.iter().map(|&k| (k, guest::Scenario::Amdgpu)).collect();
-        // The emulator runs on the newest kernel of the selection (its module builds for both).
-        let newest = if kernels.contains(&Kernel::V6_12) || kernels.is_empty() { Kernel::V6_12 } else { kernels[0] };
-        scenarios.push((newest, guest::Scenario::Emulator));
-        for (kernel, scenario) in scenarios {
-            let out = vm::out_dir(kernel).join("bench.json");
-            let text = guest(kernel, scenario, &dbg_pair, &out, args.quick, &[])?;
-            let doc: Value = serde_json::from_slice(&text)?;
-            fs::write(bench_dir.join(format!("{}-{scenario:?}.json", kernel.name()).to_lowercase()), &text)?;
-            runs.push(doc);
+    let mut measured = Vec::new();
+    for &section in &sections {
+        let t = Instant::now();
+        match section {
+            Section::Tracer => {
+                let mut runs = Vec::new();
+                for &kernel in &kernels {
+                    runs.push(guest_json(kernel, guest::Scenario::Amdgpu, &dbg_pair, args.quick, &[])?);
+                }
+                replace_runs(&mut results, "amdgpu", runs);
+            }
+            Section::Pipeline => {
+                let previous = json!({
+                    "commit": provenance(&results, Section::Pipeline)["commit"].clone(),
+                    "criterion": results["criterion"].take(),
+                });
+                results["criterion"] = criterion(args.quick)?;
+                if let Some(o) = results.as_object_mut() {
+                    o.remove("pipeline_previous");
+                    o.remove("criterion_rerun");
+                }
+                // A partial run shows the numbers it replaced.
+                if !full && !previous["criterion"].is_null() {
+                    results["pipeline_previous"] = previous;
+                }
+            }
+            Section::Controller | Section::Preemption => {
+                // Rows 5 and 6 come from one emulator run: measured once when both are asked for.
+                let both = sections.contains(&Section::Controller) && sections.contains(&Section::Preemption);
+                if both && section == Section::Preemption {
+                    continue;
+                }
+                let extra: &[&str] = if section == Section::Controller && !both { &["--controller-only"] } else { &[] };
+                let doc = guest_json(newest, guest::Scenario::Emulator, &dbg_pair, args.quick, extra)?;
+                let rows: &[&str] = match (section, both) {
+                    (_, true) => &["controller", "emulated"],
+                    (Section::Controller, false) => &["controller"],
+                    _ => &["emulated"],
+                };
+                splice_emulator(&mut results, doc, rows);
+                if section == Section::Controller {
+                    print_controller(&results);
+                }
+                if both {
+                    measured.push((Section::Preemption, t.elapsed().as_secs_f64()));
+                }
+            }
+            Section::Colocation => {
+                results["colocation"] = guest_json(newest, guest::Scenario::Colocation, &dbg_pair, args.quick, &[])?;
+            }
+            Section::Reaction => results["reaction"] = reaction(args.quick)?,
         }
+        measured.push((section, t.elapsed().as_secs_f64()));
     }
     let commit = util::output(Command::new("git").args(["rev-parse", "--short", "HEAD"])).unwrap_or_default();
-    let results = json!({
-        "command": if args.quick { "cargo xtask bench --quick" } else { "cargo xtask bench" },
-        "commit": commit.trim(),
-        "date": util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).unwrap_or_default().trim(),
-        "host_cpus": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "seconds": started.elapsed().as_secs_f64(),
-        "criterion": criterion,
-        "runs": runs,
-    });
-    fs::write(root.join("BENCHMARKS.json"), serde_json::to_vec_pretty(&results)?)?;
+    let date = util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).unwrap_or_default();
+    let command = args.command(&sections);
+    for (section, seconds) in measured {
+        results["sections"][section.name()] =
+            json!({"command": command, "commit": commit.trim(), "date": date.trim(), "seconds": seconds});
+    }
+    results["host_cpus"] = json!(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    fs::write(&path, serde_json::to_vec_pretty(&results)?)?;
     fs::write(root.join("BENCHMARKS.md"), report::markdown(&results))?;
-    eprintln!("xtask bench: wrote BENCHMARKS.md and BENCHMARKS.json in {:.0} s", started.elapsed().as_secs_f64());
+    let names: Vec<&str> = sections.iter().map(|s| s.name()).collect();
+    eprintln!(
+        "xtask bench: measured {} and wrote BENCHMARKS.md and BENCHMARKS.json in {:.0} s",
+        names.join(", "),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
+}
+
+/// Who measured `section`: its own stamp, else (a file written before sections were stamped)
+/// the whole file's, or the pipeline's re-run.
+pub fn provenance(results: &Value, section: Section) -> Value {
+    let own = &results["sections"][section.name()];
+    if own.is_object() {
+        return own.clone();
+    }
+    if section == Section::Pipeline && results["criterion_rerun"].is_object() {
+        return results["criterion_rerun"].clone();
+    }
+    json!({"command": results["command"], "commit": results["commit"], "date": results["date"]})
+}
+
+/// Replace the runs of `scenario` with `runs`, keeping the others.
+fn replace_runs(results: &mut Value, scenario: &str, runs: Vec<Value>) {
+    let mut all: Vec<Value> =
+        results["runs"].as_array().into_iter().flatten().filter(|r| r["scenario"] != scenario).cloned().collect();
+    all.extend(runs);
+    results["runs"] = Value::Array(all);
+}
+
+/// Put `rows`' samples of a fresh emulator run in place of the stored ones (the run's other rows
+/// keep theirs); with no stored emulator run the fresh one is stored whole.
+fn splice_emulator(results: &mut Value, fresh: Value, rows: &[&str]) {
+    let stored = results["runs"].as_array_mut().and_then(|runs| runs.iter_mut().find(|r| r["scenario"] == "emulator"));
+    let Some(stored) = stored else {
+        replace_runs(results, "emulator", vec![fresh]);
+        return;
+    };
+    let is_row = |s: &Value| rows.iter().any(|r| s["row"] == *r);
+    let mut samples: Vec<Value> =
+        stored["samples"].as_array().into_iter().flatten().filter(|s| !is_row(s)).cloned().collect();
+    samples.extend(fresh["samples"].as_array().into_iter().flatten().filter(|s| is_row(s)).cloned());
+    stored["samples"] = Value::Array(samples);
+    for key in ["kernel", "sizes", "notes"] {
+        stored[key] = fresh[key].clone();
+    }
+}
+
+/// Boot `kernel`, run the guest half of `scenario`, keep a copy of its JSON under target/bench.
+fn guest_json(
+    kernel: Kernel,
+    scenario: guest::Scenario,
+    dbg_pair: &std::path::Path,
+    quick: bool,
+    extra: &[&str],
+) -> Result<Value> {
+    let name = format!("{}-{scenario:?}", kernel.name()).to_lowercase();
+    let out = vm::out_dir(kernel).join(format!("bench-{name}.json"));
+    let text = guest(kernel, scenario, dbg_pair, &out, quick, extra)?;
+    fs::write(target_dir().join("bench").join(format!("{name}.json")), &text)?;
+    Ok(serde_json::from_slice(&text)?)
 }
 
 /// Boot `kernel` and run `xtask bench-guest` for `scenario` there; the JSON it wrote to `out`.
@@ -148,7 +342,7 @@ fn guest(
         timeout: 3600,
         memory: "4G".into(),
         no_amdgpu: false,
-        module: (scenario == guest::Scenario::Emulator).then_some(kmod::Module::KfdEmu),
+        module: (scenario != guest::Scenario::Amdgpu).then_some(kmod::Module::KfdEmu),
         command,
     })?;
     if status != 0 {
@@ -157,17 +351,12 @@ fn guest(
     fs::read(out).with_context(|| format!("the VM wrote no {}", out.display()))
 }
 
-/// `--controller-only`: row 5 alone, printed as the median over runs of each run's p50 and p99.
-fn controller_only(dbg_pair: &std::path::Path, kernel: Kernel, quick: bool) -> Result<()> {
-    let out = vm::out_dir(kernel).join("bench-controller.json");
-    let text = guest(kernel, guest::Scenario::Emulator, dbg_pair, &out, quick, &["--controller-only"])?;
-    let doc: Value = serde_json::from_slice(&text)?;
-    let commit = util::output(Command::new("git").args(["rev-parse", "--short", "HEAD"])).unwrap_or_default();
-    println!(
-        "row 5 on {} at {}: userspace per cycle beyond the two ioctls, median of the runs",
-        doc["kernel"],
-        commit.trim()
-    );
+/// Row 5 as stored, printed as the median over runs of each run's p50 and p99.
+fn print_controller(results: &Value) {
+    let Some(doc) = results["runs"].as_array().into_iter().flatten().find(|r| r["scenario"] == "emulator") else {
+        return;
+    };
+    println!("row 5 on {}: userspace per cycle beyond the two ioctls, median of the runs", doc["kernel"]);
     for tool in ["c-ioctl-pair", "gpreempt-no-trace", "gpreempt"] {
         let mut line = format!("  {tool:<18}");
         for p in ["p50", "p99"] {
@@ -184,32 +373,18 @@ fn controller_only(dbg_pair: &std::path::Path, kernel: Kernel, quick: bool) -> R
         }
         println!("{line}");
     }
-    Ok(())
 }
 
-/// `--criterion-only`: measure the pipeline row again at this commit and keep the rest.
-fn criterion_only(root: &std::path::Path, quick: bool) -> Result<()> {
-    let path = root.join("BENCHMARKS.json");
-    let text =
-        fs::read(&path).with_context(|| format!("reading {} (run `cargo xtask bench` first)", path.display()))?;
-    let mut results: Value = serde_json::from_slice(&text)?;
-    let commit = util::output(Command::new("git").args(["rev-parse", "--short", "HEAD"])).unwrap_or_default();
-    let fresh = criterion(quick)?;
-    let previous = json!({
-        "commit": results["criterion_rerun"]["commit"].as_str().or(results["commit"].as_str()).unwrap_or("?"),
-        "criterion": results["criterion"].take(),
-    });
-    results["criterion"] = fresh;
-    results["criterion_rerun"] = json!({
-        "commit": commit.trim(),
-        "command": "cargo xtask bench --criterion-only",
-        "date": util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).unwrap_or_default().trim(),
-        "previous": previous,
-    });
-    fs::write(&path, serde_json::to_vec_pretty(&results)?)?;
-    fs::write(root.join("BENCHMARKS.md"), report::markdown(&results))?;
-    eprintln!("xtask bench: re-measured the pipeline row; rewrote BENCHMARKS.md and BENCHMARKS.json");
-    Ok(())
+/// Section 8: `cargo bench --bench reaction` (a paced loop on the host), its JSON line.
+fn reaction(quick: bool) -> Result<Value> {
+    let mut cmd = cargo();
+    cmd.args(["bench", "--package", "gpreempt", "--bench", "reaction", "--"]);
+    if quick {
+        cmd.arg("--quick");
+    }
+    let text = util::output(&mut cmd)?;
+    let line = text.lines().rev().find(|l| l.starts_with('{')).context("the reaction bench printed no JSON")?;
+    Ok(serde_json::from_str(line)?)
 }
 
 /// Row 2's userspace half: `cargo bench --bench pipeline`, read back from criterion's estimates.
@@ -241,4 +416,56 @@ fn criterion(quick: bool) -> Result<Value> {
         }));
     }
     Ok(Value::Array(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn args(line: &[&str]) -> BenchArgs {
+        Cli::parse_from([&["bench"], line].concat()).bench
+    }
+
+    #[test]
+    fn only_and_its_aliases_select_sections_and_nothing_selects_all() {
+        assert_eq!(args(&[]).sections(), Section::ALL.to_vec());
+        assert_eq!(args(&["--only", "colocation"]).sections(), vec![Section::Colocation]);
+        assert_eq!(args(&["--only", "reaction,tracer"]).sections(), vec![Section::Tracer, Section::Reaction]);
+        assert_eq!(args(&["--controller-only"]).sections(), vec![Section::Controller]);
+        assert_eq!(args(&["--criterion-only", "--only", "pipeline"]).sections(), vec![Section::Pipeline]);
+        assert_eq!(args(&["--no-vm"]).sections(), vec![Section::Pipeline, Section::Reaction]);
+        let a = args(&["--quick", "--only", "colocation", "--kernel", "6.12"]);
+        assert_eq!(a.command(&a.sections()), "cargo xtask bench --quick --only colocation --kernel 6.12");
+        assert_eq!(args(&[]).command(&Section::ALL), "cargo xtask bench");
+    }
+
+    #[test]
+    fn a_spliced_row_replaces_only_its_samples_and_sections_keep_their_stamp() {
+        let sample = |row: &str, v: f64| json!({"row": row, "case": "c", "tool": "t", "value": v});
+        let mut results = json!({
+            "command": "cargo xtask bench", "commit": "aaa", "date": "d0",
+            "runs": [
+                {"scenario": "amdgpu", "kernel": "k", "samples": [sample("ioctl", 1.0)]},
+                {"scenario": "emulator", "kernel": "k", "samples": [sample("controller", 1.0), sample("emulated", 2.0)]},
+            ],
+            "sections": {"controller": {"command": "cargo xtask bench --only controller", "commit": "bbb", "date": "d1"}},
+        });
+        let fresh = json!({"scenario": "emulator", "kernel": "k2", "samples": [sample("controller", 5.0)]});
+        splice_emulator(&mut results, fresh, &["controller"]);
+        let emu = &results["runs"][1];
+        assert_eq!(emu["kernel"], "k2");
+        assert_eq!(emu["samples"], json!([sample("emulated", 2.0), sample("controller", 5.0)]));
+        assert_eq!(results["runs"][0]["samples"], json!([sample("ioctl", 1.0)]));
+        assert_eq!(provenance(&results, Section::Controller)["commit"], "bbb");
+        // Not stamped yet: the whole file's stamp.
+        assert_eq!(provenance(&results, Section::Preemption)["commit"], "aaa");
+    }
 }

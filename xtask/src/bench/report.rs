@@ -6,6 +6,8 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
+use super::{Section, colocation, provenance};
+
 /// The samples of one (run, row, case, tool), in run order.
 struct Group<'a> {
     kernel: &'a str,
@@ -132,13 +134,11 @@ pub fn markdown(results: &Value) -> String {
     kernels.dedup();
     let _ = writeln!(
         md,
-        "# Benchmarks\n\nWritten by `{}` at commit `{}` on {} ({} s; host: {} cores). Do not edit: rerun it.\n\
-         Machine-readable: `BENCHMARKS.json` (every sample).\n",
-        results["command"].as_str().unwrap_or("cargo xtask bench"),
-        results["commit"].as_str().unwrap_or("?"),
-        results["date"].as_str().unwrap_or("?"),
-        results["seconds"].as_f64().unwrap_or(0.0).round(),
+        "# Benchmarks\n\nWritten by `cargo xtask bench` (host: {} cores). Each section names the command, commit \
+         and date that measured it: `cargo xtask bench --only SECTION` measures one again and keeps the others \
+         (sections: {}). Do not edit: rerun it. Machine-readable: `BENCHMARKS.json` (every sample).\n",
         results["host_cpus"],
+        Section::ALL.map(Section::name).join(", "),
     );
     md.push_str(
         "**Read this first.** Every VM figure comes from QEMU *software emulation* (TCG, 2 vCPUs, no \
@@ -148,7 +148,7 @@ pub fn markdown(results: &Value) -> String {
     md.push_str(
         "with the real `amdgpu.ko` (no GPU: CREATE_QUEUE fails with EINVAL after the handler ran, \
          SUSPEND/RESUME answer INVALID for each id), or with the KFD emulator module where queues must \
-         exist (rows 5-6). Absolute times are many times slower than on real hardware; only the \
+         exist (rows 5-7). Absolute times are many times slower than on real hardware; only the \
          ratios between tools measured in the same run carry over. Tools are interleaved: each gets \
          its own session (start, several loops, stop) in a fixed order, with an untraced session \
          between every two, so the baseline's min – max shows the drift over the run.\n\n",
@@ -156,6 +156,7 @@ pub fn markdown(results: &Value) -> String {
 
     // ---- row 1 ----
     md.push_str("## 1. Cost added to a traced KFD ioctl\n\n");
+    stamp(&mut md, results, Section::Tracer, "rows 1-4, except the userspace pipeline table of row 2");
     md.push_str(
         "A tight loop of ioctls while each tool is attached: `kfd-client --count N create --gpu-id \
          0x1234` (CREATE_QUEUE) and `trace-debugger --cycles N` (DBG_TRAP SUSPEND_QUEUES + \
@@ -263,8 +264,10 @@ pub fn markdown(results: &Value) -> String {
             }
         }
     }
+    md.push('\n');
+    stamp(&mut md, results, Section::Pipeline, "the userspace pipeline table");
     md.push_str(
-        "\nUserspace alone, on one host core (not emulated): `cargo bench -p gpreempt --bench pipeline` \
+        "Userspace alone, on one host core (not emulated): `cargo bench -p gpreempt --bench pipeline` \
          (criterion) decodes ring-buffer records and applies them to the span tracker and the PID → queue \
          map, then also writes JSON Lines to a sink; records are a create/destroy churn of 64 processes.\n\n\
          | pipeline | events/s (median) | ns per event |\n|---|---|---|\n",
@@ -281,17 +284,19 @@ pub fn markdown(results: &Value) -> String {
         let (id, per_second, ns) = cells(c);
         let _ = writeln!(md, "| {id} | {per_second} | {ns} |");
     }
-    if let Some(rerun) = results["criterion_rerun"].as_object() {
+    // What a partial run replaced (`criterion_rerun.previous`: files written before sections).
+    let previous = if results["pipeline_previous"].is_object() {
+        &results["pipeline_previous"]
+    } else {
+        &results["criterion_rerun"]["previous"]
+    };
+    if previous.is_object() {
         let _ = writeln!(
             md,
-            "\nThis row was measured again at commit {} on {} (`{}`); the rest of the page keeps its own \
-             commit. At commit {} it was:",
-            rerun.get("commit").and_then(Value::as_str).unwrap_or("?"),
-            rerun.get("date").and_then(Value::as_str).unwrap_or("?"),
-            rerun.get("command").and_then(Value::as_str).unwrap_or("?"),
-            results["criterion_rerun"]["previous"]["commit"].as_str().unwrap_or("?"),
+            "\nBefore this measurement, at commit {}, it was:",
+            previous["commit"].as_str().unwrap_or("?"),
         );
-        for c in results["criterion_rerun"]["previous"]["criterion"].as_array().into_iter().flatten() {
+        for c in previous["criterion"].as_array().into_iter().flatten() {
             let (id, per_second, ns) = cells(c);
             let _ = writeln!(md, "- {id}: {per_second} events/s, {ns} ns per event");
         }
@@ -361,6 +366,7 @@ pub fn markdown(results: &Value) -> String {
 
     // ---- row 5 ----
     md.push_str("## 5. Controller: userspace time per suspend/resume cycle beyond the two ioctls\n\n");
+    stamp(&mut md, results, Section::Controller, "row 5");
     let _ = writeln!(
         md,
         "On the KFD emulator (a target with 2 real queues), {} cycles per run with no hold and no gap: \
@@ -395,6 +401,7 @@ pub fn markdown(results: &Value) -> String {
 
     // ---- row 6 ----
     md.push_str("## 6. On the emulator: preemption latency and the tracer's accuracy\n\n");
+    stamp(&mut md, results, Section::Preemption, "row 6");
     let _ = writeln!(
         md,
         "`gpreempt preempt --iterations {} --hold-ms 2 --gap-ms 2` against the emulator with its \
@@ -428,8 +435,66 @@ pub fn markdown(results: &Value) -> String {
     }
     md.push('\n');
 
+    // ---- 7 ----
+    md.push_str("## 7. Co-location: online latency and offline throughput, with and without `gpreempt schedule`\n\n");
+    if results["colocation"].is_object() {
+        stamp(&mut md, results, Section::Colocation, "section 7");
+        colocation::section(&mut md, &results["colocation"]);
+    } else {
+        md.push_str("Not measured yet: `cargo xtask bench --only colocation`.\n\n");
+    }
+
+    // ---- 8 ----
+    md.push_str("## 8. Native reaction path of `gpreempt schedule`\n\n");
+    if results["reaction"].is_object() {
+        stamp(&mut md, results, Section::Reaction, "section 8");
+        reaction(&mut md, &results["reaction"]);
+    } else {
+        md.push_str("Not measured yet: `cargo xtask bench --only reaction`.\n\n");
+    }
+
     md.push_str(REAL_HARDWARE);
     md
+}
+
+/// The line naming who measured `section` (`what`: which part of the page it covers).
+fn stamp(md: &mut String, results: &Value, section: Section, what: &str) {
+    let p = provenance(results, section);
+    let _ = writeln!(
+        md,
+        "*{what}: measured by `{}` at commit `{}` on {}.*\n",
+        p["command"].as_str().unwrap_or("cargo xtask bench"),
+        p["commit"].as_str().unwrap_or("?"),
+        p["date"].as_str().unwrap_or("?"),
+    );
+}
+
+fn reaction(md: &mut String, r: &Value) {
+    let us = |k: &str| r[k].as_f64().unwrap_or(0.0) / 1e3;
+    let _ = writeln!(
+        md,
+        "On the host, natively, no VM and no GPU: `cargo bench -p gpreempt --bench reaction` runs the real \
+         scheduler loop (`gpreempt::schedule::Scheduler`: its index read with `process_vm_readv`, the policy, the \
+         dispatch to the offline sessions) against an online \"process\" that is the benchmark itself, with the \
+         debug-trap session replaced by one that stamps the moment SUSPEND_QUEUES would be issued. Each sample \
+         posts one dispatch (write index + 1) at the top of a loop step, before that step reads the indices, \
+         and ends at the stamp; the dispatch is then consumed, the policy resumes, and the next one is posted \
+         {} µs later. The poll interval is zero here, so no sleep is part of a sample: on a real host add up to \
+         one `--poll-us` interval (200 µs by default) before the change is read, and the ioctl itself after.\n\n\
+         | samples | p50 | p99 | max | min | mean loop step |\n|---|---|---|---|---|---|\n\
+         | {} | {} µs | {} µs | {} µs | {} µs | {} µs |\n\n\
+         The userspace part of the reaction is {} µs at the median and {} µs at p99; the maximum is the host's \
+         CPU scheduler taking the core away, not the path.\n",
+        r["gap_us"],
+        r["samples"],
+        num(us("p50_ns")),
+        num(us("p99_ns")),
+        num(us("max_ns")),
+        num(us("min_ns")),
+        num(us("loop_step_ns")),
+        num(us("p50_ns")),
+        num(us("p99_ns")),
+    );
 }
 
 const REAL_HARDWARE: &str = "## What needs real hardware\n\n\
