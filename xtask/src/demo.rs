@@ -1,6 +1,8 @@
-//! `cargo xtask demo`: the tracer on the real amdgpu driver of Debian 6.12, in a VM, while a
-//! built-in workload (the `kfd-client` test helper) issues KFD queue ioctls; `--emulator`: the
-//! whole tool on the KFD emulator, where queues exist and consume work.
+//! `cargo xtask demo`: first the tracer on the real amdgpu driver of Debian 6.12, in a VM, while a
+//! built-in workload (the `kfd-client` test helper) issues KFD queue ioctls; then the whole tool
+//! on the KFD emulator, where queues exist and consume work, ending with the scheduling story
+//! (online latency alone, co-located, with `gpreempt schedule`). `--amdgpu` or `--emulator` runs
+//! one part only.
 
 use anyhow::{Result, bail};
 
@@ -12,9 +14,12 @@ use crate::{
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Run the scenario on the KFD emulator (tests/kfd-emu) instead of amdgpu.
-    #[arg(long)]
+    /// Only the second part: the KFD emulator (tests/kfd-emu) scenario, ending with scheduling.
+    #[arg(long, conflicts_with = "amdgpu")]
     pub emulator: bool,
+    /// Only the first part: the tracer on the real amdgpu driver.
+    #[arg(long)]
+    pub amdgpu: bool,
     /// Skip `cargo xtask setup`.
     #[arg(long)]
     pub no_setup: bool,
@@ -24,9 +29,17 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     if !args.no_setup {
         setup::run()?;
     }
-    if args.emulator {
-        return emulator();
+    if !args.emulator {
+        amdgpu()?;
     }
+    if !args.amdgpu {
+        emulator()?;
+    }
+    Ok(())
+}
+
+/// The tracer on the real driver (no GPU: every ioctl reaches KFD's handlers).
+fn amdgpu() -> Result<()> {
     let bin = build_binaries()?;
     let (gpreempt, client) = (bin.join("gpreempt"), bin.join("kfd-client"));
     let (gpreempt, client) = (gpreempt.display(), client.display());
