@@ -1,8 +1,10 @@
 //! `gpreempt agent` scraped by a real Prometheus server (Debian's `prometheus`, installed by
 //! `cargo xtask setup`), against the KFD emulator: Prometheus's HTTP API reports the exact queue
 //! counts of two workloads and the eviction of one; an exited workload's series leave after the
-//! grace period; SIGHUP with a broken config keeps the previous one (logged and counted);
-//! SIGTERM exits 0 and leaves the workloads running.
+//! grace period; a configured policy suspends an offline job during an online server's requests
+//! and Prometheus has exactly the transitions the agent logs; SIGHUP with a broken config keeps
+//! the running policy (logged and counted), a changed one restarts it; SIGTERM exits 0 and leaves
+//! the offline job running and detached.
 
 use std::{
     io::{Read, Write},
@@ -35,6 +37,27 @@ impl Daemon {
         let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().context(name)?;
         let lines = stderr_lines(child.stderr.take().context("no stderr")?, name);
         Ok(Self { name, child, lines, seen: Vec::new() })
+    }
+
+    /// For each of `needles`, the first new stderr line containing every word of it, in whatever
+    /// order they come (lines of the policy threads interleave with the main loop's), within
+    /// `wait`.
+    fn wait_lines(&mut self, needles: &[&str], wait: Duration) -> Result<Vec<String>> {
+        let deadline = Instant::now() + wait;
+        let mut found: Vec<Option<String>> = vec![None; needles.len()];
+        while found.iter().any(Option::is_none) {
+            let left = deadline.checked_duration_since(Instant::now()).unwrap_or_default();
+            let Ok(line) = self.lines.recv_timeout(left) else {
+                bail!("{} printed no lines with {needles:?} within {wait:?}: {:?}", self.name, self.seen)
+            };
+            self.seen.push(line.clone());
+            if let Some(i) = (0..needles.len())
+                .find(|&i| found[i].is_none() && needles[i].split_whitespace().all(|w| line.contains(w)))
+            {
+                found[i] = Some(line);
+            }
+        }
+        Ok(found.into_iter().flatten().collect())
     }
 
     /// The first new stderr line containing `needle`, within `wait`.
@@ -139,10 +162,88 @@ fn scratch() -> Result<PathBuf> {
     Ok(dir)
 }
 
-const GOOD: &str =
-    "process_grace_s = 2\n\n[[policy]]\nname = \"first\"\nonline = [\"1\"]\noffline = [\"container:batch\"]\n";
+/// A policy over the online servers and the offline job (pids), named `name`.
+fn policy_config(name: &str, online: &[u32], offline: u32) -> String {
+    let online: Vec<String> = online.iter().map(|p| format!("\"{p}\"")).collect();
+    format!(
+        "process_grace_s = 2\n\n[[policy]]\nname = \"{name}\"\nonline = [{}]\noffline = [\"{offline}\"]\nidle_ms = 5\npoll_us = 200\n",
+        online.join(", ")
+    )
+}
+
 const BROKEN: &str =
     "process_grace_s = 2\n\n[[policy]]\nname = \"second\"\nonline = [\"pod:serving\"]\noffline = [\"2\"]\n";
+
+/// Online requests per server: one 20 ms dispatch every 150 ms.
+const REQUESTS: u64 = 6;
+
+/// A server that runs `REQUESTS` requests on GPU 0x1000 once told `go`.
+fn online_server() -> Result<LineHelper> {
+    LineHelper::spawn(
+        "emu-workload",
+        &[
+            "online",
+            "--gpu-id",
+            "0x1000",
+            "--runtime-enable",
+            "--dispatches",
+            "1",
+            "--dispatch-us",
+            "20000",
+            "--period-us",
+            "150000",
+            "--requests",
+            &REQUESTS.to_string(),
+            "--wait-go",
+        ],
+    )
+}
+
+/// `go`, then every request's reply and the summary.
+fn serve(server: &mut LineHelper) -> Result<()> {
+    server.send("go")?;
+    for _ in 0..REQUESTS {
+        server.recv()?;
+    }
+    let summary = server.recv()?;
+    assert_eq!(summary["event"], "summary", "{summary}");
+    Ok(())
+}
+
+/// Prometheus's (suspends, resumes) of `policy`, once every suspend has its resume and the value
+/// held for two scrapes with at least `suspends_at_least` suspends (or 120 s passed).
+fn settled_transitions(prometheus: SocketAddr, policy: &str, suspends_at_least: f64) -> Result<(f64, f64)> {
+    let promql = format!("gpreempt_scheduler_transitions_total{{policy=\"{policy}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last = (-1.0, -1.0);
+    loop {
+        let mut now = (0.0, 0.0);
+        for (labels, v) in query(prometheus, &promql)? {
+            match labels["transition"].as_str() {
+                Some("suspend") => now.0 = v,
+                Some("resume") => now.1 = v,
+                other => bail!("transition label {other:?}"),
+            }
+        }
+        if (now == last && now.0 >= suspends_at_least && now.0 == now.1) || Instant::now() > deadline {
+            return Ok(now);
+        }
+        last = now;
+        thread::sleep(Duration::from_millis(2500));
+    }
+}
+
+/// The read indices of a `run` workload's queues.
+fn rptr(w: &mut LineHelper) -> Result<u64> {
+    let reply = w.cmd("rptr")?;
+    Ok(reply["rptr"].as_array().context("no rptr")?.iter().filter_map(Value::as_u64).sum())
+}
+
+/// `TracerPid` of `pid` (0: nobody ptraces it).
+fn tracer_pid(pid: u32) -> Result<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    Ok(gpreempt::model::procinfo::status_field(&status, "TracerPid").context("no TracerPid")?.trim().parse()?)
+}
 
 fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
@@ -163,12 +264,22 @@ fn start_agent(config: &Path) -> Result<(Daemon, String)> {
 }
 
 #[test]
-fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_and_reloads() -> Result<()> {
+fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_reloads() -> Result<()> {
     let dir = scratch()?;
+    // The policy's processes exist before the agent: its scheduler finds them at start.
+    let mut offline =
+        LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"])?;
+    let (mut online1, mut online2) = (online_server()?, online_server()?);
+    let servers = [online1.pid(), online2.pid()];
     let config = dir.join("agent.toml");
-    write(&config, GOOD)?;
+    write(&config, &policy_config("first", &servers, offline.pid()))?;
     let (mut agent, started) = start_agent(&config)?;
     assert_eq!(field(&started, "policies"), Some("first"));
+    let attached = agent.wait_line("offline process attached", Duration::from_secs(60))?;
+    assert_eq!(field(&attached, "pid"), Some(offline.pid().to_string().as_str()), "{attached}");
+    assert_eq!(field(&attached, "queues"), Some("1"));
+    agent.wait_lines(&["policy started policy=first"], Duration::from_secs(60))?;
+    assert_ne!(tracer_pid(offline.pid())?, 0, "the policy thread holds the offline job");
     let agent_addr: SocketAddr = field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
     assert_eq!(http_get(agent_addr, "/healthz")?, (200, "ok\n".to_owned()));
 
@@ -190,9 +301,9 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_and_reloads() -> 
     prometheus.wait_line("Server is ready to receive web requests", Duration::from_secs(180))?;
     assert_eq!(settle(prom_addr, "up{job=\"gpreempt\"}", "job", &[("gpreempt", 1.0)]), [("gpreempt".into(), 1.0)]);
 
-    // Two workloads: 2 queues on GPU 0x1000, 3 on GPU 0x2000.
-    let a = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "2"])?;
-    let b = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x2000", "--queues", "3"])?;
+    // Two workloads with idle rings: 2 queues on GPU 0x1000, 3 on GPU 0x2000.
+    let a = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "2", "--fill-us", "0"])?;
+    let b = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x2000", "--queues", "3", "--fill-us", "0"])?;
     let (pa, pb) = (a.pid().to_string(), b.pid().to_string());
     let active = format!("gpreempt_queues{{state=\"active\",kfd_process_id=~\"{pa}|{pb}\"}}");
     let got = settle(prom_addr, &active, "kfd_process_id", &[(&pa, 2.0), (&pb, 3.0)]);
@@ -204,6 +315,13 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_and_reloads() -> 
         settle(prom_addr, &creates, "kfd_process_id", &[(&pa, 2.0), (&pb, 3.0)]),
         [(pa.clone(), 2.0), (pb.clone(), 3.0)]
     );
+
+    // The policy at work: at most one suspend per request (plus one for a burst a stalled vCPU
+    // split), every one resumed once the server is idle.
+    serve(&mut online1)?;
+    let (s1, r1) = settled_transitions(prom_addr, "first", 1.0)?;
+    assert!((1.0..=(REQUESTS + 1) as f64).contains(&s1), "{s1} suspends for {REQUESTS} requests");
+    assert_eq!(r1, s1, "every suspend resumed");
 
     // A scripted TTM eviction of A and its restore (the emulator runs kfd_process_evict_queues).
     std::fs::write("/sys/kernel/kfd_emu/evict", &pa)?;
@@ -230,7 +348,8 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_and_reloads() -> 
     assert!(!exposition.contains(&needle), "{exposition}");
     assert!(exposition.contains(&format!("kfd_process_id=\"{pa}\"")), "{exposition}");
 
-    // A broken config on SIGHUP: rejected with its line, counted, the old policy stays.
+    // A broken config on SIGHUP: rejected with its line, counted; the running policy stays and
+    // keeps scheduling (the second server's requests add transitions).
     write(&config, BROKEN)?;
     agent.signal(Signal::SIGHUP)?;
     let rejected = agent.wait_line("config rejected", Duration::from_secs(60))?;
@@ -238,21 +357,44 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_and_reloads() -> 
     assert_eq!(field(&rejected, "policies"), Some("first"), "the previous config stays in force");
     let reloads = "gpreempt_config_reloads_total";
     assert_eq!(settle(prom_addr, reloads, "result", &[("rejected", 1.0)]), [("rejected".into(), 1.0)]);
-    write(&config, &GOOD.replace("first", "third"))?;
+    serve(&mut online2)?;
+    let (s2, r2) = settled_transitions(prom_addr, "first", s1 + 1.0)?;
+    assert!((1.0..=(REQUESTS + 1) as f64).contains(&(s2 - s1)), "{} suspends for {REQUESTS} requests", s2 - s1);
+    assert_eq!(r2, s2, "every suspend resumed");
+
+    // A changed policy restarts: the old one resumes and detaches first, and its final count is
+    // exactly what Prometheus scraped; the new one attaches the offline job again. The servers
+    // have exited: the new policy's online process is A, whose rings stay empty.
+    write(&config, &policy_config("third", &[a.pid()], offline.pid()))?;
     agent.signal(Signal::SIGHUP)?;
-    assert_eq!(field(&agent.wait_line("config reloaded", Duration::from_secs(60))?, "policies"), Some("third"));
+    let lines = agent.wait_lines(
+        &["policy stopped policy=first", "config reloaded", "policy started policy=third"],
+        Duration::from_secs(120),
+    )?;
+    let stopped = &lines[0];
+    assert_eq!(field(stopped, "suspends"), Some(s2.to_string().as_str()), "{stopped}");
+    assert_eq!(field(stopped, "resumes"), Some(r2.to_string().as_str()), "{stopped}");
+    assert_eq!(field(stopped, "transitions"), Some((s2 + r2).to_string().as_str()), "{stopped}");
+    assert_eq!(field(&lines[1], "policies"), Some("third"));
     assert_eq!(
         settle(prom_addr, reloads, "result", &[("applied", 1.0), ("rejected", 1.0)]),
         [("applied".into(), 1.0), ("rejected".into(), 1.0)]
     );
+    assert_ne!(tracer_pid(offline.pid())?, 0, "the new policy holds the offline job");
 
-    // SIGTERM: a clean exit; the workload keeps running.
+    // SIGTERM: a clean exit; the offline job is detached and keeps running, A too.
     agent.signal(Signal::SIGTERM)?;
-    let exiting = agent.wait_line("msg=exiting", Duration::from_secs(60))?;
-    assert_eq!(field(&exiting, "signal"), Some("SIGTERM"));
-    assert_eq!(field(&exiting, "dropped"), Some("0"));
+    let lines = agent.wait_lines(&["policy stopped policy=third", "msg=exiting"], Duration::from_secs(60))?;
+    assert_eq!(field(&lines[0], "transitions"), Some("0"), "A never had work: {}", lines[0]);
+    assert_eq!(field(&lines[1], "signal"), Some("SIGTERM"));
+    assert_eq!(field(&lines[1], "dropped"), Some("0"));
     let status = agent.child.wait()?;
     assert_eq!(status.code(), Some(0));
+    assert_eq!(tracer_pid(offline.pid())?, 0, "the offline job is detached");
+    let before = rptr(&mut offline)?;
+    thread::sleep(Duration::from_millis(500));
+    let after = rptr(&mut offline)?;
+    assert!(after > before, "the offline job runs after the agent's exit: read index {before} -> {after}");
     kill(Pid::from_raw(a.pid() as i32), None).context("the workload survives the agent")?;
     drop(a);
     prometheus.signal(Signal::SIGTERM)?;
