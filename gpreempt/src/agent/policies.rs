@@ -51,11 +51,6 @@ impl Policies {
         Self { metrics, running: Vec::new() }
     }
 
-    /// Names of the policies whose threads run now.
-    pub fn names(&self) -> Vec<&str> {
-        self.running.iter().map(|r| r.policy.name.as_str()).collect()
-    }
-
     fn start(&mut self, policy: &Policy) {
         // The channel exists before the scheduler resolves its selectors, so a process that
         // opens /dev/kfd while it attaches is still announced to it.
@@ -72,9 +67,9 @@ impl Policies {
     }
 
     /// Stop the policy threads for which `retire` holds, and wait until each has detached.
-    fn stop_where(&mut self, retire: impl Fn(&Policy) -> bool) {
+    fn stop_where(&mut self, retire: impl Fn(&Running) -> bool) {
         let (gone, kept): (Vec<Running>, Vec<Running>) =
-            std::mem::take(&mut self.running).into_iter().partition(|r| retire(&r.policy));
+            std::mem::take(&mut self.running).into_iter().partition(|r| retire(r));
         self.running = kept;
         for r in &gone {
             r.stop.store(true, Ordering::Relaxed);
@@ -88,8 +83,10 @@ impl Policies {
 }
 
 impl PolicyRunner for Policies {
+    /// A policy whose scheduler could not start (its thread has ended) is started again, so a
+    /// reload retries it.
     fn configure(&mut self, policies: &[Policy]) {
-        self.stop_where(|p| !policies.contains(p));
+        self.stop_where(|r| !policies.contains(&r.policy) || r.thread.is_finished());
         for p in policies {
             if !self.running.iter().any(|r| &r.policy == p) {
                 self.start(p);
@@ -210,5 +207,67 @@ impl Recorder<'_> {
             ),
             Event::OnlineQueue { .. } | Event::Interval(_) | Event::HintMalformed { .. } => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{agent::config::Config, schedule::Transition};
+
+    fn transition(action: &'static str, t_ms: f64, queues: i64, reaction_us: Option<f64>) -> Event {
+        Event::Transition(Transition {
+            t_ms,
+            action,
+            reason: None,
+            latency_us: 40.0,
+            reaction_us,
+            queues,
+            errors: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn a_policy_becomes_the_schedulers_configuration() {
+        let text = "[[policy]]\nname = \"p\"\nonline = [\"pod:serving/*\"]\noffline = [\"42\", \"container:batch\"]\n\
+                    idle_ms = 7\npoll_us = 300\noffline_min_share = 0.25\nmax_suspend_ms = 900\n";
+        let config = Config::parse(text, "agent.toml").unwrap();
+        let c = scheduler_config(&config.policies[0]);
+        assert_eq!(c.online, config.policies[0].online);
+        assert_eq!(c.offline, config.policies[0].offline);
+        assert_eq!(
+            c.policy,
+            PolicyConfig {
+                idle: Duration::from_millis(7),
+                max_suspend: Duration::from_millis(900),
+                min_share: 0.25,
+                ..PolicyConfig::default()
+            }
+        );
+        assert_eq!(c.poll, Duration::from_micros(300));
+    }
+
+    #[test]
+    fn transitions_feed_the_scheduler_families_of_their_policy() {
+        let metrics = Metrics::new("node-a", "0.0.0");
+        let mut r = Recorder { name: "p", metrics: &metrics, suspended_at_ms: None };
+        r.event(&transition("suspend", 100.0, 2, Some(1500.0)));
+        r.event(&transition("resume", 350.0, 2, None));
+        // A suspend that held nothing adds no suspended time; its resume neither.
+        r.event(&transition("suspend", 400.0, 0, None));
+        r.event(&transition("resume", 900.0, 0, None));
+        let text = metrics.encode();
+        let lines: Vec<&str> =
+            text.lines().filter(|l| l.starts_with("gpreempt_scheduler_") && !l.contains("_bucket")).collect();
+        assert_eq!(
+            lines,
+            [
+                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",transition="suspend"} 2"#,
+                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",transition="resume"} 2"#,
+                r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p"} 0.25"#,
+                r#"gpreempt_scheduler_reaction_seconds_count{hostname="node-a",policy="p"} 1"#,
+                r#"gpreempt_scheduler_reaction_seconds_sum{hostname="node-a",policy="p"} 0.0015"#,
+            ]
+        );
     }
 }
