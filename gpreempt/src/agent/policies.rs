@@ -257,16 +257,18 @@ mod tests {
         r.event(&transition("suspend", 400.0, 0, None));
         r.event(&transition("resume", 900.0, 0, None));
         let text = metrics.encode();
-        let lines: Vec<&str> =
+        // Series of a family come in hash order: compare them sorted.
+        let mut lines: Vec<&str> =
             text.lines().filter(|l| l.starts_with("gpreempt_scheduler_") && !l.contains("_bucket")).collect();
+        lines.sort_unstable();
         assert_eq!(
             lines,
             [
-                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",transition="suspend"} 2"#,
-                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",transition="resume"} 2"#,
-                r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p"} 0.25"#,
                 r#"gpreempt_scheduler_reaction_seconds_count{hostname="node-a",policy="p"} 1"#,
                 r#"gpreempt_scheduler_reaction_seconds_sum{hostname="node-a",policy="p"} 0.0015"#,
+                r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p"} 0.25"#,
+                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",transition="resume"} 2"#,
+                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",transition="suspend"} 2"#,
             ]
         );
     }
