@@ -422,6 +422,9 @@ fn process_series(agent: SocketAddr) -> Result<usize> {
     Ok(http_get(agent, "/metrics")?.1.lines().filter(|l| l.contains("kfd_process_id=")).count())
 }
 
+/// Processes the soak runs at once.
+const CHURN_WORKERS: u32 = 4;
+
 /// `field` of /proc/meminfo, KiB (the guest's kernel memory, to tell a leak in the driver from
 /// one in the agent).
 fn meminfo_kib(field: &str) -> Result<u64> {
@@ -463,12 +466,23 @@ fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<(
     let (mut agent, started) = start_agent(&config)?;
     let addr: SocketAddr = field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
     let pid = agent.child.id();
+    // Four at a time (each opens /dev/kfd, creates a queue that runs, and exits with it), so
+    // processes come and go while others run, as on a busy node.
     let churn = |count: u32| -> Result<()> {
-        for _ in 0..count {
-            let w = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "1"])?;
-            assert!(w.finish()?.success());
-        }
-        Ok(())
+        thread::scope(|scope| {
+            let workers: Vec<_> = (0..CHURN_WORKERS)
+                .map(|w| {
+                    scope.spawn(move || -> Result<()> {
+                        for _ in (w..count).step_by(CHURN_WORKERS as usize) {
+                            let p = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "1"])?;
+                            assert!(p.finish()?.success());
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            workers.into_iter().try_for_each(|w| w.join().map_err(|_| anyhow::anyhow!("a churn worker panicked"))?)
+        })
     };
     let settle = || -> Result<usize> {
         let deadline = Instant::now() + Duration::from_secs(120);
