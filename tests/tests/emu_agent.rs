@@ -179,24 +179,13 @@ const REQUESTS: u64 = 6;
 
 /// A server that runs `REQUESTS` requests on GPU 0x1000 once told `go`.
 fn online_server() -> Result<LineHelper> {
-    LineHelper::spawn(
-        "emu-workload",
-        &[
-            "online",
-            "--gpu-id",
-            "0x1000",
-            "--runtime-enable",
-            "--dispatches",
-            "1",
-            "--dispatch-us",
-            "20000",
-            "--period-us",
-            "150000",
-            "--requests",
-            &REQUESTS.to_string(),
-            "--wait-go",
-        ],
-    )
+    let requests = REQUESTS.to_string();
+    let mut args: Vec<&str> =
+        "online --gpu-id 0x1000 --runtime-enable --dispatches 1 --dispatch-us 20000 --period-us 150000 --wait-go"
+            .split(' ')
+            .collect();
+    args.extend(["--requests", &requests]);
+    LineHelper::spawn("emu-workload", &args)
 }
 
 /// `go`, then every request's reply and the summary.
