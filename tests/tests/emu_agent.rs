@@ -17,7 +17,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use gpreempt_tests::{LineHelper, binary, stderr_lines};
+use gpreempt_tests::{LineHelper, binary, stderr_lines, target::tracer_pid};
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
@@ -228,12 +228,6 @@ fn rptr(w: &mut LineHelper) -> Result<u64> {
     Ok(reply["rptr"].as_array().context("no rptr")?.iter().filter_map(Value::as_u64).sum())
 }
 
-/// `TracerPid` of `pid` (0: nobody ptraces it).
-fn tracer_pid(pid: u32) -> Result<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    Ok(gpreempt::model::procinfo::status_field(&status, "TracerPid").context("no TracerPid")?.trim().parse()?)
-}
-
 fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
@@ -268,7 +262,7 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     assert_eq!(field(&attached, "pid"), Some(offline.pid().to_string().as_str()), "{attached}");
     assert_eq!(field(&attached, "queues"), Some("1"));
     agent.wait_lines(&["policy started policy=first"], Duration::from_secs(60))?;
-    assert_ne!(tracer_pid(offline.pid())?, 0, "the policy thread holds the offline job");
+    assert_eq!(tracer_pid(offline.pid())?, agent.child.id(), "the policy thread holds the offline job");
     let agent_addr: SocketAddr = field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
     assert_eq!(http_get(agent_addr, "/healthz")?, (200, "ok\n".to_owned()));
 
@@ -291,7 +285,10 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     assert_eq!(settle(prom_addr, "up{job=\"gpreempt\"}", "job", &[("gpreempt", 1.0)]), [("gpreempt".into(), 1.0)]);
 
     // Two workloads with idle rings: 2 queues on GPU 0x1000, 3 on GPU 0x2000.
-    let a = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "2", "--fill-us", "0"])?;
+    let a = LineHelper::spawn(
+        "emu-workload",
+        &["run", "--gpu-id", "0x1000", "--queues", "2", "--fill-us", "0", "--runtime-enable"],
+    )?;
     let b = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x2000", "--queues", "3", "--fill-us", "0"])?;
     let (pa, pb) = (a.pid().to_string(), b.pid().to_string());
     let active = format!("gpreempt_queues{{state=\"active\",kfd_process_id=~\"{pa}|{pb}\"}}");
@@ -369,7 +366,7 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
         settle(prom_addr, reloads, "result", &[("applied", 1.0), ("rejected", 1.0)]),
         [("applied".into(), 1.0), ("rejected".into(), 1.0)]
     );
-    assert_ne!(tracer_pid(offline.pid())?, 0, "the new policy holds the offline job");
+    assert_eq!(tracer_pid(offline.pid())?, agent.child.id(), "the new policy holds the offline job");
 
     // SIGTERM: a clean exit; the offline job is detached and keeps running, A too.
     agent.signal(Signal::SIGTERM)?;
