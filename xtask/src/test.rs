@@ -19,6 +19,9 @@
 //! this harness moves every such line from passed to skipped, and counts libtest's `ignored` as
 //! skipped too. The closing line is `N passed, M failed, K skipped`: `N passed, M failed` first so
 //! that anything reading the older line still finds it.
+//!
+//! Long tests (the agent's 10,000-process soak) are `#[ignore]`d, so a plain run counts them as
+//! skipped; `--soak` runs them too (libtest's `--include-ignored`), usually with `--filter`.
 
 use std::{
     fs,
