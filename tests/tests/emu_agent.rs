@@ -426,6 +426,7 @@ struct Sample {
     cpu_ticks: u64,
     series: usize,
     unreclaimable_slab_kib: u64,
+    available_kib: u64,
 }
 
 fn sample(agent_pid: u32, addr: SocketAddr) -> Result<Sample> {
@@ -434,6 +435,7 @@ fn sample(agent_pid: u32, addr: SocketAddr) -> Result<Sample> {
         cpu_ticks: cpu_ticks(agent_pid)?,
         series: process_series(addr)?,
         unreclaimable_slab_kib: meminfo_kib("SUnreclaim")?,
+        available_kib: meminfo_kib("MemAvailable")?,
     })
 }
 
@@ -445,6 +447,9 @@ fn sample(agent_pid: u32, addr: SocketAddr) -> Result<Sample> {
 #[ignore = "the 10,000-process soak takes tens of minutes under TCG: `cargo xtask test --soak --filter soak`"]
 fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<()> {
     let n: u32 = std::env::var("GPREEMPT_SOAK_PROCESSES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    // virtme-ng boots the guest with a console log level that hides even a panic; every kernel
+    // message on the console makes a crash, a WARN or the OOM killer visible in the run's output.
+    std::fs::write("/proc/sys/kernel/printk", "7").context("raising the console log level")?;
     let dir = scratch()?.join("soak");
     std::fs::create_dir_all(&dir)?;
     let config = dir.join("agent.toml");
