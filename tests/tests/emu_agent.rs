@@ -502,6 +502,8 @@ fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<(
         peak.rss_kib = peak.rss_kib.max(s.rss_kib);
         peak.series = peak.series.max(s.series);
         peak.unreclaimable_slab_kib = peak.unreclaimable_slab_kib.max(s.unreclaimable_slab_kib);
+        // The "peak" of available memory is its low point.
+        peak.available_kib = peak.available_kib.min(s.available_kib);
     }
     let elapsed = t0.elapsed().as_secs_f64();
     assert_eq!(settle()?, 0, "series back to the baseline");
@@ -517,7 +519,7 @@ fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<(
     eprintln!(
         "soak: {n} processes in {elapsed:.1} s; agent RSS KiB baseline {} peak {} after {}; per-process series \
          baseline {} peak {} after {}; agent CPU {cpu_s:.1} s ({:.1}% of one CPU); guest SUnreclaim KiB baseline {} \
-         peak {} after {}",
+         peak {} after {}; guest MemAvailable KiB baseline {} lowest {} after {}",
         base.rss_kib,
         peak.rss_kib,
         after.rss_kib,
@@ -528,6 +530,9 @@ fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<(
         base.unreclaimable_slab_kib,
         peak.unreclaimable_slab_kib,
         after.unreclaimable_slab_kib,
+        base.available_kib,
+        peak.available_kib,
+        after.available_kib,
     );
     assert_eq!(lost, 0.0, "{exposition}");
     assert_eq!((base.series, after.series), (0, 0));
