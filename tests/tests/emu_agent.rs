@@ -39,7 +39,8 @@ impl Daemon {
         Ok(Self { name, child, lines, seen: Vec::new() })
     }
 
-    /// For each of `needles`, the first new stderr line containing every word of it, in whatever
+    /// For each of `needles`, the first new stderr line containing every whitespace-separated
+    /// word of it (`msg="policy stopped" policy=a` takes the message and the field), in whatever
     /// order they come (lines of the policy threads interleave with the main loop's), within
     /// `wait`.
     fn wait_lines(&mut self, needles: &[&str], wait: Duration) -> Result<Vec<String>> {
@@ -261,7 +262,7 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     let attached = agent.wait_line("offline process attached", Duration::from_secs(60))?;
     assert_eq!(field(&attached, "pid"), Some(offline.pid().to_string().as_str()), "{attached}");
     assert_eq!(field(&attached, "queues"), Some("1"));
-    agent.wait_lines(&["policy started policy=first"], Duration::from_secs(60))?;
+    agent.wait_lines(&[r#"msg="policy started" policy=first"#], Duration::from_secs(60))?;
     assert_eq!(tracer_pid(offline.pid())?, agent.child.id(), "the policy thread holds the offline job");
     let agent_addr: SocketAddr = field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
     assert_eq!(http_get(agent_addr, "/healthz")?, (200, "ok\n".to_owned()));
@@ -354,7 +355,7 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     write(&config, &policy_config("third", &[a.pid()], offline.pid()))?;
     agent.signal(Signal::SIGHUP)?;
     let lines = agent.wait_lines(
-        &["policy stopped policy=first", "config reloaded", "policy started policy=third"],
+        &[r#"msg="policy stopped" policy=first"#, r#"msg="config reloaded""#, r#"msg="policy started" policy=third"#],
         Duration::from_secs(120),
     )?;
     let stopped = &lines[0];
@@ -370,7 +371,7 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
 
     // SIGTERM: a clean exit; the offline job is detached and keeps running, A too.
     agent.signal(Signal::SIGTERM)?;
-    let lines = agent.wait_lines(&["policy stopped policy=third", "msg=exiting"], Duration::from_secs(60))?;
+    let lines = agent.wait_lines(&[r#"msg="policy stopped" policy=third"#, "msg=exiting"], Duration::from_secs(60))?;
     assert_eq!(field(&lines[0], "transitions"), Some("0"), "A never had work: {}", lines[0]);
     assert_eq!(field(&lines[1], "signal"), Some("SIGTERM"));
     assert_eq!(field(&lines[1], "dropped"), Some("0"));
