@@ -486,7 +486,7 @@ mod tests {
         assert_eq!(s.offline, vec![Selector::Pid(HostPid(20))]);
         assert_eq!((s.idle_ms, s.offline_min_share, s.poll_us, s.max_suspend_ms, s.json), (0.5, 0.2, 200, 5000, true));
         let err = Cli::try_parse_from(["gpreempt", "schedule", "--online", "1", "--offline", "vllm"]).unwrap_err();
-        assert!(err.to_string().contains("`vllm` is neither a host pid nor container:NAME"), "{err}");
+        assert!(err.to_string().contains("`vllm` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME"), "{err}");
         let err = Cli::try_parse_from([
             "gpreempt",
             "schedule",

@@ -62,6 +62,12 @@ impl K8sRoots {
         }
     }
 
+    /// The node's state beside `roots`: under the directory that holds its `/proc` (`/` on a
+    /// node; the captured tree when `roots` points at one).
+    pub fn beside(roots: &crate::roots::Roots) -> Self {
+        Self::under(roots.proc.parent().unwrap_or_else(|| Path::new("/")))
+    }
+
     /// The pod of a container found in a cgroup path, or `None` when the node's files do not
     /// say (not in a pod, pod not on this node, no readable runtime record, uids disagree).
     pub fn identify(&self, container: &Container) -> Option<PodRef> {
@@ -122,7 +128,7 @@ impl Keys {
 pub const POD_PREFIX: &str = "pod:";
 
 /// `pod:NAMESPACE/NAME`, each part a glob (`*` any run, `?` one character).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct PodPattern {
     pub namespace: String,
     pub name: String,

@@ -1,5 +1,7 @@
-//! Which processes a command acts on: a host pid, or every KFD process of a container
-//! (`container:NAME`, where NAME is a container name, id or id prefix as `docker` accepts them).
+//! Which processes a command acts on: a host pid, every KFD process of a container
+//! (`container:NAME`, where NAME is a container name, id or id prefix as `docker` accepts them),
+//! or every KFD process of the Kubernetes pods `pod:NAMESPACE/NAME` names (globs; the pod is
+//! read from the node's files by [`crate::k8s`], and an unknown pod matches nothing).
 //!
 //! A selector resolves against the KFD processes of the moment ([`resolve`], the same scan as
 //! `gpreempt ps`) and decides whether a process that opens `/dev/kfd` later belongs to it
@@ -12,6 +14,7 @@ use serde::Serialize;
 
 use crate::{
     domain::HostPid,
+    k8s::{K8sRoots, POD_PREFIX, PodPattern, PodPatternError},
     model::{
         procinfo::{self, Container},
         ps::{self, KfdProcess},
@@ -29,17 +32,23 @@ pub enum Selector {
     Pid(HostPid),
     /// Container name, full id or id prefix.
     Container(String),
+    /// `pod:NAMESPACE/NAME`, each part a glob.
+    Pod(PodPattern),
 }
 
 /// Why a selector does not parse.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SelectorError {
-    #[error("empty selector: give a host pid (e.g. 4242) or container:NAME")]
+    #[error("empty selector: give a host pid (e.g. 4242), container:NAME or pod:NAMESPACE/NAME")]
     Empty,
     #[error("`container:` needs a container name or id after it (e.g. container:trainer)")]
     EmptyContainer,
-    #[error("`{0}` is neither a host pid nor container:NAME (see `gpreempt ps` for the KFD processes)")]
+    #[error(
+        "`{0}` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME (see `gpreempt ps` for the KFD processes)"
+    )]
     Invalid(String),
+    #[error(transparent)]
+    Pod(#[from] PodPatternError),
     #[error("pid 0 names no process; give the host pid of a KFD process (see `gpreempt ps`)")]
     ZeroPid,
 }
@@ -56,6 +65,9 @@ impl FromStr for Selector {
             let name = name.trim();
             return if name.is_empty() { Err(SelectorError::EmptyContainer) } else { Ok(Self::Container(name.into())) };
         }
+        if s.starts_with(POD_PREFIX) {
+            return Ok(Self::Pod(s.parse()?));
+        }
         match s.parse::<u32>() {
             Ok(0) => Err(SelectorError::ZeroPid),
             Ok(pid) => Ok(Self::Pid(HostPid(pid))),
@@ -69,22 +81,25 @@ impl fmt::Display for Selector {
         match self {
             Self::Pid(pid) => write!(f, "{}", pid.0),
             Self::Container(name) => write!(f, "{CONTAINER_PREFIX}{name}"),
+            Self::Pod(pattern) => write!(f, "{pattern}"),
         }
     }
 }
 
 impl Selector {
-    /// Does the process `pid`, in `container` (if any), belong to this selector?
-    pub fn matches(&self, pid: HostPid, container: Option<&Container>) -> bool {
+    /// Does the process `pid`, in `container` (if any), belong to this selector? A pod is looked
+    /// up in the node's files under `k8s`.
+    pub fn matches(&self, pid: HostPid, container: Option<&Container>, k8s: &K8sRoots) -> bool {
         match self {
             Self::Pid(p) => *p == pid,
             Self::Container(name) => container.is_some_and(|c| c.matches(name)),
+            Self::Pod(pattern) => pattern.matches(container.and_then(|c| k8s.identify(c)).as_ref()),
         }
     }
 
-    /// [`Selector::matches`] for a process of a `ps` scan.
-    pub fn matches_process(&self, p: &KfdProcess) -> bool {
-        self.matches(HostPid(p.pid()), p.info.as_ref().and_then(|i| i.container.as_ref()))
+    /// [`Selector::matches`] for a process of a `ps` scan of `roots`.
+    pub fn matches_process(&self, p: &KfdProcess, roots: &Roots) -> bool {
+        self.matches(HostPid(p.pid()), p.info.as_ref().and_then(|i| i.container.as_ref()), &K8sRoots::beside(roots))
     }
 
     /// [`Selector::matches`] for a pid seen opening `/dev/kfd` now: its container is read from
@@ -92,9 +107,9 @@ impl Selector {
     pub fn matches_new(&self, roots: &Roots, pid: HostPid) -> bool {
         match self {
             Self::Pid(p) => *p == pid,
-            Self::Container(_) => procinfo::read_with(&roots.proc, &roots.docker, pid.0)
+            Self::Container(_) | Self::Pod(_) => procinfo::read_with(&roots.proc, &roots.docker, pid.0)
                 .ok()
-                .is_some_and(|info| self.matches(pid, info.container.as_ref())),
+                .is_some_and(|info| self.matches(pid, info.container.as_ref(), &K8sRoots::beside(roots))),
         }
     }
 }
@@ -112,7 +127,8 @@ pub struct Resolved {
     /// Pid selectors that name no KFD process now (the caller decides whether that is an error:
     /// see [`crate::kfd::target::Target`] for why).
     pub unmatched_pids: Vec<HostPid>,
-    /// Container selectors with no KFD process now (their processes may start later).
+    /// Container and pod selectors with no KFD process now (their processes may start later):
+    /// a container's name, or a pod selector as written (`pod:NAMESPACE/NAME`).
     pub empty_containers: Vec<String>,
     /// What the scan could not read.
     pub notes: Vec<String>,
@@ -121,19 +137,20 @@ pub struct Resolved {
 /// Match `selectors` against the KFD processes under `roots` now.
 pub fn resolve(selectors: &[Selector], roots: &Roots) -> Resolved {
     let (processes, notes) = ps::scan(roots);
-    resolve_in(selectors, &processes, notes)
+    resolve_in(selectors, &processes, notes, roots)
 }
 
-/// [`resolve`] over an already scanned process list.
-pub fn resolve_in(selectors: &[Selector], processes: &[KfdProcess], notes: Vec<String>) -> Resolved {
+/// [`resolve`] over an already scanned process list (of `roots`).
+pub fn resolve_in(selectors: &[Selector], processes: &[KfdProcess], notes: Vec<String>, roots: &Roots) -> Resolved {
     let mut out = Resolved { notes, ..Resolved::default() };
     for sel in selectors {
         let hits: Vec<HostPid> =
-            processes.iter().filter(|p| sel.matches_process(p)).map(|p| HostPid(p.pid())).collect();
+            processes.iter().filter(|p| sel.matches_process(p, roots)).map(|p| HostPid(p.pid())).collect();
         if hits.is_empty() {
             match sel {
                 Selector::Pid(pid) => out.unmatched_pids.push(*pid),
                 Selector::Container(name) => out.empty_containers.push(name.clone()),
+                Selector::Pod(pattern) => out.empty_containers.push(pattern.to_string()),
             }
         }
         out.pids.extend(hits);
@@ -190,8 +207,22 @@ mod tests {
         assert_eq!("0".parse::<Selector>(), Err(SelectorError::ZeroPid));
         assert_eq!("trainer".parse::<Selector>(), Err(SelectorError::Invalid("trainer".into())));
         assert_eq!("-5".parse::<Selector>(), Err(SelectorError::Invalid("-5".into())));
-        let err = "pod:x".parse::<Selector>().unwrap_err().to_string();
-        assert_eq!(err, "`pod:x` is neither a host pid nor container:NAME (see `gpreempt ps` for the KFD processes)");
+        let err = "trainer".parse::<Selector>().unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "`trainer` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME (see `gpreempt ps` for the KFD processes)"
+        );
+        assert_eq!(
+            "pod:batch/train-*".parse(),
+            Ok(Selector::Pod(PodPattern { namespace: "batch".into(), name: "train-*".into() }))
+        );
+        assert_eq!("pod:x".parse::<Selector>(), Err(SelectorError::Pod(PodPatternError::NotPod("pod:x".into()))));
+        assert_eq!(
+            "pod:x".parse::<Selector>().unwrap_err().to_string(),
+            "`pod:x` is not a pod selector: write pod:NAMESPACE/NAME (globs allowed, e.g. pod:batch/train-*)"
+        );
+        assert_eq!("pod:/x".parse::<Selector>(), Err(SelectorError::Pod(PodPatternError::Empty("pod:/x".into()))));
+        assert_eq!(Selector::Pod("pod:ml/*".parse().unwrap()).to_string(), "pod:ml/*");
         assert_eq!(Selector::Container("trainer".into()).to_string(), "container:trainer");
         assert_eq!(Selector::Pid(HostPid(9)).to_string(), "9");
     }
@@ -212,6 +243,33 @@ mod tests {
         // A pid that never opened /dev/kfd is not a KFD process.
         let r = resolve(&["400".parse().unwrap()], &roots);
         assert_eq!((r.pids, r.unmatched_pids), (vec![], vec![HostPid(400)]));
+    }
+
+    #[test]
+    fn pod_selectors_match_the_processes_of_the_pods_the_node_names() {
+        let (dir, roots) = host();
+        let r = dir.path();
+        // Pid 500 runs in pod ml/trainer-0 (containerd, systemd driver, cgroup v2: the fixture).
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/cgroup/containerd-systemd-v2");
+        let cgroup = fs::read_to_string(fixture.join("proc/self/cgroup")).unwrap();
+        write(r, "sys/class/kfd/kfd/proc/500/pasid", "32771\n");
+        write(r, "proc/500/comm", "python3\n");
+        write(r, "proc/500/status", "Name:\tpython3\nNSpid:\t500\n");
+        write(r, "proc/500/cgroup", &cgroup);
+        fs::create_dir_all(r.join("var/lib/kubelet/pods/5f1c2b3a-9d8e-4f70-a1b2-c3d4e5f60718")).unwrap();
+        let task = "run/containerd/io.containerd.runtime.v2.task/k8s.io/\
+                    7c1e0b8f3a2d4e5f60718293a4b5c6d7e8f90123456789abcdef0123456789ab/config.json";
+        write(r, task, &fs::read_to_string(fixture.join(task)).unwrap());
+        let sel = |s: &str| -> Vec<Selector> { vec![s.parse().unwrap()] };
+        assert_eq!(resolve(&sel("pod:ml/trainer-*"), &roots).pids, vec![HostPid(500)]);
+        assert_eq!(resolve(&sel("pod:*/*"), &roots).pids, vec![HostPid(500)], "Docker's processes are in no pod");
+        let none = resolve(&sel("pod:batch/*"), &roots);
+        assert_eq!((none.pids, none.empty_containers), (vec![], vec!["pod:batch/*".to_owned()]));
+        assert!(any_matches_new(&sel("pod:m?/trainer-0"), &roots, HostPid(500)));
+        assert!(!any_matches_new(&sel("pod:ml/trainer-0"), &roots, HostPid(100)));
+        // Without the kubelet's pod directory the pod is unknown, and unknown matches nothing.
+        fs::remove_dir_all(r.join("var/lib/kubelet")).unwrap();
+        assert!(!any_matches_new(&sel("pod:*/*"), &roots, HostPid(500)));
     }
 
     #[test]

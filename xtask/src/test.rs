@@ -19,6 +19,9 @@
 //! this harness moves every such line from passed to skipped, and counts libtest's `ignored` as
 //! skipped too. The closing line is `N passed, M failed, K skipped`: `N passed, M failed` first so
 //! that anything reading the older line still finds it.
+//!
+//! Long tests (the agent's 10,000-process soak) are `#[ignore]`d, so a plain run counts them as
+//! skipped; `--soak` runs them too (libtest's `--include-ignored`), usually with `--filter`.
 
 use std::{
     fs,
@@ -51,6 +54,9 @@ pub struct TestArgs {
     /// Only run integration tests whose name contains this.
     #[arg(long)]
     pub filter: Option<String>,
+    /// Also run the `#[ignore]`d long tests (the agent's 10,000-process soak); CI leaves them out.
+    #[arg(long)]
+    pub soak: bool,
 }
 
 /// What a skipped test prints (see the module doc; emitted by `gpreempt_tests::skip!`).
@@ -178,15 +184,16 @@ struct Pass<'a> {
 /// so it unloads; one boot per kernel instead of two saves a TCG boot of 20-45 s and the test
 /// binaries' first load over 9p). A pass whose driver did not load counts as one failure; a test
 /// binary that crashed before its summary line too.
-fn vm_boot(kernel: Kernel, passes: &[Pass], filter: Option<&str>) -> Vec<(String, Result<Tally>)> {
+fn vm_boot(kernel: Kernel, passes: &[Pass], filter: Option<&str>, soak: bool) -> Vec<(String, Result<Tally>)> {
     let mut command = String::from("set -o pipefail; ");
     for (i, pass) in passes.iter().enumerate() {
         let rc = format!("\"$GPREEMPT_VM_OUT/pass{i}.rc\"");
         command.push_str(&format!("rc=0; if {{ {}; }}; then ", pass.load));
         for exe in pass.binaries {
             command.push_str(&format!(
-                "{} --test-threads=1 {} 2>&1 | tee -a \"$GPREEMPT_VM_OUT/{}\" || rc=1; ",
+                "{} --test-threads=1 {}{} 2>&1 | tee -a \"$GPREEMPT_VM_OUT/{}\" || rc=1; ",
                 exe.display(),
+                if soak { "--include-ignored " } else { "" },
                 filter.map(vm::shell_quote).unwrap_or_default(),
                 pass.log,
             ));
@@ -310,7 +317,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
                             continue;
                         }
                     };
-                    for (name, result) in vm_boot(kernel, &passes, args.filter.as_deref()) {
+                    for (name, result) in vm_boot(kernel, &passes, args.filter.as_deref(), args.soak) {
                         stage(&name, &mut tally, || result);
                     }
                 }

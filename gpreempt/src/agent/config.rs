@@ -15,12 +15,12 @@
 //! max_suspend_ms = 2000      # never keep them suspended longer than this at once
 //! ```
 
-use std::{collections::HashSet, fmt, net::SocketAddr, ops::Range, path::Path, str::FromStr, time::Duration};
+use std::{collections::HashSet, net::SocketAddr, ops::Range, path::Path, time::Duration};
 
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::{domain::HostPid, k8s::PodPattern, select};
+use crate::select::Selector;
 
 /// The default `--metrics-addr`: loopback only, the port Prometheus's exporter list gives the
 /// next free slot after AMD's device-metrics exporter.
@@ -39,46 +39,6 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self { metrics_addr: None, process_grace: DEFAULT_PROCESS_GRACE, policies: Vec::new() }
-    }
-}
-
-/// Which processes a policy names.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Selector {
-    Pid(HostPid),
-    /// `container:NAME`: a container name, id or id prefix.
-    Container(String),
-    /// `pod:NAMESPACE/NAME` (globs).
-    Pod(PodPattern),
-}
-
-impl fmt::Display for Selector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Pid(p) => write!(f, "{p}"),
-            Self::Container(c) => write!(f, "container:{c}"),
-            Self::Pod(p) => write!(f, "{p}"),
-        }
-    }
-}
-
-impl FromStr for Selector {
-    type Err = String;
-
-    /// `pod:` here; a pid or `container:` as `gpreempt schedule` parses them ([`select::Selector`]).
-    fn from_str(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        if s.starts_with(crate::k8s::POD_PREFIX) {
-            return s.parse().map(Self::Pod).map_err(|e: crate::k8s::PodPatternError| e.to_string());
-        }
-        match s.parse::<select::Selector>() {
-            Ok(select::Selector::Pid(pid)) => Ok(Self::Pid(pid)),
-            Ok(select::Selector::Container(name)) => Ok(Self::Container(name)),
-            Err(select::SelectorError::Invalid(_)) => {
-                Err(format!("`{s}` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME"))
-            }
-            Err(e) => Err(e.to_string()),
-        }
     }
 }
 
@@ -195,7 +155,9 @@ impl Config {
                 list.get_ref()
                     .iter()
                     .map(|s| {
-                        s.get_ref().parse().map_err(|e| invalid(s.span(), format!("policy `{name}`, {side}: {e}")))
+                        s.get_ref()
+                            .parse::<Selector>()
+                            .map_err(|e| invalid(s.span(), format!("policy `{name}`, {side}: {e}")))
                     })
                     .collect()
             };

@@ -1,14 +1,16 @@
 //! `gpreempt agent`: the node daemon's parts that are not the tracer loop itself — its
 //! configuration ([`config`]), its HTTP endpoint ([`http`]), its log lines ([`log_line`]) and the
-//! seam through which configured policies reach a scheduler ([`PolicyRunner`]).
+//! seam through which configured policies reach a scheduler ([`PolicyRunner`], run by
+//! [`policies::Policies`]).
 
 pub mod config;
 pub mod http;
+pub mod policies;
 
 use std::fmt::Write as _;
 
 pub use self::config::{Config, Policy};
-use crate::trace::pipeline::Observed;
+use crate::trace::decode::Event;
 
 /// One structured log line for stderr: `level=info msg="…" key=value …`, values quoted when
 /// they hold spaces, quotes or `=`. journald keeps each line as one entry (with its own
@@ -43,14 +45,14 @@ fn quote(v: &str) -> String {
 }
 
 /// What applies the configured policies to the processes the tracer sees. The agent calls
-/// [`PolicyRunner::configure`] at start and after every accepted reload, feeds every notice and
-/// span through [`PolicyRunner::observe`], and calls [`PolicyRunner::shutdown`] on SIGTERM; a
+/// [`PolicyRunner::configure`] at start and after every accepted reload, feeds every tracer
+/// record through [`PolicyRunner::observe`], and calls [`PolicyRunner::shutdown`] on SIGTERM; a
 /// runner resumes and detaches every process it suspended before `shutdown` returns.
 pub trait PolicyRunner {
     /// The policies in force from now on (replacing the previous ones).
     fn configure(&mut self, policies: &[Policy]);
-    /// A process or queue appeared or went away, or a span closed.
-    fn observe(&mut self, observed: &Observed);
+    /// One record of the tracer (processes and queues that appear or go are what matter).
+    fn observe(&mut self, event: &Event);
     /// The agent is exiting: leave every process running and detached.
     fn shutdown(&mut self);
 }

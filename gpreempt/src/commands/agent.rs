@@ -5,9 +5,11 @@ use std::{cell::RefCell, path::Path, rc::Rc, time::Duration};
 use anyhow::{Context, Result};
 use gpreempt::{
     agent::{
+        PolicyRunner,
         config::{self, Config},
         http::{self, Health},
         log_line,
+        policies::Policies,
     },
     clock::boottime_ns,
     k8s::K8sRoots,
@@ -101,13 +103,8 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             ("process_grace_s", &config.process_grace.as_secs()),
         ],
     );
-    if !config.policies.is_empty() {
-        log(
-            "warn",
-            "policies are validated but not applied: this build has no scheduler",
-            &[("policies", &describe_policies(&config))],
-        );
-    }
+    let mut policies = Policies::new(metrics.clone());
+    policies.configure(&config.policies);
 
     let mut tick = tokio::time::interval(TICK);
     let mut events: u64 = 0;
@@ -121,6 +118,9 @@ pub async fn run(args: AgentArgs) -> Result<()> {
                     if new.process_grace != config.process_grace || new.metrics_addr != config.metrics_addr {
                         log("warn", "process_grace_s and metrics_addr take effect at the next start", &[]);
                     }
+                    // Changed policies stop (their offline processes resumed and detached) before
+                    // the new ones start.
+                    policies.configure(&new.policies);
                     log("info", "config reloaded", &[("policies", &describe_policies(&new))]);
                     config = new;
                 }
@@ -138,7 +138,10 @@ pub async fn run(args: AgentArgs) -> Result<()> {
                 recorder.borrow_mut().refresh(pipeline.model());
                 metrics.set_losses(&stream.losses()?);
             }
-            batch = stream.next_batch(|e| pipeline.deliver(&e)) => {
+            batch = stream.next_batch(|e| {
+                policies.observe(&e);
+                pipeline.deliver(&e);
+            }) => {
                 let n = batch? as u64;
                 events += n;
                 metrics.add_events(n);
@@ -146,6 +149,8 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             }
         }
     };
+    // Every offline process resumed and detached before the agent goes.
+    policies.shutdown();
     // Records written before we stopped still count.
     let n = stream.drain(|e| pipeline.deliver(&e)) as u64;
     metrics.add_events(n);

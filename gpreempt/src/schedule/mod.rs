@@ -18,6 +18,7 @@
 //! their index addresses; the online process is never kept attached. On HWS GPUs every suspend
 //! and resume unmaps every queue of the device, the online process's too.
 
+pub mod channel;
 pub mod control;
 pub mod discover;
 pub mod hints;

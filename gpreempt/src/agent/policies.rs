@@ -1,0 +1,275 @@
+//! The configured policies at work: each runs a [`Scheduler`] over [`Session`]s on a thread of
+//! its own. A session is bound to the thread that attached it (ptrace's tracer is a thread, and
+//! the session's watchdog and signals are set up on it), so the policy thread attaches, holds,
+//! resumes and detaches its offline processes itself. The agent's tracer loop forwards every
+//! record that announces or ends a process or a queue ([`change_of`]) to every policy thread;
+//! a policy never starts a tracer of its own.
+//!
+//! A reload stops the policies that changed or went (their offline processes resumed and
+//! detached: the thread joins only after DISABLE) before it starts the new ones, so no process is
+//! ever held by two policies' sessions at once (KFD accepts one debugger per process).
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc::Sender,
+    },
+    thread::{self, JoinHandle},
+    time::Duration,
+};
+
+use super::{Policy, PolicyRunner, log_line};
+use crate::{
+    kfd::session::Session,
+    metrics::{self, Metrics},
+    schedule::{self, Event, Scheduler, channel, discover::Change, discover::change_of, policy::PolicyConfig},
+    trace::decode,
+};
+
+/// One policy's thread.
+struct Running {
+    policy: Policy,
+    changes: Sender<Change>,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+/// The [`PolicyRunner`] of `gpreempt agent`: one scheduler thread per policy, fed from the
+/// agent's tracer, reporting into the `gpreempt_scheduler_*` families.
+pub struct Policies {
+    metrics: Metrics,
+    running: Vec<Running>,
+}
+
+fn log(level: &str, msg: &str, fields: &[(&str, &dyn std::fmt::Display)]) {
+    eprintln!("{}", log_line(level, msg, fields));
+}
+
+impl Policies {
+    pub fn new(metrics: Metrics) -> Self {
+        Self { metrics, running: Vec::new() }
+    }
+
+    fn start(&mut self, policy: &Policy) {
+        // The channel exists before the scheduler resolves its selectors, so a process that
+        // opens /dev/kfd while it attaches is still announced to it.
+        let (changes, discovery) = channel::pair();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (p, flag, metrics) = (policy.clone(), stop.clone(), self.metrics.clone());
+        let spawned = thread::Builder::new()
+            .name(format!("policy-{}", policy.name))
+            .spawn(move || run(&p, discovery, &flag, &metrics));
+        match spawned {
+            Ok(thread) => self.running.push(Running { policy: policy.clone(), changes, stop, thread }),
+            Err(e) => log("error", "policy thread not started", &[("policy", &policy.name), ("error", &e)]),
+        }
+    }
+
+    /// Stop the policy threads for which `retire` holds, and wait until each has detached.
+    fn stop_where(&mut self, retire: impl Fn(&Running) -> bool) {
+        let (gone, kept): (Vec<Running>, Vec<Running>) =
+            std::mem::take(&mut self.running).into_iter().partition(|r| retire(r));
+        self.running = kept;
+        for r in &gone {
+            r.stop.store(true, Ordering::Relaxed);
+        }
+        for r in gone {
+            if r.thread.join().is_err() {
+                log("error", "policy thread panicked", &[("policy", &r.policy.name)]);
+            }
+        }
+    }
+}
+
+impl PolicyRunner for Policies {
+    /// A policy whose scheduler could not start (its thread has ended) is started again, so a
+    /// reload retries it.
+    fn configure(&mut self, policies: &[Policy]) {
+        self.stop_where(|r| !policies.contains(&r.policy) || r.thread.is_finished());
+        for p in policies {
+            if !self.running.iter().any(|r| &r.policy == p) {
+                self.start(p);
+            }
+        }
+    }
+
+    fn observe(&mut self, event: &decode::Event) {
+        if let Some(change) = change_of(event) {
+            for r in &self.running {
+                // A policy thread that ended (it could not start) has dropped its receiver.
+                let _ = r.changes.send(change);
+            }
+        }
+    }
+
+    fn shutdown(&mut self) {
+        self.stop_where(|_| true);
+    }
+}
+
+/// The scheduler's configuration for `policy`.
+fn scheduler_config(policy: &Policy) -> schedule::Config {
+    let p = &policy.params;
+    schedule::Config {
+        online: policy.online.clone(),
+        offline: policy.offline.clone(),
+        policy: PolicyConfig {
+            idle: p.idle,
+            max_suspend: p.max_suspend,
+            min_share: p.offline_min_share,
+            ..PolicyConfig::default()
+        },
+        poll: p.poll,
+        // The periodic report is not logged; a long period keeps it cheap.
+        interval: Duration::from_secs(60),
+        ..schedule::Config::default()
+    }
+}
+
+/// The policy thread: start the scheduler, run it until `stop`, report into `metrics` and the log.
+fn run(policy: &Policy, discovery: channel::ChannelDiscovery, stop: &AtomicBool, metrics: &Metrics) {
+    let name = policy.name.as_str();
+    let mut recorder = Recorder { name, metrics, suspended_at_ms: None };
+    let mut emit = |e: &Event| recorder.event(e);
+    let scheduler = match Scheduler::<Session>::start(scheduler_config(policy), Box::new(discovery), &mut emit) {
+        Ok(s) => s,
+        Err(e) => {
+            log("error", "policy not started", &[("policy", &name), ("error", &e)]);
+            return;
+        }
+    };
+    log("info", "policy started", &[("policy", &name)]);
+    scheduler.run(stop, &mut emit);
+}
+
+/// Turns one policy's scheduler events into metrics and log lines.
+struct Recorder<'a> {
+    name: &'a str,
+    metrics: &'a Metrics,
+    /// When the current suspension began (scheduler milliseconds).
+    suspended_at_ms: Option<f64>,
+}
+
+impl Recorder<'_> {
+    fn event(&mut self, event: &Event) {
+        let policy = &self.name;
+        match event {
+            Event::Transition(t) if t.action == "suspend" => {
+                self.metrics.scheduler_transition(self.name, metrics::Transition::Suspend);
+                if let Some(us) = t.reaction_us {
+                    self.metrics.scheduler_reaction(self.name, us / 1e6);
+                }
+                if t.queues > 0 {
+                    self.suspended_at_ms = Some(t.t_ms);
+                }
+                if !t.errors.is_empty() {
+                    log("warn", "suspend failed", &[("policy", policy), ("errors", &t.errors.join("; "))]);
+                }
+            }
+            Event::Transition(t) => {
+                self.metrics.scheduler_transition(self.name, metrics::Transition::Resume);
+                if let Some(at) = self.suspended_at_ms.take() {
+                    self.metrics.scheduler_suspended(self.name, (t.t_ms - at).max(0.0) / 1e3);
+                }
+                if !t.errors.is_empty() {
+                    log("warn", "resume failed", &[("policy", policy), ("errors", &t.errors.join("; "))]);
+                }
+            }
+            Event::OfflineAttached { pid, comm, queues, .. } => log(
+                "info",
+                "offline process attached",
+                &[("policy", policy), ("pid", pid), ("comm", comm), ("queues", queues)],
+            ),
+            Event::OfflineAttachFailed { pid, error } => {
+                log("warn", "offline process not attached", &[("policy", policy), ("pid", pid), ("error", error)]);
+            }
+            Event::OfflineDetached { pid, reason, .. } => {
+                log("info", "offline process detached", &[("policy", policy), ("pid", pid), ("reason", reason)]);
+            }
+            Event::OnlineAdded { pid, queues, .. } => {
+                log("info", "online process watched", &[("policy", policy), ("pid", pid), ("queues", queues)]);
+            }
+            Event::OnlineGone { pid } => log("info", "online process gone", &[("policy", policy), ("pid", pid)]),
+            Event::Warning { message } => log("warn", "policy", &[("policy", policy), ("message", message)]),
+            Event::Summary(r) => log(
+                "info",
+                "policy stopped",
+                &[
+                    ("policy", policy),
+                    ("suspends", &r.suspends),
+                    ("resumes", &r.resumes),
+                    ("transitions", &(r.suspends + r.resumes)),
+                    ("failed_suspends", &r.failed_suspends),
+                    ("suspended_ms", &format!("{:.1}", r.suspended_ms)),
+                    ("reactions", &r.reaction_us.as_ref().map_or(0, |s| s.count)),
+                ],
+            ),
+            Event::OnlineQueue { .. } | Event::Interval(_) | Event::HintMalformed { .. } => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{agent::config::Config, schedule::Transition};
+
+    fn transition(action: &'static str, t_ms: f64, queues: i64, reaction_us: Option<f64>) -> Event {
+        Event::Transition(Transition {
+            t_ms,
+            action,
+            reason: None,
+            latency_us: 40.0,
+            reaction_us,
+            queues,
+            errors: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn a_policy_becomes_the_schedulers_configuration() {
+        let text = "[[policy]]\nname = \"p\"\nonline = [\"pod:serving/*\"]\noffline = [\"42\", \"container:batch\"]\n\
+                    idle_ms = 7\npoll_us = 300\noffline_min_share = 0.25\nmax_suspend_ms = 900\n";
+        let config = Config::parse(text, "agent.toml").unwrap();
+        let c = scheduler_config(&config.policies[0]);
+        assert_eq!(c.online, config.policies[0].online);
+        assert_eq!(c.offline, config.policies[0].offline);
+        assert_eq!(
+            c.policy,
+            PolicyConfig {
+                idle: Duration::from_millis(7),
+                max_suspend: Duration::from_millis(900),
+                min_share: 0.25,
+                ..PolicyConfig::default()
+            }
+        );
+        assert_eq!(c.poll, Duration::from_micros(300));
+    }
+
+    #[test]
+    fn transitions_feed_the_scheduler_families_of_their_policy() {
+        let metrics = Metrics::new("node-a", "0.0.0");
+        let mut r = Recorder { name: "p", metrics: &metrics, suspended_at_ms: None };
+        r.event(&transition("suspend", 100.0, 2, Some(1500.0)));
+        r.event(&transition("resume", 350.0, 2, None));
+        // A suspend that held nothing adds no suspended time; its resume neither.
+        r.event(&transition("suspend", 400.0, 0, None));
+        r.event(&transition("resume", 900.0, 0, None));
+        let text = metrics.encode();
+        // Series of a family come in hash order: compare them sorted.
+        let mut lines: Vec<&str> =
+            text.lines().filter(|l| l.starts_with("gpreempt_scheduler_") && !l.contains("_bucket")).collect();
+        lines.sort_unstable();
+        assert_eq!(
+            lines,
+            [
+                r#"gpreempt_scheduler_reaction_seconds_count{hostname="node-a",policy="p"} 1"#,
+                r#"gpreempt_scheduler_reaction_seconds_sum{hostname="node-a",policy="p"} 0.0015"#,
+                r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p"} 0.25"#,
+                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",transition="resume"} 2"#,
+                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",transition="suspend"} 2"#,
+            ]
+        );
+    }
+}
