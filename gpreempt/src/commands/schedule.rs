@@ -10,9 +10,11 @@ use anyhow::Result;
 use gpreempt::{
     kfd::session::Session,
     roots::Roots,
+    kfd::debugger::Options,
     schedule::{
-        Config, Event, Interval, Report, Scheduler,
+        Config, Event, Interval, Report, Scheduler, check_kernel,
         discover::{Discovery, SysfsDiscovery, TracerDiscovery},
+        kernel::DriverCalls,
         policy::PolicyConfig,
     },
     stats::Summary,
@@ -24,11 +26,13 @@ use crate::cli::ScheduleArgs;
 pub fn run(args: &ScheduleArgs) -> Result<()> {
     let stop = interrupt::install()?;
     let roots = Roots::default();
+    let session = Options::default();
+    let version = check_kernel(&session.device)?;
     // The tracer first, so nothing that appears while the scheduler starts is missed.
     let discovery: Box<dyn Discovery> = if args.no_trace {
         Box::new(SysfsDiscovery::new(roots.clone()))
     } else {
-        match TracerDiscovery::start(None) {
+        match TracerDiscovery::start(Some(version), &roots) {
             Ok(t) => Box::new(t),
             Err(e) => {
                 eprintln!("gpreempt: the tracer could not attach ({e}); finding new processes in sysfs instead");
@@ -50,6 +54,7 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
         interval: Duration::from_millis(args.interval_ms.max(1)),
         hint_socket: args.hint_socket.clone(),
         roots,
+        session,
         ..Config::default()
     };
     let status = !args.json && std::io::stderr().is_terminal();
@@ -154,6 +159,28 @@ fn print_report(r: &Report) {
             "hints: {} begin, {} end, {} malformed, {} connection(s)",
             h.begins, h.ends, h.malformed, h.connections
         );
+    }
+    if let Some(k) = &r.kernel {
+        let calls = |name: &str, c: &DriverCalls| {
+            println!(
+                "in the driver, {name} ({} calls), us: {}; unmap {}; fence wait {}; remap {}",
+                c.count,
+                line(&c.duration_us),
+                line(&c.unmap_us),
+                line(&c.fence_wait_us),
+                line(&c.remap_us)
+            );
+            println!(
+                "  collateral: {} queue(s) of other processes preempted, {} of them online",
+                c.collateral_queues, c.collateral_online_queues
+            );
+        };
+        calls("suspend", &k.suspend);
+        calls("resume", &k.resume);
+        if !k.collateral_pids.is_empty() {
+            let pids: Vec<String> = k.collateral_pids.iter().map(ToString::to_string).collect();
+            println!("  processes preempted as collateral: {}", pids.join(" "));
+        }
     }
     println!("runlist refreshes from attaching: {}", r.attach_refreshes);
     println!("gpreempt CPU: {:.1} ms ({:.2}% of one core)", r.cpu_ms, 100.0 * r.cpu_share);
