@@ -8,9 +8,9 @@ use std::{
 
 use anyhow::Result;
 use gpreempt::{
+    kfd::debugger::Options,
     kfd::session::Session,
     roots::Roots,
-    kfd::debugger::Options,
     schedule::{
         Config, Event, Interval, Report, Scheduler, check_kernel,
         discover::{Discovery, SysfsDiscovery, TracerDiscovery},
@@ -100,6 +100,9 @@ fn show(e: &Event, json: bool, status: bool) {
         Event::OfflineAttachFailed { pid, error } => eprintln!("gpreempt: offline pid {pid} not attached: {error}"),
         Event::OfflineDetached { pid, reason, detached } => {
             eprintln!("gpreempt: offline pid {pid} detached ({reason}; {} queue(s) resumed)", detached.resumed)
+        }
+        Event::OfflineQueuesHeld { pid, queues } => {
+            eprintln!("gpreempt: offline pid {pid} created queues while held; {queues} queue(s) suspended now")
         }
         Event::OnlineAdded { pid, queues, snapshot, occupancy_files } => eprintln!(
             "gpreempt: online pid {pid} watched, {queues} queue(s){}{}",

@@ -230,6 +230,12 @@ pub enum Event {
         reason: &'static str,
         detached: Detached,
     },
+    /// A held offline process created queues: they are suspended too; `queues` is how many of
+    /// its queues are suspended now.
+    OfflineQueuesHeld {
+        pid: HostPid,
+        queues: i32,
+    },
     /// An online process is watched; `snapshot`: its existing queues were learnt with one
     /// debug-trap snapshot (ENABLE, GET_QUEUE_SNAPSHOT, DISABLE: two runlist refreshes).
     OnlineAdded {
@@ -693,7 +699,13 @@ impl<C: Control> Scheduler<C> {
                     }
                     Notice::QueuesAppeared if self.offline[i].suspended => {
                         // A queue created while held runs until it is suspended too.
-                        let _ = self.offline[i].control.suspend(&Selection::All);
+                        let pid = self.offline[i].pid;
+                        match self.offline[i].control.suspend(&Selection::All) {
+                            Ok(b) => emit(&Event::OfflineQueuesHeld { pid, queues: b.count }),
+                            Err(e) => emit(&Event::Warning {
+                                message: format!("pid {pid} created queues while held; suspending them failed: {e}"),
+                            }),
+                        }
                     }
                     _ => {}
                 }
