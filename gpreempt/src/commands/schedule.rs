@@ -55,7 +55,6 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
         hint_socket: args.hint_socket.clone(),
         roots,
         session,
-        ..Config::default()
     };
     let status = !args.json && std::io::stderr().is_terminal();
     let json = args.json;
