@@ -157,27 +157,51 @@ pub enum Privilege {
 /// `CAP_SYS_PTRACE` (include/uapi/linux/capability.h; libc does not name the capabilities).
 const CAP_SYS_PTRACE: libc::c_ulong = 19;
 
+/// In a child before exec: root's permitted set after exec is its inheritable set plus its
+/// bounding set (execve of a binary without file capabilities, Linux capabilities(7)), so
+/// CAP_SYS_PTRACE leaves both.
+fn drop_ptrace() -> std::io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let err = std::io::Error::last_os_error;
+    let mut header = Header { version: VERSION_3, pid: 0 };
+    let mut data = [Data::default(); 2];
+    // SAFETY: the header and the two data words are what capget/capset take for version 3.
+    unsafe {
+        if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
+            return Err(err());
+        }
+        data[0].inheritable &= !(1 << CAP_SYS_PTRACE);
+        if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
+            return Err(err());
+        }
+        let zero: libc::c_ulong = 0;
+        if libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, zero, zero, zero) != 0 {
+            return Err(err());
+        }
+    }
+    Ok(())
+}
+
 /// `gpreempt schedule ARGS` that must refuse to start: its exit code and stderr.
 pub fn refused(args: &[&str], privilege: Privilege) -> (Option<i32>, String) {
     let mut command = Command::new(binary("gpreempt").unwrap());
     command.arg("schedule").args(args);
     if privilege == Privilege::RootWithoutPtrace {
-        // SAFETY: prctl is async-signal-safe and touches only the child's own credentials.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(
-                    libc::PR_CAPBSET_DROP,
-                    CAP_SYS_PTRACE,
-                    0 as libc::c_ulong,
-                    0 as libc::c_ulong,
-                    0 as libc::c_ulong,
-                ) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // SAFETY: prctl and the capability system calls are async-signal-safe and change only
+        // the child's own credentials.
+        unsafe { command.pre_exec(drop_ptrace) };
     }
     let out = command.output().unwrap();
     assert!(!out.status.success(), "{args:?} was accepted");
