@@ -301,6 +301,10 @@ fn emu_schedule_an_offline_exit_mid_suspension_is_detached_and_a_second_controll
         "--no-trace",
         "--idle-ms",
         "5000",
+        // The hold spans two refused controllers and an exit: longer than the default 5 s
+        // watchdog under TCG, which must not be what resumes the queues here.
+        "--max-suspend-ms",
+        "60000",
         "--hint-socket",
         path.to_str().unwrap(),
     ]);
