@@ -16,6 +16,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 pub mod controller;
+pub mod schedule;
 pub mod target;
 
 /// `target/<profile>/<name>` next to the running test binary (`target/<profile>/deps/…`).

@@ -5,166 +5,37 @@
 //! generously and judged over every request, never one sample.
 
 use std::{
-    fs::File,
-    io::{BufRead, BufReader, Write},
-    os::{unix::fs::FileExt, unix::net::UnixStream},
+    io::Write,
+    os::unix::net::UnixStream,
     path::PathBuf,
-    process::{Child, Command, ExitStatus, Stdio},
-    sync::{Arc, Mutex},
+    process::Command,
     thread,
     time::{Duration, Instant},
 };
 
-use gpreempt_tests::{LineHelper, binary, target::tracer_pid};
-use nix::{sys::signal::Signal, unistd::Pid};
+use gpreempt_tests::{
+    LineHelper, binary,
+    schedule::{Elapsed, LONG, Privilege, Schedule, holds, progresses, refused, summary},
+    target::tracer_pid,
+};
+use nix::sys::signal::Signal;
 use serde_json::Value;
 
-/// Under TCG the in-process tracer alone takes tens of seconds to start.
-const LONG: Duration = Duration::from_secs(240);
-
-/// `gpreempt schedule --json …` with its stdout collected by a reader thread.
-struct Schedule {
-    child: Child,
-    lines: Arc<Mutex<Vec<Value>>>,
-    reader: Option<thread::JoinHandle<()>>,
+/// The first queue of `w` (pid, read-index address).
+fn first_queue(w: &LineHelper) -> (u32, u64) {
+    (w.pid(), w.hello["queues"][0]["rptr"].as_u64().unwrap())
 }
 
-impl Schedule {
-    fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(binary("gpreempt").unwrap())
-            .arg("schedule")
-            .arg("--json")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let reader = thread::spawn(move || {
-            for l in out.lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&l) {
-                    sink.lock().unwrap().push(v);
-                }
-            }
-        });
-        Self { child, lines, reader: Some(reader) }
-    }
-
-    /// `--online ONLINE --offline OFFLINE` plus `extra`.
-    fn between(online: u32, offline: &str, extra: &[&str]) -> Self {
-        let online = online.to_string();
-        Self::start(&[&["--online", &online, "--offline", offline], extra].concat())
-    }
-
-    fn events(&self, kind: &str) -> Vec<Value> {
-        self.lines.lock().unwrap().iter().filter(|v| v["event"] == kind).cloned().collect()
-    }
-
-    fn transitions(&self, action: &str) -> Vec<Value> {
-        self.events("transition").into_iter().filter(|t| t["action"] == action).collect()
-    }
-
-    /// Wait until `find` returns `n` items (panics with the stream and, if the scheduler
-    /// exited, its stderr after `timeout`).
-    fn wait_n(&mut self, what: &str, n: usize, timeout: Duration, find: impl Fn(&Self) -> Vec<Value>) -> Vec<Value> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let found = find(self);
-            if found.len() >= n {
-                return found;
-            }
-            if Instant::now() > deadline || self.child.try_wait().unwrap().is_some() {
-                let stderr = self.stderr_now();
-                panic!("no {n} `{what}`: {:?}\nstderr: {stderr}", self.lines.lock().unwrap());
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn wait_events(&mut self, kind: &str, n: usize, timeout: Duration) -> Vec<Value> {
-        self.wait_n(kind, n, timeout, |s| s.events(kind))
-    }
-
-    fn wait_transitions(&mut self, action: &str, n: usize, timeout: Duration) -> Vec<Value> {
-        self.wait_n(action, n, timeout, |s| s.transitions(action))
-    }
-
-    fn stderr_now(&mut self) -> String {
-        if self.child.try_wait().ok().flatten().is_none() {
-            return String::new();
-        }
-        let mut s = String::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut s);
-        }
-        s
-    }
-
-    fn signal(&self, signal: Signal) {
-        nix::sys::signal::kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
-    }
-
-    /// Wait for exit; the whole stdout has been read when this returns.
-    fn wait(mut self) -> (ExitStatus, Vec<Value>, String) {
-        let status = self.child.wait().unwrap();
-        if let Some(r) = self.reader.take() {
-            r.join().unwrap();
-        }
-        let stderr = self.stderr_now();
-        let lines = self.lines.lock().unwrap().clone();
-        (status, lines, stderr)
-    }
-
-    fn stop(self) -> (Vec<Value>, String) {
-        self.signal(Signal::SIGINT);
-        let (status, lines, stderr) = self.wait();
-        assert!(status.success(), "schedule failed: {stderr}");
-        (lines, stderr)
-    }
+/// `w`'s first queue runs (its read index moves within 2 s).
+fn runs(w: &LineHelper) -> bool {
+    let (pid, address) = first_queue(w);
+    progresses(pid, address)
 }
 
-impl Drop for Schedule {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn summary(lines: &[Value]) -> Value {
-    lines.iter().find(|v| v["event"] == "summary").cloned().unwrap_or_else(|| panic!("no summary in {lines:?}"))
-}
-
-fn rptr_now(pid: u32, address: u64) -> u64 {
-    let mut buf = [0u8; 8];
-    File::open(format!("/proc/{pid}/mem")).unwrap().read_exact_at(&mut buf, address).unwrap();
-    u64::from_ne_bytes(buf)
-}
-
-/// The read index of `w`'s first queue moves within 2 s (the queue is running).
-fn progresses(w: &LineHelper) -> bool {
-    let (pid, address) = (w.pid(), w.hello["queues"][0]["rptr"].as_u64().unwrap());
-    let a = rptr_now(pid, address);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline {
-        if rptr_now(pid, address) > a {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    false
-}
-
-/// The read index of `w`'s first queue stays put for 300 ms (the queue is suspended).
-fn holds(w: &LineHelper) -> bool {
-    let (pid, address) = (w.pid(), w.hello["queues"][0]["rptr"].as_u64().unwrap());
-    // The running dispatch is stopped by the unmap; what started before the suspend returned
-    // is visible by now.
-    thread::sleep(Duration::from_millis(50));
-    let a = rptr_now(pid, address);
-    thread::sleep(Duration::from_millis(300));
-    rptr_now(pid, address) == a
+/// `w`'s first queue is held (its read index stays put for 300 ms).
+fn held(w: &LineHelper) -> bool {
+    let (pid, address) = first_queue(w);
+    holds(pid, address)
 }
 
 fn offline_run() -> LineHelper {
@@ -186,6 +57,7 @@ fn sock_path(tag: &str) -> PathBuf {
 
 #[test]
 fn emu_schedule_suspends_the_offline_work_during_each_online_request_and_lets_it_run_between() {
+    let _t = Elapsed::start("emu_schedule_suspends_the_offline_work_during_each_online_request");
     const REQUESTS: usize = 20;
     let mut offline = LineHelper::spawn(
         "emu-workload",
@@ -273,11 +145,30 @@ fn emu_schedule_suspends_the_offline_work_during_each_online_request_and_lets_it
     assert!(sum["reaction_us"]["count"].as_u64().unwrap() >= 1);
     assert!(sum["offline_dispatches"].as_u64().unwrap() > 0, "{sum}");
     assert_eq!(sum["attach_refreshes"], 4, "online snapshot (2) + offline enable and disable (2)");
+    // Each request is one dispatch: a delay closes at most once per request (a dispatch the CP
+    // started between two polls is never seen pending).
+    let delays = sum["online_dispatch_delay_us"]["count"].as_u64().unwrap() as usize;
+    assert!((1..=REQUESTS).contains(&delays), "{sum}");
+    // The offline job only progresses while running: its rate while running is at least its
+    // rate over the whole run.
+    let (running, overall) =
+        (sum["offline_rate_running_per_s"].as_f64().unwrap(), sum["offline_rate_overall_per_s"].as_f64().unwrap());
+    assert!(overall > 0.0 && running >= overall, "{sum}");
+    // The tracer saw the driver run every suspend and resume, and each preempted the online
+    // queue on the same GPU too.
+    let k = &sum["kernel"];
+    assert_eq!(
+        (k["suspend"]["count"].as_u64(), k["resume"]["count"].as_u64()),
+        (Some(suspends as u64), Some(suspends as u64)),
+        "{k}"
+    );
+    assert_eq!(k["suspend"]["collateral_online_queues"].as_u64(), Some(suspends as u64), "{k}");
     assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
 }
 
 #[test]
 fn emu_schedule_hints_drive_suspend_and_resume_exactly_and_malformed_lines_are_counted() {
+    let _t = Elapsed::start("emu_schedule_hints_drive_suspend_and_resume_exactly");
     let offline = offline_run();
     let online = online_idle();
     let path = sock_path("drive");
@@ -287,22 +178,22 @@ fn emu_schedule_hints_drive_suspend_and_resume_exactly_and_malformed_lines_are_c
         &["--idle-ms", "20", "--hint-socket", path.to_str().unwrap()],
     );
     s.wait_events("offline_attached", 1, LONG);
-    assert!(progresses(&offline));
+    assert!(runs(&offline));
     assert_eq!(s.transitions("suspend").len(), 0);
     let mut hint = UnixStream::connect(&path).unwrap();
     hint.write_all(b"begin\n").unwrap();
     let susp = s.wait_transitions("suspend", 1, LONG);
     assert_eq!(susp[0]["queues"], 1);
-    assert!(holds(&offline), "offline ran during a begin..end");
+    assert!(held(&offline), "offline ran during a begin..end");
     hint.write_all(b"what is this\n\xff\n").unwrap();
     s.wait_events("hint_malformed", 2, LONG);
     // Still held: malformed lines change nothing.
-    assert!(holds(&offline));
+    assert!(held(&offline));
     assert_eq!(s.transitions("resume").len(), 0);
     hint.write_all(b"end\n").unwrap();
     let res = s.wait_transitions("resume", 1, LONG);
     assert_eq!(res[0]["reason"], "idle");
-    assert!(progresses(&offline));
+    assert!(runs(&offline));
     // A second request: exactly one more suspend and resume.
     hint.write_all(b"begin\nend\n").unwrap();
     s.wait_transitions("resume", 2, LONG);
@@ -316,12 +207,25 @@ fn emu_schedule_hints_drive_suspend_and_resume_exactly_and_malformed_lines_are_c
     let malformed: Vec<Value> = lines.iter().filter(|v| v["event"] == "hint_malformed").cloned().collect();
     assert_eq!(malformed.iter().map(|m| m["count"].as_u64().unwrap()).collect::<Vec<_>>(), vec![1, 2]);
     assert!(!path.exists(), "the socket file is removed at exit");
-    assert!(progresses(&offline));
+    // In the driver: one SUSPEND_QUEUES per suspend and one RESUME_QUEUES per resume (the
+    // detach's DISABLE comes after the summary's count), each a device-wide unmap (HWS) whose
+    // fence wait is the emulated CWSR save, preempting the online queue each time.
+    let k = &sum["kernel"];
+    for call in ["suspend", "resume"] {
+        let c = &k[call];
+        assert_eq!(c["count"], 2, "{call}: {k}");
+        assert_eq!(c["fence_wait_us"]["count"], 2, "{call}: {k}");
+        assert!(c["unmap_us"]["p50"].as_f64().unwrap() >= c["fence_wait_us"]["p50"].as_f64().unwrap(), "{k}");
+        assert_eq!(c["collateral_online_queues"], 2, "{call}: {k}");
+    }
+    assert!(k["collateral_pids"].as_array().unwrap().contains(&Value::from(online.pid())), "{k}");
+    assert!(runs(&offline));
     assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
 }
 
 /// Suspend through a hint, then end things in the way `finish` says; the offline queue must
-/// run afterwards and the offline process must not be traced.
+/// run afterwards and the offline process must not be traced. Without the tracer (exits do not
+/// depend on it, and each start takes seconds instead of tens under TCG).
 fn held_then(tag: &str, finish: impl FnOnce(&mut Schedule, &mut Option<LineHelper>)) -> Vec<Value> {
     let offline = offline_run();
     let mut online = Some(online_idle());
@@ -329,16 +233,16 @@ fn held_then(tag: &str, finish: impl FnOnce(&mut Schedule, &mut Option<LineHelpe
     let mut s = Schedule::between(
         online.as_ref().unwrap().pid(),
         &offline.pid().to_string(),
-        &["--idle-ms", "5000", "--hint-socket", path.to_str().unwrap()],
+        &["--no-trace", "--idle-ms", "5000", "--hint-socket", path.to_str().unwrap()],
     );
     s.wait_events("offline_attached", 1, LONG);
     let mut hint = UnixStream::connect(&path).unwrap();
     hint.write_all(b"begin\n").unwrap();
     s.wait_transitions("suspend", 1, LONG);
-    assert!(holds(&offline));
+    assert!(held(&offline));
     finish(&mut s, &mut online);
-    assert!(progresses(&offline), "{tag}: the offline queue does not run afterwards");
-    let lines = s.lines.lock().unwrap().clone();
+    assert!(runs(&offline), "{tag}: the offline queue does not run afterwards");
+    let lines = s.lines();
     drop(s);
     assert_eq!(tracer_pid(offline.pid()).unwrap(), 0, "{tag}");
     lines
@@ -346,6 +250,7 @@ fn held_then(tag: &str, finish: impl FnOnce(&mut Schedule, &mut Option<LineHelpe
 
 #[test]
 fn emu_schedule_exits_leave_the_offline_job_running_and_untraced() {
+    let _t = Elapsed::start("emu_schedule_exits_leave_the_offline_job_running_and_untraced");
     // The online process exits mid-suspension: resumed at once (not after --idle-ms 5 s).
     let lines = held_then("online-exit", |s, online| {
         drop(online.take());
@@ -379,33 +284,107 @@ fn emu_schedule_exits_leave_the_offline_job_running_and_untraced() {
 }
 
 #[test]
-fn emu_schedule_an_offline_exit_is_detached_cleanly() {
-    let offline = offline_run();
+fn emu_schedule_an_offline_exit_mid_suspension_is_detached_and_a_second_controller_is_refused() {
+    let _t = Elapsed::start("emu_schedule_an_offline_exit_mid_suspension_is_detached");
+    let (leaving, staying) = (offline_run(), offline_run());
     let online = online_idle();
-    let mut s = Schedule::between(online.pid(), &offline.pid().to_string(), &[]);
-    s.wait_events("offline_attached", 1, LONG);
-    let pid = offline.pid();
-    // A second scheduler on the same offline process is refused, naming the first.
-    let e = refused(&["--online", &online.pid().to_string(), "--offline", &pid.to_string()]);
-    assert!(e.contains(&format!("is already traced by pid {} (gpreempt)", s.child.id())), "{e}");
-    assert_eq!(tracer_pid(online.pid()).unwrap(), 0, "the refused scheduler left the online process traced");
-    offline.finish().unwrap();
+    let path = sock_path("offline-exit");
+    let (on, gone, kept) = (online.pid().to_string(), leaving.pid().to_string(), staying.pid().to_string());
+    // Without the tracer: exits are seen by the debug sessions themselves.
+    let mut s = Schedule::start(&[
+        "--online",
+        &on,
+        "--offline",
+        &gone,
+        "--offline",
+        &kept,
+        "--no-trace",
+        "--idle-ms",
+        "5000",
+        // The hold spans two refused controllers and an exit: longer than the default 5 s
+        // watchdog under TCG, which must not be what resumes the queues here.
+        "--max-suspend-ms",
+        "60000",
+        "--hint-socket",
+        path.to_str().unwrap(),
+    ]);
+    s.wait_events("offline_attached", 2, LONG);
+    let mut hint = UnixStream::connect(&path).unwrap();
+    hint.write_all(b"begin\n").unwrap();
+    let susp = s.wait_transitions("suspend", 1, LONG);
+    assert_eq!(susp[0]["queues"], 2, "one queue of each offline process");
+    assert!(held(&staying));
+    // A second scheduler and a `preempt` on the held process are refused, naming this one, and
+    // leave nothing attached (the online process stays untraced).
+    let scheduler = s.child.id();
+    let traced_by = format!("is already traced by pid {scheduler} (gpreempt); a process has one tracer");
+    let (code, e) = refused(&["--no-trace", "--online", &on, "--offline", &kept], Privilege::Root);
+    assert_eq!(code, Some(1), "{e}");
+    assert!(e.contains(&traced_by), "{e}");
+    let out = Command::new(binary("gpreempt").unwrap())
+        .args(["preempt", "--no-trace", "--offline", &kept, "--iterations", "1"])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(e.contains(&traced_by), "{e}");
+    assert_eq!(tracer_pid(online.pid()).unwrap(), 0, "a refused controller left the online process traced");
+    assert!(held(&staying), "a refused controller resumed the held queue");
+    // One offline process exits while held: detached, the other stays held.
+    leaving.finish().unwrap();
     let detached = s.wait_events("offline_detached", 1, LONG);
-    assert_eq!((detached[0]["pid"].as_u64(), detached[0]["reason"].as_str()), (Some(u64::from(pid)), Some("exited")));
+    assert_eq!((detached[0]["pid"].as_u64(), detached[0]["reason"].as_str()), (gone.parse().ok(), Some("exited")));
+    assert_eq!(s.transitions("resume").len(), 0);
+    assert!(held(&staying));
+    hint.write_all(b"end\n").unwrap();
+    let res = s.wait_transitions("resume", 1, LONG);
+    assert_eq!((res[0]["reason"].as_str(), res[0]["queues"].as_u64()), (Some("idle"), Some(1)));
+    assert!(runs(&staying));
+    drop(hint);
     let (lines, _) = s.stop();
-    assert_eq!(summary(&lines)["suspends"], 0);
+    let sum = summary(&lines);
+    assert_eq!((sum["suspends"].as_u64(), sum["resumes"].as_u64()), (Some(1), Some(1)), "{sum}");
+    assert_eq!(tracer_pid(staying.pid()).unwrap(), 0);
+    assert!(runs(&staying));
 }
 
-#[test]
-fn emu_schedule_picks_up_an_offline_process_of_a_container_started_later() {
-    // A cgroup named as Docker names its containers makes this process "in container" <id>.
-    let id = "5eed0000000000000000000000000000000000000000000000000000000000aa";
+/// A cgroup v2 directory named as Docker names its containers (`docker-<64 hex>.scope`): a
+/// process moved into it is "in container" `id` for the selectors.
+fn docker_cgroup(id: &str) -> PathBuf {
+    assert_eq!(id.len(), 64, "Docker ids are 64 hex digits");
     if !std::path::Path::new("/sys/fs/cgroup/cgroup.procs").exists() {
         let ok = Command::new("mount").args(["-t", "cgroup2", "none", "/sys/fs/cgroup"]).status().unwrap();
         assert!(ok.success(), "cannot mount cgroup2 at /sys/fs/cgroup");
     }
     let cg = PathBuf::from(format!("/sys/fs/cgroup/docker-{id}.scope"));
     std::fs::create_dir_all(&cg).unwrap();
+    cg
+}
+
+/// `emu-workload run` with one queue, moved into `cgroup` before it opens /dev/kfd.
+fn in_cgroup(cgroup: &std::path::Path, fill_us: &str) -> LineHelper {
+    LineHelper::spawn(
+        "emu-workload",
+        &[
+            "run",
+            "--gpu-id",
+            "0x1000",
+            "--queues",
+            "1",
+            "--runtime-enable",
+            "--fill-us",
+            fill_us,
+            "--cgroup",
+            cgroup.to_str().unwrap(),
+        ],
+    )
+    .unwrap()
+}
+
+#[test]
+fn emu_schedule_picks_up_an_offline_process_of_a_container_started_later() {
+    let _t = Elapsed::start("emu_schedule_picks_up_an_offline_process_of_a_container_started_later");
+    let cg = docker_cgroup("5eed0000000000000000000000000000000000000000000000000000000000aa");
     let online = online_idle();
     let path = sock_path("pickup");
     let mut s = Schedule::start(&[
@@ -421,11 +400,7 @@ fn emu_schedule_picks_up_an_offline_process_of_a_container_started_later() {
     // The scheduler says the container has no KFD process yet.
     let warnings = s.wait_events("warning", 1, LONG);
     assert!(warnings.iter().any(|w| w["message"].as_str().unwrap().contains("container 5eed0000")), "{warnings:?}");
-    let offline = LineHelper::spawn(
-        "emu-workload",
-        &["run", "--gpu-id", "0x1000", "--queues", "1", "--runtime-enable", "--cgroup", cg.to_str().unwrap()],
-    )
-    .unwrap();
+    let offline = in_cgroup(&cg, "1000");
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!(attached[0]["pid"].as_u64(), Some(u64::from(offline.pid())));
     assert_eq!(attached[0]["picked_up"], true);
@@ -433,45 +408,137 @@ fn emu_schedule_picks_up_an_offline_process_of_a_container_started_later() {
     hint.write_all(b"begin\n").unwrap();
     let susp = s.wait_transitions("suspend", 1, LONG);
     assert_eq!(susp[0]["queues"], 1);
-    assert!(holds(&offline));
+    assert!(held(&offline));
     hint.write_all(b"end\n").unwrap();
     s.wait_transitions("resume", 1, LONG);
-    assert!(progresses(&offline));
+    assert!(runs(&offline));
     s.stop();
     assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
     drop(offline);
     let _ = std::fs::remove_dir(&cg);
 }
 
-/// `gpreempt schedule` refusing to start: exit status, the error on stderr.
-fn refused(args: &[&str]) -> String {
-    // The checks come before the tracer is needed; without it each refusal is quicker under TCG.
-    let out = Command::new(binary("gpreempt").unwrap()).args(["schedule", "--no-trace"]).args(args).output().unwrap();
-    assert!(!out.status.success(), "{args:?} was accepted");
-    String::from_utf8_lossy(&out.stderr).into_owned()
+/// The online server restarts (new pid, same container) and its queued dispatch alone — read
+/// from its indices, no hint — suspends the offline job, which meanwhile creates a queue that
+/// is held too. The queued dispatch is a reserved AQL slot whose packet is written later, so
+/// the scheduler sees it pending for as long as the test wants: one suspend, one reaction, one
+/// dispatch delay, exactly.
+#[test]
+fn emu_schedule_follows_a_restarted_online_container_and_holds_an_offline_queue_created_mid_suspension() {
+    let _t = Elapsed::start("emu_schedule_follows_a_restarted_online_container_and_holds_a_new_offline_queue");
+    let cg = docker_cgroup("0c0ffee0000000000000000000000000000000000000000000000000000000bb");
+    let first = in_cgroup(&cg, "0");
+    let mut offline = offline_run();
+    // The online side is selected by its container, not its pid.
+    let mut s = Schedule::start(&[
+        "--online",
+        "container:0c0ffee0",
+        "--offline",
+        &offline.pid().to_string(),
+        "--idle-ms",
+        "20",
+    ]);
+    s.wait_events("offline_attached", 1, LONG);
+    let added = s.wait_events("online_added", 1, LONG);
+    assert_eq!((added[0]["pid"].as_u64(), added[0]["queues"].as_u64()), (Some(u64::from(first.pid())), Some(1)));
+    // The server goes away and comes back with a new pid in the same container.
+    let first_pid = first.pid();
+    drop(first);
+    let gone = s.wait_events("online_gone", 1, LONG);
+    assert_eq!(gone[0]["pid"].as_u64(), Some(u64::from(first_pid)));
+    let mut second = in_cgroup(&cg, "0");
+    let added = s.wait_events("online_added", 2, LONG);
+    assert_eq!(
+        (added[1]["pid"].as_u64(), added[1]["snapshot"].as_bool()),
+        (Some(u64::from(second.pid())), Some(false))
+    );
+    // Its queue is learnt from the tracer's CREATE_QUEUE record.
+    let queue = s.wait_events("online_queue", 1, LONG);
+    assert_eq!((queue[0]["pid"].as_u64(), queue[0]["queue_id"].as_u64()), (Some(u64::from(second.pid())), Some(0)));
+    assert_eq!(s.transitions("suspend").len(), 0, "nothing pending yet");
+    assert!(runs(&offline));
+    // A dispatch queued on the new server: the offline job is suspended.
+    let slot = second.cmd("reserve 0").unwrap()["index"].as_u64().unwrap();
+    let susp = s.wait_transitions("suspend", 1, LONG);
+    assert_eq!(susp[0]["queues"], 1);
+    assert!(susp[0]["reaction_us"].as_f64().is_some(), "{susp:?}");
+    assert!(held(&offline));
+    // The offline job creates a queue while held and fills it: held as well.
+    let created = offline.cmd("create 0x1000 2 4096 100 7").unwrap();
+    assert_eq!((created["ret"].as_i64(), created["queue_id"].as_u64()), (Some(0), Some(1)));
+    let late = s.wait_events("offline_queues_held", 1, LONG);
+    assert_eq!((late[0]["pid"].as_u64(), late[0]["queues"].as_i64()), (Some(u64::from(offline.pid())), Some(2)));
+    assert_eq!(offline.cmd("submit 1 40 5000").unwrap()["ret"], 0);
+    let new_rptr = created["queue"]["rptr"].as_u64().unwrap();
+    assert!(holds(offline.pid(), new_rptr), "the queue created mid-suspension ran");
+    assert!(held(&offline));
+    assert_eq!(s.transitions("resume").len(), 0);
+    // The server's packet is written: the CP runs it, the indices go idle, the offline queues
+    // (both) run again.
+    assert_eq!(second.cmd(&format!("commit 0 {slot} 1000")).unwrap()["ret"], 0);
+    let res = s.wait_transitions("resume", 1, LONG);
+    assert_eq!(res[0]["reason"], "idle");
+    assert!(progresses(offline.pid(), new_rptr), "the queue created mid-suspension does not run after the resume");
+    assert!(runs(&offline));
+    let (lines, _) = s.stop();
+    let sum = summary(&lines);
+    assert_eq!((sum["suspends"].as_u64(), sum["resumes"].as_u64()), (Some(1), Some(1)), "{sum}");
+    assert_eq!(sum["reaction_us"]["count"], 1, "{sum}");
+    // The reserved dispatch was seen pending, then consumed: one delay.
+    assert_eq!(sum["online_dispatch_delay_us"]["count"], 1, "{sum}");
+    let (running, overall) =
+        (sum["offline_rate_running_per_s"].as_f64().unwrap(), sum["offline_rate_overall_per_s"].as_f64().unwrap());
+    assert!(overall > 0.0 && running >= overall, "{sum}");
+    assert!(sum["suspended_share"].as_f64().unwrap() > 0.0, "{sum}");
+    assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
+    assert_eq!(tracer_pid(second.pid()).unwrap(), 0);
+    drop(second);
+    let _ = std::fs::remove_dir(&cg);
 }
 
 #[test]
 fn emu_schedule_bad_input_is_refused_with_cause_and_fix_and_nothing_attached() {
+    let _t = Elapsed::start("emu_schedule_bad_input_is_refused_with_cause_and_fix_and_nothing_attached");
     let offline = offline_run();
     let online = online_idle();
     let (on, off) = (online.pid().to_string(), offline.pid().to_string());
-    let e = refused(&["--online", &on, "--offline", "4000000"]);
+    // The checks come before the tracer is needed; without it each refusal is quicker under TCG.
+    let refuse = |args: &[&str]| {
+        let (code, e) = refused(&[&["--no-trace"], args].concat(), Privilege::Root);
+        assert_eq!(code, Some(1), "{args:?}: {e}");
+        e
+    };
+    let e = refuse(&["--online", &on, "--offline", "4000000"]);
     assert!(e.contains("--offline 4000000: no process with pid 4000000 (see `gpreempt ps`"), "{e}");
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
     let sl = sleeper.id().to_string();
-    let e = refused(&["--online", &on, "--offline", &sl]);
+    let e = refuse(&["--online", &on, "--offline", &sl]);
     assert!(e.contains(&format!("--offline {sl}: pid {sl} (sleep) has never opened /dev/kfd")), "{e}");
-    let e = refused(&["--online", &sl, "--offline", &off]);
+    let e = refuse(&["--online", &sl, "--offline", &off]);
     assert!(e.contains(&format!("--online {sl}: pid {sl} (sleep) has never opened /dev/kfd")), "{e}");
     let _ = sleeper.kill();
     let _ = sleeper.wait();
-    let e = refused(&["--online", &off, "--offline", &off]);
+    let e = refuse(&["--online", &off, "--offline", &off]);
     assert!(e.contains(&format!("pid {off} is selected both as online and as offline")), "{e}");
-    let e = refused(&["--online", &on, "--offline", "container:"]);
+    // A malformed selector is an argument error (clap's exit status 2).
+    let (code, e) = refused(&["--online", &on, "--offline", "container:"], Privilege::Root);
+    assert_eq!(code, Some(2), "{e}");
     assert!(e.contains("`container:` needs a container name or id"), "{e}");
-    // Neither process was left attached, and the offline one still runs.
+    // An online process whose memory gpreempt may not read: root without CAP_SYS_PTRACE, whose
+    // permitted set is then not a superset of the (root) target's, which the kernel's
+    // capability check requires for ptrace access (security/commoncap.c,
+    // cap_ptrace_access_check). Refused before anything is attached, naming cause and fix.
+    let (code, e) = refused(&["--no-trace", "--online", &on, "--offline", &off], Privilege::RootWithoutPtrace);
+    assert_eq!(code, Some(1), "{e}");
+    assert!(
+        e.contains(&format!(
+            "--online {on}: cannot read the memory of online pid {on} (Operation not permitted (os error 1)): run \
+             gpreempt as root or with CAP_SYS_PTRACE"
+        )),
+        "{e}"
+    );
+    // Nothing was left attached, and the offline job still runs.
     assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
     assert_eq!(tracer_pid(online.pid()).unwrap(), 0);
-    assert!(progresses(&offline));
+    assert!(runs(&offline));
 }

@@ -8,11 +8,13 @@ use std::{
 
 use anyhow::Result;
 use gpreempt::{
+    kfd::debugger::Options,
     kfd::session::Session,
     roots::Roots,
     schedule::{
-        Config, Event, Interval, Report, Scheduler,
+        Config, Event, Interval, Report, Scheduler, check_kernel,
         discover::{Discovery, SysfsDiscovery, TracerDiscovery},
+        kernel::DriverCalls,
         policy::PolicyConfig,
     },
     stats::Summary,
@@ -24,11 +26,13 @@ use crate::cli::ScheduleArgs;
 pub fn run(args: &ScheduleArgs) -> Result<()> {
     let stop = interrupt::install()?;
     let roots = Roots::default();
+    let session = Options::default();
+    let version = check_kernel(&session.device)?;
     // The tracer first, so nothing that appears while the scheduler starts is missed.
     let discovery: Box<dyn Discovery> = if args.no_trace {
         Box::new(SysfsDiscovery::new(roots.clone()))
     } else {
-        match TracerDiscovery::start(None) {
+        match TracerDiscovery::start(Some(version), &roots) {
             Ok(t) => Box::new(t),
             Err(e) => {
                 eprintln!("gpreempt: the tracer could not attach ({e}); finding new processes in sysfs instead");
@@ -50,7 +54,7 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
         interval: Duration::from_millis(args.interval_ms.max(1)),
         hint_socket: args.hint_socket.clone(),
         roots,
-        ..Config::default()
+        session,
     };
     let status = !args.json && std::io::stderr().is_terminal();
     let json = args.json;
@@ -95,6 +99,9 @@ fn show(e: &Event, json: bool, status: bool) {
         Event::OfflineAttachFailed { pid, error } => eprintln!("gpreempt: offline pid {pid} not attached: {error}"),
         Event::OfflineDetached { pid, reason, detached } => {
             eprintln!("gpreempt: offline pid {pid} detached ({reason}; {} queue(s) resumed)", detached.resumed)
+        }
+        Event::OfflineQueuesHeld { pid, queues } => {
+            eprintln!("gpreempt: offline pid {pid} created queues while held; {queues} queue(s) suspended now")
         }
         Event::OnlineAdded { pid, queues, snapshot, occupancy_files } => eprintln!(
             "gpreempt: online pid {pid} watched, {queues} queue(s){}{}",
@@ -154,6 +161,28 @@ fn print_report(r: &Report) {
             "hints: {} begin, {} end, {} malformed, {} connection(s)",
             h.begins, h.ends, h.malformed, h.connections
         );
+    }
+    if let Some(k) = &r.kernel {
+        let calls = |name: &str, c: &DriverCalls| {
+            println!(
+                "in the driver, {name} ({} calls), us: {}; unmap {}; fence wait {}; remap {}",
+                c.count,
+                line(&c.duration_us),
+                line(&c.unmap_us),
+                line(&c.fence_wait_us),
+                line(&c.remap_us)
+            );
+            println!(
+                "  collateral: {} queue(s) of other processes preempted, {} of them online",
+                c.collateral_queues, c.collateral_online_queues
+            );
+        };
+        calls("suspend", &k.suspend);
+        calls("resume", &k.resume);
+        if !k.collateral_pids.is_empty() {
+            let pids: Vec<String> = k.collateral_pids.iter().map(ToString::to_string).collect();
+            println!("  processes preempted as collateral: {}", pids.join(" "));
+        }
     }
     println!("runlist refreshes from attaching: {}", r.attach_refreshes);
     println!("gpreempt CPU: {:.1} ms ({:.2}% of one core)", r.cpu_ms, 100.0 * r.cpu_share);

@@ -1,18 +1,25 @@
 //! Processes and queues that appear or go while the scheduler runs. With the tracer, from its
 //! records (process open/teardown, CREATE_QUEUE with the queue's index addresses, destroy);
-//! without it, from the KFD sysfs tree (processes only: sysfs has no index addresses).
+//! without it, from the KFD sysfs tree (processes only: sysfs has no index addresses). The
+//! tracer also gives the driver's side of each suspend and resume (its spans).
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, sync::mpsc};
 
 use crate::{
     domain::{HostPid, QueueId},
     kfd::{KfdVersion, sysfs},
+    model::{
+        Model,
+        spans::{Span, SpanKind},
+    },
     roots::Roots,
     schedule::online::QueueAddrs,
     trace::{
         decode::{Event, EventKind},
+        filter::Filter,
         live::{Live, StartError},
         loader,
+        pipeline::{Observed, Pipeline},
     },
 };
 
@@ -30,6 +37,12 @@ pub trait Discovery {
     fn poll(&mut self, out: &mut Vec<Change>);
     /// Whether queue creations (with addresses) are reported.
     fn sees_queues(&self) -> bool;
+    /// Whether [`Discovery::driver_spans`] reports the driver's suspends and resumes.
+    fn sees_driver(&self) -> bool {
+        false
+    }
+    /// Suspend and resume spans the driver closed since the last call (of every process).
+    fn driver_spans(&mut self, _out: &mut Vec<Span>) {}
 }
 
 /// What one tracer record means to the scheduler.
@@ -49,14 +62,26 @@ pub fn change_of(event: &Event) -> Option<Change> {
 }
 
 /// The eBPF tracer, in-process. Must be created inside a tokio runtime context (the ring
-/// buffer registers with its reactor); it is read without waiting.
+/// buffer registers with its reactor); it is read without waiting. Every record also goes
+/// through the model (the queue map, which names the collateral of a suspend, and the spans).
 pub struct TracerDiscovery {
     live: Live,
+    /// No sinks: the spans reach [`Discovery::driver_spans`] through the channel subscriber.
+    pipeline: Pipeline,
+    observed: mpsc::Receiver<Observed>,
 }
 
 impl TracerDiscovery {
-    pub fn start(version: Option<KfdVersion>) -> Result<Self, StartError> {
-        Ok(Self { live: Live::start(version, std::path::Path::new(loader::BTF_DIR))? })
+    /// `version`: the KFD version when the caller already read it.
+    pub fn start(version: Option<KfdVersion>, roots: &Roots) -> Result<Self, StartError> {
+        let live = Live::start(version, std::path::Path::new(loader::BTF_DIR))?;
+        // After the probes are attached, so no queue created meanwhile is missing from the map.
+        let mut model = Model::new(Some(roots.clone()));
+        model.bootstrap(roots);
+        let mut pipeline = Pipeline::new(model, Filter::default());
+        let (tx, observed) = mpsc::channel();
+        pipeline.subscribe(Box::new(tx));
+        Ok(Self { live, pipeline, observed })
     }
 
     /// Records the tracer could not deliver.
@@ -67,11 +92,28 @@ impl TracerDiscovery {
 
 impl Discovery for TracerDiscovery {
     fn poll(&mut self, out: &mut Vec<Change>) {
-        self.live.stream.drain(|event| out.extend(change_of(&event)));
+        let pipeline = &mut self.pipeline;
+        self.live.stream.drain(|event| {
+            pipeline.deliver(&event);
+            out.extend(change_of(&event));
+        });
     }
 
     fn sees_queues(&self) -> bool {
         true
+    }
+
+    fn sees_driver(&self) -> bool {
+        true
+    }
+
+    /// The kretprobe of `suspend_queues`/`resume_queues` submits its record before the ioctl
+    /// returns, so after a [`Discovery::poll`] that follows an ioctl its span is here.
+    fn driver_spans(&mut self, out: &mut Vec<Span>) {
+        out.extend(self.observed.try_iter().filter_map(|o| match o {
+            Observed::Span(s) if matches!(s.kind, SpanKind::Suspend | SpanKind::Resume) => Some(s),
+            _ => None,
+        }));
     }
 }
 

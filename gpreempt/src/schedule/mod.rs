@@ -6,6 +6,7 @@
 //! - [`policy`]: when to suspend and resume (a pure state machine).
 //! - [`control`]: the debug-trap session per offline process (attached once, kept attached).
 //! - [`discover`]: processes and queues that appear later (tracer, or sysfs).
+//! - [`kernel`]: the driver's side of the suspends and resumes (tracer only).
 //!
 //! [`Scheduler`] ties them together on one thread: [`Scheduler::start`] checks the selectors and
 //! attaches, [`Scheduler::run`] polls until the stop flag is set, then resumes and detaches
@@ -22,11 +23,12 @@ pub mod channel;
 pub mod control;
 pub mod discover;
 pub mod hints;
+pub mod kernel;
 pub mod online;
 pub mod policy;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     path::PathBuf,
     sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
@@ -38,15 +40,18 @@ use self::{
     control::Control,
     discover::{Change, Discovery},
     hints::{HintCounts, HintSocket},
+    kernel::{KernelBreakdown, KernelReport},
     online::{OnlineProcess, QueueAddrs, ReadError},
     policy::{Action, Observation, Policy, PolicyConfig, ResumeReason, State},
 };
 use crate::{
     domain::{GpuId, HostPid, QueueId},
     kfd::{
+        Device, KfdVersion,
         debugger::{DebugError, Detached, Notice, Options, Selection},
         target::{Target, TargetError},
     },
+    model::spans::Span,
     roots::Roots,
     select::{self, Selector},
     stats::Summary as Stats,
@@ -106,6 +111,20 @@ pub enum ScheduleError {
     Unreadable { pid: HostPid, source: ReadError },
     #[error("--hint-socket {}: {source}", path.display())]
     HintSocket { path: PathBuf, source: std::io::Error },
+    /// No /dev/kfd, or a kernel without the debug trap.
+    #[error(transparent)]
+    Kernel(DebugError),
+}
+
+/// The kernel can suspend another process's queues: /dev/kfd opens and has the debug trap.
+/// Checked before anything slow starts (the tracer), so an old kernel is refused at once.
+pub fn check_kernel(device: &std::path::Path) -> Result<KfdVersion, ScheduleError> {
+    let kfd = Device::open_path(device).map_err(|e| ScheduleError::Kernel(e.into()))?;
+    let version = kfd.version().map_err(|e| ScheduleError::Kernel(e.into()))?;
+    if !version.has_debug_trap() {
+        return Err(ScheduleError::Kernel(DebugError::NoDebugTrap(version)));
+    }
+    Ok(version)
 }
 
 /// Which side a process is on.
@@ -187,6 +206,8 @@ pub struct Report {
     /// This process's CPU time (user + system), ms, and as a share of the elapsed time.
     pub cpu_ms: f64,
     pub cpu_share: f64,
+    /// What the driver did for the suspends and resumes, when the tracer is attached.
+    pub kernel: Option<KernelReport>,
 }
 
 /// Everything the scheduler reports.
@@ -209,6 +230,12 @@ pub enum Event {
         pid: HostPid,
         reason: &'static str,
         detached: Detached,
+    },
+    /// A held offline process created queues: they are suspended too; `queues` is how many of
+    /// its queues are suspended now.
+    OfflineQueuesHeld {
+        pid: HostPid,
+        queues: i32,
     },
     /// An online process is watched; `snapshot`: its existing queues were learnt with one
     /// debug-trap snapshot (ENABLE, GET_QUEUE_SNAPSHOT, DISABLE: two runlist refreshes).
@@ -285,6 +312,11 @@ pub struct Scheduler<C: Control> {
     /// Offline processes seen opening /dev/kfd whose KFD state was not complete yet, retried
     /// until the deadline (ns).
     retry: Vec<(HostPid, u64)>,
+    /// The driver's side of the transitions (with the tracer).
+    kernel: Option<KernelBreakdown>,
+    /// Every online process watched so far (their queues among the collateral).
+    online_ever: BTreeSet<HostPid>,
+    spans: Vec<Span>,
 }
 
 /// How long a picked-up offline process is retried while its KFD state is incomplete.
@@ -359,6 +391,7 @@ impl<C: Control> Scheduler<C> {
             None => None,
         };
         let policy = Policy::new(config.policy);
+        let kernel = discovery.sees_driver().then(KernelBreakdown::default);
         let mut s = Self {
             config: Config { session, ..config },
             discovery,
@@ -373,6 +406,9 @@ impl<C: Control> Scheduler<C> {
             online_gone: false,
             seen: BTreeMap::new(),
             retry: Vec::new(),
+            kernel,
+            online_ever: BTreeSet::new(),
+            spans: Vec::new(),
         };
         for &pid in &online_sel.pids {
             s.seen.insert(pid, Role::Online);
@@ -423,6 +459,8 @@ impl<C: Control> Scheduler<C> {
         let has_queues =
             crate::kfd::sysfs::read_process(&kfd_proc, pid.0).map(|s| !s.queues.is_empty()).unwrap_or(false);
         let snapshot = initial && has_queues;
+        // Before the snapshot, whose attach would fail with a less telling error.
+        online::check_readable(pid).map_err(|source| ScheduleError::Unreadable { pid, source })?;
         if snapshot {
             let mut c = C::attach(pid, &Options { max_suspend: None, ..self.config.session.clone() })
                 .map_err(|source| ScheduleError::Debug { role: Role::Online, pid, source })?;
@@ -449,6 +487,7 @@ impl<C: Control> Scheduler<C> {
             occupancy_files: usize::from(p.has_occupancy_files()),
         });
         self.online.push(p);
+        self.online_ever.insert(pid);
         Ok(())
     }
 
@@ -500,6 +539,7 @@ impl<C: Control> Scheduler<C> {
                 self.apply_change(c, emit);
             }
             changes.clear();
+            self.collect_spans();
             for (pid, deadline) in std::mem::take(&mut self.retry) {
                 self.pick_up(pid, deadline, emit);
             }
@@ -556,11 +596,27 @@ impl<C: Control> Scheduler<C> {
         if let Some(action) = self.policy.stop() {
             self.act(action, emit);
         }
+        // The stop's resume, before the detach (whose DISABLE resumes too, not a transition).
+        self.discovery.poll(&mut changes);
+        self.collect_spans();
         self.offline_progress();
         self.shutdown(emit);
         let report = self.report();
         emit(&Event::Summary(Box::new(report.clone())));
         report
+    }
+
+    /// The driver's spans of the offline processes' suspends and resumes so far.
+    fn collect_spans(&mut self) {
+        let Some(kernel) = self.kernel.as_mut() else { return };
+        self.discovery.driver_spans(&mut self.spans);
+        if self.spans.is_empty() {
+            return;
+        }
+        let offline: BTreeSet<HostPid> = self.offline.iter().map(|p| p.pid).collect();
+        for span in self.spans.drain(..) {
+            kernel.add(&span, &offline, &self.online_ever);
+        }
     }
 
     fn apply_change(&mut self, change: Change, emit: &mut dyn FnMut(&Event)) {
@@ -644,7 +700,13 @@ impl<C: Control> Scheduler<C> {
                     }
                     Notice::QueuesAppeared if self.offline[i].suspended => {
                         // A queue created while held runs until it is suspended too.
-                        let _ = self.offline[i].control.suspend(&Selection::All);
+                        let pid = self.offline[i].pid;
+                        match self.offline[i].control.suspend(&Selection::All) {
+                            Ok(b) => emit(&Event::OfflineQueuesHeld { pid, queues: b.count }),
+                            Err(e) => emit(&Event::Warning {
+                                message: format!("pid {pid} created queues while held; suspending them failed: {e}"),
+                            }),
+                        }
                     }
                     _ => {}
                 }
@@ -810,6 +872,7 @@ impl<C: Control> Scheduler<C> {
             attach_refreshes: m.attach_refreshes,
             cpu_ms: cpu,
             cpu_share: if elapsed_ms > 0.0 { cpu / elapsed_ms } else { 0.0 },
+            kernel: self.kernel.as_ref().map(KernelBreakdown::report),
         }
     }
 

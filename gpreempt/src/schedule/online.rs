@@ -80,6 +80,17 @@ pub fn read_u64s(pid: HostPid, addrs: &[u64], out: &mut [u64]) -> Result<(), Rea
     Ok(())
 }
 
+/// Whether this process may read `pid`'s memory at all. `process_vm_readv` checks access
+/// (`mm_access`, PTRACE_MODE_ATTACH_REALCREDS) before it looks at any address and answers EPERM
+/// when denied (mm/process_vm_access.c, Linux 6.1 and 6.12), so a read at address 0, which is
+/// never mapped (`vm.mmap_min_addr`), faults when access is granted and is refused otherwise.
+pub fn check_readable(pid: HostPid) -> Result<(), ReadError> {
+    match read_u64s(pid, &[0], &mut [0]) {
+        Ok(()) | Err(ReadError::Fault { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// `stats_<gpuid>/cu_occupancy` of `pid` on each GPU it uses (files that do not exist are
 /// left out: older kernels and GPUs before gfx9 have none).
 pub fn occupancy_files(kfd_proc: &Path, pid: HostPid) -> Vec<PathBuf> {
@@ -214,6 +225,7 @@ mod tests {
         // Unmapped memory is a fault, not a panic or a zero.
         let err = read_u64s(HostPid(std::process::id()), &[8], &mut [0]).unwrap_err();
         assert!(matches!(err, ReadError::Fault { .. }), "{err}");
+        check_readable(HostPid(std::process::id())).unwrap();
     }
 
     #[test]

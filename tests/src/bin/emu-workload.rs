@@ -6,12 +6,14 @@
 //! /dev/kfd, creates AQL queues with real ring / read-index / write-index / CWSR-header memory,
 //! keeps each ring full of dispatches of `--fill-us` µs (0: leave them empty), prints
 //! `{"pid", "queues": [{queue_id, gpu_id, rptr, wptr, ring, error_payload}], …}` and then answers
-//! `rptr` (current read indices), `create GPU TYPE RING_SIZE PERCENT PRIORITY`, `destroy ID`,
+//! `rptr` (current read indices), `create GPU TYPE RING_SIZE PERCENT PRIORITY` (replies the new
+//! queue's id and, as in `queues`, its description), `destroy ID`,
 //! `update ID RING_SIZE PERCENT PRIORITY`, `runtime_enable MODE_MASK`, `stop` (the fillers stop;
 //! replies the final write indices), `submit QID N COST_US` (N dispatches with completion
 //! records), `packet QID TYPE SETUP WG_X GRID_X COST_NS` (one raw packet), `wptr QID VALUE` (raw
-//! write index), `records QID` (the completion records written so far), `error QID` (the CWSR
-//! error payload). QID is an index into `queues`. EOF exits without destroying anything (the
+//! write index), `reserve QID` (move the write index past a slot whose packet is not written
+//! yet: queued work the CP cannot start), `commit QID INDEX COST_US` (write that slot's dispatch),
+//! `records QID` (the completion records written so far), `error QID` (the CWSR error payload). QID is an index into `queues`. EOF exits without destroying anything (the
 //! driver tears the queues down).
 //!
 //! `emu-workload online …` and `emu-workload offline …`: the load generators of `load.rs`.
@@ -306,11 +308,12 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: 
                     arg(&w, 4)? as u32,
                 );
                 let queue_id = q.as_ref().map(|q| q.queue_id);
+                let queue = q.as_ref().map(describe);
                 if let Some(q) = q {
                     mems.push(q);
                     submitted.push(Vec::new());
                 }
-                reply(json!({"ret": ret, "queue_id": queue_id}))?;
+                reply(json!({"ret": ret, "queue_id": queue_id, "queue": queue}))?;
             }
             "destroy" => {
                 let id = arg(&w, 0)? as u32;
@@ -369,6 +372,12 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: 
                     ..Default::default()
                 };
                 reply(json!({"index": q.publish(packet)}))?;
+            }
+            "reserve" => reply(json!({"index": queue_arg(&mems, &w)?.reserve()}))?,
+            "commit" => {
+                let q = queue_arg(&mems, &w)?;
+                q.commit(arg(&w, 1)?, DispatchPacket::dispatch(arg(&w, 2)? * 1000, 0));
+                reply(json!({"ret": 0}))?;
             }
             "wptr" => {
                 queue_arg(&mems, &w)?.set_write_index(arg(&w, 1)?);

@@ -152,6 +152,21 @@ impl QueueMem {
         index
     }
 
+    /// Move the write index past a slot whose header stays INVALID, as an AQL producer does
+    /// between reserving a slot and writing its packet: the dispatch is queued for whoever reads
+    /// the indices, but the CP waits for the header ([`Self::commit`]). Returns the slot's index.
+    pub fn reserve(&self) -> u64 {
+        let index = self.write_index();
+        self.write_slot(index, DispatchPacket { header: packet_type::INVALID, ..Default::default() });
+        self.set_write_index(index + 1);
+        index
+    }
+
+    /// Write the packet of a slot [`Self::reserve`]d earlier, header last.
+    pub fn commit(&self, index: u64, packet: DispatchPacket) {
+        self.write_slot(index, packet);
+    }
+
     fn write_slot(&self, index: u64, packet: DispatchPacket) {
         let slot_index = if self.ring_packets == 0 { 0 } else { index % self.ring_packets };
         // SAFETY: the slot is inside the leaked ring and not read by the CP until the header
