@@ -169,9 +169,13 @@ pub struct QueuesArgs {
 
 #[derive(Debug, Args)]
 pub struct PreemptArgs {
-    /// Host pid of the process whose queues are suspended (the offline job).
-    #[arg(long, value_name = "PID")]
-    pub offline: u32,
+    /// The processes whose queues are suspended (the offline work): host pids and
+    /// container:NAME (name, id or id prefix: every KFD process in it, as `gpreempt ps` shows),
+    /// space-separated. With more than one process, each cycle suspends all of them, holds, and
+    /// resumes all; processes that open /dev/kfd in a selected container later are attached for
+    /// the next cycle, and `--json` writes one record per target (`"version": 2`).
+    #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
+    pub offline: Vec<gpreempt::select::Selector>,
     /// Suspend/resume cycles.
     #[arg(long, default_value_t = 100)]
     pub iterations: u32,
@@ -439,9 +443,17 @@ mod tests {
 
     #[test]
     fn preempt_flags_parse_with_defaults() {
+        use gpreempt::{domain::HostPid, select::Selector};
+        let cli =
+            Cli::try_parse_from(["gpreempt", "preempt", "--offline", "42", "container:trainer", "--quiet"]).unwrap();
+        let Command::Preempt(p) = cli.command else { panic!("not preempt") };
+        assert_eq!(p.offline, vec![Selector::Pid(HostPid(42)), Selector::Container("trainer".into())]);
         let cli = Cli::try_parse_from(["gpreempt", "preempt", "--offline", "42", "--iterations", "1000"]).unwrap();
         let Command::Preempt(p) = cli.command else { panic!("not preempt") };
-        assert_eq!((p.offline, p.iterations, p.hold_ms, p.gap_ms, p.grace_period), (42, 1000, 100, 500, 0));
+        assert_eq!(
+            (p.offline, p.iterations, p.hold_ms, p.gap_ms, p.grace_period),
+            (vec![Selector::Pid(HostPid(42))], 1000, 100, 500, 0)
+        );
         assert_eq!((p.queues, p.max_suspend_ms), (QueueSelectionArg::All, 5000));
         let cli = Cli::try_parse_from([
             "gpreempt",

@@ -20,6 +20,7 @@ pub mod analyze;
 pub mod clock;
 pub mod doctor;
 pub mod domain;
+pub mod group;
 pub mod k8s;
 pub mod kfd;
 pub mod metrics;
