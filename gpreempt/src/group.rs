@@ -231,7 +231,7 @@ impl Group {
         hooks: &mut impl Hooks,
     ) -> Option<StopReason> {
         let mut opened = Vec::new();
-        let mut suspends: Vec<Result<Tally, DebugError>> = Vec::with_capacity(MAX_TARGETS);
+        let mut suspends: Vec<(u32, Result<Tally, DebugError>)> = Vec::with_capacity(MAX_TARGETS);
         for index in 0..plan.iterations {
             if stop.load(Ordering::Relaxed) {
                 return Some(StopReason::Interrupted);
@@ -246,7 +246,7 @@ impl Group {
             }
             suspends.clear();
             for s in &mut self.sessions {
-                suspends.push(s.suspend_tally(&plan.selection, plan.grace_period));
+                suspends.push((s.pid().0, s.suspend_tally(&plan.selection, plan.grace_period)));
             }
             let held_from = monotonic_ns();
             let interrupted = match self.pause(held_from, plan.hold, stop, wake) {
@@ -270,13 +270,13 @@ impl Group {
     }
 
     /// Resume every member this cycle suspended and record its iteration; members whose target
-    /// exited or whose ioctls failed are detached.
-    fn resume_and_record(&mut self, index: u32, suspends: &mut Vec<Result<Tally, DebugError>>) {
-        // Members that left during the hold have no session any more: match by position first.
+    /// exited or whose ioctls failed are detached. `suspends` holds each target's pid with its
+    /// suspend: a target that left during the hold has no session any more.
+    fn resume_and_record(&mut self, index: u32, suspends: &mut Vec<(u32, Result<Tally, DebugError>)>) {
         let mut leaving: Vec<(u32, StopReason)> = Vec::new();
-        for (i, suspend) in suspends.drain(..).enumerate().take(self.sessions.len()) {
-            let session = &mut self.sessions[i];
-            let m = self.of_session[i];
+        for (pid, suspend) in suspends.drain(..) {
+            let Some(i) = self.session_of(pid) else { continue };
+            let (session, m) = (&mut self.sessions[i], self.of_session[i]);
             let suspend = match suspend {
                 Ok(t) => t,
                 Err(DebugError::RuntimeNotEnabled { .. }) => {
@@ -284,7 +284,7 @@ impl Group {
                     continue;
                 }
                 Err(e) => {
-                    leaving.push((session.pid().0, StopReason::Failed(e.to_string())));
+                    leaving.push((pid, StopReason::Failed(e.to_string())));
                     continue;
                 }
             };
@@ -294,15 +294,13 @@ impl Group {
                 None => match session.resume_tally() {
                     Ok(t) => (t, false),
                     Err(e) => {
-                        leaving.push((session.pid().0, StopReason::Failed(e.to_string())));
+                        leaving.push((pid, StopReason::Failed(e.to_string())));
                         continue;
                     }
                 },
             };
-            self.members[m]
-                .run
-                .iterations
-                .push(preempt::record_with_watchdog(index, &suspend, &resume, late, watchdog));
+            let it = preempt::record_with_watchdog(index, &suspend, &resume, late, watchdog);
+            self.members[m].run.iterations.push(it);
         }
         for (pid, why) in leaving {
             if let Some(i) = self.session_of(pid) {
