@@ -61,7 +61,9 @@ pub enum Command {
     /// size): no ptrace, no ioctl, nothing the GPU notices. `--debug-snapshot` adds addresses, CWSR
     /// and exception bits from the KFD debug-trap API (KFD ≥ 1.13, root), at a price: its debug
     /// ENABLE and DISABLE each preempt every queue on the GPU (two device-wide preemptions). `--watch`
-    /// samples repeatedly and ends with statistics.
+    /// samples repeatedly and ends with statistics; while it watches, the tracer (when it can attach)
+    /// adds the ring/index/CWSR addresses, priority, doorbell and creation time of the queues created
+    /// meanwhile, without any debug-trap call (see --no-trace).
     Queues(QueuesArgs),
     /// Suspend and resume another process's GPU queues in a loop and measure it (root).
     ///
@@ -158,6 +160,14 @@ pub struct QueuesArgs {
     /// With --watch: how long to sample (e.g. 10s).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
+    /// With --watch: sysfs alone, without the in-process tracer. By default the tracer (root,
+    /// BTF) is attached while watching and fills, for the queues created during the watch, what
+    /// sysfs lacks: ring address (RING), read/write index addresses (RPTR, WPTR), CWSR area
+    /// (CWSR, CWSR_SIZE), and in the "created while watching" table the priority, doorbell offset
+    /// and creation/destruction times. It sees a queue only at its CREATE_QUEUE, so queues made
+    /// before the watch began show sysfs's columns only. Tracing calls no debug-trap ioctl.
+    #[arg(long, requires = "watch")]
+    pub no_trace: bool,
     /// Take a KFD debug-trap snapshot instead of reading sysfs (root, KFD ≥ 1.13): ring, read and
     /// write pointer and CWSR addresses, exception bits. DISTURBS THE GPU: gpreempt ptrace-seizes the
     /// process and enables debugging on it; the debug ENABLE and DISABLE each refresh the hardware
