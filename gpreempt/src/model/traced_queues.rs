@@ -120,24 +120,15 @@ mod tests {
     use super::*;
     use crate::{
         domain::QueueId,
-        model::registry::tests::{create, ev},
+        model::{
+            queues::tests::row,
+            registry::tests::{create, ev},
+        },
         trace::decode::{KernelResult, QueueDestroy},
     };
 
     fn sysfs_row(queue_id: u32) -> QueueRow {
-        QueueRow {
-            queue_id,
-            gpu_id: Some(0x1000),
-            queue_type: "compute-aql".into(),
-            ring_base: None,
-            ring_size: Some(4096),
-            read_pointer_address: None,
-            write_pointer_address: None,
-            cwsr_address: None,
-            cwsr_size: None,
-            exception_status: None,
-            exceptions: vec![],
-        }
+        QueueRow { ring_size: Some(4096), ..row(queue_id, 0x1000, "compute-aql") }
     }
 
     #[test]
