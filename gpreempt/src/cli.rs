@@ -61,7 +61,9 @@ pub enum Command {
     /// size): no ptrace, no ioctl, nothing the GPU notices. `--debug-snapshot` adds addresses, CWSR
     /// and exception bits from the KFD debug-trap API (KFD ≥ 1.13, root), at a price: its debug
     /// ENABLE and DISABLE each preempt every queue on the GPU (two device-wide preemptions). `--watch`
-    /// samples repeatedly and ends with statistics.
+    /// samples repeatedly and ends with statistics; while it watches, the tracer (when it can attach)
+    /// adds the ring/index/CWSR addresses, priority, doorbell and creation time of the queues created
+    /// meanwhile, without any debug-trap call (see --no-trace).
     Queues(QueuesArgs),
     /// Suspend and resume another process's GPU queues in a loop and measure it (root).
     ///
@@ -158,6 +160,14 @@ pub struct QueuesArgs {
     /// With --watch: how long to sample (e.g. 10s).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
+    /// With --watch: sysfs alone, without the in-process tracer. By default the tracer (root,
+    /// BTF) is attached while watching and fills, for the queues created during the watch, what
+    /// sysfs lacks: ring address (RING), read/write index addresses (RPTR, WPTR), CWSR area
+    /// (CWSR, CWSR_SIZE), and in the "created while watching" table the priority, doorbell offset
+    /// and creation/destruction times. It sees a queue only at its CREATE_QUEUE, so queues made
+    /// before the watch began show sysfs's columns only. Tracing calls no debug-trap ioctl.
+    #[arg(long, requires = "watch")]
+    pub no_trace: bool,
     /// Take a KFD debug-trap snapshot instead of reading sysfs (root, KFD ≥ 1.13): ring, read and
     /// write pointer and CWSR addresses, exception bits. DISTURBS THE GPU: gpreempt ptrace-seizes the
     /// process and enables debugging on it; the debug ENABLE and DISABLE each refresh the hardware
@@ -169,9 +179,13 @@ pub struct QueuesArgs {
 
 #[derive(Debug, Args)]
 pub struct PreemptArgs {
-    /// Host pid of the process whose queues are suspended (the offline job).
-    #[arg(long, value_name = "PID")]
-    pub offline: u32,
+    /// The processes whose queues are suspended (the offline work): host pids and
+    /// container:NAME (name, id or id prefix: every KFD process in it, as `gpreempt ps` shows),
+    /// space-separated. With more than one process, each cycle suspends all of them, holds, and
+    /// resumes all; processes that open /dev/kfd in a selected container later are attached for
+    /// the next cycle, and `--json` writes one record per target (`"version": 2`).
+    #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
+    pub offline: Vec<gpreempt::select::Selector>,
     /// Suspend/resume cycles.
     #[arg(long, default_value_t = 100)]
     pub iterations: u32,
@@ -439,9 +453,17 @@ mod tests {
 
     #[test]
     fn preempt_flags_parse_with_defaults() {
+        use gpreempt::{domain::HostPid, select::Selector};
+        let cli =
+            Cli::try_parse_from(["gpreempt", "preempt", "--offline", "42", "container:trainer", "--quiet"]).unwrap();
+        let Command::Preempt(p) = cli.command else { panic!("not preempt") };
+        assert_eq!(p.offline, vec![Selector::Pid(HostPid(42)), Selector::Container("trainer".into())]);
         let cli = Cli::try_parse_from(["gpreempt", "preempt", "--offline", "42", "--iterations", "1000"]).unwrap();
         let Command::Preempt(p) = cli.command else { panic!("not preempt") };
-        assert_eq!((p.offline, p.iterations, p.hold_ms, p.gap_ms, p.grace_period), (42, 1000, 100, 500, 0));
+        assert_eq!(
+            (p.offline, p.iterations, p.hold_ms, p.gap_ms, p.grace_period),
+            (vec![Selector::Pid(HostPid(42))], 1000, 100, 500, 0)
+        );
         assert_eq!((p.queues, p.max_suspend_ms), (QueueSelectionArg::All, 5000));
         let cli = Cli::try_parse_from([
             "gpreempt",

@@ -5,7 +5,8 @@
 //! - [`doctor`]: what this host offers gpreempt and what to do about each gap.
 //! - [`model`]: what the event stream says about the host (queue map, spans), applied in one place.
 //! - [`report`]: output sinks over that stream (console lines, JSON Lines, Perfetto, summary).
-//! - [`preempt`]: the suspend/resume measurement loop on a [`kfd::session::Session`]; [`stats`] its statistics.
+//! - [`preempt`]: the suspend/resume measurement loop on a [`kfd::session::Session`]; [`stats`] its statistics;
+//!   [`group`]: the same loop over several offline targets on one thread.
 //! - [`output`]: output files that never follow symlinks, and terminal-safe text from other processes.
 //! - [`schedule`]: `gpreempt schedule` — online work seen from outside (AQL indices, occupancy,
 //!   hints), the policy state machine, and the scheduler driving offline [`kfd::session::Session`]s;
@@ -20,6 +21,7 @@ pub mod analyze;
 pub mod clock;
 pub mod doctor;
 pub mod domain;
+pub mod group;
 pub mod k8s;
 pub mod kfd;
 pub mod metrics;

@@ -326,7 +326,20 @@ fn iteration(
         Some(t) => (t, true),
         None => (session.resume_tally()?, false),
     };
-    let mut it = record(index, &suspend, &resume, late);
+    let it = record_with_watchdog(index, &suspend, &resume, late, watchdog);
+    Ok((it, paused == Pause::Interrupted || stop.load(Ordering::Relaxed)))
+}
+
+/// One cycle's record; `watchdog`: `resume` is the watchdog's (the hold outlived `max_suspend`),
+/// which spoils the iteration. Shared with the multi-target loop (`crate::group`).
+pub(crate) fn record_with_watchdog(
+    index: u32,
+    suspend: &Tally,
+    resume: &Tally,
+    late: u32,
+    watchdog: bool,
+) -> Iteration {
+    let mut it = record(index, suspend, resume, late);
     it.watchdog = watchdog;
     it.ok &= !watchdog;
     if watchdog {
@@ -334,7 +347,7 @@ fn iteration(
         it.resume_us = None;
         it.resumed = 0;
     }
-    Ok((it, paused == Pause::Interrupted || stop.load(Ordering::Relaxed)))
+    it
 }
 
 pub use crate::clock::monotonic_ns;

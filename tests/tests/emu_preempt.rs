@@ -421,3 +421,195 @@ fn session_queue_created_mid_hold_is_suspended_within_the_same_hold() {
     // Resumed with the others: its four dispatches run.
     assert!(eventually(30 * SECOND, || offline.cmd("rptr").unwrap()["rptr"][1].as_u64() == Some(first + 4)));
 }
+
+/// The `--json` record of a multi-target run (`"version": 2`): target pid → its record.
+fn targets_of(doc: &serde_json::Value) -> Vec<(u32, &serde_json::Value)> {
+    assert_eq!(doc["version"], 2, "{doc}");
+    let targets = doc["targets"].as_array().unwrap();
+    targets.iter().map(|t| (t["target"]["pid"].as_u64().unwrap() as u32, t)).collect()
+}
+
+/// (index, suspended, resumed, invalid, error, ok) of every iteration of a target's record.
+fn cycles_of(target: &serde_json::Value) -> Vec<(u64, i64, i64, u64, u64, bool)> {
+    target["iterations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|it| {
+            (
+                it["index"].as_u64().unwrap(),
+                it["suspended"].as_i64().unwrap(),
+                it["resumed"].as_i64().unwrap(),
+                it["invalid"].as_u64().unwrap(),
+                it["error"].as_u64().unwrap(),
+                it["ok"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn group_two_offline_pids_are_each_suspended_and_resumed_in_every_cycle() {
+    let a = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
+    let b = workload(&["--gpu-id", "0x2000", "--queues", "1", "--runtime-enable"]);
+    let (pa, pb) = (a.pid(), b.pid());
+    let json = std::env::temp_dir().join(format!("emu-group-{pa}.json"));
+    let out = preempt(&[
+        "--no-trace",
+        "--offline",
+        &pb.to_string(),
+        &pa.to_string(),
+        "--iterations",
+        "5",
+        "--hold-ms",
+        "100",
+        "--gap-ms",
+        "50",
+        "--json",
+        json.to_str().unwrap(),
+    ])
+    .wait_with_output()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc = json_of(&json);
+    assert_eq!((doc["cycles"].as_u64(), &doc["stopped"]), (Some(5), &serde_json::Value::Null), "{doc}");
+    let targets = targets_of(&doc);
+    // In pid order, whatever order they were given in.
+    assert_eq!(targets.iter().map(|(p, _)| *p).collect::<Vec<_>>(), [pa.min(pb), pa.max(pb)]);
+    for (pid, t) in &targets {
+        let n = if *pid == pa { 2 } else { 1 };
+        let every: Vec<_> = (0..5).map(|i| (i, n, n, 0, 0, true)).collect();
+        assert_eq!(cycles_of(t), every, "pid {pid}: {t}");
+        assert_eq!((t["first_iteration"].as_u64(), t["picked_up"].as_bool()), (Some(0), Some(false)));
+        assert_eq!((t["summary"]["completed"].as_u64(), t["summary"]["ok"].as_u64()), (Some(5), Some(5)));
+        // Nothing was left suspended for detach to resume.
+        assert_eq!(t["detached"]["resumed"], 0);
+        assert!(stdout.contains(&format!("pid {pid} (")), "{stdout}");
+    }
+    // One cycle holds both at once: every suspend of a cycle returned before any of its resumes.
+    let its = |t: &serde_json::Value, i: usize, k: &str| t["iterations"][i][k].as_u64().unwrap();
+    for i in 0..5 {
+        let last_suspend = targets.iter().map(|(_, t)| its(t, i, "suspended_at_ns")).max().unwrap();
+        let first_resume = targets.iter().map(|(_, t)| its(t, i, "resumed_at_ns")).min().unwrap();
+        assert!(last_suspend < first_resume, "cycle {i}: a target was resumed before the other was suspended");
+    }
+    for (pid, w) in [(pa, &a), (pb, &b)] {
+        assert_eq!(tracer_pid(pid).unwrap(), 0);
+        assert!(advances(pid, rptr_address(w)), "pid {pid} left suspended");
+    }
+}
+
+/// A cgroup v2 directory named as Docker names a container's scope: the processes moved into it
+/// are "in container" `id` for `gpreempt ps` and the selectors.
+fn docker_style_cgroup(id: &str) -> std::path::PathBuf {
+    if !std::path::Path::new("/sys/fs/cgroup/cgroup.procs").exists() {
+        let ok = Command::new("mount").args(["-t", "cgroup2", "none", "/sys/fs/cgroup"]).status().unwrap();
+        assert!(ok.success(), "cannot mount cgroup2 at /sys/fs/cgroup");
+    }
+    let cg = std::path::PathBuf::from(format!("/sys/fs/cgroup/docker-{id}.scope"));
+    std::fs::create_dir_all(&cg).unwrap();
+    cg
+}
+
+#[test]
+fn group_container_selects_its_two_processes_and_attaches_a_third_started_later() {
+    let cg = docker_style_cgroup("5e1ec70000000000000000000000000000000000000000000000000000000042");
+    let in_container =
+        || workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable", "--cgroup", cg.to_str().unwrap()]);
+    let (a, b) = (in_container(), in_container());
+    // Same GPU, not in the container: never attached.
+    let outsider = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
+    let json = std::env::temp_dir().join(format!("emu-group-container-{}.json", a.pid()));
+    let child = preempt(&[
+        "--no-trace",
+        "--offline",
+        "container:5e1ec7",
+        "--iterations",
+        "100000",
+        "--hold-ms",
+        "30",
+        "--gap-ms",
+        "30",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let me = child.id();
+    let traced_by_me = |pid: u32| tracer_pid(pid).ok() == Some(me);
+    assert!(eventually(30 * SECOND, || traced_by_me(a.pid()) && traced_by_me(b.pid())), "not attached");
+    let c = in_container();
+    assert!(eventually(30 * SECOND, || traced_by_me(c.pid())), "the later process was not attached");
+    // Some cycles with all three (30 + 30 ms each; the record says how many).
+    thread::sleep(2 * SECOND);
+    assert_eq!(tracer_pid(outsider.pid()).unwrap(), 0);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(me as i32), Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("gpreempt: error: interrupted by SIGINT after"), "{stderr}");
+    let doc = json_of(&json);
+    let cycles = doc["cycles"].as_u64().unwrap();
+    let targets = targets_of(&doc);
+    assert_eq!(targets.iter().map(|(p, _)| *p).collect::<Vec<_>>(), [a.pid(), b.pid(), c.pid()]);
+    // The two found at start: one suspended and resumed queue in every cycle.
+    for (pid, t) in &targets[..2] {
+        let every: Vec<_> = (0..cycles).map(|i| (i, 1, 1, 0, 0, true)).collect();
+        assert_eq!(cycles_of(t), every, "pid {pid}: {t}");
+        assert_eq!((t["first_iteration"].as_u64(), t["picked_up"].as_bool()), (Some(0), Some(false)));
+    }
+    // The later one: from the cycle after it opened /dev/kfd, every cycle is accounted for.
+    let (_, late) = &targets[2];
+    let first = late["first_iteration"].as_u64().unwrap();
+    assert!(first > 0 && first < cycles, "first {first} of {cycles}");
+    assert_eq!(late["picked_up"], true);
+    let seen = cycles_of(late);
+    let skipped = late["runtime_not_enabled"].as_u64().unwrap();
+    assert_eq!(seen.len() as u64 + skipped, cycles - first, "{late}");
+    // Attached as it opened /dev/kfd, it may have had no queue yet in its first cycle; from the
+    // next one on it has exactly one, suspended and resumed in each.
+    let held: Vec<_> = seen.iter().skip(1).copied().collect();
+    let every: Vec<_> = seen.iter().skip(1).map(|s| (s.0, 1, 1, 0, 0, true)).collect();
+    assert_eq!(held, every, "{late}");
+    assert!(held.len() >= 3, "only {} held cycles: {late}", held.len());
+    for w in [&a, &b, &c] {
+        assert!(eventually(10 * SECOND, || tracer_pid(w.pid()).ok() == Some(0)));
+        assert!(advances(w.pid(), rptr_address(w)), "pid {} left suspended", w.pid());
+    }
+    drop((a, b, c));
+    let _ = std::fs::remove_dir(&cg);
+}
+
+#[test]
+fn group_bad_offline_selections_are_refused_with_cause_and_fix_and_nothing_attached() {
+    let a = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
+    let b = workload(&["--gpu-id", "0x2000", "--queues", "1", "--runtime-enable"]);
+    let (pa, pb) = (a.pid().to_string(), b.pid().to_string());
+    let refused = |args: &[&str]| {
+        let out = Command::new(binary("gpreempt").unwrap())
+            .args(["preempt", "--no-trace", "--offline"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} was accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = refused(&[&pa, &pb, &pa]);
+    assert!(e.contains(&format!("`{pa}` is given twice in --offline; give each target once")), "{e}");
+    let e = refused(&[&pa, "container:0ddba11"]);
+    assert!(e.contains("--offline container:0ddba11: no KFD process runs in a container with that name"), "{e}");
+    assert!(e.contains("start its GPU work first"), "{e}");
+    let e = refused(&[&pa, &pb, "--online", &pb]);
+    assert!(e.contains(&format!("pid {pb} is selected both as online and as offline (--offline {pb})")), "{e}");
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let sl = sleeper.id().to_string();
+    let e = refused(&[&pa, &sl]);
+    assert!(e.contains(&format!("--offline {sl}: pid {sl} (sleep) has never opened /dev/kfd")), "{e}");
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let e = refused(&[&pa, "container:"]);
+    assert!(e.contains("`container:` needs a container name or id"), "{e}");
+    // Refused before anything was seized: both run untraced.
+    for w in [&a, &b] {
+        assert_eq!(tracer_pid(w.pid()).unwrap(), 0);
+        assert!(advances(w.pid(), rptr_address(w)));
+    }
+}

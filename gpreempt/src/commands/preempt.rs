@@ -1,25 +1,29 @@
-//! `gpreempt preempt --offline PID`: the suspend/resume measurement loop, its progress line, the
-//! summary and the `--json` record file.
+//! `gpreempt preempt --offline SEL...`: the suspend/resume measurement loop on one target or on
+//! several (`gpreempt::group`), its progress line, the summaries and the `--json` record file.
 
 use std::{
     io::{IsTerminal, Write},
     path::Path,
+    sync::atomic::AtomicBool,
     time::Duration,
 };
 
 use anyhow::{Context, Result, bail};
 use gpreempt::{
     domain::HostPid,
+    group::{self, Group, Hooks, Member},
     kfd::{
         KfdVersion,
-        debugger::{Options, Selection},
+        debugger::{Attached, Options, Selection},
         session::Session,
         target::Target,
         uapi::runtime_state,
     },
-    model::{Model, spans::Span},
+    model::{Model, ps, spans::Span},
     preempt::{self, Iteration, KernelSide, Plan, RunSummary, StopReason, monotonic_ns},
     roots::Roots,
+    schedule::discover::{Change, Discovery, SysfsDiscovery, change_of},
+    select::Selector,
     signal_pipe::SignalPipe,
     stats::{self, Summary},
     trace::{
@@ -42,15 +46,17 @@ struct KernelTracer {
     /// No sinks: the spans reach `observe` through the channel subscriber.
     pipeline: Pipeline,
     observed: std::sync::mpsc::Receiver<Observed>,
-    /// The offline process's closed spans so far, matched to iterations by time at the end.
+    /// The offline processes' closed spans so far, matched to iterations by time at the end.
     spans: Vec<Span>,
-    offline: HostPid,
+    offline: Vec<HostPid>,
     online: Option<HostPid>,
+    /// Processes seen opening `/dev/kfd` since the last look (new targets of a container).
+    opened: Vec<HostPid>,
 }
 
 impl KernelTracer {
     /// `version`: the KFD version the debug session already read (the probe table's minimums).
-    fn start(offline: u32, online: Option<u32>, version: KfdVersion) -> Result<Self> {
+    fn start(offline: Vec<HostPid>, online: Option<u32>, version: KfdVersion) -> Result<Self> {
         let live = Live::start(Some(version), std::path::Path::new(loader::BTF_DIR))?;
         let roots = Roots::default();
         let mut model = Model::new(Some(roots.clone()));
@@ -58,26 +64,39 @@ impl KernelTracer {
         let mut pipeline = Pipeline::new(model, Filter::default());
         let (tx, observed) = std::sync::mpsc::channel();
         pipeline.subscribe(Box::new(tx));
-        Ok(Self { live, pipeline, observed, spans: Vec::new(), offline: HostPid(offline), online: online.map(HostPid) })
+        Ok(Self {
+            live,
+            pipeline,
+            observed,
+            spans: Vec::new(),
+            offline,
+            online: online.map(HostPid),
+            opened: Vec::new(),
+        })
     }
 
     /// Move what the probes recorded so far out of the ring buffer (reading its memory, no
     /// system call) and keep the offline process's spans.
     fn collect(&mut self) {
-        let pipeline = &mut self.pipeline;
-        self.live.stream.drain(|event| pipeline.deliver(&event));
-        let offline = self.offline;
+        let (pipeline, opened) = (&mut self.pipeline, &mut self.opened);
+        self.live.stream.drain(|event| {
+            if let Some(Change::ProcessOpened(pid)) = change_of(&event) {
+                opened.push(pid);
+            }
+            pipeline.deliver(&event)
+        });
+        let offline = &self.offline;
         self.spans.extend(self.observed.try_iter().filter_map(|o| match o {
-            Observed::Span(s) if s.target_pid == Some(offline) => Some(s),
+            Observed::Span(s) if s.target_pid.is_some_and(|p| offline.contains(&p)) => Some(s),
             _ => None,
         }));
     }
 
-    /// Each iteration's kernel side: the spans inside its ioctl windows.
-    fn annotate(&mut self, iterations: &mut [Iteration]) {
+    /// Each iteration's kernel side: the spans of `offline` inside its ioctl windows.
+    fn annotate(&mut self, iterations: &mut [Iteration], offline: HostPid) {
         self.collect();
         for it in iterations {
-            it.kernel = KernelSide::of_iteration(&self.spans, it, self.offline, self.online);
+            it.kernel = KernelSide::of_iteration(&self.spans, it, offline, self.online);
         }
     }
 
@@ -97,30 +116,6 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
     let stop_pipe = SignalPipe::new(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
         .map_err(|e| anyhow::anyhow!("cannot watch for Ctrl-C: {e}"))?;
     let options = Options { max_suspend: Some(Duration::from_millis(args.max_suspend_ms)), ..Options::default() };
-    // This thread seizes the target and runs the whole plan (docs/kfd.md §2.1).
-    let mut session = Session::attach(HostPid(args.offline), &options)?;
-    // After the session is up, so bad targets and old kernels are refused at once.
-    let mut tracer = if args.no_trace {
-        None
-    } else {
-        match KernelTracer::start(args.offline, args.online, session.attached().kfd_version) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                eprintln!(
-                    "gpreempt: no kernel-side breakdown (the tracer could not attach: {e:#}); --no-trace hides this"
-                );
-                None
-            }
-        }
-    };
-    let target = session.attached().clone();
-    eprintln!(
-        "gpreempt: attached to pid {} ({}), KFD {}, runtime {}",
-        target.pid,
-        gpreempt::output::text::escape(&target.comm),
-        target.kfd_version,
-        runtime_name(target.runtime_state)
-    );
     let plan = Plan {
         iterations: args.iterations,
         hold: Duration::from_millis(args.hold_ms),
@@ -131,11 +126,46 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
             QueueSelectionArg::Ids(ids) => Selection::Ids(ids.clone()),
         },
     };
+    match args.offline.as_slice() {
+        // One pid: the single-target loop and its record shape.
+        [Selector::Pid(pid)] => run_one(args, *pid, &plan, &options, stop, &stop_pipe),
+        _ => run_group(args, &plan, options, stop, &stop_pipe),
+    }
+}
+
+/// The tracer for `offline`, or why not (said once on stderr).
+fn start_tracer(args: &PreemptArgs, offline: Vec<HostPid>, version: KfdVersion) -> Option<KernelTracer> {
+    if args.no_trace {
+        return None;
+    }
+    match KernelTracer::start(offline, args.online, version) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!("gpreempt: no kernel-side breakdown (the tracer could not attach: {e:#}); --no-trace hides this");
+            None
+        }
+    }
+}
+
+fn run_one(
+    args: &PreemptArgs,
+    offline: HostPid,
+    plan: &Plan,
+    options: &Options,
+    stop: &'static AtomicBool,
+    stop_pipe: &SignalPipe,
+) -> Result<()> {
+    // This thread seizes the target and runs the whole plan (docs/kfd.md §2.1).
+    let mut session = Session::attach(offline, options)?;
+    // After the session is up, so bad targets and old kernels are refused at once.
+    let mut tracer = start_tracer(args, vec![offline], session.attached().kfd_version);
+    let target = session.attached().clone();
+    attached_line(&target);
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
     // Side work between cycles is throttled: the tracer's ring buffer every 10 ms, the progress
     // line every 100 ms (and always for the last iteration).
     let (mut drained_ns, mut shown_ns) = (0u64, 0u64);
-    let mut run = preempt::run(&mut session, &plan, stop, &[stop_pipe.fd()], |it| {
+    let mut run = preempt::run(&mut session, plan, stop, &[stop_pipe.fd()], |it| {
         let now = it.resume_returned_ns;
         if let Some(t) = tracer.as_mut()
             && now >= drained_ns + 10_000_000
@@ -151,7 +181,7 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
     // Resume whatever is suspended, DISABLE, detach — before reporting anything.
     let detached = session.detach();
     if let Some(t) = tracer.as_mut() {
-        t.annotate(&mut run.iterations);
+        t.annotate(&mut run.iterations, offline);
     }
     if show_progress {
         eprintln!();
@@ -168,14 +198,7 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
     if let Some(path) = &args.json {
         let doc = json!({
             "target": target,
-            "plan": {
-                "iterations": plan.iterations,
-                "hold_ms": args.hold_ms,
-                "gap_ms": args.gap_ms,
-                "grace_period": plan.grace_period,
-                "queues": match &plan.selection { Selection::All => json!("all"), Selection::Ids(ids) => json!(ids) },
-                "max_suspend_ms": args.max_suspend_ms,
-            },
+            "plan": plan_json(args, plan),
             "iterations": run.iterations,
             "notices": run.notices,
             "summary": summary,
@@ -184,18 +207,211 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
         });
         write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
     }
-    match &run.stopped {
+    ended(run.stopped.as_ref(), run.iterations.len(), plan.iterations, "target")
+}
+
+/// The exit of a run that did `done` of `planned` cycles.
+fn ended(stopped: Option<&StopReason>, done: usize, planned: u32, whom: &str) -> Result<()> {
+    match stopped {
         None => Ok(()),
         Some(StopReason::Interrupted) => bail!(
-            "interrupted by {} after {} of {} iterations; queues resumed, target detached",
+            "interrupted by {} after {done} of {planned} iterations; queues resumed, {whom} detached",
             interrupt::received().unwrap_or_else(|| "a signal".into()),
-            run.iterations.len(),
-            plan.iterations
         ),
-        Some(reason @ StopReason::Failed(_)) => {
-            bail!("stopped after {} of {} iterations: {reason}", run.iterations.len(), plan.iterations)
+        Some(reason @ StopReason::Failed(_)) => bail!("stopped after {done} of {planned} iterations: {reason}"),
+    }
+}
+
+fn attached_line(target: &Attached) {
+    eprintln!(
+        "gpreempt: attached to pid {} ({}), KFD {}, runtime {}",
+        target.pid,
+        gpreempt::output::text::escape(&target.comm),
+        target.kfd_version,
+        runtime_name(target.runtime_state)
+    );
+}
+
+/// What the multi-target loop needs from this side: progress, the tracer's draining, and the
+/// processes that opened `/dev/kfd` (the tracer's process events and the sysfs process list:
+/// the tracer starts after the targets are attached and would miss what opened meanwhile).
+struct GroupSide {
+    tracer: Option<KernelTracer>,
+    /// Only when a container is selected (a pid selector names its process once).
+    sysfs: Option<SysfsDiscovery>,
+    changes: Vec<Change>,
+    polled_ns: u64,
+    drained_ns: u64,
+    shown_ns: u64,
+    show_progress: bool,
+    planned: u32,
+}
+
+impl Hooks for GroupSide {
+    fn cycle(&mut self, index: u32, members: &[Member]) {
+        let now = monotonic_ns();
+        if let Some(t) = self.tracer.as_mut() {
+            for m in members {
+                if !t.offline.contains(&HostPid(m.target.pid)) {
+                    t.offline.push(HostPid(m.target.pid));
+                }
+            }
+            if now >= self.drained_ns + 10_000_000 {
+                t.collect();
+                self.drained_ns = now;
+            }
+        }
+        if self.show_progress && (now >= self.shown_ns + 100_000_000 || index + 1 == self.planned) {
+            let this = members.iter().filter_map(|m| m.run.iterations.last().filter(|it| it.index == index));
+            let (n, suspended, failed) =
+                this.fold((0, 0, 0), |(n, s, f), it| (n + 1, s + it.suspended, f + usize::from(!it.ok)));
+            let mut err = std::io::stderr().lock();
+            let width = self.planned.to_string().len();
+            let _ = write!(
+                err,
+                "\r[{:>width$}/{}] {n} target(s): {suspended} queue(s) suspended and resumed, {failed} not ok   ",
+                index + 1,
+                self.planned
+            );
+            let _ = err.flush();
+            self.shown_ns = monotonic_ns();
         }
     }
+
+    fn opened(&mut self, out: &mut Vec<HostPid>) {
+        if let Some(t) = self.tracer.as_mut() {
+            t.collect();
+            out.append(&mut t.opened);
+        }
+        let now = monotonic_ns();
+        if let Some(sysfs) = self.sysfs.as_mut()
+            && now >= self.polled_ns + 100_000_000
+        {
+            self.polled_ns = now;
+            sysfs.poll(&mut self.changes);
+            out.extend(self.changes.drain(..).filter_map(|c| match c {
+                Change::ProcessOpened(pid) => Some(pid),
+                _ => None,
+            }));
+        }
+    }
+}
+
+/// Several offline targets (pids, containers) held by this thread, cycled together.
+fn run_group(
+    args: &PreemptArgs,
+    plan: &Plan,
+    options: Options,
+    stop: &'static AtomicBool,
+    stop_pipe: &SignalPipe,
+) -> Result<()> {
+    let roots = options.roots.clone();
+    let watch_new = args.offline.iter().any(|s| matches!(s, Selector::Container(_)));
+    // The baseline before the scan: whatever opens /dev/kfd after it is offered to the group.
+    let sysfs = watch_new.then(|| SysfsDiscovery::new(roots.clone()));
+    let (processes, notes) = ps::scan(&roots);
+    for note in notes {
+        eprintln!("gpreempt: {note}");
+    }
+    let pids = group::plan(&args.offline, args.online.map(HostPid), &processes, &roots)?;
+    // This thread seizes every target and runs the whole plan (docs/kfd.md §2.1).
+    let mut group = Group::attach(&pids, &args.offline, args.online.map(HostPid), options)?;
+    for m in group.members() {
+        attached_line(&m.target);
+    }
+    let version = group.members()[0].target.kfd_version;
+    let tracer = start_tracer(args, pids.clone(), version);
+    let mut side = GroupSide {
+        tracer,
+        sysfs,
+        changes: Vec::new(),
+        polled_ns: 0,
+        drained_ns: 0,
+        shown_ns: 0,
+        show_progress: !args.quiet && std::io::stderr().is_terminal(),
+        planned: plan.iterations,
+    };
+    let stopped = group.run(plan, stop, &[stop_pipe.fd()], &mut side);
+    let warnings = std::mem::take(&mut group.warnings);
+    // Resume whatever is suspended, DISABLE, detach — every target — before reporting anything.
+    let mut members = group.detach();
+    if side.show_progress {
+        eprintln!();
+    }
+    let mut tracer = side.tracer;
+    if let Some(t) = tracer.as_mut() {
+        for m in &mut members {
+            t.annotate(&mut m.run.iterations, HostPid(m.target.pid));
+        }
+    }
+    for w in &warnings {
+        eprintln!("gpreempt: {w}");
+    }
+    let mut targets = Vec::with_capacity(members.len());
+    let cycles = members.iter().map(|m| m.first_iteration as usize + m.run.iterations.len()).max().unwrap_or(0);
+    for m in &members {
+        let planned = plan.iterations.saturating_sub(m.first_iteration);
+        let summary = m.run.summary(planned);
+        outln!(
+            "pid {} ({}){}, from iteration {}:",
+            m.target.pid,
+            gpreempt::output::text::escape(&m.target.comm),
+            if m.picked_up { ", attached when it opened /dev/kfd" } else { "" },
+            m.first_iteration
+        );
+        print_summary(&summary, &m.run.iterations);
+        if m.runtime_not_enabled > 0 {
+            outln!("iterations skipped, its ROCm runtime not enabled: {}", m.runtime_not_enabled);
+        }
+        if let Some(why) = &m.run.stopped {
+            outln!("left the run early: {why}");
+        }
+        for notice in &m.run.notices {
+            eprintln!("gpreempt: pid {}: {}", m.target.pid, serde_json::to_string(notice)?);
+        }
+        targets.push(json!({
+            "target": m.target,
+            "first_iteration": m.first_iteration,
+            "picked_up": m.picked_up,
+            "iterations": m.run.iterations,
+            "runtime_not_enabled": m.runtime_not_enabled,
+            "notices": m.run.notices,
+            "summary": summary,
+            "stopped": m.run.stopped,
+            "detached": m.detached,
+        }));
+    }
+    let tracer_losses = tracer.as_ref().and_then(KernelTracer::losses);
+    if let Some(l) = &tracer_losses {
+        outln!("kernel-side tracer: {} records lost ({l})", l.dropped());
+    }
+    if let Some(path) = &args.json {
+        let doc = json!({
+            // Version 1 is the single-target record (`--offline PID`): one "target", its
+            // "iterations" and "summary" at the top level.
+            "version": 2,
+            "selectors": args.offline,
+            "plan": plan_json(args, plan),
+            "targets": targets,
+            "warnings": warnings,
+            "cycles": cycles,
+            "stopped": stopped,
+            "tracer_losses": tracer_losses,
+        });
+        write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
+    }
+    ended(stopped.as_ref(), cycles, plan.iterations, "targets")
+}
+
+fn plan_json(args: &PreemptArgs, plan: &Plan) -> serde_json::Value {
+    json!({
+        "iterations": plan.iterations,
+        "hold_ms": args.hold_ms,
+        "gap_ms": args.gap_ms,
+        "grace_period": plan.grace_period,
+        "queues": match &plan.selection { Selection::All => json!("all"), Selection::Ids(ids) => json!(ids) },
+        "max_suspend_ms": args.max_suspend_ms,
+    })
 }
 
 fn runtime_name(state: u32) -> &'static str {

@@ -1,6 +1,7 @@
 //! `gpreempt queues <pid>`: one process's queues from sysfs (by default: nothing the GPU notices) or
 //! from a debug-trap snapshot (`--debug-snapshot`, which preempts the GPU's queues twice), once or
-//! sampled with `--watch`.
+//! sampled with `--watch`. While watching, the in-process tracer (when it can attach) adds what
+//! only it sees of the queues created meanwhile (`gpreempt::model::traced_queues`).
 
 use std::{
     path::Path,
@@ -9,15 +10,21 @@ use std::{
 
 use anyhow::{Context, Result};
 use gpreempt::{
+    clock::boottime_ns,
+    domain::HostPid,
     kfd::{
         Debugger, Device, KfdVersion,
         debugger::Options,
         sysfs::{self, KFD_PROC_ROOT},
         target::{Roots, Target},
     },
-    model::queues::{QueueRow, Sample, Source, WatchStats},
+    model::{
+        queues::{QueueRow, Sample, Source, WatchStats},
+        traced_queues::{TracedQueue, TracedQueues},
+    },
     output::text::escape,
     preempt::sleep_unless,
+    trace::{live::Live, loader},
 };
 use serde_json::json;
 
@@ -76,7 +83,13 @@ pub fn run(args: &QueuesArgs) -> Result<()> {
         Lister::DebugTrap(Debugger::attach(args.pid, Options::default())?)
     };
     match args.watch {
-        Some(interval) => watch(args, &target, &lister, interval),
+        Some(interval) => {
+            let tracer = match &lister {
+                Lister::Sysfs(pid) if !args.no_trace => Watcher::start(HostPid(*pid), version),
+                _ => None,
+            };
+            watch(args, &target, &lister, interval, tracer)
+        }
         None => {
             let rows = lister.sample()?;
             print_once(args, &target, version, lister.source(), &rows)
@@ -146,15 +159,66 @@ fn print_table(rows: &[QueueRow]) {
     }
 }
 
-fn watch(args: &QueuesArgs, target: &Target, lister: &Lister, interval: Duration) -> Result<()> {
+/// The in-process tracer while watching, and what it learnt of the process's queues.
+struct Watcher {
+    live: Live,
+    queues: TracedQueues,
+}
+
+impl Watcher {
+    /// `None` (said on stderr) when the tracer cannot attach: the view is then sysfs alone.
+    fn start(pid: HostPid, version: KfdVersion) -> Option<Self> {
+        match Live::start(Some(version), Path::new(loader::BTF_DIR)) {
+            Ok(live) => {
+                eprintln!(
+                    "gpreempt: tracer attached: queues created from now on are shown with their ring, index and \
+                     CWSR addresses and doorbell (no debug-trap call; --no-trace for sysfs alone)"
+                );
+                Some(Self { live, queues: TracedQueues::new(pid) })
+            }
+            Err(e) => {
+                eprintln!("gpreempt: sysfs only (the tracer could not attach: {e:#}); --no-trace hides this");
+                None
+            }
+        }
+    }
+
+    /// Take the records so far (reading the ring buffer's memory, no waiting).
+    fn drain(&mut self) {
+        let queues = &mut self.queues;
+        self.live.stream.drain(|event| queues.observe(&event));
+    }
+}
+
+/// A traced queue with its times relative to the start of the watch, ms.
+fn traced_json(q: &TracedQueue, start_boot_ns: u64) -> serde_json::Value {
+    let ms = |ns: u64| ns.saturating_sub(start_boot_ns) as f64 / 1e6;
+    let mut v = json!(q);
+    v["created_ms"] = json!(ms(q.created_ns));
+    v["destroyed_ms"] = json!(q.destroyed_ns.map(ms));
+    v
+}
+
+fn watch(
+    args: &QueuesArgs,
+    target: &Target,
+    lister: &Lister,
+    interval: Duration,
+    mut tracer: Option<Watcher>,
+) -> Result<()> {
     let stop = interrupt::install()?;
     let duration = args.duration.unwrap_or(Duration::from_secs(10));
     let start = Instant::now();
+    let start_boot_ns = boottime_ns();
     let mut rows = Vec::new();
     let mut samples = Vec::new();
     while start.elapsed() < duration {
         let tick = Instant::now();
-        let now = lister.sample()?;
+        let mut now = lister.sample()?;
+        if let Some(t) = tracer.as_mut() {
+            t.drain();
+            now.iter_mut().for_each(|row| t.queues.enrich(row));
+        }
         let sample =
             Sample { t_ms: start.elapsed().as_millis() as u64, queue_ids: now.iter().map(|q| q.queue_id).collect() };
         if !args.json && !args.ids_only {
@@ -166,9 +230,32 @@ fn watch(args: &QueuesArgs, target: &Target, lister: &Lister, interval: Duration
             break;
         }
     }
+    if let Some(t) = tracer.as_mut() {
+        t.drain();
+    }
     let stats = WatchStats::of(&rows).context("no sample was taken")?;
+    let last = rows.last().cloned().unwrap_or_default();
     if args.json {
-        let out = json!({"pid": target.pid, "comm": target.comm, "source": lister.source(), "samples": samples, "stats": stats});
+        let traced = tracer.as_ref().map(|t| {
+            json!({
+                "queues": t.queues.queues().map(|q| traced_json(q, start_boot_ns)).collect::<Vec<_>>(),
+                // Runlist refreshes (execute_queues_cpsch) the tracer saw while watching: this
+                // view's own, and the watched process's.
+                "runlist_refreshes": {
+                    "by_this_process": t.queues.refreshes_by(HostPid(std::process::id())),
+                    "by_the_process": t.queues.refreshes_by(HostPid(target.pid)),
+                },
+            })
+        });
+        let out = json!({
+            "pid": target.pid,
+            "comm": target.comm,
+            "source": lister.source(),
+            "samples": samples,
+            "stats": stats,
+            "queues": last,
+            "tracer": traced,
+        });
         outln!("{}", serde_json::to_string_pretty(&out)?);
     } else if args.ids_only {
         stats.id_frequency.keys().for_each(|id| outln!("{id}"));
@@ -189,6 +276,55 @@ fn watch(args: &QueuesArgs, target: &Target, lister: &Lister, interval: Duration
         for (ty, n) in &stats.per_type {
             outln!("  {ty}: {n} queue observation(s)");
         }
+        if let Some(t) = &tracer {
+            print_traced(t, start_boot_ns);
+        }
+        outln!("last sample:");
+        print_table(&last);
     }
     Ok(())
+}
+
+/// The queues created while watching, as the tracer saw their CREATE_QUEUE.
+fn print_traced(t: &Watcher, start_boot_ns: u64) {
+    let queues: Vec<&TracedQueue> = t.queues.queues().collect();
+    outln!("queues created while watching (from the tracer): {}", queues.len());
+    if queues.is_empty() {
+        return;
+    }
+    let ms = |ns: u64| format!("{:.1}", ns.saturating_sub(start_boot_ns) as f64 / 1e6);
+    outln!(
+        "{:>5} {:>6} {:<12} {:>4} {:>16} {:>9} {:>16} {:>16} {:>10} {:>16} {:>9} {:>10} {:>10}",
+        "QUEUE",
+        "GPU",
+        "TYPE",
+        "PRIO",
+        "RING",
+        "RING_SIZE",
+        "RPTR",
+        "WPTR",
+        "DOORBELL",
+        "CWSR",
+        "CWSR_SIZE",
+        "CREATED_MS",
+        "GONE_MS"
+    );
+    for q in queues {
+        outln!(
+            "{:>5} {:>6} {:<12} {:>4} {:>16} {:>9} {:>16} {:>16} {:>10} {:>16} {:>9} {:>10} {:>10}",
+            q.queue_id,
+            q.gpu_id.0,
+            q.queue_type,
+            q.priority,
+            format!("{:#x}", q.ring_base),
+            q.ring_size,
+            format!("{:#x}", q.read_pointer_address),
+            format!("{:#x}", q.write_pointer_address),
+            q.doorbell_offset.map_or_else(|| "-".to_owned(), |d| format!("{d:#x}")),
+            format!("{:#x}", q.cwsr_address),
+            q.cwsr_size,
+            ms(q.created_ns),
+            q.destroyed_ns.map_or_else(|| "-".to_owned(), ms)
+        );
+    }
 }

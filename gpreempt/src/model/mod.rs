@@ -12,6 +12,7 @@ pub mod ps;
 pub mod queues;
 pub mod registry;
 pub mod spans;
+pub mod traced_queues;
 
 use serde::Serialize;
 

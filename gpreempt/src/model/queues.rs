@@ -159,10 +159,11 @@ impl WatchStats {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn row(id: u32, gpu: u32, ty: &str) -> QueueRow {
+    /// A row with sysfs's fields only.
+    pub(crate) fn row(id: u32, gpu: u32, ty: &str) -> QueueRow {
         QueueRow {
             queue_id: id,
             gpu_id: Some(gpu),

@@ -1,0 +1,437 @@
+//! `gpreempt preempt` on several offline targets at once: which processes the `--offline`
+//! selectors name ([`plan`]), and the cycle run over all of them on the one thread that holds
+//! their sessions ([`Group`]): each cycle suspends every target, holds (one `ppoll` over all the
+//! sessions, [`wait_any`]), resumes every target, and waits the gap. Each target keeps its own
+//! safety rails — its session's watchdog, its exit, its detach deadline — and its own records: a
+//! target that exits or fails is detached and the others go on. Processes that open `/dev/kfd`
+//! later inside a selected container are offered by the caller ([`Hooks::opened`]) and attached
+//! for the next cycle.
+
+use std::{
+    os::fd::BorrowedFd,
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+
+use crate::{
+    clock::monotonic_ns,
+    domain::HostPid,
+    kfd::{
+        debugger::{Attached, DebugError, Detached, Options},
+        session::{Session, Tally, Wake, wait_any},
+        target::{Target, TargetError},
+    },
+    model::ps::KfdProcess,
+    preempt::{self, Plan, Run, StopReason},
+    roots::Roots,
+    select::{self, Selector},
+};
+
+/// Targets one thread holds at most: [`wait_any`] polls 3 fds per session and the caller's
+/// (Ctrl-C) within its limit of 64.
+pub const MAX_TARGETS: usize = 20;
+
+/// Why a selection of offline targets is refused before anything is attached.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("`{0}` is given twice in --offline; give each target once")]
+    Repeated(Selector),
+    #[error(
+        "--offline container:{0}: no KFD process runs in a container with that name, id or id prefix \
+         (see `gpreempt ps` for the KFD processes and their containers); start its GPU work first — \
+         processes that open /dev/kfd in it later are attached then"
+    )]
+    EmptyContainer(String),
+    #[error(
+        "pid {pid} is selected both as online and as offline (--offline {selector}); a process cannot be \
+         preempted on behalf of itself: drop it from one side"
+    )]
+    Overlap { pid: HostPid, selector: Selector },
+    #[error("--offline {selector}: {source}")]
+    Target { selector: Selector, source: TargetError },
+    #[error("--offline names {0} processes; one controller holds at most {MAX_TARGETS}: split the selection")]
+    TooMany(usize),
+}
+
+/// The KFD processes `selectors` name now (pid order), checked: no selector twice, every pid a
+/// KFD process that can be debugged, every container with a KFD process, and none of them the
+/// online process.
+pub fn plan(
+    selectors: &[Selector],
+    online: Option<HostPid>,
+    processes: &[KfdProcess],
+    roots: &Roots,
+) -> Result<Vec<HostPid>, PlanError> {
+    if let Some((_, s)) = selectors.iter().enumerate().find(|(i, s)| selectors[..*i].contains(s)) {
+        return Err(PlanError::Repeated(s.clone()));
+    }
+    let resolved = select::resolve_in(selectors, processes, Vec::new());
+    if let Some(name) = resolved.empty_containers.first() {
+        return Err(PlanError::EmptyContainer(name.clone()));
+    }
+    for &pid in &resolved.unmatched_pids {
+        // Not a KFD process of the scan: the target check says exactly why (gone, never opened
+        // /dev/kfd, a thread, …).
+        let selector = Selector::Pid(pid);
+        let target =
+            Target::inspect(roots, pid.0).map_err(|source| PlanError::Target { selector: selector.clone(), source })?;
+        target.check_debuggable(roots).map_err(|source| PlanError::Target { selector, source })?;
+    }
+    let mut pids = resolved.pids;
+    pids.extend(resolved.unmatched_pids);
+    pids.sort_unstable();
+    pids.dedup();
+    if let Some(online) = online
+        && pids.contains(&online)
+    {
+        let selector = selectors.iter().find(|s| takes(s, processes, online)).cloned().unwrap_or(Selector::Pid(online));
+        return Err(PlanError::Overlap { pid: online, selector });
+    }
+    if pids.len() > MAX_TARGETS {
+        return Err(PlanError::TooMany(pids.len()));
+    }
+    Ok(pids)
+}
+
+/// Whether `selector` takes `pid` among `processes` (a pid selector takes its pid even when the
+/// scan did not list it).
+fn takes(selector: &Selector, processes: &[KfdProcess], pid: HostPid) -> bool {
+    match selector {
+        Selector::Pid(p) => *p == pid,
+        Selector::Container(_) => processes.iter().any(|p| p.pid() == pid.0 && selector.matches_process(p)),
+    }
+}
+
+/// One offline target: what it did, from the cycle it joined.
+#[derive(Clone, Debug, Serialize)]
+pub struct Member {
+    pub target: Attached,
+    /// The first cycle it took part in (0 for the targets attached at start).
+    pub first_iteration: u32,
+    /// Attached later: it opened `/dev/kfd` in a selected container while the run went on.
+    pub picked_up: bool,
+    /// Its iterations (indexed by the group's cycle), notices, and why it left early.
+    pub run: Run,
+    /// Cycles whose suspend it could not take part in because its ROCm runtime was not enabled
+    /// (yet): KFD refuses SUSPEND_QUEUES then (docs/kfd.md §2.1).
+    pub runtime_not_enabled: u32,
+    /// Set when it was detached (at the end, or when it exited or failed).
+    pub detached: Option<Detached>,
+}
+
+/// What the caller does around the cycles.
+pub trait Hooks {
+    /// After each cycle, with every member (progress, the tracer's draining).
+    fn cycle(&mut self, index: u32, members: &[Member]);
+    /// Pids that opened `/dev/kfd` since the last call (the tracer's process events, or the
+    /// sysfs process list); called between cycles.
+    fn opened(&mut self, out: &mut Vec<HostPid>);
+}
+
+/// Several sessions on this thread, and the members they serve.
+pub struct Group {
+    sessions: Vec<Session>,
+    /// `members` index of each session.
+    of_session: Vec<usize>,
+    members: Vec<Member>,
+    selectors: Vec<Selector>,
+    online: Option<HostPid>,
+    options: Options,
+    /// What happened outside any one member (a pick-up that could not attach).
+    pub warnings: Vec<String>,
+}
+
+impl Group {
+    /// Attach every pid of a [`plan`] on this thread; on an error the ones already attached are
+    /// detached (their sessions drop).
+    pub fn attach(
+        pids: &[HostPid],
+        selectors: &[Selector],
+        online: Option<HostPid>,
+        options: Options,
+    ) -> Result<Self, DebugError> {
+        let mut group = Self {
+            sessions: Vec::with_capacity(MAX_TARGETS),
+            of_session: Vec::with_capacity(MAX_TARGETS),
+            members: Vec::new(),
+            selectors: selectors.to_vec(),
+            online,
+            options,
+            warnings: Vec::new(),
+        };
+        for &pid in pids {
+            group.add(Session::attach(pid, &group.options)?, 0, false);
+        }
+        Ok(group)
+    }
+
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    fn add(&mut self, session: Session, first_iteration: u32, picked_up: bool) {
+        self.members.push(Member {
+            target: session.attached().clone(),
+            first_iteration,
+            picked_up,
+            run: Run { iterations: Vec::new(), notices: Vec::new(), stopped: None },
+            runtime_not_enabled: 0,
+            detached: None,
+        });
+        self.of_session.push(self.members.len() - 1);
+        self.sessions.push(session);
+    }
+
+    /// A process that opened `/dev/kfd`: attached when a container selector takes it and it is
+    /// neither a member already nor the online process.
+    fn offer(&mut self, pid: HostPid, next_iteration: u32) {
+        let known = self.members.iter().any(|m| m.target.pid == pid.0 && m.detached.is_none());
+        let containers: Vec<Selector> =
+            self.selectors.iter().filter(|s| matches!(s, Selector::Container(_))).cloned().collect();
+        if known || self.online == Some(pid) || !select::any_matches_new(&containers, &self.options.roots, pid) {
+            return;
+        }
+        if self.sessions.len() >= MAX_TARGETS {
+            self.warnings.push(format!("pid {pid} opened /dev/kfd in a selected container but {MAX_TARGETS} targets are held already: not attached"));
+            return;
+        }
+        match Session::attach(pid, &self.options) {
+            Ok(s) => self.add(s, next_iteration, true),
+            Err(e) => self
+                .warnings
+                .push(format!("pid {pid} opened /dev/kfd in a selected container but was not attached: {e}")),
+        }
+    }
+
+    /// Detach session `i` and close its member's record.
+    fn leave(&mut self, i: usize, why: Option<StopReason>) {
+        let mut session = self.sessions.remove(i);
+        let m = self.of_session.remove(i);
+        let member = &mut self.members[m];
+        member.run.notices.extend(session.notices());
+        member.run.stopped = why;
+        member.detached = Some(session.detach());
+    }
+
+    /// Session index of the target `pid`.
+    fn session_of(&self, pid: u32) -> Option<usize> {
+        self.sessions.iter().position(|s| s.pid().0 == pid)
+    }
+
+    /// Run the plan over every member; `None` when every cycle ran. Returns early when `stop` is
+    /// set or a fd of `wake` is readable (Ctrl-C), or when every target is gone. Never leaves a
+    /// queue suspended past the cycle except through the members' own detach.
+    pub fn run(
+        &mut self,
+        plan: &Plan,
+        stop: &AtomicBool,
+        wake: &[BorrowedFd<'_>],
+        hooks: &mut impl Hooks,
+    ) -> Option<StopReason> {
+        let mut opened = Vec::new();
+        let mut suspends: Vec<(u32, Result<Tally, DebugError>)> = Vec::with_capacity(MAX_TARGETS);
+        for index in 0..plan.iterations {
+            if stop.load(Ordering::Relaxed) {
+                return Some(StopReason::Interrupted);
+            }
+            opened.clear();
+            hooks.opened(&mut opened);
+            for &pid in &opened {
+                self.offer(pid, index);
+            }
+            if self.sessions.is_empty() {
+                return Some(StopReason::Failed("every offline target is gone".into()));
+            }
+            suspends.clear();
+            for s in &mut self.sessions {
+                suspends.push((s.pid().0, s.suspend_tally(&plan.selection, plan.grace_period)));
+            }
+            let held_from = monotonic_ns();
+            let interrupted = match self.pause(held_from, plan.hold, stop, wake) {
+                Ok(interrupted) => interrupted,
+                Err(e) => return Some(StopReason::Failed(e.to_string())),
+            };
+            self.resume_and_record(index, &mut suspends);
+            hooks.cycle(index, &self.members);
+            if interrupted || stop.load(Ordering::Relaxed) {
+                return Some(StopReason::Interrupted);
+            }
+            if index + 1 < plan.iterations {
+                match self.pause(monotonic_ns(), plan.gap, stop, wake) {
+                    Ok(false) => {}
+                    Ok(true) => return Some(StopReason::Interrupted),
+                    Err(e) => return Some(StopReason::Failed(e.to_string())),
+                }
+            }
+        }
+        None
+    }
+
+    /// Resume every member this cycle suspended and record its iteration; members whose target
+    /// exited or whose ioctls failed are detached. `suspends` holds each target's pid with its
+    /// suspend: a target that left during the hold has no session any more.
+    fn resume_and_record(&mut self, index: u32, suspends: &mut Vec<(u32, Result<Tally, DebugError>)>) {
+        let mut leaving: Vec<(u32, StopReason)> = Vec::new();
+        for (pid, suspend) in suspends.drain(..) {
+            let Some(i) = self.session_of(pid) else { continue };
+            let (session, m) = (&mut self.sessions[i], self.of_session[i]);
+            let suspend = match suspend {
+                Ok(t) => t,
+                Err(DebugError::RuntimeNotEnabled { .. }) => {
+                    self.members[m].runtime_not_enabled += 1;
+                    continue;
+                }
+                Err(e) => {
+                    leaving.push((pid, StopReason::Failed(e.to_string())));
+                    continue;
+                }
+            };
+            let late = session.late_suspended();
+            let (resume, watchdog) = match session.take_watchdog_resume() {
+                Some(t) => (t, true),
+                None => match session.resume_tally() {
+                    Ok(t) => (t, false),
+                    Err(e) => {
+                        leaving.push((pid, StopReason::Failed(e.to_string())));
+                        continue;
+                    }
+                },
+            };
+            let it = preempt::record_with_watchdog(index, &suspend, &resume, late, watchdog);
+            self.members[m].run.iterations.push(it);
+        }
+        for (pid, why) in leaving {
+            if let Some(i) = self.session_of(pid) {
+                self.leave(i, Some(why));
+            }
+        }
+    }
+
+    /// Wait `length` from `from_ns` over every session; true when interrupted. A target that
+    /// exits meanwhile is detached and the wait goes on for the others.
+    fn pause(
+        &mut self,
+        from_ns: u64,
+        length: Duration,
+        stop: &AtomicBool,
+        wake: &[BorrowedFd<'_>],
+    ) -> Result<bool, DebugError> {
+        let deadline =
+            Instant::now() + Duration::from_nanos((from_ns + length.as_nanos() as u64).saturating_sub(monotonic_ns()));
+        loop {
+            match wait_any(&mut self.sessions, deadline, wake) {
+                Ok(Wake::Deadline) => return Ok(false),
+                Ok(Wake::Ready(_)) => return Ok(true),
+                Ok(Wake::Target | Wake::Watchdog) => {}
+                Err(DebugError::TargetExited { pid, code }) => match self.session_of(pid) {
+                    Some(i) => {
+                        let e = DebugError::TargetExited { pid, code };
+                        self.leave(i, Some(StopReason::Failed(e.to_string())));
+                    }
+                    None => return Err(DebugError::TargetExited { pid, code }),
+                },
+                Err(e) => return Err(e),
+            }
+            if stop.load(Ordering::Relaxed) {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Resume, DISABLE and detach every member still attached; every member's record.
+    pub fn detach(mut self) -> Vec<Member> {
+        while !self.sessions.is_empty() {
+            self.leave(0, None);
+        }
+        std::mem::take(&mut self.members)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{fs, path::Path};
+
+    use super::*;
+    use crate::model::ps;
+
+    const ID: &str = "5eed00000000000000000000000000000000000000000000000000000000abcd";
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, text).unwrap();
+    }
+
+    /// KFD processes 100 and 101 in container "trainer", 300 on the host; 400 on the host never
+    /// opened /dev/kfd.
+    fn host() -> (tempfile::TempDir, Roots, Vec<KfdProcess>) {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        for (pid, in_container, kfd) in [(100, true, true), (101, true, true), (300, false, true), (400, false, false)]
+        {
+            if kfd {
+                write(r, &format!("sys/class/kfd/kfd/proc/{pid}/pasid"), "32770\n");
+            }
+            write(r, &format!("proc/{pid}/comm"), "python3\n");
+            write(
+                r,
+                &format!("proc/{pid}/status"),
+                &format!("Name:\tpython3\nState:\tS\nTgid:\t{pid}\nNSpid:\t{pid}\nTracerPid:\t0\n"),
+            );
+            let cgroup =
+                if in_container { format!("0::/system.slice/docker-{ID}.scope\n") } else { "0::/user.slice\n".into() };
+            write(r, &format!("proc/{pid}/cgroup"), &cgroup);
+        }
+        write(r, &format!("docker/containers/{ID}/config.v2.json"), r#"{"Name":"/trainer"}"#);
+        let roots = Roots { sys: r.join("sys"), proc: r.join("proc"), docker: r.join("docker"), ..Roots::default() };
+        let (processes, _) = ps::scan(&roots);
+        (dir, roots, processes)
+    }
+
+    fn sels(texts: &[&str]) -> Vec<Selector> {
+        texts.iter().map(|t| t.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_container_and_pids_plan_every_kfd_process_once() {
+        let (_dir, roots, processes) = host();
+        let pids = plan(&sels(&["container:trainer", "300", "101"]), None, &processes, &roots).unwrap();
+        assert_eq!(pids, vec![HostPid(100), HostPid(101), HostPid(300)]);
+        let pids = plan(&sels(&["container:5eed00"]), Some(HostPid(300)), &processes, &roots).unwrap();
+        assert_eq!(pids, vec![HostPid(100), HostPid(101)]);
+    }
+
+    #[test]
+    fn bad_selections_name_cause_and_fix() {
+        let (_dir, roots, processes) = host();
+        let err = |texts: &[&str], online: Option<u32>| {
+            plan(&sels(texts), online.map(HostPid), &processes, &roots).unwrap_err().to_string()
+        };
+        assert_eq!(err(&["300", "300"], None), "`300` is given twice in --offline; give each target once");
+        assert_eq!(
+            err(&["container:server"], None),
+            "--offline container:server: no KFD process runs in a container with that name, id or id prefix (see \
+             `gpreempt ps` for the KFD processes and their containers); start its GPU work first — processes that \
+             open /dev/kfd in it later are attached then"
+        );
+        assert_eq!(
+            err(&["container:trainer"], Some(101)),
+            "pid 101 is selected both as online and as offline (--offline container:trainer); a process cannot be \
+             preempted on behalf of itself: drop it from one side"
+        );
+        assert!(
+            err(&["300"], Some(300)).starts_with("pid 300 is selected both as online and as offline (--offline 300)")
+        );
+        assert_eq!(
+            err(&["100", "400"], None),
+            "--offline 400: pid 400 (python3) has never opened /dev/kfd, so it has no GPU queues to suspend (see \
+             `gpreempt ps` for the processes that do)"
+        );
+        assert_eq!(
+            err(&["999"], None),
+            "--offline 999: no process with pid 999 (see `gpreempt ps` for the KFD processes)"
+        );
+    }
+}
