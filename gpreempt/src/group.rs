@@ -67,7 +67,7 @@ pub fn plan(
     if let Some((_, s)) = selectors.iter().enumerate().find(|(i, s)| selectors[..*i].contains(s)) {
         return Err(PlanError::Repeated(s.clone()));
     }
-    let resolved = select::resolve_in(selectors, processes, Vec::new());
+    let resolved = select::resolve_in(selectors, processes, Vec::new(), roots);
     if let Some(name) = resolved.empty_containers.first() {
         return Err(PlanError::EmptyContainer(name.clone()));
     }
@@ -86,7 +86,8 @@ pub fn plan(
     if let Some(online) = online
         && pids.contains(&online)
     {
-        let selector = selectors.iter().find(|s| takes(s, processes, online)).cloned().unwrap_or(Selector::Pid(online));
+        let selector =
+            selectors.iter().find(|s| takes(s, processes, roots, online)).cloned().unwrap_or(Selector::Pid(online));
         return Err(PlanError::Overlap { pid: online, selector });
     }
     if pids.len() > MAX_TARGETS {
@@ -97,10 +98,12 @@ pub fn plan(
 
 /// Whether `selector` takes `pid` among `processes` (a pid selector takes its pid even when the
 /// scan did not list it).
-fn takes(selector: &Selector, processes: &[KfdProcess], pid: HostPid) -> bool {
+fn takes(selector: &Selector, processes: &[KfdProcess], roots: &Roots, pid: HostPid) -> bool {
     match selector {
         Selector::Pid(p) => *p == pid,
-        Selector::Container(_) => processes.iter().any(|p| p.pid() == pid.0 && selector.matches_process(p)),
+        Selector::Container(_) | Selector::Pod(_) => {
+            processes.iter().any(|p| p.pid() == pid.0 && selector.matches_process(p, roots))
+        }
     }
 }
 

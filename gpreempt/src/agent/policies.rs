@@ -187,6 +187,13 @@ impl Recorder<'_> {
             Event::OfflineDetached { pid, reason, .. } => {
                 log("info", "offline process detached", &[("policy", policy), ("pid", pid), ("reason", reason)]);
             }
+            Event::OfflineQueuesHeld { pid, queues } => {
+                log(
+                    "info",
+                    "offline queues created while held, held too",
+                    &[("policy", policy), ("pid", pid), ("queues", queues)],
+                );
+            }
             Event::OnlineAdded { pid, queues, .. } => {
                 log("info", "online process watched", &[("policy", policy), ("pid", pid), ("queues", queues)]);
             }
