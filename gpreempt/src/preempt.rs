@@ -246,9 +246,12 @@ pub fn run(
         }
         match iteration(session, plan, index, stop, wake) {
             Ok((it, interrupted)) => {
-                on_iteration(&it);
                 let end = it.resume_returned_ns;
+                // Into the buffer first, then shown from there: one copy of the record per cycle.
                 run.iterations.push(it);
+                if let Some(it) = run.iterations.last() {
+                    on_iteration(it);
+                }
                 if interrupted {
                     run.stopped = Some(StopReason::Interrupted);
                     break;
@@ -287,6 +290,7 @@ enum Pause {
 }
 
 /// Wait `length` from `from_ns` (CLOCK_MONOTONIC), servicing the session.
+#[inline]
 fn pause(
     session: &mut Session,
     from_ns: u64,
@@ -311,6 +315,7 @@ fn pause(
 }
 
 /// One suspend → hold → resume; whether it was interrupted during the hold.
+#[inline]
 fn iteration(
     session: &mut Session,
     plan: &Plan,
@@ -352,6 +357,7 @@ pub(crate) fn record_with_watchdog(
 
 pub use crate::clock::monotonic_ns;
 
+#[inline]
 fn record(index: u32, suspend: &Tally, resume: &Tally, late_suspended: u32) -> Iteration {
     let us = |t: &Tally| (!t.skipped).then_some(t.latency_ns as f64 / 1e3);
     let held_to = if resume.skipped { resume.returned_ns } else { resume.called_ns };

@@ -56,6 +56,7 @@ impl SignalPipe {
     }
 
     /// A signal arrived since the last [`SignalPipe::drain`] (no system call).
+    #[inline]
     pub fn arrived(&self) -> bool {
         self.arrived.load(Ordering::Relaxed)
     }

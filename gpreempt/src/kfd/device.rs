@@ -91,6 +91,7 @@ impl Device {
 
     /// `AMDKFD_IOC_DBG_TRAP`; returns the ioctl's non-negative result (a queue count for
     /// SUSPEND_QUEUES / RESUME_QUEUES, docs/kfd.md §2.4).
+    #[inline]
     pub fn dbg_trap(&self, args: &mut uapi::DbgTrapArgs) -> Result<i32, Errno> {
         // SAFETY: `args` is the ioctl's argument struct; the pointers inside it (arrays, buffers)
         // are owned by the caller and outlive the call.

@@ -97,6 +97,7 @@ pub struct Tally {
 
 impl Tally {
     /// One ioctl that returned `count` and wrote its verdicts into `array`.
+    #[inline]
     fn of_ioctl(count: i32, array: &[u32], called_ns: u64, returned_ns: u64) -> Self {
         let (done, invalid, error) = verdicts(array);
         Self {
@@ -304,11 +305,13 @@ impl Session {
     }
 
     /// Queues suspended mid-hold (created while an `All` suspend was held) since the last suspend.
+    #[inline]
     pub fn late_suspended(&self) -> u32 {
         self.late_suspended
     }
 
     /// The watchdog's RESUME since the last call, if it fired.
+    #[inline]
     pub fn take_watchdog_resume(&mut self) -> Option<Tally> {
         self.watchdog_resume.take()
     }
@@ -350,6 +353,7 @@ impl Session {
     }
 
     /// [`Session::suspend`] without allocating.
+    #[inline]
     pub fn suspend_tally(&mut self, selection: &Selection, grace_period: u32) -> Result<Tally, DebugError> {
         self.check_alive()?;
         if self.runtime_was_enabled && self.runtime_state == runtime_state::DISABLED {
@@ -408,6 +412,7 @@ impl Session {
 
     /// One SUSPEND_QUEUES of `self.ids` (or `self.retry`); records the handled ids before
     /// returning, so no later failure can lose them.
+    #[inline]
     fn suspend_array(&mut self, retry: bool, grace_period: u32) -> Result<Tally, DebugError> {
         let array = if retry { &mut self.retry } else { &mut self.ids };
         let mut args =
@@ -427,13 +432,15 @@ impl Session {
         if !self.suspended.is_empty() && self.suspended_at_ns.is_none() {
             self.suspended_at_ns = Some(returned_ns);
             if let (Some(w), Some(max)) = (&self.watchdog, self.max_suspend_ns) {
-                w.arm(Duration::from_nanos(max));
+                // From the stamp just taken: no clock read on the per-cycle path.
+                w.arm_from(returned_ns, max);
             }
         }
         Ok(Tally::of_ioctl(count, array, called_ns, returned_ns))
     }
 
     /// [`Session::resume`] without allocating.
+    #[inline]
     pub fn resume_tally(&mut self) -> Result<Tally, DebugError> {
         self.check_alive()?;
         if self.suspended.is_empty() {
@@ -458,6 +465,7 @@ impl Session {
         Ok(Tally::of_ioctl(count, &self.ids, called_ns, returned_ns))
     }
 
+    #[inline]
     fn forget_suspended(&mut self) {
         if let Some(w) = &self.watchdog {
             w.disarm();
@@ -477,10 +485,22 @@ impl Session {
     /// The allocation-free form of [`Session::wait`] for a timing loop that already read the
     /// clock: `deadline_ns` and `now_ns` are CLOCK_MONOTONIC. A deadline already passed costs no
     /// system call unless a signal says something happened (or once a second).
+    #[inline]
     pub fn wait_ns(&mut self, deadline_ns: u64, now_ns: u64, extra: &[BorrowedFd<'_>]) -> Result<Wake, DebugError> {
+        // The zero-length hold or gap of a timing loop, inline: what `wait_ns` would conclude
+        // without polling — the deadline passed, no signal arrived, the backstop look is not
+        // due, the watchdog is not due.
+        if now_ns >= deadline_ns
+            && !self.signals.arrived()
+            && now_ns < self.last_service_ns + SERVICE_PERIOD_NS
+            && self.watchdog_due_ns().is_none_or(|due| now_ns < due)
+        {
+            return Ok(Wake::Deadline);
+        }
         wait_ns(std::slice::from_mut(self), deadline_ns, now_ns, extra)
     }
 
+    #[inline]
     fn check_alive(&self) -> Result<(), DebugError> {
         match self.tracee.is_gone() {
             Some(code) => Err(DebugError::TargetExited { pid: self.pid, code }),
@@ -672,6 +692,7 @@ impl Session {
     }
 
     /// When the watchdog is due (CLOCK_MONOTONIC ns), or `None`.
+    #[inline]
     fn watchdog_due_ns(&self) -> Option<u64> {
         let (at, max) = (self.suspended_at_ns?, self.max_suspend_ns?);
         Some(self.backoff.map_or(at + max, |b| b.next_ns))
@@ -796,6 +817,7 @@ fn enable(kfd: &Device, pid: u32, dbg_write: &OwnedFd) -> Result<RuntimeInfo, Er
 }
 
 /// (done, invalid, error) of an id array the kernel wrote back (docs/kfd.md §2.4).
+#[inline]
 fn verdicts(array: &[u32]) -> (u32, u32, u32) {
     use super::uapi::queue_status::{ERROR_MASK, INVALID_MASK};
     let (mut done, mut invalid, mut error) = (0, 0, 0);

@@ -26,6 +26,9 @@ use std::{
 
 use nix::{errno::Errno, fcntl::OFlag, unistd::pipe2};
 
+// A bare vDSO `clock_gettime`: async-signal-safe, so the forked watchdog uses it too.
+use crate::clock::monotonic_ns;
+
 /// Added to the limit before the kill, so a controller that is merely late (it resumes at the
 /// limit itself) is not killed for it.
 pub const MARGIN: Duration = Duration::from_millis(500);
@@ -109,15 +112,25 @@ impl Watchdog {
     /// Queues are suspended: kill this process unless [`disarm`](Self::disarm) comes within
     /// `limit` + [`MARGIN`]. Re-arming moves the deadline. One store, no system call.
     pub fn arm(&self, limit: Duration) {
-        let at = monotonic_ns().saturating_add((limit + MARGIN).as_nanos() as u64);
+        self.arm_from(monotonic_ns(), limit.as_nanos() as u64);
+    }
+
+    /// [`arm`](Self::arm) for a suspension that began at `since_ns` (CLOCK_MONOTONIC), a time the
+    /// caller already read: no clock read, one store (the controller's per-cycle path).
+    #[inline]
+    pub fn arm_from(&self, since_ns: u64, limit_ns: u64) {
+        const MARGIN_NS: u64 = MARGIN.as_nanos() as u64;
+        let at = since_ns.saturating_add(limit_ns).saturating_add(MARGIN_NS);
         self.shared().store(at.max(1), Ordering::Release);
     }
 
     /// Nothing is suspended any more. One store, no system call.
+    #[inline]
     pub fn disarm(&self) {
         self.shared().store(DISARMED, Ordering::Release);
     }
 
+    #[inline]
     fn shared(&self) -> &AtomicU64 {
         // SAFETY: mapped in `spawn`, unmapped only in drop.
         unsafe { self.deadline.as_ref() }
@@ -145,14 +158,6 @@ impl Drop for Watchdog {
 fn unmap(page: NonNull<AtomicU64>) {
     // SAFETY: the mapping made in `spawn`, of this size.
     unsafe { libc::munmap(page.as_ptr().cast(), size_of::<AtomicU64>()) };
-}
-
-/// CLOCK_MONOTONIC in ns (async-signal-safe: vDSO `clock_gettime`).
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }
 
 /// What the watchdog says on stderr before the kill (a constant: no formatting after fork).
