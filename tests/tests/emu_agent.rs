@@ -440,6 +440,15 @@ fn sample(agent_pid: u32, addr: SocketAddr) -> Result<Sample> {
     })
 }
 
+/// A line on the test's stderr that libtest does not capture (its capture takes `eprintln!`
+/// only): the soak's samples are its result, pass or fail.
+macro_rules! soak_line {
+    ($($arg:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// Short-lived KFD processes through the agent (10,000; `GPREEMPT_SOAK_PROCESSES` sets another
 /// count): once their grace period has passed, the per-process series are back to the baseline
 /// exactly and the agent's resident memory to within 4 MiB of it; no record is lost. A sample
@@ -491,7 +500,7 @@ fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<(
     assert_eq!(settle()?, 0, "no process's series stay past the grace period");
     let t0 = Instant::now();
     let base = sample(pid, addr)?;
-    eprintln!("soak: baseline {base:?}");
+    soak_line!("soak: baseline {base:?}");
     let mut peak = base;
     let mut done = 0;
     while done < n {
@@ -499,7 +508,7 @@ fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<(
         churn(step)?;
         done += step;
         let s = sample(pid, addr)?;
-        eprintln!("soak: {done} processes, {:.0} s: {s:?}", t0.elapsed().as_secs_f64());
+        soak_line!("soak: {done} processes, {:.0} s: {s:?}", t0.elapsed().as_secs_f64());
         peak.rss_kib = peak.rss_kib.max(s.rss_kib);
         peak.series = peak.series.max(s.series);
         peak.unreclaimable_slab_kib = peak.unreclaimable_slab_kib.max(s.unreclaimable_slab_kib);
@@ -517,7 +526,7 @@ fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<(
         .sum();
     let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)?.unwrap_or(100) as f64;
     let cpu_s = (after.cpu_ticks - base.cpu_ticks) as f64 / tick;
-    eprintln!(
+    soak_line!(
         "soak: {n} processes in {elapsed:.1} s; agent RSS KiB baseline {} peak {} after {}; per-process series \
          baseline {} peak {} after {}; agent CPU {cpu_s:.1} s ({:.1}% of one CPU); guest SUnreclaim KiB baseline {} \
          peak {} after {}; guest MemAvailable KiB baseline {} lowest {} after {}",
