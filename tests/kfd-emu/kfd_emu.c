@@ -172,12 +172,19 @@ static u64 emu_ring_packets(struct queue *q)
 	return q->properties.queue_size / AQL_PACKET_SIZE;
 }
 
-/* The doorbell the emulator does not have: read each served queue's write index at time t. */
-static void emu_cp_observe(struct device_queue_manager *dqm, u64 t)
+/*
+ * The doorbell the emulator does not have: read each served queue's write index. New packets
+ * are known from the time taken *after* the reads, which is returned: a producer that stamps
+ * its submission and then publishes between the caller's clock read and these reads would
+ * otherwise see its packet start before it was submitted.
+ */
+static u64 emu_cp_observe(struct device_queue_manager *dqm)
 {
 	struct qcm_process_device *qpd;
 	struct queue *q, *first;
-	u64 w;
+	struct queue *seen[16];
+	unsigned int n = 0, k;
+	u64 w, t;
 
 	list_for_each_entry(qpd, &dqm->queues, dqm_list) {
 		first = NULL;
@@ -200,11 +207,24 @@ static void emu_cp_observe(struct device_queue_manager *dqm, u64 t)
 				q->obs_old_w = q->obs_new_w;
 				q->obs_old_ns = q->obs_new_ns;
 				q->obs_new_w = w;
-				q->obs_new_ns = t;
+				q->obs_new_ns = U64_MAX;
+				if (n < ARRAY_SIZE(seen))
+					seen[n++] = q;
 			}
 		}
 		emu_user_end(first);
 	}
+	t = ktime_get_ns();
+	for (k = 0; k < n; k++)
+		seen[k]->obs_new_ns = t;
+	if (n == ARRAY_SIZE(seen)) {
+		/* more queues than the list holds: stamp every one still unstamped */
+		list_for_each_entry(qpd, &dqm->queues, dqm_list)
+			list_for_each_entry(q, &qpd->queues_list, list)
+				if (q->obs_new_ns == U64_MAX)
+					q->obs_new_ns = t;
+	}
+	return t;
 }
 
 /* When q's next packet became known to the CP (U64_MAX: none is). */
@@ -438,15 +458,18 @@ static void emu_cp_forget(struct device_queue_manager *dqm, struct queue *q)
 }
 
 /* One pass at time now (under hw_lock); returns when the CP must look again (0: when kicked). */
-static u64 emu_cp_run(struct device_queue_manager *dqm, u64 now)
+static u64 emu_cp_run(struct device_queue_manager *dqm, u64 *now_io)
 {
+	u64 now = *now_io;
 	struct qcm_process_device *qpd;
 	struct queue *q;
 	u64 wake = U64_MAX;
 	bool polling = false;
 
-	if (dqm->cp_mapped && !dqm->preempt_pending)
-		emu_cp_observe(dqm, now);
+	if (dqm->cp_mapped && !dqm->preempt_pending) {
+		now = max(now, emu_cp_observe(dqm));
+		*now_io = now;
+	}
 	if (dqm->preempt_pending && !dqm->preempt_applied) {
 		emu_cp_advance(dqm, dqm->unmap_at_ns);
 		emu_cp_preempt(dqm, dqm->unmap_at_ns);
@@ -495,7 +518,7 @@ static int emu_cp_thread(void *data)
 		mutex_lock(&dqm->hw_lock);
 		sync = dqm->sync_req;
 		now = ktime_get_ns();
-		wake = emu_cp_run(dqm, now);
+		wake = emu_cp_run(dqm, &now);
 		dqm->sync_done = sync;
 		mutex_unlock(&dqm->hw_lock);
 		wake_up_all(&dqm->sync_wait);
