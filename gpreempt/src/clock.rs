@@ -23,7 +23,7 @@ pub fn boottime_ns() -> u64 {
 /// CLOCK_MONOTONIC now, ns. Read twice per ioctl on the controller's per-cycle path, so it is
 /// the bare vDSO call, inlined: under software emulation every extra call level and 128-bit
 /// conversion is a measurable part of a cycle.
-#[inline]
+#[inline(always)]
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: a valid out pointer; CLOCK_MONOTONIC always exists (0 is returned if it did not).

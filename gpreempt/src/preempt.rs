@@ -217,67 +217,121 @@ impl Run {
     }
 }
 
+/// One cycle as the timing loop records it: the two tallies as the session returned them. The
+/// [`Iteration`] (µs, verdicts, JSON shape) is built from it after the run, off the per-cycle path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cycle {
+    pub index: u32,
+    pub suspend: Tally,
+    pub resume: Tally,
+    /// Queues created during the hold and suspended within it.
+    pub late: u32,
+    /// `resume` is the watchdog's: the hold outlived `max_suspend`.
+    pub watchdog: bool,
+}
+
+impl Cycle {
+    /// CLOCK_MONOTONIC when the cycle's RESUME_QUEUES returned (or was found unnecessary), ns.
+    #[inline(always)]
+    pub fn ended_ns(&self) -> u64 {
+        self.resume.returned_ns
+    }
+
+    pub fn iteration(&self) -> Iteration {
+        record_with_watchdog(self.index, &self.suspend, &self.resume, self.late, self.watchdog)
+    }
+}
+
 /// Run the plan on the session's thread. Returns early — with what was recorded so far and the
 /// reason — when `stop` is set or a fd of `wake` becomes readable (Ctrl-C), the target exits, or
 /// an ioctl fails; queues are never left suspended by this function (a failed iteration's resume
-/// is attempted before returning; the session's detach does the rest). Per cycle it makes the
-/// two ioctls and nothing else: records go to a buffer sized for the plan, a hold or gap of zero
-/// costs no system call (the session looks at its fds when SIGCHLD or SIGIO says so, or once a second), and `on_iteration`
-/// (progress, the tracer's draining) is the caller's to keep cheap.
+/// is attempted before returning; the session's detach does the rest).
+///
+/// Per cycle it makes the two ioctls and, between them, only what cannot wait: the verdicts, the
+/// watchdog's arm and disarm (one store each), a look at the signal flags, and a [`Cycle`] into a
+/// buffer sized and touched before the loop. Everything on that path is inlined into this one
+/// function and every rare branch is out of line: under software emulation each call and return
+/// costs about as much as the C baseline's whole cycle (measured with `cargo xtask bench`). A hold
+/// or gap of zero costs no system call (the session looks at its fds when SIGCHLD or SIGIO says
+/// so, or once a second); `on_cycle` (progress, the tracer's draining) is the caller's to keep
+/// cheap. Iterations are built after the loop.
 pub fn run(
     session: &mut Session,
     plan: &Plan,
     stop: &AtomicBool,
     wake: &[BorrowedFd<'_>],
-    mut on_iteration: impl FnMut(&Iteration),
+    mut on_cycle: impl FnMut(&Cycle),
 ) -> Run {
     // Sized for the plan (bounded: a run of millions grows the buffer now and then).
     let capacity = plan.iterations.min(100_000) as usize;
-    let mut run = Run { iterations: Vec::with_capacity(capacity), notices: Vec::new(), stopped: None };
+    let mut cycles: Vec<Cycle> = Vec::with_capacity(capacity);
     // Touch every page of the buffer now: a first-touch page fault inside the loop would land on
-    // one cycle in twenty (and is slow under emulation).
-    let blank = record(0, &Tally::default(), &Tally::default(), 0);
-    run.iterations.resize(capacity, blank);
-    run.iterations.clear();
+    // one cycle in a few dozen (and is slow under emulation).
+    cycles.resize(capacity, Cycle::default());
+    cycles.clear();
+    let mut stopped = None;
+    let (hold_ns, gap_ns) = (plan.hold.as_nanos() as u64, plan.gap.as_nanos() as u64);
     for index in 0..plan.iterations {
         if stop.load(Ordering::Relaxed) {
-            run.stopped = Some(StopReason::Interrupted);
+            stopped = Some(StopReason::Interrupted);
             break;
         }
-        match iteration(session, plan, index, stop, wake) {
-            Ok((it, interrupted)) => {
-                let end = it.resume_returned_ns;
-                // Into the buffer first, then shown from there: one copy of the record per cycle.
-                run.iterations.push(it);
-                if let Some(it) = run.iterations.last() {
-                    on_iteration(it);
-                }
-                if interrupted {
-                    run.stopped = Some(StopReason::Interrupted);
+        let suspend = match session.suspend_tally(&plan.selection, plan.grace_period) {
+            Ok(t) => t,
+            Err(e) => {
+                stopped = Some(failed(e));
+                break;
+            }
+        };
+        // Hold even when interrupted only as long as it takes to notice; resume comes first.
+        let paused = match pause(session, suspend.returned_ns, hold_ns, stop, wake) {
+            Ok(p) => p,
+            Err(e) => {
+                stopped = Some(failed(e));
+                break;
+            }
+        };
+        let late = session.late_suspended();
+        let (resume, watchdog) = match session.take_watchdog_resume() {
+            Some(t) => (t, true),
+            None => match session.resume_tally() {
+                Ok(t) => (t, false),
+                Err(e) => {
+                    stopped = Some(failed(e));
                     break;
                 }
-                if index + 1 < plan.iterations {
-                    match pause(session, end, plan.gap, stop, wake) {
-                        Ok(Pause::Interrupted) => {
-                            run.stopped = Some(StopReason::Interrupted);
-                            break;
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            run.stopped = Some(StopReason::Failed(e.to_string()));
-                            break;
-                        }
-                    }
+            },
+        };
+        let end = resume.returned_ns;
+        cycles.push(Cycle { index, suspend, resume, late, watchdog });
+        if let Some(c) = cycles.last() {
+            on_cycle(c);
+        }
+        if paused == Pause::Interrupted || stop.load(Ordering::Relaxed) {
+            stopped = Some(StopReason::Interrupted);
+            break;
+        }
+        if index + 1 < plan.iterations {
+            match pause(session, end, gap_ns, stop, wake) {
+                Ok(Pause::Interrupted) => {
+                    stopped = Some(StopReason::Interrupted);
+                    break;
                 }
-            }
-            Err(e) => {
-                run.stopped = Some(StopReason::Failed(e.to_string()));
-                break;
+                Ok(_) => {}
+                Err(e) => {
+                    stopped = Some(failed(e));
+                    break;
+                }
             }
         }
     }
-    run.notices = session.notices();
-    run
+    Run { iterations: cycles.iter().map(Cycle::iteration).collect(), notices: session.notices(), stopped }
+}
+
+#[cold]
+#[inline(never)]
+fn failed(e: DebugError) -> StopReason {
+    StopReason::Failed(e.to_string())
 }
 
 /// How a hold or a gap ended.
@@ -289,16 +343,16 @@ enum Pause {
     Watchdog,
 }
 
-/// Wait `length` from `from_ns` (CLOCK_MONOTONIC), servicing the session.
-#[inline]
+/// Wait `length_ns` from `from_ns` (CLOCK_MONOTONIC), servicing the session.
+#[inline(always)]
 fn pause(
     session: &mut Session,
     from_ns: u64,
-    length: Duration,
+    length_ns: u64,
     stop: &AtomicBool,
     wake: &[BorrowedFd<'_>],
 ) -> Result<Pause, DebugError> {
-    let deadline_ns = from_ns + length.as_nanos() as u64;
+    let deadline_ns = from_ns + length_ns;
     let mut now_ns = from_ns;
     loop {
         match session.wait_ns(deadline_ns, now_ns, wake)? {
@@ -312,27 +366,6 @@ fn pause(
         }
         now_ns = monotonic_ns();
     }
-}
-
-/// One suspend → hold → resume; whether it was interrupted during the hold.
-#[inline]
-fn iteration(
-    session: &mut Session,
-    plan: &Plan,
-    index: u32,
-    stop: &AtomicBool,
-    wake: &[BorrowedFd<'_>],
-) -> Result<(Iteration, bool), DebugError> {
-    let suspend = session.suspend_tally(&plan.selection, plan.grace_period)?;
-    // Hold even when interrupted only as long as it takes to notice; resume comes first.
-    let paused = pause(session, suspend.returned_ns, plan.hold, stop, wake)?;
-    let late = session.late_suspended();
-    let (resume, watchdog) = match session.take_watchdog_resume() {
-        Some(t) => (t, true),
-        None => (session.resume_tally()?, false),
-    };
-    let it = record_with_watchdog(index, &suspend, &resume, late, watchdog);
-    Ok((it, paused == Pause::Interrupted || stop.load(Ordering::Relaxed)))
 }
 
 /// One cycle's record; `watchdog`: `resume` is the watchdog's (the hold outlived `max_suspend`),

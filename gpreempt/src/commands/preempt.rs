@@ -4,7 +4,7 @@
 use std::{
     io::{IsTerminal, Write},
     path::Path,
-    sync::atomic::AtomicBool,
+    sync::atomic::{AtomicBool, Ordering},
     time::Duration,
 };
 
@@ -157,38 +157,65 @@ fn run_one(
 ) -> Result<()> {
     // This thread seizes the target and runs the whole plan (docs/kfd.md §2.1).
     let mut session = Session::attach(offline, options)?;
-    // After the session is up, so bad targets and old kernels are refused at once.
-    let mut tracer = start_tracer(args, vec![offline], session.attached().kfd_version);
+    let version = session.attached().kfd_version;
     let target = session.attached().clone();
-    attached_line(&target);
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
-    // Side work between cycles is throttled: the tracer's ring buffer every 10 ms, the progress
-    // line every 100 ms (and always for the last iteration).
-    let (mut drained_ns, mut shown_ns) = (0u64, 0u64);
-    let mut run = preempt::run(&mut session, plan, stop, &[stop_pipe.fd()], |it| {
-        let now = it.resume_returned_ns;
-        if let Some(t) = tracer.as_mut()
-            && now >= drained_ns + 10_000_000
-        {
-            t.collect();
-            drained_ns = now;
+    // The in-process tracer lives on a thread of its own that drains its ring buffer every 10 ms,
+    // so no draining happens on this thread between a RESUME and the next SUSPEND (it takes
+    // milliseconds under emulation, and would lengthen that cycle's gap and hold). The thread
+    // starts the tracer (it is not `Send`), says when it is attached, and at the end receives the
+    // iterations to annotate with the driver's side. The progress line is throttled to every
+    // 100 ms (and always shown for the last iteration).
+    let draining = AtomicBool::new(true);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<bool>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Vec<Iteration>>();
+    let mut shown_ns = 0u64;
+    let (run, annotated) = std::thread::scope(|scope| {
+        let draining = &draining;
+        let tracer = scope.spawn(move || {
+            // After the session is up, so bad targets and old kernels are refused at once.
+            let mut tracer = start_tracer(args, vec![offline], version);
+            let _ = ready_tx.send(tracer.is_some());
+            let mut tracer = tracer.take()?;
+            while draining.load(Ordering::Relaxed) {
+                tracer.collect();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let mut iterations = done_rx.recv().ok()?;
+            tracer.annotate(&mut iterations, offline);
+            Some((iterations, tracer.losses()))
+        });
+        let traced = ready_rx.recv().unwrap_or(false);
+        attached_line(&target);
+        let mut run = preempt::run(&mut session, plan, stop, &[stop_pipe.fd()], |c| {
+            let now = c.ended_ns();
+            if show_progress && (now >= shown_ns + 100_000_000 || c.index + 1 == plan.iterations) {
+                progress_line(&c.iteration(), plan.iterations);
+                shown_ns = monotonic_ns();
+            }
+        });
+        draining.store(false, Ordering::Relaxed);
+        let mut annotated = None;
+        if traced {
+            let _ = done_tx.send(std::mem::take(&mut run.iterations));
+            match tracer.join() {
+                Ok(Some((iterations, losses))) => {
+                    run.iterations = iterations;
+                    annotated = Some(losses);
+                }
+                _ => eprintln!("gpreempt: the tracer thread failed; no kernel-side breakdown"),
+            }
         }
-        if show_progress && (now >= shown_ns + 100_000_000 || it.index + 1 == plan.iterations) {
-            progress_line(it, plan.iterations);
-            shown_ns = monotonic_ns();
-        }
+        (run, annotated)
     });
     // Resume whatever is suspended, DISABLE, detach — before reporting anything.
     let detached = session.detach();
-    if let Some(t) = tracer.as_mut() {
-        t.annotate(&mut run.iterations, offline);
-    }
     if show_progress {
         eprintln!();
     }
     let summary = run.summary(plan.iterations);
     print_summary(&summary, &run.iterations);
-    let tracer_losses = tracer.as_ref().and_then(KernelTracer::losses);
+    let tracer_losses = annotated.flatten();
     if let Some(l) = &tracer_losses {
         outln!("kernel-side tracer: {} records lost ({l})", l.dropped());
     }

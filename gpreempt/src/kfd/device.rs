@@ -91,11 +91,19 @@ impl Device {
 
     /// `AMDKFD_IOC_DBG_TRAP`; returns the ioctl's non-negative result (a queue count for
     /// SUSPEND_QUEUES / RESUME_QUEUES, docs/kfd.md §2.4).
-    #[inline]
+    #[inline(always)]
     pub fn dbg_trap(&self, args: &mut uapi::DbgTrapArgs) -> Result<i32, Errno> {
+        // The request number nix's `ioctl_readwrite!` would use; the call is written out so that
+        // it inlines into the controller's per-cycle path (the generated wrapper does not).
+        const REQUEST: libc::c_ulong = nix::request_code_readwrite!(
+            uapi::KFD_IOCTL_TYPE,
+            uapi::nr::DBG_TRAP,
+            std::mem::size_of::<uapi::DbgTrapArgs>()
+        ) as libc::c_ulong;
         // SAFETY: `args` is the ioctl's argument struct; the pointers inside it (arrays, buffers)
         // are owned by the caller and outlive the call.
-        unsafe { uapi::dbg_trap(self.file.as_raw_fd(), args) }
+        let r = unsafe { libc::ioctl(self.file.as_raw_fd(), REQUEST as _, args as *mut uapi::DbgTrapArgs) };
+        if r < 0 { Err(Errno::last()) } else { Ok(r) }
     }
 
     /// `AMDKFD_IOC_RUNTIME_ENABLE` on this process (what ROCr does at start-up).

@@ -117,7 +117,7 @@ impl Watchdog {
 
     /// [`arm`](Self::arm) for a suspension that began at `since_ns` (CLOCK_MONOTONIC), a time the
     /// caller already read: no clock read, one store (the controller's per-cycle path).
-    #[inline]
+    #[inline(always)]
     pub fn arm_from(&self, since_ns: u64, limit_ns: u64) {
         const MARGIN_NS: u64 = MARGIN.as_nanos() as u64;
         let at = since_ns.saturating_add(limit_ns).saturating_add(MARGIN_NS);
@@ -125,12 +125,12 @@ impl Watchdog {
     }
 
     /// Nothing is suspended any more. One store, no system call.
-    #[inline]
+    #[inline(always)]
     pub fn disarm(&self) {
         self.shared().store(DISARMED, Ordering::Release);
     }
 
-    #[inline]
+    #[inline(always)]
     fn shared(&self) -> &AtomicU64 {
         // SAFETY: mapped in `spawn`, unmapped only in drop.
         unsafe { self.deadline.as_ref() }
