@@ -170,9 +170,13 @@ fn run_one(
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<bool>();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<Vec<Iteration>>();
     let mut shown_ns = 0u64;
+    // The tracer registers its ring buffer with this thread's async runtime (never polled from
+    // the drain thread, which reads the buffer's memory directly).
+    let runtime = tokio::runtime::Handle::try_current().ok();
     let (run, annotated) = std::thread::scope(|scope| {
         let draining = &draining;
         let tracer = scope.spawn(move || {
+            let _runtime = runtime.as_ref().map(tokio::runtime::Handle::enter);
             // After the session is up, so bad targets and old kernels are refused at once.
             let mut tracer = start_tracer(args, vec![offline], version);
             let _ = ready_tx.send(tracer.is_some());
@@ -197,14 +201,18 @@ fn run_one(
         draining.store(false, Ordering::Relaxed);
         let mut annotated = None;
         if traced {
-            let _ = done_tx.send(std::mem::take(&mut run.iterations));
-            match tracer.join() {
-                Ok(Some((iterations, losses))) => {
-                    run.iterations = iterations;
-                    annotated = Some(losses);
-                }
-                _ => eprintln!("gpreempt: the tracer thread failed; no kernel-side breakdown"),
+            // A copy: the run's own record survives a tracer thread that fails now.
+            let _ = done_tx.send(run.iterations.clone());
+        }
+        drop(done_tx);
+        // Joined here whatever happened to it, so a failed tracer never takes the run with it.
+        match tracer.join() {
+            Ok(Some((iterations, losses))) => {
+                run.iterations = iterations;
+                annotated = Some(losses);
             }
+            Ok(None) if !traced => {}
+            _ => eprintln!("gpreempt: the tracer thread failed; no kernel-side breakdown"),
         }
         (run, annotated)
     });
