@@ -441,11 +441,17 @@ impl Session {
         let returned_ns = monotonic_ns();
         let count = result.map_err(|errno| self.fail("SUSPEND_QUEUES", errno))?;
         let array = if retry { &self.retry } else { &self.ids };
-        for &raw in array.iter() {
-            if raw & (super::uapi::queue_status::INVALID_MASK | super::uapi::queue_status::ERROR_MASK) == 0
-                && !self.suspended.contains(&raw)
-            {
+        const FAILED: u32 = super::uapi::queue_status::INVALID_MASK | super::uapi::queue_status::ERROR_MASK;
+        if self.suspended.is_empty() && array.iter().fold(0, |bits, &raw| bits | raw) & FAILED == 0 {
+            // The usual case: nothing held yet and every id suspended.
+            for &raw in array.iter() {
                 self.suspended.push(raw);
+            }
+        } else {
+            for &raw in array.iter() {
+                if raw & FAILED == 0 && !self.suspended.contains(&raw) {
+                    self.suspended.push(raw);
+                }
             }
         }
         if !self.suspended.is_empty() && self.suspended_at_ns.is_none() {
@@ -845,17 +851,14 @@ fn enable(kfd: &Device, pid: u32, dbg_write: &OwnedFd) -> Result<RuntimeInfo, Er
 #[inline(always)]
 fn verdicts(array: &[u32]) -> (u32, u32, u32) {
     use super::uapi::queue_status::{ERROR_MASK, INVALID_MASK};
-    let (mut done, mut invalid, mut error) = (0, 0, 0);
+    // Branch-free: every branch ends a translated block under software emulation.
+    let (mut invalid, mut error) = (0u32, 0u32);
     for &raw in array {
-        if raw & ERROR_MASK != 0 {
-            error += 1;
-        } else if raw & INVALID_MASK != 0 {
-            invalid += 1;
-        } else {
-            done += 1;
-        }
+        let e = u32::from(raw & ERROR_MASK != 0);
+        error += e;
+        invalid += u32::from(raw & INVALID_MASK != 0) & (e ^ 1);
     }
-    (done, invalid, error)
+    (array.len() as u32 - invalid - error, invalid, error)
 }
 
 /// [`Session::wait`] over several sessions held by this thread (the scheduler's offline
