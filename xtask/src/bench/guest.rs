@@ -46,7 +46,8 @@ pub struct GuestArgs {
     /// Release binaries: gpreempt and the test helpers.
     #[arg(long)]
     pub bin: PathBuf,
-    /// The C baseline of the controller row (xtask/bench/dbg_pair.c, compiled on the host).
+    /// The C baseline of the controller row (xtask/bench/dbg_pair.c, compiled on the host); its
+    /// Rust twin [`RUST_PAIR`] is in the same directory.
     #[arg(long)]
     pub dbg_pair: PathBuf,
     /// The JSON results file.
@@ -132,6 +133,8 @@ enum Tool {
     GpreemptNoTrace,
     /// xtask/bench/dbg_pair.c
     CPair,
+    /// xtask/bench/dbg_pair.rs: the same program in Rust.
+    RustPair,
     /// The emulator's own figure (the delay it was told to spend).
     Emulator,
 }
@@ -147,10 +150,14 @@ impl Tool {
             Tool::FtraceGraph => "ftrace-graph",
             Tool::GpreemptNoTrace => "gpreempt-no-trace",
             Tool::CPair => "c-ioctl-pair",
+            Tool::RustPair => "rust-ioctl-pair",
             Tool::Emulator => "emulator",
         }
     }
 }
+
+/// File name of the Rust twin of the C baseline (xtask/bench/dbg_pair.rs), next to `--dbg-pair`.
+pub const RUST_PAIR: &str = "dbg-pair-rs";
 
 pub fn run(args: &GuestArgs) -> Result<()> {
     if args.scenario == Scenario::Colocation {
@@ -612,25 +619,29 @@ fn emulator_rows(
     notes.push("controller row: emulator preempt_delay_us = 100, hold 0 ms, gap 0 ms, 2 queues".into());
     let cycles = sizes.controller_cycles.to_string();
     for _ in 0..sizes.controller_runs {
-        // The C baseline.
-        let out = Command::new(&args.dbg_pair).args([pid, cycles.as_str(), "0"]).stderr(Stdio::inherit()).output()?;
-        if !out.status.success() {
-            bail!("dbg-pair failed ({})", out.status);
+        // The C baseline, then its Rust twin.
+        for (tool, program) in
+            [(Tool::CPair, args.dbg_pair.clone()), (Tool::RustPair, args.dbg_pair.with_file_name(RUST_PAIR))]
+        {
+            let out = Command::new(&program).args([pid, cycles.as_str(), "0"]).stderr(Stdio::inherit()).output()?;
+            if !out.status.success() {
+                bail!("{} failed ({})", program.display(), out.status);
+            }
+            let rows: Vec<[f64; 4]> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| {
+                    let v: Vec<f64> = l.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+                    (v.len() == 4).then(|| [v[0], v[1], v[2], v[3]])
+                })
+                .collect();
+            // Per cycle: suspend return to the next suspend return, less the resume and next suspend ioctls.
+            let overhead: Vec<f64> = rows
+                .windows(2)
+                .map(|w| (w[1][1] - w[0][1]) - (w[0][3] - w[0][2]) - (w[1][1] - w[1][0]))
+                .map(|ns| ns / 1e3)
+                .collect();
+            add_percentiles(samples, "controller", tool, &overhead);
         }
-        let rows: Vec<[f64; 4]> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| {
-                let v: Vec<f64> = l.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-                (v.len() == 4).then(|| [v[0], v[1], v[2], v[3]])
-            })
-            .collect();
-        // Per cycle: suspend return to the next suspend return, less the resume and next suspend ioctls.
-        let overhead: Vec<f64> = rows
-            .windows(2)
-            .map(|w| (w[1][1] - w[0][1]) - (w[0][3] - w[0][2]) - (w[1][1] - w[1][0]))
-            .map(|ns| ns / 1e3)
-            .collect();
-        add_percentiles(samples, "controller", Tool::CPair, &overhead);
         for (tool, extra) in [(Tool::GpreemptNoTrace, Some("--no-trace")), (Tool::Gpreempt, None)] {
             let json = Path::new(SCRATCH).join("preempt.json");
             let doc = preempt(&args.bin, pid, &cycles, "0", "0", extra, &json)?;

@@ -182,6 +182,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 .arg(&dbg_pair)
                 .arg(workspace_root().join("xtask/bench/dbg_pair.c")),
         )?;
+        // Its Rust twin, next to it (the guest finds it by that name).
+        util::run(
+            Command::new("rustc")
+                .args(["-C", "opt-level=3", "--edition", "2021", "-o"])
+                .arg(dbg_pair.with_file_name(guest::RUST_PAIR))
+                .arg(workspace_root().join("xtask/bench/dbg_pair.rs")),
+        )?;
     }
     let mut measured = Vec::new();
     for &section in &sections {
@@ -357,7 +364,7 @@ fn print_controller(results: &Value) {
         return;
     };
     println!("row 5 on {}: userspace per cycle beyond the two ioctls, median of the runs", doc["kernel"]);
-    for tool in ["c-ioctl-pair", "gpreempt-no-trace", "gpreempt"] {
+    for tool in ["c-ioctl-pair", "rust-ioctl-pair", "gpreempt-no-trace", "gpreempt"] {
         let mut line = format!("  {tool:<18}");
         for p in ["p50", "p99"] {
             let mut v: Vec<f64> = doc["samples"]

@@ -372,7 +372,8 @@ pub fn markdown(results: &Value) -> String {
         "On the KFD emulator (a target with 2 real queues), {} cycles per run with no hold and no gap: \
          per cycle, the time from one SUSPEND_QUEUES return to the next, less the RESUME_QUEUES and the \
          next SUSPEND_QUEUES ioctl times. Baseline: `xtask/bench/dbg_pair.c`, which only issues the \
-         ioctl pair. `gpreempt preempt --hold-ms 0 --gap-ms 0 --quiet --json F` with `--no-trace` \
+         ioctl pair, and its line-for-line Rust twin `xtask/bench/dbg_pair.rs` (standard library only), \
+         which shows what the language alone costs here. `gpreempt preempt --hold-ms 0 --gap-ms 0 --quiet --json F` with `--no-trace` \
          (same work as the C program) and with its default in-process tracer. Each sample is one run's \
          p50 or p99.\n",
         size("emulator", "controller_cycles")
@@ -384,18 +385,25 @@ pub fn markdown(results: &Value) -> String {
         let _ = writeln!(
             md,
             "- {k}: beyond the two ioctls, `gpreempt preempt --no-trace` spends p50 {} µs / p99 {} µs per \
-             cycle, the C loop {} µs / {} µs. KFD accepts debug-trap calls only from the thread that \
-             ptrace-seized the target, so that thread runs the whole loop: per cycle the two ioctls, the \
-             clock read around each, and a record into a buffer sized for the run; a hold or gap of zero \
-             is no system call at all (the session's ppoll over the debug-event pipe, SIGCHLD and Ctrl-C \
-             runs when a hold or gap is not zero, and otherwise only when SIGCHLD or SIGIO says the target \
-             or KFD has something for it). With the tracer, its \
-             ring buffer is read every 10 ms on the same thread and its spans matched to iterations by \
-             time after the run.\n",
+             cycle, the C loop {} µs / {} µs, its Rust twin {} µs / {} µs. KFD accepts debug-trap calls only from the thread that \
+             ptrace-seized the target, so that thread runs the whole loop, inlined into one function with \
+             every rare branch out of line: per cycle the two ioctls, the clock read around each, the \
+             per-queue verdicts, the out-of-process watchdog's arm and disarm (one store each) and a \
+             fixed-size record into a buffer sized and touched before the run; a hold or gap of zero is no \
+             system call at all (the session's ppoll over the debug-event pipe, SIGCHLD and Ctrl-C runs \
+             when a hold or gap is not zero, and otherwise only when SIGCHLD or SIGIO says the target or \
+             KFD has something for it). With the tracer, a thread of its own drains the ring buffer every \
+             10 ms and matches the spans to iterations by time after the run. What is left of the ratio \
+             is not system calls or hand-offs (there are none between the two ioctls) but the code and \
+             memory the loop reaches between them: under software emulation every distinct page and \
+             indirect jump there is expensive, and the C loop, which checks nothing, reaches few; the \
+             Rust twin, which checks nothing either, measures the language's own share.\n",
             num(p("userspace per cycle p50", "gpreempt-no-trace")),
             num(p("userspace per cycle p99", "gpreempt-no-trace")),
             num(p("userspace per cycle p50", "c-ioctl-pair")),
             num(p("userspace per cycle p99", "c-ioctl-pair")),
+            num(p("userspace per cycle p50", "rust-ioctl-pair")),
+            num(p("userspace per cycle p99", "rust-ioctl-pair")),
         );
     }
 
