@@ -374,7 +374,7 @@ pub fn markdown(results: &Value) -> String {
          next SUSPEND_QUEUES ioctl times. Baseline: `xtask/bench/dbg_pair.c`, which only issues the \
          ioctl pair, and its line-for-line Rust twin `xtask/bench/dbg_pair.rs` (standard library only), \
          which shows what the language alone costs here. `gpreempt preempt --hold-ms 0 --gap-ms 0 --quiet --json F` with `--no-trace` \
-         (same work as the C program) and with its default in-process tracer. Each sample is one run's \
+         (the same two ioctls per cycle, with its checks and records) and with its default in-process tracer. Each sample is one run's \
          p50 or p99.\n",
         size("emulator", "controller_cycles")
     );
