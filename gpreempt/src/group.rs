@@ -24,7 +24,7 @@ use crate::{
         target::{Target, TargetError},
     },
     model::ps::KfdProcess,
-    preempt::{self, Plan, Run, StopReason},
+    preempt::{Cycle, Plan, Run, StopReason},
     roots::Roots,
     select::{self, Selector},
 };
@@ -292,18 +292,15 @@ impl Group {
                 }
             };
             let late = session.late_suspended();
-            let (resume, watchdog) = match session.take_watchdog_resume() {
-                Some(t) => (t, true),
-                None => match session.resume_tally() {
-                    Ok(t) => (t, false),
-                    Err(e) => {
-                        leaving.push((pid, StopReason::Failed(e.to_string())));
-                        continue;
-                    }
-                },
+            let (resume, watchdog) = match session.resume_held() {
+                Ok(r) => r,
+                Err(e) => {
+                    leaving.push((pid, StopReason::Failed(e.to_string())));
+                    continue;
+                }
             };
-            let it = preempt::record_with_watchdog(index, &suspend, &resume, late, watchdog);
-            self.members[m].run.iterations.push(it);
+            let cycle = Cycle { index, suspend, resume, late, watchdog };
+            self.members[m].run.iterations.push(cycle.iteration());
         }
         for (pid, why) in leaving {
             if let Some(i) = self.session_of(pid) {

@@ -237,8 +237,17 @@ impl Cycle {
         self.resume.returned_ns
     }
 
+    /// The cycle's record; a watchdog resume (the hold outlived `max_suspend`) spoils it.
     pub fn iteration(&self) -> Iteration {
-        record_with_watchdog(self.index, &self.suspend, &self.resume, self.late, self.watchdog)
+        let mut it = record(self.index, &self.suspend, &self.resume, self.late);
+        if self.watchdog {
+            it.watchdog = true;
+            it.ok = false;
+            // The loop's own resume then found nothing left to resume.
+            it.resume_us = None;
+            it.resumed = 0;
+        }
+        it
     }
 }
 
@@ -292,15 +301,12 @@ pub fn run(
             }
         };
         let late = session.late_suspended();
-        let (resume, watchdog) = match session.take_watchdog_resume() {
-            Some(t) => (t, true),
-            None => match session.resume_tally() {
-                Ok(t) => (t, false),
-                Err(e) => {
-                    stopped = Some(failed(e));
-                    break;
-                }
-            },
+        let (resume, watchdog) = match session.resume_held() {
+            Ok(r) => r,
+            Err(e) => {
+                stopped = Some(failed(e));
+                break;
+            }
         };
         let end = resume.returned_ns;
         cycles.push(Cycle { index, suspend, resume, late, watchdog });
@@ -366,26 +372,6 @@ fn pause(
         }
         now_ns = monotonic_ns();
     }
-}
-
-/// One cycle's record; `watchdog`: `resume` is the watchdog's (the hold outlived `max_suspend`),
-/// which spoils the iteration. Shared with the multi-target loop (`crate::group`).
-pub(crate) fn record_with_watchdog(
-    index: u32,
-    suspend: &Tally,
-    resume: &Tally,
-    late: u32,
-    watchdog: bool,
-) -> Iteration {
-    let mut it = record(index, suspend, resume, late);
-    it.watchdog = watchdog;
-    it.ok &= !watchdog;
-    if watchdog {
-        // The loop's own resume then finds nothing left to resume.
-        it.resume_us = None;
-        it.resumed = 0;
-    }
-    it
 }
 
 pub use crate::clock::monotonic_ns;

@@ -178,9 +178,9 @@ fn run_one(
         let tracer = scope.spawn(move || {
             let _runtime = runtime.as_ref().map(tokio::runtime::Handle::enter);
             // After the session is up, so bad targets and old kernels are refused at once.
-            let mut tracer = start_tracer(args, vec![offline], version);
+            let tracer = start_tracer(args, vec![offline], version);
             let _ = ready_tx.send(tracer.is_some());
-            let mut tracer = tracer.take()?;
+            let mut tracer = tracer?;
             while draining.load(Ordering::Relaxed) {
                 tracer.collect();
                 std::thread::sleep(Duration::from_millis(10));

@@ -52,9 +52,8 @@ const SERVICE_PERIOD_NS: u64 = 1_000_000_000;
 /// `KFD_MAX_NUM_OF_QUEUES_PER_PROCESS`: bounds every id array and snapshot buffer.
 pub const MAX_QUEUES_PER_PROCESS: usize = 1024;
 /// First capacity of the session's id arrays (they grow, rarely, for a process with more
-/// queues): small, so the arrays the per-cycle path touches share a page or two instead of
-/// taking 4 KiB each — under software emulation every distinct page touched between the two
-/// ioctls of a cycle costs about 0.1 µs (measured).
+/// queues): small, so the arrays the per-cycle path touches can share a page instead of taking
+/// 4 KiB each.
 const ID_ARRAY_CAPACITY: usize = 32;
 /// The most fds one [`wait_any`] polls (3 per session plus the caller's).
 const MAX_POLL_FDS: usize = 64;
@@ -316,10 +315,14 @@ impl Session {
         self.late_suspended
     }
 
-    /// The watchdog's RESUME since the last call, if it fired.
-    #[inline]
-    pub fn take_watchdog_resume(&mut self) -> Option<Tally> {
-        self.watchdog_resume.take()
+    /// End a hold: the watchdog's RESUME if it already fired during the hold (`true`: the hold
+    /// outlived `max_suspend`), otherwise [`Session::resume_tally`] now (`false`).
+    #[inline(always)]
+    pub fn resume_held(&mut self) -> Result<(Tally, bool), DebugError> {
+        match self.watchdog_resume.take() {
+            Some(t) => Ok((t, true)),
+            None => Ok((self.resume_tally()?, false)),
+        }
     }
 
     /// GET_QUEUE_SNAPSHOT. `clear_new` clears EC_QUEUE_NEW on the reported queues, which makes
@@ -374,10 +377,7 @@ impl Session {
                 if self.queues_dirty || self.known.is_empty() {
                     self.snapshot_into(QUEUE_NEW)?;
                 }
-                // Element by element: two or three ids, not worth a call to memcpy.
-                for i in 0..self.known.len() {
-                    self.ids.push(self.known[i]);
-                }
+                self.ids.extend_from_slice(&self.known);
             }
             Selection::Ids(ids) => self.ids.extend(ids.iter().take(MAX_QUEUES_PER_PROCESS)),
         }
@@ -442,16 +442,9 @@ impl Session {
         let count = result.map_err(|errno| self.fail("SUSPEND_QUEUES", errno))?;
         let array = if retry { &self.retry } else { &self.ids };
         const FAILED: u32 = super::uapi::queue_status::INVALID_MASK | super::uapi::queue_status::ERROR_MASK;
-        if self.suspended.is_empty() && array.iter().fold(0, |bits, &raw| bits | raw) & FAILED == 0 {
-            // The usual case: nothing held yet and every id suspended.
-            for &raw in array.iter() {
+        for &raw in array.iter() {
+            if raw & FAILED == 0 && !self.suspended.contains(&raw) {
                 self.suspended.push(raw);
-            }
-        } else {
-            for &raw in array.iter() {
-                if raw & FAILED == 0 && !self.suspended.contains(&raw) {
-                    self.suspended.push(raw);
-                }
             }
         }
         if !self.suspended.is_empty() && self.suspended_at_ns.is_none() {
@@ -473,9 +466,7 @@ impl Session {
             return Ok(Tally::skipped(monotonic_ns()));
         }
         self.ids.clear();
-        for i in 0..self.suspended.len() {
-            self.ids.push(self.suspended[i]);
-        }
+        self.ids.extend_from_slice(&self.suspended);
         let mut args = DbgTrapArgs::resume_queues(self.pid, self.ids.as_mut_ptr() as u64, self.ids.len() as u32);
         let called_ns = monotonic_ns();
         let result = if self.faults.resume_failures > 0 {
