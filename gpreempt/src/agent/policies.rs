@@ -198,6 +198,19 @@ impl Recorder<'_> {
                 log("info", "online process watched", &[("policy", policy), ("pid", pid), ("queues", queues)]);
             }
             Event::OnlineGone { pid } => log("info", "online process gone", &[("policy", policy), ("pid", pid)]),
+            Event::WatchdogResumed { t_ms, pid, held_ms, still_held } => {
+                log(
+                    "warn",
+                    "session watchdog resumed an offline process (the scheduler loop stalled)",
+                    &[("policy", policy), ("pid", pid), ("held_ms", held_ms), ("still_held", still_held)],
+                );
+                // Nothing is held any more: the suspension ends here, not at the policy's resume.
+                if *still_held == 0
+                    && let Some(at) = self.suspended_at_ms.take()
+                {
+                    self.metrics.scheduler_suspended(self.name, (t_ms - at).max(0.0) / 1e3);
+                }
+            }
             Event::Warning { message } => log("warn", "policy", &[("policy", policy), ("message", message)]),
             Event::Summary(r) => log(
                 "info",
@@ -220,7 +233,7 @@ impl Recorder<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{agent::config::Config, schedule::Transition};
+    use crate::{agent::config::Config, domain::HostPid, schedule::Transition};
 
     fn transition(action: &'static str, t_ms: f64, queues: i64, reaction_us: Option<f64>) -> Event {
         Event::Transition(Transition {
@@ -278,5 +291,21 @@ mod tests {
                 r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",transition="suspend"} 2"#,
             ]
         );
+    }
+
+    #[test]
+    fn a_session_watchdog_resume_ends_the_suspended_time_once_nothing_is_held() {
+        let metrics = Metrics::new("node-a", "0.0.0");
+        let mut r = Recorder { name: "p", metrics: &metrics, suspended_at_ms: None };
+        r.event(&transition("suspend", 100.0, 4, None));
+        // Two offline processes: the first one released leaves the other held; the second ends it.
+        r.event(&Event::WatchdogResumed { t_ms: 1_100.0, pid: HostPid(7), held_ms: 1_000, still_held: 1 });
+        r.event(&Event::WatchdogResumed { t_ms: 1_350.0, pid: HostPid(8), held_ms: 1_250, still_held: 0 });
+        // The policy's resume, later, finds nothing left to resume and adds no time.
+        r.event(&transition("resume", 5_000.0, 0, None));
+        let text = metrics.encode();
+        let suspended: Vec<&str> =
+            text.lines().filter(|l| l.starts_with("gpreempt_scheduler_suspended_seconds_total")).collect();
+        assert_eq!(suspended, [r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p"} 1.25"#]);
     }
 }

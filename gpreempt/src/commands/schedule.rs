@@ -113,6 +113,10 @@ fn show(e: &Event, json: bool, status: bool) {
         Event::HintMalformed { line, count } => {
             eprintln!("gpreempt: warning: hint line {line:?} is neither `begin` nor `end`, ignored ({count} so far)")
         }
+        Event::WatchdogResumed { pid, held_ms, still_held, .. } => eprintln!(
+            "gpreempt: warning: the session watchdog resumed offline pid {pid} after {held_ms} ms (the scheduler loop \
+             stalled); {still_held} offline process(es) still held"
+        ),
         Event::Warning { message } => eprintln!("gpreempt: warning: {message}"),
     }
 }

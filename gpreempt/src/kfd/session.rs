@@ -840,8 +840,9 @@ fn enable(kfd: &Device, pid: u32, dbg_write: &OwnedFd) -> Result<RuntimeInfo, Er
 /// `dst = src` for the id arrays of the per-cycle path, element by element. The volatile writes
 /// keep LLVM from turning the loop back into a call to libc's `memcpy` (what `extend_from_slice`
 /// compiles to): for the few ids of a process the call costs more than the copy, and under
-/// software emulation it measured about 0.7 µs per cycle (two copies; `cargo xtask bench`-style
-/// runs on the KFD emulator, 6 rounds × 2000 cycles, median p50 7.4 → 6.0 µs).
+/// software emulation the two calls per cycle measured about 1.4 µs (a diagnostic build with and
+/// without them, interleaved in one boot on the KFD emulator: 6 rounds × 2000 back-to-back
+/// cycles, median p50 of the userspace time per cycle 7.4 → 6.0 µs).
 #[inline(always)]
 fn copy_ids(dst: &mut Vec<u32>, src: &[u32]) {
     dst.clear();

@@ -260,6 +260,16 @@ pub enum Event {
         line: String,
         count: u64,
     },
+    /// A session's own watchdog resumed an offline process's queues: they had been held `held_ms`,
+    /// past the session's `max_suspend`, because the scheduler loop stalled. `still_held` offline
+    /// processes remain suspended; at 0 the offline work runs again although the policy has not
+    /// resumed it (its resume then finds nothing to resume).
+    WatchdogResumed {
+        t_ms: f64,
+        pid: HostPid,
+        held_ms: u64,
+        still_held: usize,
+    },
     Warning {
         message: String,
     },
@@ -691,12 +701,9 @@ impl<C: Control> Scheduler<C> {
                     Notice::TargetExited { .. } => exited = true,
                     Notice::WatchdogResumed { held_ms, .. } => {
                         self.offline[i].suspended = false;
-                        emit(&Event::Warning {
-                            message: format!(
-                                "the session watchdog resumed pid {} after {held_ms} ms (the scheduler loop stalled)",
-                                self.offline[i].pid
-                            ),
-                        });
+                        let still_held = self.offline.iter().filter(|p| p.suspended).count();
+                        let (t_ms, pid) = (self.now() as f64 / 1e6, self.offline[i].pid);
+                        emit(&Event::WatchdogResumed { t_ms, pid, held_ms, still_held });
                     }
                     Notice::QueuesAppeared if self.offline[i].suspended => {
                         // A queue created while held runs until it is suspended too.
@@ -1076,5 +1083,117 @@ mod tests {
                 "summary",
             ]
         );
+    }
+
+    /// The online indices of the session-watchdog test, and what its offline session did.
+    static READ2: AtomicU64 = AtomicU64::new(0);
+    static WRITE2: AtomicU64 = AtomicU64::new(0);
+    static SUSPENDS2: AtomicU64 = AtomicU64::new(0);
+    static RELEASES2: AtomicU64 = AtomicU64::new(0);
+    const OFFLINE2: u32 = 3_999_998;
+
+    /// A session whose own watchdog resumes every suspend at once (as when the scheduler loop
+    /// stalls past the session's `max_suspend`): the next `notices` after a suspend says so.
+    struct Released {
+        pid: HostPid,
+        held: bool,
+    }
+
+    impl Control for Released {
+        fn attach(pid: HostPid, _: &Options) -> Result<Self, DebugError> {
+            Ok(Self { pid, held: false })
+        }
+        fn suspend(&mut self, _: &Selection) -> Result<Batch, DebugError> {
+            SUSPENDS2.fetch_add(1, Ordering::SeqCst);
+            self.held = true;
+            Ok(Batch { count: 1, ..Batch::default() })
+        }
+        fn resume(&mut self) -> Result<Batch, DebugError> {
+            self.held = false;
+            Ok(Batch { count: 1, ..Batch::default() })
+        }
+        fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
+            Ok(vec![QueueSnapshotEntry {
+                queue_id: 0,
+                gpu_id: 0x1000,
+                read_pointer_address: READ2.as_ptr() as u64,
+                write_pointer_address: WRITE2.as_ptr() as u64,
+                ..QueueSnapshotEntry::default()
+            }])
+        }
+        fn notices(&mut self) -> Vec<Notice> {
+            if !std::mem::take(&mut self.held) {
+                return Vec::new();
+            }
+            RELEASES2.fetch_add(1, Ordering::SeqCst);
+            vec![Notice::WatchdogResumed { held_ms: 1, resumed: Batch { count: 1, ..Batch::default() } }]
+        }
+        fn comm(&self) -> String {
+            format!("released-{}", self.pid)
+        }
+        fn detach(self) -> Detached {
+            Detached::default()
+        }
+    }
+
+    #[test]
+    fn time_after_a_session_watchdog_resume_is_not_counted_suspended() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        kfd_process(dir.path(), me);
+        kfd_process(dir.path(), OFFLINE2);
+        let roots = Roots {
+            sys: dir.path().join("sys"),
+            proc: dir.path().join("proc"),
+            docker: dir.path().join("docker"),
+            ..Roots::default()
+        };
+        let config = Config {
+            online: vec![Selector::Pid(HostPid(me))],
+            offline: vec![Selector::Pid(HostPid(OFFLINE2))],
+            policy: PolicyConfig { idle: Duration::from_millis(5), ..PolicyConfig::default() },
+            poll: Duration::from_micros(100),
+            roots,
+            ..Config::default()
+        };
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let mut emit = move |e: &Event| sink.lock().unwrap().push(e.clone());
+        let s = Scheduler::<Released>::start(config, Box::new(Quiet), &mut emit).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let driver = thread::spawn(move || {
+            // Online work stays pending 300 ms after the session watchdog released the offline
+            // process, which runs meanwhile (the burst had its suspend: no second one).
+            WRITE2.store(1, Ordering::SeqCst);
+            while RELEASES2.load(Ordering::SeqCst) == 0 {
+                thread::sleep(Duration::from_millis(1));
+            }
+            let pending = Instant::now();
+            thread::sleep(Duration::from_millis(300));
+            READ2.store(1, Ordering::SeqCst);
+            thread::sleep(Duration::from_millis(50));
+            flag.store(true, Ordering::SeqCst);
+            pending.elapsed()
+        });
+        let report = s.run(&stop, &mut emit);
+        let pending = driver.join().unwrap();
+        assert_eq!((SUSPENDS2.load(Ordering::SeqCst), RELEASES2.load(Ordering::SeqCst)), (1, 1));
+        // The policy followed the release (every hold ended without it): no resume transition.
+        assert_eq!((report.suspends, report.resumes), (1, 0));
+        let released: Vec<(HostPid, usize)> = events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match e {
+                Event::WatchdogResumed { pid, still_held, .. } => Some((*pid, *still_held)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(released, [(HostPid(OFFLINE2), 0)]);
+        // Held from the suspend to the next poll's look at the session (100 µs polls; bounded
+        // generously for a loaded machine), not for the 300 ms the online work stayed pending.
+        assert!(pending >= Duration::from_millis(300));
+        assert!(report.suspended_ms < 150.0, "suspended {} ms", report.suspended_ms);
     }
 }
