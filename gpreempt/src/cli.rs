@@ -183,7 +183,9 @@ pub struct PreemptArgs {
     /// container:NAME (name, id or id prefix: every KFD process in it, as `gpreempt ps` shows),
     /// space-separated. With more than one process, each cycle suspends all of them, holds, and
     /// resumes all; processes that open /dev/kfd in a selected container later are attached for
-    /// the next cycle, and `--json` writes one record per target (`"version": 2`).
+    /// the next cycle, and `--json` writes one record per target (`"version": 2`). A pid named
+    /// here that exits during the run is detached, the others go on, and the command then exits
+    /// with status 1; a container's processes may exit without failing the run.
     #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
     pub offline: Vec<gpreempt::select::Selector>,
     /// Suspend/resume cycles.

@@ -500,6 +500,50 @@ fn group_two_offline_pids_are_each_suspended_and_resumed_in_every_cycle() {
     }
 }
 
+#[test]
+fn group_a_named_pid_that_exits_mid_run_is_detached_the_others_finish_and_the_command_fails() {
+    let a = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
+    let b = workload(&["--gpu-id", "0x2000", "--queues", "1", "--runtime-enable"]);
+    let (pa, pb) = (a.pid(), b.pid());
+    let json = std::env::temp_dir().join(format!("emu-group-exit-{pa}.json"));
+    #[rustfmt::skip]
+    let child = preempt(&[
+        "--no-trace", "--offline", &pa.to_string(), &pb.to_string(), "--iterations", "200",
+        "--hold-ms", "10", "--gap-ms", "10", "--json", json.to_str().unwrap(),
+    ]);
+    // Once gpreempt holds b (its tracer), some cycles run; then b exits on its own.
+    let gp = child.id();
+    assert!(eventually(60 * SECOND, || tracer_pid(pb).is_ok_and(|t| t == gp)), "pid {pb} never seized");
+    thread::sleep(Duration::from_millis(500));
+    assert!(b.finish().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "gpreempt: error: 1 of the 2 pids named in --offline left the run early (pid {pb}: pid {pb} exited"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the other targets ran all 200 cycles"), "{stderr}");
+    let doc = json_of(&json);
+    assert_eq!((doc["cycles"].as_u64(), &doc["stopped"]), (Some(200), &serde_json::Value::Null), "{doc}");
+    let targets = targets_of(&doc);
+    let (_, ta) = targets.iter().find(|(p, _)| *p == pa).unwrap();
+    let (_, tb) = targets.iter().find(|(p, _)| *p == pb).unwrap();
+    // a: every cycle, both of its queues, none failed.
+    let every: Vec<_> = (0..200).map(|i| (i, 2, 2, 0, 0, true)).collect();
+    assert_eq!(cycles_of(ta), every);
+    assert_eq!(ta["stopped"], serde_json::Value::Null);
+    // b: the cycles before its exit, then its reason; detached (nothing left suspended).
+    let done = cycles_of(tb).len();
+    assert!((1..200).contains(&done), "pid {pb} took part in {done} cycles");
+    assert!(tb["stopped"].as_str().unwrap().starts_with(&format!("pid {pb} exited")), "{tb}");
+    assert!(tb["detached"].is_object(), "{tb}");
+    assert_eq!(tracer_pid(pa).unwrap(), 0);
+    assert!(advances(pa, rptr_address(&a)), "pid {pa} left suspended");
+}
+
 /// A cgroup v2 directory named as Docker names a container's scope: the processes moved into it
 /// are "in container" `id` for `gpreempt ps` and the selectors.
 fn docker_style_cgroup(id: &str) -> std::path::PathBuf {

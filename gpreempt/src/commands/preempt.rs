@@ -416,6 +416,15 @@ fn run_group(
             "detached": m.detached,
         }));
     }
+    // A pid named in --offline is expected to last the run, so its early exit (or failure) fails
+    // the command; the processes of a selected container may come and go (reported either way).
+    let named: Vec<HostPid> =
+        args.offline.iter().filter_map(|s| if let Selector::Pid(p) = s { Some(*p) } else { None }).collect();
+    let left: Vec<String> = members
+        .iter()
+        .filter(|m| named.contains(&HostPid(m.target.pid)))
+        .filter_map(|m| m.run.stopped.as_ref().map(|why| format!("pid {}: {why}", m.target.pid)))
+        .collect();
     let tracer_losses = tracer.as_ref().and_then(KernelTracer::losses);
     if let Some(l) = &tracer_losses {
         outln!("kernel-side tracer: {} records lost ({l})", l.dropped());
@@ -435,7 +444,16 @@ fn run_group(
         });
         write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
     }
-    ended(stopped.as_ref(), cycles, plan.iterations, "targets")
+    ended(stopped.as_ref(), cycles, plan.iterations, "targets")?;
+    if !left.is_empty() {
+        bail!(
+            "{} of the {} pids named in --offline left the run early ({}); the other targets ran all {cycles} cycles",
+            left.len(),
+            named.len(),
+            left.join("; ")
+        );
+    }
+    Ok(())
 }
 
 fn plan_json(args: &PreemptArgs, plan: &Plan) -> serde_json::Value {
