@@ -223,6 +223,91 @@ fn emu_schedule_hints_drive_suspend_and_resume_exactly_and_malformed_lines_are_c
     assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
 }
 
+/// (t_ms, reason) of every transition of `action` in the stream.
+fn timed(s: &Schedule, action: &str) -> Vec<(f64, Value)> {
+    s.transitions(action).iter().map(|t| (t["t_ms"].as_f64().unwrap(), t["reason"].clone())).collect()
+}
+
+#[test]
+fn emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_never_ends() {
+    let _t = Elapsed::start("emu_schedule_max_suspend_and_min_share");
+    let offline = offline_run();
+    let online = online_idle();
+
+    // --max-suspend-ms: one `begin` and no `end`. One suspend, resumed by the watchdog no sooner
+    // than the limit; the same request never gets a second suspend.
+    let path = sock_path("max");
+    let mut s = Schedule::between(
+        online.pid(),
+        &offline.pid().to_string(),
+        &["--no-trace", "--idle-ms", "60000", "--max-suspend-ms", "400", "--hint-socket", path.to_str().unwrap()],
+    );
+    s.wait_events("offline_attached", 1, LONG);
+    let mut hint = UnixStream::connect(&path).unwrap();
+    hint.write_all(b"begin\n").unwrap();
+    s.wait_transitions("resume", 1, LONG);
+    assert!(runs(&offline), "the offline queue does not run after the watchdog's resume");
+    let (susp, res) = (timed(&s, "suspend"), timed(&s, "resume"));
+    assert_eq!((susp.len(), res.len()), (1, 1), "{susp:?} {res:?}");
+    assert_eq!(res[0].1, "watchdog");
+    let held_ms = res[0].0 - susp[0].0;
+    assert!((400.0..30_000.0).contains(&held_ms), "held {held_ms} ms");
+    drop(hint);
+    let (lines, _) = s.stop();
+    let sum = summary(&lines);
+    assert_eq!((sum["suspends"].as_u64(), sum["resumes"].as_u64()), (Some(1), Some(1)), "{sum}");
+    assert_eq!(sum["resumes_by_reason"], serde_json::json!({"watchdog": 1}), "{sum}");
+
+    // --offline-min-share 0.5 over 2 s windows: a request that never ends is suspended, resumed
+    // for the offline job's share ("min_share"), and suspended again after each 1 s slice. Its
+    // `end` comes right after the third suspend (the next share resume is about 1 s away), so
+    // the last resume is the idle one.
+    let path = sock_path("share");
+    let mut s = Schedule::between(
+        online.pid(),
+        &offline.pid().to_string(),
+        &[
+            "--no-trace",
+            "--idle-ms",
+            "20",
+            "--offline-min-share",
+            "0.5",
+            "--share-window-ms",
+            "2000",
+            "--hint-socket",
+            path.to_str().unwrap(),
+        ],
+    );
+    s.wait_events("offline_attached", 1, LONG);
+    let mut hint = UnixStream::connect(&path).unwrap();
+    hint.write_all(b"begin\n").unwrap();
+    s.wait_transitions("resume", 2, LONG);
+    s.wait_transitions("suspend", 3, LONG);
+    hint.write_all(b"end\n").unwrap();
+    s.wait_n("resume after end", 1, LONG, |s| {
+        s.transitions("resume").into_iter().filter(|t| t["reason"] == "idle").collect()
+    });
+    assert!(runs(&offline));
+    let (susp, res) = (timed(&s, "suspend"), timed(&s, "resume"));
+    // Strictly alternating, starting with a suspend; all but the last resume for the share.
+    assert_eq!(susp.len(), res.len(), "{susp:?} {res:?}");
+    for (i, ((ts, _), (tr, why))) in susp.iter().zip(&res).enumerate() {
+        assert!(ts < tr, "suspend {i} at {ts} ms is not before its resume at {tr} ms");
+        let expected = if i + 1 == res.len() { "idle" } else { "min_share" };
+        assert_eq!(why, expected, "resume {i}: {res:?}");
+    }
+    for (i, ((tr, _), (next, _))) in res.iter().zip(susp.iter().skip(1)).enumerate() {
+        // The slice, less the resume ioctl's own time (bounded generously).
+        assert!(next - tr >= 900.0, "slice {i}: suspended again {} ms after the share resume", next - tr);
+    }
+    drop(hint);
+    let (lines, _) = s.stop();
+    let sum = summary(&lines);
+    assert_eq!(sum["resumes_by_reason"]["idle"], 1, "{sum}");
+    assert!(sum["resumes_by_reason"]["min_share"].as_u64().unwrap() >= 2, "{sum}");
+    assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
+}
+
 /// Suspend through a hint, then end things in the way `finish` says; the offline queue must
 /// run afterwards and the offline process must not be traced. Without the tracer (exits do not
 /// depend on it, and each start takes seconds instead of tens under TCG).
