@@ -501,6 +501,44 @@ fn group_two_offline_pids_are_each_suspended_and_resumed_in_every_cycle() {
 }
 
 #[test]
+fn group_traced_each_targets_iterations_carry_their_own_driver_spans() {
+    // A 2 ms emulated CWSR save: every suspend's unmap waits at least that long in the driver.
+    let _delay = EmuParam::set("preempt_delay_us", 2000).unwrap();
+    let a = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
+    let b = workload(&["--gpu-id", "0x2000", "--queues", "1", "--runtime-enable"]);
+    let (pa, pb) = (a.pid(), b.pid());
+    let json = std::env::temp_dir().join(format!("emu-group-traced-{pa}.json"));
+    #[rustfmt::skip]
+    let out = preempt(&[
+        "--offline", &pa.to_string(), &pb.to_string(), "--iterations", "20", "--hold-ms", "20", "--gap-ms", "20",
+        "--json", json.to_str().unwrap(),
+    ])
+    .wait_with_output()
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc = json_of(&json);
+    assert_eq!((doc["cycles"].as_u64(), &doc["stopped"]), (Some(20), &serde_json::Value::Null), "{doc}");
+    for (pid, t) in targets_of(&doc) {
+        let n = if pid == pa { 2 } else { 1 };
+        let every: Vec<_> = (0..20).map(|i| (i, n, n, 0, 0, true)).collect();
+        assert_eq!(cycles_of(t), every, "pid {pid}");
+        for (i, it) in t["iterations"].as_array().unwrap().iter().enumerate() {
+            // Its own suspend (waiting for the emulated save) and resume inside the driver: the
+            // spans were matched to the target and to this iteration's ioctl windows.
+            let k = &it["kernel"];
+            let (unmap, fence) =
+                (k["suspend"]["unmap_us"].as_f64().unwrap(), k["suspend"]["fence_wait_us"].as_f64().unwrap());
+            assert!(unmap >= 2_000.0 && fence > 0.0 && fence <= unmap, "pid {pid} iteration {i}: {k}");
+            assert!(k["resume"]["duration_us"].as_f64().unwrap() > 0.0, "pid {pid} iteration {i}: {k}");
+        }
+    }
+    for (pid, w) in [(pa, &a), (pb, &b)] {
+        assert_eq!(tracer_pid(pid).unwrap(), 0);
+        assert!(advances(pid, rptr_address(w)), "pid {pid} left suspended");
+    }
+}
+
+#[test]
 fn group_a_named_pid_that_exits_mid_run_is_detached_the_others_finish_and_the_command_fails() {
     let a = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
     let b = workload(&["--gpu-id", "0x2000", "--queues", "1", "--runtime-enable"]);

@@ -314,11 +314,16 @@ impl Hooks for GroupSide {
     }
 
     fn opened(&mut self, out: &mut Vec<HostPid>) {
+        let now = monotonic_ns();
+        // Called before every cycle's suspends: drained at most every 10 ms (with `cycle`'s
+        // draining), not once per cycle, since a drain takes milliseconds under emulation.
         if let Some(t) = self.tracer.as_mut() {
-            t.collect();
+            if now >= self.drained_ns + 10_000_000 {
+                t.collect();
+                self.drained_ns = now;
+            }
             out.append(&mut t.opened);
         }
-        let now = monotonic_ns();
         if let Some(sysfs) = self.sysfs.as_mut()
             && now >= self.polled_ns + 100_000_000
         {
