@@ -940,13 +940,7 @@ mod tests {
         }
         fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
             log(format!("snapshot {}", self.pid));
-            Ok(vec![QueueSnapshotEntry {
-                queue_id: 0,
-                gpu_id: 0x1000,
-                read_pointer_address: READ.as_ptr() as u64,
-                write_pointer_address: WRITE.as_ptr() as u64,
-                ..QueueSnapshotEntry::default()
-            }])
+            Ok(one_queue(&READ, &WRITE))
         }
         fn notices(&mut self) -> Vec<Notice> {
             Vec::new()
@@ -982,12 +976,13 @@ mod tests {
         fs::write(proc_dir.join("cgroup"), "0::/user.slice\n").unwrap();
     }
 
-    #[test]
-    fn pending_online_work_suspends_the_offline_queues_once_and_idle_resumes_them() {
+    /// A scheduler configuration in a fake sysfs/procfs: this process online, `offline` offline
+    /// (5 ms idle, 100 µs polls). The directory lives as long as the returned guard.
+    fn this_process_online_and(offline: HostPid) -> (tempfile::TempDir, Config) {
         let dir = tempfile::tempdir().unwrap();
         let me = std::process::id();
         kfd_process(dir.path(), me);
-        kfd_process(dir.path(), OFFLINE);
+        kfd_process(dir.path(), offline.0);
         let roots = Roots {
             sys: dir.path().join("sys"),
             proc: dir.path().join("proc"),
@@ -996,12 +991,30 @@ mod tests {
         };
         let config = Config {
             online: vec![Selector::Pid(HostPid(me))],
-            offline: vec![Selector::Pid(HostPid(OFFLINE))],
+            offline: vec![Selector::Pid(offline)],
             policy: PolicyConfig { idle: Duration::from_millis(5), ..PolicyConfig::default() },
             poll: Duration::from_micros(100),
             roots,
             ..Config::default()
         };
+        (dir, config)
+    }
+
+    /// One queue on gpu 0x1000 whose read and write indices are `read` and `write`.
+    fn one_queue(read: &AtomicU64, write: &AtomicU64) -> Vec<QueueSnapshotEntry> {
+        vec![QueueSnapshotEntry {
+            queue_id: 0,
+            gpu_id: 0x1000,
+            read_pointer_address: read.as_ptr() as u64,
+            write_pointer_address: write.as_ptr() as u64,
+            ..QueueSnapshotEntry::default()
+        }]
+    }
+
+    #[test]
+    fn pending_online_work_suspends_the_offline_queues_once_and_idle_resumes_them() {
+        let me = std::process::id();
+        let (_dir, config) = this_process_online_and(HostPid(OFFLINE));
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
         let mut emit = move |e: &Event| sink.lock().unwrap().push(e.clone());
@@ -1113,13 +1126,7 @@ mod tests {
             Ok(Batch { count: 1, ..Batch::default() })
         }
         fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
-            Ok(vec![QueueSnapshotEntry {
-                queue_id: 0,
-                gpu_id: 0x1000,
-                read_pointer_address: READ2.as_ptr() as u64,
-                write_pointer_address: WRITE2.as_ptr() as u64,
-                ..QueueSnapshotEntry::default()
-            }])
+            Ok(one_queue(&READ2, &WRITE2))
         }
         fn notices(&mut self) -> Vec<Notice> {
             if !std::mem::take(&mut self.held) {
@@ -1138,24 +1145,8 @@ mod tests {
 
     #[test]
     fn time_after_a_session_watchdog_resume_is_not_counted_suspended() {
-        let dir = tempfile::tempdir().unwrap();
         let me = std::process::id();
-        kfd_process(dir.path(), me);
-        kfd_process(dir.path(), OFFLINE2);
-        let roots = Roots {
-            sys: dir.path().join("sys"),
-            proc: dir.path().join("proc"),
-            docker: dir.path().join("docker"),
-            ..Roots::default()
-        };
-        let config = Config {
-            online: vec![Selector::Pid(HostPid(me))],
-            offline: vec![Selector::Pid(HostPid(OFFLINE2))],
-            policy: PolicyConfig { idle: Duration::from_millis(5), ..PolicyConfig::default() },
-            poll: Duration::from_micros(100),
-            roots,
-            ..Config::default()
-        };
+        let (_dir, config) = this_process_online_and(HostPid(OFFLINE2));
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
         let mut emit = move |e: &Event| sink.lock().unwrap().push(e.clone());
