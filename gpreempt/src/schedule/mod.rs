@@ -1145,7 +1145,6 @@ mod tests {
 
     #[test]
     fn time_after_a_session_watchdog_resume_is_not_counted_suspended() {
-        let me = std::process::id();
         let (_dir, config) = this_process_online_and(HostPid(OFFLINE2));
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
