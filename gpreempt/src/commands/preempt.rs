@@ -282,6 +282,20 @@ struct GroupSide {
     planned: u32,
 }
 
+impl GroupSide {
+    /// Drain the tracer's ring buffer if the last drain is 10 ms old. Both hooks run on the
+    /// loop's thread, around every cycle: a drain takes milliseconds under emulation, so it is
+    /// not done once per cycle.
+    fn drain_if_due(&mut self, now: u64) {
+        if let Some(t) = self.tracer.as_mut()
+            && now >= self.drained_ns + 10_000_000
+        {
+            t.collect();
+            self.drained_ns = now;
+        }
+    }
+}
+
 impl Hooks for GroupSide {
     fn cycle(&mut self, index: u32, members: &[Member]) {
         let now = monotonic_ns();
@@ -291,11 +305,8 @@ impl Hooks for GroupSide {
                     t.offline.push(HostPid(m.target.pid));
                 }
             }
-            if now >= self.drained_ns + 10_000_000 {
-                t.collect();
-                self.drained_ns = now;
-            }
         }
+        self.drain_if_due(now);
         if self.show_progress && (now >= self.shown_ns + 100_000_000 || index + 1 == self.planned) {
             let this = members.iter().filter_map(|m| m.run.iterations.last().filter(|it| it.index == index));
             let (n, suspended, failed) =
@@ -315,13 +326,8 @@ impl Hooks for GroupSide {
 
     fn opened(&mut self, out: &mut Vec<HostPid>) {
         let now = monotonic_ns();
-        // Called before every cycle's suspends: drained at most every 10 ms (with `cycle`'s
-        // draining), not once per cycle, since a drain takes milliseconds under emulation.
+        self.drain_if_due(now);
         if let Some(t) = self.tracer.as_mut() {
-            if now >= self.drained_ns + 10_000_000 {
-                t.collect();
-                self.drained_ns = now;
-            }
             out.append(&mut t.opened);
         }
         if let Some(sysfs) = self.sysfs.as_mut()
