@@ -220,13 +220,17 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
     eprintln!("{} of {gaps_checked} gaps without progress: {stalled_gaps:?}", stalled_gaps.len());
     assert!(stalled_gaps.len() * 200 <= gaps_checked, "gaps without progress: {stalled_gaps:?}");
     // The fence wait measures the emulated CWSR save: its median is the 5 ms delay (less the
-    // few µs between sending the unmap and entering the wait), and at most 1% of the waits were
-    // entered more than 2.5 ms late (a vCPU descheduled by TCG: seen once in 1000 on 6.1).
+    // few µs between sending the unmap and entering the wait). A wait entered more than 2.5 ms
+    // late means the vCPU was descheduled by TCG between the unmap and the wait; on a loaded
+    // 2-core host that was seen in 1 and in 11 of 1000 iterations, so the bound is 5%: a
+    // timing distribution judged over the run, generous enough for the host, while a fence
+    // wait that did not measure the save would put the median (or most waits) far off.
     fences.sort_by(f64::total_cmp);
     let median = fences[fences.len() / 2];
     assert!((4_000.0..10_000.0).contains(&median), "median fence wait {median} us");
     let late = fences.iter().filter(|&&f| f < 2_500.0).count();
-    assert!(late <= 10, "{late} fence waits under 2.5 ms: {:?}", &fences[..late]);
+    eprintln!("{late} of {} fence waits under 2.5 ms", fences.len());
+    assert!(late <= 50, "{late} fence waits under 2.5 ms: {:?}", &fences[..late]);
     assert_eq!(doc["summary"]["ok"], 1000);
     assert_eq!(doc["detached"]["disabled"], true);
     // The online process kept running (its queues were only briefly unmapped), the offline one
