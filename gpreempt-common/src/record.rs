@@ -398,7 +398,8 @@ pub struct ProcessCreateRecord {
     pub from_task: u32,
 }
 
-/// Struct offsets the probes need, found in BTF at start (bytes; 0 = unknown unless noted).
+/// Struct offsets the probes need, found in BTF at start (bytes; [`OFFSET_UNKNOWN`] = unknown:
+/// 0 is a real offset, that of a struct's first member).
 /// Passed as the load-time global [`CONFIG_GLOBAL`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -409,15 +410,15 @@ pub struct ProbeConfig {
     pub task_tgid: u32,
     /// `struct kfd_process.release_work` (a `work_struct`), for `kfd_process_wq_release`.
     pub process_release_work: u32,
-    /// `struct qcm_process_device.pqm`; stable 8 on 6.1/6.12 (docs/kfd.md §3.3); u32::MAX = unknown.
+    /// `struct qcm_process_device.pqm`; stable 8 on 6.1/6.12 (docs/kfd.md §3.3).
     pub qpd_pqm: u32,
-    /// `struct process_queue_manager.process`; stable 0; u32::MAX = unknown.
+    /// `struct process_queue_manager.process`; stable 0.
     pub pqm_process: u32,
     /// `struct device_queue_manager.dev` (a `kfd_node*`/`kfd_dev*`).
     pub dqm_dev: u32,
     /// `struct kfd_node.id` (`kfd_dev.id` on 6.1): the topology gpu id.
     pub node_id: u32,
-    /// `struct queue.properties.queue_id`; stable 48; u32::MAX = unknown.
+    /// `struct queue.properties.queue_id`; stable 48.
     pub queue_queue_id: u32,
     /// 1 when `kfd_create_process` takes a `task_struct*` (KFD 1.13+), 0 for `struct file*`.
     pub create_process_takes_task: u32,
@@ -428,21 +429,22 @@ pub struct ProbeConfig {
     pub _pad: u32,
 }
 
-/// "Unknown" for the offsets of [`ProbeConfig`] where 0 is a valid value.
+/// "Unknown" for every offset of [`ProbeConfig`]: 0 is the offset of a first member (the
+/// emulator's `device_queue_manager.dev` and `kfd_node.id` are first members, for one).
 pub const OFFSET_UNKNOWN: u32 = u32::MAX;
 
 impl ProbeConfig {
     /// The layout-free defaults, what the programs use until the loader overrides them from BTF:
     /// only the offsets found stable on 6.1.192, 6.12.117 and the newest tree are filled in
-    /// (docs/kfd.md §3.3); everything BTF must answer is 0 (unknown).
+    /// (docs/kfd.md §3.3); everything BTF must answer is [`OFFSET_UNKNOWN`].
     pub const DEFAULT: Self = Self {
-        process_lead_thread: 0,
-        task_tgid: 0,
-        process_release_work: 0,
+        process_lead_thread: OFFSET_UNKNOWN,
+        task_tgid: OFFSET_UNKNOWN,
+        process_release_work: OFFSET_UNKNOWN,
         qpd_pqm: 8,
         pqm_process: 0,
-        dqm_dev: 0,
-        node_id: 0,
+        dqm_dev: OFFSET_UNKNOWN,
+        node_id: OFFSET_UNKNOWN,
         queue_queue_id: 48,
         create_process_takes_task: 0,
         fence_wait_takes_dqm: 0,
@@ -556,6 +558,10 @@ mod tests {
     fn the_default_config_is_the_layout_free_one() {
         let c = ProbeConfig::default();
         assert_eq!((c.qpd_pqm, c.pqm_process, c.queue_queue_id, c.smi_arg_is_pid), (8, 0, 48, 1));
-        assert_eq!((c.process_lead_thread, c.dqm_dev, c.node_id), (0, 0, 0));
+        let unknown = OFFSET_UNKNOWN;
+        assert_eq!(
+            (c.process_lead_thread, c.task_tgid, c.process_release_work, c.dqm_dev, c.node_id),
+            (unknown, unknown, unknown, unknown, unknown)
+        );
     }
 }

@@ -56,7 +56,7 @@ pub fn read_at<T>(base: u64, offset: u32) -> Option<T> {
 
 /// Host tgid of a `task_struct*` (vmlinux BTF offset of `tgid`).
 pub fn task_tgid(cfg: &ProbeConfig, task: u64) -> Option<u32> {
-    if cfg.task_tgid == 0 {
+    if cfg.task_tgid == OFFSET_UNKNOWN {
         return None;
     }
     read_at::<i32>(task, cfg.task_tgid).map(|t| t as u32)
@@ -65,7 +65,7 @@ pub fn task_tgid(cfg: &ProbeConfig, task: u64) -> Option<u32> {
 /// Host tgid of a `kfd_process*`: `p->lead_thread->tgid` with BTF offsets, else the
 /// pointer-learning map. 0 (counted) when neither knows it.
 pub fn owner_of_process(cfg: &ProbeConfig, p: u64) -> u32 {
-    if cfg.process_lead_thread != 0 {
+    if cfg.process_lead_thread != OFFSET_UNKNOWN {
         if let Some(tgid) = read_at::<u64>(p, cfg.process_lead_thread).and_then(|task| task_tgid(cfg, task)) {
             return tgid;
         }
@@ -97,7 +97,7 @@ pub fn owner_of_qpd(cfg: &ProbeConfig, qpd: u64) -> u32 {
 
 /// Topology gpu id of a `kfd_node*` (`kfd_dev*` on 6.1); 0 without BTF.
 pub fn gpu_of_node(cfg: &ProbeConfig, node: u64) -> u32 {
-    if cfg.node_id == 0 {
+    if cfg.node_id == OFFSET_UNKNOWN {
         return 0;
     }
     read_at::<u32>(node, cfg.node_id).unwrap_or(0)
@@ -105,7 +105,7 @@ pub fn gpu_of_node(cfg: &ProbeConfig, node: u64) -> u32 {
 
 /// Topology gpu id of a `device_queue_manager*` (`dqm->dev->id`); 0 without BTF.
 pub fn gpu_of_dqm(cfg: &ProbeConfig, dqm: u64) -> u32 {
-    if cfg.dqm_dev == 0 {
+    if cfg.dqm_dev == OFFSET_UNKNOWN {
         return 0;
     }
     read_at::<u64>(dqm, cfg.dqm_dev).map_or(0, |node| gpu_of_node(cfg, node))

@@ -60,7 +60,7 @@ pub fn create_process_return(ctx: RetProbeContext) -> u32 {
 pub fn process_release_entry(ctx: ProbeContext) -> u32 {
     let cfg = config();
     let work = arg(&ctx, 0);
-    let (p, owner) = if cfg.process_release_work != 0 && work > u64::from(cfg.process_release_work) {
+    let (p, owner) = if cfg.process_release_work != OFFSET_UNKNOWN && work > u64::from(cfg.process_release_work) {
         let p = work - u64::from(cfg.process_release_work);
         (p, owner_of_process(&cfg, p))
     } else {

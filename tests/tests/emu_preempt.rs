@@ -189,6 +189,7 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
         );
         fences.push(fence);
         assert_eq!(k["collateral_pids"], serde_json::json!([online_pid]), "iteration {i}");
+        assert_eq!(k["gpus"], serde_json::json!([0x1000]), "iteration {i}");
         assert_eq!(k["online_queues"], 1, "iteration {i}");
         // Hold: the queue stops when SUSPEND_QUEUES returns and stays stopped until RESUME.
         let (from, to) = (it["suspended_at_ns"].as_u64().unwrap(), it["resumed_at_ns"].as_u64().unwrap());
@@ -523,7 +524,7 @@ fn group_traced_each_targets_iterations_carry_their_own_driver_spans() {
     let doc = json_of(&json);
     assert_eq!((doc["cycles"].as_u64(), &doc["stopped"]), (Some(20), &serde_json::Value::Null), "{doc}");
     for (pid, t) in targets_of(&doc) {
-        let n = if pid == pa { 2 } else { 1 };
+        let (n, gpu) = if pid == pa { (2, 0x1000) } else { (1, 0x2000) };
         let every: Vec<_> = (0..20).map(|i| (i, n, n, 0, 0, true)).collect();
         assert_eq!(cycles_of(t), every, "pid {pid}");
         for (i, it) in t["iterations"].as_array().unwrap().iter().enumerate() {
@@ -534,6 +535,10 @@ fn group_traced_each_targets_iterations_carry_their_own_driver_spans() {
                 (k["suspend"]["unmap_us"].as_f64().unwrap(), k["suspend"]["fence_wait_us"].as_f64().unwrap());
             assert!(unmap >= 2_000.0 && fence > 0.0 && fence <= unmap, "pid {pid} iteration {i}: {k}");
             assert!(k["resume"]["duration_us"].as_f64().unwrap() > 0.0, "pid {pid} iteration {i}: {k}");
+            // The driver's phases name the GPU they preempted (`dqm->dev->id`, read through BTF
+            // offsets that are 0 in the emulator's structs: first members): its own, only.
+            assert_eq!(k["suspend"]["gpus"], serde_json::json!([gpu]), "pid {pid} iteration {i}: {k}");
+            assert_eq!(k["resume"]["gpus"], serde_json::json!([gpu]), "pid {pid} iteration {i}: {k}");
         }
     }
     for (pid, w) in [(pa, &a), (pb, &b)] {

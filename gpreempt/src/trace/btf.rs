@@ -333,7 +333,7 @@ pub fn default_config() -> ProbeConfig {
 /// Offsets from `btf`; fields it cannot answer keep the layout-free defaults.
 pub fn config_from(btf: &Btf) -> ProbeConfig {
     let mut c = default_config();
-    let opt = |v: Option<u32>| v.unwrap_or(0);
+    let opt = |v: Option<u32>| v.unwrap_or(OFFSET_UNKNOWN);
     c.process_lead_thread = opt(btf.member_offset("kfd_process", "lead_thread"));
     c.task_tgid = opt(btf.member_offset("task_struct", "tgid"));
     c.process_release_work = opt(btf.member_offset("kfd_process", "release_work"));
@@ -363,7 +363,7 @@ pub fn discover(btf_dir: &Path, kfd_module: Option<&str>) -> (ProbeConfig, Offse
     match Btf::load(btf_dir, kfd_module) {
         Ok(btf) => {
             let c = config_from(&btf);
-            if c.process_lead_thread == 0 || c.dqm_dev == 0 {
+            if c.process_lead_thread == OFFSET_UNKNOWN || c.dqm_dev == OFFSET_UNKNOWN {
                 let reason = format!("{module} BTF lacks struct kfd_process / device_queue_manager");
                 (c, OffsetMode::PointerLearning { reason })
             } else {
@@ -374,7 +374,7 @@ pub fn discover(btf_dir: &Path, kfd_module: Option<&str>) -> (ProbeConfig, Offse
             // vmlinux alone still gives task_struct.tgid.
             let mut c = default_config();
             if let Ok(base) = Btf::load(btf_dir, None) {
-                c.task_tgid = base.member_offset("task_struct", "tgid").unwrap_or(0);
+                c.task_tgid = base.member_offset("task_struct", "tgid").unwrap_or(OFFSET_UNKNOWN);
             }
             (c, OffsetMode::PointerLearning { reason: format!("no module BTF: {e}") })
         }
@@ -383,19 +383,19 @@ pub fn discover(btf_dir: &Path, kfd_module: Option<&str>) -> (ProbeConfig, Offse
 
 /// Offsets as `name = value` pairs for the startup line and `doctor` (unknown shown as `?`).
 pub fn describe(c: &ProbeConfig) -> String {
-    let show = |v: u32, zero_unknown: bool| {
-        if v == OFFSET_UNKNOWN || (zero_unknown && v == 0) { "?".to_owned() } else { v.to_string() }
+    let show = |v: u32| {
+        if v == OFFSET_UNKNOWN { "?".to_owned() } else { v.to_string() }
     };
     format!(
         "kfd_process.lead_thread={} task_struct.tgid={} kfd_process.release_work={} \
          device_queue_manager.dev={} kfd_node.id={} queue.properties.queue_id={} \
          create_process(task)={} fence_wait(dqm)={} smi(pid)={}",
-        show(c.process_lead_thread, true),
-        show(c.task_tgid, true),
-        show(c.process_release_work, true),
-        show(c.dqm_dev, true),
-        show(c.node_id, true),
-        show(c.queue_queue_id, false),
+        show(c.process_lead_thread),
+        show(c.task_tgid),
+        show(c.process_release_work),
+        show(c.dqm_dev),
+        show(c.node_id),
+        show(c.queue_queue_id),
         c.create_process_takes_task,
         c.fence_wait_takes_dqm,
         c.smi_arg_is_pid,
@@ -535,6 +535,25 @@ pub(crate) mod tests {
         let c = config_from(&btf);
         assert_eq!((c.process_lead_thread, c.task_tgid, c.create_process_takes_task), (96, 4, 1));
         assert_eq!((c.qpd_pqm, c.pqm_process, c.queue_queue_id, c.smi_arg_is_pid), (8, 0, 48, 1));
+    }
+
+    #[test]
+    fn a_first_member_is_found_at_offset_0_and_a_missing_one_is_unknown() {
+        // The emulator's layout: `dev` and `id` are first members (offset 0); kfd_process has no
+        // release_work. 1 int, 2 kfd_node{id@0}, 3 ptr->2, 4 device_queue_manager{dev@0},
+        // 5 kfd_process{lead_thread@0}.
+        let mut b = Builder::new();
+        b.int("int")
+            .strukt("kfd_node", 16, &[("id", 1, 0), ("node_id", 1, 32)])
+            .ptr(2)
+            .strukt("device_queue_manager", 64, &[("dev", 3, 0), ("active_queue_count", 1, 64)])
+            .strukt("kfd_process", 64, &[("lead_thread", 3, 0)]);
+        let c = config_from(&Btf::parse(&b.build()).unwrap());
+        assert_eq!((c.dqm_dev, c.node_id, c.process_lead_thread), (0, 0, 0));
+        assert_eq!((c.process_release_work, c.task_tgid), (OFFSET_UNKNOWN, OFFSET_UNKNOWN));
+        let text = describe(&c);
+        assert!(text.contains("device_queue_manager.dev=0 kfd_node.id=0"), "{text}");
+        assert!(text.contains("kfd_process.lead_thread=0 task_struct.tgid=? kfd_process.release_work=?"), "{text}");
     }
 
     #[test]
