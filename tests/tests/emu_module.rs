@@ -120,6 +120,11 @@ fn module_has_btf_topology_and_version() {
         let needle = [b"\0", name.as_bytes(), b"\0"].concat();
         assert!(btf.windows(needle.len()).any(|w| w == needle), "{name} not in the module BTF");
     }
+    // The tracer reads them in BTF mode. `device_queue_manager.dev` and `kfd_node.id` are first
+    // members here (offset 0, a real offset, not "unknown").
+    let (c, mode) = gpreempt::trace::btf::discover(std::path::Path::new("/sys/kernel/btf"), Some("kfd_emu"));
+    assert_eq!(mode, gpreempt::trace::btf::OffsetMode::Btf { module: "kfd_emu".to_owned() });
+    assert_eq!((c.dqm_dev, c.node_id, c.queue_queue_id), (0, 0, 48), "{}", gpreempt::trace::btf::describe(&c));
     let node = |n: u32| read_sysfs(&format!("/sys/class/kfd/kfd/topology/nodes/{n}/gpu_id")).unwrap();
     assert_eq!((node(0), node(1), node(2)), ("0\n".to_owned(), "4096\n".to_owned(), "8192\n".to_owned()));
     let w = workload(&["--queues", "0"]);
