@@ -314,10 +314,14 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     std::fs::write("/sys/kernel/kfd_emu/evict", &pa)?;
     thread::sleep(Duration::from_millis(300));
     std::fs::write("/sys/kernel/kfd_emu/restore", &pa)?;
+    // One eviction and one restore on each GPU A has a device on (the emulator, like amdgpu,
+    // evicts per device; both emulated GPUs), each series labelled with its gpu_id.
+    let per_gpu = [("4096", 1.0), ("8192", 1.0)];
+    let expected: Vec<(String, f64)> = per_gpu.iter().map(|(g, v)| (g.to_string(), *v)).collect();
     let evictions = format!("gpreempt_evictions_total{{kfd_process_id=\"{pa}\",trigger=\"ttm\"}}");
-    assert_eq!(settle(prom_addr, &evictions, "kfd_process_id", &[(&pa, 1.0)]), [(pa.clone(), 1.0)]);
+    assert_eq!(settle(prom_addr, &evictions, "gpu_id", &per_gpu), expected);
     let restores = format!("gpreempt_restores_total{{kfd_process_id=\"{pa}\"}}");
-    assert_eq!(settle(prom_addr, &restores, "kfd_process_id", &[(&pa, 1.0)]), [(pa.clone(), 1.0)]);
+    assert_eq!(settle(prom_addr, &restores, "gpu_id", &per_gpu), expected);
     assert_eq!(
         settle(prom_addr, &active, "kfd_process_id", &[(&pa, 2.0), (&pb, 3.0)]),
         [(pa.clone(), 2.0), (pb.clone(), 3.0)]

@@ -66,7 +66,7 @@ fn ps_lists_the_emulated_queues_of_a_process() {
 }
 
 #[test]
-fn a_ttm_eviction_and_its_restore_make_one_eviction_span() {
+fn a_ttm_eviction_and_its_restore_make_one_eviction_span_per_gpu() {
     let tracer = Tracer::start(&[]).unwrap();
     let w = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "1"]).unwrap();
     let pid = w.pid();
@@ -78,10 +78,15 @@ fn a_ttm_eviction_and_its_restore_make_one_eviction_span() {
     let objects = tracer.stop().unwrap();
     let spans: Vec<&serde_json::Value> =
         objects.iter().filter(|o| o["event"] == "span" && o["span"] == "eviction" && o["pid"] == pid).collect();
-    assert_eq!(spans.len(), 1, "{objects:?}");
-    assert_eq!(spans[0]["trigger"], "ttm");
-    assert_eq!(spans[0]["open"], false);
-    let ms = spans[0]["duration_ns"].as_u64().unwrap() as f64 / 1e6;
-    assert!((300.0..10_000.0).contains(&ms), "eviction lasted {ms} ms");
+    // One span per GPU: like amdgpu, the emulator evicts and restores the process on each device
+    // it has (both emulated GPUs), and the tracer pairs evict and restore per (pid, gpu).
+    let mut gpus: Vec<u64> = spans.iter().map(|s| s["gpu_id"].as_u64().unwrap()).collect();
+    gpus.sort_unstable();
+    assert_eq!(gpus, [0x1000, 0x2000], "{objects:?}");
+    for span in &spans {
+        assert_eq!((&span["trigger"], &span["open"]), (&serde_json::json!("ttm"), &serde_json::json!(false)));
+        let ms = span["duration_ns"].as_u64().unwrap() as f64 / 1e6;
+        assert!((300.0..10_000.0).contains(&ms), "eviction lasted {ms} ms");
+    }
     drop(w);
 }

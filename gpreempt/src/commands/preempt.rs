@@ -4,7 +4,11 @@
 use std::{
     io::{IsTerminal, Write},
     path::Path,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc::{Receiver, Sender, channel},
+    },
     time::Duration,
 };
 
@@ -45,13 +49,16 @@ struct KernelTracer {
     live: Live,
     /// No sinks: the spans reach `observe` through the channel subscriber.
     pipeline: Pipeline,
-    observed: std::sync::mpsc::Receiver<Observed>,
+    observed: Receiver<Observed>,
     /// The offline processes' closed spans so far, matched to iterations by time at the end.
     spans: Vec<Span>,
     offline: Vec<HostPid>,
     online: Option<HostPid>,
     /// Processes seen opening `/dev/kfd` since the last look (new targets of a container).
     opened: Vec<HostPid>,
+    /// Offline pids added during the run (a container's new processes), read after each drain:
+    /// a pid is sent before its first suspend, so before any of its spans can be drained.
+    learn: Option<Receiver<HostPid>>,
 }
 
 impl KernelTracer {
@@ -62,7 +69,7 @@ impl KernelTracer {
         let mut model = Model::new(Some(roots.clone()));
         model.bootstrap(&roots);
         let mut pipeline = Pipeline::new(model, Filter::default());
-        let (tx, observed) = std::sync::mpsc::channel();
+        let (tx, observed) = channel();
         pipeline.subscribe(Box::new(tx));
         Ok(Self {
             live,
@@ -72,6 +79,7 @@ impl KernelTracer {
             offline,
             online: online.map(HostPid),
             opened: Vec::new(),
+            learn: None,
         })
     }
 
@@ -85,6 +93,9 @@ impl KernelTracer {
             }
             pipeline.deliver(&event)
         });
+        if let Some(learn) = &self.learn {
+            self.offline.extend(learn.try_iter());
+        }
         let offline = &self.offline;
         self.spans.extend(self.observed.try_iter().filter_map(|o| match o {
             Observed::Span(s) if s.target_pid.is_some_and(|p| offline.contains(&p)) => Some(s),
@@ -147,6 +158,102 @@ fn start_tracer(args: &PreemptArgs, offline: Vec<HostPid>, version: KfdVersion) 
     }
 }
 
+/// The in-process tracer on a thread of its own, for both forms of `preempt`. It drains the ring
+/// buffer every 10 ms, so no draining happens on the thread that runs the cycles (a drain takes
+/// milliseconds under emulation and would lengthen that cycle's gap or hold). It starts the
+/// tracer (which is not `Send`), learns offline pids added during the run, forwards the
+/// processes that open `/dev/kfd`, and at the end annotates the iterations it is handed with
+/// the driver's side. Every exchange is a channel message: nothing blocks the cycles.
+struct TracerThread<'scope> {
+    join: std::thread::ScopedJoinHandle<'scope, Option<Annotated>>,
+    draining: Arc<AtomicBool>,
+    learn: Sender<HostPid>,
+    opened: Receiver<HostPid>,
+    done: Sender<Vec<(HostPid, Vec<Iteration>)>>,
+    /// The tracer attached (false with `--no-trace` or when it could not).
+    traced: bool,
+}
+
+/// Each target's iterations with the driver's side, in the order handed in, and the tracer's
+/// losses.
+type Annotated = (Vec<Vec<Iteration>>, Option<Losses>);
+
+impl<'scope> TracerThread<'scope> {
+    /// Start the tracer on its thread and wait until it is attached (or refused).
+    fn spawn<'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        args: &'env PreemptArgs,
+        offline: Vec<HostPid>,
+        version: KfdVersion,
+    ) -> Self {
+        let draining = Arc::new(AtomicBool::new(true));
+        let (learn, learn_rx) = channel::<HostPid>();
+        let (opened_tx, opened) = channel::<HostPid>();
+        let (done, done_rx) = channel::<Vec<(HostPid, Vec<Iteration>)>>();
+        let (ready_tx, ready_rx) = channel::<bool>();
+        // The tracer registers its ring buffer with this thread's async runtime (never polled
+        // from the drain thread, which reads the buffer's memory directly).
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let flag = Arc::clone(&draining);
+        let join = scope.spawn(move || {
+            let _runtime = runtime.as_ref().map(tokio::runtime::Handle::enter);
+            // After the targets are attached, so bad targets and old kernels are refused at once.
+            let tracer = start_tracer(args, offline, version);
+            let _ = ready_tx.send(tracer.is_some());
+            let mut tracer = tracer?;
+            tracer.learn = Some(learn_rx);
+            while flag.load(Ordering::Relaxed) {
+                tracer.collect();
+                for pid in tracer.opened.drain(..) {
+                    let _ = opened_tx.send(pid);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let batches = done_rx.recv().ok()?;
+            let annotated = batches
+                .into_iter()
+                .map(|(pid, mut iterations)| {
+                    tracer.annotate(&mut iterations, pid);
+                    iterations
+                })
+                .collect();
+            Some((annotated, tracer.losses()))
+        });
+        let traced = ready_rx.recv().unwrap_or(false);
+        Self { join, draining, learn, opened, done, traced }
+    }
+
+    /// Keep the spans of `pid` too (a target added during the run), from its first suspend on.
+    fn learn(&self, pid: HostPid) {
+        let _ = self.learn.send(pid);
+    }
+
+    /// Processes the tracer saw opening `/dev/kfd` since the last call.
+    fn opened(&self, out: &mut Vec<HostPid>) {
+        out.extend(self.opened.try_iter());
+    }
+
+    /// Stop draining and annotate the iterations of `targets` (called only when traced) with the
+    /// driver's side: the annotated iterations in the same order and the tracer's losses, or
+    /// None (not traced, or the tracer thread failed: the caller keeps its own record).
+    fn finish(self, targets: impl FnOnce() -> Vec<(HostPid, Vec<Iteration>)>) -> Option<Annotated> {
+        self.draining.store(false, Ordering::Relaxed);
+        if self.traced {
+            let _ = self.done.send(targets());
+        }
+        drop(self.done);
+        // Joined here whatever happened to it, so a failed tracer never takes the run with it.
+        match self.join.join() {
+            Ok(Some(annotated)) => Some(annotated),
+            Ok(None) if !self.traced => None,
+            _ => {
+                eprintln!("gpreempt: the tracer thread failed; no kernel-side breakdown");
+                None
+            }
+        }
+    }
+}
+
 fn run_one(
     args: &PreemptArgs,
     offline: HostPid,
@@ -160,36 +267,10 @@ fn run_one(
     let version = session.attached().kfd_version;
     let target = session.attached().clone();
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
-    // The in-process tracer lives on a thread of its own that drains its ring buffer every 10 ms,
-    // so no draining happens on this thread between a RESUME and the next SUSPEND (it takes
-    // milliseconds under emulation, and would lengthen that cycle's gap and hold). The thread
-    // starts the tracer (it is not `Send`), says when it is attached, and at the end receives the
-    // iterations to annotate with the driver's side. The progress line is throttled to every
-    // 100 ms (and always shown for the last iteration).
-    let draining = AtomicBool::new(true);
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<bool>();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<Vec<Iteration>>();
+    // The progress line is throttled to every 100 ms (and always shown for the last iteration).
     let mut shown_ns = 0u64;
-    // The tracer registers its ring buffer with this thread's async runtime (never polled from
-    // the drain thread, which reads the buffer's memory directly).
-    let runtime = tokio::runtime::Handle::try_current().ok();
     let (run, annotated) = std::thread::scope(|scope| {
-        let draining = &draining;
-        let tracer = scope.spawn(move || {
-            let _runtime = runtime.as_ref().map(tokio::runtime::Handle::enter);
-            // After the session is up, so bad targets and old kernels are refused at once.
-            let tracer = start_tracer(args, vec![offline], version);
-            let _ = ready_tx.send(tracer.is_some());
-            let mut tracer = tracer?;
-            while draining.load(Ordering::Relaxed) {
-                tracer.collect();
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let mut iterations = done_rx.recv().ok()?;
-            tracer.annotate(&mut iterations, offline);
-            Some((iterations, tracer.losses()))
-        });
-        let traced = ready_rx.recv().unwrap_or(false);
+        let tracer = TracerThread::spawn(scope, args, vec![offline], version);
         attached_line(&target);
         let mut run = preempt::run(&mut session, plan, stop, &[stop_pipe.fd()], |c| {
             let now = c.ended_ns();
@@ -198,22 +279,13 @@ fn run_one(
                 shown_ns = monotonic_ns();
             }
         });
-        draining.store(false, Ordering::Relaxed);
-        let mut annotated = None;
-        if traced {
-            // A copy: the run's own record survives a tracer thread that fails now.
-            let _ = done_tx.send(run.iterations.clone());
-        }
-        drop(done_tx);
-        // Joined here whatever happened to it, so a failed tracer never takes the run with it.
-        match tracer.join() {
-            Ok(Some((iterations, losses))) => {
+        // A copy: the run's own record survives a tracer thread that fails now.
+        let annotated = tracer.finish(|| vec![(offline, run.iterations.clone())]).map(|(mut its, losses)| {
+            if let Some(iterations) = its.pop() {
                 run.iterations = iterations;
-                annotated = Some(losses);
             }
-            Ok(None) if !traced => {}
-            _ => eprintln!("gpreempt: the tracer thread failed; no kernel-side breakdown"),
-        }
+            losses
+        });
         (run, annotated)
     });
     // Resume whatever is suspended, DISABLE, detach — before reporting anything.
@@ -267,46 +339,26 @@ fn attached_line(target: &Attached) {
     );
 }
 
-/// What the multi-target loop needs from this side: progress, the tracer's draining, and the
-/// processes that opened `/dev/kfd` (the tracer's process events and the sysfs process list:
-/// the tracer starts after the targets are attached and would miss what opened meanwhile).
-struct GroupSide {
-    tracer: Option<KernelTracer>,
+/// What the multi-target loop needs from this side: progress, and the processes that opened
+/// `/dev/kfd` (the tracer's process events and the sysfs process list: the tracer starts after
+/// the targets are attached and would miss what opened meanwhile). The tracer drains on its own
+/// thread; both hooks only read and send channel messages.
+struct GroupSide<'t, 'scope> {
+    tracer: &'t TracerThread<'scope>,
+    /// Pids whose spans the tracer keeps.
+    announced: Vec<HostPid>,
     /// Only when a container is selected (a pid selector names its process once).
     sysfs: Option<SysfsDiscovery>,
     changes: Vec<Change>,
     polled_ns: u64,
-    drained_ns: u64,
     shown_ns: u64,
     show_progress: bool,
     planned: u32,
 }
 
-impl GroupSide {
-    /// Drain the tracer's ring buffer if the last drain is 10 ms old. Both hooks run on the
-    /// loop's thread, around every cycle: a drain takes milliseconds under emulation, so it is
-    /// not done once per cycle.
-    fn drain_if_due(&mut self, now: u64) {
-        if let Some(t) = self.tracer.as_mut()
-            && now >= self.drained_ns + 10_000_000
-        {
-            t.collect();
-            self.drained_ns = now;
-        }
-    }
-}
-
-impl Hooks for GroupSide {
+impl Hooks for GroupSide<'_, '_> {
     fn cycle(&mut self, index: u32, members: &[Member]) {
         let now = monotonic_ns();
-        if let Some(t) = self.tracer.as_mut() {
-            for m in members {
-                if !t.offline.contains(&HostPid(m.target.pid)) {
-                    t.offline.push(HostPid(m.target.pid));
-                }
-            }
-        }
-        self.drain_if_due(now);
         if self.show_progress && (now >= self.shown_ns + 100_000_000 || index + 1 == self.planned) {
             let this = members.iter().filter_map(|m| m.run.iterations.last().filter(|it| it.index == index));
             let (n, suspended, failed) =
@@ -325,11 +377,9 @@ impl Hooks for GroupSide {
     }
 
     fn opened(&mut self, out: &mut Vec<HostPid>) {
+        let from = out.len();
+        self.tracer.opened(out);
         let now = monotonic_ns();
-        self.drain_if_due(now);
-        if let Some(t) = self.tracer.as_mut() {
-            out.append(&mut t.opened);
-        }
         if let Some(sysfs) = self.sysfs.as_mut()
             && now >= self.polled_ns + 100_000_000
         {
@@ -339,6 +389,16 @@ impl Hooks for GroupSide {
                 Change::ProcessOpened(pid) => Some(pid),
                 _ => None,
             }));
+        }
+        // Offered to the group before their first suspend, so the tracer keeps their spans from
+        // that suspend on (a pid the group then refuses costs nothing: it is never suspended).
+        if self.tracer.traced {
+            for &pid in &out[from..] {
+                if !self.announced.contains(&pid) {
+                    self.announced.push(pid);
+                    self.tracer.learn(pid);
+                }
+            }
         }
     }
 }
@@ -366,30 +426,35 @@ fn run_group(
         attached_line(&m.target);
     }
     let version = group.members()[0].target.kfd_version;
-    let tracer = start_tracer(args, pids.clone(), version);
-    let mut side = GroupSide {
-        tracer,
-        sysfs,
-        changes: Vec::new(),
-        polled_ns: 0,
-        drained_ns: 0,
-        shown_ns: 0,
-        show_progress: !args.quiet && std::io::stderr().is_terminal(),
-        planned: plan.iterations,
-    };
-    let stopped = group.run(plan, stop, &[stop_pipe.fd()], &mut side);
-    let warnings = std::mem::take(&mut group.warnings);
-    // Resume whatever is suspended, DISABLE, detach — every target — before reporting anything.
-    let mut members = group.detach();
-    if side.show_progress {
-        eprintln!();
-    }
-    let mut tracer = side.tracer;
-    if let Some(t) = tracer.as_mut() {
-        for m in &mut members {
-            t.annotate(&mut m.run.iterations, HostPid(m.target.pid));
+    let show_progress = !args.quiet && std::io::stderr().is_terminal();
+    let (stopped, warnings, members, tracer_losses) = std::thread::scope(|scope| {
+        let tracer = TracerThread::spawn(scope, args, pids.clone(), version);
+        let mut side = GroupSide {
+            tracer: &tracer,
+            announced: pids.clone(),
+            sysfs,
+            changes: Vec::new(),
+            polled_ns: 0,
+            shown_ns: 0,
+            show_progress,
+            planned: plan.iterations,
+        };
+        let stopped = group.run(plan, stop, &[stop_pipe.fd()], &mut side);
+        let warnings = std::mem::take(&mut group.warnings);
+        // Resume whatever is suspended, DISABLE, detach — every target — before reporting anything.
+        let mut members = group.detach();
+        if show_progress {
+            eprintln!();
         }
-    }
+        let targets = || members.iter().map(|m| (HostPid(m.target.pid), m.run.iterations.clone())).collect();
+        let losses = tracer.finish(targets).map(|(annotated, losses)| {
+            for (m, iterations) in members.iter_mut().zip(annotated) {
+                m.run.iterations = iterations;
+            }
+            losses
+        });
+        (stopped, warnings, members, losses.flatten())
+    });
     for w in &warnings {
         eprintln!("gpreempt: {w}");
     }
@@ -436,7 +501,6 @@ fn run_group(
         .filter(|m| named.contains(&HostPid(m.target.pid)))
         .filter_map(|m| m.run.stopped.as_ref().map(|why| format!("pid {}: {why}", m.target.pid)))
         .collect();
-    let tracer_losses = tracer.as_ref().and_then(KernelTracer::losses);
     if let Some(l) = &tracer_losses {
         outln!("kernel-side tracer: {} records lost ({l})", l.dropped());
     }
