@@ -15,7 +15,7 @@ use crate::{
     domain::{GpuId, HostPid},
     kfd::{
         debugger::{DebugError, Notice, Selection},
-        session::{Session, Tally, Wake},
+        session::{BackToBack, BackToBackCycle, Session, Tally, Wake},
     },
     model::spans::{Span, SpanKind},
     stats::{self, Bucket, Summary},
@@ -256,7 +256,9 @@ impl Cycle {
 /// an ioctl fails; queues are never left suspended by this function (a failed iteration's resume
 /// is attempted before returning; the session's detach does the rest).
 ///
-/// Per cycle it makes the two ioctls and, between them, only what cannot wait: the verdicts, the
+/// With no hold and no gap the session runs the cycles itself ([`Session::back_to_back`]) in
+/// bursts of up to [`BURST_NS`], and this loop records each burst and runs any cycle the session
+/// hands back. Otherwise, per cycle it makes the two ioctls and, between them, only what cannot wait: the verdicts, the
 /// watchdog's arm and disarm (one store each), a look at the signal flags, and a [`Cycle`] into a
 /// buffer sized and touched before the loop. Everything on that path is inlined into this one
 /// function and every rare branch is out of line: under software emulation each call and return
@@ -278,19 +280,56 @@ pub fn run(
     // one cycle in a few dozen (and is slow under emulation).
     cycles.resize(capacity, Cycle::default());
     cycles.clear();
-    let mut stopped = None;
     let (hold_ns, gap_ns) = (plan.hold.as_nanos() as u64, plan.gap.as_nanos() as u64);
-    for index in 0..plan.iterations {
+    // No hold and no gap: the session runs the cycles itself, as long as nothing needs more than
+    // the two ioctls (its stamps buffer sized and touched like `cycles`).
+    let back_to_back = hold_ns == 0 && gap_ns == 0;
+    let mut burst: Vec<BackToBackCycle> = Vec::new();
+    if back_to_back {
+        burst.resize(capacity.min(BURST_MAX), BackToBackCycle::default());
+        burst.clear();
+    }
+    let mut stopped = None;
+    let mut index = 0;
+    while index < plan.iterations {
         if stop.load(Ordering::Relaxed) {
             stopped = Some(StopReason::Interrupted);
             break;
         }
-        let suspend = match session.suspend_tally(&plan.selection, plan.grace_period) {
-            Ok(t) => t,
-            Err(e) => {
-                stopped = Some(failed(e));
-                break;
+        let mut handed = None;
+        if back_to_back {
+            burst.clear();
+            let left = (plan.iterations - index) as usize;
+            let until_ns = monotonic_ns() + BURST_NS;
+            let ended = session.back_to_back(&plan.selection, plan.grace_period, left, until_ns, stop, &mut burst);
+            for b in &burst {
+                let (suspend, resume) = b.tallies();
+                cycles.push(Cycle { index, suspend, resume, late: 0, watchdog: false });
+                index += 1;
             }
+            if let (false, Some(c)) = (burst.is_empty(), cycles.last()) {
+                on_cycle(c);
+            }
+            match ended {
+                Ok(BackToBack::Suspended(t)) => handed = Some(t),
+                // Between cycles: the next one is the general path's only if the session ran none.
+                Ok(BackToBack::Between) if !burst.is_empty() => continue,
+                Ok(BackToBack::Between) => {}
+                Err(e) => {
+                    stopped = Some(failed(e));
+                    break;
+                }
+            }
+        }
+        let suspend = match handed {
+            Some(t) => t,
+            None => match session.suspend_tally(&plan.selection, plan.grace_period) {
+                Ok(t) => t,
+                Err(e) => {
+                    stopped = Some(failed(e));
+                    break;
+                }
+            },
         };
         // Hold even when interrupted only as long as it takes to notice; resume comes first.
         let paused = match pause(session, suspend.returned_ns, hold_ns, stop, wake) {
@@ -313,11 +352,12 @@ pub fn run(
         if let Some(c) = cycles.last() {
             on_cycle(c);
         }
+        index += 1;
         if paused == Pause::Interrupted || stop.load(Ordering::Relaxed) {
             stopped = Some(StopReason::Interrupted);
             break;
         }
-        if index + 1 < plan.iterations {
+        if index < plan.iterations {
             match pause(session, end, gap_ns, stop, wake) {
                 Ok(Pause::Interrupted) => {
                     stopped = Some(StopReason::Interrupted);
@@ -333,6 +373,13 @@ pub fn run(
     }
     Run { iterations: cycles.iter().map(Cycle::iteration).collect(), notices: session.notices(), stopped }
 }
+
+/// The longest run of back-to-back cycles between two looks of this loop (the caller's
+/// `on_cycle`, e.g. a progress line, and `stop`): long enough that the look, which records the
+/// burst, lands in few cycles' gaps.
+const BURST_NS: u64 = 250_000_000;
+/// The most cycles of one burst (its buffer is allocated once per run).
+const BURST_MAX: usize = 16_384;
 
 #[cold]
 #[inline(never)]

@@ -61,6 +61,12 @@ impl SignalPipe {
         self.arrived.load(Ordering::Relaxed)
     }
 
+    /// The flag behind [`SignalPipe::arrived`], for a loop that keeps it at hand.
+    #[inline(always)]
+    pub fn flag(&self) -> &AtomicBool {
+        &self.arrived
+    }
+
     /// Empty the pipe; whether anything had arrived.
     pub fn drain(&self) -> bool {
         self.arrived.store(false, Ordering::Relaxed);

@@ -427,6 +427,80 @@ fn session_queue_created_mid_hold_is_suspended_within_the_same_hold() {
     assert!(eventually(30 * SECOND, || offline.cmd("rptr").unwrap()["rptr"][1].as_u64() == Some(first + 4)));
 }
 
+/// No hold and no gap: the session runs the cycles itself, two ioctls each, and hands a cycle to
+/// the general path when a signal says the target has news. A queue created mid-run (KFD raises
+/// EC_QUEUE_NEW, SIGIO) is suspended late in the cycle that sees it and in every cycle after;
+/// Ctrl-C ends the run between cycles with every queue running.
+#[test]
+fn back_to_back_cycles_suspend_every_queue_and_pick_up_one_created_mid_run() {
+    let mut offline = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
+    let (pid, address) = (offline.pid(), rptr_address(&offline));
+    let json = std::env::temp_dir().join(format!("emu-back-to-back-{pid}.json"));
+    let child = preempt(&[
+        "--offline",
+        &pid.to_string(),
+        "--iterations",
+        "1000000",
+        "--hold-ms",
+        "0",
+        "--gap-ms",
+        "0",
+        "--no-trace",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let controller = child.id();
+    assert!(eventually(30 * SECOND, || tracer_pid(pid).ok() == Some(controller)), "never attached");
+    // Cycles with the two queues, then a third queue (compute AQL on gpu 0x1000).
+    thread::sleep(SECOND);
+    let created = offline.cmd("create 4096 2 4096 100 7").unwrap();
+    assert_eq!((created["ret"].as_i64(), created["queue_id"].as_u64()), (Some(0), Some(2)));
+    thread::sleep(SECOND);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(controller as i32), Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.trim_end().ends_with("of 1000000 iterations; queues resumed, target detached"), "{stderr}");
+    let doc = json_of(&json);
+    let its = doc["iterations"].as_array().unwrap();
+    // (suspended, late, resumed, ok) of each cycle, in order.
+    let cycles: Vec<(i64, u64, i64, bool)> = its
+        .iter()
+        .map(|it| {
+            let n = |k: &str| it[k].as_i64().unwrap();
+            (n("suspended"), it["late_suspended"].as_u64().unwrap(), n("resumed"), it["ok"].as_bool().unwrap())
+        })
+        .collect();
+    let first_with_three = cycles.iter().position(|c| c.0 == 3).expect("the new queue was never suspended");
+    assert!(first_with_three >= 10, "too few cycles before the new queue: {first_with_three}");
+    assert!(cycles.len() > first_with_three + 10, "too few cycles after it: {}", cycles.len());
+    for (i, &(suspended, late, resumed, ok)) in cycles.iter().enumerate() {
+        // Every queue suspended is resumed in the same cycle; the new one, once seen, every time.
+        // The cycle during which it appeared may have taken it late (suspended mid-cycle).
+        let expected: &[(i64, u64, i64)] = match (i + 1).cmp(&first_with_three) {
+            std::cmp::Ordering::Less => &[(2, 0, 2)],
+            std::cmp::Ordering::Equal => &[(2, 0, 2), (2, 1, 3)],
+            std::cmp::Ordering::Greater => &[(3, 0, 3)],
+        };
+        assert!(ok && expected.contains(&(suspended, late, resumed)), "cycle {i}: {}", its[i]);
+    }
+    // Stamps in order within and across cycles.
+    let ns = |it: &serde_json::Value, k: &str| it[k].as_u64().unwrap();
+    for w in its.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        assert!(ns(a, "suspend_called_ns") <= ns(a, "suspended_at_ns"));
+        assert!(ns(a, "suspended_at_ns") <= ns(a, "resumed_at_ns"));
+        assert!(ns(a, "resumed_at_ns") <= ns(a, "resume_returned_ns"));
+        assert!(ns(a, "resume_returned_ns") <= ns(b, "suspend_called_ns"));
+    }
+    // Everything runs again, the new queue included.
+    assert!(eventually(10 * SECOND, || advances(pid, address)), "queues left suspended");
+    let submitted = offline.cmd("submit 2 4 1000").unwrap();
+    assert_eq!(submitted["ret"], 0);
+    let first = submitted["first"].as_u64().unwrap();
+    assert!(eventually(30 * SECOND, || offline.cmd("rptr").unwrap()["rptr"][2].as_u64() == Some(first + 4)));
+    assert!(eventually(10 * SECOND, || tracer_pid(pid).ok() == Some(0)));
+}
+
 /// The `--json` record of a multi-target run (`"version": 2`): target pid → its record.
 fn targets_of(doc: &serde_json::Value) -> Vec<(u32, &serde_json::Value)> {
     assert_eq!(doc["version"], 2, "{doc}");

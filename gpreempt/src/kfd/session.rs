@@ -10,7 +10,9 @@
 //! sessions and wait on all of them at once ([`wait_any`]).
 //!
 //! The per-cycle path ([`Session::suspend_tally`], [`Session::resume_tally`]) allocates nothing:
-//! id arrays and snapshot buffers are sized once (`KFD_MAX_NUM_OF_QUEUES_PER_PROCESS`).
+//! id arrays and snapshot buffers are sized once (`KFD_MAX_NUM_OF_QUEUES_PER_PROCESS`). Cycles
+//! with no hold and no gap run in [`Session::back_to_back`], a loop over locals that hands any
+//! cycle needing more than the two ioctls to that general path.
 //!
 //! Every exit path — [`Session::detach`], drop, a panic — resumes what is suspended, acknowledges
 //! pending runtime events, disables debugging and detaches; if the whole controller dies
@@ -19,6 +21,7 @@
 use std::{
     marker::PhantomData,
     os::fd::{AsRawFd, BorrowedFd, OwnedFd},
+    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
@@ -121,6 +124,64 @@ impl Tally {
     fn skipped(now_ns: u64) -> Self {
         Self { skipped: true, called_ns: now_ns, returned_ns: now_ns, ..Self::default() }
     }
+}
+
+/// The most ids [`Session::back_to_back`] keeps in its on-stack arrays; a process with more queues
+/// runs every cycle through [`Session::suspend_tally`].
+pub const BACK_TO_BACK_MAX_QUEUES: usize = 64;
+
+/// One cycle of [`Session::back_to_back`]: the clock around its two ioctls and what they returned.
+/// Every id was suspended (anything else hands the cycle to the general path).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackToBackCycle {
+    /// CLOCK_MONOTONIC ns just before and just after each ioctl.
+    pub suspend_called_ns: u64,
+    pub suspend_returned_ns: u64,
+    pub resume_called_ns: u64,
+    pub resume_returned_ns: u64,
+    /// The ioctls' return values.
+    pub suspended: i32,
+    pub resumed: i32,
+    /// Ids in each call.
+    pub queues: u32,
+    /// RESUME_QUEUES verdicts other than done (a queue gone since the suspend).
+    pub resume_invalid: u32,
+    pub resume_error: u32,
+}
+
+impl BackToBackCycle {
+    /// The cycle as [`Session::suspend_tally`] and [`Session::resume_tally`] would have told it.
+    pub fn tallies(&self) -> (Tally, Tally) {
+        let suspend = Tally {
+            count: self.suspended,
+            done: self.queues,
+            latency_ns: self.suspend_returned_ns - self.suspend_called_ns,
+            called_ns: self.suspend_called_ns,
+            returned_ns: self.suspend_returned_ns,
+            ..Tally::default()
+        };
+        let resume = Tally {
+            count: self.resumed,
+            done: self.queues - self.resume_invalid - self.resume_error,
+            invalid: self.resume_invalid,
+            error: self.resume_error,
+            latency_ns: self.resume_returned_ns - self.resume_called_ns,
+            called_ns: self.resume_called_ns,
+            returned_ns: self.resume_returned_ns,
+            ..Tally::default()
+        };
+        (suspend, resume)
+    }
+}
+
+/// How [`Session::back_to_back`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackToBack {
+    /// Between two cycles (possibly before the first): the caller's next cycle is its own.
+    Between,
+    /// After a SUSPEND that needs the general path: the cycle goes on with the caller's hold and
+    /// [`Session::resume_held`]; this is the suspend's tally.
+    Suspended(Tally),
 }
 
 /// Faults injected for the VM tests through `GPREEMPT_TEST_FAULT` (comma separated):
@@ -385,6 +446,13 @@ impl Session {
             return Ok(Tally::skipped(monotonic_ns()));
         }
         let t = self.suspend_array(false, grace_period)?;
+        self.finish_suspend(t, selection, grace_period)
+    }
+
+    /// The end of a suspend whose ids are recorded: an `All` hold picks up queues created
+    /// meanwhile; INVALID ids are retried.
+    #[inline(always)]
+    fn finish_suspend(&mut self, t: Tally, selection: &Selection, grace_period: u32) -> Result<Tally, DebugError> {
         if *selection == Selection::All {
             self.holding_all = Some(grace_period);
         }
@@ -393,6 +461,152 @@ impl Session {
             return self.after_suspend(t, grace_period);
         }
         Ok(t)
+    }
+
+    /// Cycles of `selection` with no hold and no gap, as long as nothing needs more than the
+    /// two ioctls, appended to `out` (at most `max_cycles`, within `out`'s spare capacity, which
+    /// is never grown): per cycle SUSPEND_QUEUES, the watchdog armed, RESUME_QUEUES, the
+    /// watchdog disarmed and four clock reads — with the ids, the fd and the flags in locals, so
+    /// that the loop reaches no more memory than a program that only issues the two ioctls.
+    /// Under software emulation each further page, call level and field load between the two
+    /// ioctls measured as a large part of the cycle (BENCHMARKS.md row 5).
+    ///
+    /// It stops between cycles when `max_cycles` are done, at `until_ns` (CLOCK_MONOTONIC) or when
+    /// the backstop look at the target is due (then before any cycle), when `stop` is set, when a signal says the target or KFD
+    /// has something to service, and — without running a cycle — when the session is in a state
+    /// only [`Session::suspend_tally`] handles (a snapshot due, injected faults, something still
+    /// suspended, more than [`BACK_TO_BACK_MAX_QUEUES`] ids). A SUSPEND whose verdicts are not
+    /// all "done", or a signal during it, hands the cycle over: the session then holds the
+    /// suspended ids exactly as after [`Session::suspend_tally`], and the caller goes on with its
+    /// hold and [`Session::resume_held`]. A failed RESUME leaves the ids recorded, so the caller's
+    /// detach resumes them.
+    pub fn back_to_back(
+        &mut self,
+        selection: &Selection,
+        grace_period: u32,
+        max_cycles: usize,
+        until_ns: u64,
+        stop: &AtomicBool,
+        out: &mut Vec<BackToBackCycle>,
+    ) -> Result<BackToBack, DebugError> {
+        let ids: &[u32] = match selection {
+            Selection::All => &self.known,
+            Selection::Ids(ids) => ids,
+        };
+        let needs_general_path = self.tracee.is_gone().is_some()
+            || (self.runtime_was_enabled && self.runtime_state == runtime_state::DISABLED)
+            || self.faults != Faults::default()
+            || !self.suspended.is_empty()
+            || self.watchdog_resume.is_some()
+            || (*selection == Selection::All && self.queues_dirty)
+            || ids.is_empty()
+            || ids.len() > BACK_TO_BACK_MAX_QUEUES;
+        if needs_general_path {
+            return Ok(BackToBack::Between);
+        }
+        let n = ids.len();
+        let mut source = [0u32; BACK_TO_BACK_MAX_QUEUES];
+        source[..n].copy_from_slice(ids);
+        // KFD writes each id's verdict into the array: a fresh copy per call.
+        let mut array = [0u32; BACK_TO_BACK_MAX_QUEUES];
+        let (pid, kfd) = (self.pid, self.kfd.dbg_trap_fd());
+        let arrived = self.signals.flag();
+        let watchdog = self.watchdog.as_ref().zip(self.max_suspend_ns);
+        // The backstop look at the target is the general path's (its hold or gap polls).
+        let until_ns = until_ns.min(self.last_service_ns + SERVICE_PERIOD_NS);
+        if monotonic_ns() >= until_ns {
+            return Ok(BackToBack::Between);
+        }
+        let cycles = max_cycles.min(out.capacity() - out.len());
+        self.late_suspended = 0;
+        for _ in 0..cycles {
+            if stop.load(Ordering::Relaxed) | arrived.load(Ordering::Relaxed) {
+                break;
+            }
+            copy_into(&mut array, &source, n);
+            let mut args = DbgTrapArgs::suspend_queues(pid, 0, array.as_mut_ptr() as u64, n as u32, grace_period);
+            let suspend_called_ns = monotonic_ns();
+            let suspended = kfd.call(&mut args);
+            let suspend_returned_ns = monotonic_ns();
+            if suspended.is_err() || any_failed(&array[..n]) || arrived.load(Ordering::Relaxed) {
+                return self.hand_over(
+                    suspended,
+                    &array[..n],
+                    suspend_called_ns,
+                    suspend_returned_ns,
+                    selection,
+                    grace_period,
+                );
+            }
+            if let Some((w, max)) = watchdog {
+                w.arm_from(suspend_returned_ns, max);
+            }
+            copy_into(&mut array, &source, n);
+            let mut args = DbgTrapArgs::resume_queues(pid, array.as_mut_ptr() as u64, n as u32);
+            let resume_called_ns = monotonic_ns();
+            let resumed = kfd.call(&mut args);
+            let resume_returned_ns = monotonic_ns();
+            let Ok(resumed) = resumed else {
+                return Err(self.resume_failed(resumed, &source[..n], suspend_returned_ns));
+            };
+            if let Some((w, _)) = watchdog {
+                w.disarm();
+            }
+            // An id INVALID now is a queue that is gone; the cycle's record says so.
+            let (resume_invalid, resume_error) =
+                if any_failed(&array[..n]) { resume_failures(&array[..n]) } else { (0, 0) };
+            let cycle = BackToBackCycle {
+                suspend_called_ns,
+                suspend_returned_ns,
+                resume_called_ns,
+                resume_returned_ns,
+                suspended: suspended.unwrap_or_default(),
+                resumed,
+                queues: n as u32,
+                resume_invalid,
+                resume_error,
+            };
+            // SAFETY: at most `out.capacity() - out.len()` cycles are written.
+            unsafe {
+                out.as_mut_ptr().add(out.len()).write(cycle);
+                out.set_len(out.len() + 1);
+            }
+            if resume_returned_ns >= until_ns || (resume_invalid | resume_error) != 0 {
+                break;
+            }
+        }
+        Ok(BackToBack::Between)
+    }
+
+    /// A back-to-back SUSPEND that needs the general path, adopted as [`Session::suspend_tally`]
+    /// would have recorded it.
+    #[cold]
+    #[inline(never)]
+    fn hand_over(
+        &mut self,
+        result: Result<i32, Errno>,
+        array: &[u32],
+        called_ns: u64,
+        returned_ns: u64,
+        selection: &Selection,
+        grace_period: u32,
+    ) -> Result<BackToBack, DebugError> {
+        copy_ids(&mut self.ids, array);
+        let t = self.record_suspend(false, result, called_ns, returned_ns)?;
+        self.finish_suspend(t, selection, grace_period).map(BackToBack::Suspended)
+    }
+
+    /// A back-to-back RESUME failed: its ids stay suspended, and recorded, for the caller's
+    /// detach (or watchdog) to resume.
+    #[cold]
+    #[inline(never)]
+    fn resume_failed(&mut self, result: Result<i32, Errno>, ids: &[u32], suspended_at_ns: u64) -> DebugError {
+        copy_ids(&mut self.suspended, ids);
+        self.suspended_at_ns = Some(suspended_at_ns);
+        match result {
+            Err(errno) => self.fail("RESUME_QUEUES", errno),
+            Ok(_) => DebugError::Ioctl { op: "RESUME_QUEUES", pid: self.pid, errno: Errno::EINVAL },
+        }
     }
 
     /// The rare end of a suspend: an injected fault, or INVALID ids — a queue created since the
@@ -439,6 +653,19 @@ impl Session {
         let called_ns = monotonic_ns();
         let result = self.kfd.dbg_trap(&mut args);
         let returned_ns = monotonic_ns();
+        self.record_suspend(retry, result, called_ns, returned_ns)
+    }
+
+    /// What a SUSPEND_QUEUES of `self.ids` (or `self.retry`) returned, recorded: the handled ids
+    /// into `self.suspended` and the watchdog armed, before anything else can fail.
+    #[inline(always)]
+    fn record_suspend(
+        &mut self,
+        retry: bool,
+        result: Result<i32, Errno>,
+        called_ns: u64,
+        returned_ns: u64,
+    ) -> Result<Tally, DebugError> {
         let count = result.map_err(|errno| self.fail("SUSPEND_QUEUES", errno))?;
         let array = if retry { &self.retry } else { &self.ids };
         const FAILED: u32 = super::uapi::queue_status::INVALID_MASK | super::uapi::queue_status::ERROR_MASK;
@@ -870,6 +1097,30 @@ fn verdicts(array: &[u32]) -> (u32, u32, u32) {
     (array.len() as u32 - invalid - error, invalid, error)
 }
 
+/// `dst[..n] = src[..n]`, element by element with volatile writes: a loop LLVM does not turn into a
+/// call to libc's `memcpy` (see [`copy_ids`]).
+#[inline(always)]
+fn copy_into(dst: &mut [u32; BACK_TO_BACK_MAX_QUEUES], src: &[u32; BACK_TO_BACK_MAX_QUEUES], n: usize) {
+    for (to, &id) in dst.iter_mut().zip(src).take(n) {
+        // SAFETY: a valid, aligned, exclusive reference.
+        unsafe { std::ptr::write_volatile(to, id) };
+    }
+}
+
+/// Whether any id of an array the kernel wrote back carries INVALID or ERROR (docs/kfd.md §2.4).
+#[inline(always)]
+fn any_failed(array: &[u32]) -> bool {
+    use super::uapi::queue_status::{ERROR_MASK, INVALID_MASK};
+    array.iter().fold(0, |all, &raw| all | raw) & (INVALID_MASK | ERROR_MASK) != 0
+}
+
+/// (invalid, error) of a RESUME_QUEUES array.
+#[cold]
+fn resume_failures(array: &[u32]) -> (u32, u32) {
+    let (_, invalid, error) = verdicts(array);
+    (invalid, error)
+}
+
 /// [`Session::wait`] over several sessions held by this thread (the scheduler's offline
 /// processes): one `ppoll` over all their fds and `extra`. `Wake::Target`/`Wake::Watchdog` do not
 /// say which session: read their notices. A session whose target exited makes every call fail
@@ -989,6 +1240,56 @@ mod tests {
     fn verdicts_count_each_id_once_error_over_invalid() {
         use super::super::uapi::queue_status::{ERROR_MASK, INVALID_MASK};
         assert_eq!(verdicts(&[0, 1 | INVALID_MASK, 2 | ERROR_MASK | INVALID_MASK, 3]), (2, 1, 1));
+    }
+
+    #[test]
+    fn any_failed_sees_an_invalid_or_error_bit_on_any_id() {
+        use super::super::uapi::queue_status::{ERROR_MASK, INVALID_MASK};
+        assert!(!any_failed(&[0, 1, 2, 1023]));
+        assert!(any_failed(&[0, 1 | INVALID_MASK]));
+        assert!(any_failed(&[2 | ERROR_MASK, 3]));
+        assert!(!any_failed(&[]));
+    }
+
+    #[test]
+    fn a_back_to_back_cycle_tells_its_tallies_like_the_general_path() {
+        let c = BackToBackCycle {
+            suspend_called_ns: 100,
+            suspend_returned_ns: 350,
+            resume_called_ns: 360,
+            resume_returned_ns: 400,
+            suspended: 3,
+            resumed: 2,
+            queues: 3,
+            resume_invalid: 1,
+            resume_error: 0,
+        };
+        let (s, r) = c.tallies();
+        assert_eq!(
+            s,
+            Tally { count: 3, done: 3, latency_ns: 250, called_ns: 100, returned_ns: 350, ..Tally::default() }
+        );
+        assert_eq!(
+            r,
+            Tally {
+                count: 2,
+                done: 2,
+                invalid: 1,
+                latency_ns: 40,
+                called_ns: 360,
+                returned_ns: 400,
+                ..Tally::default()
+            }
+        );
+    }
+
+    #[test]
+    fn copy_into_copies_the_first_n_ids_only() {
+        let mut dst = [9u32; BACK_TO_BACK_MAX_QUEUES];
+        let mut src = [0u32; BACK_TO_BACK_MAX_QUEUES];
+        src[..3].copy_from_slice(&[4, 5, 6]);
+        copy_into(&mut dst, &src, 2);
+        assert_eq!(dst[..3], [4, 5, 9]);
     }
 
     #[test]

@@ -20,6 +20,8 @@ use serde_json::{Value, json};
 
 /// Where the benchmarked tools keep their state in the guest (tmpfs, not the 9p tree).
 const SCRATCH: &str = "/tmp/gpreempt-bench";
+/// Row 5's copies of the programs it compares, on the guest's tmpfs.
+const LOCAL_BIN: &str = "/dev/shm/gpreempt-bench-bin";
 const TRACEFS: &str = "/sys/kernel/tracing";
 /// A gpu id no KFD node has: CREATE_QUEUE fails with EINVAL after the ioctl handler looked it
 /// up, the path every host without a GPU can drive (docs/toolchain.md).
@@ -616,13 +618,23 @@ fn emulator_rows(
 ) -> Result<()> {
     // Row 5: the emulated CWSR delay is irrelevant to the userspace cost; keep cycles short.
     set_emu_param("preempt_delay_us", 100)?;
-    notes.push("controller row: emulator preempt_delay_us = 100, hold 0 ms, gap 0 ms, 2 queues".into());
+    // Every tool runs from the guest's tmpfs: run from the 9p share, a program's pages are read
+    // over virtio when first touched (gpreempt: hundreds of major faults a run) and some of those
+    // reads land in the measured windows.
+    let local = Path::new(LOCAL_BIN);
+    let _ = fs::remove_dir_all(local);
+    fs::create_dir_all(local)?;
+    let (c_pair, rust_pair, gpreempt) = (local.join("dbg-pair"), local.join(RUST_PAIR), local.join("gpreempt"));
+    fs::copy(&args.dbg_pair, &c_pair)?;
+    fs::copy(args.dbg_pair.with_file_name(RUST_PAIR), &rust_pair)?;
+    fs::copy(args.bin.join("gpreempt"), &gpreempt)?;
+    notes.push(format!(
+        "controller row: emulator preempt_delay_us = 100, hold 0 ms, gap 0 ms, 2 queues; every program run from {LOCAL_BIN} (tmpfs)"
+    ));
     let cycles = sizes.controller_cycles.to_string();
     for _ in 0..sizes.controller_runs {
         // The C baseline, then its Rust twin.
-        for (tool, program) in
-            [(Tool::CPair, args.dbg_pair.clone()), (Tool::RustPair, args.dbg_pair.with_file_name(RUST_PAIR))]
-        {
+        for (tool, program) in [(Tool::CPair, c_pair.clone()), (Tool::RustPair, rust_pair.clone())] {
             let out = Command::new(&program).args([pid, cycles.as_str(), "0"]).stderr(Stdio::inherit()).output()?;
             if !out.status.success() {
                 bail!("{} failed ({})", program.display(), out.status);
@@ -644,7 +656,7 @@ fn emulator_rows(
         }
         for (tool, extra) in [(Tool::GpreemptNoTrace, Some("--no-trace")), (Tool::Gpreempt, None)] {
             let json = Path::new(SCRATCH).join("preempt.json");
-            let doc = preempt(&args.bin, pid, &cycles, "0", "0", extra, &json)?;
+            let doc = preempt(local, pid, &cycles, "0", "0", extra, &json)?;
             let its = doc["iterations"].as_array().context("no iterations")?;
             let f = |it: &Value, k: &str| it[k].as_f64().unwrap_or(0.0);
             let overhead: Vec<f64> = its

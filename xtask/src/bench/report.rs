@@ -374,8 +374,9 @@ pub fn markdown(results: &Value) -> String {
          next SUSPEND_QUEUES ioctl times. Baseline: `xtask/bench/dbg_pair.c`, which only issues the \
          ioctl pair, and its line-for-line Rust twin `xtask/bench/dbg_pair.rs` (standard library only), \
          which shows what the language alone costs here. `gpreempt preempt --hold-ms 0 --gap-ms 0 --quiet --json F` with `--no-trace` \
-         (the same two ioctls per cycle, with its checks and records) and with its default in-process tracer. Each sample is one run's \
-         p50 or p99.\n",
+         (the same two ioctls per cycle, with its checks and records) and with its default in-process tracer. Every program runs \
+         from the guest's tmpfs (from the 9p share, its pages would be read over virtio when first touched, some inside the measured \
+         windows). Each sample is one run's p50 or p99.\n",
         size("emulator", "controller_cycles")
     );
     let g5 = groups(results, "emulator", "controller");
@@ -386,18 +387,18 @@ pub fn markdown(results: &Value) -> String {
             md,
             "- {k}: beyond the two ioctls, `gpreempt preempt --no-trace` spends p50 {} µs / p99 {} µs per \
              cycle, the C loop {} µs / {} µs, its Rust twin {} µs / {} µs. KFD accepts debug-trap calls only from the thread that \
-             ptrace-seized the target, so that thread runs the whole loop, inlined into one function with \
-             every rare branch out of line: per cycle the two ioctls, the clock read around each, the \
-             per-queue verdicts, the out-of-process watchdog's arm and disarm (one store each) and a \
-             fixed-size record into a buffer sized and touched before the run; a hold or gap of zero is no \
-             system call at all (the session's ppoll over the debug-event pipe, SIGCHLD and Ctrl-C runs \
-             when a hold or gap is not zero, and otherwise only when SIGCHLD or SIGIO says the target or \
-             KFD has something for it). With the tracer, a thread of its own drains the ring buffer every \
-             10 ms and matches the spans to iterations by time after the run. What is left of the ratio \
-             is not system calls or hand-offs (there are none between the two ioctls) but the code and \
-             memory the loop reaches between them: under software emulation every distinct page and \
-             indirect jump there is expensive, and the C loop, which checks nothing, reaches few; the \
-             Rust twin, which checks nothing either, measures the language's own share.\n",
+             ptrace-seized the target, so that thread runs the whole loop. With no hold and no gap the session runs the cycles \
+             itself (`Session::back_to_back`): the ids, the fd and the flags it looks at in locals, and per cycle the two \
+             ioctls, the clock read around each, one OR over the verdicts, the out-of-process watchdog's arm and disarm (one \
+             store each), a look at the Ctrl-C and signal flags and a fixed-size record into a buffer sized and touched before \
+             the run — no system call besides the ioctls and the clock. Anything else (a verdict other than done, a signal from \
+             the target or KFD, a snapshot due) hands that cycle to the general path, whose holds and gaps are one ppoll over \
+             the debug-event pipe, SIGCHLD and Ctrl-C. With the tracer, a thread of its own drains the ring buffer every \
+             10 ms and matches the spans to iterations by time after the run. Under software emulation every distinct page, \
+             call level and field load between the two ioctls is expensive, which is why the loop keeps to locals; the \
+             Rust twin, which checks nothing, measures the language's own share. The p99 is about the 10th-longest window \
+             of a run: a vCPU stall or a preemption that lands in a window makes it, and the longer a tool's windows, the \
+             more of them such events hit.\n",
             num(p("userspace per cycle p50", "gpreempt-no-trace")),
             num(p("userspace per cycle p99", "gpreempt-no-trace")),
             num(p("userspace per cycle p50", "c-ioctl-pair")),
