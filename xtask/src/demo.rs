@@ -63,6 +63,7 @@ wait $tracer
     );
     let status = vm::run(&VmArgs {
         kernel: Kernel::V6_12,
+        cpus: 2,
         timeout: 600,
         memory: "2G".to_owned(),
         no_amdgpu: false,
@@ -237,6 +238,7 @@ PY
     );
     let status = vm::run(&VmArgs {
         kernel: Kernel::V6_12,
+        cpus: 2,
         timeout: 900,
         memory: "2G".to_owned(),
         no_amdgpu: false,

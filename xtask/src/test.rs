@@ -204,6 +204,7 @@ fn vm_boot(kernel: Kernel, passes: &[Pass], filter: Option<&str>, soak: bool) ->
     command.push_str("exit 0");
     let status = vm::run(&VmArgs {
         kernel,
+        cpus: 2,
         timeout: 2700,
         memory: "2G".to_owned(),
         no_amdgpu: true,

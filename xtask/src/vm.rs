@@ -63,6 +63,9 @@ pub struct VmArgs {
     /// Guest memory.
     #[arg(long, default_value = "2G")]
     pub memory: String,
+    /// Guest vCPUs.
+    #[arg(long, default_value_t = 2)]
+    pub cpus: u32,
     /// Do not load amdgpu before the command.
     #[arg(long)]
     pub no_amdgpu: bool,
@@ -115,7 +118,7 @@ pub fn run(args: &VmArgs) -> Result<i32> {
     let mut child = Command::new("python3")
         .args(["-m", "virtme_ng.run", "--run"])
         .arg(format!("/boot/vmlinuz-{release}"))
-        .args(["--disable-kvm", "--force-9p", "--cpus", "2", "--memory", &args.memory, "--rwdir"])
+        .args(["--disable-kvm", "--force-9p", "--cpus", &args.cpus.to_string(), "--memory", &args.memory, "--rwdir"])
         .arg(&out)
         .arg("--exec")
         .arg(format!("bash {}", script_path.display()))

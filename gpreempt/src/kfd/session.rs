@@ -472,14 +472,16 @@ impl Session {
     /// ioctls measured as a large part of the cycle (BENCHMARKS.md row 5).
     ///
     /// It stops between cycles when `max_cycles` are done, at `until_ns` (CLOCK_MONOTONIC) or when
-    /// the backstop look at the target is due (then before any cycle), when `stop` is set, when a signal says the target or KFD
-    /// has something to service, and — without running a cycle — when the session is in a state
-    /// only [`Session::suspend_tally`] handles (a snapshot due, injected faults, something still
-    /// suspended, more than [`BACK_TO_BACK_MAX_QUEUES`] ids). A SUSPEND whose verdicts are not
-    /// all "done", or a signal during it, hands the cycle over: the session then holds the
-    /// suspended ids exactly as after [`Session::suspend_tally`], and the caller goes on with its
-    /// hold and [`Session::resume_held`]. A failed RESUME leaves the ids recorded, so the caller's
-    /// detach resumes them.
+    /// the backstop look at the target is due (then before any cycle), when `stop` is set or a
+    /// signal says the target or KFD has something to service (a signal during a cycle is seen
+    /// after it: with no hold there is no suspension a new queue could join), and — without
+    /// running a cycle — when the session is in a state only [`Session::suspend_tally`] handles
+    /// (a snapshot due, injected faults, something still suspended, more than
+    /// [`BACK_TO_BACK_MAX_QUEUES`] ids). A SUSPEND that fails or whose verdicts are not all
+    /// "done" hands the cycle over: the session then holds the suspended ids exactly as after
+    /// [`Session::suspend_tally`], and the caller goes on with its hold and
+    /// [`Session::resume_held`]. A failed RESUME leaves the ids recorded, so the caller's detach
+    /// resumes them.
     pub fn back_to_back(
         &mut self,
         selection: &Selection,
@@ -511,15 +513,20 @@ impl Session {
         let mut array = [0u32; BACK_TO_BACK_MAX_QUEUES];
         let (pid, kfd) = (self.pid, self.kfd.dbg_trap_fd());
         let arrived = self.signals.flag();
-        let watchdog = self.watchdog.as_ref().zip(self.max_suspend_ns);
+        let watchdog = self.watchdog.as_ref().map(Watchdog::deadline).zip(self.max_suspend_ns);
         // The backstop look at the target is the general path's (its hold or gap polls).
         let until_ns = until_ns.min(self.last_service_ns + SERVICE_PERIOD_NS);
         if monotonic_ns() >= until_ns {
             return Ok(BackToBack::Between);
         }
-        let cycles = max_cycles.min(out.capacity() - out.len());
+        // Written through a local pointer, the length set on every way out.
+        let (base, start) = (out.as_mut_ptr(), out.len());
+        let cycles = max_cycles.min(out.capacity() - start);
+        let mut written = 0;
         self.late_suspended = 0;
-        for _ in 0..cycles {
+        while written < cycles {
+            // A signal that comes during a cycle waits for this look: with no hold there is no
+            // suspension a new queue could join.
             if stop.load(Ordering::Relaxed) | arrived.load(Ordering::Relaxed) {
                 break;
             }
@@ -528,7 +535,9 @@ impl Session {
             let suspend_called_ns = monotonic_ns();
             let suspended = kfd.call(&mut args);
             let suspend_returned_ns = monotonic_ns();
-            if suspended.is_err() || any_failed(&array[..n]) || arrived.load(Ordering::Relaxed) {
+            if suspended.is_err() || any_failed(&array[..n]) {
+                // SAFETY: the first `start + written` elements are initialised.
+                unsafe { out.set_len(start + written) };
                 return self.hand_over(
                     suspended,
                     &array[..n],
@@ -547,6 +556,8 @@ impl Session {
             let resumed = kfd.call(&mut args);
             let resume_returned_ns = monotonic_ns();
             let Ok(resumed) = resumed else {
+                // SAFETY: as above.
+                unsafe { out.set_len(start + written) };
                 return Err(self.resume_failed(resumed, &source[..n], suspend_returned_ns));
             };
             if let Some((w, _)) = watchdog {
@@ -566,15 +577,15 @@ impl Session {
                 resume_invalid,
                 resume_error,
             };
-            // SAFETY: at most `out.capacity() - out.len()` cycles are written.
-            unsafe {
-                out.as_mut_ptr().add(out.len()).write(cycle);
-                out.set_len(out.len() + 1);
-            }
+            // SAFETY: `start + written` < `out.capacity()`.
+            unsafe { base.add(start + written).write(cycle) };
+            written += 1;
             if resume_returned_ns >= until_ns || (resume_invalid | resume_error) != 0 {
                 break;
             }
         }
+        // SAFETY: the first `start + written` elements are initialised.
+        unsafe { out.set_len(start + written) };
         Ok(BackToBack::Between)
     }
 

@@ -119,21 +119,40 @@ impl Watchdog {
     /// caller already read: no clock read, one store (the controller's per-cycle path).
     #[inline(always)]
     pub fn arm_from(&self, since_ns: u64, limit_ns: u64) {
-        const MARGIN_NS: u64 = MARGIN.as_nanos() as u64;
-        let at = since_ns.saturating_add(limit_ns).saturating_add(MARGIN_NS);
-        self.shared().store(at.max(1), Ordering::Release);
+        self.deadline().arm_from(since_ns, limit_ns);
     }
 
     /// Nothing is suspended any more. One store, no system call.
     #[inline(always)]
     pub fn disarm(&self) {
-        self.shared().store(DISARMED, Ordering::Release);
+        self.deadline().disarm();
     }
 
+    /// The shared deadline alone, for a loop that keeps it in a local while this lives.
     #[inline(always)]
-    fn shared(&self) -> &AtomicU64 {
-        // SAFETY: mapped in `spawn`, unmapped only in drop.
-        unsafe { self.deadline.as_ref() }
+    pub fn deadline(&self) -> Deadline<'_> {
+        // SAFETY: mapped in `spawn`, unmapped only in drop, which the borrow outlasts.
+        Deadline(unsafe { self.deadline.as_ref() })
+    }
+}
+
+/// The deadline the watchdog process reads, borrowed from its [`Watchdog`].
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline<'a>(&'a AtomicU64);
+
+impl Deadline<'_> {
+    /// See [`Watchdog::arm_from`].
+    #[inline(always)]
+    pub fn arm_from(self, since_ns: u64, limit_ns: u64) {
+        const MARGIN_NS: u64 = MARGIN.as_nanos() as u64;
+        let at = since_ns.saturating_add(limit_ns).saturating_add(MARGIN_NS);
+        self.0.store(at.max(1), Ordering::Release);
+    }
+
+    /// See [`Watchdog::disarm`].
+    #[inline(always)]
+    pub fn disarm(self) {
+        self.0.store(DISARMED, Ordering::Release);
     }
 }
 

@@ -56,8 +56,11 @@ pub struct GuestArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Emulator scenario: only row 5, the controller's userspace time per cycle.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "no_controller")]
     pub controller_only: bool,
+    /// Emulator scenario: every row but row 5.
+    #[arg(long)]
+    pub no_controller: bool,
 }
 
 /// How much of everything: `--quick` keeps the whole run under 5 minutes.
@@ -616,7 +619,24 @@ fn emulator_rows(
     notes: &mut Vec<String>,
     pid: &str,
 ) -> Result<()> {
-    // Row 5: the emulated CWSR delay is irrelevant to the userspace cost; keep cycles short.
+    if !args.no_controller {
+        controller_row(args, sizes, samples, notes, pid)?;
+    }
+    if !args.controller_only {
+        emulated_row(sizes, samples, args, pid)?;
+    }
+    Ok(())
+}
+
+/// Row 5: the controller's userspace time per cycle against the C ioctl pair and its Rust twin.
+fn controller_row(
+    args: &GuestArgs,
+    sizes: &Sizes,
+    samples: &mut Samples,
+    notes: &mut Vec<String>,
+    pid: &str,
+) -> Result<()> {
+    // The emulated CWSR delay is irrelevant to the userspace cost; keep cycles short.
     set_emu_param("preempt_delay_us", 100)?;
     // Every tool runs from the guest's tmpfs: run from the 9p share, a program's pages are read
     // over virtio when first touched (gpreempt: hundreds of major faults a run) and some of those
@@ -629,7 +649,7 @@ fn emulator_rows(
     fs::copy(args.dbg_pair.with_file_name(RUST_PAIR), &rust_pair)?;
     fs::copy(args.bin.join("gpreempt"), &gpreempt)?;
     notes.push(format!(
-        "controller row: emulator preempt_delay_us = 100, hold 0 ms, gap 0 ms, 2 queues; every program run from {LOCAL_BIN} (tmpfs)"
+        "controller row: emulator preempt_delay_us = 100, hold 0 ms, gap 0 ms, 2 queues; a guest of its own with 1 vCPU; every program run from {LOCAL_BIN} (tmpfs)"
     ));
     let cycles = sizes.controller_cycles.to_string();
     for _ in 0..sizes.controller_runs {
@@ -670,10 +690,11 @@ fn emulator_rows(
             add_percentiles(samples, "controller", tool, &overhead);
         }
     }
-    if args.controller_only {
-        return Ok(());
-    }
-    // Row 6: end-to-end suspend latency and the tracer's fence-wait span vs the emulated delay.
+    Ok(())
+}
+
+/// Row 6: end-to-end suspend latency and the tracer's fence-wait span vs the emulated delay.
+fn emulated_row(sizes: &Sizes, samples: &mut Samples, args: &GuestArgs, pid: &str) -> Result<()> {
     for &delay in sizes.fence_delays_us {
         set_emu_param("preempt_delay_us", delay)?;
         let json = Path::new(SCRATCH).join("fence.json");

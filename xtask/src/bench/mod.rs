@@ -197,7 +197,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             Section::Tracer => {
                 let mut runs = Vec::new();
                 for &kernel in &kernels {
-                    runs.push(guest_json(kernel, guest::Scenario::Amdgpu, &dbg_pair, args.quick, &[])?);
+                    runs.push(guest_json(kernel, guest::Scenario::Amdgpu, &dbg_pair, args.quick, &[], 2)?);
                 }
                 replace_runs(&mut results, "amdgpu", runs);
             }
@@ -216,29 +216,22 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     results["pipeline_previous"] = previous;
                 }
             }
-            Section::Controller | Section::Preemption => {
-                // Rows 5 and 6 come from one emulator run: measured once when both are asked for.
-                let both = sections.contains(&Section::Controller) && sections.contains(&Section::Preemption);
-                if both && section == Section::Preemption {
-                    continue;
-                }
-                let extra: &[&str] = if section == Section::Controller && !both { &["--controller-only"] } else { &[] };
-                let doc = guest_json(newest, guest::Scenario::Emulator, &dbg_pair, args.quick, extra)?;
-                let rows: &[&str] = match (section, both) {
-                    (_, true) => &["controller", "emulated"],
-                    (Section::Controller, false) => &["controller"],
-                    _ => &["emulated"],
-                };
-                splice_emulator(&mut results, doc, rows);
-                if section == Section::Controller {
-                    print_controller(&results);
-                }
-                if both {
-                    measured.push((Section::Preemption, t.elapsed().as_secs_f64()));
-                }
+            Section::Controller => {
+                // Row 5 boots alone, with one vCPU: with two on this two-core host, QEMU's vCPU
+                // threads lose their core to host work for milliseconds at a time, and those
+                // stalls, landing in some tools' windows and not others', set the p99.
+                let doc =
+                    guest_json(newest, guest::Scenario::Emulator, &dbg_pair, args.quick, &["--controller-only"], 1)?;
+                splice_emulator(&mut results, doc, &["controller"]);
+                print_controller(&results);
+            }
+            Section::Preemption => {
+                let doc =
+                    guest_json(newest, guest::Scenario::Emulator, &dbg_pair, args.quick, &["--no-controller"], 2)?;
+                splice_emulator(&mut results, doc, &["emulated"]);
             }
             Section::Colocation => {
-                results["colocation"] = guest_json(newest, guest::Scenario::Colocation, &dbg_pair, args.quick, &[])?;
+                results["colocation"] = guest_json(newest, guest::Scenario::Colocation, &dbg_pair, args.quick, &[], 2)?;
             }
             Section::Reaction => results["reaction"] = reaction(args.quick)?,
         }
@@ -297,9 +290,15 @@ fn splice_emulator(results: &mut Value, fresh: Value, rows: &[&str]) {
         stored["samples"].as_array().into_iter().flatten().filter(|s| !is_row(s)).cloned().collect();
     samples.extend(fresh["samples"].as_array().into_iter().flatten().filter(|s| is_row(s)).cloned());
     stored["samples"] = Value::Array(samples);
-    for key in ["kernel", "sizes", "notes"] {
+    for key in ["kernel", "sizes"] {
         stored[key] = fresh[key].clone();
     }
+    // Notes name their row first ("controller row: …"); the other rows keep theirs.
+    let mine = |n: &Value| rows.iter().any(|r| n.as_str().is_some_and(|t| t.starts_with(&format!("{r} row"))));
+    let mut notes: Vec<Value> =
+        stored["notes"].as_array().into_iter().flatten().filter(|n| !mine(n)).cloned().collect();
+    notes.extend(fresh["notes"].as_array().into_iter().flatten().cloned());
+    stored["notes"] = Value::Array(notes);
 }
 
 /// Boot `kernel`, run the guest half of `scenario`, keep a copy of its JSON under target/bench.
@@ -309,10 +308,11 @@ fn guest_json(
     dbg_pair: &std::path::Path,
     quick: bool,
     extra: &[&str],
+    cpus: u32,
 ) -> Result<Value> {
     let name = format!("{}-{scenario:?}", kernel.name()).to_lowercase();
     let out = vm::out_dir(kernel).join(format!("bench-{name}.json"));
-    let text = guest(kernel, scenario, dbg_pair, &out, quick, extra)?;
+    let text = guest(kernel, scenario, dbg_pair, &out, quick, extra, cpus)?;
     fs::write(target_dir().join("bench").join(format!("{name}.json")), &text)?;
     Ok(serde_json::from_slice(&text)?)
 }
@@ -325,6 +325,7 @@ fn guest(
     out: &std::path::Path,
     quick: bool,
     extra: &[&str],
+    cpus: u32,
 ) -> Result<Vec<u8>> {
     let release = target_dir().join("release");
     let xtask = std::env::current_exe().context("locating the xtask binary")?;
@@ -348,6 +349,7 @@ fn guest(
         kernel,
         timeout: 3600,
         memory: "4G".into(),
+        cpus,
         no_amdgpu: false,
         module: (scenario != guest::Scenario::Amdgpu).then_some(kmod::Module::KfdEmu),
         command,

@@ -374,8 +374,10 @@ pub fn markdown(results: &Value) -> String {
          next SUSPEND_QUEUES ioctl times. Baseline: `xtask/bench/dbg_pair.c`, which only issues the \
          ioctl pair, and its line-for-line Rust twin `xtask/bench/dbg_pair.rs` (standard library only), \
          which shows what the language alone costs here. `gpreempt preempt --hold-ms 0 --gap-ms 0 --quiet --json F` with `--no-trace` \
-         (the same two ioctls per cycle, with its checks and records) and with its default in-process tracer. Every program runs \
-         from the guest's tmpfs (from the 9p share, its pages would be read over virtio when first touched, some inside the measured \
+         (the same two ioctls per cycle, with its checks and records) and with its default in-process tracer. The row boots a guest \
+         of its own with one vCPU (with two on the two-core host, QEMU's vCPU threads lose their core to host work for \
+         milliseconds at a time, and those stalls set the p99 of whichever tool they hit) and every program runs from the \
+         guest's tmpfs (from the 9p share, its pages would be read over virtio when first touched, some inside the measured \
          windows). Each sample is one run's p50 or p99.\n",
         size("emulator", "controller_cycles")
     );
