@@ -7,7 +7,7 @@ use std::{
     os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
 };
 
@@ -19,13 +19,65 @@ use nix::{
 use signal_hook_registry::SigId;
 
 /// The read end of a signal-fed pipe; dropping it removes the handlers.
+/// Signal pipes whose flag has a slot in [`FLAGS`]; later ones own a flag on the heap.
+const SLOTS: usize = 64;
+
+/// The flags signal handlers set, in one aligned block: the controller's back-to-back loop looks
+/// at Ctrl-C's (`stop`, set by the binary's SIGINT/SIGTERM/SIGHUP handler) and at its session's
+/// signal pipe every cycle, and under software emulation each distinct page it touches between
+/// two ioctls is a measurable part of the cycle (BENCHMARKS.md row 5). 128-byte aligned and
+/// smaller than that, the block never straddles a page.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct Flags {
+    /// Bit i: slot i belongs to a live [`SignalPipe`].
+    taken: AtomicU64,
+    pub stop: AtomicBool,
+    slots: [AtomicBool; SLOTS],
+}
+
+pub static FLAGS: Flags =
+    Flags { taken: AtomicU64::new(0), stop: AtomicBool::new(false), slots: [const { AtomicBool::new(false) }; SLOTS] };
+
+/// A pipe's "a signal arrived" flag: a slot of [`FLAGS`], or its own once they are all taken.
+#[derive(Debug)]
+enum Flag {
+    Slot(usize),
+    Own(Arc<AtomicBool>),
+}
+
+impl Flag {
+    fn take() -> Self {
+        let mut taken = FLAGS.taken.load(Ordering::Relaxed);
+        while taken != u64::MAX {
+            let slot = taken.trailing_ones() as usize;
+            match FLAGS.taken.compare_exchange_weak(taken, taken | 1 << slot, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => {
+                    FLAGS.slots[slot].store(false, Ordering::Relaxed);
+                    return Self::Slot(slot);
+                }
+                Err(now) => taken = now,
+            }
+        }
+        Self::Own(Arc::new(AtomicBool::new(false)))
+    }
+
+    #[inline(always)]
+    fn get(&self) -> &AtomicBool {
+        match self {
+            Self::Slot(i) => &FLAGS.slots[*i],
+            Self::Own(flag) => flag,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct SignalPipe {
     read: OwnedFd,
     /// Written from signal handlers; closed only after they are unregistered.
     write: OwnedFd,
     /// Set by the handlers too: a loop that must not make a system call per cycle can ask.
-    arrived: Arc<AtomicBool>,
+    arrived: Flag,
     ids: Vec<SigId>,
 }
 
@@ -33,15 +85,21 @@ impl SignalPipe {
     pub fn new(signals: &[libc::c_int]) -> Result<Self, Errno> {
         let (read, write) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
         let raw = write.as_raw_fd();
-        let arrived = Arc::new(AtomicBool::new(false));
-        let mut pipe = Self { read, write, arrived: arrived.clone(), ids: Vec::with_capacity(signals.len()) };
+        let arrived = Flag::take();
+        let (slot, own) = match &arrived {
+            Flag::Slot(i) => (Some(&FLAGS.slots[*i]), None),
+            Flag::Own(flag) => (None, Some(Arc::clone(flag))),
+        };
+        let mut pipe = Self { read, write, arrived, ids: Vec::with_capacity(signals.len()) };
         for &signal in signals {
-            let flag = arrived.clone();
+            let own = own.clone();
             // SAFETY: the action stores to an atomic and calls write(2) on a non-blocking pipe,
             // both async-signal-safe; a full pipe (EAGAIN) already says "something arrived".
             let id = unsafe {
                 signal_hook_registry::register(signal, move || {
-                    flag.store(true, Ordering::Relaxed);
+                    if let Some(flag) = slot.or(own.as_deref()) {
+                        flag.store(true, Ordering::Relaxed);
+                    }
                     let _ = libc::write(raw, b"s".as_ptr().cast(), 1);
                 })
             }
@@ -58,18 +116,18 @@ impl SignalPipe {
     /// A signal arrived since the last [`SignalPipe::drain`] (no system call).
     #[inline]
     pub fn arrived(&self) -> bool {
-        self.arrived.load(Ordering::Relaxed)
+        self.arrived.get().load(Ordering::Relaxed)
     }
 
     /// The flag behind [`SignalPipe::arrived`], for a loop that keeps it at hand.
     #[inline(always)]
     pub fn flag(&self) -> &AtomicBool {
-        &self.arrived
+        self.arrived.get()
     }
 
     /// Empty the pipe; whether anything had arrived.
     pub fn drain(&self) -> bool {
-        self.arrived.store(false, Ordering::Relaxed);
+        self.arrived.get().store(false, Ordering::Relaxed);
         drain(&self.read)
     }
 }
@@ -78,6 +136,10 @@ impl Drop for SignalPipe {
     fn drop(&mut self) {
         for id in self.ids.drain(..) {
             signal_hook_registry::unregister(id);
+        }
+        if let Flag::Slot(i) = self.arrived {
+            FLAGS.slots[i].store(false, Ordering::Relaxed);
+            FLAGS.taken.fetch_and(!(1 << i), Ordering::AcqRel);
         }
         let _ = &self.write;
     }
@@ -99,6 +161,28 @@ pub fn drain(fd: &impl AsFd) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pipes_take_distinct_slots_give_them_back_and_own_a_flag_once_all_are_taken() {
+        let mut pipes: Vec<SignalPipe> = (0..SLOTS + 2).map(|_| SignalPipe::new(&[]).unwrap()).collect();
+        // Other tests' pipes may hold slots meanwhile: count, do not assume indices.
+        let slots: Vec<usize> =
+            pipes.iter().filter_map(|p| if let Flag::Slot(i) = p.arrived { Some(i) } else { None }).collect();
+        let mut distinct = slots.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), slots.len());
+        assert!(slots.len() <= SLOTS && pipes.iter().filter(|p| matches!(p.arrived, Flag::Own(_))).count() >= 2);
+        let freed = slots[0];
+        pipes.retain(|p| !matches!(p.arrived, Flag::Slot(i) if i == freed));
+        assert_eq!(FLAGS.taken.load(Ordering::Relaxed) & (1 << freed), 0);
+        drop(pipes);
+    }
+
+    #[test]
+    fn the_flags_block_cannot_straddle_a_page() {
+        assert!(size_of::<Flags>() <= align_of::<Flags>() && 4096 % align_of::<Flags>() == 0);
+    }
 
     #[test]
     fn a_signal_makes_the_pipe_readable_and_drain_empties_it() {
