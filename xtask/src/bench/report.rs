@@ -393,10 +393,11 @@ pub fn markdown(results: &Value) -> String {
              itself (`Session::back_to_back`): the ids, the fd and the flags it looks at in locals, and per cycle the two \
              ioctls, the clock read around each, one OR over the verdicts, the out-of-process watchdog's arm and disarm (one \
              store each), a look at the Ctrl-C and signal flags and a fixed-size record into a buffer sized and touched before \
-             the run — no system call besides the ioctls and the clock. Anything else (a verdict other than done, a signal from \
-             the target or KFD, a snapshot due) hands that cycle to the general path, whose holds and gaps are one ppoll over \
-             the debug-event pipe, SIGCHLD and Ctrl-C. With the tracer, a thread of its own drains the ring buffer every \
-             10 ms and matches the spans to iterations by time after the run. Under software emulation every distinct page, \
+             the run — no system call besides the ioctls and the clock. Anything else (a verdict other than done, a snapshot \
+             due, a signal from the target or KFD, seen between cycles) goes to the general path, whose holds and gaps are one \
+             ppoll over the debug-event pipe, SIGCHLD and Ctrl-C. With the tracer, a thread of its own drains the ring buffer \
+             every 10 ms and matches the spans to iterations by time after the run; its windows are longer than the untraced \
+             ones although its probes run inside the ioctls, a difference this row does not break down. Under software emulation every distinct page, \
              call level and field load between the two ioctls is expensive, which is why the loop keeps to locals; the \
              Rust twin, which checks nothing, measures the language's own share. The p99 is about the 10th-longest window \
              of a run: a vCPU stall or a preemption that lands in a window makes it, and the longer a tool's windows, the \
