@@ -179,7 +179,7 @@ impl Group {
             target: session.attached().clone(),
             first_iteration,
             picked_up,
-            run: Run { iterations: Vec::new(), notices: Vec::new(), stopped: None },
+            run: Run { iterations: Vec::new(), notices: Vec::new(), stopped: None, back_to_back: 0 },
             runtime_not_enabled: 0,
             detached: None,
         });

@@ -166,6 +166,8 @@ pub struct Run {
     pub iterations: Vec<Iteration>,
     pub notices: Vec<Notice>,
     pub stopped: Option<StopReason>,
+    /// How many of the iterations the session ran back to back ([`Session::back_to_back`]).
+    pub back_to_back: usize,
 }
 
 /// Statistics of a run.
@@ -173,6 +175,9 @@ pub struct Run {
 pub struct RunSummary {
     pub planned: u32,
     pub completed: usize,
+    /// Iterations the session ran back to back (no hold, no gap, nothing to hand over); the
+    /// others went through its general path.
+    pub back_to_back: usize,
     pub ok: usize,
     /// `ok / completed`, 0 when nothing completed.
     pub success_rate: f64,
@@ -203,6 +208,7 @@ impl Run {
         RunSummary {
             planned,
             completed,
+            back_to_back: self.back_to_back,
             ok,
             success_rate: if completed == 0 { 0.0 } else { ok as f64 / completed as f64 },
             suspend_us: Summary::of(&suspend),
@@ -257,8 +263,8 @@ impl Cycle {
 /// is attempted before returning; the session's detach does the rest).
 ///
 /// With no hold and no gap the session runs the cycles itself ([`Session::back_to_back`]) in
-/// bursts of up to [`BURST_NS`], and this loop records each burst and runs any cycle the session
-/// hands back. Otherwise, per cycle it makes the two ioctls and, between them, only what cannot wait: the verdicts, the
+/// bursts of up to [`BURST_NS`], and this loop records each burst (`on_cycle` sees its last
+/// cycle) and runs any cycle the session hands back. Otherwise, per cycle it makes the two ioctls and, between them, only what cannot wait: the verdicts, the
 /// watchdog's arm and disarm (one store each), a look at the signal flags, and a [`Cycle`] into a
 /// buffer sized and touched before the loop. Everything on that path is inlined into this one
 /// function and every rare branch is out of line: under software emulation each call and return
@@ -291,6 +297,7 @@ pub fn run(
     }
     let mut stopped = None;
     let mut index = 0;
+    let mut back_to_back_cycles = 0;
     while index < plan.iterations {
         if stop.load(Ordering::Relaxed) {
             stopped = Some(StopReason::Interrupted);
@@ -307,6 +314,7 @@ pub fn run(
                 cycles.push(Cycle { index, suspend, resume, late: 0, watchdog: false });
                 index += 1;
             }
+            back_to_back_cycles += burst.len();
             if let (false, Some(c)) = (burst.is_empty(), cycles.last()) {
                 on_cycle(c);
             }
@@ -371,7 +379,12 @@ pub fn run(
             }
         }
     }
-    Run { iterations: cycles.iter().map(Cycle::iteration).collect(), notices: session.notices(), stopped }
+    Run {
+        iterations: cycles.iter().map(Cycle::iteration).collect(),
+        notices: session.notices(),
+        stopped,
+        back_to_back: back_to_back_cycles,
+    }
 }
 
 /// The longest run of back-to-back cycles between two looks of this loop (the caller's
@@ -529,6 +542,7 @@ mod tests {
             ],
             notices: vec![],
             stopped: Some(StopReason::Interrupted),
+            back_to_back: 0,
         };
         let s = run.summary(5);
         assert_eq!((s.planned, s.completed, s.ok, s.success_rate), (5, 2, 1, 0.5));
@@ -591,7 +605,7 @@ mod tests {
 
         let mut it = first.clone();
         it.kernel = KernelSide::of_iteration(&spans, &first, HostPid(7), Some(HostPid(8)));
-        let run = Run { iterations: vec![it], notices: vec![], stopped: None };
+        let run = Run { iterations: vec![it], notices: vec![], stopped: None, back_to_back: 0 };
         let s = run.summary(1);
         assert_eq!(s.fence_wait_us.unwrap().p50, 5.0);
         assert_eq!((s.collateral_queues, s.online_queues), (Some(4), Some(3)));

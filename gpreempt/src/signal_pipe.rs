@@ -18,9 +18,35 @@ use nix::{
 };
 use signal_hook_registry::SigId;
 
-/// The read end of a signal-fed pipe; dropping it removes the handlers.
 /// Signal pipes whose flag has a slot in [`FLAGS`]; later ones own a flag on the heap.
 const SLOTS: usize = 64;
+
+/// Which of [`SLOTS`] slots are taken, bit i for slot i.
+#[derive(Debug)]
+struct SlotMap(AtomicU64);
+
+impl SlotMap {
+    const fn new() -> Self {
+        Self(AtomicU64::new(0))
+    }
+
+    /// The lowest free slot, now taken; None when all are.
+    fn take(&self) -> Option<usize> {
+        let mut taken = self.0.load(Ordering::Relaxed);
+        while taken != u64::MAX {
+            let slot = taken.trailing_ones() as usize;
+            match self.0.compare_exchange_weak(taken, taken | 1 << slot, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Some(slot),
+                Err(now) => taken = now,
+            }
+        }
+        None
+    }
+
+    fn give(&self, slot: usize) {
+        self.0.fetch_and(!(1 << slot), Ordering::AcqRel);
+    }
+}
 
 /// The flags signal handlers set, in one aligned block: the controller's back-to-back loop looks
 /// at Ctrl-C's (`stop`, set by the binary's SIGINT/SIGTERM/SIGHUP handler) and at its session's
@@ -30,14 +56,14 @@ const SLOTS: usize = 64;
 #[repr(C, align(128))]
 #[derive(Debug)]
 pub struct Flags {
-    /// Bit i: slot i belongs to a live [`SignalPipe`].
-    taken: AtomicU64,
+    /// The slots that belong to a live [`SignalPipe`].
+    taken: SlotMap,
     pub stop: AtomicBool,
     slots: [AtomicBool; SLOTS],
 }
 
 pub static FLAGS: Flags =
-    Flags { taken: AtomicU64::new(0), stop: AtomicBool::new(false), slots: [const { AtomicBool::new(false) }; SLOTS] };
+    Flags { taken: SlotMap::new(), stop: AtomicBool::new(false), slots: [const { AtomicBool::new(false) }; SLOTS] };
 
 /// A pipe's "a signal arrived" flag: a slot of [`FLAGS`], or its own once they are all taken.
 #[derive(Debug)]
@@ -48,18 +74,13 @@ enum Flag {
 
 impl Flag {
     fn take() -> Self {
-        let mut taken = FLAGS.taken.load(Ordering::Relaxed);
-        while taken != u64::MAX {
-            let slot = taken.trailing_ones() as usize;
-            match FLAGS.taken.compare_exchange_weak(taken, taken | 1 << slot, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => {
-                    FLAGS.slots[slot].store(false, Ordering::Relaxed);
-                    return Self::Slot(slot);
-                }
-                Err(now) => taken = now,
+        match FLAGS.taken.take() {
+            Some(slot) => {
+                FLAGS.slots[slot].store(false, Ordering::Relaxed);
+                Self::Slot(slot)
             }
+            None => Self::Own(Arc::new(AtomicBool::new(false))),
         }
-        Self::Own(Arc::new(AtomicBool::new(false)))
     }
 
     #[inline(always)]
@@ -71,6 +92,7 @@ impl Flag {
     }
 }
 
+/// The read end of a signal-fed pipe; dropping it removes the handlers.
 #[derive(Debug)]
 pub struct SignalPipe {
     read: OwnedFd,
@@ -139,7 +161,7 @@ impl Drop for SignalPipe {
         }
         if let Flag::Slot(i) = self.arrived {
             FLAGS.slots[i].store(false, Ordering::Relaxed);
-            FLAGS.taken.fetch_and(!(1 << i), Ordering::AcqRel);
+            FLAGS.taken.give(i);
         }
         let _ = &self.write;
     }
@@ -163,20 +185,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pipes_take_distinct_slots_give_them_back_and_own_a_flag_once_all_are_taken() {
-        let mut pipes: Vec<SignalPipe> = (0..SLOTS + 2).map(|_| SignalPipe::new(&[]).unwrap()).collect();
-        // Other tests' pipes may hold slots meanwhile: count, do not assume indices.
-        let slots: Vec<usize> =
-            pipes.iter().filter_map(|p| if let Flag::Slot(i) = p.arrived { Some(i) } else { None }).collect();
-        let mut distinct = slots.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        assert_eq!(distinct.len(), slots.len());
-        assert!(slots.len() <= SLOTS && pipes.iter().filter(|p| matches!(p.arrived, Flag::Own(_))).count() >= 2);
-        let freed = slots[0];
-        pipes.retain(|p| !matches!(p.arrived, Flag::Slot(i) if i == freed));
-        assert_eq!(FLAGS.taken.load(Ordering::Relaxed) & (1 << freed), 0);
-        drop(pipes);
+    fn slots_are_taken_lowest_first_until_none_is_left_and_a_given_one_is_taken_again() {
+        let map = SlotMap::new();
+        let taken: Vec<usize> = (0..SLOTS).map_while(|_| map.take()).collect();
+        assert_eq!(taken, (0..SLOTS).collect::<Vec<_>>());
+        assert_eq!(map.take(), None);
+        map.give(5);
+        map.give(17);
+        assert_eq!((map.take(), map.take(), map.take()), (Some(5), Some(17), None));
+    }
+
+    #[test]
+    fn a_pipe_owns_a_flag_when_every_slot_is_taken() {
+        // At most SLOTS pipes hold slots (other tests' included): some of these own their flag.
+        let pipes: Vec<SignalPipe> = (0..SLOTS + 2).map(|_| SignalPipe::new(&[]).unwrap()).collect();
+        assert!(pipes.iter().filter(|p| matches!(p.arrived, Flag::Own(_))).count() >= 2);
     }
 
     #[test]

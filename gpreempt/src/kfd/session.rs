@@ -1198,7 +1198,11 @@ fn wait_ns(
             if n > 0 && dbg {
                 serviced |= s.service_events();
             }
-            if (n > 0 && chld && s.signals.drain()) || now_ns >= s.last_service_ns + SERVICE_PERIOD_NS {
+            // The flag too, not only a readable pipe: a signal between `drain`'s clearing the flag
+            // and its read leaves the flag set over an empty pipe, which would keep the
+            // back-to-back loop off until the next signal.
+            let signalled = (n > 0 && chld) || s.signals.arrived();
+            if (signalled && s.signals.drain()) || now_ns >= s.last_service_ns + SERVICE_PERIOD_NS {
                 s.service_tracee();
                 s.last_service_ns = now_ns;
             }
