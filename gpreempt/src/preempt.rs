@@ -315,7 +315,9 @@ pub fn run(
                 index += 1;
             }
             back_to_back_cycles += burst.len();
-            if let (false, Some(c)) = (burst.is_empty(), cycles.last()) {
+            if !burst.is_empty()
+                && let Some(c) = cycles.last()
+            {
                 on_cycle(c);
             }
             match ended {

@@ -555,10 +555,13 @@ impl Session {
             let resume_called_ns = monotonic_ns();
             let resumed = kfd.call(&mut args);
             let resume_returned_ns = monotonic_ns();
-            let Ok(resumed) = resumed else {
-                // SAFETY: as above.
-                unsafe { out.set_len(start + written) };
-                return Err(self.resume_failed(resumed, &source[..n], suspend_returned_ns));
+            let resumed = match resumed {
+                Ok(count) => count,
+                Err(errno) => {
+                    // SAFETY: as above.
+                    unsafe { out.set_len(start + written) };
+                    return Err(self.resume_failed(errno, &source[..n], suspend_returned_ns));
+                }
             };
             if let Some((w, _)) = watchdog {
                 w.disarm();
@@ -611,13 +614,10 @@ impl Session {
     /// detach (or watchdog) to resume.
     #[cold]
     #[inline(never)]
-    fn resume_failed(&mut self, result: Result<i32, Errno>, ids: &[u32], suspended_at_ns: u64) -> DebugError {
+    fn resume_failed(&mut self, errno: Errno, ids: &[u32], suspended_at_ns: u64) -> DebugError {
         copy_ids(&mut self.suspended, ids);
         self.suspended_at_ns = Some(suspended_at_ns);
-        match result {
-            Err(errno) => self.fail("RESUME_QUEUES", errno),
-            Ok(_) => DebugError::Ioctl { op: "RESUME_QUEUES", pid: self.pid, errno: Errno::EINVAL },
-        }
+        self.fail("RESUME_QUEUES", errno)
     }
 
     /// The rare end of a suspend: an injected fault, or INVALID ids — a queue created since the

@@ -605,27 +605,19 @@ fn emulator(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut 
     BufReader::new(workload.stdout.as_mut().context("emu-workload stdout")?).read_line(&mut hello)?;
     let hello: Value = serde_json::from_str(&hello).context("emu-workload hello")?;
     let pid = hello["pid"].as_u64().context("emu-workload pid")?.to_string();
-    let result = emulator_rows(args, sizes, samples, notes, &pid);
+    let result = (|| {
+        if !args.no_controller {
+            controller_row(args, sizes, samples, notes, &pid)?;
+        }
+        if !args.controller_only {
+            emulated_row(sizes, samples, args, &pid)?;
+        }
+        Ok(())
+    })();
     drop(workload.stdin.take());
     let _ = workload.wait();
     set_emu_param("preempt_delay_us", default_delay)?;
     result
-}
-
-fn emulator_rows(
-    args: &GuestArgs,
-    sizes: &Sizes,
-    samples: &mut Samples,
-    notes: &mut Vec<String>,
-    pid: &str,
-) -> Result<()> {
-    if !args.no_controller {
-        controller_row(args, sizes, samples, notes, pid)?;
-    }
-    if !args.controller_only {
-        emulated_row(sizes, samples, args, pid)?;
-    }
-    Ok(())
 }
 
 /// Row 5: the controller's userspace time per cycle against the C ioctl pair and its Rust twin.
