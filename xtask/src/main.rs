@@ -51,7 +51,7 @@ enum Task {
     Bench(bench::BenchArgs),
     /// (inside the VM) The guest half of `bench`.
     #[command(hide = true)]
-    BenchGuest(bench::guest::GuestArgs),
+    BenchGuest(bench::GuestArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,7 +66,7 @@ fn main() -> ExitCode {
         Task::Demo(args) => demo::run(&args),
         Task::Fuzz(args) => fuzz::run_fuzz(&args),
         Task::Bench(args) => bench::run(&args),
-        Task::BenchGuest(args) => bench::guest::run(&args),
+        Task::BenchGuest(args) => bench::guest_main(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,7 +5,7 @@
 //! state runs once per round and the rounds repeat, so drift shows in the per-round spread.
 //!
 //! The guest half ([`guest`]) drives the `emu-workload online` / `offline` load generators and
-//! writes one JSON document; [`section`] turns it into the BENCHMARKS.md section.
+//! writes one [`Colocation`] document; [`section`] turns it into the BENCHMARKS.md section.
 
 use std::{
     fmt::Write as _,
@@ -19,11 +19,17 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::Value;
 
-use super::guest::{GuestArgs, process_cpu_ns};
+use super::{
+    guest_env::{GuestArgs, cpus, emu_param, kernel_release, process_cpu_ns},
+    results::{
+        Alone, Colocated, Colocation, ColocationPlan, EmulatorParams, OfflineAlone, Round, Scenario, Scheduled, Stats,
+    },
+    stats::percentile,
+};
 
-const EMU_PARAMS: &str = "/sys/module/kfd_emu/parameters";
 const GPU: &str = "0x1000";
 
 /// The scenario's shape; `--quick` runs fewer rounds of fewer requests.
@@ -271,10 +277,17 @@ fn schedule_args(online: u64, offline: u64) -> Vec<String> {
         .to_vec()
 }
 
-fn emu_param(name: &str) -> Result<u64> {
-    let path = Path::new(EMU_PARAMS).join(name);
-    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    text.trim().parse().with_context(|| format!("{}: {text:?}", path.display()))
+/// What a round keeps of `gpreempt schedule`'s summary (its other fields are not read).
+#[derive(Deserialize)]
+struct ScheduleSummary {
+    suspends: u64,
+    resumes: u64,
+    failed_suspends: u64,
+    reaction_us: Option<Stats>,
+    suspend_us: Option<Stats>,
+    resume_us: Option<Stats>,
+    polls: u64,
+    attach_refreshes: u64,
 }
 
 /// The guest half: every round, each state once; one JSON document at `args.out`.
@@ -317,84 +330,97 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
         let scheduled = requests(&mut on, plan.requests)?;
         let (b, cpu_b, window_ms) = (stats(&mut off)?, process_cpu_ns(pid), t_a.elapsed().as_secs_f64() * 1e3);
         let scheduled_offline = rate(a, b);
-        let summary = sched.stop()?;
+        let summary: ScheduleSummary =
+            serde_json::from_value(sched.stop()?).context("reading gpreempt schedule's summary")?;
         drop(on);
         stop(off)?;
         let cpu = cpu_a.zip(cpu_b).map(|(a, b)| (b - a) / 1e6);
         eprintln!(
-            "bench: round {}: {} suspends, {} resumes, reaction {}, cpu {cpu:?} ms over {window_ms:.0} ms",
+            "bench: round {}: {} suspends, {} resumes, reaction {:?}, cpu {cpu:?} ms over {window_ms:.0} ms",
             round + 1,
-            summary["suspends"],
-            summary["resumes"],
-            summary["reaction_us"]
+            summary.suspends,
+            summary.resumes,
+            summary.reaction_us
         );
-        rounds.push(json!({
-            "round": round,
-            "alone": {"latency_ms": alone},
-            "offline_alone": {"per_s": offline_alone},
-            "colocated": {"latency_ms": colocated, "offline_per_s": colocated_offline},
-            "scheduled": {
-                "latency_ms": scheduled, "offline_per_s": scheduled_offline, "startup_s": startup_s,
-                "window_ms": window_ms, "cpu_ms": cpu,
-                "suspends": summary["suspends"], "resumes": summary["resumes"],
-                "failed_suspends": summary["failed_suspends"],
-                "reaction_us": summary["reaction_us"], "suspend_us": summary["suspend_us"],
-                "resume_us": summary["resume_us"], "polls": summary["polls"],
-                "attach_refreshes": summary["attach_refreshes"],
+        rounds.push(Round {
+            round: round as u64,
+            alone: Alone { latency_ms: alone },
+            offline_alone: OfflineAlone { per_s: offline_alone },
+            colocated: Colocated { latency_ms: colocated, offline_per_s: colocated_offline },
+            scheduled: Scheduled {
+                latency_ms: scheduled,
+                offline_per_s: scheduled_offline,
+                startup_s,
+                window_ms,
+                cpu_ms: cpu,
+                suspends: summary.suspends,
+                resumes: summary.resumes,
+                failed_suspends: summary.failed_suspends,
+                reaction_us: summary.reaction_us,
+                suspend_us: summary.suspend_us,
+                resume_us: summary.resume_us,
+                polls: summary.polls,
+                attach_refreshes: summary.attach_refreshes,
             },
-        }));
+        });
     }
-    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
-    let doc = json!({
-        "scenario": "colocation",
-        "kernel": kernel,
-        "quick": args.quick,
-        "cpus": thread::available_parallelism().map_or(1, |n| n.get()),
-        "seconds": started.elapsed().as_secs_f64(),
-        "emulator": {
-            "tick_us": emu_param("tick_us")?,
-            "preempt_delay_us": emu_param("preempt_delay_us")?,
-            "restore_delay_us": emu_param("restore_delay_us")?,
+    let doc = Colocation {
+        scenario: Scenario::Colocation,
+        kernel: kernel_release(),
+        quick: args.quick,
+        cpus: cpus(),
+        seconds: started.elapsed().as_secs_f64(),
+        emulator: EmulatorParams {
+            tick_us: emu_param("tick_us")?,
+            preempt_delay_us: emu_param("preempt_delay_us")?,
+            restore_delay_us: emu_param("restore_delay_us")?,
         },
-        "plan": {
-            "rounds": plan.rounds, "requests": plan.requests, "dispatches": plan.dispatches,
-            "dispatch_us": plan.dispatch_us, "period_us": plan.period_us,
-            "offline_dispatch_us": plan.offline_dispatch_us,
-            "schedule": "gpreempt schedule --json --online ONLINE --offline OFFLINE",
+        plan: ColocationPlan {
+            rounds: plan.rounds as u64,
+            requests: plan.requests.into(),
+            dispatches: plan.dispatches.into(),
+            dispatch_us: plan.dispatch_us,
+            period_us: plan.period_us,
+            offline_dispatch_us: plan.offline_dispatch_us,
+            schedule: "gpreempt schedule --json --online ONLINE --offline OFFLINE".into(),
         },
-        "rounds": rounds,
-    });
+        rounds,
+    };
     fs::write(&args.out, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("writing {}", args.out.display()))
 }
 
 // ---- the BENCHMARKS.md section ----
 
-/// Nearest-rank percentile (0 when empty).
-fn percentile(values: &[f64], q: f64) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return 0.0;
-    }
-    v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
-}
-
 fn median(values: &[f64]) -> f64 {
     percentile(values, 0.5)
 }
 
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().into_iter().flatten().filter_map(Value::as_f64).collect()
+/// The states whose online latencies a round holds.
+#[derive(Clone, Copy)]
+enum State {
+    Alone,
+    Colocated,
+    Scheduled,
 }
 
-/// `f` of every round.
-fn per_round(doc: &Value, f: impl Fn(&Value) -> Option<f64>) -> Vec<f64> {
-    doc["rounds"].as_array().into_iter().flatten().filter_map(f).collect()
+impl State {
+    fn latency_ms(self, r: &Round) -> &[f64] {
+        match self {
+            State::Alone => &r.alone.latency_ms,
+            State::Colocated => &r.colocated.latency_ms,
+            State::Scheduled => &r.scheduled.latency_ms,
+        }
+    }
 }
 
-/// Every round's samples of `state`'s `key` array, pooled.
-fn pooled(doc: &Value, state: &str, key: &str) -> Vec<f64> {
-    doc["rounds"].as_array().into_iter().flatten().flat_map(|r| floats(&r[state][key])).collect()
+/// `f` of every round (the rounds where it is `None` left out).
+fn per_round(doc: &Colocation, f: impl Fn(&Round) -> Option<f64>) -> Vec<f64> {
+    doc.rounds.iter().filter_map(f).collect()
+}
+
+/// Every round's online latencies in `state`, pooled.
+fn pooled(doc: &Colocation, state: State) -> Vec<f64> {
+    doc.rounds.iter().flat_map(|r| state.latency_ms(r).iter().copied()).collect()
 }
 
 fn range(v: &[f64], digits: usize) -> String {
@@ -428,13 +454,11 @@ const PUBLISHED: &[(&str, &str, &str, &str)] = &[
 ];
 
 /// Section 7 of BENCHMARKS.md from the guest's document.
-pub fn section(md: &mut String, doc: &Value) {
-    let plan = &doc["plan"];
-    let emu = &doc["emulator"];
-    let n = doc["rounds"].as_array().map_or(0, Vec::len);
-    let requests = plan["requests"].as_u64().unwrap_or(0);
-    let duty = plan["dispatches"].as_f64().unwrap_or(0.0) * plan["dispatch_us"].as_f64().unwrap_or(0.0)
-        / plan["period_us"].as_f64().unwrap_or(1.0);
+pub fn section(md: &mut String, doc: &Colocation) {
+    let (plan, emu) = (&doc.plan, &doc.emulator);
+    let n = doc.rounds.len();
+    let requests = plan.requests;
+    let duty = plan.dispatches as f64 * plan.dispatch_us as f64 / plan.period_us as f64;
     let _ = writeln!(
         md,
         "On the KFD emulator ({}, one emulated GPU shared by every mapped queue, dispatches served in turn, an \
@@ -446,31 +470,36 @@ pub fn section(md: &mut String, doc: &Value) {
          online alone, offline alone, both without gpreempt, both under `gpreempt schedule` (release binary, \
          default settings: 200 µs index poll, 1 ms `cu_occupancy` poll, 2 ms idle before resuming, in-process \
          tracer attached). P50/P99 pool every round's requests; the ranges are the per-round values.\n",
-        doc["kernel"].as_str().unwrap_or("?"),
-        emu["preempt_delay_us"],
-        emu["restore_delay_us"],
-        plan["dispatches"],
-        plan["dispatch_us"].as_f64().unwrap_or(0.0) / 1e3,
-        plan["period_us"].as_f64().unwrap_or(0.0) / 1e3,
+        doc.kernel,
+        emu.preempt_delay_us,
+        emu.restore_delay_us,
+        plan.dispatches,
+        plan.dispatch_us as f64 / 1e3,
+        plan.period_us as f64 / 1e3,
         100.0 * duty,
-        plan["offline_dispatch_us"].as_f64().unwrap_or(0.0) / 1e3,
+        plan.offline_dispatch_us as f64 / 1e3,
     );
-    let lat = |state: &str| pooled(doc, state, "latency_ms");
-    let round_p = |state: &str, q: f64| per_round(doc, |r| Some(percentile(&floats(&r[state]["latency_ms"]), q)));
-    let (alone50, alone99) = (percentile(&lat("alone"), 0.5), percentile(&lat("alone"), 0.99));
-    let off_alone = median(&per_round(doc, |r| r["offline_alone"]["per_s"].as_f64()));
+    let lat = |state: State| pooled(doc, state);
+    let round_p = |state: State, q: f64| per_round(doc, |r| Some(percentile(state.latency_ms(r), q)));
+    let (alone50, alone99) = (percentile(&lat(State::Alone), 0.5), percentile(&lat(State::Alone), 0.99));
+    let offline_alone = per_round(doc, |r| Some(r.offline_alone.per_s));
+    let off_alone = median(&offline_alone);
     let _ = writeln!(
         md,
         "| state | online P50 | online P99 | P50 / alone | P99 / alone | per-round P99 | offline dispatches/s | \
          offline / alone |\n|---|---|---|---|---|---|---|---|"
     );
-    for (state, name, offline_key) in [
-        ("alone", "online alone", None),
-        ("colocated", "co-located, no gpreempt", Some("offline_per_s")),
-        ("scheduled", "co-located, `gpreempt schedule`", Some("offline_per_s")),
+    for (state, name, offline) in [
+        (State::Alone, "online alone", None),
+        (State::Colocated, "co-located, no gpreempt", Some(per_round(doc, |r| Some(r.colocated.offline_per_s)))),
+        (
+            State::Scheduled,
+            "co-located, `gpreempt schedule`",
+            Some(per_round(doc, |r| Some(r.scheduled.offline_per_s))),
+        ),
     ] {
         let (p50, p99) = (percentile(&lat(state), 0.5), percentile(&lat(state), 0.99));
-        let off = offline_key.map(|k| median(&per_round(doc, |r| r[state][k].as_f64())));
+        let off = offline.map(|o| median(&o));
         let _ = writeln!(
             md,
             "| {name} | {p50:.2} ms | {p99:.2} ms | {:.2}× | {:.2}× | {} ms | {} | {} |",
@@ -484,18 +513,16 @@ pub fn section(md: &mut String, doc: &Value) {
     let _ = writeln!(
         md,
         "| offline alone | – | – | – | – | – | {off_alone:.0} (per round {}) | 100 % |\n",
-        range(&per_round(doc, |r| r["offline_alone"]["per_s"].as_f64()), 0)
+        range(&offline_alone, 0)
     );
-    let s = |key: &str| per_round(doc, |r| r["scheduled"][key].as_f64());
-    let stat = |key: &str, p: &str| per_round(doc, |r| r["scheduled"][key][p].as_f64());
-    let transitions: f64 = s("suspends").iter().chain(&s("resumes")).sum();
+    let sum = |f: fn(&Scheduled) -> u64| doc.rounds.iter().map(|r| f(&r.scheduled) as f64).sum::<f64>();
+    let suspends = sum(|s| s.suspends);
+    let transitions = suspends + sum(|s| s.resumes);
     let total_requests = (n as u64 * requests).max(1) as f64;
-    let cpu_share: Vec<f64> = per_round(doc, |r| {
-        let s = &r["scheduled"];
-        Some(100.0 * s["cpu_ms"].as_f64()? / s["window_ms"].as_f64()?)
-    });
-    let (reaction50, reaction99) = (median(&stat("reaction_us", "p50")), median(&stat("reaction_us", "p99")));
-    let suspend50 = median(&stat("suspend_us", "p50"));
+    let cpu_share = per_round(doc, |r| Some(100.0 * r.scheduled.cpu_ms? / r.scheduled.window_ms));
+    let reaction = |p: fn(&Stats) -> f64| per_round(doc, |r| r.scheduled.reaction_us.as_ref().map(p));
+    let (reaction50, reaction99) = (median(&reaction(|s| s.p50)), median(&reaction(|s| s.p99)));
+    let suspend50 = median(&per_round(doc, |r| r.scheduled.suspend_us.as_ref().map(|s| s.p50)));
     let _ = writeln!(
         md,
         "Under `gpreempt schedule`: {:.2} suspends and {:.2} transitions (suspend + resume) per online request \
@@ -504,22 +531,22 @@ pub fn section(md: &mut String, doc: &Value) {
          of which the SUSPEND_QUEUES ioctl itself p50 {suspend50:.0} µs; gpreempt's CPU time (user + system, all \
          threads, from /proc/PID/stat over the online run) {:.1} % of one vCPU (per round {} %); start-up with \
          the tracer {:.0} s (median) before the offline process was attached.\n",
-        s("suspends").iter().sum::<f64>() / total_requests,
+        suspends / total_requests,
         transitions / total_requests,
-        s("suspends").iter().sum::<f64>(),
-        s("failed_suspends").iter().sum::<f64>(),
+        suspends,
+        sum(|s| s.failed_suspends),
         total_requests,
-        range(&stat("reaction_us", "p99"), 0),
+        range(&reaction(|s| s.p99), 0),
         median(&cpu_share),
         range(&cpu_share, 1),
-        median(&s("startup_s")),
+        median(&per_round(doc, |r| Some(r.scheduled.startup_s))),
     );
     // What bounds the ratios, from the run's own parameters and measurements.
-    let dispatch_ms = plan["dispatch_us"].as_f64().unwrap_or(0.0) / 1e3;
-    let offline_ms = plan["offline_dispatch_us"].as_f64().unwrap_or(0.0) / 1e3;
-    let save_ms = emu["preempt_delay_us"].as_f64().unwrap_or(0.0) / 1e3;
-    let restore_ms = emu["restore_delay_us"].as_f64().unwrap_or(0.0) / 1e3;
-    let sched50 = percentile(&lat("scheduled"), 0.5);
+    let dispatch_ms = plan.dispatch_us as f64 / 1e3;
+    let offline_ms = plan.offline_dispatch_us as f64 / 1e3;
+    let save_ms = emu.preempt_delay_us as f64 / 1e3;
+    let restore_ms = emu.restore_delay_us as f64 / 1e3;
+    let sched50 = percentile(&lat(State::Scheduled), 0.5);
     let _ = writeln!(
         md,
         "What bounds these ratios. Without gpreempt, each online dispatch waits for the offline dispatch running \
@@ -532,7 +559,7 @@ pub fn section(md: &mut String, doc: &Value) {
          workloads and the emulated CP; section 8 measures gpreempt's userspace part of it natively. The offline share lost is the time suspended (online \
          requests plus the 2 ms idle hysteresis after each, and the save/restore per transition).\n",
         2.0 * offline_ms,
-        plan["dispatches"].as_f64().unwrap_or(0.0) * dispatch_ms,
+        plan.dispatches as f64 * dispatch_ms,
         sched50 - alone50,
         reaction50 / 1e3,
     );
@@ -555,26 +582,57 @@ pub fn section(md: &mut String, doc: &Value) {
 mod tests {
     use super::*;
 
-    fn round(alone: &[f64], colocated: &[f64], scheduled: &[f64]) -> Value {
-        json!({
-            "alone": {"latency_ms": alone},
-            "offline_alone": {"per_s": 200.0},
-            "colocated": {"latency_ms": colocated, "offline_per_s": 180.0},
-            "scheduled": {"latency_ms": scheduled, "offline_per_s": 160.0, "suspends": 2, "resumes": 2,
-                          "failed_suspends": 0, "cpu_ms": 50.0, "window_ms": 1000.0, "startup_s": 30.0,
-                          "reaction_us": {"p50": 400.0, "p99": 900.0}, "suspend_us": {"p50": 250.0}},
-        })
+    fn stats(p50: f64, p99: f64) -> Option<Stats> {
+        Some(Stats { count: 2, max: p99, mean: p50, min: p50, p50, p90: p99, p99, stddev: 0.0 })
+    }
+
+    fn round(alone: &[f64], colocated: &[f64], scheduled: &[f64]) -> Round {
+        Round {
+            round: 0,
+            alone: Alone { latency_ms: alone.to_vec() },
+            offline_alone: OfflineAlone { per_s: 200.0 },
+            colocated: Colocated { latency_ms: colocated.to_vec(), offline_per_s: 180.0 },
+            scheduled: Scheduled {
+                latency_ms: scheduled.to_vec(),
+                offline_per_s: 160.0,
+                suspends: 2,
+                resumes: 2,
+                failed_suspends: 0,
+                cpu_ms: Some(50.0),
+                window_ms: 1000.0,
+                startup_s: 30.0,
+                reaction_us: stats(400.0, 900.0),
+                suspend_us: stats(250.0, 250.0),
+                resume_us: None,
+                polls: 100,
+                attach_refreshes: 2,
+            },
+        }
     }
 
     #[test]
     fn the_section_computes_ratios_shares_and_transitions_from_the_rounds() {
-        let doc = json!({
-            "kernel": "6.12.117+deb12-amd64",
-            "emulator": {"tick_us": 200, "preempt_delay_us": 200, "restore_delay_us": 100},
-            "plan": {"rounds": 2, "requests": 2, "dispatches": 2, "dispatch_us": 2000, "period_us": 40000,
-                     "offline_dispatch_us": 5000},
-            "rounds": [round(&[4.0, 4.2], &[12.0, 14.0], &[5.0, 5.2]), round(&[4.1, 4.0], &[11.0, 16.0], &[4.8, 6.0])],
-        });
+        let doc = Colocation {
+            scenario: Scenario::Colocation,
+            kernel: "6.12.117+deb12-amd64".into(),
+            quick: true,
+            cpus: 2,
+            seconds: 100.0,
+            emulator: EmulatorParams { tick_us: 200, preempt_delay_us: 200, restore_delay_us: 100 },
+            plan: ColocationPlan {
+                rounds: 2,
+                requests: 2,
+                dispatches: 2,
+                dispatch_us: 2000,
+                period_us: 40000,
+                offline_dispatch_us: 5000,
+                schedule: "gpreempt schedule".into(),
+            },
+            rounds: vec![
+                round(&[4.0, 4.2], &[12.0, 14.0], &[5.0, 5.2]),
+                round(&[4.1, 4.0], &[11.0, 16.0], &[4.8, 6.0]),
+            ],
+        };
         let mut md = String::new();
         section(&mut md, &doc);
         // Pooled: alone [4.0, 4.0, 4.1, 4.2] → P50 4.0, P99 4.2; co-located P99 16.0.

@@ -1,5 +1,6 @@
-//! The part of `cargo xtask bench` that runs inside the VM, as root: starts each tool, drives the
-//! KFD load, and writes every measurement as JSON for the host to tabulate (`bench/mod.rs`).
+//! Rows 1-6 of `cargo xtask bench`, inside the VM, as root: starts each tool, drives the KFD
+//! load, and writes every measurement as a [`Run`] in JSON for the host to tabulate
+//! (`bench/mod.rs`).
 //!
 //! Interleaving: every tool gets its own session (start, measure, stop) in a fixed order, with an
 //! untraced session between every two, and the whole order repeats `sessions` times, so drift in
@@ -15,8 +16,13 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, ValueEnum};
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use super::{
+    guest_env::{GuestArgs, RUST_PAIR, cpus, emu_param, kernel_release, process_cpu_ns, set_emu_param},
+    results::{Run, RunSizes, Sample, Scenario},
+    stats::p50_p99,
+};
 
 /// Where the benchmarked tools keep their state in the guest (tmpfs, not the 9p tree).
 const SCRATCH: &str = "/tmp/gpreempt-bench";
@@ -26,42 +32,6 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 /// A gpu id no KFD node has: CREATE_QUEUE fails with EINVAL after the ioctl handler looked it
 /// up, the path every host without a GPU can drive (docs/toolchain.md).
 const NO_SUCH_GPU: &str = "0x1234";
-const EMU_PARAMS: &str = "/sys/module/kfd_emu/parameters";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Scenario {
-    /// Rows 1-4 on the real amdgpu driver.
-    Amdgpu,
-    /// Rows 5-6 on the KFD emulator module.
-    Emulator,
-    /// The co-location benchmark on the KFD emulator module (`colocation.rs`).
-    Colocation,
-}
-
-#[derive(Args, Debug)]
-pub struct GuestArgs {
-    #[arg(long, value_enum)]
-    pub scenario: Scenario,
-    /// Fewer repetitions and smaller loops (`cargo xtask bench --quick`).
-    #[arg(long)]
-    pub quick: bool,
-    /// Release binaries: gpreempt and the test helpers.
-    #[arg(long)]
-    pub bin: PathBuf,
-    /// The C baseline of the controller row (xtask/bench/dbg_pair.c, compiled on the host); its
-    /// Rust twin [`RUST_PAIR`] is in the same directory.
-    #[arg(long)]
-    pub dbg_pair: PathBuf,
-    /// The JSON results file.
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Emulator scenario: only row 5, the controller's userspace time per cycle.
-    #[arg(long, conflicts_with = "no_controller")]
-    pub controller_only: bool,
-    /// Emulator scenario: every row but row 5.
-    #[arg(long)]
-    pub no_controller: bool,
-}
 
 /// How much of everything: `--quick` keeps the whole run under 5 minutes.
 struct Sizes {
@@ -114,13 +84,13 @@ impl Sizes {
     }
 }
 
-/// One measurement; the host groups them by (row, case, tool).
-struct Samples(Vec<Value>);
+/// The measurements so far; the host groups them by (row, case, tool).
+struct Samples(Vec<Sample>);
 
 impl Samples {
     fn add(&mut self, row: &str, case: &str, tool: Tool, value: f64, unit: &str) {
         eprintln!("bench: {row:<12} {case:<22} {:<16} {value:>14.1} {unit}", tool.name());
-        self.0.push(json!({"row": row, "case": case, "tool": tool.name(), "value": value, "unit": unit}));
+        self.0.push(Sample { row: row.into(), case: case.into(), tool: tool.name().into(), value, unit: unit.into() });
     }
 }
 
@@ -161,13 +131,8 @@ impl Tool {
     }
 }
 
-/// File name of the Rust twin of the C baseline (xtask/bench/dbg_pair.rs), next to `--dbg-pair`.
-pub const RUST_PAIR: &str = "dbg-pair-rs";
-
+/// The amdgpu or emulator scenario's guest half; one [`Run`] at `args.out`.
 pub fn run(args: &GuestArgs) -> Result<()> {
-    if args.scenario == Scenario::Colocation {
-        return super::colocation::guest(args);
-    }
     let _ = fs::remove_dir_all(SCRATCH);
     fs::create_dir_all(SCRATCH)?;
     let sizes = Sizes::new(args.quick);
@@ -177,29 +142,28 @@ pub fn run(args: &GuestArgs) -> Result<()> {
     match args.scenario {
         Scenario::Amdgpu => amdgpu(args, &sizes, &mut samples, &mut notes)?,
         Scenario::Emulator => emulator(args, &sizes, &mut samples, &mut notes)?,
-        Scenario::Colocation => unreachable!("handled above"),
+        Scenario::Colocation => bail!("the co-location scenario has a guest half of its own (bench::guest_main)"),
     }
-    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
-    let doc = json!({
-        "scenario": format!("{:?}", args.scenario).to_lowercase(),
-        "kernel": kernel,
-        "quick": args.quick,
-        "cpus": thread::available_parallelism().map_or(1, |n| n.get()),
-        "seconds": started.elapsed().as_secs_f64(),
-        "notes": notes,
-        "sizes": {
-            "sessions": sizes.sessions,
-            "loops": sizes.loops,
-            "create_ioctls": sizes.create_ioctls,
-            "debug_ioctls": 2 * sizes.debug_cycles,
-            "rate_step_s": sizes.rate_step.as_secs(),
-            "memory_events": sizes.memory_events,
-            "controller_runs": sizes.controller_runs,
-            "controller_cycles": sizes.controller_cycles,
-            "fence_iterations": sizes.fence_iterations,
+    let doc = Run {
+        scenario: args.scenario,
+        kernel: kernel_release(),
+        quick: args.quick,
+        cpus: cpus(),
+        seconds: started.elapsed().as_secs_f64(),
+        notes,
+        sizes: RunSizes {
+            sessions: sizes.sessions as u64,
+            loops: sizes.loops as u64,
+            create_ioctls: sizes.create_ioctls.into(),
+            debug_ioctls: 2 * u64::from(sizes.debug_cycles),
+            rate_step_s: sizes.rate_step.as_secs(),
+            memory_events: sizes.memory_events.into(),
+            controller_runs: sizes.controller_runs as u64,
+            controller_cycles: sizes.controller_cycles.into(),
+            fence_iterations: sizes.fence_iterations.into(),
         },
-        "samples": samples.0,
-    });
+        samples: samples.0,
+    };
     fs::write(&args.out, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("writing {}", args.out.display()))
 }
 
@@ -564,17 +528,6 @@ impl Drop for Session {
     }
 }
 
-/// User + system CPU time of process `pid` so far (all threads), ns.
-pub(super) fn process_cpu_ns(pid: u32) -> Option<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised comm: state is the 1st, utime the 12th, stime the 13th.
-    let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-    let ticks = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks * 1e9 / hz)
-}
-
 fn ftrace_write(file: &str, value: &str) -> Result<()> {
     let path = Path::new(TRACEFS).join(file);
     fs::write(&path, value).with_context(|| format!("writing {value:?} to {}", path.display()))
@@ -688,7 +641,7 @@ fn controller_row(
 /// Row 6: end-to-end suspend latency and the tracer's fence-wait span vs the emulated delay.
 fn emulated_row(sizes: &Sizes, samples: &mut Samples, args: &GuestArgs, pid: &str) -> Result<()> {
     for &delay in sizes.fence_delays_us {
-        set_emu_param("preempt_delay_us", delay)?;
+        set_emu_param("preempt_delay_us", delay.into())?;
         let json = Path::new(SCRATCH).join("fence.json");
         let n = sizes.fence_iterations.to_string();
         let doc = preempt(&args.bin, pid, &n, "2", "2", None, &json)?;
@@ -731,45 +684,5 @@ fn preempt(
 fn add_percentiles(samples: &mut Samples, row: &str, tool: Tool, values: &[f64]) {
     for (label, value) in p50_p99(values) {
         samples.add(row, &format!("userspace per cycle {label}"), tool, value, "us");
-    }
-}
-
-/// The p50 and p99 of `values` (sorted once), labelled.
-fn p50_p99(values: &[f64]) -> [(&'static str, f64); 2] {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    [("p50", percentile(&v, 0.5)), ("p99", percentile(&v, 0.99))]
-}
-
-/// Nearest-rank percentile of sorted values (0 when empty).
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
-fn emu_param(name: &str) -> Result<u32> {
-    let path = Path::new(EMU_PARAMS).join(name);
-    let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    text.trim().parse().with_context(|| format!("{}: {text:?}", path.display()))
-}
-
-fn set_emu_param(name: &str, value: u32) -> Result<()> {
-    let path = Path::new(EMU_PARAMS).join(name);
-    fs::write(&path, value.to_string()).with_context(|| format!("writing {}", path.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_are_nearest_rank_of_the_sorted_values() {
-        let values: Vec<f64> = (1..=200).rev().map(f64::from).collect();
-        assert_eq!(p50_p99(&values), [("p50", 100.0), ("p99", 198.0)]);
-        assert_eq!(p50_p99(&[7.0]), [("p50", 7.0), ("p99", 7.0)]);
-        assert_eq!(percentile(&[], 0.5), 0.0);
     }
 }

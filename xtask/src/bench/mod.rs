@@ -3,17 +3,33 @@
 //! and BENCHMARKS.json at the workspace root.
 //!
 //! The host builds everything (release), boots one VM per scenario and runs `xtask bench-guest`
-//! there (`guest.rs`), then groups the samples and writes the tables (`report.rs`).
+//! there ([`guest_main`]: `guest.rs` for rows 1-6, `colocation.rs` for section 7), reads back what
+//! it measured (`results.rs`, the types both sides share), then groups the samples and writes the
+//! tables (`report.rs`).
+//!
+//! Module dependencies point one way: `guest` and `colocation` use `guest_env` (the guest's
+//! arguments and /proc and emulator reads), `results` and `stats`; neither uses the other, and
+//! only this module dispatches between them.
 
-pub mod colocation;
-pub mod guest;
+mod colocation;
+mod guest;
+mod guest_env;
 mod report;
+mod results;
+mod stats;
 
 use std::{fmt::Write as _, fs, path::PathBuf, process::Command, time::Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use serde_json::{Value, json};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use self::guest_env::GuestArgs;
+use self::{
+    guest_env::RUST_PAIR,
+    results::{Benchmarks, Criterion, PipelinePrevious, Reaction, Run, Sample, Scenario, Stamp},
+};
 
 use crate::{
     kmod, setup,
@@ -133,6 +149,14 @@ impl BenchArgs {
     }
 }
 
+/// `xtask bench-guest`, inside the VM: the scenario's guest half.
+pub fn guest_main(args: &GuestArgs) -> Result<()> {
+    match args.scenario {
+        Scenario::Amdgpu | Scenario::Emulator => guest::run(args),
+        Scenario::Colocation => colocation::guest(args),
+    }
+}
+
 pub fn run(args: &BenchArgs) -> Result<()> {
     let started = Instant::now();
     let root = workspace_root();
@@ -140,16 +164,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.report_only {
         let text =
             fs::read(&path).with_context(|| format!("reading {} (run `cargo xtask bench` first)", path.display()))?;
-        fs::write(root.join("BENCHMARKS.md"), report::markdown(&serde_json::from_slice(&text)?))?;
+        let results: Benchmarks =
+            serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))?;
+        fs::write(root.join("BENCHMARKS.md"), report::markdown(&results))?;
         eprintln!("xtask bench: rewrote BENCHMARKS.md from BENCHMARKS.json");
         return Ok(());
     }
     let sections = args.sections();
     let full = sections.len() == Section::ALL.len();
     // A partial run keeps every other section as it was measured.
-    let mut results: Value = match fs::read(&path) {
+    let mut results: Benchmarks = match fs::read(&path) {
         Ok(text) if !full => serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))?,
-        _ => json!({}),
+        _ => Benchmarks::default(),
     };
     let kernels = match (args.kernel.is_empty(), args.quick) {
         (false, _) => args.kernel.clone(),
@@ -186,7 +212,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         util::run(
             Command::new("rustc")
                 .args(["-C", "opt-level=3", "--edition", "2021", "-o"])
-                .arg(dbg_pair.with_file_name(guest::RUST_PAIR))
+                .arg(dbg_pair.with_file_name(RUST_PAIR))
                 .arg(workspace_root().join("xtask/bench/dbg_pair.rs")),
         )?;
     }
@@ -197,43 +223,37 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             Section::Tracer => {
                 let mut runs = Vec::new();
                 for &kernel in &kernels {
-                    runs.push(guest_json(kernel, guest::Scenario::Amdgpu, &dbg_pair, args.quick, &[], 2)?);
+                    runs.push(guest_results(kernel, Scenario::Amdgpu, &dbg_pair, args.quick, &[], 2)?);
                 }
-                replace_runs(&mut results, "amdgpu", runs);
+                replace_runs(&mut results, Scenario::Amdgpu, runs);
             }
             Section::Pipeline => {
-                let previous = json!({
-                    "commit": provenance(&results, Section::Pipeline)["commit"].clone(),
-                    "criterion": results["criterion"].take(),
-                });
-                results["criterion"] = criterion(args.quick)?;
-                if let Some(o) = results.as_object_mut() {
-                    o.remove("pipeline_previous");
-                    o.remove("criterion_rerun");
-                }
+                let commit = provenance(&results, Section::Pipeline).commit;
+                let previous = results.criterion.take();
+                results.criterion = Some(criterion(args.quick)?);
+                results.pipeline_previous = None;
+                results.criterion_rerun = None;
                 // A partial run shows the numbers it replaced.
-                if !full && !previous["criterion"].is_null() {
-                    results["pipeline_previous"] = previous;
+                if !full {
+                    results.pipeline_previous = previous.map(|criterion| PipelinePrevious { commit, criterion });
                 }
             }
             Section::Controller => {
                 // Row 5 boots alone, with one vCPU: with two on this two-core host, QEMU's vCPU
                 // threads lose their core to host work for milliseconds at a time, and those
                 // stalls, landing in some tools' windows and not others', set the p99.
-                let doc =
-                    guest_json(newest, guest::Scenario::Emulator, &dbg_pair, args.quick, &["--controller-only"], 1)?;
-                splice_emulator(&mut results, doc, &["controller"]);
+                let run = guest_results(newest, Scenario::Emulator, &dbg_pair, args.quick, &["--controller-only"], 1)?;
+                splice_emulator(&mut results, run, &["controller"]);
                 print_controller(&results);
             }
             Section::Preemption => {
-                let doc =
-                    guest_json(newest, guest::Scenario::Emulator, &dbg_pair, args.quick, &["--no-controller"], 2)?;
-                splice_emulator(&mut results, doc, &["emulated"]);
+                let run = guest_results(newest, Scenario::Emulator, &dbg_pair, args.quick, &["--no-controller"], 2)?;
+                splice_emulator(&mut results, run, &["emulated"]);
             }
             Section::Colocation => {
-                results["colocation"] = guest_json(newest, guest::Scenario::Colocation, &dbg_pair, args.quick, &[], 2)?;
+                results.colocation = Some(guest_results(newest, Scenario::Colocation, &dbg_pair, args.quick, &[], 2)?);
             }
-            Section::Reaction => results["reaction"] = reaction(args.quick)?,
+            Section::Reaction => results.reaction = Some(reaction(args.quick)?),
         }
         measured.push((section, t.elapsed().as_secs_f64()));
     }
@@ -241,10 +261,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let date = util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).unwrap_or_default();
     let command = args.command(&sections);
     for (section, seconds) in measured {
-        results["sections"][section.name()] =
-            json!({"command": command, "commit": commit.trim(), "date": date.trim(), "seconds": seconds});
+        let stamp = Stamp {
+            command: command.clone(),
+            commit: commit.trim().into(),
+            date: date.trim().into(),
+            seconds: Some(seconds),
+        };
+        results.sections.insert(section.name().into(), stamp);
     }
-    results["host_cpus"] = json!(std::thread::available_parallelism().map_or(1, |n| n.get()));
+    results.host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     fs::write(&path, serde_json::to_vec_pretty(&results)?)?;
     fs::write(root.join("BENCHMARKS.md"), report::markdown(&results))?;
     let names: Vec<&str> = sections.iter().map(|s| s.name()).collect();
@@ -257,70 +282,77 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 }
 
 /// Who measured `section`: its own stamp, else (a file written before sections were stamped)
-/// the whole file's, or the pipeline's re-run.
-pub fn provenance(results: &Value, section: Section) -> Value {
-    let own = &results["sections"][section.name()];
-    if own.is_object() {
+/// the whole file's, or the pipeline's re-run; what is not known reads "cargo xtask bench" and "?".
+pub fn provenance(results: &Benchmarks, section: Section) -> Stamp {
+    if let Some(own) = results.sections.get(section.name()) {
         return own.clone();
     }
-    if section == Section::Pipeline && results["criterion_rerun"].is_object() {
-        return results["criterion_rerun"].clone();
+    if section == Section::Pipeline
+        && let Some(rerun) = &results.criterion_rerun
+    {
+        return Stamp {
+            command: rerun.command.clone(),
+            commit: rerun.commit.clone(),
+            date: rerun.date.clone(),
+            seconds: None,
+        };
     }
-    json!({"command": results["command"], "commit": results["commit"], "date": results["date"]})
+    Stamp {
+        command: results.command.clone().unwrap_or_else(|| "cargo xtask bench".into()),
+        commit: results.commit.clone().unwrap_or_else(|| "?".into()),
+        date: results.date.clone().unwrap_or_else(|| "?".into()),
+        seconds: None,
+    }
 }
 
 /// Replace the runs of `scenario` with `runs`, keeping the others.
-fn replace_runs(results: &mut Value, scenario: &str, runs: Vec<Value>) {
-    let mut all: Vec<Value> =
-        results["runs"].as_array().into_iter().flatten().filter(|r| r["scenario"] != scenario).cloned().collect();
-    all.extend(runs);
-    results["runs"] = Value::Array(all);
+fn replace_runs(results: &mut Benchmarks, scenario: Scenario, runs: Vec<Run>) {
+    results.runs.retain(|r| r.scenario != scenario);
+    results.runs.extend(runs);
 }
 
 /// Put `rows`' samples of a fresh emulator run in place of the stored ones (the run's other rows
 /// keep theirs); with no stored emulator run the fresh one is stored whole.
-fn splice_emulator(results: &mut Value, fresh: Value, rows: &[&str]) {
-    let stored = results["runs"].as_array_mut().and_then(|runs| runs.iter_mut().find(|r| r["scenario"] == "emulator"));
-    let Some(stored) = stored else {
-        replace_runs(results, "emulator", vec![fresh]);
+fn splice_emulator(results: &mut Benchmarks, fresh: Run, rows: &[&str]) {
+    let Some(stored) = results.runs.iter_mut().find(|r| r.scenario == Scenario::Emulator) else {
+        replace_runs(results, Scenario::Emulator, vec![fresh]);
         return;
     };
-    let is_row = |s: &Value| rows.iter().any(|r| s["row"] == *r);
-    let mut samples: Vec<Value> =
-        stored["samples"].as_array().into_iter().flatten().filter(|s| !is_row(s)).cloned().collect();
-    samples.extend(fresh["samples"].as_array().into_iter().flatten().filter(|s| is_row(s)).cloned());
-    stored["samples"] = Value::Array(samples);
-    for key in ["kernel", "sizes"] {
-        stored[key] = fresh[key].clone();
-    }
+    let is_row = |s: &Sample| rows.contains(&s.row.as_str());
+    stored.samples.retain(|s| !is_row(s));
+    stored.samples.extend(fresh.samples.into_iter().filter(is_row));
+    stored.kernel = fresh.kernel;
+    stored.sizes = fresh.sizes;
     // Notes name their row first ("controller row: …"); the other rows keep theirs.
-    let mine = |n: &Value| rows.iter().any(|r| n.as_str().is_some_and(|t| t.starts_with(&format!("{r} row"))));
-    let mut notes: Vec<Value> =
-        stored["notes"].as_array().into_iter().flatten().filter(|n| !mine(n)).cloned().collect();
-    notes.extend(fresh["notes"].as_array().into_iter().flatten().cloned());
-    stored["notes"] = Value::Array(notes);
+    let mine = |n: &String| rows.iter().any(|r| n.starts_with(&format!("{r} row")));
+    stored.notes.retain(|n| !mine(n));
+    stored.notes.extend(fresh.notes);
 }
 
-/// Boot `kernel`, run the guest half of `scenario`, keep a copy of its JSON under target/bench.
-fn guest_json(
+/// Boot `kernel`, run the guest half of `scenario`, keep a copy of its JSON under target/bench;
+/// what it measured (a [`Run`] or a [`results::Colocation`]).
+fn guest_results<T: DeserializeOwned>(
     kernel: Kernel,
-    scenario: guest::Scenario,
+    scenario: Scenario,
     dbg_pair: &std::path::Path,
     quick: bool,
     extra: &[&str],
     cpus: u32,
-) -> Result<Value> {
+) -> Result<T> {
     let name = format!("{}-{scenario:?}", kernel.name()).to_lowercase();
     let out = vm::out_dir(kernel).join(format!("bench-{name}.json"));
-    let text = guest(kernel, scenario, dbg_pair, &out, quick, extra, cpus)?;
-    fs::write(target_dir().join("bench").join(format!("{name}.json")), &text)?;
-    Ok(serde_json::from_slice(&text)?)
+    let text = boot_guest(kernel, scenario, dbg_pair, &out, quick, extra, cpus)?;
+    let copy = target_dir().join("bench").join(format!("{name}.json"));
+    fs::write(&copy, &text)?;
+    serde_json::from_slice(&text).with_context(|| {
+        format!("reading the results of the {} {scenario:?} guest ({})", kernel.name(), copy.display())
+    })
 }
 
 /// Boot `kernel` and run `xtask bench-guest` for `scenario` there; the JSON it wrote to `out`.
-fn guest(
+fn boot_guest(
     kernel: Kernel,
-    scenario: guest::Scenario,
+    scenario: Scenario,
     dbg_pair: &std::path::Path,
     out: &std::path::Path,
     quick: bool,
@@ -351,7 +383,7 @@ fn guest(
         memory: "4G".into(),
         cpus,
         no_amdgpu: false,
-        module: (scenario != guest::Scenario::Amdgpu).then_some(kmod::Module::KfdEmu),
+        module: (scenario != Scenario::Amdgpu).then_some(kmod::Module::KfdEmu),
         command,
     })?;
     if status != 0 {
@@ -361,21 +393,17 @@ fn guest(
 }
 
 /// Row 5 as stored, printed as the median over runs of each run's p50 and p99.
-fn print_controller(results: &Value) {
-    let Some(doc) = results["runs"].as_array().into_iter().flatten().find(|r| r["scenario"] == "emulator") else {
+fn print_controller(results: &Benchmarks) {
+    let Some(doc) = results.runs.iter().find(|r| r.scenario == Scenario::Emulator) else {
         return;
     };
-    println!("row 5 on {}: userspace per cycle beyond the two ioctls, median of the runs", doc["kernel"]);
+    println!("row 5 on {}: userspace per cycle beyond the two ioctls, median of the runs", doc.kernel);
     for tool in ["c-ioctl-pair", "rust-ioctl-pair", "gpreempt-no-trace", "gpreempt"] {
         let mut line = format!("  {tool:<18}");
         for p in ["p50", "p99"] {
-            let mut v: Vec<f64> = doc["samples"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|s| s["tool"] == tool && s["case"] == format!("userspace per cycle {p}"))
-                .filter_map(|s| s["value"].as_f64())
-                .collect();
+            let case = format!("userspace per cycle {p}");
+            let mut v: Vec<f64> =
+                doc.samples.iter().filter(|s| s.tool == tool && s.case == case).map(|s| s.value).collect();
             v.sort_by(f64::total_cmp);
             let median = v.get(v.len() / 2).copied().unwrap_or(f64::NAN);
             line.push_str(&format!("  {p} {median:>9.2} us (runs: {v:.2?})"));
@@ -385,7 +413,7 @@ fn print_controller(results: &Value) {
 }
 
 /// Section 8: `cargo bench --bench reaction` (a paced loop on the host), its JSON line.
-fn reaction(quick: bool) -> Result<Value> {
+fn reaction(quick: bool) -> Result<Reaction> {
     let mut cmd = cargo();
     cmd.args(["bench", "--package", "gpreempt", "--bench", "reaction", "--"]);
     if quick {
@@ -393,11 +421,11 @@ fn reaction(quick: bool) -> Result<Value> {
     }
     let text = util::output(&mut cmd)?;
     let line = text.lines().rev().find(|l| l.starts_with('{')).context("the reaction bench printed no JSON")?;
-    Ok(serde_json::from_str(line)?)
+    serde_json::from_str(line).with_context(|| format!("reading the reaction bench's JSON line {line}"))
 }
 
 /// Row 2's userspace half: `cargo bench --bench pipeline`, read back from criterion's estimates.
-fn criterion(quick: bool) -> Result<Value> {
+fn criterion(quick: bool) -> Result<Vec<Criterion>> {
     let mut cmd = cargo();
     cmd.args(["bench", "--package", "gpreempt", "--bench", "pipeline", "--", "--noplot"]);
     if quick {
@@ -415,16 +443,18 @@ fn criterion(quick: bool) -> Result<Value> {
         let elements = benchmark["throughput"]["Elements"].as_f64().context("no element throughput")?;
         let ns = |k: &str, f: &str| estimates[k][f].as_f64().unwrap_or(0.0);
         let per_second = |t: f64| if t > 0.0 { elements * 1e9 / t } else { 0.0 };
-        out.push(json!({
-            "id": id,
-            "records_per_iteration": elements,
-            "events_per_second": per_second(ns("median", "point_estimate")),
+        out.push(Criterion {
+            id: id.into(),
+            records_per_iteration: elements,
+            events_per_second: per_second(ns("median", "point_estimate")),
             // The slower end of criterion's 95% interval for the median.
-            "events_per_second_low": per_second(estimates["median"]["confidence_interval"]["upper_bound"].as_f64().unwrap_or(0.0)),
-            "ns_per_event": ns("median", "point_estimate") / elements,
-        }));
+            events_per_second_low: per_second(
+                estimates["median"]["confidence_interval"]["upper_bound"].as_f64().unwrap_or(0.0),
+            ),
+            ns_per_event: ns("median", "point_estimate") / elements,
+        });
     }
-    Ok(Value::Array(out))
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -456,25 +486,80 @@ mod tests {
         assert_eq!(args(&[]).command(&Section::ALL), "cargo xtask bench");
     }
 
+    fn sample(row: &str, value: f64) -> Sample {
+        Sample { row: row.into(), case: "c".into(), tool: "t".into(), value, unit: "us".into() }
+    }
+
+    fn run(scenario: Scenario, kernel: &str, samples: Vec<Sample>, notes: &[&str]) -> Run {
+        Run {
+            scenario,
+            kernel: kernel.into(),
+            quick: false,
+            cpus: 1,
+            seconds: 1.0,
+            notes: notes.iter().map(|n| n.to_string()).collect(),
+            sizes: results::RunSizes {
+                sessions: 1,
+                loops: 1,
+                create_ioctls: 1,
+                debug_ioctls: 2,
+                rate_step_s: 1,
+                memory_events: 1,
+                controller_runs: 1,
+                controller_cycles: 1,
+                fence_iterations: 1,
+            },
+            samples,
+        }
+    }
+
     #[test]
     fn a_spliced_row_replaces_only_its_samples_and_sections_keep_their_stamp() {
-        let sample = |row: &str, v: f64| json!({"row": row, "case": "c", "tool": "t", "value": v});
-        let mut results = json!({
-            "command": "cargo xtask bench", "commit": "aaa", "date": "d0",
-            "runs": [
-                {"scenario": "amdgpu", "kernel": "k", "samples": [sample("ioctl", 1.0)]},
-                {"scenario": "emulator", "kernel": "k", "samples": [sample("controller", 1.0), sample("emulated", 2.0)]},
+        let mut results = Benchmarks {
+            command: Some("cargo xtask bench".into()),
+            commit: Some("aaa".into()),
+            date: Some("d0".into()),
+            runs: vec![
+                run(Scenario::Amdgpu, "k", vec![sample("ioctl", 1.0)], &[]),
+                run(
+                    Scenario::Emulator,
+                    "k",
+                    vec![sample("controller", 1.0), sample("emulated", 2.0)],
+                    &["controller row: old", "emulated row: kept"],
+                ),
             ],
-            "sections": {"controller": {"command": "cargo xtask bench --only controller", "commit": "bbb", "date": "d1"}},
-        });
-        let fresh = json!({"scenario": "emulator", "kernel": "k2", "samples": [sample("controller", 5.0)]});
+            ..Benchmarks::default()
+        };
+        results.sections.insert(
+            "controller".into(),
+            Stamp {
+                command: "cargo xtask bench --only controller".into(),
+                commit: "bbb".into(),
+                date: "d1".into(),
+                seconds: None,
+            },
+        );
+        let fresh = run(Scenario::Emulator, "k2", vec![sample("controller", 5.0)], &["controller row: new"]);
         splice_emulator(&mut results, fresh, &["controller"]);
-        let emu = &results["runs"][1];
-        assert_eq!(emu["kernel"], "k2");
-        assert_eq!(emu["samples"], json!([sample("emulated", 2.0), sample("controller", 5.0)]));
-        assert_eq!(results["runs"][0]["samples"], json!([sample("ioctl", 1.0)]));
-        assert_eq!(provenance(&results, Section::Controller)["commit"], "bbb");
+        let emu = &results.runs[1];
+        assert_eq!(emu.kernel, "k2");
+        assert_eq!(emu.samples, vec![sample("emulated", 2.0), sample("controller", 5.0)]);
+        assert_eq!(emu.notes, ["emulated row: kept", "controller row: new"]);
+        assert_eq!(results.runs[0].samples, vec![sample("ioctl", 1.0)]);
+        assert_eq!(provenance(&results, Section::Controller).commit, "bbb");
         // Not stamped yet: the whole file's stamp.
-        assert_eq!(provenance(&results, Section::Preemption)["commit"], "aaa");
+        assert_eq!(provenance(&results, Section::Preemption).commit, "aaa");
+        // Nothing known: placeholders.
+        let empty = Benchmarks::default();
+        assert_eq!(provenance(&empty, Section::Tracer).command, "cargo xtask bench");
+        assert_eq!(provenance(&empty, Section::Tracer).commit, "?");
+    }
+
+    #[test]
+    fn with_no_stored_emulator_run_the_fresh_one_is_stored_whole() {
+        let mut results = Benchmarks::default();
+        let fresh = run(Scenario::Emulator, "k", vec![sample("controller", 5.0), sample("emulated", 1.0)], &[]);
+        splice_emulator(&mut results, fresh.clone(), &["controller"]);
+        assert_eq!(results.runs, vec![fresh]);
     }
 }

@@ -4,9 +4,10 @@
 
 use std::fmt::Write;
 
-use serde_json::Value;
-
-use super::{Section, colocation, provenance};
+use super::{
+    Section, colocation, provenance,
+    results::{Benchmarks, Criterion, Reaction, RunSizes, Scenario},
+};
 
 /// The samples of one (run, row, case, tool), in run order.
 struct Group<'a> {
@@ -35,18 +36,15 @@ impl Group<'_> {
     }
 }
 
-fn groups<'a>(results: &'a Value, scenario: &str, row: &str) -> Vec<Group<'a>> {
+fn groups<'a>(results: &'a Benchmarks, scenario: Scenario, row: &str) -> Vec<Group<'a>> {
     let mut out: Vec<Group<'a>> = Vec::new();
-    for run in results["runs"].as_array().into_iter().flatten().filter(|r| r["scenario"] == scenario) {
-        let kernel = run["kernel"].as_str().unwrap_or("?");
-        for s in run["samples"].as_array().into_iter().flatten().filter(|s| s["row"] == row) {
-            let (case, tool) = (s["case"].as_str().unwrap_or("?"), s["tool"].as_str().unwrap_or("?"));
-            let value = s["value"].as_f64().unwrap_or(0.0);
+    for run in results.runs.iter().filter(|r| r.scenario == scenario) {
+        let kernel = run.kernel.as_str();
+        for s in run.samples.iter().filter(|s| s.row == row) {
+            let (case, tool) = (s.case.as_str(), s.tool.as_str());
             match out.iter_mut().find(|g| g.kernel == kernel && g.case == case && g.tool == tool) {
-                Some(g) => g.values.push(value),
-                None => {
-                    out.push(Group { kernel, case, tool, unit: s["unit"].as_str().unwrap_or(""), values: vec![value] })
-                }
+                Some(g) => g.values.push(s.value),
+                None => out.push(Group { kernel, case, tool, unit: &s.unit, values: vec![s.value] }),
             }
         }
     }
@@ -115,21 +113,15 @@ fn table(md: &mut String, gs: &[Group], baseline: &str, added: bool, iterations:
     md.push('\n');
 }
 
-pub fn markdown(results: &Value) -> String {
+pub fn markdown(results: &Benchmarks) -> String {
     let mut md = String::new();
-    let runs = results["runs"].as_array().cloned().unwrap_or_default();
-    let crit = |id: &str| {
-        results["criterion"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["id"] == id)
-            .and_then(|c| c["ns_per_event"].as_f64())
+    let runs = &results.runs;
+    let crit = |id: &str| results.criterion.iter().flatten().find(|c| c.id == id).map(|c| c.ns_per_event);
+    // A size of the scenario's first run (0 when there is none).
+    let size = |scenario: Scenario, key: fn(&RunSizes) -> u64| {
+        runs.iter().find(|r| r.scenario == scenario).map_or(0, |r| key(&r.sizes))
     };
-    let size = |scenario: &str, key: &str| {
-        runs.iter().find(|r| r["scenario"] == scenario).and_then(|r| r["sizes"][key].as_u64()).unwrap_or(0)
-    };
-    let mut kernels: Vec<&str> = runs.iter().filter_map(|r| r["kernel"].as_str()).collect();
+    let mut kernels: Vec<&str> = runs.iter().map(|r| r.kernel.as_str()).collect();
     kernels.sort_unstable();
     kernels.dedup();
     let _ = writeln!(
@@ -137,7 +129,7 @@ pub fn markdown(results: &Value) -> String {
         "# Benchmarks\n\nWritten by `cargo xtask bench` (host: {} cores). Each section names the command, commit \
          and date that measured it: `cargo xtask bench --only SECTION` measures one again and keeps the others \
          (sections: {}). Do not edit: rerun it. Machine-readable: `BENCHMARKS.json` (every sample).\n",
-        results["host_cpus"],
+        results.host_cpus,
         Section::ALL.map(Section::name).join(", "),
     );
     md.push_str(
@@ -168,9 +160,13 @@ pub fn markdown(results: &Value) -> String {
          --empty-probes`), what any kprobe-based tracer pays before doing anything. Each sample is \
          one loop's ns per ioctl.\n\n",
     );
-    let g1 = groups(results, "amdgpu", "ioctl");
+    let g1 = groups(results, Scenario::Amdgpu, "ioctl");
     table(&mut md, &g1, "untraced", true, |g| {
-        let n = if g.case == "create_queue" { size("amdgpu", "create_ioctls") } else { size("amdgpu", "debug_ioctls") };
+        let n = if g.case == "create_queue" {
+            size(Scenario::Amdgpu, |s| s.create_ioctls)
+        } else {
+            size(Scenario::Amdgpu, |s| s.debug_ioctls)
+        };
         format!("{} × {n}", g.values.len())
     });
     for g in g1.iter().filter(|g| g.tool == "gpreempt") {
@@ -200,16 +196,20 @@ pub fn markdown(results: &Value) -> String {
         "Events that reached the tool's output in those CREATE_QUEUE loops (a tool that loses events \
          during the loop also does less work in it):\n\n",
     );
-    let g1d = groups(results, "amdgpu", "ioctl_delivered");
-    table(&mut md, &g1d, "bpftrace", false, |g| format!("{} × {}", g.values.len(), size("amdgpu", "create_ioctls")));
+    let g1d = groups(results, Scenario::Amdgpu, "ioctl_delivered");
+    table(&mut md, &g1d, "bpftrace", false, |g| {
+        format!("{} × {}", g.values.len(), size(Scenario::Amdgpu, |s| s.create_ioctls))
+    });
     md.push_str(
         "The tools' own CPU time per CREATE_QUEUE ioctl in the same loops (user + system time of the \
          tool's process from /proc/PID/stat, all threads, measured until every event of the loop was in \
          its output; for ftrace, the `cat` copying `trace_pipe`). Under emulation the tool competes \
          with the loop for the two vCPUs, so this is part of the cost above.\n\n",
     );
-    let g1cpu = groups(results, "amdgpu", "tool_cpu");
-    table(&mut md, &g1cpu, "bpftrace", false, |g| format!("{} × {}", g.values.len(), size("amdgpu", "create_ioctls")));
+    let g1cpu = groups(results, Scenario::Amdgpu, "tool_cpu");
+    table(&mut md, &g1cpu, "bpftrace", false, |g| {
+        format!("{} × {}", g.values.len(), size(Scenario::Amdgpu, |s| s.create_ioctls))
+    });
     for k in kernels_of(&g1cpu) {
         let cpu = |t: &str| med(&g1cpu, k, "create_queue", t).unwrap_or(0.0);
         let share = |t: &str| med(&g1d, k, "create_queue", t).unwrap_or(0.0) / 100.0;
@@ -240,8 +240,10 @@ pub fn markdown(results: &Value) -> String {
          output file. The rate doubles from 4,000/s until an event is lost or the generators cannot \
          keep the pace; then it is run once more at twice the best zero-loss rate.\n\n",
     );
-    let g2 = groups(results, "amdgpu", "delivery");
-    table(&mut md, &g2, "bpftrace", false, |g| format!("{} × {} s", g.values.len(), size("amdgpu", "rate_step_s")));
+    let g2 = groups(results, Scenario::Amdgpu, "delivery");
+    table(&mut md, &g2, "bpftrace", false, |g| {
+        format!("{} × {} s", g.values.len(), size(Scenario::Amdgpu, |s| s.rate_step_s))
+    });
     for k in kernels_of(&g2) {
         let rate = |t: &str| med(&g2, k, "zero-loss rate", t).unwrap_or(0.0);
         let lost = |t: &str| med(&g2, k, "loss at 2x that rate", t).unwrap_or(0.0);
@@ -257,11 +259,9 @@ pub fn markdown(results: &Value) -> String {
             num(lost("bpftrace")),
         );
     }
-    for run in &runs {
-        for n in run["notes"].as_array().into_iter().flatten() {
-            if let Some(n) = n.as_str().filter(|n| n.contains("generator")) {
-                let _ = writeln!(md, "- {} {n}.", run["kernel"].as_str().unwrap_or("?"));
-            }
+    for run in runs {
+        for n in run.notes.iter().filter(|n| n.contains("generator")) {
+            let _ = writeln!(md, "- {} {n}.", run.kernel);
         }
     }
     md.push('\n');
@@ -273,30 +273,19 @@ pub fn markdown(results: &Value) -> String {
          | pipeline | events/s (median) | ns per event |\n|---|---|---|\n",
     );
     // One criterion result: its id, events per second and ns per event, formatted.
-    let cells = |c: &Value| {
-        (
-            c["id"].as_str().unwrap_or("?").to_owned(),
-            num(c["events_per_second"].as_f64().unwrap_or(0.0)),
-            num(c["ns_per_event"].as_f64().unwrap_or(0.0)),
-        )
-    };
-    for c in results["criterion"].as_array().into_iter().flatten() {
+    let cells = |c: &Criterion| (c.id.clone(), num(c.events_per_second), num(c.ns_per_event));
+    for c in results.criterion.iter().flatten() {
         let (id, per_second, ns) = cells(c);
         let _ = writeln!(md, "| {id} | {per_second} | {ns} |");
     }
     // What a partial run replaced (`criterion_rerun.previous`: files written before sections).
-    let previous = if results["pipeline_previous"].is_object() {
-        &results["pipeline_previous"]
-    } else {
-        &results["criterion_rerun"]["previous"]
-    };
-    if previous.is_object() {
-        let _ = writeln!(
-            md,
-            "\nBefore this measurement, at commit {}, it was:",
-            previous["commit"].as_str().unwrap_or("?"),
-        );
-        for c in previous["criterion"].as_array().into_iter().flatten() {
+    let previous = results
+        .pipeline_previous
+        .as_ref()
+        .or_else(|| results.criterion_rerun.as_ref().and_then(|r| r.previous.as_ref()));
+    if let Some(previous) = previous {
+        let _ = writeln!(md, "\nBefore this measurement, at commit {}, it was:", previous.commit);
+        for c in &previous.criterion {
             let (id, per_second, ns) = cells(c);
             let _ = writeln!(md, "- {id}: {per_second} events/s, {ns} ns per event");
         }
@@ -320,7 +309,7 @@ pub fn markdown(results: &Value) -> String {
          attached; it attaches all of its table, more functions than bpftrace's script). bpftrace: \
          until its `BEGIN` block has written `ready` (bpftrace runs BEGIN after attaching every probe).\n\n",
     );
-    let g3 = groups(results, "amdgpu", "startup");
+    let g3 = groups(results, Scenario::Amdgpu, "startup");
     table(&mut md, &g3, "bpftrace", false, |g| format!("{} starts", g.values.len()));
     for k in kernels_of(&g3) {
         if let (Some(ours), Some(bt)) =
@@ -346,9 +335,9 @@ pub fn markdown(results: &Value) -> String {
         md,
         "Two generators, paced at the tool's zero-loss rate from row 2, issue {} CREATE_QUEUE ioctls in total; then \
          `VmRSS` and `VmHWM` of the tool's process are read from /proc.\n",
-        size("amdgpu", "memory_events")
+        size(Scenario::Amdgpu, |s| s.memory_events)
     );
-    let g4 = groups(results, "amdgpu", "memory");
+    let g4 = groups(results, Scenario::Amdgpu, "memory");
     table(&mut md, &g4, "bpftrace", false, |g| format!("{} run", g.values.len()));
     for k in kernels_of(&g4) {
         if let (Some(ours), Some(bt)) = (med(&g4, k, "VmRSS", "gpreempt"), med(&g4, k, "VmRSS", "bpftrace")) {
@@ -379,9 +368,9 @@ pub fn markdown(results: &Value) -> String {
          milliseconds at a time, and those stalls set the p99 of whichever tool they hit) and every program runs from the \
          guest's tmpfs (from the 9p share, its pages would be read over virtio when first touched, some inside the measured \
          windows). Each sample is one run's p50 or p99.\n",
-        size("emulator", "controller_cycles")
+        size(Scenario::Emulator, |s| s.controller_cycles)
     );
-    let g5 = groups(results, "emulator", "controller");
+    let g5 = groups(results, Scenario::Emulator, "controller");
     table(&mut md, &g5, "c-ioctl-pair", true, |g| format!("{} runs", g.values.len()));
     for k in kernels_of(&g5) {
         let p = |case: &str, t: &str| med(&g5, k, case, t).unwrap_or(0.0);
@@ -389,17 +378,15 @@ pub fn markdown(results: &Value) -> String {
             md,
             "- {k}: beyond the two ioctls, `gpreempt preempt --no-trace` spends p50 {} µs / p99 {} µs per \
              cycle, the C loop {} µs / {} µs, its Rust twin {} µs / {} µs. KFD accepts debug-trap calls only from the thread that \
-             ptrace-seized the target, so that thread runs the whole loop. With no hold and no gap the session runs the cycles \
-             itself (`Session::back_to_back`): the ids, the fd and the flags it looks at in locals, and per cycle the two \
-             ioctls, the clock read around each, one OR over the verdicts, the out-of-process watchdog's arm and disarm (one \
-             store each), a look at the Ctrl-C and signal flags and a fixed-size record into a buffer sized and touched before \
-             the run — no system call besides the ioctls and the clock. Anything else (a verdict other than done, a snapshot \
-             due, a signal from the target or KFD, seen between cycles) goes to the general path, whose holds and gaps are one \
-             ppoll over the debug-event pipe, SIGCHLD and Ctrl-C. With the tracer, a thread of its own drains the ring buffer \
-             every 10 ms and matches the spans to iterations by time after the run; its windows are longer than the untraced \
-             ones although its probes run inside the ioctls, a difference this row does not break down. Under software emulation every distinct page, \
-             call level and field load between the two ioctls is expensive, which is why the loop keeps to locals; the \
-             Rust twin, which checks nothing, measures the language's own share. The p99 is about the 10th-longest window \
+             ptrace-seized the target, so that thread runs the whole loop. The controller has one cycle implementation: \
+             SUSPEND_QUEUES, the hold, RESUME_QUEUES, the gap, where a hold or a gap is one ppoll (over the debug-event pipe, \
+             the target's signals and Ctrl-C) only when it is non-zero; with both at 0, as here, a cycle waits for nothing, and \
+             what this row measures between the ioctls is the cycle's own work: its checks, its clock reads and its record of \
+             the iteration. With the tracer, a thread of its own drains the ring buffer every 10 ms and matches the spans to \
+             iterations by time after the run; its windows are longer than the untraced ones although its probes run inside \
+             the ioctls, a difference this row does not break down. Under software emulation every distinct page, call level \
+             and field load between the two ioctls is expensive; the Rust twin, which checks nothing, measures the \
+             language's own share. The p99 is about the 10th-longest window \
              of a run: a vCPU stall or a preemption that lands in a window makes it, and the longer a tool's windows, the \
              more of them such events hit.\n",
             num(p("userspace per cycle p50", "gpreempt-no-trace")),
@@ -422,9 +409,9 @@ pub fn markdown(results: &Value) -> String {
          measures (the same eBPF programs as `gpreempt trace`), against the delay the emulator was \
          told to spend. Emulation-only figures: they show gpreempt's added latency and the span's \
          accuracy, not a GPU's.\n",
-        size("emulator", "fence_iterations")
+        size(Scenario::Emulator, |s| s.fence_iterations)
     );
-    let g6 = groups(results, "emulator", "emulated");
+    let g6 = groups(results, Scenario::Emulator, "emulated");
     table(&mut md, &g6, "emulator", false, |g| format!("{} run", g.values.len()));
     for k in kernels_of(&g6) {
         for g in g6.iter().filter(|g| g.kernel == k && g.tool == "emulator") {
@@ -449,18 +436,18 @@ pub fn markdown(results: &Value) -> String {
 
     // ---- 7 ----
     md.push_str("## 7. Co-location: online latency and offline throughput, with and without `gpreempt schedule`\n\n");
-    if results["colocation"].is_object() {
+    if let Some(doc) = &results.colocation {
         stamp(&mut md, results, Section::Colocation, "section 7");
-        colocation::section(&mut md, &results["colocation"]);
+        colocation::section(&mut md, doc);
     } else {
         md.push_str("Not measured yet: `cargo xtask bench --only colocation`.\n\n");
     }
 
     // ---- 8 ----
     md.push_str("## 8. Native reaction path of `gpreempt schedule`\n\n");
-    if results["reaction"].is_object() {
+    if let Some(r) = &results.reaction {
         stamp(&mut md, results, Section::Reaction, "section 8");
-        reaction(&mut md, &results["reaction"]);
+        reaction(&mut md, r);
     } else {
         md.push_str("Not measured yet: `cargo xtask bench --only reaction`.\n\n");
     }
@@ -470,19 +457,13 @@ pub fn markdown(results: &Value) -> String {
 }
 
 /// The line naming who measured `section` (`what`: which part of the page it covers).
-fn stamp(md: &mut String, results: &Value, section: Section, what: &str) {
+fn stamp(md: &mut String, results: &Benchmarks, section: Section, what: &str) {
     let p = provenance(results, section);
-    let _ = writeln!(
-        md,
-        "*{what}: measured by `{}` at commit `{}` on {}.*\n",
-        p["command"].as_str().unwrap_or("cargo xtask bench"),
-        p["commit"].as_str().unwrap_or("?"),
-        p["date"].as_str().unwrap_or("?"),
-    );
+    let _ = writeln!(md, "*{what}: measured by `{}` at commit `{}` on {}.*\n", p.command, p.commit, p.date);
 }
 
-fn reaction(md: &mut String, r: &Value) {
-    let us = |k: &str| r[k].as_f64().unwrap_or(0.0) / 1e3;
+fn reaction(md: &mut String, r: &Reaction) {
+    let us = |ns: f64| ns / 1e3;
     let _ = writeln!(
         md,
         "On the host, natively, no VM and no GPU: `cargo bench -p gpreempt --bench reaction` runs the real \
@@ -497,15 +478,15 @@ fn reaction(md: &mut String, r: &Value) {
          | {} | {} µs | {} µs | {} µs | {} µs | {} µs |\n\n\
          The userspace part of the reaction is {} µs at the median and {} µs at p99; the maximum is the host's \
          CPU scheduler taking the core away, not the path.\n",
-        r["gap_us"],
-        r["samples"],
-        num(us("p50_ns")),
-        num(us("p99_ns")),
-        num(us("max_ns")),
-        num(us("min_ns")),
-        num(us("loop_step_ns")),
-        num(us("p50_ns")),
-        num(us("p99_ns")),
+        r.gap_us,
+        r.samples,
+        num(us(r.p50_ns)),
+        num(us(r.p99_ns)),
+        num(us(r.max_ns)),
+        num(us(r.min_ns)),
+        num(us(r.loop_step_ns)),
+        num(us(r.p50_ns)),
+        num(us(r.p99_ns)),
     );
 }
 
@@ -529,7 +510,7 @@ runs.\n";
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -537,14 +518,18 @@ mod tests {
         json!({"row": row, "case": case, "tool": tool, "value": value, "unit": "ns/ioctl"})
     }
 
-    fn results() -> Value {
-        json!({
+    /// A file as an older `cargo xtask bench` wrote it (one stamp for the whole run).
+    fn results() -> Benchmarks {
+        serde_json::from_value(json!({
             "command": "cargo xtask bench --quick", "commit": "abc1234", "date": "2026-11-21", "seconds": 250.0,
             "host_cpus": 2,
-            "criterion": [{"id": "decode+map", "events_per_second": 2.5e6, "ns_per_event": 400.0}],
+            "criterion": [{"id": "decode+map", "events_per_second": 2.5e6, "events_per_second_low": 2.4e6,
+                           "ns_per_event": 400.0, "records_per_iteration": 1000.0}],
             "runs": [{
-                "scenario": "amdgpu", "kernel": "6.12.117+deb12-amd64",
-                "sizes": {"create_ioctls": 10000, "debug_ioctls": 4000},
+                "scenario": "amdgpu", "kernel": "6.12.117+deb12-amd64", "quick": true, "cpus": 2, "seconds": 200.0,
+                "sizes": {"create_ioctls": 10000, "debug_ioctls": 4000, "sessions": 1, "loops": 2,
+                          "rate_step_s": 1, "memory_events": 50000, "controller_runs": 2,
+                          "controller_cycles": 300, "fence_iterations": 100},
                 "notes": [],
                 "samples": [
                     sample("ioctl", "create_queue", "untraced", 1000.0),
@@ -557,13 +542,14 @@ mod tests {
                     sample("ioctl", "create_queue", "ftrace-function", 5100.0),
                 ],
             }],
-        })
+        }))
+        .expect("a complete file")
     }
 
     #[test]
     fn medians_ranges_and_ratios_come_from_the_samples() {
         let r = results();
-        let g = groups(&r, "amdgpu", "ioctl");
+        let g = groups(&r, Scenario::Amdgpu, "ioctl");
         assert_eq!(g.len(), 5);
         let untraced = find(&g, "6.12.117+deb12-amd64", "create_queue", "untraced").unwrap();
         assert_eq!((untraced.median(), untraced.min(), untraced.max()), (1100.0, 1000.0, 1200.0));

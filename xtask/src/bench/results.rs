@@ -1,0 +1,313 @@
+//! What `cargo xtask bench` measures, as the types both halves share: the guest (`xtask
+//! bench-guest`, in the VM) serializes a [`Run`] or a [`Colocation`] to JSON, the host reads it
+//! back and keeps it, with what it measured itself, in BENCHMARKS.json ([`Benchmarks`]), from
+//! which `report.rs` writes BENCHMARKS.md.
+//!
+//! The field names are the JSON keys BENCHMARKS.json has always had, and every struct declares its
+//! fields in alphabetical order: the order `serde_json::Value` wrote them in (its maps are sorted),
+//! so rewriting the file after a partial run changes only what was measured. Fields that may be
+//! absent are `Option`s (or default to empty); any other missing field is an error that names it.
+
+use std::collections::BTreeMap;
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+
+/// Which guest half ran; the `scenario` of a run and `xtask bench-guest --scenario`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// Rows 1-4 on the real amdgpu driver.
+    Amdgpu,
+    /// Rows 5-6 on the KFD emulator module.
+    Emulator,
+    /// The co-location benchmark on the KFD emulator module (`colocation.rs`).
+    Colocation,
+}
+
+/// BENCHMARKS.json: every section's results and who measured them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Benchmarks {
+    /// Section 7 (not measured yet: absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub colocation: Option<Colocation>,
+    /// Files written before sections were stamped: the whole run's command, commit and date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Row 2's userspace pipeline, one entry per criterion benchmark.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub criterion: Option<Vec<Criterion>>,
+    /// Files written before sections were stamped: the pipeline measured again on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub criterion_rerun: Option<CriterionRerun>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
+    /// The host's cores when the file was last written.
+    pub host_cpus: usize,
+    /// What a partial run of the pipeline replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline_previous: Option<PipelinePrevious>,
+    /// Section 8 (not measured yet: absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaction: Option<Reaction>,
+    /// Rows 1-6: the guest runs of the amdgpu and emulator scenarios.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<Run>,
+    /// Files written before sections were stamped: the whole run's length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// Who measured each section, by [`super::Section::name`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sections: BTreeMap<String, Stamp>,
+}
+
+/// The command, commit and date that measured a section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stamp {
+    pub command: String,
+    pub commit: String,
+    pub date: String,
+    /// How long measuring the section took (unknown for the stamps of older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+}
+
+/// One criterion benchmark of the userspace pipeline (row 2).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Criterion {
+    pub events_per_second: f64,
+    /// The slower end of criterion's 95% interval for the median.
+    pub events_per_second_low: f64,
+    pub id: String,
+    pub ns_per_event: f64,
+    pub records_per_iteration: f64,
+}
+
+/// The pipeline's numbers before a partial run replaced them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelinePrevious {
+    pub commit: String,
+    pub criterion: Vec<Criterion>,
+}
+
+/// `criterion_rerun` of files written before sections were stamped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CriterionRerun {
+    pub command: String,
+    pub commit: String,
+    pub date: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<PipelinePrevious>,
+}
+
+/// Section 8: the JSON line `cargo bench -p gpreempt --bench reaction` prints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reaction {
+    /// Between one posted dispatch and the next.
+    pub gap_us: u64,
+    pub loop_step_ns: f64,
+    pub max_ns: f64,
+    pub min_ns: f64,
+    pub p50_ns: f64,
+    pub p99_ns: f64,
+    pub resumes: u64,
+    pub samples: u64,
+    pub suspends: u64,
+}
+
+/// What one guest of the amdgpu or emulator scenario measured (rows 1-6).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Run {
+    /// The guest's vCPUs.
+    pub cpus: usize,
+    /// The guest kernel's release.
+    pub kernel: String,
+    /// Remarks for the report; a row's own start with its name ("controller row: …").
+    pub notes: Vec<String>,
+    pub quick: bool,
+    pub samples: Vec<Sample>,
+    pub scenario: Scenario,
+    pub seconds: f64,
+    pub sizes: RunSizes,
+}
+
+/// One measurement; the report groups them by (row, case, tool).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sample {
+    pub case: String,
+    pub row: String,
+    pub tool: String,
+    pub unit: String,
+    pub value: f64,
+}
+
+/// How much of everything a run did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSizes {
+    pub controller_cycles: u64,
+    pub controller_runs: u64,
+    pub create_ioctls: u64,
+    /// SUSPEND_QUEUES and RESUME_QUEUES together, per loop.
+    pub debug_ioctls: u64,
+    pub fence_iterations: u64,
+    pub loops: u64,
+    pub memory_events: u64,
+    pub rate_step_s: u64,
+    pub sessions: u64,
+}
+
+/// What the co-location guest measured (section 7).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Colocation {
+    pub cpus: usize,
+    /// The emulator's parameters during the run.
+    pub emulator: EmulatorParams,
+    pub kernel: String,
+    pub plan: ColocationPlan,
+    pub quick: bool,
+    pub rounds: Vec<Round>,
+    pub scenario: Scenario,
+    pub seconds: f64,
+}
+
+/// `/sys/module/kfd_emu/parameters` as the co-location run found them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmulatorParams {
+    pub preempt_delay_us: u64,
+    pub restore_delay_us: u64,
+    pub tick_us: u64,
+}
+
+/// The co-location run's shape.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColocationPlan {
+    /// Online: `dispatches` dispatches of `dispatch_us` every `period_us`.
+    pub dispatch_us: u64,
+    pub dispatches: u64,
+    /// Offline: its ring kept full of dispatches of this cost.
+    pub offline_dispatch_us: u64,
+    pub period_us: u64,
+    pub requests: u64,
+    pub rounds: u64,
+    /// The `gpreempt schedule` command line, with placeholders for the pids.
+    pub schedule: String,
+}
+
+/// One co-location round: each state once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Round {
+    pub alone: Alone,
+    pub colocated: Colocated,
+    pub offline_alone: OfflineAlone,
+    pub round: u64,
+    pub scheduled: Scheduled,
+}
+
+/// The online workload alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Alone {
+    /// Every request's latency, ms.
+    pub latency_ms: Vec<f64>,
+}
+
+/// The offline workload alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfflineAlone {
+    /// Dispatches completed per second.
+    pub per_s: f64,
+}
+
+/// Both workloads, without gpreempt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Colocated {
+    pub latency_ms: Vec<f64>,
+    pub offline_per_s: f64,
+}
+
+/// Both workloads under `gpreempt schedule`; the counts and statistics are its summary's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scheduled {
+    pub attach_refreshes: u64,
+    /// gpreempt's CPU time over the online run (`None`: /proc/PID/stat could not be read).
+    pub cpu_ms: Option<f64>,
+    pub failed_suspends: u64,
+    pub latency_ms: Vec<f64>,
+    pub offline_per_s: f64,
+    pub polls: u64,
+    /// `None` when the run had no reaction (gpreempt's summary says null).
+    pub reaction_us: Option<Stats>,
+    pub resume_us: Option<Stats>,
+    pub resumes: u64,
+    /// Start to the offline process attached, s.
+    pub startup_s: f64,
+    pub suspend_us: Option<Stats>,
+    pub suspends: u64,
+    /// The online run's length, ms.
+    pub window_ms: f64,
+}
+
+/// A summary of samples as gpreempt reports it (`gpreempt::stats::Summary`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub count: u64,
+    pub max: f64,
+    pub mean: f64,
+    pub min: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub stddev: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    /// The committed BENCHMARKS.json reads into the types and writes back the same document, byte
+    /// for byte: no field is lost, renamed, reordered or turned from an integer into a float.
+    #[test]
+    fn benchmarks_json_survives_a_round_trip_through_the_types() {
+        let path = crate::util::workspace_root().join("BENCHMARKS.json");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return; // not measured yet
+        };
+        let typed: Benchmarks = serde_json::from_str(&text).expect("BENCHMARKS.json reads into the types");
+        let again = serde_json::to_string_pretty(&typed).expect("serializes");
+        let (a, b): (Value, Value) =
+            (serde_json::from_str(&text).expect("JSON"), serde_json::from_str(&again).expect("JSON"));
+        assert_eq!(a, b);
+        assert_eq!(text.trim_end(), again);
+    }
+
+    #[test]
+    fn a_missing_field_is_an_error_that_names_it() {
+        let e = serde_json::from_str::<Sample>(r#"{"case": "c", "row": "r", "tool": "t", "unit": "us"}"#)
+            .expect_err("no value");
+        assert!(e.to_string().contains("missing field `value`"), "{e}");
+        let e = serde_json::from_str::<Benchmarks>(r#"{"host_cpus": 2, "runz": []}"#).expect_err("a typo");
+        assert!(e.to_string().contains("unknown field `runz`"), "{e}");
+        // What may be missing is: an empty file of stamps and runs, a round without CPU time.
+        let b: Benchmarks = serde_json::from_str(r#"{"host_cpus": 2}"#).expect("reads");
+        assert!(b.runs.is_empty() && b.sections.is_empty() && b.colocation.is_none());
+    }
+}
