@@ -12,8 +12,9 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use gpreempt::{
     clock::WallClock,
     model::Model,
+    pipeline::Pipeline,
     report::jsonl::JsonLines,
-    trace::{decode::decode, filter::Filter, pipeline::Pipeline},
+    trace::{decode::decode, filter::Filter},
 };
 use gpreempt_common::{
     kfd_uapi::CreateQueueArgs,

@@ -24,19 +24,18 @@ use std::{
 
 use gpreempt::{
     clock::monotonic_ns,
-    domain::HostPid,
-    kfd::{
-        debugger::{Batch, DebugError, Detached, Notice, Options, Selection},
-        uapi::QueueSnapshotEntry,
+    controller::{
+        control::Control,
+        vocabulary::{Batch, DebugError, Detached, Notice, Options, Selection},
     },
-    roots::Roots,
+    domain::HostPid,
+    host::{roots::Roots, select::Selector},
+    kfd::uapi::QueueSnapshotEntry,
     schedule::{
         Config, Event, Scheduler,
-        control::Control,
         discover::{Change, Discovery},
         policy::PolicyConfig,
     },
-    select::Selector,
     stats::Summary,
 };
 use serde_json::json;

@@ -100,10 +100,10 @@ pub enum Command {
 pub struct ScheduleArgs {
     /// Latency-critical processes: host pids or container:NAME (name, id or id prefix).
     #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
-    pub online: Vec<gpreempt::select::Selector>,
+    pub online: Vec<gpreempt::host::select::Selector>,
     /// Throughput processes whose queues are suspended: host pids or container:NAME.
     #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
-    pub offline: Vec<gpreempt::select::Selector>,
+    pub offline: Vec<gpreempt::host::select::Selector>,
     /// Resume the offline queues after this long without online work, ms.
     #[arg(long, default_value_t = 2.0, value_name = "MS")]
     pub idle_ms: f64,
@@ -187,7 +187,7 @@ pub struct PreemptArgs {
     /// here that exits during the run is detached, the others go on, and the command then exits
     /// with status 1; a container's processes may exit without failing the run.
     #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
-    pub offline: Vec<gpreempt::select::Selector>,
+    pub offline: Vec<gpreempt::host::select::Selector>,
     /// Suspend/resume cycles.
     #[arg(long, default_value_t = 100)]
     pub iterations: u32,
@@ -253,11 +253,11 @@ fn parse_queue_selection(text: &str) -> Result<QueueSelectionArg, String> {
 
 fn parse_grace_period(text: &str) -> Result<u32, String> {
     if text == "driver" {
-        return Ok(gpreempt::kfd::debugger::DRIVER_GRACE_PERIOD);
+        return Ok(gpreempt::controller::vocabulary::DRIVER_GRACE_PERIOD);
     }
     text.parse::<u32>()
         .ok()
-        .filter(|&v| v != gpreempt::kfd::debugger::DRIVER_GRACE_PERIOD)
+        .filter(|&v| v != gpreempt::controller::vocabulary::DRIVER_GRACE_PERIOD)
         .ok_or_else(|| format!("`{text}` is not a grace period (a number of 1000-cycle units, or `driver`)"))
 }
 
@@ -455,7 +455,7 @@ mod tests {
 
     #[test]
     fn preempt_flags_parse_with_defaults() {
-        use gpreempt::{domain::HostPid, select::Selector};
+        use gpreempt::{domain::HostPid, host::select::Selector};
         let cli =
             Cli::try_parse_from(["gpreempt", "preempt", "--offline", "42", "container:trainer", "--quiet"]).unwrap();
         let Command::Preempt(p) = cli.command else { panic!("not preempt") };
@@ -489,7 +489,7 @@ mod tests {
 
     #[test]
     fn schedule_takes_several_selectors_per_side() {
-        use gpreempt::{domain::HostPid, select::Selector};
+        use gpreempt::{domain::HostPid, host::select::Selector};
         let cli = Cli::try_parse_from([
             "gpreempt",
             "schedule",

@@ -15,7 +15,7 @@ fn now_ns(clock: ClockId) -> i128 {
     clock_gettime(clock).map_or(0, |t| i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec()))
 }
 
-/// CLOCK_BOOTTIME now, ns: the time base of every [`crate::trace::decode::Event`].
+/// CLOCK_BOOTTIME now, ns: the time base of every [`crate::event::Event`].
 pub fn boottime_ns() -> u64 {
     now_ns(ClockId::CLOCK_BOOTTIME) as u64
 }

@@ -9,8 +9,8 @@ use std::{fs, path::Path};
 use serde::Serialize;
 
 use crate::{
+    host::procinfo::effective_caps,
     kfd::{Device, KfdVersion},
-    model::procinfo::effective_caps,
     trace::{
         missed::{self, MissedSupport},
         probes::{self, ResolvedProbe},
@@ -113,7 +113,7 @@ impl Report {
     }
 }
 
-pub use crate::roots::Roots;
+pub use crate::host::roots::Roots;
 
 fn read_trimmed(path: &Path) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_owned())

@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use gpreempt_common::kfd_uapi::{dbg_trap_op, queue_type};
+use gpreempt_common::kfd_uapi::{dbg_trap_op, queue_type, runtime_state};
 use serde::{Serialize, Serializer};
 
 /// A process id in the host's pid namespace (the thread-group id the kernel probes see).
@@ -105,6 +105,71 @@ impl DebugTrapOp {
     pub const ENABLE: Self = Self(dbg_trap_op::ENABLE);
     pub const SUSPEND_QUEUES: Self = Self(dbg_trap_op::SUSPEND_QUEUES);
     pub const RESUME_QUEUES: Self = Self(dbg_trap_op::RESUME_QUEUES);
+}
+
+impl DebugTrapOp {
+    pub const DISABLE: Self = Self(dbg_trap_op::DISABLE);
+    pub const GET_QUEUE_SNAPSHOT: Self = Self(dbg_trap_op::GET_QUEUE_SNAPSHOT);
+
+    /// The UAPI name without the `KFD_IOC_DBG_TRAP_` prefix (`SUSPEND_QUEUES`), as error
+    /// messages and docs/kfd.md spell it; the number when unknown.
+    pub fn uapi_name(self) -> String {
+        dbg_trap_op::name(self.0).map_or_else(|| self.0.to_string(), str::to_owned)
+    }
+}
+
+/// `kfd_runtime_info.runtime_state` (`enum kfd_dbg_runtime_state`, KFD 1.13+): whether the
+/// target's ROCm runtime enabled its debug interface (AMDKFD_IOC_RUNTIME_ENABLE). SUSPEND and
+/// RESUME need `Enabled`. Serialised as the kernel's number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RuntimeState {
+    #[default]
+    Disabled,
+    Enabled,
+    EnabledBusy,
+    EnabledError,
+    Other(u32),
+}
+
+impl RuntimeState {
+    pub fn from_raw(raw: u32) -> Self {
+        match raw {
+            runtime_state::DISABLED => Self::Disabled,
+            runtime_state::ENABLED => Self::Enabled,
+            runtime_state::ENABLED_BUSY => Self::EnabledBusy,
+            runtime_state::ENABLED_ERROR => Self::EnabledError,
+            other => Self::Other(other),
+        }
+    }
+
+    pub fn raw(self) -> u32 {
+        match self {
+            Self::Disabled => runtime_state::DISABLED,
+            Self::Enabled => runtime_state::ENABLED,
+            Self::EnabledBusy => runtime_state::ENABLED_BUSY,
+            Self::EnabledError => runtime_state::ENABLED_ERROR,
+            Self::Other(n) => n,
+        }
+    }
+}
+
+impl RuntimeState {
+    /// How `gpreempt preempt` describes it when attaching.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Disabled => "not enabled (suspends will fail until the target's ROCm runtime starts)",
+            Self::Enabled => "enabled",
+            Self::EnabledBusy => "enabled-busy",
+            Self::EnabledError => "enabled-error",
+            Self::Other(_) => "unknown",
+        }
+    }
+}
+
+impl Serialize for RuntimeState {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(self.raw())
+    }
 }
 
 /// `enum KFD_QUEUE_EVICTION_TRIGGERS` (identical in 6.1, 6.12 and the newest tree).
@@ -219,5 +284,8 @@ mod tests {
         assert_eq!(format!("{:#06x} {:<12}|", GpuId(0x12), QueueType::ComputeAql), "0x0012 compute-aql |");
         assert_eq!(QueueType::from_raw(9).raw(), 9);
         assert_eq!(EvictionTrigger::from_raw(4).to_string(), "criu_checkpoint");
+        assert_eq!(DebugTrapOp::SUSPEND_QUEUES.uapi_name(), "SUSPEND_QUEUES");
+        assert_eq!(serde_json::json!([RuntimeState::Enabled, RuntimeState::from_raw(7)]), serde_json::json!([1, 7]));
+        assert_eq!(RuntimeState::from_raw(3), RuntimeState::EnabledError);
     }
 }

@@ -1,37 +1,36 @@
 //! gpreempt: see and control the compute queues of AMD GPUs through the stock KFD driver.
 //!
-//! - [`kfd`]: the KFD user API (`/dev/kfd` ioctls).
-//! - [`trace`]: eBPF probes on the KFD paths of `amdgpu.ko` and the event stream they produce.
-//! - [`doctor`]: what this host offers gpreempt and what to do about each gap.
-//! - [`model`]: what the event stream says about the host (queue map, spans), applied in one place.
-//! - [`report`]: output sinks over that stream (console lines, JSON Lines, Perfetto, summary).
-//! - [`preempt`]: the suspend/resume measurement loop on a [`kfd::session::Session`]; [`stats`] its statistics;
-//!   [`group`]: the same loop over several offline targets on one thread.
-//! - [`output`]: output files that never follow symlinks, and terminal-safe text from other processes.
-//! - [`schedule`]: `gpreempt schedule` — online work seen from outside (AQL indices, occupancy,
-//!   hints), the policy state machine, and the scheduler driving offline [`kfd::session::Session`]s;
-//!   [`select`]: pid and `container:NAME` selectors.
-//! - [`signal_pipe`]: signals as a readable fd, so one `ppoll` waits for them too.
-//! - [`agent`]: the node daemon's configuration, HTTP endpoint and policy seam.
-//! - [`metrics`]: Prometheus series of the event stream (`gpreempt agent`); [`k8s`]: a process's pod.
-//! - [`roots`]: where the host's state is read (`/proc`, `/sys`, Docker's state, KFD debugfs).
+//! The floor plan (docs/architecture.md), from the bottom up; a module uses only those above it
+//! in this list:
+//! - [`domain`] (the vocabulary: [`domain::HostPid`], [`domain::QueueId`], [`domain::GpuId`], …),
+//!   [`clock`], [`stats`], [`output`]: leaves.
+//! - [`kfd`]: the KFD user ABI only (`/dev/kfd`, layouts, one typed function per debug-trap op).
+//! - [`host`]: what the host's files say (`/proc`, sysfs, debugfs, container runtimes, selectors).
+//! - [`event`]: the low-level event type; [`trace`]: the eBPF probes that produce it.
+//! - [`model`]: what the event stream says (queue map, spans, queue/process lifecycle notices).
+//! - [`report`]: output sinks; [`pipeline`]: events through the model to the sinks and
+//!   subscribers, and the one in-process tracer.
+//! - [`views`]: snapshot views (hardware queue state, a process's queues).
+//! - [`controller`]: suspend/resume through the debug-trap API (session, watchdog, measurement
+//!   loop, the `Control` seam).
+//! - [`schedule`]: `gpreempt schedule`; [`metrics`] and [`agent`]: the node daemon;
+//!   [`doctor`], [`analyze`]: diagnoses.
 
 pub mod agent;
 pub mod analyze;
 pub mod clock;
+pub mod controller;
 pub mod doctor;
 pub mod domain;
-pub mod group;
-pub mod k8s;
+pub mod event;
+pub mod host;
 pub mod kfd;
 pub mod metrics;
 pub mod model;
 pub mod output;
-pub mod preempt;
+pub mod pipeline;
 pub mod report;
-pub mod roots;
 pub mod schedule;
-pub mod select;
-pub mod signal_pipe;
 pub mod stats;
 pub mod trace;
+pub mod views;

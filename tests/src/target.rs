@@ -11,7 +11,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use gpreempt::model::procinfo;
+use gpreempt::host::procinfo;
 
 use crate::binary;
 

@@ -14,11 +14,14 @@ use std::{
 };
 
 use gpreempt::{
-    domain::HostPid,
-    kfd::{
-        Debugger, Device, KfdVersion,
-        debugger::{Options, QueueResult, Selection},
+    controller::{
+        Debugger,
         session::Session,
+        vocabulary::{Options, QueueResult, Selection},
+    },
+    domain::{HostPid, QueueId, RuntimeState},
+    kfd::{
+        Device, KfdVersion,
         uapi::{self, DbgTrapArgs},
     },
 };
@@ -120,6 +123,12 @@ fn the_kernel_decides_between_the_debug_trap_and_a_clear_refusal() {
     assert_eq!((v["source"].as_str(), v["queues"].clone()), (Some("sysfs"), serde_json::json!([])));
 }
 
+/// `AMDKFD_IOC_DBG_TRAP` as a client would make it, outside gpreempt's typed functions.
+fn raw_dbg_trap(kfd: &Device, args: &mut DbgTrapArgs) -> Result<i32, Errno> {
+    // SAFETY: the only pointer in `args` is the caller's `RuntimeInfo`, alive for the call.
+    unsafe { uapi::dbg_trap(std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(kfd)), args) }
+}
+
 #[test]
 fn a_debug_session_has_the_kernels_exact_answers() {
     let target = RtTarget::start(&[]).unwrap();
@@ -130,8 +139,8 @@ fn a_debug_session_has_the_kernels_exact_answers() {
     let mut args = DbgTrapArgs::enable(pid, 0, &raw mut info as u64, 16, std::os::fd::AsRawFd::as_raw_fd(&w) as u32);
     if !debug_trap_kernel() {
         assert_no_runtime_enable(&target);
-        assert_eq!(kfd.dbg_trap(&mut args), Err(Errno::ENOTTY), "no DBG_TRAP ioctl on KFD 1.11");
-        let refused = Debugger::attach(pid, Options::default()).err().expect("attach must fail on KFD 1.11");
+        assert_eq!(raw_dbg_trap(&kfd, &mut args), Err(Errno::ENOTTY), "no DBG_TRAP ioctl on KFD 1.11");
+        let refused = Debugger::attach(HostPid(pid), Options::default()).err().expect("attach must fail on KFD 1.11");
         assert_eq!(refused.to_string(), NO_DEBUG_TRAP);
         assert_eq!(tracer_pid(pid).unwrap(), 0, "refused before PTRACE_SEIZE");
         return;
@@ -139,17 +148,17 @@ fn a_debug_session_has_the_kernels_exact_answers() {
     assert_eq!(target.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
 
     // Without the ptrace link KFD refuses ENABLE (§2.1 step 4).
-    assert_eq!(kfd.dbg_trap(&mut args), Err(Errno::EPERM));
+    assert_eq!(raw_dbg_trap(&kfd, &mut args), Err(Errno::EPERM));
 
-    let debugger = Debugger::attach(pid, Options::default()).unwrap();
+    let debugger = Debugger::attach(HostPid(pid), Options::default()).unwrap();
     let a = debugger.attached();
     assert_eq!(
         (a.pid, a.comm.as_str(), a.kfd_version, a.runtime_state),
-        (pid, "rt-target", KfdVersion { major: 1, minor: 17 }, 1)
+        (HostPid(pid), "rt-target", KfdVersion { major: 1, minor: 17 }, RuntimeState::Enabled)
     );
     assert_eq!(tracer_pid(pid).unwrap(), std::process::id());
     assert_eq!(debugger.snapshot(true).unwrap(), vec![]);
-    let batch = debugger.suspend(Selection::Ids(vec![0, 1]), 0).unwrap();
+    let batch = debugger.suspend(Selection::Ids(vec![QueueId(0), QueueId(1)]), 0).unwrap();
     assert_eq!(batch.count, 0);
     let verdicts: Vec<(u32, QueueResult)> = batch.outcomes.iter().map(|o| (o.queue_id.0, o.result())).collect();
     assert_eq!(verdicts, [(0, QueueResult::Invalid), (1, QueueResult::Invalid)]);
@@ -160,7 +169,7 @@ fn a_debug_session_has_the_kernels_exact_answers() {
     assert_eq!((detached.disabled, detached.resumed), (true, 0));
     assert_eq!(tracer_pid(pid).unwrap(), 0);
     // A second session works: DISABLE really ended the first one (no EALREADY).
-    let again = Debugger::attach(pid, Options::default()).unwrap();
+    let again = Debugger::attach(HostPid(pid), Options::default()).unwrap();
     assert!(again.detach().disabled);
 }
 
@@ -404,7 +413,7 @@ fn bad_targets_are_refused_with_the_cause() {
     sleeper.kill().unwrap();
     sleeper.wait().unwrap();
     assert_eq!(
-        Debugger::attach(std::process::id(), Options::default()).err().unwrap().to_string(),
+        Debugger::attach(HostPid(std::process::id()), Options::default()).err().unwrap().to_string(),
         format!(
             "pid {} is gpreempt itself; give the pid of the offline GPU process (see `gpreempt ps`)",
             std::process::id()

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpreempt::kfd::{Device, tracee::DETACH_DEADLINE};
+use gpreempt::{controller::tracee::DETACH_DEADLINE, kfd::Device};
 use gpreempt_tests::{
     LineHelper, binary,
     controller::spawn_preempt,

@@ -397,7 +397,7 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
 /// Resident set size of `pid` in KiB.
 fn rss_kib(pid: u32) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let value = gpreempt::model::procinfo::status_field(&status, "VmRSS").context("no VmRSS")?;
+    let value = gpreempt::host::procinfo::status_field(&status, "VmRSS").context("no VmRSS")?;
     Ok(value.trim_end_matches("kB").trim().parse()?)
 }
 
@@ -420,7 +420,7 @@ const CHURN_WORKERS: u32 = 4;
 /// one in the agent).
 fn meminfo_kib(field: &str) -> Result<u64> {
     let text = std::fs::read_to_string("/proc/meminfo")?;
-    let value = gpreempt::model::procinfo::status_field(&text, field).with_context(|| format!("no {field}"))?;
+    let value = gpreempt::host::procinfo::status_field(&text, field).with_context(|| format!("no {field}"))?;
     Ok(value.trim_end_matches("kB").trim().parse()?)
 }
 

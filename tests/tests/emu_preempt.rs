@@ -16,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use gpreempt::preempt::monotonic_ns;
+use gpreempt::controller::measure::monotonic_ns;
 use gpreempt_tests::{
     EmuParam, LineHelper, binary,
     controller::{advances, rptr_now},
@@ -427,15 +427,15 @@ fn session_queue_created_mid_hold_is_suspended_within_the_same_hold() {
     assert!(eventually(30 * SECOND, || offline.cmd("rptr").unwrap()["rptr"][1].as_u64() == Some(first + 4)));
 }
 
-/// No hold and no gap: the session runs the cycles itself, two ioctls each, and hands a cycle to
-/// the general path when a signal says the target has news. A queue created mid-run (KFD raises
+/// No hold and no gap: every cycle is SUSPEND_QUEUES then RESUME_QUEUES, and the session looks at
+/// the target only when a signal says it has news. A queue created mid-run (KFD raises
 /// EC_QUEUE_NEW, SIGIO) is suspended late in the cycle that sees it and in every cycle after;
 /// Ctrl-C ends the run between cycles with every queue running.
 #[test]
-fn back_to_back_cycles_suspend_every_queue_and_pick_up_one_created_mid_run() {
+fn cycles_without_hold_or_gap_suspend_every_queue_and_pick_up_one_created_mid_run() {
     let mut offline = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
     let (pid, address) = (offline.pid(), rptr_address(&offline));
-    let json = std::env::temp_dir().join(format!("emu-back-to-back-{pid}.json"));
+    let json = std::env::temp_dir().join(format!("emu-no-hold-{pid}.json"));
     let child = preempt(&[
         "--offline",
         &pid.to_string(),
@@ -483,10 +483,7 @@ fn back_to_back_cycles_suspend_every_queue_and_pick_up_one_created_mid_run() {
         };
         assert!(ok && expected.contains(&(suspended, late, resumed)), "cycle {i}: {}", its[i]);
     }
-    // The session ran nearly every cycle back to back; the general path took the few that needed
-    // more (the snapshot of the new queue, the once-a-second look at the target).
-    let back_to_back = doc["summary"]["back_to_back"].as_u64().unwrap() as usize;
-    assert!((cycles.len() - 20..cycles.len()).contains(&back_to_back), "{back_to_back} of {}", cycles.len());
+    assert_eq!(doc["summary"]["completed"].as_u64(), Some(cycles.len() as u64));
     // Stamps in order within and across cycles.
     let ns = |it: &serde_json::Value, k: &str| it[k].as_u64().unwrap();
     for w in its.windows(2) {

@@ -281,6 +281,10 @@ pub fn run(args: &TestArgs) -> Result<()> {
             "gpreempt-ebpf",
             "--exclude",
             "gpreempt-tests",
+            // As the VM layer's binaries are built (util::build_binaries), so the session's fault
+            // injection is unit-tested too.
+            "--features",
+            "gpreempt/fault-injection",
         ]))?;
         let mut t = parse_libtest(&text);
         if !ok && t.failed == 0 {

@@ -65,8 +65,20 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// Build the gpreempt binary and the test helpers (debug profile); returns `target/debug`.
+/// The debug build of gpreempt and the test programs. The VM tests inject faults into the
+/// controller's session (`GPREEMPT_TEST_FAULT`), so this build enables gpreempt's
+/// `fault-injection` feature; `cargo build` and release builds never have it.
 pub fn build_binaries() -> Result<PathBuf> {
-    run(cargo().args(["build", "--package", "gpreempt", "--package", "gpreempt-tests", "--bins"]))?;
+    run(cargo().args([
+        "build",
+        "--package",
+        "gpreempt",
+        "--package",
+        "gpreempt-tests",
+        "--bins",
+        "--features",
+        "gpreempt/fault-injection",
+    ]))?;
     Ok(target_dir().join("debug"))
 }
 

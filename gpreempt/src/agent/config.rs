@@ -20,7 +20,7 @@ use std::{collections::HashSet, net::SocketAddr, ops::Range, path::Path, time::D
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::select::Selector;
+use crate::host::select::Selector;
 
 /// The default `--metrics-addr`: loopback only, the port Prometheus's exporter list gives the
 /// next free slot after AMD's device-metrics exporter.

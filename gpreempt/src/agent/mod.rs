@@ -10,7 +10,7 @@ pub mod policies;
 use std::fmt::Write as _;
 
 pub use self::config::{Config, Policy};
-use crate::trace::decode::Event;
+use crate::event::Event;
 
 /// One structured log line for stderr: `level=info msg="…" key=value …`, values quoted when
 /// they hold spaces, quotes or `=`. journald keeps each line as one entry (with its own

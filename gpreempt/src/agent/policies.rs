@@ -21,10 +21,13 @@ use std::{
 
 use super::{Policy, PolicyRunner, log_line};
 use crate::{
-    kfd::session::Session,
+    controller::session::Session,
     metrics::{self, Metrics},
-    schedule::{self, Event, Scheduler, channel, discover::Change, discover::change_of, policy::PolicyConfig},
-    trace::decode,
+    schedule::{
+        self, Event, Scheduler, channel,
+        discover::{Change, change_of},
+        policy::PolicyConfig,
+    },
 };
 
 /// One policy's thread.
@@ -94,7 +97,7 @@ impl PolicyRunner for Policies {
         }
     }
 
-    fn observe(&mut self, event: &decode::Event) {
+    fn observe(&mut self, event: &crate::event::Event) {
         if let Some(change) = change_of(event) {
             for r in &self.running {
                 // A policy thread that ended (it could not start) has dropped its receiver.

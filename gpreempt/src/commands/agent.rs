@@ -12,11 +12,11 @@ use gpreempt::{
         policies::Policies,
     },
     clock::boottime_ns,
-    k8s::K8sRoots,
+    host::{k8s::K8sRoots, roots::Roots},
     metrics::{Metrics, Recorder},
     model::{Limits, Model},
-    roots::Roots,
-    trace::{filter::Filter, live::Live, pipeline::Pipeline},
+    pipeline::Pipeline,
+    trace::{filter::Filter, live::Live},
 };
 use tokio::signal::unix::{SignalKind, signal};
 

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use gpreempt::model::hw::HwView;
+use gpreempt::views::hw::HwView;
 
 /// Print the view; `sysfs_pids` are the processes the `ps` table above already showed.
 pub fn print(v: &HwView, sysfs_pids: &[u32]) {
@@ -69,7 +69,7 @@ fn render(v: &HwView, sysfs_pids: &[u32]) -> String {
 mod tests {
     use std::path::Path;
 
-    use gpreempt::model::hw;
+    use gpreempt::views::hw;
 
     use super::*;
 

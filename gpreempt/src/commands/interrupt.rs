@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use anyhow::{Context, Result};
 // Ctrl-C's flag lives beside the signal pipes' (one page for the controller's per-cycle look).
-use gpreempt::signal_pipe::FLAGS;
+use gpreempt::controller::signal_pipe::FLAGS;
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);

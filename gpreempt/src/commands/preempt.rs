@@ -1,5 +1,5 @@
 //! `gpreempt preempt --offline SEL...`: the suspend/resume measurement loop on one target or on
-//! several (`gpreempt::group`), its progress line, the summaries and the `--json` record file.
+//! several (`gpreempt::controller::group`), its progress line, the summaries and the `--json` record file.
 
 use std::{
     io::{IsTerminal, Write},
@@ -14,29 +14,23 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use gpreempt::{
-    domain::HostPid,
-    group::{self, Group, Hooks, Member},
-    kfd::{
-        KfdVersion,
-        debugger::{Attached, Options, Selection},
+    controller::{
+        group::{self, Group, Hooks, Member},
+        measure::{self, Iteration, KernelSide, Plan, RunSummary, StopReason, monotonic_ns},
         session::Session,
+        signal_pipe::SignalPipe,
         target::Target,
-        uapi::runtime_state,
+        vocabulary::{Attached, Options, Selection},
     },
-    model::{Model, ps, spans::Span},
-    preempt::{self, Iteration, KernelSide, Plan, RunSummary, StopReason, monotonic_ns},
-    roots::Roots,
+    domain::{HostPid, QueueId},
+    event::Losses,
+    host::{processes, roots::Roots, select::Selector},
+    kfd::KfdVersion,
+    model::{Model, spans::Span},
+    pipeline::{Observed, Pipeline},
     schedule::discover::{Change, Discovery, SysfsDiscovery, change_of},
-    select::Selector,
-    signal_pipe::SignalPipe,
     stats::{self, Summary},
-    trace::{
-        filter::Filter,
-        live::Live,
-        loader,
-        pipeline::{Observed, Pipeline},
-        stream::Losses,
-    },
+    trace::{filter::Filter, live::Live, loader},
 };
 use serde_json::json;
 
@@ -134,7 +128,7 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
         grace_period: args.grace_period,
         selection: match &args.queues {
             QueueSelectionArg::All => Selection::All,
-            QueueSelectionArg::Ids(ids) => Selection::Ids(ids.clone()),
+            QueueSelectionArg::Ids(ids) => Selection::Ids(ids.iter().copied().map(QueueId).collect()),
         },
     };
     match args.offline.as_slice() {
@@ -272,7 +266,7 @@ fn run_one(
     let (run, annotated) = std::thread::scope(|scope| {
         let tracer = TracerThread::spawn(scope, args, vec![offline], version);
         attached_line(&target);
-        let mut run = preempt::run(&mut session, plan, stop, &[stop_pipe.fd()], |c| {
+        let mut run = measure::run(&mut session, plan, stop, &[stop_pipe.fd()], |c| {
             let now = c.ended_ns();
             if show_progress && (now >= shown_ns + 100_000_000 || c.index + 1 == plan.iterations) {
                 progress_line(&c.iteration(), plan.iterations);
@@ -325,7 +319,9 @@ fn ended(stopped: Option<&StopReason>, done: usize, planned: u32, whom: &str) ->
             "interrupted by {} after {done} of {planned} iterations; queues resumed, {whom} detached",
             interrupt::received().unwrap_or_else(|| "a signal".into()),
         ),
-        Some(reason @ StopReason::Failed(_)) => bail!("stopped after {done} of {planned} iterations: {reason}"),
+        Some(reason @ (StopReason::Failed(_) | StopReason::AllTargetsGone)) => {
+            bail!("stopped after {done} of {planned} iterations: {reason}")
+        }
     }
 }
 
@@ -335,7 +331,7 @@ fn attached_line(target: &Attached) {
         target.pid,
         gpreempt::output::text::escape(&target.comm),
         target.kfd_version,
-        runtime_name(target.runtime_state)
+        target.runtime_state.describe()
     );
 }
 
@@ -415,7 +411,7 @@ fn run_group(
     let watch_new = args.offline.iter().any(|s| matches!(s, Selector::Container(_)));
     // The baseline before the scan: whatever opens /dev/kfd after it is offered to the group.
     let sysfs = watch_new.then(|| SysfsDiscovery::new(roots.clone()));
-    let (processes, notes) = ps::scan(&roots);
+    let (processes, notes) = processes::scan(&roots);
     for note in notes {
         eprintln!("gpreempt: {note}");
     }
@@ -446,7 +442,7 @@ fn run_group(
         if show_progress {
             eprintln!();
         }
-        let targets = || members.iter().map(|m| (HostPid(m.target.pid), m.run.iterations.clone())).collect();
+        let targets = || members.iter().map(|m| (m.target.pid, m.run.iterations.clone())).collect();
         let losses = tracer.finish(targets).map(|(annotated, losses)| {
             for (m, iterations) in members.iter_mut().zip(annotated) {
                 m.run.iterations = iterations;
@@ -498,7 +494,7 @@ fn run_group(
         args.offline.iter().filter_map(|s| if let Selector::Pid(p) = s { Some(*p) } else { None }).collect();
     let left: Vec<String> = members
         .iter()
-        .filter(|m| named.contains(&HostPid(m.target.pid)))
+        .filter(|m| named.contains(&m.target.pid))
         .filter_map(|m| m.run.stopped.as_ref().map(|why| format!("pid {}: {why}", m.target.pid)))
         .collect();
     if let Some(l) = &tracer_losses {
@@ -540,16 +536,6 @@ fn plan_json(args: &PreemptArgs, plan: &Plan) -> serde_json::Value {
         "queues": match &plan.selection { Selection::All => json!("all"), Selection::Ids(ids) => json!(ids) },
         "max_suspend_ms": args.max_suspend_ms,
     })
-}
-
-fn runtime_name(state: u32) -> &'static str {
-    match state {
-        runtime_state::DISABLED => "not enabled (suspends will fail until the target's ROCm runtime starts)",
-        runtime_state::ENABLED => "enabled",
-        runtime_state::ENABLED_BUSY => "enabled-busy",
-        runtime_state::ENABLED_ERROR => "enabled-error",
-        _ => "unknown",
-    }
 }
 
 fn progress_line(it: &Iteration, total: u32) {

@@ -4,11 +4,12 @@ use std::{collections::HashSet, time::Instant};
 
 use anyhow::{Result, bail};
 use gpreempt::{
-    model::{
-        hw, procinfo,
-        ps::{self, KfdProcess, Roots},
+    host::{
+        processes::{self, KfdProcess, Roots},
+        procinfo,
     },
     output::text::escape,
+    views::hw,
 };
 
 use super::stdout::outln;
@@ -23,7 +24,7 @@ pub async fn run(args: &PsArgs) -> Result<()> {
     if args.wait_new {
         return wait_new(args, &roots).await;
     }
-    let (mut processes, notes) = ps::scan(&roots);
+    let (mut processes, notes) = processes::scan(&roots);
     if let Some(c) = &args.container {
         processes.retain(|p| p.in_container(c));
     }
@@ -114,7 +115,7 @@ fn print_table(processes: &[KfdProcess]) {
 /// Poll the KFD sysfs tree until a pid that was not there at start appears (KFD creates the
 /// directory at the process's first open of /dev/kfd).
 async fn wait_new(args: &PsArgs, roots: &Roots) -> Result<()> {
-    let before: HashSet<u32> = ps::pids(roots).unwrap_or_default().into_iter().collect();
+    let before: HashSet<u32> = processes::pids(roots).unwrap_or_default().into_iter().collect();
     // The baseline is taken: anything that opens /dev/kfd from now on is reported. Scripts (and
     // our tests) wait for this line before starting the workload.
     eprintln!(
@@ -124,10 +125,10 @@ async fn wait_new(args: &PsArgs, roots: &Roots) -> Result<()> {
     );
     let started = Instant::now();
     loop {
-        let now = ps::pids(roots).unwrap_or_default();
+        let now = processes::pids(roots).unwrap_or_default();
         let fresh: Vec<u32> = now.into_iter().filter(|p| !before.contains(p)).collect();
         if !fresh.is_empty() {
-            let (processes, _) = ps::scan(roots);
+            let (processes, _) = processes::scan(roots);
             let matching: Vec<&KfdProcess> = processes
                 .iter()
                 .filter(|p| fresh.contains(&p.pid()))

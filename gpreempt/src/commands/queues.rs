@@ -1,7 +1,7 @@
 //! `gpreempt queues <pid>`: one process's queues from sysfs (by default: nothing the GPU notices) or
 //! from a debug-trap snapshot (`--debug-snapshot`, which preempts the GPU's queues twice), once or
 //! sampled with `--watch`. While watching, the in-process tracer (when it can attach) adds what
-//! only it sees of the queues created meanwhile (`gpreempt::model::traced_queues`).
+//! only it sees of the queues created meanwhile (`gpreempt::views::traced_queues`).
 
 use std::{
     path::Path,
@@ -11,20 +11,21 @@ use std::{
 use anyhow::{Context, Result};
 use gpreempt::{
     clock::boottime_ns,
-    domain::HostPid,
-    kfd::{
-        Debugger, Device, KfdVersion,
-        debugger::Options,
-        sysfs::{self, KFD_PROC_ROOT},
+    controller::{
+        Debugger,
+        measure::sleep_unless,
         target::{Roots, Target},
+        vocabulary::Options,
     },
-    model::{
+    domain::HostPid,
+    host::sysfs::{self, KFD_PROC_ROOT},
+    kfd::{Device, KfdVersion},
+    output::text::escape,
+    trace::{live::Live, loader},
+    views::{
         queues::{QueueRow, Sample, Source, WatchStats},
         traced_queues::{TracedQueue, TracedQueues},
     },
-    output::text::escape,
-    preempt::sleep_unless,
-    trace::{live::Live, loader},
 };
 use serde_json::json;
 
@@ -80,7 +81,7 @@ pub fn run(args: &QueuesArgs) -> Result<()> {
         Lister::Sysfs(args.pid)
     } else {
         eprintln!("{SNAPSHOT_COST}");
-        Lister::DebugTrap(Debugger::attach(args.pid, Options::default())?)
+        Lister::DebugTrap(Debugger::attach(HostPid(args.pid), Options::default())?)
     };
     match args.watch {
         Some(interval) => {

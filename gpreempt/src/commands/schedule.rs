@@ -8,9 +8,8 @@ use std::{
 
 use anyhow::Result;
 use gpreempt::{
-    kfd::debugger::Options,
-    kfd::session::Session,
-    roots::Roots,
+    controller::{session::Session, vocabulary::Options},
+    host::roots::Roots,
     schedule::{
         Config, Event, Interval, Report, Scheduler, check_kernel,
         discover::{Discovery, SysfsDiscovery, TracerDiscovery},

@@ -11,9 +11,11 @@ use anyhow::{Context, Result};
 use gpreempt::{
     clock::{WallClock, boottime_ns},
     domain::HostPid,
-    model::{Model, ps::Roots},
+    host::processes::Roots,
+    model::Model,
+    pipeline::Pipeline,
     report::{console::Console, jsonl::JsonLines, perfetto::Perfetto, summary::SummaryFile},
-    trace::{btf, filter::Filter, live::Live, loader, pipeline::Pipeline, probes},
+    trace::{btf, filter::Filter, live::Live, loader, probes},
 };
 use tokio::signal::unix::{SignalKind, signal};
 

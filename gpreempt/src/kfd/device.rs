@@ -4,7 +4,7 @@ use std::{
     fmt,
     fs::{File, OpenOptions},
     io,
-    os::fd::{AsRawFd, RawFd},
+    os::fd::{AsFd, AsRawFd, BorrowedFd},
     path::Path,
 };
 
@@ -89,19 +89,6 @@ impl Device {
         unsafe { uapi::destroy_queue(self.file.as_raw_fd(), &mut args) }.map(drop)
     }
 
-    /// `AMDKFD_IOC_DBG_TRAP`; returns the ioctl's non-negative result (a queue count for
-    /// SUSPEND_QUEUES / RESUME_QUEUES, docs/kfd.md §2.4).
-    #[inline(always)]
-    pub fn dbg_trap(&self, args: &mut uapi::DbgTrapArgs) -> Result<i32, Errno> {
-        self.dbg_trap_fd().call(args)
-    }
-
-    /// The device's fd for [`DbgTrapFd::call`]: a copy a timing loop keeps in a register.
-    #[inline(always)]
-    pub fn dbg_trap_fd(&self) -> DbgTrapFd {
-        DbgTrapFd(self.file.as_raw_fd())
-    }
-
     /// `AMDKFD_IOC_RUNTIME_ENABLE` on this process (what ROCr does at start-up).
     pub fn runtime_enable(&self, args: &mut uapi::RuntimeEnableArgs) -> Result<(), Errno> {
         // SAFETY: as above.
@@ -112,6 +99,12 @@ impl Device {
     pub fn update_queue(&self, args: &uapi::UpdateQueueArgs) -> Result<(), Errno> {
         // SAFETY: as above.
         unsafe { uapi::update_queue(self.file.as_raw_fd(), args) }.map(drop)
+    }
+}
+
+impl AsFd for Device {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
     }
 }
 
@@ -133,27 +126,5 @@ mod tests {
         let err = Device::open_path(Path::new("/nonexistent/kfd")).unwrap_err();
         assert!(matches!(err, DeviceError::Missing));
         assert!(err.to_string().contains("modprobe amdgpu"));
-    }
-}
-
-/// `/dev/kfd`'s fd, borrowed from a [`Device`] for `AMDKFD_IOC_DBG_TRAP` calls made while it lives.
-#[derive(Clone, Copy, Debug)]
-pub struct DbgTrapFd(RawFd);
-
-impl DbgTrapFd {
-    /// `AMDKFD_IOC_DBG_TRAP`; the ioctl's non-negative result or its errno.
-    #[inline(always)]
-    pub fn call(self, args: &mut uapi::DbgTrapArgs) -> Result<i32, Errno> {
-        // The request number nix's `ioctl_readwrite!` would use; the call is written out so that
-        // it inlines into the controller's per-cycle path (the generated wrapper does not).
-        const REQUEST: libc::c_ulong = nix::request_code_readwrite!(
-            uapi::KFD_IOCTL_TYPE,
-            uapi::nr::DBG_TRAP,
-            std::mem::size_of::<uapi::DbgTrapArgs>()
-        ) as libc::c_ulong;
-        // SAFETY: `args` is the ioctl's argument struct; the pointers inside it (arrays, buffers)
-        // are owned by the caller and outlive the call. A closed fd fails with EBADF.
-        let r = unsafe { libc::ioctl(self.0, REQUEST as _, args as *mut uapi::DbgTrapArgs) };
-        if r < 0 { Err(Errno::last()) } else { Ok(r) }
     }
 }

@@ -1,14 +1,10 @@
-//! The KFD user API: ioctl layouts and calls on `/dev/kfd`, and the per-process sysfs tree.
+//! The KFD user ABI only: `/dev/kfd`, its ioctl layouts and request numbers, and one typed
+//! function per debug-trap operation. What a process, a GPU or a session *is* lives above:
+//! [`crate::host`] reads the host's files, [`crate::controller`] drives sessions.
 
-pub mod debugfs;
-pub mod debugger;
+pub mod dbg_trap;
 pub mod device;
-pub mod session;
-pub mod sysfs;
-pub mod target;
-pub mod tracee;
+mod sys;
 pub mod uapi;
-pub mod watchdog;
 
-pub use debugger::Debugger;
 pub use device::{Device, KfdVersion};

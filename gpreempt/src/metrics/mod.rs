@@ -7,7 +7,7 @@
 //! labels follow AMD's device-metrics exporter where they mean the same thing: `hostname` on
 //! every series, `kfd_process_id` (the host pid KFD names the process by), `gpu_id` (KFD's
 //! `gpu_id`, as `/sys/class/kfd/kfd/topology/nodes/*/gpu_id` shows it), and `pod`,
-//! `namespace`, `container` when the process runs in a Kubernetes pod that [`crate::k8s`] can
+//! `namespace`, `container` when the process runs in a Kubernetes pod that [`crate::host::k8s`] can
 //! name. The reference table of every series is in README.md ("Metrics").
 
 use std::{
@@ -26,13 +26,14 @@ use prometheus_client::{
 
 use crate::{
     domain::{GpuId, HostPid},
-    k8s::PodRef,
+    event::Losses,
+    host::k8s::PodRef,
     model::{
         Model, Notice,
         registry::{ProcessEntry, QueueState},
         spans::{Span, SpanKind},
     },
-    trace::{pipeline::Subscriber, stream::Losses},
+    pipeline::Subscriber,
 };
 
 /// A label set: ordered (name, value) pairs; unknown values are left out, never guessed.

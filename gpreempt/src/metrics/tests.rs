@@ -5,16 +5,14 @@ use gpreempt_common::record::KfdFn;
 use super::*;
 use crate::{
     domain::{EvictionTrigger, GpuId, QueueId},
+    event::{Event, EventKind, ProcessExit, QueueEviction, QueueRestore},
     model::{
         Limits,
         registry::tests::{create, ev, suspend},
         spans::tests::call,
     },
-    trace::{
-        decode::{Event, EventKind, ProcessExit, QueueEviction, QueueRestore},
-        filter::Filter,
-        pipeline::Pipeline,
-    },
+    pipeline::Pipeline,
+    trace::filter::Filter,
 };
 
 fn exit(pid: u32, ts: u64) -> Event {
@@ -69,9 +67,9 @@ fn exposition_of_a_scripted_sequence_is_exact() {
     p.deliver(&ev(
         10,
         3_100_000_000,
-        EventKind::QueueDestroy(crate::trace::decode::QueueDestroy {
+        EventKind::QueueDestroy(crate::event::QueueDestroy {
             queue_id: QueueId(1),
-            result: crate::trace::decode::KernelResult(0),
+            result: crate::event::KernelResult(0),
             ret: 0,
         }),
     ));
@@ -142,11 +140,8 @@ fn ten_thousand_short_lived_processes_leave_no_series_behind() {
         let (pid, ts) = (1000 + i, u64::from(i) * 1_000_000);
         p.deliver(&ev(pid, ts, create(0, 0xa)));
         p.deliver(&ev(pid, ts + 1, create(1, 0xa)));
-        let destroy = crate::trace::decode::QueueDestroy {
-            queue_id: QueueId(0),
-            result: crate::trace::decode::KernelResult(0),
-            ret: 0,
-        };
+        let destroy =
+            crate::event::QueueDestroy { queue_id: QueueId(0), result: crate::event::KernelResult(0), ret: 0 };
         p.deliver(&ev(pid, ts + 2, EventKind::QueueDestroy(destroy)));
         p.deliver(&exit(pid, ts + 3));
         if i % 100 == 0 {

@@ -3,27 +3,22 @@
 //!
 //! [`Model`] owns the queue map ([`registry`]) and the span tracker ([`spans`]) and applies one
 //! event in one place ([`Model::apply`]); every consumer — `gpreempt trace`, `gpreempt preempt`,
-//! the benchmark, the fuzz target — goes through it (via [`crate::trace::pipeline::Pipeline`]).
+//! the benchmark, the fuzz target — goes through it (via [`crate::pipeline::Pipeline`]).
 //! It holds data, never formatting: sinks read [`Model::snapshot`] and the spans it returns.
 
-pub mod hw;
-pub mod procinfo;
-pub mod ps;
-pub mod queues;
 pub mod registry;
 pub mod spans;
-pub mod traced_queues;
 
 use serde::Serialize;
 
 use self::{
-    ps::Roots,
     registry::{ProcessEntry, Registry},
     spans::{Span, SpanTracker},
 };
 use crate::{
     domain::{GpuId, HostPid, QueueId},
-    trace::decode::Event,
+    event::Event,
+    host::roots::Roots,
 };
 
 /// Something a subscriber reacts to: a queue or a process appeared or went away. At most one per
@@ -172,8 +167,8 @@ impl Model {
 mod tests {
     use super::*;
     use crate::{
+        event::{EventKind, ProcessExit},
         model::registry::tests::{create, ev, suspend},
-        trace::decode::{EventKind, ProcessExit},
     };
 
     fn exit(pid: u32, ts: u64) -> Event {

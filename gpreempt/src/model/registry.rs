@@ -11,15 +11,15 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
-use super::{
-    Notice,
-    procinfo::{self, Container},
-    ps::{self, Roots},
-    spans::Collateral,
-};
+use super::Notice;
 use crate::{
     domain::{GpuId, HostPid, QueueId},
-    trace::decode::{Event, EventKind},
+    event::{Event, EventKind},
+    host::{
+        processes,
+        procinfo::{self, Container},
+        roots::Roots,
+    },
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -103,6 +103,15 @@ impl ProcessEntry {
     }
 }
 
+/// A queue of another process preempted by a device-wide unmap (what a span reports; the
+/// registry knows which queues were active).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Collateral {
+    pub pid: HostPid,
+    pub queue_id: QueueId,
+    pub gpu_id: Option<GpuId>,
+}
+
 /// The map.
 #[derive(Debug, Default)]
 pub struct Registry {
@@ -121,7 +130,7 @@ impl Registry {
 
     /// Add every KFD process and queue that sysfs shows now; returns the scan's notes.
     pub fn bootstrap(&mut self, roots: &Roots) -> Vec<String> {
-        let (processes, notes) = ps::scan(roots);
+        let (processes, notes) = processes::scan(roots);
         for p in processes {
             let pid = HostPid(p.pid());
             let entry = self.processes.entry(pid).or_insert_with(|| ProcessEntry {
@@ -333,11 +342,11 @@ pub(crate) mod tests {
     use super::*;
     use crate::{
         domain::{EvictionTrigger, QueueType},
-        kfd::uapi::QueueOutcome,
-        trace::decode::{
+        event::{
             KernelResult, ProcessExit, QueueCreate, QueueDestroy, QueueEviction, QueueRemoved, QueueRestore,
             QueueSuspend,
         },
+        kfd::uapi::QueueOutcome,
     };
 
     pub(crate) fn ev(pid: u32, ts_ns: u64, kind: EventKind) -> Event {

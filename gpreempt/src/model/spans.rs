@@ -16,10 +16,11 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use gpreempt_common::record::KfdFn;
 use serde::Serialize;
 
+pub use super::registry::Collateral;
 use super::registry::Registry;
 use crate::{
     domain::{EvictionTrigger, GpuId, HostPid, QueueId},
-    trace::decode::{Event, EventKind, KernelResult},
+    event::{Event, EventKind, KernelResult},
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -61,14 +62,6 @@ pub struct Breakdown {
     pub remap_ns: u64,
     /// GPUs the nested calls touched.
     pub gpus: Vec<GpuId>,
-}
-
-/// A queue of another process preempted by a device-wide unmap.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Collateral {
-    pub pid: HostPid,
-    pub queue_id: QueueId,
-    pub gpu_id: Option<GpuId>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -364,8 +357,8 @@ impl SpanTracker {
 pub(crate) mod tests {
     use super::*;
     use crate::{
+        event::{KfdCall, QueueEviction, QueueRestore},
         model::registry::tests::{create, ev, suspend},
-        trace::decode::{KfdCall, QueueEviction, QueueRestore},
     };
 
     pub(crate) fn call(tid: u32, function: KfdFn, gpu: Option<u32>, start: u64, end: u64) -> Event {

@@ -6,12 +6,13 @@ use super::{Sink, TraceSummary};
 use crate::{
     clock::WallClock,
     domain::{GpuId, QueueId},
+    event::{Event, EventKind, KernelResult},
+    host::procinfo,
     model::{
-        Model, QueueMap, procinfo,
+        Model, QueueMap,
         spans::{Span, SpanKind},
     },
     output::text::escape,
-    trace::decode::{Event, EventKind, KernelResult},
 };
 
 pub struct Console<W: Write> {

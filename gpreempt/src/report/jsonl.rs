@@ -9,8 +9,8 @@ use super::{Sink, TraceSummary};
 use crate::{
     clock::WallClock,
     domain::HostPid,
+    event::Event,
     model::{Model, QueueMap, registry::ProcessEntry, spans::Span},
-    trace::decode::Event,
 };
 
 pub struct JsonLines<W: Write> {
@@ -105,12 +105,12 @@ mod tests {
     use gpreempt_common::record::{QueueDestroyRecord, RecordKind};
 
     use super::*;
-    use crate::trace::{
-        decode::{
+    use crate::{
+        event::Losses,
+        trace::decode::{
             decode,
             tests::{bytes_of, header},
         },
-        stream::Losses,
     };
 
     #[test]

@@ -1,6 +1,6 @@
 //! Output sinks over the event stream: formatting only, no tracing logic. Each sink receives the
 //! filtered events and closed spans, the live queue map on request and the closing summary
-//! from [`crate::trace::pipeline::Pipeline`].
+//! from [`crate::pipeline::Pipeline`].
 
 pub mod console;
 pub mod jsonl;
@@ -11,13 +11,13 @@ use serde::Serialize;
 
 use crate::{
     domain::HostPid,
+    event::{Event, Losses},
+    host::procinfo::Container,
     model::{
         Model, QueueMap,
-        procinfo::Container,
         registry::Churn,
         spans::{EvictionStats, Latency, Span},
     },
-    trace::{decode::Event, stream::Losses},
 };
 
 /// Something that shows events, spans, the queue map and the closing summary. Every method has

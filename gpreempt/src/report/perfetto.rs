@@ -11,11 +11,11 @@ use serde_json::{Value, json};
 use super::Sink;
 use crate::{
     domain::{HostPid, QueueId},
+    event::{Event, EventKind},
     model::{
         Model,
         spans::{Span, SpanKind},
     },
-    trace::decode::{Event, EventKind},
 };
 
 /// Pseudo pids for the GPU tracks (above any real pid: PID_MAX_LIMIT is 2^22).
@@ -220,11 +220,11 @@ mod tests {
     use super::*;
     use crate::domain::GpuId;
     use crate::{
+        event::{KernelResult, QueueDestroy},
         model::{
             registry::tests::{create, ev},
             spans::{Breakdown, Collateral},
         },
-        trace::decode::{KernelResult, QueueDestroy},
     };
 
     #[test]
@@ -251,8 +251,8 @@ mod tests {
             open: false,
         };
         p.record_span(&span, |pid| Some(format!("p{pid}")));
-        let mut fence = ev(30, 4_500, EventKind::GpuReset(crate::trace::decode::GpuReset { alarm: "x" }));
-        fence.kind = EventKind::KfdCall(crate::trace::decode::KfdCall {
+        let mut fence = ev(30, 4_500, EventKind::GpuReset(crate::event::GpuReset { alarm: "x" }));
+        fence.kind = EventKind::KfdCall(crate::event::KfdCall {
             function: "amdkfd_fence_wait_timeout",
             kfd_fn: KfdFn::FenceWaitTimeout,
             owner_pid: None,

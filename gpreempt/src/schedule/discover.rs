@@ -7,19 +7,19 @@ use std::{collections::BTreeSet, sync::mpsc};
 
 use crate::{
     domain::{HostPid, QueueId},
-    kfd::{KfdVersion, sysfs},
+    event::{Event, EventKind},
+    host::{roots::Roots, sysfs},
+    kfd::KfdVersion,
     model::{
         Model,
         spans::{Span, SpanKind},
     },
-    roots::Roots,
+    pipeline::{Observed, Pipeline},
     schedule::online::QueueAddrs,
     trace::{
-        decode::{Event, EventKind},
         filter::Filter,
         live::{Live, StartError},
         loader,
-        pipeline::{Observed, Pipeline},
     },
 };
 
@@ -149,8 +149,8 @@ mod tests {
     use super::*;
     use crate::{
         domain::GpuId,
+        event::{KernelResult, ProcessExit, ProcessOpen, QueueCreate, QueueDestroy},
         model::registry::tests::{create, ev},
-        trace::decode::{KernelResult, ProcessExit, ProcessOpen, QueueCreate, QueueDestroy},
     };
 
     #[test]

@@ -20,7 +20,6 @@
 //! and resume unmaps every queue of the device, the online process's too.
 
 pub mod channel;
-pub mod control;
 pub mod discover;
 pub mod hints;
 pub mod kernel;
@@ -37,7 +36,6 @@ use std::{
 use serde::Serialize;
 
 use self::{
-    control::Control,
     discover::{Change, Discovery},
     hints::{HintCounts, HintSocket},
     kernel::{KernelBreakdown, KernelReport},
@@ -45,15 +43,18 @@ use self::{
     policy::{Action, Observation, Policy, PolicyConfig, ResumeReason, State},
 };
 use crate::{
-    domain::{GpuId, HostPid, QueueId},
-    kfd::{
-        Device, KfdVersion,
-        debugger::{DebugError, Detached, Notice, Options, Selection},
+    controller::control::Control,
+    controller::{
         target::{Target, TargetError},
+        vocabulary::{DebugError, Detached, Notice, Options, Selection},
     },
+    domain::{GpuId, HostPid, QueueId},
+    host::{
+        roots::Roots,
+        select::{self, Selector},
+    },
+    kfd::{Device, KfdVersion},
     model::spans::Span,
-    roots::Roots,
-    select::{self, Selector},
     stats::Summary as Stats,
 };
 
@@ -467,7 +468,7 @@ impl<C: Control> Scheduler<C> {
         let kfd_proc = self.config.roots.kfd_proc();
         let mut p = OnlineProcess::new(pid, online::occupancy_files(&kfd_proc, pid));
         let has_queues =
-            crate::kfd::sysfs::read_process(&kfd_proc, pid.0).map(|s| !s.queues.is_empty()).unwrap_or(false);
+            crate::host::sysfs::read_process(&kfd_proc, pid.0).map(|s| !s.queues.is_empty()).unwrap_or(false);
         let snapshot = initial && has_queues;
         // Before the snapshot, whose attach would fail with a less telling error.
         online::check_readable(pid).map_err(|source| ScheduleError::Unreadable { pid, source })?;
@@ -902,7 +903,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::kfd::{debugger::Batch, uapi::QueueSnapshotEntry};
+    use crate::{controller::vocabulary::Batch, kfd::uapi::QueueSnapshotEntry};
 
     /// Calls made on the test's sessions, in order.
     static CALLS: Mutex<Vec<String>> = Mutex::new(Vec::new());

@@ -9,8 +9,8 @@ use std::{
 
 use crate::{
     domain::HostPid,
+    event::{Event, EventKind},
     model::Model,
-    trace::decode::{Event, EventKind},
 };
 
 #[derive(Debug, Default)]
@@ -133,8 +133,8 @@ mod tests {
     use super::*;
     use crate::{
         domain::QueueId,
+        event::QueueRemoved,
         model::registry::tests::{create, ev},
-        trace::decode::QueueRemoved,
     };
 
     #[test]

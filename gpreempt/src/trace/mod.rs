@@ -2,9 +2,9 @@
 //!
 //! [`symbols`] finds the KFD functions in `/proc/kallsyms`, [`probes`] says which program goes on
 //! which function, [`loader`] loads and attaches them ([`live`]: with their stream open), [`stream`] reads the ring buffer and
-//! [`decode`] turns records into owned [`decode::Event`]s, [`pipeline`] takes each through the
-//! model, the [`filter`] and the output sinks, and [`missed`] asks the kernel for the return
-//! probes it skipped.
+//! [`decode`] turns records into owned [`crate::event::Event`]s (which [`crate::pipeline`] takes
+//! through the model, the [`filter`] and the output sinks), and [`missed`] asks the kernel for
+//! the return probes it skipped.
 
 pub mod btf;
 pub mod decode;
@@ -12,7 +12,6 @@ pub mod filter;
 pub mod live;
 pub mod loader;
 pub mod missed;
-pub mod pipeline;
 pub mod probes;
 pub mod stream;
 pub mod symbols;

@@ -2,14 +2,11 @@
 
 use aya::maps::{MapData, PerCpuArray, RingBuf};
 use gpreempt_common::record::{COUNTERS_MAP, EVENTS_MAP, counter};
-use serde::Serialize;
+
+use crate::event::{Event, Losses};
 use tokio::io::unix::AsyncFd;
 
-use super::{
-    decode::{self, Event},
-    loader::Attached,
-    missed::ReturnProbeLinks,
-};
+use super::{decode, loader::Attached, missed::ReturnProbeLinks};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StreamError {
@@ -19,53 +16,6 @@ pub enum StreamError {
     Map { name: &'static str, source: aya::maps::MapError },
     #[error("polling the ring buffer: {0}")]
     Poll(#[from] std::io::Error),
-}
-
-/// Records that did not become events, by cause. Never silent: printed in every summary.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Losses {
-    /// The kernel found the ring buffer full (summed over CPUs).
-    pub ringbuf_full: u64,
-    /// A probe could not read the ioctl arguments.
-    pub read_failed: u64,
-    /// A return probe fired without its entry probe.
-    pub entry_missing: u64,
-    /// Userspace could not decode a record (short or unknown kind).
-    pub decode_errors: u64,
-    /// Calls whose return probe the kernel skipped because every kretprobe instance was in use
-    /// (more callers inside a sleeping probed function than the instance limit), summed over
-    /// the return probes; `None` when the kernel cannot tell (before Linux 6.7).
-    pub return_probes_missed: Option<u64>,
-    /// Not a loss: records delivered without their owner (kworker context, no BTF and the
-    /// process opened /dev/kfd before the tracer started).
-    pub owner_unknown: u64,
-}
-
-impl Losses {
-    /// Every record that was not delivered (missed return probes included when known).
-    pub fn dropped(&self) -> u64 {
-        self.ringbuf_full
-            + self.read_failed
-            + self.entry_missing
-            + self.decode_errors
-            + self.return_probes_missed.unwrap_or(0)
-    }
-}
-
-impl std::fmt::Display for Losses {
-    /// `ring buffer full 0, probe read failed 0, return without entry 0, undecodable 0, return
-    /// probes missed 0` (`unknown (before Linux 6.7)` when the kernel cannot tell).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "ring buffer full {}, probe read failed {}, return without entry {}, undecodable {}, return probes missed ",
-            self.ringbuf_full, self.read_failed, self.entry_missing, self.decode_errors
-        )?;
-        match self.return_probes_missed {
-            Some(n) => write!(f, "{n}"),
-            None => write!(f, "unknown (before Linux 6.7)"),
-        }
-    }
 }
 
 /// How long the reader leaves the ring buffer alone after a batch. The kernel wakes the reader

@@ -20,7 +20,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::model::procinfo::Container;
+use crate::host::procinfo::Container;
 
 /// A process's pod, as the node's files name it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl K8sRoots {
 
     /// The node's state beside `roots`: under the directory that holds its `/proc` (`/` on a
     /// node; the captured tree when `roots` points at one).
-    pub fn beside(roots: &crate::roots::Roots) -> Self {
+    pub fn beside(roots: &crate::host::roots::Roots) -> Self {
         Self::under(roots.proc.parent().unwrap_or_else(|| Path::new("/")))
     }
 
@@ -196,7 +196,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::model::procinfo::{Runtime, container_from_cgroup};
+    use crate::host::procinfo::{Runtime, container_from_cgroup};
 
     fn fixture(case: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/cgroup").join(case)

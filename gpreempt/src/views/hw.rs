@@ -9,8 +9,8 @@ use std::{collections::BTreeMap, fs, path::Path};
 
 use serde::Serialize;
 
-use super::ps::KfdProcess;
-use crate::kfd::debugfs::{self, HqdNode, MqdProcess, MqdQueueKind, RunlistNode};
+use crate::host::debugfs::{self, HqdNode, MqdProcess, MqdQueueKind, RunlistNode};
+use crate::host::processes::KfdProcess;
 
 /// What the HWS runlist of one GPU (debugfs `rls`) maps, counted by PM4 packet.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -221,7 +221,7 @@ pub fn view(debugfs_root: &Path, processes: &[KfdProcess]) -> HwView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kfd::sysfs::{SysfsProcess, SysfsQueue};
+    use crate::host::sysfs::{SysfsProcess, SysfsQueue};
 
     fn fixture(name: &str) -> String {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/debugfs-mi308x").join(name);

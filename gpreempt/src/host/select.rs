@@ -1,7 +1,7 @@
 //! Which processes a command acts on: a host pid, every KFD process of a container
 //! (`container:NAME`, where NAME is a container name, id or id prefix as `docker` accepts them),
 //! or every KFD process of the Kubernetes pods `pod:NAMESPACE/NAME` names (globs; the pod is
-//! read from the node's files by [`crate::k8s`], and an unknown pod matches nothing).
+//! read from the node's files by [`crate::host::k8s`], and an unknown pod matches nothing).
 //!
 //! A selector resolves against the KFD processes of the moment ([`resolve`], the same scan as
 //! `gpreempt ps`) and decides whether a process that opens `/dev/kfd` later belongs to it
@@ -14,12 +14,12 @@ use serde::Serialize;
 
 use crate::{
     domain::HostPid,
-    k8s::{K8sRoots, POD_PREFIX, PodPattern, PodPatternError},
-    model::{
+    host::{
+        k8s::{K8sRoots, POD_PREFIX, PodPattern, PodPatternError},
+        processes::{self, KfdProcess},
         procinfo::{self, Container},
-        ps::{self, KfdProcess},
+        roots::Roots,
     },
-    roots::Roots,
 };
 
 /// The prefix that names a container rather than a pid.
@@ -125,7 +125,7 @@ pub struct Resolved {
     /// KFD processes matched, in pid order, without repeats.
     pub pids: Vec<HostPid>,
     /// Pid selectors that name no KFD process now (the caller decides whether that is an error:
-    /// see [`crate::kfd::target::Target`] for why).
+    /// see [`crate::controller::target::Target`] for why).
     pub unmatched_pids: Vec<HostPid>,
     /// Container and pod selectors with no KFD process now (their processes may start later):
     /// a container's name, or a pod selector as written (`pod:NAMESPACE/NAME`).
@@ -136,7 +136,7 @@ pub struct Resolved {
 
 /// Match `selectors` against the KFD processes under `roots` now.
 pub fn resolve(selectors: &[Selector], roots: &Roots) -> Resolved {
-    let (processes, notes) = ps::scan(roots);
+    let (processes, notes) = processes::scan(roots);
     resolve_in(selectors, &processes, notes, roots)
 }
 

@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::queues::QueueRow;
 use crate::{
     domain::{GpuId, HostPid},
-    trace::decode::{Event, EventKind},
+    event::{Event, EventKind},
 };
 
 /// One queue as its CREATE_QUEUE showed it.
@@ -120,11 +120,9 @@ mod tests {
     use super::*;
     use crate::{
         domain::QueueId,
-        model::{
-            queues::tests::row,
-            registry::tests::{create, ev},
-        },
-        trace::decode::{KernelResult, QueueDestroy},
+        event::{KernelResult, QueueDestroy},
+        model::registry::tests::{create, ev},
+        views::queues::tests::row,
     };
 
     fn sysfs_row(queue_id: u32) -> QueueRow {
@@ -144,7 +142,7 @@ mod tests {
         // Another process's queue 0 and a failed create are not this process's queues.
         let EventKind::QueueCreate(other) = create(0, 0x1000) else { unreachable!() };
         t.observe(&ev(7, 2_000, EventKind::QueueCreate(other)));
-        let failed = crate::trace::decode::QueueCreate { result: KernelResult(-22), ret: -22, ..c.clone() };
+        let failed = crate::event::QueueCreate { result: KernelResult(-22), ret: -22, ..c.clone() };
         t.observe(&ev(42, 3_000, EventKind::QueueCreate(failed)));
         let ids: Vec<u32> = t.queues().map(|q| q.queue_id).collect();
         assert_eq!(ids, [1]);

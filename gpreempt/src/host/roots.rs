@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::model::procinfo;
+use crate::host::procinfo;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Roots {

@@ -10,9 +10,10 @@ use std::{io, sync::mpsc};
 
 use crate::{
     domain::HostPid,
+    event::{Event, Losses},
     model::{Model, Notice, spans::Span},
     report::{Sink, TraceSummary},
-    trace::{decode::Event, filter::Filter, stream::Losses},
+    trace::filter::Filter,
 };
 
 /// An in-process listener (the scheduler, a metrics exporter). Runs on the thread that delivers
@@ -211,9 +212,9 @@ mod tests {
     use super::*;
     use crate::{
         domain::{GpuId, QueueId},
+        event::{EventKind, ProcessExit},
         model::registry::tests::{create, ev, suspend},
         report::jsonl::JsonLines,
-        trace::decode::{EventKind, ProcessExit},
     };
 
     /// A sink that records what it was given, shared with the test.

@@ -4,7 +4,10 @@
 
 use std::{
     os::fd::BorrowedFd,
-    sync::atomic::{AtomicBool, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     thread,
     time::{Duration, Instant},
 };
@@ -12,11 +15,11 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    domain::{GpuId, HostPid},
-    kfd::{
-        debugger::{DebugError, Notice, Selection},
-        session::{BackToBack, BackToBackCycle, Session, Tally, Wake},
+    controller::{
+        session::{Session, Tally, Wake},
+        vocabulary::{DebugError, Notice, Selection},
     },
+    domain::{GpuId, HostPid},
     model::spans::{Span, SpanKind},
     stats::{self, Bucket, Summary},
 };
@@ -137,19 +140,29 @@ impl KernelCall {
 }
 
 /// Why a run ended before `Plan::iterations`. Serialised as `"interrupted"` or the error's text.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum StopReason {
     /// Ctrl-C / SIGTERM.
     Interrupted,
-    /// The target exited or an ioctl failed: the error's text.
-    Failed(String),
+    /// The target exited or an ioctl failed (shared: a run's record and its summary both hold it).
+    Failed(Arc<DebugError>),
+    /// Every offline target of a group left (exited or failed).
+    AllTargetsGone,
+}
+
+impl PartialEq for StopReason {
+    /// Errors compare by their text (an errno or io error has no other equality).
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
 }
 
 impl std::fmt::Display for StopReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Interrupted => f.write_str("interrupted"),
-            Self::Failed(why) => f.write_str(why),
+            Self::Failed(why) => why.fmt(f),
+            Self::AllTargetsGone => f.write_str("every offline target is gone"),
         }
     }
 }
@@ -166,8 +179,6 @@ pub struct Run {
     pub iterations: Vec<Iteration>,
     pub notices: Vec<Notice>,
     pub stopped: Option<StopReason>,
-    /// How many of the iterations the session ran back to back ([`Session::back_to_back`]).
-    pub back_to_back: usize,
 }
 
 /// Statistics of a run.
@@ -175,9 +186,6 @@ pub struct Run {
 pub struct RunSummary {
     pub planned: u32,
     pub completed: usize,
-    /// Iterations the session ran back to back (no hold, no gap, nothing to hand over); the
-    /// others went through its general path.
-    pub back_to_back: usize,
     pub ok: usize,
     /// `ok / completed`, 0 when nothing completed.
     pub success_rate: f64,
@@ -208,7 +216,6 @@ impl Run {
         RunSummary {
             planned,
             completed,
-            back_to_back: self.back_to_back,
             ok,
             success_rate: if completed == 0 { 0.0 } else { ok as f64 / completed as f64 },
             suspend_us: Summary::of(&suspend),
@@ -262,16 +269,10 @@ impl Cycle {
 /// an ioctl fails; queues are never left suspended by this function (a failed iteration's resume
 /// is attempted before returning; the session's detach does the rest).
 ///
-/// With no hold and no gap the session runs the cycles itself ([`Session::back_to_back`]) in
-/// bursts of up to [`BURST_NS`], and this loop records each burst (`on_cycle` sees its last
-/// cycle) and runs any cycle the session hands back. Otherwise, per cycle it makes the two ioctls and, between them, only what cannot wait: the verdicts, the
-/// watchdog's arm and disarm (one store each), a look at the signal flags, and a [`Cycle`] into a
-/// buffer sized and touched before the loop. Everything on that path is inlined into this one
-/// function and every rare branch is out of line: under software emulation each call and return
-/// costs about as much as the C baseline's whole cycle (measured with `cargo xtask bench`). A hold
-/// or gap of zero costs no system call (the session looks at its fds when SIGCHLD or SIGIO says
-/// so, or once a second); `on_cycle` (progress, the tracer's draining) is the caller's to keep
-/// cheap. Iterations are built after the loop.
+/// Per cycle: SUSPEND_QUEUES, the hold, RESUME_QUEUES, the gap, and a [`Cycle`] into a buffer
+/// sized before the loop; the [`Iteration`]s are built after it. A hold or gap of zero costs no
+/// system call (the session looks at its fds when SIGCHLD or SIGIO says so, or once a second);
+/// `on_cycle` (progress, the tracer's draining) is the caller's to keep cheap.
 pub fn run(
     session: &mut Session,
     plan: &Plan,
@@ -280,66 +281,21 @@ pub fn run(
     mut on_cycle: impl FnMut(&Cycle),
 ) -> Run {
     // Sized for the plan (bounded: a run of millions grows the buffer now and then).
-    let capacity = plan.iterations.min(100_000) as usize;
-    let mut cycles: Vec<Cycle> = Vec::with_capacity(capacity);
-    // Touch every page of the buffer now: a first-touch page fault inside the loop would land on
-    // one cycle in a few dozen (and is slow under emulation).
-    cycles.resize(capacity, Cycle::default());
-    cycles.clear();
+    let mut cycles: Vec<Cycle> = Vec::with_capacity(plan.iterations.min(100_000) as usize);
     let (hold_ns, gap_ns) = (plan.hold.as_nanos() as u64, plan.gap.as_nanos() as u64);
-    // No hold and no gap: the session runs the cycles itself, as long as nothing needs more than
-    // the two ioctls (its stamps buffer sized and touched like `cycles`).
-    let back_to_back = hold_ns == 0 && gap_ns == 0;
-    let mut burst: Vec<BackToBackCycle> = Vec::new();
-    if back_to_back {
-        burst.resize(capacity.min(BURST_MAX), BackToBackCycle::default());
-        burst.clear();
-    }
     let mut stopped = None;
     let mut index = 0;
-    let mut back_to_back_cycles = 0;
     while index < plan.iterations {
         if stop.load(Ordering::Relaxed) {
             stopped = Some(StopReason::Interrupted);
             break;
         }
-        let mut handed = None;
-        if back_to_back {
-            burst.clear();
-            let left = (plan.iterations - index) as usize;
-            let until_ns = monotonic_ns() + BURST_NS;
-            let ended = session.back_to_back(&plan.selection, plan.grace_period, left, until_ns, stop, &mut burst);
-            for b in &burst {
-                let (suspend, resume) = b.tallies();
-                cycles.push(Cycle { index, suspend, resume, late: 0, watchdog: false });
-                index += 1;
+        let suspend = match session.suspend_tally(&plan.selection, plan.grace_period) {
+            Ok(t) => t,
+            Err(e) => {
+                stopped = Some(failed(e));
+                break;
             }
-            back_to_back_cycles += burst.len();
-            if !burst.is_empty()
-                && let Some(c) = cycles.last()
-            {
-                on_cycle(c);
-            }
-            match ended {
-                Ok(BackToBack::Suspended(t)) => handed = Some(t),
-                // Between cycles: the next one is the general path's only if the session ran none.
-                Ok(BackToBack::Between) if !burst.is_empty() => continue,
-                Ok(BackToBack::Between) => {}
-                Err(e) => {
-                    stopped = Some(failed(e));
-                    break;
-                }
-            }
-        }
-        let suspend = match handed {
-            Some(t) => t,
-            None => match session.suspend_tally(&plan.selection, plan.grace_period) {
-                Ok(t) => t,
-                Err(e) => {
-                    stopped = Some(failed(e));
-                    break;
-                }
-            },
         };
         // Hold even when interrupted only as long as it takes to notice; resume comes first.
         let paused = match pause(session, suspend.returned_ns, hold_ns, stop, wake) {
@@ -381,25 +337,12 @@ pub fn run(
             }
         }
     }
-    Run {
-        iterations: cycles.iter().map(Cycle::iteration).collect(),
-        notices: session.notices(),
-        stopped,
-        back_to_back: back_to_back_cycles,
-    }
+    Run { iterations: cycles.iter().map(Cycle::iteration).collect(), notices: session.notices(), stopped }
 }
 
-/// The longest run of back-to-back cycles between two looks of this loop (the caller's
-/// `on_cycle`, e.g. a progress line, and `stop`): long enough that the look, which records the
-/// burst, lands in few cycles' gaps.
-const BURST_NS: u64 = 250_000_000;
-/// The most cycles of one burst (its buffer is allocated once per run).
-const BURST_MAX: usize = 16_384;
-
 #[cold]
-#[inline(never)]
 fn failed(e: DebugError) -> StopReason {
-    StopReason::Failed(e.to_string())
+    StopReason::Failed(Arc::new(e))
 }
 
 /// How a hold or a gap ended.
@@ -544,7 +487,6 @@ mod tests {
             ],
             notices: vec![],
             stopped: Some(StopReason::Interrupted),
-            back_to_back: 0,
         };
         let s = run.summary(5);
         assert_eq!((s.planned, s.completed, s.ok, s.success_rate), (5, 2, 1, 0.5));
@@ -552,7 +494,10 @@ mod tests {
         let su = s.suspend_us.unwrap();
         assert_eq!((su.count, su.min, su.max, su.p50), (2, 10.0, 30.0, 10.0));
         assert_eq!(s.stopped, Some(StopReason::Interrupted));
-        assert_eq!(StopReason::Failed("pid 7 exited".into()).to_string(), "pid 7 exited");
+        assert_eq!(
+            StopReason::Failed(Arc::new(DebugError::TargetExited { pid: HostPid(7), code: 3 })).to_string(),
+            "pid 7 exited (status 3) during the debug session"
+        );
     }
 
     #[test]
@@ -607,7 +552,7 @@ mod tests {
 
         let mut it = first.clone();
         it.kernel = KernelSide::of_iteration(&spans, &first, HostPid(7), Some(HostPid(8)));
-        let run = Run { iterations: vec![it], notices: vec![], stopped: None, back_to_back: 0 };
+        let run = Run { iterations: vec![it], notices: vec![], stopped: None };
         let s = run.summary(1);
         assert_eq!(s.fence_wait_us.unwrap().p50, 5.0);
         assert_eq!((s.collateral_queues, s.online_queues), (Some(4), Some(3)));

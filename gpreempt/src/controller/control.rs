@@ -3,13 +3,13 @@
 //! on the scheduler's own thread) and [`Debugger`] (a session on a thread of its own) implement it.
 
 use crate::{
-    domain::HostPid,
-    kfd::{
+    controller::{
         Debugger,
-        debugger::{Batch, DRIVER_GRACE_PERIOD, DebugError, Detached, Notice, Options, Selection},
         session::Session,
-        uapi::QueueSnapshotEntry,
+        vocabulary::{Batch, DRIVER_GRACE_PERIOD, DebugError, Detached, Notice, Options, Selection},
     },
+    domain::HostPid,
+    kfd::uapi::QueueSnapshotEntry,
 };
 
 /// A debug-trap session the scheduler drives: attach once, suspend and resume many times.
@@ -33,7 +33,7 @@ pub trait Control: Sized {
 
 impl Control for Debugger {
     fn attach(pid: HostPid, options: &Options) -> Result<Self, DebugError> {
-        Debugger::attach(pid.0, options.clone())
+        Debugger::attach(pid, options.clone())
     }
 
     fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError> {

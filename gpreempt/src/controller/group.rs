@@ -17,21 +17,23 @@ use serde::Serialize;
 
 use crate::{
     clock::monotonic_ns,
-    domain::HostPid,
-    kfd::{
-        debugger::{Attached, DebugError, Detached, Options},
-        session::{Session, Tally, Wake, wait_any},
+    controller::{
+        measure::{Cycle, Plan, Run, StopReason},
+        session::{FDS_PER_SESSION, MAX_POLL_FDS, Session, Tally, Wake, wait_any},
         target::{Target, TargetError},
+        vocabulary::{Attached, DebugError, Detached, Options},
     },
-    model::ps::KfdProcess,
-    preempt::{Cycle, Plan, Run, StopReason},
-    roots::Roots,
-    select::{self, Selector},
+    domain::HostPid,
+    host::{
+        processes::KfdProcess,
+        roots::Roots,
+        select::{self, Selector},
+    },
 };
 
-/// Targets one thread holds at most: [`wait_any`] polls 3 fds per session and the caller's
-/// (Ctrl-C) within its limit of 64.
-pub const MAX_TARGETS: usize = 20;
+/// Targets one thread holds at most: [`wait_any`] polls two fds per session and the caller's
+/// (Ctrl-C) within its limit.
+pub const MAX_TARGETS: usize = (MAX_POLL_FDS - 1) / FDS_PER_SESSION;
 
 /// Why a selection of offline targets is refused before anything is attached.
 #[derive(Debug, thiserror::Error)]
@@ -179,7 +181,7 @@ impl Group {
             target: session.attached().clone(),
             first_iteration,
             picked_up,
-            run: Run { iterations: Vec::new(), notices: Vec::new(), stopped: None, back_to_back: 0 },
+            run: Run { iterations: Vec::new(), notices: Vec::new(), stopped: None },
             runtime_not_enabled: 0,
             detached: None,
         });
@@ -190,7 +192,7 @@ impl Group {
     /// A process that opened `/dev/kfd`: attached when a container selector takes it and it is
     /// neither a member already nor the online process.
     fn offer(&mut self, pid: HostPid, next_iteration: u32) {
-        let known = self.members.iter().any(|m| m.target.pid == pid.0 && m.detached.is_none());
+        let known = self.members.iter().any(|m| m.target.pid == pid && m.detached.is_none());
         let containers: Vec<Selector> =
             self.selectors.iter().filter(|s| matches!(s, Selector::Container(_))).cloned().collect();
         if known || self.online == Some(pid) || !select::any_matches_new(&containers, &self.options.roots, pid) {
@@ -219,8 +221,8 @@ impl Group {
     }
 
     /// Session index of the target `pid`.
-    fn session_of(&self, pid: u32) -> Option<usize> {
-        self.sessions.iter().position(|s| s.pid().0 == pid)
+    fn session_of(&self, pid: HostPid) -> Option<usize> {
+        self.sessions.iter().position(|s| s.pid() == pid)
     }
 
     /// Run the plan over every member; `None` when every cycle ran. Returns early when `stop` is
@@ -234,7 +236,7 @@ impl Group {
         hooks: &mut impl Hooks,
     ) -> Option<StopReason> {
         let mut opened = Vec::new();
-        let mut suspends: Vec<(u32, Result<Tally, DebugError>)> = Vec::with_capacity(MAX_TARGETS);
+        let mut suspends: Vec<(HostPid, Result<Tally, DebugError>)> = Vec::with_capacity(MAX_TARGETS);
         for index in 0..plan.iterations {
             if stop.load(Ordering::Relaxed) {
                 return Some(StopReason::Interrupted);
@@ -245,16 +247,16 @@ impl Group {
                 self.offer(pid, index);
             }
             if self.sessions.is_empty() {
-                return Some(StopReason::Failed("every offline target is gone".into()));
+                return Some(StopReason::AllTargetsGone);
             }
             suspends.clear();
             for s in &mut self.sessions {
-                suspends.push((s.pid().0, s.suspend_tally(&plan.selection, plan.grace_period)));
+                suspends.push((s.pid(), s.suspend_tally(&plan.selection, plan.grace_period)));
             }
             let held_from = monotonic_ns();
             let interrupted = match self.pause(held_from, plan.hold, stop, wake) {
                 Ok(interrupted) => interrupted,
-                Err(e) => return Some(StopReason::Failed(e.to_string())),
+                Err(e) => return Some(StopReason::Failed(std::sync::Arc::new(e))),
             };
             self.resume_and_record(index, &mut suspends);
             hooks.cycle(index, &self.members);
@@ -265,7 +267,7 @@ impl Group {
                 match self.pause(monotonic_ns(), plan.gap, stop, wake) {
                     Ok(false) => {}
                     Ok(true) => return Some(StopReason::Interrupted),
-                    Err(e) => return Some(StopReason::Failed(e.to_string())),
+                    Err(e) => return Some(StopReason::Failed(std::sync::Arc::new(e))),
                 }
             }
         }
@@ -275,8 +277,8 @@ impl Group {
     /// Resume every member this cycle suspended and record its iteration; members whose target
     /// exited or whose ioctls failed are detached. `suspends` holds each target's pid with its
     /// suspend: a target that left during the hold has no session any more.
-    fn resume_and_record(&mut self, index: u32, suspends: &mut Vec<(u32, Result<Tally, DebugError>)>) {
-        let mut leaving: Vec<(u32, StopReason)> = Vec::new();
+    fn resume_and_record(&mut self, index: u32, suspends: &mut Vec<(HostPid, Result<Tally, DebugError>)>) {
+        let mut leaving: Vec<(HostPid, StopReason)> = Vec::new();
         for (pid, suspend) in suspends.drain(..) {
             let Some(i) = self.session_of(pid) else { continue };
             let (session, m) = (&mut self.sessions[i], self.of_session[i]);
@@ -287,7 +289,7 @@ impl Group {
                     continue;
                 }
                 Err(e) => {
-                    leaving.push((pid, StopReason::Failed(e.to_string())));
+                    leaving.push((pid, StopReason::Failed(std::sync::Arc::new(e))));
                     continue;
                 }
             };
@@ -295,7 +297,7 @@ impl Group {
             let (resume, watchdog) = match session.resume_held() {
                 Ok(r) => r,
                 Err(e) => {
-                    leaving.push((pid, StopReason::Failed(e.to_string())));
+                    leaving.push((pid, StopReason::Failed(std::sync::Arc::new(e))));
                     continue;
                 }
             };
@@ -328,7 +330,7 @@ impl Group {
                 Err(DebugError::TargetExited { pid, code }) => match self.session_of(pid) {
                     Some(i) => {
                         let e = DebugError::TargetExited { pid, code };
-                        self.leave(i, Some(StopReason::Failed(e.to_string())));
+                        self.leave(i, Some(StopReason::Failed(std::sync::Arc::new(e))));
                     }
                     None => return Err(DebugError::TargetExited { pid, code }),
                 },
@@ -354,7 +356,7 @@ mod tests {
     use std::{fs, path::Path};
 
     use super::*;
-    use crate::model::ps;
+    use crate::host::processes;
 
     const ID: &str = "5eed00000000000000000000000000000000000000000000000000000000abcd";
 
@@ -386,7 +388,7 @@ mod tests {
         }
         write(r, &format!("docker/containers/{ID}/config.v2.json"), r#"{"Name":"/trainer"}"#);
         let roots = Roots { sys: r.join("sys"), proc: r.join("proc"), docker: r.join("docker"), ..Roots::default() };
-        let (processes, _) = ps::scan(&roots);
+        let (processes, _) = processes::scan(&roots);
         (dir, roots, processes)
     }
 

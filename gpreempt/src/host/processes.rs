@@ -5,8 +5,8 @@
 use serde::Serialize;
 
 use super::procinfo::{self, ProcInfo};
-use crate::kfd::sysfs::{self, SysfsProcess};
-pub use crate::roots::Roots;
+pub use crate::host::roots::Roots;
+use crate::host::sysfs::{self, SysfsProcess};
 
 /// One KFD process.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

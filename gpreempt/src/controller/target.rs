@@ -15,9 +15,9 @@ use std::{
 
 use nix::errno::Errno;
 
-pub use crate::roots::Roots;
+pub use crate::host::roots::Roots;
 use crate::{
-    model::procinfo::{PROC_ROOT, effective_caps, status_field, status_number},
+    host::procinfo::{PROC_ROOT, effective_caps, status_field, status_number},
     output::text::escape,
 };
 

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::kfd::{
-    sysfs::SysfsQueue,
-    uapi::{QueueSnapshotEntry, exception, queue_type},
+use crate::{
+    host::sysfs::SysfsQueue,
+    kfd::uapi::{QueueSnapshotEntry, exception, queue_type},
 };
 
 /// Where a queue listing came from.

@@ -1,0 +1,369 @@
+//! A KFD debug-trap session on one target process, bound to the thread that created it.
+//!
+//! KFD checks that the *calling thread* is the ptrace parent of the target's leader (docs/kfd.md
+//! §2.1), so everything that touches the target — seize, every `AMDKFD_IOC_DBG_TRAP`, servicing
+//! debug events, forwarding the target's signals, detach — happens on the thread that seized it,
+//! and so does the caller's timing loop. A [`Session`] is therefore not `Send`. By concern:
+//! - this file: attach, detach and what every exit path does;
+//! - [`cycle`]: SUSPEND_QUEUES and RESUME_QUEUES, the one cycle implementation;
+//! - [`service`]: debug events, the target's stops and exit, the in-process watchdog;
+//! - [`wait`]: a hold or gap as one `ppoll` over the sessions' fds and the caller's.
+//!
+//! Every exit path — [`Session::detach`], drop, a panic — resumes what is suspended, acknowledges
+//! pending runtime events, disables debugging and detaches; if the whole controller dies
+//! (kill -9) the kernel resumes the queues (debugger mm teardown, §2.7).
+
+mod cycle;
+mod faults;
+mod service;
+mod wait;
+
+use std::{
+    marker::PhantomData,
+    os::fd::{AsFd, AsRawFd, OwnedFd},
+    time::{Duration, Instant},
+};
+
+use nix::{errno::Errno, fcntl::OFlag, unistd::pipe2};
+
+pub use self::{
+    cycle::Tally,
+    wait::{FDS_PER_SESSION, MAX_POLL_FDS, Wake, wait_any},
+};
+use self::{faults::Faults, service::Backoff};
+use super::{
+    signal_pipe::{self, SignalPipe},
+    target::{self, Target, TargetError},
+    tracee::{Tracee, TraceeState},
+    vocabulary::{Attached, DebugError, Detached, Notice, Options},
+    watchdog::Watchdog,
+};
+use crate::{
+    clock::monotonic_ns,
+    domain::{DebugTrapOp, HostPid, QueueId, RuntimeState},
+    kfd::{
+        Device, dbg_trap,
+        uapi::{QueueSnapshotEntry, RuntimeInfo, exception},
+    },
+};
+
+/// `KFD_EC_MASK(EC_QUEUE_NEW)`: set on every new queue; suspend refuses such queues until a
+/// snapshot clears it (docs/kfd.md §2.4).
+const QUEUE_NEW: u64 = exception::ec_mask(exception::EC_QUEUE_NEW);
+/// `KFD_EC_MASK(EC_PROCESS_RUNTIME)`: the target's runtime was enabled or disabled.
+const PROCESS_RUNTIME: u64 = exception::ec_mask(exception::EC_PROCESS_RUNTIME);
+/// What the session subscribes to in ENABLE's `exception_mask`.
+const SUBSCRIBED: u64 = QUEUE_NEW | PROCESS_RUNTIME;
+/// Backstop: a waitpid(WNOHANG) and a look at the event pipe at least this often. The prompt
+/// paths are signals: SIGCHLD for the tracee, SIGIO for the event pipe (O_ASYNC), so a loop with
+/// no hold and no gap looks at its fds only when one arrived.
+const SERVICE_PERIOD_NS: u64 = 1_000_000_000;
+/// `KFD_MAX_NUM_OF_QUEUES_PER_PROCESS`: bounds every id array and snapshot buffer.
+pub const MAX_QUEUES_PER_PROCESS: usize = 1024;
+/// First capacity of the session's id arrays; they grow, rarely, for a process with more queues.
+const ID_ARRAY_CAPACITY: usize = 32;
+/// Before DISABLE: how long the target must raise nothing, and the longest that is waited for.
+const QUIET_NS: u64 = 10_000_000;
+const QUIESCE_MAX_NS: u64 = 1_000_000_000;
+/// DISABLE rounds spent releasing a runtime event raised just before DISABLE (see `disable`).
+const RELEASE_ROUNDS: u32 = 8;
+
+/// A debug session; lives and dies on the thread that attached it.
+pub struct Session {
+    pid: HostPid,
+    kfd: Device,
+    tracee: Tracee,
+    dbg_read: OwnedFd,
+    /// KFD holds its own reference to the write end (fget at ENABLE); ours keeps the pipe alive
+    /// across a re-ENABLE.
+    dbg_write: OwnedFd,
+    /// SIGCHLD (the tracee stopped, continued or exited) and SIGIO (KFD wrote the event pipe).
+    signals: SignalPipe,
+    attached: Attached,
+    enabled: bool,
+    runtime_state: RuntimeState,
+    /// The runtime was enabled at some point of the session (so DISABLED now means shut down).
+    runtime_was_enabled: bool,
+    /// Queue ids of the latest clearing snapshot.
+    known: Vec<QueueId>,
+    queues_dirty: bool,
+    /// Ids the kernel confirmed suspended, recorded as soon as each SUSPEND returns.
+    suspended: Vec<u32>,
+    suspended_at_ns: Option<u64>,
+    /// An `All` suspend is being held with this grace period: queues created meanwhile are
+    /// snapshotted and suspended too.
+    holding_all: Option<u32>,
+    /// Queues suspended that way since the last suspend.
+    late_suspended: u32,
+    /// Scratch id arrays (raw ids: the kernel writes verdict bits into them) and the snapshot
+    /// buffer.
+    ids: Vec<u32>,
+    retry: Vec<u32>,
+    snap: Vec<QueueSnapshotEntry>,
+    max_suspend_ns: Option<u64>,
+    backoff: Option<Backoff>,
+    /// The watchdog's last successful RESUME, until the caller takes it.
+    watchdog_resume: Option<Tally>,
+    last_service_ns: u64,
+    notices: Vec<Notice>,
+    /// Faults injected by the VM tests (nothing without the `fault-injection` feature).
+    faults: Faults,
+    /// A separate process that SIGKILLs this one when a suspension outlives `max_suspend` while
+    /// this process cannot resume it (stopped, frozen, stuck); armed while `suspended` is not empty.
+    watchdog: Option<Watchdog>,
+    /// ptrace links and KFD's parent check are per thread.
+    _thread_bound: PhantomData<*const ()>,
+}
+
+impl Session {
+    /// Check the target, seize it and enable the debug trap, on this thread.
+    pub fn attach(pid: HostPid, options: &Options) -> Result<Self, DebugError> {
+        let target = Target::inspect(&options.roots, pid.0)?;
+        target.check_debuggable(&options.roots)?;
+        // Forked before the device and the target are touched, so it holds neither.
+        let watchdog = options.max_suspend.map(|_| Watchdog::spawn()).transpose()?;
+        let kfd = Device::open_path(&options.device)?;
+        let version = kfd.version()?;
+        if !version.has_debug_trap() {
+            return Err(DebugError::NoDebugTrap(version));
+        }
+        // Before the seize, so no SIGCHLD of the tracee is missed.
+        let signals = SignalPipe::new(&[libc::SIGCHLD, libc::SIGIO]).map_err(DebugError::Pipe)?;
+        let tracee = Tracee::seize(pid.0).map_err(|errno| match errno {
+            Errno::EPERM => {
+                DebugError::PtraceDenied { pid, reason: target::explain_ptrace_denied(&options.roots, &target) }
+            }
+            Errno::ESRCH => DebugError::Target(TargetError::NoSuchProcess(pid.0)),
+            errno => DebugError::Ptrace { pid, errno },
+        })?;
+        // The seized pid is still the process inspected above, not a reused pid (its pidfd).
+        target.confirm()?;
+        // ROCdbgapi's choice: a non-blocking pipe; KFD writes one '.' per raised exception (§2.2).
+        let (dbg_read, dbg_write) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(DebugError::Pipe)?;
+        // SIGIO to this process when KFD writes the pipe (pipe_write's kill_fasync).
+        // SAFETY: fcntl on a pipe we own; no pointers.
+        unsafe {
+            libc::fcntl(dbg_read.as_raw_fd(), libc::F_SETOWN, libc::getpid());
+            libc::fcntl(dbg_read.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK | libc::O_ASYNC);
+        }
+        // On error `tracee` drops here and detaches.
+        let info = enable(&kfd, pid, &dbg_write).map_err(|errno| match errno {
+            Errno::EALREADY => DebugError::AlreadyDebugged { pid },
+            Errno::EBUSY => DebugError::Busy { pid },
+            Errno::EINVAL => DebugError::NoHws,
+            Errno::ESRCH => DebugError::Target(TargetError::NoSuchProcess(pid.0)),
+            Errno::EPERM => DebugError::NotPtraceParent { pid },
+            errno => DebugError::Ioctl { op: DebugTrapOp::ENABLE, pid, errno },
+        })?;
+        let attached = Attached {
+            pid,
+            comm: target.comm.clone(),
+            kfd_version: version,
+            runtime_state: RuntimeState::from_raw(info.runtime_state),
+            r_debug: info.r_debug,
+        };
+        Ok(Self {
+            pid,
+            kfd,
+            tracee,
+            dbg_read,
+            dbg_write,
+            signals,
+            attached,
+            enabled: true,
+            runtime_state: RuntimeState::from_raw(info.runtime_state),
+            runtime_was_enabled: RuntimeState::from_raw(info.runtime_state) == RuntimeState::Enabled,
+            known: Vec::with_capacity(ID_ARRAY_CAPACITY),
+            queues_dirty: true,
+            suspended: Vec::with_capacity(ID_ARRAY_CAPACITY),
+            suspended_at_ns: None,
+            holding_all: None,
+            late_suspended: 0,
+            ids: Vec::with_capacity(ID_ARRAY_CAPACITY),
+            retry: Vec::with_capacity(ID_ARRAY_CAPACITY),
+            snap: Vec::with_capacity(16),
+            max_suspend_ns: options.max_suspend.map(|d| d.as_nanos() as u64),
+            backoff: None,
+            watchdog_resume: None,
+            last_service_ns: monotonic_ns(),
+            notices: Vec::new(),
+            faults: Faults::from_env(),
+            watchdog,
+            _thread_bound: PhantomData,
+        })
+    }
+
+    pub fn attached(&self) -> &Attached {
+        &self.attached
+    }
+
+    pub fn pid(&self) -> HostPid {
+        self.pid
+    }
+
+    /// Notices since the last call.
+    pub fn notices(&mut self) -> Vec<Notice> {
+        std::mem::take(&mut self.notices)
+    }
+
+    /// Ids currently suspended by this session.
+    pub fn suspended(&self) -> &[u32] {
+        &self.suspended
+    }
+
+    /// The runtime was enabled during the session and is shut down now (ROCr at exit).
+    fn runtime_shut(&self) -> bool {
+        self.runtime_was_enabled && self.runtime_state == RuntimeState::Disabled
+    }
+
+    fn check_alive(&self) -> Result<(), DebugError> {
+        match self.tracee.is_gone() {
+            Some(code) => Err(DebugError::TargetExited { pid: self.pid, code }),
+            None => Ok(()),
+        }
+    }
+
+    /// What a failed ioctl means, after looking at the target: ESRCH is its exit (waitpid has
+    /// the status); EPERM is either the runtime no longer enabled (§2.1 step 6: SUSPEND/RESUME
+    /// need runtime_state == ENABLED — possibly a RUNTIME_ENABLE(0) whose event is still in the
+    /// pipe) or the ptrace-parent check.
+    #[cold]
+    #[inline(never)]
+    fn fail(&mut self, op: DebugTrapOp, errno: Errno) -> DebugError {
+        match errno {
+            Errno::ESRCH => {
+                for _ in 0..50 {
+                    self.service_tracee();
+                    if self.tracee.is_gone().is_some() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                DebugError::TargetExited { pid: self.pid, code: self.tracee.is_gone().unwrap_or(-1) }
+            }
+            Errno::EPERM => {
+                self.service_events();
+                if self.runtime_shut() {
+                    self.runtime_shut_down()
+                } else if self.runtime_state != RuntimeState::Enabled {
+                    DebugError::RuntimeNotEnabled { pid: self.pid }
+                } else {
+                    DebugError::NotPtraceParent { pid: self.pid }
+                }
+            }
+            errno => DebugError::Ioctl { op, pid: self.pid, errno },
+        }
+    }
+
+    /// ROCr disables the runtime on its way out; give the process a moment to finish exiting so
+    /// the caller learns the real reason (its exit) rather than the intermediate state.
+    #[cold]
+    fn runtime_shut_down(&mut self) -> DebugError {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < deadline {
+            self.service_tracee();
+            if let Some(code) = self.tracee.is_gone() {
+                return DebugError::TargetExited { pid: self.pid, code };
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        DebugError::RuntimeDisabled { pid: self.pid }
+    }
+
+    /// Resume, acknowledge pending runtime events, DISABLE (which resumes every queue again,
+    /// §2.3), PTRACE_DETACH. Idempotent.
+    fn cleanup(&mut self) -> Detached {
+        let mut report = Detached { signals_forwarded: self.tracee.forwarded, ..Detached::default() };
+        if self.enabled {
+            self.service_tracee();
+        }
+        if self.enabled {
+            if !self.suspended.is_empty() {
+                self.faults.clear();
+                report.resumed = self.resume_tally().map(|t| t.done as usize).unwrap_or(0);
+            }
+            report.disabled = self.disable();
+            self.enabled = false;
+        }
+        self.tracee.detach();
+        report
+    }
+
+    /// DISABLE without leaving a target thread asleep in RUNTIME_ENABLE: KFD raises
+    /// EC_PROCESS_RUNTIME and the thread sleeps in `down_interruptible(&p->runtime_enable_sema)`
+    /// until SEND_RUNTIME_EVENT, and `kfd_dbg_trap_disable` never ups that semaphore (6.12
+    /// kfd_chardev.c `runtime_enable`/`runtime_disable`, kfd_debug.c). So pending events are
+    /// acknowledged first, until the target has raised nothing for [`QUIET_NS`] (a thread that
+    /// is released makes its next runtime call at once). An event raised between the last query
+    /// and DISABLE (both take the target's mutex; the raise writes the event pipe under it)
+    /// leaves a byte in the pipe: then re-ENABLE, and if the runtime state moved, acknowledge that
+    /// transition, and try again.
+    fn disable(&mut self) -> bool {
+        let mut disabled = false;
+        for _ in 0..RELEASE_ROUNDS {
+            self.quiesce();
+            disabled = dbg_trap::disable(self.kfd.as_fd(), self.pid).is_ok();
+            if !disabled || !signal_pipe::drain(&self.dbg_read) {
+                return disabled;
+            }
+            let Ok(info) = enable(&self.kfd, self.pid, &self.dbg_write) else { return disabled };
+            if RuntimeState::from_raw(info.runtime_state) != self.runtime_state {
+                self.note_runtime(RuntimeState::from_raw(info.runtime_state));
+                self.send_runtime_ack();
+            }
+        }
+        dbg_trap::disable(self.kfd.as_fd(), self.pid).is_ok() || disabled
+    }
+
+    /// Service debug events until none arrives for [`QUIET_NS`] (at most [`QUIESCE_MAX_NS`]).
+    fn quiesce(&mut self) {
+        let end = monotonic_ns() + QUIESCE_MAX_NS;
+        loop {
+            self.service_events();
+            let mut fd = libc::pollfd { fd: self.dbg_read.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            let ms = (QUIET_NS / 1_000_000) as libc::c_int;
+            // SAFETY: one valid pollfd.
+            let ready = unsafe { libc::poll(&mut fd, 1, ms) };
+            if ready <= 0 || monotonic_ns() >= end {
+                self.service_events();
+                return;
+            }
+        }
+    }
+
+    /// End the session: resume, DISABLE, PTRACE_DETACH.
+    pub fn detach(mut self) -> Detached {
+        self.cleanup()
+    }
+}
+
+impl Drop for Session {
+    /// A panic on the session's thread still resumes, disables and detaches.
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
+/// DBG_TRAP ENABLE with our exception mask and event pipe; the runtime info KFD writes back.
+fn enable(kfd: &Device, pid: HostPid, dbg_write: &OwnedFd) -> Result<RuntimeInfo, Errno> {
+    let mut info = RuntimeInfo::default();
+    dbg_trap::enable(kfd.as_fd(), pid, SUBSCRIBED, &mut info, dbg_write.as_fd())?;
+    Ok(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_are_the_kernel_bits() {
+        assert_eq!(QUEUE_NEW, 1 << 30);
+        assert_eq!(PROCESS_RUNTIME, 0x8000_0000_0000);
+    }
+
+    #[test]
+    fn attaching_to_a_missing_pid_names_it() {
+        let err = Session::attach(HostPid(999_999_999), &Options::default()).err().unwrap();
+        assert_eq!(err.to_string(), "no process with pid 999999999 (see `gpreempt ps` for the KFD processes)");
+    }
+}

@@ -1,0 +1,219 @@
+//! The controller's vocabulary: a session's options, errors, batches, notices and how it ended.
+//! Shared by the session ([`super::session`]), its threaded form ([`super::threaded`]), the
+//! measurement loop and the scheduler; it depends on none of them.
+
+use std::{path::PathBuf, time::Duration};
+
+use nix::errno::Errno;
+use serde::Serialize;
+
+use super::target::{self, TargetError};
+use crate::{
+    domain::{DebugTrapOp, HostPid, QueueId, RuntimeState},
+    kfd::{KfdVersion, device::DeviceError},
+};
+
+/// `grace_period` value KFD treats as "leave CP_IQ_WAIT_TIME2 as it is" (`USE_DEFAULT_GRACE_PERIOD`,
+/// kfd_device_queue_manager.h, 6.5–6.12).
+pub const DRIVER_GRACE_PERIOD: u32 = 0xffff_ffff;
+
+/// Settings of a session.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Resume automatically when queues stay suspended longer than this.
+    pub max_suspend: Option<Duration>,
+    pub roots: target::Roots,
+    pub device: PathBuf,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            max_suspend: None,
+            roots: target::Roots::default(),
+            device: PathBuf::from(crate::kfd::device::KFD_DEVICE),
+        }
+    }
+}
+
+/// Why a debug session could not start or an operation failed: cause and fix.
+#[derive(Debug, thiserror::Error)]
+pub enum DebugError {
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("the debug-trap API needs KFD ≥ 1.13 (Linux 6.5+ or amdgpu-dkms); this kernel has {0}")]
+    NoDebugTrap(KfdVersion),
+    #[error("cannot ptrace pid {pid}: {reason}")]
+    PtraceDenied { pid: HostPid, reason: String },
+    #[error("PTRACE_SEIZE of pid {pid} failed: {errno}")]
+    Ptrace { pid: HostPid, errno: Errno },
+    #[error(
+        "pid {pid} is already being debugged through KFD (another gpreempt, or rocgdb/ROCdbgapi): EALREADY; \
+         stop that debugger first"
+    )]
+    AlreadyDebugged { pid: HostPid },
+    #[error(
+        "KFD refused to debug pid {pid}: EBUSY — on GPUs without per-VMID debug (MI50/MI60, MI100, RDNA1/2) only \
+         one process per GPU can be debugged and one already is, or the process uses GWS"
+    )]
+    Busy { pid: HostPid },
+    #[error(
+        "KFD refused the debug trap: EINVAL — amdgpu runs without the hardware scheduler (sched_policy=2), which \
+         the debug-trap API needs; reload amdgpu with sched_policy=0"
+    )]
+    NoHws,
+    #[error(
+        "pid {pid} has not enabled the ROCm runtime's debug interface (AMDKFD_IOC_RUNTIME_ENABLE): it is not a \
+         ROCr process, its ROCm is too old, or the GPU firmware lacks debug support; KFD refuses to suspend its \
+         queues (EPERM)"
+    )]
+    RuntimeNotEnabled { pid: HostPid },
+    #[error(
+        "pid {pid} shut its ROCm runtime down (RUNTIME_ENABLE mode 0, as ROCr does at exit or hsa_shut_down): \
+         KFD resumed its queues and refuses new suspends"
+    )]
+    RuntimeDisabled { pid: HostPid },
+    #[error(
+        "KFD says this thread is not the ptrace parent of pid {pid} (EPERM) although it seized it; was it \
+         detached by someone else?"
+    )]
+    NotPtraceParent { pid: HostPid },
+    #[error("pid {pid} exited (status {code}) during the debug session")]
+    TargetExited { pid: HostPid, code: i32 },
+    #[error("AMDKFD_IOC_DBG_TRAP {} on pid {pid} failed: {errno}", op.uapi_name())]
+    Ioctl { op: DebugTrapOp, pid: HostPid, errno: Errno },
+    #[error("cannot create the debug-event pipe: {0}")]
+    Pipe(Errno),
+    #[error(transparent)]
+    Watchdog(#[from] super::watchdog::WatchdogError),
+    #[error("the debug session thread is gone (it panicked?)")]
+    SessionGone,
+    #[error("injected fault ({0}) from GPREEMPT_TEST_FAULT")]
+    Injected(&'static str),
+    #[error("cannot wait on {0} file descriptors at once (at most 64: 2 per session plus the caller's)")]
+    TooManyFds(usize),
+}
+
+/// What attaching found out.
+#[derive(Clone, Debug, Serialize)]
+pub struct Attached {
+    pub pid: HostPid,
+    pub comm: String,
+    pub kfd_version: KfdVersion,
+    /// `kfd_runtime_info.runtime_state` at ENABLE.
+    pub runtime_state: RuntimeState,
+    /// `kfd_runtime_info.r_debug`: ROCr's `_amdgpu_r_debug` address, 0 before runtime enable.
+    pub r_debug: u64,
+}
+
+pub use crate::kfd::uapi::{QueueOutcome, QueueResult, decode_outcomes};
+
+/// One SUSPEND_QUEUES or RESUME_QUEUES as seen from userspace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Batch {
+    /// The ioctl's return value: the number of queues suspended/resumed.
+    pub count: i32,
+    /// Serialised as `{queue_id, result}` per id (the `--json` record's shape).
+    #[serde(serialize_with = "verdicts")]
+    pub outcomes: Vec<QueueOutcome>,
+    /// Time spent in the ioctl(s), retry included.
+    pub latency_ns: u64,
+    /// Ids retried once after a re-snapshot because they came back INVALID.
+    pub retried: u32,
+    /// No ioctl was needed (nothing to suspend or resume).
+    pub skipped: bool,
+}
+
+impl Batch {
+    pub fn done(&self) -> usize {
+        self.count_of(QueueResult::Done)
+    }
+    pub fn invalid(&self) -> usize {
+        self.count_of(QueueResult::Invalid)
+    }
+    pub fn error(&self) -> usize {
+        self.count_of(QueueResult::Error)
+    }
+    fn count_of(&self, r: QueueResult) -> usize {
+        self.outcomes.iter().filter(|o| o.result() == r).count()
+    }
+}
+
+fn verdicts<S: serde::Serializer>(outcomes: &[QueueOutcome], s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Verdict {
+        queue_id: QueueId,
+        result: QueueResult,
+    }
+    s.collect_seq(outcomes.iter().map(|o| Verdict { queue_id: o.queue_id, result: o.result() }))
+}
+
+/// Which queues to suspend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Selection {
+    /// Every queue of the target (from the latest snapshot, refreshed when queues appear).
+    All,
+    Ids(Vec<QueueId>),
+}
+
+/// Things that happened in the session without being asked.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "notice", rename_all = "snake_case")]
+pub enum Notice {
+    TargetExited {
+        code: i32,
+    },
+    /// EC_PROCESS_RUNTIME acknowledged; the target's runtime is now in this state.
+    RuntimeChanged {
+        runtime_state: RuntimeState,
+    },
+    /// The target created queues (EC_QUEUE_NEW); the next `All` suspend re-snapshots.
+    QueuesAppeared,
+    /// Queues created during a hold of every queue were snapshotted and suspended too.
+    QueuesSuspendedMidHold {
+        count: u32,
+    },
+    /// The watchdog resumed queues held longer than `max_suspend`.
+    WatchdogResumed {
+        held_ms: u64,
+        resumed: Batch,
+    },
+    /// The watchdog's RESUME failed; it tries again after `retry_in_ms` (doubling, at most 1 s).
+    WatchdogResumeFailed {
+        held_ms: u64,
+        error: String,
+        retry_in_ms: u64,
+    },
+    /// A step the session took on its own failed.
+    Failed {
+        op: &'static str,
+        error: String,
+    },
+}
+
+/// How the session ended.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Detached {
+    /// Queues resumed at detach (0 when nothing was suspended).
+    pub resumed: usize,
+    /// DISABLE succeeded (false if the target was already gone).
+    pub disabled: bool,
+    /// Signals re-injected into the target while it was seized.
+    pub signals_forwarded: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_count_verdicts_and_serialise_them_by_id() {
+        let b = Batch { count: 2, outcomes: decode_outcomes(&[0, 1 | 1 << 31, 2 | 1 << 30, 3]), ..Batch::default() };
+        assert_eq!((b.done(), b.invalid(), b.error()), (2, 1, 1));
+        let json = serde_json::to_value(&b).unwrap();
+        assert_eq!(json["outcomes"][1], serde_json::json!({"queue_id": 1, "result": "invalid"}));
+        assert_eq!(json["outcomes"][2], serde_json::json!({"queue_id": 2, "result": "error"}));
+    }
+}
