@@ -26,16 +26,12 @@ use gpreempt::{
     clock::monotonic_ns,
     controller::{
         control::Control,
-        vocabulary::{Batch, DebugError, Detached, Notice, Options, Selection},
+        vocabulary::{Batch, DebugError, Detached, Options, Selection, SessionNotice},
     },
     domain::HostPid,
     host::{roots::Roots, select::Selector},
     kfd::uapi::QueueSnapshotEntry,
-    schedule::{
-        Config, Event, Scheduler,
-        discover::{Change, Discovery},
-        policy::PolicyConfig,
-    },
+    schedule::{Config, Event, Scheduler, discover::Discovery, policy::PolicyConfig},
     stats::Summary,
 };
 use serde_json::json;
@@ -75,7 +71,7 @@ impl Control for Stamp {
             ..QueueSnapshotEntry::default()
         }])
     }
-    fn notices(&mut self) -> Vec<Notice> {
+    fn notices(&mut self) -> Vec<SessionNotice> {
         Vec::new()
     }
     fn comm(&self) -> String {
@@ -107,7 +103,7 @@ struct Driver {
 }
 
 impl Discovery for Driver {
-    fn poll(&mut self, _: &mut Vec<Change>) {
+    fn poll(&mut self, _: &mut Vec<gpreempt::model::ModelNotice>) {
         let now = monotonic_ns();
         self.phase = match self.phase {
             Phase::Gap(since) if now - since >= GAP.as_nanos() as u64 => {

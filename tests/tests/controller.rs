@@ -17,12 +17,12 @@ use gpreempt::{
     controller::{
         Debugger,
         session::Session,
-        vocabulary::{Options, QueueResult, Selection},
+        vocabulary::{Options, Selection},
     },
     domain::{HostPid, QueueId, RuntimeState},
     kfd::{
         Device, KfdVersion,
-        uapi::{self, DbgTrapArgs},
+        uapi::{self, DbgTrapArgs, QueueResult},
     },
 };
 use gpreempt_tests::{

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpreempt::controller::measure::monotonic_ns;
+use gpreempt::clock::monotonic_ns;
 use gpreempt_tests::{LineHelper, emu_param, read_sysfs};
 use serde_json::Value;
 

@@ -16,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use gpreempt::controller::measure::monotonic_ns;
+use gpreempt::clock::monotonic_ns;
 use gpreempt_tests::{
     EmuParam, LineHelper, binary,
     controller::{advances, rptr_now},

@@ -10,7 +10,7 @@ pub mod policies;
 use std::fmt::Write as _;
 
 pub use self::config::{Config, Policy};
-use crate::event::Event;
+use crate::model::ModelNotice;
 
 /// One structured log line for stderr: `level=info msg="…" key=value …`, values quoted when
 /// they hold spaces, quotes or `=`. journald keeps each line as one entry (with its own
@@ -45,14 +45,14 @@ fn quote(v: &str) -> String {
 }
 
 /// What applies the configured policies to the processes the tracer sees. The agent calls
-/// [`PolicyRunner::configure`] at start and after every accepted reload, feeds every tracer
-/// record through [`PolicyRunner::observe`], and calls [`PolicyRunner::shutdown`] on SIGTERM; a
-/// runner resumes and detaches every process it suspended before `shutdown` returns.
+/// [`PolicyRunner::configure`] at start and after every accepted reload, hands it every lifecycle
+/// notice of the model through [`PolicyRunner::notice`], and calls [`PolicyRunner::shutdown`] on
+/// SIGTERM; a runner resumes and detaches every process it suspended before `shutdown` returns.
 pub trait PolicyRunner {
     /// The policies in force from now on (replacing the previous ones).
     fn configure(&mut self, policies: &[Policy]);
-    /// One record of the tracer (processes and queues that appear or go are what matter).
-    fn observe(&mut self, event: &Event);
+    /// A process or a queue appeared or went away (the model's notice).
+    fn notice(&mut self, notice: ModelNotice);
     /// The agent is exiting: leave every process running and detached.
     fn shutdown(&mut self);
 }

@@ -2,8 +2,8 @@
 //! its own. A session is bound to the thread that attached it (ptrace's tracer is a thread, and
 //! the session's watchdog and signals are set up on it), so the policy thread attaches, holds,
 //! resumes and detaches its offline processes itself. The agent's tracer loop forwards every
-//! record that announces or ends a process or a queue ([`change_of`]) to every policy thread;
-//! a policy never starts a tracer of its own.
+//! lifecycle notice of the model (a process or a queue that appears or goes) to every policy
+//! thread; a policy never starts a tracer of its own.
 //!
 //! A reload stops the policies that changed or went (their offline processes resumed and
 //! detached: the thread joins only after DISABLE) before it starts the new ones, so no process is
@@ -23,17 +23,14 @@ use super::{Policy, PolicyRunner, log_line};
 use crate::{
     controller::session::Session,
     metrics::{self, Metrics},
-    schedule::{
-        self, Event, Scheduler, channel,
-        discover::{Change, change_of},
-        policy::PolicyConfig,
-    },
+    model::ModelNotice,
+    schedule::{self, Event, Scheduler, channel, policy::PolicyConfig},
 };
 
 /// One policy's thread.
 struct Running {
     policy: Policy,
-    changes: Sender<Change>,
+    changes: Sender<ModelNotice>,
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
@@ -97,12 +94,10 @@ impl PolicyRunner for Policies {
         }
     }
 
-    fn observe(&mut self, event: &crate::event::Event) {
-        if let Some(change) = change_of(event) {
-            for r in &self.running {
-                // A policy thread that ended (it could not start) has dropped its receiver.
-                let _ = r.changes.send(change);
-            }
+    fn notice(&mut self, notice: ModelNotice) {
+        for r in &self.running {
+            // A policy thread that ended (it could not start) has dropped its receiver.
+            let _ = r.changes.send(notice);
         }
     }
 

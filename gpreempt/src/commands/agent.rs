@@ -14,9 +14,11 @@ use gpreempt::{
     clock::boottime_ns,
     host::{k8s::K8sRoots, roots::Roots},
     metrics::{Metrics, Recorder},
-    model::{Limits, Model},
-    pipeline::Pipeline,
-    trace::{filter::Filter, live::Live},
+    model::Limits,
+    pipeline::{
+        Observed,
+        in_process::{InProcessTracer, TracerOptions},
+    },
 };
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -58,11 +60,17 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let addr = listener.local_addr().unwrap_or(addr);
 
-    let live = Live::start(None, &args.btf_dir)?;
-    let (probes, missing) = live.probe_counts();
-    let Live { attached, mut stream, ebpf_log: _ebpf_log } = live;
+    let roots = Roots::default();
+    let limits = Limits { finished_max: FINISHED_MAX, finished_grace_ns: Some(config.process_grace.as_nanos() as u64) };
+    let mut tracer = InProcessTracer::start(&TracerOptions {
+        btf_dir: args.btf_dir.clone(),
+        roots: roots.clone(),
+        limits,
+        ..TracerOptions::default()
+    })?;
+    let (probes, missing) = tracer.probe_counts();
     metrics.set_probes(probes, missing);
-    for p in attached.probes.iter().filter(|p| p.symbol.is_none()) {
+    for p in tracer.probes().probes.iter().filter(|p| p.symbol.is_none()) {
         log(
             "warn",
             "probe not attached",
@@ -74,18 +82,14 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     health.beat();
     let server = tokio::spawn(http::serve(listener, metrics.clone(), health.clone()));
 
-    let roots = Roots::default();
-    let limits = Limits { finished_max: FINISHED_MAX, finished_grace_ns: Some(config.process_grace.as_nanos() as u64) };
-    let mut model = Model::new(Some(roots.clone())).with_limits(limits);
-    let notes = model.bootstrap(&roots);
+    let notes = tracer.take_bootstrap_notes();
     let k8s = K8sRoots::default();
     let recorder = Rc::new(RefCell::new(Recorder::new(
         metrics.clone(),
         Box::new(move |p| p.container.as_ref().and_then(|c| k8s.identify(c))),
     )));
-    let mut pipeline = Pipeline::new(model, Filter::default());
-    pipeline.subscribe(Box::new(recorder.clone()));
-    recorder.borrow_mut().refresh(pipeline.model());
+    tracer.pipeline_mut().subscribe(Box::new(recorder.clone()));
+    recorder.borrow_mut().refresh(tracer.model());
     for note in notes {
         log("info", "queue map bootstrap", &[("note", &note)]);
     }
@@ -97,8 +101,8 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             ("hostname", &hostname),
             ("probes", &probes),
             ("probes_missing", &missing),
-            ("kfd_module", &attached.kfd_module.as_deref().unwrap_or("vmlinux")),
-            ("processes", &pipeline.model().registry().processes.len()),
+            ("kfd_module", &tracer.probes().kfd_module.as_deref().unwrap_or("vmlinux")),
+            ("processes", &tracer.model().registry().processes.len()),
             ("policies", &describe_policies(&config)),
             ("process_grace_s", &config.process_grace.as_secs()),
         ],
@@ -134,27 +138,26 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             },
             _ = tick.tick() => {
                 health.beat();
-                pipeline.expire(boottime_ns());
-                recorder.borrow_mut().refresh(pipeline.model());
-                metrics.set_losses(&stream.losses()?);
+                tracer.pipeline_mut().expire(boottime_ns());
+                forward_notices(&tracer, &mut policies);
+                recorder.borrow_mut().refresh(tracer.model());
+                metrics.set_losses(&tracer.losses()?);
             }
-            batch = stream.next_batch(|e| {
-                policies.observe(&e);
-                pipeline.deliver(&e);
-            }) => {
+            batch = tracer.next_batch(|_| {}) => {
                 let n = batch? as u64;
                 events += n;
                 metrics.add_events(n);
-                recorder.borrow_mut().refresh(pipeline.model());
+                forward_notices(&tracer, &mut policies);
+                recorder.borrow_mut().refresh(tracer.model());
             }
         }
     };
     // Every offline process resumed and detached before the agent goes.
     policies.shutdown();
     // Records written before we stopped still count.
-    let n = stream.drain(|e| pipeline.deliver(&e)) as u64;
+    let n = tracer.drain(|_| {}) as u64;
     metrics.add_events(n);
-    let losses = stream.losses()?;
+    let losses = tracer.losses()?;
     server.abort();
     log(
         "info",
@@ -162,4 +165,14 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         &[("signal", &reason), ("events", &(events + n)), ("dropped", &losses.dropped()), ("losses", &losses)],
     );
     Ok(())
+}
+
+/// The model's lifecycle notices since the last call, to the policies (the tracer's spans reach
+/// the metrics through their own subscriber: here they are only taken off the channel).
+fn forward_notices(tracer: &InProcessTracer, policies: &mut Policies) {
+    for o in tracer.observed() {
+        if let Observed::Notice(n) = o {
+            policies.notice(n);
+        }
+    }
 }

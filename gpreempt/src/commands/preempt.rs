@@ -14,23 +14,26 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use gpreempt::{
+    clock::monotonic_ns,
     controller::{
         group::{self, Group, Hooks, Member},
-        measure::{self, Iteration, KernelSide, Plan, RunSummary, StopReason, monotonic_ns},
+        measure::{self, Iteration, KernelSide, Plan, RunSummary, StopReason},
         session::Session,
         signal_pipe::SignalPipe,
         target::Target,
-        vocabulary::{Attached, Options, Selection},
+        vocabulary::{AttachedTarget, Options, Selection},
     },
     domain::{HostPid, QueueId},
     event::Losses,
     host::{processes, roots::Roots, select::Selector},
     kfd::KfdVersion,
-    model::{Model, spans::Span},
-    pipeline::{Observed, Pipeline},
-    schedule::discover::{Change, Discovery, SysfsDiscovery, change_of},
+    model::{ModelNotice, spans::Span},
+    pipeline::{
+        Observed,
+        in_process::{InProcessTracer, TracerOptions},
+    },
+    schedule::discover::{Discovery, SysfsDiscovery},
     stats::{self, Summary},
-    trace::{filter::Filter, live::Live, loader},
 };
 use serde_json::json;
 
@@ -38,12 +41,9 @@ use super::interrupt;
 use super::stdout::{out, outln};
 use crate::cli::{PreemptArgs, QueueSelectionArg};
 
-/// The tracer, in-process: the driver's side of every suspend/resume of the offline process.
+/// The in-process tracer, for the driver's side of every suspend/resume of the offline process.
 struct KernelTracer {
-    live: Live,
-    /// No sinks: the spans reach `observe` through the channel subscriber.
-    pipeline: Pipeline,
-    observed: Receiver<Observed>,
+    tracer: InProcessTracer,
     /// The offline processes' closed spans so far, matched to iterations by time at the end.
     spans: Vec<Span>,
     offline: Vec<HostPid>,
@@ -58,43 +58,24 @@ struct KernelTracer {
 impl KernelTracer {
     /// `version`: the KFD version the debug session already read (the probe table's minimums).
     fn start(offline: Vec<HostPid>, online: Option<u32>, version: KfdVersion) -> Result<Self> {
-        let live = Live::start(Some(version), std::path::Path::new(loader::BTF_DIR))?;
-        let roots = Roots::default();
-        let mut model = Model::new(Some(roots.clone()));
-        model.bootstrap(&roots);
-        let mut pipeline = Pipeline::new(model, Filter::default());
-        let (tx, observed) = channel();
-        pipeline.subscribe(Box::new(tx));
-        Ok(Self {
-            live,
-            pipeline,
-            observed,
-            spans: Vec::new(),
-            offline,
-            online: online.map(HostPid),
-            opened: Vec::new(),
-            learn: None,
-        })
+        let tracer = InProcessTracer::start(&TracerOptions { version: Some(version), ..TracerOptions::default() })?;
+        Ok(Self { tracer, spans: Vec::new(), offline, online: online.map(HostPid), opened: Vec::new(), learn: None })
     }
 
     /// Move what the probes recorded so far out of the ring buffer (reading its memory, no
     /// system call) and keep the offline process's spans.
     fn collect(&mut self) {
-        let (pipeline, opened) = (&mut self.pipeline, &mut self.opened);
-        self.live.stream.drain(|event| {
-            if let Some(Change::ProcessOpened(pid)) = change_of(&event) {
-                opened.push(pid);
-            }
-            pipeline.deliver(&event)
-        });
+        self.tracer.drain(|_| {});
         if let Some(learn) = &self.learn {
             self.offline.extend(learn.try_iter());
         }
-        let offline = &self.offline;
-        self.spans.extend(self.observed.try_iter().filter_map(|o| match o {
-            Observed::Span(s) if s.target_pid.is_some_and(|p| offline.contains(&p)) => Some(s),
-            _ => None,
-        }));
+        for o in self.tracer.observed() {
+            match o {
+                Observed::Notice(ModelNotice::ProcessOpened { pid }) => self.opened.push(pid),
+                Observed::Span(s) if s.target_pid.is_some_and(|p| self.offline.contains(&p)) => self.spans.push(s),
+                _ => {}
+            }
+        }
     }
 
     /// Each iteration's kernel side: the spans of `offline` inside its ioctl windows.
@@ -108,7 +89,7 @@ impl KernelTracer {
     /// What the in-process tracer could not deliver: a lost record is a breakdown that is missing,
     /// and a missed return probe (a suspend waiting in the fence) one that never started.
     fn losses(&self) -> Option<Losses> {
-        self.live.stream.losses().ok()
+        self.tracer.losses().ok()
     }
 }
 
@@ -325,7 +306,7 @@ fn ended(stopped: Option<&StopReason>, done: usize, planned: u32, whom: &str) ->
     }
 }
 
-fn attached_line(target: &Attached) {
+fn attached_line(target: &AttachedTarget) {
     eprintln!(
         "gpreempt: attached to pid {} ({}), KFD {}, runtime {}",
         target.pid,
@@ -345,7 +326,7 @@ struct GroupSide<'t, 'scope> {
     announced: Vec<HostPid>,
     /// Only when a container is selected (a pid selector names its process once).
     sysfs: Option<SysfsDiscovery>,
-    changes: Vec<Change>,
+    changes: Vec<ModelNotice>,
     polled_ns: u64,
     shown_ns: u64,
     show_progress: bool,
@@ -382,7 +363,7 @@ impl Hooks for GroupSide<'_, '_> {
             self.polled_ns = now;
             sysfs.poll(&mut self.changes);
             out.extend(self.changes.drain(..).filter_map(|c| match c {
-                Change::ProcessOpened(pid) => Some(pid),
+                ModelNotice::ProcessOpened { pid } => Some(pid),
                 _ => None,
             }));
         }
@@ -408,7 +389,8 @@ fn run_group(
     stop_pipe: &SignalPipe,
 ) -> Result<()> {
     let roots = options.roots.clone();
-    let watch_new = args.offline.iter().any(|s| matches!(s, Selector::Container(_)));
+    // Container and pod selectors name the processes that open /dev/kfd later too.
+    let watch_new = args.offline.iter().any(|s| matches!(s, Selector::Container(_) | Selector::Pod(_)));
     // The baseline before the scan: whatever opens /dev/kfd after it is offered to the group.
     let sysfs = watch_new.then(|| SysfsDiscovery::new(roots.clone()));
     let (processes, notes) = processes::scan(&roots);

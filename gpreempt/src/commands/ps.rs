@@ -5,8 +5,9 @@ use std::{collections::HashSet, time::Instant};
 use anyhow::{Result, bail};
 use gpreempt::{
     host::{
-        processes::{self, KfdProcess, Roots},
+        processes::{self, KfdProcess},
         procinfo,
+        roots::Roots,
     },
     output::text::escape,
     views::hw,

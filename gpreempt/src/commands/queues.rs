@@ -11,17 +11,15 @@ use std::{
 use anyhow::{Context, Result};
 use gpreempt::{
     clock::boottime_ns,
-    controller::{
-        Debugger,
-        measure::sleep_unless,
-        target::{Roots, Target},
-        vocabulary::Options,
-    },
+    controller::{Debugger, measure::sleep_unless, target::Target, vocabulary::Options},
     domain::HostPid,
-    host::sysfs::{self, KFD_PROC_ROOT},
+    host::{
+        roots::Roots,
+        sysfs::{self, KFD_PROC_ROOT},
+    },
     kfd::{Device, KfdVersion},
     output::text::escape,
-    trace::{live::Live, loader},
+    pipeline::in_process::{InProcessTracer, TracerOptions},
     views::{
         queues::{QueueRow, Sample, Source, WatchStats},
         traced_queues::{TracedQueue, TracedQueues},
@@ -162,20 +160,20 @@ fn print_table(rows: &[QueueRow]) {
 
 /// The in-process tracer while watching, and what it learnt of the process's queues.
 struct Watcher {
-    live: Live,
+    tracer: InProcessTracer,
     queues: TracedQueues,
 }
 
 impl Watcher {
     /// `None` (said on stderr) when the tracer cannot attach: the view is then sysfs alone.
     fn start(pid: HostPid, version: KfdVersion) -> Option<Self> {
-        match Live::start(Some(version), Path::new(loader::BTF_DIR)) {
-            Ok(live) => {
+        match InProcessTracer::start(&TracerOptions { version: Some(version), ..TracerOptions::default() }) {
+            Ok(tracer) => {
                 eprintln!(
                     "gpreempt: tracer attached: queues created from now on are shown with their ring, index and \
                      CWSR addresses and doorbell (no debug-trap call; --no-trace for sysfs alone)"
                 );
-                Some(Self { live, queues: TracedQueues::new(pid) })
+                Some(Self { tracer, queues: TracedQueues::new(pid) })
             }
             Err(e) => {
                 eprintln!("gpreempt: sysfs only (the tracer could not attach: {e:#}); --no-trace hides this");
@@ -187,7 +185,7 @@ impl Watcher {
     /// Take the records so far (reading the ring buffer's memory, no waiting).
     fn drain(&mut self) {
         let queues = &mut self.queues;
-        self.live.stream.drain(|event| queues.observe(&event));
+        self.tracer.drain(|event| queues.observe(event));
     }
 }
 

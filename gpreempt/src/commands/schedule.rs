@@ -10,6 +10,7 @@ use anyhow::Result;
 use gpreempt::{
     controller::{session::Session, vocabulary::Options},
     host::roots::Roots,
+    pipeline::in_process::TracerOptions,
     schedule::{
         Config, Event, Interval, Report, Scheduler, check_kernel,
         discover::{Discovery, SysfsDiscovery, TracerDiscovery},
@@ -31,7 +32,11 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     let discovery: Box<dyn Discovery> = if args.no_trace {
         Box::new(SysfsDiscovery::new(roots.clone()))
     } else {
-        match TracerDiscovery::start(Some(version), &roots) {
+        match TracerDiscovery::start(&TracerOptions {
+            version: Some(version),
+            roots: roots.clone(),
+            ..TracerOptions::default()
+        }) {
             Ok(t) => Box::new(t),
             Err(e) => {
                 eprintln!("gpreempt: the tracer could not attach ({e}); finding new processes in sysfs instead");

@@ -11,11 +11,10 @@ use anyhow::{Context, Result};
 use gpreempt::{
     clock::{WallClock, boottime_ns},
     domain::HostPid,
-    host::processes::Roots,
-    model::Model,
-    pipeline::Pipeline,
+    host::roots::Roots,
+    pipeline::in_process::{InProcessTracer, TracerOptions},
     report::{console::Console, jsonl::JsonLines, perfetto::Perfetto, summary::SummaryFile},
-    trace::{btf, filter::Filter, live::Live, loader, probes},
+    trace::{btf, filter::Filter, loader, probes},
 };
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -40,7 +39,16 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let Live { attached, mut stream, ebpf_log: _ebpf_log } = Live::start(None, &args.btf_dir)?;
+    let roots = Roots::default();
+    let mut tracer = InProcessTracer::start(&TracerOptions {
+        btf_dir: args.btf_dir.clone(),
+        roots: roots.clone(),
+        filter: Filter::new(&args.pids, args.container.clone(), roots.proc.clone()),
+        // The sinks show every span; nothing reads them off a channel.
+        observe: false,
+        ..TracerOptions::default()
+    })?;
+    let attached = tracer.probes();
 
     let clock = WallClock::now();
     let stdout = io::stdout();
@@ -75,12 +83,10 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         eprintln!("gpreempt: probe {} not attached: {}", p.program, p.missing_reason.as_deref().unwrap_or("?"));
     }
 
-    let roots = Roots::default();
-    let mut model = Model::new(Some(roots.clone()));
-    for note in model.bootstrap(&roots) {
+    for note in tracer.take_bootstrap_notes() {
         log::info!("queue map bootstrap: {note}");
     }
-    let mut pipeline = Pipeline::new(model, Filter::new(&args.pids, args.container.clone(), roots.proc.clone()));
+    let pipeline = tracer.pipeline_mut();
     // Buffered even on a terminal: the loop flushes once per ring-buffer batch (Sink::flush), so
     // lines still appear as they happen but a burst costs one write(2), not one per event.
     let out = BufWriter::with_capacity(1 << 16, stdout.lock());
@@ -111,7 +117,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
             .spawn()
             .with_context(|| format!("cannot run {}", args.command.join(" ")))?;
         let pid = child.id();
-        pipeline.start(&args.command, HostPid(pid));
+        tracer.pipeline_mut().start(&args.command, HostPid(pid));
         eprintln!("gpreempt: tracing `{}` (pid {pid}) and its children", args.command.join(" "));
         let mut child = child;
         std::thread::spawn(move || {
@@ -155,29 +161,30 @@ pub async fn run(args: TraceArgs) -> Result<()> {
             _ = sighup.recv() => break,
             () = &mut deadline => break,
             () = grace => break,
-            _ = sigusr1.recv() => pipeline.emit_map(boottime_ns()),
+            _ = sigusr1.recv() => tracer.pipeline_mut().emit_map(boottime_ns()),
             () = tick => {
                 let now = boottime_ns();
-                pipeline.expire(now);
-                pipeline.emit_map(now);
+                tracer.pipeline_mut().expire(now);
+                tracer.pipeline_mut().emit_map(now);
             }
             code = &mut child_done, if has_command && grace_end.is_none() => {
                 child_code = code.ok().flatten();
                 grace_end = Some(tokio::time::Instant::now() + COMMAND_GRACE);
             }
-            batch = stream.next_batch(|e| pipeline.deliver(&e)) => {
+            batch = tracer.next_batch(|_| {}) => {
                 batch?;
-                pipeline.flush();
+                tracer.pipeline_mut().flush();
             }
         }
-        if pipeline.broken_pipe() {
+        if tracer.pipeline().broken_pipe() {
             break;
         }
     }
     // Records written before we stopped still count.
-    stream.drain(|e| pipeline.deliver(&e));
+    tracer.drain(|_| {});
+    let losses = tracer.losses()?;
+    let mut pipeline = tracer.into_pipeline();
     pipeline.flush();
-    let losses = stream.losses()?;
     pipeline.finish(boottime_ns(), losses, started.elapsed().as_millis() as u64);
     let write_error = pipeline.take_write_error();
     drop(pipeline);

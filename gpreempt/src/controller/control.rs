@@ -6,7 +6,7 @@ use crate::{
     controller::{
         Debugger,
         session::Session,
-        vocabulary::{Batch, DRIVER_GRACE_PERIOD, DebugError, Detached, Notice, Options, Selection},
+        vocabulary::{Batch, DRIVER_GRACE_PERIOD, DebugError, Detached, Options, Selection, SessionNotice},
     },
     domain::HostPid,
     kfd::uapi::QueueSnapshotEntry,
@@ -24,7 +24,7 @@ pub trait Control: Sized {
     /// GET_QUEUE_SNAPSHOT without clearing anything in the target.
     fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError>;
     /// Notices since the last call (exit, runtime changes, new queues, watchdog resumes).
-    fn notices(&mut self) -> Vec<Notice>;
+    fn notices(&mut self) -> Vec<SessionNotice>;
     /// `comm` of the target as seen at attach.
     fn comm(&self) -> String;
     /// Resume, DISABLE (one runlist refresh), detach.
@@ -48,7 +48,7 @@ impl Control for Debugger {
         Debugger::snapshot(self, false)
     }
 
-    fn notices(&mut self) -> Vec<Notice> {
+    fn notices(&mut self) -> Vec<SessionNotice> {
         Debugger::notices(self)
     }
 
@@ -83,7 +83,7 @@ impl Control for Session {
     /// Services the session first without blocking (a deadline of now: a system call only when
     /// the target signalled or the debug-event pipe was written), so exits, runtime changes and
     /// new queues are seen at the scheduler's poll rate.
-    fn notices(&mut self) -> Vec<Notice> {
+    fn notices(&mut self) -> Vec<SessionNotice> {
         let _ = Session::wait(self, std::time::Instant::now(), &[]);
         Session::notices(self)
     }

@@ -21,7 +21,7 @@ use crate::{
         measure::{Cycle, Plan, Run, StopReason},
         session::{FDS_PER_SESSION, MAX_POLL_FDS, Session, Tally, Wake, wait_any},
         target::{Target, TargetError},
-        vocabulary::{Attached, DebugError, Detached, Options},
+        vocabulary::{AttachedTarget, DebugError, Detached, Options},
     },
     domain::HostPid,
     host::{
@@ -112,7 +112,7 @@ fn takes(selector: &Selector, processes: &[KfdProcess], roots: &Roots, pid: Host
 /// One offline target: what it did, from the cycle it joined.
 #[derive(Clone, Debug, Serialize)]
 pub struct Member {
-    pub target: Attached,
+    pub target: AttachedTarget,
     /// The first cycle it took part in (0 for the targets attached at start).
     pub first_iteration: u32,
     /// Attached later: it opened `/dev/kfd` in a selected container while the run went on.
@@ -189,12 +189,12 @@ impl Group {
         self.sessions.push(session);
     }
 
-    /// A process that opened `/dev/kfd`: attached when a container selector takes it and it is
+    /// A process that opened `/dev/kfd`: attached when a container or pod selector takes it and it is
     /// neither a member already nor the online process.
     fn offer(&mut self, pid: HostPid, next_iteration: u32) {
         let known = self.members.iter().any(|m| m.target.pid == pid && m.detached.is_none());
         let containers: Vec<Selector> =
-            self.selectors.iter().filter(|s| matches!(s, Selector::Container(_))).cloned().collect();
+            self.selectors.iter().filter(|s| matches!(s, Selector::Container(_) | Selector::Pod(_))).cloned().collect();
         if known || self.online == Some(pid) || !select::any_matches_new(&containers, &self.options.roots, pid) {
             return;
         }

@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::{
     controller::{
         session::{Session, Tally, Wake},
-        vocabulary::{DebugError, Notice, Selection},
+        vocabulary::{DebugError, Selection, SessionNotice},
     },
     domain::{GpuId, HostPid},
     model::spans::{Span, SpanKind},
@@ -177,7 +177,7 @@ impl Serialize for StopReason {
 #[derive(Clone, Debug, Serialize)]
 pub struct Run {
     pub iterations: Vec<Iteration>,
-    pub notices: Vec<Notice>,
+    pub notices: Vec<SessionNotice>,
     pub stopped: Option<StopReason>,
 }
 
@@ -379,7 +379,7 @@ fn pause(
     }
 }
 
-pub use crate::clock::monotonic_ns;
+use crate::clock::monotonic_ns;
 
 #[inline]
 fn record(index: u32, suspend: &Tally, resume: &Tally, late_suspended: u32) -> Iteration {

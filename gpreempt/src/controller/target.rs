@@ -15,7 +15,7 @@ use std::{
 
 use nix::errno::Errno;
 
-pub use crate::host::roots::Roots;
+use crate::host::roots::Roots;
 use crate::{
     host::procinfo::{PROC_ROOT, effective_caps, status_field, status_number},
     output::text::escape,

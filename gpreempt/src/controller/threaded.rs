@@ -18,7 +18,7 @@ use nix::{
 use super::{
     session::Session,
     signal_pipe,
-    vocabulary::{Attached, Batch, DebugError, Detached, Notice, Options, Selection},
+    vocabulary::{AttachedTarget, Batch, DebugError, Detached, Options, Selection, SessionNotice},
 };
 use crate::{domain::HostPid, kfd::uapi::QueueSnapshotEntry};
 
@@ -33,10 +33,10 @@ enum Request {
 /// another thread (each call is a round trip to that thread). Dropping it ends the session.
 pub struct Debugger {
     requests: Sender<Request>,
-    notices: Receiver<Notice>,
+    notices: Receiver<SessionNotice>,
     wake: OwnedFd,
     thread: Option<JoinHandle<()>>,
-    attached: Attached,
+    attached: AttachedTarget,
 }
 
 impl Debugger {
@@ -72,7 +72,7 @@ impl Debugger {
         }
     }
 
-    pub fn attached(&self) -> &Attached {
+    pub fn attached(&self) -> &AttachedTarget {
         &self.attached
     }
 
@@ -93,7 +93,7 @@ impl Debugger {
     }
 
     /// Notices since the last call.
-    pub fn notices(&self) -> Vec<Notice> {
+    pub fn notices(&self) -> Vec<SessionNotice> {
         self.notices.try_iter().collect()
     }
 
@@ -134,7 +134,7 @@ impl Drop for Debugger {
 }
 
 /// The session thread: wait (servicing the target) until a request is signalled, answer it.
-fn serve(mut session: Session, requests: &Receiver<Request>, notices: &Sender<Notice>, wake: OwnedFd) {
+fn serve(mut session: Session, requests: &Receiver<Request>, notices: &Sender<SessionNotice>, wake: OwnedFd) {
     loop {
         if session.wait(Instant::now() + Duration::from_secs(1), &[wake.as_fd()]).is_err() {
             // The target is gone: only requests can wake us now.

@@ -7,7 +7,7 @@ use std::{path::PathBuf, time::Duration};
 use nix::errno::Errno;
 use serde::Serialize;
 
-use super::target::{self, TargetError};
+use super::target::TargetError;
 use crate::{
     domain::{DebugTrapOp, HostPid, QueueId, RuntimeState},
     kfd::{KfdVersion, device::DeviceError},
@@ -22,7 +22,7 @@ pub const DRIVER_GRACE_PERIOD: u32 = 0xffff_ffff;
 pub struct Options {
     /// Resume automatically when queues stay suspended longer than this.
     pub max_suspend: Option<Duration>,
-    pub roots: target::Roots,
+    pub roots: crate::host::roots::Roots,
     pub device: PathBuf,
 }
 
@@ -30,7 +30,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             max_suspend: None,
-            roots: target::Roots::default(),
+            roots: crate::host::roots::Roots::default(),
             device: PathBuf::from(crate::kfd::device::KFD_DEVICE),
         }
     }
@@ -98,7 +98,7 @@ pub enum DebugError {
 
 /// What attaching found out.
 #[derive(Clone, Debug, Serialize)]
-pub struct Attached {
+pub struct AttachedTarget {
     pub pid: HostPid,
     pub comm: String,
     pub kfd_version: KfdVersion,
@@ -108,7 +108,7 @@ pub struct Attached {
     pub r_debug: u64,
 }
 
-pub use crate::kfd::uapi::{QueueOutcome, QueueResult, decode_outcomes};
+use crate::kfd::uapi::{QueueOutcome, QueueResult};
 
 /// One SUSPEND_QUEUES or RESUME_QUEUES as seen from userspace.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -161,7 +161,7 @@ pub enum Selection {
 /// Things that happened in the session without being asked.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "notice", rename_all = "snake_case")]
-pub enum Notice {
+pub enum SessionNotice {
     TargetExited {
         code: i32,
     },
@@ -210,7 +210,11 @@ mod tests {
 
     #[test]
     fn batches_count_verdicts_and_serialise_them_by_id() {
-        let b = Batch { count: 2, outcomes: decode_outcomes(&[0, 1 | 1 << 31, 2 | 1 << 30, 3]), ..Batch::default() };
+        let b = Batch {
+            count: 2,
+            outcomes: crate::kfd::uapi::decode_outcomes(&[0, 1 | 1 << 31, 2 | 1 << 30, 3]),
+            ..Batch::default()
+        };
         assert_eq!((b.done(), b.invalid(), b.error()), (2, 1, 1));
         let json = serde_json::to_value(&b).unwrap();
         assert_eq!(json["outcomes"][1], serde_json::json!({"queue_id": 1, "result": "invalid"}));

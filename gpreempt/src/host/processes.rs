@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::procinfo::{self, ProcInfo};
-pub use crate::host::roots::Roots;
+use crate::host::roots::Roots;
 use crate::host::sysfs::{self, SysfsProcess};
 
 /// One KFD process.

@@ -29,7 +29,7 @@ use crate::{
     event::Losses,
     host::k8s::PodRef,
     model::{
-        Model, Notice,
+        Model, ModelNotice, QueueAddrs,
         registry::{ProcessEntry, QueueState},
         spans::{Span, SpanKind},
     },
@@ -384,20 +384,20 @@ fn seconds(ns: u64) -> f64 {
 }
 
 impl Subscriber for Recorder {
-    fn notice(&mut self, notice: Notice, model: &Model) {
+    fn notice(&mut self, notice: ModelNotice, model: &Model) {
         match notice {
-            Notice::QueueCreated { pid, gpu_id, .. } => {
+            ModelNotice::QueueCreated { pid, queue: QueueAddrs { gpu_id, .. } } => {
                 let labels = self.series(pid, model, PerProcess::Creates, &gpu_label(Some(gpu_id)));
                 self.metrics.queue_creates.get_or_create(&labels).inc();
             }
-            Notice::QueueGone { pid, .. } => {
+            ModelNotice::QueueGone { pid, .. } => {
                 let labels = self.series(pid, model, PerProcess::Destroys, &[]);
                 self.metrics.queue_destroys.get_or_create(&labels).inc();
             }
-            Notice::ProcessOpened { pid } => {
+            ModelNotice::ProcessOpened { pid } => {
                 self.track(pid, model);
             }
-            Notice::ProcessGone { .. } => {}
+            ModelNotice::ProcessGone { .. } => {}
         }
     }
 
@@ -470,7 +470,7 @@ impl Subscriber for Recorder {
 /// A [`Recorder`] shared between the pipeline (which feeds it) and the loop that refreshes the
 /// queue gauges after each batch.
 impl Subscriber for std::rc::Rc<std::cell::RefCell<Recorder>> {
-    fn notice(&mut self, notice: Notice, model: &Model) {
+    fn notice(&mut self, notice: ModelNotice, model: &Model) {
         self.borrow_mut().notice(notice, model);
     }
     fn span(&mut self, span: &Span, model: &Model) {

@@ -21,29 +21,33 @@ use crate::{
     host::roots::Roots,
 };
 
-/// Something a subscriber reacts to: a queue or a process appeared or went away. At most one per
-/// event, so applying an event allocates nothing for it.
+/// A queue and where it keeps its dispatch indices: the addresses of its `read_dispatch_id` and
+/// `write_dispatch_id`, in its process (CREATE_QUEUE's `read_pointer_address` and
+/// `write_pointer_address`), which the scheduler reads to see online work pending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct QueueAddrs {
+    pub queue_id: QueueId,
+    pub gpu_id: GpuId,
+    pub read: u64,
+    pub write: u64,
+}
+
+/// The queue and process lifecycle, derived once, here, from the event stream: a queue or a
+/// process appeared or went away. Every consumer — the scheduler, `preempt`'s container
+/// targets, the agent's policies and metrics — reacts to these rather than to raw events. At most
+/// one per event, so applying an event allocates nothing for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "notice", rename_all = "snake_case")]
-pub enum Notice {
-    QueueCreated {
-        pid: HostPid,
-        queue_id: QueueId,
-        gpu_id: GpuId,
-    },
+pub enum ModelNotice {
+    /// A successful CREATE_QUEUE.
+    QueueCreated { pid: HostPid, queue: QueueAddrs },
     /// Destroyed by its process, or removed at teardown.
-    QueueGone {
-        pid: HostPid,
-        queue_id: QueueId,
-    },
-    /// A process opened /dev/kfd (first seen).
-    ProcessOpened {
-        pid: HostPid,
-    },
+    QueueGone { pid: HostPid, queue_id: QueueId },
+    /// A process opened /dev/kfd: reported once per process (not again for a process the model
+    /// already knows, from its bootstrap scan or an earlier record).
+    ProcessOpened { pid: HostPid },
     /// A process's KFD state was torn down (it exited or closed /dev/kfd).
-    ProcessGone {
-        pid: HostPid,
-    },
+    ProcessGone { pid: HostPid },
 }
 
 /// What one event closed or changed.
@@ -51,7 +55,7 @@ pub enum Notice {
 pub struct Applied {
     /// Spans it closed (a suspend, a resume, an eviction restored or ended by an exit).
     pub spans: Vec<Span>,
-    pub notice: Option<Notice>,
+    pub notice: Option<ModelNotice>,
     /// Exited processes the model no longer keeps (past [`Limits`]): their series can go.
     pub forgotten: Vec<HostPid>,
 }
@@ -112,7 +116,7 @@ impl Model {
         let spans = self.spans.on_event(event, &self.registry);
         let notice = self.registry.apply(event);
         let mut forgotten = Vec::new();
-        if matches!(notice, Some(Notice::ProcessGone { .. })) {
+        if matches!(notice, Some(ModelNotice::ProcessGone { .. })) {
             let before = self.limits.finished_grace_ns.map(|g| event.ts_ns.saturating_sub(g));
             self.registry.expire(self.limits.finished_max, before, |pid| forgotten.push(pid));
             for &pid in &forgotten {
@@ -183,14 +187,16 @@ mod tests {
     fn one_apply_updates_spans_and_map_and_says_what_happened() {
         let mut m = Model::new(None);
         let a = m.apply(&ev(10, 1, create(0, 0xa)));
-        assert_eq!(a.notice, Some(Notice::QueueCreated { pid: HostPid(10), queue_id: QueueId(0), gpu_id: GpuId(0xa) }));
+        let queue =
+            QueueAddrs { queue_id: QueueId(0), gpu_id: GpuId(0xa), read: 0x7f00_0000_0080, write: 0x7f00_0000_0038 };
+        assert_eq!(a.notice, Some(ModelNotice::QueueCreated { pid: HostPid(10), queue }));
         m.apply(&ev(20, 2, create(4, 0xa)));
         let a = m.apply(&ev(30, 3, suspend(10, &[0], false)));
         assert_eq!((a.spans.len(), a.notice), (1, None));
         assert_eq!(a.spans[0].queues, [QueueId(0)]);
         let map = m.snapshot(9, |pid| pid == HostPid(20));
         assert_eq!((map.ts_ns, map.processes.len(), map.processes[0].pid), (9, 1, HostPid(20)));
-        assert_eq!(m.apply(&exit(10, 4)).notice, Some(Notice::ProcessGone { pid: HostPid(10) }));
+        assert_eq!(m.apply(&exit(10, 4)).notice, Some(ModelNotice::ProcessGone { pid: HostPid(10) }));
         assert_eq!(m.comm_of(HostPid(10)), Some("p10"), "an exited process is still known");
     }
 

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
-use super::Notice;
+use super::{ModelNotice, QueueAddrs};
 use crate::{
     domain::{GpuId, HostPid, QueueId},
     event::{Event, EventKind},
@@ -226,7 +226,7 @@ impl Registry {
     }
 
     /// Apply one event; returns what it created or ended, for subscribers.
-    pub fn apply(&mut self, e: &Event) -> Option<Notice> {
+    pub fn apply(&mut self, e: &Event) -> Option<ModelNotice> {
         let ts = e.ts_ns;
         match &e.kind {
             EventKind::QueueCreate(c) => {
@@ -248,7 +248,8 @@ impl Registry {
                         bootstrapped: false,
                     },
                 );
-                Some(Notice::QueueCreated { pid: e.pid, queue_id, gpu_id: c.gpu_id })
+                let queue = QueueAddrs { queue_id, gpu_id: c.gpu_id, read: c.read_pointer, write: c.write_pointer };
+                Some(ModelNotice::QueueCreated { pid: e.pid, queue })
             }
             EventKind::QueueDestroy(d) if d.result.is_ok() => self.remove_queue(e.pid, d.queue_id),
             EventKind::QueueRemoved(r) => {
@@ -269,14 +270,14 @@ impl Registry {
                 let comm = (o.owner_pid == e.pid).then_some(e.comm.as_str());
                 let known = self.processes.contains_key(&o.owner_pid);
                 self.process(o.owner_pid, comm);
-                (!known).then_some(Notice::ProcessOpened { pid: o.owner_pid })
+                (!known).then_some(ModelNotice::ProcessOpened { pid: o.owner_pid })
             }
             EventKind::ProcessExit(x) => {
                 let pid = x.owner_pid?;
                 let mut p = self.processes.remove(&pid)?;
                 p.exited_ns = Some(ts);
                 self.finished.push_back(p);
-                Some(Notice::ProcessGone { pid })
+                Some(ModelNotice::ProcessGone { pid })
             }
             EventKind::QueueEviction(v) => {
                 if let Some(p) = self.processes.get_mut(&v.target_pid) {
@@ -329,11 +330,11 @@ impl Registry {
         }
     }
 
-    fn remove_queue(&mut self, pid: HostPid, queue_id: QueueId) -> Option<Notice> {
+    fn remove_queue(&mut self, pid: HostPid, queue_id: QueueId) -> Option<ModelNotice> {
         let p = self.processes.get_mut(&pid)?;
         p.queues.remove(&queue_id)?;
         p.churn.queues_destroyed += 1;
-        Some(Notice::QueueGone { pid, queue_id })
+        Some(ModelNotice::QueueGone { pid, queue_id })
     }
 }
 
@@ -362,8 +363,9 @@ pub(crate) mod tests {
             percentage: 100,
             ring_base: 0x1000,
             ring_size: 4096,
-            read_pointer: 0,
-            write_pointer: 0,
+            // Distinct per queue, as ROCr's amd_queue_t fields are.
+            read_pointer: 0x7f00_0000_0080 + u64::from(queue_id) * 0x1000,
+            write_pointer: 0x7f00_0000_0038 + u64::from(queue_id) * 0x1000,
             doorbell_offset: Some(0),
             eop_buffer: 0,
             eop_buffer_size: 0,
@@ -398,7 +400,15 @@ pub(crate) mod tests {
         let mut r = Registry::new(None);
         assert_eq!(
             r.apply(&ev(10, 1, create(0, 0x1234))),
-            Some(Notice::QueueCreated { pid: HostPid(10), queue_id: QueueId(0), gpu_id: GpuId(0x1234) })
+            Some(ModelNotice::QueueCreated {
+                pid: HostPid(10),
+                queue: QueueAddrs {
+                    queue_id: QueueId(0),
+                    gpu_id: GpuId(0x1234),
+                    read: 0x7f00_0000_0080,
+                    write: 0x7f00_0000_0038
+                }
+            })
         );
         r.apply(&ev(10, 2, create(1, 0x1234)));
         r.apply(&ev(10, 3, create(2, 0x5678)));
@@ -432,13 +442,16 @@ pub(crate) mod tests {
         assert!(states(&r, 10).iter().all(|(_, s)| *s == QueueState::Active));
         // Destroy, then teardown removal of the rest, then exit.
         let destroy = EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(1), result: KernelResult(0), ret: 0 });
-        assert_eq!(r.apply(&ev(10, 10, destroy)), Some(Notice::QueueGone { pid: HostPid(10), queue_id: QueueId(1) }));
+        assert_eq!(
+            r.apply(&ev(10, 10, destroy)),
+            Some(ModelNotice::QueueGone { pid: HostPid(10), queue_id: QueueId(1) })
+        );
         let removed = QueueRemoved { owner_pid: Some(HostPid(10)), queue_id: Some(QueueId(0)) };
         r.apply(&ev(5, 11, EventKind::QueueRemoved(removed)));
         assert_eq!(states(&r, 10), [(2, QueueState::Active)]);
         let exit =
             EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(10)), stage: "kfd_process_wq_release" });
-        assert_eq!(r.apply(&ev(5, 12, exit)), Some(Notice::ProcessGone { pid: HostPid(10) }));
+        assert_eq!(r.apply(&ev(5, 12, exit)), Some(ModelNotice::ProcessGone { pid: HostPid(10) }));
         assert!(!r.processes.contains_key(&HostPid(10)));
         let gone = &r.finished[0];
         assert_eq!(gone.churn, Churn { queues_created: 3, queues_destroyed: 2, evictions: 1, suspends: 1 });

@@ -2,16 +2,19 @@
 //! one place), the [`Filter`] decides what is shown, the [`Sink`]s format what is shown, and
 //! in-process [`Subscriber`]s react to what the model saw (every notice and span, unfiltered).
 //!
-//! `gpreempt trace`, `gpreempt preempt`, the pipeline benchmark and the decode fuzz target all
-//! feed a [`Pipeline`]; front ends only choose the sinks and subscribers and drive the clock
-//! (the stream batches, the map interval, the end).
+//! `gpreempt trace`, the pipeline benchmark and the decode fuzz target feed a [`Pipeline`]
+//! directly; `preempt`, `queues --watch`, `schedule` and the agent through the one
+//! [`in_process::InProcessTracer`]. Front ends only choose the sinks and subscribers and drive the
+//! clock (the stream batches, the map interval, the end).
+
+pub mod in_process;
 
 use std::{io, sync::mpsc};
 
 use crate::{
     domain::HostPid,
     event::{Event, Losses},
-    model::{Model, Notice, spans::Span},
+    model::{Model, ModelNotice, spans::Span},
     report::{Sink, TraceSummary},
     trace::filter::Filter,
 };
@@ -21,7 +24,7 @@ use crate::{
 /// another thread.
 pub trait Subscriber {
     /// A queue or a process appeared or went away.
-    fn notice(&mut self, _notice: Notice, _model: &Model) {}
+    fn notice(&mut self, _notice: ModelNotice, _model: &Model) {}
     /// A span closed (suspend, resume, eviction).
     fn span(&mut self, _span: &Span, _model: &Model) {}
     /// The model forgot an exited process (after [`crate::model::Limits`]): drop what is kept for it.
@@ -31,14 +34,14 @@ pub trait Subscriber {
 /// What a channel subscriber receives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Observed {
-    Notice(Notice),
+    Notice(ModelNotice),
     Span(Span),
     Forgotten(HostPid),
 }
 
 /// Forward everything to a receiver, on this thread or another; a closed receiver is ignored.
 impl Subscriber for mpsc::Sender<Observed> {
-    fn notice(&mut self, notice: Notice, _model: &Model) {
+    fn notice(&mut self, notice: ModelNotice, _model: &Model) {
         let _ = self.send(Observed::Notice(notice));
     }
 
@@ -213,7 +216,10 @@ mod tests {
     use crate::{
         domain::{GpuId, QueueId},
         event::{EventKind, ProcessExit},
-        model::registry::tests::{create, ev, suspend},
+        model::{
+            QueueAddrs,
+            registry::tests::{create, ev, suspend},
+        },
         report::jsonl::JsonLines,
     };
 
@@ -275,10 +281,18 @@ mod tests {
         assert_eq!(seen.len(), 4);
         assert_eq!(
             seen[1],
-            Observed::Notice(Notice::QueueCreated { pid: HostPid(20), queue_id: QueueId(4), gpu_id: GpuId(0xa) })
+            Observed::Notice(ModelNotice::QueueCreated {
+                pid: HostPid(20),
+                queue: QueueAddrs {
+                    queue_id: QueueId(4),
+                    gpu_id: GpuId(0xa),
+                    read: 0x7f00_0000_4080,
+                    write: 0x7f00_0000_4038
+                }
+            })
         );
         assert!(matches!(&seen[2], Observed::Span(s) if s.queues == [QueueId(0)]));
-        assert_eq!(seen[3], Observed::Notice(Notice::ProcessGone { pid: HostPid(10) }));
+        assert_eq!(seen[3], Observed::Notice(ModelNotice::ProcessGone { pid: HostPid(10) }));
     }
 
     #[test]

@@ -1,31 +1,30 @@
 //! Discovery fed by a tracer that runs elsewhere: `gpreempt agent` already reads the tracer's
-//! records on its tokio loop and hands each scheduler thread the changes ([`change_of`]) over a
+//! records on its tokio loop and hands each scheduler thread the model's lifecycle notices over a
 //! channel, so a policy needs no tracer of its own (a second attach of every probe, a second
 //! ring buffer) and no tokio context on its thread.
-//!
-//! [`change_of`]: super::discover::change_of
 
 use std::sync::mpsc::{Receiver, Sender, channel};
 
-use super::discover::{Change, Discovery};
+use super::discover::Discovery;
+use crate::model::ModelNotice;
 
 /// The receiving end, polled by the scheduler's loop without blocking.
 pub struct ChannelDiscovery {
-    changes: Receiver<Change>,
+    changes: Receiver<ModelNotice>,
 }
 
 /// A sender for the tracer's side and the [`ChannelDiscovery`] for the scheduler's.
-pub fn pair() -> (Sender<Change>, ChannelDiscovery) {
+pub fn pair() -> (Sender<ModelNotice>, ChannelDiscovery) {
     let (tx, changes) = channel();
     (tx, ChannelDiscovery { changes })
 }
 
 impl Discovery for ChannelDiscovery {
-    fn poll(&mut self, out: &mut Vec<Change>) {
+    fn poll(&mut self, out: &mut Vec<ModelNotice>) {
         out.extend(self.changes.try_iter());
     }
 
-    /// The sender forwards the tracer's CREATE_QUEUE records, with their index addresses.
+    /// The sender forwards the model's queue creations, with their index addresses.
     fn sees_queues(&self) -> bool {
         true
     }
@@ -42,10 +41,13 @@ mod tests {
         let mut out = Vec::new();
         d.poll(&mut out);
         assert_eq!(out, vec![]);
-        tx.send(Change::ProcessOpened(HostPid(7))).unwrap();
-        tx.send(Change::ProcessGone(HostPid(7))).unwrap();
+        tx.send(ModelNotice::ProcessOpened { pid: HostPid(7) }).unwrap();
+        tx.send(ModelNotice::ProcessGone { pid: HostPid(7) }).unwrap();
         d.poll(&mut out);
-        assert_eq!(out, vec![Change::ProcessOpened(HostPid(7)), Change::ProcessGone(HostPid(7))]);
+        assert_eq!(
+            out,
+            vec![ModelNotice::ProcessOpened { pid: HostPid(7) }, ModelNotice::ProcessGone { pid: HostPid(7) }]
+        );
         drop(tx);
         d.poll(&mut out);
         assert_eq!(out.len(), 2, "a closed sender is no change");

@@ -1,40 +1,28 @@
-//! Processes and queues that appear or go while the scheduler runs. With the tracer, from its
-//! records (process open/teardown, CREATE_QUEUE with the queue's index addresses, destroy);
-//! without it, from the KFD sysfs tree (processes only: sysfs has no index addresses). The
-//! tracer also gives the driver's side of each suspend and resume (its spans).
+//! Processes and queues that appear or go while the scheduler runs, as the model's
+//! [`ModelNotice`]s. With the in-process tracer, the model derives them from its records (process
+//! open/teardown, CREATE_QUEUE with the queue's index addresses, destroy); without it, they come
+//! from the KFD sysfs tree (processes only: sysfs has no index addresses). The tracer also gives
+//! the driver's side of each suspend and resume (its spans).
 
-use std::{collections::BTreeSet, sync::mpsc};
+use std::collections::BTreeSet;
 
 use crate::{
-    domain::{HostPid, QueueId},
-    event::{Event, EventKind},
+    domain::HostPid,
     host::{roots::Roots, sysfs},
-    kfd::KfdVersion,
     model::{
-        Model,
+        ModelNotice,
         spans::{Span, SpanKind},
     },
-    pipeline::{Observed, Pipeline},
-    schedule::online::QueueAddrs,
-    trace::{
-        filter::Filter,
-        live::{Live, StartError},
-        loader,
+    pipeline::{
+        Observed,
+        in_process::{InProcessTracer, TracerOptions},
     },
+    trace::live::StartError,
 };
 
-/// One change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
-    ProcessOpened(HostPid),
-    ProcessGone(HostPid),
-    QueueCreated { pid: HostPid, addrs: QueueAddrs },
-    QueueGone { pid: HostPid, queue_id: QueueId },
-}
-
-/// A source of changes, polled by the scheduler's loop without blocking.
+/// A source of the model's lifecycle notices, polled by the scheduler's loop without blocking.
 pub trait Discovery {
-    fn poll(&mut self, out: &mut Vec<Change>);
+    fn poll(&mut self, out: &mut Vec<ModelNotice>);
     /// Whether queue creations (with addresses) are reported.
     fn sees_queues(&self) -> bool;
     /// Whether [`Discovery::driver_spans`] reports the driver's suspends and resumes.
@@ -45,58 +33,35 @@ pub trait Discovery {
     fn driver_spans(&mut self, _out: &mut Vec<Span>) {}
 }
 
-/// What one tracer record means to the scheduler.
-pub fn change_of(event: &Event) -> Option<Change> {
-    match &event.kind {
-        EventKind::ProcessOpen(o) => Some(Change::ProcessOpened(o.owner_pid)),
-        EventKind::ProcessExit(x) => x.owner_pid.map(Change::ProcessGone),
-        EventKind::QueueCreate(c) if c.result.0 == 0 => c.queue_id.map(|queue_id| Change::QueueCreated {
-            pid: event.pid,
-            addrs: QueueAddrs { queue_id, gpu_id: c.gpu_id, read: c.read_pointer, write: c.write_pointer },
-        }),
-        EventKind::QueueDestroy(d) if d.result.0 == 0 => {
-            Some(Change::QueueGone { pid: event.pid, queue_id: d.queue_id })
-        }
-        _ => None,
-    }
-}
-
-/// The eBPF tracer, in-process. Must be created inside a tokio runtime context (the ring
-/// buffer registers with its reactor); it is read without waiting. Every record also goes
-/// through the model (the queue map, which names the collateral of a suspend, and the spans).
+/// The in-process tracer: the model's notices (queue creations with their index addresses) and
+/// the driver's spans of every suspend and resume.
 pub struct TracerDiscovery {
-    live: Live,
-    /// No sinks: the spans reach [`Discovery::driver_spans`] through the channel subscriber.
-    pipeline: Pipeline,
-    observed: mpsc::Receiver<Observed>,
+    tracer: InProcessTracer,
+    /// Spans taken from the tracer with the notices, until [`Discovery::driver_spans`].
+    spans: Vec<Span>,
 }
 
 impl TracerDiscovery {
-    /// `version`: the KFD version when the caller already read it.
-    pub fn start(version: Option<KfdVersion>, roots: &Roots) -> Result<Self, StartError> {
-        let live = Live::start(version, std::path::Path::new(loader::BTF_DIR))?;
-        // After the probes are attached, so no queue created meanwhile is missing from the map.
-        let mut model = Model::new(Some(roots.clone()));
-        model.bootstrap(roots);
-        let mut pipeline = Pipeline::new(model, Filter::default());
-        let (tx, observed) = mpsc::channel();
-        pipeline.subscribe(Box::new(tx));
-        Ok(Self { live, pipeline, observed })
+    pub fn start(options: &TracerOptions) -> Result<Self, StartError> {
+        Ok(Self { tracer: InProcessTracer::start(options)?, spans: Vec::new() })
     }
 
     /// Records the tracer could not deliver.
     pub fn dropped(&self) -> u64 {
-        self.live.stream.losses().map_or(0, |l| l.dropped())
+        self.tracer.losses().map_or(0, |l| l.dropped())
     }
 }
 
 impl Discovery for TracerDiscovery {
-    fn poll(&mut self, out: &mut Vec<Change>) {
-        let pipeline = &mut self.pipeline;
-        self.live.stream.drain(|event| {
-            pipeline.deliver(&event);
-            out.extend(change_of(&event));
-        });
+    fn poll(&mut self, out: &mut Vec<ModelNotice>) {
+        self.tracer.drain(|_| {});
+        for o in self.tracer.observed() {
+            match o {
+                Observed::Notice(n) => out.push(n),
+                Observed::Span(s) if matches!(s.kind, SpanKind::Suspend | SpanKind::Resume) => self.spans.push(s),
+                _ => {}
+            }
+        }
     }
 
     fn sees_queues(&self) -> bool {
@@ -110,10 +75,7 @@ impl Discovery for TracerDiscovery {
     /// The kretprobe of `suspend_queues`/`resume_queues` submits its record before the ioctl
     /// returns, so after a [`Discovery::poll`] that follows an ioctl its span is here.
     fn driver_spans(&mut self, out: &mut Vec<Span>) {
-        out.extend(self.observed.try_iter().filter_map(|o| match o {
-            Observed::Span(s) if matches!(s.kind, SpanKind::Suspend | SpanKind::Resume) => Some(s),
-            _ => None,
-        }));
+        out.append(&mut self.spans);
     }
 }
 
@@ -131,11 +93,11 @@ impl SysfsDiscovery {
 }
 
 impl Discovery for SysfsDiscovery {
-    fn poll(&mut self, out: &mut Vec<Change>) {
+    fn poll(&mut self, out: &mut Vec<ModelNotice>) {
         let Ok(now) = sysfs::list_pids(&self.roots.kfd_proc()) else { return };
         let now: BTreeSet<u32> = now.into_iter().collect();
-        out.extend(now.difference(&self.known).map(|&p| Change::ProcessOpened(HostPid(p))));
-        out.extend(self.known.difference(&now).map(|&p| Change::ProcessGone(HostPid(p))));
+        out.extend(now.difference(&self.known).map(|&p| ModelNotice::ProcessOpened { pid: HostPid(p) }));
+        out.extend(self.known.difference(&now).map(|&p| ModelNotice::ProcessGone { pid: HostPid(p) }));
         self.known = now;
     }
 
@@ -147,42 +109,6 @@ impl Discovery for SysfsDiscovery {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        domain::GpuId,
-        event::{KernelResult, ProcessExit, ProcessOpen, QueueCreate, QueueDestroy},
-        model::registry::tests::{create, ev},
-    };
-
-    #[test]
-    fn records_become_changes_with_the_queue_addresses() {
-        let EventKind::QueueCreate(mut c) = create(3, 0x1000) else { unreachable!() };
-        c.read_pointer = 0x7f00_0000_2000;
-        c.write_pointer = 0x7f00_0000_1000;
-        let created = ev(42, 1, EventKind::QueueCreate(c.clone()));
-        assert_eq!(
-            change_of(&created),
-            Some(Change::QueueCreated {
-                pid: HostPid(42),
-                addrs: QueueAddrs {
-                    queue_id: QueueId(3),
-                    gpu_id: GpuId(0x1000),
-                    read: 0x7f00_0000_2000,
-                    write: 0x7f00_0000_1000
-                }
-            })
-        );
-        let failed = QueueCreate { result: KernelResult(-22), ret: -22, ..c };
-        assert_eq!(change_of(&ev(42, 2, EventKind::QueueCreate(failed))), None);
-        let open = ProcessOpen { owner_pid: HostPid(42), kfd_process: 0xffff_8880_0000_0000 };
-        assert_eq!(change_of(&ev(1, 3, EventKind::ProcessOpen(open))), Some(Change::ProcessOpened(HostPid(42))));
-        let exit = ProcessExit { owner_pid: Some(HostPid(42)), stage: "kfd_process_wq_release" };
-        assert_eq!(change_of(&ev(0, 4, EventKind::ProcessExit(exit))), Some(Change::ProcessGone(HostPid(42))));
-        let destroy = QueueDestroy { queue_id: QueueId(3), result: KernelResult(0), ret: 0 };
-        assert_eq!(
-            change_of(&ev(42, 5, EventKind::QueueDestroy(destroy))),
-            Some(Change::QueueGone { pid: HostPid(42), queue_id: QueueId(3) })
-        );
-    }
 
     #[test]
     fn sysfs_fallback_reports_pids_that_come_and_go() {
@@ -197,7 +123,10 @@ mod tests {
         std::fs::create_dir_all(kfd.join("11")).unwrap();
         std::fs::remove_dir(kfd.join("10")).unwrap();
         d.poll(&mut out);
-        assert_eq!(out, vec![Change::ProcessOpened(HostPid(11)), Change::ProcessGone(HostPid(10))]);
+        assert_eq!(
+            out,
+            vec![ModelNotice::ProcessOpened { pid: HostPid(11) }, ModelNotice::ProcessGone { pid: HostPid(10) }]
+        );
         assert!(!d.sees_queues());
     }
 }

@@ -36,7 +36,7 @@ use std::{
 use serde::Serialize;
 
 use self::{
-    discover::{Change, Discovery},
+    discover::Discovery,
     hints::{HintCounts, HintSocket},
     kernel::{KernelBreakdown, KernelReport},
     online::{OnlineProcess, QueueAddrs, ReadError},
@@ -46,7 +46,7 @@ use crate::{
     controller::control::Control,
     controller::{
         target::{Target, TargetError},
-        vocabulary::{DebugError, Detached, Notice, Options, Selection},
+        vocabulary::{DebugError, Detached, Options, Selection, SessionNotice},
     },
     domain::{GpuId, HostPid, QueueId},
     host::{
@@ -54,7 +54,7 @@ use crate::{
         select::{self, Selector},
     },
     kfd::{Device, KfdVersion},
-    model::spans::Span,
+    model::{ModelNotice, spans::Span},
     stats::Summary as Stats,
 };
 
@@ -630,9 +630,9 @@ impl<C: Control> Scheduler<C> {
         }
     }
 
-    fn apply_change(&mut self, change: Change, emit: &mut dyn FnMut(&Event)) {
+    fn apply_change(&mut self, change: ModelNotice, emit: &mut dyn FnMut(&Event)) {
         match change {
-            Change::ProcessOpened(pid) => {
+            ModelNotice::ProcessOpened { pid } => {
                 if self.seen.contains_key(&pid) || pid.0 == std::process::id() {
                     return;
                 }
@@ -648,7 +648,7 @@ impl<C: Control> Scheduler<C> {
                     self.pick_up(pid, deadline, emit);
                 }
             }
-            Change::ProcessGone(pid) => {
+            ModelNotice::ProcessGone { pid } => {
                 self.seen.remove(&pid);
                 if let Some(i) = self.online.iter().position(|p| p.pid == pid) {
                     self.online.remove(i);
@@ -661,7 +661,7 @@ impl<C: Control> Scheduler<C> {
                     emit(&Event::OfflineDetached { pid, reason: "exited", detached });
                 }
             }
-            Change::QueueCreated { pid, addrs } => {
+            ModelNotice::QueueCreated { pid, queue: addrs } => {
                 if let Some(p) = self.online.iter_mut().find(|p| p.pid == pid) {
                     p.add_queue(addrs);
                     emit(&Event::OnlineQueue { pid, queue_id: addrs.queue_id, gpu_id: addrs.gpu_id });
@@ -672,7 +672,7 @@ impl<C: Control> Scheduler<C> {
                     let _ = online::read_u64s(pid, &p.reads[i..], &mut p.last_reads[i..]);
                 }
             }
-            Change::QueueGone { pid, queue_id } => {
+            ModelNotice::QueueGone { pid, queue_id } => {
                 if let Some(p) = self.online.iter_mut().find(|p| p.pid == pid) {
                     p.remove_queue(queue_id);
                 }
@@ -699,14 +699,14 @@ impl<C: Control> Scheduler<C> {
             let mut exited = false;
             for n in self.offline[i].control.notices() {
                 match n {
-                    Notice::TargetExited { .. } => exited = true,
-                    Notice::WatchdogResumed { held_ms, .. } => {
+                    SessionNotice::TargetExited { .. } => exited = true,
+                    SessionNotice::WatchdogResumed { held_ms, .. } => {
                         self.offline[i].suspended = false;
                         let still_held = self.offline.iter().filter(|p| p.suspended).count();
                         let (t_ms, pid) = (self.now() as f64 / 1e6, self.offline[i].pid);
                         emit(&Event::WatchdogResumed { t_ms, pid, held_ms, still_held });
                     }
-                    Notice::QueuesAppeared if self.offline[i].suspended => {
+                    SessionNotice::QueuesAppeared if self.offline[i].suspended => {
                         // A queue created while held runs until it is suspended too.
                         let pid = self.offline[i].pid;
                         match self.offline[i].control.suspend(&Selection::All) {
@@ -943,7 +943,7 @@ mod tests {
             log(format!("snapshot {}", self.pid));
             Ok(one_queue(&READ, &WRITE))
         }
-        fn notices(&mut self) -> Vec<Notice> {
+        fn notices(&mut self) -> Vec<SessionNotice> {
             Vec::new()
         }
         fn comm(&self) -> String {
@@ -958,7 +958,7 @@ mod tests {
     /// Nothing appears or goes.
     struct Quiet;
     impl Discovery for Quiet {
-        fn poll(&mut self, _: &mut Vec<Change>) {}
+        fn poll(&mut self, _: &mut Vec<ModelNotice>) {}
         fn sees_queues(&self) -> bool {
             true
         }
@@ -1129,12 +1129,12 @@ mod tests {
         fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
             Ok(one_queue(&READ2, &WRITE2))
         }
-        fn notices(&mut self) -> Vec<Notice> {
+        fn notices(&mut self) -> Vec<SessionNotice> {
             if !std::mem::take(&mut self.held) {
                 return Vec::new();
             }
             RELEASES2.fetch_add(1, Ordering::SeqCst);
-            vec![Notice::WatchdogResumed { held_ms: 1, resumed: Batch { count: 1, ..Batch::default() } }]
+            vec![SessionNotice::WatchdogResumed { held_ms: 1, resumed: Batch { count: 1, ..Batch::default() } }]
         }
         fn comm(&self) -> String {
             format!("released-{}", self.pid)

@@ -20,20 +20,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use serde::Serialize;
-
-use crate::domain::{GpuId, HostPid, QueueId};
-
-/// Where one online queue keeps its dispatch indices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct QueueAddrs {
-    pub queue_id: QueueId,
-    pub gpu_id: GpuId,
-    /// `read_pointer_address` (`read_dispatch_id`).
-    pub read: u64,
-    /// `write_pointer_address` (`write_dispatch_id`).
-    pub write: u64,
-}
+use crate::domain::{HostPid, QueueId};
+pub use crate::model::QueueAddrs;
 
 /// Why an online process's memory could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -212,7 +200,7 @@ mod tests {
     use super::*;
 
     fn q(id: u32, read: u64, write: u64) -> QueueAddrs {
-        QueueAddrs { queue_id: QueueId(id), gpu_id: GpuId(0x1000), read, write }
+        QueueAddrs { queue_id: QueueId(id), gpu_id: crate::domain::GpuId(0x1000), read, write }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::{
     model::Model,
 };
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Filter {
     pids: HashSet<HostPid>,
     container: Option<String>,

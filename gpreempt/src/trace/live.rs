@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::kfd::KfdVersion;
 
 use super::{
-    loader::{self, Attached, LoadError},
+    loader::{self, AttachedProbes, LoadError},
     probes,
     stream::{EventStream, StreamError},
 };
@@ -21,7 +21,7 @@ pub enum StartError {
 
 /// The attached probes (they stay attached while this lives) and their stream.
 pub struct Live {
-    pub attached: Attached,
+    pub attached: AttachedProbes,
     pub stream: EventStream,
     /// eBPF-side warnings (aya-log) go to the `log` logger while this lives; without the log
     /// map nothing is lost.

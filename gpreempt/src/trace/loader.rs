@@ -41,7 +41,7 @@ pub enum LoadError {
 }
 
 /// The loaded programs with their attachments; dropping it detaches everything.
-pub struct Attached {
+pub struct AttachedProbes {
     pub ebpf: Ebpf,
     pub probes: Vec<ResolvedProbe>,
     /// The module that provides KFD (`amdgpu`, a DKMS build, or the test emulator).
@@ -55,7 +55,7 @@ pub struct Attached {
     pub return_links: ReturnProbeLinks,
 }
 
-impl Attached {
+impl AttachedProbes {
     pub fn attached_count(&self) -> usize {
         self.probes.iter().filter(|p| p.symbol.is_some()).count()
     }
@@ -63,7 +63,11 @@ impl Attached {
 
 /// Resolve `table` against kallsyms, read struct offsets from the BTF in `btf_dir` (normally
 /// [`BTF_DIR`]), load the object and attach every probe that resolved.
-pub fn attach(table: &[ProbeSpec], kfd: Option<KfdVersion>, btf_dir: &std::path::Path) -> Result<Attached, LoadError> {
+pub fn attach(
+    table: &[ProbeSpec],
+    kfd: Option<KfdVersion>,
+    btf_dir: &std::path::Path,
+) -> Result<AttachedProbes, LoadError> {
     if !nix::unistd::geteuid().is_root() {
         return Err(LoadError::NotRoot);
     }
@@ -121,7 +125,7 @@ pub fn attach(table: &[ProbeSpec], kfd: Option<KfdVersion>, btf_dir: &std::path:
         ReturnProbeLinks::default()
     });
     let load_ms = started.elapsed().as_millis() as u64 - kallsyms_ms - btf_ms;
-    Ok(Attached {
+    Ok(AttachedProbes {
         ebpf,
         probes,
         kfd_module,

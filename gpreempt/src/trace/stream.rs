@@ -6,7 +6,7 @@ use gpreempt_common::record::{COUNTERS_MAP, EVENTS_MAP, counter};
 use crate::event::{Event, Losses};
 use tokio::io::unix::AsyncFd;
 
-use super::{decode, loader::Attached, missed::ReturnProbeLinks};
+use super::{decode, loader::AttachedProbes, missed::ReturnProbeLinks};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StreamError {
@@ -39,8 +39,9 @@ pub struct EventStream {
 impl EventStream {
     /// Takes the maps and the return probes' links out of `attached` (the programs stay attached
     /// while `attached` lives).
-    pub fn new(attached: &mut Attached) -> Result<Self, StreamError> {
-        let map = |name: &'static str, a: &mut Attached| a.ebpf.take_map(name).ok_or(StreamError::MissingMap(name));
+    pub fn new(attached: &mut AttachedProbes) -> Result<Self, StreamError> {
+        let map =
+            |name: &'static str, a: &mut AttachedProbes| a.ebpf.take_map(name).ok_or(StreamError::MissingMap(name));
         let ring = RingBuf::try_from(map(EVENTS_MAP, attached)?)
             .map_err(|source| StreamError::Map { name: EVENTS_MAP, source })?;
         let counters = PerCpuArray::try_from(map(COUNTERS_MAP, attached)?)

@@ -356,7 +356,7 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: 
                 let records = Records::alloc(n);
                 let packets: Vec<DispatchPacket> =
                     (0..n).map(|slot| DispatchPacket::dispatch(cost_ns, records.arm(slot))).collect();
-                let submit_ns = gpreempt::controller::measure::monotonic_ns();
+                let submit_ns = gpreempt::clock::monotonic_ns();
                 let first = q.publish_batch(&packets);
                 submitted[qi].extend((0..n).map(|slot| (first + slot as u64, records, slot)));
                 reply(json!({"ret": 0, "first": first, "submit_ns": submit_ns}))?;
@@ -410,7 +410,7 @@ fn load_queue(a: &QueueArgs) -> Result<(Kfd, QueueMem, Value)> {
         (ret, None) => bail!("CREATE_QUEUE on gpu {:#x} failed: {ret}", a.gpu_id),
     };
     let hello = json!({"pid": std::process::id(), "runtime_enable": runtime, "queues": [describe(&q)],
-                       "started_ns": gpreempt::controller::measure::monotonic_ns()});
+                       "started_ns": gpreempt::clock::monotonic_ns()});
     reply(hello.clone())?;
     Ok((device, q, hello))
 }

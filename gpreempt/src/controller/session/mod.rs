@@ -35,7 +35,7 @@ use super::{
     signal_pipe::{self, SignalPipe},
     target::{self, Target, TargetError},
     tracee::{Tracee, TraceeState},
-    vocabulary::{Attached, DebugError, Detached, Notice, Options},
+    vocabulary::{AttachedTarget, DebugError, Detached, Options, SessionNotice},
     watchdog::Watchdog,
 };
 use crate::{
@@ -79,7 +79,7 @@ pub struct Session {
     dbg_write: OwnedFd,
     /// SIGCHLD (the tracee stopped, continued or exited) and SIGIO (KFD wrote the event pipe).
     signals: SignalPipe,
-    attached: Attached,
+    attached: AttachedTarget,
     enabled: bool,
     runtime_state: RuntimeState,
     /// The runtime was enabled at some point of the session (so DISABLED now means shut down).
@@ -105,7 +105,7 @@ pub struct Session {
     /// The watchdog's last successful RESUME, until the caller takes it.
     watchdog_resume: Option<Tally>,
     last_service_ns: u64,
-    notices: Vec<Notice>,
+    notices: Vec<SessionNotice>,
     /// Faults injected by the VM tests (nothing without the `fault-injection` feature).
     faults: Faults,
     /// A separate process that SIGKILLs this one when a suspension outlives `max_suspend` while
@@ -155,7 +155,7 @@ impl Session {
             Errno::EPERM => DebugError::NotPtraceParent { pid },
             errno => DebugError::Ioctl { op: DebugTrapOp::ENABLE, pid, errno },
         })?;
-        let attached = Attached {
+        let attached = AttachedTarget {
             pid,
             comm: target.comm.clone(),
             kfd_version: version,
@@ -193,7 +193,7 @@ impl Session {
         })
     }
 
-    pub fn attached(&self) -> &Attached {
+    pub fn attached(&self) -> &AttachedTarget {
         &self.attached
     }
 
@@ -202,7 +202,7 @@ impl Session {
     }
 
     /// Notices since the last call.
-    pub fn notices(&mut self) -> Vec<Notice> {
+    pub fn notices(&mut self) -> Vec<SessionNotice> {
         std::mem::take(&mut self.notices)
     }
 

@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 
 use super::{MAX_QUEUES_PER_PROCESS, PROCESS_RUNTIME, QUEUE_NEW, SUBSCRIBED, Session, TraceeState, signal_pipe};
 use crate::{
-    controller::vocabulary::Notice,
+    controller::vocabulary::SessionNotice,
     domain::RuntimeState,
     kfd::{dbg_trap, uapi::RuntimeInfo},
 };
@@ -59,7 +59,7 @@ impl Session {
             }
         }
         if new_queues {
-            self.notices.push(Notice::QueuesAppeared);
+            self.notices.push(SessionNotice::QueuesAppeared);
             if let Some(grace) = self.holding_all {
                 self.suspend_late(grace);
             }
@@ -86,9 +86,9 @@ impl Session {
             Ok(0) => {}
             Ok(n) => {
                 self.late_suspended += n;
-                self.notices.push(Notice::QueuesSuspendedMidHold { count: n });
+                self.notices.push(SessionNotice::QueuesSuspendedMidHold { count: n });
             }
-            Err(e) => self.notices.push(Notice::Failed { op: "suspend new queues", error: e.to_string() }),
+            Err(e) => self.notices.push(SessionNotice::Failed { op: "suspend new queues", error: e.to_string() }),
         }
     }
 
@@ -109,7 +109,7 @@ impl Session {
         if state == RuntimeState::Disabled {
             self.forget_suspended();
         }
-        self.notices.push(Notice::RuntimeChanged { runtime_state: state });
+        self.notices.push(SessionNotice::RuntimeChanged { runtime_state: state });
     }
 
     /// SEND_RUNTIME_EVENT(EC_PROCESS_RUNTIME): `up(&p->runtime_enable_sema)` in
@@ -126,7 +126,7 @@ impl Session {
             // KFD tears the queues down with the process; nothing is left to resume or disable.
             self.forget_suspended();
             self.enabled = false;
-            self.notices.push(Notice::TargetExited { code });
+            self.notices.push(SessionNotice::TargetExited { code });
         }
     }
 
@@ -148,13 +148,13 @@ impl Session {
             Ok(t) => {
                 let resumed = self.batch(t);
                 self.watchdog_resume = Some(t);
-                self.notices.push(Notice::WatchdogResumed { held_ms, resumed });
+                self.notices.push(SessionNotice::WatchdogResumed { held_ms, resumed });
                 true
             }
             Err(e) => {
                 let b = self.backoff.unwrap_or_default().after_failure(now_ns);
                 self.backoff = Some(b);
-                self.notices.push(Notice::WatchdogResumeFailed {
+                self.notices.push(SessionNotice::WatchdogResumeFailed {
                     held_ms,
                     error: e.to_string(),
                     retry_in_ms: b.delay_ns / 1_000_000,

@@ -11,7 +11,7 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use gpreempt::controller::measure::monotonic_ns;
+use gpreempt::clock::monotonic_ns;
 use serde_json::{Value, json};
 
 use crate::aql::{CompletionRecord, DispatchPacket, QueueMem, Records};
