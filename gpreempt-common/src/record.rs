@@ -513,20 +513,29 @@ const _: () = {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: plain `#[repr(C)]` integers and arrays with no padding (asserted above).
-    unsafe impl aya::Pod for super::RecordHeader {}
-    unsafe impl aya::Pod for super::QueueCreateRecord {}
-    unsafe impl aya::Pod for super::QueueDestroyRecord {}
-    unsafe impl aya::Pod for super::StashKey {}
-    unsafe impl aya::Pod for super::EntryStash {}
-    unsafe impl aya::Pod for super::QueueUpdateRecord {}
-    unsafe impl aya::Pod for super::DebugTrapRecord {}
-    unsafe impl aya::Pod for super::RuntimeEnableRecord {}
-    unsafe impl aya::Pod for super::SmiQueueRecord {}
-    unsafe impl aya::Pod for super::KfdCallRecord {}
-    unsafe impl aya::Pod for super::QueueSuspendRecord {}
-    unsafe impl aya::Pod for super::ProcessCreateRecord {}
-    unsafe impl aya::Pod for super::ProbeConfig {}
+    macro_rules! pod {
+        ($($record:ident),* $(,)?) => {$(
+            // SAFETY: a `#[repr(C)]` struct of integers and integer arrays with no padding (its
+            // size is asserted above), so every bit pattern is a valid value.
+            unsafe impl aya::Pod for super::$record {}
+        )*};
+    }
+
+    pod!(
+        RecordHeader,
+        QueueCreateRecord,
+        QueueDestroyRecord,
+        StashKey,
+        EntryStash,
+        QueueUpdateRecord,
+        DebugTrapRecord,
+        RuntimeEnableRecord,
+        SmiQueueRecord,
+        KfdCallRecord,
+        QueueSuspendRecord,
+        ProcessCreateRecord,
+        ProbeConfig,
+    );
 }
 
 #[cfg(test)]

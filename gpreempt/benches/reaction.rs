@@ -31,7 +31,7 @@ use gpreempt::{
     domain::HostPid,
     host::{roots::Roots, select::Selector},
     kfd::uapi::QueueSnapshotEntry,
-    schedule::{Config, Event, Scheduler, discover::Discovery, policy::PolicyConfig},
+    schedule::{ScheduleConfig, ScheduleEvent, Scheduler, discover::Discovery, policy::PolicyConfig},
     stats::Summary,
 };
 use serde_json::json;
@@ -161,7 +161,7 @@ fn main() -> anyhow::Result<()> {
         docker: dir.path().join("docker"),
         ..Roots::default()
     };
-    let config = Config {
+    let config = ScheduleConfig {
         online: vec![Selector::Pid(HostPid(me))],
         offline: vec![Selector::Pid(HostPid(OFFLINE))],
         // Resume at the first idle step: the bench times suspends, not the hysteresis.
@@ -171,12 +171,12 @@ fn main() -> anyhow::Result<()> {
         occupancy: Duration::from_secs(3600),
         interval: Duration::from_secs(3600),
         roots,
-        ..Config::default()
+        ..ScheduleConfig::default()
     };
     let stop = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(Mutex::new(Vec::with_capacity(wanted)));
     let driver = Driver { phase: Phase::Gap(monotonic_ns()), samples: samples.clone(), wanted, stop: stop.clone() };
-    let mut ignore = |_: &Event| {};
+    let mut ignore = |_: &ScheduleEvent| {};
     let scheduler = Scheduler::<Stamp>::start(config, Box::new(driver), &mut ignore)?;
     let report = scheduler.run(&stop, &mut ignore);
     let samples: Vec<f64> =

@@ -43,7 +43,7 @@ pub struct ProcessQueues {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Run {
+pub struct AnalyzedRun {
     pub file: String,
     /// The traced command if recorded, else the comms of the queue-creating processes.
     pub command: String,
@@ -82,13 +82,13 @@ pub struct Overlap {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Analysis {
-    pub runs: Vec<Run>,
+    pub runs: Vec<AnalyzedRun>,
     pub consistency: Vec<CommandConsistency>,
     pub overlaps: Vec<Overlap>,
 }
 
 /// Read one recording.
-pub fn read_run(file: &str, reader: impl BufRead) -> std::io::Result<Run> {
+pub fn read_run(file: &str, reader: impl BufRead) -> std::io::Result<AnalyzedRun> {
     let mut processes: BTreeMap<u32, ProcessQueues> = BTreeMap::new();
     let mut command = None;
     let mut skipped_lines = 0;
@@ -126,12 +126,12 @@ pub fn read_run(file: &str, reader: impl BufRead) -> std::io::Result<Run> {
     let command = command.unwrap_or_else(|| {
         processes.iter().map(|p| p.comm.as_str()).collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>().join("+")
     });
-    Ok(Run { file: file.to_owned(), command, processes, skipped_lines })
+    Ok(AnalyzedRun { file: file.to_owned(), command, processes, skipped_lines })
 }
 
-fn consistency(runs: &[&Run]) -> Consistency {
-    let ids = |r: &Run| r.processes.iter().map(|p| p.queues.clone()).collect::<Vec<_>>();
-    let counts = |r: &Run| {
+fn consistency(runs: &[&AnalyzedRun]) -> Consistency {
+    let ids = |r: &AnalyzedRun| r.processes.iter().map(|p| p.queues.clone()).collect::<Vec<_>>();
+    let counts = |r: &AnalyzedRun| {
         r.processes
             .iter()
             .map(|p| p.queues.iter().map(|(g, q)| (*g, q.len())).collect::<BTreeMap<_, _>>())
@@ -147,7 +147,7 @@ fn consistency(runs: &[&Run]) -> Consistency {
     }
 }
 
-fn overlaps(run: &Run) -> Vec<Overlap> {
+fn overlaps(run: &AnalyzedRun) -> Vec<Overlap> {
     let mut found = Vec::new();
     for (i, a) in run.processes.iter().enumerate() {
         for b in &run.processes[i + 1..] {
@@ -170,8 +170,8 @@ fn overlaps(run: &Run) -> Vec<Overlap> {
     found
 }
 
-pub fn analyze(runs: Vec<Run>) -> Analysis {
-    let mut by_command: BTreeMap<&str, Vec<&Run>> = BTreeMap::new();
+pub fn analyze(runs: Vec<AnalyzedRun>) -> Analysis {
+    let mut by_command: BTreeMap<&str, Vec<&AnalyzedRun>> = BTreeMap::new();
     for r in &runs {
         by_command.entry(r.command.as_str()).or_default().push(r);
     }
@@ -197,7 +197,7 @@ mod tests {
         .to_string()
     }
 
-    fn run(file: &str, lines: &[String]) -> Run {
+    fn run(file: &str, lines: &[String]) -> AnalyzedRun {
         read_run(file, lines.join("\n").as_bytes()).unwrap()
     }
 

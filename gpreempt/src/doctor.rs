@@ -96,7 +96,7 @@ pub const AGENT_NEEDS: AgentNeeds = AgentNeeds {
 
 /// Everything doctor found.
 #[derive(Clone, Debug, Serialize)]
-pub struct Report {
+pub struct DoctorReport {
     pub kernel: String,
     pub kfd_version: Option<KfdVersion>,
     pub debug_trap: bool,
@@ -107,7 +107,7 @@ pub struct Report {
     pub agent_needs: AgentNeeds,
 }
 
-impl Report {
+impl DoctorReport {
     pub fn failures(&self) -> usize {
         self.checks.iter().filter(|c| c.status == Status::Fail).count()
     }
@@ -123,7 +123,7 @@ fn read_trimmed(path: &Path) -> Option<String> {
 const CAPS: [(u32, &str); 4] = [(19, "CAP_SYS_PTRACE"), (21, "CAP_SYS_ADMIN"), (38, "CAP_PERFMON"), (39, "CAP_BPF")];
 
 /// Run every check. `kfd` is the KFD version if known (None: ask `/dev/kfd`).
-pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>) -> Report {
+pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>) -> DoctorReport {
     let mut checks = Vec::new();
     let kernel = read_trimmed(&roots.proc.join("sys/kernel/osrelease")).unwrap_or_else(|| "unknown".to_owned());
     checks.push(Check::new("kernel", Status::Info, format!("Linux {kernel}"), None));
@@ -230,7 +230,7 @@ pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersi
     match read_trimmed(&roots.proc.join("sys/kernel/yama/ptrace_scope")).as_deref() {
         None => checks.push(Check::new("ptrace-scope", Status::Info, "Yama not active", None)),
         Some("0") | Some("1") => {
-            checks.push(Check::new("ptrace-scope", Status::Ok, "Yama ptrace_scope allows a privileged tracer", None))
+            checks.push(Check::new("ptrace-scope", Status::Ok, "Yama ptrace_scope allows a privileged tracer", None));
         }
         Some("2") => checks.push(Check::new(
             "ptrace-scope",
@@ -290,7 +290,7 @@ pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersi
         ),
         None,
     ));
-    Report { kernel, kfd_version, debug_trap, kfd_module, probes, checks, agent_needs: AGENT_NEEDS }
+    DoctorReport { kernel, kfd_version, debug_trap, kfd_module, probes, checks, agent_needs: AGENT_NEEDS }
 }
 
 /// Whether the losses of return probes on sleeping functions (more concurrent callers than the

@@ -4,7 +4,7 @@
 use std::{collections::BTreeSet, path::PathBuf};
 
 use gpreempt::{
-    agent::config::Config,
+    agent::config::AgentConfig,
     doctor::{AGENT_NEEDS, Need},
 };
 use serde_yaml::Value;
@@ -88,7 +88,7 @@ fn the_daemonset_grants_exactly_what_the_agent_needs() {
 
     // The ConfigMap's config is valid and listens on that port, on every interface.
     let text = of_kind(&docs, "ConfigMap")["data"]["agent.toml"].as_str().unwrap();
-    let config = Config::parse(text, "ConfigMap agent.toml").unwrap();
+    let config = AgentConfig::parse(text, "ConfigMap agent.toml").unwrap();
     assert_eq!(config.metrics_addr, Some(format!("0.0.0.0:{port}").parse().unwrap()));
     assert_eq!(strs(&c["args"]), ["agent", "--config", "/etc/gpreempt/agent.toml"].map(str::to_owned).into());
 }

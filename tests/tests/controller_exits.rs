@@ -24,7 +24,7 @@ use nix::{sys::signal::Signal, unistd::Pid};
 const SECOND: Duration = Duration::from_secs(1);
 
 fn debug_trap_kernel() -> bool {
-    Device::open().and_then(|d| d.version()).is_ok_and(|v| v.has_debug_trap())
+    Device::open().and_then(|d| d.version()).is_ok_and(gpreempt::kfd::KfdVersion::has_debug_trap)
 }
 
 fn target() -> LineHelper {

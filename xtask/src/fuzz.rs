@@ -38,7 +38,7 @@ fn seeds(target: &str) -> Vec<PathBuf> {
         _ => return Vec::new(),
     };
     fs::read_dir(dir)
-        .map(|entries| entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_file()).collect())
+        .map(|entries| entries.filter_map(std::result::Result::ok).map(|e| e.path()).filter(|p| p.is_file()).collect())
         .unwrap_or_default()
 }
 

@@ -30,13 +30,13 @@ pub const DEFAULT_PROCESS_GRACE: Duration = Duration::from_secs(60);
 
 /// A validated configuration.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Config {
+pub struct AgentConfig {
     pub metrics_addr: Option<SocketAddr>,
     pub process_grace: Duration,
-    pub policies: Vec<Policy>,
+    pub policies: Vec<AgentPolicy>,
 }
 
-impl Default for Config {
+impl Default for AgentConfig {
     fn default() -> Self {
         Self { metrics_addr: None, process_grace: DEFAULT_PROCESS_GRACE, policies: Vec::new() }
     }
@@ -45,7 +45,7 @@ impl Default for Config {
 /// One scheduling policy: while an online process uses the GPU, its offline processes are
 /// suspended (within the parameters).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Policy {
+pub struct AgentPolicy {
     pub name: String,
     pub online: Vec<Selector>,
     pub offline: Vec<Selector>,
@@ -108,7 +108,7 @@ struct RawPolicy {
     max_suspend_ms: Option<Spanned<u64>>,
 }
 
-impl Config {
+impl AgentConfig {
     /// Read and validate `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)
@@ -195,7 +195,7 @@ impl Config {
                 }
                 params.offline_min_share = v;
             }
-            policies.push(Policy { name, online, offline, params });
+            policies.push(AgentPolicy { name, online, offline, params });
         }
         Ok(Self { metrics_addr, process_grace, policies })
     }
@@ -208,12 +208,12 @@ mod tests {
     const SAMPLE: &str = include_str!("../../../deploy/agent.toml");
 
     fn err(text: &str) -> String {
-        Config::parse(text, "agent.toml").unwrap_err().to_string()
+        AgentConfig::parse(text, "agent.toml").unwrap_err().to_string()
     }
 
     #[test]
     fn the_sample_config_parses() {
-        let c = Config::parse(SAMPLE, "agent.toml").unwrap();
+        let c = AgentConfig::parse(SAMPLE, "agent.toml").unwrap();
         assert_eq!(c.metrics_addr, None);
         assert_eq!(c.process_grace, Duration::from_secs(60));
         assert_eq!(c.policies.len(), 1);
@@ -234,7 +234,7 @@ mod tests {
 
     #[test]
     fn an_empty_file_is_the_default() {
-        assert_eq!(Config::parse("", "agent.toml").unwrap(), Config::default());
+        assert_eq!(AgentConfig::parse("", "agent.toml").unwrap(), AgentConfig::default());
     }
 
     #[test]

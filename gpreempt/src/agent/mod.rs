@@ -9,7 +9,7 @@ pub mod policies;
 
 use std::fmt::Write as _;
 
-pub use self::config::{Config, Policy};
+pub use self::config::{AgentConfig, AgentPolicy};
 use crate::model::ModelNotice;
 
 /// One structured log line for stderr: `level=info msg="…" key=value …`, values quoted when
@@ -50,7 +50,7 @@ fn quote(v: &str) -> String {
 /// SIGTERM; a runner resumes and detaches every process it suspended before `shutdown` returns.
 pub trait PolicyRunner {
     /// The policies in force from now on (replacing the previous ones).
-    fn configure(&mut self, policies: &[Policy]);
+    fn configure(&mut self, policies: &[AgentPolicy]);
     /// A process or a queue appeared or went away (the model's notice).
     fn notice(&mut self, notice: ModelNotice);
     /// The agent is exiting: leave every process running and detached.

@@ -19,17 +19,17 @@ use std::{
     time::Duration,
 };
 
-use super::{Policy, PolicyRunner, log_line};
+use super::{AgentPolicy, PolicyRunner, log_line};
 use crate::{
     controller::session::Session,
     metrics::{self, Metrics},
     model::ModelNotice,
-    schedule::{self, Event, Scheduler, channel, policy::PolicyConfig},
+    schedule::{self, ScheduleEvent, Scheduler, channel, policy::PolicyConfig},
 };
 
 /// One policy's thread.
 struct Running {
-    policy: Policy,
+    policy: AgentPolicy,
     changes: Sender<ModelNotice>,
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
@@ -51,7 +51,7 @@ impl Policies {
         Self { metrics, running: Vec::new() }
     }
 
-    fn start(&mut self, policy: &Policy) {
+    fn start(&mut self, policy: &AgentPolicy) {
         // The channel exists before the scheduler resolves its selectors, so a process that
         // opens /dev/kfd while it attaches is still announced to it.
         let (changes, discovery) = channel::pair();
@@ -85,7 +85,7 @@ impl Policies {
 impl PolicyRunner for Policies {
     /// A policy whose scheduler could not start (its thread has ended) is started again, so a
     /// reload retries it.
-    fn configure(&mut self, policies: &[Policy]) {
+    fn configure(&mut self, policies: &[AgentPolicy]) {
         self.stop_where(|r| !policies.contains(&r.policy) || r.thread.is_finished());
         for p in policies {
             if !self.running.iter().any(|r| &r.policy == p) {
@@ -107,9 +107,9 @@ impl PolicyRunner for Policies {
 }
 
 /// The scheduler's configuration for `policy`.
-fn scheduler_config(policy: &Policy) -> schedule::Config {
+fn scheduler_config(policy: &AgentPolicy) -> schedule::ScheduleConfig {
     let p = &policy.params;
-    schedule::Config {
+    schedule::ScheduleConfig {
         online: policy.online.clone(),
         offline: policy.offline.clone(),
         policy: PolicyConfig {
@@ -121,15 +121,15 @@ fn scheduler_config(policy: &Policy) -> schedule::Config {
         poll: p.poll,
         // The periodic report is not logged; a long period keeps it cheap.
         interval: Duration::from_secs(60),
-        ..schedule::Config::default()
+        ..schedule::ScheduleConfig::default()
     }
 }
 
 /// The policy thread: start the scheduler, run it until `stop`, report into `metrics` and the log.
-fn run(policy: &Policy, discovery: channel::ChannelDiscovery, stop: &AtomicBool, metrics: &Metrics) {
+fn run(policy: &AgentPolicy, discovery: channel::ChannelDiscovery, stop: &AtomicBool, metrics: &Metrics) {
     let name = policy.name.as_str();
     let mut recorder = Recorder { name, metrics, suspended_at_ms: None };
-    let mut emit = |e: &Event| recorder.event(e);
+    let mut emit = |e: &ScheduleEvent| recorder.event(e);
     let scheduler = match Scheduler::<Session>::start(scheduler_config(policy), Box::new(discovery), &mut emit) {
         Ok(s) => s,
         Err(e) => {
@@ -150,11 +150,11 @@ struct Recorder<'a> {
 }
 
 impl Recorder<'_> {
-    fn event(&mut self, event: &Event) {
+    fn event(&mut self, event: &ScheduleEvent) {
         let policy = &self.name;
         match event {
-            Event::Transition(t) if t.action == "suspend" => {
-                self.metrics.scheduler_transition(self.name, metrics::Transition::Suspend);
+            ScheduleEvent::Transition(t) if t.action == "suspend" => {
+                self.metrics.scheduler_transition(self.name, metrics::TransitionKind::Suspend);
                 if let Some(us) = t.reaction_us {
                     self.metrics.scheduler_reaction(self.name, us / 1e6);
                 }
@@ -165,8 +165,8 @@ impl Recorder<'_> {
                     log("warn", "suspend failed", &[("policy", policy), ("errors", &t.errors.join("; "))]);
                 }
             }
-            Event::Transition(t) => {
-                self.metrics.scheduler_transition(self.name, metrics::Transition::Resume);
+            ScheduleEvent::Transition(t) => {
+                self.metrics.scheduler_transition(self.name, metrics::TransitionKind::Resume);
                 if let Some(at) = self.suspended_at_ms.take() {
                     self.metrics.scheduler_suspended(self.name, (t.t_ms - at).max(0.0) / 1e3);
                 }
@@ -174,29 +174,31 @@ impl Recorder<'_> {
                     log("warn", "resume failed", &[("policy", policy), ("errors", &t.errors.join("; "))]);
                 }
             }
-            Event::OfflineAttached { pid, comm, queues, .. } => log(
+            ScheduleEvent::OfflineAttached { pid, comm, queues, .. } => log(
                 "info",
                 "offline process attached",
                 &[("policy", policy), ("pid", pid), ("comm", comm), ("queues", queues)],
             ),
-            Event::OfflineAttachFailed { pid, error } => {
+            ScheduleEvent::OfflineAttachFailed { pid, error } => {
                 log("warn", "offline process not attached", &[("policy", policy), ("pid", pid), ("error", error)]);
             }
-            Event::OfflineDetached { pid, reason, .. } => {
+            ScheduleEvent::OfflineDetached { pid, reason, .. } => {
                 log("info", "offline process detached", &[("policy", policy), ("pid", pid), ("reason", reason)]);
             }
-            Event::OfflineQueuesHeld { pid, queues } => {
+            ScheduleEvent::OfflineQueuesHeld { pid, queues } => {
                 log(
                     "info",
                     "offline queues created while held, held too",
                     &[("policy", policy), ("pid", pid), ("queues", queues)],
                 );
             }
-            Event::OnlineAdded { pid, queues, .. } => {
+            ScheduleEvent::OnlineAdded { pid, queues, .. } => {
                 log("info", "online process watched", &[("policy", policy), ("pid", pid), ("queues", queues)]);
             }
-            Event::OnlineGone { pid } => log("info", "online process gone", &[("policy", policy), ("pid", pid)]),
-            Event::WatchdogResumed { t_ms, pid, held_ms, still_held } => {
+            ScheduleEvent::OnlineGone { pid } => {
+                log("info", "online process gone", &[("policy", policy), ("pid", pid)])
+            }
+            ScheduleEvent::WatchdogResumed { t_ms, pid, held_ms, still_held } => {
                 log(
                     "warn",
                     "session watchdog resumed an offline process (the scheduler loop stalled)",
@@ -209,8 +211,8 @@ impl Recorder<'_> {
                     self.metrics.scheduler_suspended(self.name, (t_ms - at).max(0.0) / 1e3);
                 }
             }
-            Event::Warning { message } => log("warn", "policy", &[("policy", policy), ("message", message)]),
-            Event::Summary(r) => log(
+            ScheduleEvent::Warning { message } => log("warn", "policy", &[("policy", policy), ("message", message)]),
+            ScheduleEvent::Summary(r) => log(
                 "info",
                 "policy stopped",
                 &[
@@ -223,7 +225,7 @@ impl Recorder<'_> {
                     ("reactions", &r.reaction_us.as_ref().map_or(0, |s| s.count)),
                 ],
             ),
-            Event::OnlineQueue { .. } | Event::Interval(_) | Event::HintMalformed { .. } => {}
+            ScheduleEvent::OnlineQueue { .. } | ScheduleEvent::Interval(_) | ScheduleEvent::HintMalformed { .. } => {}
         }
     }
 }
@@ -231,10 +233,10 @@ impl Recorder<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{agent::config::Config, domain::HostPid, schedule::Transition};
+    use crate::{agent::config::AgentConfig, domain::HostPid, schedule::Transition};
 
-    fn transition(action: &'static str, t_ms: f64, queues: i64, reaction_us: Option<f64>) -> Event {
-        Event::Transition(Transition {
+    fn transition(action: &'static str, t_ms: f64, queues: i64, reaction_us: Option<f64>) -> ScheduleEvent {
+        ScheduleEvent::Transition(Transition {
             t_ms,
             action,
             reason: None,
@@ -249,7 +251,7 @@ mod tests {
     fn a_policy_becomes_the_schedulers_configuration() {
         let text = "[[policy]]\nname = \"p\"\nonline = [\"pod:serving/*\"]\noffline = [\"42\", \"container:batch\"]\n\
                     idle_ms = 7\npoll_us = 300\noffline_min_share = 0.25\nmax_suspend_ms = 900\n";
-        let config = Config::parse(text, "agent.toml").unwrap();
+        let config = AgentConfig::parse(text, "agent.toml").unwrap();
         let c = scheduler_config(&config.policies[0]);
         assert_eq!(c.online, config.policies[0].online);
         assert_eq!(c.offline, config.policies[0].offline);
@@ -297,8 +299,8 @@ mod tests {
         let mut r = Recorder { name: "p", metrics: &metrics, suspended_at_ms: None };
         r.event(&transition("suspend", 100.0, 4, None));
         // Two offline processes: the first one released leaves the other held; the second ends it.
-        r.event(&Event::WatchdogResumed { t_ms: 1_100.0, pid: HostPid(7), held_ms: 1_000, still_held: 1 });
-        r.event(&Event::WatchdogResumed { t_ms: 1_350.0, pid: HostPid(8), held_ms: 1_250, still_held: 0 });
+        r.event(&ScheduleEvent::WatchdogResumed { t_ms: 1_100.0, pid: HostPid(7), held_ms: 1_000, still_held: 1 });
+        r.event(&ScheduleEvent::WatchdogResumed { t_ms: 1_350.0, pid: HostPid(8), held_ms: 1_250, still_held: 0 });
         // The policy's resume, later, finds nothing left to resume and adds no time.
         r.event(&transition("resume", 5_000.0, 0, None));
         let text = metrics.encode();

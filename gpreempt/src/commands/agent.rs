@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use gpreempt::{
     agent::{
         PolicyRunner,
-        config::{self, Config},
+        config::{self, AgentConfig},
         http::{self, Health},
         log_line,
         policies::Policies,
@@ -33,11 +33,11 @@ fn log(level: &str, msg: &str, fields: &[(&str, &dyn std::fmt::Display)]) {
     eprintln!("{}", log_line(level, msg, fields));
 }
 
-fn load(path: Option<&Path>) -> Result<Config, config::ConfigError> {
-    path.map_or_else(|| Ok(Config::default()), Config::load)
+fn load(path: Option<&Path>) -> Result<AgentConfig, config::ConfigError> {
+    path.map_or_else(|| Ok(AgentConfig::default()), AgentConfig::load)
 }
 
-fn describe_policies(c: &Config) -> String {
+fn describe_policies(c: &AgentConfig) -> String {
     let names: Vec<&str> = c.policies.iter().map(|p| p.name.as_str()).collect();
     if names.is_empty() { "none".into() } else { names.join(",") }
 }

@@ -18,6 +18,7 @@ use gpreempt::{
     controller::{
         group::{self, Group, Hooks, Member},
         measure::{self, Iteration, KernelSide, Plan, RunSummary, StopReason},
+        record::{GroupRecord, PlanRecord, RunRecord, TargetRecord},
         session::Session,
         signal_pipe::SignalPipe,
         target::Target,
@@ -35,7 +36,6 @@ use gpreempt::{
     schedule::discover::{Discovery, SysfsDiscovery},
     stats::{self, Summary},
 };
-use serde_json::json;
 
 use super::interrupt;
 use super::stdout::{out, outln};
@@ -278,15 +278,15 @@ fn run_one(
         eprintln!("gpreempt: {}", serde_json::to_string(notice)?);
     }
     if let Some(path) = &args.json {
-        let doc = json!({
-            "target": target,
-            "plan": plan_json(args, plan),
-            "iterations": run.iterations,
-            "notices": run.notices,
-            "summary": summary,
-            "detached": detached,
-            "tracer_losses": tracer_losses,
-        });
+        let doc = RunRecord {
+            target: &target,
+            plan: PlanRecord::of(plan, args.max_suspend_ms),
+            iterations: &run.iterations,
+            notices: &run.notices,
+            summary: &summary,
+            detached: &detached,
+            tracer_losses: tracer_losses.as_ref(),
+        };
         write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
     }
     ended(run.stopped.as_ref(), run.iterations.len(), plan.iterations, "target")
@@ -458,17 +458,17 @@ fn run_group(
         for notice in &m.run.notices {
             eprintln!("gpreempt: pid {}: {}", m.target.pid, serde_json::to_string(notice)?);
         }
-        targets.push(json!({
-            "target": m.target,
-            "first_iteration": m.first_iteration,
-            "picked_up": m.picked_up,
-            "iterations": m.run.iterations,
-            "runtime_not_enabled": m.runtime_not_enabled,
-            "notices": m.run.notices,
-            "summary": summary,
-            "stopped": m.run.stopped,
-            "detached": m.detached,
-        }));
+        targets.push(TargetRecord {
+            target: &m.target,
+            first_iteration: m.first_iteration,
+            picked_up: m.picked_up,
+            iterations: &m.run.iterations,
+            runtime_not_enabled: m.runtime_not_enabled,
+            notices: &m.run.notices,
+            summary,
+            stopped: m.run.stopped.as_ref(),
+            detached: m.detached.as_ref(),
+        });
     }
     // A pid named in --offline is expected to last the run, so its early exit (or failure) fails
     // the command; the processes of a selected container may come and go (reported either way).
@@ -483,18 +483,16 @@ fn run_group(
         outln!("kernel-side tracer: {} records lost ({l})", l.dropped());
     }
     if let Some(path) = &args.json {
-        let doc = json!({
-            // Version 1 is the single-target record (`--offline PID`): one "target", its
-            // "iterations" and "summary" at the top level.
-            "version": 2,
-            "selectors": args.offline,
-            "plan": plan_json(args, plan),
-            "targets": targets,
-            "warnings": warnings,
-            "cycles": cycles,
-            "stopped": stopped,
-            "tracer_losses": tracer_losses,
-        });
+        let doc = GroupRecord {
+            version: GroupRecord::VERSION,
+            selectors: &args.offline,
+            plan: PlanRecord::of(plan, args.max_suspend_ms),
+            targets,
+            warnings: &warnings,
+            cycles,
+            stopped: stopped.as_ref(),
+            tracer_losses: tracer_losses.as_ref(),
+        };
         write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
     }
     ended(stopped.as_ref(), cycles, plan.iterations, "targets")?;
@@ -507,17 +505,6 @@ fn run_group(
         );
     }
     Ok(())
-}
-
-fn plan_json(args: &PreemptArgs, plan: &Plan) -> serde_json::Value {
-    json!({
-        "iterations": plan.iterations,
-        "hold_ms": args.hold_ms,
-        "gap_ms": args.gap_ms,
-        "grace_period": plan.grace_period,
-        "queues": match &plan.selection { Selection::All => json!("all"), Selection::Ids(ids) => json!(ids) },
-        "max_suspend_ms": args.max_suspend_ms,
-    })
 }
 
 fn progress_line(it: &Iteration, total: u32) {

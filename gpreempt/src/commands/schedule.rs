@@ -12,7 +12,7 @@ use gpreempt::{
     host::roots::Roots,
     pipeline::in_process::TracerOptions,
     schedule::{
-        Config, Event, Interval, Report, Scheduler, check_kernel,
+        Interval, ScheduleConfig, ScheduleEvent, ScheduleReport, Scheduler, check_kernel,
         discover::{Discovery, SysfsDiscovery, TracerDiscovery},
         kernel::DriverCalls,
         policy::PolicyConfig,
@@ -44,7 +44,7 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
             }
         }
     };
-    let config = Config {
+    let config = ScheduleConfig {
         online: args.online.clone(),
         offline: args.offline.clone(),
         policy: PolicyConfig {
@@ -62,7 +62,7 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     };
     let status = !args.json && std::io::stderr().is_terminal();
     let json = args.json;
-    let mut emit = move |e: &Event| show(e, json, status);
+    let mut emit = move |e: &ScheduleEvent| show(e, json, status);
     let scheduler = Scheduler::<Session>::start(config, discovery, &mut emit)?;
     eprintln!("gpreempt: scheduling; Ctrl-C or SIGTERM resumes the offline queues, detaches and prints the summary");
     let report = scheduler.run(stop, &mut emit);
@@ -78,7 +78,7 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     Ok(())
 }
 
-fn show(e: &Event, json: bool, status: bool) {
+fn show(e: &ScheduleEvent, json: bool, status: bool) {
     if json {
         // A closed stdout (a pipe whose reader left) must not stop the scheduler.
         if let Ok(line) = serde_json::to_string(e) {
@@ -89,39 +89,43 @@ fn show(e: &Event, json: bool, status: bool) {
         return;
     }
     match e {
-        Event::Interval(i) => {
+        ScheduleEvent::Interval(i) => {
             if status {
                 status_line(i);
             }
         }
-        Event::Transition(_) | Event::Summary(_) => {}
-        Event::OfflineAttached { pid, comm, queues, picked_up } => eprintln!(
+        ScheduleEvent::Transition(_) | ScheduleEvent::Summary(_) => {}
+        ScheduleEvent::OfflineAttached { pid, comm, queues, picked_up } => eprintln!(
             // Debug formatting escapes control characters a process may put in its comm.
             "gpreempt: offline pid {pid} ({comm:?}) attached{}, {queues} queue(s)",
             if *picked_up { " (picked up)" } else { "" }
         ),
-        Event::OfflineAttachFailed { pid, error } => eprintln!("gpreempt: offline pid {pid} not attached: {error}"),
-        Event::OfflineDetached { pid, reason, detached } => {
-            eprintln!("gpreempt: offline pid {pid} detached ({reason}; {} queue(s) resumed)", detached.resumed)
+        ScheduleEvent::OfflineAttachFailed { pid, error } => {
+            eprintln!("gpreempt: offline pid {pid} not attached: {error}")
         }
-        Event::OfflineQueuesHeld { pid, queues } => {
-            eprintln!("gpreempt: offline pid {pid} created queues while held; {queues} queue(s) suspended now")
+        ScheduleEvent::OfflineDetached { pid, reason, detached } => {
+            eprintln!("gpreempt: offline pid {pid} detached ({reason}; {} queue(s) resumed)", detached.resumed);
         }
-        Event::OnlineAdded { pid, queues, snapshot, occupancy_files } => eprintln!(
+        ScheduleEvent::OfflineQueuesHeld { pid, queues } => {
+            eprintln!("gpreempt: offline pid {pid} created queues while held; {queues} queue(s) suspended now");
+        }
+        ScheduleEvent::OnlineAdded { pid, queues, snapshot, occupancy_files } => eprintln!(
             "gpreempt: online pid {pid} watched, {queues} queue(s){}{}",
             if *snapshot { " (learnt with one debug-trap snapshot: two runlist refreshes)" } else { "" },
             if *occupancy_files > 0 { ", cu_occupancy read" } else { ", no cu_occupancy file" }
         ),
-        Event::OnlineQueue { pid, queue_id, .. } => eprintln!("gpreempt: online pid {pid} queue {queue_id} watched"),
-        Event::OnlineGone { pid } => eprintln!("gpreempt: online pid {pid} gone"),
-        Event::HintMalformed { line, count } => {
-            eprintln!("gpreempt: warning: hint line {line:?} is neither `begin` nor `end`, ignored ({count} so far)")
+        ScheduleEvent::OnlineQueue { pid, queue_id, .. } => {
+            eprintln!("gpreempt: online pid {pid} queue {queue_id} watched")
         }
-        Event::WatchdogResumed { pid, held_ms, still_held, .. } => eprintln!(
+        ScheduleEvent::OnlineGone { pid } => eprintln!("gpreempt: online pid {pid} gone"),
+        ScheduleEvent::HintMalformed { line, count } => {
+            eprintln!("gpreempt: warning: hint line {line:?} is neither `begin` nor `end`, ignored ({count} so far)");
+        }
+        ScheduleEvent::WatchdogResumed { pid, held_ms, still_held, .. } => eprintln!(
             "gpreempt: warning: the session watchdog resumed offline pid {pid} after {held_ms} ms (the scheduler loop \
              stalled); {still_held} offline process(es) still held"
         ),
-        Event::Warning { message } => eprintln!("gpreempt: warning: {message}"),
+        ScheduleEvent::Warning { message } => eprintln!("gpreempt: warning: {message}"),
     }
 }
 
@@ -140,7 +144,7 @@ fn status_line(i: &Interval) {
     let _ = err.flush();
 }
 
-fn print_report(r: &Report) {
+fn print_report(r: &ScheduleReport) {
     let line = |s: &Option<Summary>| {
         s.as_ref().map_or_else(
             || "none".to_owned(),

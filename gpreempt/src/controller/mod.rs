@@ -6,7 +6,7 @@
 //! - [`target`]: the checks before touching a target; [`tracee`]: the ptrace link;
 //!   [`watchdog`]: the out-of-process guard; [`signal_pipe`]: signals as a readable fd;
 //! - [`measure`]: the suspend/resume measurement loop (`gpreempt preempt`); [`group`]: the same
-//!   loop over several targets on one thread;
+//!   loop over several targets on one thread; [`record`]: the typed `--json` record of a run;
 //! - [`control`]: the [`control::Control`] seam the scheduler drives.
 //!
 //! It depends on the KFD ABI ([`crate::kfd`]), the host readers ([`crate::host`]) and the model's
@@ -15,6 +15,7 @@
 pub mod control;
 pub mod group;
 pub mod measure;
+pub mod record;
 pub mod session;
 pub mod signal_pipe;
 pub mod target;

@@ -185,7 +185,8 @@ resume them (stopped or stuck): killing it with SIGKILL; KFD resumes the queues 
 
 /// The watchdog process: never returns.
 fn watch(pipe: libc::c_int, deadline: &AtomicU64, controller: libc::pid_t) -> ! {
-    // SAFETY (whole function): only async-signal-safe libc calls on stack memory.
+    // SAFETY: only async-signal-safe libc calls on stack memory (the whole function runs in the
+    // forked child, where nothing else is safe).
     unsafe {
         // Out of the controller's session and process group: no job-control stop, no Ctrl-C.
         libc::setsid();
@@ -222,6 +223,7 @@ mod tests {
         // SAFETY: the child only sets up the watchdog and sleeps (no allocation).
         match unsafe { libc::fork() } {
             0 => {
+                // SAFETY: `_exit` in the forked child, as below.
                 let Ok(w) = Watchdog::spawn() else { unsafe { libc::_exit(2) } };
                 if let Some(limit) = limit {
                     w.arm(limit);
@@ -235,6 +237,7 @@ mod tests {
                 }
                 std::thread::sleep(Duration::from_secs(1));
                 drop(w);
+                // SAFETY: the forked child ends without running the parent's exit handlers.
                 unsafe { libc::_exit(0) }
             }
             pid => pid,

@@ -137,6 +137,7 @@ mod tests {
         assert_eq!(a.data[1], 0xdead_beef_0000);
         assert_eq!((a.num_queues(), a.grace_period()), (3, 5));
         // num_queues at byte 24, grace_period at byte 28 of the whole struct.
+        // SAFETY: a 32-byte `#[repr(C)]` struct of integers with no padding, read as its bytes.
         let bytes: [u8; 32] = unsafe { core::mem::transmute(a) };
         assert_eq!(u32::from_ne_bytes(bytes[24..28].try_into().unwrap()), 3);
         assert_eq!(u32::from_ne_bytes(bytes[28..32].try_into().unwrap()), 5);

@@ -58,14 +58,14 @@ type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
 /// A scheduler decision, for [`Metrics::scheduler_transition`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transition {
+pub enum TransitionKind {
     /// The policy suspended its offline processes.
     Suspend,
     /// The policy resumed them.
     Resume,
 }
 
-impl Transition {
+impl TransitionKind {
     pub fn name(self) -> &'static str {
         match self {
             Self::Suspend => "suspend",
@@ -254,7 +254,7 @@ impl Metrics {
     }
 
     /// A policy suspended or resumed its offline processes.
-    pub fn scheduler_transition(&self, policy: &str, t: Transition) {
+    pub fn scheduler_transition(&self, policy: &str, t: TransitionKind) {
         self.transitions.get_or_create(&vec![("policy", policy.to_owned()), ("transition", t.name().to_owned())]).inc();
     }
 

@@ -79,7 +79,7 @@ fn exposition_of_a_scripted_sequence_is_exact() {
     metrics.set_probes(21, 2);
     metrics.set_losses(&Losses { ringbuf_full: 3, return_probes_missed: Some(1), ..Default::default() });
     metrics.config_reload(false);
-    metrics.scheduler_transition("colocate", Transition::Suspend);
+    metrics.scheduler_transition("colocate", TransitionKind::Suspend);
     metrics.scheduler_suspended("colocate", 0.5);
     metrics.scheduler_reaction("colocate", 0.002);
     expect(&metrics, "exposition-before-expiry.txt", include_str!("exposition-before-expiry.txt"));

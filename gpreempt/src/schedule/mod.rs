@@ -10,7 +10,7 @@
 //!
 //! [`Scheduler`] ties them together on one thread: [`Scheduler::start`] checks the selectors and
 //! attaches, [`Scheduler::run`] polls until the stop flag is set, then resumes and detaches
-//! everything. What happens is reported as typed [`Event`]s to a callback.
+//! everything. What happens is reported as typed [`ScheduleEvent`]s to a callback.
 //!
 //! Costs the output names: one debug-trap ENABLE and DISABLE per offline process (a runlist
 //! refresh each: `debug_refresh_runlist` in `kfd_dbg_trap_activate`/`_deactivate`, kfd_debug.c,
@@ -40,7 +40,7 @@ use self::{
     hints::{HintCounts, HintSocket},
     kernel::{KernelBreakdown, KernelReport},
     online::{OnlineProcess, QueueAddrs, ReadError},
-    policy::{Action, Observation, Policy, PolicyConfig, ResumeReason, State},
+    policy::{Action, Observation, PolicyConfig, PolicyMachine, ResumeReason, State},
 };
 use crate::{
     controller::control::Control,
@@ -60,7 +60,7 @@ use crate::{
 
 /// What to schedule and how.
 #[derive(Clone, Debug)]
-pub struct Config {
+pub struct ScheduleConfig {
     pub online: Vec<Selector>,
     pub offline: Vec<Selector>,
     pub policy: PolicyConfig,
@@ -68,7 +68,7 @@ pub struct Config {
     pub poll: Duration,
     /// Interval between reads of the online `cu_occupancy` (the kernel asks the hardware).
     pub occupancy: Duration,
-    /// Interval between [`Event::Interval`] reports.
+    /// Interval between [`ScheduleEvent::Interval`] reports.
     pub interval: Duration,
     pub hint_socket: Option<PathBuf>,
     pub roots: Roots,
@@ -76,7 +76,7 @@ pub struct Config {
     pub session: Options,
 }
 
-impl Default for Config {
+impl Default for ScheduleConfig {
     fn default() -> Self {
         Self {
             online: Vec::new(),
@@ -182,7 +182,7 @@ pub struct Interval {
 
 /// The end-of-run report.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Report {
+pub struct ScheduleReport {
     pub elapsed_ms: f64,
     pub suspends: u64,
     pub resumes: u64,
@@ -214,7 +214,7 @@ pub struct Report {
 /// Everything the scheduler reports.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
-pub enum Event {
+pub enum ScheduleEvent {
     /// An offline process is attached (kept attached until it exits or the scheduler stops).
     OfflineAttached {
         pid: HostPid,
@@ -274,7 +274,7 @@ pub enum Event {
     Warning {
         message: String,
     },
-    Summary(Box<Report>),
+    Summary(Box<ScheduleReport>),
 }
 
 struct OfflineProc<C> {
@@ -286,7 +286,7 @@ struct OfflineProc<C> {
     suspended: bool,
 }
 
-/// Samples and counters behind [`Report`].
+/// Samples and counters behind [`ScheduleReport`].
 #[derive(Default)]
 struct Metrics {
     reaction_us: Vec<f64>,
@@ -306,12 +306,12 @@ struct Metrics {
 
 /// The scheduler; everything runs on the thread that created it.
 pub struct Scheduler<C: Control> {
-    config: Config,
+    config: ScheduleConfig,
     discovery: Box<dyn Discovery>,
     online: Vec<OnlineProcess>,
     offline: Vec<OfflineProc<C>>,
     hints: Option<HintSocket>,
-    policy: Policy,
+    policy: PolicyMachine,
     metrics: Metrics,
     start: Instant,
     cpu_start: f64,
@@ -363,9 +363,9 @@ impl<C: Control> Scheduler<C> {
     /// error everything attached so far is detached before returning. `discovery` must already
     /// run, so that nothing that appears from now on is missed.
     pub fn start(
-        config: Config,
+        config: ScheduleConfig,
         discovery: Box<dyn Discovery>,
-        emit: &mut dyn FnMut(&Event),
+        emit: &mut dyn FnMut(&ScheduleEvent),
     ) -> Result<Self, ScheduleError> {
         if config.online.is_empty() {
             return Err(ScheduleError::NoOnline);
@@ -401,10 +401,10 @@ impl<C: Control> Scheduler<C> {
             ),
             None => None,
         };
-        let policy = Policy::new(config.policy);
+        let policy = PolicyMachine::new(config.policy);
         let kernel = discovery.sees_driver().then(KernelBreakdown::default);
         let mut s = Self {
-            config: Config { session, ..config },
+            config: ScheduleConfig { session, ..config },
             discovery,
             online: Vec::new(),
             offline: Vec::new(),
@@ -436,17 +436,17 @@ impl<C: Control> Scheduler<C> {
             }
         }
         for note in online_sel.notes.iter().chain(&offline_sel.notes) {
-            emit(&Event::Warning { message: note.clone() });
+            emit(&ScheduleEvent::Warning { message: note.clone() });
         }
         for name in online_sel.empty_containers.iter().chain(&offline_sel.empty_containers) {
-            emit(&Event::Warning {
+            emit(&ScheduleEvent::Warning {
                 message: format!(
                     "container {name} has no KFD process yet; its processes are picked up when they open /dev/kfd"
                 ),
             });
         }
         if !s.discovery.sees_queues() {
-            emit(&Event::Warning {
+            emit(&ScheduleEvent::Warning {
                 message: "without the tracer, queues an online process creates from now on are not watched (their \
                           index addresses are unknown); run as root on a kernel with BTF for the tracer"
                     .into(),
@@ -464,7 +464,12 @@ impl<C: Control> Scheduler<C> {
     }
 
     /// Watch an online process; `initial`: it may already have queues, learnt with one snapshot.
-    fn add_online(&mut self, pid: HostPid, initial: bool, emit: &mut dyn FnMut(&Event)) -> Result<(), ScheduleError> {
+    fn add_online(
+        &mut self,
+        pid: HostPid,
+        initial: bool,
+        emit: &mut dyn FnMut(&ScheduleEvent),
+    ) -> Result<(), ScheduleError> {
         let kfd_proc = self.config.roots.kfd_proc();
         let mut p = OnlineProcess::new(pid, online::occupancy_files(&kfd_proc, pid));
         let has_queues =
@@ -491,7 +496,7 @@ impl<C: Control> Scheduler<C> {
         // One read now, so an unreadable process is refused at start rather than ignored.
         let mut scratch = Vec::new();
         p.poll(self.now(), &mut scratch).map_err(|source| ScheduleError::Unreadable { pid, source })?;
-        emit(&Event::OnlineAdded {
+        emit(&ScheduleEvent::OnlineAdded {
             pid,
             queues: p.queue_ids().len(),
             snapshot,
@@ -506,14 +511,14 @@ impl<C: Control> Scheduler<C> {
         &mut self,
         pid: HostPid,
         picked_up: bool,
-        emit: &mut dyn FnMut(&Event),
+        emit: &mut dyn FnMut(&ScheduleEvent),
     ) -> Result<(), DebugError> {
         let mut control = C::attach(pid, &self.config.session)?;
         self.metrics.attach_refreshes += 1;
         let reads: Vec<u64> = control.snapshot().map(|e| e.iter().map(|q| q.read_pointer_address).collect())?;
         let mut last_reads = vec![0; reads.len()];
         let _ = online::read_u64s(pid, &reads, &mut last_reads);
-        emit(&Event::OfflineAttached { pid, comm: control.comm(), queues: reads.len(), picked_up });
+        emit(&ScheduleEvent::OfflineAttached { pid, comm: control.comm(), queues: reads.len(), picked_up });
         let mut proc = OfflineProc { pid, control, reads, last_reads, suspended: false };
         // Picked up while the others are held: hold it too.
         if matches!(self.policy.state(), State::Suspended) {
@@ -524,8 +529,8 @@ impl<C: Control> Scheduler<C> {
     }
 
     /// Poll until `stop` is set, then resume and detach everything; returns the report (also
-    /// emitted as [`Event::Summary`]).
-    pub fn run(mut self, stop: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> Report {
+    /// emitted as [`ScheduleEvent::Summary`]).
+    pub fn run(mut self, stop: &AtomicBool, emit: &mut dyn FnMut(&ScheduleEvent)) -> ScheduleReport {
         let mut changes = Vec::new();
         let mut next_occupancy = 0u64;
         let mut next_interval = u64::try_from(self.config.interval.as_nanos()).unwrap_or(u64::MAX);
@@ -557,7 +562,7 @@ impl<C: Control> Scheduler<C> {
             self.service_offline(emit);
             if let Some(h) = self.hints.as_mut() {
                 for w in h.poll() {
-                    emit(&Event::HintMalformed { line: w.line, count: w.count });
+                    emit(&ScheduleEvent::HintMalformed { line: w.line, count: w.count });
                 }
             }
             let read_occupancy = now >= next_occupancy;
@@ -587,7 +592,7 @@ impl<C: Control> Scheduler<C> {
             if now >= next_interval {
                 let len = now.saturating_sub(interval_start).max(1);
                 let dispatches = self.offline_progress();
-                emit(&Event::Interval(Interval {
+                emit(&ScheduleEvent::Interval(Interval {
                     t_ms: now as f64 / 1e6,
                     state: self.policy.state(),
                     online_pending: active,
@@ -613,7 +618,7 @@ impl<C: Control> Scheduler<C> {
         self.offline_progress();
         self.shutdown(emit);
         let report = self.report();
-        emit(&Event::Summary(Box::new(report.clone())));
+        emit(&ScheduleEvent::Summary(Box::new(report.clone())));
         report
     }
 
@@ -630,7 +635,7 @@ impl<C: Control> Scheduler<C> {
         }
     }
 
-    fn apply_change(&mut self, change: ModelNotice, emit: &mut dyn FnMut(&Event)) {
+    fn apply_change(&mut self, change: ModelNotice, emit: &mut dyn FnMut(&ScheduleEvent)) {
         match change {
             ModelNotice::ProcessOpened { pid } => {
                 if self.seen.contains_key(&pid) || pid.0 == std::process::id() {
@@ -640,7 +645,7 @@ impl<C: Control> Scheduler<C> {
                 if select::any_matches_new(&self.config.online, roots, pid) {
                     self.seen.insert(pid, Role::Online);
                     if let Err(e) = self.add_online(pid, false, emit) {
-                        emit(&Event::Warning { message: e.to_string() });
+                        emit(&ScheduleEvent::Warning { message: e.to_string() });
                     }
                 } else if select::any_matches_new(&self.config.offline, roots, pid) {
                     self.seen.insert(pid, Role::Offline);
@@ -653,18 +658,18 @@ impl<C: Control> Scheduler<C> {
                 if let Some(i) = self.online.iter().position(|p| p.pid == pid) {
                     self.online.remove(i);
                     self.online_gone = true;
-                    emit(&Event::OnlineGone { pid });
+                    emit(&ScheduleEvent::OnlineGone { pid });
                 }
                 if let Some(i) = self.offline.iter().position(|p| p.pid == pid) {
                     let p = self.offline.remove(i);
                     let detached = p.control.detach();
-                    emit(&Event::OfflineDetached { pid, reason: "exited", detached });
+                    emit(&ScheduleEvent::OfflineDetached { pid, reason: "exited", detached });
                 }
             }
             ModelNotice::QueueCreated { pid, queue: addrs } => {
                 if let Some(p) = self.online.iter_mut().find(|p| p.pid == pid) {
                     p.add_queue(addrs);
-                    emit(&Event::OnlineQueue { pid, queue_id: addrs.queue_id, gpu_id: addrs.gpu_id });
+                    emit(&ScheduleEvent::OnlineQueue { pid, queue_id: addrs.queue_id, gpu_id: addrs.gpu_id });
                 } else if let Some(p) = self.offline.iter_mut().find(|p| p.pid == pid) {
                     p.reads.push(addrs.read);
                     p.last_reads.push(0);
@@ -682,18 +687,18 @@ impl<C: Control> Scheduler<C> {
 
     /// Attach a process that just opened /dev/kfd; while its KFD state is still being set up
     /// (no sysfs entry yet) it is retried at later polls until `deadline`.
-    fn pick_up(&mut self, pid: HostPid, deadline: u64, emit: &mut dyn FnMut(&Event)) {
+    fn pick_up(&mut self, pid: HostPid, deadline: u64, emit: &mut dyn FnMut(&ScheduleEvent)) {
         match self.attach_offline(pid, true, emit) {
             Ok(()) => {}
             Err(DebugError::Target(TargetError::NotKfdProcess { .. })) if self.now() < deadline => {
                 self.retry.push((pid, deadline));
             }
-            Err(e) => emit(&Event::OfflineAttachFailed { pid, error: e.to_string() }),
+            Err(e) => emit(&ScheduleEvent::OfflineAttachFailed { pid, error: e.to_string() }),
         }
     }
 
     /// The sessions' own notices: exits, watchdog resumes, queues created while held.
-    fn service_offline(&mut self, emit: &mut dyn FnMut(&Event)) {
+    fn service_offline(&mut self, emit: &mut dyn FnMut(&ScheduleEvent)) {
         let mut i = 0;
         while i < self.offline.len() {
             let mut exited = false;
@@ -704,14 +709,14 @@ impl<C: Control> Scheduler<C> {
                         self.offline[i].suspended = false;
                         let still_held = self.offline.iter().filter(|p| p.suspended).count();
                         let (t_ms, pid) = (self.now() as f64 / 1e6, self.offline[i].pid);
-                        emit(&Event::WatchdogResumed { t_ms, pid, held_ms, still_held });
+                        emit(&ScheduleEvent::WatchdogResumed { t_ms, pid, held_ms, still_held });
                     }
                     SessionNotice::QueuesAppeared if self.offline[i].suspended => {
                         // A queue created while held runs until it is suspended too.
                         let pid = self.offline[i].pid;
                         match self.offline[i].control.suspend(&Selection::All) {
-                            Ok(b) => emit(&Event::OfflineQueuesHeld { pid, queues: b.count }),
-                            Err(e) => emit(&Event::Warning {
+                            Ok(b) => emit(&ScheduleEvent::OfflineQueuesHeld { pid, queues: b.count }),
+                            Err(e) => emit(&ScheduleEvent::Warning {
                                 message: format!("pid {pid} created queues while held; suspending them failed: {e}"),
                             }),
                         }
@@ -724,7 +729,7 @@ impl<C: Control> Scheduler<C> {
                 let pid = p.pid;
                 self.seen.remove(&pid);
                 let detached = p.control.detach();
-                emit(&Event::OfflineDetached { pid, reason: "exited", detached });
+                emit(&ScheduleEvent::OfflineDetached { pid, reason: "exited", detached });
             } else {
                 i += 1;
             }
@@ -739,7 +744,7 @@ impl<C: Control> Scheduler<C> {
     }
 
     /// Read every online process's indices (and occupancy when due): is online work pending?
-    fn poll_online(&mut self, now: u64, read_occupancy: bool, emit: &mut dyn FnMut(&Event)) -> bool {
+    fn poll_online(&mut self, now: u64, read_occupancy: bool, emit: &mut dyn FnMut(&ScheduleEvent)) -> bool {
         let mut pending = false;
         let mut i = 0;
         while i < self.online.len() {
@@ -750,13 +755,13 @@ impl<C: Control> Scheduler<C> {
                     self.online.remove(i);
                     self.seen.remove(&pid);
                     self.online_gone = true;
-                    emit(&Event::OnlineGone { pid });
+                    emit(&ScheduleEvent::OnlineGone { pid });
                     continue;
                 }
                 Err(e) => {
                     // A queue destroyed between its destroy and our notice of it: drop the
                     // queues and learn the live ones again from the tracer.
-                    emit(&Event::Warning { message: e.to_string() });
+                    emit(&ScheduleEvent::Warning { message: e.to_string() });
                     for q in p.queue_ids() {
                         p.remove_queue(q);
                     }
@@ -770,7 +775,7 @@ impl<C: Control> Scheduler<C> {
         pending
     }
 
-    fn act(&mut self, action: Action, emit: &mut dyn FnMut(&Event)) {
+    fn act(&mut self, action: Action, emit: &mut dyn FnMut(&ScheduleEvent)) {
         let started = Instant::now();
         let mut queues = 0i64;
         let mut errors = Vec::new();
@@ -819,7 +824,7 @@ impl<C: Control> Scheduler<C> {
             *self.metrics.resumes_by_reason.entry(reason.name().to_owned()).or_default() += 1;
             (None, Some(reason))
         };
-        emit(&Event::Transition(Transition {
+        emit(&ScheduleEvent::Transition(Transition {
             t_ms: now as f64 / 1e6,
             action: if suspend { "suspend" } else { "resume" },
             reason,
@@ -845,22 +850,22 @@ impl<C: Control> Scheduler<C> {
     }
 
     /// Resume and detach every offline process (DISABLE: one refresh each).
-    fn shutdown(&mut self, emit: &mut dyn FnMut(&Event)) {
+    fn shutdown(&mut self, emit: &mut dyn FnMut(&ScheduleEvent)) {
         for p in self.offline.drain(..) {
             let pid = p.pid;
             let detached = p.control.detach();
             self.metrics.attach_refreshes += 1;
-            emit(&Event::OfflineDetached { pid, reason: "stopped", detached });
+            emit(&ScheduleEvent::OfflineDetached { pid, reason: "stopped", detached });
         }
     }
 
-    fn report(&self) -> Report {
+    fn report(&self) -> ScheduleReport {
         let m = &self.metrics;
         let elapsed_ms = self.t_ms();
         let cpu = cpu_ms() - self.cpu_start;
         let per_s = |n: u64, ns: u64| (ns > 0).then(|| n as f64 / (ns as f64 / 1e9));
         let delays: Vec<f64> = m.delay_ns.iter().map(|&d| d as f64 / 1e3).collect();
-        Report {
+        ScheduleReport {
             elapsed_ms,
             suspends: m.suspends,
             resumes: m.resumes,
@@ -979,7 +984,7 @@ mod tests {
 
     /// A scheduler configuration in a fake sysfs/procfs: this process online, `offline` offline
     /// (5 ms idle, 100 µs polls). The directory lives as long as the returned guard.
-    fn this_process_online_and(offline: HostPid) -> (tempfile::TempDir, Config) {
+    fn this_process_online_and(offline: HostPid) -> (tempfile::TempDir, ScheduleConfig) {
         let dir = tempfile::tempdir().unwrap();
         let me = std::process::id();
         kfd_process(dir.path(), me);
@@ -990,13 +995,13 @@ mod tests {
             docker: dir.path().join("docker"),
             ..Roots::default()
         };
-        let config = Config {
+        let config = ScheduleConfig {
             online: vec![Selector::Pid(HostPid(me))],
             offline: vec![Selector::Pid(offline)],
             policy: PolicyConfig { idle: Duration::from_millis(5), ..PolicyConfig::default() },
             poll: Duration::from_micros(100),
             roots,
-            ..Config::default()
+            ..ScheduleConfig::default()
         };
         (dir, config)
     }
@@ -1018,7 +1023,7 @@ mod tests {
         let (_dir, config) = this_process_online_and(HostPid(OFFLINE));
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
-        let mut emit = move |e: &Event| sink.lock().unwrap().push(e.clone());
+        let mut emit = move |e: &ScheduleEvent| sink.lock().unwrap().push(e.clone());
         let s = Scheduler::<Recorder>::start(config, Box::new(Quiet), &mut emit).unwrap();
         assert_eq!(
             calls(),
@@ -1075,11 +1080,13 @@ mod tests {
         let kinds: Vec<String> = events
             .iter()
             .map(|e| match e {
-                Event::Transition(t) => format!("{} {:?}", t.action, t.reason),
-                Event::OnlineAdded { queues, snapshot, .. } => format!("online_added {queues} {snapshot}"),
-                Event::OfflineAttached { queues, picked_up, .. } => format!("offline_attached {queues} {picked_up}"),
-                Event::OfflineDetached { reason, .. } => format!("offline_detached {reason}"),
-                Event::Summary(_) => "summary".into(),
+                ScheduleEvent::Transition(t) => format!("{} {:?}", t.action, t.reason),
+                ScheduleEvent::OnlineAdded { queues, snapshot, .. } => format!("online_added {queues} {snapshot}"),
+                ScheduleEvent::OfflineAttached { queues, picked_up, .. } => {
+                    format!("offline_attached {queues} {picked_up}")
+                }
+                ScheduleEvent::OfflineDetached { reason, .. } => format!("offline_detached {reason}"),
+                ScheduleEvent::Summary(_) => "summary".into(),
                 other => format!("{other:?}"),
             })
             .filter(|k| !k.starts_with("Interval"))
@@ -1149,7 +1156,7 @@ mod tests {
         let (_dir, config) = this_process_online_and(HostPid(OFFLINE2));
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
-        let mut emit = move |e: &Event| sink.lock().unwrap().push(e.clone());
+        let mut emit = move |e: &ScheduleEvent| sink.lock().unwrap().push(e.clone());
         let s = Scheduler::<Released>::start(config, Box::new(Quiet), &mut emit).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -1177,7 +1184,7 @@ mod tests {
             .unwrap()
             .iter()
             .filter_map(|e| match e {
-                Event::WatchdogResumed { pid, still_held, .. } => Some((*pid, *still_held)),
+                ScheduleEvent::WatchdogResumed { pid, still_held, .. } => Some((*pid, *still_held)),
                 _ => None,
             })
             .collect();

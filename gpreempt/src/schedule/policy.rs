@@ -107,7 +107,7 @@ pub struct Observation {
 
 /// The state machine.
 #[derive(Clone, Debug)]
-pub struct Policy {
+pub struct PolicyMachine {
     config: PolicyConfig,
     state: State,
     /// Last poll that saw online work.
@@ -126,7 +126,7 @@ fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl Policy {
+impl PolicyMachine {
     pub fn new(config: PolicyConfig) -> Self {
         Self {
             config,
@@ -148,7 +148,7 @@ impl Policy {
     }
 
     /// One poll at `now`: the action to take, if any. After a `Suspend` or `Resume` the
-    /// controller reports the outcome with [`Policy::suspended`] / [`Policy::resumed`].
+    /// controller reports the outcome with [`PolicyMachine::suspended`] / [`PolicyMachine::resumed`].
     pub fn tick(&mut self, now: u64, seen: Observation) -> Option<Action> {
         if seen.online_active {
             self.last_active = Some(now);
@@ -255,8 +255,8 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    fn policy(idle_ms: u64, max_ms: u64, share: f64) -> Policy {
-        Policy::new(PolicyConfig {
+    fn policy(idle_ms: u64, max_ms: u64, share: f64) -> PolicyMachine {
+        PolicyMachine::new(PolicyConfig {
             idle: Duration::from_millis(idle_ms),
             max_suspend: Duration::from_millis(max_ms),
             min_share: share,
@@ -274,7 +274,7 @@ mod tests {
 
     /// Drive `p` from `from` to `to` (inclusive) in 1 ms polls with `seen`; every action is
     /// completed at once. Returns (time ms, action).
-    fn run(p: &mut Policy, from: u64, to: u64, seen: Observation) -> Vec<(u64, Action)> {
+    fn run(p: &mut PolicyMachine, from: u64, to: u64, seen: Observation) -> Vec<(u64, Action)> {
         let mut out = Vec::new();
         for t in from..=to {
             if let Some(a) = p.tick(t * MS, seen) {

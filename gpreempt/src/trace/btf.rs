@@ -176,8 +176,7 @@ impl Btf {
                 KIND_INT | KIND_VAR | KIND_DECL_TAG => (Type::Other { name }, 4),
                 KIND_ARRAY => (Type::Other { name }, 12),
                 KIND_ENUM => (Type::Other { name }, 8 * vlen),
-                KIND_ENUM64 => (Type::Other { name }, 12 * vlen),
-                KIND_DATASEC => (Type::Other { name }, 12 * vlen),
+                KIND_ENUM64 | KIND_DATASEC => (Type::Other { name }, 12 * vlen),
                 KIND_FWD | KIND_FLOAT => (Type::Other { name }, 0),
                 KIND_PTR | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
                     (Type::Ref { kind, name, type_id: size_or_type }, 0)

@@ -72,12 +72,9 @@ fn runtime_loop() {
     let mut all = SigSet::all();
     all.remove(Signal::SIGKILL);
     let _ = all.thread_block();
-    let device = match Device::open() {
-        Ok(d) => d,
-        Err(_) => {
-            FAILURES.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
+    let Ok(device) = Device::open() else {
+        FAILURES.fetch_add(1, Ordering::Relaxed);
+        return;
     };
     while !TERM.load(Ordering::Relaxed) {
         for mode in [uapi::runtime_enable::MODE_ENABLE_MASK, 0] {

@@ -648,7 +648,7 @@ fn emulated_row(sizes: &Sizes, samples: &mut Samples, args: &GuestArgs, pid: &st
         let its = doc["iterations"].as_array().context("no iterations")?;
         let suspend: Vec<f64> = its.iter().filter_map(|it| it["suspend_us"].as_f64()).collect();
         let fence: Vec<f64> = its.iter().filter_map(|it| it["kernel"]["suspend"]["fence_wait_us"].as_f64()).collect();
-        let case = format!("delay {} us", delay);
+        let case = format!("delay {delay} us");
         for (name, values) in [("suspend ioctl", &suspend), ("fence-wait span", &fence)] {
             for (label, value) in p50_p99(values) {
                 samples.add("emulated", &format!("{case}: {name} {label}"), Tool::Gpreempt, value, "us");

@@ -72,5 +72,5 @@ pub fn kernel_release() -> String {
 
 /// The guest's CPUs.
 pub fn cpus() -> usize {
-    thread::available_parallelism().map_or(1, |n| n.get())
+    thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }

@@ -269,7 +269,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         };
         results.sections.insert(section.name().into(), stamp);
     }
-    results.host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    results.host_cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     fs::write(&path, serde_json::to_vec_pretty(&results)?)?;
     fs::write(root.join("BENCHMARKS.md"), report::markdown(&results))?;
     let names: Vec<&str> = sections.iter().map(|s| s.name()).collect();
@@ -376,7 +376,7 @@ fn boot_guest(
     if quick {
         command.push("--quick".into());
     }
-    command.extend(extra.iter().map(|s| s.to_string()));
+    command.extend(extra.iter().map(std::string::ToString::to_string));
     let status = vm::run(&vm::VmArgs {
         kernel,
         timeout: 3600,
@@ -497,7 +497,7 @@ mod tests {
             quick: false,
             cpus: 1,
             seconds: 1.0,
-            notes: notes.iter().map(|n| n.to_string()).collect(),
+            notes: notes.iter().map(std::string::ToString::to_string).collect(),
             sizes: results::RunSizes {
                 sessions: 1,
                 loops: 1,

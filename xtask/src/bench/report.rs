@@ -170,7 +170,7 @@ pub fn markdown(results: &Benchmarks) -> String {
         format!("{} × {n}", g.values.len())
     });
     for g in g1.iter().filter(|g| g.tool == "gpreempt") {
-        let added = |tool: &str| find(&g1, g.kernel, g.case, tool).map(|t| t.median());
+        let added = |tool: &str| find(&g1, g.kernel, g.case, tool).map(Group::median);
         let (Some(base), Some(floor), Some(bt)) = (added("untraced"), added("kprobe-floor"), added("bpftrace")) else {
             continue;
         };
