@@ -12,9 +12,9 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use gpreempt::{
     clock::WallClock,
     model::Model,
-    pipeline::Pipeline,
+    pipeline::{Pipeline, filter::Filter},
     report::jsonl::JsonLines,
-    trace::{decode::decode, filter::Filter},
+    trace::decode::decode,
 };
 use gpreempt_common::{
     kfd_uapi::CreateQueueArgs,

@@ -1,7 +1,7 @@
 //! `/sys/kernel/debug/kfd/{mqds,hqds,rls}` parsers: errors name a line, never panic.
 #![no_main]
 
-use gpreempt::kfd::debugfs::{parse_hqds, parse_mqds, parse_rls};
+use gpreempt::host::debugfs::{parse_hqds, parse_mqds, parse_rls};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

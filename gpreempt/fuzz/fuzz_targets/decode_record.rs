@@ -5,9 +5,11 @@
 
 use gpreempt::{
     clock::WallClock,
+    event::Losses,
     model::Model,
+    pipeline::{Pipeline, filter::Filter},
     report::{console::Console, jsonl::JsonLines},
-    trace::{decode::decode, filter::Filter, pipeline::Pipeline, stream::Losses},
+    trace::decode::decode,
 };
 use libfuzzer_sys::fuzz_target;
 

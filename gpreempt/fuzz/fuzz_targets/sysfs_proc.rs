@@ -4,7 +4,7 @@
 
 use std::{fs, path::PathBuf, sync::OnceLock};
 
-use gpreempt::{kfd::sysfs, model::procinfo};
+use gpreempt::host::{procinfo, sysfs};
 use libfuzzer_sys::fuzz_target;
 
 const FILES: [&str; 8] = [

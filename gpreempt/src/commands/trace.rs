@@ -12,9 +12,10 @@ use gpreempt::{
     clock::{WallClock, boottime_ns},
     domain::HostPid,
     host::roots::Roots,
+    pipeline::filter::Filter,
     pipeline::in_process::{InProcessTracer, TracerOptions},
     report::{console::Console, jsonl::JsonLines, perfetto::Perfetto, summary::SummaryFile},
-    trace::{btf, filter::Filter, loader, probes},
+    trace::{btf, loader, probes},
 };
 use tokio::signal::unix::{SignalKind, signal};
 

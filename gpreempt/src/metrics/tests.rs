@@ -12,7 +12,7 @@ use crate::{
         spans::tests::call,
     },
     pipeline::Pipeline,
-    trace::filter::Filter,
+    pipeline::filter::Filter,
 };
 
 fn exit(pid: u32, ts: u64) -> Event {

@@ -6,14 +6,13 @@
 
 use std::{path::Path, sync::mpsc};
 
-use super::{Observed, Pipeline};
+use super::{Observed, Pipeline, filter::Filter};
 use crate::{
     event::{Event, Losses},
     host::roots::Roots,
     kfd::KfdVersion,
     model::{Limits, Model},
     trace::{
-        filter::Filter,
         live::{Live, StartError},
         loader::{AttachedProbes, BTF_DIR},
         stream::StreamError,

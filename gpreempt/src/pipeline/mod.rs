@@ -7,16 +7,17 @@
 //! [`in_process::InProcessTracer`]. Front ends only choose the sinks and subscribers and drive the
 //! clock (the stream batches, the map interval, the end).
 
+pub mod filter;
 pub mod in_process;
 
 use std::{io, sync::mpsc};
 
+use self::filter::Filter;
 use crate::{
     domain::HostPid,
     event::{Event, Losses},
     model::{Model, ModelNotice, spans::Span},
     report::{Sink, TraceSummary},
-    trace::filter::Filter,
 };
 
 /// An in-process listener (the scheduler, a metrics exporter). Runs on the thread that delivers
