@@ -7,15 +7,15 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use anyhow::{Context, Result};
-// Ctrl-C's flag lives beside the signal pipes' (one page for the controller's per-cycle look).
-use gpreempt::controller::signal_pipe::FLAGS;
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// Set by the first of the signals.
+static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(signo: libc::c_int) {
     // Only async-signal-safe work: atomics and `_exit`.
-    if FLAGS.stop.swap(true, Ordering::Relaxed) {
+    if STOP.swap(true, Ordering::Relaxed) {
         // SAFETY: `_exit` is async-signal-safe; no destructor must run (one may be what hangs).
         unsafe { libc::_exit(128 + signo) };
     }
@@ -29,7 +29,7 @@ pub fn install() -> Result<&'static AtomicBool> {
         // SAFETY: the handler only stores to atomics.
         unsafe { sigaction(signal, &action) }.with_context(|| format!("installing the {signal} handler"))?;
     }
-    Ok(&FLAGS.stop)
+    Ok(&STOP)
 }
 
 /// The signal that set the flag, by name ("SIGINT").

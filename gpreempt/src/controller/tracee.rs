@@ -94,6 +94,13 @@ impl Tracee {
         Ok(Self { pid, gone: None, detached: false, forwarded: 0 })
     }
 
+    /// A link that was never made, for the session's host unit tests: servicing and detaching
+    /// it do nothing.
+    #[cfg(test)]
+    pub(crate) fn unseized(pid: u32) -> Self {
+        Self { pid: Pid::from_raw(pid as i32), gone: None, detached: true, forwarded: 0 }
+    }
+
     pub fn is_gone(&self) -> Option<i32> {
         self.gone
     }

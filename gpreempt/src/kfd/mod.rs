@@ -4,7 +4,7 @@
 
 pub mod dbg_trap;
 pub mod device;
-mod sys;
+pub(crate) mod sys;
 pub mod uapi;
 
 pub use device::{Device, KfdVersion};

@@ -61,6 +61,15 @@ pub(crate) mod fake {
         KERNEL.with(|k| k.borrow_mut().as_mut().map(|kernel| kernel(args)))
     }
 
+    /// The snapshot buffer at `ptr` with room for `len` entries, as the kernel sees it.
+    ///
+    /// # Safety
+    /// `ptr`/`len` must come from a call's arguments, during that call.
+    pub(crate) unsafe fn snapshot<'a>(ptr: u64, len: u32) -> &'a mut [crate::kfd::uapi::QueueSnapshotEntry] {
+        // SAFETY: the caller passes the buffer of the call it answers.
+        unsafe { std::slice::from_raw_parts_mut(ptr as *mut crate::kfd::uapi::QueueSnapshotEntry, len as usize) }
+    }
+
     /// The `u32` array at `ptr` with `len` entries, as the kernel sees it.
     ///
     /// # Safety

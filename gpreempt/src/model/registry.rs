@@ -229,7 +229,8 @@ impl Registry {
     pub fn apply(&mut self, e: &Event) -> Option<ModelNotice> {
         let ts = e.ts_ns;
         match &e.kind {
-            EventKind::QueueCreate(c) => {
+            // Only a create that succeeded made a queue (a failed one has no id either).
+            EventKind::QueueCreate(c) if c.result.is_ok() => {
                 let queue_id = c.queue_id?;
                 let p = self.process(e.pid, Some(&e.comm));
                 p.churn.queues_created += 1;
@@ -476,5 +477,38 @@ pub(crate) mod tests {
         assert_eq!((forgotten.len(), r.finished.len()), (1, 1), "exited at 2, before 3");
         r.expire(0, None, |pid| forgotten.push(pid));
         assert_eq!((forgotten, r.finished.len()), (vec![HostPid(10), HostPid(10)], 0));
+    }
+
+    #[test]
+    fn a_process_is_announced_once_and_again_when_its_pid_comes_back() {
+        use crate::event::{ProcessExit, ProcessOpen};
+        let open = |ts| ev(42, ts, EventKind::ProcessOpen(ProcessOpen { owner_pid: HostPid(42), kfd_process: 0x10 }));
+        let exit = ev(0, 3, EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(42)), stage: "teardown" }));
+        let mut r = Registry::new(None);
+        assert_eq!(r.apply(&open(1)), Some(ModelNotice::ProcessOpened { pid: HostPid(42) }));
+        assert_eq!(r.apply(&open(2)), None, "known already");
+        assert_eq!(r.apply(&exit), Some(ModelNotice::ProcessGone { pid: HostPid(42) }));
+        assert_eq!(r.apply(&exit), None, "gone already");
+        assert_eq!(r.apply(&open(4)), Some(ModelNotice::ProcessOpened { pid: HostPid(42) }), "a reused pid");
+    }
+
+    #[test]
+    fn only_a_create_that_succeeded_announces_a_queue_and_only_a_known_queue_goes() {
+        use crate::event::{KernelResult, QueueCreate, QueueDestroy};
+        let EventKind::QueueCreate(c) = create(3, 0x1000) else { unreachable!() };
+        let failed = QueueCreate { result: KernelResult(-22), ret: -22, ..c };
+        let mut r = Registry::new(None);
+        assert_eq!(r.apply(&ev(7, 1, EventKind::QueueCreate(failed))), None);
+        assert!(r.lookup(HostPid(7)).is_none_or(|p| p.queues.is_empty()));
+        let destroy = |result| {
+            EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(3), result: KernelResult(result), ret: result })
+        };
+        assert_eq!(r.apply(&ev(7, 2, destroy(0))), None, "no such queue");
+        r.apply(&ev(7, 3, create(3, 0x1000)));
+        assert_eq!(r.apply(&ev(7, 4, destroy(-16))), None, "a failed destroy leaves it");
+        assert_eq!(
+            r.apply(&ev(7, 5, destroy(0))),
+            Some(ModelNotice::QueueGone { pid: HostPid(7), queue_id: QueueId(3) })
+        );
     }
 }

@@ -353,7 +353,16 @@ fn enable(kfd: &Device, pid: HostPid, dbg_write: &OwnedFd) -> Result<RuntimeInfo
 
 #[cfg(test)]
 mod tests {
+    use std::{cell::RefCell, path::Path, rc::Rc};
+
     use super::*;
+    use crate::{
+        controller::vocabulary::Selection,
+        kfd::{
+            sys::fake,
+            uapi::{DbgTrapArgs, dbg_trap_op, queue_status},
+        },
+    };
 
     #[test]
     fn masks_are_the_kernel_bits() {
@@ -365,5 +374,173 @@ mod tests {
     fn attaching_to_a_missing_pid_names_it() {
         let err = Session::attach(HostPid(999_999_999), &Options::default()).err().unwrap();
         assert_eq!(err.to_string(), "no process with pid 999999999 (see `gpreempt ps` for the KFD processes)");
+    }
+
+    /// A session on pid 4242 whose kernel is the test's fake (`kfd::sys::fake`): no ptrace link,
+    /// `/dev/null` as the device, the runtime in `runtime`.
+    fn fake_session(runtime: RuntimeState) -> Session {
+        let (dbg_read, dbg_write) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).unwrap();
+        let pid = HostPid(4242);
+        Session {
+            pid,
+            kfd: Device::open_path(Path::new("/dev/null")).unwrap(),
+            tracee: Tracee::unseized(pid.0),
+            dbg_read,
+            dbg_write,
+            signals: SignalPipe::new(&[]).unwrap(),
+            attached: AttachedTarget {
+                pid,
+                comm: "fake".into(),
+                kfd_version: crate::kfd::KfdVersion { major: 1, minor: 17 },
+                runtime_state: runtime,
+                r_debug: 0,
+            },
+            enabled: true,
+            runtime_state: runtime,
+            runtime_was_enabled: runtime == RuntimeState::Enabled,
+            known: Vec::new(),
+            queues_dirty: true,
+            suspended: Vec::new(),
+            suspended_at_ns: None,
+            holding_all: None,
+            late_suspended: 0,
+            ids: Vec::new(),
+            retry: Vec::new(),
+            snap: Vec::new(),
+            max_suspend_ns: None,
+            backoff: None,
+            watchdog_resume: None,
+            last_service_ns: monotonic_ns(),
+            notices: Vec::new(),
+            faults: Faults::default(),
+            watchdog: None,
+            _thread_bound: PhantomData,
+        }
+    }
+
+    /// The ops the fake kernel saw, in order, with the ids of each SUSPEND/RESUME.
+    type Calls = Rc<RefCell<Vec<(u32, Vec<u32>)>>>;
+
+    /// A kernel whose process has queues `queues`; `answer` may change a call's result.
+    fn kernel(
+        queues: &'static [u32],
+        mut answer: impl FnMut(&mut DbgTrapArgs, &mut [u32]) -> Option<Result<i32, Errno>> + 'static,
+    ) -> (fake::Guard, Calls) {
+        let calls: Calls = Rc::default();
+        let seen = Rc::clone(&calls);
+        let guard = fake::install(move |args| {
+            let ids: &mut [u32] = match args.op {
+                // SAFETY: the call's own id array.
+                dbg_trap_op::SUSPEND_QUEUES => unsafe { fake::ids(args.data[1], args.num_queues()) },
+                // SAFETY: as above.
+                dbg_trap_op::RESUME_QUEUES => unsafe { fake::ids(args.data[0], args.num_queues()) },
+                _ => &mut [],
+            };
+            seen.borrow_mut().push((args.op, ids.iter().map(|&raw| raw & queue_status::ID_MASK).collect()));
+            if let Some(r) = answer(args, ids) {
+                return r;
+            }
+            match args.op {
+                dbg_trap_op::GET_QUEUE_SNAPSHOT => {
+                    // SAFETY: the call's own buffer.
+                    let buf = unsafe { fake::snapshot(args.data[1], args.num_queues()) };
+                    for (entry, &id) in buf.iter_mut().zip(queues) {
+                        entry.queue_id = id;
+                    }
+                    args.data[2] = (args.data[2] & !0xffff_ffff) | queues.len() as u64;
+                    Ok(0)
+                }
+                dbg_trap_op::SUSPEND_QUEUES | dbg_trap_op::RESUME_QUEUES => Ok(ids.len() as i32),
+                // Nothing pending.
+                dbg_trap_op::QUERY_DEBUG_EVENT => Err(Errno::EAGAIN),
+                _ => Ok(0),
+            }
+        });
+        (guard, calls)
+    }
+
+    fn ops(calls: &Calls) -> Vec<u32> {
+        calls.borrow().iter().map(|c| c.0).collect()
+    }
+
+    use dbg_trap_op::{
+        DISABLE, GET_QUEUE_SNAPSHOT as SNAPSHOT, QUERY_DEBUG_EVENT as QUERY, RESUME_QUEUES, SUSPEND_QUEUES,
+    };
+
+    #[test]
+    fn suspending_all_snapshots_first_and_resume_resumes_exactly_what_was_suspended() {
+        let (_k, calls) = kernel(&[0, 1], |_, _| None);
+        let mut s = fake_session(RuntimeState::Enabled);
+        let t = s.suspend_tally(&Selection::All, 7).unwrap();
+        assert_eq!((t.count, t.done, t.invalid, t.error, t.retried, t.skipped), (2, 2, 0, 0, 0, false));
+        assert_eq!(s.suspended(), [0, 1]);
+        let r = s.resume_tally().unwrap();
+        assert_eq!((r.count, r.done), (2, 2));
+        assert_eq!(s.suspended(), [] as [u32; 0]);
+        assert_eq!(ops(&calls), [SNAPSHOT, SUSPEND_QUEUES, RESUME_QUEUES]);
+        assert_eq!(calls.borrow()[2].1, [0, 1]);
+        // Nothing suspended: no ioctl.
+        assert!(s.resume_tally().unwrap().skipped);
+        assert_eq!(calls.borrow().len(), 3);
+    }
+
+    #[test]
+    fn an_id_that_comes_back_invalid_is_retried_once_after_a_re_snapshot() {
+        let mut first = true;
+        let (_k, calls) = kernel(&[0, 5], move |args, ids| {
+            if args.op == SUSPEND_QUEUES && std::mem::take(&mut first) {
+                // Queue 5 is new (EC_QUEUE_NEW set): the kernel refuses it this time.
+                ids[1] |= queue_status::INVALID_MASK;
+                return Some(Ok(1));
+            }
+            None
+        });
+        let mut s = fake_session(RuntimeState::Enabled);
+        let t = s.suspend_tally(&Selection::Ids(vec![QueueId(0), QueueId(5)]), 0).unwrap();
+        assert_eq!((t.count, t.done, t.invalid, t.retried), (2, 2, 0, 1));
+        assert_eq!(ops(&calls), [SUSPEND_QUEUES, SNAPSHOT, SUSPEND_QUEUES]);
+        assert_eq!(calls.borrow()[2].1, [5]);
+        assert_eq!(s.suspended(), [0, 5]);
+    }
+
+    #[test]
+    fn eperm_is_told_as_the_runtime_not_enabled_or_the_lost_ptrace_link() {
+        let (_k, _calls) = kernel(&[0], |args, _| (args.op == SUSPEND_QUEUES).then_some(Err(Errno::EPERM)));
+        let mut never = fake_session(RuntimeState::Disabled);
+        let err = never.suspend_tally(&Selection::All, 0).unwrap_err();
+        assert!(matches!(err, DebugError::RuntimeNotEnabled { pid: HostPid(4242) }), "{err}");
+        let mut enabled = fake_session(RuntimeState::Enabled);
+        let err = enabled.suspend_tally(&Selection::All, 0).unwrap_err();
+        assert!(matches!(err, DebugError::NotPtraceParent { pid: HostPid(4242) }), "{err}");
+        let (_k, _calls) = kernel(&[0], |args, _| (args.op == SUSPEND_QUEUES).then_some(Err(Errno::EIO)));
+        let err = enabled.suspend_tally(&Selection::All, 0).unwrap_err();
+        assert_eq!(err.to_string(), "AMDKFD_IOC_DBG_TRAP SUSPEND_QUEUES on pid 4242 failed: EIO: I/O error");
+    }
+
+    #[test]
+    fn a_failed_resume_keeps_the_ids_and_detach_resumes_them_then_disables() {
+        let mut resumes = 0;
+        let (_k, calls) = kernel(&[3, 4], move |args, _| {
+            if args.op == RESUME_QUEUES {
+                resumes += 1;
+                if resumes == 1 {
+                    return Some(Err(Errno::EIO));
+                }
+            }
+            None
+        });
+        let mut s = fake_session(RuntimeState::Enabled);
+        s.suspend_tally(&Selection::All, 0).unwrap();
+        let err = s.resume_tally().unwrap_err();
+        assert!(matches!(err, DebugError::Ioctl { op: DebugTrapOp::RESUME_QUEUES, errno: Errno::EIO, .. }), "{err}");
+        assert_eq!(s.suspended(), [3, 4], "still suspended: detach must resume them");
+        let detached = s.detach();
+        assert_eq!((detached.resumed, detached.disabled), (2, true));
+        let seen = ops(&calls);
+        assert_eq!(&seen[..4], [SNAPSHOT, SUSPEND_QUEUES, RESUME_QUEUES, RESUME_QUEUES]);
+        assert_eq!(calls.borrow()[3].1, [3, 4]);
+        // Pending events looked at before DISABLE, which comes last and once.
+        assert!(seen[4..seen.len() - 1].iter().all(|&op| op == QUERY) && seen.len() > 5, "{seen:?}");
+        assert_eq!(seen.last(), Some(&DISABLE));
     }
 }
