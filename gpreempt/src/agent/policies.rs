@@ -196,7 +196,7 @@ impl Recorder<'_> {
                 log("info", "online process watched", &[("policy", policy), ("pid", pid), ("queues", queues)]);
             }
             ScheduleEvent::OnlineGone { pid } => {
-                log("info", "online process gone", &[("policy", policy), ("pid", pid)])
+                log("info", "online process gone", &[("policy", policy), ("pid", pid)]);
             }
             ScheduleEvent::WatchdogResumed { t_ms, pid, held_ms, still_held } => {
                 log(

@@ -101,7 +101,7 @@ fn show(e: &ScheduleEvent, json: bool, status: bool) {
             if *picked_up { " (picked up)" } else { "" }
         ),
         ScheduleEvent::OfflineAttachFailed { pid, error } => {
-            eprintln!("gpreempt: offline pid {pid} not attached: {error}")
+            eprintln!("gpreempt: offline pid {pid} not attached: {error}");
         }
         ScheduleEvent::OfflineDetached { pid, reason, detached } => {
             eprintln!("gpreempt: offline pid {pid} detached ({reason}; {} queue(s) resumed)", detached.resumed);
@@ -115,7 +115,7 @@ fn show(e: &ScheduleEvent, json: bool, status: bool) {
             if *occupancy_files > 0 { ", cu_occupancy read" } else { ", no cu_occupancy file" }
         ),
         ScheduleEvent::OnlineQueue { pid, queue_id, .. } => {
-            eprintln!("gpreempt: online pid {pid} queue {queue_id} watched")
+            eprintln!("gpreempt: online pid {pid} queue {queue_id} watched");
         }
         ScheduleEvent::OnlineGone { pid } => eprintln!("gpreempt: online pid {pid} gone"),
         ScheduleEvent::HintMalformed { line, count } => {

@@ -412,7 +412,7 @@ mod tests {
             watchdog_resume: None,
             last_service_ns: monotonic_ns(),
             notices: Vec::new(),
-            faults: Faults::default(),
+            faults: Faults::from_env(),
             watchdog: None,
             _thread_bound: PhantomData,
         }
