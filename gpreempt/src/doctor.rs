@@ -325,35 +325,31 @@ fn return_probe_losses(roots: &Roots, kernel: &str) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::FakeHost;
 
-    fn tree() -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        let w = |p: &str, s: &str| {
-            let path = dir.path().join(p);
-            fs::create_dir_all(path.parent().unwrap()).unwrap();
-            fs::write(path, s).unwrap();
-        };
-        w("proc/sys/kernel/osrelease", "6.1.0-56-amd64\n");
-        w("proc/sys/kernel/yama/ptrace_scope", "3\n");
-        w("proc/self/status", "Name:\tx\nCapEff:\t0000000000080000\n");
-        w("sys/module/amdgpu/parameters/cwsr_enable", "0\n");
-        w("sys/module/amdgpu/parameters/sched_policy", "0\n");
-        w("sys/devices/system/cpu/possible", "0-7\n");
-        dir
+    fn tree() -> FakeHost {
+        let mut host = FakeHost::new();
+        host.file("proc/sys/kernel/osrelease", "6.1.0-56-amd64\n")
+            .file("proc/sys/kernel/yama/ptrace_scope", "3\n")
+            .file("proc/self/status", "Name:\tx\nCapEff:\t0000000000080000\n")
+            .file("sys/module/amdgpu/parameters/cwsr_enable", "0\n")
+            .file("sys/module/amdgpu/parameters/sched_policy", "0\n")
+            .file("sys/devices/system/cpu/possible", "0-7\n");
+        host
+    }
+
+    /// The tree's `sys` and `proc`, and an empty debugfs in it.
+    fn roots(host: &FakeHost) -> Roots {
+        Roots { debugfs_kfd: host.path().join("debugfs"), ..host.roots() }
     }
 
     #[test]
     fn a_6_1_host_without_debug_trap_gets_exact_findings() {
-        let dir = tree();
-        let (sys, proc, dbg) = (dir.path().join("sys"), dir.path().join("proc"), dir.path().join("debugfs"));
+        let host = tree();
         let k = Kallsyms::parse(
             "ffffffffc0000000 t kfd_ioctl\t[amdgpu]\nffffffffc0000100 t kfd_ioctl_create_queue\t[amdgpu]\n",
         );
-        let r = diagnose(
-            &Roots { sys, proc, debugfs_kfd: dbg, ..Roots::default() },
-            Some(&k),
-            Some(KfdVersion { major: 1, minor: 11 }),
-        );
+        let r = diagnose(&roots(&host), Some(&k), Some(KfdVersion { major: 1, minor: 11 }));
         assert_eq!(r.kernel, "6.1.0-56-amd64");
         assert!(!r.debug_trap);
         assert_eq!(r.kfd_module.as_deref(), Some("amdgpu"));
@@ -381,11 +377,10 @@ mod tests {
 
     #[test]
     fn without_a_kfd_module_the_probe_table_is_one_line() {
-        let dir = tree();
-        let (sys, proc, dbg) = (dir.path().join("sys"), dir.path().join("proc"), dir.path().join("debugfs"));
+        let host = tree();
         // A host whose kallsyms has no KFD function (amdgpu not loaded).
         let k = Kallsyms::parse("ffffffff81000000 T _stext\nffffffffc0000000 t e1000_probe\t[e1000]\n");
-        let r = diagnose(&Roots { sys, proc, debugfs_kfd: dbg, ..Roots::default() }, Some(&k), None);
+        let r = diagnose(&roots(&host), Some(&k), None);
         assert_eq!(r.kfd_module, None);
         assert!(r.probes.is_empty());
         let probe_lines: Vec<(&str, &str)> = r
@@ -400,15 +395,10 @@ mod tests {
 
     #[test]
     fn sched_policy_2_disables_debug_trap_even_on_new_kernels() {
-        let dir = tree();
-        fs::write(dir.path().join("sys/module/amdgpu/parameters/sched_policy"), "2\n").unwrap();
-        fs::write(dir.path().join("proc/sys/kernel/osrelease"), "6.12.117+deb12-amd64\n").unwrap();
-        let (sys, proc, dbg) = (dir.path().join("sys"), dir.path().join("proc"), dir.path().join("debugfs"));
-        let r = diagnose(
-            &Roots { sys, proc, debugfs_kfd: dbg, ..Roots::default() },
-            None,
-            Some(KfdVersion { major: 1, minor: 17 }),
-        );
+        let mut host = tree();
+        host.file("sys/module/amdgpu/parameters/sched_policy", "2\n")
+            .file("proc/sys/kernel/osrelease", "6.12.117+deb12-amd64\n");
+        let r = diagnose(&roots(&host), None, Some(KfdVersion { major: 1, minor: 17 }));
         assert!(!r.debug_trap);
         let c = r.checks.iter().find(|c| c.name == "debug-trap").unwrap();
         assert!(c.detail.contains("sched_policy=2"));

@@ -32,5 +32,8 @@ pub mod pipeline;
 pub mod report;
 pub mod schedule;
 pub mod stats;
+/// The unit tests' fake host tree and event builders.
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod trace;
 pub mod views;

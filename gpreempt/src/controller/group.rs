@@ -353,43 +353,33 @@ impl Group {
 
 #[cfg(test)]
 mod tests {
-    use std::{fs, path::Path};
-
     use super::*;
-    use crate::host::processes;
+    use crate::{host::processes, test_support::FakeHost};
 
     const ID: &str = "5eed00000000000000000000000000000000000000000000000000000000abcd";
 
-    fn write(root: &Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(p, text).unwrap();
-    }
-
     /// KFD processes 100 and 101 in container "trainer", 300 on the host; 400 on the host never
     /// opened /dev/kfd.
-    fn host() -> (tempfile::TempDir, Roots, Vec<KfdProcess>) {
-        let dir = tempfile::tempdir().unwrap();
-        let r = dir.path();
+    fn host() -> (FakeHost, Roots, Vec<KfdProcess>) {
+        let mut host = FakeHost::new();
         for (pid, in_container, kfd) in [(100, true, true), (101, true, true), (300, false, true), (400, false, false)]
         {
             if kfd {
-                write(r, &format!("sys/class/kfd/kfd/proc/{pid}/pasid"), "32770\n");
+                host.kfd_process(pid);
             }
-            write(r, &format!("proc/{pid}/comm"), "python3\n");
-            write(
-                r,
-                &format!("proc/{pid}/status"),
-                &format!("Name:\tpython3\nState:\tS\nTgid:\t{pid}\nNSpid:\t{pid}\nTracerPid:\t0\n"),
-            );
             let cgroup =
                 if in_container { format!("0::/system.slice/docker-{ID}.scope\n") } else { "0::/user.slice\n".into() };
-            write(r, &format!("proc/{pid}/cgroup"), &cgroup);
+            host.process(
+                pid,
+                "python3",
+                &format!("Name:\tpython3\nState:\tS\nTgid:\t{pid}\nNSpid:\t{pid}\nTracerPid:\t0\n"),
+                &cgroup,
+            );
         }
-        write(r, &format!("docker/containers/{ID}/config.v2.json"), r#"{"Name":"/trainer"}"#);
-        let roots = Roots { sys: r.join("sys"), proc: r.join("proc"), docker: r.join("docker"), ..Roots::default() };
+        host.docker_container(ID, r#"{"Name":"/trainer"}"#);
+        let roots = host.roots();
         let (processes, _) = processes::scan(&roots);
-        (dir, roots, processes)
+        (host, roots, processes)
     }
 
     fn sels(texts: &[&str]) -> Vec<Selector> {

@@ -226,19 +226,19 @@ fn read_comm(dir: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::FakeHost;
 
-    fn fake(proc: &[(&str, &str)], kfd_pids: &[u32]) -> (tempfile::TempDir, Roots) {
-        let dir = tempfile::tempdir().unwrap();
+    /// `proc` holds (path under /proc, text) pairs; `kfd_pids` are the KFD processes.
+    fn fake(proc: &[(&str, &str)], kfd_pids: &[u32]) -> (FakeHost, Roots) {
+        let mut host = FakeHost::new();
         for (path, text) in proc {
-            let p = dir.path().join("proc").join(path);
-            fs::create_dir_all(p.parent().unwrap()).unwrap();
-            fs::write(p, text).unwrap();
+            host.file(Path::new("proc").join(path), text);
         }
-        for pid in kfd_pids {
-            fs::create_dir_all(dir.path().join(format!("sys/class/kfd/kfd/proc/{pid}"))).unwrap();
+        for &pid in kfd_pids {
+            host.kfd_process(pid);
         }
-        let roots = Roots { proc: dir.path().join("proc"), sys: dir.path().join("sys"), ..Roots::default() };
-        (dir, roots)
+        let roots = host.roots();
+        (host, roots)
     }
 
     const TRAIN: &str = "Name:\ttrain\nTgid:\t4242\nPid:\t4242\nTracerPid:\t0\n";

@@ -54,50 +54,41 @@ pub fn pids(roots: &Roots) -> Result<Vec<u32>, sysfs::SysfsError> {
 
 #[cfg(test)]
 mod tests {
-    use std::{fs, path::Path};
-
     use super::*;
+    use crate::test_support::FakeHost;
 
     const DOCKER_ID: &str = "3f1b6c0f5e2d4a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b";
 
-    fn write(root: &Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(p, text).unwrap();
-    }
-
     /// A host with one containerised KFD process (pid 94314, pid 17 in its container) with two
     /// compute queues on gpu 63420, and one KFD process that has already left /proc.
-    fn host() -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        let r = dir.path();
-        let kfd = "sys/class/kfd/kfd/proc";
-        write(r, &format!("{kfd}/94314/pasid"), "32770\n");
+    fn host() -> FakeHost {
+        let mut host = FakeHost::new();
+        host.kfd_process(94314);
         for (q, size) in [(0, "1048576"), (1, "65536")] {
-            write(r, &format!("{kfd}/94314/queues/{q}/gpuid"), "63420");
-            write(r, &format!("{kfd}/94314/queues/{q}/type"), "0");
-            write(r, &format!("{kfd}/94314/queues/{q}/size"), size);
+            host.kfd_file(94314, &format!("queues/{q}/gpuid"), "63420")
+                .kfd_file(94314, &format!("queues/{q}/type"), "0")
+                .kfd_file(94314, &format!("queues/{q}/size"), size);
         }
-        write(r, &format!("{kfd}/94314/vram_63420"), "268435456\n");
-        write(r, &format!("{kfd}/94314/sdma_63420"), "0\n");
-        write(r, &format!("{kfd}/94314/stats_63420/evicted_ms"), "120\n");
-        write(r, &format!("{kfd}/94314/stats_63420/cu_occupancy"), "24\n");
-        write(r, &format!("{kfd}/555/pasid"), "32771\n");
-        write(r, "proc/94314/comm", "python3\n");
-        write(r, "proc/94314/status", "Name:\tpython3\nNSpid:\t94314\t17\n");
-        write(r, "proc/94314/cgroup", &format!("0::/system.slice/docker-{DOCKER_ID}.scope\n"));
-        write(r, &format!("docker/containers/{DOCKER_ID}/config.v2.json"), r#"{"ID":"x","Name":"/trainer"}"#);
-        dir
-    }
-
-    fn roots(dir: &Path) -> Roots {
-        Roots { sys: dir.join("sys"), proc: dir.join("proc"), docker: dir.join("docker"), ..Roots::default() }
+        host.kfd_file(94314, "vram_63420", "268435456\n")
+            .kfd_file(94314, "sdma_63420", "0\n")
+            .kfd_file(94314, "stats_63420/evicted_ms", "120\n")
+            .kfd_file(94314, "stats_63420/cu_occupancy", "24\n")
+            .kfd_file(555, "pasid", "32771\n")
+            .process(
+                94314,
+                "python3",
+                "Name:\tpython3\nNSpid:\t94314\t17\n",
+                &format!("0::/system.slice/docker-{DOCKER_ID}.scope\n"),
+            )
+            .docker_container(DOCKER_ID, r#"{"ID":"x","Name":"/trainer"}"#);
+        host
     }
 
     #[test]
     fn joins_sysfs_queues_with_container_identity() {
-        let dir = host();
-        let (ps, notes) = scan(&roots(dir.path()));
+        let host = host();
+        let roots = host.roots();
+        let (ps, notes) = scan(&roots);
         assert_eq!(ps.len(), 2);
         let p = ps.iter().find(|p| p.pid() == 94314).unwrap();
         assert_eq!(p.sysfs.queues.iter().map(|q| q.queue_id).collect::<Vec<_>>(), vec![0, 1]);
@@ -117,6 +108,6 @@ mod tests {
         assert_eq!(gone.info, None);
         assert_eq!(notes.len(), 1);
         assert!(notes[0].starts_with("pid 555: no process 555"), "{notes:?}");
-        assert_eq!(pids(&roots(dir.path())).unwrap(), vec![555, 94314]);
+        assert_eq!(pids(&roots).unwrap(), vec![555, 94314]);
     }
 }

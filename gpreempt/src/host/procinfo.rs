@@ -270,6 +270,7 @@ fn is_container_hex(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{host::roots::Roots, test_support::FakeHost};
 
     const HEX: &str = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00112233445566778899";
     const HEX2: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -450,14 +451,11 @@ mod tests {
         )
     }
 
-    fn proc_tree(status: &str, cgroup: &str) -> tempfile::TempDir {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().join("proc/4242");
-        fs::create_dir_all(&dir).expect("mkdir");
-        fs::write(dir.join("comm"), "python3\n").expect("comm");
-        fs::write(dir.join("status"), status).expect("status");
-        fs::write(dir.join("cgroup"), cgroup).expect("cgroup");
-        tmp
+    /// Process 4242 (python3) with this status and cgroup.
+    fn proc_tree(status: &str, cgroup: &str) -> FakeHost {
+        let mut host = FakeHost::new();
+        host.process(4242, "python3", status, cgroup);
+        host
     }
 
     const STATUS: &str = "Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\nPid:\t4242\n\
@@ -465,11 +463,10 @@ mod tests {
 
     #[test]
     fn read_docker_process() {
-        let tmp = proc_tree(STATUS, &format!("0::/system.slice/docker-{HEX}.scope\n"));
-        let config_dir = tmp.path().join("docker/containers").join(HEX);
-        fs::create_dir_all(&config_dir).expect("mkdir");
-        fs::write(config_dir.join("config.v2.json"), docker_config("/trainer")).expect("config");
-        let info = read_with(&tmp.path().join("proc"), &tmp.path().join("docker"), 4242).expect("read");
+        let mut host = proc_tree(STATUS, &format!("0::/system.slice/docker-{HEX}.scope\n"));
+        host.docker_container(HEX, &docker_config("/trainer"));
+        let roots = host.roots();
+        let info = read_with(&roots.proc, &roots.docker, 4242).expect("read");
         assert_eq!(
             info,
             ProcInfo {
@@ -483,16 +480,13 @@ mod tests {
 
     #[test]
     fn read_docker_without_or_with_garbled_config_has_no_name() {
-        let tmp = proc_tree(STATUS, &format!("0::/docker/{HEX}\n"));
-        let proc_root = tmp.path().join("proc");
-        let docker_root = tmp.path().join("docker");
+        let mut host = proc_tree(STATUS, &format!("0::/docker/{HEX}\n"));
+        let Roots { proc: proc_root, docker: docker_root, .. } = host.roots();
         let info = read_with(&proc_root, &docker_root, 4242).expect("read");
         assert_eq!(info.container, container(Runtime::Docker, HEX, None, None));
 
-        let config_dir = docker_root.join("containers").join(HEX);
-        fs::create_dir_all(&config_dir).expect("mkdir");
         for garbled in ["", "{", "[\"Name\",\"/x\"]", "{\"Name\":42}", "{\"Config\":{\"Name\":\"/x\"}}", "\u{0}\u{1}"] {
-            fs::write(config_dir.join("config.v2.json"), garbled).expect("config");
+            host.docker_container(HEX, garbled);
             let info = read_with(&proc_root, &docker_root, 4242).expect("read");
             assert_eq!(info.container, container(Runtime::Docker, HEX, None, None), "{garbled:?}");
         }
@@ -500,8 +494,8 @@ mod tests {
 
     #[test]
     fn read_host_process() {
-        let tmp = proc_tree("Name:\tbash\nNSpid:\t4242\n", "0::/user.slice/user-0.slice/session-1.scope\n");
-        let info = read(&tmp.path().join("proc"), 4242).expect("read");
+        let host = proc_tree("Name:\tbash\nNSpid:\t4242\n", "0::/user.slice/user-0.slice/session-1.scope\n");
+        let info = read(&host.roots().proc, 4242).expect("read");
         assert_eq!(
             info,
             ProcInfo { pid: 4242, comm: Some("python3".to_string()), ns_pid: Some(4242), container: None }
@@ -510,18 +504,18 @@ mod tests {
 
     #[test]
     fn read_without_nspid_or_files() {
-        let tmp = proc_tree("Name:\tpython3\nPid:\t4242\n", "");
-        let dir = tmp.path().join("proc/4242");
-        fs::remove_file(dir.join("comm")).expect("rm");
-        fs::remove_file(dir.join("cgroup")).expect("rm");
-        let info = read(&tmp.path().join("proc"), 4242).expect("read");
+        let host = proc_tree("Name:\tpython3\nPid:\t4242\n", "");
+        let proc_root = host.roots().proc;
+        fs::remove_file(proc_root.join("4242/comm")).expect("rm");
+        fs::remove_file(proc_root.join("4242/cgroup")).expect("rm");
+        let info = read(&proc_root, 4242).expect("read");
         assert_eq!(info, ProcInfo { pid: 4242, comm: None, ns_pid: None, container: None });
     }
 
     #[test]
     fn read_missing_pid_is_an_error() {
-        let tmp = proc_tree(STATUS, "0::/init.scope\n");
-        let err = read(&tmp.path().join("proc"), 999_999).expect_err("no such pid");
+        let host = proc_tree(STATUS, "0::/init.scope\n");
+        let err = read(&host.roots().proc, 999_999).expect_err("no such pid");
         assert!(matches!(err, ProcInfoError::NoSuchProcess { pid: 999_999, .. }), "{err:?}");
         assert!(err.to_string().starts_with("no process 999999: "), "{err}");
     }
@@ -540,18 +534,17 @@ mod tests {
 
     #[test]
     fn docker_name_is_the_top_level_name_unescaped() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let config_dir = tmp.path().join("containers").join(HEX);
-        fs::create_dir_all(&config_dir).expect("mkdir");
+        let mut host = FakeHost::new();
+        let docker_root = host.roots().docker;
         for (json, name) in [
             (r#" { "A" : {"Name":"x"}, "Name" : "/n\u0061me\\" } "#, Some("name\\")),
             (r#"{"Labels":["Name","x"],"Name":"y"}"#, Some("y")),
             (r#"{"A":"Name","B":"z"}"#, None),
             (r#"{"Name":"/"}"#, None),
         ] {
-            fs::write(config_dir.join("config.v2.json"), json).expect("config");
-            assert_eq!(docker_name(tmp.path(), HEX).as_deref(), name, "{json}");
+            host.docker_container(HEX, json);
+            assert_eq!(docker_name(&docker_root, HEX).as_deref(), name, "{json}");
         }
-        assert_eq!(docker_name(tmp.path(), "../../etc"), None, "not a container id");
+        assert_eq!(docker_name(&docker_root, "../../etc"), None, "not a container id");
     }
 }

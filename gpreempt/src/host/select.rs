@@ -165,35 +165,26 @@ mod tests {
     use std::{fs, path::Path};
 
     use super::*;
+    use crate::test_support::FakeHost;
 
     const ID_A: &str = "3f1b6c0f5e2d4a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b";
     const ID_B: &str = "aa1b6c0f5e2d4a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b";
 
-    fn write(root: &Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(p, text).unwrap();
-    }
-
     /// KFD processes 100 and 101 in Docker container "trainer", 200 in "server", 300 on the
     /// host; 400 runs in "trainer" but never opened /dev/kfd.
-    fn host() -> (tempfile::TempDir, Roots) {
-        let dir = tempfile::tempdir().unwrap();
-        let r = dir.path();
+    fn host() -> (FakeHost, Roots) {
+        let mut host = FakeHost::new();
         for (pid, id) in [(100, Some(ID_A)), (101, Some(ID_A)), (200, Some(ID_B)), (300, None), (400, Some(ID_A))] {
             if pid != 400 {
-                write(r, &format!("sys/class/kfd/kfd/proc/{pid}/pasid"), "32770\n");
+                host.kfd_process(pid);
             }
-            write(r, &format!("proc/{pid}/comm"), "python3\n");
-            write(r, &format!("proc/{pid}/status"), &format!("Name:\tpython3\nNSpid:\t{pid}\n"));
             let cgroup =
                 id.map_or_else(|| "0::/user.slice\n".to_owned(), |id| format!("0::/system.slice/docker-{id}.scope\n"));
-            write(r, &format!("proc/{pid}/cgroup"), &cgroup);
+            host.process(pid, "python3", &format!("Name:\tpython3\nNSpid:\t{pid}\n"), &cgroup);
         }
-        write(r, &format!("docker/containers/{ID_A}/config.v2.json"), r#"{"Name":"/trainer"}"#);
-        write(r, &format!("docker/containers/{ID_B}/config.v2.json"), r#"{"Name":"/server"}"#);
-        let roots = Roots { sys: r.join("sys"), proc: r.join("proc"), docker: r.join("docker"), ..Roots::default() };
-        (dir, roots)
+        host.docker_container(ID_A, r#"{"Name":"/trainer"}"#).docker_container(ID_B, r#"{"Name":"/server"}"#);
+        let roots = host.roots();
+        (host, roots)
     }
 
     #[test]
@@ -247,19 +238,16 @@ mod tests {
 
     #[test]
     fn pod_selectors_match_the_processes_of_the_pods_the_node_names() {
-        let (dir, roots) = host();
-        let r = dir.path();
+        let (mut host, roots) = host();
         // Pid 500 runs in pod ml/trainer-0 (containerd, systemd driver, cgroup v2: the fixture).
         let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/cgroup/containerd-systemd-v2");
         let cgroup = fs::read_to_string(fixture.join("proc/self/cgroup")).unwrap();
-        write(r, "sys/class/kfd/kfd/proc/500/pasid", "32771\n");
-        write(r, "proc/500/comm", "python3\n");
-        write(r, "proc/500/status", "Name:\tpython3\nNSpid:\t500\n");
-        write(r, "proc/500/cgroup", &cgroup);
-        fs::create_dir_all(r.join("var/lib/kubelet/pods/5f1c2b3a-9d8e-4f70-a1b2-c3d4e5f60718")).unwrap();
         let task = "run/containerd/io.containerd.runtime.v2.task/k8s.io/\
                     7c1e0b8f3a2d4e5f60718293a4b5c6d7e8f90123456789abcdef0123456789ab/config.json";
-        write(r, task, &fs::read_to_string(fixture.join(task)).unwrap());
+        host.kfd_file(500, "pasid", "32771\n")
+            .process(500, "python3", "Name:\tpython3\nNSpid:\t500\n", &cgroup)
+            .dir("var/lib/kubelet/pods/5f1c2b3a-9d8e-4f70-a1b2-c3d4e5f60718")
+            .file(task, fs::read_to_string(fixture.join(task)).unwrap());
         let sel = |s: &str| -> Vec<Selector> { vec![s.parse().unwrap()] };
         assert_eq!(resolve(&sel("pod:ml/trainer-*"), &roots).pids, vec![HostPid(500)]);
         assert_eq!(resolve(&sel("pod:*/*"), &roots).pids, vec![HostPid(500)], "Docker's processes are in no pod");
@@ -268,7 +256,7 @@ mod tests {
         assert!(any_matches_new(&sel("pod:m?/trainer-0"), &roots, HostPid(500)));
         assert!(!any_matches_new(&sel("pod:ml/trainer-0"), &roots, HostPid(100)));
         // Without the kubelet's pod directory the pod is unknown, and unknown matches nothing.
-        fs::remove_dir_all(r.join("var/lib/kubelet")).unwrap();
+        fs::remove_dir_all(host.path().join("var/lib/kubelet")).unwrap();
         assert!(!any_matches_new(&sel("pod:*/*"), &roots, HostPid(500)));
     }
 

@@ -265,60 +265,54 @@ fn describe_io(e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Writes `content` to `root/rel`, creating the parent directories.
-    fn put(root: &Path, rel: &str, content: &str) {
-        let path = root.join(rel);
-        fs::create_dir_all(path.parent().expect("rel has a parent")).expect("create parent");
-        fs::write(path, content).expect("write file");
-    }
+    use crate::test_support::FakeHost;
 
     /// Two processes as a 6.12 kernel shows them: 1234 with three queues on two GPUs (53394 is a gfx9+ part with
     /// cu_occupancy and SVM counters, 20347 is not), and 5678 as printed by a newer kernel (pasid 0), no queues.
-    fn fake_tree() -> tempfile::TempDir {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let root = tmp.path();
-        put(root, "1234/pasid", "32770\n");
-        // Queue files are printed without a trailing newline.
-        put(root, "1234/queues/0/size", "1048576");
-        put(root, "1234/queues/0/type", "0");
-        put(root, "1234/queues/0/gpuid", "53394");
-        put(root, "1234/queues/1/size", "524288");
-        put(root, "1234/queues/1/type", "1");
-        put(root, "1234/queues/1/gpuid", "53394");
-        put(root, "1234/queues/12/size", "65536");
-        put(root, "1234/queues/12/type", "4");
-        put(root, "1234/queues/12/gpuid", "20347");
-        put(root, "1234/vram_53394", "268435456\n");
-        put(root, "1234/sdma_53394", "1500\n");
-        put(root, "1234/stats_53394/evicted_ms", "120\n");
-        put(root, "1234/stats_53394/cu_occupancy", "24\n");
-        put(root, "1234/counters_53394/faults", "7\n");
-        put(root, "1234/counters_53394/page_in", "3\n");
-        put(root, "1234/counters_53394/page_out", "1\n");
-        put(root, "1234/vram_20347", "0\n");
-        put(root, "1234/sdma_20347", "0\n");
-        put(root, "1234/stats_20347/evicted_ms", "0\n");
-        put(root, "5678/pasid", "0\n");
-        fs::create_dir_all(root.join("5678/queues")).expect("mkdir");
-        put(root, "5678/vram_20347", "4096\n");
-        put(root, "5678/sdma_20347", "0\n");
-        put(root, "5678/stats_20347/evicted_ms", "35\n");
-        tmp
+    /// The tests read its [`FakeHost::kfd_proc`].
+    fn fake_tree() -> FakeHost {
+        let mut host = FakeHost::new();
+        host.kfd_file(1234, "pasid", "32770\n")
+            // Queue files are printed without a trailing newline.
+            .kfd_file(1234, "queues/0/size", "1048576")
+            .kfd_file(1234, "queues/0/type", "0")
+            .kfd_file(1234, "queues/0/gpuid", "53394")
+            .kfd_file(1234, "queues/1/size", "524288")
+            .kfd_file(1234, "queues/1/type", "1")
+            .kfd_file(1234, "queues/1/gpuid", "53394")
+            .kfd_file(1234, "queues/12/size", "65536")
+            .kfd_file(1234, "queues/12/type", "4")
+            .kfd_file(1234, "queues/12/gpuid", "20347")
+            .kfd_file(1234, "vram_53394", "268435456\n")
+            .kfd_file(1234, "sdma_53394", "1500\n")
+            .kfd_file(1234, "stats_53394/evicted_ms", "120\n")
+            .kfd_file(1234, "stats_53394/cu_occupancy", "24\n")
+            .kfd_file(1234, "counters_53394/faults", "7\n")
+            .kfd_file(1234, "counters_53394/page_in", "3\n")
+            .kfd_file(1234, "counters_53394/page_out", "1\n")
+            .kfd_file(1234, "vram_20347", "0\n")
+            .kfd_file(1234, "sdma_20347", "0\n")
+            .kfd_file(1234, "stats_20347/evicted_ms", "0\n")
+            .kfd_file(5678, "pasid", "0\n")
+            .dir("sys/class/kfd/kfd/proc/5678/queues")
+            .kfd_file(5678, "vram_20347", "4096\n")
+            .kfd_file(5678, "sdma_20347", "0\n")
+            .kfd_file(5678, "stats_20347/evicted_ms", "35\n");
+        host
     }
 
     #[test]
     fn list_pids_sorted_and_skips_non_numeric() {
-        let tmp = fake_tree();
-        fs::create_dir(tmp.path().join("not-a-pid")).expect("mkdir");
-        fs::create_dir(tmp.path().join("99")).expect("mkdir");
-        assert_eq!(list_pids(tmp.path()).expect("list"), vec![99, 1234, 5678]);
+        let mut host = fake_tree();
+        host.dir("sys/class/kfd/kfd/proc/not-a-pid").dir("sys/class/kfd/kfd/proc/99");
+        assert_eq!(list_pids(&host.kfd_proc()).expect("list"), vec![99, 1234, 5678]);
     }
 
     #[test]
     fn reads_every_value_of_a_real_looking_tree() {
-        let tmp = fake_tree();
-        let p = read_process(tmp.path(), 1234).expect("read 1234");
+        let host = fake_tree();
+        let root = host.kfd_proc();
+        let p = read_process(&root, 1234).expect("read 1234");
         assert_eq!(
             p,
             SysfsProcess {
@@ -351,7 +345,7 @@ mod tests {
         let names: Vec<String> = p.queues.iter().map(SysfsQueue::type_name).collect();
         assert_eq!(names, ["compute", "sdma", "type 4"]);
 
-        let q = read_process(tmp.path(), 5678).expect("read 5678");
+        let q = read_process(&root, 5678).expect("read 5678");
         assert_eq!(
             q,
             SysfsProcess {
@@ -372,17 +366,17 @@ mod tests {
 
     #[test]
     fn read_all_returns_both_processes() {
-        let tmp = fake_tree();
-        let (processes, notes) = read_all(tmp.path());
+        let host = fake_tree();
+        let (processes, notes) = read_all(&host.kfd_proc());
         assert_eq!(processes.iter().map(|p| p.pid).collect::<Vec<_>>(), [1234, 5678]);
         assert!(notes.is_empty(), "{notes:?}");
     }
 
     #[test]
     fn garbled_type_is_none_plus_note() {
-        let tmp = fake_tree();
-        put(tmp.path(), "1234/queues/1/type", "x1\0");
-        let p = read_process(tmp.path(), 1234).expect("read");
+        let mut host = fake_tree();
+        host.kfd_file(1234, "queues/1/type", "x1\0");
+        let p = read_process(&host.kfd_proc(), 1234).expect("read");
         assert_eq!(
             p.queues[1],
             SysfsQueue { queue_id: 1, gpu_id: Some(53394), kernel_type: None, ring_size: Some(524288) }
@@ -393,12 +387,12 @@ mod tests {
 
     #[test]
     fn unreadable_and_missing_files_are_noted() {
-        let tmp = fake_tree();
-        let size = tmp.path().join("1234/queues/0/size");
-        fs::remove_file(&size).expect("rm");
-        fs::create_dir(&size).expect("mkdir"); // read() of a directory fails with EISDIR
-        fs::remove_file(tmp.path().join("1234/sdma_20347")).expect("rm");
-        let p = read_process(tmp.path(), 1234).expect("read");
+        let mut host = fake_tree();
+        let root = host.kfd_proc();
+        fs::remove_file(root.join("1234/queues/0/size")).expect("rm");
+        host.dir("sys/class/kfd/kfd/proc/1234/queues/0/size"); // read() of a directory fails with EISDIR
+        fs::remove_file(root.join("1234/sdma_20347")).expect("rm");
+        let p = read_process(&root, 1234).expect("read");
         assert_eq!(p.queues[0].ring_size, None);
         assert_eq!(p.gpus[0].sdma_us, None);
         assert_eq!(p.notes, ["queues/0/size: unreadable: Is a directory (os error 21)", "sdma_20347: missing"]);
@@ -406,27 +400,29 @@ mod tests {
 
     #[test]
     fn whitespace_and_nul_are_trimmed() {
-        let tmp = fake_tree();
-        put(tmp.path(), "1234/vram_53394", " 42 \n\0\0");
-        let p = read_process(tmp.path(), 1234).expect("read");
+        let mut host = fake_tree();
+        host.kfd_file(1234, "vram_53394", " 42 \n\0\0");
+        let p = read_process(&host.kfd_proc(), 1234).expect("read");
         assert_eq!(p.gpus[1].vram_bytes, Some(42));
         assert!(p.notes.is_empty(), "{:?}", p.notes);
     }
 
     #[test]
     fn process_removed_after_listing_is_gone() {
-        let tmp = fake_tree();
-        let pids = list_pids(tmp.path()).expect("list");
+        let host = fake_tree();
+        let root = host.kfd_proc();
+        let pids = list_pids(&root).expect("list");
         assert!(pids.contains(&5678));
-        fs::remove_dir_all(tmp.path().join("5678")).expect("rm");
-        let err = read_process(tmp.path(), 5678).expect_err("must be gone");
+        fs::remove_dir_all(root.join("5678")).expect("rm");
+        let err = read_process(&root, 5678).expect_err("must be gone");
         assert!(matches!(err, SysfsError::Gone(5678)), "{err:?}");
     }
 
     #[test]
     fn missing_root_says_modprobe() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let root = tmp.path().join("kfd/proc");
+        // A host without KFD: nothing under sys/class/kfd.
+        let host = FakeHost::new();
+        let root = host.kfd_proc();
         let err = list_pids(&root).expect_err("root is missing");
         assert!(matches!(err, SysfsError::NotLoaded(_)), "{err:?}");
         assert!(err.to_string().contains("modprobe amdgpu"), "{err}");

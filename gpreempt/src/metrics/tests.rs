@@ -6,13 +6,10 @@ use super::*;
 use crate::{
     domain::{EvictionTrigger, GpuId, QueueId},
     event::{Event, EventKind, ProcessExit, QueueEviction, QueueRestore},
-    model::{
-        Limits,
-        registry::tests::{create, ev, suspend},
-        spans::tests::call,
-    },
+    model::Limits,
     pipeline::Pipeline,
     pipeline::filter::Filter,
+    test_support::{call, create, ev, suspend},
 };
 
 fn exit(pid: u32, ts: u64) -> Event {

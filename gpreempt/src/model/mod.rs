@@ -172,7 +172,7 @@ mod tests {
     use super::*;
     use crate::{
         event::{EventKind, ProcessExit},
-        model::registry::tests::{create, ev, suspend},
+        test_support::{create, ev, suspend},
     };
 
     fn exit(pid: u32, ts: u64) -> Event {

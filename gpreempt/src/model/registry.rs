@@ -340,57 +340,13 @@ impl Registry {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::{
-        domain::{EvictionTrigger, QueueType},
-        event::{
-            KernelResult, ProcessExit, QueueCreate, QueueDestroy, QueueEviction, QueueRemoved, QueueRestore,
-            QueueSuspend,
-        },
-        kfd::uapi::QueueOutcome,
+        domain::EvictionTrigger,
+        event::{KernelResult, ProcessExit, QueueDestroy, QueueEviction, QueueRemoved, QueueRestore},
+        test_support::{create, ev, suspend},
     };
-
-    pub(crate) fn ev(pid: u32, ts_ns: u64, kind: EventKind) -> Event {
-        Event { ts_ns, entry_ns: ts_ns, cpu: 0, pid: HostPid(pid), tid: pid, comm: format!("p{pid}"), kind }
-    }
-
-    pub(crate) fn create(queue_id: u32, gpu_id: u32) -> EventKind {
-        EventKind::QueueCreate(QueueCreate {
-            queue_id: Some(QueueId(queue_id)),
-            gpu_id: GpuId(gpu_id),
-            queue_type: QueueType::ComputeAql,
-            priority: 7,
-            percentage: 100,
-            ring_base: 0x1000,
-            ring_size: 4096,
-            // Distinct per queue, as ROCr's amd_queue_t fields are.
-            read_pointer: 0x7f00_0000_0080 + u64::from(queue_id) * 0x1000,
-            write_pointer: 0x7f00_0000_0038 + u64::from(queue_id) * 0x1000,
-            doorbell_offset: Some(0),
-            eop_buffer: 0,
-            eop_buffer_size: 0,
-            cwsr_address: 0,
-            cwsr_size: 0,
-            ctl_stack_size: 0,
-            result: KernelResult(0),
-            ret: 0,
-        })
-    }
-
-    pub(crate) fn suspend(target: u32, ids: &[u32], resume: bool) -> EventKind {
-        let s = QueueSuspend {
-            target_pid: Some(HostPid(target)),
-            num_queues: ids.len() as u32,
-            grace_period: None,
-            exception_clear_mask: None,
-            queues: ids.iter().map(|&raw| QueueOutcome::from_raw(raw)).collect(),
-            handled: Some(ids.iter().filter(|&&r| r >> 31 == 0).count() as u32),
-            result: KernelResult(0),
-            ret: 0,
-        };
-        if resume { EventKind::ResumeQueues(s) } else { EventKind::SuspendQueues(s) }
-    }
 
     fn states(r: &Registry, pid: u32) -> Vec<(u32, QueueState)> {
         r.processes[&HostPid(pid)].queues.values().map(|q| (q.queue_id.0, q.state)).collect()

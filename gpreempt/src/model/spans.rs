@@ -354,37 +354,12 @@ impl SpanTracker {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::{
-        event::{KfdCall, QueueEviction, QueueRestore},
-        model::registry::tests::{create, ev, suspend},
+        event::{QueueEviction, QueueRestore},
+        test_support::{call, create, ev, suspend},
     };
-
-    pub(crate) fn call(tid: u32, function: KfdFn, gpu: Option<u32>, start: u64, end: u64) -> Event {
-        Event {
-            ts_ns: end,
-            entry_ns: start,
-            cpu: 0,
-            pid: HostPid(tid),
-            tid,
-            comm: "dbg".into(),
-            kind: EventKind::KfdCall(KfdCall {
-                function: function.name(),
-                kfd_fn: function,
-                owner_pid: None,
-                gpu_id: gpu.map(GpuId),
-                trigger: None,
-                filter: None,
-                filter_param: None,
-                grace_period: None,
-                fence_value: None,
-                timeout_ms: None,
-                result: KernelResult(0),
-                ret: 0,
-            }),
-        }
-    }
 
     #[test]
     fn a_suspend_claims_its_nested_hws_calls_and_names_the_collateral_queues() {

@@ -134,7 +134,7 @@ mod tests {
     use crate::{
         domain::QueueId,
         event::QueueRemoved,
-        model::registry::tests::{create, ev},
+        test_support::{create, ev},
     };
 
     #[test]

@@ -217,11 +217,9 @@ mod tests {
     use crate::{
         domain::{GpuId, QueueId},
         event::{EventKind, ProcessExit},
-        model::{
-            QueueAddrs,
-            registry::tests::{create, ev, suspend},
-        },
+        model::QueueAddrs,
         report::jsonl::JsonLines,
+        test_support::{create, ev, suspend},
     };
 
     /// A sink that records what it was given, shared with the test.

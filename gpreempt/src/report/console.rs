@@ -320,7 +320,7 @@ mod tests {
     use super::*;
     use crate::{
         domain::HostPid,
-        model::registry::tests::{create, ev},
+        test_support::{create, ev},
         trace::decode::{
             decode,
             tests::{bytes_of, header},

@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn the_map_is_one_object_with_every_queue() {
-        use crate::model::registry::tests::{create, ev};
+        use crate::test_support::{create, ev};
         let mut m = Model::new(None);
         m.apply(&ev(10, 1, create(3, 0x1234)));
         let mut out = Vec::new();

@@ -221,10 +221,8 @@ mod tests {
     use crate::domain::GpuId;
     use crate::{
         event::{KernelResult, QueueDestroy},
-        model::{
-            registry::tests::{create, ev},
-            spans::{Breakdown, Collateral},
-        },
+        model::spans::{Breakdown, Collateral},
+        test_support::{create, ev},
     };
 
     #[test]

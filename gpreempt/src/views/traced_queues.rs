@@ -121,7 +121,7 @@ mod tests {
     use crate::{
         domain::QueueId,
         event::{KernelResult, QueueDestroy},
-        model::registry::tests::{create, ev},
+        test_support::{create, ev},
         views::queues::tests::row,
     };
 
