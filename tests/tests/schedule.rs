@@ -52,6 +52,19 @@ fn schedule_on_the_real_driver_attaches_with_the_debug_trap_and_is_refused_clear
     for t in [&online, &offline] {
         assert_eq!(t.wait_for("runtime_enable", 30 * SECOND).unwrap()["result"], 0);
     }
+    // A pid that does not exist is refused before the tracer starts, and said once (the cause is
+    // not repeated by the error chain).
+    let (code, e) = refused(&["--online", "999999999", "--offline", &off], Privilege::Root);
+    assert_eq!(code, Some(1), "{e}");
+    assert_eq!(
+        e.trim_end().lines().last(),
+        Some(
+            "gpreempt: error: --online 999999999: no process with pid 999999999 (see `gpreempt ps` for the KFD processes)"
+        ),
+        "{e}"
+    );
+    assert_eq!(e.matches("no process with pid").count(), 1, "{e}");
+    assert_eq!(tracer_pid(offline.pid()).unwrap(), 0, "nothing attached");
     let mut s = Schedule::between(online.pid(), &off, &["--no-trace"]);
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!((attached[0]["pid"].as_u64(), attached[0]["queues"].as_u64()), (off.parse().ok(), Some(0)));

@@ -78,8 +78,8 @@ impl Default for SchedulerParams {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    #[error("cannot read {path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
     /// Syntax or shape: the TOML parser's message (it names line and column).
     #[error("{path}: {message}")]
     Parse { path: String, message: String },
@@ -112,7 +112,7 @@ impl AgentConfig {
     /// Read and validate `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), cause: source })?;
         Self::parse(&text, &path.display().to_string())
     }
 

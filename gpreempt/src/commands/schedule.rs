@@ -12,7 +12,7 @@ use gpreempt::{
     host::roots::Roots,
     pipeline::in_process::TracerOptions,
     schedule::{
-        Interval, ScheduleConfig, ScheduleEvent, ScheduleReport, Scheduler, check_kernel,
+        Interval, ScheduleConfig, ScheduleEvent, ScheduleReport, Scheduler, check_kernel, check_selection,
         discover::{Discovery, SysfsDiscovery, TracerDiscovery},
         kernel::DriverCalls,
         policy::PolicyConfig,
@@ -28,6 +28,24 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     let roots = Roots::default();
     let session = Options::default();
     let version = check_kernel(&session.device)?;
+    let config = ScheduleConfig {
+        online: args.online.clone(),
+        offline: args.offline.clone(),
+        policy: PolicyConfig {
+            idle: Duration::from_secs_f64(args.idle_ms.max(0.0) / 1e3),
+            max_suspend: Duration::from_millis(args.max_suspend_ms),
+            min_share: args.offline_min_share,
+            share_window: Duration::from_millis(args.share_window_ms.max(1)),
+        },
+        poll: Duration::from_micros(args.poll_us),
+        occupancy: Duration::from_micros(args.occupancy_us),
+        interval: Duration::from_millis(args.interval_ms.max(1)),
+        hint_socket: args.hint_socket.clone(),
+        roots: roots.clone(),
+        session,
+    };
+    // Bad input is refused before the tracer, which takes seconds to attach.
+    check_selection(&config)?;
     // The tracer first, so nothing that appears while the scheduler starts is missed.
     let discovery: Box<dyn Discovery> = if args.no_trace {
         Box::new(SysfsDiscovery::new(roots.clone()))
@@ -43,22 +61,6 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
                 Box::new(SysfsDiscovery::new(roots.clone()))
             }
         }
-    };
-    let config = ScheduleConfig {
-        online: args.online.clone(),
-        offline: args.offline.clone(),
-        policy: PolicyConfig {
-            idle: Duration::from_secs_f64(args.idle_ms.max(0.0) / 1e3),
-            max_suspend: Duration::from_millis(args.max_suspend_ms),
-            min_share: args.offline_min_share,
-            share_window: Duration::from_millis(args.share_window_ms.max(1)),
-        },
-        poll: Duration::from_micros(args.poll_us),
-        occupancy: Duration::from_micros(args.occupancy_us),
-        interval: Duration::from_millis(args.interval_ms.max(1)),
-        hint_socket: args.hint_socket.clone(),
-        roots,
-        session,
     };
     let status = !args.json && std::io::stderr().is_terminal();
     let json = args.json;

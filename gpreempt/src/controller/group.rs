@@ -51,8 +51,8 @@ pub enum PlanError {
          preempted on behalf of itself: drop it from one side"
     )]
     Overlap { pid: HostPid, selector: Selector },
-    #[error("--offline {selector}: {source}")]
-    Target { selector: Selector, source: TargetError },
+    #[error("--offline {selector}: {cause}")]
+    Target { selector: Selector, cause: TargetError },
     #[error("--offline names {0} processes; one controller holds at most {MAX_TARGETS}: split the selection")]
     TooMany(usize),
 }
@@ -77,9 +77,9 @@ pub fn plan(
         // Not a KFD process of the scan: the target check says exactly why (gone, never opened
         // /dev/kfd, a thread, …).
         let selector = Selector::Pid(pid);
-        let target =
-            Target::inspect(roots, pid.0).map_err(|source| PlanError::Target { selector: selector.clone(), source })?;
-        target.check_debuggable(roots).map_err(|source| PlanError::Target { selector, source })?;
+        let target = Target::inspect(roots, pid.0)
+            .map_err(|source| PlanError::Target { selector: selector.clone(), cause: source })?;
+        target.check_debuggable(roots).map_err(|source| PlanError::Target { selector, cause: source })?;
     }
     let mut pids = resolved.pids;
     pids.extend(resolved.unmatched_pids);

@@ -50,8 +50,8 @@ pub enum ProcInfoError {
         path.display()
     )]
     NoSuchProcess { pid: u32, path: PathBuf },
-    #[error("cannot read {}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    #[error("cannot read {}: {cause}", path.display())]
+    Io { path: PathBuf, cause: io::Error },
 }
 
 /// Identity of one host pid. Fields are `None` when their file could not be read or parsed.
@@ -123,7 +123,7 @@ pub fn read_with(proc_root: &Path, docker_root: &Path, pid: u32) -> Result<ProcI
         Ok(meta) if meta.is_dir() => {}
         Ok(_) => return Err(ProcInfoError::NoSuchProcess { pid, path: dir }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(ProcInfoError::NoSuchProcess { pid, path: dir }),
-        Err(e) => return Err(ProcInfoError::Io { path: dir, source: e }),
+        Err(e) => return Err(ProcInfoError::Io { path: dir, cause: e }),
     }
 
     // comm is arbitrary bytes chosen by the process (prctl PR_SET_NAME), hence the lossy conversion.

@@ -25,8 +25,8 @@ pub enum SysfsError {
     NotLoaded(PathBuf),
     #[error("process {0} has no KFD sysfs directory any more (it exited or its kfd_process was released)")]
     Gone(u32),
-    #[error("cannot read {}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    #[error("cannot read {}: {cause}", path.display())]
+    Io { path: PathBuf, cause: io::Error },
 }
 
 /// One `kfd_process`, as sysfs shows it.
@@ -91,11 +91,11 @@ pub fn list_pids(root: &Path) -> Result<Vec<u32>, SysfsError> {
     let entries = fs::read_dir(root).map_err(|e| match e.kind() {
         // The proc directory is created when the driver loads, even with no process using it.
         io::ErrorKind::NotFound => SysfsError::NotLoaded(root.to_path_buf()),
-        _ => SysfsError::Io { path: root.to_path_buf(), source: e },
+        _ => SysfsError::Io { path: root.to_path_buf(), cause: e },
     })?;
     let mut pids = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| SysfsError::Io { path: root.to_path_buf(), source: e })?;
+        let entry = entry.map_err(|e| SysfsError::Io { path: root.to_path_buf(), cause: e })?;
         if let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) {
             pids.push(pid);
         }
@@ -110,7 +110,7 @@ pub fn read_process(root: &Path, pid: u32) -> Result<SysfsProcess, SysfsError> {
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(SysfsError::Gone(pid)),
-        Err(e) => return Err(SysfsError::Io { path: dir, source: e }),
+        Err(e) => return Err(SysfsError::Io { path: dir, cause: e }),
     };
     let mut notes = Vec::new();
 

@@ -22,12 +22,12 @@ use std::{
 pub enum OutputError {
     #[error("{0} is a symbolic link; gpreempt does not write through links (give the real path)")]
     Symlink(PathBuf),
-    #[error("cannot write {path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
+    #[error("cannot write {path}: {cause}")]
+    Io { path: PathBuf, cause: io::Error },
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> OutputError + '_ {
-    move |source| OutputError::Io { path: path.to_owned(), source }
+    move |source| OutputError::Io { path: path.to_owned(), cause: source }
 }
 
 /// Refuse `path` if it exists as a symlink (the check names the problem; `O_NOFOLLOW` and
@@ -51,7 +51,7 @@ pub fn create(path: &Path) -> Result<File, OutputError> {
         .open(path)
         .map_err(|e| match e.raw_os_error() {
             Some(libc::ELOOP) => OutputError::Symlink(path.to_owned()),
-            _ => OutputError::Io { path: path.to_owned(), source: e },
+            _ => OutputError::Io { path: path.to_owned(), cause: e },
         })
 }
 
@@ -64,7 +64,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
     };
     let name = path.file_name().ok_or_else(|| OutputError::Io {
         path: path.to_owned(),
-        source: io::Error::new(io::ErrorKind::InvalidInput, "not a file name"),
+        cause: io::Error::new(io::ErrorKind::InvalidInput, "not a file name"),
     })?;
     let tmp = dir.join(format!(".{}.{:016x}.partial", name.to_string_lossy(), random_u64().map_err(io_error(path))?));
     let result = OpenOptions::new()

@@ -95,8 +95,8 @@ impl Default for ScheduleConfig {
 /// Why the scheduler cannot start: cause and fix.
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {
-    #[error("--{role} {pid}: {source}")]
-    Target { role: Role, pid: HostPid, source: TargetError },
+    #[error("--{role} {pid}: {cause}")]
+    Target { role: Role, pid: HostPid, cause: TargetError },
     #[error(
         "pid {0} is selected both as online and as offline; a process is one or the other (check the pids and \
          containers given to --online and --offline)"
@@ -106,12 +106,12 @@ pub enum ScheduleError {
     NoOffline,
     #[error("--online selects no process and no container: give at least one pid or container:NAME")]
     NoOnline,
-    #[error("--{role} {pid}: {source}")]
-    Debug { role: Role, pid: HostPid, source: DebugError },
-    #[error("--online {pid}: {source}")]
-    Unreadable { pid: HostPid, source: ReadError },
-    #[error("--hint-socket {}: {source}", path.display())]
-    HintSocket { path: PathBuf, source: std::io::Error },
+    #[error("--{role} {pid}: {cause}")]
+    Debug { role: Role, pid: HostPid, cause: DebugError },
+    #[error("--online {pid}: {cause}")]
+    Unreadable { pid: HostPid, cause: ReadError },
+    #[error("--hint-socket {}: {cause}", path.display())]
+    HintSocket { path: PathBuf, cause: std::io::Error },
     /// No /dev/kfd, or a kernel without the debug trap.
     #[error(transparent)]
     Kernel(DebugError),
@@ -347,15 +347,51 @@ fn cpu_ms() -> f64 {
 
 /// Check a pid selector's process: it exists and has opened /dev/kfd.
 fn check_pid(roots: &Roots, role: Role, pid: HostPid) -> Result<(), ScheduleError> {
-    let target = Target::inspect(roots, pid.0).map_err(|source| ScheduleError::Target { role, pid, source })?;
+    let target = Target::inspect(roots, pid.0).map_err(|source| ScheduleError::Target { role, pid, cause: source })?;
     if !target.uses_kfd {
         return Err(ScheduleError::Target {
             role,
             pid,
-            source: TargetError::NotKfdProcess { pid: pid.0, comm: target.comm },
+            cause: TargetError::NotKfdProcess { pid: pid.0, comm: target.comm },
         });
     }
     Ok(())
+}
+
+/// The selectors resolved against the KFD processes of the moment, or why they cannot be
+/// scheduled: nothing selected on a side, a named pid that is gone or no KFD process, a process on
+/// both sides. Cheap (sysfs and /proc), so a front end checks it before it starts anything slow
+/// (the tracer takes seconds to attach); [`Scheduler::start`] checks it again.
+pub fn check_selection(config: &ScheduleConfig) -> Result<(), ScheduleError> {
+    resolve_selection(config).map(drop)
+}
+
+fn resolve_selection(config: &ScheduleConfig) -> Result<(select::Resolved, select::Resolved), ScheduleError> {
+    if config.online.is_empty() {
+        return Err(ScheduleError::NoOnline);
+    }
+    if config.offline.is_empty() {
+        return Err(ScheduleError::NoOffline);
+    }
+    let roots = &config.roots;
+    let online_sel = select::resolve(&config.online, roots);
+    let offline_sel = select::resolve(&config.offline, roots);
+    for (role, r) in [(Role::Online, &online_sel), (Role::Offline, &offline_sel)] {
+        for &pid in &r.unmatched_pids {
+            check_pid(roots, role, pid)?;
+        }
+    }
+    if let Some(&pid) = online_sel.pids.iter().find(|p| offline_sel.pids.contains(p)) {
+        return Err(ScheduleError::Overlap(pid));
+    }
+    for sel in &config.offline {
+        if let Selector::Pid(pid) = sel
+            && config.online.contains(&Selector::Pid(*pid))
+        {
+            return Err(ScheduleError::Overlap(*pid));
+        }
+    }
+    Ok((online_sel, offline_sel))
 }
 
 impl<C: Control> Scheduler<C> {
@@ -367,37 +403,15 @@ impl<C: Control> Scheduler<C> {
         discovery: Box<dyn Discovery>,
         emit: &mut dyn FnMut(&ScheduleEvent),
     ) -> Result<Self, ScheduleError> {
-        if config.online.is_empty() {
-            return Err(ScheduleError::NoOnline);
-        }
-        if config.offline.is_empty() {
-            return Err(ScheduleError::NoOffline);
-        }
         let cpu_start = cpu_ms();
-        let roots = config.roots.clone();
-        let online_sel = select::resolve(&config.online, &roots);
-        let offline_sel = select::resolve(&config.offline, &roots);
-        for (role, r) in [(Role::Online, &online_sel), (Role::Offline, &offline_sel)] {
-            for &pid in &r.unmatched_pids {
-                check_pid(&roots, role, pid)?;
-            }
-        }
-        if let Some(&pid) = online_sel.pids.iter().find(|p| offline_sel.pids.contains(p)) {
-            return Err(ScheduleError::Overlap(pid));
-        }
-        for sel in &config.offline {
-            if let Selector::Pid(pid) = sel
-                && config.online.contains(&Selector::Pid(*pid))
-            {
-                return Err(ScheduleError::Overlap(*pid));
-            }
-        }
+        let (online_sel, offline_sel) = resolve_selection(&config)?;
         let mut session = config.session.clone();
         // The policy's watchdog comes first; the session's backs it up if this loop stalls.
         session.max_suspend = Some(config.policy.max_suspend + Duration::from_millis(500));
         let hints = match &config.hint_socket {
             Some(path) => Some(
-                HintSocket::bind(path).map_err(|source| ScheduleError::HintSocket { path: path.clone(), source })?,
+                HintSocket::bind(path)
+                    .map_err(|source| ScheduleError::HintSocket { path: path.clone(), cause: source })?,
             ),
             None => None,
         };
@@ -432,7 +446,7 @@ impl<C: Control> Scheduler<C> {
             s.seen.insert(pid, Role::Offline);
             if let Err(source) = s.attach_offline(pid, false, emit) {
                 s.shutdown(emit);
-                return Err(ScheduleError::Debug { role: Role::Offline, pid, source });
+                return Err(ScheduleError::Debug { role: Role::Offline, pid, cause: source });
             }
         }
         for note in online_sel.notes.iter().chain(&offline_sel.notes) {
@@ -476,14 +490,14 @@ impl<C: Control> Scheduler<C> {
             crate::host::sysfs::read_process(&kfd_proc, pid.0).map(|s| !s.queues.is_empty()).unwrap_or(false);
         let snapshot = initial && has_queues;
         // Before the snapshot, whose attach would fail with a less telling error.
-        online::check_readable(pid).map_err(|source| ScheduleError::Unreadable { pid, source })?;
+        online::check_readable(pid).map_err(|source| ScheduleError::Unreadable { pid, cause: source })?;
         if snapshot {
             let mut c = C::attach(pid, &Options { max_suspend: None, ..self.config.session.clone() })
-                .map_err(|source| ScheduleError::Debug { role: Role::Online, pid, source })?;
+                .map_err(|source| ScheduleError::Debug { role: Role::Online, pid, cause: source })?;
             let entries = c.snapshot();
             c.detach();
             self.metrics.attach_refreshes += 2;
-            let entries = entries.map_err(|source| ScheduleError::Debug { role: Role::Online, pid, source })?;
+            let entries = entries.map_err(|source| ScheduleError::Debug { role: Role::Online, pid, cause: source })?;
             for e in entries {
                 p.add_queue(QueueAddrs {
                     queue_id: QueueId(e.queue_id),
@@ -495,7 +509,7 @@ impl<C: Control> Scheduler<C> {
         }
         // One read now, so an unreadable process is refused at start rather than ignored.
         let mut scratch = Vec::new();
-        p.poll(self.now(), &mut scratch).map_err(|source| ScheduleError::Unreadable { pid, source })?;
+        p.poll(self.now(), &mut scratch).map_err(|source| ScheduleError::Unreadable { pid, cause: source })?;
         emit(&ScheduleEvent::OnlineAdded {
             pid,
             queues: p.queue_ids().len(),

@@ -36,8 +36,8 @@ pub enum LoadError {
     Load(#[from] aya::EbpfError),
     #[error("eBPF program {program} not found in the object (the object and the probe table disagree)")]
     NoProgram { program: &'static str },
-    #[error("eBPF program {program}: {source}")]
-    Program { program: &'static str, source: ProgramError },
+    #[error("eBPF program {program}: {cause}")]
+    Program { program: &'static str, cause: ProgramError },
 }
 
 /// The loaded programs with their attachments; dropping it detaches everything.
@@ -101,9 +101,9 @@ pub fn attach(
                 .program_mut(program)
                 .ok_or(LoadError::NoProgram { program })?
                 .try_into()
-                .map_err(|source| LoadError::Program { program, source })?;
-            kprobe.load().map_err(|source| LoadError::Program { program, source })?;
-            kprobe.attach(&symbol, 0).map_err(|source| LoadError::Program { program, source })?;
+                .map_err(|source| LoadError::Program { program, cause: source })?;
+            kprobe.load().map_err(|source| LoadError::Program { program, cause: source })?;
+            kprobe.attach(&symbol, 0).map_err(|source| LoadError::Program { program, cause: source })?;
             Ok(kprobe.info().map(|info| info.id()).ok())
         })();
         match result {

@@ -81,8 +81,8 @@ impl MissedSupport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum MissedError {
-    #[error("{call}: {source}")]
-    Syscall { call: &'static str, source: std::io::Error },
+    #[error("{call}: {cause}")]
+    Syscall { call: &'static str, cause: std::io::Error },
 }
 
 fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr, call: &'static str) -> Result<i64, MissedError> {
@@ -90,7 +90,7 @@ fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr, call: &'static str) -> Result<i64,
     let ret = unsafe {
         libc::syscall(libc::SYS_bpf, cmd as libc::c_long, attr as *mut bpf_attr, size_of::<bpf_attr>() as libc::c_uint)
     };
-    if ret < 0 { Err(MissedError::Syscall { call, source: std::io::Error::last_os_error() }) } else { Ok(ret) }
+    if ret < 0 { Err(MissedError::Syscall { call, cause: std::io::Error::last_os_error() }) } else { Ok(ret) }
 }
 
 fn zeroed_attr() -> bpf_attr {
@@ -107,7 +107,7 @@ fn next_link_id(start: u32) -> Result<Option<u32>, MissedError> {
             // SAFETY: the kernel wrote `next_id`.
             Ok(Some(unsafe { attr.__bindgen_anon_6.next_id }))
         }
-        Err(MissedError::Syscall { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(MissedError::Syscall { cause, .. }) if cause.raw_os_error() == Some(libc::ENOENT) => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -119,7 +119,7 @@ fn link_fd(id: u32) -> Result<Option<OwnedFd>, MissedError> {
         // SAFETY: the kernel returned a new fd that nothing else owns.
         Ok(fd) => Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })),
         // Released between GET_NEXT_ID and now.
-        Err(MissedError::Syscall { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(MissedError::Syscall { cause, .. }) if cause.raw_os_error() == Some(libc::ENOENT) => Ok(None),
         Err(e) => Err(e),
     }
 }

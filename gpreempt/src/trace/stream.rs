@@ -12,8 +12,8 @@ use super::{decode, loader::AttachedProbes, missed::ReturnProbeLinks};
 pub enum StreamError {
     #[error("map {0} missing from the eBPF object")]
     MissingMap(&'static str),
-    #[error("map {name}: {source}")]
-    Map { name: &'static str, source: aya::maps::MapError },
+    #[error("map {name}: {cause}")]
+    Map { name: &'static str, cause: aya::maps::MapError },
     #[error("polling the ring buffer: {0}")]
     Poll(#[from] std::io::Error),
 }
@@ -43,9 +43,9 @@ impl EventStream {
         let map =
             |name: &'static str, a: &mut AttachedProbes| a.ebpf.take_map(name).ok_or(StreamError::MissingMap(name));
         let ring = RingBuf::try_from(map(EVENTS_MAP, attached)?)
-            .map_err(|source| StreamError::Map { name: EVENTS_MAP, source })?;
+            .map_err(|source| StreamError::Map { name: EVENTS_MAP, cause: source })?;
         let counters = PerCpuArray::try_from(map(COUNTERS_MAP, attached)?)
-            .map_err(|source| StreamError::Map { name: COUNTERS_MAP, source })?;
+            .map_err(|source| StreamError::Map { name: COUNTERS_MAP, cause: source })?;
         // SAFETY: the ring buffer map owns its fd for as long as the AsyncFd owns the map.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .map_err(std::io::Error::from)?;
@@ -73,8 +73,10 @@ impl EventStream {
 
     pub fn losses(&self) -> Result<Losses, StreamError> {
         let sum = |index: u32| -> Result<u64, StreamError> {
-            let values =
-                self.counters.get(&index, 0).map_err(|source| StreamError::Map { name: COUNTERS_MAP, source })?;
+            let values = self
+                .counters
+                .get(&index, 0)
+                .map_err(|source| StreamError::Map { name: COUNTERS_MAP, cause: source })?;
             Ok(values.iter().sum())
         };
         Ok(Losses {

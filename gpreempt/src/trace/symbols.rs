@@ -28,8 +28,8 @@ pub struct Kallsyms {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SymbolsError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: String, source: io::Error },
+    #[error("cannot read {path}: {cause}")]
+    Read { path: String, cause: io::Error },
     #[error("{KALLSYMS} shows only zero addresses: run as root (kernel.kptr_restrict hides them from other users)")]
     Hidden,
 }
@@ -59,7 +59,7 @@ impl Kallsyms {
 
     pub fn load_path(path: &Path) -> Result<Self, SymbolsError> {
         let text = fs::read_to_string(path)
-            .map_err(|source| SymbolsError::Read { path: path.display().to_string(), source })?;
+            .map_err(|source| SymbolsError::Read { path: path.display().to_string(), cause: source })?;
         let symbols = Self::parse(&text);
         if !symbols.by_base.is_empty() && symbols.by_base.values().flatten().all(|s| s.address == 0) {
             return Err(SymbolsError::Hidden);

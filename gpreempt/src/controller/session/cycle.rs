@@ -16,7 +16,7 @@ use crate::{
     domain::{DebugTrapOp, QueueId},
     kfd::{
         dbg_trap,
-        uapi::{QueueSnapshotEntry, decode_outcomes, queue_status},
+        uapi::{QueueOutcome, QueueResult, QueueSnapshotEntry, decode_outcomes, queue_status},
     },
 };
 
@@ -161,9 +161,9 @@ impl Session {
         self.snapshot_into(QUEUE_NEW)?;
         self.retry.clear();
         for &raw in &self.ids {
-            let id = raw & queue_status::ID_MASK;
-            if raw & queue_status::INVALID_MASK != 0 && self.known.contains(&QueueId(id)) {
-                self.retry.push(id);
+            let outcome = QueueOutcome::from_raw(raw);
+            if outcome.invalid && self.known.contains(&outcome.queue_id) {
+                self.retry.push(outcome.queue_id.0);
             }
         }
         if !self.retry.is_empty() {
@@ -205,9 +205,8 @@ impl Session {
     ) -> Result<Tally, DebugError> {
         let count = result.map_err(|errno| self.fail(DebugTrapOp::SUSPEND_QUEUES, errno))?;
         let array = if retry { &self.retry } else { &self.ids };
-        const FAILED: u32 = queue_status::INVALID_MASK | queue_status::ERROR_MASK;
-        for &raw in array.iter() {
-            if raw & FAILED == 0 && !self.suspended.contains(&raw) {
+        for &raw in array {
+            if QueueOutcome::from_raw(raw).handled() && !self.suspended.contains(&raw) {
                 self.suspended.push(raw);
             }
         }
@@ -276,17 +275,18 @@ impl Session {
     }
 }
 
-/// (done, invalid, error) of an id array the kernel wrote back (docs/kfd.md §2.4).
+/// (done, invalid, error) of an id array the kernel wrote back, by [`QueueOutcome`]'s verdict
+/// (the one decoder of the status bits, docs/kfd.md §2.4).
 fn verdicts(array: &[u32]) -> (u32, u32, u32) {
-    let (mut invalid, mut error) = (0u32, 0u32);
+    let (mut done, mut invalid, mut error) = (0, 0, 0);
     for &raw in array {
-        if raw & queue_status::ERROR_MASK != 0 {
-            error += 1;
-        } else if raw & queue_status::INVALID_MASK != 0 {
-            invalid += 1;
+        match QueueOutcome::from_raw(raw).result() {
+            QueueResult::Done => done += 1,
+            QueueResult::Invalid => invalid += 1,
+            QueueResult::Error => error += 1,
         }
     }
-    (array.len() as u32 - invalid - error, invalid, error)
+    (done, invalid, error)
 }
 
 #[cfg(test)]

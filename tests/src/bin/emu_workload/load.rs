@@ -35,13 +35,13 @@ fn write_out(out: Option<&PathBuf>, doc: &Value) -> Result<()> {
     Ok(())
 }
 
-/// Nearest-rank percentile of sorted values.
+/// Nearest-rank percentile (`q` in 0..=1) of sorted values, 0 for none: gpreempt's own rank
+/// (`stats::nearest_rank`), so the workload and the tool report percentiles alike.
 fn percentile(sorted: &[u64], q: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
+    sorted[gpreempt::stats::nearest_rank(sorted.len(), q * 100.0)]
 }
 
 fn wait_done(records: &Records, slot: usize) -> Result<CompletionRecord> {
