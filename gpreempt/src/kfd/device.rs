@@ -77,8 +77,14 @@ impl Device {
     }
 
     /// `AMDKFD_IOC_CREATE_QUEUE`; on success the kernel filled `queue_id` and `doorbell_offset`.
-    pub fn create_queue(&self, args: &mut uapi::CreateQueueArgsV17) -> Result<(), Errno> {
-        // SAFETY: as above.
+    ///
+    /// # Safety
+    /// The ring, read/write index, EOP and context-save addresses in `args` are written by the
+    /// kernel and the GPU for as long as the queue lives: they must be this process's memory, of
+    /// the sizes given, kept valid until the queue is destroyed (or the kernel must refuse them).
+    pub unsafe fn create_queue(&self, args: &mut uapi::CreateQueueArgsV17) -> Result<(), Errno> {
+        // SAFETY: `args` is the ioctl's argument struct, alive for the call; the caller vouches
+        // for the addresses inside it.
         unsafe { uapi::create_queue(self.file.as_raw_fd(), args) }.map(drop)
     }
 
@@ -96,8 +102,11 @@ impl Device {
     }
 
     /// `AMDKFD_IOC_UPDATE_QUEUE`.
-    pub fn update_queue(&self, args: &uapi::UpdateQueueArgs) -> Result<(), Errno> {
-        // SAFETY: as above.
+    ///
+    /// # Safety
+    /// As for [`Device::create_queue`]: the new ring address is the queue's from now on.
+    pub unsafe fn update_queue(&self, args: &uapi::UpdateQueueArgs) -> Result<(), Errno> {
+        // SAFETY: `args` is the ioctl's argument struct; the caller vouches for its ring address.
         unsafe { uapi::update_queue(self.file.as_raw_fd(), args) }.map(drop)
     }
 }

@@ -125,7 +125,10 @@ fn main() -> Result<()> {
         let result = match &cli.op {
             Op::Create { .. } => {
                 let mut args = create_args.unwrap_or_default();
-                let r = device.create_queue(&mut args);
+                // SAFETY: the addresses come from the test's command line. The real driver this
+                // client runs against has no GPU: `kfd_ioctl_create_queue` finds no device for the
+                // gpu_id and fails (EINVAL) before it looks at an address.
+                let r = unsafe { device.create_queue(&mut args) };
                 if r.is_ok() {
                     queue_ids.push(args.base.queue_id);
                 }
@@ -133,13 +136,16 @@ fn main() -> Result<()> {
             }
             Op::Destroy { queue_id } => device.destroy_queue(*queue_id),
             Op::Update { queue_id, ring_base, ring_size, percentage, priority } => {
-                device.update_queue(&uapi::UpdateQueueArgs {
+                let args = uapi::UpdateQueueArgs {
                     ring_base_address: *ring_base,
                     queue_id: *queue_id,
                     ring_size: *ring_size,
                     queue_percentage: *percentage,
                     queue_priority: *priority,
-                })
+                };
+                // SAFETY: as for the create: the addresses are the test's, and the driver without a
+                // GPU has no queue to point at them.
+                unsafe { device.update_queue(&args) }
             }
             Op::Hold { .. } => Ok(()),
         };
