@@ -162,7 +162,7 @@ impl Recorder<'_> {
                     self.suspended_at_ms = Some(t.t_ms);
                 }
                 if !t.errors.is_empty() {
-                    log("warn", "suspend failed", &[("policy", policy), ("errors", &t.errors.join("; "))]);
+                    log("warn", "suspend failed", &[("policy", policy), ("errors", &t.errors_line())]);
                 }
             }
             ScheduleEvent::Transition(t) => {
@@ -171,7 +171,7 @@ impl Recorder<'_> {
                     self.metrics.scheduler_suspended(self.name, (t.t_ms - at).max(0.0) / 1e3);
                 }
                 if !t.errors.is_empty() {
-                    log("warn", "resume failed", &[("policy", policy), ("errors", &t.errors.join("; "))]);
+                    log("warn", "resume failed", &[("policy", policy), ("errors", &t.errors_line())]);
                 }
             }
             ScheduleEvent::OfflineAttached { pid, comm, queues, .. } => log(

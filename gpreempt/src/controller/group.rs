@@ -256,7 +256,7 @@ impl Group {
             let held_from = monotonic_ns();
             let interrupted = match self.pause(held_from, plan.hold, stop, wake) {
                 Ok(interrupted) => interrupted,
-                Err(e) => return Some(StopReason::Failed(std::sync::Arc::new(e))),
+                Err(e) => return Some(StopReason::Failed(e.into())),
             };
             self.resume_and_record(index, &mut suspends);
             hooks.cycle(index, &self.members);
@@ -267,7 +267,7 @@ impl Group {
                 match self.pause(monotonic_ns(), plan.gap, stop, wake) {
                     Ok(false) => {}
                     Ok(true) => return Some(StopReason::Interrupted),
-                    Err(e) => return Some(StopReason::Failed(std::sync::Arc::new(e))),
+                    Err(e) => return Some(StopReason::Failed(e.into())),
                 }
             }
         }
@@ -289,7 +289,7 @@ impl Group {
                     continue;
                 }
                 Err(e) => {
-                    leaving.push((pid, StopReason::Failed(std::sync::Arc::new(e))));
+                    leaving.push((pid, StopReason::Failed(e.into())));
                     continue;
                 }
             };
@@ -297,7 +297,7 @@ impl Group {
             let (resume, watchdog) = match session.resume_held() {
                 Ok(r) => r,
                 Err(e) => {
-                    leaving.push((pid, StopReason::Failed(std::sync::Arc::new(e))));
+                    leaving.push((pid, StopReason::Failed(e.into())));
                     continue;
                 }
             };
@@ -330,7 +330,7 @@ impl Group {
                 Err(DebugError::TargetExited { pid, code }) => match self.session_of(pid) {
                     Some(i) => {
                         let e = DebugError::TargetExited { pid, code };
-                        self.leave(i, Some(StopReason::Failed(std::sync::Arc::new(e))));
+                        self.leave(i, Some(StopReason::Failed(e.into())));
                     }
                     None => return Err(DebugError::TargetExited { pid, code }),
                 },

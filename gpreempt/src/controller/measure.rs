@@ -4,10 +4,7 @@
 
 use std::{
     os::fd::BorrowedFd,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::atomic::{AtomicBool, Ordering},
     thread,
     time::{Duration, Instant},
 };
@@ -17,7 +14,7 @@ use serde::Serialize;
 use crate::{
     controller::{
         session::{Session, Tally, Wake},
-        vocabulary::{DebugError, Selection, SessionNotice},
+        vocabulary::{DebugError, Selection, SessionNotice, SharedError},
     },
     domain::{GpuId, HostPid},
     model::spans::{Span, SpanKind},
@@ -140,21 +137,14 @@ impl KernelCall {
 }
 
 /// Why a run ended before `Plan::iterations`. Serialised as `"interrupted"` or the error's text.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum StopReason {
     /// Ctrl-C / SIGTERM.
     Interrupted,
     /// The target exited or an ioctl failed (shared: a run's record and its summary both hold it).
-    Failed(Arc<DebugError>),
+    Failed(SharedError),
     /// Every offline target of a group left (exited or failed).
     AllTargetsGone,
-}
-
-impl PartialEq for StopReason {
-    /// Errors compare by their text (an errno or io error has no other equality).
-    fn eq(&self, other: &Self) -> bool {
-        self.to_string() == other.to_string()
-    }
 }
 
 impl std::fmt::Display for StopReason {
@@ -342,7 +332,7 @@ pub fn run(
 
 #[cold]
 fn failed(e: DebugError) -> StopReason {
-    StopReason::Failed(Arc::new(e))
+    StopReason::Failed(e.into())
 }
 
 /// How a hold or a gap ended.
@@ -495,7 +485,7 @@ mod tests {
         assert_eq!((su.count, su.min, su.max, su.p50), (2, 10.0, 30.0, 10.0));
         assert_eq!(s.stopped, Some(StopReason::Interrupted));
         assert_eq!(
-            StopReason::Failed(Arc::new(DebugError::TargetExited { pid: HostPid(7), code: 3 })).to_string(),
+            StopReason::Failed(DebugError::TargetExited { pid: HostPid(7), code: 3 }.into()).to_string(),
             "pid 7 exited (status 3) during the debug session"
         );
     }

@@ -2,7 +2,7 @@
 //! Shared by the session ([`super::session`]), its threaded form ([`super::threaded`]), the
 //! measurement loop and the scheduler; it depends on none of them.
 
-use std::{path::PathBuf, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use nix::errno::Errno;
 use serde::Serialize;
@@ -96,6 +96,36 @@ pub enum DebugError {
     TooManyFds(usize),
 }
 
+/// A [`DebugError`] kept in a record (a notice, a run's stop reason): shared, compared and
+/// serialised by its message, so the record keeps the typed error and its JSON keeps the text.
+#[derive(Clone, Debug)]
+pub struct SharedError(pub Arc<DebugError>);
+
+impl From<DebugError> for SharedError {
+    fn from(e: DebugError) -> Self {
+        Self(Arc::new(e))
+    }
+}
+
+impl std::fmt::Display for SharedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl PartialEq for SharedError {
+    /// By message: an errno or an I/O error has no other equality.
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Serialize for SharedError {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// What attaching found out.
 #[derive(Clone, Debug, Serialize)]
 pub struct AttachedTarget {
@@ -183,13 +213,13 @@ pub enum SessionNotice {
     /// The watchdog's RESUME failed; it tries again after `retry_in_ms` (doubling, at most 1 s).
     WatchdogResumeFailed {
         held_ms: u64,
-        error: String,
+        error: SharedError,
         retry_in_ms: u64,
     },
     /// A step the session took on its own failed.
     Failed {
         op: &'static str,
-        error: String,
+        error: SharedError,
     },
 }
 

@@ -46,7 +46,7 @@ use crate::{
     controller::control::Control,
     controller::{
         target::{Target, TargetError},
-        vocabulary::{DebugError, Detached, Options, Selection, SessionNotice},
+        vocabulary::{DebugError, Detached, Options, Selection, SessionNotice, SharedError},
     },
     domain::{GpuId, HostPid, QueueId},
     host::{
@@ -160,7 +160,27 @@ pub struct Transition {
     /// Queues suspended or resumed.
     pub queues: i64,
     /// Offline processes the ioctl failed for, with the error.
-    pub errors: Vec<String>,
+    pub errors: Vec<TransitionError>,
+}
+
+/// One offline process a transition's ioctl failed for.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TransitionError {
+    pub pid: HostPid,
+    pub error: SharedError,
+}
+
+impl std::fmt::Display for TransitionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {}: {}", self.pid, self.error)
+    }
+}
+
+impl Transition {
+    /// The failures, one line: `pid N: why; pid M: why`.
+    pub fn errors_line(&self) -> String {
+        self.errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    }
 }
 
 /// A periodic report.
@@ -811,7 +831,7 @@ impl<C: Control> Scheduler<C> {
                     if !suspend {
                         p.suspended = false;
                     }
-                    errors.push(format!("pid {}: {e}", p.pid));
+                    errors.push(TransitionError { pid: p.pid, error: e.into() });
                 }
             }
         }

@@ -88,7 +88,7 @@ impl Session {
                 self.late_suspended += n;
                 self.notices.push(SessionNotice::QueuesSuspendedMidHold { count: n });
             }
-            Err(e) => self.notices.push(SessionNotice::Failed { op: "suspend new queues", error: e.to_string() }),
+            Err(e) => self.notices.push(SessionNotice::Failed { op: "suspend new queues", error: e.into() }),
         }
     }
 
@@ -156,7 +156,7 @@ impl Session {
                 self.backoff = Some(b);
                 self.notices.push(SessionNotice::WatchdogResumeFailed {
                     held_ms,
-                    error: e.to_string(),
+                    error: e.into(),
                     retry_in_ms: b.delay_ns / 1_000_000,
                 });
                 false
