@@ -4,11 +4,7 @@
 use std::{
     io::{IsTerminal, Write},
     path::Path,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-        mpsc::{Receiver, Sender, channel},
-    },
+    sync::atomic::AtomicBool,
     time::Duration,
 };
 
@@ -28,11 +24,8 @@ use gpreempt::{
     event::Losses,
     host::{processes, roots::Roots, select::Selector},
     kfd::KfdVersion,
-    model::{ModelNotice, spans::Span},
-    pipeline::{
-        Observed,
-        in_process::{InProcessTracer, TracerOptions},
-    },
+    model::ModelNotice,
+    pipeline::in_process::{DrainingTracer, TracerOptions},
     schedule::discover::{Discovery, SysfsDiscovery},
     stats::{self, Summary},
 };
@@ -40,58 +33,6 @@ use gpreempt::{
 use super::interrupt;
 use super::stdout::{out, outln};
 use crate::cli::{PreemptArgs, QueueSelectionArg};
-
-/// The in-process tracer, for the driver's side of every suspend/resume of the offline process.
-struct KernelTracer {
-    tracer: InProcessTracer,
-    /// The offline processes' closed spans so far, matched to iterations by time at the end.
-    spans: Vec<Span>,
-    offline: Vec<HostPid>,
-    online: Option<HostPid>,
-    /// Processes seen opening `/dev/kfd` since the last look (new targets of a container).
-    opened: Vec<HostPid>,
-    /// Offline pids added during the run (a container's new processes), read after each drain:
-    /// a pid is sent before its first suspend, so before any of its spans can be drained.
-    learn: Option<Receiver<HostPid>>,
-}
-
-impl KernelTracer {
-    /// `version`: the KFD version the debug session already read (the probe table's minimums).
-    fn start(offline: Vec<HostPid>, online: Option<u32>, version: KfdVersion) -> Result<Self> {
-        let tracer = InProcessTracer::start(&TracerOptions { version: Some(version), ..TracerOptions::default() })?;
-        Ok(Self { tracer, spans: Vec::new(), offline, online: online.map(HostPid), opened: Vec::new(), learn: None })
-    }
-
-    /// Move what the probes recorded so far out of the ring buffer (reading its memory, no
-    /// system call) and keep the offline process's spans.
-    fn collect(&mut self) {
-        self.tracer.drain(|_| {});
-        if let Some(learn) = &self.learn {
-            self.offline.extend(learn.try_iter());
-        }
-        for o in self.tracer.observed() {
-            match o {
-                Observed::Notice(ModelNotice::ProcessOpened { pid }) => self.opened.push(pid),
-                Observed::Span(s) if s.target_pid.is_some_and(|p| self.offline.contains(&p)) => self.spans.push(s),
-                _ => {}
-            }
-        }
-    }
-
-    /// Each iteration's kernel side: the spans of `offline` inside its ioctl windows.
-    fn annotate(&mut self, iterations: &mut [Iteration], offline: HostPid) {
-        self.collect();
-        for it in iterations {
-            it.kernel = KernelSide::of_iteration(&self.spans, it, offline, self.online);
-        }
-    }
-
-    /// What the in-process tracer could not deliver: a lost record is a breakdown that is missing,
-    /// and a missed return probe (a suspend waiting in the fence) one that never started.
-    fn losses(&self) -> Option<Losses> {
-        self.tracer.losses().ok()
-    }
-}
 
 pub fn run(args: &PreemptArgs) -> Result<()> {
     let stop = interrupt::install()?;
@@ -119,114 +60,50 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
     }
 }
 
-/// The tracer for `offline`, or why not (said once on stderr).
-fn start_tracer(args: &PreemptArgs, offline: Vec<HostPid>, version: KfdVersion) -> Option<KernelTracer> {
+/// How often the tracer's thread drains the ring buffer during a run.
+const DRAIN_PERIOD: Duration = Duration::from_millis(10);
+
+/// The in-process tracer on a thread of `scope`, keeping the spans of `offline`, or why not (said
+/// once on stderr). Started after the targets are attached, so bad targets and old kernels are
+/// refused at once.
+fn start_tracer<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    args: &PreemptArgs,
+    offline: Vec<HostPid>,
+    version: KfdVersion,
+) -> Option<DrainingTracer<'scope>> {
     if args.no_trace {
         return None;
     }
-    match KernelTracer::start(offline, args.online, version) {
+    let options = TracerOptions { version: Some(version), ..TracerOptions::default() };
+    match DrainingTracer::spawn(scope, options, offline, DRAIN_PERIOD) {
         Ok(t) => Some(t),
         Err(e) => {
-            eprintln!("gpreempt: no kernel-side breakdown (the tracer could not attach: {e:#}); --no-trace hides this");
+            eprintln!("gpreempt: no kernel-side breakdown (the tracer could not attach: {e}); --no-trace hides this");
             None
         }
     }
 }
 
-/// The in-process tracer on a thread of its own, for both forms of `preempt`. It drains the ring
-/// buffer every 10 ms, so no draining happens on the thread that runs the cycles (a drain takes
-/// milliseconds under emulation and would lengthen that cycle's gap or hold). It starts the
-/// tracer (which is not `Send`), learns offline pids added during the run, forwards the
-/// processes that open `/dev/kfd`, and at the end annotates the iterations it is handed with
-/// the driver's side. Every exchange is a channel message: nothing blocks the cycles.
-struct TracerThread<'scope> {
-    join: std::thread::ScopedJoinHandle<'scope, Option<Annotated>>,
-    draining: Arc<AtomicBool>,
-    learn: Sender<HostPid>,
-    opened: Receiver<HostPid>,
-    done: Sender<Vec<(HostPid, Vec<Iteration>)>>,
-    /// The tracer attached (false with `--no-trace` or when it could not).
-    traced: bool,
-}
-
-/// Each target's iterations with the driver's side, in the order handed in, and the tracer's
-/// losses.
-type Annotated = (Vec<Vec<Iteration>>, Option<Losses>);
-
-impl<'scope> TracerThread<'scope> {
-    /// Start the tracer on its thread and wait until it is attached (or refused).
-    fn spawn<'env>(
-        scope: &'scope std::thread::Scope<'scope, 'env>,
-        args: &'env PreemptArgs,
-        offline: Vec<HostPid>,
-        version: KfdVersion,
-    ) -> Self {
-        let draining = Arc::new(AtomicBool::new(true));
-        let (learn, learn_rx) = channel::<HostPid>();
-        let (opened_tx, opened) = channel::<HostPid>();
-        let (done, done_rx) = channel::<Vec<(HostPid, Vec<Iteration>)>>();
-        let (ready_tx, ready_rx) = channel::<bool>();
-        // The tracer registers its ring buffer with this thread's async runtime (never polled
-        // from the drain thread, which reads the buffer's memory directly).
-        let runtime = tokio::runtime::Handle::try_current().ok();
-        let flag = Arc::clone(&draining);
-        let join = scope.spawn(move || {
-            let _runtime = runtime.as_ref().map(tokio::runtime::Handle::enter);
-            // After the targets are attached, so bad targets and old kernels are refused at once.
-            let tracer = start_tracer(args, offline, version);
-            let _ = ready_tx.send(tracer.is_some());
-            let mut tracer = tracer?;
-            tracer.learn = Some(learn_rx);
-            while flag.load(Ordering::Relaxed) {
-                tracer.collect();
-                for pid in tracer.opened.drain(..) {
-                    let _ = opened_tx.send(pid);
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let batches = done_rx.recv().ok()?;
-            let annotated = batches
-                .into_iter()
-                .map(|(pid, mut iterations)| {
-                    tracer.annotate(&mut iterations, pid);
-                    iterations
-                })
-                .collect();
-            Some((annotated, tracer.losses()))
-        });
-        let traced = ready_rx.recv().unwrap_or(false);
-        Self { join, draining, learn, opened, done, traced }
-    }
-
-    /// Keep the spans of `pid` too (a target added during the run), from its first suspend on.
-    fn learn(&self, pid: HostPid) {
-        let _ = self.learn.send(pid);
-    }
-
-    /// Processes the tracer saw opening `/dev/kfd` since the last call.
-    fn opened(&self, out: &mut Vec<HostPid>) {
-        out.extend(self.opened.try_iter());
-    }
-
-    /// Stop draining and annotate the iterations of `targets` (called only when traced) with the
-    /// driver's side: the annotated iterations in the same order and the tracer's losses, or
-    /// None (not traced, or the tracer thread failed: the caller keeps its own record).
-    fn finish(self, targets: impl FnOnce() -> Vec<(HostPid, Vec<Iteration>)>) -> Option<Annotated> {
-        self.draining.store(false, Ordering::Relaxed);
-        if self.traced {
-            let _ = self.done.send(targets());
-        }
-        drop(self.done);
-        // Joined here whatever happened to it, so a failed tracer never takes the run with it.
-        match self.join.join() {
-            Ok(Some(annotated)) => Some(annotated),
-            Ok(None) if !self.traced => None,
-            _ => {
-                eprintln!("gpreempt: the tracer thread failed; no kernel-side breakdown");
-                None
-            }
+/// Stop the tracer and give each target's iterations the driver's side (the spans inside its
+/// ioctl windows); the tracer's losses. A tracer thread that failed leaves the records as they
+/// are.
+fn annotate<'a>(
+    tracer: Option<DrainingTracer<'_>>,
+    targets: impl IntoIterator<Item = (HostPid, &'a mut Vec<Iteration>)>,
+    online: Option<HostPid>,
+) -> Option<Losses> {
+    let tracer = tracer?;
+    let Some(drained) = tracer.finish() else {
+        eprintln!("gpreempt: the tracer thread failed; no kernel-side breakdown");
+        return None;
+    };
+    for (pid, iterations) in targets {
+        for it in iterations {
+            it.kernel = KernelSide::of_iteration(&drained.spans, it, pid, online);
         }
     }
+    drained.losses
 }
 
 fn run_one(
@@ -244,8 +121,8 @@ fn run_one(
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
     // The progress line is throttled to every 100 ms (and always shown for the last iteration).
     let mut shown_ns = 0u64;
-    let (run, annotated) = std::thread::scope(|scope| {
-        let tracer = TracerThread::spawn(scope, args, vec![offline], version);
+    let (run, tracer_losses) = std::thread::scope(|scope| {
+        let tracer = start_tracer(scope, args, vec![offline], version);
         attached_line(&target);
         let mut run = measure::run(&mut session, plan, stop, &[stop_pipe.fd()], |c| {
             let now = c.ended_ns();
@@ -254,14 +131,8 @@ fn run_one(
                 shown_ns = monotonic_ns();
             }
         });
-        // A copy: the run's own record survives a tracer thread that fails now.
-        let annotated = tracer.finish(|| vec![(offline, run.iterations.clone())]).map(|(mut its, losses)| {
-            if let Some(iterations) = its.pop() {
-                run.iterations = iterations;
-            }
-            losses
-        });
-        (run, annotated)
+        let losses = annotate(tracer, [(offline, &mut run.iterations)], args.online.map(HostPid));
+        (run, losses)
     });
     // Resume whatever is suspended, DISABLE, detach — before reporting anything.
     let detached = session.detach();
@@ -270,7 +141,6 @@ fn run_one(
     }
     let summary = run.summary(plan.iterations);
     print_summary(&summary, &run.iterations);
-    let tracer_losses = annotated.flatten();
     if let Some(l) = &tracer_losses {
         outln!("kernel-side tracer: {} records lost ({l})", l.dropped());
     }
@@ -321,7 +191,7 @@ fn attached_line(target: &AttachedTarget) {
 /// the targets are attached and would miss what opened meanwhile). The tracer drains on its own
 /// thread; both hooks only read and send channel messages.
 struct GroupSide<'t, 'scope> {
-    tracer: &'t TracerThread<'scope>,
+    tracer: Option<&'t DrainingTracer<'scope>>,
     /// Pids whose spans the tracer keeps.
     announced: Vec<HostPid>,
     /// Only when a container is selected (a pid selector names its process once).
@@ -355,7 +225,9 @@ impl Hooks for GroupSide<'_, '_> {
 
     fn opened(&mut self, out: &mut Vec<HostPid>) {
         let from = out.len();
-        self.tracer.opened(out);
+        if let Some(t) = self.tracer {
+            t.opened(out);
+        }
         let now = monotonic_ns();
         if let Some(sysfs) = self.sysfs.as_mut()
             && now >= self.polled_ns + 100_000_000
@@ -369,11 +241,11 @@ impl Hooks for GroupSide<'_, '_> {
         }
         // Offered to the group before their first suspend, so the tracer keeps their spans from
         // that suspend on (a pid the group then refuses costs nothing: it is never suspended).
-        if self.tracer.traced {
+        if let Some(t) = self.tracer {
             for &pid in &out[from..] {
                 if !self.announced.contains(&pid) {
                     self.announced.push(pid);
-                    self.tracer.learn(pid);
+                    t.keep(pid);
                 }
             }
         }
@@ -406,9 +278,9 @@ fn run_group(
     let version = group.members()[0].target.kfd_version;
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
     let (stopped, warnings, members, tracer_losses) = std::thread::scope(|scope| {
-        let tracer = TracerThread::spawn(scope, args, pids.clone(), version);
+        let tracer = start_tracer(scope, args, pids.clone(), version);
         let mut side = GroupSide {
-            tracer: &tracer,
+            tracer: tracer.as_ref(),
             announced: pids.clone(),
             sysfs,
             changes: Vec::new(),
@@ -424,14 +296,9 @@ fn run_group(
         if show_progress {
             eprintln!();
         }
-        let targets = || members.iter().map(|m| (m.target.pid, m.run.iterations.clone())).collect();
-        let losses = tracer.finish(targets).map(|(annotated, losses)| {
-            for (m, iterations) in members.iter_mut().zip(annotated) {
-                m.run.iterations = iterations;
-            }
-            losses
-        });
-        (stopped, warnings, members, losses.flatten())
+        let targets = members.iter_mut().map(|m| (m.target.pid, &mut m.run.iterations));
+        let losses = annotate(tracer, targets, args.online.map(HostPid));
+        (stopped, warnings, members, losses)
     });
     for w in &warnings {
         eprintln!("gpreempt: {w}");

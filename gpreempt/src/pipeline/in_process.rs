@@ -3,15 +3,26 @@
 //! attached (so no queue created in between is missing from the map). `gpreempt preempt`,
 //! `queues --watch`, `schedule` and the agent all start it here; what each needs of the stream —
 //! the model's lifecycle notices, the closed spans, or the raw events — comes out of it.
+//! [`DrainingTracer`] is the same tracer on a thread of its own (`preempt`).
 
-use std::{path::Path, sync::mpsc};
+use std::{
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    thread::{Scope, ScopedJoinHandle},
+    time::Duration,
+};
 
 use super::{Observed, Pipeline, filter::Filter};
 use crate::{
+    domain::HostPid,
     event::{Event, Losses},
     host::roots::Roots,
     kfd::KfdVersion,
-    model::{Limits, Model},
+    model::{Limits, Model, ModelNotice, spans::Span},
     trace::{
         live::{Live, StartError},
         loader::{AttachedProbes, BTF_DIR},
@@ -143,5 +154,106 @@ impl InProcessTracer {
     /// Records the tracer could not deliver, by cause.
     pub fn losses(&self) -> Result<Losses, StreamError> {
         self.live.stream.losses()
+    }
+}
+
+/// What a [`DrainingTracer`] kept: the closed spans of the pids it was told to keep, in stream
+/// order, and the records it could not deliver.
+#[derive(Debug, Default)]
+pub struct Drained {
+    pub spans: Vec<Span>,
+    pub losses: Option<Losses>,
+}
+
+/// An [`InProcessTracer`] on a thread of its own that drains the ring buffer every `period`, so
+/// no draining happens on the thread that runs the controller's cycles (a drain of many records
+/// would lengthen that cycle's hold or gap). It keeps the spans of the pids it is given (more can
+/// be added while it runs, before their first suspend) and forwards the processes that open
+/// `/dev/kfd`. Every exchange is a channel message: nothing blocks the caller.
+pub struct DrainingTracer<'scope> {
+    join: ScopedJoinHandle<'scope, Drained>,
+    draining: Arc<AtomicBool>,
+    keep: mpsc::Sender<HostPid>,
+    opened: mpsc::Receiver<HostPid>,
+}
+
+impl<'scope> DrainingTracer<'scope> {
+    /// Start the tracer on a thread of `scope` and wait until it is attached; why not, when it
+    /// cannot attach. Called inside a tokio runtime context (the ring buffer registers with its
+    /// reactor; the draining thread only reads the buffer's memory).
+    pub fn spawn<'env>(
+        scope: &'scope Scope<'scope, 'env>,
+        options: TracerOptions,
+        keep: Vec<HostPid>,
+        period: Duration,
+    ) -> Result<Self, StartError> {
+        let draining = Arc::new(AtomicBool::new(true));
+        let (keep_tx, keep_rx) = mpsc::channel::<HostPid>();
+        let (opened_tx, opened) = mpsc::channel::<HostPid>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), StartError>>();
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let flag = Arc::clone(&draining);
+        let join = scope.spawn(move || {
+            let _runtime = runtime.as_ref().map(tokio::runtime::Handle::enter);
+            let mut tracer = match InProcessTracer::start(&options) {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return Drained::default();
+                }
+            };
+            let _ = ready_tx.send(Ok(()));
+            let mut kept = keep;
+            let mut spans = Vec::new();
+            let mut collect = |tracer: &mut InProcessTracer| {
+                tracer.drain(|_| {});
+                // Read after the drain: a pid is sent before its first suspend, so before any of
+                // its spans can be drained.
+                kept.extend(keep_rx.try_iter());
+                for o in tracer.observed() {
+                    match o {
+                        Observed::Notice(ModelNotice::ProcessOpened { pid }) => {
+                            let _ = opened_tx.send(pid);
+                        }
+                        Observed::Span(s) if s.target_pid.is_some_and(|p| kept.contains(&p)) => spans.push(s),
+                        _ => {}
+                    }
+                }
+            };
+            while flag.load(Ordering::Relaxed) {
+                collect(&mut tracer);
+                std::thread::sleep(period);
+            }
+            collect(&mut tracer);
+            Drained { spans, losses: tracer.losses().ok() }
+        });
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Self { join, draining, keep: keep_tx, opened }),
+            Ok(Err(e)) => {
+                let _ = join.join();
+                Err(e)
+            }
+            // The thread died before it could say (it panicked).
+            Err(_) => {
+                let _ = join.join();
+                Err(StartError::Gone)
+            }
+        }
+    }
+
+    /// Keep the spans of `pid` too (a target added during the run), from its first suspend on.
+    pub fn keep(&self, pid: HostPid) {
+        let _ = self.keep.send(pid);
+    }
+
+    /// Processes the tracer saw opening `/dev/kfd` since the last call.
+    pub fn opened(&self, out: &mut Vec<HostPid>) {
+        out.extend(self.opened.try_iter());
+    }
+
+    /// Stop draining and return what was kept; `None` when the thread failed (it panicked).
+    pub fn finish(self) -> Option<Drained> {
+        self.draining.store(false, Ordering::Relaxed);
+        self.join.join().ok()
     }
 }

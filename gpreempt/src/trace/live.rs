@@ -17,6 +17,8 @@ pub enum StartError {
     Load(#[from] LoadError),
     #[error(transparent)]
     Stream(#[from] StreamError),
+    #[error("the tracer's thread ended before it attached (it panicked)")]
+    Gone,
 }
 
 /// The attached probes (they stay attached while this lives) and their stream.
