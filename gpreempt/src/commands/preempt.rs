@@ -37,7 +37,7 @@ use crate::cli::{PreemptArgs, QueueSelectionArg};
 pub fn run(args: &PreemptArgs) -> Result<()> {
     let stop = interrupt::install()?;
     if let Some(online) = args.online {
-        Target::inspect(&Roots::default(), online).context("--online")?;
+        Target::inspect(&Roots::default(), HostPid(online)).context("--online")?;
     }
     // Ctrl-C also wakes the session's ppoll (the flag alone would wait for its next look).
     let stop_pipe = SignalPipe::new(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])

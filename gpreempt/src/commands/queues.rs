@@ -66,7 +66,7 @@ const SNAPSHOT_COST: &str = "gpreempt: --debug-snapshot: debug ENABLE and DISABL
                              while attached";
 
 pub fn run(args: &QueuesArgs) -> Result<()> {
-    let target = Target::inspect(&Roots::default(), args.pid)?;
+    let target = Target::inspect(&Roots::default(), HostPid(args.pid))?;
     let version = Device::open().and_then(|d| d.version()).context("reading the KFD version")?;
     let lister = if !args.debug_snapshot {
         Lister::Sysfs(args.pid)
@@ -242,7 +242,7 @@ fn watch(
                 // view's own, and the watched process's.
                 "runlist_refreshes": {
                     "by_this_process": t.queues.refreshes_by(HostPid(std::process::id())),
-                    "by_the_process": t.queues.refreshes_by(HostPid(target.pid)),
+                    "by_the_process": t.queues.refreshes_by(target.pid),
                 },
             })
         });

@@ -77,7 +77,7 @@ pub fn plan(
         // Not a KFD process of the scan: the target check says exactly why (gone, never opened
         // /dev/kfd, a thread, …).
         let selector = Selector::Pid(pid);
-        let target = Target::inspect(roots, pid.0)
+        let target = Target::inspect(roots, pid)
             .map_err(|source| PlanError::Target { selector: selector.clone(), cause: source })?;
         target.check_debuggable(roots).map_err(|source| PlanError::Target { selector, cause: source })?;
     }

@@ -15,16 +15,19 @@ use std::{
 
 use nix::errno::Errno;
 
-use crate::host::roots::Roots;
 use crate::{
-    host::procinfo::{PROC_ROOT, effective_caps, status_field, status_number},
+    domain::HostPid,
+    host::{
+        procinfo::{PROC_ROOT, effective_caps, status_field, status_number},
+        roots::Roots,
+    },
     output::text::escape,
 };
 
 /// Facts about a target process read from `/proc/<pid>` and the KFD sysfs tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
-    pub pid: u32,
+    pub pid: HostPid,
     /// `/proc/<pid>/comm`.
     pub comm: String,
     /// `TracerPid:` of `/proc/<pid>/status` (0 = not traced). The kernel reports the tracing
@@ -79,50 +82,50 @@ impl Eq for ProcessHandle {}
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TargetError {
     #[error("no process with pid {0} (see `gpreempt ps` for the KFD processes)")]
-    NoSuchProcess(u32),
+    NoSuchProcess(HostPid),
     #[error("pid {0} is gpreempt itself; give the pid of the offline GPU process (see `gpreempt ps`)")]
-    OwnProcess(u32),
+    OwnProcess(HostPid),
     #[error(
         "pid {pid} ({}) has never opened /dev/kfd, so it has no GPU queues to suspend \
          (see `gpreempt ps` for the processes that do)",
         escape(.comm)
     )]
-    NotKfdProcess { pid: u32, comm: String },
+    NotKfdProcess { pid: HostPid, comm: String },
     #[error("pid {pid} is a thread of process {tgid}; KFD debugs whole processes: use --offline {tgid}")]
-    NotLeader { pid: u32, tgid: u32 },
+    NotLeader { pid: HostPid, tgid: u32 },
     #[error(
         "pid {pid} ({}) exited after it was inspected; the pid may now name another process, so it was not \
          debugged",
         escape(.comm)
     )]
-    Replaced { pid: u32, comm: String },
+    Replaced { pid: HostPid, comm: String },
     #[error("pid {pid} ({}) has exited (a zombie its parent has not reaped)", escape(.comm))]
-    Exited { pid: u32, comm: String },
+    Exited { pid: HostPid, comm: String },
     #[error(
         "pid {pid} ({}) is already traced by pid {tracer_pid} ({}); a process has one tracer: \
          detach that one (quit gdb/rocgdb/strace) and retry",
         escape(.comm),
         escape(.tracer_comm)
     )]
-    AlreadyTraced { pid: u32, comm: String, tracer_pid: u32, tracer_comm: String },
+    AlreadyTraced { pid: HostPid, comm: String, tracer_pid: u32, tracer_comm: String },
 }
 
 impl Target {
     /// Read the target's facts, refusing pids that cannot possibly be debugged.
-    pub fn inspect(roots: &Roots, pid: u32) -> Result<Self, TargetError> {
-        if pid == std::process::id() {
+    pub fn inspect(roots: &Roots, pid: HostPid) -> Result<Self, TargetError> {
+        if pid.0 == std::process::id() {
             return Err(TargetError::OwnProcess(pid));
         }
         // Opened before /proc is read, so what is read is known to be this process's if the handle
         // still says it lives afterwards.
-        let handle = if roots.proc == Path::new(PROC_ROOT) { ProcessHandle::open(pid).ok() } else { None };
+        let handle = if roots.proc == Path::new(PROC_ROOT) { ProcessHandle::open(pid.0).ok() } else { None };
         let dir = roots.proc.join(pid.to_string());
         let status = fs::read_to_string(dir.join("status")).map_err(|_| TargetError::NoSuchProcess(pid))?;
         if handle.as_ref().is_some_and(|h| !h.alive()) {
             return Err(TargetError::NoSuchProcess(pid));
         }
         let comm = read_comm(&dir).unwrap_or_else(|| status_field(&status, "Name").unwrap_or_default().to_owned());
-        let tgid = status_number(&status, "Tgid").unwrap_or(pid);
+        let tgid = status_number(&status, "Tgid").unwrap_or(pid.0);
         let tracer_pid = status_number(&status, "TracerPid").unwrap_or(0);
         let uses_kfd = roots.kfd_proc().join(pid.to_string()).is_dir();
         let zombie = status_field(&status, "State").is_some_and(|v| v.starts_with('Z'));
@@ -143,7 +146,7 @@ impl Target {
         if self.zombie {
             return Err(TargetError::Exited { pid: self.pid, comm: self.comm.clone() });
         }
-        if self.tgid != self.pid {
+        if self.tgid != self.pid.0 {
             return Err(TargetError::NotLeader { pid: self.pid, tgid: self.tgid });
         }
         if !self.uses_kfd {
@@ -246,11 +249,11 @@ mod tests {
     #[test]
     fn a_kfd_process_passes() {
         let (_d, roots) = fake(&[("4242/status", TRAIN), ("4242/comm", "train\n")], &[4242]);
-        let t = Target::inspect(&roots, 4242).unwrap();
+        let t = Target::inspect(&roots, HostPid(4242)).unwrap();
         assert_eq!(
             t,
             Target {
-                pid: 4242,
+                pid: HostPid(4242),
                 comm: "train".into(),
                 tracer_pid: 0,
                 zombie: false,
@@ -277,22 +280,25 @@ mod tests {
             ],
             &[4242],
         );
-        assert_eq!(Target::inspect(&roots, 999_999).unwrap_err(), TargetError::NoSuchProcess(999_999));
         assert_eq!(
-            Target::inspect(&roots, std::process::id()).unwrap_err(),
-            TargetError::OwnProcess(std::process::id())
+            Target::inspect(&roots, HostPid(999_999)).unwrap_err(),
+            TargetError::NoSuchProcess(HostPid(999_999))
         );
-        let init = Target::inspect(&roots, 1).unwrap();
+        assert_eq!(
+            Target::inspect(&roots, HostPid(std::process::id())).unwrap_err(),
+            TargetError::OwnProcess(HostPid(std::process::id()))
+        );
+        let init = Target::inspect(&roots, HostPid(1)).unwrap();
         assert_eq!(
             init.check_debuggable(&roots).unwrap_err().to_string(),
             "pid 1 (systemd) has never opened /dev/kfd, so it has no GPU queues to suspend (see `gpreempt ps` for \
              the processes that do)"
         );
-        let traced = Target::inspect(&roots, 4242).unwrap();
+        let traced = Target::inspect(&roots, HostPid(4242)).unwrap();
         assert_eq!(
             traced.check_debuggable(&roots).unwrap_err(),
             TargetError::AlreadyTraced {
-                pid: 4242,
+                pid: HostPid(4242),
                 comm: "train".into(),
                 tracer_pid: 77,
                 tracer_comm: "strace".into()
@@ -305,12 +311,12 @@ mod tests {
              ps` for the processes that do)"
         );
         assert_eq!(
-            Target::inspect(&roots, 5000).unwrap().check_debuggable(&roots).unwrap_err(),
-            TargetError::Exited { pid: 5000, comm: "done".into() }
+            Target::inspect(&roots, HostPid(5000)).unwrap().check_debuggable(&roots).unwrap_err(),
+            TargetError::Exited { pid: HostPid(5000), comm: "done".into() }
         );
         assert_eq!(
-            Target::inspect(&roots, 4243).unwrap().check_debuggable(&roots).unwrap_err(),
-            TargetError::NotLeader { pid: 4243, tgid: 4242 }
+            Target::inspect(&roots, HostPid(4243)).unwrap().check_debuggable(&roots).unwrap_err(),
+            TargetError::NotLeader { pid: HostPid(4243), tgid: 4242 }
         );
     }
 
@@ -325,14 +331,14 @@ mod tests {
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let target = Target::inspect(&Roots::default(), child.id()).unwrap();
+        let target = Target::inspect(&Roots::default(), HostPid(child.id())).unwrap();
         assert!(target.handle.is_some(), "a live /proc gives a pidfd");
         assert_eq!(target.comm, "sleep");
         assert_eq!(target.confirm(), Ok(()));
         child.kill().unwrap();
         child.wait().unwrap();
         // Whether or not the pid is reused meanwhile, the pidfd names the exited process.
-        assert_eq!(target.confirm(), Err(TargetError::Replaced { pid: child.id(), comm: "sleep".into() }));
+        assert_eq!(target.confirm(), Err(TargetError::Replaced { pid: HostPid(child.id()), comm: "sleep".into() }));
     }
 
     #[test]
@@ -345,7 +351,7 @@ mod tests {
             ],
             &[4242],
         );
-        let t = Target::inspect(&roots, 4242).unwrap();
+        let t = Target::inspect(&roots, HostPid(4242)).unwrap();
         assert!(explain_ptrace_denied(&roots, &t).starts_with("Yama ptrace_scope is 2"));
         fs::write(roots.proc.join("self/status"), "CapEff:\t000001ffffffffff\n").unwrap();
         assert!(explain_ptrace_denied(&roots, &t).starts_with("the kernel refused to ptrace pid 4242 (train)"));

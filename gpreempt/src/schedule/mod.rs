@@ -367,13 +367,9 @@ fn cpu_ms() -> f64 {
 
 /// Check a pid selector's process: it exists and has opened /dev/kfd.
 fn check_pid(roots: &Roots, role: Role, pid: HostPid) -> Result<(), ScheduleError> {
-    let target = Target::inspect(roots, pid.0).map_err(|source| ScheduleError::Target { role, pid, cause: source })?;
+    let target = Target::inspect(roots, pid).map_err(|source| ScheduleError::Target { role, pid, cause: source })?;
     if !target.uses_kfd {
-        return Err(ScheduleError::Target {
-            role,
-            pid,
-            cause: TargetError::NotKfdProcess { pid: pid.0, comm: target.comm },
-        });
+        return Err(ScheduleError::Target { role, pid, cause: TargetError::NotKfdProcess { pid, comm: target.comm } });
     }
     Ok(())
 }

@@ -118,7 +118,7 @@ pub struct Session {
 impl Session {
     /// Check the target, seize it and enable the debug trap, on this thread.
     pub fn attach(pid: HostPid, options: &Options) -> Result<Self, DebugError> {
-        let target = Target::inspect(&options.roots, pid.0)?;
+        let target = Target::inspect(&options.roots, pid)?;
         target.check_debuggable(&options.roots)?;
         // Forked before the device and the target are touched, so it holds neither.
         let watchdog = options.max_suspend.map(|_| Watchdog::spawn()).transpose()?;
@@ -133,7 +133,7 @@ impl Session {
             Errno::EPERM => {
                 DebugError::PtraceDenied { pid, reason: target::explain_ptrace_denied(&options.roots, &target) }
             }
-            Errno::ESRCH => DebugError::Target(TargetError::NoSuchProcess(pid.0)),
+            Errno::ESRCH => DebugError::Target(TargetError::NoSuchProcess(pid)),
             errno => DebugError::Ptrace { pid, errno },
         })?;
         // The seized pid is still the process inspected above, not a reused pid (its pidfd).
@@ -151,7 +151,7 @@ impl Session {
             Errno::EALREADY => DebugError::AlreadyDebugged { pid },
             Errno::EBUSY => DebugError::Busy { pid },
             Errno::EINVAL => DebugError::NoHws,
-            Errno::ESRCH => DebugError::Target(TargetError::NoSuchProcess(pid.0)),
+            Errno::ESRCH => DebugError::Target(TargetError::NoSuchProcess(pid)),
             Errno::EPERM => DebugError::NotPtraceParent { pid },
             errno => DebugError::Ioctl { op: DebugTrapOp::ENABLE, pid, errno },
         })?;
