@@ -18,8 +18,8 @@ use nix::errno::Errno;
 use crate::{
     domain::HostPid,
     host::{
-        procinfo::{PROC_ROOT, effective_caps, status_field, status_number},
-        roots::Roots,
+        procinfo::{effective_caps, status_field, status_number},
+        roots::{PROC_ROOT, Roots},
     },
     output::text::escape,
 };

@@ -38,10 +38,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-/// The usual procfs mount point.
-pub const PROC_ROOT: &str = "/proc";
-/// Docker's default data root (`dockerd --data-root`).
-pub const DOCKER_ROOT: &str = "/var/lib/docker";
+use super::roots::DOCKER_ROOT;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProcInfoError {
@@ -115,7 +112,7 @@ pub fn read(proc_root: &Path, pid: u32) -> Result<ProcInfo, ProcInfoError> {
     read_with(proc_root, Path::new(DOCKER_ROOT), pid)
 }
 
-/// Identity of `pid` from `proc_root` (normally [`PROC_ROOT`]); Docker container names come from
+/// Identity of `pid` from `proc_root` (normally [`super::roots::PROC_ROOT`]); Docker container names come from
 /// `docker_root/containers/<id>/config.v2.json`.
 pub fn read_with(proc_root: &Path, docker_root: &Path, pid: u32) -> Result<ProcInfo, ProcInfoError> {
     let dir = proc_root.join(pid.to_string());

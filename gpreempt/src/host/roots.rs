@@ -5,7 +5,10 @@
 
 use std::path::PathBuf;
 
-use crate::host::procinfo;
+/// The usual procfs mount point.
+pub const PROC_ROOT: &str = "/proc";
+/// Docker's default data root (`dockerd --data-root`).
+pub const DOCKER_ROOT: &str = "/var/lib/docker";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Roots {
@@ -22,9 +25,9 @@ pub struct Roots {
 impl Default for Roots {
     fn default() -> Self {
         Self {
-            proc: procinfo::PROC_ROOT.into(),
+            proc: PROC_ROOT.into(),
             sys: "/sys".into(),
-            docker: procinfo::DOCKER_ROOT.into(),
+            docker: DOCKER_ROOT.into(),
             debugfs_kfd: "/sys/kernel/debug/kfd".into(),
         }
     }
