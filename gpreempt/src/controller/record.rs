@@ -7,7 +7,11 @@ use super::{
     measure::{Iteration, Plan, RunSummary, StopReason},
     vocabulary::{AttachedTarget, Detached, Selection, SessionNotice},
 };
-use crate::{domain::QueueId, event::Losses, host::select::Selector};
+use crate::{
+    domain::{GpuId, QueueId},
+    event::Losses,
+    host::select::Selector,
+};
 
 /// The plan as the record shows it: the user's hold, gap and watchdog bound in ms.
 #[derive(Clone, Debug, Serialize)]
@@ -25,6 +29,7 @@ pub struct PlanRecord {
 #[serde(untagged)]
 pub enum QueuesRecord {
     All(&'static str),
+    Gpu { gpu_id: GpuId },
     Ids(Vec<QueueId>),
 }
 
@@ -37,6 +42,7 @@ impl PlanRecord {
             grace_period: plan.grace_period,
             queues: match &plan.selection {
                 Selection::All => QueuesRecord::All("all"),
+                Selection::Gpu(gpu_id) => QueuesRecord::Gpu { gpu_id: *gpu_id },
                 Selection::Ids(ids) => QueuesRecord::Ids(ids.clone()),
             },
             max_suspend_ms,

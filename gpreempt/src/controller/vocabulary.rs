@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::target::TargetError;
 use crate::{
-    domain::{DebugTrapOp, HostPid, QueueId, RuntimeState},
+    domain::{DebugTrapOp, GpuId, HostPid, QueueId, RuntimeState},
     kfd::{KfdVersion, device::DeviceError},
 };
 
@@ -183,9 +183,25 @@ fn verdicts<S: serde::Serializer>(outcomes: &[QueueOutcome], s: S) -> Result<S::
 /// Which queues to suspend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Selection {
-    /// Every queue of the target (from the latest snapshot, refreshed when queues appear).
+    /// Every queue of the target (from the latest snapshot, refreshed when queues appear);
+    /// queues it creates while they are held are suspended too.
     All,
+    /// Every queue of the target on one GPU (the snapshot says which GPU a queue is on); queues
+    /// it creates on that GPU while they are held are suspended too, its queues on other GPUs
+    /// are left running.
+    Gpu(GpuId),
     Ids(Vec<QueueId>),
+}
+
+impl Selection {
+    /// Whether a queue on `gpu` is one this selection holds (`Ids` picks queues, not GPUs).
+    pub fn holds_gpu(&self, gpu: GpuId) -> bool {
+        match self {
+            Self::All => true,
+            Self::Gpu(g) => *g == gpu,
+            Self::Ids(_) => false,
+        }
+    }
 }
 
 /// Things that happened in the session without being asked.

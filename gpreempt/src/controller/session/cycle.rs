@@ -13,7 +13,7 @@ use super::{MAX_QUEUES_PER_PROCESS, QUEUE_NEW, Session};
 use crate::{
     clock::monotonic_ns,
     controller::vocabulary::{Batch, DebugError, Selection},
-    domain::{DebugTrapOp, QueueId},
+    domain::{DebugTrapOp, GpuId, QueueId},
     kfd::{
         dbg_trap,
         uapi::{QueueOutcome, QueueResult, QueueSnapshotEntry, decode_outcomes, queue_status},
@@ -123,11 +123,12 @@ impl Session {
         self.late_suspended = 0;
         self.ids.clear();
         match selection {
-            Selection::All => {
+            Selection::All | Selection::Gpu(_) => {
                 if self.queues_dirty || self.known.is_empty() {
                     self.snapshot_into(QUEUE_NEW)?;
                 }
-                self.ids.extend(self.known.iter().map(|id| id.0));
+                let held = self.known.iter().filter(|(_, gpu)| selection.holds_gpu(*gpu));
+                self.ids.extend(held.map(|(id, _)| id.0));
             }
             Selection::Ids(ids) => self.ids.extend(ids.iter().take(MAX_QUEUES_PER_PROCESS).map(|id| id.0)),
         }
@@ -138,11 +139,11 @@ impl Session {
         self.finish_suspend(t, selection, grace_period)
     }
 
-    /// The end of a suspend whose ids are recorded: an `All` hold picks up queues created
+    /// The end of a suspend whose ids are recorded: an `All` or `Gpu` hold picks up queues created
     /// meanwhile; INVALID ids are retried.
     fn finish_suspend(&mut self, t: Tally, selection: &Selection, grace_period: u32) -> Result<Tally, DebugError> {
-        if *selection == Selection::All {
-            self.holding_all = Some(grace_period);
+        if matches!(selection, Selection::All | Selection::Gpu(_)) {
+            self.holding = Some((selection.clone(), grace_period));
         }
         // Everything below may fail: the ids are already in `self.suspended`.
         if self.faults.after_suspend() || t.invalid > 0 {
@@ -162,7 +163,7 @@ impl Session {
         self.retry.clear();
         for &raw in &self.ids {
             let outcome = QueueOutcome::from_raw(raw);
-            if outcome.invalid && self.known.contains(&outcome.queue_id) {
+            if outcome.invalid && self.known.iter().any(|(id, _)| *id == outcome.queue_id) {
                 self.retry.push(outcome.queue_id.0);
             }
         }
@@ -223,7 +224,7 @@ impl Session {
     pub fn resume_tally(&mut self) -> Result<Tally, DebugError> {
         self.check_alive()?;
         if self.suspended.is_empty() {
-            self.holding_all = None;
+            self.holding = None;
             return Ok(Tally::skipped(monotonic_ns()));
         }
         self.ids.clear();
@@ -248,7 +249,7 @@ impl Session {
         }
         self.suspended.clear();
         self.suspended_at_ns = None;
-        self.holding_all = None;
+        self.holding = None;
         self.backoff = None;
     }
 
@@ -265,7 +266,7 @@ impl Session {
                 self.snap.truncate(actual.min(capacity));
                 if clear_mask & QUEUE_NEW != 0 {
                     self.known.clear();
-                    self.known.extend(self.snap.iter().map(|e| QueueId(e.queue_id)));
+                    self.known.extend(self.snap.iter().map(|e| (QueueId(e.queue_id), GpuId(e.gpu_id))));
                     self.queues_dirty = false;
                 }
                 return Ok(());

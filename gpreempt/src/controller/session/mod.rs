@@ -35,12 +35,12 @@ use super::{
     signal_pipe::{self, SignalPipe},
     target::{self, Target, TargetError},
     tracee::{Tracee, TraceeState},
-    vocabulary::{AttachedTarget, DebugError, Detached, Options, SessionNotice},
+    vocabulary::{AttachedTarget, DebugError, Detached, Options, Selection, SessionNotice},
     watchdog::Watchdog,
 };
 use crate::{
     clock::monotonic_ns,
-    domain::{DebugTrapOp, HostPid, QueueId, RuntimeState},
+    domain::{DebugTrapOp, GpuId, HostPid, QueueId, RuntimeState},
     kfd::{
         Device, dbg_trap,
         uapi::{QueueSnapshotEntry, RuntimeInfo, exception},
@@ -84,15 +84,15 @@ pub struct Session {
     runtime_state: RuntimeState,
     /// The runtime was enabled at some point of the session (so DISABLED now means shut down).
     runtime_was_enabled: bool,
-    /// Queue ids of the latest clearing snapshot.
-    known: Vec<QueueId>,
+    /// Queues (id, GPU) of the latest clearing snapshot.
+    known: Vec<(QueueId, GpuId)>,
     queues_dirty: bool,
     /// Ids the kernel confirmed suspended, recorded as soon as each SUSPEND returns.
     suspended: Vec<u32>,
     suspended_at_ns: Option<u64>,
-    /// An `All` suspend is being held with this grace period: queues created meanwhile are
-    /// snapshotted and suspended too.
-    holding_all: Option<u32>,
+    /// An `All` or `Gpu` suspend is being held with this grace period: queues created meanwhile
+    /// (on that GPU) are snapshotted and suspended too.
+    holding: Option<(Selection, u32)>,
     /// Queues suspended that way since the last suspend.
     late_suspended: u32,
     /// Scratch id arrays (raw ids: the kernel writes verdict bits into them) and the snapshot
@@ -177,7 +177,7 @@ impl Session {
             queues_dirty: true,
             suspended: Vec::with_capacity(ID_ARRAY_CAPACITY),
             suspended_at_ns: None,
-            holding_all: None,
+            holding: None,
             late_suspended: 0,
             ids: Vec::with_capacity(ID_ARRAY_CAPACITY),
             retry: Vec::with_capacity(ID_ARRAY_CAPACITY),
@@ -402,7 +402,7 @@ mod tests {
             queues_dirty: true,
             suspended: Vec::new(),
             suspended_at_ns: None,
-            holding_all: None,
+            holding: None,
             late_suspended: 0,
             ids: Vec::new(),
             retry: Vec::new(),
@@ -542,5 +542,68 @@ mod tests {
         // Pending events looked at before DISABLE, which comes last and once.
         assert!(seen[4..seen.len() - 1].iter().all(|&op| op == QUERY) && seen.len() > 5, "{seen:?}");
         assert_eq!(seen.last(), Some(&DISABLE));
+    }
+
+    /// A process with queues on two GPUs: holding one GPU suspends its queues only, and a queue
+    /// created during the hold is suspended late only when it is on the held GPU.
+    #[test]
+    fn a_gpu_hold_suspends_that_gpus_queues_and_those_created_on_it_meanwhile() {
+        const A: u32 = 0x1000;
+        const B: u32 = 0x2000;
+        let queues: Rc<RefCell<Vec<(u32, u32)>>> = Rc::new(RefCell::new(vec![(0, A), (1, B), (2, A)]));
+        let new_queue_pending = Rc::new(RefCell::new(false));
+        let calls: Calls = Rc::default();
+        let (q, pending, seen) = (Rc::clone(&queues), Rc::clone(&new_queue_pending), Rc::clone(&calls));
+        let _k = fake::install(move |args: &mut DbgTrapArgs| {
+            let ids: &mut [u32] = match args.op {
+                // SAFETY: the call's own id array.
+                SUSPEND_QUEUES => unsafe { fake::ids(args.data[1], args.num_queues()) },
+                // SAFETY: as above.
+                RESUME_QUEUES => unsafe { fake::ids(args.data[0], args.num_queues()) },
+                _ => &mut [],
+            };
+            seen.borrow_mut().push((args.op, ids.to_vec()));
+            match args.op {
+                SNAPSHOT => {
+                    // SAFETY: the call's own buffer.
+                    let buf = unsafe { fake::snapshot(args.data[1], args.num_queues()) };
+                    for (entry, &(id, gpu)) in buf.iter_mut().zip(q.borrow().iter()) {
+                        (entry.queue_id, entry.gpu_id) = (id, gpu);
+                    }
+                    args.data[2] = (args.data[2] & !0xffff_ffff) | q.borrow().len() as u64;
+                    Ok(0)
+                }
+                SUSPEND_QUEUES | RESUME_QUEUES => Ok(ids.len() as i32),
+                // One EC_QUEUE_NEW pending after a create, then nothing.
+                QUERY if std::mem::take(&mut *pending.borrow_mut()) => {
+                    args.data[0] = QUEUE_NEW;
+                    Ok(0)
+                }
+                QUERY => Err(Errno::EAGAIN),
+                _ => Ok(0),
+            }
+        });
+        let mut s = fake_session(RuntimeState::Enabled);
+        let t = s.suspend_tally(&Selection::Gpu(GpuId(B)), 0).unwrap();
+        assert_eq!((t.count, t.done), (1, 1));
+        assert_eq!(s.suspended(), [1], "only the queue on GPU B");
+        // A queue created on A during B's hold keeps running.
+        queues.borrow_mut().push((3, A));
+        *new_queue_pending.borrow_mut() = true;
+        assert!(s.service_events());
+        assert_eq!((s.suspended(), s.late_suspended()), (&[1][..], 0));
+        // One created on B is held with it.
+        queues.borrow_mut().push((4, B));
+        *new_queue_pending.borrow_mut() = true;
+        assert!(s.service_events());
+        assert_eq!((s.suspended(), s.late_suspended()), (&[1, 4][..], 1));
+        let r = s.resume_tally().unwrap();
+        assert_eq!((r.count, r.done), (2, 2));
+        let suspends: Vec<Vec<u32>> =
+            calls.borrow().iter().filter(|c| c.0 == SUSPEND_QUEUES).map(|c| c.1.clone()).collect();
+        assert_eq!(suspends, [vec![1], vec![4]]);
+        // Holding A now takes every queue on A, the one created meanwhile included.
+        s.suspend_tally(&Selection::Gpu(GpuId(A)), 0).unwrap();
+        assert_eq!(s.suspended(), [0, 2, 3]);
     }
 }

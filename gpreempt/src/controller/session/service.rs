@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 
 use super::{MAX_QUEUES_PER_PROCESS, PROCESS_RUNTIME, QUEUE_NEW, SUBSCRIBED, Session, TraceeState, signal_pipe};
 use crate::{
-    controller::vocabulary::SessionNotice,
+    controller::vocabulary::{Selection, SessionNotice},
     domain::RuntimeState,
     kfd::{dbg_trap, uapi::RuntimeInfo},
 };
@@ -60,20 +60,20 @@ impl Session {
         }
         if new_queues {
             self.notices.push(SessionNotice::QueuesAppeared);
-            if let Some(grace) = self.holding_all {
-                self.suspend_late(grace);
+            if let Some((held, grace)) = self.holding.clone() {
+                self.suspend_late(&held, grace);
             }
         }
         any
     }
 
-    /// Queues created while an `All` suspend is held: snapshot (clears EC_QUEUE_NEW) and suspend
-    /// the new ones within the same hold.
-    fn suspend_late(&mut self, grace_period: u32) {
+    /// Queues created while an `All` or `Gpu` suspend is held: snapshot (clears EC_QUEUE_NEW) and
+    /// suspend the new ones the hold covers (on its GPU) within the same hold.
+    fn suspend_late(&mut self, held: &Selection, grace_period: u32) {
         let result = self.snapshot_into(QUEUE_NEW).and_then(|()| {
             self.ids.clear();
-            for &id in &self.known {
-                if !self.suspended.contains(&id.0) {
+            for &(id, gpu) in &self.known {
+                if held.holds_gpu(gpu) && !self.suspended.contains(&id.0) {
                     self.ids.push(id.0);
                 }
             }
