@@ -270,8 +270,13 @@ pub fn run(
     wake: &[BorrowedFd<'_>],
     mut on_cycle: impl FnMut(&Cycle),
 ) -> Run {
-    // Sized for the plan (bounded: a run of millions grows the buffer now and then).
-    let mut cycles: Vec<Cycle> = Vec::with_capacity(plan.iterations.min(100_000) as usize);
+    // Sized for the plan (bounded: a run of millions grows the buffer now and then), and every
+    // page of it touched now: a first-touch page fault inside the loop would land in one cycle
+    // out of a few dozen, on any machine.
+    let capacity = plan.iterations.min(100_000) as usize;
+    let mut cycles: Vec<Cycle> = Vec::with_capacity(capacity);
+    cycles.resize(capacity, Cycle::default());
+    cycles.clear();
     let (hold_ns, gap_ns) = (plan.hold.as_nanos() as u64, plan.gap.as_nanos() as u64);
     let mut stopped = None;
     let mut index = 0;
