@@ -17,6 +17,9 @@
 //! driver tears the queues down).
 //!
 //! `emu-workload online …` and `emu-workload offline …`: the load generators of `load.rs`.
+//! `emu-workload serve …` and `emu-workload train …`: an inference-like and a training-like
+//! client (`serve.rs`, `train.rs`): Poisson arrivals, several queues (and GPUs) whose indices
+//! sit in ROCr's `amd_queue_t`, varying dispatch costs, completions polled on the CPU.
 //!
 //! `emu-workload debug --pid P [--no-ptrace]` opens /dev/kfd, PTRACE_SEIZEs P (from this, the
 //! only thread that issues debug-trap ioctls) and answers `enable MASK`, `snapshot CLEAR_MASK
@@ -28,6 +31,12 @@
 mod aql;
 #[path = "emu_workload/load.rs"]
 mod load;
+#[path = "emu_workload/rocr.rs"]
+mod rocr;
+#[path = "emu_workload/serve.rs"]
+mod serve;
+#[path = "emu_workload/train.rs"]
+mod train;
 
 use gpreempt_tests::{parse_u32, parse_u64};
 use std::{
@@ -114,6 +123,73 @@ enum Mode {
         /// Include every completion record in the summary.
         #[arg(long)]
         records: bool,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Inference-like online client: Poisson arrivals over several queues, CPU-polled completions.
+    Serve {
+        #[arg(long, value_parser = parse_u32, default_value = "0x1000")]
+        gpu_id: u32,
+        /// Queues ("streams"); requests go to them in turn.
+        #[arg(long, default_value_t = 2)]
+        queues: u32,
+        /// Mean request arrival rate (Poisson: exponential inter-arrival times).
+        #[arg(long, default_value_t = 20.0)]
+        rate_hz: f64,
+        /// Mean dispatches per request; each request has 1 to 2K-1 of them, uniformly.
+        #[arg(long, default_value_t = 3)]
+        dispatches: u32,
+        /// Mean cost of a dispatch, µs; each is drawn uniformly within ±`--spread` of it.
+        #[arg(long, default_value_t = 1000)]
+        dispatch_us: u64,
+        #[arg(long, default_value_t = 0.5)]
+        spread: f64,
+        #[arg(long, default_value_t = 200)]
+        requests: u32,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Create one more queue this long after the first request (a stream opened mid-run).
+        #[arg(long, value_name = "MS")]
+        second_queue_after_ms: Option<u64>,
+        /// After the hello line, wait for one line on stdin before the first request.
+        #[arg(long)]
+        wait_go: bool,
+        #[arg(long)]
+        runtime_enable: bool,
+        #[arg(long, default_value_t = 16384)]
+        ring_size: u32,
+        #[arg(long, value_enum, default_value = "yield")]
+        poll: rocr::Poll,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Training-like offline client: steps of varying dispatches on several queues (and GPUs),
+    /// CPU-polled completions; answers `stats`, ends on `stop` or EOF.
+    Train {
+        /// GPUs its queues go to, in turn (comma-separated).
+        #[arg(long, alias = "gpu-id", value_parser = parse_u32, value_delimiter = ',', default_value = "0x1000")]
+        gpu_ids: Vec<u32>,
+        #[arg(long, default_value_t = 1)]
+        queues: u32,
+        /// Mean cost of a dispatch, µs; each is drawn uniformly within ±`--spread` of it.
+        #[arg(long, default_value_t = 4000)]
+        dispatch_us: u64,
+        #[arg(long, default_value_t = 0.5)]
+        spread: f64,
+        /// Dispatches per step (published together).
+        #[arg(long, default_value_t = 4)]
+        step_dispatches: u32,
+        /// Steps kept queued per queue (asynchronous launches ahead of the synchronization).
+        #[arg(long, default_value_t = 2)]
+        inflight_steps: u32,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        runtime_enable: bool,
+        #[arg(long, default_value_t = 4096)]
+        ring_size: u32,
+        #[arg(long, value_enum, default_value = "yield")]
+        poll: rocr::Poll,
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -564,6 +640,62 @@ fn main() -> Result<()> {
             let (_device, q, hello) = load_queue(&queue)?;
             load::offline(&q, hello, &load::OfflineArgs { dispatch_us, interval_ms, records, out })
         }
+        Mode::Serve {
+            gpu_id,
+            queues,
+            rate_hz,
+            dispatches,
+            dispatch_us,
+            spread,
+            requests,
+            seed,
+            second_queue_after_ms,
+            wait_go,
+            runtime_enable,
+            ring_size,
+            poll,
+            out,
+        } => serve::serve(&serve::ServeArgs {
+            gpu_id,
+            queues,
+            rate_hz,
+            dispatches,
+            dispatch_us,
+            spread,
+            requests,
+            seed,
+            second_queue_after_ms,
+            wait_go,
+            runtime_enable,
+            ring_size,
+            poll,
+            out,
+        }),
+        Mode::Train {
+            gpu_ids,
+            queues,
+            dispatch_us,
+            spread,
+            step_dispatches,
+            inflight_steps,
+            seed,
+            runtime_enable,
+            ring_size,
+            poll,
+            out,
+        } => train::train(&train::TrainArgs {
+            gpu_ids,
+            queues,
+            dispatch_us,
+            spread,
+            step_dispatches,
+            inflight_steps,
+            seed,
+            runtime_enable,
+            ring_size,
+            poll,
+            out,
+        }),
         Mode::Debug { pid, no_ptrace } => debug(pid, no_ptrace),
     }
 }
