@@ -107,9 +107,28 @@ pub struct ScheduleArgs {
     /// Resume the offline queues after this long without online work, ms.
     #[arg(long, default_value_t = 2.0, value_name = "MS")]
     pub idle_ms: f64,
-    /// Interval between reads of the online dispatch indices, µs.
+    /// Interval between the reaction thread's steps (reads of the online dispatch indices), µs.
     #[arg(long, default_value_t = 200, value_name = "US")]
     pub poll_us: u64,
+    /// SCHED_FIFO priority of the reaction thread (1-99; 0: normal scheduling). Without
+    /// CAP_SYS_NICE it is said once and the thread runs at normal priority.
+    #[arg(long, default_value_t = gpreempt::schedule::DEFAULT_RT_PRIORITY, value_name = "N",
+          value_parser = clap::value_parser!(u8).range(0..=99))]
+    pub rt_priority: u8,
+    /// Pin the reaction thread to this CPU (give it one no other busy task uses).
+    #[arg(long, value_name = "CPU")]
+    pub cpu: Option<usize>,
+    /// The reaction thread polls without sleeping between steps: the shortest detection, at the
+    /// cost of one CPU kept busy (for hosts with a core to spare; combine with --cpu).
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// Do not lock gpreempt's memory (mlockall) against page faults in the reaction thread.
+    #[arg(long)]
+    pub no_mlock: bool,
+    /// Resume after every idle gap of --idle-ms, even one predicted shorter than what the resume
+    /// and the next suspend cost the online job (by default such resumes are skipped).
+    #[arg(long)]
+    pub no_cost_aware: bool,
     /// Interval between reads of the online processes' cu_occupancy, µs.
     #[arg(long, default_value_t = 1000, value_name = "US")]
     pub occupancy_us: u64,

@@ -130,7 +130,7 @@ fn run(policy: &AgentPolicy, discovery: channel::ChannelDiscovery, stop: &Atomic
     let name = policy.name.as_str();
     let mut recorder = Recorder { name, metrics, suspended_at_ms: None };
     let mut emit = |e: &ScheduleEvent| recorder.event(e);
-    let scheduler = match Scheduler::<Session>::start(scheduler_config(policy), Box::new(discovery), &mut emit) {
+    let scheduler = match Scheduler::start::<Session>(scheduler_config(policy), Box::new(discovery), &mut emit) {
         Ok(s) => s,
         Err(e) => {
             log("error", "policy not started", &[("policy", &name), ("error", &e)]);
@@ -225,7 +225,10 @@ impl Recorder<'_> {
                     ("reactions", &r.reaction_us.as_ref().map_or(0, |s| s.count)),
                 ],
             ),
-            ScheduleEvent::OnlineQueue { .. } | ScheduleEvent::Interval(_) | ScheduleEvent::HintMalformed { .. } => {}
+            ScheduleEvent::OnlineQueue { .. }
+            | ScheduleEvent::Interval(_)
+            | ScheduleEvent::HintMalformed { .. }
+            | ScheduleEvent::ResumeSkipped { .. } => {}
         }
     }
 }
@@ -238,11 +241,14 @@ mod tests {
     fn transition(action: &'static str, t_ms: f64, queues: i64, reaction_us: Option<f64>) -> ScheduleEvent {
         ScheduleEvent::Transition(Transition {
             t_ms,
+            gpu_id: crate::domain::GpuId(0x1000),
             action,
             reason: None,
             latency_us: 40.0,
             reaction_us,
+            detection_us: reaction_us.map(|r| r / 2.0),
             queues,
+            ioctls: 1,
             errors: Vec::new(),
         })
     }

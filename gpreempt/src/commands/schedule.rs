@@ -16,6 +16,7 @@ use gpreempt::{
         discover::{Discovery, SysfsDiscovery, TracerDiscovery},
         kernel::DriverCalls,
         policy::PolicyConfig,
+        realtime::RealtimeConfig,
     },
     stats::Summary,
 };
@@ -36,8 +37,11 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
             max_suspend: Duration::from_millis(args.max_suspend_ms),
             min_share: args.offline_min_share,
             share_window: Duration::from_millis(args.share_window_ms.max(1)),
+            cost_aware: !args.no_cost_aware,
         },
         poll: Duration::from_micros(args.poll_us),
+        busy_poll: args.busy_poll,
+        realtime: RealtimeConfig { priority: args.rt_priority, cpu: args.cpu, lock_memory: !args.no_mlock },
         occupancy: Duration::from_micros(args.occupancy_us),
         interval: Duration::from_millis(args.interval_ms.max(1)),
         hint_socket: args.hint_socket.clone(),
@@ -65,7 +69,7 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     let status = !args.json && std::io::stderr().is_terminal();
     let json = args.json;
     let mut emit = move |e: &ScheduleEvent| show(e, json, status);
-    let scheduler = Scheduler::<Session>::start(config, discovery, &mut emit)?;
+    let scheduler = Scheduler::start::<Session>(config, discovery, &mut emit)?;
     eprintln!("gpreempt: scheduling; Ctrl-C or SIGTERM resumes the offline queues, detaches and prints the summary");
     let report = scheduler.run(stop, &mut emit);
     if status {
@@ -97,11 +101,13 @@ fn show(e: &ScheduleEvent, json: bool, status: bool) {
             }
         }
         ScheduleEvent::Transition(_) | ScheduleEvent::Summary(_) => {}
-        ScheduleEvent::OfflineAttached { pid, comm, queues, picked_up } => eprintln!(
+        ScheduleEvent::OfflineAttached { pid, comm, queues, gpus, picked_up } => eprintln!(
             // Debug formatting escapes control characters a process may put in its comm.
-            "gpreempt: offline pid {pid} ({comm:?}) attached{}, {queues} queue(s)",
-            if *picked_up { " (picked up)" } else { "" }
+            "gpreempt: offline pid {pid} ({comm:?}) attached{}, {queues} queue(s) on GPU(s) {}",
+            if *picked_up { " (picked up)" } else { "" },
+            gpu_list(gpus)
         ),
+        ScheduleEvent::ResumeSkipped { .. } => {}
         ScheduleEvent::OfflineAttachFailed { pid, error } => {
             eprintln!("gpreempt: offline pid {pid} not attached: {error}");
         }
@@ -131,17 +137,31 @@ fn show(e: &ScheduleEvent, json: bool, status: bool) {
     }
 }
 
+fn gpu_list(gpus: &[gpreempt::domain::GpuId]) -> String {
+    if gpus.is_empty() {
+        return "none yet".into();
+    }
+    gpus.iter().map(|g| format!("{g:#x}")).collect::<Vec<_>>().join(", ")
+}
+
+/// One line, rewritten in place: per GPU its state and suspended share, then the totals.
 fn status_line(i: &Interval) {
+    let gpus: Vec<String> = i
+        .gpus
+        .iter()
+        .map(|g| {
+            format!("{:#x} {} {:>3.0}%", g.gpu_id, format!("{:?}", g.state).to_lowercase(), 100.0 * g.suspended_share)
+        })
+        .collect();
     let mut err = std::io::stderr().lock();
     let _ = write!(
         err,
-        "\r{:>9.1} s  {:<10}  online {:<7}  suspended {:>5.1}%  transitions {:>6}  reaction p99 {:>8} us   ",
+        "\r{:>8.1} s  {}  transitions {:>6}  reaction p99 {:>7} us  step p99 {:>6} us   ",
         i.t_ms / 1e3,
-        format!("{:?}", i.state).to_lowercase(),
-        if i.online_pending { "pending" } else { "idle" },
-        100.0 * i.suspended_share,
+        if gpus.is_empty() { "no GPU scheduled yet".to_owned() } else { gpus.join(" | ") },
         i.transitions,
         i.reaction_p99_us.map_or_else(|| "-".into(), |v| format!("{v:.0}")),
+        i.loop_step_p99_us.map_or_else(|| "-".into(), |v| format!("{v:.0}")),
     );
     let _ = err.flush();
 }
@@ -154,11 +174,20 @@ fn print_report(r: &ScheduleReport) {
         )
     };
     println!("ran {:.1} s, {} polls", r.elapsed_ms / 1e3, r.polls);
+    let rt = &r.realtime;
     println!(
-        "transitions: {} suspends ({} failed), {} resumes {:?}",
-        r.suspends, r.failed_suspends, r.resumes, r.resumes_by_reason
+        "reaction thread: {}{}{}; step interval, us: {}",
+        if rt.policy == "fifo" { format!("SCHED_FIFO {}", rt.priority) } else { "normal priority".into() },
+        rt.cpu.map_or_else(String::new, |c| format!(", on CPU {c}")),
+        if rt.memory_locked { ", memory locked" } else { "" },
+        line(&r.loop_step_us)
+    );
+    println!(
+        "transitions: {} suspends ({} failed), {} resumes {:?}, {} idle resumes skipped (gap shorter than their cost)",
+        r.suspends, r.failed_suspends, r.resumes, r.resumes_by_reason, r.resumes_skipped
     );
     println!("offline suspended {:.1} ms ({:.1}% of the time)", r.suspended_ms, 100.0 * r.suspended_share);
+    println!("detection (last poll without online work -> SUSPEND entered), us: {}", line(&r.detection_us));
     println!("reaction (online work visible -> SUSPEND returned), us: {}", line(&r.reaction_us));
     println!("suspend latency, us: {}", line(&r.suspend_us));
     println!("resume latency, us: {}", line(&r.resume_us));
@@ -197,6 +226,25 @@ fn print_report(r: &ScheduleReport) {
             let pids: Vec<String> = k.collateral_pids.iter().map(ToString::to_string).collect();
             println!("  processes preempted as collateral: {}", pids.join(" "));
         }
+    }
+    for g in &r.gpus {
+        let rate = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.1}/s"));
+        println!(
+            "GPU {:#x}: {}; {} suspends, {} resumes, {} skipped; suspended {:.1}%; reaction p99 {} us; offline {} \
+             dispatches ({} overall)",
+            g.gpu_id,
+            if g.scheduled { "scheduled" } else { "no online work seen: offline never touched" },
+            g.suspends,
+            g.resumes,
+            g.resumes_skipped,
+            100.0 * g.suspended_share,
+            g.reaction_us.as_ref().map_or_else(|| "-".into(), |s| format!("{:.0}", s.p99)),
+            g.offline_dispatches,
+            rate(g.offline_rate_overall_per_s)
+        );
+    }
+    if r.reports_dropped > 0 {
+        println!("records dropped (this side fell behind the reaction thread): {}", r.reports_dropped);
     }
     println!("runlist refreshes from attaching: {}", r.attach_refreshes);
     println!("gpreempt CPU: {:.1} ms ({:.2}% of one core)", r.cpu_ms, 100.0 * r.cpu_share);

@@ -1,14 +1,14 @@
 //! What the scheduler needs from a debug-trap session on one offline process, as a trait so the
-//! scheduler's logic can be tested with a recording implementation. [`Session`] (the controller,
-//! on the scheduler's own thread) and [`Debugger`] (a session on a thread of its own) implement it.
+//! scheduler's logic can be tested with a recording implementation. [`Session`] implements it on
+//! the scheduler's reaction thread, the thread that attached it (KFD takes a target's debug-trap
+//! calls only from its ptrace tracer thread).
 
 use crate::{
     controller::{
-        Debugger,
         session::Session,
         vocabulary::{Batch, DRIVER_GRACE_PERIOD, DebugError, Detached, Options, Selection, SessionNotice},
     },
-    domain::HostPid,
+    domain::{GpuId, HostPid},
     kfd::uapi::QueueSnapshotEntry,
 };
 
@@ -21,6 +21,8 @@ pub trait Control: Sized {
     fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError>;
     /// RESUME_QUEUES of everything this session suspended.
     fn resume(&mut self) -> Result<Batch, DebugError>;
+    /// RESUME_QUEUES of what this session suspended on `gpu` (its holds of other GPUs go on).
+    fn resume_gpu(&mut self, gpu: GpuId) -> Result<Batch, DebugError>;
     /// GET_QUEUE_SNAPSHOT without clearing anything in the target.
     fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError>;
     /// Notices since the last call (exit, runtime changes, new queues, watchdog resumes).
@@ -29,36 +31,6 @@ pub trait Control: Sized {
     fn comm(&self) -> String;
     /// Resume, DISABLE (one runlist refresh), detach.
     fn detach(self) -> Detached;
-}
-
-impl Control for Debugger {
-    fn attach(pid: HostPid, options: &Options) -> Result<Self, DebugError> {
-        Debugger::attach(pid, options.clone())
-    }
-
-    fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError> {
-        Debugger::suspend(self, selection.clone(), DRIVER_GRACE_PERIOD)
-    }
-
-    fn resume(&mut self) -> Result<Batch, DebugError> {
-        Debugger::resume(self)
-    }
-
-    fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
-        Debugger::snapshot(self, false)
-    }
-
-    fn notices(&mut self) -> Vec<SessionNotice> {
-        Debugger::notices(self)
-    }
-
-    fn comm(&self) -> String {
-        self.attached().comm.clone()
-    }
-
-    fn detach(self) -> Detached {
-        Debugger::detach(self)
-    }
 }
 
 /// The scheduler's thread is the session's thread: attach, suspend, resume and detach are direct
@@ -74,6 +46,10 @@ impl Control for Session {
 
     fn resume(&mut self) -> Result<Batch, DebugError> {
         Session::resume(self)
+    }
+
+    fn resume_gpu(&mut self, gpu: GpuId) -> Result<Batch, DebugError> {
+        Session::resume_gpu(self, gpu)
     }
 
     fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {

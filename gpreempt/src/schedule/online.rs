@@ -20,7 +20,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::domain::{HostPid, QueueId};
+use crate::domain::{GpuId, HostPid, QueueId};
 pub use crate::model::QueueAddrs;
 
 /// Why an online process's memory could not be read.
@@ -37,33 +37,38 @@ pub enum ReadError {
     Fault { pid: HostPid, errno: io::Error },
 }
 
-/// Read the u64 at each of `addrs` in `pid`'s memory into `out`, with one `process_vm_readv`.
+/// u64s read per `process_vm_readv` call: the iovec arrays live on the stack, so a poll
+/// allocates nothing (a process with more queues takes one call per chunk).
+const READ_CHUNK: usize = 64;
+
+/// Read the u64 at each of `addrs` in `pid`'s memory into `out`, with one `process_vm_readv`
+/// per [`READ_CHUNK`] addresses; allocates nothing.
 pub fn read_u64s(pid: HostPid, addrs: &[u64], out: &mut [u64]) -> Result<(), ReadError> {
     assert_eq!(addrs.len(), out.len(), "one destination per address");
-    if addrs.is_empty() {
-        return Ok(());
-    }
-    let local: Vec<libc::iovec> =
-        out.iter_mut().map(|v| libc::iovec { iov_base: (v as *mut u64).cast(), iov_len: 8 }).collect();
-    let remote: Vec<libc::iovec> =
-        addrs.iter().map(|&a| libc::iovec { iov_base: a as usize as *mut libc::c_void, iov_len: 8 }).collect();
     let pid_raw = libc::pid_t::try_from(pid.0).map_err(|_| ReadError::Gone(pid))?;
-    // SAFETY: every local iovec points at a live u64 of `out`; the remote ones are only read
-    // by the kernel, which checks them against the target's address space.
-    let n = unsafe {
-        libc::process_vm_readv(pid_raw, local.as_ptr(), local.len() as _, remote.as_ptr(), remote.len() as _, 0)
-    };
-    if n < 0 {
-        let errno = io::Error::last_os_error();
-        return Err(match errno.raw_os_error() {
-            Some(libc::ESRCH) => ReadError::Gone(pid),
-            Some(libc::EPERM) | Some(libc::EACCES) => ReadError::Denied { pid, errno },
-            _ => ReadError::Fault { pid, errno },
-        });
-    }
-    if n as usize != addrs.len() * 8 {
-        // A partial read: some queue memory is unmapped (the queue was destroyed).
-        return Err(ReadError::Fault { pid, errno: io::Error::from_raw_os_error(libc::EFAULT) });
+    for (addrs, out) in addrs.chunks(READ_CHUNK).zip(out.chunks_mut(READ_CHUNK)) {
+        let empty = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
+        let (mut local, mut remote) = ([empty; READ_CHUNK], [empty; READ_CHUNK]);
+        for ((l, r), (v, &a)) in local.iter_mut().zip(remote.iter_mut()).zip(out.iter_mut().zip(addrs)) {
+            *l = libc::iovec { iov_base: (v as *mut u64).cast(), iov_len: 8 };
+            *r = libc::iovec { iov_base: a as usize as *mut libc::c_void, iov_len: 8 };
+        }
+        let n_iov = addrs.len();
+        // SAFETY: the first `n_iov` local iovecs point at live u64s of `out`; the remote ones
+        // are only read by the kernel, which checks them against the target's address space.
+        let n = unsafe { libc::process_vm_readv(pid_raw, local.as_ptr(), n_iov as _, remote.as_ptr(), n_iov as _, 0) };
+        if n < 0 {
+            let errno = io::Error::last_os_error();
+            return Err(match errno.raw_os_error() {
+                Some(libc::ESRCH) => ReadError::Gone(pid),
+                Some(libc::EPERM) | Some(libc::EACCES) => ReadError::Denied { pid, errno },
+                _ => ReadError::Fault { pid, errno },
+            });
+        }
+        if n as usize != n_iov * 8 {
+            // A partial read: some queue memory is unmapped (the queue was destroyed).
+            return Err(ReadError::Fault { pid, errno: io::Error::from_raw_os_error(libc::EFAULT) });
+        }
     }
     Ok(())
 }
@@ -109,7 +114,7 @@ pub fn read_occupancy(files: &[PathBuf]) -> Option<u64> {
 pub struct Poll {
     /// Queues with `write > read`.
     pub pending_queues: usize,
-    /// Dispatch delays (first seen pending → consumed) completed at this poll, ns: how many.
+    /// Dispatch delays (first seen pending → consumed) completed at this poll: how many.
     pub delays_closed: usize,
 }
 
@@ -119,35 +124,40 @@ struct Watched {
     addrs: QueueAddrs,
     /// The write index first seen ahead of the read index, and when.
     pending_since: Option<(u64, u64)>,
+    /// `write > read` at the last poll.
+    pending: bool,
 }
 
-/// One online process: its queues' indices and its occupancy files.
+/// One online process's queues and their indices, read with one system call per poll.
 #[derive(Debug)]
 pub struct OnlineProcess {
     pub pid: HostPid,
     queues: Vec<Watched>,
-    occupancy: Vec<PathBuf>,
-    /// Last occupancy read (CUs), kept between sparse reads.
-    pub last_occupancy: Option<u64>,
     addrs: Vec<u64>,
     values: Vec<u64>,
 }
 
 impl OnlineProcess {
-    pub fn new(pid: HostPid, occupancy: Vec<PathBuf>) -> Self {
-        Self { pid, queues: Vec::new(), occupancy, last_occupancy: None, addrs: Vec::new(), values: Vec::new() }
+    pub fn new(pid: HostPid) -> Self {
+        Self { pid, queues: Vec::new(), addrs: Vec::new(), values: Vec::new() }
     }
 
     /// Watch a queue (a repeat of a known id replaces its addresses: ids are reused after destroy).
     pub fn add_queue(&mut self, addrs: QueueAddrs) {
         self.queues.retain(|w| w.addrs.queue_id != addrs.queue_id);
-        self.queues.push(Watched { addrs, pending_since: None });
-        self.addrs = self.queues.iter().flat_map(|w| [w.addrs.read, w.addrs.write]).collect();
-        self.values = vec![0; self.addrs.len()];
+        self.queues.push(Watched { addrs, pending_since: None, pending: false });
+        self.rebuild();
     }
 
-    pub fn remove_queue(&mut self, queue_id: QueueId) {
+    /// Stop watching a queue; its GPU, if it was watched.
+    pub fn remove_queue(&mut self, queue_id: QueueId) -> Option<GpuId> {
+        let gpu = self.queues.iter().find(|w| w.addrs.queue_id == queue_id).map(|w| w.addrs.gpu_id);
         self.queues.retain(|w| w.addrs.queue_id != queue_id);
+        self.rebuild();
+        gpu
+    }
+
+    fn rebuild(&mut self) {
         self.addrs = self.queues.iter().flat_map(|w| [w.addrs.read, w.addrs.write]).collect();
         self.values = vec![0; self.addrs.len()];
     }
@@ -156,25 +166,37 @@ impl OnlineProcess {
         self.queues.iter().map(|w| w.addrs.queue_id).collect()
     }
 
-    /// Read every queue's indices at `now` (ns); closed dispatch delays go to `delays`.
-    pub fn poll(&mut self, now: u64, delays: &mut Vec<u64>) -> Result<Poll, ReadError> {
+    /// The GPUs of the watched queues (repeats included).
+    pub fn gpus(&self) -> impl Iterator<Item = GpuId> + '_ {
+        self.queues.iter().map(|w| w.addrs.gpu_id)
+    }
+
+    /// GPUs with a queue whose indices showed pending work at the last poll (repeats included).
+    pub fn pending_gpus(&self) -> impl Iterator<Item = GpuId> + '_ {
+        self.queues.iter().filter(|w| w.pending).map(|w| w.addrs.gpu_id)
+    }
+
+    /// Read every queue's indices at `now` (ns); each closed dispatch delay (first seen pending
+    /// → consumed, ns) is handed to `delay`.
+    pub fn poll(&mut self, now: u64, delay: &mut impl FnMut(GpuId, u64)) -> Result<Poll, ReadError> {
         read_u64s(self.pid, &self.addrs, &mut self.values)?;
-        Ok(self.apply(now, delays))
+        Ok(self.apply(now, delay))
     }
 
     /// The bookkeeping of [`OnlineProcess::poll`] over the values just read.
-    fn apply(&mut self, now: u64, delays: &mut Vec<u64>) -> Poll {
+    fn apply(&mut self, now: u64, delay: &mut impl FnMut(GpuId, u64)) -> Poll {
         let mut out = Poll::default();
         for (w, pair) in self.queues.iter_mut().zip(self.values.chunks_exact(2)) {
             let (read, write) = (pair[0], pair[1]);
             if let Some((target, since)) = w.pending_since
                 && read >= target
             {
-                delays.push(now.saturating_sub(since));
+                delay(w.addrs.gpu_id, now.saturating_sub(since));
                 out.delays_closed += 1;
                 w.pending_since = None;
             }
-            if write > read {
+            w.pending = write > read;
+            if w.pending {
                 out.pending_queues += 1;
                 if w.pending_since.is_none() {
                     w.pending_since = Some((write, now));
@@ -183,16 +205,12 @@ impl OnlineProcess {
         }
         out
     }
+}
 
-    /// Re-read the occupancy files (sparingly: the kernel asks the hardware).
-    pub fn read_occupancy(&mut self) -> Option<u64> {
-        self.last_occupancy = read_occupancy(&self.occupancy);
-        self.last_occupancy
-    }
-
-    pub fn has_occupancy_files(&self) -> bool {
-        !self.occupancy.is_empty()
-    }
+/// The GPU of an occupancy file `…/stats_<gpuid>/cu_occupancy`.
+pub fn occupancy_gpu(file: &Path) -> Option<GpuId> {
+    let dir = file.parent()?.file_name()?.to_str()?;
+    dir.strip_prefix("stats_")?.parse().ok().map(GpuId)
 }
 
 #[cfg(test)]
@@ -221,26 +239,40 @@ mod tests {
         // The indices live in this test; the process reads itself.
         let mut idx: Box<[u64; 4]> = Box::new([0, 0, 5, 5]);
         let base = idx.as_ptr() as u64;
-        let mut p = OnlineProcess::new(HostPid(std::process::id()), Vec::new());
+        let mut p = OnlineProcess::new(HostPid(std::process::id()));
         p.add_queue(q(0, base, base + 8));
-        p.add_queue(q(1, base + 16, base + 24));
+        p.add_queue(QueueAddrs { gpu_id: GpuId(0x2000), ..q(1, base + 16, base + 24) });
         let mut delays = Vec::new();
-        assert_eq!(p.poll(1_000, &mut delays).unwrap(), Poll::default());
+        let mut delay = |gpu: GpuId, ns: u64| delays.push((gpu.0, ns));
+        assert_eq!(p.poll(1_000, &mut delay).unwrap(), Poll::default());
         idx[1] = 3; // three dispatches submitted on queue 0
-        assert_eq!(p.poll(2_000, &mut delays).unwrap(), Poll { pending_queues: 1, delays_closed: 0 });
+        assert_eq!(p.poll(2_000, &mut delay).unwrap(), Poll { pending_queues: 1, delays_closed: 0 });
+        assert_eq!(p.pending_gpus().collect::<Vec<_>>(), [GpuId(0x1000)]);
         idx[0] = 2; // two started: still pending, the delay is measured to the last one seen
-        assert_eq!(p.poll(3_000, &mut delays).unwrap(), Poll { pending_queues: 1, delays_closed: 0 });
+        assert_eq!(p.poll(3_000, &mut delay).unwrap(), Poll { pending_queues: 1, delays_closed: 0 });
         idx[0] = 3;
-        assert_eq!(p.poll(4_500, &mut delays).unwrap(), Poll { pending_queues: 0, delays_closed: 1 });
-        assert_eq!(delays, vec![2_500]);
-        p.remove_queue(QueueId(0));
+        assert_eq!(p.poll(4_500, &mut delay).unwrap(), Poll { pending_queues: 0, delays_closed: 1 });
+        assert_eq!(p.pending_gpus().count(), 0);
+        assert_eq!(p.remove_queue(QueueId(0)), Some(GpuId(0x1000)));
         assert_eq!(p.queue_ids(), vec![QueueId(1)]);
         idx[3] = 6;
-        assert_eq!(p.poll(5_000, &mut delays).unwrap().pending_queues, 1);
+        assert_eq!(p.poll(5_000, &mut delay).unwrap().pending_queues, 1);
+        assert_eq!(p.pending_gpus().collect::<Vec<_>>(), [GpuId(0x2000)]);
         // Re-adding an id replaces it.
         p.add_queue(q(1, base + 16, base + 16));
         assert_eq!(p.queue_ids(), vec![QueueId(1)]);
-        assert_eq!(p.poll(6_000, &mut delays).unwrap().pending_queues, 0);
+        assert_eq!(p.poll(6_000, &mut delay).unwrap().pending_queues, 0);
+        assert_eq!(delays, vec![(0x1000, 2_500)]);
+        assert_eq!(p.remove_queue(QueueId(9)), None);
+    }
+
+    #[test]
+    fn more_addresses_than_one_call_takes_are_read_in_chunks() {
+        let values: Vec<u64> = (0..150).map(|i| i * 3 + 1).collect();
+        let addrs: Vec<u64> = values.iter().map(|v| v as *const u64 as u64).collect();
+        let mut out = vec![0; values.len()];
+        read_u64s(HostPid(std::process::id()), &addrs, &mut out).unwrap();
+        assert_eq!(out, values);
     }
 
     #[test]
@@ -254,6 +286,7 @@ mod tests {
         fs::create_dir_all(dir.path().join("42/stats_12288")).unwrap();
         let files = occupancy_files(dir.path(), HostPid(42));
         assert_eq!(files.len(), 2);
+        assert_eq!(files.iter().map(|f| occupancy_gpu(f)).collect::<Vec<_>>(), [Some(GpuId(4096)), Some(GpuId(8192))]);
         assert_eq!(read_occupancy(&files), Some(304));
         assert_eq!(read_occupancy(&[]), None);
         assert!(occupancy_files(dir.path(), HostPid(43)).is_empty());

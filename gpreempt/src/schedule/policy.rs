@@ -20,6 +20,17 @@
 //!   F × `share_window` after a share resume before it can be suspended again, so under
 //!   continuous online load it gets about F of the GPU in slices, and the online work waits
 //!   behind it during those slices.
+//! - **Cost-aware idle resume.** An idle resume is worth its cost only if the gap it opens is
+//!   longer than what the resume and the next suspend cost the online job: the resume itself
+//!   (on HWS it unmaps the online queues too) plus the next reaction (online work waits behind
+//!   offline work until the suspend lands). The machine keeps the recent gaps between online
+//!   bursts and, once idle for `t`, predicts the rest of the gap as the mean of `g - t` over the
+//!   recorded gaps `g > t` (the empirical mean residual life: for periodic requests it shrinks as
+//!   the next one nears, for Poisson arrivals it stays the mean gap). Below the cost it holds on
+//!   and says so once per gap ([`Action::HoldThroughGap`]); with fewer than [`MIN_GAPS`] gaps
+//!   longer than `t` on record there is no evidence of a short gap and it resumes. The costs are
+//!   measured on the run ([`PolicyMachine::note_resume`], [`PolicyMachine::note_reaction`]).
+//!   Every other resume rule (online exit, `max_suspend`, minimum share) goes first.
 
 use std::{collections::VecDeque, time::Duration};
 
@@ -35,6 +46,8 @@ pub struct PolicyConfig {
     /// Fraction of `share_window` the offline job runs at least (0: no guarantee).
     pub min_share: f64,
     pub share_window: Duration,
+    /// Hold through idle gaps predicted shorter than a resume and the next suspend cost.
+    pub cost_aware: bool,
 }
 
 impl Default for PolicyConfig {
@@ -44,9 +57,18 @@ impl Default for PolicyConfig {
             max_suspend: Duration::from_secs(5),
             min_share: 0.0,
             share_window: Duration::from_secs(1),
+            cost_aware: true,
         }
     }
 }
+
+/// Gaps between online bursts kept for the prediction.
+const GAP_HISTORY: usize = 64;
+/// Recorded gaps longer than the idle time so far needed before a gap is predicted short.
+pub const MIN_GAPS: usize = 8;
+/// Weight of a new cost sample in the running averages (1/8: a few transitions to settle, one
+/// outlier moves the average by an eighth of itself).
+const COST_WEIGHT: f64 = 0.125;
 
 /// Where the offline queues are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -94,6 +116,22 @@ impl ResumeReason {
 pub enum Action {
     Suspend,
     Resume(ResumeReason),
+    /// No ioctl: the idle resume is skipped because the gap is predicted shorter than its
+    /// cost (said once per gap).
+    HoldThroughGap(GapVerdict),
+}
+
+/// Why an idle resume was skipped: the predicted rest of the gap against the cost, ns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct GapVerdict {
+    /// Online idle so far.
+    pub idle_ns: u64,
+    /// Predicted rest of the gap.
+    pub predicted_ns: u64,
+    /// Resume plus the next reaction, as measured on this run.
+    pub cost_ns: u64,
+    /// Recorded gaps longer than `idle_ns` the prediction rests on.
+    pub evidence: usize,
 }
 
 /// What the controller saw at one poll.
@@ -120,6 +158,20 @@ pub struct PolicyMachine {
     history: VecDeque<(u64, u64)>,
     /// No suspend before this (the end of a minimum-share slice).
     no_suspend_until: u64,
+    /// Recent idle gaps between bursts (at least `idle` long), ns.
+    gaps: VecDeque<u64>,
+    /// The previous poll saw no online work.
+    was_idle: bool,
+    /// Running averages of the resume ioctl and of the reaction (work visible → suspended), ns.
+    resume_cost: Option<f64>,
+    reaction_cost: Option<f64>,
+    /// The current gap's skip was said.
+    gap_verdict_said: bool,
+}
+
+fn average(slot: &mut Option<f64>, sample_ns: u64) {
+    let x = sample_ns as f64;
+    *slot = Some(slot.map_or(x, |a| a + COST_WEIGHT * (x - a)));
 }
 
 fn ns(d: Duration) -> u64 {
@@ -136,7 +188,67 @@ impl PolicyMachine {
             suspended_since: None,
             history: VecDeque::new(),
             no_suspend_until: 0,
+            gaps: VecDeque::with_capacity(GAP_HISTORY),
+            was_idle: true,
+            resume_cost: None,
+            reaction_cost: None,
+            gap_verdict_said: false,
         }
+    }
+
+    /// A resume ioctl took `ns` (the online queues on the GPU were unmapped meanwhile).
+    pub fn note_resume(&mut self, ns: u64) {
+        average(&mut self.resume_cost, ns);
+    }
+
+    /// Online work waited `ns` from visible to suspended (detection and the suspend ioctl).
+    pub fn note_reaction(&mut self, ns: u64) {
+        average(&mut self.reaction_cost, ns);
+    }
+
+    /// What a resume now and the next suspend cost the online job, ns (None until both were measured).
+    pub fn transition_cost(&self) -> Option<u64> {
+        Some((self.resume_cost? + self.reaction_cost?) as u64)
+    }
+
+    /// The mean rest of a gap that has lasted `idle_ns`, over the recorded gaps longer than it,
+    /// and how many those are.
+    pub fn predicted_rest(&self, idle_ns: u64) -> (Option<u64>, usize) {
+        let longer = self.gaps.iter().filter(|&&g| g > idle_ns);
+        let (n, sum) = longer.fold((0usize, 0u128), |(n, sum), &g| (n + 1, sum + u128::from(g - idle_ns)));
+        ((n > 0).then(|| (sum / n as u128) as u64), n)
+    }
+
+    /// The cost-aware check of an idle resume: `Some` when the gap is predicted too short.
+    fn short_gap(&self, idle_ns: u64) -> Option<GapVerdict> {
+        if !self.config.cost_aware {
+            return None;
+        }
+        let cost_ns = self.transition_cost()?;
+        let (predicted, evidence) = self.predicted_rest(idle_ns);
+        let predicted_ns = predicted?;
+        (evidence >= MIN_GAPS && predicted_ns < cost_ns).then_some(GapVerdict {
+            idle_ns,
+            predicted_ns,
+            cost_ns,
+            evidence,
+        })
+    }
+
+    /// Record the gap that ends at `now` when online work reappears.
+    fn note_activity(&mut self, now: u64) {
+        if self.was_idle
+            && let Some(last) = self.last_active
+        {
+            let gap = now.saturating_sub(last);
+            if gap >= ns(self.config.idle) {
+                if self.gaps.len() == GAP_HISTORY {
+                    self.gaps.pop_front();
+                }
+                self.gaps.push_back(gap);
+            }
+        }
+        self.gap_verdict_said = false;
     }
 
     pub fn state(&self) -> State {
@@ -151,8 +263,10 @@ impl PolicyMachine {
     /// controller reports the outcome with [`PolicyMachine::suspended`] / [`PolicyMachine::resumed`].
     pub fn tick(&mut self, now: u64, seen: Observation) -> Option<Action> {
         if seen.online_active {
+            self.note_activity(now);
             self.last_active = Some(now);
         }
+        self.was_idle = !seen.online_active;
         let idle_for = self.last_active.map_or(u64::MAX, |t| now.saturating_sub(t));
         if !seen.online_active && (idle_for >= ns(self.config.idle) || seen.online_gone) {
             // The burst is over: the next online work may have its suspend.
@@ -181,6 +295,12 @@ impl PolicyMachine {
                     self.no_suspend_until = now + self.slice_ns();
                     Some(ResumeReason::MinShare)
                 } else if !seen.online_active && idle_for >= ns(self.config.idle) {
+                    if let Some(verdict) = self.short_gap(idle_for) {
+                        if std::mem::replace(&mut self.gap_verdict_said, true) {
+                            return None;
+                        }
+                        return Some(Action::HoldThroughGap(verdict));
+                    }
                     Some(ResumeReason::Idle)
                 } else {
                     None
@@ -261,6 +381,7 @@ mod tests {
             max_suspend: Duration::from_millis(max_ms),
             min_share: share,
             share_window: Duration::from_millis(100),
+            cost_aware: false,
         })
     }
 
@@ -281,6 +402,7 @@ mod tests {
                 match a {
                     Action::Suspend => p.suspended(t * MS, true),
                     Action::Resume(_) => p.resumed(t * MS),
+                    Action::HoldThroughGap(_) => {}
                 }
                 out.push((t, a));
             }
@@ -385,5 +507,123 @@ mod tests {
         for r in [ResumeReason::Idle, ResumeReason::OnlineGone, ResumeReason::MinShare] {
             assert_eq!(serde_json::to_value(r).unwrap(), r.name());
         }
+    }
+
+    /// Replay an online activity trace (bursts as `[start, end)` in µs) through a cost-aware
+    /// machine in 200 µs polls; every suspend and resume completes within the poll, and the
+    /// machine is told each resume cost `resume_us` and each reaction `reaction_us`. Returns the
+    /// actions with their poll time (µs).
+    fn replay(bursts: &[(u64, u64)], end_us: u64, resume_us: u64, reaction_us: u64) -> Vec<(u64, Action)> {
+        let mut p = PolicyMachine::new(PolicyConfig { idle: Duration::from_millis(2), ..PolicyConfig::default() });
+        let mut out = Vec::new();
+        let mut t = 0;
+        while t <= end_us {
+            let active = bursts.iter().any(|&(s, e)| (s..e).contains(&t));
+            let now = t * 1_000;
+            if let Some(a) = p.tick(now, Observation { online_active: active, online_gone: false }) {
+                match a {
+                    Action::Suspend => {
+                        p.suspended(now, true);
+                        p.note_reaction(reaction_us * 1_000);
+                    }
+                    Action::Resume(_) => {
+                        p.resumed(now);
+                        p.note_resume(resume_us * 1_000);
+                    }
+                    Action::HoldThroughGap(_) => {}
+                }
+                out.push((t, a));
+            }
+            t += 200;
+        }
+        out
+    }
+
+    fn kinds(actions: &[(u64, Action)]) -> (usize, usize, usize) {
+        let n = |f: fn(&Action) -> bool| actions.iter().filter(|(_, a)| f(a)).count();
+        (
+            n(|a| *a == Action::Suspend),
+            n(|a| matches!(a, Action::Resume(_))),
+            n(|a| matches!(a, Action::HoldThroughGap(_))),
+        )
+    }
+
+    #[test]
+    fn gaps_shorter_than_a_resume_and_the_next_reaction_are_held_through() {
+        // Requests of 1 ms every 4 ms: 3 ms gaps; a resume costs 1 ms and a reaction 1.5 ms, so
+        // once idle for 2 ms the 1 ms left of the gap is shorter than the 2.5 ms the online job
+        // would pay.
+        let bursts: Vec<(u64, u64)> = (0..40).map(|i| (i * 4_000, i * 4_000 + 1_000)).collect();
+        let actions = replay(&bursts, 160_000, 1_000, 1_500);
+        // The first gaps are learnt with a resume each (no evidence yet), then held through: one
+        // suspend and resume per request while learning, none after but the last: the trace's
+        // final gap outlasts every recorded one (3.2 ms between the last busy polls) and resumes.
+        let (suspends, resumes, held) = kinds(&actions);
+        assert_eq!((suspends, resumes, held), (MIN_GAPS + 1, MIN_GAPS + 1, 40 - MIN_GAPS));
+        assert_eq!(actions.last(), Some(&(160_000, Action::Resume(ResumeReason::Idle))));
+        let Some((t, Action::HoldThroughGap(v))) = actions.iter().find(|(_, a)| matches!(a, Action::HoldThroughGap(_)))
+        else {
+            panic!("no gap held through: {actions:?}")
+        };
+        // Request 8 is last busy at 32.8 ms, idle for 2 ms at 34.8 ms: 1.2 ms predicted left.
+        assert_eq!(*t, MIN_GAPS as u64 * 4_000 + 2_800);
+        assert_eq!((v.idle_ns, v.predicted_ns, v.cost_ns, v.evidence), (2_000_000, 1_200_000, 2_500_000, MIN_GAPS));
+        // At most one suspend per request, and the last suspension ends only at the trace's end.
+        assert!(actions.iter().filter(|(_, a)| *a == Action::Suspend).count() <= bursts.len());
+    }
+
+    #[test]
+    fn long_gaps_are_resumed_and_a_gap_longer_than_any_recorded_one_ends_the_hold() {
+        // The same requests every 20 ms: 19 ms gaps, well past the 2.5 ms cost: every gap resumes.
+        let bursts: Vec<(u64, u64)> = (0..20).map(|i| (i * 20_000, i * 20_000 + 1_000)).collect();
+        let (suspends, resumes, held) = kinds(&replay(&bursts, 400_000, 1_000, 1_500));
+        assert_eq!((suspends, resumes, held), (20, 20, 0));
+        // Short gaps, then the online job pauses for 50 ms: held through while the evidence
+        // says the gap is short, resumed once it outlasts every recorded gap.
+        let mut bursts: Vec<(u64, u64)> = (0..20).map(|i| (i * 4_000, i * 4_000 + 1_000)).collect();
+        bursts.push((130_000, 131_000));
+        let actions = replay(&bursts, 140_000, 1_000, 1_500);
+        let in_pause: Vec<&(u64, Action)> = actions.iter().filter(|(t, _)| (77_000..130_000).contains(t)).collect();
+        // The last short request is busy until 76.8 ms; at 78.8 ms (2 ms idle) the gap is held
+        // through; at 80 ms it has lasted 3.2 ms, as long as every recorded gap: no evidence of a
+        // short gap any more, so it resumes.
+        assert!(
+            matches!(in_pause[..], [(78_800, Action::HoldThroughGap(_)), (80_000, Action::Resume(ResumeReason::Idle))]),
+            "{in_pause:?}"
+        );
+    }
+
+    #[test]
+    fn poisson_like_gaps_resume_when_their_mean_rest_exceeds_the_cost() {
+        // Gaps drawn from a fixed exponential-like sequence (mean 10 ms): the mean rest of a gap
+        // idle for 2 ms stays about the mean, far above a 2.5 ms cost: nothing is held through.
+        let gaps_us = [3_100u64, 12_400, 7_800, 25_000, 2_600, 9_900, 4_300, 16_700, 8_800, 5_200, 13_300, 3_900];
+        let mut t = 0;
+        let mut bursts = Vec::new();
+        for g in gaps_us.iter().cycle().take(36) {
+            bursts.push((t, t + 1_000));
+            t += 1_000 + g;
+        }
+        let (suspends, resumes, held) = kinds(&replay(&bursts, t, 1_000, 1_500));
+        assert_eq!(held, 0);
+        assert_eq!((suspends, resumes), (36, 36));
+        // With a cost above the mean rest, the same trace is held through after learning.
+        let (_, _, held) = kinds(&replay(&bursts, t, 10_000, 15_000));
+        assert!(held > 20, "held through {held} gaps");
+    }
+
+    #[test]
+    fn without_cost_awareness_every_idle_gap_resumes() {
+        let mut p = policy(2, 10_000, 0.0);
+        for _ in 0..20 {
+            p.note_resume(5 * MS);
+            p.note_reaction(5 * MS);
+        }
+        let mut actions = Vec::new();
+        for i in 0..20 {
+            actions.extend(run(&mut p, i * 4, i * 4, on()));
+            actions.extend(run(&mut p, i * 4 + 1, i * 4 + 3, off()));
+        }
+        assert_eq!(actions.iter().filter(|(_, a)| matches!(a, Action::Resume(_))).count(), 20);
     }
 }

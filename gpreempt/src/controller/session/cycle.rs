@@ -127,12 +127,21 @@ impl Session {
                 if self.queues_dirty || self.known.is_empty() {
                     self.snapshot_into(QUEUE_NEW)?;
                 }
-                let held = self.known.iter().filter(|(_, gpu)| selection.holds_gpu(*gpu));
+                // Queues another hold of this session already suspended stay out: their ids
+                // would come back as errors (`suspend_queues` skips a suspended queue, 6.12
+                // kfd_device_queue_manager.c).
+                let held =
+                    self.known.iter().filter(|(id, gpu)| selection.holds_gpu(*gpu) && !self.suspended.contains(&id.0));
                 self.ids.extend(held.map(|(id, _)| id.0));
             }
             Selection::Ids(ids) => self.ids.extend(ids.iter().take(MAX_QUEUES_PER_PROCESS).map(|id| id.0)),
         }
         if self.ids.is_empty() {
+            if let Selection::Gpu(_) = selection {
+                // Nothing on that GPU yet: queues created there during the hold are held.
+                self.holding.retain(|(held, _)| held != selection);
+                self.holding.push((selection.clone(), grace_period));
+            }
             return Ok(Tally::skipped(monotonic_ns()));
         }
         let t = self.suspend_array(false, grace_period)?;
@@ -142,8 +151,16 @@ impl Session {
     /// The end of a suspend whose ids are recorded: an `All` or `Gpu` hold picks up queues created
     /// meanwhile; INVALID ids are retried.
     fn finish_suspend(&mut self, t: Tally, selection: &Selection, grace_period: u32) -> Result<Tally, DebugError> {
-        if matches!(selection, Selection::All | Selection::Gpu(_)) {
-            self.holding = Some((selection.clone(), grace_period));
+        match selection {
+            Selection::All => {
+                self.holding.clear();
+                self.holding.push((Selection::All, grace_period));
+            }
+            Selection::Gpu(_) => {
+                self.holding.retain(|(held, _)| held != selection);
+                self.holding.push((selection.clone(), grace_period));
+            }
+            Selection::Ids(_) => {}
         }
         // Everything below may fail: the ids are already in `self.suspended`.
         if self.faults.after_suspend() || t.invalid > 0 {
@@ -220,11 +237,59 @@ impl Session {
         Ok(Tally::of_ioctl(count, array, called_ns, returned_ns))
     }
 
+    /// RESUME_QUEUES of the queues this session suspended on `gpu`, ending that GPU's hold; its
+    /// holds of other GPUs go on.
+    pub fn resume_gpu(&mut self, gpu: GpuId) -> Result<Batch, DebugError> {
+        let t = self.resume_gpu_tally(gpu)?;
+        Ok(self.batch(t))
+    }
+
+    /// [`Session::resume_gpu`] without the per-queue verdicts. A suspended queue the latest
+    /// snapshot does not place (destroyed since) is resumed with any GPU: KFD answers INVALID
+    /// for it, which ends nothing else.
+    pub fn resume_gpu_tally(&mut self, gpu: GpuId) -> Result<Tally, DebugError> {
+        self.check_alive()?;
+        self.holding.retain(|(held, _)| *held != Selection::Gpu(gpu));
+        let on_gpu = |raw: u32, known: &[(QueueId, GpuId)]| {
+            let id = raw & queue_status::ID_MASK;
+            known.iter().find(|(q, _)| q.0 == id).is_none_or(|&(_, g)| g == gpu)
+        };
+        self.ids.clear();
+        self.ids.extend(self.suspended.iter().copied().filter(|&raw| on_gpu(raw, &self.known)));
+        if self.ids.is_empty() {
+            if self.suspended.is_empty() {
+                self.forget_suspended();
+            }
+            return Ok(Tally::skipped(monotonic_ns()));
+        }
+        if self.ids.len() == self.suspended.len() {
+            return self.resume_tally();
+        }
+        let called_ns = monotonic_ns();
+        let result = if self.faults.take_resume_failure() {
+            Err(Errno::EIO)
+        } else {
+            dbg_trap::resume_queues(self.kfd.as_fd(), self.pid, &mut self.ids)
+        };
+        let returned_ns = monotonic_ns();
+        let count = result.map_err(|errno| self.fail(DebugTrapOp::RESUME_QUEUES, errno))?;
+        // As in `resume_tally`: whatever the verdict, these ids are not suspended by us any more.
+        let known = std::mem::take(&mut self.known);
+        self.suspended.retain(|&raw| !on_gpu(raw, &known));
+        self.known = known;
+        Ok(Tally::of_ioctl(count, &self.ids, called_ns, returned_ns))
+    }
+
+    /// Whether a hold of this session covers queues on `gpu`.
+    pub(super) fn holds_gpu(&self, gpu: GpuId) -> bool {
+        self.holding.iter().any(|(held, _)| held.holds_gpu(gpu))
+    }
+
     /// [`Session::resume`] without the per-queue verdicts, like [`Session::suspend_tally`].
     pub fn resume_tally(&mut self) -> Result<Tally, DebugError> {
         self.check_alive()?;
         if self.suspended.is_empty() {
-            self.holding = None;
+            self.holding.clear();
             return Ok(Tally::skipped(monotonic_ns()));
         }
         self.ids.clear();
@@ -249,7 +314,7 @@ impl Session {
         }
         self.suspended.clear();
         self.suspended_at_ns = None;
-        self.holding = None;
+        self.holding.clear();
         self.backoff = None;
     }
 

@@ -90,9 +90,10 @@ pub struct Session {
     /// Ids the kernel confirmed suspended, recorded as soon as each SUSPEND returns.
     suspended: Vec<u32>,
     suspended_at_ns: Option<u64>,
-    /// An `All` or `Gpu` suspend is being held with this grace period: queues created meanwhile
-    /// (on that GPU) are snapshotted and suspended too.
-    holding: Option<(Selection, u32)>,
+    /// The `All` or `Gpu` suspends being held, each with its grace period: queues created
+    /// meanwhile (on a held GPU) are snapshotted and suspended too. Several `Gpu` holds of one
+    /// target end independently ([`Session::resume_gpu_tally`]).
+    holding: Vec<(Selection, u32)>,
     /// Queues suspended that way since the last suspend.
     late_suspended: u32,
     /// Scratch id arrays (raw ids: the kernel writes verdict bits into them) and the snapshot
@@ -177,7 +178,7 @@ impl Session {
             queues_dirty: true,
             suspended: Vec::with_capacity(ID_ARRAY_CAPACITY),
             suspended_at_ns: None,
-            holding: None,
+            holding: Vec::new(),
             late_suspended: 0,
             ids: Vec::with_capacity(ID_ARRAY_CAPACITY),
             retry: Vec::with_capacity(ID_ARRAY_CAPACITY),
@@ -402,7 +403,7 @@ mod tests {
             queues_dirty: true,
             suspended: Vec::new(),
             suspended_at_ns: None,
-            holding: None,
+            holding: Vec::new(),
             late_suspended: 0,
             ids: Vec::new(),
             retry: Vec::new(),
@@ -605,5 +606,24 @@ mod tests {
         // Holding A now takes every queue on A, the one created meanwhile included.
         s.suspend_tally(&Selection::Gpu(GpuId(A)), 0).unwrap();
         assert_eq!(s.suspended(), [0, 2, 3]);
+        // A and B held at once end independently: B's resume leaves A's queues suspended.
+        s.suspend_tally(&Selection::Gpu(GpuId(B)), 0).unwrap();
+        assert_eq!(s.suspended(), [0, 2, 3, 1, 4]);
+        let r = s.resume_gpu_tally(GpuId(B)).unwrap();
+        assert_eq!((r.count, r.done), (2, 2));
+        assert_eq!(s.suspended(), [0, 2, 3]);
+        // A queue created on B now runs (B is not held); one on A is held with A.
+        queues.borrow_mut().extend([(5, B), (6, A)]);
+        *new_queue_pending.borrow_mut() = true;
+        assert!(s.service_events());
+        assert_eq!(s.suspended(), [0, 2, 3, 6]);
+        let r = s.resume_gpu_tally(GpuId(A)).unwrap();
+        assert_eq!((r.count, r.done), (4, 4));
+        assert!(s.suspended().is_empty());
+        let resumes: Vec<Vec<u32>> =
+            calls.borrow().iter().filter(|c| c.0 == RESUME_QUEUES).map(|c| c.1.clone()).collect();
+        assert_eq!(resumes, [vec![1, 4], vec![1, 4], vec![0, 2, 3, 6]]);
+        // Nothing held any more: a resume of either GPU is no ioctl.
+        assert!(s.resume_gpu_tally(GpuId(A)).unwrap().skipped);
     }
 }

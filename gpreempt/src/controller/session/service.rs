@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 
 use super::{MAX_QUEUES_PER_PROCESS, PROCESS_RUNTIME, QUEUE_NEW, SUBSCRIBED, Session, TraceeState, signal_pipe};
 use crate::{
-    controller::vocabulary::{Selection, SessionNotice},
+    controller::vocabulary::SessionNotice,
     domain::RuntimeState,
     kfd::{dbg_trap, uapi::RuntimeInfo},
 };
@@ -60,20 +60,20 @@ impl Session {
         }
         if new_queues {
             self.notices.push(SessionNotice::QueuesAppeared);
-            if let Some((held, grace)) = self.holding.clone() {
-                self.suspend_late(&held, grace);
+            if let Some(&(_, grace)) = self.holding.first() {
+                self.suspend_late(grace);
             }
         }
         any
     }
 
     /// Queues created while an `All` or `Gpu` suspend is held: snapshot (clears EC_QUEUE_NEW) and
-    /// suspend the new ones the hold covers (on its GPU) within the same hold.
-    fn suspend_late(&mut self, held: &Selection, grace_period: u32) {
+    /// suspend the new ones a hold covers (on a held GPU) within the same hold.
+    fn suspend_late(&mut self, grace_period: u32) {
         let result = self.snapshot_into(QUEUE_NEW).and_then(|()| {
             self.ids.clear();
             for &(id, gpu) in &self.known {
-                if held.holds_gpu(gpu) && !self.suspended.contains(&id.0) {
+                if self.holds_gpu(gpu) && !self.suspended.contains(&id.0) {
                     self.ids.push(id.0);
                 }
             }

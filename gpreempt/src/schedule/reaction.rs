@@ -1,0 +1,655 @@
+//! The reaction thread: the one thread that holds the offline processes' debug-trap sessions
+//! (KFD takes a target's debug-trap calls only from its ptrace tracer, the thread that attached
+//! it) and does nothing but react. Each step:
+//!
+//! 1. take the other threads' commands (new online queues, offline processes to attach, the
+//!    occupancy and hint signals) from a bounded queue, without blocking;
+//! 2. read the online queues' dispatch indices (one `process_vm_readv` per online process);
+//! 3. per GPU, the policy ([`PolicyMachine`]) over "online work pending on this GPU";
+//! 4. SUSPEND_QUEUES / RESUME_QUEUES of that GPU's offline queues (every offline process, with
+//!    [`Selection::Gpu`]: a process with no queue there costs no ioctl);
+//! 5. a fixed-size [`TransitionRecord`] into a bounded queue, never waiting for its reader.
+//!
+//! Everything else — the tracer, spans, discovery, hints, output, interval accounting — runs on
+//! the thread that started the scheduler. The step interval and the detection latency are
+//! measured here, into lock-free histograms the other thread reads.
+//!
+//! A GPU's policy exists once an online queue (or online occupancy) is seen on it; offline
+//! queues on GPUs with no online work are never touched.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, AtomicU64, Ordering},
+    mpsc::{Receiver, SyncSender, TryRecvError, TrySendError},
+};
+
+use super::{
+    online::{OnlineProcess, QueueAddrs, ReadError},
+    policy::{Action, GapVerdict, Observation, PolicyConfig, PolicyMachine, ResumeReason, State},
+    realtime::{self, Realtime, RealtimeConfig},
+};
+use crate::{
+    clock::monotonic_ns,
+    controller::{
+        control::Control,
+        target::TargetError,
+        vocabulary::{DebugError, Detached, Options, Selection, SessionNotice, SharedError},
+    },
+    domain::{GpuId, HostPid, QueueId},
+    kfd::uapi::QueueSnapshotEntry,
+    stats::Histogram,
+};
+
+/// What the other threads ask of the reaction thread.
+#[derive(Debug)]
+pub enum Command {
+    /// Watch an online queue (its GPU's policy starts with the first one).
+    OnlineQueue {
+        pid: HostPid,
+        addrs: QueueAddrs,
+    },
+    OnlineQueueGone {
+        pid: HostPid,
+        queue_id: QueueId,
+    },
+    /// The online process exited: its GPUs resume at once if nothing else is pending there.
+    OnlineGone {
+        pid: HostPid,
+    },
+    /// Attach an offline process on this thread (slow: a ptrace seize and a runlist refresh).
+    AttachOffline {
+        pid: HostPid,
+        picked_up: bool,
+    },
+    /// The offline process exited: detach it.
+    OfflineGone {
+        pid: HostPid,
+    },
+    /// Online waves in flight on a GPU (`cu_occupancy` of the online processes), read elsewhere.
+    Occupied {
+        gpu: GpuId,
+        occupied: bool,
+    },
+    /// An open `begin` hint: online work on every GPU with online queues.
+    Hint {
+        active: bool,
+    },
+}
+
+/// Suspend or resume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransitionAction {
+    Suspend,
+    Resume,
+}
+
+impl TransitionAction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Suspend => "suspend",
+            Self::Resume => "resume",
+        }
+    }
+}
+
+/// One suspend or resume of one GPU's offline queues, as the reaction thread records it: fixed
+/// size, no allocation (the errors, rare, travel beside it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TransitionRecord {
+    /// CLOCK_MONOTONIC when the last ioctl returned, ns.
+    pub t_ns: u64,
+    pub gpu: GpuId,
+    pub action: TransitionAction,
+    pub reason: Option<ResumeReason>,
+    /// Time in the ioctls, every offline process together, ns.
+    pub latency_ns: u64,
+    /// Suspend only: online work first seen → the suspend returned, ns.
+    pub reaction_ns: Option<u64>,
+    /// Suspend only: the last step that saw this GPU free of online work → the first SUSPEND
+    /// entering the kernel, ns. The online work was published after that step, so this bounds
+    /// the time from its publication to the suspend from above.
+    pub detection_ns: Option<u64>,
+    /// Queues suspended or resumed.
+    pub queues: u32,
+    /// Offline processes an ioctl was issued for.
+    pub ioctls: u32,
+}
+
+/// What the reaction thread tells the other threads.
+#[derive(Debug)]
+pub enum Report {
+    /// An offline process is attached; its queues (id, GPU, read-index address) from the snapshot.
+    Attached {
+        pid: HostPid,
+        comm: String,
+        queues: Vec<QueueSnapshotEntry>,
+        picked_up: bool,
+    },
+    /// It could not be attached; `retry`: its KFD state was not complete yet.
+    AttachFailed {
+        pid: HostPid,
+        error: DebugError,
+        retry: bool,
+    },
+    Detached {
+        pid: HostPid,
+        reason: &'static str,
+        detached: Detached,
+    },
+    /// Queues it created while held were suspended too.
+    QueuesHeld {
+        pid: HostPid,
+        queues: u32,
+    },
+    /// A session's own watchdog resumed every queue of `pid` (this loop did not resume in time).
+    WatchdogResumed {
+        t_ns: u64,
+        pid: HostPid,
+        held_ms: u64,
+        still_held: usize,
+    },
+    Transition(TransitionRecord, Vec<(HostPid, SharedError)>),
+    /// An idle resume skipped: the gap is predicted shorter than the transitions cost.
+    ResumeSkipped {
+        t_ns: u64,
+        gpu: GpuId,
+        verdict: GapVerdict,
+    },
+    /// Every hold of a GPU ended without its policy (watchdogs, exits): it runs again.
+    Released {
+        t_ns: u64,
+        gpu: GpuId,
+    },
+    OnlineGone {
+        pid: HostPid,
+    },
+    Warning(String),
+}
+
+/// How the reaction thread runs.
+#[derive(Clone, Debug)]
+pub struct ReactionConfig {
+    pub policy: PolicyConfig,
+    /// Interval between steps (ignored with `busy_poll`).
+    pub poll_ns: u64,
+    /// Step again at once instead of sleeping (for hosts with a core to spare).
+    pub busy_poll: bool,
+    pub realtime: RealtimeConfig,
+    /// The offline sessions' options.
+    pub session: Options,
+}
+
+/// What the reaction thread measures, read live by the other threads.
+#[derive(Default)]
+pub struct LoopStats {
+    /// Start of one step to the start of the next, ns.
+    pub step: Histogram,
+    /// Per suspend, see [`TransitionRecord::detection_ns`].
+    pub detection: Histogram,
+    /// Online dispatch delay seen in the indices: first seen pending → consumed, ns.
+    pub dispatch_delay: Histogram,
+    pub steps: AtomicU64,
+    /// Reports dropped because their queue was full (the reader fell behind).
+    pub reports_dropped: AtomicU64,
+}
+
+/// One offline process: its session and the GPUs it is held on.
+struct Offline<C> {
+    pid: HostPid,
+    control: C,
+    held: Vec<GpuId>,
+}
+
+/// One GPU's policy and what it knows of the online work there.
+struct Lane {
+    gpu: GpuId,
+    policy: PolicyMachine,
+    /// Online work pending in the indices at this step.
+    pending: bool,
+    occupied: bool,
+    /// An online process with queues here exited since the last step.
+    online_gone: bool,
+    /// The last step that saw no online work here.
+    quiet_ns: u64,
+    /// When the current online burst was first seen (for the reaction).
+    visible_ns: Option<u64>,
+    /// Some online queue is on this GPU (hints count only then).
+    online_queues: usize,
+}
+
+impl Lane {
+    fn new(gpu: GpuId, policy: PolicyConfig, now: u64) -> Self {
+        Self {
+            gpu,
+            policy: PolicyMachine::new(policy),
+            pending: false,
+            occupied: false,
+            online_gone: false,
+            quiet_ns: now,
+            visible_ns: None,
+            online_queues: 0,
+        }
+    }
+}
+
+/// The reaction loop's state; lives and dies on its thread.
+pub struct Reaction<C: Control> {
+    config: ReactionConfig,
+    online: Vec<OnlineProcess>,
+    offline: Vec<Offline<C>>,
+    lanes: Vec<Lane>,
+    hint: bool,
+    commands: Receiver<Command>,
+    reports: SyncSender<Report>,
+    stats: Arc<LoopStats>,
+    errors: Vec<(HostPid, SharedError)>,
+}
+
+impl<C: Control> Reaction<C> {
+    pub fn new(
+        config: ReactionConfig,
+        commands: Receiver<Command>,
+        reports: SyncSender<Report>,
+        stats: Arc<LoopStats>,
+    ) -> Self {
+        Self {
+            config,
+            online: Vec::new(),
+            offline: Vec::new(),
+            lanes: Vec::new(),
+            hint: false,
+            commands,
+            reports,
+            stats,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Take the real-time footing, then step until `stop` is set (or the other side hung up);
+    /// then resume every GPU, detach every offline process and return what was granted.
+    pub fn run(mut self, stop: &AtomicBool) -> Realtime {
+        let granted = realtime::apply(self.config.realtime);
+        for why in &granted.refused {
+            self.report(Report::Warning(why.clone()));
+        }
+        let mut next = monotonic_ns();
+        let mut last_step: Option<u64> = None;
+        while !stop.load(Ordering::Relaxed) {
+            let now = monotonic_ns();
+            if let Some(last) = last_step {
+                self.stats.step.record(now.saturating_sub(last));
+            }
+            last_step = Some(now);
+            if !self.step(now) {
+                break;
+            }
+            self.stats.steps.fetch_add(1, Ordering::Relaxed);
+            if !self.config.busy_poll {
+                next += self.config.poll_ns;
+                let after = monotonic_ns();
+                if next <= after {
+                    // Behind (a slow ioctl or attach): the next step now, the cadence from here.
+                    next = after;
+                } else {
+                    realtime::sleep_until(next);
+                }
+            }
+        }
+        self.stop();
+        granted
+    }
+
+    /// One step; false when the other side hung up (nothing can be reported any more).
+    fn step(&mut self, now: u64) -> bool {
+        loop {
+            match self.commands.try_recv() {
+                Ok(c) => self.command(c, now),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return false,
+            }
+        }
+        self.service_offline();
+        self.read_online(now);
+        for i in 0..self.lanes.len() {
+            let lane = &mut self.lanes[i];
+            let active = lane.pending || lane.occupied || (self.hint && lane.online_queues > 0);
+            if active && lane.visible_ns.is_none() && lane.policy.state() == State::Running {
+                lane.visible_ns = Some(now);
+            }
+            let seen = Observation { online_active: active, online_gone: std::mem::take(&mut lane.online_gone) };
+            let action = lane.policy.tick(now, seen);
+            if !active {
+                lane.quiet_ns = now;
+                if lane.policy.state() == State::Running {
+                    lane.visible_ns = None;
+                }
+            }
+            if let Some(action) = action {
+                self.act(i, action);
+            }
+        }
+        true
+    }
+
+    fn report(&self, r: Report) {
+        match self.reports.try_send(r) {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+            Err(TrySendError::Full(_)) => {
+                self.stats.reports_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn lane(&mut self, gpu: GpuId, now: u64) -> &mut Lane {
+        let i = match self.lanes.iter().position(|l| l.gpu == gpu) {
+            Some(i) => i,
+            None => {
+                self.lanes.push(Lane::new(gpu, self.config.policy, now));
+                self.lanes.len() - 1
+            }
+        };
+        &mut self.lanes[i]
+    }
+
+    fn command(&mut self, c: Command, now: u64) {
+        match c {
+            Command::OnlineQueue { pid, addrs } => {
+                let i = match self.online.iter().position(|p| p.pid == pid) {
+                    Some(i) => i,
+                    None => {
+                        self.online.push(OnlineProcess::new(pid));
+                        self.online.len() - 1
+                    }
+                };
+                if self.online[i].queue_ids().contains(&addrs.queue_id) {
+                    // An id reused after a destroy we did not see: its old GPU loses the queue.
+                    if let Some(gpu) = self.online[i].remove_queue(addrs.queue_id) {
+                        let lane = self.lane(gpu, now);
+                        lane.online_queues = lane.online_queues.saturating_sub(1);
+                    }
+                }
+                self.online[i].add_queue(addrs);
+                self.lane(addrs.gpu_id, now).online_queues += 1;
+            }
+            Command::OnlineQueueGone { pid, queue_id } => {
+                if let Some(p) = self.online.iter_mut().find(|p| p.pid == pid)
+                    && let Some(gpu) = p.remove_queue(queue_id)
+                {
+                    let lane = self.lane(gpu, now);
+                    lane.online_queues = lane.online_queues.saturating_sub(1);
+                }
+            }
+            Command::OnlineGone { pid } => self.online_gone(pid, now),
+            Command::AttachOffline { pid, picked_up } => self.attach(pid, picked_up),
+            Command::OfflineGone { pid } => {
+                if let Some(i) = self.offline.iter().position(|p| p.pid == pid) {
+                    self.detach(i, "exited", now);
+                }
+            }
+            Command::Occupied { gpu, occupied } => self.lane(gpu, now).occupied = occupied,
+            Command::Hint { active } => self.hint = active,
+        }
+    }
+
+    fn online_gone(&mut self, pid: HostPid, now: u64) {
+        let Some(i) = self.online.iter().position(|p| p.pid == pid) else { return };
+        let p = self.online.remove(i);
+        let gpus: Vec<GpuId> = p.gpus().collect();
+        for gpu in gpus {
+            let lane = self.lane(gpu, now);
+            lane.online_queues = lane.online_queues.saturating_sub(1);
+            lane.online_gone = true;
+        }
+    }
+
+    /// Attach an offline process on this thread; held at once on every GPU held now.
+    fn attach(&mut self, pid: HostPid, picked_up: bool) {
+        if self.offline.iter().any(|p| p.pid == pid) {
+            return;
+        }
+        let attached = C::attach(pid, &self.config.session).and_then(|mut c| match c.snapshot() {
+            Ok(queues) => Ok((c, queues)),
+            Err(e) => {
+                c.detach();
+                Err(e)
+            }
+        });
+        let (control, queues) = match attached {
+            Ok(a) => a,
+            Err(error) => {
+                let retry = matches!(error, DebugError::Target(TargetError::NotKfdProcess { .. }));
+                self.report(Report::AttachFailed { pid, error, retry });
+                return;
+            }
+        };
+        self.report(Report::Attached { pid, comm: control.comm(), queues, picked_up });
+        self.offline.push(Offline { pid, control, held: Vec::new() });
+        let i = self.offline.len() - 1;
+        let held: Vec<GpuId> =
+            self.lanes.iter().filter(|l| l.policy.state() == State::Suspended).map(|l| l.gpu).collect();
+        for gpu in held {
+            let p = &mut self.offline[i];
+            match p.control.suspend(&Selection::Gpu(gpu)) {
+                Ok(b) if b.count > 0 => {
+                    p.held.push(gpu);
+                    self.report(Report::QueuesHeld { pid, queues: b.count as u32 });
+                }
+                Ok(_) => {
+                    // Nothing there yet: queues created on it during the hold are held.
+                    p.held.push(gpu);
+                }
+                Err(e) => self.report(Report::Warning(format!(
+                    "offline pid {pid} attached while GPU {gpu:#x} is held; suspending it there failed: {e}"
+                ))),
+            }
+        }
+    }
+
+    /// Detach offline process `i` (its session resumes what it holds and disables the trap).
+    fn detach(&mut self, i: usize, reason: &'static str, now: u64) {
+        let p = self.offline.remove(i);
+        let (pid, held) = (p.pid, p.held);
+        let detached = p.control.detach();
+        self.report(Report::Detached { pid, reason, detached });
+        for gpu in held {
+            self.release_if_unheld(gpu, now);
+        }
+    }
+
+    /// A held GPU whose every hold ended without its policy (exits, watchdogs) runs again.
+    fn release_if_unheld(&mut self, gpu: GpuId, now: u64) {
+        let still = self.offline.iter().any(|p| p.held.contains(&gpu));
+        if let Some(lane) = self.lanes.iter_mut().find(|l| l.gpu == gpu)
+            && !still
+            && lane.policy.state() == State::Suspended
+        {
+            lane.policy.resumed(now);
+            self.report(Report::Released { t_ns: now, gpu });
+        }
+    }
+
+    /// The sessions' own notices: exits, watchdog resumes, queues held mid-hold.
+    fn service_offline(&mut self) {
+        let mut i = 0;
+        while i < self.offline.len() {
+            let mut exited = false;
+            for n in self.offline[i].control.notices() {
+                match n {
+                    SessionNotice::TargetExited { .. } => exited = true,
+                    SessionNotice::WatchdogResumed { held_ms, .. } => {
+                        let now = monotonic_ns();
+                        let p = &mut self.offline[i];
+                        let (pid, released) = (p.pid, std::mem::take(&mut p.held));
+                        let still_held = self.offline.iter().filter(|p| !p.held.is_empty()).count();
+                        self.report(Report::WatchdogResumed { t_ns: now, pid, held_ms, still_held });
+                        for gpu in released {
+                            self.release_if_unheld(gpu, now);
+                        }
+                    }
+                    SessionNotice::QueuesSuspendedMidHold { count } => {
+                        let pid = self.offline[i].pid;
+                        self.report(Report::QueuesHeld { pid, queues: count });
+                    }
+                    SessionNotice::Failed { op, error } => {
+                        let pid = self.offline[i].pid;
+                        self.report(Report::Warning(format!("offline pid {pid}: {op} failed: {error}")));
+                    }
+                    _ => {}
+                }
+            }
+            if exited {
+                self.detach(i, "exited", monotonic_ns());
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Read every online process's indices: which GPUs have online work pending.
+    fn read_online(&mut self, now: u64) {
+        for lane in &mut self.lanes {
+            lane.pending = false;
+        }
+        let mut i = 0;
+        while i < self.online.len() {
+            let p = &mut self.online[i];
+            let delays = &self.stats.dispatch_delay;
+            match p.poll(now, &mut |_, ns| delays.record(ns)) {
+                Ok(poll) => {
+                    if poll.pending_queues > 0 {
+                        for gpu in p.pending_gpus() {
+                            if let Some(lane) = self.lanes.iter_mut().find(|l| l.gpu == gpu) {
+                                lane.pending = true;
+                            }
+                        }
+                    }
+                }
+                Err(ReadError::Gone(pid)) => {
+                    self.online_gone(pid, now);
+                    self.report(Report::OnlineGone { pid });
+                    continue;
+                }
+                Err(e) => {
+                    // A queue destroyed before its destroy reached us: drop the process's queues;
+                    // the tracer announces the live ones again.
+                    let (pid, ids) = (p.pid, p.queue_ids());
+                    self.report(Report::Warning(e.to_string()));
+                    for queue_id in ids {
+                        self.command(Command::OnlineQueueGone { pid, queue_id }, now);
+                    }
+                }
+            }
+            i += 1;
+        }
+    }
+
+    /// Carry out lane `i`'s action over every offline process.
+    fn act(&mut self, i: usize, action: Action) {
+        let gpu = self.lanes[i].gpu;
+        let resume = match action {
+            Action::Suspend => None,
+            Action::Resume(reason) => Some(reason),
+            Action::HoldThroughGap(verdict) => {
+                self.report(Report::ResumeSkipped { t_ns: monotonic_ns(), gpu, verdict });
+                return;
+            }
+        };
+        self.errors.clear();
+        let (mut queues, mut ioctls, mut latency_ns) = (0u32, 0u32, 0u64);
+        let entered = monotonic_ns();
+        for p in &mut self.offline {
+            let held = p.held.contains(&gpu);
+            let r = match resume {
+                None => p.control.suspend(&Selection::Gpu(gpu)),
+                Some(_) if held => p.control.resume_gpu(gpu),
+                Some(_) => continue,
+            };
+            match r {
+                Ok(b) => {
+                    if !b.skipped {
+                        ioctls += 1;
+                        latency_ns += b.latency_ns;
+                    }
+                    queues += b.count.max(0) as u32;
+                    if resume.is_none() && b.count > 0 {
+                        p.held.push(gpu);
+                    } else if resume.is_none() {
+                        // Nothing of it on this GPU: end the empty hold at once, so nothing it
+                        // creates there is held past this GPU's policy.
+                        let _ = p.control.resume_gpu(gpu);
+                    } else {
+                        p.held.retain(|g| *g != gpu);
+                    }
+                }
+                Err(e) => {
+                    if resume.is_some() {
+                        p.held.retain(|g| *g != gpu);
+                    }
+                    self.errors.push((p.pid, e.into()));
+                }
+            }
+        }
+        let now = monotonic_ns();
+        let lane = &mut self.lanes[i];
+        let record = match resume {
+            None => {
+                let ok = queues > 0;
+                lane.policy.suspended(now, ok);
+                let reaction_ns = lane.visible_ns.map(|v| now.saturating_sub(v));
+                let detection_ns = Some(entered.saturating_sub(lane.quiet_ns));
+                if ok {
+                    if let Some(r) = reaction_ns {
+                        lane.policy.note_reaction(r);
+                    }
+                    if let Some(d) = detection_ns {
+                        self.stats.detection.record(d);
+                    }
+                }
+                TransitionRecord {
+                    t_ns: now,
+                    gpu,
+                    action: TransitionAction::Suspend,
+                    reason: None,
+                    latency_ns,
+                    reaction_ns,
+                    detection_ns,
+                    queues,
+                    ioctls,
+                }
+            }
+            Some(reason) => {
+                lane.policy.resumed(now);
+                if ioctls > 0 {
+                    lane.policy.note_resume(latency_ns);
+                }
+                TransitionRecord {
+                    t_ns: now,
+                    gpu,
+                    action: TransitionAction::Resume,
+                    reason: Some(reason),
+                    latency_ns,
+                    reaction_ns: None,
+                    detection_ns: None,
+                    queues,
+                    ioctls,
+                }
+            }
+        };
+        let errors = std::mem::take(&mut self.errors);
+        self.report(Report::Transition(record, errors));
+    }
+
+    /// Resume every held GPU (a `Stop` transition each), then detach every offline process.
+    fn stop(&mut self) {
+        for i in 0..self.lanes.len() {
+            if let Some(action) = self.lanes[i].policy.stop() {
+                self.act(i, action);
+            }
+        }
+        let now = monotonic_ns();
+        while !self.offline.is_empty() {
+            self.detach(0, "stopped", now);
+        }
+    }
+}
