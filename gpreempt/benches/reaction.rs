@@ -1,14 +1,16 @@
-//! The userspace reaction path of `gpreempt schedule`, natively: from the poll step in which an
-//! online queue's write dispatch index moves past its read index to the SUSPEND_QUEUES call on the
-//! offline session. The real [`Scheduler`] runs (its loop, the `process_vm_readv` of the indices,
-//! the policy, the suspend dispatch); only the debug-trap session is replaced by one that stamps
-//! the moment `suspend` is called instead of issuing the ioctl, and the "online process" is this
-//! process, whose two index words the scheduler reads as it would another's.
+//! The userspace reaction path of `gpreempt schedule`, natively: from an online queue's write
+//! dispatch index moving past its read index to the SUSPEND_QUEUES call on the offline session.
+//! The real [`Scheduler`] runs (its reaction thread, the `process_vm_readv` of the indices, the
+//! per-GPU policy, the suspend dispatch); only the debug-trap session is replaced by one that
+//! stamps the moment `suspend` is called instead of issuing the ioctl, and the "online process"
+//! is this process, whose two index words the reaction thread reads as it would another's.
 //!
-//! Paced: each sample posts one dispatch (write index + 1) at the start of a loop step, before
-//! that step reads the indices; once suspended the dispatch is consumed (read index = write
-//! index), the policy resumes after its idle time, and the next dispatch is posted at least
-//! `GAP` later. Prints one JSON object: samples, p50/p99/max in ns, and the loop's mean step.
+//! Paced from a thread of its own: each sample posts one dispatch (write index + 1) and ends at
+//! the stamp; the dispatch is then consumed (read index = write index), the policy resumes after
+//! its idle time, and the next dispatch is posted at least `GAP` later. The reaction thread
+//! busy-polls (`--busy-poll`), so a sample is the detection (up to one step) plus the step's
+//! work, with no sleep. Prints one JSON object: samples, p50/p99/max in ns, and the loop's mean
+//! step.
 //!
 //! `cargo bench -p gpreempt --bench reaction [-- --quick]`
 
@@ -16,7 +18,7 @@ use std::{
     fs,
     path::Path,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
@@ -28,10 +30,12 @@ use gpreempt::{
         control::Control,
         vocabulary::{Batch, DebugError, Detached, Options, Selection, SessionNotice},
     },
-    domain::HostPid,
+    domain::{GpuId, HostPid},
     host::{roots::Roots, select::Selector},
     kfd::uapi::QueueSnapshotEntry,
-    schedule::{ScheduleConfig, ScheduleEvent, Scheduler, discover::Discovery, policy::PolicyConfig},
+    schedule::{
+        ScheduleConfig, ScheduleEvent, Scheduler, discover::Discovery, policy::PolicyConfig, realtime::RealtimeConfig,
+    },
     stats::Summary,
 };
 use serde_json::json;
@@ -62,6 +66,9 @@ impl Control for Stamp {
         RESUMES.fetch_add(1, Ordering::SeqCst);
         Ok(Batch { count: 1, ..Batch::default() })
     }
+    fn resume_gpu(&mut self, _: GpuId) -> Result<Batch, DebugError> {
+        self.resume()
+    }
     fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
         Ok(vec![QueueSnapshotEntry {
             queue_id: 0,
@@ -82,53 +89,40 @@ impl Control for Stamp {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Phase {
-    /// Quiet since this time (ns).
-    Gap(u64),
-    /// A dispatch was posted at this time (ns).
-    Posted(u64),
-    /// Suspended; waiting for the resume that follows the consumed dispatch.
-    Held(u64),
-}
-
-/// Drives the online "process" from the scheduler's own loop: `poll` runs at the top of every
-/// loop step, before the step reads the indices.
-struct Driver {
-    phase: Phase,
-    /// The scheduler owns the driver: the samples leave through this handle.
-    samples: Arc<Mutex<Vec<u64>>>,
-    wanted: usize,
-    stop: Arc<AtomicBool>,
-}
-
-impl Discovery for Driver {
-    fn poll(&mut self, _: &mut Vec<gpreempt::model::ModelNotice>) {
-        let now = monotonic_ns();
-        self.phase = match self.phase {
-            Phase::Gap(since) if now - since >= GAP.as_nanos() as u64 => {
-                SUSPENDED_AT.store(0, Ordering::SeqCst);
-                WRITE.fetch_add(1, Ordering::SeqCst);
-                Phase::Posted(monotonic_ns())
+/// Post one dispatch at a time and time the suspend it causes, until `wanted` samples.
+fn drive(wanted: usize, stop: &AtomicBool) -> Vec<u64> {
+    let mut samples = Vec::with_capacity(wanted);
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    while samples.len() < wanted && std::time::Instant::now() < deadline {
+        let resumes = RESUMES.load(Ordering::SeqCst);
+        SUSPENDED_AT.store(0, Ordering::SeqCst);
+        let posted = monotonic_ns();
+        WRITE.fetch_add(1, Ordering::SeqCst);
+        let suspended = loop {
+            match SUSPENDED_AT.load(Ordering::SeqCst) {
+                0 => std::hint::spin_loop(),
+                t => break t,
             }
-            Phase::Posted(at) => match SUSPENDED_AT.load(Ordering::SeqCst) {
-                0 => Phase::Posted(at),
-                suspended => {
-                    let taken = self.samples.lock().map_or(self.wanted, |mut v| {
-                        v.push(suspended.saturating_sub(at));
-                        v.len()
-                    });
-                    if taken >= self.wanted {
-                        self.stop.store(true, Ordering::SeqCst);
-                    }
-                    READ.store(WRITE.load(Ordering::SeqCst), Ordering::SeqCst);
-                    Phase::Held(RESUMES.load(Ordering::SeqCst))
-                }
-            },
-            Phase::Held(resumes) if RESUMES.load(Ordering::SeqCst) > resumes => Phase::Gap(now),
-            unchanged => unchanged,
         };
+        samples.push(suspended.saturating_sub(posted));
+        READ.store(WRITE.load(Ordering::SeqCst), Ordering::SeqCst);
+        while RESUMES.load(Ordering::SeqCst) == resumes {
+            std::thread::yield_now();
+        }
+        let quiet = monotonic_ns();
+        while monotonic_ns() - quiet < GAP.as_nanos() as u64 {
+            std::hint::spin_loop();
+        }
     }
+    stop.store(true, Ordering::SeqCst);
+    samples
+}
+
+/// Nothing appears or goes.
+struct Quiet;
+
+impl Discovery for Quiet {
+    fn poll(&mut self, _: &mut Vec<gpreempt::model::ModelNotice>) {}
     fn sees_queues(&self) -> bool {
         true
     }
@@ -165,22 +159,25 @@ fn main() -> anyhow::Result<()> {
         online: vec![Selector::Pid(HostPid(me))],
         offline: vec![Selector::Pid(HostPid(OFFLINE))],
         // Resume at the first idle step: the bench times suspends, not the hysteresis.
-        policy: PolicyConfig { idle: Duration::ZERO, ..PolicyConfig::default() },
-        // No sleep between steps: a posted dispatch is read in the step that posts it.
+        policy: PolicyConfig { idle: Duration::ZERO, cost_aware: false, ..PolicyConfig::default() },
+        // No sleep between steps; no real-time footing (the host's, not the code's).
         poll: Duration::ZERO,
+        busy_poll: true,
+        realtime: RealtimeConfig::default(),
         occupancy: Duration::from_secs(3600),
         interval: Duration::from_secs(3600),
+        session: Options { roots: roots.clone(), ..Options::default() },
         roots,
         ..ScheduleConfig::default()
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let samples = Arc::new(Mutex::new(Vec::with_capacity(wanted)));
-    let driver = Driver { phase: Phase::Gap(monotonic_ns()), samples: samples.clone(), wanted, stop: stop.clone() };
     let mut ignore = |_: &ScheduleEvent| {};
-    let scheduler = Scheduler::<Stamp>::start(config, Box::new(driver), &mut ignore)?;
+    let scheduler = Scheduler::start::<Stamp>(config, Box::new(Quiet), &mut ignore)?;
+    let flag = stop.clone();
+    let driver = std::thread::spawn(move || drive(wanted, &flag));
     let report = scheduler.run(&stop, &mut ignore);
-    let samples: Vec<f64> =
-        samples.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.iter().map(|&ns| ns as f64).collect();
+    let samples = driver.join().map_err(|_| anyhow::anyhow!("the driver thread panicked"))?;
+    let samples: Vec<f64> = samples.iter().map(|&ns| ns as f64).collect();
     let stats = Summary::of(&samples).ok_or_else(|| anyhow::anyhow!("no sample"))?;
     let step_ns = report.elapsed_ms * 1e6 / report.polls.max(1) as f64;
     eprintln!(

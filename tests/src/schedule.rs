@@ -27,14 +27,15 @@ pub struct Schedule {
 
 impl Schedule {
     pub fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(binary("gpreempt").unwrap())
-            .arg("schedule")
-            .arg("--json")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        Self::start_with(args, Privilege::Root, &[])
+    }
+
+    /// [`Schedule::start`] with `privilege` and extra environment variables.
+    pub fn start_with(args: &[&str], privilege: Privilege, env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(binary("gpreempt").unwrap());
+        command.arg("schedule").arg("--json").args(args).envs(env.iter().copied());
+        privilege.apply(&mut command);
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let out = BufReader::new(child.stdout.take().unwrap());
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
@@ -152,15 +153,32 @@ pub enum Privilege {
     /// Root without CAP_SYS_PTRACE (dropped from the bounding set before exec, so the exec'd
     /// root process does not get it back).
     RootWithoutPtrace,
+    /// Root without CAP_SYS_NICE: no SCHED_FIFO (root's RLIMIT_RTPRIO is 0 by default).
+    RootWithoutNice,
 }
 
-/// `CAP_SYS_PTRACE` (include/uapi/linux/capability.h; libc does not name the capabilities).
+impl Privilege {
+    fn apply(self, command: &mut Command) {
+        let cap = match self {
+            Privilege::Root => return,
+            Privilege::RootWithoutPtrace => CAP_SYS_PTRACE,
+            Privilege::RootWithoutNice => CAP_SYS_NICE,
+        };
+        // SAFETY: prctl and the capability system calls are async-signal-safe and change only
+        // the child's own credentials.
+        unsafe { command.pre_exec(move || drop_capability(cap)) };
+    }
+}
+
+/// `CAP_SYS_PTRACE` and `CAP_SYS_NICE` (include/uapi/linux/capability.h; libc does not name the
+/// capabilities).
 const CAP_SYS_PTRACE: libc::c_ulong = 19;
+const CAP_SYS_NICE: libc::c_ulong = 23;
 
 /// In a child before exec: root's permitted set after exec is its inheritable set plus its
-/// bounding set (execve of a binary without file capabilities, Linux capabilities(7)), so
-/// CAP_SYS_PTRACE leaves both.
-fn drop_ptrace() -> std::io::Result<()> {
+/// bounding set (execve of a binary without file capabilities, Linux capabilities(7)), so `cap`
+/// leaves both.
+fn drop_capability(cap: libc::c_ulong) -> std::io::Result<()> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -182,12 +200,12 @@ fn drop_ptrace() -> std::io::Result<()> {
         if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
             return Err(err());
         }
-        data[0].inheritable &= !(1 << CAP_SYS_PTRACE);
+        data[0].inheritable &= !(1 << cap);
         if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
             return Err(err());
         }
         let zero: libc::c_ulong = 0;
-        if libc::prctl(libc::PR_CAPBSET_DROP, CAP_SYS_PTRACE, zero, zero, zero) != 0 {
+        if libc::prctl(libc::PR_CAPBSET_DROP, cap, zero, zero, zero) != 0 {
             return Err(err());
         }
     }
@@ -198,11 +216,7 @@ fn drop_ptrace() -> std::io::Result<()> {
 pub fn refused(args: &[&str], privilege: Privilege) -> (Option<i32>, String) {
     let mut command = Command::new(binary("gpreempt").unwrap());
     command.arg("schedule").args(args);
-    if privilege == Privilege::RootWithoutPtrace {
-        // SAFETY: prctl and the capability system calls are async-signal-safe and change only
-        // the child's own credentials.
-        unsafe { command.pre_exec(drop_ptrace) };
-    }
+    privilege.apply(&mut command);
     let out = command.output().unwrap();
     assert!(!out.status.success(), "{args:?} was accepted");
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())

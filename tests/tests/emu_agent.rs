@@ -209,6 +209,10 @@ fn settled_transitions(prometheus: SocketAddr, policy: &str, suspends_at_least: 
     loop {
         let mut now = (0.0, 0.0);
         for (labels, v) in query(prometheus, &promql)? {
+            // Per GPU: the workloads share the emulator's first GPU.
+            if labels["gpu"] != "4096" {
+                bail!("a transition series of another GPU: {labels}");
+            }
             match labels["transition"].as_str() {
                 Some("suspend") => now.0 = v,
                 Some("resume") => now.1 = v,

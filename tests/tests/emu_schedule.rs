@@ -552,7 +552,8 @@ fn emu_schedule_follows_a_restarted_online_container_and_holds_an_offline_queue_
     let created = offline.cmd("create 0x1000 2 4096 100 7").unwrap();
     assert_eq!((created["ret"].as_i64(), created["queue_id"].as_u64()), (Some(0), Some(1)));
     let late = s.wait_events("offline_queues_held", 1, LONG);
-    assert_eq!((late[0]["pid"].as_u64(), late[0]["queues"].as_i64()), (Some(u64::from(offline.pid())), Some(2)));
+    // The one new queue was suspended into the hold.
+    assert_eq!((late[0]["pid"].as_u64(), late[0]["queues"].as_i64()), (Some(u64::from(offline.pid())), Some(1)));
     assert_eq!(offline.cmd("submit 1 40 5000").unwrap()["ret"], 0);
     let new_rptr = created["queue"]["rptr"].as_u64().unwrap();
     assert!(holds(offline.pid(), new_rptr), "the queue created mid-suspension ran");
@@ -626,4 +627,137 @@ fn emu_schedule_bad_input_is_refused_with_cause_and_fix_and_nothing_attached() {
     assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
     assert_eq!(tracer_pid(online.pid()).unwrap(), 0);
     assert!(runs(&offline));
+}
+
+/// Two GPUs: online work on 0x1000 only. Offline process X has a queue on each GPU, Y one on
+/// 0x2000 only. Each online request suspends exactly X's queue on 0x1000 (one SUSPEND_QUEUES,
+/// for X alone: Y has nothing there), while X's queue on 0x2000 and Y keep running; 0x2000 never
+/// gets a policy. The reaction thread runs SCHED_FIFO (root) and reports its step interval.
+#[test]
+fn emu_schedule_online_work_on_one_gpu_suspends_only_the_offline_queues_on_that_gpu() {
+    let _t = Elapsed::start("emu_schedule_online_work_on_one_gpu_suspends_only_the_offline_queues_on_that_gpu");
+    let mut x = offline_run();
+    // X's second queue, on 0x2000, is given work before each request.
+    let created = x.cmd("create 0x2000 2 4096 100 7").unwrap();
+    assert_eq!((created["ret"].as_i64(), created["queue_id"].as_u64()), (Some(0), Some(1)));
+    let x_b = created["queue"]["rptr"].as_u64().unwrap();
+    let y =
+        LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x2000", "--queues", "1", "--runtime-enable"]).unwrap();
+    let mut online = online_idle();
+    let mut s = Schedule::start(&[
+        "--online",
+        &online.pid().to_string(),
+        "--offline",
+        &x.pid().to_string(),
+        &y.pid().to_string(),
+        "--idle-ms",
+        "20",
+    ]);
+    let attached = s.wait_events("offline_attached", 2, LONG);
+    let by_pid = |pid: u32| attached.iter().find(|a| a["pid"] == pid).unwrap_or_else(|| panic!("{pid}: {attached:?}"));
+    assert_eq!(
+        (by_pid(x.pid())["queues"].as_u64(), by_pid(x.pid())["gpus"].clone()),
+        (Some(2), serde_json::json!([4096, 8192]))
+    );
+    assert_eq!(
+        (by_pid(y.pid())["queues"].as_u64(), by_pid(y.pid())["gpus"].clone()),
+        (Some(1), serde_json::json!([8192]))
+    );
+    for request in 1..=2 {
+        // 25 dispatches of 40 ms: 1 s of work on X's 0x2000 queue.
+        assert_eq!(x.cmd("submit 1 25 40000").unwrap()["ret"], 0);
+        let slot = online.cmd("reserve 0").unwrap()["index"].as_u64().unwrap();
+        let susp = s.wait_transitions("suspend", request, LONG);
+        let t = &susp[request - 1];
+        assert_eq!(
+            (t["gpu_id"].as_u64(), t["queues"].as_i64(), t["ioctls"].as_u64()),
+            (Some(4096), Some(1), Some(1)),
+            "{t}"
+        );
+        assert!(t["detection_us"].as_f64().is_some(), "{t}");
+        assert!(held(&x), "X's queue on 0x1000 runs during the online request");
+        assert!(progresses(x.pid(), x_b), "X's queue on 0x2000 is held by online work on 0x1000");
+        assert!(runs(&y), "Y, on 0x2000 only, is held by online work on 0x1000");
+        assert_eq!(online.cmd(&format!("commit 0 {slot} 1000")).unwrap()["ret"], 0);
+        let res = s.wait_transitions("resume", request, LONG);
+        let t = &res[request - 1];
+        assert_eq!(
+            (t["gpu_id"].as_u64(), t["queues"].as_i64(), t["reason"].as_str()),
+            (Some(4096), Some(1), Some("idle")),
+            "{t}"
+        );
+        assert!(runs(&x));
+    }
+    let (lines, stderr) = s.stop();
+    let sum = summary(&lines);
+    assert_eq!((sum["suspends"].as_u64(), sum["resumes"].as_u64()), (Some(2), Some(2)), "{sum}");
+    let gpus = sum["gpus"].as_array().unwrap();
+    let gpu = |id: u64| gpus.iter().find(|g| g["gpu_id"] == id).unwrap_or_else(|| panic!("{sum}"));
+    assert_eq!(
+        (gpu(4096)["scheduled"].as_bool(), gpu(4096)["suspends"].as_u64(), gpu(4096)["resumes"].as_u64()),
+        (Some(true), Some(2), Some(2))
+    );
+    assert_eq!((gpu(8192)["scheduled"].as_bool(), gpu(8192)["suspends"].as_u64()), (Some(false), Some(0)));
+    assert!(gpu(8192)["offline_dispatches"].as_u64().unwrap() > 0, "{sum}");
+    // The driver ran exactly two suspends and two resumes: one process per transition.
+    let k = &sum["kernel"];
+    assert_eq!((k["suspend"]["count"].as_u64(), k["resume"]["count"].as_u64()), (Some(2), Some(2)), "{k}");
+    // The reaction thread's footing as root, and its step interval.
+    assert_eq!(sum["realtime"]["policy"], "fifo", "{sum}");
+    assert_eq!(sum["realtime"]["priority"], 20, "{sum}");
+    assert!(sum["loop_step_us"]["count"].as_u64().unwrap() > 100, "{sum}");
+    assert_eq!(sum["reaction_panicked"], false);
+    let refused: Vec<&Value> = lines.iter().filter(|l| l["event"] == "warning").collect();
+    assert!(refused.is_empty(), "{refused:?}\n{stderr}");
+    for pid in [x.pid(), y.pid(), online.pid()] {
+        assert_eq!(tracer_pid(pid).unwrap(), 0);
+    }
+}
+
+/// Without CAP_SYS_NICE the reaction thread says so once and schedules at normal priority; a
+/// reaction thread that dies (an injected panic with a GPU held) leaves nothing suspended or
+/// traced, and gpreempt exits 1 naming it.
+#[test]
+fn emu_schedule_without_cap_sys_nice_and_with_a_dying_reaction_thread_leaves_nothing_held() {
+    let _t = Elapsed::start("emu_schedule_without_cap_sys_nice_and_with_a_dying_reaction_thread");
+    let offline = offline_run();
+    let mut online = online_idle();
+    let (on, off) = (online.pid().to_string(), offline.pid().to_string());
+    let args = ["--no-trace", "--online", on.as_str(), "--offline", off.as_str(), "--idle-ms", "20"];
+    let mut s = Schedule::start_with(&args, Privilege::RootWithoutNice, &[]);
+    s.wait_events("offline_attached", 1, LONG);
+    let slot = online.cmd("reserve 0").unwrap()["index"].as_u64().unwrap();
+    s.wait_transitions("suspend", 1, LONG);
+    assert!(held(&offline));
+    assert_eq!(online.cmd(&format!("commit 0 {slot} 1000")).unwrap()["ret"], 0);
+    s.wait_transitions("resume", 1, LONG);
+    let (lines, stderr) = s.stop();
+    let sum = summary(&lines);
+    assert_eq!(sum["realtime"]["policy"], "normal", "{sum}");
+    let refusals: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["event"] == "warning" && l["message"].as_str().is_some_and(|m| m.contains("SCHED_FIFO")))
+        .collect();
+    assert_eq!(refusals.len(), 1, "{lines:?}");
+    assert!(
+        refusals[0]["message"].as_str().unwrap().starts_with("SCHED_FIFO priority 20 refused (Operation not permitted"),
+        "{refusals:?}"
+    );
+    assert!(sum["loop_step_us"]["count"].as_u64().unwrap() > 0, "{sum}");
+    assert_eq!((sum["suspends"].as_u64(), sum["resumes"].as_u64()), (Some(1), Some(1)), "{sum}\n{stderr}");
+    assert!(runs(&offline));
+
+    // The reaction thread panics right after its first suspend, with the GPU held.
+    let mut s = Schedule::start_with(&args, Privilege::Root, &[("GPREEMPT_TEST_FAULT", "reaction-panic")]);
+    s.wait_events("offline_attached", 1, LONG);
+    let slot = online.cmd("reserve 0").unwrap()["index"].as_u64().unwrap();
+    let (status, lines, stderr) = s.wait();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("injected fault: the reaction thread panics with GPU 0x1000 held"), "{stderr}");
+    assert!(stderr.contains("gpreempt: error: the reaction thread panicked"), "{stderr}");
+    assert_eq!(summary(&lines)["reaction_panicked"], true);
+    // Its session resumed and detached while unwinding, with the online work still pending.
+    assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
+    assert!(runs(&offline), "the offline queue stayed suspended after the reaction thread died");
+    assert_eq!(online.cmd(&format!("commit 0 {slot} 1000")).unwrap()["ret"], 0);
 }

@@ -10,6 +10,7 @@
 //! ever held by two policies' sessions at once (KFD accepts one debugger per process).
 
 use std::{
+    collections::BTreeMap,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -22,6 +23,7 @@ use std::{
 use super::{AgentPolicy, PolicyRunner, log_line};
 use crate::{
     controller::session::Session,
+    domain::GpuId,
     metrics::{self, Metrics},
     model::ModelNotice,
     schedule::{self, ScheduleEvent, Scheduler, channel, policy::PolicyConfig},
@@ -119,8 +121,8 @@ fn scheduler_config(policy: &AgentPolicy) -> schedule::ScheduleConfig {
             ..PolicyConfig::default()
         },
         poll: p.poll,
-        // The periodic report is not logged; a long period keeps it cheap.
-        interval: Duration::from_secs(60),
+        // The periodic report is not logged; it refreshes the loop-step gauges.
+        interval: Duration::from_secs(5),
         ..schedule::ScheduleConfig::default()
     }
 }
@@ -128,7 +130,7 @@ fn scheduler_config(policy: &AgentPolicy) -> schedule::ScheduleConfig {
 /// The policy thread: start the scheduler, run it until `stop`, report into `metrics` and the log.
 fn run(policy: &AgentPolicy, discovery: channel::ChannelDiscovery, stop: &AtomicBool, metrics: &Metrics) {
     let name = policy.name.as_str();
-    let mut recorder = Recorder { name, metrics, suspended_at_ms: None };
+    let mut recorder = Recorder { name, metrics, suspended_at_ms: BTreeMap::new() };
     let mut emit = |e: &ScheduleEvent| recorder.event(e);
     let scheduler = match Scheduler::start::<Session>(scheduler_config(policy), Box::new(discovery), &mut emit) {
         Ok(s) => s,
@@ -145,8 +147,8 @@ fn run(policy: &AgentPolicy, discovery: channel::ChannelDiscovery, stop: &Atomic
 struct Recorder<'a> {
     name: &'a str,
     metrics: &'a Metrics,
-    /// When the current suspension began (scheduler milliseconds).
-    suspended_at_ms: Option<f64>,
+    /// When each GPU's current suspension began (scheduler milliseconds).
+    suspended_at_ms: BTreeMap<GpuId, f64>,
 }
 
 impl Recorder<'_> {
@@ -154,24 +156,42 @@ impl Recorder<'_> {
         let policy = &self.name;
         match event {
             ScheduleEvent::Transition(t) if t.action == "suspend" => {
-                self.metrics.scheduler_transition(self.name, metrics::TransitionKind::Suspend);
-                if let Some(us) = t.reaction_us {
-                    self.metrics.scheduler_reaction(self.name, us / 1e6);
-                }
+                self.metrics.scheduler_transition(self.name, t.gpu_id, metrics::TransitionKind::Suspend);
                 if t.queues > 0 {
-                    self.suspended_at_ms = Some(t.t_ms);
+                    if let Some(us) = t.reaction_us {
+                        self.metrics.scheduler_reaction(self.name, t.gpu_id, us / 1e6);
+                    }
+                    if let Some(us) = t.detection_us {
+                        self.metrics.scheduler_detection(self.name, t.gpu_id, us / 1e6);
+                    }
+                    self.suspended_at_ms.insert(t.gpu_id, t.t_ms);
                 }
                 if !t.errors.is_empty() {
-                    log("warn", "suspend failed", &[("policy", policy), ("errors", &t.errors_line())]);
+                    log(
+                        "warn",
+                        "suspend failed",
+                        &[("policy", policy), ("gpu", &t.gpu_id), ("errors", &t.errors_line())],
+                    );
                 }
             }
             ScheduleEvent::Transition(t) => {
-                self.metrics.scheduler_transition(self.name, metrics::TransitionKind::Resume);
-                if let Some(at) = self.suspended_at_ms.take() {
-                    self.metrics.scheduler_suspended(self.name, (t.t_ms - at).max(0.0) / 1e3);
+                self.metrics.scheduler_transition(self.name, t.gpu_id, metrics::TransitionKind::Resume);
+                if let Some(at) = self.suspended_at_ms.remove(&t.gpu_id) {
+                    self.metrics.scheduler_suspended(self.name, t.gpu_id, (t.t_ms - at).max(0.0) / 1e3);
                 }
                 if !t.errors.is_empty() {
-                    log("warn", "resume failed", &[("policy", policy), ("errors", &t.errors_line())]);
+                    log(
+                        "warn",
+                        "resume failed",
+                        &[("policy", policy), ("gpu", &t.gpu_id), ("errors", &t.errors_line())],
+                    );
+                }
+            }
+            ScheduleEvent::ResumeSkipped { gpu_id, .. } => self.metrics.scheduler_resume_skipped(self.name, *gpu_id),
+            ScheduleEvent::Interval(i) => {
+                if let (Some(p50), Some(p99), Some(max)) = (i.loop_step_p50_us, i.loop_step_p99_us, i.loop_step_max_us)
+                {
+                    self.metrics.scheduler_loop_step(self.name, p50 / 1e6, p99 / 1e6, max / 1e6);
                 }
             }
             ScheduleEvent::OfflineAttached { pid, comm, queues, .. } => log(
@@ -204,11 +224,11 @@ impl Recorder<'_> {
                     "session watchdog resumed an offline process (the scheduler loop stalled)",
                     &[("policy", policy), ("pid", pid), ("held_ms", held_ms), ("still_held", still_held)],
                 );
-                // Nothing is held any more: the suspension ends here, not at the policy's resume.
-                if *still_held == 0
-                    && let Some(at) = self.suspended_at_ms.take()
-                {
-                    self.metrics.scheduler_suspended(self.name, (t_ms - at).max(0.0) / 1e3);
+                // Nothing is held any more: the suspensions end here, not at the policies' resumes.
+                if *still_held == 0 {
+                    for (gpu, at) in std::mem::take(&mut self.suspended_at_ms) {
+                        self.metrics.scheduler_suspended(self.name, gpu, (t_ms - at).max(0.0) / 1e3);
+                    }
                 }
             }
             ScheduleEvent::Warning { message } => log("warn", "policy", &[("policy", policy), ("message", message)]),
@@ -225,10 +245,7 @@ impl Recorder<'_> {
                     ("reactions", &r.reaction_us.as_ref().map_or(0, |s| s.count)),
                 ],
             ),
-            ScheduleEvent::OnlineQueue { .. }
-            | ScheduleEvent::Interval(_)
-            | ScheduleEvent::HintMalformed { .. }
-            | ScheduleEvent::ResumeSkipped { .. } => {}
+            ScheduleEvent::OnlineQueue { .. } | ScheduleEvent::HintMalformed { .. } => {}
         }
     }
 }
@@ -276,7 +293,7 @@ mod tests {
     #[test]
     fn transitions_feed_the_scheduler_families_of_their_policy() {
         let metrics = Metrics::new("node-a", "0.0.0");
-        let mut r = Recorder { name: "p", metrics: &metrics, suspended_at_ms: None };
+        let mut r = Recorder { name: "p", metrics: &metrics, suspended_at_ms: BTreeMap::new() };
         r.event(&transition("suspend", 100.0, 2, Some(1500.0)));
         r.event(&transition("resume", 350.0, 2, None));
         // A suspend that held nothing adds no suspended time; its resume neither.
@@ -290,11 +307,13 @@ mod tests {
         assert_eq!(
             lines,
             [
-                r#"gpreempt_scheduler_reaction_seconds_count{hostname="node-a",policy="p"} 1"#,
-                r#"gpreempt_scheduler_reaction_seconds_sum{hostname="node-a",policy="p"} 0.0015"#,
-                r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p"} 0.25"#,
-                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",transition="resume"} 2"#,
-                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",transition="suspend"} 2"#,
+                r#"gpreempt_scheduler_detection_seconds_count{hostname="node-a",policy="p",gpu="4096"} 1"#,
+                r#"gpreempt_scheduler_detection_seconds_sum{hostname="node-a",policy="p",gpu="4096"} 0.00075"#,
+                r#"gpreempt_scheduler_reaction_seconds_count{hostname="node-a",policy="p",gpu="4096"} 1"#,
+                r#"gpreempt_scheduler_reaction_seconds_sum{hostname="node-a",policy="p",gpu="4096"} 0.0015"#,
+                r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p",gpu="4096"} 0.25"#,
+                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",gpu="4096",transition="resume"} 2"#,
+                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",gpu="4096",transition="suspend"} 2"#,
             ]
         );
     }
@@ -302,7 +321,7 @@ mod tests {
     #[test]
     fn a_session_watchdog_resume_ends_the_suspended_time_once_nothing_is_held() {
         let metrics = Metrics::new("node-a", "0.0.0");
-        let mut r = Recorder { name: "p", metrics: &metrics, suspended_at_ms: None };
+        let mut r = Recorder { name: "p", metrics: &metrics, suspended_at_ms: BTreeMap::new() };
         r.event(&transition("suspend", 100.0, 4, None));
         // Two offline processes: the first one released leaves the other held; the second ends it.
         r.event(&ScheduleEvent::WatchdogResumed { t_ms: 1_100.0, pid: HostPid(7), held_ms: 1_000, still_held: 1 });
@@ -312,6 +331,9 @@ mod tests {
         let text = metrics.encode();
         let suspended: Vec<&str> =
             text.lines().filter(|l| l.starts_with("gpreempt_scheduler_suspended_seconds_total")).collect();
-        assert_eq!(suspended, [r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p"} 1.25"#]);
+        assert_eq!(
+            suspended,
+            [r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p",gpu="4096"} 1.25"#]
+        );
     }
 }

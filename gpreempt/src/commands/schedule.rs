@@ -78,6 +78,12 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     if !json {
         print_report(&report);
     }
+    if report.reaction_panicked {
+        anyhow::bail!(
+            "the reaction thread panicked (message above); its sessions resumed the offline queues and detached \
+             every process while it unwound. Please report it with the message"
+        );
+    }
     if let Some(signal) = interrupt::received() {
         eprintln!("gpreempt: stopped by {signal}; offline queues resumed, every process detached");
     }
@@ -100,14 +106,13 @@ fn show(e: &ScheduleEvent, json: bool, status: bool) {
                 status_line(i);
             }
         }
-        ScheduleEvent::Transition(_) | ScheduleEvent::Summary(_) => {}
+        ScheduleEvent::Transition(_) | ScheduleEvent::Summary(_) | ScheduleEvent::ResumeSkipped { .. } => {}
         ScheduleEvent::OfflineAttached { pid, comm, queues, gpus, picked_up } => eprintln!(
             // Debug formatting escapes control characters a process may put in its comm.
             "gpreempt: offline pid {pid} ({comm:?}) attached{}, {queues} queue(s) on GPU(s) {}",
             if *picked_up { " (picked up)" } else { "" },
             gpu_list(gpus)
         ),
-        ScheduleEvent::ResumeSkipped { .. } => {}
         ScheduleEvent::OfflineAttachFailed { pid, error } => {
             eprintln!("gpreempt: offline pid {pid} not attached: {error}");
         }

@@ -54,6 +54,7 @@ fn latency_histogram() -> Histogram {
 type CounterFamily = Family<Labels, Counter>;
 type SecondsFamily = Family<Labels, Counter<f64>>;
 type GaugeFamily = Family<Labels, Gauge>;
+type FloatGaugeFamily = Family<Labels, Gauge<f64, AtomicU64>>;
 type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
 /// A scheduler decision, for [`Metrics::scheduler_transition`].
@@ -101,6 +102,9 @@ pub struct Metrics {
     transitions: CounterFamily,
     suspended_seconds: SecondsFamily,
     reaction_seconds: HistogramFamily,
+    detection_seconds: HistogramFamily,
+    resumes_skipped: CounterFamily,
+    loop_step_seconds: FloatGaugeFamily,
 }
 
 const LOSS_CAUSES: usize = 5;
@@ -135,6 +139,9 @@ impl Metrics {
             transitions: CounterFamily::default(),
             suspended_seconds: SecondsFamily::default(),
             reaction_seconds: histograms(),
+            detection_seconds: histograms(),
+            resumes_skipped: CounterFamily::default(),
+            loop_step_seconds: FloatGaugeFamily::default(),
         };
         let r = &mut registry;
         r.register("build", "The agent's build", Info::new(vec![("version", version.to_owned())]));
@@ -194,20 +201,38 @@ impl Metrics {
         r.register("config_reloads", "Configuration reloads (SIGHUP), by result", m.config_reloads.clone());
         r.register(
             "scheduler_transitions",
-            "Scheduler decisions per policy, by transition (suspend or resume)",
+            "Scheduler decisions per policy and GPU, by transition (suspend or resume)",
             m.transitions.clone(),
         );
         r.register_with_unit(
             "scheduler_suspended",
-            "Time a policy kept its offline processes suspended",
+            "Time a policy kept its offline queues on a GPU suspended",
             Unit::Seconds,
             m.suspended_seconds.clone(),
         );
         r.register_with_unit(
             "scheduler_reaction",
-            "Time from an online process's GPU activity to its policy's suspend of the offline ones",
+            "Time from online work seen on a GPU to its policy's suspend of the offline queues there returning",
             Unit::Seconds,
             m.reaction_seconds.clone(),
+        );
+        r.register_with_unit(
+            "scheduler_detection",
+            "Time from the last poll that saw a GPU free of online work to the suspend entering the kernel (an \
+             upper bound of online work published to suspend)",
+            Unit::Seconds,
+            m.detection_seconds.clone(),
+        );
+        r.register(
+            "scheduler_resumes_skipped",
+            "Idle resumes a policy skipped because the online gap was predicted shorter than their cost",
+            m.resumes_skipped.clone(),
+        );
+        r.register_with_unit(
+            "scheduler_loop_step",
+            "The reaction thread's step interval so far, by quantile (0.5, 0.99, 1 for the maximum)",
+            Unit::Seconds,
+            m.loop_step_seconds.clone(),
         );
         Self { registry: Arc::new(registry), ..m }
     }
@@ -253,19 +278,39 @@ impl Metrics {
         self.config_reloads.get_or_create(&vec![("result", result.to_owned())]).inc();
     }
 
-    /// A policy suspended or resumed its offline processes.
-    pub fn scheduler_transition(&self, policy: &str, t: TransitionKind) {
-        self.transitions.get_or_create(&vec![("policy", policy.to_owned()), ("transition", t.name().to_owned())]).inc();
+    /// A policy suspended or resumed its offline queues on `gpu`.
+    pub fn scheduler_transition(&self, policy: &str, gpu: GpuId, t: TransitionKind) {
+        let labels = vec![("policy", policy.to_owned()), ("gpu", gpu.to_string()), ("transition", t.name().to_owned())];
+        self.transitions.get_or_create(&labels).inc();
     }
 
-    /// A policy kept its offline processes suspended for `seconds` (added when they resume).
-    pub fn scheduler_suspended(&self, policy: &str, seconds: f64) {
-        self.suspended_seconds.get_or_create(&vec![("policy", policy.to_owned())]).inc_by(seconds);
+    /// A policy kept its offline queues on `gpu` suspended for `seconds` (added when they resume).
+    pub fn scheduler_suspended(&self, policy: &str, gpu: GpuId, seconds: f64) {
+        self.suspended_seconds.get_or_create(&policy_gpu(policy, gpu)).inc_by(seconds);
     }
 
-    /// A policy reacted to online activity after `seconds`.
-    pub fn scheduler_reaction(&self, policy: &str, seconds: f64) {
-        self.reaction_seconds.get_or_create(&vec![("policy", policy.to_owned())]).observe(seconds);
+    /// A policy reacted to online activity on `gpu` after `seconds`.
+    pub fn scheduler_reaction(&self, policy: &str, gpu: GpuId, seconds: f64) {
+        self.reaction_seconds.get_or_create(&policy_gpu(policy, gpu)).observe(seconds);
+    }
+
+    /// A policy's suspend on `gpu` entered the kernel `seconds` after the last quiet poll.
+    pub fn scheduler_detection(&self, policy: &str, gpu: GpuId, seconds: f64) {
+        self.detection_seconds.get_or_create(&policy_gpu(policy, gpu)).observe(seconds);
+    }
+
+    /// A policy held through an online gap on `gpu` instead of resuming.
+    pub fn scheduler_resume_skipped(&self, policy: &str, gpu: GpuId) {
+        self.resumes_skipped.get_or_create(&policy_gpu(policy, gpu)).inc();
+    }
+
+    /// A policy's reaction-thread step interval so far: p50, p99 and the maximum, in seconds.
+    pub fn scheduler_loop_step(&self, policy: &str, p50: f64, p99: f64, max: f64) {
+        for (q, v) in [("0.5", p50), ("0.99", p99), ("1", max)] {
+            self.loop_step_seconds
+                .get_or_create(&vec![("policy", policy.to_owned()), ("quantile", q.to_owned())])
+                .set(v);
+        }
     }
 }
 
@@ -483,3 +528,7 @@ impl Subscriber for std::rc::Rc<std::cell::RefCell<Recorder>> {
 
 #[cfg(test)]
 mod tests;
+
+fn policy_gpu(policy: &str, gpu: GpuId) -> Labels {
+    vec![("policy", policy.to_owned()), ("gpu", gpu.to_string())]
+}

@@ -76,9 +76,13 @@ fn exposition_of_a_scripted_sequence_is_exact() {
     metrics.set_probes(21, 2);
     metrics.set_losses(&Losses { ringbuf_full: 3, return_probes_missed: Some(1), ..Default::default() });
     metrics.config_reload(false);
-    metrics.scheduler_transition("colocate", TransitionKind::Suspend);
-    metrics.scheduler_suspended("colocate", 0.5);
-    metrics.scheduler_reaction("colocate", 0.002);
+    let gpu = crate::domain::GpuId(0x1000);
+    metrics.scheduler_transition("colocate", gpu, TransitionKind::Suspend);
+    metrics.scheduler_suspended("colocate", gpu, 0.5);
+    metrics.scheduler_reaction("colocate", gpu, 0.002);
+    metrics.scheduler_detection("colocate", gpu, 0.0003);
+    metrics.scheduler_resume_skipped("colocate", gpu);
+    metrics.scheduler_loop_step("colocate", 0.0002, 0.0004, 0.0021);
     expect(&metrics, "exposition-before-expiry.txt", include_str!("exposition-before-expiry.txt"));
     assert_eq!((recorder.borrow().tracked(), recorder.borrow().process_series()), (2, 15));
     // Exited at 4 s with a 1 s grace period: pid 20's series are gone at 5 s, pid 10's stay.

@@ -243,8 +243,10 @@ pub struct Interval {
     /// Transitions so far, every GPU.
     pub transitions: u64,
     pub reaction_p99_us: Option<f64>,
-    /// The reaction thread's step interval so far, p99, µs.
+    /// The reaction thread's step interval so far: p50, p99 and the maximum, µs.
+    pub loop_step_p50_us: Option<f64>,
     pub loop_step_p99_us: Option<f64>,
+    pub loop_step_max_us: Option<f64>,
     /// Offline dispatches started in the interval, every GPU.
     pub offline_dispatches: u64,
     pub gpus: Vec<GpuInterval>,
@@ -303,6 +305,8 @@ pub struct ScheduleReport {
     pub realtime: Realtime,
     /// Reports the reaction thread dropped because this side fell behind.
     pub reports_dropped: u64,
+    /// The reaction thread panicked (its sessions resumed and detached while it unwound).
+    pub reaction_panicked: bool,
     pub hints: Option<HintCounts>,
     /// Runlist refreshes caused by attaching (ENABLE and DISABLE of offline sessions, online snapshots).
     pub attach_refreshes: u64,
@@ -460,6 +464,7 @@ pub struct Scheduler {
     online_ever: BTreeSet<HostPid>,
     spans: Vec<Span>,
     realtime: Realtime,
+    reaction_panicked: bool,
 }
 
 /// How long a picked-up offline process is retried while its KFD state is incomplete.
@@ -599,6 +604,7 @@ impl Scheduler {
             online_ever: BTreeSet::new(),
             spans: Vec::new(),
             realtime: Realtime::default(),
+            reaction_panicked: false,
         };
         if let Err(e) = s.attach_initial::<C>(&online_sel.pids, &offline_sel.pids, emit) {
             s.finish(emit);
@@ -748,7 +754,7 @@ impl Scheduler {
             if self.reaction.as_ref().is_none_or(JoinHandle::is_finished) {
                 emit(&ScheduleEvent::Warning {
                     message: "the reaction thread ended (it panicked: see the message above); its sessions resumed \
-                              and detached the offline processes on the way out; stopping"
+                              and detached the offline processes while it unwound; stopping"
                         .into(),
                 });
                 break;
@@ -795,9 +801,7 @@ impl Scheduler {
         if let Some(thread) = self.reaction.take() {
             match thread.join() {
                 Ok(realtime) => self.realtime = realtime,
-                Err(_) => emit(&ScheduleEvent::Warning {
-                    message: "the reaction thread panicked; its sessions resumed and detached on the way out".into(),
-                }),
+                Err(_) => self.reaction_panicked = true,
             }
         }
         self.drain_reports(emit);
@@ -1049,7 +1053,9 @@ impl Scheduler {
             offline_processes: self.offline.len(),
             transitions,
             reaction_p99_us: Stats::of(&reaction).map(|s| s.p99),
+            loop_step_p50_us: self.loop_stats.step.percentile_ns(50.0).map(|ns| ns as f64 / 1e3),
             loop_step_p99_us: self.loop_stats.step.percentile_ns(99.0).map(|ns| ns as f64 / 1e3),
+            loop_step_max_us: self.loop_stats.step.summary_us().map(|s| s.max),
             offline_dispatches: dispatches,
             gpus,
         }));
@@ -1152,6 +1158,7 @@ impl Scheduler {
             loop_step_us: stats.step.summary_us(),
             realtime: self.realtime.clone(),
             reports_dropped: stats.reports_dropped.load(Ordering::Relaxed),
+            reaction_panicked: self.reaction_panicked,
             hints: self.hints.as_ref().map(|h| h.state.counts),
             attach_refreshes: self.attach_refreshes,
             cpu_ms: cpu,

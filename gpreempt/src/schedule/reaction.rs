@@ -244,6 +244,9 @@ pub struct Reaction<C: Control> {
     reports: SyncSender<Report>,
     stats: Arc<LoopStats>,
     errors: Vec<(HostPid, SharedError)>,
+    /// `GPREEMPT_TEST_FAULT=reaction-panic` (VM tests, `fault-injection` builds only): panic
+    /// right after the first suspend, with the offline queues held.
+    panic_after_suspend: bool,
 }
 
 impl<C: Control> Reaction<C> {
@@ -263,6 +266,9 @@ impl<C: Control> Reaction<C> {
             reports,
             stats,
             errors: Vec::new(),
+            panic_after_suspend: cfg!(feature = "fault-injection")
+                && std::env::var("GPREEMPT_TEST_FAULT")
+                    .is_ok_and(|v| v.split(',').any(|f| f.trim() == "reaction-panic")),
         }
     }
 
@@ -637,7 +643,12 @@ impl<C: Control> Reaction<C> {
             }
         };
         let errors = std::mem::take(&mut self.errors);
+        let held = record.action == TransitionAction::Suspend && record.queues > 0;
         self.report(Report::Transition(record, errors));
+        if held && self.panic_after_suspend {
+            // Unwinding drops every session, which resumes, disables and detaches (Session's Drop).
+            panic!("injected fault: the reaction thread panics with GPU {gpu:#x} held");
+        }
     }
 
     /// Resume every held GPU (a `Stop` transition each), then detach every offline process.

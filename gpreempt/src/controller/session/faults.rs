@@ -1,6 +1,7 @@
 //! Faults the VM tests inject into a session, read from `GPREEMPT_TEST_FAULT` (comma separated):
 //! `after-suspend` fails the step that follows a successful SUSPEND_QUEUES (as a failed
 //! re-snapshot would); `resume=N` fails the next N RESUME_QUEUES with EIO before the ioctl.
+//! (`reaction-panic`, read by the scheduler's reaction thread, panics it after its first suspend.)
 //!
 //! Compiled in only with the `fault-injection` cargo feature, which `cargo xtask test` enables
 //! for the binaries it runs in the VM; without it [`Faults`] is empty and the variable is ignored.
