@@ -4,7 +4,7 @@
 //! (online latency alone, co-located, with `gpreempt schedule`). `--amdgpu` or `--emulator` runs
 //! one part only.
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 use crate::{
     kmod, setup,
@@ -78,16 +78,21 @@ wait $tracer
 
 /// The tool on an emulated GPU: the tracer live, a TTM eviction through the emulator's control
 /// file, and `gpreempt preempt` holding an offline workload while a monitor prints its
-/// read-index progress twice a second. It ends with the story `gpreempt schedule` exists for:
-/// an online workload's request latency (from the completion records the emulated CP writes)
-/// alone, next to a saturating offline workload (worse), and with `gpreempt schedule` (back near
-/// alone), with the offline workload's throughput in each state.
+/// read-index progress twice a second. It ends with the story `gpreempt schedule` exists for, on
+/// one GPU and on two: an inference-like client's request latency P50/P99 (from the completion
+/// records the emulated CP writes) alone, next to training-like offline processes, and under
+/// `gpreempt schedule`, with the offline throughput kept per GPU and the scheduler's own summary.
 fn emulator() -> Result<()> {
     // Release binaries: the scheduler's poll loop is what the demo times.
     util::run(cargo().args(["build", "--release", "--package", "gpreempt", "--package", "gpreempt-tests", "--bins"]))?;
     let bin = target_dir().join("release");
     let (gpreempt, workload) = (bin.join("gpreempt"), bin.join("emu-workload"));
     let (gpreempt, workload) = (gpreempt.display(), workload.display());
+    // The story is the co-location benchmark's scenarios, run once and short by the bench's guest
+    // half (`bench::colocation`), so the demo and BENCHMARKS §7 show the same workloads.
+    let xtask = std::env::current_exe().context("locating the xtask binary")?;
+    let xtask = xtask.display();
+    let bin = bin.display();
     let script = format!(
         r#"
 out="$GPREEMPT_VM_OUT"
@@ -133,107 +138,8 @@ wait $tracer
 # The two `run` workloads keep their rings full: they leave the GPU to the story's workloads.
 kill $online $offline
 sleep 1
-echo "== the story: an online workload (2 dispatches of 2 ms every 40 ms: 10 % of the GPU) and an offline one (5 ms dispatches, saturating) on gpu 0x1000"
-python3 - {workload} {gpreempt} <<'PY'
-import json, math, signal, subprocess, sys, threading, time
-workload, gpreempt = sys.argv[1], sys.argv[2]
-REQUESTS = 50
-
-def pct(v, q):
-    v = sorted(v)
-    return v[max(0, math.ceil(q * len(v)) - 1)]
-
-class Proc:
-    """A load generator: JSON lines out, commands in."""
-    def __init__(self, *args):
-        self.p = subprocess.Popen([workload, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        self.pid = self.next()["pid"]
-    def next(self, event=None):
-        while True:
-            line = self.p.stdout.readline()
-            if not line:
-                sys.exit(f"emu-workload {{self.p.args[1]}} ended early")
-            v = json.loads(line)
-            if event is None or v.get("event") == event:
-                return v
-    def send(self, line):
-        self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
-
-def online():
-    return Proc("online", "--gpu-id", "0x1000", "--runtime-enable", "--dispatches", "2", "--dispatch-us", "2000",
-                "--period-us", "40000", "--requests", str(REQUESTS), "--wait-go")
-
-def offline():
-    p = Proc("offline", "--gpu-id", "0x1000", "--runtime-enable", "--dispatch-us", "5000")
-    time.sleep(0.2)
-    return p
-
-def done(p):
-    p.send("stats")
-    s = p.next("stats")
-    return s["completed"], s["now_ns"]
-
-def requests(p, off=None):
-    """Run the online requests; with an offline workload, its dispatches/s over the same time."""
-    a = done(off) if off else None
-    p.send("go")
-    lat = [p.next("request")["latency_ns"] / 1e6 for _ in range(REQUESTS)]
-    p.next("summary")
-    rate = None
-    if off:
-        b = done(off)
-        rate = (b[0] - a[0]) * 1e9 / (b[1] - a[1])
-        off.send("stop")
-        off.next("summary")
-    return lat, rate
-
-rows = []
-def show(name, lat, rate, alone=None):
-    rows.append((name, lat, rate))
-    base = rows[0][1]
-    ratio = f"  ({{pct(lat, .5) / pct(base, .5):.1f}}x / {{pct(lat, .99) / pct(base, .99):.1f}}x alone)"
-    print(f"   {{name:<24}} online p50 {{pct(lat, .5):6.2f}} ms  p99 {{pct(lat, .99):6.2f}} ms{{ratio if len(rows) > 1 else ' ' * len(ratio)}}"
-          + (f"   offline {{rate:4.0f}} dispatches/s ({{100 * rate / alone:.0f}} % of alone)" if rate else ""), flush=True)
-
-lat, _ = requests(online())
-off = offline()
-a = done(off)
-time.sleep(REQUESTS * 0.04)
-b = done(off)
-alone = (b[0] - a[0]) * 1e9 / (b[1] - a[1])
-off.send("stop")
-off.next("summary")
-show("online alone", lat, None)
-print(f"   {{'offline alone':<24}} {{alone:.0f}} dispatches/s", flush=True)
-lat, rate = requests(online(), offline())
-show("co-located", lat, rate, alone)
-
-off, on = offline(), online()
-print("   starting gpreempt schedule (its in-process tracer attaches first, then the offline process)", flush=True)
-sched = subprocess.Popen([gpreempt, "schedule", "--json", "--online", str(on.pid), "--offline", str(off.pid)],
-                         stdout=subprocess.PIPE, text=True, bufsize=1)
-events = []
-attached = threading.Event()
-def read():
-    for line in sched.stdout:
-        events.append(json.loads(line))
-        if events[-1].get("event") == "offline_attached":
-            attached.set()
-reader = threading.Thread(target=read, daemon=True)
-reader.start()
-if not attached.wait(600):
-    sys.exit("gpreempt schedule did not attach")
-lat, rate = requests(on, off)
-sched.send_signal(signal.SIGINT)
-sched.wait()
-reader.join(10)
-show("with gpreempt schedule", lat, rate, alone)
-s = next(e for e in events if e.get("event") == "summary")
-r = s.get("reaction_us") or {{}}
-print(f"   gpreempt schedule: {{s['suspends']}} suspends for {{REQUESTS}} requests, reaction p50 {{r.get('p50', 0):.0f}} us "
-      f"p99 {{r.get('p99', 0):.0f}} us, its CPU {{100 * s['cpu_share']:.1f}} % of one vCPU", flush=True)
-PY
+echo "== the story: inference-like online work next to training-like offline work, alone, co-located, and under gpreempt schedule"
+{xtask} bench-guest --scenario colocation --demo --bin {bin} --dbg-pair /dev/null --out "$out/story.json"
 "#
     );
     let status = vm::run(&VmArgs {

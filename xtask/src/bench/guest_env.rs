@@ -40,6 +40,18 @@ pub struct GuestArgs {
     /// Emulator scenario: every row but row 5.
     #[arg(long)]
     pub no_controller: bool,
+    /// Co-location scenario: the previous global policy's `gpreempt` binary.
+    #[arg(long)]
+    pub previous_gpreempt: Option<PathBuf>,
+    /// Co-location scenario: the commit that binary was built from (for the report).
+    #[arg(long)]
+    pub previous_commit: Option<String>,
+    /// Co-location scenario: only these of its scenarios (`single-gpu`, `two-gpu`; default all).
+    #[arg(long, value_delimiter = ',')]
+    pub colocation_scenarios: Vec<String>,
+    /// Co-location scenario: `cargo xtask demo`'s short run, printed, nothing written to `--out`.
+    #[arg(long)]
+    pub demo: bool,
 }
 
 /// A parameter of the KFD emulator module.

@@ -174,7 +174,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let full = sections.len() == Section::ALL.len();
     // A partial run keeps every other section as it was measured.
     let mut results: Benchmarks = match fs::read(&path) {
-        Ok(text) if !full => serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))?,
+        Ok(text) if !full => {
+            let mut value: Value =
+                serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))?;
+            // Section 7 is measured again whole, so its stored results are dropped unread: a
+            // file written before its format changed still keeps every other section.
+            if sections.contains(&Section::Colocation)
+                && let Some(doc) = value.as_object_mut()
+            {
+                doc.remove("colocation");
+            }
+            serde_json::from_value(value).with_context(|| format!("parsing {}", path.display()))?
+        }
         _ => Benchmarks::default(),
     };
     let kernels = match (args.kernel.is_empty(), args.quick) {
@@ -251,13 +262,22 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 splice_emulator(&mut results, run, &["emulated"]);
             }
             Section::Colocation => {
-                results.colocation = Some(guest_results(newest, Scenario::Colocation, &dbg_pair, args.quick, &[], 2)?);
+                let previous = previous_gpreempt()?.display().to_string();
+                let extra = ["--previous-gpreempt", &previous, "--previous-commit", PREVIOUS_COMMIT];
+                let before = host_loadavg();
+                let mut doc: results::Colocation =
+                    guest_results(newest, Scenario::Colocation, &dbg_pair, args.quick, &extra, 2)?;
+                doc.host_loadavg = before.zip(host_loadavg()).map(|(a, b)| [a, b]);
+                results.colocation = Some(doc);
             }
             Section::Reaction => results.reaction = Some(reaction(args.quick)?),
         }
         measured.push((section, t.elapsed().as_secs_f64()));
     }
-    let commit = util::output(Command::new("git").args(["rev-parse", "--short", "HEAD"])).unwrap_or_default();
+    // `-dirty` when tracked files differ from the commit: the binaries measured were built from
+    // the working tree, and the stamp should not claim a commit they were not.
+    let commit =
+        util::output(Command::new("git").args(["describe", "--always", "--dirty", "--abbrev=7"])).unwrap_or_default();
     let date = util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).unwrap_or_default();
     let command = args.command(&sections);
     for (section, seconds) in measured {
@@ -279,6 +299,58 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The host's 1-minute load average (`None` if /proc/loadavg cannot be read).
+fn host_loadavg() -> Option<f64> {
+    fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// The last commit before the per-GPU scheduler rework (issue 23): its `gpreempt` is section 7's
+/// "previous global policy".
+pub const PREVIOUS_COMMIT: &str = "8918a2c";
+
+/// The previous global policy's `gpreempt` (release), built once from [`PREVIOUS_COMMIT`] in a git
+/// worktree under `target/prev-sched/src` into a target directory of its own, and reused while it
+/// exists (the commit never changes, so neither does the binary).
+fn previous_gpreempt() -> Result<PathBuf> {
+    let dir = target_dir().join("prev-sched");
+    let (src, target) = (dir.join("src"), dir.join("target"));
+    let bin = target.join("release").join("gpreempt");
+    if bin.exists() {
+        return Ok(bin);
+    }
+    let root = workspace_root();
+    if !src.join("Cargo.toml").exists() {
+        eprintln!("xtask bench: a git worktree of {PREVIOUS_COMMIT} in {} for the previous scheduler", src.display());
+        // A worktree directory deleted by hand (`cargo clean`) is still registered until pruned.
+        util::run(Command::new("git").arg("-C").arg(&root).args(["worktree", "prune"]))?;
+        util::run(
+            Command::new("git")
+                .arg("-C")
+                .arg(&root)
+                .args(["worktree", "add", "--detach"])
+                .arg(&src)
+                .arg(PREVIOUS_COMMIT),
+        )?;
+    }
+    let head = util::output(Command::new("git").arg("-C").arg(&src).args(["rev-parse", "HEAD"]))?;
+    if !head.trim().starts_with(PREVIOUS_COMMIT) {
+        bail!(
+            "{} is at {} instead of {PREVIOUS_COMMIT}: remove it (`git worktree remove`) and run again",
+            src.display(),
+            head.trim()
+        );
+    }
+    eprintln!("xtask bench: building the previous scheduler ({PREVIOUS_COMMIT}) once, into {}", target.display());
+    // util::run runs in the workspace root: the manifest path names the worktree's workspace.
+    util::run(
+        cargo()
+            .env("CARGO_TARGET_DIR", &target)
+            .args(["build", "--release", "--package", "gpreempt", "--manifest-path"])
+            .arg(src.join("Cargo.toml")),
+    )?;
+    Ok(bin)
 }
 
 /// Who measured `section`: its own stamp, else (a file written before sections were stamped)

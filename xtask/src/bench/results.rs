@@ -166,18 +166,24 @@ pub struct RunSizes {
     pub sessions: u64,
 }
 
-/// What the co-location guest measured (section 7).
+/// What the co-location guest measured (section 7): every scenario, each state once per round.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Colocation {
     pub cpus: usize,
     /// The emulator's parameters during the run.
     pub emulator: EmulatorParams,
+    /// The host's 1-minute load average before and after the VM ran (written by the host: QEMU's
+    /// vCPU threads share the host's cores with whatever else runs there, which shows here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_loadavg: Option<[f64; 2]>,
     pub kernel: String,
-    pub plan: ColocationPlan,
+    /// Where the previous global policy's binary came from.
+    pub previous: PreviousScheduler,
     pub quick: bool,
-    pub rounds: Vec<Round>,
+    pub rounds: u64,
     pub scenario: Scenario,
+    pub scenarios: Vec<ColocationScenario>,
     pub seconds: f64,
 }
 
@@ -190,91 +196,185 @@ pub struct EmulatorParams {
     pub tick_us: u64,
 }
 
-/// The co-location run's shape.
+/// The `gpreempt` binary of the last commit before the per-GPU scheduler.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ColocationPlan {
-    /// Online: `dispatches` dispatches of `dispatch_us` every `period_us`.
-    pub dispatch_us: u64,
-    pub dispatches: u64,
-    /// Offline: its ring kept full of dispatches of this cost.
-    pub offline_dispatch_us: u64,
-    pub period_us: u64,
+pub struct PreviousScheduler {
+    pub commit: String,
+}
+
+/// One co-location scenario: its workloads' command lines and every round's states.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColocationScenario {
+    /// The GPUs whose offline throughput is reported, the online one first.
+    pub gpus: Vec<u32>,
+    pub name: String,
+    /// Online requests per state.
     pub requests: u64,
-    pub rounds: u64,
-    /// The `gpreempt schedule` command line, with placeholders for the pids.
-    pub schedule: String,
+    pub rounds: Vec<ScenarioRound>,
+    /// `emu-workload serve` arguments (round 0's seed).
+    pub serve: String,
+    /// `emu-workload train` arguments, one per offline process (round 0's seeds).
+    pub train: Vec<String>,
 }
 
-/// One co-location round: each state once.
+/// One round of a scenario: each state once, in the order of the fields' documentation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Round {
-    pub alone: Alone,
-    pub colocated: Colocated,
-    pub offline_alone: OfflineAlone,
+pub struct ScenarioRound {
+    /// Online and offline together, no gpreempt.
+    pub colocated: StateRun,
+    /// The offline processes alone: their throughput per GPU.
+    pub offline_alone: Vec<GpuRate>,
+    /// The online client alone: every request's latency, ms.
+    pub online_alone: Vec<f64>,
+    /// Under the previous global policy's `gpreempt schedule`.
+    pub previous: StateRun,
     pub round: u64,
-    pub scheduled: Scheduled,
+    /// Under this checkout's `gpreempt schedule`.
+    pub schedule: StateRun,
 }
 
-/// The online workload alone.
+/// Offline throughput on one GPU over the online window, all offline processes together.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Alone {
-    /// Every request's latency, ms.
+pub struct GpuRate {
+    /// Offline dispatches completed per second.
+    pub dispatches_per_s: f64,
+    pub gpu_id: u32,
+    /// Emulated GPU time of the completed offline dispatches per wall-clock time (1.0: the GPU
+    /// did nothing else); the dispatch costs vary, so this, not the count, is the throughput.
+    pub work_share: f64,
+}
+
+/// Online latencies and offline throughput in one co-located state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateRun {
     pub latency_ms: Vec<f64>,
+    pub offline: Vec<GpuRate>,
+    /// The scheduler's side, in the states that run one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<SchedulerRun>,
 }
 
-/// The offline workload alone.
+/// A `gpreempt schedule` run: what the bench measured around it and what it reported.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct OfflineAlone {
-    /// Dispatches completed per second.
-    pub per_s: f64,
-}
-
-/// Both workloads, without gpreempt.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Colocated {
-    pub latency_ms: Vec<f64>,
-    pub offline_per_s: f64,
-}
-
-/// Both workloads under `gpreempt schedule`; the counts and statistics are its summary's.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Scheduled {
-    pub attach_refreshes: u64,
-    /// gpreempt's CPU time over the online run (`None`: /proc/PID/stat could not be read).
+pub struct SchedulerRun {
+    /// Its CPU time (user + system, all threads) over the online window, ms (`None`: /proc
+    /// could not be read).
     pub cpu_ms: Option<f64>,
-    pub failed_suspends: u64,
-    pub latency_ms: Vec<f64>,
-    pub offline_per_s: f64,
-    pub polls: u64,
-    /// `None` when the run had no reaction (gpreempt's summary says null).
-    pub reaction_us: Option<Stats>,
-    pub resume_us: Option<Stats>,
-    pub resumes: u64,
-    /// Start to the offline process attached, s.
+    /// Start to every offline process attached, s.
     pub startup_s: f64,
-    pub suspend_us: Option<Stats>,
-    pub suspends: u64,
-    /// The online run's length, ms.
+    pub summary: SchedulerSummary,
+    /// Its `transition` events counted per GPU.
+    pub transitions: Vec<GpuTransitions>,
+    /// The online window, ms.
     pub window_ms: f64,
 }
 
-/// A summary of samples as gpreempt reports it (`gpreempt::stats::Summary`).
+/// Transitions of one GPU, from the `transition` events.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuTransitions {
+    /// `None`: the binary's events do not name a GPU (the previous global policy).
+    pub gpu_id: Option<u32>,
+    pub resumes: u64,
+    pub suspends: u64,
+}
+
+/// What the bench keeps of `gpreempt schedule --json`'s summary. Both the current and the
+/// previous binary write it, and the current one is changing, so every field that either may
+/// lack is optional and unknown fields are ignored when it is read from the scheduler.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerSummary {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attach_refreshes: Option<u64>,
+    /// Its own CPU time over its whole run (start-up included), as a share of one CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_share: Option<f64>,
+    /// Online write index published → SUSPEND_QUEUES entered, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detection_us: Option<Stats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_suspends: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<GpuSummary>>,
+    /// The reaction loop's achieved step interval, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loop_step_us: Option<Stats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub polls: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaction_us: Option<Stats>,
+    /// The reaction thread's scheduling class as the host granted it (`policy`, `priority`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realtime: Option<RealtimeGrant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_us: Option<Stats>,
+    pub resumes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumes_skipped: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend_us: Option<Stats>,
+    pub suspends: u64,
+}
+
+/// `realtime` of the scheduler's summary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RealtimeGrant {
+    #[serde(default)]
+    pub policy: String,
+    #[serde(default)]
+    pub priority: u64,
+    #[serde(default)]
+    pub memory_locked: bool,
+    #[serde(default)]
+    pub refused: Vec<String>,
+}
+
+/// One GPU of the scheduler's summary (`gpus`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuSummary {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detection_us: Option<Stats>,
+    pub gpu_id: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline_dispatches: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline_rate_overall_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offline_rate_running_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaction_us: Option<Stats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumes_skipped: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_share: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspends: Option<u64>,
+}
+
+/// A summary of samples as gpreempt reports it (`gpreempt::stats::Summary`); the fields a
+/// version may leave out are optional.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     pub count: u64,
     pub max: f64,
-    pub mean: f64,
-    pub min: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
     pub p50: f64,
-    pub p90: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p90: Option<f64>,
     pub p99: f64,
-    pub stddev: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stddev: Option<f64>,
 }
 
 #[cfg(test)]
