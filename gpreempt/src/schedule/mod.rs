@@ -568,6 +568,9 @@ impl Scheduler {
         let reaction_config = ReactionConfig {
             policy: config.policy,
             poll_ns: ns_of(config.poll),
+            // A confirmation read is good for as long as the periodic ones are apart, and never
+            // longer than a millisecond: it decides a resume.
+            occupancy_ns: ns_of(config.occupancy.min(Duration::from_millis(1))),
             busy_poll: config.busy_poll,
             realtime: config.realtime,
             session: session.clone(),
@@ -737,6 +740,13 @@ impl Scheduler {
         for &q in queues {
             self.gpu(q.gpu_id);
             self.send(Command::OnlineQueue { pid, addrs: q });
+        }
+        for (gpu, path) in &occupancy {
+            // Opened here (the reaction thread only reads): a file that cannot be opened is
+            // left to this thread's periodic reads.
+            if let Ok(file) = std::fs::File::open(path) {
+                self.send(Command::OnlineOccupancy { pid, gpu: *gpu, file });
+            }
         }
         emit(&ScheduleEvent::OnlineAdded { pid, queues: queues.len(), snapshot, occupancy_files: occupancy.len() });
         self.online.insert(pid, OnlineWatch { occupancy });
@@ -1019,7 +1029,8 @@ impl Scheduler {
             }
         }
         for (gpu, occupied) in now {
-            if self.occupied.insert(gpu, occupied) != Some(occupied) && (occupied || self.occupied.contains_key(&gpu)) {
+            // Unknown counts as unoccupied: a GPU is announced when online waves appear on it.
+            if self.occupied.insert(gpu, occupied).unwrap_or(false) != occupied {
                 self.send(Command::Occupied { gpu, occupied });
             }
         }
@@ -1623,5 +1634,41 @@ mod tests {
         assert_eq!((report.suspends, report.resumes, report.suspended_ms), (1, 0, 0.0));
         let b = report.gpus.iter().find(|g| g.gpu_id == GpuId(B)).unwrap();
         assert_eq!((b.scheduled, b.suspends), (false, 0));
+    }
+
+    #[test]
+    fn a_started_online_dispatch_shown_only_by_cu_occupancy_holds_off_the_idle_resume() {
+        static R: AtomicU64 = AtomicU64::new(0);
+        static W: AtomicU64 = AtomicU64::new(0);
+        const OFF: u32 = 3_999_995;
+        let (dir, config) = setup(OFF, vec![queue(0, A, &R, &W)], vec![queue(0, A, &OFF_READ, &OFF_READ)], false);
+        let stats = dir.path().join(format!("sys/class/kfd/kfd/proc/{}/stats_{A}", std::process::id()));
+        fs::create_dir_all(&stats).unwrap();
+        let occupancy = stats.join("cu_occupancy");
+        fs::write(&occupancy, "0\n").unwrap();
+        // The periodic reads of the other thread are far apart: only the reaction thread's
+        // confirmation sees the waves in time.
+        let config = ScheduleConfig { occupancy: Duration::from_secs(3600), ..config };
+        let (_events, mut emit) = sink();
+        let s = Scheduler::start::<Recorder>(config.clone(), Box::new(Quiet), &mut emit).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, c) = (stop.clone(), config.clone());
+        let driver = thread::spawn(move || {
+            W.store(1, Ordering::SeqCst);
+            wait_until(&c, |calls| count(calls, "suspend") == 1);
+            // The dispatch starts (consumed from the ring) and runs for 100 ms: 20 idle periods.
+            fs::write(&occupancy, "304\n").unwrap();
+            R.store(1, Ordering::SeqCst);
+            thread::sleep(Duration::from_millis(100));
+            let resumed_while_running = count(&calls(&c), "resume");
+            fs::write(&occupancy, "0\n").unwrap();
+            wait_until(&c, |calls| count(calls, "resume") == 1);
+            flag.store(true, Ordering::SeqCst);
+            resumed_while_running
+        });
+        let report = s.run(&stop, &mut emit);
+        assert_eq!(driver.join().unwrap(), 0, "resumed while the online dispatch ran");
+        assert_eq!((report.suspends, report.resumes), (1, 1));
+        assert_eq!(report.resumes_by_reason, BTreeMap::from([("idle".to_owned(), 1)]));
     }
 }

@@ -259,6 +259,13 @@ impl PolicyMachine {
         &self.config
     }
 
+    /// Whether a poll at `now` that sees no online work would resume for idleness: suspended,
+    /// and no online work seen for `idle`. The controller may then confirm with a costlier
+    /// look (the online `cu_occupancy`) before it tells the machine what it saw.
+    pub fn idle_resume_due(&self, now: u64) -> bool {
+        self.state == State::Suspended && self.last_active.is_none_or(|t| now.saturating_sub(t) >= ns(self.config.idle))
+    }
+
     /// One poll at `now`: the action to take, if any. After a `Suspend` or `Resume` the
     /// controller reports the outcome with [`PolicyMachine::suspended`] / [`PolicyMachine::resumed`].
     pub fn tick(&mut self, now: u64, seen: Observation) -> Option<Action> {

@@ -70,6 +70,13 @@ pub enum Command {
         gpu: GpuId,
         occupied: bool,
     },
+    /// An online process's `cu_occupancy` file for a GPU, read here only to confirm an idle
+    /// resume (see [`Lane::occupancy`]).
+    OnlineOccupancy {
+        pid: HostPid,
+        gpu: GpuId,
+        file: std::fs::File,
+    },
     /// An open `begin` hint: online work on every GPU with online queues.
     Hint {
         active: bool,
@@ -173,6 +180,8 @@ pub struct ReactionConfig {
     pub policy: PolicyConfig,
     /// Interval between steps (ignored with `busy_poll`).
     pub poll_ns: u64,
+    /// How long a read of the online `cu_occupancy` stays good for an idle-resume check.
+    pub occupancy_ns: u64,
     /// Step again at once instead of sleeping (for hosts with a core to spare).
     pub busy_poll: bool,
     pub realtime: RealtimeConfig,
@@ -216,6 +225,13 @@ struct Lane {
     visible_ns: Option<u64>,
     /// Some online queue is on this GPU (hints count only then).
     online_queues: usize,
+    /// The online processes' `cu_occupancy` files of this GPU. The other thread reads them
+    /// periodically and says when waves appear, but its word arrives late, and a dispatch that
+    /// has started no longer shows in the indices. So before an idle resume the files are read
+    /// here (at most once per `occupancy_ns`): a running online dispatch is not an idle GPU.
+    occupancy: Vec<(HostPid, std::fs::File)>,
+    /// When the files were last read here, and whether they showed waves.
+    occupancy_read: Option<(u64, bool)>,
 }
 
 impl Lane {
@@ -229,7 +245,27 @@ impl Lane {
             quiet_ns: now,
             visible_ns: None,
             online_queues: 0,
+            occupancy: Vec::new(),
+            occupancy_read: None,
         }
+    }
+
+    /// Online waves on this GPU now, from the files (a read stays good for `max_age_ns`).
+    fn occupied_now(&mut self, now: u64, max_age_ns: u64) -> bool {
+        use std::os::unix::fs::FileExt;
+        if let Some((at, busy)) = self.occupancy_read
+            && now.saturating_sub(at) < max_age_ns
+        {
+            return busy;
+        }
+        let mut buf = [0u8; 32];
+        let busy = self.occupancy.iter().any(|(_, f)| {
+            // sysfs recomputes an attribute on every read at offset 0.
+            let n = f.read_at(&mut buf, 0).unwrap_or(0);
+            std::str::from_utf8(&buf[..n]).ok().and_then(|t| t.trim().parse::<i64>().ok()).is_some_and(|v| v > 0)
+        });
+        self.occupancy_read = Some((now, busy));
+        busy
     }
 }
 
@@ -318,8 +354,12 @@ impl<C: Control> Reaction<C> {
         self.service_offline();
         self.read_online(now);
         for i in 0..self.lanes.len() {
+            let occupancy_ns = self.config.occupancy_ns;
             let lane = &mut self.lanes[i];
-            let active = lane.pending || lane.occupied || (self.hint && lane.online_queues > 0);
+            let mut active = lane.pending || lane.occupied || (self.hint && lane.online_queues > 0);
+            if !active && !lane.occupancy.is_empty() && lane.policy.idle_resume_due(now) {
+                active = lane.occupied_now(now, occupancy_ns);
+            }
             if active && lane.visible_ns.is_none() && lane.policy.state() == State::Running {
                 lane.visible_ns = Some(now);
             }
@@ -393,12 +433,22 @@ impl<C: Control> Reaction<C> {
                     self.detach(i, "exited", now);
                 }
             }
-            Command::Occupied { gpu, occupied } => self.lane(gpu, now).occupied = occupied,
+            // Online waves on a GPU with no policy yet start its policy.
+            Command::Occupied { gpu, occupied: true } => self.lane(gpu, now).occupied = true,
+            Command::Occupied { gpu, occupied: false } => {
+                if let Some(lane) = self.lanes.iter_mut().find(|l| l.gpu == gpu) {
+                    lane.occupied = false;
+                }
+            }
             Command::Hint { active } => self.hint = active,
+            Command::OnlineOccupancy { pid, gpu, file } => self.lane(gpu, now).occupancy.push((pid, file)),
         }
     }
 
     fn online_gone(&mut self, pid: HostPid, now: u64) {
+        for lane in &mut self.lanes {
+            lane.occupancy.retain(|(p, _)| *p != pid);
+        }
         let Some(i) = self.online.iter().position(|p| p.pid == pid) else { return };
         let p = self.online.remove(i);
         let gpus: Vec<GpuId> = p.gpus().collect();
