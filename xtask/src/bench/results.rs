@@ -302,6 +302,9 @@ pub struct SchedulerSummary {
     pub failed_suspends: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<Vec<GpuSummary>>,
+    /// What the driver did for the suspends, from the in-process tracer (`kernel.suspend`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelFigures>,
     /// The reaction loop's achieved step interval, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loop_step_us: Option<Stats>,
@@ -320,6 +323,22 @@ pub struct SchedulerSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend_us: Option<Stats>,
     pub suspends: u64,
+}
+
+/// `kernel` of the scheduler's summary: the SUSPEND_QUEUES calls as the tracer saw them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelFigures {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<DriverCalls>,
+}
+
+/// One kind of driver call (`kernel.suspend`): how long its fence wait took, µs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DriverCalls {
+    #[serde(default)]
+    pub count: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_wait_us: Option<Stats>,
 }
 
 /// `realtime` of the scheduler's summary.
