@@ -55,7 +55,7 @@ use self::{
     discover::Discovery,
     hints::{HintCounts, HintSocket},
     kernel::{KernelBreakdown, KernelReport},
-    online::{QueueAddrs, ReadError},
+    online::{OccupancyFile, QueueAddrs, ReadError},
     policy::{GapVerdict, PolicyConfig, ResumeReason, State},
     reaction::{Command, LoopStats, Reaction, ReactionConfig, Report, TransitionAction, TransitionRecord},
     realtime::{Realtime, RealtimeConfig},
@@ -429,7 +429,7 @@ struct OfflineWatch {
 
 /// An online process as this side sees it: its occupancy files per GPU.
 struct OnlineWatch {
-    occupancy: Vec<(GpuId, PathBuf)>,
+    occupancy: Vec<OccupancyFile>,
 }
 
 /// The scheduler: its reaction thread and, on the caller's thread, everything else.
@@ -728,9 +728,9 @@ impl Scheduler {
         snapshot: bool,
         emit: &mut dyn FnMut(&ScheduleEvent),
     ) -> Result<(), ScheduleError> {
-        let occupancy: Vec<(GpuId, PathBuf)> = online::occupancy_files(&self.config.roots.kfd_proc(), pid)
-            .into_iter()
-            .filter_map(|f| online::occupancy_gpu(&f).map(|g| (g, f)))
+        let occupancy: Vec<OccupancyFile> = online::occupancy_files(&self.config.roots.kfd_proc(), pid)
+            .iter()
+            .filter_map(|f| OccupancyFile::open(f))
             .collect();
         let addrs: Vec<u64> = queues.iter().flat_map(|q| [q.read, q.write]).collect();
         let mut scratch = vec![0; addrs.len()];
@@ -741,11 +741,10 @@ impl Scheduler {
             self.gpu(q.gpu_id);
             self.send(Command::OnlineQueue { pid, addrs: q });
         }
-        for (gpu, path) in &occupancy {
-            // Opened here (the reaction thread only reads): a file that cannot be opened is
-            // left to this thread's periodic reads.
-            if let Ok(file) = std::fs::File::open(path) {
-                self.send(Command::OnlineOccupancy { pid, gpu: *gpu, file });
+        for file in &occupancy {
+            // Opened here; the reaction thread only reads its own handle.
+            if let Ok(file) = file.try_clone() {
+                self.send(Command::OnlineOccupancy { pid, file });
             }
         }
         emit(&ScheduleEvent::OnlineAdded { pid, queues: queues.len(), snapshot, occupancy_files: occupancy.len() });
@@ -1023,9 +1022,8 @@ impl Scheduler {
     fn read_occupancy(&mut self) {
         let mut now: BTreeMap<GpuId, bool> = BTreeMap::new();
         for w in self.online.values() {
-            for (gpu, file) in &w.occupancy {
-                let busy = online::read_occupancy(std::slice::from_ref(file)).is_some_and(|v| v > 0);
-                *now.entry(*gpu).or_default() |= busy;
+            for file in &w.occupancy {
+                *now.entry(file.gpu).or_default() |= file.busy() == Some(true);
             }
         }
         for (gpu, occupied) in now {

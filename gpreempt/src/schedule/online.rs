@@ -98,17 +98,6 @@ pub fn occupancy_files(kfd_proc: &Path, pid: HostPid) -> Vec<PathBuf> {
     files
 }
 
-/// The CUs occupied now over `files` (None: none could be read).
-pub fn read_occupancy(files: &[PathBuf]) -> Option<u64> {
-    let mut total = None;
-    for f in files {
-        if let Some(v) = fs::read_to_string(f).ok().and_then(|s| s.trim().parse::<i64>().ok()) {
-            *total.get_or_insert(0) += u64::try_from(v).unwrap_or(0);
-        }
-    }
-    total
-}
-
 /// What one poll of a process found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Poll {
@@ -207,6 +196,35 @@ impl OnlineProcess {
     }
 }
 
+/// One online process's `cu_occupancy` of one GPU, kept open: sysfs recomputes an attribute at
+/// every read at offset 0, so a look is one `pread` (no open and close each time).
+#[derive(Debug)]
+pub struct OccupancyFile {
+    pub gpu: GpuId,
+    file: fs::File,
+}
+
+impl OccupancyFile {
+    /// The file at `path` (`…/stats_<gpuid>/cu_occupancy`), if it names a GPU and opens.
+    pub fn open(path: &Path) -> Option<Self> {
+        Some(Self { gpu: occupancy_gpu(path)?, file: fs::File::open(path).ok()? })
+    }
+
+    /// Another handle on the same file (for the other thread).
+    pub fn try_clone(&self) -> io::Result<Self> {
+        Ok(Self { gpu: self.gpu, file: self.file.try_clone()? })
+    }
+
+    /// Waves of the process in flight on the GPU now (`None`: unreadable).
+    pub fn busy(&self) -> Option<bool> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 32];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        let v: i64 = std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()?;
+        Some(v > 0)
+    }
+}
+
 /// The GPU of an occupancy file `…/stats_<gpuid>/cu_occupancy`.
 pub fn occupancy_gpu(file: &Path) -> Option<GpuId> {
     let dir = file.parent()?.file_name()?.to_str()?;
@@ -276,7 +294,7 @@ mod tests {
     }
 
     #[test]
-    fn occupancy_sums_the_gpus_and_skips_missing_files() {
+    fn occupancy_files_are_found_per_gpu_and_read_open() {
         let dir = tempfile::tempdir().unwrap();
         for (gpu, v) in [("4096", "304\n"), ("8192", "0\n")] {
             let d = dir.path().join(format!("42/stats_{gpu}"));
@@ -287,8 +305,14 @@ mod tests {
         let files = occupancy_files(dir.path(), HostPid(42));
         assert_eq!(files.len(), 2);
         assert_eq!(files.iter().map(|f| occupancy_gpu(f)).collect::<Vec<_>>(), [Some(GpuId(4096)), Some(GpuId(8192))]);
-        assert_eq!(read_occupancy(&files), Some(304));
-        assert_eq!(read_occupancy(&[]), None);
+        let open: Vec<OccupancyFile> = files.iter().filter_map(|f| OccupancyFile::open(f)).collect();
+        assert_eq!(
+            open.iter().map(|f| (f.gpu, f.busy())).collect::<Vec<_>>(),
+            [(GpuId(4096), Some(true)), (GpuId(8192), Some(false))]
+        );
+        // A rewrite is seen by the next look at the open file.
+        fs::write(dir.path().join("42/stats_4096/cu_occupancy"), "0\n").unwrap();
+        assert_eq!(open[0].try_clone().unwrap().busy(), Some(false));
         assert!(occupancy_files(dir.path(), HostPid(43)).is_empty());
     }
 }

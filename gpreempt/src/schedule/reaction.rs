@@ -24,7 +24,7 @@ use std::sync::{
 };
 
 use super::{
-    online::{OnlineProcess, QueueAddrs, ReadError},
+    online::{OccupancyFile, OnlineProcess, QueueAddrs, ReadError},
     policy::{Action, GapVerdict, Observation, PolicyConfig, PolicyMachine, ResumeReason, State},
     realtime::{self, Realtime, RealtimeConfig},
 };
@@ -74,8 +74,7 @@ pub enum Command {
     /// resume (see [`Lane::occupancy`]).
     OnlineOccupancy {
         pid: HostPid,
-        gpu: GpuId,
-        file: std::fs::File,
+        file: OccupancyFile,
     },
     /// An open `begin` hint: online work on every GPU with online queues.
     Hint {
@@ -229,7 +228,7 @@ struct Lane {
     /// periodically and says when waves appear, but its word arrives late, and a dispatch that
     /// has started no longer shows in the indices. So before an idle resume the files are read
     /// here (at most once per `occupancy_ns`): a running online dispatch is not an idle GPU.
-    occupancy: Vec<(HostPid, std::fs::File)>,
+    occupancy: Vec<(HostPid, OccupancyFile)>,
     /// When the files were last read here, and whether they showed waves.
     occupancy_read: Option<(u64, bool)>,
 }
@@ -252,18 +251,12 @@ impl Lane {
 
     /// Online waves on this GPU now, from the files (a read stays good for `max_age_ns`).
     fn occupied_now(&mut self, now: u64, max_age_ns: u64) -> bool {
-        use std::os::unix::fs::FileExt;
         if let Some((at, busy)) = self.occupancy_read
             && now.saturating_sub(at) < max_age_ns
         {
             return busy;
         }
-        let mut buf = [0u8; 32];
-        let busy = self.occupancy.iter().any(|(_, f)| {
-            // sysfs recomputes an attribute on every read at offset 0.
-            let n = f.read_at(&mut buf, 0).unwrap_or(0);
-            std::str::from_utf8(&buf[..n]).ok().and_then(|t| t.trim().parse::<i64>().ok()).is_some_and(|v| v > 0)
-        });
+        let busy = self.occupancy.iter().any(|(_, f)| f.busy() == Some(true));
         self.occupancy_read = Some((now, busy));
         busy
     }
@@ -441,7 +434,7 @@ impl<C: Control> Reaction<C> {
                 }
             }
             Command::Hint { active } => self.hint = active,
-            Command::OnlineOccupancy { pid, gpu, file } => self.lane(gpu, now).occupancy.push((pid, file)),
+            Command::OnlineOccupancy { pid, file } => self.lane(file.gpu, now).occupancy.push((pid, file)),
         }
     }
 
