@@ -629,10 +629,12 @@ fn emu_schedule_bad_input_is_refused_with_cause_and_fix_and_nothing_attached() {
     assert!(runs(&offline));
 }
 
-/// Two GPUs: online work on 0x1000 only. Offline process X has a queue on each GPU, Y one on
+/// Two GPUs: online work on 0x1000 first. Offline process X has a queue on each GPU, Y one on
 /// 0x2000 only. Each online request suspends exactly X's queue on 0x1000 (one SUSPEND_QUEUES,
-/// for X alone: Y has nothing there), while X's queue on 0x2000 and Y keep running; 0x2000 never
-/// gets a policy. The reaction thread runs SCHED_FIFO (root) and reports its step interval.
+/// for X alone: Y has nothing there), while X's queue on 0x2000 and Y keep running. Then the
+/// online process creates a queue on 0x2000: work there suspends X's and Y's queues on 0x2000
+/// and not X's on 0x1000. The reaction thread runs SCHED_FIFO (root) and reports its step
+/// interval.
 #[test]
 fn emu_schedule_online_work_on_one_gpu_suspends_only_the_offline_queues_on_that_gpu() {
     let _t = Elapsed::start("emu_schedule_online_work_on_one_gpu_suspends_only_the_offline_queues_on_that_gpu");
@@ -688,20 +690,45 @@ fn emu_schedule_online_work_on_one_gpu_suspends_only_the_offline_queues_on_that_
         );
         assert!(runs(&x));
     }
+    // The online process creates a queue on 0x2000 mid-run: that GPU's policy starts, and work
+    // there suspends X's and Y's queues on 0x2000 (two processes: two ioctls) and not X's on 0x1000.
+    let made = online.cmd("create 0x2000 2 4096 100 7").unwrap();
+    assert_eq!((made["ret"].as_i64(), made["queue_id"].as_u64()), (Some(0), Some(1)));
+    let watched = s.wait_events("online_queue", 1, LONG);
+    assert_eq!((watched[0]["queue_id"].as_u64(), watched[0]["gpu_id"].as_u64()), (Some(1), Some(8192)));
+    assert_eq!(x.cmd("submit 1 25 40000").unwrap()["ret"], 0);
+    let slot = online.cmd("reserve 1").unwrap()["index"].as_u64().unwrap();
+    let susp = s.wait_transitions("suspend", 3, LONG);
+    let t = &susp[2];
+    assert_eq!(
+        (t["gpu_id"].as_u64(), t["queues"].as_i64(), t["ioctls"].as_u64()),
+        (Some(8192), Some(2), Some(2)),
+        "{t}"
+    );
+    assert!(runs(&x), "X's queue on 0x1000 is held by online work on 0x2000");
+    assert!(holds(x.pid(), x_b));
+    assert!(held(&y));
+    assert_eq!(online.cmd(&format!("commit 1 {slot} 1000")).unwrap()["ret"], 0);
+    let res = s.wait_transitions("resume", 3, LONG);
+    assert_eq!((res[2]["gpu_id"].as_u64(), res[2]["queues"].as_i64()), (Some(8192), Some(2)), "{}", res[2]);
+    assert!(runs(&y));
     let (lines, stderr) = s.stop();
     let sum = summary(&lines);
-    assert_eq!((sum["suspends"].as_u64(), sum["resumes"].as_u64()), (Some(2), Some(2)), "{sum}");
+    assert_eq!((sum["suspends"].as_u64(), sum["resumes"].as_u64()), (Some(3), Some(3)), "{sum}");
     let gpus = sum["gpus"].as_array().unwrap();
     let gpu = |id: u64| gpus.iter().find(|g| g["gpu_id"] == id).unwrap_or_else(|| panic!("{sum}"));
     assert_eq!(
         (gpu(4096)["scheduled"].as_bool(), gpu(4096)["suspends"].as_u64(), gpu(4096)["resumes"].as_u64()),
         (Some(true), Some(2), Some(2))
     );
-    assert_eq!((gpu(8192)["scheduled"].as_bool(), gpu(8192)["suspends"].as_u64()), (Some(false), Some(0)));
+    assert_eq!(
+        (gpu(8192)["scheduled"].as_bool(), gpu(8192)["suspends"].as_u64(), gpu(8192)["resumes"].as_u64()),
+        (Some(true), Some(1), Some(1))
+    );
     assert!(gpu(8192)["offline_dispatches"].as_u64().unwrap() > 0, "{sum}");
-    // The driver ran exactly two suspends and two resumes: one process per transition.
+    // The driver ran one suspend per process per transition: 2 on 0x1000 (X), 2 on 0x2000 (X, Y).
     let k = &sum["kernel"];
-    assert_eq!((k["suspend"]["count"].as_u64(), k["resume"]["count"].as_u64()), (Some(2), Some(2)), "{k}");
+    assert_eq!((k["suspend"]["count"].as_u64(), k["resume"]["count"].as_u64()), (Some(4), Some(4)), "{k}");
     // The reaction thread's footing as root, and its step interval.
     assert_eq!(sum["realtime"]["policy"], "fifo", "{sum}");
     assert_eq!(sum["realtime"]["priority"], 20, "{sum}");
