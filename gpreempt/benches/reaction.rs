@@ -76,7 +76,7 @@ impl Control for Stamp {
             ..QueueSnapshotEntry::default()
         }])
     }
-    fn notices(&mut self) -> Vec<SessionNotice> {
+    fn notices(&mut self, _: u64) -> Vec<SessionNotice> {
         Vec::new()
     }
     fn comm(&self) -> String {

@@ -25,8 +25,9 @@ pub trait Control: Sized {
     fn resume_gpu(&mut self, gpu: GpuId) -> Result<Batch, DebugError>;
     /// GET_QUEUE_SNAPSHOT without clearing anything in the target.
     fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError>;
-    /// Notices since the last call (exit, runtime changes, new queues, watchdog resumes).
-    fn notices(&mut self) -> Vec<SessionNotice>;
+    /// Notices since the last call (exit, runtime changes, new queues, watchdog resumes);
+    /// `now_ns` is CLOCK_MONOTONIC as the caller last read it.
+    fn notices(&mut self, now_ns: u64) -> Vec<SessionNotice>;
     /// `comm` of the target as seen at attach.
     fn comm(&self) -> String;
     /// Resume, DISABLE (one runlist refresh), detach.
@@ -57,10 +58,10 @@ impl Control for Session {
     }
 
     /// Services the session first without blocking (a deadline of now: a system call only when
-    /// the target signalled or the debug-event pipe was written), so exits, runtime changes and
-    /// new queues are seen at the scheduler's poll rate.
-    fn notices(&mut self) -> Vec<SessionNotice> {
-        let _ = Session::wait(self, std::time::Instant::now(), &[]);
+    /// the target signalled, the debug-event pipe was written, or the periodic look is due), so
+    /// exits, runtime changes and new queues are seen at the scheduler's step rate; no clock read.
+    fn notices(&mut self, now_ns: u64) -> Vec<SessionNotice> {
+        let _ = Session::wait_ns(self, now_ns, now_ns, &[]);
         Session::notices(self)
     }
 

@@ -427,10 +427,8 @@ struct OfflineWatch {
     last: Vec<u64>,
 }
 
-/// An online process as this side sees it: its occupancy files per GPU.
-struct OnlineWatch {
-    occupancy: Vec<OccupancyFile>,
-}
+/// An online process as this side sees it (its occupancy files are the reaction thread's).
+struct OnlineWatch;
 
 /// The scheduler: its reaction thread and, on the caller's thread, everything else.
 pub struct Scheduler {
@@ -454,7 +452,6 @@ pub struct Scheduler {
     retry: Vec<(HostPid, u64)>,
     /// Attaches asked of the reaction thread and not answered yet.
     attaching: BTreeSet<HostPid>,
-    occupied: BTreeMap<GpuId, bool>,
     hint_sent: bool,
     interval_start: u64,
     attach_refreshes: u64,
@@ -473,8 +470,9 @@ const PICKUP_RETRY: Duration = Duration::from_secs(2);
 const REPORT_QUEUE: usize = 4096;
 /// Commands in flight to the reaction thread (this side waits when it is full).
 const COMMAND_QUEUE: usize = 1024;
-/// Period of this side's loop: tracer, reports, hints, occupancy.
-const COMPANION_TICK: Duration = Duration::from_millis(1);
+/// Period of this side's loop: tracer, reports, hints. Nothing on it decides a suspend but the
+/// hints, whose `begin` waits at most this long.
+const COMPANION_TICK: Duration = Duration::from_millis(2);
 /// How long [`Scheduler::start`] waits for the reaction thread to attach one offline process.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -568,9 +566,7 @@ impl Scheduler {
         let reaction_config = ReactionConfig {
             policy: config.policy,
             poll_ns: ns_of(config.poll),
-            // A confirmation read is good for as long as the periodic ones are apart, and never
-            // longer than a millisecond: it decides a resume.
-            occupancy_ns: ns_of(config.occupancy.min(Duration::from_millis(1))),
+            occupancy_ns: ns_of(config.occupancy),
             busy_poll: config.busy_poll,
             realtime: config.realtime,
             session: session.clone(),
@@ -599,7 +595,6 @@ impl Scheduler {
             seen: BTreeMap::new(),
             retry: Vec::new(),
             attaching: BTreeSet::new(),
-            occupied: BTreeMap::new(),
             hint_sent: false,
             interval_start: start_ns,
             attach_refreshes: 0,
@@ -741,14 +736,12 @@ impl Scheduler {
             self.gpu(q.gpu_id);
             self.send(Command::OnlineQueue { pid, addrs: q });
         }
-        for file in &occupancy {
-            // Opened here; the reaction thread only reads its own handle.
-            if let Ok(file) = file.try_clone() {
-                self.send(Command::OnlineOccupancy { pid, file });
-            }
+        let occupancy_files = occupancy.len();
+        for file in occupancy {
+            self.send(Command::OnlineOccupancy { pid, file });
         }
-        emit(&ScheduleEvent::OnlineAdded { pid, queues: queues.len(), snapshot, occupancy_files: occupancy.len() });
-        self.online.insert(pid, OnlineWatch { occupancy });
+        emit(&ScheduleEvent::OnlineAdded { pid, queues: queues.len(), snapshot, occupancy_files });
+        self.online.insert(pid, OnlineWatch);
         self.online_ever.insert(pid);
         Ok(())
     }
@@ -757,7 +750,6 @@ impl Scheduler {
     /// returns the report (also emitted as [`ScheduleEvent::Summary`]).
     pub fn run(mut self, stop: &AtomicBool, emit: &mut dyn FnMut(&ScheduleEvent)) -> ScheduleReport {
         let mut changes = Vec::new();
-        let mut next_occupancy = 0u64;
         let mut next_interval = self.start_ns + ns_of(self.config.interval);
         while !stop.load(Ordering::Relaxed) {
             if self.reaction.as_ref().is_none_or(JoinHandle::is_finished) {
@@ -791,10 +783,6 @@ impl Scheduler {
             }
             self.drain_reports(emit);
             self.poll_hints(emit);
-            if now >= next_occupancy {
-                next_occupancy = now + ns_of(self.config.occupancy);
-                self.read_occupancy();
-            }
             if now >= next_interval {
                 next_interval = now + ns_of(self.config.interval);
                 self.interval(now, emit);
@@ -1015,22 +1003,6 @@ impl Scheduler {
         if active != self.hint_sent {
             self.hint_sent = active;
             self.send(Command::Hint { active });
-        }
-    }
-
-    /// The online processes' `cu_occupancy`, per GPU; the reaction thread hears of changes only.
-    fn read_occupancy(&mut self) {
-        let mut now: BTreeMap<GpuId, bool> = BTreeMap::new();
-        for w in self.online.values() {
-            for file in &w.occupancy {
-                *now.entry(file.gpu).or_default() |= file.busy() == Some(true);
-            }
-        }
-        for (gpu, occupied) in now {
-            // Unknown counts as unoccupied: a GPU is announced when online waves appear on it.
-            if self.occupied.insert(gpu, occupied).unwrap_or(false) != occupied {
-                self.send(Command::Occupied { gpu, occupied });
-            }
         }
     }
 
@@ -1288,7 +1260,7 @@ mod tests {
             let online = self.online;
             Ok(with_script(&self.sys, |s| if online { s.online.clone() } else { s.offline.clone() }))
         }
-        fn notices(&mut self) -> Vec<SessionNotice> {
+        fn notices(&mut self, _: u64) -> Vec<SessionNotice> {
             let release = with_script(&self.sys, |s| s.release_at_once);
             if !release || self.held.is_empty() {
                 return Vec::new();

@@ -3,8 +3,9 @@
 //! it) and does nothing but react. Each step:
 //!
 //! 1. take the other threads' commands (new online queues, offline processes to attach, the
-//!    occupancy and hint signals) from a bounded queue, without blocking;
-//! 2. read the online queues' dispatch indices (one `process_vm_readv` per online process);
+//!    hint signal) from a bounded queue, without blocking;
+//! 2. read the online queues' dispatch indices (one `process_vm_readv` per online process) and,
+//!    every `--occupancy-us` or before an idle resume, their `cu_occupancy` (one `pread` each);
 //! 3. per GPU, the policy ([`PolicyMachine`]) over "online work pending on this GPU";
 //! 4. SUSPEND_QUEUES / RESUME_QUEUES of that GPU's offline queues (every offline process, with
 //!    [`Selection::Gpu`]: a process with no queue there costs no ioctl);
@@ -65,13 +66,7 @@ pub enum Command {
     OfflineGone {
         pid: HostPid,
     },
-    /// Online waves in flight on a GPU (`cu_occupancy` of the online processes), read elsewhere.
-    Occupied {
-        gpu: GpuId,
-        occupied: bool,
-    },
-    /// An online process's `cu_occupancy` file for a GPU, read here only to confirm an idle
-    /// resume (see [`Lane::occupancy`]).
+    /// An online process's `cu_occupancy` file for a GPU (see [`Lane::occupancy`]).
     OnlineOccupancy {
         pid: HostPid,
         file: OccupancyFile,
@@ -179,7 +174,7 @@ pub struct ReactionConfig {
     pub policy: PolicyConfig,
     /// Interval between steps (ignored with `busy_poll`).
     pub poll_ns: u64,
-    /// How long a read of the online `cu_occupancy` stays good for an idle-resume check.
+    /// Interval between reads of the online `cu_occupancy`.
     pub occupancy_ns: u64,
     /// Step again at once instead of sleeping (for hosts with a core to spare).
     pub busy_poll: bool,
@@ -215,7 +210,6 @@ struct Lane {
     policy: PolicyMachine,
     /// Online work pending in the indices at this step.
     pending: bool,
-    occupied: bool,
     /// An online process with queues here exited since the last step.
     online_gone: bool,
     /// The last step that saw no online work here.
@@ -224,12 +218,12 @@ struct Lane {
     visible_ns: Option<u64>,
     /// Some online queue is on this GPU (hints count only then).
     online_queues: usize,
-    /// The online processes' `cu_occupancy` files of this GPU. The other thread reads them
-    /// periodically and says when waves appear, but its word arrives late, and a dispatch that
-    /// has started no longer shows in the indices. So before an idle resume the files are read
-    /// here (at most once per `occupancy_ns`): a running online dispatch is not an idle GPU.
+    /// The online processes' `cu_occupancy` files of this GPU: waves in flight, which the
+    /// indices no longer show once a dispatch has started. Read every `occupancy_ns` (the kernel
+    /// asks the hardware: too costly for every step), and at once when an idle resume is due, so
+    /// a running online dispatch is never taken for an idle GPU.
     occupancy: Vec<(HostPid, OccupancyFile)>,
-    /// When the files were last read here, and whether they showed waves.
+    /// When the files were last read, and whether they showed waves.
     occupancy_read: Option<(u64, bool)>,
 }
 
@@ -239,7 +233,6 @@ impl Lane {
             gpu,
             policy: PolicyMachine::new(policy),
             pending: false,
-            occupied: false,
             online_gone: false,
             quiet_ns: now,
             visible_ns: None,
@@ -252,7 +245,7 @@ impl Lane {
     /// Online waves on this GPU now, from the files (a read stays good for `max_age_ns`).
     fn occupied_now(&mut self, now: u64, max_age_ns: u64) -> bool {
         if let Some((at, busy)) = self.occupancy_read
-            && now.saturating_sub(at) < max_age_ns
+            && (now.saturating_sub(at) < max_age_ns || at == now)
         {
             return busy;
         }
@@ -322,13 +315,12 @@ impl<C: Control> Reaction<C> {
             self.stats.steps.fetch_add(1, Ordering::Relaxed);
             if !self.config.busy_poll {
                 next += self.config.poll_ns;
-                let after = monotonic_ns();
-                if next <= after {
-                    // Behind (a slow ioctl or attach): the next step now, the cadence from here.
-                    next = after;
-                } else {
-                    realtime::sleep_until(next);
+                if next <= now {
+                    // Behind (a slow ioctl or attach): the cadence starts again from this step.
+                    next = now + self.config.poll_ns;
                 }
+                // A deadline this step's work already passed returns at once.
+                realtime::sleep_until(next);
             }
         }
         self.stop();
@@ -344,14 +336,16 @@ impl<C: Control> Reaction<C> {
                 Err(TryRecvError::Disconnected) => return false,
             }
         }
-        self.service_offline();
+        self.service_offline(now);
         self.read_online(now);
         for i in 0..self.lanes.len() {
             let occupancy_ns = self.config.occupancy_ns;
             let lane = &mut self.lanes[i];
-            let mut active = lane.pending || lane.occupied || (self.hint && lane.online_queues > 0);
-            if !active && !lane.occupancy.is_empty() && lane.policy.idle_resume_due(now) {
-                active = lane.occupied_now(now, occupancy_ns);
+            let mut active = lane.pending || (self.hint && lane.online_queues > 0);
+            if !active && !lane.occupancy.is_empty() {
+                // Due every `occupancy_ns`; before an idle resume, fresh (this step's look).
+                let max_age = if lane.policy.idle_resume_due(now) { 0 } else { occupancy_ns };
+                active = lane.occupied_now(now, max_age);
             }
             if active && lane.visible_ns.is_none() && lane.policy.state() == State::Running {
                 lane.visible_ns = Some(now);
@@ -424,13 +418,6 @@ impl<C: Control> Reaction<C> {
             Command::OfflineGone { pid } => {
                 if let Some(i) = self.offline.iter().position(|p| p.pid == pid) {
                     self.detach(i, "exited", now);
-                }
-            }
-            // Online waves on a GPU with no policy yet start its policy.
-            Command::Occupied { gpu, occupied: true } => self.lane(gpu, now).occupied = true,
-            Command::Occupied { gpu, occupied: false } => {
-                if let Some(lane) = self.lanes.iter_mut().find(|l| l.gpu == gpu) {
-                    lane.occupied = false;
                 }
             }
             Command::Hint { active } => self.hint = active,
@@ -519,11 +506,11 @@ impl<C: Control> Reaction<C> {
     }
 
     /// The sessions' own notices: exits, watchdog resumes, queues held mid-hold.
-    fn service_offline(&mut self) {
+    fn service_offline(&mut self, now: u64) {
         let mut i = 0;
         while i < self.offline.len() {
             let mut exited = false;
-            for n in self.offline[i].control.notices() {
+            for n in self.offline[i].control.notices(now) {
                 match n {
                     SessionNotice::TargetExited { .. } => exited = true,
                     SessionNotice::WatchdogResumed { held_ms, .. } => {
