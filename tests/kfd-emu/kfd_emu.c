@@ -2775,6 +2775,15 @@ static int __init kfd_emu_init(void)
 			dqm->cp_thread = NULL;
 			goto fail;
 		}
+		/*
+		 * A GPU's command processor is hardware: it does not wait for a CPU. The emulated one
+		 * is a kthread, which at normal priority would queue behind every busy process of the
+		 * guest (clients that poll for completions on the CPU, as HIP's synchronize does) and
+		 * stretch every dispatch, save and fence with the guest's CPU load. SCHED_FIFO (50,
+		 * sched_set_fifo, Linux 5.9+) keeps its timeline on time; it sleeps between events
+		 * (wait_event_*), so it takes no CPU it does not use.
+		 */
+		sched_set_fifo(dqm->cp_thread);
 	}
 
 	kfd_char_dev_major = register_chrdev(0, "kfd", &kfd_fops);
