@@ -199,6 +199,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if vm && !args.no_setup {
         setup::run()?;
     }
+    // Taken before anything is built: the binaries measured are the tree as it is now, and a
+    // commit made while the run lasts (others work in the same checkout) must not be stamped.
+    // `-dirty` when tracked files differ from the commit: the binaries measured were built from
+    // the working tree, and the stamp should not claim a commit they were not.
+    let commit =
+        util::output(Command::new("git").args(["describe", "--always", "--dirty", "--abbrev=7"])).unwrap_or_default();
     let bench_dir = target_dir().join("bench");
     fs::create_dir_all(&bench_dir)?;
     let dbg_pair = bench_dir.join("dbg-pair");
@@ -274,10 +280,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
         measured.push((section, t.elapsed().as_secs_f64()));
     }
-    // `-dirty` when tracked files differ from the commit: the binaries measured were built from
-    // the working tree, and the stamp should not claim a commit they were not.
-    let commit =
-        util::output(Command::new("git").args(["describe", "--always", "--dirty", "--abbrev=7"])).unwrap_or_default();
+
     let date = util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"])).unwrap_or_default();
     let command = args.command(&sections);
     for (section, seconds) in measured {
