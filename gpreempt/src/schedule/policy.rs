@@ -29,7 +29,8 @@
 //!   the next one nears, for Poisson arrivals it stays the mean gap). Below the cost it holds on
 //!   and says so once per gap ([`Action::HoldThroughGap`]); with fewer than [`MIN_GAPS`] gaps
 //!   longer than `t` on record there is no evidence of a short gap and it resumes. The costs are
-//!   measured on the run ([`PolicyMachine::note_resume`], [`PolicyMachine::note_reaction`]).
+//!   measured on the run, as the medians of the last 16 ([`PolicyMachine::note_resume`],
+//!   [`PolicyMachine::note_reaction`]): one stalled ioctl does not hold every later gap.
 //!   Every other resume rule (online exit, `max_suspend`, minimum share) goes first.
 
 use std::{collections::VecDeque, time::Duration};
@@ -66,9 +67,10 @@ impl Default for PolicyConfig {
 const GAP_HISTORY: usize = 64;
 /// Recorded gaps longer than the idle time so far needed before a gap is predicted short.
 pub const MIN_GAPS: usize = 8;
-/// Weight of a new cost sample in the running averages (1/8: a few transitions to settle, one
-/// outlier moves the average by an eighth of itself).
-const COST_WEIGHT: f64 = 0.125;
+/// Recent samples a cost is the median of: robust to the odd stalled ioctl (a vCPU or a
+/// preempted thread can stretch one sample a hundredfold; an average would then hold the
+/// offline job through every gap for the next dozen transitions).
+const COST_SAMPLES: usize = 16;
 
 /// Where the offline queues are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -162,16 +164,29 @@ pub struct PolicyMachine {
     gaps: VecDeque<u64>,
     /// The previous poll saw no online work.
     was_idle: bool,
-    /// Running averages of the resume ioctl and of the reaction (work visible → suspended), ns.
-    resume_cost: Option<f64>,
-    reaction_cost: Option<f64>,
+    /// Recent resume ioctls and reactions (work visible → suspended), ns.
+    resume_cost: VecDeque<u64>,
+    reaction_cost: VecDeque<u64>,
     /// The current gap's skip was said.
     gap_verdict_said: bool,
 }
 
-fn average(slot: &mut Option<f64>, sample_ns: u64) {
-    let x = sample_ns as f64;
-    *slot = Some(slot.map_or(x, |a| a + COST_WEIGHT * (x - a)));
+fn push_sample(window: &mut VecDeque<u64>, sample_ns: u64) {
+    if window.len() == COST_SAMPLES {
+        window.pop_front();
+    }
+    window.push_back(sample_ns);
+}
+
+/// The lower median (no allocation: at most [`COST_SAMPLES`] values, sorted on the stack).
+fn median(window: &VecDeque<u64>) -> Option<u64> {
+    let mut sorted = [0u64; COST_SAMPLES];
+    let n = window.len();
+    for (slot, &v) in sorted.iter_mut().zip(window) {
+        *slot = v;
+    }
+    sorted[..n].sort_unstable();
+    (n > 0).then(|| sorted[(n - 1) / 2])
 }
 
 fn ns(d: Duration) -> u64 {
@@ -190,25 +205,26 @@ impl PolicyMachine {
             no_suspend_until: 0,
             gaps: VecDeque::with_capacity(GAP_HISTORY),
             was_idle: true,
-            resume_cost: None,
-            reaction_cost: None,
+            resume_cost: VecDeque::with_capacity(COST_SAMPLES),
+            reaction_cost: VecDeque::with_capacity(COST_SAMPLES),
             gap_verdict_said: false,
         }
     }
 
     /// A resume ioctl took `ns` (the online queues on the GPU were unmapped meanwhile).
     pub fn note_resume(&mut self, ns: u64) {
-        average(&mut self.resume_cost, ns);
+        push_sample(&mut self.resume_cost, ns);
     }
 
     /// Online work waited `ns` from visible to suspended (detection and the suspend ioctl).
     pub fn note_reaction(&mut self, ns: u64) {
-        average(&mut self.reaction_cost, ns);
+        push_sample(&mut self.reaction_cost, ns);
     }
 
-    /// What a resume now and the next suspend cost the online job, ns (None until both were measured).
+    /// What a resume now and the next suspend cost the online job: the medians of the recent
+    /// resumes and reactions, ns (None until both were measured).
     pub fn transition_cost(&self) -> Option<u64> {
-        Some((self.resume_cost? + self.reaction_cost?) as u64)
+        Some(median(&self.resume_cost)? + median(&self.reaction_cost)?)
     }
 
     /// The mean rest of a gap that has lasted `idle_ns`, over the recorded gaps longer than it,
@@ -632,5 +648,19 @@ mod tests {
             actions.extend(run(&mut p, i * 4 + 1, i * 4 + 3, off()));
         }
         assert_eq!(actions.iter().filter(|(_, a)| matches!(a, Action::Resume(_))).count(), 20);
+    }
+
+    #[test]
+    fn one_stalled_transition_does_not_make_every_gap_look_short() {
+        // Gaps of 8 ms; resumes of 1 ms and reactions of 1.5 ms, but one reaction stalled for
+        // 400 ms (a vCPU or the thread preempted). The median ignores it: every gap resumes.
+        let mut p = PolicyMachine::new(PolicyConfig { idle: Duration::from_millis(2), ..PolicyConfig::default() });
+        for i in 0..20 {
+            p.note_resume(MS);
+            p.note_reaction(if i == 10 { 400 * MS } else { 3 * MS / 2 });
+        }
+        assert_eq!(p.transition_cost(), Some(5 * MS / 2));
+        assert_eq!(median(&VecDeque::from([5, 1, 3, 2])), Some(2));
+        assert_eq!(median(&VecDeque::new()), None);
     }
 }
