@@ -467,18 +467,20 @@ fn reaction(md: &mut String, r: &Reaction) {
     let _ = writeln!(
         md,
         "On the host, natively, no VM and no GPU: `cargo bench -p gpreempt --bench reaction` runs the real \
-         scheduler loop (`gpreempt::schedule::Scheduler`: its index read with `process_vm_readv`, the policy, the \
-         dispatch to the offline sessions) against an online \"process\" that is the benchmark itself, with the \
-         debug-trap session replaced by one that stamps the moment SUSPEND_QUEUES would be issued. Each sample \
-         posts one dispatch (write index + 1) at the top of a loop step, before that step reads the indices, \
-         and ends at the stamp; the dispatch is then consumed, the policy resumes, and the next one is posted \
-         {} µs later. The poll interval is zero here, so no sleep is part of a sample: on a real host add up to \
-         one `--poll-us` interval (200 µs by default) before the change is read, and the ioctl itself after.\n\n\
+         scheduler (`gpreempt::schedule::Scheduler`: its reaction thread with the index read by `process_vm_readv`, \
+         the per-GPU policy and the dispatch to the offline sessions) against an online \"process\" that is the \
+         benchmark itself, with the debug-trap session replaced by one that stamps the moment SUSPEND_QUEUES would \
+         be issued. A driver thread posts one dispatch (write index + 1) and the sample ends at the stamp; the \
+         dispatch is then consumed, the policy resumes, and the next one is posted {} µs later. The reaction \
+         thread busy-polls (`--busy-poll`; scheduling class granted: {}), so a sample is the detection (at most \
+         one step) plus the step's work, with no sleep: on a real host with the default `--poll-us` add up to \
+         one interval (200 µs) before the change is read, and the ioctl itself after.\n\n\
          | samples | p50 | p99 | max | min | mean loop step |\n|---|---|---|---|---|---|\n\
          | {} | {} µs | {} µs | {} µs | {} µs | {} µs |\n\n\
          The userspace part of the reaction is {} µs at the median and {} µs at p99; the maximum is the host's \
          CPU scheduler taking the core away, not the path.\n",
         r.gap_us,
+        r.realtime.as_deref().unwrap_or("not recorded"),
         r.samples,
         num(us(r.p50_ns)),
         num(us(r.p99_ns)),

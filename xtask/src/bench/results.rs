@@ -120,6 +120,9 @@ pub struct Reaction {
     pub resumes: u64,
     pub samples: u64,
     pub suspends: u64,
+    /// The reaction thread's scheduling class as granted (`fifo` or `normal`; older runs: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realtime: Option<String>,
 }
 
 /// What one guest of the amdgpu or emulator scenario measured (rows 1-6).
