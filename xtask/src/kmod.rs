@@ -1,11 +1,13 @@
 //! Test kernel modules built on the host for a VM kernel: today only the KFD emulator
 //! (`tests/kfd-emu/`), loaded by `cargo xtask vm --module kfd-emu` instead of amdgpu.
 //!
-//! The module is built against the Debian `linux-headers-<release>` package into
-//! `target/kfd-emu/<release>/`, with module BTF: the 6.12 headers ship a `vmlinux` (BTF only) so
-//! Kbuild runs pahole itself; the 6.1 headers do not, so the kernel image is decompressed from
-//! `/boot/vmlinuz-<release>` (what the headers' missing `scripts/extract-vmlinux` would do) and
-//! pahole runs on the finished `.ko` with the flags of the headers' `scripts/pahole-flags.sh`.
+//! The module is built against the Debian `linux-headers-<release>` package of the kernel
+//! (kernels.rs says where, and which `make` variables bookworm's gcc-12 needs) into
+//! `target/kfd-emu/<release>/`, with module BTF: the 6.12 and 7.x headers ship a `vmlinux` (BTF
+//! only) so Kbuild runs pahole itself; the 6.1 headers do not, so the kernel image is
+//! decompressed (what the headers' missing `scripts/extract-vmlinux` would do) and pahole runs on
+//! the finished `.ko` with the flags of the headers' `scripts/pahole-flags.sh`. 5.10 loads no
+//! module BTF at all (`CONFIG_DEBUG_INFO_BTF_MODULES` is 5.11+), so its module has none.
 
 use std::{
     fs,
@@ -16,7 +18,10 @@ use std::{
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 
-use crate::util::{self, output, target_dir, workspace_root};
+use crate::{
+    kernels::Kernel,
+    util::{self, output, target_dir, workspace_root},
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Module {
@@ -41,19 +46,16 @@ impl Module {
     }
 }
 
-/// Where the Debian headers package for `release` lives.
-pub fn headers_dir(release: &str) -> PathBuf {
-    PathBuf::from(format!("/usr/src/linux-headers-{release}"))
-}
-
-/// Build `module` for `release`; returns the path of the `.ko` (with a `.BTF` section).
-pub fn build(module: Module, release: &str) -> Result<PathBuf> {
-    let headers = headers_dir(release);
+/// Build `module` for `kernel`; returns the path of the `.ko` (with a `.BTF` section where the
+/// kernel loads module BTF).
+pub fn build(module: Module, kernel: Kernel) -> Result<PathBuf> {
+    let release = kernel.release()?;
+    let headers = kernel.headers();
     if !headers.join("Makefile").exists() {
-        bail!("{} is missing: run `cargo xtask setup` (installs linux-headers-{release})", headers.display());
+        bail!("{} is missing: run `cargo xtask setup` (fetches linux-headers-{release})", headers.display());
     }
     let (src, files, ko_name) = module.sources();
-    let out = target_dir().join(module.name()).join(release);
+    let out = target_dir().join(module.name()).join(&release);
     fs::create_dir_all(&out)?;
     // Copy only what changed, so make stays incremental.
     for file in files {
@@ -65,12 +67,22 @@ pub fn build(module: Module, release: &str) -> Result<PathBuf> {
     }
     eprintln!("xtask: building {} for {release} in {}", module.name(), out.display());
     util::run(
-        Command::new("make").arg("-C").arg(&headers).arg(format!("M={}", out.display())).args(["-j2", "modules"]),
+        Command::new("make")
+            .arg("-C")
+            .arg(&headers)
+            .arg(format!("M={}", out.display()))
+            .args(kernel.kbuild_args())
+            .args(["-j2", "modules"]),
     )
     .with_context(|| format!("building {} against {}", module.name(), headers.display()))?;
     let ko = out.join(ko_name);
+    if !loads_module_btf(&headers)? {
+        // CONFIG_DEBUG_INFO_BTF_MODULES appeared in 5.11: 5.10 ignores a module's .BTF, so the
+        // tracer has no module BTF there and learns pointers instead.
+        return Ok(ko);
+    }
     if !has_btf(&ko)? {
-        add_btf(&ko, &headers, release, &out)?;
+        add_btf(&ko, &headers, &kernel.image(), &out)?;
         if !has_btf(&ko)? {
             bail!("pahole did not add a .BTF section to {}", ko.display());
         }
@@ -83,11 +95,18 @@ fn has_btf(ko: &Path) -> Result<bool> {
     Ok(sections.lines().any(|l| l.split_whitespace().any(|w| w == ".BTF")))
 }
 
+/// Does the kernel of these headers load module BTF (`CONFIG_DEBUG_INFO_BTF_MODULES=y`)?
+fn loads_module_btf(headers: &Path) -> Result<bool> {
+    let config = headers.join(".config");
+    let text = fs::read_to_string(&config).with_context(|| format!("reading {}", config.display()))?;
+    Ok(text.lines().any(|l| l.trim() == "CONFIG_DEBUG_INFO_BTF_MODULES=y"))
+}
+
 /// Module BTF against the kernel image's BTF (the base pahole deduplicates against).
-fn add_btf(ko: &Path, headers: &Path, release: &str, out: &Path) -> Result<()> {
+fn add_btf(ko: &Path, headers: &Path, image: &Path, out: &Path) -> Result<()> {
     let vmlinux = out.join("vmlinux");
     if !vmlinux.exists() {
-        extract_vmlinux(&PathBuf::from(format!("/boot/vmlinuz-{release}")), &vmlinux)?;
+        extract_vmlinux(image, &vmlinux)?;
     }
     let flags_script = headers.join("scripts/pahole-flags.sh");
     let flags = if flags_script.exists() {

@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod fuzz;
+mod kernels;
 mod kmod;
 mod setup;
 mod test;
@@ -23,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Install everything this machine lacks (idempotent): nightly rust-src, bpf-linker,
-    /// qemu, virtme-ng, busybox, and the Debian 6.1 / 6.12 kernels for the VM tests.
+    /// qemu, virtme-ng, busybox, and the Debian 5.10 / 6.1 / 6.12 / 7.x kernels for the VM tests.
     Setup,
     /// Build gpreempt, then run it as root (through `sudo -E` when not root) with the given args.
     Run {

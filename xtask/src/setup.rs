@@ -10,7 +10,10 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use crate::util::{self, output, succeeds};
+use crate::{
+    kernels::{self, KERNELS, Provision},
+    util::{self, output, succeeds},
+};
 
 /// Debian packages the VM tests need, by the command or file that shows they are installed.
 const APT_TOOLS: &[(&str, &str)] = &[
@@ -29,10 +32,6 @@ const APT_TOOLS: &[(&str, &str)] = &[
     ("prometheus", "/usr/bin/prometheus"),
 ];
 
-/// The 6.12 kernel of the VM matrix (debug-trap API, KFD 1.17).
-pub const KERNEL_612_PACKAGE: &str = "linux-image-6.12.117+deb12-amd64-unsigned";
-pub const KERNEL_612_RELEASE: &str = "6.12.117+deb12-amd64";
-
 fn step(name: &str, state: &str) {
     println!("setup: {name:<44} {state}");
 }
@@ -44,7 +43,6 @@ pub fn run() -> Result<()> {
     bpf_linker()?;
     apt_packages()?;
     kernels()?;
-    kernel_headers()?;
     virtme_ng()?;
     Ok(())
 }
@@ -164,68 +162,30 @@ fn apt_packages() -> Result<()> {
     apt_install(&missing)
 }
 
-/// Newest installed kernel release whose name starts with `prefix` (e.g. `6.1.0-`).
-pub fn installed_kernel(prefix: &str) -> Option<String> {
-    let mut releases: Vec<String> = fs::read_dir("/boot")
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("vmlinuz-").map(str::to_owned))
-        .filter(|r| r.starts_with(prefix) && Path::new("/lib/modules").join(r).join("modules.dep").exists())
-        .collect();
-    releases.sort_by_key(|r| version_key(r));
-    releases.pop()
-}
-
-/// `6.1.0-56-amd64` → [6, 1, 0, 56] for ordering.
-fn version_key(release: &str) -> Vec<u64> {
-    release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse().ok()).collect()
-}
-
+/// Every kernel of [`KERNELS`]: Debian 12's own with the host's apt at the pinned version,
+/// the others downloaded and unpacked for the VM only (kernels.rs).
 fn kernels() -> Result<()> {
-    let mut wanted = Vec::new();
-    if let Some(release) = installed_kernel("6.1.0-") {
-        step(&format!("kernel {release}"), "present");
-    } else {
-        // The newest 6.1 ABI Debian offers.
-        util::run(Command::new("apt-get").args(["update", "-q"]))?;
-        let list =
-            output(Command::new("apt-cache").args(["search", "--names-only", r"^linux-image-6\.1\.0-[0-9]+-amd64$"]))?;
-        let newest = list
-            .lines()
-            .filter_map(|l| l.split_whitespace().next())
-            .max_by_key(|p| version_key(p))
-            .context("apt-cache finds no linux-image-6.1.0-*-amd64 package")?
-            .to_owned();
-        wanted.push(newest);
-    }
-    if installed_kernel(KERNEL_612_RELEASE).is_some() {
-        step(&format!("kernel {KERNEL_612_RELEASE}"), "present");
-    } else {
-        wanted.push(KERNEL_612_PACKAGE.to_owned());
-    }
-    if wanted.is_empty() {
-        return Ok(());
-    }
-    step(&wanted.join(" "), "installing");
-    apt_install(&wanted)
-}
-
-/// `linux-headers-<release>` of each VM kernel: the KFD emulator module is built against them.
-fn kernel_headers() -> Result<()> {
-    let releases = [installed_kernel("6.1.0-"), installed_kernel(KERNEL_612_RELEASE)];
-    let mut wanted = Vec::new();
-    for release in releases.into_iter().flatten() {
-        let package = format!("linux-headers-{release}");
-        if crate::kmod::headers_dir(&release).join("Makefile").exists() && dpkg_installed(&package) {
-            step(&package, "present");
-        } else {
-            wanted.push(package);
+    let mut host = Vec::new();
+    for spec in &KERNELS {
+        let kernel = spec.kernel;
+        let what = format!("kernel {} ({})", spec.release, spec.version);
+        if kernels::present(kernel) {
+            step(&what, "present");
+            continue;
+        }
+        match spec.provision {
+            Provision::Host => host.extend(kernels::host_install_args(kernel)),
+            Provision::Unpacked { .. } => {
+                step(&what, "downloading and unpacking (VM only, not installed)");
+                kernels::unpack(kernel)?;
+            }
         }
     }
-    if wanted.is_empty() {
+    if host.is_empty() {
         return Ok(());
     }
-    step(&wanted.join(" "), "installing");
-    apt_install(&wanted)
+    step(&host.join(" "), "installing");
+    apt_install(&host)
 }
 
 fn virtme_ng() -> Result<()> {
@@ -236,16 +196,4 @@ fn virtme_ng() -> Result<()> {
     step("virtme-ng", "installing");
     util::run(Command::new("python3").args(["-m", "pip", "install", "-q", "virtme-ng"]))
         .context("pip install virtme-ng failed")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernel_versions_order_numerically() {
-        let mut v = ["linux-image-6.1.0-9-amd64", "linux-image-6.1.0-56-amd64", "linux-image-6.1.0-55-amd64"];
-        v.sort_by_key(|p| version_key(p));
-        assert_eq!(v.last(), Some(&"linux-image-6.1.0-56-amd64"));
-    }
 }

@@ -293,13 +293,13 @@ pub fn run(args: &TestArgs) -> Result<()> {
         Ok(t)
     });
     if !args.no_vm {
-        let kernels = if args.kernels.is_empty() { Kernel::MATRIX.to_vec() } else { args.kernels.clone() };
+        let kernels = if args.kernels.is_empty() { Kernel::ALL.to_vec() } else { args.kernels.clone() };
         match build_binaries().and_then(|_| integration_test_binaries()) {
             Ok(binaries) => {
                 let (emulator, amdgpu): (Vec<PathBuf>, Vec<PathBuf>) =
                     binaries.into_iter().partition(|exe| is_emulator_test(exe));
                 for kernel in kernels {
-                    let passes = match kernel.release().and_then(|release| kmod::build(Module::KfdEmu, &release)) {
+                    let passes = match kmod::build(Module::KfdEmu, kernel) {
                         Ok(ko) => vec![
                             Pass {
                                 name: format!("VM {}", kernel.name()),

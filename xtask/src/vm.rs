@@ -1,5 +1,6 @@
-//! `cargo xtask vm`: boot a Debian kernel with the real amdgpu driver under virtme-ng and run a
-//! command in it as root.
+//! `cargo xtask vm`: boot a Debian kernel of the matrix (kernels.rs) with the real amdgpu driver
+//! under virtme-ng and run a command in it as root. Kernels unpacked outside `/` (5.10, 7.x)
+//! bring their modules along: virtme-ng finds them beside the image and mounts them in the guest.
 //!
 //! The host root is shared read-only (9p; no virtiofsd here), so the working tree and the build
 //! outputs are visible at the same paths. Only `target/vm/<kernel>/` is writable: the guest
@@ -17,40 +18,11 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, ValueEnum};
+use clap::Args;
 
-use crate::{kmod, setup, util::target_dir};
+use crate::{kmod, util::target_dir};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Kernel {
-    /// Debian 6.1 (KFD 1.11, no debug-trap API)
-    #[value(name = "6.1")]
-    V6_1,
-    /// Debian 6.12.117 (KFD 1.17, debug-trap API)
-    #[value(name = "6.12")]
-    V6_12,
-}
-
-impl Kernel {
-    pub const MATRIX: [Kernel; 2] = [Kernel::V6_1, Kernel::V6_12];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kernel::V6_1 => "6.1",
-            Kernel::V6_12 => "6.12",
-        }
-    }
-
-    /// The installed release (`6.1.0-56-amd64`), or a message saying how to install it.
-    pub fn release(self) -> Result<String> {
-        let prefix = match self {
-            Kernel::V6_1 => "6.1.0-",
-            Kernel::V6_12 => setup::KERNEL_612_RELEASE,
-        };
-        setup::installed_kernel(prefix)
-            .with_context(|| format!("no Debian {} kernel installed: run `cargo xtask setup`", self.name()))
-    }
-}
+pub use crate::kernels::Kernel;
 
 #[derive(Args, Debug)]
 pub struct VmArgs {
@@ -91,7 +63,7 @@ pub fn run(args: &VmArgs) -> Result<i32> {
     let status_file = out.join("status");
     let root = crate::util::workspace_root();
     let load = if let Some(module) = args.module {
-        let ko = kmod::build(module, &release)?;
+        let ko = kmod::build(module, args.kernel)?;
         format!(
             "insmod '{}' || {{ echo 'xtask vm: insmod {}' failed >&2; echo 97 > \"$GPREEMPT_VM_OUT/status\"; exit 97; }}\n",
             ko.display(),
@@ -117,7 +89,7 @@ pub fn run(args: &VmArgs) -> Result<i32> {
     eprintln!("xtask vm: booting {release} (software emulation, ~20-40 s)…");
     let mut child = Command::new("python3")
         .args(["-m", "virtme_ng.run", "--run"])
-        .arg(format!("/boot/vmlinuz-{release}"))
+        .arg(args.kernel.image())
         .args(["--disable-kvm", "--force-9p", "--cpus", &args.cpus.to_string(), "--memory", &args.memory, "--rwdir"])
         .arg(&out)
         .arg("--exec")
