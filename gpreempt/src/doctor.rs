@@ -9,8 +9,8 @@ use std::{fs, path::Path};
 use serde::Serialize;
 
 use crate::{
-    host::procinfo::effective_caps,
-    kfd::{Device, KfdVersion},
+    host::{self, procinfo::effective_caps},
+    kfd::{Device, KfdVersion, device::DeviceError},
     trace::{
         missed::{self, MissedSupport},
         probes::{self, ResolvedProbe},
@@ -119,26 +119,143 @@ fn read_trimmed(path: &Path) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
 }
 
+/// Module BTF (`/sys/kernel/btf/<module>`, CONFIG_DEBUG_INFO_BTF_MODULES) appeared in Linux 5.11.
+const MODULE_BTF_SINCE: (u32, u32) = (5, 11);
+
 /// Capability bits we care about (linux/capability.h).
 const CAPS: [(u32, &str); 4] = [(19, "CAP_SYS_PTRACE"), (21, "CAP_SYS_ADMIN"), (38, "CAP_PERFMON"), (39, "CAP_BPF")];
 
 /// Run every check. `kfd` is the KFD version if known (None: ask `/dev/kfd`).
 pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>) -> DoctorReport {
+    let opened = match kfd {
+        Some(v) => Ok(v),
+        None => Device::open().and_then(|d| d.version()),
+    };
+    diagnose_opened(roots, kallsyms, opened)
+}
+
+/// GPU nodes of the KFD topology (`gpu_id` ≠ 0; CPU nodes have 0), None when it is not readable.
+fn topology_gpus(roots: &Roots) -> Option<usize> {
+    let nodes = fs::read_dir(roots.sys.join("class/kfd/kfd/topology/nodes")).ok()?;
+    Some(
+        nodes
+            .filter_map(Result::ok)
+            .filter_map(|n| read_trimmed(&n.path().join("gpu_id")))
+            .filter(|id| id.parse::<u64>().is_ok_and(|id| id != 0))
+            .count(),
+    )
+}
+
+/// The `kfd` check from what opening `/dev/kfd` and GET_VERSION gave.
+fn kfd_check(roots: &Roots, kfd_loaded: bool, opened: &Result<KfdVersion, DeviceError>) -> Check {
+    let einval = matches!(opened, Err(DeviceError::Open(e)) if e.raw_os_error() == Some(libc::EINVAL));
+    match opened {
+        Ok(v) => Check::new("kfd", Status::Ok, format!("KFD ioctl interface {v}"), None),
+        // docs/kfd.md §1.3: on KFD 1.19+ (Debian 7.3.4: KFD 1.23) kfd_open() creates the KFD process
+        // at once and refuses with EINVAL ("no gpu node! Cannot create KFD process" in dmesg) when
+        // the topology has no GPU; 6.12.117 (KFD 1.17) opened it without one.
+        Err(_) if einval && kfd_loaded && topology_gpus(roots) == Some(0) => Check::new(
+            "kfd",
+            Status::Fail,
+            "the KFD driver is loaded but has no GPU: open(/dev/kfd) fails with EINVAL (KFD ≥ 1.19 creates \
+             the KFD process at open and refuses it without a GPU node; the topology lists none), so the KFD \
+             version cannot be asked",
+            Some(
+                "nothing to load or fix: this host has no GPU the driver manages; `gpreempt trace` still \
+                  attaches, the controller needs a GPU",
+            ),
+        ),
+        Err(DeviceError::Missing) if kfd_loaded => Check::new(
+            "kfd",
+            Status::Fail,
+            "the KFD functions are loaded but /dev/kfd does not exist",
+            Some("check udev and the kernel log: the driver failed to create its device node"),
+        ),
+        Err(e @ DeviceError::Missing) => {
+            Check::new("kfd", Status::Fail, e.to_string(), Some("load the driver: `modprobe amdgpu`"))
+        }
+        Err(e @ DeviceError::PermissionDenied) => {
+            Check::new("kfd", Status::Fail, e.to_string(), Some("run as root or a member of the `render` group"))
+        }
+        Err(e) => Check::new(
+            "kfd",
+            Status::Fail,
+            format!("/dev/kfd cannot be used: {e}"),
+            Some("see the kernel log (`dmesg | grep -i kfd`)"),
+        ),
+    }
+}
+
+/// What KFD 1.19 and 1.20 change for the controller, and the CWSR bytes a suspend saves where
+/// the topology says (docs/kfd.md §1.4, §4.4).
+fn kfd_1_19_checks(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>) -> Vec<Check> {
+    let mut checks = Vec::new();
+    // Without the version (7.x without a GPU), the ioctl's handler in kallsyms tells.
+    let create_process_loaded =
+        kallsyms.is_some_and(|k| k.resolve("kfd_ioctl_create_process", k.kfd_module().flatten()).is_some());
+    if kfd.map_or(create_process_loaded, KfdVersion::has_secondary_contexts) {
+        checks.push(Check::new(
+            "kfd-contexts",
+            Status::Info,
+            "KFD ≥ 1.19: a process may own several KFD contexts (AMDKFD_IOC_CREATE_PROCESS on another /dev/kfd \
+             file); sysfs, DBG_TRAP and GET_QUEUE_SNAPSHOT by pid reach only its primary context (the driver \
+             refuses the debug trap on a secondary one), so queues of secondary contexts are neither listed \
+             nor suspended",
+            None,
+        ));
+    }
+    let gpus = host::topology::gpu_nodes(&roots.sys).unwrap_or_default();
+    let gfx12: Vec<String> = gpus.iter().filter(|g| g.is_gfx12()).map(|g| format!("{:#x}", g.gpu_id.0)).collect();
+    match kfd {
+        Some(v) if v.has_debug_trap() && !v.has_expert_sched_trap() && !gfx12.is_empty() => checks.push(Check::new(
+            "expert-scheduling",
+            Status::Warn,
+            format!(
+                "gfx12 GPU(s) {} with KFD {v}: the trap handler lacks expert-scheduling support (KFD {}), \
+                 and suspending queues running such kernels corrupts their waves",
+                gfx12.join(", "),
+                KfdVersion::EXPERT_SCHED_TRAP
+            ),
+            Some("do not suspend processes on these GPUs; use a driver with KFD ≥ 1.20"),
+        )),
+        _ => {}
+    }
+    let sized: Vec<String> = gpus
+        .iter()
+        .filter_map(|g| {
+            let cwsr = g.cwsr_size?;
+            Some(format!(
+                "gpu {:#x} {cwsr} B per queue (control stack {} B)",
+                g.gpu_id.0,
+                g.ctl_stack_size.unwrap_or(0)
+            ))
+        })
+        .collect();
+    if !sized.is_empty() {
+        checks.push(Check::new(
+            "cwsr-size",
+            Status::Info,
+            format!("wave state saved per suspended queue (topology cwsr_size): {}", sized.join("; ")),
+            None,
+        ));
+    }
+    checks
+}
+
+/// Like [`diagnose`], with the result of opening `/dev/kfd` and asking its version given.
+pub fn diagnose_opened(
+    roots: &Roots,
+    kallsyms: Option<&Kallsyms>,
+    opened: Result<KfdVersion, DeviceError>,
+) -> DoctorReport {
     let mut checks = Vec::new();
     let kernel = read_trimmed(&roots.proc.join("sys/kernel/osrelease")).unwrap_or_else(|| "unknown".to_owned());
     checks.push(Check::new("kernel", Status::Info, format!("Linux {kernel}"), None));
 
     // KFD ioctl version: GET_VERSION on /dev/kfd.
-    let kfd_version = kfd.or_else(|| Device::open().ok().and_then(|d| d.version().ok()));
-    match kfd_version {
-        Some(v) => checks.push(Check::new("kfd", Status::Ok, format!("KFD ioctl interface {v}"), None)),
-        None => checks.push(Check::new(
-            "kfd",
-            Status::Fail,
-            "/dev/kfd cannot be opened or asked its version",
-            Some("load the driver (`modprobe amdgpu`) and run as root or a member of the `render` group"),
-        )),
-    }
+    let kfd_loaded = kallsyms.and_then(Kallsyms::kfd_module).is_some();
+    checks.push(kfd_check(roots, kfd_loaded, &opened));
+    let kfd_version = opened.ok();
 
     let params = roots.sys.join("module/amdgpu/parameters");
     let param = |name: &str| read_trimmed(&params.join(name));
@@ -158,8 +275,25 @@ pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersi
             Some("load amdgpu with sched_policy=0"),
         ),
         (Some(v), _) => Check::new("debug-trap", Status::Ok, format!("available (KFD {v} ≥ 1.13)"), None),
-        (None, _) => Check::new("debug-trap", Status::Warn, "unknown: KFD version not readable", None),
+        // Without the version, the driver's own symbols still say whether the API exists.
+        (None, _) => match kallsyms.map(|k| k.resolve("kfd_ioctl_set_debug_trap", k.kfd_module().flatten())) {
+            Some(Some(_)) => Check::new(
+                "debug-trap",
+                Status::Warn,
+                "present in the driver (kfd_ioctl_set_debug_trap is loaded) but not usable: /dev/kfd cannot be opened",
+                None,
+            ),
+            Some(None) => Check::new(
+                "debug-trap",
+                Status::Warn,
+                "absent: the driver has no kfd_ioctl_set_debug_trap (KFD < 1.13)",
+                None,
+            ),
+            None => Check::new("debug-trap", Status::Warn, "unknown: KFD version not readable", None),
+        },
     });
+
+    checks.extend(kfd_1_19_checks(roots, kallsyms, kfd_version));
 
     // Which module provides KFD, and its BTF.
     let kfd_module = kallsyms.and_then(Kallsyms::kfd_module).map(|m| m.unwrap_or("vmlinux").to_owned());
@@ -167,8 +301,21 @@ pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersi
         (Some(m), _) => {
             checks.push(Check::new("kfd-module", Status::Ok, format!("KFD functions are in [{m}]"), None));
             let btf = roots.sys.join("kernel/btf").join(m);
+            let linux = probes::release_version(&kernel);
             checks.push(if btf.exists() {
                 Check::new("module-btf", Status::Ok, format!("{} present", btf.display()), None)
+            } else if linux.is_some_and(|v| v < MODULE_BTF_SINCE) {
+                Check::new(
+                    "module-btf",
+                    Status::Warn,
+                    format!(
+                        "{} missing: Linux {kernel} loads no module BTF (CONFIG_DEBUG_INFO_BTF_MODULES appeared in {}.{})",
+                        btf.display(),
+                        MODULE_BTF_SINCE.0,
+                        MODULE_BTF_SINCE.1
+                    ),
+                    Some("the tracer learns kfd_process pointers from the processes that open /dev/kfd instead"),
+                )
             } else {
                 Check::new(
                     "module-btf",
@@ -193,7 +340,7 @@ pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersi
     }
     // Without a KFD provider every probe would be "missing": one line says why none was checked.
     let probes = match (kallsyms, &kfd_module) {
-        (Some(k), Some(_)) => probes::resolve(probes::PROBES, k, kfd_version),
+        (Some(k), Some(_)) => probes::resolve(probes::PROBES, k, kfd_version, Some(&kernel)),
         (Some(_), None) => {
             checks.push(Check::new("probes", Status::Info, "not checked: no KFD module loaded", None));
             Vec::new()
@@ -411,5 +558,90 @@ mod tests {
     fn capability_mask_parses() {
         assert_eq!(effective_caps("CapInh:\t0\nCapEff:\t000001ffffffffff\n"), Some(0x1ff_ffff_ffff));
         assert_eq!(effective_caps("nothing"), None);
+    }
+
+    #[test]
+    fn amdgpu_without_a_gpu_on_7_x_is_explained_not_sent_to_modprobe() {
+        let mut host = tree();
+        host.file("proc/sys/kernel/osrelease", "7.3.4+deb13-amd64\n")
+            .file("sys/class/kfd/kfd/topology/nodes/0/gpu_id", "0\n");
+        let k = Kallsyms::parse(
+            "ffffffffc0000000 t kfd_ioctl\t[amdgpu]\n\
+             ffffffffc0000080 t kfd_ioctl_create_queue\t[amdgpu]\n\
+             ffffffffc0000100 t kfd_ioctl_set_debug_trap\t[amdgpu]\n\
+             ffffffffc0000200 t kfd_ioctl_create_process\t[amdgpu]\n",
+        );
+        let einval = DeviceError::Open(std::io::Error::from_raw_os_error(libc::EINVAL));
+        let r = diagnose_opened(&roots(&host), Some(&k), Err(einval));
+        let get = |n: &str| r.checks.iter().find(|c| c.name == n).unwrap();
+        assert_eq!(r.kfd_version, None);
+        assert_eq!(get("kfd").status, Status::Fail);
+        assert_eq!(
+            get("kfd").detail,
+            "the KFD driver is loaded but has no GPU: open(/dev/kfd) fails with EINVAL (KFD ≥ 1.19 creates the \
+             KFD process at open and refuses it without a GPU node; the topology lists none), so the KFD version \
+             cannot be asked"
+        );
+        assert!(!get("kfd").fix.as_deref().unwrap_or_default().contains("modprobe"));
+        assert_eq!(
+            get("debug-trap").detail,
+            "present in the driver (kfd_ioctl_set_debug_trap is loaded) but not usable: /dev/kfd cannot be opened"
+        );
+        assert_eq!(get("kfd-contexts").status, Status::Info);
+        assert!(get("kfd-contexts").detail.starts_with("KFD ≥ 1.19: a process may own several KFD contexts"));
+        // Not loaded at all: then modprobe is the fix.
+        let r = diagnose_opened(&roots(&host), Some(&Kallsyms::parse("")), Err(DeviceError::Missing));
+        let kfd = r.checks.iter().find(|c| c.name == "kfd").unwrap();
+        assert_eq!(kfd.fix.as_deref(), Some("load the driver: `modprobe amdgpu`"));
+    }
+
+    #[test]
+    fn linux_5_10_is_told_it_has_no_module_btf_and_kfd_1_3_no_smi_helpers() {
+        let mut host = tree();
+        host.file("proc/sys/kernel/osrelease", "5.10.0-32-amd64\n");
+        let k = Kallsyms::parse(
+            "ffffffffc0000000 t kfd_ioctl\t[amdgpu]\nffffffffc0000100 t kfd_ioctl_create_queue\t[amdgpu]\n",
+        );
+        let r = diagnose(&roots(&host), Some(&k), Some(KfdVersion { major: 1, minor: 3 }));
+        let get = |n: &str| r.checks.iter().find(|c| c.name == n).unwrap();
+        assert_eq!(
+            get("module-btf").detail,
+            format!(
+                "{}/sys/kernel/btf/amdgpu missing: Linux 5.10.0-32-amd64 loads no module BTF \
+                 (CONFIG_DEBUG_INFO_BTF_MODULES appeared in 5.11)",
+                host.path().display()
+            )
+        );
+        assert_eq!(
+            get("probe smi_eviction").detail,
+            "kfd_smi_event_queue_eviction appeared in KFD 1.10 (Linux 5.19); this kernel has 1.3"
+        );
+        assert_eq!(get("debug-trap").detail, "absent: needs KFD ≥ 1.13, this kernel has 1.3");
+        assert!(r.checks.iter().all(|c| c.name != "kfd-contexts"), "KFD 1.3 has one context per process");
+    }
+
+    #[test]
+    fn gfx12_before_kfd_1_20_is_warned_and_cwsr_sizes_are_shown() {
+        let mut host = tree();
+        let nodes = "sys/class/kfd/kfd/topology/nodes";
+        host.file(format!("{nodes}/1/gpu_id"), "4096\n").file(
+            format!("{nodes}/1/properties"),
+            "gfx_target_version 120001\ncwsr_size 2138112\nctl_stack_size 20480\n",
+        );
+        let r = diagnose(&roots(&host), None, Some(KfdVersion { major: 1, minor: 17 }));
+        let get = |n: &str| r.checks.iter().find(|c| c.name == n).unwrap();
+        assert_eq!(get("expert-scheduling").status, Status::Warn);
+        assert_eq!(
+            get("expert-scheduling").detail,
+            "gfx12 GPU(s) 0x1000 with KFD 1.17: the trap handler lacks expert-scheduling support (KFD 1.20), and \
+             suspending queues running such kernels corrupts their waves"
+        );
+        assert_eq!(
+            get("cwsr-size").detail,
+            "wave state saved per suspended queue (topology cwsr_size): gpu 0x1000 2138112 B per queue (control stack 20480 B)"
+        );
+        let r = diagnose(&roots(&host), None, Some(KfdVersion { major: 1, minor: 20 }));
+        assert!(r.checks.iter().all(|c| c.name != "expert-scheduling"));
+        assert!(r.checks.iter().any(|c| c.name == "kfd-contexts"));
     }
 }

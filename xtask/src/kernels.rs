@@ -402,10 +402,9 @@ fn relocate_headers(kernel: Kernel) -> Result<()> {
     let makefile = kernel.headers().join("Makefile");
     let text = fs::read_to_string(&makefile).with_context(|| format!("reading {}", makefile.display()))?;
     let root = kernel.root().display().to_string();
-    let fixed = text.replace("include /usr/src/", &format!("include {root}/usr/src/")).replace(
-        "KBUILD_OUTPUT=/usr/src/",
-        &format!("KBUILD_OUTPUT={root}/usr/src/"),
-    );
+    let fixed = text
+        .replace("include /usr/src/", &format!("include {root}/usr/src/"))
+        .replace("KBUILD_OUTPUT=/usr/src/", &format!("KBUILD_OUTPUT={root}/usr/src/"));
     fs::write(&makefile, fixed)?;
     Ok(())
 }

@@ -48,6 +48,9 @@ pub struct TestArgs {
     /// Skip the VM layer (fmt, clippy and unit tests only).
     #[arg(long)]
     pub no_vm: bool,
+    /// Only the VM layer (no fmt, clippy or unit tests): for iterating on one kernel.
+    #[arg(long, conflicts_with = "no_vm")]
+    pub vm_only: bool,
     /// Skip `cargo xtask setup`.
     #[arg(long)]
     pub no_setup: bool,
@@ -249,13 +252,10 @@ fn pass_tally(kernel: Kernel, out: &Path, index: usize, pass: &Pass) -> Result<T
     Ok(tally)
 }
 
-pub fn run(args: &TestArgs) -> Result<()> {
-    if !args.no_setup {
-        setup::run()?;
-    }
-    let mut tally = Tally::default();
-    stage("fmt", &mut tally, || Ok(Tally::check(run_streaming(cargo().args(["fmt", "--all", "--check"]))?.0)));
-    stage("clippy", &mut tally, || {
+/// fmt, clippy and the unit tests: one stage each.
+fn checks(tally: &mut Tally) {
+    stage("fmt", tally, || Ok(Tally::check(run_streaming(cargo().args(["fmt", "--all", "--check"]))?.0)));
+    stage("clippy", tally, || {
         let (ok, _) = run_streaming(cargo().args([
             "clippy",
             "--package",
@@ -273,7 +273,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
         ]))?;
         Ok(Tally::check(ok))
     });
-    stage("unit tests", &mut tally, || {
+    stage("unit tests", tally, || {
         let (ok, text) = run_streaming(cargo().args([
             "test",
             "--workspace",
@@ -292,6 +292,16 @@ pub fn run(args: &TestArgs) -> Result<()> {
         }
         Ok(t)
     });
+}
+
+pub fn run(args: &TestArgs) -> Result<()> {
+    if !args.no_setup {
+        setup::run()?;
+    }
+    let mut tally = Tally::default();
+    if !args.vm_only {
+        checks(&mut tally);
+    }
     if !args.no_vm {
         let kernels = if args.kernels.is_empty() { Kernel::ALL.to_vec() } else { args.kernels.clone() };
         match build_binaries().and_then(|_| integration_test_binaries()) {

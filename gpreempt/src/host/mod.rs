@@ -1,5 +1,5 @@
 //! What the host says, read from its files: `/proc` ([`procinfo`]), the KFD sysfs tree
-//! ([`sysfs`]) and debugfs ([`debugfs`]), container runtimes and Kubernetes ([`k8s`]), where each
+//! ([`sysfs`], the GPU topology [`topology`]) and debugfs ([`debugfs`]), container runtimes and Kubernetes ([`k8s`]), where each
 //! lives ([`roots`]), the KFD processes seen there ([`processes`]) and the selectors that name
 //! them ([`select`]). Below both halves: the tracer, the model and the controller read the host
 //! through here; nothing here knows about them.
@@ -11,3 +11,4 @@ pub mod procinfo;
 pub mod roots;
 pub mod select;
 pub mod sysfs;
+pub mod topology;

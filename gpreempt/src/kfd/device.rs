@@ -26,8 +26,25 @@ impl KfdVersion {
     /// First version with `AMDKFD_IOC_RUNTIME_ENABLE` and `AMDKFD_IOC_DBG_TRAP` (Linux 6.5).
     pub const DEBUG_TRAP: KfdVersion = KfdVersion { major: 1, minor: 13 };
 
+    /// KFD 1.19: `AMDKFD_IOC_CREATE_PROCESS` makes a secondary KFD context on another
+    /// `/dev/kfd` file of the same process; a pid may own several contexts (docs/kfd.md §1.4).
+    pub const SECONDARY_CONTEXTS: KfdVersion = KfdVersion { major: 1, minor: 19 };
+    /// KFD 1.20: the trap handler supports gfx12 "expert scheduling" mode; before it, suspending
+    /// a gfx12 queue running such kernels corrupts its waves (docs/kfd.md §1.4).
+    pub const EXPERT_SCHED_TRAP: KfdVersion = KfdVersion { major: 1, minor: 20 };
+
     pub fn has_debug_trap(self) -> bool {
         self.major == 1 && self >= Self::DEBUG_TRAP
+    }
+
+    /// May a process own more than one KFD context (KFD ≥ 1.19)?
+    pub fn has_secondary_contexts(self) -> bool {
+        self.major == 1 && self >= Self::SECONDARY_CONTEXTS
+    }
+
+    /// Can the debug trap suspend gfx12 queues safely whatever their kernels (KFD ≥ 1.20)?
+    pub fn has_expert_sched_trap(self) -> bool {
+        self.major == 1 && self >= Self::EXPERT_SCHED_TRAP
     }
 }
 

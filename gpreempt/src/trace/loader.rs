@@ -77,7 +77,8 @@ pub fn attach(
     let started = std::time::Instant::now();
     let kallsyms = Kallsyms::load()?;
     let kfd_module = kallsyms.kfd_module().ok_or(LoadError::NoKfd)?.map(str::to_owned);
-    let resolved = probes::resolve(table, &kallsyms, kfd);
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok();
+    let resolved = probes::resolve(table, &kallsyms, kfd, release.as_deref().map(str::trim));
     if let Some(p) = resolved.iter().find(|p| p.required && p.symbol.is_none()) {
         return Err(LoadError::RequiredMissing {
             program: p.program,

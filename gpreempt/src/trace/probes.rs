@@ -25,10 +25,20 @@ pub struct ProbeSpec {
     pub kind: ProbeKind,
     /// Without it the tracer cannot do its job.
     pub required: bool,
-    /// KFD ioctl version that introduced the function, if newer than every supported kernel.
-    pub min_kfd: Option<KfdVersion>,
+    /// When the function appeared, if after the oldest supported kernel (Linux 5.10): the
+    /// missing-probe reason names it instead of guessing "inlined or renamed".
+    pub since: Option<Since>,
     /// What the probe gives the user.
     pub yields: &'static str,
+}
+
+/// Where a function comes from, for the reason a probe on it is missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Since {
+    /// Added with this KFD ioctl version (`kfd_ioctl.h` changelog), first in this Linux release.
+    Kfd(KfdVersion, &'static str),
+    /// Added in this Linux release, with no KFD version of its own (hardware backends).
+    Linux(&'static str, &'static str),
 }
 
 const fn row(
@@ -36,15 +46,22 @@ const fn row(
     function: &'static str,
     kind: ProbeKind,
     required: bool,
-    min_kfd: Option<KfdVersion>,
+    since: Option<Since>,
     yields: &'static str,
 ) -> ProbeSpec {
-    ProbeSpec { program, function, kind, required, min_kfd, yields }
+    ProbeSpec { program, function, kind, required, since, yields }
 }
 
 use ProbeKind::{Kprobe as K, Kretprobe as R};
 /// KFD 1.13 (Linux 6.5): the debugger API (`RUNTIME_ENABLE`, `DBG_TRAP`, `suspend_queues`).
-const DBG: Option<KfdVersion> = Some(KfdVersion::DEBUG_TRAP);
+const DBG: Option<Since> = Some(Since::Kfd(KfdVersion::DEBUG_TRAP, "6.5"));
+/// KFD 1.10 "Add SMI profiler event log" (Linux 5.19): the queue eviction/restore SMI events and
+/// their helpers. Debian 5.10.223 (KFD 1.3) has neither; 6.1.192 (KFD 1.11) has both.
+const SMI_LOG: Option<Since> = Some(Since::Kfd(KfdVersion { major: 1, minor: 10 }, "5.19"));
+/// mes_v11_0.c came with gfx11 (Linux 6.0; Debian 6.1.192 has it, 5.10.223 not).
+const MES11: Option<Since> = Some(Since::Linux("6.0", "gfx11 MES"));
+/// mes_v12_0.c came with gfx12 (Linux 6.11; Debian 6.12.117 has it, 6.1.192 not).
+const MES12: Option<Since> = Some(Since::Linux("6.11", "gfx12 MES"));
 
 /// Every probe gpreempt knows. The kernel prototype each relies on, with the versions checked
 /// (Debian 6.1.192 = KFD 1.11, 6.12.117 = KFD 1.17), is the `match-proto` comment on its eBPF
@@ -138,10 +155,10 @@ pub const PROBES: &[ProbeSpec] = &[
         "kfd_smi_event_queue_eviction",
         K,
         false,
-        None,
+        SMI_LOG,
         "eviction begins: host pid, gpu id, trigger (SVM/USERPTR/TTM/SUSPEND/CRIU)",
     ),
-    row("smi_restore", "kfd_smi_event_queue_restore", K, false, None, "restore begins: host pid, gpu id"),
+    row("smi_restore", "kfd_smi_event_queue_restore", K, false, SMI_LOG, "restore begins: host pid, gpu id"),
     // kfd_process.c, 6.1.192/6.12.117: int kfd_process_evict_queues(struct kfd_process *, uint32_t trigger);
     // int kfd_process_restore_queues(struct kfd_process *)
     row(
@@ -289,28 +306,28 @@ pub const PROBES: &[ProbeSpec] = &[
     row("send_unmap_return", "pm_send_unmap_queue", R, false, None, "UNMAP_QUEUES packet: duration, result"),
     // MES (gfx11/gfx12; per-queue preemption instead of HWS unmap). mes_v11_0.c / mes_v12_0.c, 6.12.117
     // (v11 also on 6.1.192): static int mes_v1X_0_{remove,add}_hw_queue(struct amdgpu_mes *, struct mes_*_queue_input *)
-    row("mes11_remove_entry", "mes_v11_0_remove_hw_queue", K, false, None, "MES remove queue (gfx11)"),
+    row("mes11_remove_entry", "mes_v11_0_remove_hw_queue", K, false, MES11, "MES remove queue (gfx11)"),
     row(
         "mes11_remove_return",
         "mes_v11_0_remove_hw_queue",
         R,
         false,
-        None,
+        MES11,
         "MES remove queue (gfx11): duration, result",
     ),
-    row("mes11_add_entry", "mes_v11_0_add_hw_queue", K, false, None, "MES add queue (gfx11)"),
-    row("mes11_add_return", "mes_v11_0_add_hw_queue", R, false, None, "MES add queue (gfx11): duration, result"),
-    row("mes12_remove_entry", "mes_v12_0_remove_hw_queue", K, false, None, "MES remove queue (gfx12)"),
+    row("mes11_add_entry", "mes_v11_0_add_hw_queue", K, false, MES11, "MES add queue (gfx11)"),
+    row("mes11_add_return", "mes_v11_0_add_hw_queue", R, false, MES11, "MES add queue (gfx11): duration, result"),
+    row("mes12_remove_entry", "mes_v12_0_remove_hw_queue", K, false, MES12, "MES remove queue (gfx12)"),
     row(
         "mes12_remove_return",
         "mes_v12_0_remove_hw_queue",
         R,
         false,
-        None,
+        MES12,
         "MES remove queue (gfx12): duration, result",
     ),
-    row("mes12_add_entry", "mes_v12_0_add_hw_queue", K, false, None, "MES add queue (gfx12)"),
-    row("mes12_add_return", "mes_v12_0_add_hw_queue", R, false, None, "MES add queue (gfx12): duration, result"),
+    row("mes12_add_entry", "mes_v12_0_add_hw_queue", K, false, MES12, "MES add queue (gfx12)"),
+    row("mes12_add_return", "mes_v12_0_add_hw_queue", R, false, MES12, "MES add queue (gfx12): duration, result"),
     // GPU reset after a failed preemption: kfd_hws_hang -> hw_exception_work -> amdgpu_amdkfd.c,
     // 6.1.192/6.12.117: void amdgpu_amdkfd_gpu_reset(struct amdgpu_device *adev)
     row(
@@ -350,21 +367,47 @@ pub struct ResolvedProbe {
     pub missing_reason: Option<String>,
 }
 
-/// Resolve every row of `table` in the module that provides KFD.
-pub fn resolve(table: &[ProbeSpec], kallsyms: &Kallsyms, kfd: Option<KfdVersion>) -> Vec<ResolvedProbe> {
+/// `6.12.117+deb12-amd64` → (6, 12); None when the release does not start with two numbers.
+pub fn release_version(release: &str) -> Option<(u32, u32)> {
+    let mut numbers = release.split(|c: char| !c.is_ascii_digit()).map(str::parse::<u32>);
+    match (numbers.next(), numbers.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => Some((major, minor)),
+        _ => None,
+    }
+}
+
+/// Resolve every row of `table` in the module that provides KFD. `kfd` is the KFD ioctl version
+/// and `release` the running kernel's (`/proc/sys/kernel/osrelease`), when known: with them a
+/// missing probe's reason says which version added the function.
+pub fn resolve(
+    table: &[ProbeSpec],
+    kallsyms: &Kallsyms,
+    kfd: Option<KfdVersion>,
+    release: Option<&str>,
+) -> Vec<ResolvedProbe> {
     let module = kallsyms.kfd_module().flatten();
+    let linux = release.and_then(release_version);
+    let older = |since: &str| match (release_version(since), linux) {
+        (Some(since), Some(have)) => have < since,
+        _ => false,
+    };
     table
         .iter()
         .map(|spec| {
             let symbol = kallsyms.resolve(spec.function, module);
-            let missing_reason = match (symbol, spec.min_kfd, kfd) {
+            let missing_reason = match (symbol, spec.since, kfd) {
                 (Some(_), _, _) => None,
-                (None, Some(min), Some(have)) if have < min => {
-                    Some(format!("{} appeared in KFD {min}; this kernel has {have}", spec.function))
+                (None, Some(Since::Kfd(min, linux)), Some(have)) if have < min => {
+                    Some(format!("{} appeared in KFD {min} (Linux {linux}); this kernel has {have}", spec.function))
                 }
-                (None, Some(min), None) => Some(format!(
-                    "{} is not in /proc/kallsyms: it appeared in KFD {min} (Linux 6.5) and this KFD is older",
+                (None, Some(Since::Kfd(min, linux)), None) => Some(format!(
+                    "{} is not in /proc/kallsyms: it appeared in KFD {min} (Linux {linux}) and this KFD is older",
                     spec.function
+                )),
+                (None, Some(Since::Linux(since, what)), _) if older(since) => Some(format!(
+                    "{} appeared in Linux {since} ({what}); this kernel is {}",
+                    spec.function,
+                    release.unwrap_or("older")
                 )),
                 (None, _, _) => Some(format!(
                     "{} is not in /proc/kallsyms{} (inlined or renamed in this build)",
@@ -410,11 +453,11 @@ mod tests {
                 function: "suspend_queues",
                 kind: ProbeKind::Kprobe,
                 required: false,
-                min_kfd: Some(KfdVersion { major: 1, minor: 13 }),
+                since: DBG,
                 yields: "",
             },
         ];
-        let r = resolve(&table, &k, Some(KfdVersion { major: 1, minor: 11 }));
+        let r = resolve(&table, &k, Some(KfdVersion { major: 1, minor: 11 }), Some("6.1.0-56-amd64"));
         assert_eq!(r[0].symbol.as_deref(), Some("kfd_ioctl_create_queue"));
         assert_eq!(r[0].module.as_deref(), Some("amdgpu"));
         assert!(r[0].missing_reason.is_none());
@@ -425,17 +468,23 @@ mod tests {
                 "kfd_ioctl_destroy_queue is not in /proc/kallsyms for module amdgpu (inlined or renamed in this build)"
             )
         );
-        assert_eq!(r[2].missing_reason.as_deref(), Some("suspend_queues appeared in KFD 1.13; this kernel has 1.11"));
+        assert_eq!(
+            r[2].missing_reason.as_deref(),
+            Some("suspend_queues appeared in KFD 1.13 (Linux 6.5); this kernel has 1.11")
+        );
     }
 
-    /// The table against the real kallsyms of both test kernels (captured in the VM; see
-    /// `fixtures/`): exactly which functions attach and why the others do not.
-    fn missing(table: &[ProbeSpec], kernel: &str, kfd: KfdVersion) -> (usize, Vec<(String, String)>) {
-        let text = match kernel {
-            "6.1" => include_str!("fixtures/kallsyms-amdgpu-6.1.txt"),
-            _ => include_str!("fixtures/kallsyms-amdgpu-6.12.txt"),
+    /// The table against the real kallsyms of the four test kernels (captured in the VM; see
+    /// `fixtures/`): exactly which functions attach and why the others do not. `kfd` is None
+    /// where `/dev/kfd` cannot be opened (7.x without a GPU).
+    fn missing(table: &[ProbeSpec], kernel: &str, kfd: Option<KfdVersion>) -> (usize, Vec<(String, String)>) {
+        let (text, release) = match kernel {
+            "5.10" => (include_str!("fixtures/kallsyms-amdgpu-5.10.txt"), "5.10.0-32-amd64"),
+            "6.1" => (include_str!("fixtures/kallsyms-amdgpu-6.1.txt"), "6.1.0-56-amd64"),
+            "6.12" => (include_str!("fixtures/kallsyms-amdgpu-6.12.txt"), "6.12.117+deb12-amd64"),
+            _ => (include_str!("fixtures/kallsyms-amdgpu-7.3.txt"), "7.3.4+deb13-amd64"),
         };
-        let resolved = resolve(table, &Kallsyms::parse(text), Some(kfd));
+        let resolved = resolve(table, &Kallsyms::parse(text), kfd, Some(release));
         let attached = resolved.iter().filter(|p| p.symbol.is_some()).count();
         let mut missing: Vec<(String, String)> = resolved
             .iter()
@@ -448,7 +497,7 @@ mod tests {
 
     #[test]
     fn debian_6_1_attaches_all_but_the_debugger_api_mes12_and_the_inlined_execute() {
-        let (attached, missing) = missing(PROBES, "6.1", KfdVersion { major: 1, minor: 11 });
+        let (attached, missing) = missing(PROBES, "6.1", Some(KfdVersion { major: 1, minor: 11 }));
         let names: Vec<&str> = missing.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(
             names,
@@ -471,7 +520,14 @@ mod tests {
         );
         assert_eq!(attached, PROBES.len() - names.len());
         let reason = |program: &str| missing.iter().find(|(p, _)| p == program).map(|(_, r)| r.as_str());
-        assert_eq!(reason("suspend_queues_entry"), Some("suspend_queues appeared in KFD 1.13; this kernel has 1.11"));
+        assert_eq!(
+            reason("suspend_queues_entry"),
+            Some("suspend_queues appeared in KFD 1.13 (Linux 6.5); this kernel has 1.11")
+        );
+        assert_eq!(
+            reason("mes12_add_entry"),
+            Some("mes_v12_0_add_hw_queue appeared in Linux 6.11 (gfx12 MES); this kernel is 6.1.0-56-amd64")
+        );
         assert_eq!(
             reason("execute_queues_entry"),
             Some("execute_queues_cpsch is not in /proc/kallsyms for module amdgpu (inlined or renamed in this build)")
@@ -480,7 +536,7 @@ mod tests {
 
     #[test]
     fn debian_6_12_attaches_every_probe_including_the_constprop_execute() {
-        let (attached, missing) = missing(PROBES, "6.12", KfdVersion { major: 1, minor: 17 });
+        let (attached, missing) = missing(PROBES, "6.12", Some(KfdVersion { major: 1, minor: 17 }));
         assert_eq!(missing, Vec::<(String, String)>::new());
         assert_eq!(attached, PROBES.len());
         let k = Kallsyms::parse(include_str!("fixtures/kallsyms-amdgpu-6.12.txt"));
@@ -489,8 +545,8 @@ mod tests {
 
     #[test]
     fn the_floor_table_attaches_all_on_6_12_and_only_the_create_pair_on_6_1() {
-        assert_eq!(missing(FLOOR, "6.12", KfdVersion { major: 1, minor: 17 }), (FLOOR.len(), Vec::new()));
-        let (attached, missing) = missing(FLOOR, "6.1", KfdVersion { major: 1, minor: 11 });
+        assert_eq!(missing(FLOOR, "6.12", Some(KfdVersion { major: 1, minor: 17 })), (FLOOR.len(), Vec::new()));
+        let (attached, missing) = missing(FLOOR, "6.1", Some(KfdVersion { major: 1, minor: 11 }));
         assert_eq!(attached, 2);
         let names: Vec<&str> = missing.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(
@@ -503,6 +559,87 @@ mod tests {
                 "floor_suspend_queues_entry",
                 "floor_suspend_queues_return",
             ]
+        );
+    }
+
+    #[test]
+    fn debian_5_10_attaches_the_queue_process_eviction_and_hws_probes_and_names_what_came_later() {
+        let (attached, missing) = missing(PROBES, "5.10", Some(KfdVersion { major: 1, minor: 3 }));
+        let reason = |program: &str| missing.iter().find(|(p, _)| p == program).map(|(_, r)| r.as_str());
+        let names: Vec<&str> = missing.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "debug_trap_entry",
+                "debug_trap_return",
+                "execute_queues_entry",
+                "execute_queues_return",
+                "mes11_add_entry",
+                "mes11_add_return",
+                "mes11_remove_entry",
+                "mes11_remove_return",
+                "mes12_add_entry",
+                "mes12_add_return",
+                "mes12_remove_entry",
+                "mes12_remove_return",
+                "resume_queues_entry",
+                "resume_queues_return",
+                "runtime_enable_entry",
+                "runtime_enable_return",
+                "smi_eviction",
+                "smi_restore",
+                "suspend_queues_entry",
+                "suspend_queues_return",
+            ]
+        );
+        assert_eq!(attached, 35);
+        assert_eq!(attached, PROBES.len() - names.len());
+        assert_eq!(
+            reason("smi_eviction"),
+            Some("kfd_smi_event_queue_eviction appeared in KFD 1.10 (Linux 5.19); this kernel has 1.3")
+        );
+        assert_eq!(
+            reason("mes11_add_entry"),
+            Some("mes_v11_0_add_hw_queue appeared in Linux 6.0 (gfx11 MES); this kernel is 5.10.0-32-amd64")
+        );
+        assert_eq!(
+            reason("suspend_queues_entry"),
+            Some("suspend_queues appeared in KFD 1.13 (Linux 6.5); this kernel has 1.3")
+        );
+        // Inlined on 5.10.223 as on 6.1.192: the reason cannot name a version.
+        assert_eq!(
+            reason("execute_queues_entry"),
+            Some("execute_queues_cpsch is not in /proc/kallsyms for module amdgpu (inlined or renamed in this build)")
+        );
+        let k = Kallsyms::parse(include_str!("fixtures/kallsyms-amdgpu-5.10.txt"));
+        assert_eq!(k.resolve("unmap_queues_cpsch", Some("amdgpu")).unwrap().name, "unmap_queues_cpsch.constprop.0");
+    }
+
+    #[test]
+    fn debian_7_3_attaches_every_probe_without_a_kfd_version() {
+        // /dev/kfd cannot be opened without a GPU on 7.x: the version is unknown, nothing is missing.
+        let (attached, absent) = missing(PROBES, "7.3", None);
+        assert_eq!(absent, Vec::<(String, String)>::new());
+        assert_eq!(attached, PROBES.len());
+        let k = Kallsyms::parse(include_str!("fixtures/kallsyms-amdgpu-7.3.txt"));
+        let symbol = |f: &str| k.resolve(f, Some("amdgpu")).map(|s| s.name.as_str());
+        assert_eq!(symbol("execute_queues_cpsch"), Some("execute_queues_cpsch.constprop.0"));
+        assert_eq!(symbol("kfd_ioctl_create_process"), Some("kfd_ioctl_create_process"));
+        assert_eq!(self::missing(FLOOR, "7.3", None), (FLOOR.len(), Vec::new()));
+    }
+
+    #[test]
+    fn the_coverage_over_the_four_kernels() {
+        let count = |kernel, kfd| missing(PROBES, kernel, kfd).0;
+        assert_eq!(PROBES.len(), 55);
+        assert_eq!(
+            [
+                count("5.10", Some(KfdVersion { major: 1, minor: 3 })),
+                count("6.1", Some(KfdVersion { major: 1, minor: 11 })),
+                count("6.12", Some(KfdVersion { major: 1, minor: 17 })),
+                count("7.3", None),
+            ],
+            [35, 41, 55, 55]
         );
     }
 }
