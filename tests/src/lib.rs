@@ -358,3 +358,21 @@ impl Drop for EmuParam {
         let _ = std::fs::write(format!("/sys/module/kfd_emu/parameters/{}", self.name), self.old.to_string());
     }
 }
+
+/// The KFD of a VM kernel without the debug trap, and what its `kfd_ioctl` answers for an ioctl
+/// number past its command table (RUNTIME_ENABLE 0x25, DBG_TRAP 0x26): Debian 6.1.192 (KFD 1.11)
+/// says ENOTTY, 5.10.223 (KFD 1.3) EINVAL (observed in the VM; docs/kfd.md §2.1). None on the
+/// kernels with the debug trap.
+pub fn without_debug_trap() -> Option<(gpreempt::kfd::KfdVersion, nix::errno::Errno)> {
+    use gpreempt::kfd::KfdVersion;
+    match vm_kernel().as_str() {
+        "6.1" => Some((KfdVersion { major: 1, minor: 11 }, nix::errno::Errno::ENOTTY)),
+        "5.10" => Some((KfdVersion { major: 1, minor: 3 }, nix::errno::Errno::EINVAL)),
+        _ => None,
+    }
+}
+
+/// What the library and the binary say on a kernel without the debug trap (docs/kfd.md §5 item 1).
+pub fn no_debug_trap_message(version: gpreempt::kfd::KfdVersion) -> String {
+    format!("the debug-trap API needs KFD ≥ 1.13 (Linux 6.5+ or amdgpu-dkms); this kernel has {version}")
+}

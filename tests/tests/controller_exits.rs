@@ -52,6 +52,7 @@ fn last_stderr_line(stderr: &Receiver<String>) -> String {
 
 #[test]
 fn finding_1_realtime_and_glibc_internal_signals_reach_the_seized_target_and_the_session_goes_on() {
+    gpreempt_tests::skip_without_kfd_open!();
     if !debug_trap_kernel() {
         skip!("KFD {:?} has no debug trap: nothing seizes the target", Device::open().and_then(|d| d.version()));
     }
@@ -97,6 +98,7 @@ fn finding_1_realtime_and_glibc_internal_signals_reach_the_seized_target_and_the
 
 #[test]
 fn finding_6_a_vfork_parent_does_not_hang_detach_and_a_second_ctrl_c_exits_at_once() {
+    gpreempt_tests::skip_without_kfd_open!();
     if !debug_trap_kernel() {
         skip!("KFD {:?} has no debug trap: nothing seizes the target", Device::open().and_then(|d| d.version()));
     }
@@ -140,6 +142,7 @@ fn finding_6_a_vfork_parent_does_not_hang_detach_and_a_second_ctrl_c_exits_at_on
 
 #[test]
 fn finding_9_a_closed_stdout_does_not_stop_the_json_record_or_the_cleanup() {
+    gpreempt_tests::skip_without_kfd_open!();
     if !debug_trap_kernel() {
         skip!("KFD {:?} has no debug trap: preempt refuses before printing", Device::open().and_then(|d| d.version()));
     }
@@ -167,6 +170,7 @@ fn finding_9_a_closed_stdout_does_not_stop_the_json_record_or_the_cleanup() {
 
 #[test]
 fn finding_9_a_symlinked_json_path_is_refused_and_its_target_untouched() {
+    gpreempt_tests::skip_without_kfd_open!();
     if !debug_trap_kernel() {
         skip!("KFD {:?} has no debug trap: preempt refuses before writing", Device::open().and_then(|d| d.version()));
     }

@@ -10,6 +10,7 @@ use gpreempt_tests::{binary, field};
 
 #[test]
 fn wait_new_reports_the_pid_of_a_new_kfd_process() {
+    gpreempt_tests::skip_without_kfd_open!();
     let mut waiter = Command::new(binary("gpreempt").unwrap())
         .args(["ps", "--wait-new", "--ids-only", "--timeout", "60s"])
         .stdout(Stdio::piped())

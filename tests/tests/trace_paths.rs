@@ -28,13 +28,33 @@ fn probe_table_attaches_what_this_kernel_has_and_says_why_not_the_rest() {
     let resolved = expected.iter().filter(|p| p.symbol.is_some()).count();
     assert!(attached.starts_with(&format!("gpreempt: attached {resolved} probes to ")), "{resolved}: {attached}");
     assert_eq!(missing.len(), expected.len() - resolved, "{missing:?}");
-    // Module BTF is present on both Debian kernels: owners and gpu ids come from struct offsets.
-    assert!(resolution.contains("BTF offsets from /sys/kernel/btf/amdgpu"), "{resolution}");
-    assert!(resolution.contains("kfd_process.lead_thread=96"), "{resolution}");
+    // Module BTF is present on the Debian 6.x and 7.x kernels: owners and gpu ids come from struct
+    // offsets. 5.10 loads no module BTF (5.11+): the tracer learns pointers.
+    if vm_kernel() == "5.10" {
+        assert!(resolution.contains("pointer learning ("), "{resolution}");
+    } else {
+        assert!(resolution.contains("BTF offsets from /sys/kernel/btf/amdgpu"), "{resolution}");
+    }
     assert!(resolution.contains("queue.properties.queue_id=48"), "{resolution}");
     match vm_kernel().as_str() {
+        "7" => {
+            // Debian 7.3.4: the whole table (execute_queues_cpsch.constprop.0 again); lead_thread
+            // at byte 88 and the SMI helpers take a task_struct * (module BTF).
+            assert_eq!(resolved, expected.len(), "7.3.4 resolves the whole table");
+            assert_eq!(resolved, 55);
+            assert!(missing.is_empty(), "{missing:?}");
+            assert!(resolution.contains("kfd_process.lead_thread=88"), "{resolution}");
+            assert!(resolution.contains("kfd_node.id=36"), "{resolution}");
+            assert!(resolution.contains("create_process(task)=1 fence_wait(dqm)=1 smi(pid)=0"), "{resolution}");
+        }
+        "5.10" => {
+            // KFD 1.3: no debugger API, no SMI helpers, no MES; execute_queues_cpsch inlined.
+            assert_eq!(resolved, 35, "{attached}");
+            assert!(missing.contains(&&"gpreempt: probe smi_eviction not attached: kfd_smi_event_queue_eviction is not in /proc/kallsyms: it appeared in KFD 1.10 (Linux 5.19) and this KFD is older".to_owned()), "{missing:?}");
+        }
         "6.12" => {
             assert_eq!(resolved, expected.len(), "6.12 resolves the whole table");
+            assert!(resolution.contains("kfd_process.lead_thread=96"), "{resolution}");
             assert!(attached.contains("execute_queues_cpsch.constprop.0"), "{attached}");
             assert!(missing.is_empty(), "{missing:?}");
             assert!(resolution.contains("kfd_node.id=36"), "{resolution}");
@@ -45,6 +65,7 @@ fn probe_table_attaches_what_this_kernel_has_and_says_why_not_the_rest() {
             assert!(resolved < expected.len(), "{attached}");
             assert!(missing.contains(&&"gpreempt: probe suspend_queues_entry not attached: suspend_queues is not in /proc/kallsyms: it appeared in KFD 1.13 (Linux 6.5) and this KFD is older".to_owned()), "{missing:?}");
             assert!(missing.contains(&&"gpreempt: probe execute_queues_entry not attached: execute_queues_cpsch is not in /proc/kallsyms for module amdgpu (inlined or renamed in this build)".to_owned()), "{missing:?}");
+            assert!(resolution.contains("kfd_process.lead_thread=96"), "{resolution}");
             assert!(resolution.contains("kfd_node.id=96"), "6.1 names it kfd_dev.id: {resolution}");
             assert!(resolution.contains("create_process(task)=0 fence_wait(dqm)=0 smi(pid)=1"), "{resolution}");
         }
@@ -54,6 +75,7 @@ fn probe_table_attaches_what_this_kernel_has_and_says_why_not_the_rest() {
 
 #[test]
 fn update_queue_arguments_and_result_are_traced_exactly() {
+    gpreempt_tests::skip_without_kfd_open!();
     let tracer = Tracer::start(&[]).unwrap();
     let (pid, report) = kfd_client(&[
         "update",
@@ -84,6 +106,7 @@ fn update_queue_arguments_and_result_are_traced_exactly() {
 
 #[test]
 fn process_open_and_exit_keep_the_live_map_current() {
+    gpreempt_tests::skip_without_kfd_open!();
     let tracer = Tracer::start(&[]).unwrap();
     let mut client = Command::new(binary("kfd-client").unwrap())
         .args(["hold", "--ms", "60000"])
@@ -115,7 +138,14 @@ fn process_open_and_exit_keep_the_live_map_current() {
     // Teardown: the kworker's events name the owner, not the kworker.
     let exits = objects_where(&objects, "process_exit", "owner_pid", &json!(pid));
     let stages: Vec<&Value> = exits.iter().map(|e| &e["stage"]).collect();
-    assert_eq!(stages, [&json!("kfd_process_wq_release"), &json!("kfd_process_dequeue_from_all_devices")]);
+    if vm_kernel() == "5.10" {
+        // No module BTF on 5.10: the kfd_process behind kfd_process_wq_release's work_struct is at
+        // an offset (release_work) only BTF gives, so that stage has no owner; the dequeue stage
+        // takes the kfd_process itself, learned at open (pointer learning).
+        assert_eq!(stages, [&json!("kfd_process_dequeue_from_all_devices")]);
+    } else {
+        assert_eq!(stages, [&json!("kfd_process_wq_release"), &json!("kfd_process_dequeue_from_all_devices")]);
+    }
     assert!(exits.iter().all(|e| e["pid"] != pid), "teardown runs in a kworker");
 
     let maps: Vec<&Value> = objects.iter().filter(|o| o["event"] == "queue_map").collect();
@@ -132,6 +162,7 @@ fn process_open_and_exit_keep_the_live_map_current() {
 
 #[test]
 fn command_mode_traces_only_the_command_and_names_it() {
+    gpreempt_tests::skip_without_kfd_open!();
     let kfd_client_path = binary("kfd-client").unwrap();
     let client = kfd_client_path.to_str().unwrap();
     // A bystander making ioctls during the whole trace must not appear.
@@ -164,6 +195,7 @@ fn command_mode_traces_only_the_command_and_names_it() {
 
 #[test]
 fn the_summary_file_is_written() {
+    gpreempt_tests::skip_without_kfd_open!();
     let summary_path = std::env::temp_dir().join(format!("gpreempt-summary-{}.json", std::process::id()));
     let tracer = Tracer::start(&["--summary-json", summary_path.to_str().unwrap()]).unwrap();
     let (pid, _) = kfd_client(&["hold", "--ms", "100"]).unwrap();
@@ -180,6 +212,7 @@ fn the_summary_file_is_written() {
 /// HWS work happens), so the document is checked against `trace-debugger`'s known calls.
 #[test]
 fn the_perfetto_file_draws_the_debug_trap_calls_and_spans() {
+    gpreempt_tests::skip_without_kfd_open!();
     if vm_kernel() != "6.12" {
         skip!(
             "KFD 1.11 (6.1) has no debug trap, and without a GPU no queue is ever created: nothing reaches a \
@@ -232,6 +265,7 @@ fn the_perfetto_file_draws_the_debug_trap_calls_and_spans() {
 
 #[test]
 fn without_btf_owners_come_from_pointer_learning() {
+    gpreempt_tests::skip_without_kfd_open!();
     // No BTF at all: the kfd_process* → pid map learned at kfd_create_process (ioctl context)
     // names the owner of the teardown; kfd_process_wq_release cannot find its kfd_process.
     let mut tracer = Tracer::start(&["--btf-dir", "/nonexistent"]).unwrap();

@@ -13,6 +13,7 @@ use gpreempt_tests::{Tracer, binary, events_of, field, kfd_client, summary};
 
 #[test]
 fn create_queue_arguments_and_result_are_traced_exactly() {
+    gpreempt_tests::skip_without_kfd_open!();
     let tracer = Tracer::start(&[]).unwrap();
     let (pid, report) = kfd_client(&[
         "create",
@@ -57,6 +58,7 @@ fn create_queue_arguments_and_result_are_traced_exactly() {
 
 #[test]
 fn destroy_queue_id_and_result_are_traced_exactly() {
+    gpreempt_tests::skip_without_kfd_open!();
     let tracer = Tracer::start(&[]).unwrap();
     let (pid, report) = kfd_client(&["destroy", "--queue-id", "42"]).unwrap();
     assert_eq!(report["results"]["EINVAL"], 1);
@@ -72,6 +74,7 @@ fn destroy_queue_id_and_result_are_traced_exactly() {
 
 #[test]
 fn a_thousand_creates_give_exactly_a_thousand_events_and_no_drops() {
+    gpreempt_tests::skip_without_kfd_open!();
     let tracer = Tracer::start(&[]).unwrap();
     let (pid, report) =
         kfd_client(&["create", "--gpu-id", "0x5678", "--type", "compute", "--priority", "3", "--count", "1000"])
@@ -91,6 +94,7 @@ fn a_thousand_creates_give_exactly_a_thousand_events_and_no_drops() {
 
 #[test]
 fn pid_filter_keeps_only_that_process() {
+    gpreempt_tests::skip_without_kfd_open!();
     // The chosen process destroys queue 55 ten times a second for the whole trace; another
     // process destroys queue 7 while the trace runs.
     let mut chosen = Command::new(binary("kfd-client").unwrap())
