@@ -7,19 +7,50 @@
 //! disable, debugger exit), so their target comes from the `kfd_process*` argument, not `current`.
 
 use aya_ebpf::{
-    helpers::bpf_probe_read_user,
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
     macros::{kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
 use gpreempt_common::{
     kfd_uapi::{DbgTrapArgs, RuntimeEnableArgs},
-    record::{DebugTrapRecord, EntryStash, MAX_QUEUE_IDS, QueueSuspendRecord, RuntimeEnableRecord, stash_slot},
+    record::{
+        DebugTrapRecord, EntryStash, MAX_QUEUE_IDS, ProbeConfig, QueueSuspendRecord, RuntimeEnableRecord, counter,
+        stash_slot,
+    },
 };
 
 use crate::{
-    maps::{config, emit, header, owner_of_process, stash_call, take},
+    maps::{config, count, emit, header, known_owner, learn_owner, peek, read_at, stash_call, take},
     pairs::ioctl_pair,
 };
+
+/// The owner of the `kfd_process *p` a suspend or resume acts on. With BTF offsets or a pointer
+/// learned at `/dev/kfd` open, that; otherwise (no module BTF, as on Linux 5.10, and a target
+/// that opened `/dev/kfd` before the tracer started) the call it is nested in says: inside
+/// `kfd_ioctl_set_debug_trap` (SUSPEND/RESUME/DISABLE: `kfd_dbg_trap_*` → `suspend_queues`/
+/// `resume_queues` on the same thread, 6.12.117) the target is the ioctl's `pid` (byte 0 of the
+/// kernel's copy of `kfd_ioctl_dbg_trap_args`), in the debugger's pid namespace — the host tgid
+/// when the debugger runs on the host, as gpreempt does; inside `kfd_ioctl_runtime_enable`
+/// (runtime disable resumes) it is the caller. The pointer is then learned, so the eviction and
+/// teardown probes of that process find their owner too.
+fn debugged_owner(cfg: &ProbeConfig, p: u64) -> u32 {
+    if let Some(tgid) = known_owner(cfg, p) {
+        return tgid;
+    }
+    let nested = if let Some(ioctl) = peek(stash_slot::DEBUG_TRAP) {
+        read_at::<u32>(ioctl.args[0], 0).unwrap_or(0)
+    } else if peek(stash_slot::RUNTIME_ENABLE).is_some() {
+        (bpf_get_current_pid_tgid() >> 32) as u32
+    } else {
+        0
+    };
+    if nested == 0 {
+        count(counter::OWNER_UNKNOWN);
+    } else {
+        learn_owner(p, nested);
+    }
+    nested
+}
 
 ioctl_pair!(
     /// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
@@ -55,7 +86,7 @@ ioctl_pair!(
 pub fn suspend_queues_entry(ctx: ProbeContext) -> u32 {
     let cfg = config();
     let p: u64 = ctx.arg(0).unwrap_or(0);
-    let owner = owner_of_process(&cfg, p);
+    let owner = debugged_owner(&cfg, p);
     let num: u64 = ctx.arg::<u32>(1).map_or(0, u64::from);
     let grace: u64 = ctx.arg::<u32>(2).map_or(0, u64::from);
     let mask: u64 = ctx.arg(3).unwrap_or(0);
@@ -79,7 +110,7 @@ pub fn suspend_queues_return(ctx: RetProbeContext) -> u32 {
 pub fn resume_queues_entry(ctx: ProbeContext) -> u32 {
     let cfg = config();
     let p: u64 = ctx.arg(0).unwrap_or(0);
-    let owner = owner_of_process(&cfg, p);
+    let owner = debugged_owner(&cfg, p);
     let num: u64 = ctx.arg::<u32>(1).map_or(0, u64::from);
     let array: u64 = ctx.arg(2).unwrap_or(0);
     stash_call(stash_slot::RESUME_QUEUES, owner, 0, [p, num, 0, 0, array]);

@@ -65,19 +65,21 @@ pub fn task_tgid(cfg: &ProbeConfig, task: u64) -> Option<u32> {
 /// Host tgid of a `kfd_process*`: `p->lead_thread->tgid` with BTF offsets, else the
 /// pointer-learning map. 0 (counted) when neither knows it.
 pub fn owner_of_process(cfg: &ProbeConfig, p: u64) -> u32 {
+    known_owner(cfg, p).unwrap_or_else(|| {
+        count(counter::OWNER_UNKNOWN);
+        0
+    })
+}
+
+/// [`owner_of_process`] without counting a miss: the caller has another way to find it.
+pub fn known_owner(cfg: &ProbeConfig, p: u64) -> Option<u32> {
     if cfg.process_lead_thread != OFFSET_UNKNOWN {
         if let Some(tgid) = read_at::<u64>(p, cfg.process_lead_thread).and_then(|task| task_tgid(cfg, task)) {
-            return tgid;
+            return Some(tgid);
         }
     }
     // SAFETY: the value is copied out immediately.
-    match unsafe { OWNERS.get(&p) } {
-        Some(tgid) => *tgid,
-        None => {
-            count(counter::OWNER_UNKNOWN);
-            0
-        }
-    }
+    unsafe { OWNERS.get(&p) }.copied()
 }
 
 /// Owner of a `qcm_process_device*`: `qpd->pqm->process` (offsets 8 and 0 on 6.1/6.12).
@@ -155,6 +157,12 @@ pub fn stash_call(slot: u32, owner: u32, gpu_id: u32, args: [u64; 5]) {
     let entry_ns = unsafe { bpf_ktime_get_boot_ns() };
     // A full LRU evicts the oldest entry; insert cannot fail in a way we could act on.
     let _ = ENTRY_STASH.insert(&stash_key(slot), &EntryStash { entry_ns, owner, gpu_id, args }, 0);
+}
+
+/// What the entry probe of `slot` saved on this thread, left in place (the call is still running).
+pub fn peek(slot: u32) -> Option<EntryStash> {
+    // SAFETY: the value is copied out immediately.
+    unsafe { ENTRY_STASH.get(&stash_key(slot)) }.copied()
 }
 
 /// Take what the entry probe saved; counts [`counter::ENTRY_MISSING`] when there is nothing.

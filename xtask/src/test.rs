@@ -57,6 +57,9 @@ pub struct TestArgs {
     /// Only run integration tests whose name contains this.
     #[arg(long)]
     pub filter: Option<String>,
+    /// The full integration suite on every kernel (default: 5.10 and 6.1 run the focused set).
+    #[arg(long)]
+    pub full: bool,
     /// Also run the `#[ignore]`d long tests (the agent's 10,000-process soak); CI leaves them out.
     #[arg(long)]
     pub soak: bool,
@@ -171,6 +174,72 @@ fn is_emulator_test(exe: &Path) -> bool {
     exe.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("emu_"))
 }
 
+/// How much of the integration suite a kernel runs in `cargo xtask test`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every test binary of both passes.
+    Full,
+    /// [`FOCUSED`] only: what differs by kernel (tracer, doctor, the controller's refusal or
+    /// acceptance, one scheduling test), so that four kernels fit CI's hour.
+    Focused,
+}
+
+/// The suite per kernel: the full suite on the newest two (6.12, 7.x), the focused set on 5.10
+/// and 6.1 (README, "Tests per kernel"). `--full` runs the full suite everywhere.
+pub fn scope(kernel: Kernel) -> Scope {
+    match kernel {
+        Kernel::V5_10 | Kernel::V6_1 => Scope::Focused,
+        Kernel::V6_12 | Kernel::V7 => Scope::Full,
+    }
+}
+
+/// The focused set: test binary (`tests/tests/<name>.rs`) → the tests of it that run; binaries
+/// not listed do not run on a focused kernel.
+const FOCUSED: &[(&str, &[&str])] = &[
+    // The tracer: the probe table against this kernel, and one ioctl path with exact values.
+    ("trace_paths", &["probe_table_attaches_what_this_kernel_has_and_says_why_not_the_rest"]),
+    ("trace_queue_ioctls", &["create_queue_arguments_and_result_are_traced_exactly"]),
+    ("trace_btf", &["the_running_kernels_btf_gives_every_offset"]),
+    (
+        "doctor",
+        &["reports_the_kfd_version_and_debug_trap_of_this_kernel", "every_queue_probe_resolves_on_the_real_driver"],
+    ),
+    // The controller on the real driver: refused with the cause (no debug trap on 5.10 / 6.1).
+    (
+        "controller",
+        &[
+            "the_kernel_decides_between_the_debug_trap_and_a_clear_refusal",
+            "a_debug_session_has_the_kernels_exact_answers",
+        ],
+    ),
+    ("schedule", &["schedule_on_the_real_driver_attaches_with_the_debug_trap_and_is_refused_clearly_without_it"]),
+    // The emulator (a current KFD on this kernel, as amdgpu-dkms on 5.10): traced queues,
+    // accepted and measured suspends, one scheduling test.
+    ("emu_trace", &["successful_creates_and_destroys_are_traced_with_their_queue_ids"]),
+    (
+        "emu_module",
+        &[
+            "module_has_btf_topology_and_version",
+            "suspend_stops_progress_within_the_preemption_delay_and_resume_restarts_it",
+        ],
+    ),
+    (
+        "emu_preempt",
+        &[
+            "queues_lists_the_real_queues_with_every_field",
+            "a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap",
+        ],
+    ),
+    ("emu_schedule", &["emu_schedule_suspends_the_offline_work_during_each_online_request_and_lets_it_run_between"]),
+];
+
+/// `doctor-0123abcd` → the focused tests of `doctor`, if it is in [`FOCUSED`].
+fn focused_tests(exe: &Path) -> Option<&'static [&'static str]> {
+    let name = exe.file_name()?.to_str()?;
+    let stem = name.rsplit_once('-').map_or(name, |(stem, _)| stem);
+    FOCUSED.iter().find(|(binary, _)| *binary == stem).map(|(_, tests)| *tests)
+}
+
 /// One pass of a VM boot: which driver provides `/dev/kfd` and which test binaries run on it.
 struct Pass<'a> {
     /// The stage name in the closing tally (`VM 6.12`, `VM 6.12 emulator`).
@@ -187,17 +256,32 @@ struct Pass<'a> {
 /// so it unloads; one boot per kernel instead of two saves a TCG boot of 20-45 s and the test
 /// binaries' first load over 9p). A pass whose driver did not load counts as one failure; a test
 /// binary that crashed before its summary line too.
-fn vm_boot(kernel: Kernel, passes: &[Pass], filter: Option<&str>, soak: bool) -> Vec<(String, Result<Tally>)> {
+fn vm_boot(
+    kernel: Kernel,
+    focus: Scope,
+    passes: &[Pass],
+    filter: Option<&str>,
+    soak: bool,
+) -> Vec<(String, Result<Tally>)> {
+    // An explicit --filter picks tests by name on every kernel.
+    let focus = if filter.is_some() { Scope::Full } else { focus };
     let mut command = String::from("set -o pipefail; ");
     for (i, pass) in passes.iter().enumerate() {
         let rc = format!("\"$GPREEMPT_VM_OUT/pass{i}.rc\"");
         command.push_str(&format!("rc=0; if {{ {}; }}; then ", pass.load));
         for exe in pass.binaries {
+            let selection = match focus {
+                Scope::Full => filter.map(vm::shell_quote).unwrap_or_default(),
+                Scope::Focused => match focused_tests(exe) {
+                    Some(names) => format!("--exact {}", names.join(" ")),
+                    None => continue,
+                },
+            };
             command.push_str(&format!(
                 "{} --test-threads=1 {}{} 2>&1 | tee -a \"$GPREEMPT_VM_OUT/{}\" || rc=1; ",
                 exe.display(),
                 if soak { "--include-ignored " } else { "" },
-                filter.map(vm::shell_quote).unwrap_or_default(),
+                selection,
                 pass.log,
             ));
         }
@@ -332,7 +416,9 @@ pub fn run(args: &TestArgs) -> Result<()> {
                             continue;
                         }
                     };
-                    for (name, result) in vm_boot(kernel, &passes, args.filter.as_deref(), args.soak) {
+                    let focus = if args.full { Scope::Full } else { scope(kernel) };
+                    println!("xtask test: VM {}: {focus:?} suite", kernel.name());
+                    for (name, result) in vm_boot(kernel, focus, &passes, args.filter.as_deref(), args.soak) {
                         stage(&name, &mut tally, || result);
                     }
                 }
@@ -375,6 +461,27 @@ mod tests {
             "3 passed, 1 failed, 2 skipped",
             "`N passed, M failed` stays a prefix of the closing line"
         );
+    }
+
+    #[test]
+    fn focused_kernels_run_the_listed_tests_of_the_listed_binaries() {
+        assert_eq!(scope(Kernel::V5_10), Scope::Focused);
+        assert_eq!(scope(Kernel::V6_1), Scope::Focused);
+        assert_eq!(scope(Kernel::V6_12), Scope::Full);
+        assert_eq!(scope(Kernel::V7), Scope::Full);
+        assert_eq!(
+            focused_tests(Path::new("/t/debug/deps/schedule-0123abcd")),
+            Some(&["schedule_on_the_real_driver_attaches_with_the_debug_trap_and_is_refused_clearly_without_it"][..])
+        );
+        assert_eq!(focused_tests(Path::new("/t/debug/deps/emu_agent-0123abcd")), None);
+        // Every focused binary exists and every focused test is a test of it.
+        for (binary, tests) in FOCUSED {
+            let source = workspace_root().join("tests/tests").join(format!("{binary}.rs"));
+            let text = fs::read_to_string(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+            for test in *tests {
+                assert!(text.contains(&format!("fn {test}()")), "{binary} has no test {test}");
+            }
+        }
     }
 
     #[test]
