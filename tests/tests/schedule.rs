@@ -11,7 +11,7 @@ use gpreempt_tests::{
     schedule::{Elapsed, LONG, Privilege, Schedule, refused, summary},
     target::{RtTarget, tracer_pid},
 };
-use nix::{errno::Errno, sys::signal::Signal};
+use nix::sys::signal::Signal;
 
 const SECOND: Duration = Duration::from_secs(1);
 

@@ -72,13 +72,13 @@ mod tests {
     fn gpu_nodes_with_and_without_the_cwsr_properties() {
         let mut host = FakeHost::new();
         let nodes = "sys/class/kfd/kfd/topology/nodes";
-        host.file(&format!("{nodes}/0/gpu_id"), "0\n")
-            .file(&format!("{nodes}/0/properties"), "cpu_cores_count 2\nsimd_count 0\n")
-            .file(&format!("{nodes}/1/gpu_id"), "4096\n")
-            .file(&format!("{nodes}/1/properties"), "simd_count 8\ngfx_target_version 90400\n")
-            .file(&format!("{nodes}/2/gpu_id"), "8192\n")
+        host.file(format!("{nodes}/0/gpu_id"), "0\n")
+            .file(format!("{nodes}/0/properties"), "cpu_cores_count 2\nsimd_count 0\n")
+            .file(format!("{nodes}/1/gpu_id"), "4096\n")
+            .file(format!("{nodes}/1/properties"), "simd_count 8\ngfx_target_version 90400\n")
+            .file(format!("{nodes}/2/gpu_id"), "8192\n")
             .file(
-                &format!("{nodes}/2/properties"),
+                format!("{nodes}/2/properties"),
                 "gfx_target_version 120001\ncwsr_size 2138112\nctl_stack_size 20480\n",
             );
         let gpus = gpu_nodes(&host.path().join("sys")).unwrap();
