@@ -53,7 +53,7 @@ fn debugged_owner(cfg: &ProbeConfig, p: u64) -> u32 {
 }
 
 ioctl_pair!(
-    /// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
+    /// match-proto:v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
     /// static int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_process *p, void *data)
     /// (absent in 6.1.192, KFD 1.11). `data` is `struct kfd_ioctl_dbg_trap_args` (32 bytes) after
     /// the call; the return value is the queue count for SUSPEND/RESUME.
@@ -66,7 +66,7 @@ ioctl_pair!(
 );
 
 ioctl_pair!(
-    /// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
+    /// match-proto:v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
     /// static int kfd_ioctl_runtime_enable(struct file *filep, struct kfd_process *p, void *data)
     /// (absent in 6.1.192). With a debugger attached it sleeps until the debugger acknowledges
     /// the runtime event: many concurrent callers can exceed the kretprobe instance limit, and
@@ -79,7 +79,7 @@ ioctl_pair!(
     |header, args, ret| RuntimeEnableRecord { header, args, ret }
 );
 
-/// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_device_queue_manager.c:
+/// match-proto:v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdkfd/kfd_device_queue_manager.c:
 /// int suspend_queues(struct kfd_process *p, uint32_t num_queues, uint32_t grace_period,
 ///                    uint64_t exception_clear_mask, uint32_t *usr_queue_id_array)
 #[kprobe]
@@ -103,7 +103,7 @@ pub fn suspend_queues_return(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// match-proto:v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_device_queue_manager.c:
+/// match-proto:v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdkfd/kfd_device_queue_manager.c:
 /// int resume_queues(struct kfd_process *p, uint32_t num_queues, uint32_t *usr_queue_id_array)
 /// (`usr_queue_id_array` is NULL when called from `kfd_dbg_trap_deactivate`: resume all)
 #[kprobe]

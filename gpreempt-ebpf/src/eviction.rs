@@ -17,6 +17,8 @@ use crate::{
 
 /// match-proto:v6.1.192,v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_smi_events.c:
 /// void kfd_smi_event_queue_eviction(struct kfd_node *node, pid_t pid, uint32_t trigger)
+/// match-proto:v7.3.4 (module BTF): void kfd_smi_event_queue_eviction(struct kfd_node *node,
+/// struct task_struct *task, u32 trigger)
 /// (`struct kfd_dev *dev` on 6.1). A pending patch passes a `task_struct*` instead of the pid:
 /// `smi_arg_is_pid` (from BTF) says which.
 #[kprobe]
@@ -27,6 +29,7 @@ pub fn smi_eviction(ctx: ProbeContext) -> u32 {
 
 /// match-proto:v6.1.192,v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_smi_events.c:
 /// void kfd_smi_event_queue_restore(struct kfd_node *node, pid_t pid)
+/// match-proto:v7.3.4 (module BTF): void kfd_smi_event_queue_restore(struct kfd_node *node, struct task_struct *task)
 #[kprobe]
 pub fn smi_restore(ctx: ProbeContext) -> u32 {
     smi(&ctx, 1);
@@ -54,28 +57,28 @@ fn dqm_qpd(ctx: &ProbeContext) -> (u32, u32, [u64; 4]) {
 }
 
 call_pair!(
-    /// match-proto:v6.1.192,v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_device_queue_manager.c:
+    /// match-proto:v6.1.192,v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdkfd/kfd_device_queue_manager.c:
     /// static int evict_process_queues_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd)
     EvictProcessQueuesCpsch: evict_cpsch_entry, evict_cpsch_return, |ctx| dqm_qpd(&ctx)
 );
 call_pair!(
-    /// match-proto:v6.1.192,v6.12.117:kfd_device_queue_manager.c:
+    /// match-proto:v6.1.192,v6.12.117,v7.3.4:kfd_device_queue_manager.c:
     /// static int evict_process_queues_nocpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd)
     EvictProcessQueuesNocpsch: evict_nocpsch_entry, evict_nocpsch_return, |ctx| dqm_qpd(&ctx)
 );
 call_pair!(
-    /// match-proto:v6.1.192,v6.12.117:kfd_device_queue_manager.c:
+    /// match-proto:v6.1.192,v6.12.117,v7.3.4:kfd_device_queue_manager.c:
     /// static int restore_process_queues_cpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd)
     RestoreProcessQueuesCpsch: restore_cpsch_entry, restore_cpsch_return, |ctx| dqm_qpd(&ctx)
 );
 call_pair!(
-    /// match-proto:v6.1.192,v6.12.117:kfd_device_queue_manager.c:
+    /// match-proto:v6.1.192,v6.12.117,v7.3.4:kfd_device_queue_manager.c:
     /// static int restore_process_queues_nocpsch(struct device_queue_manager *dqm, struct qcm_process_device *qpd)
     RestoreProcessQueuesNocpsch: restore_nocpsch_entry, restore_nocpsch_return, |ctx| dqm_qpd(&ctx)
 );
 
 call_pair!(
-    /// match-proto:v6.1.192,v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_process.c:
+    /// match-proto:v6.1.192,v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdkfd/kfd_process.c:
     /// int kfd_process_evict_queues(struct kfd_process *p, uint32_t trigger)
     ProcessEvictQueues: process_evict_entry, process_evict_return, |ctx| {
         let cfg = config();
@@ -83,7 +86,7 @@ call_pair!(
     }
 );
 call_pair!(
-    /// match-proto:v6.1.192,v6.12.117:kfd_process.c: int kfd_process_restore_queues(struct kfd_process *p)
+    /// match-proto:v6.1.192,v6.12.117,v7.3.4:kfd_process.c: int kfd_process_restore_queues(struct kfd_process *p)
     ProcessRestoreQueues: process_restore_entry, process_restore_return, |ctx| {
         let cfg = config();
         (owner_of_process(&cfg, arg(&ctx, 0)), 0, [0; 4])

@@ -17,7 +17,7 @@ use crate::{
 call_pair!(
     /// match-proto:v6.1.192:kfd_device_queue_manager.c: static int execute_queues_cpsch(struct
     /// device_queue_manager *dqm, enum kfd_unmap_queues_filter filter, uint32_t filter_param)
-    /// match-proto:v6.12.117: ... uint32_t filter_param, uint32_t grace_period) (`.constprop.0`)
+    /// match-proto:v6.12.117,v7.3.4: ... uint32_t filter_param, uint32_t grace_period) (`.constprop.0`)
     ExecuteQueuesCpsch: execute_queues_entry, execute_queues_return, |ctx| {
         let cfg = config();
         (0, gpu_of_dqm(&cfg, arg(&ctx, 0)), [arg(&ctx, 1), arg(&ctx, 2), arg(&ctx, 3), 0])
@@ -27,7 +27,7 @@ call_pair!(
 call_pair!(
     /// match-proto:v6.1.192:kfd_device_queue_manager.c: static int unmap_queues_cpsch(struct
     /// device_queue_manager *dqm, enum kfd_unmap_queues_filter filter, uint32_t filter_param, bool reset)
-    /// match-proto:v6.12.117: ... uint32_t filter_param, uint32_t grace_period, bool reset)
+    /// match-proto:v6.12.117,v7.3.4: ... uint32_t filter_param, uint32_t grace_period, bool reset)
     UnmapQueuesCpsch: unmap_queues_entry, unmap_queues_return, |ctx| {
         let cfg = config();
         (0, gpu_of_dqm(&cfg, arg(&ctx, 0)), [arg(&ctx, 1), arg(&ctx, 2), arg(&ctx, 3), arg(&ctx, 4)])
@@ -35,7 +35,7 @@ call_pair!(
 );
 
 call_pair!(
-    /// match-proto:v6.1.192,v6.12.117:kfd_device_queue_manager.c: static int map_queues_cpsch(struct device_queue_manager *dqm)
+    /// match-proto:v6.1.192,v6.12.117,v7.3.4:kfd_device_queue_manager.c: static int map_queues_cpsch(struct device_queue_manager *dqm)
     MapQueuesCpsch: map_queues_entry, map_queues_return, |ctx| {
         let cfg = config();
         (0, gpu_of_dqm(&cfg, arg(&ctx, 0)), [0; 4])
@@ -45,7 +45,7 @@ call_pair!(
 call_pair!(
     /// match-proto:v6.1.192:kfd_device_queue_manager.c:
     /// int amdkfd_fence_wait_timeout(uint64_t *fence_addr, uint64_t fence_value, unsigned int timeout_ms)
-    /// match-proto:v6.12.117: int amdkfd_fence_wait_timeout(struct device_queue_manager *dqm, uint64_t fence_value, unsigned int timeout_ms)
+    /// match-proto:v6.12.117,v7.3.4: int amdkfd_fence_wait_timeout(struct device_queue_manager *dqm, uint64_t fence_value, unsigned int timeout_ms)
     /// Entry→return is the HWS preemption latency (UNMAP_QUEUES + CWSR save); -ETIME on timeout.
     /// It sleeps (up to `queue_preemption_timeout_ms`, 9 s by default) under the dqm lock, so one
     /// caller per GPU is inside at a time.
@@ -57,13 +57,13 @@ call_pair!(
 );
 
 call_pair!(
-    /// match-proto:v6.1.192,v6.12.117:kfd_packet_manager.c:
+    /// match-proto:v6.1.192,v6.12.117,v7.3.4:kfd_packet_manager.c:
     /// int pm_send_runlist(struct packet_manager *pm, struct list_head *dqm_queues)
     PmSendRunlist: send_runlist_entry, send_runlist_return, |_ctx| (0, 0, [0; 4])
 );
 
 call_pair!(
-    /// match-proto:v6.1.192,v6.12.117:kfd_packet_manager.c: int pm_send_unmap_queue(struct
+    /// match-proto:v6.1.192,v6.12.117,v7.3.4:kfd_packet_manager.c: int pm_send_unmap_queue(struct
     /// packet_manager *pm, enum kfd_unmap_queues_filter filter, uint32_t filter_param, bool reset)
     PmSendUnmapQueue: send_unmap_entry, send_unmap_return, |ctx| {
         (0, 0, [arg(&ctx, 1) & 0xffff_ffff, arg(&ctx, 2) & 0xffff_ffff, arg(&ctx, 3) & 0xff, 0])
@@ -73,26 +73,26 @@ call_pair!(
 // ---- MES (gfx11/gfx12): per-queue preemption instead of HWS unmap -----------------------------
 
 call_pair!(
-    /// match-proto:v6.12.117:drivers/gpu/drm/amd/amdgpu/mes_v11_0.c: static int
+    /// match-proto:v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdgpu/mes_v11_0.c: static int
     /// mes_v11_0_remove_hw_queue(struct amdgpu_mes *mes, struct mes_remove_queue_input *input)
     MesV11RemoveHwQueue: mes11_remove_entry, mes11_remove_return, |_ctx| (0, 0, [0; 4])
 );
 call_pair!(
-    /// match-proto:v6.12.117:mes_v11_0.c: static int mes_v11_0_add_hw_queue(struct amdgpu_mes *mes, struct mes_add_queue_input *input)
+    /// match-proto:v6.12.117,v7.3.4:mes_v11_0.c: static int mes_v11_0_add_hw_queue(struct amdgpu_mes *mes, struct mes_add_queue_input *input)
     MesV11AddHwQueue: mes11_add_entry, mes11_add_return, |_ctx| (0, 0, [0; 4])
 );
 call_pair!(
-    /// match-proto:v6.12.117:mes_v12_0.c: static int mes_v12_0_remove_hw_queue(struct amdgpu_mes *mes, struct mes_remove_queue_input *input)
+    /// match-proto:v6.12.117,v7.3.4:mes_v12_0.c: static int mes_v12_0_remove_hw_queue(struct amdgpu_mes *mes, struct mes_remove_queue_input *input)
     MesV12RemoveHwQueue: mes12_remove_entry, mes12_remove_return, |_ctx| (0, 0, [0; 4])
 );
 call_pair!(
-    /// match-proto:v6.12.117:mes_v12_0.c: static int mes_v12_0_add_hw_queue(struct amdgpu_mes *mes, struct mes_add_queue_input *input)
+    /// match-proto:v6.12.117,v7.3.4:mes_v12_0.c: static int mes_v12_0_add_hw_queue(struct amdgpu_mes *mes, struct mes_add_queue_input *input)
     MesV12AddHwQueue: mes12_add_entry, mes12_add_return, |_ctx| (0, 0, [0; 4])
 );
 
 // ---- GPU reset -------------------------------------------------------------------------------
 
-/// match-proto:v6.1.192,v6.12.117:drivers/gpu/drm/amd/amdgpu/amdgpu_amdkfd.c:
+/// match-proto:v6.1.192,v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdgpu/amdgpu_amdkfd.c:
 /// void amdgpu_amdkfd_gpu_reset(struct amdgpu_device *adev) — reached from `kfd_hws_hang`
 /// after a failed preemption (fence wait timeout), via `hw_exception_work`.
 #[kprobe]

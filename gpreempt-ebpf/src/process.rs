@@ -22,7 +22,7 @@ use crate::{
 
 /// match-proto:v6.1.192:drivers/gpu/drm/amd/amdkfd/kfd_process.c:
 /// struct kfd_process *kfd_create_process(struct file *filep)
-/// match-proto:v6.12.117: struct kfd_process *kfd_create_process(struct task_struct *thread)
+/// match-proto:v6.12.117,v7.3.4: struct kfd_process *kfd_create_process(struct task_struct *thread)
 /// Called from `kfd_open` (current = opener) and from DBG_TRAP ENABLE for a ptraced target
 /// (current = debugger, `thread` = target): the task argument wins when its layout is known.
 #[kprobe]
@@ -53,7 +53,7 @@ pub fn create_process_return(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// match-proto:v6.1.192,v6.12.117:kfd_process.c: static void kfd_process_wq_release(struct work_struct *work)
+/// match-proto:v6.1.192,v6.12.117,v7.3.4:kfd_process.c: static void kfd_process_wq_release(struct work_struct *work)
 /// Runs in a `kfd_process_wq` kworker once the last reference is gone; the sysfs directory is
 /// removed here. `p = container_of(work, struct kfd_process, release_work)` needs BTF.
 #[kprobe]
@@ -89,7 +89,7 @@ pub fn process_release_return(_ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// match-proto:v6.1.192,v6.12.117:kfd_process.c: void kfd_process_dequeue_from_all_devices(struct kfd_process *p)
+/// match-proto:v6.1.192,v6.12.117,v7.3.4:kfd_process.c: void kfd_process_dequeue_from_all_devices(struct kfd_process *p)
 /// Called from `kfd_process_wq_release` (kworker) before `pqm_uninit` destroys the queues.
 #[kprobe]
 pub fn dequeue_all_entry(ctx: ProbeContext) -> u32 {
@@ -104,7 +104,7 @@ pub fn dequeue_all_entry(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// match-proto:v6.1.192,v6.12.117:kfd_process.c: void kfd_procfs_del_queue(struct queue *q)
+/// match-proto:v6.1.192,v6.12.117,v7.3.4:kfd_process.c: void kfd_procfs_del_queue(struct queue *q)
 /// Every queue removal: destroy ioctl (current = owner) and teardown (kworker: owner from the
 /// enclosing release). `q->properties.queue_id` is at q+48 on 6.1/6.12 (docs/kfd.md §3.3).
 #[kprobe]

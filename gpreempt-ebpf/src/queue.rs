@@ -13,7 +13,7 @@ use gpreempt_common::{
 use crate::pairs::ioctl_pair;
 
 ioctl_pair!(
-    /// match-proto:v6.1.192,v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
+    /// match-proto:v6.1.192,v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
     /// static int kfd_ioctl_create_queue(struct file *filep, struct kfd_process *p, void *data)
     /// The return reads the first 88 bytes of `data` (the layout shared by KFD 1.1–1.22;
     /// `sdma_engine_id` at 88 exists only from 1.17 and is not read).
@@ -26,7 +26,7 @@ ioctl_pair!(
 );
 
 ioctl_pair!(
-    /// match-proto:v6.1.192,v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
+    /// match-proto:v6.1.192,v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
     /// static int kfd_ioctl_destroy_queue(struct file *filp, struct kfd_process *p, void *data)
     /// `data` is `struct kfd_ioctl_destroy_queue_args` (`queue_id` at offset 0).
     destroy_queue_entry,
@@ -38,7 +38,7 @@ ioctl_pair!(
 );
 
 ioctl_pair!(
-    /// match-proto:v6.1.192,v6.12.117:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
+    /// match-proto:v6.1.192,v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdkfd/kfd_chardev.c:
     /// static int kfd_ioctl_update_queue(struct file *filp, struct kfd_process *p, void *data)
     /// `data` is `struct kfd_ioctl_update_queue_args` (24 bytes, unchanged since KFD 1.1).
     update_queue_entry,

@@ -64,8 +64,11 @@ const MES11: Option<Since> = Some(Since::Linux("6.0", "gfx11 MES"));
 const MES12: Option<Since> = Some(Since::Linux("6.11", "gfx12 MES"));
 
 /// Every probe gpreempt knows. The kernel prototype each relies on, with the versions checked
-/// (Debian 6.1.192 = KFD 1.11, 6.12.117 = KFD 1.17), is the `match-proto` comment on its eBPF
-/// program in `gpreempt-ebpf/src/{queue,debug,eviction,hws,process}.rs`. Only the queue ioctls are required:
+/// (Debian 6.1.192 = KFD 1.11 and 6.12.117 = KFD 1.17 in source; 7.3.4 = KFD 1.23 in its module
+/// BTF, where every probed function kept its name and only the SMI helpers changed an argument
+/// type), is the `match-proto` comment on its eBPF program in
+/// `gpreempt-ebpf/src/{queue,debug,eviction,hws,process}.rs`. Debian 5.10.223 (KFD 1.3) has no
+/// module BTF and was checked against kallsyms only. Only the queue ioctls are required:
 /// everything else is reported when missing and the trace goes on without it.
 pub const PROBES: &[ProbeSpec] = &[
     // Queue lifecycle (ioctl context: current = owner). kfd_chardev.c, 6.1.192 and 6.12.117:
