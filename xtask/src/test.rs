@@ -418,9 +418,13 @@ pub fn run(args: &TestArgs) -> Result<()> {
                     };
                     let focus = if args.full { Scope::Full } else { scope(kernel) };
                     println!("xtask test: VM {}: {focus:?} suite", kernel.name());
+                    let mut this_kernel = Tally::default();
                     for (name, result) in vm_boot(kernel, focus, &passes, args.filter.as_deref(), args.soak) {
-                        stage(&name, &mut tally, || result);
+                        stage(&name, &mut this_kernel, || result);
                     }
+                    // One line per kernel: both passes of its boot.
+                    println!("xtask test: kernel {} ({focus:?}): {this_kernel}", kernel.name());
+                    tally.add(this_kernel);
                 }
             }
             Err(e) => stage("VM build", &mut tally, || Err(e)),
