@@ -419,11 +419,17 @@ pub fn run(args: &TestArgs) -> Result<()> {
                     let focus = if args.full { Scope::Full } else { scope(kernel) };
                     println!("xtask test: VM {}: {focus:?} suite", kernel.name());
                     let mut this_kernel = Tally::default();
+                    let started = std::time::Instant::now();
                     for (name, result) in vm_boot(kernel, focus, &passes, args.filter.as_deref(), args.soak) {
                         stage(&name, &mut this_kernel, || result);
                     }
-                    // One line per kernel: both passes of its boot.
-                    println!("xtask test: kernel {} ({focus:?}): {this_kernel}", kernel.name());
+                    // One line per kernel: both passes of its boot, and how long the boot took
+                    // (what CI's hour is spent on).
+                    println!(
+                        "xtask test: kernel {} ({focus:?} suite, {} s): {this_kernel}",
+                        kernel.name(),
+                        started.elapsed().as_secs()
+                    );
                     tally.add(this_kernel);
                 }
             }
