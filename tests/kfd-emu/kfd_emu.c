@@ -2752,7 +2752,16 @@ static int __init kfd_emu_init(void)
 
 	if (num_gpus < 1 || num_gpus > EMU_MAX_GPUS)
 		return -EINVAL;
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 17, 0)
+	/*
+	 * 6.17 added WQ_PERCPU; 7.x (Debian 7.3.4) warns at alloc_workqueue() when neither it nor
+	 * WQ_UNBOUND is given ("workqueue: kfd_process_wq is using neither WQ_PERCPU or
+	 * WQ_UNBOUND", kernel/workqueue.c) and sets WQ_PERCPU itself: say it, as the default was.
+	 */
+	kfd_process_wq = alloc_workqueue("kfd_process_wq", WQ_PERCPU, 0);
+#else
 	kfd_process_wq = alloc_workqueue("kfd_process_wq", 0, 0);
+#endif
 	if (!kfd_process_wq)
 		return -ENOMEM;
 	for (i = 0; i < num_gpus; i++) {
