@@ -1616,9 +1616,10 @@ mod tests {
         fs::create_dir_all(&stats).unwrap();
         let occupancy = stats.join("cu_occupancy");
         fs::write(&occupancy, "0\n").unwrap();
-        // The periodic reads of the other thread are far apart: only the reaction thread's
-        // confirmation sees the waves in time.
-        let config = ScheduleConfig { occupancy: Duration::from_secs(3600), ..config };
+        // Periodic reads every 10 ms, twice the 5 ms idle: only the fresh read before an idle
+        // resume can tell that the dispatch still runs. (A busy read stands until the next
+        // periodic one, so the period must stay short of the 5 s watchdog.)
+        let config = ScheduleConfig { occupancy: Duration::from_millis(10), ..config };
         let (_events, mut emit) = sink();
         let s = Scheduler::start::<Recorder>(config.clone(), Box::new(Quiet), &mut emit).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
