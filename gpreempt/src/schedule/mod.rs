@@ -693,11 +693,11 @@ impl Scheduler {
         let kfd_proc = self.config.roots.kfd_proc();
         let has_queues =
             crate::host::sysfs::read_process(&kfd_proc, pid.0).map(|s| !s.queues.is_empty()).unwrap_or(false);
-        // Before the snapshot, whose attach would fail with a less telling error.
-        online::check_readable(pid).map_err(|source| ScheduleError::Unreadable { pid, cause: source })?;
         let mut queues = Vec::new();
         let snapshot = initial && has_queues;
         if snapshot {
+            // Before the snapshot, whose attach would fail with a less telling error.
+            online::check_readable(pid).map_err(|source| ScheduleError::Unreadable { pid, cause: source })?;
             let mut c = C::attach(pid, &Options { max_suspend: None, ..self.config.session.clone() })
                 .map_err(|source| ScheduleError::Debug { role: Role::Online, pid, cause: source })?;
             let entries = c.snapshot();
@@ -727,11 +727,12 @@ impl Scheduler {
             .iter()
             .filter_map(|f| OccupancyFile::open(f))
             .collect();
+        // A read of the queues' indices proves access; with none, the access check alone.
         let addrs: Vec<u64> = queues.iter().flat_map(|q| [q.read, q.write]).collect();
         let mut scratch = vec![0; addrs.len()];
-        online::read_u64s(pid, &addrs, &mut scratch)
-            .map_err(|source| ScheduleError::Unreadable { pid, cause: source })?;
-        online::check_readable(pid).map_err(|source| ScheduleError::Unreadable { pid, cause: source })?;
+        let readable =
+            if addrs.is_empty() { online::check_readable(pid) } else { online::read_u64s(pid, &addrs, &mut scratch) };
+        readable.map_err(|source| ScheduleError::Unreadable { pid, cause: source })?;
         for &q in queues {
             self.gpu(q.gpu_id);
             self.send(Command::OnlineQueue { pid, addrs: q });

@@ -265,6 +265,17 @@ impl Session {
         if self.ids.len() == self.suspended.len() {
             return self.resume_tally();
         }
+        let (count, called_ns, returned_ns) = self.resume_ids()?;
+        // As in `resume_tally`: whatever the verdict, these ids are not suspended by us any more.
+        let known = std::mem::take(&mut self.known);
+        self.suspended.retain(|&raw| !on_gpu(raw, &known));
+        self.known = known;
+        Ok(Tally::of_ioctl(count, &self.ids, called_ns, returned_ns))
+    }
+
+    /// One RESUME_QUEUES of `self.ids` (an injected failure instead, in the VM tests): its count
+    /// and the clock around it.
+    fn resume_ids(&mut self) -> Result<(i32, u64, u64), DebugError> {
         let called_ns = monotonic_ns();
         let result = if self.faults.take_resume_failure() {
             Err(Errno::EIO)
@@ -273,11 +284,7 @@ impl Session {
         };
         let returned_ns = monotonic_ns();
         let count = result.map_err(|errno| self.fail(DebugTrapOp::RESUME_QUEUES, errno))?;
-        // As in `resume_tally`: whatever the verdict, these ids are not suspended by us any more.
-        let known = std::mem::take(&mut self.known);
-        self.suspended.retain(|&raw| !on_gpu(raw, &known));
-        self.known = known;
-        Ok(Tally::of_ioctl(count, &self.ids, called_ns, returned_ns))
+        Ok((count, called_ns, returned_ns))
     }
 
     /// Whether a hold of this session covers queues on `gpu`.
@@ -294,14 +301,7 @@ impl Session {
         }
         self.ids.clear();
         self.ids.extend_from_slice(&self.suspended);
-        let called_ns = monotonic_ns();
-        let result = if self.faults.take_resume_failure() {
-            Err(Errno::EIO)
-        } else {
-            dbg_trap::resume_queues(self.kfd.as_fd(), self.pid, &mut self.ids)
-        };
-        let returned_ns = monotonic_ns();
-        let count = result.map_err(|errno| self.fail(DebugTrapOp::RESUME_QUEUES, errno))?;
+        let (count, called_ns, returned_ns) = self.resume_ids()?;
         // Whatever the verdict, nothing we suspended is left suspended: INVALID now means the
         // queue is gone (destroyed or its process exited).
         self.forget_suspended();

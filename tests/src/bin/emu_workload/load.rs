@@ -21,6 +21,20 @@ use crate::aql::{CompletionRecord, DispatchPacket, QueueMem, Records};
 const STALL_LIMIT: Duration = Duration::from_secs(120);
 const POLL: Duration = Duration::from_micros(200);
 
+/// stdin's lines on a channel, read by a thread of their own; EOF reads as `stop`.
+pub fn stdin_commands() -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel::<String>();
+    thread::spawn(move || {
+        for l in std::io::stdin().lock().lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+        let _ = tx.send("stop".to_owned());
+    });
+    rx
+}
+
 pub fn line(v: &Value) -> Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{v}")?;
@@ -154,15 +168,7 @@ pub fn offline(q: &QueueMem, hello: Value, a: &OfflineArgs) -> Result<()> {
     let slots = (q.ring_packets.max(1) * 2) as usize;
     let records = Records::alloc(slots);
     let cost_ns = a.dispatch_us * 1000;
-    let (tx, rx) = mpsc::channel::<String>();
-    thread::spawn(move || {
-        for l in std::io::stdin().lock().lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                return;
-            }
-        }
-        let _ = tx.send("stop".to_owned());
-    });
+    let rx = stdin_commands();
     let t0 = monotonic_ns();
     let first = q.write_index();
     let mut harvested: Vec<CompletionRecord> = Vec::new();

@@ -11,7 +11,7 @@
 //! means. `stats` on stdin answers both with `now_ns`; `stop` (or EOF) lets the queued steps
 //! finish and prints the summary.
 
-use std::{collections::VecDeque, io::BufRead, path::PathBuf, sync::mpsc, thread, time::Duration};
+use std::{collections::VecDeque, path::PathBuf, time::Duration};
 
 use anyhow::{Context, Result, bail};
 use gpreempt::clock::monotonic_ns;
@@ -137,15 +137,7 @@ pub fn train(a: &TrainArgs) -> Result<()> {
         "queues": streams.iter().map(|s| rocr::describe(&s.q)).collect::<Vec<_>>(), "started_ns": monotonic_ns(),
     });
     line(&hello)?;
-    let (tx, rx) = mpsc::channel::<String>();
-    thread::spawn(move || {
-        for l in std::io::stdin().lock().lines().map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                return;
-            }
-        }
-        let _ = tx.send("stop".to_owned());
-    });
+    let rx = crate::load::stdin_commands();
     let mut rng = Rng::new(a.seed);
     let t0 = monotonic_ns();
     let mut stopping: Option<u64> = None;
