@@ -45,6 +45,12 @@ pub enum DebugError {
     Device(#[from] DeviceError),
     #[error("the debug-trap API needs KFD ≥ 1.13 (Linux 6.5+ or amdgpu-dkms); this kernel has {0}")]
     NoDebugTrap(KfdVersion),
+    #[error(
+        "refusing to suspend pid {pid}'s queues on GPU {gpu}: it is a gfx12 GPU and KFD {version}'s trap handler \
+         predates gfx12 \"expert scheduling\" support (KFD 1.20), so a suspend can corrupt the waves of such kernels; \
+         use a driver with KFD ≥ 1.20 (see `gpreempt doctor`)"
+    )]
+    ExpertSchedUnsafe { pid: HostPid, gpu: GpuId, version: KfdVersion },
     #[error("cannot ptrace pid {pid}: {reason}")]
     PtraceDenied { pid: HostPid, reason: String },
     #[error("PTRACE_SEIZE of pid {pid} failed: {errno}")]

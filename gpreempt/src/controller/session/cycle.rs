@@ -134,8 +134,15 @@ impl Session {
                     self.known.iter().filter(|(id, gpu)| selection.holds_gpu(*gpu) && !self.suspended.contains(&id.0));
                 self.ids.extend(held.map(|(id, _)| id.0));
             }
-            Selection::Ids(ids) => self.ids.extend(ids.iter().take(MAX_QUEUES_PER_PROCESS).map(|id| id.0)),
+            Selection::Ids(ids) => {
+                if !self.unsafe_gpus.is_empty() {
+                    // Where each id lives, before anything reaches a GPU it must not.
+                    self.snapshot_into(QUEUE_NEW)?;
+                }
+                self.ids.extend(ids.iter().take(MAX_QUEUES_PER_PROCESS).map(|id| id.0));
+            }
         }
+        self.refuse_unsafe_gpus()?;
         if self.ids.is_empty() {
             if let Selection::Gpu(_) = selection {
                 // Nothing on that GPU yet: queues created there during the hold are held.
@@ -146,6 +153,22 @@ impl Session {
         }
         let t = self.suspend_array(false, grace_period)?;
         self.finish_suspend(t, selection, grace_period)
+    }
+
+    /// [`DebugError::ExpertSchedUnsafe`] if an id in `self.ids` is a queue on a GPU this KFD cannot
+    /// suspend safely; nothing is suspended then.
+    pub(super) fn refuse_unsafe_gpus(&mut self) -> Result<(), DebugError> {
+        let unsafe_gpu = self.ids.iter().find_map(|&raw| {
+            let id = raw & queue_status::ID_MASK;
+            self.known.iter().find(|(q, gpu)| q.0 == id && self.unsafe_gpus.contains(gpu)).map(|(_, gpu)| *gpu)
+        });
+        match unsafe_gpu {
+            Some(gpu) => {
+                self.ids.clear();
+                Err(DebugError::ExpertSchedUnsafe { pid: self.pid, gpu, version: self.attached.kfd_version })
+            }
+            None => Ok(()),
+        }
     }
 
     /// The end of a suspend whose ids are recorded: an `All` or `Gpu` hold picks up queues created

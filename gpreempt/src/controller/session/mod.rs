@@ -41,8 +41,9 @@ use super::{
 use crate::{
     clock::monotonic_ns,
     domain::{DebugTrapOp, GpuId, HostPid, QueueId, RuntimeState},
+    host::topology::{self, GpuNode},
     kfd::{
-        Device, dbg_trap,
+        Device, KfdVersion, dbg_trap,
         uapi::{QueueSnapshotEntry, RuntimeInfo, exception},
     },
 };
@@ -112,8 +113,22 @@ pub struct Session {
     /// A separate process that SIGKILLs this one when a suspension outlives `max_suspend` while
     /// this process cannot resume it (stopped, frozen, stuck); armed while `suspended` is not empty.
     watchdog: Option<Watchdog>,
+    /// GPUs whose queues this KFD cannot suspend safely (gfx12 before KFD 1.20): every suspend
+    /// that would reach a queue on one of them is refused ([`unsafe_gpus`]).
+    unsafe_gpus: Vec<GpuId>,
     /// ptrace links and KFD's parent check are per thread.
     _thread_bound: PhantomData<*const ()>,
+}
+
+/// The GPUs of `nodes` whose queues `version`'s debug trap cannot suspend safely: gfx12 GPUs on
+/// KFD 1.13-1.19. KFD 1.20 (Linux 7.x) announced trap-handler support for gfx12's "expert
+/// scheduling" mode; before it, a suspend saves and restores such kernels' waves wrongly
+/// (docs/kfd.md §1.4).
+pub fn unsafe_gpus(version: KfdVersion, nodes: &[GpuNode]) -> Vec<GpuId> {
+    if version.has_expert_sched_trap() {
+        return Vec::new();
+    }
+    nodes.iter().filter(|n| n.is_gfx12()).map(|n| n.gpu_id).collect()
 }
 
 impl Session {
@@ -128,6 +143,9 @@ impl Session {
         if !version.has_debug_trap() {
             return Err(DebugError::NoDebugTrap(version));
         }
+        // A topology that cannot be read names no GPU: nothing is refused for it (the GPUs the
+        // target's queues are on still come from the snapshot).
+        let unsafe_gpus = unsafe_gpus(version, &topology::gpu_nodes(&options.roots.sys).unwrap_or_default());
         // Before the seize, so no SIGCHLD of the tracee is missed.
         let signals = SignalPipe::new(&[libc::SIGCHLD, libc::SIGIO]).map_err(DebugError::Pipe)?;
         let tracee = Tracee::seize(pid.0).map_err(|errno| match errno {
@@ -190,6 +208,7 @@ impl Session {
             notices: Vec::new(),
             faults: Faults::from_env(),
             watchdog,
+            unsafe_gpus,
             _thread_bound: PhantomData,
         })
     }
@@ -415,6 +434,7 @@ mod tests {
             notices: Vec::new(),
             faults: Faults::from_env(),
             watchdog: None,
+            unsafe_gpus: Vec::new(),
             _thread_bound: PhantomData,
         }
     }
@@ -625,5 +645,67 @@ mod tests {
         assert_eq!(resumes, [vec![1, 4], vec![1, 4], vec![0, 2, 3, 6]]);
         // Nothing held any more: a resume of either GPU is no ioctl.
         assert!(s.resume_gpu_tally(GpuId(A)).unwrap().skipped);
+    }
+
+    /// gfx12 before KFD 1.20: a suspend that would reach a queue on such a GPU is refused before
+    /// any SUSPEND_QUEUES, whatever the selection; the other GPU's queues are suspended as usual.
+    #[test]
+    fn queues_on_a_gfx12_gpu_are_never_suspended_before_kfd_1_20() {
+        const A: u32 = 0x1000;
+        const B: u32 = 0x2000;
+        let queues: &'static [(u32, u32)] = &[(0, A), (1, B)];
+        let calls: Calls = Rc::default();
+        let seen = Rc::clone(&calls);
+        let _k = fake::install(move |args: &mut DbgTrapArgs| {
+            let ids: &mut [u32] = match args.op {
+                // SAFETY: the call's own id array.
+                SUSPEND_QUEUES => unsafe { fake::ids(args.data[1], args.num_queues()) },
+                // SAFETY: as above.
+                RESUME_QUEUES => unsafe { fake::ids(args.data[0], args.num_queues()) },
+                _ => &mut [],
+            };
+            seen.borrow_mut().push((args.op, ids.to_vec()));
+            match args.op {
+                SNAPSHOT => {
+                    // SAFETY: the call's own buffer.
+                    let buf = unsafe { fake::snapshot(args.data[1], args.num_queues()) };
+                    for (entry, &(id, gpu)) in buf.iter_mut().zip(queues) {
+                        (entry.queue_id, entry.gpu_id) = (id, gpu);
+                    }
+                    args.data[2] = (args.data[2] & !0xffff_ffff) | queues.len() as u64;
+                    Ok(0)
+                }
+                SUSPEND_QUEUES | RESUME_QUEUES => Ok(ids.len() as i32),
+                QUERY => Err(Errno::EAGAIN),
+                _ => Ok(0),
+            }
+        });
+        let node = |node, gpu, gfx| GpuNode {
+            node,
+            gpu_id: GpuId(gpu),
+            gfx_target_version: Some(gfx),
+            cwsr_size: None,
+            ctl_stack_size: None,
+        };
+        let nodes = [node(1, A, 90010), node(2, B, 120001)];
+        let v = |minor| KfdVersion { major: 1, minor };
+        assert_eq!(unsafe_gpus(v(17), &nodes), [GpuId(B)]);
+        assert_eq!(unsafe_gpus(v(19), &nodes), [GpuId(B)]);
+        assert_eq!(unsafe_gpus(v(20), &nodes), [] as [GpuId; 0]);
+
+        let mut s = fake_session(RuntimeState::Enabled);
+        s.unsafe_gpus = unsafe_gpus(v(17), &nodes);
+        for selection in [Selection::All, Selection::Gpu(GpuId(B)), Selection::Ids(vec![QueueId(1)])] {
+            let err = s.suspend_tally(&selection, 0).unwrap_err();
+            assert!(
+                matches!(err, DebugError::ExpertSchedUnsafe { pid: HostPid(4242), gpu: GpuId(B), version } if version == v(17)),
+                "{selection:?}: {err}"
+            );
+        }
+        assert!(!ops(&calls).contains(&SUSPEND_QUEUES), "nothing reached the kernel");
+        assert_eq!(s.suspended(), [] as [u32; 0]);
+        let t = s.suspend_tally(&Selection::Gpu(GpuId(A)), 0).unwrap();
+        assert_eq!((t.count, t.done), (1, 1));
+        assert_eq!(s.suspended(), [0]);
     }
 }

@@ -80,6 +80,7 @@ impl Session {
             if self.ids.is_empty() {
                 return Ok(0);
             }
+            self.refuse_unsafe_gpus()?;
             self.suspend_array(false, grace_period).map(|t| t.done)
         });
         match result {
