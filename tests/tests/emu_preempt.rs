@@ -166,7 +166,17 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.lines().next(), Some("1000 of 1000 iterations, 1000 fully successful (100.0%)"));
     assert_eq!(stdout.lines().nth(1), Some("queues suspended in total: 2000; INVALID answers: 0; ERROR answers: 0"));
+    // Each of the two queues was created with a 40-byte CWSR area (emu-workload passes the size
+    // of its ContextSaveAreaHeader; the snapshot reports it back).
+    assert_eq!(
+        stdout.lines().nth(2),
+        Some(
+            "CWSR save area behind each suspend: 80 bytes (0.0 MiB) over 2 queue(s): the most wave state one suspend \
+             writes"
+        )
+    );
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["summary"]["cwsr"], serde_json::json!({"queues": 2, "bytes": 80}));
     let its = doc["iterations"].as_array().unwrap();
     assert_eq!(its.len(), 1000);
     let mut gaps_checked = 0;
@@ -183,10 +193,7 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
         // that long (how much later is TCG scheduling: checked over the whole run below).
         let (unmap, fence) = (k["unmap_us"].as_f64().unwrap(), k["fence_wait_us"].as_f64().unwrap());
         assert!(unmap >= 5_000.0, "iteration {i}: unmap {unmap} us");
-        assert!(
-            fence > 0.0 && fence <= unmap && fence < 100_000.0,
-            "iteration {i}: fence wait {fence} us, unmap {unmap} us"
-        );
+        assert!(fence > 0.0 && fence <= unmap, "iteration {i}: fence wait {fence} us, unmap {unmap} us");
         fences.push(fence);
         assert_eq!(k["collateral_pids"], serde_json::json!([online_pid]), "iteration {i}");
         assert_eq!(k["gpus"], serde_json::json!([0x1000]), "iteration {i}");
@@ -232,6 +239,11 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
     let late = fences.iter().filter(|&&f| f < 2_500.0).count();
     eprintln!("{late} of {} fence waits under 2.5 ms", fences.len());
     assert!(late <= 50, "{late} fence waits under 2.5 ms: {:?}", &fences[..late]);
+    // The slow tail, judged over the run as well: a vCPU descheduled for 100+ ms stretches the
+    // odd wait (seen once in a run on a loaded host); a wait that did not end at the save's
+    // completion would stretch most of them.
+    let slow = fences.iter().filter(|&&f| f >= 100_000.0).count();
+    assert!(slow <= 10, "{slow} fence waits of 100 ms or more: {:?}", &fences[fences.len() - slow..]);
     assert_eq!(doc["summary"]["ok"], 1000);
     assert_eq!(doc["detached"]["disabled"], true);
     // The online process kept running (its queues were only briefly unmapped), the offline one

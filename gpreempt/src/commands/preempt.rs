@@ -397,6 +397,14 @@ fn print_summary(s: &RunSummary, iterations: &[Iteration]) {
     let invalid: usize = iterations.iter().map(|i| i.invalid).sum();
     let errors: usize = iterations.iter().map(|i| i.error).sum();
     outln!("queues suspended in total: {queues}; INVALID answers: {invalid}; ERROR answers: {errors}");
+    if let Some(c) = &s.cwsr {
+        outln!(
+            "CWSR save area behind each suspend: {} bytes ({:.1} MiB) over {} queue(s): the most wave state one suspend writes",
+            c.bytes,
+            c.bytes as f64 / 1048576.0,
+            c.queues
+        );
+    }
     if let Some(f) = &s.fence_wait_us {
         outln!("in-driver preemption (fence wait) per suspend (us): {}", line(f));
     }

@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::{
     clock::monotonic_ns,
     controller::{
-        measure::{Cycle, Plan, Run, StopReason},
+        measure::{CwsrAtStake, Cycle, Plan, Run, StopReason},
         session::{FDS_PER_SESSION, MAX_POLL_FDS, Session, Tally, Wake, wait_any},
         target::{Target, TargetError},
         vocabulary::{AttachedTarget, DebugError, Detached, Options},
@@ -181,7 +181,7 @@ impl Group {
             target: session.attached().clone(),
             first_iteration,
             picked_up,
-            run: Run { iterations: Vec::new(), notices: Vec::new(), stopped: None },
+            run: Run { iterations: Vec::new(), notices: Vec::new(), stopped: None, cwsr: None },
             runtime_not_enabled: 0,
             detached: None,
         });
@@ -248,6 +248,12 @@ impl Group {
             }
             if self.sessions.is_empty() {
                 return Some(StopReason::AllTargetsGone);
+            }
+            for (s, &m) in self.sessions.iter_mut().zip(&self.of_session) {
+                let run = &mut self.members[m].run;
+                if run.iterations.is_empty() && run.cwsr.is_none() {
+                    run.cwsr = CwsrAtStake::before_run(s, &plan.selection);
+                }
             }
             suspends.clear();
             for s in &mut self.sessions {

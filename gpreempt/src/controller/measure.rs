@@ -17,6 +17,7 @@ use crate::{
         vocabulary::{DebugError, Selection, SessionNotice, SharedError},
     },
     domain::{GpuId, HostPid},
+    kfd::uapi::QueueSnapshotEntry,
     model::spans::{Span, SpanKind},
     stats::{self, Bucket, Summary},
 };
@@ -169,6 +170,39 @@ pub struct Run {
     pub iterations: Vec<Iteration>,
     pub notices: Vec<SessionNotice>,
     pub stopped: Option<StopReason>,
+    /// The CWSR save areas behind each suspend, from the snapshot taken before the first one.
+    pub cwsr: Option<CwsrAtStake>,
+}
+
+/// The CWSR save areas of the queues a suspend covers: the most wave state (plus control stack)
+/// one suspend can make the GPU write to memory. Each queue's area is what its runtime allocated
+/// and passed to CREATE_QUEUE (`ctx_save_restore_area_size` in GET_QUEUE_SNAPSHOT's entry,
+/// kfd_ioctl.h, KFD 1.13+); how much of it a suspend fills depends on the waves resident then.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CwsrAtStake {
+    pub queues: u32,
+    pub bytes: u64,
+}
+
+impl CwsrAtStake {
+    /// Over the entries of `snapshot` that `selection` covers; `None` when it covers none.
+    pub fn of(snapshot: &[QueueSnapshotEntry], selection: &Selection) -> Option<Self> {
+        let covered = snapshot.iter().filter(|e| match selection {
+            Selection::All => true,
+            Selection::Gpu(gpu) => e.gpu_id == gpu.0,
+            Selection::Ids(ids) => ids.iter().any(|id| id.0 == e.queue_id),
+        });
+        let at_stake = covered.fold(Self::default(), |a, e| Self {
+            queues: a.queues + 1,
+            bytes: a.bytes + u64::from(e.ctx_save_restore_area_size),
+        });
+        (at_stake.queues > 0).then_some(at_stake)
+    }
+
+    /// Before a run: one snapshot that clears nothing (the suspends' own snapshots do that).
+    pub fn before_run(session: &mut Session, selection: &Selection) -> Option<Self> {
+        session.snapshot(false).ok().and_then(|snap| Self::of(snap, selection))
+    }
 }
 
 /// Statistics of a run.
@@ -190,6 +224,8 @@ pub struct RunSummary {
     /// The `--online` process's queues among them.
     pub online_queues: Option<usize>,
     pub stopped: Option<StopReason>,
+    /// Bytes of CWSR save area behind each suspend.
+    pub cwsr: Option<CwsrAtStake>,
 }
 
 impl Run {
@@ -216,6 +252,7 @@ impl Run {
             collateral_queues: traced.then(|| calls().map(|c| c.collateral_queues).sum()),
             online_queues: traced.then(|| calls().map(|c| c.online_queues).sum()),
             stopped: self.stopped.clone(),
+            cwsr: self.cwsr,
         }
     }
 }
@@ -278,6 +315,7 @@ pub fn run(
     cycles.resize(capacity, Cycle::default());
     cycles.clear();
     let (hold_ns, gap_ns) = (plan.hold.as_nanos() as u64, plan.gap.as_nanos() as u64);
+    let cwsr = CwsrAtStake::before_run(session, &plan.selection);
     let mut stopped = None;
     let mut index = 0;
     while index < plan.iterations {
@@ -332,7 +370,7 @@ pub fn run(
             }
         }
     }
-    Run { iterations: cycles.iter().map(Cycle::iteration).collect(), notices: session.notices(), stopped }
+    Run { iterations: cycles.iter().map(Cycle::iteration).collect(), notices: session.notices(), stopped, cwsr }
 }
 
 #[cold]
@@ -438,6 +476,28 @@ mod tests {
     }
 
     #[test]
+    fn the_cwsr_at_stake_sums_the_covered_queues_save_areas() {
+        let entry = |queue_id, gpu_id, size| QueueSnapshotEntry {
+            queue_id,
+            gpu_id,
+            ctx_save_restore_area_size: size,
+            ..QueueSnapshotEntry::default()
+        };
+        let snap = [entry(0, 0x1000, 0x30_0000), entry(1, 0x2000, 0x20_0000), entry(2, 0x1000, 0x30_0000)];
+        assert_eq!(CwsrAtStake::of(&snap, &Selection::All), Some(CwsrAtStake { queues: 3, bytes: 0x80_0000 }));
+        assert_eq!(
+            CwsrAtStake::of(&snap, &Selection::Gpu(GpuId(0x1000))),
+            Some(CwsrAtStake { queues: 2, bytes: 0x60_0000 })
+        );
+        assert_eq!(
+            CwsrAtStake::of(&snap, &Selection::Ids(vec![QueueId(1)])),
+            Some(CwsrAtStake { queues: 1, bytes: 0x20_0000 })
+        );
+        assert_eq!(CwsrAtStake::of(&snap, &Selection::Gpu(GpuId(0x3000))), None);
+        assert_eq!(CwsrAtStake::of(&[], &Selection::All), None);
+    }
+
+    #[test]
     fn iterations_record_counts_verdicts_and_windows() {
         let good = record(0, &tally(2, 0, 0, 1_000_000, 12_500), &tally(2, 0, 0, 101_212_500, 8_000), 0);
         assert_eq!(
@@ -482,6 +542,7 @@ mod tests {
             ],
             notices: vec![],
             stopped: Some(StopReason::Interrupted),
+            cwsr: None,
         };
         let s = run.summary(5);
         assert_eq!((s.planned, s.completed, s.ok, s.success_rate), (5, 2, 1, 0.5));
@@ -547,7 +608,7 @@ mod tests {
 
         let mut it = first.clone();
         it.kernel = KernelSide::of_iteration(&spans, &first, HostPid(7), Some(HostPid(8)));
-        let run = Run { iterations: vec![it], notices: vec![], stopped: None };
+        let run = Run { iterations: vec![it], notices: vec![], stopped: None, cwsr: None };
         let s = run.summary(1);
         assert_eq!(s.fence_wait_us.unwrap().p50, 5.0);
         assert_eq!((s.collateral_queues, s.online_queues), (Some(4), Some(3)));
