@@ -29,13 +29,16 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use super::{
-    guest_env::{GuestArgs, cpus, emu_param, kernel_release, process_cpu_ns},
+    guest_env::{GuestArgs, cpus, emu_param, kernel_release, process_cpu_ns, thread_cpu_ns},
     results::{
         Colocation, ColocationScenario, EmulatorParams, GpuRate, GpuTransitions, PreviousScheduler, ScenarioRound,
         SchedulerRun, SchedulerSummary, StateRun, Stats,
     },
     stats::percentile,
 };
+
+/// The name `gpreempt schedule` gives its reaction thread (its CPU is reported apart).
+const REACTION_THREAD: &str = "gpreempt-react";
 
 /// The GPU the online client runs on in every scenario.
 const ONLINE_GPU: u32 = 0x1000;
@@ -429,9 +432,11 @@ fn colocated(
         sched = Some(s);
     }
     let pid = sched.as_ref().map(|s| s.child.id());
-    let (a, cpu_a, t_a) = (trains.snapshot()?, pid.and_then(process_cpu_ns), Instant::now());
+    let react_cpu = || pid.and_then(|p| thread_cpu_ns(p, REACTION_THREAD));
+    let (a, cpu_a, react_a, t_a) = (trains.snapshot()?, pid.and_then(process_cpu_ns), react_cpu(), Instant::now());
     let latency_ms = requests(&mut serve, plan.requests)?;
-    let (b, cpu_b, window_ms) = (trains.snapshot()?, pid.and_then(process_cpu_ns), t_a.elapsed().as_secs_f64() * 1e3);
+    let (b, cpu_b, react_b, window_ms) =
+        (trains.snapshot()?, pid.and_then(process_cpu_ns), react_cpu(), t_a.elapsed().as_secs_f64() * 1e3);
     let offline = rates(&a, &b, &spec.gpus);
     let mut scheduler = None;
     let mut text = None;
@@ -465,6 +470,7 @@ fn colocated(
         }
         scheduler = Some(SchedulerRun {
             cpu_ms: cpu_a.zip(cpu_b).map(|(a, b)| (b - a) / 1e6),
+            reaction_cpu_ms: react_a.zip(react_b).map(|(a, b)| (b - a) / 1e6),
             startup_s,
             summary,
             transitions: transitions(&events),
@@ -864,8 +870,8 @@ fn scenario(md: &mut String, doc: &Colocation, k: usize, sc: &ColocationScenario
     let _ = writeln!(
         md,
         "| scheduler | suspends per request | resumes | resumes skipped | reaction p50 / p99 | detection p50 / p99 | \
-         loop step p50 / p99 / max | SUSPEND ioctl p50 | CPU over the window | reaction thread | suspends per GPU |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|"
+         loop step p50 / p99 / max | SUSPEND ioctl p50 | CPU over the window | of it, the reaction thread | reaction thread | suspends per GPU |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for state in [State::Schedule, State::Previous] {
         let f = |g: &dyn Fn(&SchedulerRun) -> Option<f64>| sched_rounds(sc, state, g);
@@ -888,6 +894,12 @@ fn scenario(md: &mut String, doc: &Colocation, k: usize, sc: &ColocationScenario
         let per_request = f(&|s: &SchedulerRun| Some(s.summary.suspends as f64 / sc.requests.max(1) as f64));
         let skipped = f(&|s: &SchedulerRun| s.summary.resumes_skipped.map(|v| v as f64));
         let cpu = f(&|s: &SchedulerRun| cpu_percent(s));
+        let react = f(&|s: &SchedulerRun| s.reaction_cpu_ms.map(|c| 100.0 * c / s.window_ms));
+        let react = if react.is_empty() {
+            "not reported".to_owned()
+        } else {
+            format!("{} %", cell(&react, |x| format!("{x:.1}")))
+        };
         // Suspends per GPU from the transition events, summed over the rounds.
         let mut by_gpu: BTreeMap<Option<u32>, u64> = BTreeMap::new();
         for r in &sc.rounds {
@@ -904,7 +916,7 @@ fn scenario(md: &mut String, doc: &Colocation, k: usize, sc: &ColocationScenario
             .collect();
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} % ({}) | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} % ({}) | {} | {} | {} |",
             state.name(previous),
             cell(&per_request, |x| format!("{x:.2}")),
             cell(&f(&|s: &SchedulerRun| Some(s.summary.resumes as f64)), |x| format!("{x:.0}")),
@@ -915,6 +927,7 @@ fn scenario(md: &mut String, doc: &Colocation, k: usize, sc: &ColocationScenario
             cell(&stat(|s| &s.suspend_us, |s| s.p50), |x| format!("{x:.0} µs")),
             cell(&cpu, |x| format!("{x:.1}")),
             range(&cpu, 1),
+            react,
             realtime(sc, state),
             if per_gpu.is_empty() { "–".into() } else { per_gpu.join(", ") },
         );
@@ -1152,6 +1165,7 @@ mod tests {
         let gpu_id = new.then_some(ONLINE_GPU);
         Some(SchedulerRun {
             cpu_ms: Some(cpu_ms),
+            reaction_cpu_ms: None,
             startup_s: 5.0,
             summary,
             transitions: vec![GpuTransitions { gpu_id, resumes: suspends, suspends }],

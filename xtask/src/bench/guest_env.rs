@@ -68,7 +68,20 @@ pub fn set_emu_param(name: &str, value: u64) -> Result<()> {
 
 /// User + system CPU time of process `pid` so far (all threads), ns.
 pub fn process_cpu_ns(pid: u32) -> Option<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu_ns(&format!("/proc/{pid}/stat"))
+}
+
+/// User + system CPU time so far of the thread of process `pid` named `comm`, ns (`None`: no
+/// such thread, or /proc could not be read).
+pub fn thread_cpu_ns(pid: u32, comm: &str) -> Option<f64> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let task = tasks.flatten().find(|t| fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == comm))?;
+    stat_cpu_ns(&task.path().join("stat").to_string_lossy())
+}
+
+/// utime + stime of a `/proc/…/stat` file, ns.
+fn stat_cpu_ns(path: &str) -> Option<f64> {
+    let stat = fs::read_to_string(path).ok()?;
     // Fields after the parenthesised comm: state is the 1st, utime the 12th, stime the 13th.
     let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
     let ticks = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;

@@ -269,6 +269,10 @@ pub struct SchedulerRun {
     /// Its CPU time (user + system, all threads) over the online window, ms (`None`: /proc
     /// could not be read).
     pub cpu_ms: Option<f64>,
+    /// The reaction thread's share of it (`None`: no thread of that name, as in the previous
+    /// global policy's binary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaction_cpu_ms: Option<f64>,
     /// Start to every offline process attached, s.
     pub startup_s: f64,
     pub summary: SchedulerSummary,
