@@ -31,8 +31,8 @@ use serde_json::Value;
 use super::{
     guest_env::{GuestArgs, cpus, emu_param, kernel_release, process_cpu_ns, thread_cpu_ns},
     results::{
-        Colocation, ColocationScenario, EmulatorParams, GpuRate, GpuTransitions, PreviousScheduler, ScenarioRound,
-        SchedulerRun, SchedulerSummary, StateRun, Stats,
+        Colocation, ColocationScenario, EmulatorParams, GpuRate, GpuTransitions, OfflineSweep, PreviousScheduler,
+        ScenarioRound, SchedulerRun, SchedulerSummary, StateRun, Stats, SweepPoint,
     },
     stats::percentile,
 };
@@ -142,6 +142,61 @@ fn specs(only: &[String]) -> Vec<Spec> {
         },
     ];
     all.into_iter().filter(|s| only.is_empty() || only.iter().any(|o| o == s.name)).collect()
+}
+
+/// The name `--scenario` (and BENCHMARKS.json) knows the sweep by.
+const SWEEP_NAME: &str = "offline-sweep";
+/// Offline processes in the sweep's points, each with one queue on the online GPU.
+const SWEEP: [u32; 3] = [1, 2, 3];
+
+/// Offline process `i` of the sweep: the same shape for every `i`, its own seed.
+fn sweep_train(round: u64, i: u64) -> Vec<String> {
+    words(&format!(
+        "train --gpu-ids {ONLINE_GPU:#x} --queues 1 --dispatch-us 5000 --step-dispatches 2 --seed {} --runtime-enable",
+        301 + 10 * round + i
+    ))
+}
+
+fn sweep_trains<const N: u64>(round: u64) -> Vec<Vec<String>> {
+    (0..N).map(|i| sweep_train(round, i)).collect()
+}
+
+/// The sweep's point with `n` offline processes.
+fn sweep_spec(n: u32) -> Spec {
+    Spec {
+        name: SWEEP_NAME,
+        gpus: vec![ONLINE_GPU],
+        serve: |round, plan| serve_args(round, plan, ""),
+        trains: match n {
+            1 => sweep_trains::<1>,
+            2 => sweep_trains::<2>,
+            _ => sweep_trains::<3>,
+        },
+    }
+}
+
+/// The online client alone once, then each point co-located and under this checkout's
+/// `gpreempt schedule`.
+fn sweep(bin: &Path, current: &Path, plan: &Plan) -> Result<OfflineSweep> {
+    let first = sweep_spec(SWEEP[0]);
+    eprintln!("bench: colocation {SWEEP_NAME}: online alone");
+    let online_alone = online_alone(bin, &first, 0, plan)?;
+    let mut points = Vec::new();
+    for n in SWEEP {
+        let spec = sweep_spec(n);
+        eprintln!("bench: colocation {SWEEP_NAME}: {n} offline process(es)");
+        let (colocated_run, _) = colocated(bin, &spec, 0, plan, None, false)?;
+        log_state(SWEEP_NAME, u64::from(n), "colocated", &colocated_run);
+        let (schedule, _) = colocated(bin, &spec, 0, plan, Some(current), false)?;
+        log_state(SWEEP_NAME, u64::from(n), "schedule", &schedule);
+        points.push(SweepPoint { offline_processes: n, colocated: colocated_run, schedule });
+    }
+    Ok(OfflineSweep {
+        online_alone,
+        points,
+        serve: (first.serve)(0, plan).join(" "),
+        train: sweep_train(0, 0).join(" ").replace("--seed 301", "--seed 301+i"),
+    })
 }
 
 /// A load generator: one JSON object per stdout line, commands on stdin.
@@ -386,17 +441,22 @@ fn schedule_args(online: u64, offline: &[u64], human: bool) -> Vec<String> {
 
 /// The `transition` events counted per `gpu_id` (events without one under `None`).
 fn transitions(events: &[Value]) -> Vec<GpuTransitions> {
-    let mut by: BTreeMap<Option<u32>, (u64, u64)> = BTreeMap::new();
+    let mut by: BTreeMap<Option<u32>, GpuTransitions> = BTreeMap::new();
     for e in events.iter().filter(|e| e["event"] == "transition") {
-        let gpu = e["gpu_id"].as_u64().map(|g| g as u32);
-        let c = by.entry(gpu).or_default();
+        let gpu_id = e["gpu_id"].as_u64().map(|g| g as u32);
+        let c = by.entry(gpu_id).or_insert(GpuTransitions { gpu_id, resumes: 0, suspends: 0, suspend_ioctls: None });
         match e["action"].as_str() {
-            Some("suspend") => c.0 += 1,
-            Some("resume") => c.1 += 1,
+            Some("suspend") => {
+                c.suspends += 1;
+                if let Some(n) = e["ioctls"].as_u64() {
+                    *c.suspend_ioctls.get_or_insert(0) += n;
+                }
+            }
+            Some("resume") => c.resumes += 1,
             _ => {}
         }
     }
-    by.into_iter().map(|(gpu_id, (suspends, resumes))| GpuTransitions { gpu_id, resumes, suspends }).collect()
+    by.into_values().collect()
 }
 
 /// One co-located state: the offline processes, the online client and, with `gpreempt`, a
@@ -574,6 +634,9 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
             train: (spec.trains)(0).iter().map(|t| t.join(" ")).collect(),
         });
     }
+    let wanted =
+        |name: &str| args.colocation_scenarios.is_empty() || args.colocation_scenarios.iter().any(|s| s == name);
+    let sweep = if wanted(SWEEP_NAME) { Some(sweep(bin, &current, &plan)?) } else { None };
     let doc = Colocation {
         cpus: cpus(),
         emulator: EmulatorParams {
@@ -589,6 +652,7 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
         scenario: super::results::Scenario::Colocation,
         scenarios,
         seconds: started.elapsed().as_secs_f64(),
+        sweep,
     };
     fs::write(&args.out, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("writing {}", args.out.display()))
 }
@@ -791,6 +855,9 @@ pub fn section(md: &mut String, doc: &Colocation) {
     for (k, sc) in doc.scenarios.iter().enumerate() {
         scenario(md, doc, k + 1, sc, &previous);
     }
+    if let Some(sweep) = &doc.sweep {
+        sweep_section(md, doc.scenarios.len() + 1, sweep);
+    }
     goals(md, doc, &previous);
     bounds(md, doc);
     md.push_str(
@@ -957,6 +1024,53 @@ fn scenario(md: &mut String, doc: &Colocation, k: usize, sc: &ColocationScenario
         md.push('\n');
     }
     let _ = doc;
+}
+
+/// The sweep over the number of offline processes: what each more process costs a transition.
+fn sweep_section(md: &mut String, k: usize, sw: &OfflineSweep) {
+    let alone_p99 = percentile(&sw.online_alone, 0.99);
+    let _ = writeln!(
+        md,
+        "### 7.{k}. {SWEEP_NAME}: 1 to {} offline processes on the online GPU\n\n\
+         Online: `{}`. Offline: N × `{}`, one queue each. One round per point: co-located without gpreempt, then \
+         `gpreempt schedule`. KFD suspends one process per SUSPEND_QUEUES (the debug trap's target), so a transition \
+         is one ioctl per offline process with queues on the GPU, each a device-wide unmap and remap on HWS that \
+         preempts the online queues too (docs/kfd.md §2.4). Online alone: P50 {:.2} ms, P99 {alone_p99:.2} ms.\n\n\
+         | offline processes | online P99 co-located | online P99 `schedule` | P99 / alone | offline GPU share co-located / `schedule` | suspends | SUSPEND ioctls per suspend | driver unmaps (fence waits) per suspend | suspend transition p50 / p99 | reaction p50 / p99 | detection p50 / p99 |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|",
+        SWEEP[SWEEP.len() - 1],
+        sw.serve,
+        sw.train,
+        percentile(&sw.online_alone, 0.5),
+    );
+    for p in &sw.points {
+        let (c99, s99) = (percentile(&p.colocated.latency_ms, 0.99), percentile(&p.schedule.latency_ms, 0.99));
+        let share = |r: &StateRun| r.offline.first().map_or("–".into(), |g| format!("{:.0} %", 100.0 * g.work_share));
+        let Some(sched) = &p.schedule.scheduler else { continue };
+        let s = &sched.summary;
+        let per = |n: Option<u64>| match (n, s.suspends) {
+            (Some(n), d) if d > 0 => format!("{:.2}", n as f64 / d as f64),
+            _ => "–".into(),
+        };
+        let ioctls = sched.transitions.iter().filter_map(|t| t.suspend_ioctls).reduce(|a, b| a + b);
+        let unmaps = s.kernel.as_ref().and_then(|k| k.suspend.as_ref()).map(|c| c.count);
+        let pair = |x: &Option<Stats>| x.as_ref().map_or("–".into(), |x| format!("{:.0} / {:.0} µs", x.p50, x.p99));
+        let _ = writeln!(
+            md,
+            "| {} | {c99:.2} ms | {s99:.2} ms | {:.2}× | {} / {} | {} | {} | {} | {} | {} | {} |",
+            p.offline_processes,
+            s99 / alone_p99.max(f64::MIN_POSITIVE),
+            share(&p.colocated),
+            share(&p.schedule),
+            s.suspends,
+            per(ioctls),
+            per(unmaps),
+            pair(&s.suspend_us),
+            pair(&s.reaction_us),
+            pair(&s.detection_us),
+        );
+    }
+    md.push('\n');
 }
 
 /// The reaction thread's scheduling class in the rounds (the distinct grants, joined).
@@ -1168,7 +1282,7 @@ mod tests {
             reaction_cpu_ms: None,
             startup_s: 5.0,
             summary,
-            transitions: vec![GpuTransitions { gpu_id, resumes: suspends, suspends }],
+            transitions: vec![GpuTransitions { gpu_id, resumes: suspends, suspends, suspend_ioctls: None }],
             window_ms: 1000.0,
         })
     }
@@ -1221,6 +1335,7 @@ mod tests {
                 scenario("two-gpu", vec![ONLINE_GPU, OTHER_GPU], two),
             ],
             seconds: 100.0,
+            sweep: None,
         }
     }
 
@@ -1261,9 +1376,10 @@ mod tests {
     #[test]
     fn transitions_are_counted_per_gpu_and_unnamed_ones_together() {
         let events: Vec<Value> = serde_json::from_str(
-            r#"[{"event": "transition", "gpu_id": 4096, "action": "suspend"},
-                {"event": "transition", "gpu_id": 4096, "action": "resume"},
-                {"event": "transition", "gpu_id": 8192, "action": "suspend"},
+            r#"[{"event": "transition", "gpu_id": 4096, "action": "suspend", "ioctls": 2},
+                {"event": "transition", "gpu_id": 4096, "action": "resume", "ioctls": 2},
+                {"event": "transition", "gpu_id": 4096, "action": "suspend", "ioctls": 3},
+                {"event": "transition", "gpu_id": 8192, "action": "suspend", "ioctls": 1},
                 {"event": "transition", "action": "suspend"},
                 {"event": "interval", "gpu_id": 4096}]"#,
         )
@@ -1271,10 +1387,37 @@ mod tests {
         assert_eq!(
             transitions(&events),
             vec![
-                GpuTransitions { gpu_id: None, resumes: 0, suspends: 1 },
-                GpuTransitions { gpu_id: Some(4096), resumes: 1, suspends: 1 },
-                GpuTransitions { gpu_id: Some(8192), resumes: 0, suspends: 1 },
+                GpuTransitions { gpu_id: None, resumes: 0, suspends: 1, suspend_ioctls: None },
+                GpuTransitions { gpu_id: Some(4096), resumes: 1, suspends: 2, suspend_ioctls: Some(5) },
+                GpuTransitions { gpu_id: Some(8192), resumes: 0, suspends: 1, suspend_ioctls: Some(1) },
             ]
+        );
+    }
+
+    #[test]
+    fn the_sweep_rows_divide_ioctls_and_unmaps_by_the_suspends() {
+        let alone: Vec<f64> = (1..=100).map(f64::from).map(|x| x / 10.0).collect();
+        let mut run = sched(true, 2, 100.0).expect("run");
+        run.transitions[0].suspend_ioctls = Some(6);
+        let sweep = OfflineSweep {
+            online_alone: alone,
+            points: vec![SweepPoint {
+                offline_processes: 3,
+                colocated: state(&[40.0; 10], &[(ONLINE_GPU, 0.9)], None),
+                schedule: state(&[20.0; 10], &[(ONLINE_GPU, 0.7)], Some(run)),
+            }],
+            serve: "serve".into(),
+            train: "train".into(),
+        };
+        let mut md = String::new();
+        sweep_section(&mut md, 3, &sweep);
+        assert!(md.starts_with("### 7.3. offline-sweep: 1 to 3 offline processes on the online GPU"), "{md}");
+        // Alone P99 is 9.9 ms (nearest rank of 0.1..10.0): 20 / 9.9 = 2.02×; 6 ioctls and 2
+        // fence waits over 2 suspends.
+        let row = md.lines().filter(|l| !l.is_empty()).last().expect("row");
+        assert_eq!(
+            row,
+            "| 3 | 40.00 ms | 20.00 ms | 2.02× | 90 % / 70 % | 2 | 3.00 | 1.00 | 700 / 900 µs | 900 / 1500 µs | 150 / 800 µs |"
         );
     }
 }

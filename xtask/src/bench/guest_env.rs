@@ -46,7 +46,8 @@ pub struct GuestArgs {
     /// Co-location scenario: the commit that binary was built from (for the report).
     #[arg(long)]
     pub previous_commit: Option<String>,
-    /// Co-location scenario: only these of its scenarios (`single-gpu`, `two-gpu`; default all).
+    /// Co-location scenario: only these of its scenarios (`single-gpu`, `two-gpu`, `offline-sweep`;
+    /// default all).
     #[arg(long, value_delimiter = ',')]
     pub colocation_scenarios: Vec<String>,
     /// Co-location scenario: `cargo xtask demo`'s short run, printed, nothing written to `--out`.

@@ -188,6 +188,31 @@ pub struct Colocation {
     pub scenario: Scenario,
     pub scenarios: Vec<ColocationScenario>,
     pub seconds: f64,
+    /// Reaction and online collateral against the number of offline processes on the online GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<OfflineSweep>,
+}
+
+/// The online client next to 1, 2, 3… single-queue offline processes on its GPU, co-located and
+/// under `gpreempt schedule`, one round each: every SUSPEND_QUEUES is one process's, so each
+/// transition costs one device-wide unmap per offline process with queues there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OfflineSweep {
+    /// The online client alone, once: every request's latency, ms.
+    pub online_alone: Vec<f64>,
+    pub points: Vec<SweepPoint>,
+    /// The workloads' command lines (`{i}` stands for the offline process's index).
+    pub serve: String,
+    pub train: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepPoint {
+    pub offline_processes: u32,
+    pub colocated: StateRun,
+    pub schedule: StateRun,
 }
 
 /// `/sys/module/kfd_emu/parameters` as the co-location run found them.
@@ -290,6 +315,10 @@ pub struct GpuTransitions {
     pub gpu_id: Option<u32>,
     pub resumes: u64,
     pub suspends: u64,
+    /// SUSPEND_QUEUES ioctls of the suspend transitions (the events' `ioctls`; `None`: the
+    /// binary's events do not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend_ioctls: Option<u64>,
 }
 
 /// What the bench keeps of `gpreempt schedule --json`'s summary. Both the current and the
