@@ -1414,7 +1414,7 @@ mod tests {
         assert!(md.starts_with("### 7.3. offline-sweep: 1 to 3 offline processes on the online GPU"), "{md}");
         // Alone P99 is 9.9 ms (nearest rank of 0.1..10.0): 20 / 9.9 = 2.02×; 6 ioctls and 2
         // fence waits over 2 suspends.
-        let row = md.lines().filter(|l| !l.is_empty()).last().expect("row");
+        let row = md.lines().rfind(|l| !l.is_empty()).expect("row");
         assert_eq!(
             row,
             "| 3 | 40.00 ms | 20.00 ms | 2.02× | 90 % / 70 % | 2 | 3.00 | 1.00 | 700 / 900 µs | 900 / 1500 µs | 150 / 800 µs |"
