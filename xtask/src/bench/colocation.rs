@@ -32,7 +32,7 @@ use super::{
     guest_env::{GuestArgs, cpus, emu_param, kernel_release, process_cpu_ns, thread_cpu_ns},
     results::{
         Colocation, ColocationScenario, EmulatorParams, GpuRate, GpuTransitions, OfflineSweep, PreviousScheduler,
-        ScenarioRound, SchedulerRun, SchedulerSummary, StateRun, Stats, SweepPoint,
+        ScenarioRound, SchedulerRun, SchedulerSummary, StateRun, Stats, SweepPoint, TimerFloor,
     },
     stats::percentile,
 };
@@ -196,6 +196,85 @@ fn sweep(bin: &Path, current: &Path, plan: &Plan) -> Result<OfflineSweep> {
         points,
         serve: (first.serve)(0, plan).join(" "),
         train: sweep_train(0, 0).join(" ").replace("--seed 301", "--seed 301+i"),
+    })
+}
+
+/// Seconds each half of the timer floor runs.
+const FLOOR_SECONDS: f64 = 5.0;
+/// Busy loops beside the floor's second half: the co-located states' busy clients (the online
+/// client and two offline processes).
+const FLOOR_BUSY: u32 = 3;
+
+/// [`TimerFloor`]: a SCHED_FIFO 20 thread sleeping to absolute deadlines 200 µs apart, with
+/// `busy` `sched_yield` loops beside it, for `secs`; the intervals between its wake-ups.
+fn timer_floor_run(busy: u32, secs: f64) -> Result<Stats> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loops: Vec<_> = (0..busy)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::yield_now();
+                }
+            })
+        })
+        .collect();
+    let sampler = std::thread::spawn(move || -> Result<Vec<f64>> {
+        let param = libc::sched_param { sched_priority: 20 };
+        // SAFETY: this thread's own scheduling class; a valid parameter struct.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+            bail!("SCHED_FIFO refused: {}", std::io::Error::last_os_error());
+        }
+        let now = || {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: a valid out pointer.
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
+        let (start, poll) = (now(), 200_000u64);
+        let (mut next, mut last, mut out) = (start, start, Vec::new());
+        while now() - start < (secs * 1e9) as u64 {
+            next += poll;
+            let t = now();
+            if next <= t {
+                next = t + poll;
+            }
+            let ts = libc::timespec { tv_sec: (next / 1_000_000_000) as i64, tv_nsec: (next % 1_000_000_000) as i64 };
+            // SAFETY: a valid deadline; no remaining-time pointer with TIMER_ABSTIME.
+            unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+            let woke = now();
+            out.push((woke - last) as f64 / 1e3);
+            last = woke;
+        }
+        Ok(out)
+    });
+    let intervals = sampler.join().map_err(|_| anyhow::anyhow!("the timer-floor thread panicked"));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for l in loops {
+        let _ = l.join();
+    }
+    let v = intervals??;
+    Ok(Stats {
+        count: v.len() as u64,
+        max: v.iter().copied().fold(0.0, f64::max),
+        mean: None,
+        min: None,
+        p50: percentile(&v, 0.5),
+        p90: Some(percentile(&v, 0.9)),
+        p99: percentile(&v, 0.99),
+        stddev: None,
+    })
+}
+
+pub fn timer_floor() -> Result<TimerFloor> {
+    eprintln!(
+        "bench: colocation timer floor ({FLOOR_SECONDS} s alone, {FLOOR_SECONDS} s with {FLOOR_BUSY} busy loops)"
+    );
+    Ok(TimerFloor {
+        idle: timer_floor_run(0, FLOOR_SECONDS)?,
+        busy: timer_floor_run(FLOOR_BUSY, FLOOR_SECONDS)?,
+        busy_loops: FLOOR_BUSY,
+        seconds: FLOOR_SECONDS,
     })
 }
 
@@ -637,6 +716,7 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
     let wanted =
         |name: &str| args.colocation_scenarios.is_empty() || args.colocation_scenarios.iter().any(|s| s == name);
     let sweep = if wanted(SWEEP_NAME) { Some(sweep(bin, &current, &plan)?) } else { None };
+    let timer_floor = Some(timer_floor()?);
     let doc = Colocation {
         cpus: cpus(),
         emulator: EmulatorParams {
@@ -653,6 +733,8 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
         scenarios,
         seconds: started.elapsed().as_secs_f64(),
         sweep,
+        timer_floor,
+        host_timer_floor: None,
     };
     fs::write(&args.out, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("writing {}", args.out.display()))
 }
@@ -1165,6 +1247,29 @@ fn goals(md: &mut String, doc: &Colocation, previous: &str) {
         md,
         "\n\"Previous global policy\" is `{previous}`'s binary; \"not reported\": the binary's summary has no such figure.\n"
     );
+    if let Some(f) = &doc.timer_floor {
+        let st = |s: &Stats| format!("p50 {:.0} / p99 {:.0} / max {:.0} µs", s.p50, s.p99, s.max);
+        let _ = writeln!(
+            md,
+            "The floor of this VM, measured in the same boot: a thread that does nothing but sleep to absolute \
+             deadlines 200 µs apart at SCHED_FIFO 20 (the reaction thread's cadence and class, without its work) \
+             woke {} apart alone in the guest, and {} beside {} `sched_yield` busy loops (the co-located states' \
+             busy clients), {} s each. No polling loop in this guest can step, or notice new work, faster than \
+             that: the loop step and detection goals cannot be met here by any program, and the loop step is to be \
+             read against this floor.{}\n",
+            st(&f.idle),
+            st(&f.busy),
+            f.busy_loops,
+            f.seconds,
+            doc.host_timer_floor.as_ref().map_or(String::new(), |h| format!(
+                " The same measurement on the host, without emulation, just before the VM booted: {} alone, {} \
+                 beside {} busy loops.",
+                st(&h.idle),
+                st(&h.busy),
+                h.busy_loops
+            )),
+        );
+    }
 }
 
 /// What bounds the figures under emulation, from the run's own parameters and measurements.
@@ -1203,6 +1308,28 @@ fn bounds(md: &mut String, doc: &Colocation) {
             emu.preempt_delay_us
         )
     };
+    // Guest CPU per reaction step: the thread's share of the window × the mean step interval.
+    let per_step: Vec<f64> = doc
+        .scenarios
+        .iter()
+        .flat_map(|sc| {
+            sched_rounds(sc, State::Schedule, |s| {
+                let share = s.reaction_cpu_ms? / s.window_ms;
+                Some(share * s.summary.loop_step_us.as_ref()?.mean?)
+            })
+        })
+        .collect();
+    let cpu = if per_step.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " The CPU figure is bounded the same way: the reaction thread used about {} µs of guest CPU per step \
+             (its CPU share of the window × its mean step interval, median of the rounds), where a step's \
+             userspace path costs about 1-2 µs natively (section 8); the rest of gpreempt's CPU is the companion \
+             thread (tracer, discovery, output) on its 2 ms tick.",
+            cell(&per_step, |x| format!("{x:.0}"))
+        )
+    };
     let _ = writeln!(
         md,
         "What bounds these figures on the emulator. Without gpreempt an online dispatch waits for the offline \
@@ -1214,7 +1341,7 @@ fn bounds(md: &mut String, doc: &Colocation) {
          checkout's scheduler (median of the rounds), its reaction p50 {} µs.{fence} On hardware the path is the \
          same, minus the emulation (section 8 measures the userspace part natively). The offline share lost is \
          the time suspended: online requests, the idle hysteresis after each, and the save/restore per \
-         transition.\n",
+         transition.{cpu}\n",
         emu.preempt_delay_us as f64 / 1e3,
         emu.restore_delay_us as f64 / 1e3,
         cell(&suspend50, |x| format!("{x:.0}")),
@@ -1336,6 +1463,8 @@ mod tests {
             ],
             seconds: 100.0,
             sweep: None,
+            timer_floor: None,
+            host_timer_floor: None,
         }
     }
 

@@ -271,9 +271,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 let previous = previous_gpreempt()?.display().to_string();
                 let extra = ["--previous-gpreempt", &previous, "--previous-commit", PREVIOUS_COMMIT];
                 let before = host_loadavg();
+                let host_floor = colocation::timer_floor()?;
                 let mut doc: results::Colocation =
                     guest_results(newest, Scenario::Colocation, &dbg_pair, args.quick, &extra, 2)?;
                 doc.host_loadavg = before.zip(host_loadavg()).map(|(a, b)| [a, b]);
+                doc.host_timer_floor = Some(host_floor);
                 results.colocation = Some(doc);
             }
             Section::Reaction => results.reaction = Some(reaction(args.quick)?),

@@ -191,6 +191,25 @@ pub struct Colocation {
     /// Reaction and online collateral against the number of offline processes on the online GPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep: Option<OfflineSweep>,
+    /// The guest's own floor for a polling loop, measured in the same VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer_floor: Option<TimerFloor>,
+    /// The same on the host, without emulation, just before the VM booted (written by the host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_timer_floor: Option<TimerFloor>,
+}
+
+/// A thread that does nothing but sleep to absolute deadlines 200 µs apart at SCHED_FIFO 20 —
+/// the reaction thread's cadence and class without its work: the interval between its wake-ups
+/// (µs), alone in the guest and beside as many `sched_yield` busy loops as the co-located states
+/// run busy clients. Whatever a polling loop achieves in this VM, it cannot beat this.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimerFloor {
+    pub idle: Stats,
+    pub busy: Stats,
+    pub busy_loops: u32,
+    pub seconds: f64,
 }
 
 /// The online client next to 1, 2, 3… single-queue offline processes on its GPU, co-located and
