@@ -79,6 +79,14 @@ static unsigned int queue_preemption_timeout_ms = 9000;
 module_param(queue_preemption_timeout_ms, uint, 0644);
 MODULE_PARM_DESC(queue_preemption_timeout_ms, "Fence wait timeout (default 9000)");
 
+/* Only what GET_VERSION answers, so that gpreempt's version-gated refusals (secondary contexts
+ * from KFD 1.19, gfx12 trap support from 1.20) can be tested; the emulated ABI stays 1.17.
+ */
+static unsigned int kfd_minor_version = KFD_IOCTL_MINOR_VERSION;
+module_param(kfd_minor_version, uint, 0644);
+MODULE_PARM_DESC(kfd_minor_version,
+		 "KFD minor version GET_VERSION reports (default 17; the ABI emulated stays 1.17)");
+
 /* ---- globals ---- */
 
 static struct kfd_node emu_nodes[EMU_MAX_GPUS];
@@ -2113,7 +2121,7 @@ static int kfd_ioctl_get_version(struct file *filep, struct kfd_process *p, void
 	struct kfd_ioctl_get_version_args *args = data;
 
 	args->major_version = KFD_IOCTL_MAJOR_VERSION;
-	args->minor_version = KFD_IOCTL_MINOR_VERSION;
+	args->minor_version = READ_ONCE(kfd_minor_version);
 	return 0;
 }
 

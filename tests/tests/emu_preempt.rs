@@ -253,6 +253,45 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
     assert_eq!(tracer_pid(pid).unwrap(), 0);
 }
 
+/// From KFD 1.19 a process's second /dev/kfd file can be a secondary context that the debug
+/// trap cannot see: such a process is refused before it is seized. The emulator reports 1.19 for
+/// this test (its `kfd_minor_version`); at its usual 1.17 the same process is accepted.
+#[test]
+fn from_kfd_1_19_a_process_with_two_kfd_files_is_refused_before_it_is_seized() {
+    let two = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable", "--extra-kfd-files", "1"]);
+    let one = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
+    let run = |pid: u32| {
+        preempt(&["--offline", &pid.to_string(), "--iterations", "3", "--hold-ms", "1", "--gap-ms", "1", "--no-trace"])
+            .wait_with_output()
+            .unwrap()
+    };
+    {
+        let _version = EmuParam::set("kfd_minor_version", 19).unwrap();
+        let out = run(two.pid());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "refusing pid {}: it has 2 /dev/kfd files open, and from KFD 1.19 (this driver: 1.19) each file after \
+                 the first can be a secondary KFD context",
+                two.pid()
+            )),
+            "{stderr}"
+        );
+        assert_eq!(tracer_pid(two.pid()).unwrap(), 0, "never seized");
+        let out = run(one.pid());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).lines().next(),
+            Some("3 of 3 iterations, 3 fully successful (100.0%)")
+        );
+    }
+    let out = run(two.pid());
+    assert!(out.status.success(), "at 1.17: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(tracer_pid(two.pid()).unwrap(), 0);
+    assert_eq!(tracer_pid(one.pid()).unwrap(), 0);
+}
+
 #[test]
 fn ctrl_c_and_kill_9_during_a_hold_leave_the_queues_running() {
     let offline = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);

@@ -51,6 +51,13 @@ pub enum DebugError {
          use a driver with KFD ≥ 1.20 (see `gpreempt doctor`)"
     )]
     ExpertSchedUnsafe { pid: HostPid, gpu: GpuId, version: KfdVersion },
+    #[error(
+        "refusing pid {pid}: it has {files} /dev/kfd files open, and from KFD 1.19 (this driver: {version}) each \
+         file after the first can be a secondary KFD context (AMDKFD_IOC_CREATE_PROCESS) whose queues the debug \
+         trap can neither see nor suspend — they would keep running while gpreempt reports the process suspended; \
+         schedule processes that open /dev/kfd once"
+    )]
+    SecondaryContexts { pid: HostPid, files: usize, version: KfdVersion },
     #[error("cannot ptrace pid {pid}: {reason}")]
     PtraceDenied { pid: HostPid, reason: String },
     #[error("PTRACE_SEIZE of pid {pid} failed: {errno}")]

@@ -86,6 +86,10 @@ enum Mode {
         /// container runtime names its containers.
         #[arg(long)]
         cgroup: Option<PathBuf>,
+        /// Open /dev/kfd this many more times and keep the files open (on KFD ≥ 1.19 a process
+        /// turns such a file into a secondary context with AMDKFD_IOC_CREATE_PROCESS).
+        #[arg(long, default_value_t = 0)]
+        extra_kfd_files: u32,
     },
     /// Periodic requests of K dispatches of D µs every P µs (+ jitter): per-request latency.
     Online {
@@ -334,8 +338,10 @@ fn queue_arg(mems: &[QueueMem], words: &[u64]) -> Result<QueueMem> {
     mems.get(i).copied().with_context(|| format!("no queue #{i}"))
 }
 
-fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: u64) -> Result<()> {
+fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: u64, extra_files: u32) -> Result<()> {
     let device = Kfd::open()?;
+    // Held open until the process exits.
+    let _extra: Vec<Kfd> = (0..extra_files).map(|_| Kfd::open()).collect::<Result<_>>()?;
     let version = device.version()?;
     let mut runtime = Value::Null;
     if runtime_enable {
@@ -619,13 +625,13 @@ fn debug(pid: i32, no_ptrace: bool) -> Result<()> {
 
 fn main() -> Result<()> {
     match Cli::parse().mode {
-        Mode::Run { gpu_id, queues, runtime_enable, ring_size, fill_us, cgroup } => {
+        Mode::Run { gpu_id, queues, runtime_enable, ring_size, fill_us, cgroup, extra_kfd_files } => {
             if let Some(dir) = cgroup {
                 let procs = dir.join("cgroup.procs");
                 std::fs::write(&procs, std::process::id().to_string())
                     .with_context(|| format!("joining {}", procs.display()))?;
             }
-            run(gpu_id, queues, runtime_enable, ring_size, fill_us)
+            run(gpu_id, queues, runtime_enable, ring_size, fill_us, extra_kfd_files)
         }
         Mode::Online { queue, dispatches, dispatch_us, period_us, jitter_us, requests, seed, wait_go, out } => {
             let (_device, q, hello) = load_queue(&queue)?;

@@ -41,7 +41,10 @@ use super::{
 use crate::{
     clock::monotonic_ns,
     domain::{DebugTrapOp, GpuId, HostPid, QueueId, RuntimeState},
-    host::topology::{self, GpuNode},
+    host::{
+        procinfo,
+        topology::{self, GpuNode},
+    },
     kfd::{
         Device, KfdVersion, dbg_trap,
         uapi::{QueueSnapshotEntry, RuntimeInfo, exception},
@@ -142,6 +145,14 @@ impl Session {
         let version = kfd.version()?;
         if !version.has_debug_trap() {
             return Err(DebugError::NoDebugTrap(version));
+        }
+        // Several /dev/kfd files may mean secondary contexts, invisible to the debug trap. The
+        // count cannot be read only where the seize below would be refused too.
+        if version.has_secondary_contexts()
+            && let Ok(files) = procinfo::kfd_files(&options.roots.proc, pid.0)
+            && files > 1
+        {
+            return Err(DebugError::SecondaryContexts { pid, files, version });
         }
         // A topology that cannot be read names no GPU: nothing is refused for it (the GPUs the
         // target's queues are on still come from the snapshot).
