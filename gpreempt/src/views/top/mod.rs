@@ -115,7 +115,7 @@ impl ProcessRow {
             Some(name) => format!("{}:{name}", c.runtime),
             None => format!("{}:{}", c.runtime, procinfo::short_id(&c.id)),
         });
-        let pod = p.container.as_ref().and_then(|c| pod_of(c)).map(|r| format!("{}/{}", r.namespace, r.name));
+        let pod = p.container.as_ref().and_then(pod_of).map(|r| format!("{}/{}", r.namespace, r.name));
         Self {
             pid: p.pid,
             ns_pid: p.ns_pid,
