@@ -40,7 +40,7 @@ fn top(args: &[&str]) -> Output {
 }
 
 #[test]
-fn json_and_once_name_the_workloads_pid_gpu_queues_and_state() {
+fn emu_top_json_and_once_name_the_workloads_pid_gpu_queues_and_state() {
     no_kfd_processes();
     let w = workload("0x2000");
     let pid = w.pid();
@@ -189,7 +189,7 @@ fn settings_kept(dir: &std::path::Path, run: u32) {
 }
 
 #[test]
-fn the_live_view_shows_the_queues_suspended_and_resumed_and_restores_the_terminal() {
+fn emu_top_live_view_shows_the_queues_suspended_and_resumed_and_restores_the_terminal() {
     no_kfd_processes();
     let w = workload("0x1000");
     let pid = w.pid();
