@@ -273,6 +273,32 @@ fn emu_top_live_view_shows_the_queues_suspended_and_resumed_and_restores_the_ter
     assert_eq!(gpu_row(&lines, "0x1000").unwrap(), ["0x1000", "1", "2", "2", "0", "0", "0", "1", "1"], "{screen}");
     assert_eq!(span_row(&screen, "resume", pid).unwrap()[5], "2", "{screen}");
 
+    // A scripted TTM eviction (the emulator runs kfd_process_evict_queues, per device: both
+    // emulated GPUs): evicted on screen, then, restored, one eviction span per GPU.
+    std::fs::write("/sys/kernel/kfd_emu/evict", &p).unwrap();
+    let screen = tmux.until("the queues evicted", ATTACH, |s| {
+        tokens_of(&s.lines().collect::<Vec<_>>(), &pid.to_string()).is_some_and(|r| r[6] == "evicted")
+    });
+    let lines: Vec<&str> = screen.lines().collect();
+    assert_eq!(gpu_row(&lines, "0x1000").unwrap(), ["0x1000", "1", "2", "0", "2", "0", "0", "1", "1"], "{screen}");
+    std::fs::write("/sys/kernel/kfd_emu/restore", &p).unwrap();
+    let screen = tmux.until("the eviction spans", ATTACH, |s| {
+        let lines: Vec<&str> = s.lines().collect();
+        tokens_of(&lines, &pid.to_string()).is_some_and(|r| r[6] == "active")
+            && gpu_row(&lines, "0x2000").is_some_and(|r| r[6] == "1")
+            && gpu_row(&lines, "0x1000").is_some_and(|r| r[6] == "1")
+    });
+    let lines: Vec<&str> = screen.lines().collect();
+    assert_eq!(
+        tokens_of(&lines, &p).unwrap(),
+        [&p, "-", "emu-workload", "0x1000", "2", "0,1", "active", "2", "1"],
+        "{screen}"
+    );
+    assert_eq!(gpu_row(&lines, "0x1000").unwrap(), ["0x1000", "1", "2", "2", "0", "0", "1", "1", "1"], "{screen}");
+    assert_eq!(gpu_row(&lines, "0x2000").unwrap(), ["0x2000", "0", "0", "0", "0", "0", "1", "0", "0"], "{screen}");
+    let eviction = span_row(&screen, "eviction/ttm", pid).unwrap_or_else(|| panic!("no eviction span: {screen}"));
+    assert_eq!((&eviction[3], &eviction[5]), (&"emu-workload".to_owned(), &"0".to_owned()), "{screen}");
+
     // `q` quits: the shell's next line runs, the terminal as it was.
     tmux.type_line("q", false);
     tmux.until("top's exit status", 30 * SECOND, |s| s.contains("top-exit-1=0"));
@@ -288,5 +314,124 @@ fn emu_top_live_view_shows_the_queues_suspended_and_resumed_and_restores_the_ter
     assert!(screen.contains("gpreempt: top stopped by SIGTERM"), "{screen}");
     assert!(!tmux.alternate_on(), "the alternate screen was left");
     settings_kept(&dir, 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A plain HTTP/1.0 GET of the agent's `/metrics` (it answers without chunking).
+fn exposition(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(30 * SECOND)).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// The value of the series of `family` whose labels include every one of `labels`, as the
+/// agent prints it (0 when absent).
+fn series(text: &str, family: &str, labels: &[&str]) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) && labels.iter().all(|want| l.contains(want)))
+        .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+#[test]
+fn emu_top_shows_the_agents_scheduler_per_gpu() {
+    no_kfd_processes();
+    let offline = workload("0x1000");
+    // Six 20 ms requests, 150 ms apart, on 0x1000, once told `go`.
+    let mut online = LineHelper::spawn(
+        "emu-workload",
+        &[
+            "online",
+            "--gpu-id",
+            "0x1000",
+            "--runtime-enable",
+            "--dispatches",
+            "1",
+            "--dispatch-us",
+            "20000",
+            "--period-us",
+            "150000",
+            "--wait-go",
+            "--requests",
+            "6",
+        ],
+    )
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("gpreempt-top-agent-{}", offline.pid()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[policy]]\nname = \"colo\"\nonline = [\"{}\"]\noffline = [\"{}\"]\nidle_ms = 5\npoll_us = 200\n",
+            online.pid(),
+            offline.pid()
+        ),
+    )
+    .unwrap();
+    let mut agent = Command::new(binary("gpreempt").unwrap())
+        .args(["agent", "--metrics-addr", "127.0.0.1:0", "--hostname", "vm", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = gpreempt_tests::stderr_lines(agent.stderr.take().unwrap(), "agent");
+    let mut addr = None;
+    let deadline = std::time::Instant::now() + ATTACH;
+    while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+        if let Some(a) = line.split_whitespace().find_map(|kv| kv.strip_prefix("metrics_addr=")) {
+            addr = Some(a.to_owned());
+        }
+        if line.contains("msg=\"policy started\"") {
+            break;
+        }
+    }
+    let addr = addr.expect("the agent never started");
+    // The requests: the policy suspends the offline queues during them and resumes after.
+    online.send("go").unwrap();
+    for _ in 0..7 {
+        online.recv().unwrap();
+    }
+    // Settled: every suspend resumed, the same on two reads a second apart.
+    let counts = |text: &str| {
+        let of =
+            |t: &str| series(text, "gpreempt_scheduler_transitions_total", &["policy=\"colo\"", "gpu=\"4096\"", t]);
+        (of("transition=\"suspend\""), of("transition=\"resume\""))
+    };
+    let mut last = (u64::MAX, 0);
+    assert!(
+        eventually(120 * SECOND, || {
+            let now = counts(&exposition(&addr));
+            let settled = now == last && now.0 == now.1 && now.0 >= 1;
+            last = now;
+            std::thread::sleep(SECOND);
+            settled
+        }),
+        "the policy never settled: {last:?}"
+    );
+    let text = exposition(&addr);
+    let reactions = series(&text, "gpreempt_scheduler_reaction_seconds_count", &["policy=\"colo\"", "gpu=\"4096\""]);
+    let out = top(&["--json", "--agent", &addr, "--interval", "500ms"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["scheduler"];
+    assert_eq!((&s["source"], &s["error"]), (&json!(format!("http://{addr}/metrics")), &Value::Null), "{s:#}");
+    let gpus = s["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 1, "{s:#}");
+    let g = &gpus[0];
+    assert_eq!(
+        (&g["policy"], &g["gpu_id"], &g["state"], &g["suspends"], &g["resumes"], &g["reactions"]),
+        (&json!("colo"), &json!(0x1000), &json!("running"), &json!(last.0), &json!(last.1), &json!(reactions)),
+        "{g:#}"
+    );
+    // Between the requests the offline queue runs: active in the tracer's view too.
+    let p = v["processes"].as_array().unwrap().iter().find(|p| p["pid"] == offline.pid()).unwrap();
+    assert_eq!(p["gpus"][0]["queues"][0]["state"], "active", "{p:#}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(agent.wait().unwrap().success());
     std::fs::remove_dir_all(&dir).unwrap();
 }

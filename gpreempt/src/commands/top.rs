@@ -213,8 +213,10 @@ pub fn run(args: &TopArgs) -> Result<()> {
 }
 
 /// The alternate screen in raw mode while this lives; restored when it drops (every return and
-/// unwinding) and, through ratatui's panic hook, before a panic message is printed.
-struct Screen(ratatui::DefaultTerminal);
+/// unwinding) and, through ratatui's panic hook, before a panic message is printed. Log lines
+/// are held back meanwhile: written on the screen they would tear the frame (ratatui redraws
+/// only what changed), and what they say — undecodable records — is counted in the title.
+struct Screen(ratatui::DefaultTerminal, log::LevelFilter);
 
 /// Set while the screen is taken, so a panic hook and the drop restore it once.
 static TAKEN: AtomicBool = AtomicBool::new(false);
@@ -222,8 +224,12 @@ static TAKEN: AtomicBool = AtomicBool::new(false);
 impl Screen {
     fn enter() -> Result<Self> {
         TAKEN.store(true, Ordering::Relaxed);
+        let level = log::max_level();
         match ratatui::try_init() {
-            Ok(t) => Ok(Self(t)),
+            Ok(t) => {
+                log::set_max_level(log::LevelFilter::Off);
+                Ok(Self(t, level))
+            }
             Err(e) => {
                 restore();
                 Err(e).context("taking over the terminal (raw mode, alternate screen)")
@@ -242,6 +248,7 @@ fn restore() {
 
 impl Drop for Screen {
     fn drop(&mut self) {
+        log::set_max_level(self.1);
         restore();
     }
 }
