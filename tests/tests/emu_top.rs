@@ -278,8 +278,10 @@ fn emu_top_live_view_shows_the_queues_suspended_and_resumed_and_restores_the_ter
         tokens_of(&lines, &pid.to_string()).is_some_and(|r| r[6] == "active") && span_row(s, "resume", pid).is_some()
     });
     let lines: Vec<&str> = screen.lines().collect();
-    // The RESUME_QUEUES of both queues; on detach, DISABLE's own resume of the target (with no
-    // queue left suspended) may follow: the GPU counts every resume span the view lists.
+    // The RESUME_QUEUES of both queues, then DISABLE's own resume at detach
+    // (kfd_dbg_trap_deactivate calls resume_queues(target, 0, NULL), 6.12 kfd_debug.c; nothing
+    // is left suspended, so it handles no queue), which the view may not have drained yet: the
+    // GPU counts every resume span the view lists.
     let resumes = span_rows(&screen, "resume", pid);
     assert_eq!(resumes.iter().filter(|r| r[5] == "2").count(), 1, "{screen}");
     let n = resumes.len().to_string();
