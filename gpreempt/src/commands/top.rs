@@ -42,6 +42,8 @@ use crate::cli::TopArgs;
 const FINISHED_MAX: usize = 64;
 /// How long the loop waits for a key before it looks at the tracer and the signals again.
 const TICK: Duration = Duration::from_millis(100);
+/// How long `--once`/`--json` wait for the agent's first answer (a scrape gives up within 4 s).
+const SCRAPE_WAIT: Duration = Duration::from_secs(5);
 
 /// The tracer, the spans it closed, and what the view needs to name processes and GPUs.
 struct Source {
@@ -155,9 +157,15 @@ pub fn run(args: &TopArgs) -> Result<()> {
             thread::sleep(TICK.min(until.saturating_duration_since(Instant::now())));
         }
         source.drain();
-        // The first scrape (the thread's first act) is awaited, so the frame says what it found.
+        // The latest scrape, or the first one awaited, so the frame says what the agent answered.
         if !args.no_agent {
-            scheduler = agent.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
+            scheduler = agent.try_iter().last().or_else(|| agent.recv_timeout(SCRAPE_WAIT).ok()).unwrap_or_else(|| {
+                SchedulerStatus {
+                    source: Some(format!("http://{}/metrics", args.agent)),
+                    error: Some(format!("no answer within {} s", SCRAPE_WAIT.as_secs())),
+                    gpus: Vec::new(),
+                }
+            });
         }
         let mut snapshot = source.snapshot(scheduler);
         if args.json {
