@@ -94,6 +94,28 @@ pub enum Command {
     /// SIGTERM, then resumes and detaches everything and prints a summary. On HWS GPUs
     /// (MI200/MI300) every suspend and resume preempts every queue of the GPU once.
     Schedule(ScheduleArgs),
+    /// A live terminal view of the KFD processes, their queues and what happens to them (root).
+    ///
+    /// Rows: every KFD process (host pid, container or pod, command) with its queues per GPU and
+    /// each queue's state (active, evicted, suspended); per GPU, the processes and queues by
+    /// state and the evictions, suspends and resumes seen since `top` started; the eviction and
+    /// debug-trap suspend/resume spans as the tracer closes them, with the driver's time inside
+    /// (unmap, fence wait = the preemption, remap) and the other processes' queues a device-wide
+    /// unmap preempted. The data comes from the in-process tracer (as `trace`, no debug-trap
+    /// call); queues that exist when `top` starts are read from sysfs, which has no queue state:
+    /// they show as active, marked `*`, until the tracer sees them change.
+    ///
+    /// The scheduler's per-GPU state (held or running, suspends, resumes, time held, reaction
+    /// mean and p99 bound, resumes skipped) is read from a running `gpreempt agent`'s metrics
+    /// endpoint (--agent, default 127.0.0.1:9464: HTTP GET /metrics, the agent's `[[policy]]`
+    /// schedulers); a standalone `gpreempt schedule` serves no endpoint, but its suspends and
+    /// resumes show in the queue states and spans.
+    ///
+    /// Keys: q (or Esc, Ctrl-C) quit, s next sort key, r reverse, / type a filter (Enter keeps
+    /// it, Esc clears it), c clear the filter. The terminal is restored on every exit: q,
+    /// SIGTERM, SIGINT, SIGHUP, an error or a panic. `--once` prints one frame as text and
+    /// exits; `--json` prints the same snapshot as one JSON object.
+    Top(TopArgs),
 }
 
 #[derive(Debug, Args)]
@@ -334,6 +356,40 @@ pub struct AgentArgs {
     /// kernel's hostname.
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     pub hostname: Option<String>,
+    /// Read BTF from DIR (see `trace --btf-dir`).
+    #[arg(long, value_name = "DIR", default_value = "/sys/kernel/btf", hide = true)]
+    pub btf_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Print one frame as text after one --interval of tracing, and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Print one snapshot as JSON after one --interval of tracing, and exit: {"ts_ns",
+    /// "processes": [{"pid", "ns_pid", "comm", "container", "pod", "gpus": [{"gpu_id", "queues":
+    /// [{"queue_id", "queue_type", "state", "state_seen"}]}], "evictions", "suspends"}], "gpus",
+    /// "spans", "scheduler", "tracer"} (processes in the --sort order, --filter applied).
+    #[arg(long, conflicts_with = "once")]
+    pub json: bool,
+    /// How often the view refreshes (e.g. 500ms, 2s).
+    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DURATION")]
+    pub interval: Duration,
+    /// The process table's order (the `s` key cycles through them; counts sort largest first).
+    #[arg(long, value_enum, default_value = "pid")]
+    pub sort: gpreempt::views::top::SortKey,
+    /// Show only processes whose pid, command, container or pod contains TEXT (case-insensitive).
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    pub filter: String,
+    /// Where a `gpreempt agent` serves its metrics, to show its schedulers' per-GPU state.
+    #[arg(long, value_name = "ADDR", default_value = gpreempt::agent::config::DEFAULT_METRICS_ADDR)]
+    pub agent: std::net::SocketAddr,
+    /// Do not ask an agent for the scheduler's state.
+    #[arg(long)]
+    pub no_agent: bool,
+    /// With --once: how many of the latest spans to print.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub spans: usize,
     /// Read BTF from DIR (see `trace --btf-dir`).
     #[arg(long, value_name = "DIR", default_value = "/sys/kernel/btf", hide = true)]
     pub btf_dir: PathBuf,

@@ -30,6 +30,8 @@ const APT_TOOLS: &[(&str, &str)] = &[
     ("bpftrace", "/usr/bin/bpftrace"),
     // The agent's VM test scrapes `gpreempt agent` with a real Prometheus server.
     ("prometheus", "/usr/bin/prometheus"),
+    // The `gpreempt top` VM test drives the live view in a real terminal (send-keys, capture-pane).
+    ("tmux", "/usr/bin/tmux"),
 ];
 
 fn step(name: &str, state: &str) {

@@ -10,4 +10,5 @@ pub mod ps;
 pub mod queues;
 pub mod schedule;
 pub mod stdout;
+pub mod top;
 pub mod trace;
