@@ -57,7 +57,10 @@ fn build_ebpf(out_dir: &Path) -> anyhow::Result<PathBuf> {
         .arg("--target-dir")
         .arg(&target_dir)
         // Separated by 0x1f, as CARGO_ENCODED_RUSTFLAGS wants; `--btf` keeps the BTF CO-RE needs.
-        .env("CARGO_ENCODED_RUSTFLAGS", format!("--cfg=bpf_target_arch=\"{arch}\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf"))
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            format!("--cfg=bpf_target_arch=\"{arch}\"\x1f-Cdebuginfo=2\x1f-Clink-arg=--btf"),
+        )
         // The outer build's compiler is the stable one; the nested build must use nightly's.
         .env_remove("RUSTC")
         .env_remove("RUSTC_WORKSPACE_WRAPPER");
