@@ -89,6 +89,7 @@ pub const AGENT_NEEDS: AgentNeeds = AgentNeeds {
             "containerd: a container's pod name and namespace",
         ),
         optional("/run/containers/storage/overlay-containers", "CRI-O: a container's pod name and namespace"),
+        optional("/var/lib/containers/storage/overlay-containers", "Podman: a container's name (containers.json)"),
         optional("/var/lib/docker/containers", "Docker (cri-dockerd): a container's pod name and namespace"),
     ],
     devices: &[need("/dev/kfd", "policies: the debug-trap ioctls on offline processes")],

@@ -49,6 +49,10 @@ fn the_daemonset_grants_exactly_what_the_agent_needs() {
     assert_eq!(strs(&security["capabilities"]["drop"]), BTreeSet::from(["ALL".to_owned()]));
     let caps: BTreeSet<String> = names(AGENT_NEEDS.capabilities).iter().map(|c| c["CAP_".len()..].to_owned()).collect();
     assert_eq!(strs(&security["capabilities"]["add"]), caps);
+    // The runtimes' default seccomp profiles refuse bpf(2) and perf_event_open(2) without
+    // CAP_SYS_ADMIN (tests/tests/emu_containers.rs runs the agent under podman with this).
+    assert_eq!(security["seccompProfile"]["type"], "Unconfined");
+    assert_eq!(security["readOnlyRootFilesystem"], true);
 
     // hostPath volumes: the needed paths (read-only; optional ones created empty when absent)
     // and devices (read-write), nothing else.
@@ -91,6 +95,29 @@ fn the_daemonset_grants_exactly_what_the_agent_needs() {
     let config = AgentConfig::parse(text, "ConfigMap agent.toml").unwrap();
     assert_eq!(config.metrics_addr, Some(format!("0.0.0.0:{port}").parse().unwrap()));
     assert_eq!(strs(&c["args"]), ["agent", "--config", "/etc/gpreempt/agent.toml"].map(str::to_owned).into());
+    assert_eq!(c["image"], "gpreempt:latest");
+}
+
+/// The image the DaemonSet runs is the one `cargo xtask image` builds: the binary is its
+/// entrypoint, root by number, and its default command is the DaemonSet's.
+#[test]
+fn the_containerfile_builds_what_the_daemonset_runs() {
+    let text = deploy("Containerfile");
+    let instructions: Vec<&str> = text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
+    assert_eq!(
+        instructions,
+        [
+            "FROM scratch",
+            "COPY rootfs/ /",
+            "USER 0:0",
+            r#"ENTRYPOINT ["/usr/bin/gpreempt"]"#,
+            r#"CMD ["agent", "--config", "/etc/gpreempt/agent.toml"]"#
+        ]
+    );
+    let docs = documents();
+    let c = &of_kind(&docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["securityContext"]["runAsUser"], 0);
+    assert_eq!(c["command"], Value::Null, "the image's entrypoint runs");
 }
 
 #[test]
