@@ -147,3 +147,43 @@ fn the_systemd_unit_grants_exactly_what_the_agent_needs() {
     assert_eq!(values("ProtectSystem"), ["strict"]);
     assert_eq!(values("ExecReload"), ["/bin/kill -HUP $MAINPID"]);
 }
+
+/// Every metric a dashboard panel queries is one the agent exports (README "Metrics" lists them
+/// all); every panel has a query; every query variable has an "All" value. Whether each query
+/// returns data from a live agent is tested in the VM (tests/tests/emu_containers.rs).
+#[test]
+fn the_dashboard_queries_only_metrics_the_agent_exports() {
+    let dash: serde_json::Value = serde_json::from_str(&deploy("grafana-dashboard.json")).unwrap();
+    let readme = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let exported: BTreeSet<&str> =
+        readme.lines().filter_map(|l| l.strip_prefix("| `gpreempt_")?.split('`').next()).collect();
+    assert!(exported.len() >= 20, "{exported:?}");
+    let mut ids = BTreeSet::new();
+    let mut queried = BTreeSet::new();
+    for panel in dash["panels"].as_array().unwrap() {
+        assert!(ids.insert(panel["id"].as_u64().unwrap()), "panel id {} twice", panel["id"]);
+        if panel["type"] == "row" {
+            continue;
+        }
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{} has no query", panel["title"]);
+        for t in targets {
+            let expr = t["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if let Some(name) = word.strip_prefix("gpreempt_") {
+                    let family = name.strip_suffix("_bucket").unwrap_or(name);
+                    assert!(exported.contains(family), "{}: gpreempt_{family} is not exported", panel["title"]);
+                    queried.insert(family.to_owned());
+                }
+            }
+        }
+    }
+    for family in ["queues", "evictions_total", "debug_trap_operations_total", "scheduler_reaction_seconds"] {
+        assert!(queried.contains(family), "no panel shows gpreempt_{family}");
+    }
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if v["type"] == "query" {
+            assert!(v["allValue"].is_string(), "{v}");
+        }
+    }
+}
