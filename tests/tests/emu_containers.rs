@@ -257,6 +257,27 @@ impl Drop for Agent {
     }
 }
 
+const PARANOID: &str = "/proc/sys/kernel/perf_event_paranoid";
+
+/// A file's old contents, written back on drop (also when the test fails).
+struct Restore {
+    path: &'static str,
+    old: String,
+}
+
+impl Restore {
+    fn set(path: &'static str, value: &str, old: String) -> Result<Self> {
+        std::fs::write(path, value).with_context(|| format!("writing {path}"))?;
+        Ok(Self { path, old })
+    }
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.path, &self.old);
+    }
+}
+
 /// `key=value` of a log line.
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
@@ -330,6 +351,21 @@ fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel
              online = [\"container:serving\"]\noffline = [\"container:training\"]\nidle_ms = 5\npoll_us = 200\n"
         ),
     )?;
+    // Debian's kernel.perf_event_paranoid (3) lets only CAP_SYS_ADMIN open perf events: the
+    // agent with the DaemonSet's capabilities is refused, saying which setting and how to fix it.
+    let paranoid = std::fs::read_to_string(PARANOID)?;
+    assert_eq!(paranoid.trim(), "3", "Debian's default");
+    let mut refused = Agent::start(&config)?;
+    let error = refused.wait_line("gpreempt: error:", Duration::from_secs(300))?;
+    assert!(
+        error.contains("`perf_event_open` failed (Permission denied (os error 13)): kernel.perf_event_paranoid is 3"),
+        "{error}"
+    );
+    assert!(error.contains("sysctl -w kernel.perf_event_paranoid=2"), "{error}");
+    assert_eq!(refused.child.wait()?.code(), Some(1));
+    drop(refused);
+    // The node's setting the agent needs (README, "The container image"), for this test only.
+    let _paranoid = Restore::set(PARANOID, "2", paranoid)?;
     let mut agent = Agent::start(&config)?;
     // Loading every program in a TCG guest on a loaded host has taken over a minute.
     let started = agent.wait_line("msg=started", Duration::from_secs(300))?;

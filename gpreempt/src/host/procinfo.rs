@@ -291,7 +291,7 @@ fn is_container_hex(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{host::roots::Roots, test_support::FakeHost};
+    use crate::test_support::FakeHost;
 
     const HEX: &str = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00112233445566778899";
     const HEX2: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
