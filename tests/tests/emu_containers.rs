@@ -431,10 +431,21 @@ fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel
     let evictions = "sum by (container) (gpreempt_evictions_total{container=\"training\",trigger=\"ttm\"})";
     assert_eq!(prometheus.settle(evictions, "container", &[("training", 2.0)]), [("training".into(), 2.0)]);
 
+    // A queue created and destroyed while the agent watches (the others existed before it).
+    training.send("create 4096 2 65536 100 7")?;
+    let created = training.recv()?;
+    assert_eq!((created["ret"].as_i64(), created["queue_id"].as_u64()), (Some(0), Some(2)), "{created}");
+    training.send("destroy 2")?;
+    assert_eq!(training.recv()?["ret"], 0);
+    for family in ["gpreempt_queue_creates_total", "gpreempt_queue_destroys_total"] {
+        let q = format!("{family}{{container=\"training\"}}");
+        assert_eq!(prometheus.settle(&q, "kfd_process_id", &[(&pt, 1.0)]), [(pt.clone(), 1.0)], "{family}");
+    }
+
     // Every panel of the dashboard has data. The scheduler's loop-step gauge is refreshed every
     // 5 s; rate() needs two scrapes after the last change: wait until all answer, then assert.
     let queries = dashboard_queries()?;
-    assert!(queries.len() >= 25, "{} panel queries", queries.len());
+    assert!(queries.len() >= 26, "{} panel queries", queries.len());
     let deadline = Instant::now() + Duration::from_secs(60);
     let empty = loop {
         let mut empty = Vec::new();
