@@ -404,7 +404,10 @@ fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel
     let summary = serving.recv()?;
     assert_eq!(summary["event"], "summary", "{summary}");
     let transitions = "sum by (transition) (gpreempt_scheduler_transitions_total{policy=\"colocate\",gpu=\"4096\"})";
+    // Settled: every suspend has its resume and two scrapes 2.5 s apart agree (the counters
+    // Prometheus has lag the agent's by up to a scrape).
     let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last = (-1.0, -1.0);
     let (suspends, resumes) = loop {
         let mut now = (0.0, 0.0);
         for (labels, v) in prometheus.query(transitions)? {
@@ -414,10 +417,11 @@ fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel
                 other => bail!("transition label {other:?}"),
             }
         }
-        if (now.0 >= 1.0 && now.0 == now.1) || Instant::now() > deadline {
+        if (now == last && now.0 >= 1.0 && now.0 == now.1) || Instant::now() > deadline {
             break now;
         }
-        thread::sleep(Duration::from_millis(1000));
+        last = now;
+        thread::sleep(Duration::from_millis(2500));
     };
     assert!((1.0..=7.0).contains(&suspends), "{suspends} suspends for 6 requests");
     assert_eq!(resumes, suspends, "every suspend resumed");
