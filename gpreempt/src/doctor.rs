@@ -89,6 +89,7 @@ pub const AGENT_NEEDS: AgentNeeds = AgentNeeds {
             "containerd: a container's pod name and namespace",
         ),
         optional("/run/containers/storage/overlay-containers", "CRI-O: a container's pod name and namespace"),
+        optional("/var/lib/containers/storage/overlay-containers", "Podman: a container's name (containers.json)"),
         optional("/var/lib/docker/containers", "Docker (cri-dockerd): a container's pod name and namespace"),
     ],
     devices: &[need("/dev/kfd", "policies: the debug-trap ioctls on offline processes")],
@@ -406,6 +407,28 @@ pub fn diagnose_opened(
         )
     });
 
+    // Debian's and Ubuntu's kernels: above 2, perf_event_open(2) needs CAP_SYS_ADMIN (trace::loader).
+    let paranoid = read_trimmed(&roots.proc.join("sys/kernel/perf_event_paranoid"));
+    checks.push(match paranoid.as_deref().map(str::parse::<i32>) {
+        Some(Ok(level)) if level > 2 => Check::new(
+            "perf-event-paranoid",
+            Status::Warn,
+            format!(
+                "kernel.perf_event_paranoid={level}: Debian's and Ubuntu's kernels then attach kprobes only with \
+                 CAP_SYS_ADMIN; gpreempt as root works, the agent with only the capabilities of agent-needs \
+                 (DaemonSet, systemd unit) cannot"
+            ),
+            Some("sysctl -w kernel.perf_event_paranoid=2, and keep it in /etc/sysctl.d"),
+        ),
+        Some(Ok(level)) => Check::new(
+            "perf-event-paranoid",
+            Status::Ok,
+            format!("kernel.perf_event_paranoid={level}: CAP_PERFMON is enough to attach kprobes"),
+            None,
+        ),
+        _ => Check::new("perf-event-paranoid", Status::Info, "not readable", None),
+    });
+
     for (name, good, fix) in [
         (
             "cwsr_enable",
@@ -479,6 +502,7 @@ mod tests {
         host.file("proc/sys/kernel/osrelease", "6.1.0-56-amd64\n")
             .file("proc/sys/kernel/yama/ptrace_scope", "3\n")
             .file("proc/self/status", "Name:\tx\nCapEff:\t0000000000080000\n")
+            .file("proc/sys/kernel/perf_event_paranoid", "3\n")
             .file("sys/module/amdgpu/parameters/cwsr_enable", "0\n")
             .file("sys/module/amdgpu/parameters/sched_policy", "0\n")
             .file("sys/devices/system/cpu/possible", "0-7\n");
@@ -506,6 +530,12 @@ mod tests {
         assert_eq!(get("module-btf").status, Status::Warn);
         assert_eq!(get("ptrace-scope").status, Status::Fail);
         assert_eq!(get("capabilities").detail, "missing CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF");
+        assert_eq!(get("perf-event-paranoid").status, Status::Warn);
+        assert!(get("perf-event-paranoid").detail.starts_with("kernel.perf_event_paranoid=3: "));
+        assert_eq!(
+            get("perf-event-paranoid").fix.as_deref(),
+            Some("sysctl -w kernel.perf_event_paranoid=2, and keep it in /etc/sysctl.d")
+        );
         assert_eq!(get("amdgpu.cwsr_enable").status, Status::Warn);
         assert_eq!(get("amdgpu.sched_policy").detail, "0");
         assert_eq!(get("probe create_queue_entry").status, Status::Ok);

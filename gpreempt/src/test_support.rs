@@ -41,7 +41,13 @@ impl FakeHost {
     /// `sys`, `proc` and `docker` in this tree; debugfs stays the live default.
     pub(crate) fn roots(&self) -> Roots {
         let r = self.path();
-        Roots { sys: r.join("sys"), proc: r.join("proc"), docker: r.join("docker"), ..Roots::default() }
+        Roots {
+            sys: r.join("sys"),
+            proc: r.join("proc"),
+            docker: r.join("docker"),
+            containers_storage: vec![r.join("containers/storage/overlay-containers")],
+            ..Roots::default()
+        }
     }
 
     /// KFD's per-process tree in this host (`sys/class/kfd/kfd/proc`).

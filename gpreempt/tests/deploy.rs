@@ -49,6 +49,10 @@ fn the_daemonset_grants_exactly_what_the_agent_needs() {
     assert_eq!(strs(&security["capabilities"]["drop"]), BTreeSet::from(["ALL".to_owned()]));
     let caps: BTreeSet<String> = names(AGENT_NEEDS.capabilities).iter().map(|c| c["CAP_".len()..].to_owned()).collect();
     assert_eq!(strs(&security["capabilities"]["add"]), caps);
+    // The runtimes' default seccomp profiles refuse bpf(2) and perf_event_open(2) without
+    // CAP_SYS_ADMIN (tests/tests/emu_containers.rs runs the agent under podman with this).
+    assert_eq!(security["seccompProfile"]["type"], "Unconfined");
+    assert_eq!(security["readOnlyRootFilesystem"], true);
 
     // hostPath volumes: the needed paths (read-only; optional ones created empty when absent)
     // and devices (read-write), nothing else.
@@ -91,6 +95,29 @@ fn the_daemonset_grants_exactly_what_the_agent_needs() {
     let config = AgentConfig::parse(text, "ConfigMap agent.toml").unwrap();
     assert_eq!(config.metrics_addr, Some(format!("0.0.0.0:{port}").parse().unwrap()));
     assert_eq!(strs(&c["args"]), ["agent", "--config", "/etc/gpreempt/agent.toml"].map(str::to_owned).into());
+    assert_eq!(c["image"], "gpreempt:latest");
+}
+
+/// The image the DaemonSet runs is the one `cargo xtask image` builds: the binary is its
+/// entrypoint, root by number, and its default command is the DaemonSet's.
+#[test]
+fn the_containerfile_builds_what_the_daemonset_runs() {
+    let text = deploy("Containerfile");
+    let instructions: Vec<&str> = text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
+    assert_eq!(
+        instructions,
+        [
+            "FROM scratch",
+            "COPY rootfs/ /",
+            "USER 0:0",
+            r#"ENTRYPOINT ["/usr/bin/gpreempt"]"#,
+            r#"CMD ["agent", "--config", "/etc/gpreempt/agent.toml"]"#
+        ]
+    );
+    let docs = documents();
+    let c = &of_kind(&docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["securityContext"]["runAsUser"], 0);
+    assert_eq!(c["command"], Value::Null, "the image's entrypoint runs");
 }
 
 #[test]
@@ -119,4 +146,44 @@ fn the_systemd_unit_grants_exactly_what_the_agent_needs() {
     assert_eq!(devices, names(AGENT_NEEDS.devices));
     assert_eq!(values("ProtectSystem"), ["strict"]);
     assert_eq!(values("ExecReload"), ["/bin/kill -HUP $MAINPID"]);
+}
+
+/// Every metric a dashboard panel queries is one the agent exports (README "Metrics" lists them
+/// all); every panel has a query; every query variable has an "All" value. Whether each query
+/// returns data from a live agent is tested in the VM (tests/tests/emu_containers.rs).
+#[test]
+fn the_dashboard_queries_only_metrics_the_agent_exports() {
+    let dash: serde_json::Value = serde_json::from_str(&deploy("grafana-dashboard.json")).unwrap();
+    let readme = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let exported: BTreeSet<&str> =
+        readme.lines().filter_map(|l| l.strip_prefix("| `gpreempt_")?.split('`').next()).collect();
+    assert!(exported.len() >= 20, "{exported:?}");
+    let mut ids = BTreeSet::new();
+    let mut queried = BTreeSet::new();
+    for panel in dash["panels"].as_array().unwrap() {
+        assert!(ids.insert(panel["id"].as_u64().unwrap()), "panel id {} twice", panel["id"]);
+        if panel["type"] == "row" {
+            continue;
+        }
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{} has no query", panel["title"]);
+        for t in targets {
+            let expr = t["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if let Some(name) = word.strip_prefix("gpreempt_") {
+                    let family = name.strip_suffix("_bucket").unwrap_or(name);
+                    assert!(exported.contains(family), "{}: gpreempt_{family} is not exported", panel["title"]);
+                    queried.insert(family.to_owned());
+                }
+            }
+        }
+    }
+    for family in ["queues", "evictions_total", "debug_trap_operations_total", "scheduler_reaction_seconds"] {
+        assert!(queried.contains(family), "no panel shows gpreempt_{family}");
+    }
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        if v["type"] == "query" {
+            assert!(v["allValue"].is_string(), "{v}");
+        }
+    }
 }

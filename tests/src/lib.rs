@@ -16,6 +16,8 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 pub mod controller;
+pub mod podman;
+pub mod prometheus;
 pub mod schedule;
 pub mod target;
 

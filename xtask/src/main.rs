@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod fuzz;
+mod image;
 mod kernels;
 mod kmod;
 mod setup;
@@ -24,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Install everything this machine lacks (idempotent): nightly rust-src, bpf-linker,
-    /// qemu, virtme-ng, busybox, and the Debian 5.10 / 6.1 / 6.12 / 7.x kernels for the VM tests.
+    /// qemu, virtme-ng, busybox, podman, and the Debian 5.10 / 6.1 / 6.12 / 7.x kernels for the VM tests.
     Setup,
     /// Build gpreempt, then run it as root (through `sudo -E` when not root) with the given args.
     Run {
@@ -44,6 +45,9 @@ enum Task {
     /// show the live output. `--emulator`: on the KFD emulator, an online and an offline
     /// workload, an eviction, and `gpreempt preempt` stopping and restarting the offline one.
     Demo(demo::DemoArgs),
+    /// Build the gpreempt container image (deploy/Containerfile) offline with podman: the release
+    /// binary and the shared objects it links, `FROM scratch`; tagged gpreempt:latest.
+    Image(image::ImageArgs),
     /// Run every cargo-fuzz target (record decoder, debugfs/sysfs/kallsyms/BTF parsers) briefly.
     Fuzz(fuzz::FuzzArgs),
     /// Benchmark gpreempt against bpftrace, ftrace and a minimal C program in one run (VMs on the
@@ -65,6 +69,7 @@ fn main() -> ExitCode {
         }),
         Task::Test(args) => test::run(&args),
         Task::Demo(args) => demo::run(&args),
+        Task::Image(args) => image::run(&args),
         Task::Fuzz(args) => fuzz::run_fuzz(&args),
         Task::Bench(args) => bench::run(&args),
         Task::BenchGuest(args) => bench::guest_main(&args),

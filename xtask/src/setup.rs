@@ -32,7 +32,15 @@ const APT_TOOLS: &[(&str, &str)] = &[
     ("prometheus", "/usr/bin/prometheus"),
     // The `gpreempt top` VM test drives the live view in a real terminal (send-keys, capture-pane).
     ("tmux", "/usr/bin/tmux"),
+    // `cargo xtask image` builds the image with podman; the container tests run it in the VM
+    // (crun: the OCI runtime; conmon, runc and containers-common come as podman's dependencies).
+    ("podman", "/usr/bin/podman"),
+    ("crun", "/usr/bin/crun"),
 ];
+
+/// Podman's storage as root (graphroot). The VM shares the host's root read-only and mounts a
+/// tmpfs here for its containers: the mount point has to exist on the host.
+const CONTAINERS_STORAGE: &str = "/var/lib/containers";
 
 fn step(name: &str, state: &str) {
     println!("setup: {name:<44} {state}");
@@ -44,6 +52,7 @@ pub fn run() -> Result<()> {
     stable_components()?;
     bpf_linker()?;
     apt_packages()?;
+    containers_storage()?;
     kernels()?;
     virtme_ng()?;
     Ok(())
@@ -162,6 +171,15 @@ fn apt_packages() -> Result<()> {
     }
     step(&missing.join(" "), "installing");
     apt_install(&missing)
+}
+
+fn containers_storage() -> Result<()> {
+    if Path::new(CONTAINERS_STORAGE).is_dir() {
+        step(CONTAINERS_STORAGE, "present");
+        return Ok(());
+    }
+    step(CONTAINERS_STORAGE, "creating");
+    fs::create_dir_all(CONTAINERS_STORAGE).with_context(|| format!("creating {CONTAINERS_STORAGE} (are you root?)"))
 }
 
 /// Every kernel of [`KERNELS`]: Debian 12's own with the host's apt at the pinned version,

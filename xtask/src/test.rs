@@ -34,9 +34,10 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::{
+    image,
     kmod::{self, Module},
     setup,
-    util::{build_binaries, cargo, describe, output, workspace_root},
+    util::{build_binaries, cargo, describe, output, target_dir, workspace_root},
     vm::{self, Kernel, VmArgs},
 };
 
@@ -337,6 +338,16 @@ fn pass_tally(kernel: Kernel, out: &Path, index: usize, pass: &Pass) -> Result<T
     Ok(tally)
 }
 
+/// The build contexts the container tests (`tests/tests/emu_containers.rs`) build their images
+/// from in the VM: `target/vm-images/<binary>`, assembled as `cargo xtask image` does (a second
+/// or two: the debug binaries without their debug sections, and four shared objects).
+fn vm_images(debug: &Path) -> Result<()> {
+    for binary in ["gpreempt", "emu-workload"] {
+        image::assemble(&[debug.join(binary)], &target_dir().join("vm-images").join(binary))?;
+    }
+    Ok(())
+}
+
 /// fmt, clippy and the unit tests: one stage each.
 fn checks(tally: &mut Tally) {
     stage("fmt", tally, || Ok(Tally::check(run_streaming(cargo().args(["fmt", "--all", "--check"]))?.0)));
@@ -389,7 +400,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
     }
     if !args.no_vm {
         let kernels = if args.kernels.is_empty() { Kernel::ALL.to_vec() } else { args.kernels.clone() };
-        match build_binaries().and_then(|_| integration_test_binaries()) {
+        match build_binaries().and_then(|debug| vm_images(&debug)).and_then(|()| integration_test_binaries()) {
             Ok(binaries) => {
                 let (emulator, amdgpu): (Vec<PathBuf>, Vec<PathBuf>) =
                     binaries.into_iter().partition(|exe| is_emulator_test(exe));

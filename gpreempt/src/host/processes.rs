@@ -34,7 +34,7 @@ pub fn scan(roots: &Roots) -> (Vec<KfdProcess>, Vec<String>) {
     let processes = processes
         .into_iter()
         .map(|sysfs| {
-            let info = match procinfo::read_with(&roots.proc, &roots.docker, sysfs.pid) {
+            let info = match procinfo::read_with(roots, sysfs.pid) {
                 Ok(info) => Some(info),
                 Err(e) => {
                     notes.push(format!("pid {}: {e}", sysfs.pid));

@@ -1,5 +1,9 @@
 //! Who a host pid is: its `comm`, its pid inside its own pid namespace, and the container it runs in.
 //!
+//! Container names come from the runtime's own records: Docker's `containers/<id>/config.v2.json`
+//! ([`docker_name`]), Podman's containers/storage `containers.json` ([`storage_name`]), LXC's
+//! cgroup name.
+//!
 //! KFD names processes by host TGID (docs/kfd.md §4.1), which says little to someone who started a job in a
 //! container. Everything here comes from `/proc` and the container runtimes' on-disk state, without calling any
 //! container CLI or daemon.
@@ -38,7 +42,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::roots::DOCKER_ROOT;
+use super::roots::Roots;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProcInfoError {
@@ -68,7 +72,8 @@ pub struct Container {
     pub runtime: Runtime,
     /// Full id as it appears in the cgroup path (LXC: the container name; pod-only: the pod uid).
     pub id: String,
-    /// Human name when it can be found without a CLI: Docker's `config.v2.json`, LXC's cgroup name.
+    /// Human name when it can be found without a CLI: Docker's `config.v2.json`, Podman's
+    /// `containers.json`, LXC's cgroup name.
     pub name: Option<String>,
     /// Kubernetes pod uid, dashed form.
     pub pod_uid: Option<String>,
@@ -122,15 +127,15 @@ pub fn kfd_files(proc_root: &Path, pid: u32) -> io::Result<usize> {
     Ok(n)
 }
 
-/// [`read_with`] with Docker's default data root.
+/// [`read_with`] with the runtimes' default data roots.
 pub fn read(proc_root: &Path, pid: u32) -> Result<ProcInfo, ProcInfoError> {
-    read_with(proc_root, Path::new(DOCKER_ROOT), pid)
+    read_with(&Roots { proc: proc_root.to_owned(), ..Roots::default() }, pid)
 }
 
-/// Identity of `pid` from `proc_root` (normally [`super::roots::PROC_ROOT`]); Docker container names come from
-/// `docker_root/containers/<id>/config.v2.json`.
-pub fn read_with(proc_root: &Path, docker_root: &Path, pid: u32) -> Result<ProcInfo, ProcInfoError> {
-    let dir = proc_root.join(pid.to_string());
+/// Identity of `pid` from `roots.proc` (normally [`super::roots::PROC_ROOT`]); Docker container names come from
+/// `roots.docker/containers/<id>/config.v2.json`, Podman's from `roots.containers_storage`.
+pub fn read_with(roots: &Roots, pid: u32) -> Result<ProcInfo, ProcInfoError> {
+    let dir = roots.proc.join(pid.to_string());
     match fs::metadata(&dir) {
         Ok(meta) if meta.is_dir() => {}
         Ok(_) => return Err(ProcInfoError::NoSuchProcess { pid, path: dir }),
@@ -142,8 +147,10 @@ pub fn read_with(proc_root: &Path, docker_root: &Path, pid: u32) -> Result<ProcI
     let comm = read_lossy(&dir.join("comm")).map(|s| s.strip_suffix('\n').unwrap_or(&s).to_string());
     let ns_pid = read_lossy(&dir.join("status")).and_then(|status| ns_pid(&status));
     let container = read_lossy(&dir.join("cgroup")).and_then(|cgroup| container_from_cgroup(&cgroup)).map(|mut c| {
-        if c.runtime == Runtime::Docker {
-            c.name = docker_name(docker_root, &c.id);
+        match c.runtime {
+            Runtime::Docker => c.name = docker_name(&roots.docker, &c.id),
+            Runtime::Podman => c.name = storage_name(&roots.containers_storage, &c.id),
+            _ => {}
         }
         c
     });
@@ -183,6 +190,23 @@ pub fn docker_name(docker_root: &Path, id: &str) -> Option<String> {
     let name = config.get("Name")?.as_str()?;
     let name = name.strip_prefix('/').unwrap_or(name);
     (!name.is_empty()).then(|| name.to_string())
+}
+
+/// Podman's name for container `id`: the first of `names` in containers/storage's record of it, a
+/// `containers.json` (or, for containers kept only in memory, `volatile-containers.json`) array of
+/// `{"id", "names", …}` in one of `dirs` (Podman 4.3 writes `--rm` containers to `containers.json`
+/// too, flagged `Volatile`). `None` when no record names it.
+pub fn storage_name(dirs: &[PathBuf], id: &str) -> Option<String> {
+    if !is_container_hex(id) {
+        return None;
+    }
+    let files = dirs.iter().flat_map(|d| [d.join("containers.json"), d.join("volatile-containers.json")]);
+    files.filter_map(|f| fs::read_to_string(f).ok()).find_map(|text| {
+        let records: Vec<serde_json::Value> = serde_json::from_str(&text).ok()?;
+        let record = records.iter().find(|r| r.get("id").and_then(|v| v.as_str()) == Some(id))?;
+        let name = record.get("names")?.as_array()?.first()?.as_str()?;
+        (!name.is_empty()).then(|| name.to_owned())
+    })
 }
 
 fn read_lossy(path: &Path) -> Option<String> {
@@ -282,10 +306,11 @@ fn is_container_hex(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::FakeHost;
 
     #[test]
     fn kfd_files_counts_the_fd_links_to_dev_kfd() {
-        let mut host = crate::test_support::FakeHost::new();
+        let mut host = FakeHost::new();
         host.dir("proc/77/fd");
         let fd = host.path().join("proc/77/fd");
         for (n, target) in [("0", "/dev/null"), ("3", "/dev/kfd"), ("4", "/dev/dri/renderD128"), ("9", "/dev/kfd")] {
@@ -296,7 +321,6 @@ mod tests {
         assert_eq!(kfd_files(&host.path().join("proc"), 77).expect("readable"), 1);
         assert_eq!(kfd_files(&host.path().join("proc"), 78).map_err(|e| e.kind()), Err(io::ErrorKind::NotFound));
     }
-    use crate::{host::roots::Roots, test_support::FakeHost};
 
     const HEX: &str = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00112233445566778899";
     const HEX2: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -417,6 +441,15 @@ mod tests {
     }
 
     #[test]
+    fn podman_cgroupfs_seen_from_another_containers_cgroup_namespace() {
+        // Podman's cgroupfs manager (`libpod_parent`), and the same process as a containerised
+        // agent sees it: cgroup v2 paths are relative to the reader's cgroup namespace root.
+        for text in [format!("0::/libpod_parent/libpod-{HEX}\n"), format!("0::/../libpod-{HEX}\n")] {
+            assert_eq!(container_from_cgroup(&text), container(Runtime::Podman, HEX, None, None), "{text}");
+        }
+    }
+
+    #[test]
     fn podman_conmon_is_not_the_container() {
         let text = format!("0::/machine.slice/libpod-conmon-{HEX}.scope\n");
         assert_eq!(container_from_cgroup(&text), None);
@@ -492,7 +525,7 @@ mod tests {
         let mut host = proc_tree(STATUS, &format!("0::/system.slice/docker-{HEX}.scope\n"));
         host.docker_container(HEX, &docker_config("/trainer"));
         let roots = host.roots();
-        let info = read_with(&roots.proc, &roots.docker, 4242).expect("read");
+        let info = read_with(&roots, 4242).expect("read");
         assert_eq!(
             info,
             ProcInfo {
@@ -507,15 +540,44 @@ mod tests {
     #[test]
     fn read_docker_without_or_with_garbled_config_has_no_name() {
         let mut host = proc_tree(STATUS, &format!("0::/docker/{HEX}\n"));
-        let Roots { proc: proc_root, docker: docker_root, .. } = host.roots();
-        let info = read_with(&proc_root, &docker_root, 4242).expect("read");
+        let roots = host.roots();
+        let info = read_with(&roots, 4242).expect("read");
         assert_eq!(info.container, container(Runtime::Docker, HEX, None, None));
 
         for garbled in ["", "{", "[\"Name\",\"/x\"]", "{\"Name\":42}", "{\"Config\":{\"Name\":\"/x\"}}", "\u{0}\u{1}"] {
             host.docker_container(HEX, garbled);
-            let info = read_with(&proc_root, &docker_root, 4242).expect("read");
+            let info = read_with(&roots, 4242).expect("read");
             assert_eq!(info.container, container(Runtime::Docker, HEX, None, None), "{garbled:?}");
         }
+    }
+
+    /// containers/storage's record as Podman 4.3 writes it (two containers, the second `--rm`).
+    fn containers_json(first: &str, second: &str) -> String {
+        format!(
+            r#"[{{"id":"{first}","names":["alpha"],"image":"d148","layer":"8462","metadata":"{{\"name\":\"alpha\"}}","flags":{{"MountLabel":""}}}},{{"id":"{second}","names":["beta"],"flags":{{"Volatile":true}}}}]"#
+        )
+    }
+
+    #[test]
+    fn read_podman_process_names_it_from_containers_storage() {
+        let host = proc_tree(STATUS, &format!("0::/libpod_parent/libpod-{HEX2}\n"));
+        let roots = host.roots();
+        let dir = &roots.containers_storage[0];
+        fs::create_dir_all(dir).expect("mkdir");
+        fs::write(dir.join("containers.json"), containers_json(HEX, HEX2)).expect("write");
+        let info = read_with(&roots, 4242).expect("read");
+        assert_eq!(info.container, container(Runtime::Podman, HEX2, Some("beta"), None));
+        // A transient store's file, or none, or one without this id.
+        fs::remove_file(dir.join("containers.json")).expect("rm");
+        assert_eq!(read_with(&roots, 4242).expect("read").container, container(Runtime::Podman, HEX2, None, None));
+        fs::write(dir.join("volatile-containers.json"), containers_json(HEX2, HEX)).expect("write");
+        assert_eq!(storage_name(&roots.containers_storage, HEX2).as_deref(), Some("alpha"));
+        assert_eq!(storage_name(&roots.containers_storage, HEX).as_deref(), Some("beta"));
+        for garbled in ["", "{", r#"{"id":"x"}"#, &format!(r#"[{{"id":"{HEX}","names":[]}}]"#)] {
+            fs::write(dir.join("volatile-containers.json"), garbled).expect("write");
+            assert_eq!(storage_name(&roots.containers_storage, HEX), None, "{garbled:?}");
+        }
+        assert_eq!(storage_name(&roots.containers_storage, "../x"), None, "not a container id");
     }
 
     #[test]

@@ -9,6 +9,11 @@ use std::path::PathBuf;
 pub const PROC_ROOT: &str = "/proc";
 /// Docker's default data root (`dockerd --data-root`).
 pub const DOCKER_ROOT: &str = "/var/lib/docker";
+/// Where containers/storage (Podman, Buildah, CRI-O) keeps its container records with the overlay
+/// driver, as root: under the default graphroot (`/var/lib/containers/storage`) and, for
+/// transient stores, the default runroot (`/run/containers/storage`).
+pub const CONTAINERS_STORAGE: [&str; 2] =
+    ["/var/lib/containers/storage/overlay-containers", "/run/containers/storage/overlay-containers"];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Roots {
@@ -18,6 +23,8 @@ pub struct Roots {
     pub sys: PathBuf,
     /// Stands for `/var/lib/docker` (container names).
     pub docker: PathBuf,
+    /// Stand for [`CONTAINERS_STORAGE`] (Podman's container names).
+    pub containers_storage: Vec<PathBuf>,
     /// Stands for `/sys/kernel/debug/kfd` (`mqds`, `hqds`, `rls`; root only).
     pub debugfs_kfd: PathBuf,
 }
@@ -28,6 +35,7 @@ impl Default for Roots {
             proc: PROC_ROOT.into(),
             sys: "/sys".into(),
             docker: DOCKER_ROOT.into(),
+            containers_storage: CONTAINERS_STORAGE.iter().map(PathBuf::from).collect(),
             debugfs_kfd: "/sys/kernel/debug/kfd".into(),
         }
     }

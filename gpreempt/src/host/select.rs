@@ -107,7 +107,7 @@ impl Selector {
     pub fn matches_new(&self, roots: &Roots, pid: HostPid) -> bool {
         match self {
             Self::Pid(p) => *p == pid,
-            Self::Container(_) | Self::Pod(_) => procinfo::read_with(&roots.proc, &roots.docker, pid.0)
+            Self::Container(_) | Self::Pod(_) => procinfo::read_with(roots, pid.0)
                 .ok()
                 .is_some_and(|info| self.matches(pid, info.container.as_ref(), &K8sRoots::beside(roots))),
         }

@@ -8,7 +8,7 @@
 //! every series, `kfd_process_id` (the host pid KFD names the process by), `gpu_id` (KFD's
 //! `gpu_id`, as `/sys/class/kfd/kfd/topology/nodes/*/gpu_id` shows it), and `pod`,
 //! `namespace`, `container` when the process runs in a Kubernetes pod that [`crate::host::k8s`] can
-//! name. The reference table of every series is in README.md ("Metrics").
+//! name, and `container` alone for a named container outside Kubernetes (Docker, Podman, LXC). The reference table of every series is in README.md ("Metrics").
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -365,12 +365,16 @@ impl Recorder {
         let identify = &mut self.identify;
         self.tracked.entry(pid).or_insert_with(|| {
             let mut base = vec![("kfd_process_id", pid.to_string())];
-            if let Some(pod) = model.process(pid).and_then(&mut *identify) {
+            let entry = model.process(pid);
+            if let Some(pod) = entry.and_then(&mut *identify) {
                 base.push(("pod", pod.name));
                 base.push(("namespace", pod.namespace));
                 if let Some(c) = pod.container {
                     base.push(("container", c));
                 }
+            } else if let Some(name) = entry.and_then(|p| p.container.as_ref()?.name.clone()) {
+                // Outside Kubernetes the runtime's own name (Docker, Podman, LXC) is the container.
+                base.push(("container", name));
             }
             Tracked { base, ..Default::default() }
         })

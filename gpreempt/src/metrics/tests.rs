@@ -159,3 +159,36 @@ fn ten_thousand_short_lived_processes_leave_no_series_behind() {
     assert_eq!((p.model().registry().processes.len(), p.model().registry().finished.len()), (0, 0));
     assert_eq!(metrics.encode(), baseline);
 }
+
+/// A process in a Podman container (no pod) carries the container's name, as containers/storage
+/// records it; one outside any container carries only its pid.
+#[test]
+fn a_named_container_outside_kubernetes_labels_its_processes() {
+    const ID: &str = "1d1580dd9c68206259d9bc0de4d033e858cc154bb7ffd6a10ccd797c05a81457";
+    let mut host = crate::test_support::FakeHost::new();
+    host.process(
+        10,
+        "emu-workload",
+        "Name:\temu-workload\nNSpid:\t10\t1\n",
+        &format!("0::/libpod_parent/libpod-{ID}\n"),
+    )
+    .process(20, "python3", "Name:\tpython3\nNSpid:\t20\n", "0::/user.slice/session-1.scope\n")
+    .file(
+        "containers/storage/overlay-containers/containers.json",
+        format!(r#"[{{"id":"{ID}","names":["trainer"],"flags":{{"Volatile":true}}}}]"#),
+    );
+    let metrics = Metrics::new("node-a", "0.1.0");
+    let recorder = std::rc::Rc::new(std::cell::RefCell::new(Recorder::new(metrics.clone(), Box::new(|_| None))));
+    let mut p = Pipeline::new(Model::new(Some(host.roots())), Filter::default());
+    p.subscribe(Box::new(recorder.clone()));
+    p.deliver(&ev(10, 1, create(0, 0xa)));
+    p.deliver(&ev(20, 2, create(1, 0xa)));
+    recorder.borrow_mut().refresh(p.model());
+    let text = metrics.encode();
+    for line in [
+        "gpreempt_queues{hostname=\"node-a\",kfd_process_id=\"10\",container=\"trainer\",gpu_id=\"10\",queue_type=\"compute-aql\",state=\"active\"} 1\n",
+        "gpreempt_queues{hostname=\"node-a\",kfd_process_id=\"20\",gpu_id=\"10\",queue_type=\"compute-aql\",state=\"active\"} 1\n",
+    ] {
+        assert!(text.contains(line), "{line} not in {text}");
+    }
+}

@@ -85,7 +85,7 @@ pub struct ProcessEntry {
 
 impl ProcessEntry {
     fn new(pid: HostPid, roots: Option<&Roots>) -> Self {
-        let info = roots.and_then(|r| procinfo::read_with(&r.proc, &r.docker, pid.0).ok());
+        let info = roots.and_then(|r| procinfo::read_with(r, pid.0).ok());
         Self {
             pid,
             comm: info.as_ref().and_then(|i| i.comm.clone()),

@@ -38,6 +38,38 @@ pub enum LoadError {
     NoProgram { program: &'static str },
     #[error("eBPF program {program}: {cause}")]
     Program { program: &'static str, cause: ProgramError },
+    #[error("eBPF program {program}: {cause}{hint}")]
+    Attach { program: &'static str, cause: ProgramError, hint: String },
+}
+
+/// The errno of a failed attach and, when this host's settings explain it, the cause and the fix.
+fn attach_hint(cause: &ProgramError) -> String {
+    let errno = std::error::Error::source(cause)
+        .and_then(|e| e.downcast_ref::<std::io::Error>())
+        .and_then(std::io::Error::raw_os_error);
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok();
+    let caps = std::fs::read_to_string("/proc/self/status").ok();
+    let has_sys_admin =
+        caps.as_deref().and_then(crate::host::procinfo::effective_caps).is_some_and(|c| c & (1 << 21) != 0);
+    hint_for(errno, paranoid.as_deref().and_then(|p| p.trim().parse().ok()), has_sys_admin)
+}
+
+/// See [`attach_hint`]. Debian's and Ubuntu's kernels carry a patch that adds
+/// `kernel.perf_event_paranoid` levels above 2 (Debian's default is 3) at which perf_event_open(2)
+/// checks CAP_SYS_ADMIN itself, not CAP_PERFMON (kernel/events/core.c, `perf_paranoid_any()`;
+/// observed on Debian 6.12.117: EACCES with CAP_PERFMON at 3, attached at 2).
+fn hint_for(errno: Option<i32>, paranoid: Option<i32>, has_sys_admin: bool) -> String {
+    let Some(errno) = errno else { return String::new() };
+    let os = std::io::Error::from_raw_os_error(errno);
+    match paranoid {
+        Some(level) if level > 2 && errno == libc::EACCES && !has_sys_admin => format!(
+            " ({os}): kernel.perf_event_paranoid is {level}, at which Debian's and Ubuntu's kernels allow \
+             perf_event_open(2) only with CAP_SYS_ADMIN, CAP_PERFMON or not; set it to 2 on the host \
+             (`sysctl -w kernel.perf_event_paranoid=2`, and a file in /etc/sysctl.d to keep it) or run \
+             gpreempt with CAP_SYS_ADMIN"
+        ),
+        _ => format!(" ({os})"),
+    }
 }
 
 /// The loaded programs with their attachments; dropping it detaches everything.
@@ -104,7 +136,11 @@ pub fn attach(
                 .try_into()
                 .map_err(|source| LoadError::Program { program, cause: source })?;
             kprobe.load().map_err(|source| LoadError::Program { program, cause: source })?;
-            kprobe.attach(&symbol, 0).map_err(|source| LoadError::Program { program, cause: source })?;
+            kprobe.attach(&symbol, 0).map_err(|cause| LoadError::Attach {
+                program,
+                hint: attach_hint(&cause),
+                cause,
+            })?;
             Ok(kprobe.info().map(|info| info.id()).ok())
         })();
         match result {
@@ -152,6 +188,17 @@ fn raise_memlock_limit() {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_attach_refused_for_perf_event_paranoid_names_the_setting_and_the_fix() {
+        let hint = super::hint_for(Some(libc::EACCES), Some(3), false);
+        assert!(hint.starts_with(" (Permission denied (os error 13)): kernel.perf_event_paranoid is 3,"), "{hint}");
+        assert!(hint.contains("sysctl -w kernel.perf_event_paranoid=2"), "{hint}");
+        for (paranoid, sys_admin) in [(Some(2), false), (Some(3), true), (None, false)] {
+            assert_eq!(super::hint_for(Some(libc::EACCES), paranoid, sys_admin), " (Permission denied (os error 13))");
+        }
+        assert_eq!(super::hint_for(None, Some(3), false), "");
+    }
+
     use super::*;
 
     /// The programs the embedded object defines (parsed, not loaded: no root needed).
