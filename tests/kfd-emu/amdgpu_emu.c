@@ -4,7 +4,7 @@
  * device named "amdgpu" (version 3.x, as libdrm_amdgpu requires) per emulated GPU, each with a
  * render node /dev/dri/renderD<minor> that answers what ROCm 5.2's libhsakmt asks through
  * libdrm_amdgpu's amdgpu_device_initialize(): DRM_IOCTL_VERSION (DRM core) and AMDGPU_INFO
- * queries DEV_INFO and READ_MMR_REG (GB_ADDR_CONFIG). The render minors go to kfd_emu's
+ * queries ACCEL_WORKING, DEV_INFO and READ_MMR_REG (GB_ADDR_CONFIG). The render minors go to kfd_emu's
  * topology (drm_render_minor) and kfd_emu's ACQUIRE_VM accepts only these files, as amdgpu's
  * KFD accepts only its own DRM files.
  *
@@ -99,6 +99,11 @@ static int emu_info_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 	if (!info->return_size || !info->return_pointer)
 		return -EINVAL;
 	switch (info->query) {
+	case AMDGPU_INFO_ACCEL_WORKING: {
+		u32 working = 1;	/* adev->accel_working */
+
+		return copy_to_user(out, &working, min_t(u32, size, sizeof(working))) ? -EFAULT : 0;
+	}
 	case AMDGPU_INFO_DEV_INFO: {
 		struct drm_amdgpu_info_device *di;
 		int ret;

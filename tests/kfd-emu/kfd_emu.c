@@ -103,6 +103,7 @@ static struct kobject *emu_ctl_kobj;
 static void kfd_unref_process(struct kfd_process *p);
 static int render_gpu_of_file(struct file *file);
 static void emu_process_free_bos(struct kfd_process *p);
+static void emu_process_free_events(struct kfd_process *p);
 
 static void dqm_lock(struct device_queue_manager *dqm)
 {
@@ -1965,6 +1966,7 @@ __used noinline void kfd_process_wq_release(struct work_struct *work)
 	kfd_process_dequeue_from_all_devices(p);
 	pqm_uninit(&p->pqm);
 	kfd_process_remove_sysfs(p);
+	emu_process_free_events(p);
 	emu_process_free_bos(p);
 	/* kfd_process_destroy_pdds(): the render node files ACQUIRE_VM took */
 	for (i = 0; i < p->n_pdds; i++)
@@ -2048,6 +2050,9 @@ static struct kfd_process *create_process(struct task_struct *thread)
 	sema_init(&p->runtime_enable_sema, 0);
 	INIT_LIST_HEAD(&p->pqm.queues);
 	idr_init(&p->bo_idr);
+	idr_init(&p->event_idr);
+	mutex_init(&p->events_lock);
+	init_waitqueue_head(&p->event_wq);
 	p->pqm.process = p;
 	p->mm = thread->mm;
 	p->mm_grabbed = thread->mm;
@@ -2793,7 +2798,7 @@ static struct emu_bo *emu_bo_lookup(struct kfd_process *p, u64 handle)
 	return bo && bo->gpu == pdd - p->pdds ? bo : NULL;
 }
 
-/* kfd_ioctl_free_memory_of_gpu() (6.12.117): unknown gpu or handle -EINVAL */
+/* kfd_ioctl_free_memory_of_gpu() (6.12.117): unknown gpu or handle -EINVAL, the event page -EPERM */
 static int kfd_ioctl_free_memory_of_gpu(struct file *filep, struct kfd_process *p, void *data)
 {
 	struct kfd_ioctl_free_memory_of_gpu_args *args = data;
@@ -2804,6 +2809,11 @@ static int kfd_ioctl_free_memory_of_gpu(struct file *filep, struct kfd_process *
 	bo = emu_bo_lookup(p, args->handle);
 	if (!bo) {
 		err = -EINVAL;
+		goto out;
+	}
+	/* "Free signal BO is not allowed" */
+	if (bo->kaddr && (void *)p->signal_page == bo->kaddr) {
+		err = -EPERM;
 		goto out;
 	}
 	idr_remove(&p->bo_idr, EMU_HANDLE_IDR(args->handle));
@@ -2959,6 +2969,305 @@ int kfd_emu_render_mmap(unsigned int gpu, struct vm_area_struct *vma)
 }
 EXPORT_SYMBOL_GPL(kfd_emu_render_mmap);
 
+/*
+ * ---- events (kfd_events.c, 6.12.117) ----
+ *
+ * Signal and debug events take ids 0..4095, which are their slots in the signal page (u64 each,
+ * UNSIGNALED_EVENT_SLOT = -1 until signalled); other types take ids from 4096. The first
+ * CREATE_EVENT of a dGPU process names the event page, a GTT object the process allocated
+ * (kfd_kmap_event_page); without one KFD allocates the page itself. SET_EVENT raises a signal
+ * event from the CPU; WAIT_EVENTS sleeps until any (or all) of its events fire, the timeout
+ * (ms; 0 polls, 0xFFFFFFFF waits forever) passes, or a signal arrives (-ERESTARTSYS).
+ */
+
+#define EMU_UNSIGNALED_EVENT_SLOT ((u64)-1)
+#define EMU_EVENT_TIMEOUT_INFINITE 0xFFFFFFFFu
+
+struct emu_event {
+	u32 id;
+	u32 type;
+	bool auto_reset;
+	bool signaled;
+	u64 age;		/* event_age: 1 at creation, +1 per signal (never 0) */
+};
+
+static bool emu_event_is_signal(u32 type)
+{
+	return type == KFD_IOC_EVENT_SIGNAL || type == KFD_IOC_EVENT_DEBUG_EVENT;
+}
+
+static int emu_event_free_cb(int id, void *ptr, void *data)
+{
+	kfree(ptr);
+	return 0;
+}
+
+static void emu_process_free_events(struct kfd_process *p)
+{
+	idr_for_each(&p->event_idr, emu_event_free_cb, NULL);
+	idr_destroy(&p->event_idr);
+	if (p->signal_page_owned)
+		vfree(p->signal_page);
+}
+
+/* kfd_kmap_event_page(): the page once, from a GTT object of the process (p->mutex held) */
+static int emu_set_event_page(struct kfd_process *p, u64 handle)
+{
+	struct emu_bo *bo;
+
+	if (p->signal_page)
+		return -EINVAL;	/* "Event page is already set" */
+	if (!kfd_process_device_data_by_id(p, EMU_HANDLE_GPU(handle)))
+		return -EINVAL;
+	bo = emu_bo_lookup(p, handle);
+	if (!bo || !bo->kaddr)
+		return -EINVAL;
+	if (bo->size < KFD_SIGNAL_EVENT_LIMIT * 8)
+		return -EINVAL;
+	memset(bo->kaddr, 0xff, KFD_SIGNAL_EVENT_LIMIT * 8);
+	p->signal_page = bo->kaddr;
+	return 0;
+}
+
+static int kfd_ioctl_create_event(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_create_event_args *args = data;
+	struct emu_event *ev;
+	int id, err = 0;
+
+	if (args->event_page_offset) {
+		mutex_lock(&p->mutex);
+		mutex_lock(&p->events_lock);
+		err = emu_set_event_page(p, args->event_page_offset);
+		mutex_unlock(&p->events_lock);
+		mutex_unlock(&p->mutex);
+		if (err)
+			return err;
+	}
+	ev = kzalloc(sizeof(*ev), GFP_KERNEL);
+	if (!ev)
+		return -ENOMEM;
+	ev->type = args->event_type;
+	ev->auto_reset = args->auto_reset != 0;
+	args->event_page_offset = 0;
+	mutex_lock(&p->events_lock);
+	if (emu_event_is_signal(ev->type)) {
+		if (!p->signal_page) {
+			p->signal_page = vmalloc_user(KFD_SIGNAL_EVENT_LIMIT * 8);
+			if (!p->signal_page) {
+				err = -ENOMEM;
+				goto fail;
+			}
+			p->signal_page_owned = true;
+			memset(p->signal_page, 0xff, KFD_SIGNAL_EVENT_LIMIT * 8);
+		}
+		if (p->signal_event_count == KFD_SIGNAL_EVENT_LIMIT) {
+			err = -ENOSPC;
+			goto fail;
+		}
+		id = idr_alloc(&p->event_idr, ev, 0, KFD_SIGNAL_EVENT_LIMIT, GFP_KERNEL);
+		if (id < 0) {
+			err = -ENOSPC;
+			goto fail;
+		}
+		p->signal_event_count++;
+		p->signal_page[id] = EMU_UNSIGNALED_EVENT_SLOT;
+		/* KFD_MMAP_TYPE_EVENTS, shifted as kfd_event_create() returns it */
+		args->event_page_offset = (0x2ULL << 62) << PAGE_SHIFT;
+		args->event_slot_index = id;
+	} else {
+		id = idr_alloc(&p->event_idr, ev, KFD_SIGNAL_EVENT_LIMIT, 0, GFP_KERNEL);
+		if (id < 0) {
+			err = id;
+			goto fail;
+		}
+	}
+	ev->id = id;
+	ev->age = 1;
+	args->event_id = id;
+	args->event_trigger_data = id;
+	mutex_unlock(&p->events_lock);
+	return 0;
+fail:
+	mutex_unlock(&p->events_lock);
+	kfree(ev);
+	return err;
+}
+
+/* kfd_event_destroy(): unknown id -EINVAL; waiters on it wake and fail */
+static int kfd_ioctl_destroy_event(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_destroy_event_args *args = data;
+	struct emu_event *ev;
+	int err = 0;
+
+	mutex_lock(&p->events_lock);
+	ev = idr_find(&p->event_idr, args->event_id);
+	if (!ev) {
+		err = -EINVAL;
+	} else {
+		idr_remove(&p->event_idr, ev->id);
+		if (emu_event_is_signal(ev->type))
+			p->signal_event_count--;
+		kfree(ev);
+	}
+	mutex_unlock(&p->events_lock);
+	wake_up_all(&p->event_wq);
+	return err;
+}
+
+/* set_event(): signalled (for an auto-reset event, until one waiter consumes it), age + 1 */
+static void emu_event_fire(struct emu_event *ev)
+{
+	ev->signaled = true;
+	if (!++ev->age)
+		ev->age = 2;
+}
+
+/* kfd_set_event() / kfd_reset_event(): unknown id or not a signal event -EINVAL */
+static int kfd_ioctl_set_event(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_set_event_args *args = data;
+	struct emu_event *ev;
+	int err = 0;
+
+	mutex_lock(&p->events_lock);
+	ev = idr_find(&p->event_idr, args->event_id);
+	if (!ev || ev->type != KFD_IOC_EVENT_SIGNAL)
+		err = -EINVAL;
+	else
+		emu_event_fire(ev);
+	mutex_unlock(&p->events_lock);
+	wake_up_all(&p->event_wq);
+	return err;
+}
+
+static int kfd_ioctl_reset_event(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_reset_event_args *args = data;
+	struct emu_event *ev;
+	int err = 0;
+
+	mutex_lock(&p->events_lock);
+	ev = idr_find(&p->event_idr, args->event_id);
+	if (!ev || ev->type != KFD_IOC_EVENT_SIGNAL)
+		err = -EINVAL;
+	else
+		ev->signaled = false;
+	mutex_unlock(&p->events_lock);
+	return err;
+}
+
+struct emu_waiter {
+	u32 id;
+	u64 age;		/* the caller's last_event_age (0: not used) */
+	bool activated;
+};
+
+/*
+ * One pass of kfd_wait_on_events()'s test: activate the waiters whose event is signalled (an
+ * auto-reset event is consumed) or, when the caller gave a last_event_age, whose age moved.
+ * Returns KFD_IOC_WAIT_RESULT_COMPLETE when any (all) are activated, FAIL when an event is
+ * gone, else TIMEOUT (still waiting).
+ */
+static u32 emu_events_test(struct kfd_process *p, struct emu_waiter *w, u32 n, bool all)
+{
+	u32 i, activated = 0;
+
+	for (i = 0; i < n; i++) {
+		struct emu_event *ev = idr_find(&p->event_idr, w[i].id);
+
+		if (!ev)
+			return KFD_IOC_WAIT_RESULT_FAIL;
+		if (!w[i].activated) {
+			if (ev->signaled) {
+				w[i].activated = true;
+				if (ev->auto_reset)
+					ev->signaled = false;
+			} else if (w[i].age && emu_event_is_signal(ev->type) && ev->age != w[i].age) {
+				w[i].activated = true;
+			}
+		}
+		activated += w[i].activated;
+	}
+	if (all ? activated == n : activated > 0)
+		return KFD_IOC_WAIT_RESULT_COMPLETE;
+	return KFD_IOC_WAIT_RESULT_TIMEOUT;
+}
+
+static int kfd_ioctl_wait_events(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_wait_events_args *args = data;
+	struct kfd_event_data __user *events = u64_to_user_ptr(args->events_ptr);
+	long timeout = args->timeout == 0 ? 0 :
+		       args->timeout == EMU_EVENT_TIMEOUT_INFINITE ? MAX_SCHEDULE_TIMEOUT :
+		       (long)msecs_to_jiffies(args->timeout) + 1;
+	struct emu_waiter *w;
+	u32 i, result;
+	int err = 0;
+
+	w = kcalloc(args->num_events, sizeof(*w), GFP_KERNEL);
+	if (args->num_events && !w)
+		return -ENOMEM;
+	for (i = 0; i < args->num_events; i++) {
+		struct kfd_event_data ed;
+
+		if (copy_from_user(&ed, &events[i], sizeof(ed))) {
+			err = -EFAULT;
+			goto out;
+		}
+		w[i].id = ed.event_id;
+		w[i].age = ed.signal_event_data.last_event_age;
+	}
+	mutex_lock(&p->events_lock);
+	for (i = 0; i < args->num_events; i++)
+		if (!idr_find(&p->event_idr, w[i].id)) {
+			mutex_unlock(&p->events_lock);
+			err = -EINVAL;
+			goto out;
+		}
+	for (;;) {
+		DEFINE_WAIT(wait);
+
+		prepare_to_wait(&p->event_wq, &wait, TASK_INTERRUPTIBLE);
+		result = emu_events_test(p, w, args->num_events, args->wait_for_all);
+		mutex_unlock(&p->events_lock);
+		if (result != KFD_IOC_WAIT_RESULT_TIMEOUT || timeout <= 0) {
+			finish_wait(&p->event_wq, &wait);
+			break;
+		}
+		if (signal_pending(current)) {
+			finish_wait(&p->event_wq, &wait);
+			err = -ERESTARTSYS;
+			goto out;
+		}
+		timeout = schedule_timeout(timeout);
+		finish_wait(&p->event_wq, &wait);
+		mutex_lock(&p->events_lock);
+	}
+	args->wait_result = result;
+	/* copy_signaled_event_data(): an activated signal event's age, when the caller gave one */
+	mutex_lock(&p->events_lock);
+	for (i = 0; i < args->num_events && result == KFD_IOC_WAIT_RESULT_COMPLETE; i++) {
+		struct emu_event *ev = idr_find(&p->event_idr, w[i].id);
+		u64 age;
+
+		if (!ev || !w[i].activated || !w[i].age || !emu_event_is_signal(ev->type))
+			continue;
+		age = ev->age;
+		mutex_unlock(&p->events_lock);
+		if (put_user(age, &events[i].signal_event_data.last_event_age)) {
+			err = -EFAULT;
+			goto out;
+		}
+		mutex_lock(&p->events_lock);
+	}
+	mutex_unlock(&p->events_lock);
+out:
+	kfree(w);
+	return err;
+}
+
 typedef int amdkfd_ioctl_t(struct file *filep, struct kfd_process *p, void *data);
 
 struct amdkfd_ioctl_desc {
@@ -2973,6 +3282,11 @@ static const struct amdkfd_ioctl_desc amdkfd_ioctls[AMDKFD_COMMAND_END] = {
 	[0x04] = { AMDKFD_IOC_SET_MEMORY_POLICY, kfd_ioctl_set_memory_policy },
 	[0x05] = { AMDKFD_IOC_GET_CLOCK_COUNTERS, kfd_ioctl_get_clock_counters },
 	[0x07] = { AMDKFD_IOC_UPDATE_QUEUE, kfd_ioctl_update_queue },
+	[0x08] = { AMDKFD_IOC_CREATE_EVENT, kfd_ioctl_create_event },
+	[0x09] = { AMDKFD_IOC_DESTROY_EVENT, kfd_ioctl_destroy_event },
+	[0x0A] = { AMDKFD_IOC_SET_EVENT, kfd_ioctl_set_event },
+	[0x0B] = { AMDKFD_IOC_RESET_EVENT, kfd_ioctl_reset_event },
+	[0x0C] = { AMDKFD_IOC_WAIT_EVENTS, kfd_ioctl_wait_events },
 	[0x14] = { AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_ioctl_get_process_apertures_new },
 	[0x15] = { AMDKFD_IOC_ACQUIRE_VM, kfd_ioctl_acquire_vm },
 	[0x16] = { AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, kfd_ioctl_alloc_memory_of_gpu },

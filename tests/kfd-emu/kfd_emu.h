@@ -393,7 +393,73 @@ struct kfd_ioctl_get_available_memory_args {
 	__u32 pad;
 };
 
+/* events (kfd_ioctl.h) */
+#define KFD_IOC_EVENT_SIGNAL 0
+#define KFD_IOC_EVENT_NODECHANGE 1
+#define KFD_IOC_EVENT_DEVICESTATECHANGE 2
+#define KFD_IOC_EVENT_HW_EXCEPTION 3
+#define KFD_IOC_EVENT_SYSTEM_EVENT 4
+#define KFD_IOC_EVENT_DEBUG_EVENT 5
+#define KFD_IOC_EVENT_PROFILE_EVENT 6
+#define KFD_IOC_EVENT_QUEUE_EVENT 7
+#define KFD_IOC_EVENT_MEMORY 8
+#define KFD_IOC_WAIT_RESULT_COMPLETE 0
+#define KFD_IOC_WAIT_RESULT_TIMEOUT 1
+#define KFD_IOC_WAIT_RESULT_FAIL 2
+#define KFD_SIGNAL_EVENT_LIMIT 4096
+
+struct kfd_ioctl_create_event_args {
+	__u64 event_page_offset;
+	__u32 event_trigger_data;
+	__u32 event_type;
+	__u32 auto_reset;
+	__u32 node_id;
+	__u32 event_id;
+	__u32 event_slot_index;
+};
+
+struct kfd_ioctl_destroy_event_args {
+	__u32 event_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_set_event_args {
+	__u32 event_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_reset_event_args {
+	__u32 event_id;
+	__u32 pad;
+};
+
+/* struct kfd_event_data: a 32-byte union (memory/hw exception data, signal last_event_age) */
+struct kfd_event_data {
+	union {
+		__u8 exception_data[32];
+		struct {
+			__u64 last_event_age;
+		} signal_event_data;
+	};
+	__u64 kfd_event_data_ext;
+	__u32 event_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_wait_events_args {
+	__u64 events_ptr;
+	__u32 num_events;
+	__u32 wait_for_all;
+	__u32 timeout;
+	__u32 wait_result;
+};
+
 #define AMDKFD_IOCTL_BASE 'K'
+#define AMDKFD_IOC_CREATE_EVENT _IOWR(AMDKFD_IOCTL_BASE, 0x08, struct kfd_ioctl_create_event_args)
+#define AMDKFD_IOC_DESTROY_EVENT _IOW(AMDKFD_IOCTL_BASE, 0x09, struct kfd_ioctl_destroy_event_args)
+#define AMDKFD_IOC_SET_EVENT _IOW(AMDKFD_IOCTL_BASE, 0x0A, struct kfd_ioctl_set_event_args)
+#define AMDKFD_IOC_RESET_EVENT _IOW(AMDKFD_IOCTL_BASE, 0x0B, struct kfd_ioctl_reset_event_args)
+#define AMDKFD_IOC_WAIT_EVENTS _IOWR(AMDKFD_IOCTL_BASE, 0x0C, struct kfd_ioctl_wait_events_args)
 #define AMDKFD_IOC_ALLOC_MEMORY_OF_GPU \
 	_IOWR(AMDKFD_IOCTL_BASE, 0x16, struct kfd_ioctl_alloc_memory_of_gpu_args)
 #define AMDKFD_IOC_FREE_MEMORY_OF_GPU \
@@ -613,6 +679,13 @@ struct kfd_process {
 	struct kfd_runtime_info runtime_info;
 	struct semaphore runtime_enable_sema;
 	bool is_runtime_retry;
+	/* KFD events (kfd_events.c): struct emu_event by id, under events_lock */
+	struct mutex events_lock;
+	struct idr event_idr;
+	wait_queue_head_t event_wq;
+	u64 *signal_page;		/* the event slots (a GTT object's pages, or KFD's own) */
+	bool signal_page_owned;		/* KFD allocated it (no page handle at the first event) */
+	u32 signal_event_count;
 	/* GPU memory (ALLOC_MEMORY_OF_GPU): struct emu_bo by handle, under mutex */
 	struct idr bo_idr;
 	u64 vram_used[EMU_MAX_GPUS];
