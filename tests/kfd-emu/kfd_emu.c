@@ -2660,7 +2660,8 @@ err:
  * ---- GPU memory (kfd_chardev.c + amdgpu_amdkfd_gpuvm.c, 6.12.117) ----
  *
  * A buffer object is guest memory: VRAM and GTT objects are vmalloc_user() pages the process
- * maps through its render node (amdgpu_emu's mmap, at the offset ALLOC returned, as amdgpu's
+ * maps through its render node (a VRAM object gets its pages at its first CPU mapping: VRAM
+ * no CPU maps, such as ROCr's scratch reservation, costs the guest nothing) (amdgpu_emu's mmap, at the offset ALLOC returned, as amdgpu's
  * DRM vma offsets); USERPTR objects are the process's own pages (GPU VA = CPU VA). The
  * emulated GPU reaches memory through the process's address space, so GPU mappings
  * (MAP/UNMAP_MEMORY_TO_GPU) are bookkeeping: which GPUs an object is mapped on.
@@ -2759,8 +2760,9 @@ static int kfd_ioctl_alloc_memory_of_gpu(struct file *filep, struct kfd_process 
 	bo->va = args->va_addr;
 	bo->size = PAGE_ALIGN(args->size);
 	if (flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)) {
-		bo->kaddr = vmalloc_user(bo->size);
-		if (!bo->kaddr) {
+		if (flags & KFD_IOC_ALLOC_MEM_FLAGS_GTT)
+			bo->kaddr = vmalloc_user(bo->size);
+		if ((flags & KFD_IOC_ALLOC_MEM_FLAGS_GTT) && !bo->kaddr) {
 			kfree(bo);
 			err = -ENOMEM;
 			goto out;
@@ -2784,6 +2786,14 @@ static int kfd_ioctl_alloc_memory_of_gpu(struct file *filep, struct kfd_process 
 out:
 	mutex_unlock(&p->mutex);
 	return err;
+}
+
+/* a VRAM or GTT object's pages, allocated at the first CPU access; p->mutex held */
+static void *emu_bo_backing(struct emu_bo *bo)
+{
+	if (!bo->kaddr && (bo->flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)))
+		bo->kaddr = vmalloc_user(bo->size);
+	return bo->kaddr;
 }
 
 /* the object of `handle` allocated on a GPU of p, or NULL; p->mutex held */
@@ -2952,7 +2962,8 @@ int kfd_emu_render_mmap(unsigned int gpu, struct vm_area_struct *vma)
 		return -EACCES;
 	mutex_lock(&p->mutex);
 	idr_for_each_entry(&p->bo_idr, bo, id)
-		if (bo->kaddr && bo->gpu == gpu && offset >= bo->mmap_offset &&
+		if ((bo->flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)) &&
+		    bo->gpu == gpu && offset >= bo->mmap_offset &&
 		    offset < bo->mmap_offset + bo->size) {
 			found = bo;
 			break;
@@ -2961,6 +2972,8 @@ int kfd_emu_render_mmap(unsigned int gpu, struct vm_area_struct *vma)
 		err = -EACCES;
 	else if (offset + len > found->mmap_offset + found->size)
 		err = -EINVAL;
+	else if (!emu_bo_backing(found))
+		err = -ENOMEM;
 	else
 		err = remap_vmalloc_range(vma, found->kaddr, (offset - found->mmap_offset) >> PAGE_SHIFT);
 	mutex_unlock(&p->mutex);
@@ -3020,10 +3033,10 @@ static int emu_set_event_page(struct kfd_process *p, u64 handle)
 	if (!kfd_process_device_data_by_id(p, EMU_HANDLE_GPU(handle)))
 		return -EINVAL;
 	bo = emu_bo_lookup(p, handle);
-	if (!bo || !bo->kaddr)
+	if (!bo || bo->size < KFD_SIGNAL_EVENT_LIMIT * 8)
 		return -EINVAL;
-	if (bo->size < KFD_SIGNAL_EVENT_LIMIT * 8)
-		return -EINVAL;
+	if (!emu_bo_backing(bo))
+		return -ENOMEM;
 	memset(bo->kaddr, 0xff, KFD_SIGNAL_EVENT_LIMIT * 8);
 	p->signal_page = bo->kaddr;
 	return 0;
@@ -3268,6 +3281,50 @@ out:
 	return err;
 }
 
+
+/*
+ * kfd_ioctl_set_scratch_backing_va() / kfd_ioctl_set_trap_handler() (6.12.117): unknown gpu
+ * -EINVAL; the process binds to the device. Under HWS the CP takes the scratch base from the
+ * queue's MQD and the trap handler from the process's TBA/TMA; the emulated CP runs no waves,
+ * so the addresses are only kept.
+ */
+static int kfd_ioctl_set_scratch_backing_va(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_set_scratch_backing_va_args *args = data;
+	struct kfd_process_device *pdd;
+	int err = 0;
+
+	mutex_lock(&p->mutex);
+	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
+	if (pdd) {
+		pdd->bound = true;
+		pdd->scratch_backing_va = args->va_addr;
+	} else {
+		err = -EINVAL;
+	}
+	mutex_unlock(&p->mutex);
+	return err;
+}
+
+static int kfd_ioctl_set_trap_handler(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_set_trap_handler_args *args = data;
+	struct kfd_process_device *pdd;
+	int err = 0;
+
+	mutex_lock(&p->mutex);
+	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
+	if (pdd) {
+		pdd->bound = true;
+		pdd->tba_addr = args->tba_addr;
+		pdd->tma_addr = args->tma_addr;
+	} else {
+		err = -EINVAL;
+	}
+	mutex_unlock(&p->mutex);
+	return err;
+}
+
 typedef int amdkfd_ioctl_t(struct file *filep, struct kfd_process *p, void *data);
 
 struct amdkfd_ioctl_desc {
@@ -3287,6 +3344,8 @@ static const struct amdkfd_ioctl_desc amdkfd_ioctls[AMDKFD_COMMAND_END] = {
 	[0x0A] = { AMDKFD_IOC_SET_EVENT, kfd_ioctl_set_event },
 	[0x0B] = { AMDKFD_IOC_RESET_EVENT, kfd_ioctl_reset_event },
 	[0x0C] = { AMDKFD_IOC_WAIT_EVENTS, kfd_ioctl_wait_events },
+	[0x11] = { AMDKFD_IOC_SET_SCRATCH_BACKING_VA, kfd_ioctl_set_scratch_backing_va },
+	[0x13] = { AMDKFD_IOC_SET_TRAP_HANDLER, kfd_ioctl_set_trap_handler },
 	[0x14] = { AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_ioctl_get_process_apertures_new },
 	[0x15] = { AMDKFD_IOC_ACQUIRE_VM, kfd_ioctl_acquire_vm },
 	[0x16] = { AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, kfd_ioctl_alloc_memory_of_gpu },

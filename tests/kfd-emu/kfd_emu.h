@@ -454,7 +454,24 @@ struct kfd_ioctl_wait_events_args {
 	__u32 wait_result;
 };
 
+struct kfd_ioctl_set_scratch_backing_va_args {
+	__u64 va_addr;
+	__u32 gpu_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_set_trap_handler_args {
+	__u64 tba_addr;
+	__u64 tma_addr;
+	__u32 gpu_id;
+	__u32 pad;
+};
+
 #define AMDKFD_IOCTL_BASE 'K'
+#define AMDKFD_IOC_SET_SCRATCH_BACKING_VA \
+	_IOWR(AMDKFD_IOCTL_BASE, 0x11, struct kfd_ioctl_set_scratch_backing_va_args)
+#define AMDKFD_IOC_SET_TRAP_HANDLER \
+	_IOW(AMDKFD_IOCTL_BASE, 0x13, struct kfd_ioctl_set_trap_handler_args)
 #define AMDKFD_IOC_CREATE_EVENT _IOWR(AMDKFD_IOCTL_BASE, 0x08, struct kfd_ioctl_create_event_args)
 #define AMDKFD_IOC_DESTROY_EVENT _IOW(AMDKFD_IOCTL_BASE, 0x09, struct kfd_ioctl_destroy_event_args)
 #define AMDKFD_IOC_SET_EVENT _IOW(AMDKFD_IOCTL_BASE, 0x0A, struct kfd_ioctl_set_event_args)
@@ -605,6 +622,8 @@ struct kfd_process_device {
 	struct qcm_process_device qpd;
 	bool bound;
 	struct file *drm_file;		/* the render node ACQUIRE_VM took (a reference) */
+	u64 scratch_backing_va;		/* SET_SCRATCH_BACKING_VA (qpd.sh_hidden_private_base) */
+	u64 tba_addr, tma_addr;		/* SET_TRAP_HANDLER */
 	u64 exception_status;
 	u64 last_evict_timestamp;
 	atomic64_t evict_duration_counter;
