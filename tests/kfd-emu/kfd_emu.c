@@ -1965,13 +1965,15 @@ __used noinline void kfd_process_wq_release(struct work_struct *work)
 
 	kfd_process_dequeue_from_all_devices(p);
 	pqm_uninit(&p->pqm);
-	kfd_process_remove_sysfs(p);
 	emu_process_free_events(p);
 	emu_process_free_bos(p);
-	/* kfd_process_destroy_pdds(): the render node files ACQUIRE_VM took */
+	/* kfd_process_destroy_pdds(): the render node files ACQUIRE_VM took (before the sysfs
+	 * directory goes, which is what "released" means to the tests)
+	 */
 	for (i = 0; i < p->n_pdds; i++)
 		if (p->pdds[i].drm_file)
 			fput(p->pdds[i].drm_file);
+	kfd_process_remove_sysfs(p);
 	mmdrop(p->mm_grabbed);
 	put_task_struct(p->lead_thread);
 	kfree(p);
@@ -3522,11 +3524,12 @@ static struct kobj_attribute restore_attr = __ATTR_WO(restore);
 #define HSA_CAP_WATCH_POINTS_TOTALBITS_SHIFT 8
 #define HSA_CAP_DOORBELL_TYPE_TOTALBITS_SHIFT 12
 #define HSA_CAP_DOORBELL_TYPE_2_0 0x2
-#define HSA_CAP_SRAM_EDCSUPPORTED 0x00080000
+#define HSA_CAP_TRAP_DEBUG_SUPPORT 0x00008000
+#define HSA_CAP_TRAP_DEBUG_WAVE_LAUNCH_TRAP_OVERRIDE_SUPPORTED 0x00010000
+#define HSA_CAP_TRAP_DEBUG_WAVE_LAUNCH_MODE_SUPPORTED 0x00020000
 #define HSA_CAP_MEM_EDCSUPPORTED 0x00100000
-#define HSA_CAP_TRAP_DEBUG_SUPPORT 0x20000000
-#define HSA_CAP_TRAP_DEBUG_WAVE_LAUNCH_TRAP_OVERRIDE_SUPPORTED 0x40000000
-#define HSA_CAP_TRAP_DEBUG_WAVE_LAUNCH_MODE_SUPPORTED 0x80000000
+#define HSA_CAP_SRAM_EDCSUPPORTED 0x04000000
+#define HSA_CAP_TRAP_DEBUG_FIRMWARE_SUPPORTED 0x20000000
 /* HSA_DBG_* debug_prop bits (kfd_topology.h): gfx90a's watch address mask 6..30, dispatch info */
 #define HSA_DBG_WATCH_ADDR_MASK_LO_BIT_GFX9 (6 << 0)
 #define HSA_DBG_WATCH_ADDR_MASK_HI_BIT (29 << 6)
@@ -3570,12 +3573,17 @@ static ssize_t topo_node_properties(char *buf, unsigned int node)
 	int offs = 0;
 
 	if (gpu)
+		/*
+		 * kfd_topology_add_device() for gfx90a: 4 watch points (log2 2), doorbell type 2,
+		 * the debug trap with firmware support, SRAM and memory ECC. Not SVMAPI_SUPPORTED:
+		 * the SVM ioctl is not emulated.
+		 */
 		cap = HSA_CAP_WATCH_POINTS_SUPPORTED | (2 << HSA_CAP_WATCH_POINTS_TOTALBITS_SHIFT) |
 		      (HSA_CAP_DOORBELL_TYPE_2_0 << HSA_CAP_DOORBELL_TYPE_TOTALBITS_SHIFT) |
-		      HSA_CAP_SRAM_EDCSUPPORTED | HSA_CAP_MEM_EDCSUPPORTED |
 		      HSA_CAP_TRAP_DEBUG_SUPPORT |
 		      HSA_CAP_TRAP_DEBUG_WAVE_LAUNCH_TRAP_OVERRIDE_SUPPORTED |
-		      HSA_CAP_TRAP_DEBUG_WAVE_LAUNCH_MODE_SUPPORTED;
+		      HSA_CAP_TRAP_DEBUG_WAVE_LAUNCH_MODE_SUPPORTED | HSA_CAP_MEM_EDCSUPPORTED |
+		      HSA_CAP_SRAM_EDCSUPPORTED | HSA_CAP_TRAP_DEBUG_FIRMWARE_SUPPORTED;
 	PROP32("cpu_cores_count", gpu ? 0 : num_online_cpus());
 	PROP32("simd_count", gpu ? EMU_CU_COUNT * EMU_SIMD_PER_CU : 0);
 	PROP32("mem_banks_count", 1);

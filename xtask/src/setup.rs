@@ -30,6 +30,9 @@ const APT_TOOLS: &[(&str, &str)] = &[
     ("bpftrace", "/usr/bin/bpftrace"),
     // The agent's VM test scrapes `gpreempt agent` with a real Prometheus server.
     ("prometheus", "/usr/bin/prometheus"),
+    // Debian's ROCm 5.2 user space on the emulated GPU (tests/tests/emu_rocm.rs): rocminfo
+    // pulls libhsa-runtime64-1 and libhsakmt1.
+    ("rocminfo", "/usr/bin/rocminfo"),
 ];
 
 fn step(name: &str, state: &str) {
