@@ -120,7 +120,7 @@ fn agents(text: &str) -> Vec<BTreeMap<String, String>> {
 
 #[test]
 fn rocminfo_lists_both_emulated_gpus_as_gfx90a_agents() {
-    let _one = MODULE.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     assert!(Path::new("/usr/bin/rocminfo").exists(), "rocminfo is not installed: run `cargo xtask setup`");
     let nodes = RenderNodes::load();
     // The render nodes the topology names exist (DRM render minors start at 128).
@@ -183,7 +183,7 @@ fn rocminfo_lists_both_emulated_gpus_as_gfx90a_agents() {
 
 #[test]
 fn a_rocm_process_killed_mid_run_is_released_and_the_modules_unload() {
-    let _one = MODULE.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     assert!(Path::new("/usr/bin/rocminfo").exists(), "rocminfo is not installed: run `cargo xtask setup`");
     let nodes = RenderNodes::load();
     let mut child = Command::new("rocminfo").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
