@@ -16,6 +16,9 @@
 
 #include <linux/module.h>
 #include <linux/platform_device.h>
+#include <linux/slab.h>
+#include <linux/fs.h>
+#include <linux/mm.h>
 #include <linux/uaccess.h>
 #include <linux/version.h>
 #include <drm/drm_drv.h>
