@@ -202,3 +202,406 @@ fn a_rocm_process_killed_mid_run_is_released_and_the_modules_unload() {
     wait_kfd_released(pid).unwrap();
     drop(nodes);
 }
+
+// ---- the ioctls ROCm issues, one by one, with the kernel's answers (README "ROCm") ----
+
+const GPU0: u32 = 0x1000;
+const GPU1: u32 = 0x2000;
+const NO_GPU: u32 = 0x3000;
+
+const fn ioc(dir: u64, ty: u8, nr: u8, size: usize) -> u64 {
+    (dir << 30) | ((size as u64) << 16) | ((ty as u64) << 8) | nr as u64
+}
+const fn iow<T>(ty: u8, nr: u8) -> u64 {
+    ioc(1, ty, nr, std::mem::size_of::<T>())
+}
+const fn iowr<T>(ty: u8, nr: u8) -> u64 {
+    ioc(3, ty, nr, std::mem::size_of::<T>())
+}
+
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+struct Apertures {
+    lds_base: u64,
+    lds_limit: u64,
+    scratch_base: u64,
+    scratch_limit: u64,
+    gpuvm_base: u64,
+    gpuvm_limit: u64,
+    gpu_id: u32,
+    pad: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct AperturesArgs {
+    ptr: u64,
+    num_of_nodes: u32,
+    pad: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct AcquireVm {
+    drm_fd: u32,
+    gpu_id: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct Alloc {
+    va_addr: u64,
+    size: u64,
+    handle: u64,
+    mmap_offset: u64,
+    gpu_id: u32,
+    flags: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct Handle {
+    handle: u64,
+}
+#[repr(C)]
+#[derive(Default)]
+struct MapArgs {
+    handle: u64,
+    ids: u64,
+    n_devices: u32,
+    n_success: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct CreateEvent {
+    event_page_offset: u64,
+    event_trigger_data: u32,
+    event_type: u32,
+    auto_reset: u32,
+    node_id: u32,
+    event_id: u32,
+    event_slot_index: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct EventId {
+    event_id: u32,
+    pad: u32,
+}
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct EventData {
+    union: [u64; 4],
+    ext: u64,
+    event_id: u32,
+    pad: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct WaitEvents {
+    events_ptr: u64,
+    num_events: u32,
+    wait_for_all: u32,
+    timeout: u32,
+    wait_result: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct Xnack {
+    xnack_enabled: i32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct Available {
+    available: u64,
+    gpu_id: u32,
+    pad: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct Clocks {
+    gpu: u64,
+    cpu: u64,
+    system: u64,
+    freq: u64,
+    gpu_id: u32,
+    pad: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct MemoryPolicy {
+    alternate_base: u64,
+    alternate_size: u64,
+    gpu_id: u32,
+    default_policy: u32,
+    alternate_policy: u32,
+    pad: u32,
+}
+/// `struct drm_amdgpu_info`: return pointer and size, query, then a 16-byte union.
+#[repr(C)]
+#[derive(Default)]
+struct AmdgpuInfo {
+    return_pointer: u64,
+    return_size: u32,
+    query: u32,
+    dword_offset: u32,
+    count: u32,
+    instance: u32,
+    flags: u32,
+}
+
+const K: u8 = b'K';
+const SET_MEMORY_POLICY: u64 = iow::<MemoryPolicy>(K, 0x04);
+const GET_CLOCK_COUNTERS: u64 = iowr::<Clocks>(K, 0x05);
+const CREATE_EVENT: u64 = iowr::<CreateEvent>(K, 0x08);
+const DESTROY_EVENT: u64 = iow::<EventId>(K, 0x09);
+const SET_EVENT: u64 = iow::<EventId>(K, 0x0A);
+const WAIT_EVENTS: u64 = iowr::<WaitEvents>(K, 0x0C);
+const GET_PROCESS_APERTURES_NEW: u64 = iowr::<AperturesArgs>(K, 0x14);
+const ACQUIRE_VM: u64 = iow::<AcquireVm>(K, 0x15);
+const ALLOC_MEMORY_OF_GPU: u64 = iowr::<Alloc>(K, 0x16);
+const FREE_MEMORY_OF_GPU: u64 = iow::<Handle>(K, 0x17);
+const MAP_MEMORY_TO_GPU: u64 = iowr::<MapArgs>(K, 0x18);
+const SET_XNACK_MODE: u64 = iowr::<Xnack>(K, 0x21);
+const AVAILABLE_MEMORY: u64 = iowr::<Available>(K, 0x23);
+const DRM_AMDGPU_INFO: u64 = iow::<AmdgpuInfo>(b'd', 0x45);
+
+const VRAM: u32 = 1;
+const GTT: u32 = 2;
+const DOORBELL: u32 = 1 << 3;
+const MMIO_REMAP: u32 = 1 << 4;
+
+/// The ioctl's result: 0 or the negated errno.
+fn ioctl<T>(fd: i32, request: u64, arg: &mut T) -> i32 {
+    // SAFETY: `arg` is a live, exclusively borrowed #[repr(C)] argument of the size `request`
+    // encodes; the kernel writes at most that many bytes into it.
+    let r = unsafe { libc::ioctl(fd, request as _, arg as *mut T) };
+    if r < 0 { -std::io::Error::last_os_error().raw_os_error().unwrap_or(0) } else { r }
+}
+
+fn open(path: &str) -> i32 {
+    let c = std::ffi::CString::new(path).unwrap();
+    // SAFETY: a NUL-terminated path; the fd is closed by the process's exit.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    assert!(fd >= 0, "open {path}: {}", std::io::Error::last_os_error());
+    fd
+}
+
+/// A shared mapping of `len` bytes of `fd` at `offset`, or the negated errno.
+fn map(fd: i32, offset: u64, len: usize) -> Result<*mut u64, i32> {
+    // SAFETY: a new shared mapping chosen by the kernel; never unmapped while the test reads it.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, offset as i64)
+    };
+    if p == libc::MAP_FAILED { Err(-std::io::Error::last_os_error().raw_os_error().unwrap_or(0)) } else { Ok(p.cast()) }
+}
+
+fn alloc(kfd: i32, gpu_id: u32, size: u64, flags: u32) -> (i32, Alloc) {
+    let mut a = Alloc { size, gpu_id, flags, ..Default::default() };
+    (ioctl(kfd, ALLOC_MEMORY_OF_GPU, &mut a), a)
+}
+
+fn wait(kfd: i32, events: &mut [EventData], timeout_ms: u32) -> (i32, u32) {
+    let mut w = WaitEvents {
+        events_ptr: events.as_mut_ptr() as u64,
+        num_events: events.len() as u32,
+        timeout: timeout_ms,
+        ..Default::default()
+    };
+    (ioctl(kfd, WAIT_EVENTS, &mut w), w.wait_result)
+}
+
+/// Set in the child that runs [`ioctl_sequence`]: its KFD process (and the render files
+/// ACQUIRE_VM keeps) lives until the process exits, which the parent then checks.
+const IOCTL_CHILD: &str = "GPREEMPT_EMU_ROCM_IOCTL_CHILD";
+const IOCTL_TEST: &str = "rocms_open_memory_and_event_ioctls_have_the_kernels_answers";
+
+#[test]
+fn rocms_open_memory_and_event_ioctls_have_the_kernels_answers() {
+    if std::env::var_os(IOCTL_CHILD).is_some() {
+        ioctl_sequence();
+        return;
+    }
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let nodes = RenderNodes::load();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([IOCTL_TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(IOCTL_CHILD, "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Its libtest lines are renamed so that the harness, which sums every "test result:" line of
+    // the log, counts this test once.
+    let shown = text.replace("test result:", "child result:");
+    assert!(out.status.success(), "the ioctl sequence failed:\n{shown}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1 passed"), "{shown}");
+    wait_kfd_released(pid).unwrap();
+    drop(nodes);
+}
+
+/// The ioctl sequence, in a child process of its own (see [`IOCTL_CHILD`]).
+fn ioctl_sequence() {
+    let (einval, enodev, ebusy, enomem, eperm, efault, eacces) =
+        (-libc::EINVAL, -libc::ENODEV, -libc::EBUSY, -libc::ENOMEM, -libc::EPERM, -libc::EFAULT, -libc::EACCES);
+    let minor = |node| topology(node)["drm_render_minor"];
+    let render0 = open(&format!("/dev/dri/renderD{}", minor(1)));
+
+    // libdrm's amdgpu_device_initialize() questions, on the render node.
+    let mut dev_info = [0u32; 64];
+    let mut info = AmdgpuInfo {
+        return_pointer: dev_info.as_mut_ptr() as u64,
+        return_size: 256,
+        query: 0x16, // AMDGPU_INFO_DEV_INFO
+        ..Default::default()
+    };
+    assert_eq!(ioctl(render0, DRM_AMDGPU_INFO, &mut info), 0);
+    // device_id, chip_rev, external_rev, pci_rev, family, shader engines, arrays per engine
+    assert_eq!(dev_info[..7], [0x740f, 0, 0x3c, 2, 141, 8, 2]);
+    let mut reg = 0u32;
+    info = AmdgpuInfo {
+        return_pointer: &mut reg as *mut u32 as u64,
+        return_size: 4,
+        query: 0x15, // AMDGPU_INFO_READ_MMR_REG
+        dword_offset: 0x263e,
+        count: 1,
+        instance: 0xffff_ffff,
+        ..Default::default()
+    };
+    assert_eq!((ioctl(render0, DRM_AMDGPU_INFO, &mut info), reg), (0, 0x2201_4042));
+    info.dword_offset = 0x263d;
+    assert_eq!(ioctl(render0, DRM_AMDGPU_INFO, &mut info), efault, "a register outside the readable set");
+    info.query = 0x7f;
+    assert_eq!(ioctl(render0, DRM_AMDGPU_INFO, &mut info), einval, "an unknown query");
+    assert_eq!(map(render0, 1 << 32, 4096).err(), Some(eacces), "an offset with no object");
+
+    let kfd = open("/dev/kfd");
+    let mut args = AperturesArgs::default();
+    assert_eq!((ioctl(kfd, GET_PROCESS_APERTURES_NEW, &mut args), args.num_of_nodes), (0, 2));
+    let mut apertures = [Apertures::default(); 2];
+    args.ptr = apertures.as_mut_ptr() as u64;
+    assert_eq!(ioctl(kfd, GET_PROCESS_APERTURES_NEW, &mut args), 0);
+    for (a, gpu_id) in apertures.iter().zip([GPU0, GPU1]) {
+        let expect = Apertures {
+            lds_base: 1 << 48,
+            lds_limit: (1 << 48) | 0xffff_ffff,
+            scratch_base: 2 << 48,
+            scratch_limit: (2 << 48) | 0xffff_ffff,
+            gpuvm_base: 1 << 16,
+            gpuvm_limit: (1 << 47) - 1,
+            gpu_id,
+            pad: 0,
+        };
+        assert_eq!(*a, expect);
+    }
+
+    assert_eq!(alloc(kfd, GPU0, 8192, GTT).0, enodev, "no VM acquired yet");
+    let null = open("/dev/null");
+    let render1 = open(&format!("/dev/dri/renderD{}", minor(2)));
+    let acquire = |fd: i32, gpu_id| ioctl(kfd, ACQUIRE_VM, &mut AcquireVm { drm_fd: fd as u32, gpu_id });
+    assert_eq!(acquire(-1, GPU0), einval, "a bad fd");
+    assert_eq!(acquire(null, GPU0), einval, "not a render node");
+    assert_eq!(acquire(render1, GPU0), einval, "the other GPU's render node");
+    assert_eq!(acquire(render0, NO_GPU), einval, "an unknown gpu");
+    assert_eq!(acquire(render0, GPU0), 0);
+    assert_eq!(acquire(render0, GPU0), 0, "the same file again");
+    assert_eq!(acquire(open(&format!("/dev/dri/renderD{}", minor(1))), GPU0), ebusy, "another file");
+    assert_eq!(acquire(render1, GPU1), 0);
+
+    let mut policy = MemoryPolicy { gpu_id: GPU0, default_policy: 2, ..Default::default() };
+    assert_eq!(ioctl(kfd, SET_MEMORY_POLICY, &mut policy), einval, "policy 2");
+    policy = MemoryPolicy { gpu_id: NO_GPU, ..Default::default() };
+    assert_eq!(ioctl(kfd, SET_MEMORY_POLICY, &mut policy), einval, "an unknown gpu");
+    policy.gpu_id = GPU0;
+    assert_eq!(ioctl(kfd, SET_MEMORY_POLICY, &mut policy), 0);
+    let mut clocks = Clocks { gpu_id: GPU0, ..Default::default() };
+    assert_eq!(ioctl(kfd, GET_CLOCK_COUNTERS, &mut clocks), 0);
+    assert!(
+        clocks.gpu > 0 && clocks.cpu > clocks.gpu,
+        "the GPU counter runs at 100 MHz: {} / {}",
+        clocks.gpu,
+        clocks.cpu
+    );
+    assert_eq!(clocks.freq, 1_000_000_000);
+    clocks = Clocks { gpu_id: NO_GPU, ..Default::default() };
+    assert_eq!((ioctl(kfd, GET_CLOCK_COUNTERS, &mut clocks), clocks.gpu), (0, 0), "an unknown gpu reads 0");
+    let mut xnack = Xnack { xnack_enabled: -1 };
+    assert_eq!((ioctl(kfd, SET_XNACK_MODE, &mut xnack), xnack.xnack_enabled), (0, 0));
+    assert_eq!(ioctl(kfd, SET_XNACK_MODE, &mut Xnack { xnack_enabled: 1 }), eperm);
+    assert_eq!(ioctl(kfd, SET_XNACK_MODE, &mut Xnack { xnack_enabled: 0 }), 0);
+
+    // Memory: errnos, handles, a GTT object seen through two CPU mappings.
+    assert_eq!(alloc(kfd, GPU0, 0, GTT).0, einval, "size 0");
+    assert_eq!(alloc(kfd, NO_GPU, 8192, GTT).0, einval, "an unknown gpu");
+    assert_eq!(alloc(kfd, GPU0, 4096, DOORBELL).0, einval, "a doorbell object is the 8 KiB slice");
+    assert_eq!(alloc(kfd, GPU0, 4096, MMIO_REMAP).0, enomem, "no MMIO remap page");
+    let (r, gtt) = alloc(kfd, GPU0, 8192, GTT);
+    assert_eq!(r, 0);
+    assert_eq!(gtt.handle >> 32, u64::from(GPU0));
+    assert!(gtt.mmap_offset >= 1 << 32, "a DRM vma offset: {:#x}", gtt.mmap_offset);
+    let a = map(render0, gtt.mmap_offset, 8192).unwrap();
+    let b = map(render0, gtt.mmap_offset, 8192).unwrap();
+    // SAFETY: both are live 8 KiB mappings of the same object.
+    unsafe {
+        a.add(1000).write_volatile(0x5eed_0000_0000_0001);
+        assert_eq!(b.add(1000).read_volatile(), 0x5eed_0000_0000_0001);
+    }
+    assert_eq!(map(render0, gtt.mmap_offset, 3 * 4096).err(), Some(einval), "past the object's end");
+    assert_eq!(map(render1, gtt.mmap_offset, 4096).err(), Some(eacces), "the other GPU's render node");
+    let mut m = MapArgs { handle: gtt.handle, n_devices: 0, ..Default::default() };
+    assert_eq!(ioctl(kfd, MAP_MEMORY_TO_GPU, &mut m), einval, "no devices");
+    let ids = [GPU0, NO_GPU];
+    m = MapArgs { handle: gtt.handle, ids: ids.as_ptr() as u64, n_devices: 2, n_success: 0 };
+    assert_eq!((ioctl(kfd, MAP_MEMORY_TO_GPU, &mut m), m.n_success), (einval, 1), "an unknown device second");
+    let ids = [GPU0, GPU1];
+    m = MapArgs { handle: gtt.handle, ids: ids.as_ptr() as u64, n_devices: 2, n_success: 1 };
+    assert_eq!((ioctl(kfd, MAP_MEMORY_TO_GPU, &mut m), m.n_success), (0, 2), "resumed at n_success");
+    m.handle = (u64::from(GPU0) << 32) | 999;
+    m.n_success = 0;
+    assert_eq!(ioctl(kfd, MAP_MEMORY_TO_GPU, &mut m), enomem, "an unknown object");
+    let mut avail = Available { gpu_id: GPU0, ..Default::default() };
+    assert_eq!((ioctl(kfd, AVAILABLE_MEMORY, &mut avail), avail.available), (0, 64 << 30));
+    let (r, vram) = alloc(kfd, GPU0, 1 << 20, VRAM);
+    assert_eq!(r, 0);
+    assert_eq!((ioctl(kfd, AVAILABLE_MEMORY, &mut avail), avail.available), (0, (64 << 30) - (1 << 20)));
+    assert_eq!(alloc(kfd, GPU0, 64 << 30, VRAM).0, enomem, "beyond the 64 GiB");
+    assert_eq!(ioctl(kfd, FREE_MEMORY_OF_GPU, &mut Handle { handle: vram.handle }), 0);
+    assert_eq!(ioctl(kfd, FREE_MEMORY_OF_GPU, &mut Handle { handle: vram.handle }), einval, "freed twice");
+
+    // Events: the first CREATE names the event page (a 32 KiB GTT object, 4096 slots).
+    let (r, page) = alloc(kfd, GPU0, 32768, GTT);
+    assert_eq!(r, 0);
+    let slots = map(render0, page.mmap_offset, 32768).unwrap();
+    let mut ev = CreateEvent { event_page_offset: page.handle, auto_reset: 1, ..Default::default() };
+    assert_eq!(ioctl(kfd, CREATE_EVENT, &mut ev), 0);
+    assert_eq!((ev.event_id, ev.event_slot_index, ev.event_trigger_data), (0, 0, 0));
+    // SAFETY: slot 0 of the live event page mapping.
+    assert_eq!(unsafe { slots.read_volatile() }, u64::MAX, "UNSIGNALED_EVENT_SLOT");
+    let mut again = CreateEvent { event_page_offset: page.handle, ..Default::default() };
+    assert_eq!(ioctl(kfd, CREATE_EVENT, &mut again), einval, "the event page is already set");
+    let mut other = CreateEvent { event_type: 8, ..Default::default() }; // KFD_IOC_EVENT_MEMORY
+    assert_eq!((ioctl(kfd, CREATE_EVENT, &mut other), other.event_id), (0, 4096), "non-signal ids from 4096");
+    assert_eq!(ioctl(kfd, FREE_MEMORY_OF_GPU, &mut Handle { handle: page.handle }), eperm, "the event page");
+    let mut events = [EventData { event_id: 0, ..Default::default() }];
+    assert_eq!(wait(kfd, &mut events, 0), (0, 1), "not signalled: TIMEOUT");
+    assert_eq!(ioctl(kfd, SET_EVENT, &mut EventId { event_id: other.event_id, pad: 0 }), einval, "not a signal event");
+    assert_eq!(ioctl(kfd, SET_EVENT, &mut EventId { event_id: 77, pad: 0 }), einval, "no such event");
+    assert_eq!(wait(kfd, &mut [EventData { event_id: 77, ..Default::default() }], 0).0, einval);
+    assert_eq!(ioctl(kfd, SET_EVENT, &mut EventId { event_id: 0, pad: 0 }), 0);
+    assert_eq!(wait(kfd, &mut events, 0), (0, 0), "signalled: COMPLETE");
+    assert_eq!(wait(kfd, &mut events, 0), (0, 1), "auto-reset: consumed by the first wait");
+    // A blocked waiter wakes when another thread sets the event.
+    let waiter = thread::spawn(move || {
+        let started = Instant::now();
+        let mut events = [EventData { event_id: 0, ..Default::default() }];
+        (wait(kfd, &mut events, 60_000), started.elapsed())
+    });
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(ioctl(kfd, SET_EVENT, &mut EventId { event_id: 0, pad: 0 }), 0);
+    let (result, took) = waiter.join().unwrap();
+    assert_eq!(result, (0, 0));
+    assert!(took < Duration::from_secs(60), "woken by SET_EVENT, not the timeout: {took:?}");
+    assert_eq!(ioctl(kfd, DESTROY_EVENT, &mut EventId { event_id: 0, pad: 0 }), 0);
+    assert_eq!(ioctl(kfd, DESTROY_EVENT, &mut EventId { event_id: 0, pad: 0 }), einval, "destroyed twice");
+    assert_eq!(ioctl(kfd, FREE_MEMORY_OF_GPU, &mut Handle { handle: gtt.handle }), 0);
+    // The rest (the event page, another event, the files, the mappings) goes with the process.
+}
