@@ -2052,6 +2052,7 @@ static struct kfd_process *create_process(struct task_struct *thread)
 	sema_init(&p->runtime_enable_sema, 0);
 	INIT_LIST_HEAD(&p->pqm.queues);
 	idr_init(&p->bo_idr);
+	mutex_init(&p->bo_lock);
 	idr_init(&p->event_idr);
 	mutex_init(&p->events_lock);
 	init_waitqueue_head(&p->event_wq);
@@ -2774,7 +2775,9 @@ static int kfd_ioctl_alloc_memory_of_gpu(struct file *filep, struct kfd_process 
 	} else if (flags & KFD_IOC_ALLOC_MEM_FLAGS_USERPTR) {
 		bo->mmap_offset = args->mmap_offset;
 	}
+	mutex_lock(&p->bo_lock);
 	id = idr_alloc(&p->bo_idr, bo, 1, 0, GFP_KERNEL);
+	mutex_unlock(&p->bo_lock);
 	if (id < 0) {
 		emu_bo_free(bo);
 		err = -EFAULT;
@@ -2790,7 +2793,7 @@ out:
 	return err;
 }
 
-/* a VRAM or GTT object's pages, allocated at the first CPU access; p->mutex held */
+/* a VRAM or GTT object's pages, allocated at the first CPU access; p->bo_lock held */
 static void *emu_bo_backing(struct emu_bo *bo)
 {
 	if (!bo->kaddr && (bo->flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)))
@@ -2828,7 +2831,9 @@ static int kfd_ioctl_free_memory_of_gpu(struct file *filep, struct kfd_process *
 		err = -EPERM;
 		goto out;
 	}
+	mutex_lock(&p->bo_lock);
 	idr_remove(&p->bo_idr, EMU_HANDLE_IDR(args->handle));
+	mutex_unlock(&p->bo_lock);
 	if (bo->flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM)
 		p->vram_used[bo->gpu] -= bo->size;
 	emu_bo_free(bo);
@@ -2944,7 +2949,7 @@ static int kfd_ioctl_set_xnack_mode(struct file *filep, struct kfd_process *p, v
 }
 
 /*
- * amdgpu_emu's render node mmap (amdgpu_gem_mmap -> TTM, 6.12.117): the calling process's
+ * amdgpu_emu's render node mmap (amdgpu_gem_mmap -> TTM, 6.12.117), mmap_lock held: the caller's
  * VRAM or GTT object at that offset, the whole mapping inside it; else -EACCES as
  * drm_gem_mmap answers an offset with no object (-EINVAL for a range past its end).
  */
@@ -2962,7 +2967,7 @@ int kfd_emu_render_mmap(unsigned int gpu, struct vm_area_struct *vma)
 	mutex_unlock(&kfd_processes_mutex);
 	if (!p)
 		return -EACCES;
-	mutex_lock(&p->mutex);
+	mutex_lock(&p->bo_lock);
 	idr_for_each_entry(&p->bo_idr, bo, id)
 		if ((bo->flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)) &&
 		    bo->gpu == gpu && offset >= bo->mmap_offset &&
@@ -2978,7 +2983,7 @@ int kfd_emu_render_mmap(unsigned int gpu, struct vm_area_struct *vma)
 		err = -ENOMEM;
 	else
 		err = remap_vmalloc_range(vma, found->kaddr, (offset - found->mmap_offset) >> PAGE_SHIFT);
-	mutex_unlock(&p->mutex);
+	mutex_unlock(&p->bo_lock);
 	kfd_unref_process(p);
 	return err;
 }
@@ -3037,8 +3042,12 @@ static int emu_set_event_page(struct kfd_process *p, u64 handle)
 	bo = emu_bo_lookup(p, handle);
 	if (!bo || bo->size < KFD_SIGNAL_EVENT_LIMIT * 8)
 		return -EINVAL;
-	if (!emu_bo_backing(bo))
+	mutex_lock(&p->bo_lock);
+	if (!emu_bo_backing(bo)) {
+		mutex_unlock(&p->bo_lock);
 		return -ENOMEM;
+	}
+	mutex_unlock(&p->bo_lock);
 	memset(bo->kaddr, 0xff, KFD_SIGNAL_EVENT_LIMIT * 8);
 	p->signal_page = bo->kaddr;
 	return 0;
@@ -3087,8 +3096,8 @@ static int kfd_ioctl_create_event(struct file *filp, struct kfd_process *p, void
 		}
 		p->signal_event_count++;
 		p->signal_page[id] = EMU_UNSIGNALED_EVENT_SLOT;
-		/* KFD_MMAP_TYPE_EVENTS, shifted as kfd_event_create() returns it */
-		args->event_page_offset = (0x2ULL << 62) << PAGE_SHIFT;
+		/* KFD_MMAP_TYPE_EVENTS (kfd_mmap() takes the offset as vm_pgoff << PAGE_SHIFT) */
+		args->event_page_offset = 0x2ULL << 62;
 		args->event_slot_index = id;
 	} else {
 		id = idr_alloc(&p->event_idr, ev, KFD_SIGNAL_EVENT_LIMIT, 0, GFP_KERNEL);

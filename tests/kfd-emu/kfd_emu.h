@@ -705,7 +705,12 @@ struct kfd_process {
 	u64 *signal_page;		/* the event slots (a GTT object's pages, or KFD's own) */
 	bool signal_page_owned;		/* KFD allocated it (no page handle at the first event) */
 	u32 signal_event_count;
-	/* GPU memory (ALLOC_MEMORY_OF_GPU): struct emu_bo by handle, under mutex */
+	/*
+	 * GPU memory (ALLOC_MEMORY_OF_GPU): struct emu_bo by handle. Changed under mutex and
+	 * bo_lock; the render node's mmap (under mmap_lock) takes only bo_lock, a leaf lock never
+	 * held across a user access, so it cannot invert with mutex -> mmap_lock (a user fault).
+	 */
+	struct mutex bo_lock;
 	struct idr bo_idr;
 	u64 vram_used[EMU_MAX_GPUS];
 	/* sysfs */

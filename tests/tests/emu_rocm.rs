@@ -574,12 +574,14 @@ fn ioctl_sequence() {
     let mut ev = CreateEvent { event_page_offset: page.handle, auto_reset: 1, ..Default::default() };
     assert_eq!(ioctl(kfd, CREATE_EVENT, &mut ev), 0);
     assert_eq!((ev.event_id, ev.event_slot_index, ev.event_trigger_data), (0, 0, 0));
+    assert_eq!(ev.event_page_offset, 2 << 62, "KFD_MMAP_TYPE_EVENTS");
     // SAFETY: slot 0 of the live event page mapping.
     assert_eq!(unsafe { slots.read_volatile() }, u64::MAX, "UNSIGNALED_EVENT_SLOT");
     let mut again = CreateEvent { event_page_offset: page.handle, ..Default::default() };
     assert_eq!(ioctl(kfd, CREATE_EVENT, &mut again), einval, "the event page is already set");
     let mut other = CreateEvent { event_type: 8, ..Default::default() }; // KFD_IOC_EVENT_MEMORY
     assert_eq!((ioctl(kfd, CREATE_EVENT, &mut other), other.event_id), (0, 4096), "non-signal ids from 4096");
+    assert_eq!(other.event_page_offset, 0);
     assert_eq!(ioctl(kfd, FREE_MEMORY_OF_GPU, &mut Handle { handle: page.handle }), eperm, "the event page");
     let mut events = [EventData { event_id: 0, ..Default::default() }];
     assert_eq!(wait(kfd, &mut events, 0), (0, 1), "not signalled: TIMEOUT");
