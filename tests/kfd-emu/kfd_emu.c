@@ -89,6 +89,12 @@ static const unsigned int emu_gpu_ids[EMU_MAX_GPUS] = { EMU_GPU_ID0, EMU_GPU_ID1
 
 static DEFINE_MUTEX(kfd_processes_mutex);
 static LIST_HEAD(kfd_processes_list);
+/*
+ * Also guards kfd_processes_list's additions and removals, for lookups from mmap handlers:
+ * they run under mmap_lock, which process creation takes under kfd_processes_mutex
+ * (mmu_notifier_register), so they must not take that mutex (KFD looks up under SRCU).
+ */
+static DEFINE_SPINLOCK(kfd_processes_lock);
 static struct workqueue_struct *kfd_process_wq;
 static atomic_t pasid_counter = ATOMIC_INIT(0x8000);
 
@@ -1967,6 +1973,8 @@ __used noinline void kfd_process_wq_release(struct work_struct *work)
 	pqm_uninit(&p->pqm);
 	emu_process_free_events(p);
 	emu_process_free_bos(p);
+	for (i = 0; i < p->n_pdds; i++)
+		vfree(p->pdds[i].doorbells);
 	/* kfd_process_destroy_pdds(): the render node files ACQUIRE_VM took (before the sysfs
 	 * directory goes, which is what "released" means to the tests)
 	 */
@@ -1992,7 +2000,9 @@ static void kfd_process_notifier_release(struct mmu_notifier *mn, struct mm_stru
 	int n = 0, i;
 
 	mutex_lock(&kfd_processes_mutex);
+	spin_lock(&kfd_processes_lock);
 	list_del_init(&p->processes);
+	spin_unlock(&kfd_processes_lock);
 	p->mm = NULL;
 	if (atomic_read(&p->debugged_process_count) > 0) {
 		list_for_each_entry(target, &kfd_processes_list, processes) {
@@ -2086,7 +2096,9 @@ static struct kfd_process *create_process(struct task_struct *thread)
 		module_put(THIS_MODULE);
 		return ERR_PTR(err);
 	}
+	spin_lock(&kfd_processes_lock);
 	list_add(&p->processes, &kfd_processes_list);
+	spin_unlock(&kfd_processes_lock);
 	if (kfd_process_add_sysfs(p))
 		pr_warn("kfd_emu: Creating procfs for pid %d failed\n", p->lead_thread->pid);
 	return p;
@@ -2948,6 +2960,84 @@ static int kfd_ioctl_set_xnack_mode(struct file *filep, struct kfd_process *p, v
 	return err;
 }
 
+/* The calling process's KFD process, referenced, from an mmap handler (kfd_processes_lock). */
+static struct kfd_process *emu_process_of_current(void)
+{
+	struct kfd_process *p;
+
+	spin_lock(&kfd_processes_lock);
+	p = find_process_by_mm(current->mm);
+	if (p)
+		kref_get(&p->ref);
+	spin_unlock(&kfd_processes_lock);
+	return p;
+}
+
+/* the doorbell slice of a process on a GPU, allocated at its first mapping (p->bo_lock held) */
+static void *emu_doorbells(struct kfd_process_device *pdd)
+{
+	if (!pdd->doorbells)
+		pdd->doorbells = vmalloc_user(EMU_DOORBELL_SLICE);
+	return pdd->doorbells;
+}
+
+#define KFD_MMAP_TYPE_MASK (0x3ULL << 62)
+#define KFD_MMAP_TYPE_EVENTS (0x2ULL << 62)
+#define KFD_MMAP_GET_GPU_ID(offset) (((offset) & GENMASK_ULL(61, 46)) >> 46)
+
+/*
+ * kfd_mmap() (6.12.117): the offset (vm_pgoff << PAGE_SHIFT) names the type and the gpu.
+ * DOORBELL: exactly the process's 8 KiB doorbell slice of that GPU (-EINVAL otherwise, -ENODEV
+ * for an unknown gpu): pages the emulated CP may read, where KFD maps the doorbell BAR
+ * uncached. EVENTS: exactly the 32 KiB signal page (-EINVAL), when KFD allocated it. The
+ * emulated GPUs have no reserved (APU CWSR) or MMIO remap memory: -ENODEV, as for a device
+ * KFD does not find; any other type -EFAULT.
+ */
+static int kfd_mmap(struct file *filp, struct vm_area_struct *vma)
+{
+	u64 offset = (u64)vma->vm_pgoff << PAGE_SHIFT, len = vma->vm_end - vma->vm_start;
+	struct kfd_process_device *pdd = NULL;
+	struct kfd_process *p;
+	void *pages = NULL;
+	int err;
+
+	p = emu_process_of_current();
+	if (!p)
+		return -EINVAL;
+	if (KFD_MMAP_GET_GPU_ID(offset))
+		pdd = kfd_process_device_data_by_id(p, KFD_MMAP_GET_GPU_ID(offset));
+	mutex_lock(&p->bo_lock);
+	switch (offset & KFD_MMAP_TYPE_MASK) {
+	case KFD_MMAP_TYPE_DOORBELL:
+		if (!pdd)
+			err = -ENODEV;
+		else if (len != EMU_DOORBELL_SLICE)
+			err = -EINVAL;
+		else
+			err = (pages = emu_doorbells(pdd)) ? 0 : -ENOMEM;
+		break;
+	case KFD_MMAP_TYPE_EVENTS:
+		if (len != KFD_SIGNAL_EVENT_LIMIT * 8)
+			err = -EINVAL;
+		else if (!p->signal_page_owned)
+			err = -ENOMEM;	/* kfd_event_mmap: "Signal page not allocated" */
+		else
+			err = (pages = p->signal_page) ? 0 : -ENOMEM;
+		break;
+	case 0x1ULL << 62:	/* KFD_MMAP_TYPE_RESERVED_MEM */
+	case 0x0ULL << 62:	/* KFD_MMAP_TYPE_MMIO */
+		err = -ENODEV;
+		break;
+	default:
+		err = -EFAULT;
+	}
+	if (!err)
+		err = remap_vmalloc_range(vma, pages, 0);
+	mutex_unlock(&p->bo_lock);
+	kfd_unref_process(p);
+	return err;
+}
+
 /*
  * amdgpu_emu's render node mmap (amdgpu_gem_mmap -> TTM, 6.12.117), mmap_lock held: the caller's
  * VRAM or GTT object at that offset, the whole mapping inside it; else -EACCES as
@@ -2960,11 +3050,7 @@ int kfd_emu_render_mmap(unsigned int gpu, struct vm_area_struct *vma)
 	struct emu_bo *bo, *found = NULL;
 	int id, err;
 
-	mutex_lock(&kfd_processes_mutex);
-	p = find_process_by_mm(current->mm);
-	if (p)
-		kref_get(&p->ref);
-	mutex_unlock(&kfd_processes_mutex);
+	p = emu_process_of_current();
 	if (!p)
 		return -EACCES;
 	mutex_lock(&p->bo_lock);
@@ -3449,6 +3535,7 @@ static const struct file_operations kfd_fops = {
 	.owner = THIS_MODULE,
 	.unlocked_ioctl = kfd_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
+	.mmap = kfd_mmap,
 	.open = kfd_open,
 	.release = kfd_release,
 };

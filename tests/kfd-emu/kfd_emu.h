@@ -624,6 +624,7 @@ struct kfd_process_device {
 	struct file *drm_file;		/* the render node ACQUIRE_VM took (a reference) */
 	u64 scratch_backing_va;		/* SET_SCRATCH_BACKING_VA (qpd.sh_hidden_private_base) */
 	u64 tba_addr, tma_addr;		/* SET_TRAP_HANDLER */
+	void *doorbells;		/* the process's doorbell slice on this GPU (kfd_mmap) */
 	u64 exception_status;
 	u64 last_evict_timestamp;
 	atomic64_t evict_duration_counter;
