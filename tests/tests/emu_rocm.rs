@@ -607,3 +607,76 @@ fn ioctl_sequence() {
     assert_eq!(ioctl(kfd, FREE_MEMORY_OF_GPU, &mut Handle { handle: gtt.handle }), 0);
     // The rest (the event page, another event, the files, the mappings) goes with the process.
 }
+
+/// The queues of `pid` in KFD's sysfs: (gpuid, type, size) of each, sorted.
+fn sysfs_queues(pid: u32) -> Vec<(u32, u32, u64)> {
+    let dir = format!("/sys/class/kfd/kfd/proc/{pid}/queues");
+    let mut queues: Vec<(u32, u32, u64)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| {
+            let q = e.unwrap().path();
+            let read = |f: &str| std::fs::read_to_string(q.join(f)).unwrap().trim().to_owned();
+            (read("gpuid").parse().unwrap(), read("type").parse().unwrap(), read("size").parse().unwrap())
+        })
+        .collect();
+    queues.sort_unstable();
+    queues
+}
+
+#[test]
+fn hsa_queue_create_makes_kfd_queues_on_both_gpus_with_rocrs_amd_queue_t() {
+    use std::io::{BufRead, BufReader, Write};
+
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let exe = gpreempt_tests::binary("hsa-queues").expect(
+        "tests/rocm/hsa_queues.c is built by `cargo xtask test` once `cargo xtask setup` installed libhsa-runtime-dev",
+    );
+    let nodes = RenderNodes::load();
+    let mut child = Command::new(exe)
+        .args(["1024", "hold"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut queues = Vec::new();
+    loop {
+        let line = lines.next().expect("hsa-queues ended before holding its queues").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v.get("holding").is_some() {
+            assert_eq!(v["holding"], 2);
+            break;
+        }
+        queues.push(v);
+    }
+    assert_eq!(queues.len(), 2, "{queues:?}");
+    for (i, q) in queues.iter().enumerate() {
+        assert_eq!(q["pid"], pid);
+        assert_eq!(q["agent"], "gfx90a");
+        assert_eq!(q["node"], i + 1);
+        assert_eq!(q["size"], 1024);
+        // ROCr's amd_queue_t: the offsets gpreempt's scheduler reads the indices at.
+        assert_eq!(
+            (q["write_dispatch_id_offset"].as_u64(), q["read_dispatch_id_offset"].as_u64()),
+            (Some(0x38), Some(0x80))
+        );
+        assert_eq!((q["write_dispatch_id"].as_u64(), q["read_dispatch_id"].as_u64()), (Some(0), Some(0)));
+    }
+    // What ROCr created in KFD for the two hsa_queue_create calls (type 0: compute).
+    assert_eq!(
+        sysfs_queues(pid),
+        [(GPU0, 0, 1024 * 64), (GPU0, 0, 1024 * 64), (GPU1, 0, 1024 * 64), (GPU1, 0, 1024 * 64)],
+        "queues of pid {pid}"
+    );
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "hsa-queues: {status}\n{stderr}");
+    assert_eq!(rest.last().map(String::as_str), Some(r#"{"gpus":2,"done":true}"#));
+    wait_kfd_released(pid).unwrap();
+    drop(nodes);
+}

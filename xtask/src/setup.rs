@@ -33,6 +33,8 @@ const APT_TOOLS: &[(&str, &str)] = &[
     // Debian's ROCm 5.2 user space on the emulated GPU (tests/tests/emu_rocm.rs): rocminfo
     // pulls libhsa-runtime64-1 and libhsakmt1.
     ("rocminfo", "/usr/bin/rocminfo"),
+    // tests/rocm/*.c, C clients of ROCr built by `cargo xtask test` (headers of the same runtime).
+    ("libhsa-runtime-dev", "/usr/include/hsa/hsa.h"),
 ];
 
 fn step(name: &str, state: &str) {
