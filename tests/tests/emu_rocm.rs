@@ -624,7 +624,7 @@ fn sysfs_queues(pid: u32) -> Vec<(u32, u32, u64)> {
 }
 
 #[test]
-fn hsa_queue_create_makes_kfd_queues_on_both_gpus_with_rocrs_amd_queue_t() {
+fn rocm_hsa_queue_create_makes_kfd_queues_on_both_gpus_with_rocrs_amd_queue_t() {
     use std::io::{BufRead, BufReader, Write};
 
     let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
