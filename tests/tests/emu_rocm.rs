@@ -664,10 +664,11 @@ fn rocm_hsa_queue_create_makes_kfd_queues_on_both_gpus_with_rocrs_amd_queue_t() 
         );
         assert_eq!((q["write_dispatch_id"].as_u64(), q["read_dispatch_id"].as_u64()), (Some(0), Some(0)));
     }
-    // What ROCr created in KFD for the two hsa_queue_create calls (type 0: compute).
+    // What ROCr 5.2 created in KFD for the two hsa_queue_create calls (type 0: compute): on each
+    // GPU the 1024-packet queue asked for (64 KiB ring) and a 64-packet one of its own (4 KiB).
     assert_eq!(
         sysfs_queues(pid),
-        [(GPU0, 0, 1024 * 64), (GPU0, 0, 1024 * 64), (GPU1, 0, 1024 * 64), (GPU1, 0, 1024 * 64)],
+        [(GPU0, 0, 64 * 64), (GPU0, 0, 1024 * 64), (GPU1, 0, 64 * 64), (GPU1, 0, 1024 * 64)],
         "queues of pid {pid}"
     );
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
