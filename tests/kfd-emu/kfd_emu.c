@@ -35,6 +35,8 @@
 #include <linux/jiffies.h>
 #include <linux/version.h>
 #include <linux/log2.h>
+#include <linux/vmalloc.h>
+#include <linux/mm.h>
 
 #include "kfd_emu.h"
 
@@ -92,11 +94,15 @@ MODULE_PARM_DESC(kfd_minor_version,
 static struct kfd_node emu_nodes[EMU_MAX_GPUS];
 static struct device_queue_manager emu_dqms[EMU_MAX_GPUS];
 static const unsigned int emu_gpu_ids[EMU_MAX_GPUS] = { EMU_GPU_ID0, EMU_GPU_ID1 };
-/* CUs of an emulated GPU (an MI300X's count); a dispatch occupies all of them while it runs */
-#define EMU_CU_COUNT 304
 
 static DEFINE_MUTEX(kfd_processes_mutex);
 static LIST_HEAD(kfd_processes_list);
+/*
+ * Also guards kfd_processes_list's additions and removals, for lookups from mmap handlers:
+ * they run under mmap_lock, which process creation takes under kfd_processes_mutex
+ * (mmu_notifier_register), so they must not take that mutex (KFD looks up under SRCU).
+ */
+static DEFINE_SPINLOCK(kfd_processes_lock);
 static struct workqueue_struct *kfd_process_wq;
 static atomic_t pasid_counter = ATOMIC_INIT(0x8000);
 
@@ -106,10 +112,12 @@ static struct device *kfd_device;
 static struct kobject *procfs_kobj;
 static struct kobject *topology_kobj;
 static struct kobject *topology_nodes_kobj;
-static struct kobject *topology_cpu_node_kobj;
 static struct kobject *emu_ctl_kobj;
 
 static void kfd_unref_process(struct kfd_process *p);
+static int render_gpu_of_file(struct file *file);
+static void emu_process_free_bos(struct kfd_process *p);
+static void emu_process_free_events(struct kfd_process *p);
 
 static void dqm_lock(struct device_queue_manager *dqm)
 {
@@ -1967,9 +1975,20 @@ __used noinline void kfd_process_dequeue_from_all_devices(struct kfd_process *p)
 __used noinline void kfd_process_wq_release(struct work_struct *work)
 {
 	struct kfd_process *p = container_of(work, struct kfd_process, release_work);
+	int i;
 
 	kfd_process_dequeue_from_all_devices(p);
 	pqm_uninit(&p->pqm);
+	emu_process_free_events(p);
+	emu_process_free_bos(p);
+	for (i = 0; i < p->n_pdds; i++)
+		vfree(p->pdds[i].doorbells);
+	/* kfd_process_destroy_pdds(): the render node files ACQUIRE_VM took (before the sysfs
+	 * directory goes, which is what "released" means to the tests)
+	 */
+	for (i = 0; i < p->n_pdds; i++)
+		if (p->pdds[i].drm_file)
+			fput(p->pdds[i].drm_file);
 	kfd_process_remove_sysfs(p);
 	mmdrop(p->mm_grabbed);
 	put_task_struct(p->lead_thread);
@@ -1989,7 +2008,9 @@ static void kfd_process_notifier_release(struct mmu_notifier *mn, struct mm_stru
 	int n = 0, i;
 
 	mutex_lock(&kfd_processes_mutex);
+	spin_lock(&kfd_processes_lock);
 	list_del_init(&p->processes);
+	spin_unlock(&kfd_processes_lock);
 	p->mm = NULL;
 	if (atomic_read(&p->debugged_process_count) > 0) {
 		list_for_each_entry(target, &kfd_processes_list, processes) {
@@ -2048,6 +2069,11 @@ static struct kfd_process *create_process(struct task_struct *thread)
 	mutex_init(&p->event_mutex);
 	sema_init(&p->runtime_enable_sema, 0);
 	INIT_LIST_HEAD(&p->pqm.queues);
+	idr_init(&p->bo_idr);
+	mutex_init(&p->bo_lock);
+	idr_init(&p->event_idr);
+	mutex_init(&p->events_lock);
+	init_waitqueue_head(&p->event_wq);
 	p->pqm.process = p;
 	p->mm = thread->mm;
 	p->mm_grabbed = thread->mm;
@@ -2078,7 +2104,9 @@ static struct kfd_process *create_process(struct task_struct *thread)
 		module_put(THIS_MODULE);
 		return ERR_PTR(err);
 	}
+	spin_lock(&kfd_processes_lock);
 	list_add(&p->processes, &kfd_processes_list);
+	spin_unlock(&kfd_processes_lock);
 	if (kfd_process_add_sysfs(p))
 		pr_warn("kfd_emu: Creating procfs for pid %d failed\n", p->lead_thread->pid);
 	return p;
@@ -2512,6 +2540,896 @@ out:
 	return r;
 }
 
+/*
+ * ---- the ioctls libhsakmt issues at hsaKmtOpenKFD (ROCm 5.2) ----
+ */
+
+/*
+ * kfd_ioctl_set_memory_policy() (6.12.117): the policies must be COHERENT or NONCOHERENT
+ * (-EINVAL), the gpu id known (-EINVAL); the process binds to the device. The emulated GPU has
+ * no caches to configure, so nothing else is kept.
+ */
+static int kfd_ioctl_set_memory_policy(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_set_memory_policy_args *args = data;
+	struct kfd_process_device *pdd;
+	int err = 0;
+
+	if (args->default_policy != KFD_IOC_CACHE_POLICY_COHERENT &&
+	    args->default_policy != KFD_IOC_CACHE_POLICY_NONCOHERENT)
+		return -EINVAL;
+	if (args->alternate_policy != KFD_IOC_CACHE_POLICY_COHERENT &&
+	    args->alternate_policy != KFD_IOC_CACHE_POLICY_NONCOHERENT)
+		return -EINVAL;
+	mutex_lock(&p->mutex);
+	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
+	if (!pdd) {
+		pr_debug("kfd_emu: Could not find gpu id 0x%x\n", args->gpu_id);
+		err = -EINVAL;
+		goto out;
+	}
+	pdd->bound = true;
+out:
+	mutex_unlock(&p->mutex);
+	return err;
+}
+
+/*
+ * kfd_ioctl_get_clock_counters() (6.12.117): an unknown gpu id is not an error, its GPU counter
+ * reads 0. The GPU counter is RLC's 100 MHz clock (gfx9), here CLOCK_MONOTONIC_RAW / 10; CPU
+ * counter ktime_get_raw_ns(), system counter ktime_get_boottime_ns() at 1 GHz.
+ */
+static int kfd_ioctl_get_clock_counters(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_get_clock_counters_args *args = data;
+	struct kfd_process_device *pdd;
+
+	mutex_lock(&p->mutex);
+	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
+	mutex_unlock(&p->mutex);
+	args->gpu_clock_counter = pdd ? div_u64(ktime_get_raw_ns(), 1000000 / EMU_GPU_COUNTER_KHZ) : 0;
+	args->cpu_clock_counter = ktime_get_raw_ns();
+	args->system_clock_counter = ktime_get_boottime_ns();
+	args->system_clock_freq = 1000000000;
+	return 0;
+}
+
+/*
+ * gfx9 apertures (kfd_flat_memory.c kfd_init_apertures_v9, 6.12.117): LDS at 1 << 48, scratch
+ * at 2 << 48, each 4 GiB; GPUVM from max(SVM_USER_BASE, AMDGPU_VA_RESERVED_BOTTOM) = 64 KiB
+ * to the 47-bit hole (gpuvm_size 1 << 47).
+ */
+#define EMU_LDS_BASE (1ULL << 48)
+#define EMU_SCRATCH_BASE (2ULL << 48)
+#define EMU_APERTURE_LIMIT(base) (((base) & 0xFFFFFFFF00000000ULL) | 0xFFFFFFFF)
+#define EMU_GPUVM_BASE (1ULL << 16)
+#define EMU_GPUVM_LIMIT ((1ULL << 47) - 1)
+
+/* kfd_ioctl_get_process_apertures_new() (6.12.117): num_of_nodes 0 asks for the count */
+static int kfd_ioctl_get_process_apertures_new(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_get_process_apertures_new_args *args = data;
+	struct kfd_process_device_apertures *pa;
+	int i, ret;
+
+	if (args->num_of_nodes == 0) {
+		mutex_lock(&p->mutex);
+		args->num_of_nodes = p->n_pdds;
+		mutex_unlock(&p->mutex);
+		return 0;
+	}
+	pa = kcalloc(args->num_of_nodes, sizeof(*pa), GFP_KERNEL);
+	if (!pa)
+		return -ENOMEM;
+	mutex_lock(&p->mutex);
+	for (i = 0; i < min_t(u32, p->n_pdds, args->num_of_nodes); i++) {
+		pa[i].gpu_id = p->pdds[i].dev->id;
+		pa[i].lds_base = EMU_LDS_BASE;
+		pa[i].lds_limit = EMU_APERTURE_LIMIT(EMU_LDS_BASE);
+		pa[i].gpuvm_base = EMU_GPUVM_BASE;
+		pa[i].gpuvm_limit = EMU_GPUVM_LIMIT;
+		pa[i].scratch_base = EMU_SCRATCH_BASE;
+		pa[i].scratch_limit = EMU_APERTURE_LIMIT(EMU_SCRATCH_BASE);
+	}
+	mutex_unlock(&p->mutex);
+	args->num_of_nodes = i;
+	ret = copy_to_user((void __user *)args->kfd_process_device_apertures_ptr, pa,
+			   i * sizeof(*pa));
+	kfree(pa);
+	return ret ? -EFAULT : 0;
+}
+
+/*
+ * kfd_ioctl_acquire_vm() (6.12.117): the process's GPU VM comes from a render node file of the
+ * same GPU (amdgpu_amdkfd_gpuvm_acquire_process_vm). A bad fd or gpu id is -EINVAL; a file that
+ * is not that GPU's render node -EINVAL (amdgpu: not an amdgpu DRM file); a second acquire with
+ * the same file is 0, with another -EBUSY. The pdd keeps the file's reference until the process
+ * is released.
+ */
+static int kfd_ioctl_acquire_vm(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_acquire_vm_args *args = data;
+	struct kfd_process_device *pdd;
+	struct file *drm_file;
+	int ret;
+
+	drm_file = fget(args->drm_fd);
+	if (!drm_file)
+		return -EINVAL;
+	mutex_lock(&p->mutex);
+	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
+	if (!pdd) {
+		ret = -EINVAL;
+		goto err;
+	}
+	if (pdd->drm_file) {
+		ret = pdd->drm_file == drm_file ? 0 : -EBUSY;
+		goto err;
+	}
+	if (render_gpu_of_file(drm_file) != pdd - p->pdds) {
+		ret = -EINVAL;
+		goto err;
+	}
+	pdd->drm_file = drm_file;
+	mutex_unlock(&p->mutex);
+	return 0;
+err:
+	mutex_unlock(&p->mutex);
+	fput(drm_file);
+	return ret;
+}
+
+/*
+ * ---- GPU memory (kfd_chardev.c + amdgpu_amdkfd_gpuvm.c, 6.12.117) ----
+ *
+ * A buffer object is guest memory: VRAM and GTT objects are vmalloc_user() pages the process
+ * maps through its render node (a VRAM object gets its pages at its first CPU mapping: VRAM
+ * no CPU maps, such as ROCr's scratch reservation, costs the guest nothing) (amdgpu_emu's mmap, at the offset ALLOC returned, as amdgpu's
+ * DRM vma offsets); USERPTR objects are the process's own pages (GPU VA = CPU VA). The
+ * emulated GPU reaches memory through the process's address space, so GPU mappings
+ * (MAP/UNMAP_MEMORY_TO_GPU) are bookkeeping: which GPUs an object is mapped on.
+ */
+
+/* a DRM vma offset: DRM_FILE_PAGE_OFFSET_START ((0xFFFFFFFFUL >> PAGE_SHIFT) + 1) pages up */
+#define EMU_BO_MMAP_BASE ((((u64)0xFFFFFFFFUL >> PAGE_SHIFT) + 1) << PAGE_SHIFT)
+/* doorbell slice per process on gfx9: 1024 doorbells of 8 bytes (kfd_doorbell_process_slice) */
+#define EMU_DOORBELL_SLICE (1024 * 8)
+/* MAKE_HANDLE / GET_GPU_ID / GET_IDR_HANDLE (kfd_priv.h) */
+#define EMU_MAKE_HANDLE(gpu_id, idr) (((u64)(gpu_id) << 32) | (idr))
+#define EMU_HANDLE_GPU(h) ((u32)((h) >> 32))
+#define EMU_HANDLE_IDR(h) ((u32)((h) & 0xFFFFFFFF))
+
+struct emu_bo {
+	u32 gpu;		/* allocating GPU index */
+	u32 flags;		/* KFD_IOC_ALLOC_MEM_FLAGS_* */
+	u64 va;			/* GPU VA (= CPU VA of its mapping) */
+	u64 size;
+	u64 mmap_offset;	/* VRAM/GTT: the render node offset; USERPTR: the CPU address */
+	void *kaddr;		/* VRAM/GTT backing (vmalloc_user) */
+	u32 mapped;		/* bit per GPU index it is mapped on */
+};
+
+static atomic64_t emu_bo_mmap_next = ATOMIC64_INIT(0);
+
+static void emu_bo_free(struct emu_bo *bo)
+{
+	vfree(bo->kaddr);	/* mapped pages keep their own references (vm_insert_page) */
+	kfree(bo);
+}
+
+static int emu_bo_free_cb(int id, void *ptr, void *data)
+{
+	emu_bo_free(ptr);
+	return 0;
+}
+
+/* kfd_process_free_outstanding_kfd_bos(): at release, every object the process left */
+static void emu_process_free_bos(struct kfd_process *p)
+{
+	idr_for_each(&p->bo_idr, emu_bo_free_cb, NULL);
+	idr_destroy(&p->bo_idr);
+}
+
+/*
+ * kfd_ioctl_alloc_memory_of_gpu() (6.12.117): size 0 -EINVAL, unknown gpu -EINVAL, no VM
+ * acquired -ENODEV (kfd_bind_process_to_device), a doorbell object of other than the process
+ * slice -EINVAL, an MMIO remap object of other than a page -EINVAL; the emulated GPU has no
+ * MMIO remap page (rmmio_remap.bus_addr 0: -ENOMEM, which libhsakmt tolerates). VRAM is limited
+ * by the topology's size (-ENOMEM, amdgpu_amdkfd_reserve_mem_limit) and, for its backing, by
+ * the guest's memory.
+ */
+static int kfd_ioctl_alloc_memory_of_gpu(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_alloc_memory_of_gpu_args *args = data;
+	struct kfd_process_device *pdd;
+	struct emu_bo *bo;
+	u32 flags = args->flags;
+	int id, err;
+
+	if (args->size == 0)
+		return -EINVAL;
+	mutex_lock(&p->mutex);
+	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
+	if (!pdd) {
+		err = -EINVAL;
+		goto out;
+	}
+	if (!pdd->drm_file) {
+		err = -ENODEV;
+		goto out;
+	}
+	pdd->bound = true;
+	if (flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL) {
+		if (args->size != EMU_DOORBELL_SLICE) {
+			err = -EINVAL;
+			goto out;
+		}
+	} else if (flags & KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP) {
+		err = args->size != PAGE_SIZE ? -EINVAL : -ENOMEM;
+		goto out;
+	}
+	if ((flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM) &&
+	    p->vram_used[pdd - p->pdds] + args->size > EMU_VRAM_BYTES) {
+		err = -ENOMEM;
+		goto out;
+	}
+	bo = kzalloc(sizeof(*bo), GFP_KERNEL);
+	if (!bo) {
+		err = -ENOMEM;
+		goto out;
+	}
+	bo->gpu = pdd - p->pdds;
+	bo->flags = flags;
+	bo->va = args->va_addr;
+	bo->size = PAGE_ALIGN(args->size);
+	if (flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)) {
+		if (flags & KFD_IOC_ALLOC_MEM_FLAGS_GTT)
+			bo->kaddr = vmalloc_user(bo->size);
+		if ((flags & KFD_IOC_ALLOC_MEM_FLAGS_GTT) && !bo->kaddr) {
+			kfree(bo);
+			err = -ENOMEM;
+			goto out;
+		}
+		bo->mmap_offset = EMU_BO_MMAP_BASE +
+				  atomic64_fetch_add(bo->size, &emu_bo_mmap_next);
+	} else if (flags & KFD_IOC_ALLOC_MEM_FLAGS_USERPTR) {
+		bo->mmap_offset = args->mmap_offset;
+	}
+	mutex_lock(&p->bo_lock);
+	id = idr_alloc(&p->bo_idr, bo, 1, 0, GFP_KERNEL);
+	mutex_unlock(&p->bo_lock);
+	if (id < 0) {
+		emu_bo_free(bo);
+		err = -EFAULT;
+		goto out;
+	}
+	if (flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM)
+		p->vram_used[bo->gpu] += bo->size;
+	args->handle = EMU_MAKE_HANDLE(args->gpu_id, id);
+	args->mmap_offset = bo->mmap_offset;
+	err = 0;
+out:
+	mutex_unlock(&p->mutex);
+	return err;
+}
+
+/* a VRAM or GTT object's pages, allocated at the first CPU access; p->bo_lock held */
+static void *emu_bo_backing(struct emu_bo *bo)
+{
+	if (!bo->kaddr && (bo->flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)))
+		bo->kaddr = vmalloc_user(bo->size);
+	return bo->kaddr;
+}
+
+/* the object of `handle` allocated on a GPU of p, or NULL; p->mutex held */
+static struct emu_bo *emu_bo_lookup(struct kfd_process *p, u64 handle)
+{
+	struct kfd_process_device *pdd = kfd_process_device_data_by_id(p, EMU_HANDLE_GPU(handle));
+	struct emu_bo *bo;
+
+	if (!pdd)
+		return NULL;
+	bo = idr_find(&p->bo_idr, EMU_HANDLE_IDR(handle));
+	return bo && bo->gpu == pdd - p->pdds ? bo : NULL;
+}
+
+/* kfd_ioctl_free_memory_of_gpu() (6.12.117): unknown gpu or handle -EINVAL, the event page -EPERM */
+static int kfd_ioctl_free_memory_of_gpu(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_free_memory_of_gpu_args *args = data;
+	struct emu_bo *bo;
+	int err = 0;
+
+	mutex_lock(&p->mutex);
+	bo = emu_bo_lookup(p, args->handle);
+	if (!bo) {
+		err = -EINVAL;
+		goto out;
+	}
+	/* "Free signal BO is not allowed" */
+	if (bo->kaddr && (void *)p->signal_page == bo->kaddr) {
+		err = -EPERM;
+		goto out;
+	}
+	mutex_lock(&p->bo_lock);
+	idr_remove(&p->bo_idr, EMU_HANDLE_IDR(args->handle));
+	mutex_unlock(&p->bo_lock);
+	if (bo->flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM)
+		p->vram_used[bo->gpu] -= bo->size;
+	emu_bo_free(bo);
+out:
+	mutex_unlock(&p->mutex);
+	return err;
+}
+
+/*
+ * kfd_ioctl_map_memory_to_gpu() / kfd_ioctl_unmap_memory_from_gpu() (6.12.117): no devices or
+ * n_success > n_devices -EINVAL, an unreadable id array -EFAULT, unknown handle gpu -EINVAL,
+ * unknown object -ENOMEM (map) or -EINVAL (unmap), an unknown device in the array -EINVAL;
+ * n_success counts the devices done, so a retry resumes there.
+ */
+static int emu_map_unmap(struct kfd_process *p, u64 handle, u64 ids_ptr, u32 n_devices,
+			 u32 *n_success, bool map)
+{
+	struct kfd_process_device *peer;
+	struct emu_bo *bo;
+	u32 *ids, i;
+	int err = 0;
+
+	if (!n_devices || *n_success > n_devices)
+		return -EINVAL;
+	ids = memdup_user(u64_to_user_ptr(ids_ptr), array_size(n_devices, sizeof(u32)));
+	if (IS_ERR(ids))
+		return PTR_ERR(ids) == -ENOMEM ? -ENOMEM : -EFAULT;
+	mutex_lock(&p->mutex);
+	if (!kfd_process_device_data_by_id(p, EMU_HANDLE_GPU(handle))) {
+		err = -EINVAL;
+		goto out;
+	}
+	bo = emu_bo_lookup(p, handle);
+	if (!bo) {
+		err = map ? -ENOMEM : -EINVAL;
+		goto out;
+	}
+	for (i = *n_success; i < n_devices; i++) {
+		peer = kfd_process_device_data_by_id(p, ids[i]);
+		if (!peer) {
+			err = -EINVAL;
+			goto out;
+		}
+		if (map)
+			bo->mapped |= BIT(peer - p->pdds);
+		else
+			bo->mapped &= ~BIT(peer - p->pdds);
+		*n_success = i + 1;
+	}
+out:
+	mutex_unlock(&p->mutex);
+	kfree(ids);
+	return err;
+}
+
+static int kfd_ioctl_map_memory_to_gpu(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_map_memory_to_gpu_args *args = data;
+
+	return emu_map_unmap(p, args->handle, args->device_ids_array_ptr, args->n_devices,
+			     &args->n_success, true);
+}
+
+static int kfd_ioctl_unmap_memory_from_gpu(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_unmap_memory_from_gpu_args *args = data;
+
+	return emu_map_unmap(p, args->handle, args->device_ids_array_ptr, args->n_devices,
+			     &args->n_success, false);
+}
+
+/*
+ * kfd_ioctl_get_available_memory() (6.12.117): unknown gpu -EINVAL; VRAM left to the process
+ * (amdgpu_amdkfd_get_available_memory), here the topology's size less what it allocated.
+ */
+static int kfd_ioctl_get_available_memory(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_get_available_memory_args *args = data;
+	struct kfd_process_device *pdd;
+	int err = 0;
+
+	mutex_lock(&p->mutex);
+	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
+	if (pdd)
+		args->available = EMU_VRAM_BYTES - p->vram_used[pdd - p->pdds];
+	else
+		err = -EINVAL;
+	mutex_unlock(&p->mutex);
+	return err;
+}
+
+/*
+ * kfd_ioctl_set_xnack_mode() (6.12.117): a negative value queries. The emulated GPU runs with
+ * retry faults off (amdgpu's noretry), as gfx90a does by default: enabling XNACK is -EPERM
+ * (kfd_process_xnack_mode() false), and with queues any change is -EBUSY.
+ */
+static int kfd_ioctl_set_xnack_mode(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_set_xnack_mode_args *args = data;
+	int err = 0;
+
+	mutex_lock(&p->mutex);
+	if (args->xnack_enabled >= 0) {
+		if (!list_empty(&p->pqm.queues))
+			err = -EBUSY;
+		else if (args->xnack_enabled)
+			err = -EPERM;
+	} else {
+		args->xnack_enabled = 0;
+	}
+	mutex_unlock(&p->mutex);
+	return err;
+}
+
+/* The calling process's KFD process, referenced, from an mmap handler (kfd_processes_lock). */
+static struct kfd_process *emu_process_of_current(void)
+{
+	struct kfd_process *p;
+
+	spin_lock(&kfd_processes_lock);
+	p = find_process_by_mm(current->mm);
+	if (p)
+		kref_get(&p->ref);
+	spin_unlock(&kfd_processes_lock);
+	return p;
+}
+
+/* the doorbell slice of a process on a GPU, allocated at its first mapping (p->bo_lock held) */
+static void *emu_doorbells(struct kfd_process_device *pdd)
+{
+	if (!pdd->doorbells)
+		pdd->doorbells = vmalloc_user(EMU_DOORBELL_SLICE);
+	return pdd->doorbells;
+}
+
+#define KFD_MMAP_TYPE_MASK (0x3ULL << 62)
+#define KFD_MMAP_TYPE_EVENTS (0x2ULL << 62)
+#define KFD_MMAP_GET_GPU_ID(offset) (((offset) & GENMASK_ULL(61, 46)) >> 46)
+
+/*
+ * kfd_mmap() (6.12.117): the offset (vm_pgoff << PAGE_SHIFT) names the type and the gpu.
+ * DOORBELL: exactly the process's 8 KiB doorbell slice of that GPU (-EINVAL otherwise, -ENODEV
+ * for an unknown gpu): pages the emulated CP may read, where KFD maps the doorbell BAR
+ * uncached. EVENTS: exactly the 32 KiB signal page (-EINVAL), when KFD allocated it. The
+ * emulated GPUs have no reserved (APU CWSR) or MMIO remap memory: -ENODEV, as for a device
+ * KFD does not find; any other type -EFAULT.
+ */
+static int kfd_mmap(struct file *filp, struct vm_area_struct *vma)
+{
+	u64 offset = (u64)vma->vm_pgoff << PAGE_SHIFT, len = vma->vm_end - vma->vm_start;
+	struct kfd_process_device *pdd = NULL;
+	struct kfd_process *p;
+	void *pages = NULL;
+	int err;
+
+	p = emu_process_of_current();
+	if (!p)
+		return -EINVAL;
+	if (KFD_MMAP_GET_GPU_ID(offset))
+		pdd = kfd_process_device_data_by_id(p, KFD_MMAP_GET_GPU_ID(offset));
+	mutex_lock(&p->bo_lock);
+	switch (offset & KFD_MMAP_TYPE_MASK) {
+	case KFD_MMAP_TYPE_DOORBELL:
+		if (!pdd)
+			err = -ENODEV;
+		else if (len != EMU_DOORBELL_SLICE)
+			err = -EINVAL;
+		else
+			err = (pages = emu_doorbells(pdd)) ? 0 : -ENOMEM;
+		break;
+	case KFD_MMAP_TYPE_EVENTS:
+		if (len != KFD_SIGNAL_EVENT_LIMIT * 8)
+			err = -EINVAL;
+		else if (!p->signal_page_owned)
+			err = -ENOMEM;	/* kfd_event_mmap: "Signal page not allocated" */
+		else
+			err = (pages = p->signal_page) ? 0 : -ENOMEM;
+		break;
+	case 0x1ULL << 62:	/* KFD_MMAP_TYPE_RESERVED_MEM */
+	case 0x0ULL << 62:	/* KFD_MMAP_TYPE_MMIO */
+		err = -ENODEV;
+		break;
+	default:
+		err = -EFAULT;
+	}
+	if (!err)
+		err = remap_vmalloc_range(vma, pages, 0);
+	mutex_unlock(&p->bo_lock);
+	kfd_unref_process(p);
+	return err;
+}
+
+/*
+ * amdgpu_emu's render node mmap (amdgpu_gem_mmap -> TTM, 6.12.117), mmap_lock held: the caller's
+ * VRAM or GTT object at that offset, the whole mapping inside it; else -EACCES as
+ * drm_gem_mmap answers an offset with no object (-EINVAL for a range past its end).
+ */
+int kfd_emu_render_mmap(unsigned int gpu, struct vm_area_struct *vma)
+{
+	u64 offset = (u64)vma->vm_pgoff << PAGE_SHIFT, len = vma->vm_end - vma->vm_start;
+	struct kfd_process *p;
+	struct emu_bo *bo, *found = NULL;
+	int id, err;
+
+	p = emu_process_of_current();
+	if (!p)
+		return -EACCES;
+	mutex_lock(&p->bo_lock);
+	idr_for_each_entry(&p->bo_idr, bo, id)
+		if ((bo->flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)) &&
+		    bo->gpu == gpu && offset >= bo->mmap_offset &&
+		    offset < bo->mmap_offset + bo->size) {
+			found = bo;
+			break;
+		}
+	if (!found)
+		err = -EACCES;
+	else if (offset + len > found->mmap_offset + found->size)
+		err = -EINVAL;
+	else if (!emu_bo_backing(found))
+		err = -ENOMEM;
+	else
+		err = remap_vmalloc_range(vma, found->kaddr, (offset - found->mmap_offset) >> PAGE_SHIFT);
+	mutex_unlock(&p->bo_lock);
+	kfd_unref_process(p);
+	return err;
+}
+EXPORT_SYMBOL_GPL(kfd_emu_render_mmap);
+
+/*
+ * ---- events (kfd_events.c, 6.12.117) ----
+ *
+ * Signal and debug events take ids 0..4095, which are their slots in the signal page (u64 each,
+ * UNSIGNALED_EVENT_SLOT = -1 until signalled); other types take ids from 4096. The first
+ * CREATE_EVENT of a dGPU process names the event page, a GTT object the process allocated
+ * (kfd_kmap_event_page); without one KFD allocates the page itself. SET_EVENT raises a signal
+ * event from the CPU; WAIT_EVENTS sleeps until any (or all) of its events fire, the timeout
+ * (ms; 0 polls, 0xFFFFFFFF waits forever) passes, or a signal arrives (-ERESTARTSYS).
+ */
+
+#define EMU_UNSIGNALED_EVENT_SLOT ((u64)-1)
+#define EMU_EVENT_TIMEOUT_INFINITE 0xFFFFFFFFu
+
+struct emu_event {
+	u32 id;
+	u32 type;
+	bool auto_reset;
+	bool signaled;
+	u64 age;		/* event_age: 1 at creation, +1 per signal (never 0) */
+};
+
+static bool emu_event_is_signal(u32 type)
+{
+	return type == KFD_IOC_EVENT_SIGNAL || type == KFD_IOC_EVENT_DEBUG_EVENT;
+}
+
+static int emu_event_free_cb(int id, void *ptr, void *data)
+{
+	kfree(ptr);
+	return 0;
+}
+
+static void emu_process_free_events(struct kfd_process *p)
+{
+	idr_for_each(&p->event_idr, emu_event_free_cb, NULL);
+	idr_destroy(&p->event_idr);
+	if (p->signal_page_owned)
+		vfree(p->signal_page);
+}
+
+/* kfd_kmap_event_page(): the page once, from a GTT object of the process (p->mutex held) */
+static int emu_set_event_page(struct kfd_process *p, u64 handle)
+{
+	struct emu_bo *bo;
+
+	if (p->signal_page)
+		return -EINVAL;	/* "Event page is already set" */
+	if (!kfd_process_device_data_by_id(p, EMU_HANDLE_GPU(handle)))
+		return -EINVAL;
+	bo = emu_bo_lookup(p, handle);
+	if (!bo || bo->size < KFD_SIGNAL_EVENT_LIMIT * 8)
+		return -EINVAL;
+	mutex_lock(&p->bo_lock);
+	if (!emu_bo_backing(bo)) {
+		mutex_unlock(&p->bo_lock);
+		return -ENOMEM;
+	}
+	mutex_unlock(&p->bo_lock);
+	memset(bo->kaddr, 0xff, KFD_SIGNAL_EVENT_LIMIT * 8);
+	p->signal_page = bo->kaddr;
+	return 0;
+}
+
+static int kfd_ioctl_create_event(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_create_event_args *args = data;
+	struct emu_event *ev;
+	int id, err = 0;
+
+	if (args->event_page_offset) {
+		mutex_lock(&p->mutex);
+		mutex_lock(&p->events_lock);
+		err = emu_set_event_page(p, args->event_page_offset);
+		mutex_unlock(&p->events_lock);
+		mutex_unlock(&p->mutex);
+		if (err)
+			return err;
+	}
+	ev = kzalloc(sizeof(*ev), GFP_KERNEL);
+	if (!ev)
+		return -ENOMEM;
+	ev->type = args->event_type;
+	ev->auto_reset = args->auto_reset != 0;
+	args->event_page_offset = 0;
+	mutex_lock(&p->events_lock);
+	if (emu_event_is_signal(ev->type)) {
+		if (!p->signal_page) {
+			p->signal_page = vmalloc_user(KFD_SIGNAL_EVENT_LIMIT * 8);
+			if (!p->signal_page) {
+				err = -ENOMEM;
+				goto fail;
+			}
+			p->signal_page_owned = true;
+			memset(p->signal_page, 0xff, KFD_SIGNAL_EVENT_LIMIT * 8);
+		}
+		if (p->signal_event_count == KFD_SIGNAL_EVENT_LIMIT) {
+			err = -ENOSPC;
+			goto fail;
+		}
+		id = idr_alloc(&p->event_idr, ev, 0, KFD_SIGNAL_EVENT_LIMIT, GFP_KERNEL);
+		if (id < 0) {
+			err = -ENOSPC;
+			goto fail;
+		}
+		p->signal_event_count++;
+		p->signal_page[id] = EMU_UNSIGNALED_EVENT_SLOT;
+		/* KFD_MMAP_TYPE_EVENTS (kfd_mmap() takes the offset as vm_pgoff << PAGE_SHIFT) */
+		args->event_page_offset = 0x2ULL << 62;
+		args->event_slot_index = id;
+	} else {
+		id = idr_alloc(&p->event_idr, ev, KFD_SIGNAL_EVENT_LIMIT, 0, GFP_KERNEL);
+		if (id < 0) {
+			err = id;
+			goto fail;
+		}
+	}
+	ev->id = id;
+	ev->age = 1;
+	args->event_id = id;
+	args->event_trigger_data = id;
+	mutex_unlock(&p->events_lock);
+	return 0;
+fail:
+	mutex_unlock(&p->events_lock);
+	kfree(ev);
+	return err;
+}
+
+/* kfd_event_destroy(): unknown id -EINVAL; waiters on it wake and fail */
+static int kfd_ioctl_destroy_event(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_destroy_event_args *args = data;
+	struct emu_event *ev;
+	int err = 0;
+
+	mutex_lock(&p->events_lock);
+	ev = idr_find(&p->event_idr, args->event_id);
+	if (!ev) {
+		err = -EINVAL;
+	} else {
+		idr_remove(&p->event_idr, ev->id);
+		if (emu_event_is_signal(ev->type))
+			p->signal_event_count--;
+		kfree(ev);
+	}
+	mutex_unlock(&p->events_lock);
+	wake_up_all(&p->event_wq);
+	return err;
+}
+
+/* set_event(): signalled (for an auto-reset event, until one waiter consumes it), age + 1 */
+static void emu_event_fire(struct emu_event *ev)
+{
+	ev->signaled = true;
+	if (!++ev->age)
+		ev->age = 2;
+}
+
+/* kfd_set_event() / kfd_reset_event(): unknown id or not a signal event -EINVAL */
+static int kfd_ioctl_set_event(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_set_event_args *args = data;
+	struct emu_event *ev;
+	int err = 0;
+
+	mutex_lock(&p->events_lock);
+	ev = idr_find(&p->event_idr, args->event_id);
+	if (!ev || ev->type != KFD_IOC_EVENT_SIGNAL)
+		err = -EINVAL;
+	else
+		emu_event_fire(ev);
+	mutex_unlock(&p->events_lock);
+	wake_up_all(&p->event_wq);
+	return err;
+}
+
+static int kfd_ioctl_reset_event(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_reset_event_args *args = data;
+	struct emu_event *ev;
+	int err = 0;
+
+	mutex_lock(&p->events_lock);
+	ev = idr_find(&p->event_idr, args->event_id);
+	if (!ev || ev->type != KFD_IOC_EVENT_SIGNAL)
+		err = -EINVAL;
+	else
+		ev->signaled = false;
+	mutex_unlock(&p->events_lock);
+	return err;
+}
+
+struct emu_waiter {
+	u32 id;
+	u64 age;		/* the caller's last_event_age (0: not used) */
+	bool activated;
+};
+
+/*
+ * One pass of kfd_wait_on_events()'s test: activate the waiters whose event is signalled (an
+ * auto-reset event is consumed) or, when the caller gave a last_event_age, whose age moved.
+ * Returns KFD_IOC_WAIT_RESULT_COMPLETE when any (all) are activated, FAIL when an event is
+ * gone, else TIMEOUT (still waiting).
+ */
+static u32 emu_events_test(struct kfd_process *p, struct emu_waiter *w, u32 n, bool all)
+{
+	u32 i, activated = 0;
+
+	for (i = 0; i < n; i++) {
+		struct emu_event *ev = idr_find(&p->event_idr, w[i].id);
+
+		if (!ev)
+			return KFD_IOC_WAIT_RESULT_FAIL;
+		if (!w[i].activated) {
+			if (ev->signaled) {
+				w[i].activated = true;
+				if (ev->auto_reset)
+					ev->signaled = false;
+			} else if (w[i].age && emu_event_is_signal(ev->type) && ev->age != w[i].age) {
+				w[i].activated = true;
+			}
+		}
+		activated += w[i].activated;
+	}
+	if (all ? activated == n : activated > 0)
+		return KFD_IOC_WAIT_RESULT_COMPLETE;
+	return KFD_IOC_WAIT_RESULT_TIMEOUT;
+}
+
+static int kfd_ioctl_wait_events(struct file *filp, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_wait_events_args *args = data;
+	struct kfd_event_data __user *events = u64_to_user_ptr(args->events_ptr);
+	long timeout = args->timeout == 0 ? 0 :
+		       args->timeout == EMU_EVENT_TIMEOUT_INFINITE ? MAX_SCHEDULE_TIMEOUT :
+		       (long)msecs_to_jiffies(args->timeout) + 1;
+	struct emu_waiter *w;
+	u32 i, result;
+	int err = 0;
+
+	w = kcalloc(args->num_events, sizeof(*w), GFP_KERNEL);
+	if (args->num_events && !w)
+		return -ENOMEM;
+	for (i = 0; i < args->num_events; i++) {
+		struct kfd_event_data ed;
+
+		if (copy_from_user(&ed, &events[i], sizeof(ed))) {
+			err = -EFAULT;
+			goto out;
+		}
+		w[i].id = ed.event_id;
+		w[i].age = ed.signal_event_data.last_event_age;
+	}
+	mutex_lock(&p->events_lock);
+	for (i = 0; i < args->num_events; i++)
+		if (!idr_find(&p->event_idr, w[i].id)) {
+			mutex_unlock(&p->events_lock);
+			err = -EINVAL;
+			goto out;
+		}
+	for (;;) {
+		DEFINE_WAIT(wait);
+
+		prepare_to_wait(&p->event_wq, &wait, TASK_INTERRUPTIBLE);
+		result = emu_events_test(p, w, args->num_events, args->wait_for_all);
+		mutex_unlock(&p->events_lock);
+		if (result != KFD_IOC_WAIT_RESULT_TIMEOUT || timeout <= 0) {
+			finish_wait(&p->event_wq, &wait);
+			break;
+		}
+		if (signal_pending(current)) {
+			finish_wait(&p->event_wq, &wait);
+			err = -ERESTARTSYS;
+			goto out;
+		}
+		timeout = schedule_timeout(timeout);
+		finish_wait(&p->event_wq, &wait);
+		mutex_lock(&p->events_lock);
+	}
+	args->wait_result = result;
+	/* copy_signaled_event_data(): an activated signal event's age, when the caller gave one */
+	mutex_lock(&p->events_lock);
+	for (i = 0; i < args->num_events && result == KFD_IOC_WAIT_RESULT_COMPLETE; i++) {
+		struct emu_event *ev = idr_find(&p->event_idr, w[i].id);
+		u64 age;
+
+		if (!ev || !w[i].activated || !w[i].age || !emu_event_is_signal(ev->type))
+			continue;
+		age = ev->age;
+		mutex_unlock(&p->events_lock);
+		if (put_user(age, &events[i].signal_event_data.last_event_age)) {
+			err = -EFAULT;
+			goto out;
+		}
+		mutex_lock(&p->events_lock);
+	}
+	mutex_unlock(&p->events_lock);
+out:
+	kfree(w);
+	return err;
+}
+
+
+/*
+ * kfd_ioctl_set_scratch_backing_va() / kfd_ioctl_set_trap_handler() (6.12.117): unknown gpu
+ * -EINVAL; the process binds to the device. Under HWS the CP takes the scratch base from the
+ * queue's MQD and the trap handler from the process's TBA/TMA; the emulated CP runs no waves,
+ * so the addresses are only kept.
+ */
+static int kfd_ioctl_set_scratch_backing_va(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_set_scratch_backing_va_args *args = data;
+	struct kfd_process_device *pdd;
+	int err = 0;
+
+	mutex_lock(&p->mutex);
+	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
+	if (pdd) {
+		pdd->bound = true;
+		pdd->scratch_backing_va = args->va_addr;
+	} else {
+		err = -EINVAL;
+	}
+	mutex_unlock(&p->mutex);
+	return err;
+}
+
+static int kfd_ioctl_set_trap_handler(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_set_trap_handler_args *args = data;
+	struct kfd_process_device *pdd;
+	int err = 0;
+
+	mutex_lock(&p->mutex);
+	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
+	if (pdd) {
+		pdd->bound = true;
+		pdd->tba_addr = args->tba_addr;
+		pdd->tma_addr = args->tma_addr;
+	} else {
+		err = -EINVAL;
+	}
+	mutex_unlock(&p->mutex);
+	return err;
+}
+
 typedef int amdkfd_ioctl_t(struct file *filep, struct kfd_process *p, void *data);
 
 struct amdkfd_ioctl_desc {
@@ -2523,7 +3441,24 @@ static const struct amdkfd_ioctl_desc amdkfd_ioctls[AMDKFD_COMMAND_END] = {
 	[0x01] = { AMDKFD_IOC_GET_VERSION, kfd_ioctl_get_version },
 	[0x02] = { AMDKFD_IOC_CREATE_QUEUE, kfd_ioctl_create_queue },
 	[0x03] = { AMDKFD_IOC_DESTROY_QUEUE, kfd_ioctl_destroy_queue },
+	[0x04] = { AMDKFD_IOC_SET_MEMORY_POLICY, kfd_ioctl_set_memory_policy },
+	[0x05] = { AMDKFD_IOC_GET_CLOCK_COUNTERS, kfd_ioctl_get_clock_counters },
 	[0x07] = { AMDKFD_IOC_UPDATE_QUEUE, kfd_ioctl_update_queue },
+	[0x08] = { AMDKFD_IOC_CREATE_EVENT, kfd_ioctl_create_event },
+	[0x09] = { AMDKFD_IOC_DESTROY_EVENT, kfd_ioctl_destroy_event },
+	[0x0A] = { AMDKFD_IOC_SET_EVENT, kfd_ioctl_set_event },
+	[0x0B] = { AMDKFD_IOC_RESET_EVENT, kfd_ioctl_reset_event },
+	[0x0C] = { AMDKFD_IOC_WAIT_EVENTS, kfd_ioctl_wait_events },
+	[0x11] = { AMDKFD_IOC_SET_SCRATCH_BACKING_VA, kfd_ioctl_set_scratch_backing_va },
+	[0x13] = { AMDKFD_IOC_SET_TRAP_HANDLER, kfd_ioctl_set_trap_handler },
+	[0x14] = { AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_ioctl_get_process_apertures_new },
+	[0x15] = { AMDKFD_IOC_ACQUIRE_VM, kfd_ioctl_acquire_vm },
+	[0x16] = { AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, kfd_ioctl_alloc_memory_of_gpu },
+	[0x17] = { AMDKFD_IOC_FREE_MEMORY_OF_GPU, kfd_ioctl_free_memory_of_gpu },
+	[0x18] = { AMDKFD_IOC_MAP_MEMORY_TO_GPU, kfd_ioctl_map_memory_to_gpu },
+	[0x19] = { AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, kfd_ioctl_unmap_memory_from_gpu },
+	[0x21] = { AMDKFD_IOC_SET_XNACK_MODE, kfd_ioctl_set_xnack_mode },
+	[0x23] = { AMDKFD_IOC_AVAILABLE_MEMORY, kfd_ioctl_get_available_memory },
 	[0x25] = { AMDKFD_IOC_RUNTIME_ENABLE, kfd_ioctl_runtime_enable },
 	[0x26] = { AMDKFD_IOC_DBG_TRAP, kfd_ioctl_set_debug_trap },
 };
@@ -2608,6 +3543,7 @@ static const struct file_operations kfd_fops = {
 	.owner = THIS_MODULE,
 	.unlocked_ioctl = kfd_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
+	.mmap = kfd_mmap,
 	.open = kfd_open,
 	.release = kfd_release,
 };
@@ -2676,51 +3612,379 @@ static ssize_t restore_store(struct kobject *kobj, struct kobj_attribute *attr, 
 static struct kobj_attribute evict_attr = __ATTR_WO(evict);
 static struct kobj_attribute restore_attr = __ATTR_WO(restore);
 
-/* ---- topology (kfd_topology.c, only gpu_id and name) ---- */
+/*
+ * ---- topology (kfd_topology.c, 6.12.117) ----
+ *
+ * /sys/devices/virtual/kfd/kfd/topology/: generation_id, system_properties and per node gpu_id,
+ * name, properties, mem_banks/N/properties, caches/N/properties, io_links/N/properties and an
+ * empty p2p_links/. Every properties file is `name value` lines in kfd_topology.c's order
+ * ("%s %u\n" for 32-bit, "%s %llu\n" for 64-bit properties): libhsakmt reads them with
+ * sscanf("%s %llu") until the first line that does not parse. Node 0 is the CPU (gpu_id 0),
+ * nodes 1 and 2 the emulated GPUs (emu_gpu.h), each linked to the CPU by one PCIe io_link.
+ */
 
-static ssize_t node_show(struct kobject *kobj, struct attribute *attr, char *buffer)
+/* HSA_CAP_* (kfd_topology.h, 6.12.117) */
+#define HSA_CAP_WATCH_POINTS_SUPPORTED 0x00000080
+#define HSA_CAP_WATCH_POINTS_TOTALBITS_SHIFT 8
+#define HSA_CAP_DOORBELL_TYPE_TOTALBITS_SHIFT 12
+#define HSA_CAP_DOORBELL_TYPE_2_0 0x2
+#define HSA_CAP_TRAP_DEBUG_SUPPORT 0x00008000
+#define HSA_CAP_TRAP_DEBUG_WAVE_LAUNCH_TRAP_OVERRIDE_SUPPORTED 0x00010000
+#define HSA_CAP_TRAP_DEBUG_WAVE_LAUNCH_MODE_SUPPORTED 0x00020000
+#define HSA_CAP_MEM_EDCSUPPORTED 0x00100000
+#define HSA_CAP_SRAM_EDCSUPPORTED 0x04000000
+#define HSA_CAP_TRAP_DEBUG_FIRMWARE_SUPPORTED 0x20000000
+/* HSA_DBG_* debug_prop bits (kfd_topology.h): gfx90a's watch address mask 6..30, dispatch info */
+#define HSA_DBG_WATCH_ADDR_MASK_LO_BIT_GFX9 (6 << 0)
+#define HSA_DBG_WATCH_ADDR_MASK_HI_BIT (29 << 6)
+#define HSA_DBG_DISPATCH_INFO_ALWAYS_VALID (1 << 11)
+/* heap types (HSA_MEM_HEAP_TYPE_*), cache types (HSA_CACHE_TYPE_*), io link (CRAT) values */
+#define HSA_MEM_HEAP_TYPE_SYSTEM 0
+#define HSA_MEM_HEAP_TYPE_FB_PUBLIC 1
+#define HSA_CACHE_TYPE_DATA 0x1
+#define HSA_CACHE_TYPE_HSACU 0x8
+#define CRAT_IOLINK_TYPE_PCIEXPRESS 2
+#define CRAT_IOLINK_FLAGS_ENABLED (1 << 0)
+/* simd_id_base of GPU nodes: 0x80001000 + 0x1000 per GPU (kfd_crat.c, KFD_CRAT_INTRA_SOCKET..) */
+#define EMU_SIMD_ID_BASE 0x80001000u
+/* PCIe 4.0 x16 in MB/s, both directions (amdgpu_amdkfd_get_pcie_bandwidth_mbytes) */
+#define EMU_PCIE_MIN_BW 312
+#define EMU_PCIE_MAX_BW 31508
+
+enum emu_topo_kind { TOPO_NODE, TOPO_MEM, TOPO_CACHE, TOPO_IOLINK };
+
+struct emu_topo_obj {
+	struct kobject kobj;
+	enum emu_topo_kind kind;
+	unsigned int node;	/* topology node index */
+	unsigned int index;	/* bank, cache or link index within the node */
+};
+
+/* GPU i of node n, or NULL for the CPU node */
+static struct kfd_node *topo_gpu(unsigned int node)
 {
-	unsigned int i;
-	u32 gpu_id = 0;
-
-	for (i = 0; i < num_gpus; i++)
-		if (emu_nodes[i].kobj_node == kobj)
-			gpu_id = emu_nodes[i].id;
-	if (!strcmp(attr->name, "gpu_id"))
-		return sysfs_emit(buffer, "%u\n", gpu_id);
-	if (!strcmp(attr->name, "name"))
-		return sysfs_emit(buffer, "%s\n", gpu_id ? "kfd_emu" : "");
-	return 0;
+	return node >= 1 && node <= num_gpus ? &emu_nodes[node - 1] : NULL;
 }
 
-static struct attribute node_attr_gpu_id = { .name = "gpu_id", .mode = 0444 };
-static struct attribute node_attr_name = { .name = "name", .mode = 0444 };
-static struct attribute *node_attrs[] = { &node_attr_gpu_id, &node_attr_name, NULL };
-ATTRIBUTE_GROUPS(node);
-static const struct sysfs_ops node_ops = { .show = node_show };
+#define PROP32(name, v) (offs += sysfs_emit_at(buf, offs, "%s %u\n", (name), (u32)(v)))
+#define PROP64(name, v) (offs += sysfs_emit_at(buf, offs, "%s %llu\n", (name), (u64)(v)))
 
-static void node_kobj_release(struct kobject *kobj)
+/* node_show() "properties" (6.12.117): the order and the 32/64-bit formats of the kernel */
+static ssize_t topo_node_properties(char *buf, unsigned int node)
 {
-	kfree(kobj);
+	struct kfd_node *gpu = topo_gpu(node);
+	u32 cap = 0;
+	int offs = 0;
+
+	if (gpu)
+		/*
+		 * kfd_topology_add_device() for gfx90a: 4 watch points (log2 2), doorbell type 2,
+		 * the debug trap with firmware support, SRAM and memory ECC. Not SVMAPI_SUPPORTED:
+		 * the SVM ioctl is not emulated.
+		 */
+		cap = HSA_CAP_WATCH_POINTS_SUPPORTED | (2 << HSA_CAP_WATCH_POINTS_TOTALBITS_SHIFT) |
+		      (HSA_CAP_DOORBELL_TYPE_2_0 << HSA_CAP_DOORBELL_TYPE_TOTALBITS_SHIFT) |
+		      HSA_CAP_TRAP_DEBUG_SUPPORT |
+		      HSA_CAP_TRAP_DEBUG_WAVE_LAUNCH_TRAP_OVERRIDE_SUPPORTED |
+		      HSA_CAP_TRAP_DEBUG_WAVE_LAUNCH_MODE_SUPPORTED | HSA_CAP_MEM_EDCSUPPORTED |
+		      HSA_CAP_SRAM_EDCSUPPORTED | HSA_CAP_TRAP_DEBUG_FIRMWARE_SUPPORTED;
+	PROP32("cpu_cores_count", gpu ? 0 : num_online_cpus());
+	PROP32("simd_count", gpu ? EMU_CU_COUNT * EMU_SIMD_PER_CU : 0);
+	PROP32("mem_banks_count", 1);
+	PROP32("caches_count", gpu ? 2 : 0);
+	PROP32("io_links_count", gpu ? 1 : num_gpus);
+	PROP32("p2p_links_count", 0);
+	PROP32("cpu_core_id_base", 0);
+	PROP32("simd_id_base", gpu ? EMU_SIMD_ID_BASE + 0x1000 * (node - 1) : 0);
+	PROP32("max_waves_per_simd", gpu ? EMU_MAX_WAVES_PER_SIMD : 0);
+	PROP32("lds_size_in_kb", gpu ? EMU_LDS_KB : 0);
+	PROP32("gds_size_in_kb", 0);
+	PROP32("num_gws", 0);
+	PROP32("wave_front_size", gpu ? EMU_WAVE_SIZE : 0);
+	PROP32("array_count", gpu ? EMU_SHADER_ENGINES * EMU_ARRAYS_PER_ENGINE : 0);
+	PROP32("simd_arrays_per_engine", gpu ? EMU_ARRAYS_PER_ENGINE : 0);
+	PROP32("cu_per_simd_array", gpu ? EMU_CU_PER_ARRAY : 0);
+	PROP32("simd_per_cu", gpu ? EMU_SIMD_PER_CU : 0);
+	/* kfd_topology.c: max_slots_scratch_cu = 32 on gfx9 */
+	PROP32("max_slots_scratch_cu", gpu ? 32 : 0);
+	PROP32("gfx_target_version", gpu ? EMU_GFX_TARGET_VERSION : 0);
+	PROP32("vendor_id", gpu ? EMU_VENDOR_ID : 0);
+	PROP32("device_id", gpu ? EMU_DEVICE_ID : 0);
+	/* location_id = pci_dev_id(): bus << 8 | devfn; the GPUs sit on buses 3 and 4, domain 0 */
+	PROP32("location_id", gpu ? (3 + node - 1) << 8 : 0);
+	PROP32("domain", 0);
+	PROP32("drm_render_minor", gpu ? gpu->drm_render_minor : 0);
+	PROP64("hive_id", 0);
+	PROP32("num_sdma_engines", gpu ? EMU_SDMA_ENGINES : 0);
+	PROP32("num_sdma_xgmi_engines", gpu ? EMU_SDMA_XGMI_ENGINES : 0);
+	PROP32("num_sdma_queues_per_engine", gpu ? EMU_SDMA_QUEUES_PER_ENGINE : 0);
+	PROP32("num_cp_queues", gpu ? EMU_CP_QUEUES : 0);
+	if (gpu) {
+		PROP32("max_engine_clk_fcompute", EMU_ENGINE_CLK_MHZ);
+		/* 6.12 hides the VRAM size here (0); the mem bank carries it */
+		PROP64("local_mem_size", 0);
+		PROP32("fw_version", EMU_MEC_FW_VERSION);
+		PROP32("capability", cap);
+		PROP64("debug_prop", HSA_DBG_WATCH_ADDR_MASK_LO_BIT_GFX9 |
+				     HSA_DBG_WATCH_ADDR_MASK_HI_BIT |
+				     HSA_DBG_DISPATCH_INFO_ALWAYS_VALID);
+		PROP32("sdma_fw_version", EMU_SDMA_FW_VERSION);
+		/* amdgpu's unique_id (the ASIC serial): a fixed one per emulated GPU */
+		PROP64("unique_id", 0x4b46445f454d5500ULL + node);
+		PROP32("num_xcc", 1);
+	}
+	/* cpufreq_quick_get_max(0) / 1000: 0 without a cpufreq driver (as in these VMs) */
+	PROP32("max_engine_clk_ccompute", 0);
+	return offs;
+}
+
+/* mem_show() (6.12.117) */
+static ssize_t topo_mem_properties(char *buf, unsigned int node)
+{
+	struct kfd_node *gpu = topo_gpu(node);
+	int offs = 0;
+
+	PROP32("heap_type", gpu ? HSA_MEM_HEAP_TYPE_FB_PUBLIC : HSA_MEM_HEAP_TYPE_SYSTEM);
+	PROP64("size_in_bytes", gpu ? EMU_VRAM_BYTES : (u64)totalram_pages() << PAGE_SHIFT);
+	PROP32("flags", 0);
+	PROP32("width", gpu ? EMU_VRAM_WIDTH : 64);
+	PROP32("mem_clk_max", gpu ? EMU_MEM_CLK_MHZ : 0);
+	return offs;
+}
+
+/*
+ * kfd_cache_show() (6.12.117). Two entries per GPU: the L1 of CU 0 standing for every CU's (the
+ * kernel lists one per CU; ROCr reports caches per level) and the L2 all CUs share.
+ */
+static ssize_t topo_cache_properties(char *buf, unsigned int node, unsigned int index)
+{
+	u32 simd_base = EMU_SIMD_ID_BASE + 0x1000 * (node - 1);
+	unsigned int cus = index == 0 ? 1 : EMU_CU_COUNT, i;
+	int offs = 0;
+
+	PROP32("processor_id_low", simd_base);
+	PROP32("level", index + 1);
+	PROP32("size", index == 0 ? EMU_L1_KB : EMU_L2_KB);
+	PROP32("cache_line_size", EMU_CACHE_LINE);
+	PROP32("cache_lines_per_tag", 1);
+	PROP32("association", index == 0 ? 64 : 16);
+	PROP32("latency", 0);
+	PROP32("type", HSA_CACHE_TYPE_DATA | HSA_CACHE_TYPE_HSACU);
+	/* one bit per CU, 32 per word, as the kernel prints sibling_map ("%d," each, last ',' -> '\n') */
+	offs += sysfs_emit_at(buf, offs, "sibling_map ");
+	for (i = 0; i < round_up(cus, 32); i++)
+		offs += sysfs_emit_at(buf, offs, "%d,", i < cus);
+	buf[offs - 1] = '\n';
+	return offs;
+}
+
+/* iolink_show() (6.12.117): CPU node link i goes to GPU node i + 1; a GPU's link 0 to the CPU */
+static ssize_t topo_iolink_properties(char *buf, unsigned int node, unsigned int index)
+{
+	int offs = 0;
+
+	PROP32("type", CRAT_IOLINK_TYPE_PCIEXPRESS);
+	PROP32("version_major", 0);
+	PROP32("version_minor", 0);
+	PROP32("node_from", node);
+	PROP32("node_to", node == 0 ? index + 1 : 0);
+	/* KFD_CRAT_INTRA_SOCKET_WEIGHT 13 + KFD_CRAT_XGMI... : a PCIe hop weighs 20 (kfd_crat.c) */
+	PROP32("weight", 20);
+	PROP32("min_latency", 0);
+	PROP32("max_latency", 0);
+	PROP32("min_bandwidth", EMU_PCIE_MIN_BW);
+	PROP32("max_bandwidth", EMU_PCIE_MAX_BW);
+	PROP32("recommended_transfer_size", 0);
+	PROP32("recommended_sdma_engine_id_mask", 0);
+	PROP32("flags", CRAT_IOLINK_FLAGS_ENABLED);
+	return offs;
+}
+
+static ssize_t topo_show(struct kobject *kobj, struct attribute *attr, char *buffer)
+{
+	struct emu_topo_obj *o = container_of(kobj, struct emu_topo_obj, kobj);
+	struct kfd_node *gpu = topo_gpu(o->node);
+
+	if (o->kind == TOPO_NODE && !strcmp(attr->name, "gpu_id"))
+		return sysfs_emit(buffer, "%u\n", gpu ? gpu->id : 0);
+	if (o->kind == TOPO_NODE && !strcmp(attr->name, "name"))
+		return sysfs_emit(buffer, "%s\n", gpu ? "kfd_emu" : "");
+	switch (o->kind) {
+	case TOPO_NODE:
+		return topo_node_properties(buffer, o->node);
+	case TOPO_MEM:
+		return topo_mem_properties(buffer, o->node);
+	case TOPO_CACHE:
+		return topo_cache_properties(buffer, o->node, o->index);
+	case TOPO_IOLINK:
+		return topo_iolink_properties(buffer, o->node, o->index);
+	}
+	return -EINVAL;
+}
+
+static struct attribute topo_attr_gpu_id = { .name = "gpu_id", .mode = 0444 };
+static struct attribute topo_attr_name = { .name = "name", .mode = 0444 };
+static struct attribute topo_attr_properties = { .name = "properties", .mode = 0444 };
+static struct attribute *node_attrs[] = { &topo_attr_gpu_id, &topo_attr_name,
+					  &topo_attr_properties, NULL };
+ATTRIBUTE_GROUPS(node);
+static struct attribute *prop_attrs[] = { &topo_attr_properties, NULL };
+ATTRIBUTE_GROUPS(prop);
+static const struct sysfs_ops topo_ops = { .show = topo_show };
+
+static void topo_kobj_release(struct kobject *kobj)
+{
+	kfree(container_of(kobj, struct emu_topo_obj, kobj));
 }
 
 static struct kobj_type node_type = {
-	.release = node_kobj_release,
-	.sysfs_ops = &node_ops,
+	.release = topo_kobj_release,
+	.sysfs_ops = &topo_ops,
 	.default_groups = node_groups,
 };
 
-static struct kobject *add_topology_node(unsigned int index)
-{
-	struct kobject *kobj = kzalloc(sizeof(*kobj), GFP_KERNEL);
+static struct kobj_type prop_type = {
+	.release = topo_kobj_release,
+	.sysfs_ops = &topo_ops,
+	.default_groups = prop_groups,
+};
 
-	if (!kobj)
+/* every topology kobject, released in reverse order at unload */
+#define EMU_TOPO_MAX_KOBJS 64
+static struct kobject *topo_kobjs[EMU_TOPO_MAX_KOBJS];
+static unsigned int topo_nkobjs;
+
+static struct kobject *topo_keep(struct kobject *kobj)
+{
+	if (kobj && topo_nkobjs < EMU_TOPO_MAX_KOBJS) {
+		topo_kobjs[topo_nkobjs++] = kobj;
+		return kobj;
+	}
+	kobject_put(kobj);
+	return NULL;
+}
+
+static struct kobject *topo_add(struct kobject *parent, enum emu_topo_kind kind, unsigned int node,
+				unsigned int index)
+{
+	struct emu_topo_obj *o = kzalloc(sizeof(*o), GFP_KERNEL);
+
+	if (!o)
 		return NULL;
-	if (kobject_init_and_add(kobj, &node_type, topology_nodes_kobj, "%u", index)) {
-		kobject_put(kobj);
+	o->kind = kind;
+	o->node = node;
+	o->index = index;
+	if (kobject_init_and_add(&o->kobj, kind == TOPO_NODE ? &node_type : &prop_type, parent, "%u",
+				 kind == TOPO_NODE ? node : index)) {
+		kobject_put(&o->kobj);
 		return NULL;
 	}
-	return kobj;
+	return topo_keep(&o->kobj);
+}
+
+/* nodes/<node>/ with its mem_banks, caches, io_links and p2p_links */
+static struct kobject *add_topology_node(unsigned int node)
+{
+	struct kobject *n, *mem, *caches, *links;
+	unsigned int i;
+
+	n = topo_add(topology_nodes_kobj, TOPO_NODE, node, 0);
+	if (!n)
+		return NULL;
+	mem = topo_keep(kobject_create_and_add("mem_banks", n));
+	caches = topo_keep(kobject_create_and_add("caches", n));
+	links = topo_keep(kobject_create_and_add("io_links", n));
+	if (!mem || !caches || !links || !topo_keep(kobject_create_and_add("p2p_links", n)))
+		return NULL;
+	if (!topo_add(mem, TOPO_MEM, node, 0))
+		return NULL;
+	for (i = 0; topo_gpu(node) && i < 2; i++)
+		if (!topo_add(caches, TOPO_CACHE, node, i))
+			return NULL;
+	for (i = 0; i < (topo_gpu(node) ? 1 : num_gpus); i++)
+		if (!topo_add(links, TOPO_IOLINK, node, i))
+			return NULL;
+	return n;
+}
+
+/* topology/generation_id ("%d\n" of topology_generation) and system_properties */
+static ssize_t generation_id_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%d\n", 1);
+}
+
+static ssize_t system_properties_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	int offs = 0;
+
+	/* sys_props.platform_{oem,id,rev}: 0 without an ACPI CRAT table (a virtual CRAT) */
+	PROP64("platform_oem", 0);
+	PROP64("platform_id", 0);
+	PROP64("platform_rev", 0);
+	return offs;
+}
+
+static struct kobj_attribute generation_id_attr = __ATTR_RO(generation_id);
+static struct kobj_attribute system_properties_attr = __ATTR_RO(system_properties);
+
+static void topology_remove(void)
+{
+	while (topo_nkobjs)
+		kobject_put(topo_kobjs[--topo_nkobjs]);
+}
+
+/* ---- the render nodes amdgpu_emu.ko registers (emu_gpu.h) ---- */
+
+static DEFINE_MUTEX(render_mutex);
+static const struct kfd_emu_render_ops *render_ops;
+
+int kfd_emu_render_register(const struct kfd_emu_render_ops *ops, const int *render_minor)
+{
+	unsigned int i;
+	int ret = 0;
+
+	mutex_lock(&render_mutex);
+	if (render_ops) {
+		ret = -EBUSY;
+	} else {
+		render_ops = ops;
+		for (i = 0; i < num_gpus; i++)
+			emu_nodes[i].drm_render_minor = render_minor[i];
+	}
+	mutex_unlock(&render_mutex);
+	return ret;
+}
+EXPORT_SYMBOL_GPL(kfd_emu_render_register);
+
+/* Processes holding a render file hold amdgpu_emu (the file's module), so none is left here. */
+void kfd_emu_render_unregister(void)
+{
+	unsigned int i;
+
+	mutex_lock(&render_mutex);
+	render_ops = NULL;
+	for (i = 0; i < num_gpus; i++)
+		emu_nodes[i].drm_render_minor = EMU_NO_RENDER_MINOR;
+	mutex_unlock(&render_mutex);
+}
+EXPORT_SYMBOL_GPL(kfd_emu_render_unregister);
+
+unsigned int kfd_emu_num_gpus(void)
+{
+	return num_gpus;
+}
+EXPORT_SYMBOL_GPL(kfd_emu_num_gpus);
+
+/* the emulated GPU index of a render node file, or -1 (not one of amdgpu_emu's) */
+static int render_gpu_of_file(struct file *file)
+{
+	int gpu = -1;
+
+	mutex_lock(&render_mutex);
+	if (render_ops)
+		gpu = render_ops->gpu_of_file(file);
+	mutex_unlock(&render_mutex);
+	return gpu;
 }
 
 /* ---- module init / exit ---- */
@@ -2733,12 +3997,9 @@ static void kfd_emu_cleanup(void)
 		if (emu_dqms[i].cp_thread)
 			kthread_stop(emu_dqms[i].cp_thread);
 		emu_dqms[i].cp_thread = NULL;
-		if (emu_nodes[i].kobj_node)
-			kobject_put(emu_nodes[i].kobj_node);
 		emu_nodes[i].kobj_node = NULL;
 	}
-	if (topology_cpu_node_kobj)
-		kobject_put(topology_cpu_node_kobj);
+	topology_remove();
 	kobject_put(topology_nodes_kobj);
 	kobject_put(topology_kobj);
 	kobject_put(procfs_kobj);
@@ -2777,6 +4038,7 @@ static int __init kfd_emu_init(void)
 
 		emu_nodes[i].id = emu_gpu_ids[i];
 		emu_nodes[i].node_id = i + 1;
+		emu_nodes[i].drm_render_minor = EMU_NO_RENDER_MINOR;
 		emu_nodes[i].dqm = dqm;
 		dqm->dev = &emu_nodes[i];
 		mutex_init(&dqm->lock_hidden);
@@ -2831,7 +4093,11 @@ static int __init kfd_emu_init(void)
 	topology_nodes_kobj = kobject_create_and_add("nodes", topology_kobj);
 	if (!topology_nodes_kobj)
 		goto fail;
-	topology_cpu_node_kobj = add_topology_node(0);	/* node 0: the CPU, gpu_id 0 */
+	if (sysfs_create_file(topology_kobj, &generation_id_attr.attr) ||
+	    sysfs_create_file(topology_kobj, &system_properties_attr.attr))
+		goto fail;
+	if (!add_topology_node(0))	/* node 0: the CPU, gpu_id 0 */
+		goto fail;
 	for (i = 0; i < num_gpus; i++) {
 		emu_nodes[i].kobj_node = add_topology_node(emu_nodes[i].node_id);
 		if (!emu_nodes[i].kobj_node)

@@ -26,10 +26,12 @@
 #include <linux/wait.h>
 #include <linux/workqueue.h>
 #include <linux/ioctl.h>
+#include <linux/idr.h>
+
+#include "emu_gpu.h"
 
 #define EMU_GPU_ID0 0x1000
 #define EMU_GPU_ID1 0x2000
-#define EMU_MAX_GPUS 2
 
 /* ---- UAPI (include/uapi/linux/kfd_ioctl.h, KFD 1.17 as in Linux 6.12.117; MIT licence) ---- */
 
@@ -303,7 +305,196 @@ struct emu_completion_record {
 /* enum KFD_QUEUE_EVICTION_TRIGGERS */
 #define KFD_QUEUE_EVICTION_TRIGGER_TTM 2
 
+/* struct kfd_ioctl_set_memory_policy_args and its policies */
+#define KFD_IOC_CACHE_POLICY_COHERENT 0
+#define KFD_IOC_CACHE_POLICY_NONCOHERENT 1
+struct kfd_ioctl_set_memory_policy_args {
+	__u64 alternate_aperture_base;
+	__u64 alternate_aperture_size;
+	__u32 gpu_id;
+	__u32 default_policy;
+	__u32 alternate_policy;
+	__u32 pad;
+};
+
+struct kfd_ioctl_get_clock_counters_args {
+	__u64 gpu_clock_counter;
+	__u64 cpu_clock_counter;
+	__u64 system_clock_counter;
+	__u64 system_clock_freq;
+	__u32 gpu_id;
+	__u32 pad;
+};
+
+struct kfd_process_device_apertures {
+	__u64 lds_base;
+	__u64 lds_limit;
+	__u64 scratch_base;
+	__u64 scratch_limit;
+	__u64 gpuvm_base;
+	__u64 gpuvm_limit;
+	__u32 gpu_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_get_process_apertures_new_args {
+	__u64 kfd_process_device_apertures_ptr;
+	__u32 num_of_nodes;
+	__u32 pad;
+};
+
+struct kfd_ioctl_acquire_vm_args {
+	__u32 drm_fd;
+	__u32 gpu_id;
+};
+
+/* ALLOC_MEMORY_OF_GPU flags (kfd_ioctl.h) */
+#define KFD_IOC_ALLOC_MEM_FLAGS_VRAM (1 << 0)
+#define KFD_IOC_ALLOC_MEM_FLAGS_GTT (1 << 1)
+#define KFD_IOC_ALLOC_MEM_FLAGS_USERPTR (1 << 2)
+#define KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL (1 << 3)
+#define KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP (1 << 4)
+#define KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC (1 << 29)
+
+struct kfd_ioctl_alloc_memory_of_gpu_args {
+	__u64 va_addr;
+	__u64 size;
+	__u64 handle;
+	__u64 mmap_offset;
+	__u32 gpu_id;
+	__u32 flags;
+};
+
+struct kfd_ioctl_free_memory_of_gpu_args {
+	__u64 handle;
+};
+
+struct kfd_ioctl_map_memory_to_gpu_args {
+	__u64 handle;
+	__u64 device_ids_array_ptr;
+	__u32 n_devices;
+	__u32 n_success;
+};
+
+struct kfd_ioctl_unmap_memory_from_gpu_args {
+	__u64 handle;
+	__u64 device_ids_array_ptr;
+	__u32 n_devices;
+	__u32 n_success;
+};
+
+struct kfd_ioctl_set_xnack_mode_args {
+	__s32 xnack_enabled;
+};
+
+struct kfd_ioctl_get_available_memory_args {
+	__u64 available;
+	__u32 gpu_id;
+	__u32 pad;
+};
+
+/* events (kfd_ioctl.h) */
+#define KFD_IOC_EVENT_SIGNAL 0
+#define KFD_IOC_EVENT_NODECHANGE 1
+#define KFD_IOC_EVENT_DEVICESTATECHANGE 2
+#define KFD_IOC_EVENT_HW_EXCEPTION 3
+#define KFD_IOC_EVENT_SYSTEM_EVENT 4
+#define KFD_IOC_EVENT_DEBUG_EVENT 5
+#define KFD_IOC_EVENT_PROFILE_EVENT 6
+#define KFD_IOC_EVENT_QUEUE_EVENT 7
+#define KFD_IOC_EVENT_MEMORY 8
+#define KFD_IOC_WAIT_RESULT_COMPLETE 0
+#define KFD_IOC_WAIT_RESULT_TIMEOUT 1
+#define KFD_IOC_WAIT_RESULT_FAIL 2
+#define KFD_SIGNAL_EVENT_LIMIT 4096
+
+struct kfd_ioctl_create_event_args {
+	__u64 event_page_offset;
+	__u32 event_trigger_data;
+	__u32 event_type;
+	__u32 auto_reset;
+	__u32 node_id;
+	__u32 event_id;
+	__u32 event_slot_index;
+};
+
+struct kfd_ioctl_destroy_event_args {
+	__u32 event_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_set_event_args {
+	__u32 event_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_reset_event_args {
+	__u32 event_id;
+	__u32 pad;
+};
+
+/* struct kfd_event_data: a 32-byte union (memory/hw exception data, signal last_event_age) */
+struct kfd_event_data {
+	union {
+		__u8 exception_data[32];
+		struct {
+			__u64 last_event_age;
+		} signal_event_data;
+	};
+	__u64 kfd_event_data_ext;
+	__u32 event_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_wait_events_args {
+	__u64 events_ptr;
+	__u32 num_events;
+	__u32 wait_for_all;
+	__u32 timeout;
+	__u32 wait_result;
+};
+
+struct kfd_ioctl_set_scratch_backing_va_args {
+	__u64 va_addr;
+	__u32 gpu_id;
+	__u32 pad;
+};
+
+struct kfd_ioctl_set_trap_handler_args {
+	__u64 tba_addr;
+	__u64 tma_addr;
+	__u32 gpu_id;
+	__u32 pad;
+};
+
 #define AMDKFD_IOCTL_BASE 'K'
+#define AMDKFD_IOC_SET_SCRATCH_BACKING_VA \
+	_IOWR(AMDKFD_IOCTL_BASE, 0x11, struct kfd_ioctl_set_scratch_backing_va_args)
+#define AMDKFD_IOC_SET_TRAP_HANDLER \
+	_IOW(AMDKFD_IOCTL_BASE, 0x13, struct kfd_ioctl_set_trap_handler_args)
+#define AMDKFD_IOC_CREATE_EVENT _IOWR(AMDKFD_IOCTL_BASE, 0x08, struct kfd_ioctl_create_event_args)
+#define AMDKFD_IOC_DESTROY_EVENT _IOW(AMDKFD_IOCTL_BASE, 0x09, struct kfd_ioctl_destroy_event_args)
+#define AMDKFD_IOC_SET_EVENT _IOW(AMDKFD_IOCTL_BASE, 0x0A, struct kfd_ioctl_set_event_args)
+#define AMDKFD_IOC_RESET_EVENT _IOW(AMDKFD_IOCTL_BASE, 0x0B, struct kfd_ioctl_reset_event_args)
+#define AMDKFD_IOC_WAIT_EVENTS _IOWR(AMDKFD_IOCTL_BASE, 0x0C, struct kfd_ioctl_wait_events_args)
+#define AMDKFD_IOC_ALLOC_MEMORY_OF_GPU \
+	_IOWR(AMDKFD_IOCTL_BASE, 0x16, struct kfd_ioctl_alloc_memory_of_gpu_args)
+#define AMDKFD_IOC_FREE_MEMORY_OF_GPU \
+	_IOW(AMDKFD_IOCTL_BASE, 0x17, struct kfd_ioctl_free_memory_of_gpu_args)
+#define AMDKFD_IOC_MAP_MEMORY_TO_GPU \
+	_IOWR(AMDKFD_IOCTL_BASE, 0x18, struct kfd_ioctl_map_memory_to_gpu_args)
+#define AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU \
+	_IOWR(AMDKFD_IOCTL_BASE, 0x19, struct kfd_ioctl_unmap_memory_from_gpu_args)
+#define AMDKFD_IOC_SET_XNACK_MODE _IOWR(AMDKFD_IOCTL_BASE, 0x21, struct kfd_ioctl_set_xnack_mode_args)
+#define AMDKFD_IOC_AVAILABLE_MEMORY \
+	_IOWR(AMDKFD_IOCTL_BASE, 0x23, struct kfd_ioctl_get_available_memory_args)
+#define AMDKFD_IOC_SET_MEMORY_POLICY \
+	_IOW(AMDKFD_IOCTL_BASE, 0x04, struct kfd_ioctl_set_memory_policy_args)
+#define AMDKFD_IOC_GET_CLOCK_COUNTERS \
+	_IOWR(AMDKFD_IOCTL_BASE, 0x05, struct kfd_ioctl_get_clock_counters_args)
+#define AMDKFD_IOC_GET_PROCESS_APERTURES_NEW \
+	_IOWR(AMDKFD_IOCTL_BASE, 0x14, struct kfd_ioctl_get_process_apertures_new_args)
+#define AMDKFD_IOC_ACQUIRE_VM _IOW(AMDKFD_IOCTL_BASE, 0x15, struct kfd_ioctl_acquire_vm_args)
 #define AMDKFD_IOC_GET_VERSION _IOR(AMDKFD_IOCTL_BASE, 0x01, struct kfd_ioctl_get_version_args)
 #define AMDKFD_IOC_CREATE_QUEUE _IOWR(AMDKFD_IOCTL_BASE, 0x02, struct kfd_ioctl_create_queue_args)
 #define AMDKFD_IOC_DESTROY_QUEUE _IOWR(AMDKFD_IOCTL_BASE, 0x03, struct kfd_ioctl_destroy_queue_args)
@@ -430,6 +621,10 @@ struct kfd_process_device {
 	struct kfd_process *process;
 	struct qcm_process_device qpd;
 	bool bound;
+	struct file *drm_file;		/* the render node ACQUIRE_VM took (a reference) */
+	u64 scratch_backing_va;		/* SET_SCRATCH_BACKING_VA (qpd.sh_hidden_private_base) */
+	u64 tba_addr, tma_addr;		/* SET_TRAP_HANDLER */
+	void *doorbells;		/* the process's doorbell slice on this GPU (kfd_mmap) */
 	u64 exception_status;
 	u64 last_evict_timestamp;
 	atomic64_t evict_duration_counter;
@@ -477,6 +672,7 @@ struct kfd_node {
 	unsigned int node_id;		/* topology node index */
 	struct device_queue_manager *dqm;
 	struct kobject *kobj_node;
+	int drm_render_minor;		/* amdgpu_emu's render node, EMU_NO_RENDER_MINOR before */
 };
 
 struct kfd_process {
@@ -503,6 +699,21 @@ struct kfd_process {
 	struct kfd_runtime_info runtime_info;
 	struct semaphore runtime_enable_sema;
 	bool is_runtime_retry;
+	/* KFD events (kfd_events.c): struct emu_event by id, under events_lock */
+	struct mutex events_lock;
+	struct idr event_idr;
+	wait_queue_head_t event_wq;
+	u64 *signal_page;		/* the event slots (a GTT object's pages, or KFD's own) */
+	bool signal_page_owned;		/* KFD allocated it (no page handle at the first event) */
+	u32 signal_event_count;
+	/*
+	 * GPU memory (ALLOC_MEMORY_OF_GPU): struct emu_bo by handle. Changed under mutex and
+	 * bo_lock; the render node's mmap (under mmap_lock) takes only bo_lock, a leaf lock never
+	 * held across a user access, so it cannot invert with mutex -> mmap_lock (a user fault).
+	 */
+	struct mutex bo_lock;
+	struct idr bo_idr;
+	u64 vram_used[EMU_MAX_GPUS];
 	/* sysfs */
 	struct kobject *kobj;
 	struct kobject *kobj_queues;

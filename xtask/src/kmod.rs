@@ -39,9 +39,11 @@ impl Module {
 
     fn sources(self) -> (PathBuf, &'static [&'static str], &'static str) {
         match self {
-            Module::KfdEmu => {
-                (workspace_root().join("tests/kfd-emu"), &["Kbuild", "kfd_emu.c", "kfd_emu.h"], "kfd_emu.ko")
-            }
+            Module::KfdEmu => (
+                workspace_root().join("tests/kfd-emu"),
+                &["Kbuild", "kfd_emu.c", "kfd_emu.h", "emu_gpu.h", "amdgpu_emu.c"],
+                "kfd_emu.ko",
+            ),
         }
     }
 }

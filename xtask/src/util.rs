@@ -79,7 +79,26 @@ pub fn build_binaries() -> Result<PathBuf> {
         "--features",
         "gpreempt/fault-injection",
     ]))?;
-    Ok(target_dir().join("debug"))
+    let debug = target_dir().join("debug");
+    build_rocm_clients(&debug)?;
+    Ok(debug)
+}
+
+/// The C clients of Debian's ROCm runtime (`tests/rocm/`), built with the system compiler
+/// against `libhsa-runtime-dev` when it is installed (`cargo xtask setup`); without it the tests
+/// that run them fail and say so.
+fn build_rocm_clients(debug: &std::path::Path) -> Result<()> {
+    if !std::path::Path::new("/usr/include/hsa/hsa.h").exists() {
+        eprintln!("xtask: libhsa-runtime-dev is not installed (cargo xtask setup): not building tests/rocm/");
+        return Ok(());
+    }
+    let src = workspace_root().join("tests/rocm/hsa_queues.c");
+    run(Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(debug.join("hsa-queues"))
+        .arg(&src)
+        .arg("-lhsa-runtime64"))
+    .with_context(|| format!("building {}", src.display()))
 }
 
 /// `cargo xtask run -- ARGS`: build, then run gpreempt as root.

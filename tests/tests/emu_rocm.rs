@@ -1,0 +1,683 @@
+//! Debian's ROCm 5.2 user space on the emulated GPUs (`tests/kfd-emu`, README "ROCm"): the
+//! unmodified `rocminfo` (package `rocminfo`, with `libhsa-runtime64-1` and `libhsakmt1`, which
+//! `cargo xtask setup` installs) lists both emulated GPUs as gfx90a agents, through kfd_emu's
+//! topology and ioctls and amdgpu_emu's render nodes. Runs in the emulator VM pass of
+//! `cargo xtask test`; each test loads amdgpu_emu (built beside kfd_emu) and unloads it at the end,
+//! which must leave kfd_emu without references and the kernel log without a warning.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::Mutex,
+    thread,
+    time::{Duration, Instant},
+};
+
+use gpreempt_tests::{read_sysfs, wait_kfd_released};
+
+/// One test at a time: each loads and unloads amdgpu_emu.
+static MODULE: Mutex<()> = Mutex::new(());
+
+/// `target/kfd-emu/<release>/amdgpu_emu.ko`, built by xtask beside the loaded kfd_emu.ko.
+fn amdgpu_emu_ko() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let target = exe.ancestors().nth(3).expect("test binary outside target/<profile>/deps");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    target.join("kfd-emu").join(release.trim()).join("amdgpu_emu.ko")
+}
+
+fn run(cmd: &str, args: &[&str]) -> std::process::Output {
+    Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"))
+}
+
+/// The kernel log's lines so far.
+fn kernel_log() -> Vec<String> {
+    let out = run("dmesg", &[]);
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+/// amdgpu_emu loaded for the guard's life; dropping it unloads it and checks that nothing was left
+/// behind: kfd_emu without references (every KFD process released) and no kernel warning.
+struct RenderNodes {
+    log_at: usize,
+}
+
+impl RenderNodes {
+    fn load() -> Self {
+        let log_at = kernel_log().len();
+        // drm.ko (the DRM core amdgpu_emu registers with) left with amdgpu at the pass's start.
+        assert!(run("modprobe", &["drm"]).status.success(), "modprobe drm");
+        let ko = amdgpu_emu_ko();
+        let out = run("insmod", &[ko.to_str().unwrap()]);
+        assert!(out.status.success(), "insmod {}: {}", ko.display(), String::from_utf8_lossy(&out.stderr));
+        RenderNodes { log_at }
+    }
+}
+
+impl Drop for RenderNodes {
+    fn drop(&mut self) {
+        // A released process's last render-file reference drops in delayed_fput (a kworker,
+        // a jiffy later): rmmod may find the module busy for that long.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut out = run("rmmod", &["amdgpu_emu"]);
+        while !out.status.success() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(100));
+            out = run("rmmod", &["amdgpu_emu"]);
+        }
+        let log = kernel_log();
+        let new = log.get(self.log_at..).unwrap_or_default();
+        let bad: Vec<&String> =
+            new.iter().filter(|l| ["WARNING:", "BUG:", "Oops", "refcount"].iter().any(|w| l.contains(w))).collect();
+        if thread::panicking() {
+            return;
+        }
+        assert!(out.status.success(), "rmmod amdgpu_emu: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(read_sysfs("/sys/module/kfd_emu/refcnt").unwrap(), "0\n", "a KFD process or render file left");
+        assert!(bad.is_empty(), "kernel log: {bad:#?}");
+    }
+}
+
+fn topology(node: u32) -> BTreeMap<String, u64> {
+    read_sysfs(&format!("/sys/class/kfd/kfd/topology/nodes/{node}/properties"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `rocminfo`'s agents: `Agent N` → (`key:` → value) for the agent's top-level lines, plus
+/// `Pool N Size` and `ISA 1 Name`.
+fn agents(text: &str) -> Vec<BTreeMap<String, String>> {
+    let mut agents: Vec<BTreeMap<String, String>> = Vec::new();
+    let mut section = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("Agent ") && trimmed[6..].chars().all(|c| c.is_ascii_digit()) {
+            agents.push(BTreeMap::new());
+            section.clear();
+            continue;
+        }
+        let Some(agent) = agents.last_mut() else { continue };
+        if trimmed.starts_with("Pool ") || trimmed.starts_with("ISA ") {
+            section = format!("{trimmed} ");
+            continue;
+        }
+        let Some((key, value)) = trimmed.split_once(':') else { continue };
+        let key = if line.starts_with("  ") && !line.starts_with("   ") {
+            section.clear();
+            key.trim().to_owned()
+        } else {
+            format!("{section}{}", key.trim())
+        };
+        agent.entry(key).or_insert_with(|| value.trim().to_owned());
+    }
+    agents
+}
+
+#[test]
+fn rocminfo_lists_both_emulated_gpus_as_gfx90a_agents() {
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    assert!(Path::new("/usr/bin/rocminfo").exists(), "rocminfo is not installed: run `cargo xtask setup`");
+    let nodes = RenderNodes::load();
+    // The render nodes the topology names exist (DRM render minors start at 128).
+    let minors: Vec<u64> = [1, 2].iter().map(|&n| topology(n)["drm_render_minor"]).collect();
+    assert!(minors[0] >= 128 && minors[1] == minors[0] + 1, "render minors {minors:?}");
+    for m in &minors {
+        assert!(Path::new(&format!("/dev/dri/renderD{m}")).exists(), "/dev/dri/renderD{m}");
+    }
+    // rocminfo's own check, `lsmod | grep amdgpu`, finds the render-node module.
+    let lsmod = String::from_utf8_lossy(&run("lsmod", &[]).stdout).into_owned();
+    assert!(lsmod.lines().any(|l| l.starts_with("amdgpu_emu ")), "{lsmod}");
+
+    let child = Command::new("rocminfo").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "rocminfo: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("ROCk module is loaded"), "{text}");
+    assert!(text.contains("*** Done ***"), "{text}");
+    let agents = agents(&text);
+    assert_eq!(agents.len(), 3, "a CPU and two GPU agents: {agents:#?}");
+    assert_eq!(agents[0]["Device Type"], "CPU");
+    assert_eq!(agents[0]["Node"], "0");
+    for (gpu, agent) in agents[1..].iter().enumerate() {
+        let node = gpu + 1;
+        let expect = [
+            ("Name", "gfx90a".to_owned()),
+            ("Uuid", format!("GPU-4b46445f454d550{node}")),
+            ("Marketing Name", "AMD Instinct MI210".to_owned()),
+            ("Vendor Name", "AMD".to_owned()),
+            ("Feature", "KERNEL_DISPATCH".to_owned()),
+            ("Profile", "BASE_PROFILE".to_owned()),
+            ("Max Queue Number", "128(0x80)".to_owned()),
+            ("Queue Min Size", "64(0x40)".to_owned()),
+            ("Queue Max Size", "131072(0x20000)".to_owned()),
+            ("Node", node.to_string()),
+            ("Device Type", "GPU".to_owned()),
+            ("Chip ID", "29711(0x740f)".to_owned()),
+            ("Max Clock Freq. (MHz)", "1700".to_owned()),
+            ("BDFID", ((2 + node) << 8).to_string()),
+            ("Internal Node ID", node.to_string()),
+            ("Compute Unit", "304".to_owned()),
+            ("SIMDs per CU", "4".to_owned()),
+            ("Wavefront Size", "64(0x40)".to_owned()),
+            ("L1", "16(0x10) KB".to_owned()),
+            ("L2", "8192(0x2000) KB".to_owned()),
+            ("Pool 1 Segment", "GLOBAL; FLAGS: COARSE GRAINED".to_owned()),
+            ("Pool 1 Size", "67108864(0x4000000) KB".to_owned()),
+            ("Pool 2 Segment", "GROUP".to_owned()),
+            ("Pool 2 Size", "64(0x40) KB".to_owned()),
+            ("ISA 1 Name", "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-".to_owned()),
+        ];
+        for (key, value) in expect {
+            assert_eq!(agent.get(key), Some(&value), "agent {} {key}: {agent:#?}", node + 1);
+        }
+    }
+    wait_kfd_released(pid).unwrap();
+    drop(nodes);
+}
+
+#[test]
+fn a_rocm_process_killed_mid_run_is_released_and_the_modules_unload() {
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    assert!(Path::new("/usr/bin/rocminfo").exists(), "rocminfo is not installed: run `cargo xtask setup`");
+    let nodes = RenderNodes::load();
+    let mut child = Command::new("rocminfo").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let pid = child.id();
+    // Killed once it holds /dev/kfd and its render nodes (ACQUIRE_VM follows the open at once).
+    let proc_dir = format!("/sys/class/kfd/kfd/proc/{pid}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !Path::new(&proc_dir).exists() {
+        assert!(child.try_wait().unwrap().is_none(), "rocminfo ended before it opened /dev/kfd");
+        assert!(Instant::now() < deadline, "rocminfo did not open /dev/kfd within 2 min");
+        thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+    wait_kfd_released(pid).unwrap();
+    drop(nodes);
+}
+
+// ---- the ioctls ROCm issues, one by one, with the kernel's answers (README "ROCm") ----
+
+const GPU0: u32 = 0x1000;
+const GPU1: u32 = 0x2000;
+const NO_GPU: u32 = 0x3000;
+
+const fn ioc(dir: u64, ty: u8, nr: u8, size: usize) -> u64 {
+    (dir << 30) | ((size as u64) << 16) | ((ty as u64) << 8) | nr as u64
+}
+const fn iow<T>(ty: u8, nr: u8) -> u64 {
+    ioc(1, ty, nr, std::mem::size_of::<T>())
+}
+const fn iowr<T>(ty: u8, nr: u8) -> u64 {
+    ioc(3, ty, nr, std::mem::size_of::<T>())
+}
+
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+struct Apertures {
+    lds_base: u64,
+    lds_limit: u64,
+    scratch_base: u64,
+    scratch_limit: u64,
+    gpuvm_base: u64,
+    gpuvm_limit: u64,
+    gpu_id: u32,
+    pad: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct AperturesArgs {
+    ptr: u64,
+    num_of_nodes: u32,
+    pad: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct AcquireVm {
+    drm_fd: u32,
+    gpu_id: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct Alloc {
+    va_addr: u64,
+    size: u64,
+    handle: u64,
+    mmap_offset: u64,
+    gpu_id: u32,
+    flags: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct Handle {
+    handle: u64,
+}
+#[repr(C)]
+#[derive(Default)]
+struct MapArgs {
+    handle: u64,
+    ids: u64,
+    n_devices: u32,
+    n_success: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct CreateEvent {
+    event_page_offset: u64,
+    event_trigger_data: u32,
+    event_type: u32,
+    auto_reset: u32,
+    node_id: u32,
+    event_id: u32,
+    event_slot_index: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct EventId {
+    event_id: u32,
+    pad: u32,
+}
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct EventData {
+    union: [u64; 4],
+    ext: u64,
+    event_id: u32,
+    pad: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct WaitEvents {
+    events_ptr: u64,
+    num_events: u32,
+    wait_for_all: u32,
+    timeout: u32,
+    wait_result: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct Xnack {
+    xnack_enabled: i32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct Available {
+    available: u64,
+    gpu_id: u32,
+    pad: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct Clocks {
+    gpu: u64,
+    cpu: u64,
+    system: u64,
+    freq: u64,
+    gpu_id: u32,
+    pad: u32,
+}
+#[repr(C)]
+#[derive(Default)]
+struct MemoryPolicy {
+    alternate_base: u64,
+    alternate_size: u64,
+    gpu_id: u32,
+    default_policy: u32,
+    alternate_policy: u32,
+    pad: u32,
+}
+/// `struct drm_amdgpu_info`: return pointer and size, query, then a 16-byte union.
+#[repr(C)]
+#[derive(Default)]
+struct AmdgpuInfo {
+    return_pointer: u64,
+    return_size: u32,
+    query: u32,
+    dword_offset: u32,
+    count: u32,
+    instance: u32,
+    flags: u32,
+}
+
+const K: u8 = b'K';
+const SET_MEMORY_POLICY: u64 = iow::<MemoryPolicy>(K, 0x04);
+const GET_CLOCK_COUNTERS: u64 = iowr::<Clocks>(K, 0x05);
+const CREATE_EVENT: u64 = iowr::<CreateEvent>(K, 0x08);
+const DESTROY_EVENT: u64 = iow::<EventId>(K, 0x09);
+const SET_EVENT: u64 = iow::<EventId>(K, 0x0A);
+const WAIT_EVENTS: u64 = iowr::<WaitEvents>(K, 0x0C);
+const GET_PROCESS_APERTURES_NEW: u64 = iowr::<AperturesArgs>(K, 0x14);
+const ACQUIRE_VM: u64 = iow::<AcquireVm>(K, 0x15);
+const ALLOC_MEMORY_OF_GPU: u64 = iowr::<Alloc>(K, 0x16);
+const FREE_MEMORY_OF_GPU: u64 = iow::<Handle>(K, 0x17);
+const MAP_MEMORY_TO_GPU: u64 = iowr::<MapArgs>(K, 0x18);
+const SET_XNACK_MODE: u64 = iowr::<Xnack>(K, 0x21);
+const AVAILABLE_MEMORY: u64 = iowr::<Available>(K, 0x23);
+const DRM_AMDGPU_INFO: u64 = iow::<AmdgpuInfo>(b'd', 0x45);
+
+const VRAM: u32 = 1;
+const GTT: u32 = 2;
+const DOORBELL: u32 = 1 << 3;
+const MMIO_REMAP: u32 = 1 << 4;
+
+/// The ioctl's result: 0 or the negated errno.
+fn ioctl<T>(fd: i32, request: u64, arg: &mut T) -> i32 {
+    // SAFETY: `arg` is a live, exclusively borrowed #[repr(C)] argument of the size `request`
+    // encodes; the kernel writes at most that many bytes into it.
+    let r = unsafe { libc::ioctl(fd, request as _, arg as *mut T) };
+    if r < 0 { -std::io::Error::last_os_error().raw_os_error().unwrap_or(0) } else { r }
+}
+
+fn open(path: &str) -> i32 {
+    let c = std::ffi::CString::new(path).unwrap();
+    // SAFETY: a NUL-terminated path; the fd is closed by the process's exit.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    assert!(fd >= 0, "open {path}: {}", std::io::Error::last_os_error());
+    fd
+}
+
+/// A shared mapping of `len` bytes of `fd` at `offset`, or the negated errno.
+fn map(fd: i32, offset: u64, len: usize) -> Result<*mut u64, i32> {
+    // SAFETY: a new shared mapping chosen by the kernel; never unmapped while the test reads it.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, offset as i64)
+    };
+    if p == libc::MAP_FAILED { Err(-std::io::Error::last_os_error().raw_os_error().unwrap_or(0)) } else { Ok(p.cast()) }
+}
+
+fn alloc(kfd: i32, gpu_id: u32, size: u64, flags: u32) -> (i32, Alloc) {
+    let mut a = Alloc { size, gpu_id, flags, ..Default::default() };
+    (ioctl(kfd, ALLOC_MEMORY_OF_GPU, &mut a), a)
+}
+
+fn wait(kfd: i32, events: &mut [EventData], timeout_ms: u32) -> (i32, u32) {
+    let mut w = WaitEvents {
+        events_ptr: events.as_mut_ptr() as u64,
+        num_events: events.len() as u32,
+        timeout: timeout_ms,
+        ..Default::default()
+    };
+    (ioctl(kfd, WAIT_EVENTS, &mut w), w.wait_result)
+}
+
+/// Set in the child that runs [`ioctl_sequence`]: its KFD process (and the render files
+/// ACQUIRE_VM keeps) lives until the process exits, which the parent then checks.
+const IOCTL_CHILD: &str = "GPREEMPT_EMU_ROCM_IOCTL_CHILD";
+const IOCTL_TEST: &str = "rocms_open_memory_and_event_ioctls_have_the_kernels_answers";
+
+#[test]
+fn rocms_open_memory_and_event_ioctls_have_the_kernels_answers() {
+    if std::env::var_os(IOCTL_CHILD).is_some() {
+        ioctl_sequence();
+        return;
+    }
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let nodes = RenderNodes::load();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([IOCTL_TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(IOCTL_CHILD, "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Its libtest lines are renamed so that the harness, which sums every "test result:" line of
+    // the log, counts this test once.
+    let shown = text.replace("test result:", "child result:");
+    assert!(out.status.success(), "the ioctl sequence failed:\n{shown}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1 passed"), "{shown}");
+    wait_kfd_released(pid).unwrap();
+    drop(nodes);
+}
+
+/// The ioctl sequence, in a child process of its own (see [`IOCTL_CHILD`]).
+fn ioctl_sequence() {
+    let (einval, enodev, ebusy, enomem, eperm, efault, eacces) =
+        (-libc::EINVAL, -libc::ENODEV, -libc::EBUSY, -libc::ENOMEM, -libc::EPERM, -libc::EFAULT, -libc::EACCES);
+    let minor = |node| topology(node)["drm_render_minor"];
+    let render0 = open(&format!("/dev/dri/renderD{}", minor(1)));
+
+    // libdrm's amdgpu_device_initialize() questions, on the render node.
+    let mut dev_info = [0u32; 64];
+    let mut info = AmdgpuInfo {
+        return_pointer: dev_info.as_mut_ptr() as u64,
+        return_size: 256,
+        query: 0x16, // AMDGPU_INFO_DEV_INFO
+        ..Default::default()
+    };
+    assert_eq!(ioctl(render0, DRM_AMDGPU_INFO, &mut info), 0);
+    // device_id, chip_rev, external_rev, pci_rev, family, shader engines, arrays per engine
+    assert_eq!(dev_info[..7], [0x740f, 0, 0x3c, 2, 141, 8, 2]);
+    let mut reg = 0u32;
+    info = AmdgpuInfo {
+        return_pointer: &mut reg as *mut u32 as u64,
+        return_size: 4,
+        query: 0x15, // AMDGPU_INFO_READ_MMR_REG
+        dword_offset: 0x263e,
+        count: 1,
+        instance: 0xffff_ffff,
+        ..Default::default()
+    };
+    assert_eq!((ioctl(render0, DRM_AMDGPU_INFO, &mut info), reg), (0, 0x2201_4042));
+    info.dword_offset = 0x263d;
+    assert_eq!(ioctl(render0, DRM_AMDGPU_INFO, &mut info), efault, "a register outside the readable set");
+    info.query = 0x7f;
+    assert_eq!(ioctl(render0, DRM_AMDGPU_INFO, &mut info), einval, "an unknown query");
+    assert_eq!(map(render0, 1 << 32, 4096).err(), Some(eacces), "an offset with no object");
+
+    let kfd = open("/dev/kfd");
+    let mut args = AperturesArgs::default();
+    assert_eq!((ioctl(kfd, GET_PROCESS_APERTURES_NEW, &mut args), args.num_of_nodes), (0, 2));
+    let mut apertures = [Apertures::default(); 2];
+    args.ptr = apertures.as_mut_ptr() as u64;
+    assert_eq!(ioctl(kfd, GET_PROCESS_APERTURES_NEW, &mut args), 0);
+    for (a, gpu_id) in apertures.iter().zip([GPU0, GPU1]) {
+        let expect = Apertures {
+            lds_base: 1 << 48,
+            lds_limit: (1 << 48) | 0xffff_ffff,
+            scratch_base: 2 << 48,
+            scratch_limit: (2 << 48) | 0xffff_ffff,
+            gpuvm_base: 1 << 16,
+            gpuvm_limit: (1 << 47) - 1,
+            gpu_id,
+            pad: 0,
+        };
+        assert_eq!(*a, expect);
+    }
+
+    assert_eq!(alloc(kfd, GPU0, 8192, GTT).0, enodev, "no VM acquired yet");
+    let null = open("/dev/null");
+    let render1 = open(&format!("/dev/dri/renderD{}", minor(2)));
+    let acquire = |fd: i32, gpu_id| ioctl(kfd, ACQUIRE_VM, &mut AcquireVm { drm_fd: fd as u32, gpu_id });
+    assert_eq!(acquire(-1, GPU0), einval, "a bad fd");
+    assert_eq!(acquire(null, GPU0), einval, "not a render node");
+    assert_eq!(acquire(render1, GPU0), einval, "the other GPU's render node");
+    assert_eq!(acquire(render0, NO_GPU), einval, "an unknown gpu");
+    assert_eq!(acquire(render0, GPU0), 0);
+    assert_eq!(acquire(render0, GPU0), 0, "the same file again");
+    assert_eq!(acquire(open(&format!("/dev/dri/renderD{}", minor(1))), GPU0), ebusy, "another file");
+    assert_eq!(acquire(render1, GPU1), 0);
+
+    let mut policy = MemoryPolicy { gpu_id: GPU0, default_policy: 2, ..Default::default() };
+    assert_eq!(ioctl(kfd, SET_MEMORY_POLICY, &mut policy), einval, "policy 2");
+    policy = MemoryPolicy { gpu_id: NO_GPU, ..Default::default() };
+    assert_eq!(ioctl(kfd, SET_MEMORY_POLICY, &mut policy), einval, "an unknown gpu");
+    policy.gpu_id = GPU0;
+    assert_eq!(ioctl(kfd, SET_MEMORY_POLICY, &mut policy), 0);
+    let mut clocks = Clocks { gpu_id: GPU0, ..Default::default() };
+    assert_eq!(ioctl(kfd, GET_CLOCK_COUNTERS, &mut clocks), 0);
+    assert!(
+        clocks.gpu > 0 && clocks.cpu > clocks.gpu,
+        "the GPU counter runs at 100 MHz: {} / {}",
+        clocks.gpu,
+        clocks.cpu
+    );
+    assert_eq!(clocks.freq, 1_000_000_000);
+    clocks = Clocks { gpu_id: NO_GPU, ..Default::default() };
+    assert_eq!((ioctl(kfd, GET_CLOCK_COUNTERS, &mut clocks), clocks.gpu), (0, 0), "an unknown gpu reads 0");
+    let mut xnack = Xnack { xnack_enabled: -1 };
+    assert_eq!((ioctl(kfd, SET_XNACK_MODE, &mut xnack), xnack.xnack_enabled), (0, 0));
+    assert_eq!(ioctl(kfd, SET_XNACK_MODE, &mut Xnack { xnack_enabled: 1 }), eperm);
+    assert_eq!(ioctl(kfd, SET_XNACK_MODE, &mut Xnack { xnack_enabled: 0 }), 0);
+
+    // Memory: errnos, handles, a GTT object seen through two CPU mappings.
+    assert_eq!(alloc(kfd, GPU0, 0, GTT).0, einval, "size 0");
+    assert_eq!(alloc(kfd, NO_GPU, 8192, GTT).0, einval, "an unknown gpu");
+    assert_eq!(alloc(kfd, GPU0, 4096, DOORBELL).0, einval, "a doorbell object is the 8 KiB slice");
+    assert_eq!(alloc(kfd, GPU0, 4096, MMIO_REMAP).0, enomem, "no MMIO remap page");
+    let (r, gtt) = alloc(kfd, GPU0, 8192, GTT);
+    assert_eq!(r, 0);
+    assert_eq!(gtt.handle >> 32, u64::from(GPU0));
+    assert!(gtt.mmap_offset >= 1 << 32, "a DRM vma offset: {:#x}", gtt.mmap_offset);
+    let a = map(render0, gtt.mmap_offset, 8192).unwrap();
+    let b = map(render0, gtt.mmap_offset, 8192).unwrap();
+    // SAFETY: both are live 8 KiB mappings of the same object.
+    unsafe {
+        a.add(1000).write_volatile(0x5eed_0000_0000_0001);
+        assert_eq!(b.add(1000).read_volatile(), 0x5eed_0000_0000_0001);
+    }
+    assert_eq!(map(render0, gtt.mmap_offset, 3 * 4096).err(), Some(einval), "past the object's end");
+    assert_eq!(map(render1, gtt.mmap_offset, 4096).err(), Some(eacces), "the other GPU's render node");
+    let mut m = MapArgs { handle: gtt.handle, n_devices: 0, ..Default::default() };
+    assert_eq!(ioctl(kfd, MAP_MEMORY_TO_GPU, &mut m), einval, "no devices");
+    let ids = [GPU0, NO_GPU];
+    m = MapArgs { handle: gtt.handle, ids: ids.as_ptr() as u64, n_devices: 2, n_success: 0 };
+    assert_eq!((ioctl(kfd, MAP_MEMORY_TO_GPU, &mut m), m.n_success), (einval, 1), "an unknown device second");
+    let ids = [GPU0, GPU1];
+    m = MapArgs { handle: gtt.handle, ids: ids.as_ptr() as u64, n_devices: 2, n_success: 1 };
+    assert_eq!((ioctl(kfd, MAP_MEMORY_TO_GPU, &mut m), m.n_success), (0, 2), "resumed at n_success");
+    m.handle = (u64::from(GPU0) << 32) | 999;
+    m.n_success = 0;
+    assert_eq!(ioctl(kfd, MAP_MEMORY_TO_GPU, &mut m), enomem, "an unknown object");
+    let mut avail = Available { gpu_id: GPU0, ..Default::default() };
+    assert_eq!((ioctl(kfd, AVAILABLE_MEMORY, &mut avail), avail.available), (0, 64 << 30));
+    let (r, vram) = alloc(kfd, GPU0, 1 << 20, VRAM);
+    assert_eq!(r, 0);
+    assert_eq!((ioctl(kfd, AVAILABLE_MEMORY, &mut avail), avail.available), (0, (64 << 30) - (1 << 20)));
+    assert_eq!(alloc(kfd, GPU0, 64 << 30, VRAM).0, enomem, "beyond the 64 GiB");
+    assert_eq!(ioctl(kfd, FREE_MEMORY_OF_GPU, &mut Handle { handle: vram.handle }), 0);
+    assert_eq!(ioctl(kfd, FREE_MEMORY_OF_GPU, &mut Handle { handle: vram.handle }), einval, "freed twice");
+
+    // Events: the first CREATE names the event page (a 32 KiB GTT object, 4096 slots).
+    let (r, page) = alloc(kfd, GPU0, 32768, GTT);
+    assert_eq!(r, 0);
+    let slots = map(render0, page.mmap_offset, 32768).unwrap();
+    let mut ev = CreateEvent { event_page_offset: page.handle, auto_reset: 1, ..Default::default() };
+    assert_eq!(ioctl(kfd, CREATE_EVENT, &mut ev), 0);
+    assert_eq!((ev.event_id, ev.event_slot_index, ev.event_trigger_data), (0, 0, 0));
+    assert_eq!(ev.event_page_offset, 2 << 62, "KFD_MMAP_TYPE_EVENTS");
+    // SAFETY: slot 0 of the live event page mapping.
+    assert_eq!(unsafe { slots.read_volatile() }, u64::MAX, "UNSIGNALED_EVENT_SLOT");
+    let mut again = CreateEvent { event_page_offset: page.handle, ..Default::default() };
+    assert_eq!(ioctl(kfd, CREATE_EVENT, &mut again), einval, "the event page is already set");
+    let mut other = CreateEvent { event_type: 8, ..Default::default() }; // KFD_IOC_EVENT_MEMORY
+    assert_eq!((ioctl(kfd, CREATE_EVENT, &mut other), other.event_id), (0, 4096), "non-signal ids from 4096");
+    assert_eq!(other.event_page_offset, 0);
+    assert_eq!(ioctl(kfd, FREE_MEMORY_OF_GPU, &mut Handle { handle: page.handle }), eperm, "the event page");
+    let mut events = [EventData { event_id: 0, ..Default::default() }];
+    assert_eq!(wait(kfd, &mut events, 0), (0, 1), "not signalled: TIMEOUT");
+    assert_eq!(ioctl(kfd, SET_EVENT, &mut EventId { event_id: other.event_id, pad: 0 }), einval, "not a signal event");
+    assert_eq!(ioctl(kfd, SET_EVENT, &mut EventId { event_id: 77, pad: 0 }), einval, "no such event");
+    assert_eq!(wait(kfd, &mut [EventData { event_id: 77, ..Default::default() }], 0).0, einval);
+    assert_eq!(ioctl(kfd, SET_EVENT, &mut EventId { event_id: 0, pad: 0 }), 0);
+    assert_eq!(wait(kfd, &mut events, 0), (0, 0), "signalled: COMPLETE");
+    assert_eq!(wait(kfd, &mut events, 0), (0, 1), "auto-reset: consumed by the first wait");
+    // A blocked waiter wakes when another thread sets the event.
+    let waiter = thread::spawn(move || {
+        let started = Instant::now();
+        let mut events = [EventData { event_id: 0, ..Default::default() }];
+        (wait(kfd, &mut events, 60_000), started.elapsed())
+    });
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(ioctl(kfd, SET_EVENT, &mut EventId { event_id: 0, pad: 0 }), 0);
+    let (result, took) = waiter.join().unwrap();
+    assert_eq!(result, (0, 0));
+    assert!(took < Duration::from_secs(60), "woken by SET_EVENT, not the timeout: {took:?}");
+    assert_eq!(ioctl(kfd, DESTROY_EVENT, &mut EventId { event_id: 0, pad: 0 }), 0);
+    assert_eq!(ioctl(kfd, DESTROY_EVENT, &mut EventId { event_id: 0, pad: 0 }), einval, "destroyed twice");
+    assert_eq!(ioctl(kfd, FREE_MEMORY_OF_GPU, &mut Handle { handle: gtt.handle }), 0);
+    // The rest (the event page, another event, the files, the mappings) goes with the process.
+}
+
+/// The queues of `pid` in KFD's sysfs: (gpuid, type, size) of each, sorted.
+fn sysfs_queues(pid: u32) -> Vec<(u32, u32, u64)> {
+    let dir = format!("/sys/class/kfd/kfd/proc/{pid}/queues");
+    let mut queues: Vec<(u32, u32, u64)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| {
+            let q = e.unwrap().path();
+            let read = |f: &str| std::fs::read_to_string(q.join(f)).unwrap().trim().to_owned();
+            (read("gpuid").parse().unwrap(), read("type").parse().unwrap(), read("size").parse().unwrap())
+        })
+        .collect();
+    queues.sort_unstable();
+    queues
+}
+
+#[test]
+fn rocm_hsa_queue_create_makes_kfd_queues_on_both_gpus_with_rocrs_amd_queue_t() {
+    use std::io::{BufRead, BufReader, Write};
+
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let exe = gpreempt_tests::binary("hsa-queues").expect(
+        "tests/rocm/hsa_queues.c is built by `cargo xtask test` once `cargo xtask setup` installed libhsa-runtime-dev",
+    );
+    let nodes = RenderNodes::load();
+    let mut child = Command::new(exe)
+        .args(["1024", "hold"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut queues = Vec::new();
+    loop {
+        let line = lines.next().expect("hsa-queues ended before holding its queues").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v.get("holding").is_some() {
+            assert_eq!(v["holding"], 2);
+            break;
+        }
+        queues.push(v);
+    }
+    assert_eq!(queues.len(), 2, "{queues:?}");
+    for (i, q) in queues.iter().enumerate() {
+        assert_eq!(q["pid"], pid);
+        assert_eq!(q["agent"], "gfx90a");
+        assert_eq!(q["node"], i + 1);
+        assert_eq!(q["size"], 1024);
+        // ROCr's amd_queue_t: the offsets gpreempt's scheduler reads the indices at.
+        assert_eq!(
+            (q["write_dispatch_id_offset"].as_u64(), q["read_dispatch_id_offset"].as_u64()),
+            (Some(0x38), Some(0x80))
+        );
+        assert_eq!((q["write_dispatch_id"].as_u64(), q["read_dispatch_id"].as_u64()), (Some(0), Some(0)));
+    }
+    // What ROCr 5.2 created in KFD for the two hsa_queue_create calls (type 0: compute): on each
+    // GPU the 1024-packet queue asked for (64 KiB ring) and a 64-packet one of its own (4 KiB).
+    assert_eq!(
+        sysfs_queues(pid),
+        [(GPU0, 0, 64 * 64), (GPU0, 0, 1024 * 64), (GPU1, 0, 64 * 64), (GPU1, 0, 1024 * 64)],
+        "queues of pid {pid}"
+    );
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "hsa-queues: {status}\n{stderr}");
+    assert_eq!(rest.last().map(String::as_str), Some(r#"{"gpus":2,"done":true}"#));
+    wait_kfd_released(pid).unwrap();
+    drop(nodes);
+}
