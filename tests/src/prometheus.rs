@@ -36,6 +36,24 @@ fn percent_encode(s: &str) -> String {
         .collect()
 }
 
+/// Prometheus's instant query at `addr`: each result's (labels, value).
+pub fn query_at(addr: SocketAddr, promql: &str) -> Result<Vec<(Value, f64)>> {
+    let (status, body) = http_get(addr, &format!("/api/v1/query?query={}", percent_encode(promql)))?;
+    let v: Value = serde_json::from_str(&body).with_context(|| format!("{status}: {body}"))?;
+    if v["status"] != "success" {
+        bail!("query {promql}: {body}");
+    }
+    v["data"]["result"]
+        .as_array()
+        .context("no result")?
+        .iter()
+        .map(|r| {
+            let value = r["value"][1].as_str().context("no value")?.parse::<f64>()?;
+            Ok((r["metric"].clone(), value))
+        })
+        .collect()
+}
+
 /// A loopback port nobody listens on now.
 pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -81,20 +99,7 @@ impl Prometheus {
 
     /// An instant query: each result's (labels, value).
     pub fn query(&self, promql: &str) -> Result<Vec<(Value, f64)>> {
-        let (status, body) = http_get(self.addr, &format!("/api/v1/query?query={}", percent_encode(promql)))?;
-        let v: Value = serde_json::from_str(&body).with_context(|| format!("{status}: {body}"))?;
-        if v["status"] != "success" {
-            bail!("query {promql}: {body}");
-        }
-        v["data"]["result"]
-            .as_array()
-            .context("no result")?
-            .iter()
-            .map(|r| {
-                let value = r["value"][1].as_str().context("no value")?.parse::<f64>()?;
-                Ok((r["metric"].clone(), value))
-            })
-            .collect()
+        query_at(self.addr, promql)
     }
 
     /// Poll `promql` until its results, as sorted (`label` value, value) pairs, equal `expected`

@@ -7,8 +7,7 @@
 //! the offline job running and detached.
 
 use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::mpsc,
@@ -17,7 +16,12 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use gpreempt_tests::{LineHelper, binary, stderr_lines, target::tracer_pid};
+use gpreempt_tests::{
+    LineHelper, binary,
+    prometheus::{free_port, http_get, query_at},
+    stderr_lines,
+    target::tracer_pid,
+};
 use nix::{
     sys::signal::{Signal, kill},
     unistd::Pid,
@@ -95,51 +99,12 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
 
-/// A plain HTTP/1.0 GET (the agent and Prometheus both answer it without chunking).
-fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10))?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("no status line")?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    Ok((status, body))
-}
-
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// Prometheus's instant query: each result's (labels, value).
-fn query(prometheus: SocketAddr, promql: &str) -> Result<Vec<(Value, f64)>> {
-    let (status, body) = http_get(prometheus, &format!("/api/v1/query?query={}", percent_encode(promql)))?;
-    let v: Value = serde_json::from_str(&body).with_context(|| format!("{status}: {body}"))?;
-    if v["status"] != "success" {
-        bail!("query {promql}: {body}");
-    }
-    v["data"]["result"]
-        .as_array()
-        .context("no result")?
-        .iter()
-        .map(|r| {
-            let value = r["value"][1].as_str().context("no value")?.parse::<f64>()?;
-            Ok((r["metric"].clone(), value))
-        })
-        .collect()
-}
-
 /// Poll `promql` until its results equal `expected` (as (label, value) pairs of `label`), or
 /// 120 s pass; returns the last results either way, for the caller's exact assertion.
 fn settle(prometheus: SocketAddr, promql: &str, label: &str, expected: &[(&str, f64)]) -> Vec<(String, f64)> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let mut got: Vec<(String, f64)> = query(prometheus, promql)
+        let mut got: Vec<(String, f64)> = query_at(prometheus, promql)
             .unwrap_or_default()
             .into_iter()
             .map(|(m, v)| (m[label].as_str().unwrap_or("").to_owned(), v))
@@ -151,10 +116,6 @@ fn settle(prometheus: SocketAddr, promql: &str, label: &str, expected: &[(&str, 
         }
         thread::sleep(Duration::from_millis(500));
     }
-}
-
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn scratch() -> Result<PathBuf> {
@@ -208,7 +169,7 @@ fn settled_transitions(prometheus: SocketAddr, policy: &str, suspends_at_least: 
     let mut last = (-1.0, -1.0);
     loop {
         let mut now = (0.0, 0.0);
-        for (labels, v) in query(prometheus, &promql)? {
+        for (labels, v) in query_at(prometheus, &promql)? {
             // Per GPU: the workloads share the emulator's first GPU.
             if labels["gpu"] != "4096" {
                 bail!("a transition series of another GPU: {labels}");
