@@ -210,6 +210,12 @@ pub struct TimerFloor {
     pub busy: Stats,
     pub busy_loops: u32,
     pub seconds: f64,
+    /// The sleeping thread's own CPU time over each run (`CLOCK_THREAD_CPUTIME_ID`), as a
+    /// percentage of the run's wall time: what waking every 200 µs costs, with no work at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_cpu_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_cpu_pct: Option<f64>,
 }
 
 /// The online client next to 1, 2, 3… single-queue offline processes on its GPU, co-located and
