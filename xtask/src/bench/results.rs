@@ -287,6 +287,10 @@ pub struct ScenarioRound {
     pub round: u64,
     /// Under this checkout's `gpreempt schedule`.
     pub schedule: StateRun,
+    /// Under this checkout's `gpreempt schedule --busy-poll`: the reaction thread never sleeps,
+    /// so what is left of its detection is the vCPU's own scheduling, not the timer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_poll: Option<StateRun>,
 }
 
 /// Offline throughput on one GPU over the online window, all offline processes together.
