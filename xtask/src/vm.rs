@@ -4,7 +4,7 @@
 //!
 //! The host root is shared read-only (9p; no virtiofsd here), so the working tree and the build
 //! outputs are visible at the same paths. Only `target/vm/<kernel>/` is writable: the guest
-//! writes the command's exit status there (the console can be garbled by control sequences, so
+//! writes the command's exit status and its kernel log there (the console can be garbled by control sequences, so
 //! nothing is parsed from it). Software emulation (`--disable-kvm`): nested KVM hangs at boot here.
 
 use std::{
@@ -75,8 +75,12 @@ pub fn run(args: &VmArgs) -> Result<i32> {
         "modprobe amdgpu || { echo 'xtask vm: modprobe amdgpu failed' >&2; echo 97 > \"$GPREEMPT_VM_OUT/status\"; exit 97; }\n"
             .to_owned()
     };
+    // The kernel log goes to a file as it is written (9p without a cache: every write reaches the
+    // host at once), so a guest that dies (an oops, a panic: virtme-ng then exits 0 without the
+    // status) leaves its last words behind; the console itself is not kept (see the header).
     let script = format!(
-        "#!/bin/bash\nexport GPREEMPT_VM_OUT='{out}' GPREEMPT_VM_KERNEL='{kernel}'\ncd '{root}'\n{load}\
+        "#!/bin/bash\nexport GPREEMPT_VM_OUT='{out}' GPREEMPT_VM_KERNEL='{kernel}'\ncd '{root}'\n\
+         dmesg --follow --time-format iso > \"$GPREEMPT_VM_OUT/{KERNEL_LOG}\" 2>&1 &\n{load}\
          bash -c {command}\necho $? > \"$GPREEMPT_VM_OUT/status\"\n",
         out = out.display(),
         kernel = args.kernel.name(),
@@ -127,8 +131,25 @@ pub fn run(args: &VmArgs) -> Result<i32> {
     match fs::read_to_string(&status_file) {
         Ok(text) => text.trim().parse().with_context(|| format!("bad status file {}", status_file.display())),
         Err(_) => bail!(
-            "the {release} VM ended ({vng_status}) without the command's exit status: the guest crashed or failed to boot"
+            "the {release} VM ended ({vng_status}) without the command's exit status: the guest crashed or failed to \
+             boot; the end of its kernel log ({}):\n{}",
+            out.join(KERNEL_LOG).display(),
+            log_tail(&out.join(KERNEL_LOG), 40)
         ),
+    }
+}
+
+/// The guest's kernel log, written by `dmesg --follow` in the guest as it comes.
+const KERNEL_LOG: &str = "kernel.log";
+
+/// The last `n` lines of `path`, or why there are none.
+fn log_tail(path: &std::path::Path, n: usize) -> String {
+    match fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("(none: {e})"),
     }
 }
 
@@ -150,6 +171,18 @@ pub fn shell_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_tail_is_the_last_lines_or_why_there_are_none() {
+        let dir = std::env::temp_dir().join(format!("xtask-vm-tail-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(KERNEL_LOG);
+        fs::write(&log, "a\nb\nc\n").unwrap();
+        assert_eq!(log_tail(&log, 2), "b\nc");
+        assert_eq!(log_tail(&log, 10), "a\nb\nc");
+        assert!(log_tail(&dir.join("missing"), 2).starts_with("(none: "));
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn quoting_survives_single_quotes() {
