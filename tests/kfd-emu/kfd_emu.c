@@ -10,7 +10,9 @@
  *
  * Emulated GPUs: gpu_id 0x1000 (topology node 1) and 0x2000 (node 2), see kfd_emu.h.
  * Emulated execution: one "CP" kthread per GPU executes the 64-byte AQL kernel-dispatch packets
- * of the mapped queues, one dispatch at a time for its cost (kernel_object, in ns), round-robin
+ * of the mapped queues, one dispatch at a time for its cost (kernel_object in ns, or for a code
+ * object's kernel its grid x ns_per_workitem), plus barrier-AND/OR and ROCr's PM4-IB vendor
+ * packets completing amd_signal_t signals (README "ROCm's packets"), round-robin
  * between queues at dispatch boundaries; an unmap (HWS UNMAP_QUEUES of every dynamic queue on
  * the GPU) stops the running dispatch, which keeps its remaining cost, and writes the fence
  * amdkfd_fence_wait_timeout() polls preempt_delay_us later; after a map nothing runs for
@@ -3427,6 +3429,7 @@ struct emu_event {
 	bool auto_reset;
 	bool signaled;
 	u64 age;		/* event_age: 1 at creation, +1 per signal (never 0) */
+	struct list_head waiters;	/* struct emu_waiter of WAIT_EVENTS calls (ev->wq in KFD) */
 };
 
 static bool emu_event_is_signal(u32 type)
@@ -3533,6 +3536,7 @@ static int kfd_ioctl_create_event(struct file *filp, struct kfd_process *p, void
 		return -ENOMEM;
 	ev->type = args->event_type;
 	ev->auto_reset = args->auto_reset != 0;
+	INIT_LIST_HEAD(&ev->waiters);
 	args->event_page_offset = 0;
 	mutex_lock(&p->events_lock);
 	if (emu_event_is_signal(ev->type)) {
@@ -3578,10 +3582,19 @@ fail:
 	return err;
 }
 
+struct emu_waiter {
+	u32 id;
+	u64 age;		/* the caller's last_event_age (0: not used) */
+	bool activated;
+	struct emu_event *ev;	/* NULL once the event is destroyed */
+	struct list_head node;	/* on ev->waiters while waiting */
+};
+
 /* kfd_event_destroy(): unknown id -EINVAL; waiters on it wake and fail */
 static int kfd_ioctl_destroy_event(struct file *filp, struct kfd_process *p, void *data)
 {
 	struct kfd_ioctl_destroy_event_args *args = data;
+	struct emu_waiter *w, *next;
 	struct emu_event *ev;
 	int err = 0;
 
@@ -3590,6 +3603,11 @@ static int kfd_ioctl_destroy_event(struct file *filp, struct kfd_process *p, voi
 	if (!ev) {
 		err = -EINVAL;
 	} else {
+		/* destroy_event(): every waiter's event goes, so its wait fails */
+		list_for_each_entry_safe(w, next, &ev->waiters, node) {
+			w->ev = NULL;
+			list_del_init(&w->node);
+		}
 		idr_remove(&p->event_idr, ev->id);
 		if (emu_event_is_signal(ev->type))
 			p->signal_event_count--;
@@ -3600,12 +3618,21 @@ static int kfd_ioctl_destroy_event(struct file *filp, struct kfd_process *p, voi
 	return err;
 }
 
-/* set_event(): signalled (for an auto-reset event, until one waiter consumes it), age + 1 */
+/*
+ * set_event() (kfd_events.c, 6.12.117): every waiter sleeping on the event is activated, and
+ * the event stays signalled unless it is auto-reset and woke someone ("Auto reset if the list is
+ * non-empty and we're waking someone"); age + 1. ROCr 5.2 has two threads on one event (the
+ * queue event: hsa_queue_destroy's wait and the async-handler thread): each must wake.
+ */
 static void emu_event_fire(struct emu_event *ev)
 {
-	ev->signaled = true;
+	struct emu_waiter *w;
+
+	ev->signaled = !ev->auto_reset || list_empty(&ev->waiters);
 	if (!++ev->age)
 		ev->age = 2;
+	list_for_each_entry(w, &ev->waiters, node)
+		w->activated = true;
 }
 
 /* kfd_set_event() / kfd_reset_event(): unknown id or not a signal event -EINVAL */
@@ -3642,36 +3669,32 @@ static int kfd_ioctl_reset_event(struct file *filp, struct kfd_process *p, void 
 	return err;
 }
 
-struct emu_waiter {
-	u32 id;
-	u64 age;		/* the caller's last_event_age (0: not used) */
-	bool activated;
-};
+/*
+ * init_event_waiter() (6.12.117), under events_lock: the waiter joins the event's list, activated
+ * at once if the event is signalled (an auto-reset event is consumed) or, when the caller gave a
+ * last_event_age, if the event's age moved since.
+ */
+static void emu_waiter_init(struct emu_waiter *w, struct emu_event *ev)
+{
+	w->ev = ev;
+	w->activated = ev->signaled;
+	ev->signaled = ev->signaled && !ev->auto_reset;
+	if (!w->activated && w->age && emu_event_is_signal(ev->type) && ev->age != w->age)
+		w->activated = true;
+	list_add(&w->node, &ev->waiters);
+}
 
 /*
- * One pass of kfd_wait_on_events()'s test: activate the waiters whose event is signalled (an
- * auto-reset event is consumed) or, when the caller gave a last_event_age, whose age moved.
- * Returns KFD_IOC_WAIT_RESULT_COMPLETE when any (all) are activated, FAIL when an event is
- * gone, else TIMEOUT (still waiting).
+ * test_event_condition() (6.12.117): COMPLETE when any (all) waiters are activated, FAIL when an
+ * event was destroyed, else TIMEOUT (still waiting).
  */
-static u32 emu_events_test(struct kfd_process *p, struct emu_waiter *w, u32 n, bool all)
+static u32 emu_events_test(struct emu_waiter *w, u32 n, bool all)
 {
 	u32 i, activated = 0;
 
 	for (i = 0; i < n; i++) {
-		struct emu_event *ev = idr_find(&p->event_idr, w[i].id);
-
-		if (!ev)
+		if (!w[i].ev)
 			return KFD_IOC_WAIT_RESULT_FAIL;
-		if (!w[i].activated) {
-			if (ev->signaled) {
-				w[i].activated = true;
-				if (ev->auto_reset)
-					ev->signaled = false;
-			} else if (w[i].age && emu_event_is_signal(ev->type) && ev->age != w[i].age) {
-				w[i].activated = true;
-			}
-		}
 		activated += w[i].activated;
 	}
 	if (all ? activated == n : activated > 0)
@@ -3710,11 +3733,13 @@ static int kfd_ioctl_wait_events(struct file *filp, struct kfd_process *p, void 
 			err = -EINVAL;
 			goto out;
 		}
+	for (i = 0; i < args->num_events; i++)
+		emu_waiter_init(&w[i], idr_find(&p->event_idr, w[i].id));
 	for (;;) {
 		DEFINE_WAIT(wait);
 
 		prepare_to_wait(&p->event_wq, &wait, TASK_INTERRUPTIBLE);
-		result = emu_events_test(p, w, args->num_events, args->wait_for_all);
+		result = emu_events_test(w, args->num_events, args->wait_for_all);
 		mutex_unlock(&p->events_lock);
 		if (result != KFD_IOC_WAIT_RESULT_TIMEOUT || timeout <= 0) {
 			finish_wait(&p->event_wq, &wait);
@@ -3723,30 +3748,33 @@ static int kfd_ioctl_wait_events(struct file *filp, struct kfd_process *p, void 
 		if (signal_pending(current)) {
 			finish_wait(&p->event_wq, &wait);
 			err = -ERESTARTSYS;
-			goto out;
+			break;
 		}
 		timeout = schedule_timeout(timeout);
 		finish_wait(&p->event_wq, &wait);
 		mutex_lock(&p->events_lock);
 	}
 	args->wait_result = result;
-	/* copy_signaled_event_data(): an activated signal event's age, when the caller gave one */
+	/*
+	 * The waiters leave their events' lists; copy_signaled_event_data(): an activated signal
+	 * event's age goes back to the caller that gave one (w[i].age, 0 for none to copy).
+	 */
 	mutex_lock(&p->events_lock);
-	for (i = 0; i < args->num_events && result == KFD_IOC_WAIT_RESULT_COMPLETE; i++) {
-		struct emu_event *ev = idr_find(&p->event_idr, w[i].id);
-		u64 age;
+	for (i = 0; i < args->num_events; i++) {
+		struct emu_event *ev = w[i].ev;
 
-		if (!ev || !w[i].activated || !w[i].age || !emu_event_is_signal(ev->type))
-			continue;
-		age = ev->age;
-		mutex_unlock(&p->events_lock);
-		if (put_user(age, &events[i].signal_event_data.last_event_age)) {
-			err = -EFAULT;
-			goto out;
-		}
-		mutex_lock(&p->events_lock);
+		if (ev)
+			list_del(&w[i].node);
+		if (err || result != KFD_IOC_WAIT_RESULT_COMPLETE || !ev || !w[i].activated ||
+		    !w[i].age || !emu_event_is_signal(ev->type))
+			w[i].age = 0;
+		else
+			w[i].age = ev->age;
 	}
 	mutex_unlock(&p->events_lock);
+	for (i = 0; i < args->num_events && !err; i++)
+		if (w[i].age && put_user(w[i].age, &events[i].signal_event_data.last_event_age))
+			err = -EFAULT;
 out:
 	kfree(w);
 	return err;

@@ -257,11 +257,13 @@ struct kfd_context_save_area_header {
 #define AQL_PACKET_SIZE 64
 
 /*
- * hsa_kernel_dispatch_packet_t. The emulator runs no code, so kernel_object, which names the
- * code object to run, carries the dispatch's emulated GPU time in nanoseconds instead (0 is
- * refused as EC_QUEUE_PACKET_DISPATCH_CODE_INVALID, like a null code object), and
- * completion_signal, a signal handle on hardware, is the user address of a struct
- * emu_completion_record (0: no record). README.md, "Packet format".
+ * hsa_kernel_dispatch_packet_t. The emulator runs no code, so for the project's clients
+ * kernel_object, which names the code object to run, carries the dispatch's emulated GPU time in
+ * nanoseconds instead (0 is refused as EC_QUEUE_PACKET_DISPATCH_CODE_INVALID, like a null code
+ * object), and completion_signal, a signal handle on hardware, is the user address of a struct
+ * emu_completion_record (0: no record). README.md, "Packet format". A kernel_object inside the
+ * process's GPU memory is a real kernel descriptor instead, with an amd_signal_t completion
+ * signal (README.md, "ROCm's packets").
  */
 struct hsa_kernel_dispatch_packet {
 	__u16 header;
@@ -275,10 +277,10 @@ struct hsa_kernel_dispatch_packet {
 	__u32 grid_size_z;
 	__u32 private_segment_size;
 	__u32 group_segment_size;
-	__u64 kernel_object;		/* emulator: cost in ns */
+	__u64 kernel_object;		/* emulator: cost in ns, or a kernel descriptor's address */
 	__u64 kernarg_address;
 	__u64 reserved2;
-	__u64 completion_signal;	/* emulator: address of a struct emu_completion_record */
+	__u64 completion_signal;	/* an emu_completion_record or an amd_signal_t (above) */
 };
 
 /*
