@@ -671,6 +671,27 @@ fn rocm_hsa_queue_create_makes_kfd_queues_on_both_gpus_with_rocrs_amd_queue_t() 
         [(GPU0, 0, 64 * 64), (GPU0, 0, 1024 * 64), (GPU1, 0, 64 * 64), (GPU1, 0, 1024 * 64)],
         "queues of pid {pid}"
     );
+    // gpreempt's own view of them (sysfs, no debug trap: ROCr 5.2 never calls RUNTIME_ENABLE).
+    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
+        .args(["queues", &pid.to_string(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "gpreempt queues: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["source"], "sysfs", "{v}");
+    assert_eq!(v["pid"], pid, "{v}");
+    let mut listed: Vec<(u64, u64)> = v["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| (q["gpu_id"].as_u64().unwrap(), q["ring_size"].as_u64().unwrap()))
+        .collect();
+    listed.sort_unstable();
+    assert_eq!(
+        listed,
+        [(4096, 64 * 64), (4096, 1024 * 64), (8192, 64 * 64), (8192, 1024 * 64)],
+        "two KFD queues per hsa_queue_create: {v}"
+    );
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let rest: Vec<String> = lines.map(Result::unwrap).collect();
     let status = child.wait().unwrap();
