@@ -39,6 +39,7 @@
 #include <linux/log2.h>
 #include <linux/vmalloc.h>
 #include <linux/mm.h>
+#include <linux/overflow.h>
 
 #include "kfd_emu.h"
 
@@ -362,9 +363,12 @@ static int emu_kernel_cost(struct queue *q, const struct hsa_kernel_dispatch_pac
 		return 0;
 	if (ko % 64)
 		return -EC_QUEUE_PACKET_DISPATCH_CODE_INVALID;
-	items = (u64)pkt->grid_size_x * (dims > 1 ? pkt->grid_size_y : 1) *
-		(dims > 2 ? pkt->grid_size_z : 1);
-	*cost = max_t(u64, items * READ_ONCE(ns_per_workitem), 1);
+	/* saturating: a 3-D grid of 2^32 per dimension overflows u64 */
+	items = (u64)pkt->grid_size_x * (dims > 1 ? pkt->grid_size_y : 1);
+	if (check_mul_overflow(items, (u64)(dims > 2 ? pkt->grid_size_z : 1), &items) ||
+	    check_mul_overflow(items, (u64)READ_ONCE(ns_per_workitem), cost))
+		*cost = U64_MAX;
+	*cost = max_t(u64, *cost, 1);
 	return 1;
 }
 

@@ -901,3 +901,48 @@ fn a_rocm_process_killed_mid_dispatch_is_released_and_the_modules_unload() {
     );
     drop(nodes);
 }
+
+#[test]
+fn gpreempt_preempt_refuses_rocm_5_2_with_the_cause_and_its_dispatches_all_complete() {
+    use std::io::{BufRead, BufReader};
+
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (exe, hsaco) = hsa_dispatch();
+    let nodes = RenderNodes::load();
+    let before = cp_stats();
+    // 20 dispatches of 64,000 work-items (64 ms each at the default 1 µs), one after the other.
+    let mut child = Command::new(exe)
+        .arg(&hsaco)
+        .args(["loop", "64000", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), format!(r#"{{"pid":{pid},"looping":20}}"#));
+    // ROCr 5.2 never calls RUNTIME_ENABLE, so KFD (6.12) refuses SUSPEND_QUEUES (EPERM): gpreempt
+    // says why, and leaves the program running.
+    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
+        .args(["preempt", "--offline", &pid.to_string(), "--iterations", "3", "--hold-ms", "10", "--gap-ms", "10"])
+        .args(["--no-trace"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "pid {pid} has not enabled the ROCm runtime's debug interface (AMDKFD_IOC_RUNTIME_ENABLE)"
+        )),
+        "{stderr}"
+    );
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "hsa-dispatch: {status}");
+    assert_eq!(rest.first().map(String::as_str), Some(r#"{"completed":20,"read_index":20,"done":true}"#));
+    wait_kfd_released(pid).unwrap();
+    // The blit copy and the 20 dispatches, each with its interrupt signal; nothing failed.
+    let gpu0 = counters(&[("kernels", 21), ("pm4_ibs", 1), ("signals", 21), ("interrupts", 21), ("events_set", 21)]);
+    assert_eq!(cp_stats_since(&before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
+    drop(nodes);
+}
