@@ -10,7 +10,9 @@
  *
  * Emulated GPUs: gpu_id 0x1000 (topology node 1) and 0x2000 (node 2), see kfd_emu.h.
  * Emulated execution: one "CP" kthread per GPU executes the 64-byte AQL kernel-dispatch packets
- * of the mapped queues, one dispatch at a time for its cost (kernel_object, in ns), round-robin
+ * of the mapped queues, one dispatch at a time for its cost (kernel_object in ns, or for a code
+ * object's kernel its grid x ns_per_workitem), plus barrier-AND/OR and ROCr's PM4-IB vendor
+ * packets completing amd_signal_t signals (README "ROCm's packets"), round-robin
  * between queues at dispatch boundaries; an unmap (HWS UNMAP_QUEUES of every dynamic queue on
  * the GPU) stops the running dispatch, which keeps its remaining cost, and writes the fence
  * amdkfd_fence_wait_timeout() polls preempt_delay_us later; after a map nothing runs for
@@ -37,10 +39,17 @@
 #include <linux/log2.h>
 #include <linux/vmalloc.h>
 #include <linux/mm.h>
+#include <linux/overflow.h>
 
 #include "kfd_emu.h"
 
 static_assert(sizeof(struct kfd_ioctl_create_queue_args) == 96);
+static_assert(sizeof(struct hsa_kernel_dispatch_packet) == AQL_PACKET_SIZE);
+static_assert(sizeof(struct hsa_barrier_packet) == AQL_PACKET_SIZE);
+static_assert(sizeof(struct amd_aql_pm4_ib) == AQL_PACKET_SIZE);
+static_assert(offsetof(struct amd_aql_pm4_ib, completion_signal) == 56);
+static_assert(sizeof(struct amd_signal) == 64);
+static_assert(offsetof(struct amd_signal, value) == 8 && offsetof(struct amd_signal, start_ts) == 32);
 static_assert(offsetof(struct kfd_ioctl_create_queue_args, queue_id) == 52);
 static_assert(sizeof(struct kfd_ioctl_dbg_trap_args) == 32);
 static_assert(offsetof(struct kfd_ioctl_dbg_trap_args, suspend_queues.num_queues) == 24);
@@ -80,6 +89,16 @@ MODULE_PARM_DESC(restore_delay_us,
 static unsigned int queue_preemption_timeout_ms = 9000;
 module_param(queue_preemption_timeout_ms, uint, 0644);
 MODULE_PARM_DESC(queue_preemption_timeout_ms, "Fence wait timeout (default 9000)");
+
+/*
+ * The emulated duration of a code object's kernel (a dispatch whose kernel_object is a kernel
+ * descriptor in the process's GPU memory: ROCr's and HIP's dispatches), which the CP cannot
+ * take from kernel_object as it does for the cost convention: work-items of the grid times this.
+ */
+static unsigned int ns_per_workitem = 1000;
+module_param(ns_per_workitem, uint, 0644);
+MODULE_PARM_DESC(ns_per_workitem,
+		 "Emulated duration of a code object's kernel per work-item of its grid, ns (default 1000)");
 
 /* Only what GET_VERSION answers, so that gpreempt's version-gated refusals (secondary contexts
  * from KFD 1.19, gfx12 trap support from 1.20) can be tested; the emulated ABI stays 1.17.
@@ -155,6 +174,9 @@ static struct kfd_process_device *qpd_to_pdd(struct qcm_process_device *qpd)
  */
 
 static void emu_queue_error(struct queue *q, u32 ec);
+static bool emu_bo_holds(struct kfd_process *p, u64 va, u64 len);
+static void emu_signal_interrupt(struct device_queue_manager *dqm, struct kfd_process *p,
+				 u32 event_id);
 
 /* user memory of q's process, for the CP kthread (kthread_use_mm); false if the mm is gone */
 static bool emu_user_begin(struct queue *q)
@@ -243,13 +265,18 @@ static u64 emu_cp_observe(struct device_queue_manager *dqm)
 	return t;
 }
 
-/* When q's next packet became known to the CP (U64_MAX: none is). */
+/*
+ * When q's next packet became known to the CP (U64_MAX: none is), and not before the barrier
+ * ahead of it completed. A queue whose next packet is a barrier still waiting is not eligible.
+ */
 static u64 emu_next_known_at(struct queue *q)
 {
+	if (q->at_barrier)
+		return U64_MAX;
 	if (q->cp_rptr < q->obs_old_w)
-		return q->obs_old_ns;
+		return max(q->obs_old_ns, q->ready_ns);
 	if (q->cp_rptr < q->obs_new_w)
-		return q->obs_new_ns;
+		return max(q->obs_new_ns, q->ready_ns);
 	return U64_MAX;
 }
 
@@ -294,12 +321,14 @@ static u32 emu_packet_error(const struct hsa_kernel_dispatch_packet *pkt)
 	switch (pkt->header & HSA_PACKET_HEADER_TYPE_MASK) {
 	case HSA_PACKET_TYPE_KERNEL_DISPATCH:
 		break;
-	case HSA_PACKET_TYPE_VENDOR_SPECIFIC:
-		return EC_QUEUE_PACKET_VENDOR_UNSUPPORTED;
 	case HSA_PACKET_TYPE_BARRIER_AND:
-	case HSA_PACKET_TYPE_AGENT_DISPATCH:
 	case HSA_PACKET_TYPE_BARRIER_OR:
-		return EC_QUEUE_PACKET_UNSUPPORTED;	/* valid AQL, not emulated */
+		return 0;
+	case HSA_PACKET_TYPE_VENDOR_SPECIFIC:
+		return 0;	/* emu_cp_vendor() knows one format */
+	case HSA_PACKET_TYPE_AGENT_DISPATCH:
+		/* valid AQL for an agent's own queue, not a GPU's: not executed */
+		return EC_QUEUE_PACKET_UNSUPPORTED;
 	default:
 		return EC_QUEUE_PACKET_RESERVED;
 	}
@@ -315,6 +344,153 @@ static u32 emu_packet_error(const struct hsa_kernel_dispatch_packet *pkt)
 }
 
 /*
+ * A dispatch's cost. The project's clients carry it in kernel_object (ns, README "Packet
+ * format"); a real runtime (ROCr, HIP) puts there the address of a kernel descriptor, inside a
+ * code object its loader placed in GPU memory (ALLOC_MEMORY_OF_GPU). So: a kernel_object inside
+ * one of the process's memory objects is a code object's kernel, which runs for its grid's
+ * work-items times ns_per_workitem. Its descriptor must be 64-byte aligned (the code object
+ * ABI's alignment of a .kd symbol); its bytes are not read: ROCr's loader copies code into VRAM
+ * with its blit kernel, which the emulated CP does not execute (README, "ROCm's packets").
+ * Returns 1 (a code object's kernel, *cost set), 0 (the cost convention) or
+ * -EC_QUEUE_PACKET_DISPATCH_CODE_INVALID.
+ */
+static int emu_kernel_cost(struct queue *q, const struct hsa_kernel_dispatch_packet *pkt, u64 *cost)
+{
+	u32 dims = pkt->setup & HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS_MASK;
+	u64 ko = pkt->kernel_object, items;
+
+	if (!emu_bo_holds(q->process, ko, 64))
+		return 0;
+	if (ko % 64)
+		return -EC_QUEUE_PACKET_DISPATCH_CODE_INVALID;
+	/* saturating: a 3-D grid of 2^32 per dimension overflows u64 */
+	items = (u64)pkt->grid_size_x * (dims > 1 ? pkt->grid_size_y : 1);
+	if (check_mul_overflow(items, (u64)(dims > 2 ? pkt->grid_size_z : 1), &items) ||
+	    check_mul_overflow(items, (u64)READ_ONCE(ns_per_workitem), cost))
+		*cost = U64_MAX;
+	*cost = max_t(u64, *cost, 1);
+	return 1;
+}
+
+/*
+ * PM4 type-3 packets (amdgpu's soc15d.h / ROCr 5.2 src/core/inc/amd_gpu_pm4.h): header bits
+ * 31:30 = 3, 29:16 = dwords - 2, 15:8 the opcode.
+ */
+#define PM4_TYPE3 3
+#define PM4_TYPE2_FILLER 0x80000000u
+#define PM4_OPCODE_NOP 0x10
+#define PM4_OPCODE_INDIRECT_BUFFER 0x3F
+#define PM4_OPCODE_ACQUIRE_MEM 0x58
+#define PM4_IB_MAX_DW 1024
+
+/*
+ * An AMD vendor-specific AQL packet (the only one ROCr 5.2 writes on gfx9: AqlQueue::ExecutePM4,
+ * src/core/runtime/amd_aql_queue.cpp, format AMD_AQL_FORMAT_PM4_IB = 1 in the u16 after the
+ * header): an INDIRECT_BUFFER command to a PM4 buffer, which the CP executes. ROCr sends the
+ * code cache invalidation after loading code (GpuAgent::InvalidateCodeCaches: ACQUIRE_MEM).
+ * The emulated GPU has no caches, so ACQUIRE_MEM and NOP execute as nothing; any other command,
+ * another format or an unreadable buffer is EC_QUEUE_PACKET_VENDOR_UNSUPPORTED. The user mm is
+ * in use. Returns 0 or the exception code.
+ */
+static u32 emu_cp_vendor(const struct amd_aql_pm4_ib *pkt)
+{
+	u32 hdr = pkt->ib_jump_cmd[0], ib_dw, i, n;
+	u64 ib;
+	u32 *buf;
+	u32 ec = 0;
+
+	if (pkt->ven_hdr != AMD_AQL_FORMAT_PM4_IB || hdr >> 30 != PM4_TYPE3 ||
+	    ((hdr >> 8) & 0xff) != PM4_OPCODE_INDIRECT_BUFFER)
+		return EC_QUEUE_PACKET_VENDOR_UNSUPPORTED;
+	/* INDIRECT_BUFFER: DW1 base[31:2], DW2 base[47:32], DW3 size in dwords [19:0] */
+	ib = (pkt->ib_jump_cmd[1] & ~3u) | ((u64)(pkt->ib_jump_cmd[2] & 0xffff) << 32);
+	ib_dw = pkt->ib_jump_cmd[3] & 0xfffff;
+	if (!ib_dw || ib_dw > PM4_IB_MAX_DW)
+		return EC_QUEUE_PACKET_VENDOR_UNSUPPORTED;
+	buf = kmalloc_array(ib_dw, sizeof(u32), GFP_KERNEL);
+	if (!buf)
+		return EC_QUEUE_PACKET_VENDOR_UNSUPPORTED;
+	if (copy_from_user(buf, (void __user *)(uintptr_t)ib, ib_dw * sizeof(u32))) {
+		ec = EC_QUEUE_PACKET_VENDOR_UNSUPPORTED;
+		goto out;
+	}
+	for (i = 0; i < ib_dw; i += n) {
+		if (buf[i] == PM4_TYPE2_FILLER) {
+			n = 1;
+			continue;
+		}
+		n = ((buf[i] >> 16) & 0x3fff) + 2;
+		if (buf[i] >> 30 != PM4_TYPE3 || i + n > ib_dw ||
+		    (((buf[i] >> 8) & 0xff) != PM4_OPCODE_ACQUIRE_MEM &&
+		     ((buf[i] >> 8) & 0xff) != PM4_OPCODE_NOP)) {
+			pr_debug("kfd_emu: PM4 IB dword %u: 0x%08x not emulated\n", i, buf[i]);
+			ec = EC_QUEUE_PACKET_VENDOR_UNSUPPORTED;
+			break;
+		}
+	}
+out:
+	kfree(buf);
+	return ec;
+}
+
+/*
+ * The GPU clock (RLC's 100 MHz counter on gfx9, amdgpu_gfx.c) at a time of the CP's timeline
+ * (CLOCK_MONOTONIC ns): what GET_CLOCK_COUNTERS reads and what amd_signal_t timestamps carry,
+ * one clock so that ROCr's conversions and the timestamps' order agree.
+ */
+static u64 emu_gpu_ticks(u64 mono_ns)
+{
+	return div_u64(mono_ns, 1000000 / EMU_GPU_COUNTER_KHZ);
+}
+
+/*
+ * Complete the amd_signal_t at va as the CP's end-of-packet RELEASE_MEM does: start_ts and
+ * end_ts written, then the value decremented atomically (ROCr may update it from the CPU at the
+ * same time: the page is pinned and decremented in place), then, for an interrupt signal, its
+ * event_id written to event_mailbox_ptr (the event's slot) and the interrupt raised
+ * (kfd_signal_event_interrupt). Under hw_lock; a signal the CP cannot write is skipped (a GPU
+ * would fault).
+ */
+static void emu_signal_complete(struct device_queue_manager *dqm, struct queue *q, u64 va,
+				u64 start_ns, u64 end_ns)
+{
+	struct amd_signal *sig;
+	struct page *page;
+	u64 mailbox;
+	u32 event_id;
+
+	if (!va)
+		return;
+	if (va % 8 || offset_in_page(va) + sizeof(*sig) > PAGE_SIZE) {
+		pr_debug("kfd_emu: completion signal 0x%llx misaligned\n", va);
+		return;
+	}
+	if (!emu_user_begin(q))
+		return;
+	if (pin_user_pages_fast(va & PAGE_MASK, 1, FOLL_WRITE, &page) != 1) {
+		emu_user_end(q);
+		pr_debug("kfd_emu: completion signal 0x%llx unwritable\n", va);
+		return;
+	}
+	sig = page_address(page) + offset_in_page(va);
+	WRITE_ONCE(sig->start_ts, emu_gpu_ticks(start_ns));
+	WRITE_ONCE(sig->end_ts, emu_gpu_ticks(end_ns));
+	/* fully ordered: the timestamps are visible before the value that releases the waiter */
+	atomic64_sub_return(1, (atomic64_t *)&sig->value);
+	mailbox = READ_ONCE(sig->event_mailbox_ptr);
+	event_id = READ_ONCE(sig->event_id);
+	unpin_user_pages_dirty_lock(&page, 1, true);
+	dqm->stats.signals++;
+	if (mailbox && put_user((u64)event_id, (u64 __user *)(uintptr_t)mailbox))
+		pr_debug("kfd_emu: event mailbox 0x%llx unwritable\n", mailbox);
+	emu_user_end(q);
+	if (mailbox) {
+		dqm->stats.interrupts++;
+		emu_signal_interrupt(dqm, q->process, event_id);
+	}
+}
+
+/*
  * Start q's next packet (or resume its preempted dispatch) at time t. The read index advances
  * when the packet is consumed, i.e. when its dispatch starts, and the slot's header becomes
  * INVALID so the producer may reuse it. False if nothing started (header still INVALID: the
@@ -323,9 +499,10 @@ static u32 emu_packet_error(const struct hsa_kernel_dispatch_packet *pkt)
 static bool emu_cp_start(struct device_queue_manager *dqm, struct queue *q, u64 t)
 {
 	struct hsa_kernel_dispatch_packet pkt;
-	u64 i = q->cp_rptr;
+	u64 i = q->cp_rptr, cost;
 	void __user *slot;
-	u32 ec;
+	u32 ec, type;
+	int foreign;
 
 	if (q->has_dispatch) {
 		q->d.off_ns += t - q->d.stop_ns;
@@ -355,6 +532,43 @@ static bool emu_cp_start(struct device_queue_manager *dqm, struct queue *q, u64 
 		emu_queue_error(q, ec);
 		return false;
 	}
+	type = pkt.header & HSA_PACKET_HEADER_TYPE_MASK;
+	if (type == HSA_PACKET_TYPE_VENDOR_SPECIFIC) {
+		/* executed at once, taking no GPU time: consumed and completed at t */
+		const struct amd_aql_pm4_ib *ib = (const struct amd_aql_pm4_ib *)&pkt;
+
+		ec = emu_cp_vendor(ib);
+		if (!ec) {
+			q->cp_rptr = i + 1;
+			if (put_user((u16)HSA_PACKET_TYPE_INVALID, (u16 __user *)slot) ||
+			    put_user(q->cp_rptr, (u64 __user *)q->properties.read_ptr))
+				ec = EC_QUEUE_PACKET_RESERVED;
+		}
+		emu_user_end(q);
+		if (ec) {
+			emu_queue_error(q, ec);
+			return false;
+		}
+		q->ready_ns = t;
+		q->packets_done++;
+		dqm->stats.pm4_ibs++;
+		emu_signal_complete(dqm, q, ib->completion_signal, t, t);
+		return false;
+	}
+	if (type == HSA_PACKET_TYPE_BARRIER_AND || type == HSA_PACKET_TYPE_BARRIER_OR) {
+		/* not GPU work: emu_cp_barriers() completes it once its dependencies are met */
+		emu_user_end(q);
+		q->at_barrier = true;
+		return false;
+	}
+	foreign = emu_kernel_cost(q, &pkt, &cost);
+	if (foreign < 0) {
+		emu_user_end(q);
+		emu_queue_error(q, -foreign);
+		return false;
+	}
+	if (!foreign)
+		cost = pkt.kernel_object;
 	q->cp_rptr = i + 1;
 	if (put_user((u16)HSA_PACKET_TYPE_INVALID, (u16 __user *)slot) ||
 	    put_user(q->cp_rptr, (u64 __user *)q->properties.read_ptr)) {
@@ -365,9 +579,10 @@ static bool emu_cp_start(struct device_queue_manager *dqm, struct queue *q, u64 
 	emu_user_end(q);
 	q->has_dispatch = true;
 	q->d.index = i;
-	q->d.cost_ns = pkt.kernel_object;
-	q->d.remaining_ns = pkt.kernel_object;
+	q->d.cost_ns = cost;
+	q->d.remaining_ns = cost;
 	q->d.completion = pkt.completion_signal;
+	q->d.foreign = foreign;
 	q->d.start_ns = t;
 	q->d.seg_start_ns = t;
 	q->d.first_stop_ns = 0;
@@ -399,6 +614,12 @@ static void emu_cp_complete(struct device_queue_manager *dqm, struct queue *q, u
 	dqm->running = NULL;
 	q->has_dispatch = false;
 	q->packets_done++;
+	if (q->d.foreign) {
+		dqm->stats.kernels++;
+		emu_signal_complete(dqm, q, q->d.completion, q->d.start_ns, end);
+		return;
+	}
+	dqm->stats.dispatches++;
 	if (!dst || !emu_user_begin(q))
 		return;
 	if (!copy_to_user(dst, &rec, offsetof(struct emu_completion_record, status))) {
@@ -443,6 +664,88 @@ static void emu_cp_advance(struct device_queue_manager *dqm, u64 limit)
 		emu_cp_start(dqm, q, t);
 	}
 	dqm->now_ns = max(dqm->now_ns, limit);
+}
+
+/*
+ * A barrier's dependencies (HSA 1.2 "Barrier-AND / Barrier-OR packet"): the non-null
+ * dep_signals' values, read from the process's memory. AND: met when every one is 0; OR: when
+ * any is, or when there is none. 1 met, 0 not yet, -EFAULT unreadable.
+ */
+static int emu_barrier_met(const struct hsa_barrier_packet *b, bool any)
+{
+	int i, deps = 0, met = 0;
+	s64 v;
+
+	for (i = 0; i < ARRAY_SIZE(b->dep_signal); i++) {
+		if (!b->dep_signal[i])
+			continue;
+		deps++;
+		if (get_user(v, (s64 __user *)(uintptr_t)(b->dep_signal[i] +
+							   offsetof(struct amd_signal, value))))
+			return -EFAULT;
+		met += v == 0;
+	}
+	return any ? (!deps || met > 0) : met == deps;
+}
+
+/*
+ * The barriers at the head of their queues, looked at on each poll at now (the CP has played
+ * its timeline up to now, so every completion before now is in memory; a barrier met is
+ * completed at now, which no dependency can postdate): a met barrier is consumed (read index
+ * advanced, slot INVALID), its completion signal completed with start = end = now, and its
+ * queue's next packet starts no earlier. True if one completed.
+ */
+static bool emu_cp_barriers(struct device_queue_manager *dqm, u64 now)
+{
+	struct hsa_barrier_packet b;
+	struct qcm_process_device *qpd;
+	void __user *slot;
+	struct queue *q;
+	bool progress = false, any;
+	int met;
+
+	list_for_each_entry(qpd, &dqm->queues, dqm_list) {
+		list_for_each_entry(q, &qpd->queues_list, list) {
+			if (!emu_cp_serves(q) || !q->at_barrier || q->has_dispatch)
+				continue;
+			slot = (void __user *)(uintptr_t)(q->properties.queue_address +
+				(q->cp_rptr % emu_ring_packets(q)) * AQL_PACKET_SIZE);
+			if (!emu_user_begin(q))
+				continue;
+			if (copy_from_user(&b, slot, sizeof(b))) {
+				emu_user_end(q);
+				emu_queue_error(q, EC_QUEUE_PACKET_RESERVED);
+				continue;
+			}
+			any = (b.header & HSA_PACKET_HEADER_TYPE_MASK) == HSA_PACKET_TYPE_BARRIER_OR;
+			met = emu_barrier_met(&b, any);
+			if (met <= 0) {
+				emu_user_end(q);
+				/* an unreadable dependency: the GPU would fault on it */
+				if (met < 0)
+					emu_queue_error(q, EC_QUEUE_PACKET_RESERVED);
+				continue;
+			}
+			q->cp_rptr++;
+			if (put_user((u16)HSA_PACKET_TYPE_INVALID, (u16 __user *)slot) ||
+			    put_user(q->cp_rptr, (u64 __user *)q->properties.read_ptr)) {
+				emu_user_end(q);
+				emu_queue_error(q, EC_QUEUE_PACKET_RESERVED);
+				continue;
+			}
+			emu_user_end(q);
+			q->at_barrier = false;
+			q->ready_ns = now;
+			q->packets_done++;
+			if (any)
+				dqm->stats.barriers_or++;
+			else
+				dqm->stats.barriers_and++;
+			emu_signal_complete(dqm, q, b.completion_signal, now, now);
+			progress = true;
+		}
+	}
+	return progress;
 }
 
 /* UNMAP_QUEUES reached the waves at t: the running dispatch stops and keeps what it has left. */
@@ -492,6 +795,13 @@ static u64 emu_cp_run(struct device_queue_manager *dqm, u64 *now_io)
 		dqm->preempt_applied = true;
 	}
 	emu_cp_advance(dqm, now);
+	if (dqm->cp_mapped && !dqm->preempt_pending) {
+		unsigned int rounds = 0;
+
+		/* a completed barrier may let its queue run up to the next one */
+		while (emu_cp_barriers(dqm, now) && ++rounds < 64)
+			emu_cp_advance(dqm, now);
+	}
 	if (dqm->preempt_pending && now >= dqm->preempt_deadline_ns) {
 		/* UNMAP_QUEUES finished: every queue is saved and off the runlist, then the
 		 * QUERY_STATUS fence is written (what amdkfd_fence_wait_timeout polls).
@@ -1675,6 +1985,7 @@ static void emu_queue_error(struct queue *q, u32 ec)
 	if (q->error_ec)
 		return;
 	q->error_ec = ec;
+	q->device->dqm->stats.errors++;
 	pr_debug("kfd_emu: queue %u of pasid 0x%x: packet error %u at index %llu\n",
 		 q->properties.queue_id, q->process->pasid, ec, q->cp_rptr);
 	w = kzalloc(sizeof(*w), GFP_KERNEL);
@@ -2576,7 +2887,7 @@ out:
 
 /*
  * kfd_ioctl_get_clock_counters() (6.12.117): an unknown gpu id is not an error, its GPU counter
- * reads 0. The GPU counter is RLC's 100 MHz clock (gfx9), here CLOCK_MONOTONIC_RAW / 10; CPU
+ * reads 0. The GPU counter is RLC's 100 MHz clock (gfx9), here the CP's CLOCK_MONOTONIC / 10; CPU
  * counter ktime_get_raw_ns(), system counter ktime_get_boottime_ns() at 1 GHz.
  */
 static int kfd_ioctl_get_clock_counters(struct file *filep, struct kfd_process *p, void *data)
@@ -2587,7 +2898,7 @@ static int kfd_ioctl_get_clock_counters(struct file *filep, struct kfd_process *
 	mutex_lock(&p->mutex);
 	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
 	mutex_unlock(&p->mutex);
-	args->gpu_clock_counter = pdd ? div_u64(ktime_get_raw_ns(), 1000000 / EMU_GPU_COUNTER_KHZ) : 0;
+	args->gpu_clock_counter = pdd ? emu_gpu_ticks(ktime_get_ns()) : 0;
 	args->cpu_clock_counter = ktime_get_raw_ns();
 	args->system_clock_counter = ktime_get_boottime_ns();
 	args->system_clock_freq = 1000000000;
@@ -2831,6 +3142,25 @@ static struct emu_bo *emu_bo_lookup(struct kfd_process *p, u64 handle)
 		return NULL;
 	bo = idr_find(&p->bo_idr, EMU_HANDLE_IDR(handle));
 	return bo && bo->gpu == pdd - p->pdds ? bo : NULL;
+}
+
+/* Does one memory object of p (VRAM, GTT or USERPTR) hold [va, va + len)? For the emulated CP. */
+static bool emu_bo_holds(struct kfd_process *p, u64 va, u64 len)
+{
+	struct emu_bo *bo;
+	bool found = false;
+	int id;
+
+	mutex_lock(&p->bo_lock);
+	idr_for_each_entry(&p->bo_idr, bo, id)
+		if (bo->va && va >= bo->va && va + len <= bo->va + bo->size &&
+		    (bo->flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT |
+				  KFD_IOC_ALLOC_MEM_FLAGS_USERPTR))) {
+			found = true;
+			break;
+		}
+	mutex_unlock(&p->bo_lock);
+	return found;
 }
 
 /* kfd_ioctl_free_memory_of_gpu() (6.12.117): unknown gpu or handle -EINVAL, the event page -EPERM */
@@ -3103,6 +3433,7 @@ struct emu_event {
 	bool auto_reset;
 	bool signaled;
 	u64 age;		/* event_age: 1 at creation, +1 per signal (never 0) */
+	struct list_head waiters;	/* struct emu_waiter of WAIT_EVENTS calls (ev->wq in KFD) */
 };
 
 static bool emu_event_is_signal(u32 type)
@@ -3122,6 +3453,48 @@ static void emu_process_free_events(struct kfd_process *p)
 	idr_destroy(&p->event_idr);
 	if (p->signal_page_owned)
 		vfree(p->signal_page);
+}
+
+static void emu_event_fire(struct emu_event *ev);
+
+/*
+ * kfd_signal_event_interrupt() (kfd_events.c, 6.12.117) for the interrupt an interrupt signal's
+ * completion raises, its payload the signal's event_id: the event whose slot is signalled (the
+ * CP just wrote the mailbox) is acknowledged (slot back to UNSIGNALED) and set; if that slot is
+ * not signalled, every signalled slot's event is (KFD's exhaustive search). From the CP thread,
+ * under hw_lock (events_lock is taken under it, never the other way round).
+ */
+static void emu_signal_interrupt(struct device_queue_manager *dqm, struct kfd_process *p,
+				 u32 event_id)
+{
+	struct emu_event *ev;
+	unsigned int set = 0;
+	int id;
+
+	mutex_lock(&p->events_lock);
+	if (!p->signal_page)
+		goto out;
+	ev = event_id < KFD_SIGNAL_EVENT_LIMIT ? idr_find(&p->event_idr, event_id) : NULL;
+	if (ev && emu_event_is_signal(ev->type) &&
+	    READ_ONCE(p->signal_page[event_id]) != EMU_UNSIGNALED_EVENT_SLOT) {
+		WRITE_ONCE(p->signal_page[event_id], EMU_UNSIGNALED_EVENT_SLOT);
+		emu_event_fire(ev);
+		set = 1;
+		goto out;
+	}
+	idr_for_each_entry(&p->event_idr, ev, id) {
+		if (id >= KFD_SIGNAL_EVENT_LIMIT || !emu_event_is_signal(ev->type) ||
+		    READ_ONCE(p->signal_page[id]) == EMU_UNSIGNALED_EVENT_SLOT)
+			continue;
+		WRITE_ONCE(p->signal_page[id], EMU_UNSIGNALED_EVENT_SLOT);
+		emu_event_fire(ev);
+		set++;
+	}
+out:
+	dqm->stats.events_set += set;
+	mutex_unlock(&p->events_lock);
+	if (set)
+		wake_up_all(&p->event_wq);
 }
 
 /* kfd_kmap_event_page(): the page once, from a GTT object of the process (p->mutex held) */
@@ -3167,6 +3540,7 @@ static int kfd_ioctl_create_event(struct file *filp, struct kfd_process *p, void
 		return -ENOMEM;
 	ev->type = args->event_type;
 	ev->auto_reset = args->auto_reset != 0;
+	INIT_LIST_HEAD(&ev->waiters);
 	args->event_page_offset = 0;
 	mutex_lock(&p->events_lock);
 	if (emu_event_is_signal(ev->type)) {
@@ -3212,10 +3586,19 @@ fail:
 	return err;
 }
 
+struct emu_waiter {
+	u32 id;
+	u64 age;		/* the caller's last_event_age (0: not used) */
+	bool activated;
+	struct emu_event *ev;	/* NULL once the event is destroyed */
+	struct list_head node;	/* on ev->waiters while waiting */
+};
+
 /* kfd_event_destroy(): unknown id -EINVAL; waiters on it wake and fail */
 static int kfd_ioctl_destroy_event(struct file *filp, struct kfd_process *p, void *data)
 {
 	struct kfd_ioctl_destroy_event_args *args = data;
+	struct emu_waiter *w, *next;
 	struct emu_event *ev;
 	int err = 0;
 
@@ -3224,6 +3607,11 @@ static int kfd_ioctl_destroy_event(struct file *filp, struct kfd_process *p, voi
 	if (!ev) {
 		err = -EINVAL;
 	} else {
+		/* destroy_event(): every waiter's event goes, so its wait fails */
+		list_for_each_entry_safe(w, next, &ev->waiters, node) {
+			w->ev = NULL;
+			list_del_init(&w->node);
+		}
 		idr_remove(&p->event_idr, ev->id);
 		if (emu_event_is_signal(ev->type))
 			p->signal_event_count--;
@@ -3234,12 +3622,21 @@ static int kfd_ioctl_destroy_event(struct file *filp, struct kfd_process *p, voi
 	return err;
 }
 
-/* set_event(): signalled (for an auto-reset event, until one waiter consumes it), age + 1 */
+/*
+ * set_event() (kfd_events.c, 6.12.117): every waiter sleeping on the event is activated, and
+ * the event stays signalled unless it is auto-reset and woke someone ("Auto reset if the list is
+ * non-empty and we're waking someone"); age + 1. ROCr 5.2 has two threads on one event (the
+ * queue event: hsa_queue_destroy's wait and the async-handler thread): each must wake.
+ */
 static void emu_event_fire(struct emu_event *ev)
 {
-	ev->signaled = true;
+	struct emu_waiter *w;
+
+	ev->signaled = !ev->auto_reset || list_empty(&ev->waiters);
 	if (!++ev->age)
 		ev->age = 2;
+	list_for_each_entry(w, &ev->waiters, node)
+		w->activated = true;
 }
 
 /* kfd_set_event() / kfd_reset_event(): unknown id or not a signal event -EINVAL */
@@ -3276,36 +3673,32 @@ static int kfd_ioctl_reset_event(struct file *filp, struct kfd_process *p, void 
 	return err;
 }
 
-struct emu_waiter {
-	u32 id;
-	u64 age;		/* the caller's last_event_age (0: not used) */
-	bool activated;
-};
+/*
+ * init_event_waiter() (6.12.117), under events_lock: the waiter joins the event's list, activated
+ * at once if the event is signalled (an auto-reset event is consumed) or, when the caller gave a
+ * last_event_age, if the event's age moved since.
+ */
+static void emu_waiter_init(struct emu_waiter *w, struct emu_event *ev)
+{
+	w->ev = ev;
+	w->activated = ev->signaled;
+	ev->signaled = ev->signaled && !ev->auto_reset;
+	if (!w->activated && w->age && emu_event_is_signal(ev->type) && ev->age != w->age)
+		w->activated = true;
+	list_add(&w->node, &ev->waiters);
+}
 
 /*
- * One pass of kfd_wait_on_events()'s test: activate the waiters whose event is signalled (an
- * auto-reset event is consumed) or, when the caller gave a last_event_age, whose age moved.
- * Returns KFD_IOC_WAIT_RESULT_COMPLETE when any (all) are activated, FAIL when an event is
- * gone, else TIMEOUT (still waiting).
+ * test_event_condition() (6.12.117): COMPLETE when any (all) waiters are activated, FAIL when an
+ * event was destroyed, else TIMEOUT (still waiting).
  */
-static u32 emu_events_test(struct kfd_process *p, struct emu_waiter *w, u32 n, bool all)
+static u32 emu_events_test(struct emu_waiter *w, u32 n, bool all)
 {
 	u32 i, activated = 0;
 
 	for (i = 0; i < n; i++) {
-		struct emu_event *ev = idr_find(&p->event_idr, w[i].id);
-
-		if (!ev)
+		if (!w[i].ev)
 			return KFD_IOC_WAIT_RESULT_FAIL;
-		if (!w[i].activated) {
-			if (ev->signaled) {
-				w[i].activated = true;
-				if (ev->auto_reset)
-					ev->signaled = false;
-			} else if (w[i].age && emu_event_is_signal(ev->type) && ev->age != w[i].age) {
-				w[i].activated = true;
-			}
-		}
 		activated += w[i].activated;
 	}
 	if (all ? activated == n : activated > 0)
@@ -3344,11 +3737,13 @@ static int kfd_ioctl_wait_events(struct file *filp, struct kfd_process *p, void 
 			err = -EINVAL;
 			goto out;
 		}
+	for (i = 0; i < args->num_events; i++)
+		emu_waiter_init(&w[i], idr_find(&p->event_idr, w[i].id));
 	for (;;) {
 		DEFINE_WAIT(wait);
 
 		prepare_to_wait(&p->event_wq, &wait, TASK_INTERRUPTIBLE);
-		result = emu_events_test(p, w, args->num_events, args->wait_for_all);
+		result = emu_events_test(w, args->num_events, args->wait_for_all);
 		mutex_unlock(&p->events_lock);
 		if (result != KFD_IOC_WAIT_RESULT_TIMEOUT || timeout <= 0) {
 			finish_wait(&p->event_wq, &wait);
@@ -3357,30 +3752,33 @@ static int kfd_ioctl_wait_events(struct file *filp, struct kfd_process *p, void 
 		if (signal_pending(current)) {
 			finish_wait(&p->event_wq, &wait);
 			err = -ERESTARTSYS;
-			goto out;
+			break;
 		}
 		timeout = schedule_timeout(timeout);
 		finish_wait(&p->event_wq, &wait);
 		mutex_lock(&p->events_lock);
 	}
 	args->wait_result = result;
-	/* copy_signaled_event_data(): an activated signal event's age, when the caller gave one */
+	/*
+	 * The waiters leave their events' lists; copy_signaled_event_data(): an activated signal
+	 * event's age goes back to the caller that gave one (w[i].age, 0 for none to copy).
+	 */
 	mutex_lock(&p->events_lock);
-	for (i = 0; i < args->num_events && result == KFD_IOC_WAIT_RESULT_COMPLETE; i++) {
-		struct emu_event *ev = idr_find(&p->event_idr, w[i].id);
-		u64 age;
+	for (i = 0; i < args->num_events; i++) {
+		struct emu_event *ev = w[i].ev;
 
-		if (!ev || !w[i].activated || !w[i].age || !emu_event_is_signal(ev->type))
-			continue;
-		age = ev->age;
-		mutex_unlock(&p->events_lock);
-		if (put_user(age, &events[i].signal_event_data.last_event_age)) {
-			err = -EFAULT;
-			goto out;
-		}
-		mutex_lock(&p->events_lock);
+		if (ev)
+			list_del(&w[i].node);
+		if (err || result != KFD_IOC_WAIT_RESULT_COMPLETE || !ev || !w[i].activated ||
+		    !w[i].age || !emu_event_is_signal(ev->type))
+			w[i].age = 0;
+		else
+			w[i].age = ev->age;
 	}
 	mutex_unlock(&p->events_lock);
+	for (i = 0; i < args->num_events && !err; i++)
+		if (w[i].age && put_user(w[i].age, &events[i].signal_event_data.last_event_age))
+			err = -EFAULT;
 out:
 	kfree(w);
 	return err;
@@ -3609,6 +4007,32 @@ static ssize_t restore_store(struct kobject *kobj, struct kobj_attribute *attr, 
 	return emu_evict_store_common(buf, count, false);
 }
 
+/*
+ * cp_stats: what each emulated CP executed since the module loaded, one line per GPU
+ * ("gpu_id 4096 dispatches N kernels N barriers_and N barriers_or N pm4_ibs N signals N interrupts N
+ * events_set N errors N"): the exact counts the ROCm tests assert. Emulator-only (no KFD file).
+ */
+static ssize_t cp_stats_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
+{
+	unsigned int i;
+	int offs = 0;
+
+	for (i = 0; i < num_gpus; i++) {
+		struct device_queue_manager *dqm = &emu_dqms[i];
+
+		mutex_lock(&dqm->hw_lock);
+		offs += sysfs_emit_at(buf, offs,
+				      "gpu_id %u dispatches %llu kernels %llu barriers_and %llu barriers_or %llu pm4_ibs %llu signals %llu interrupts %llu events_set %llu errors %llu\n",
+				      emu_nodes[i].id, dqm->stats.dispatches, dqm->stats.kernels,
+				      dqm->stats.barriers_and, dqm->stats.barriers_or, dqm->stats.pm4_ibs,
+				      dqm->stats.signals, dqm->stats.interrupts,
+				      dqm->stats.events_set, dqm->stats.errors);
+		mutex_unlock(&dqm->hw_lock);
+	}
+	return offs;
+}
+
+static struct kobj_attribute cp_stats_attr = __ATTR_RO(cp_stats);
 static struct kobj_attribute evict_attr = __ATTR_WO(evict);
 static struct kobj_attribute restore_attr = __ATTR_WO(restore);
 
@@ -4107,7 +4531,8 @@ static int __init kfd_emu_init(void)
 	if (!emu_ctl_kobj)
 		goto fail;
 	if (sysfs_create_file(emu_ctl_kobj, &evict_attr.attr) ||
-	    sysfs_create_file(emu_ctl_kobj, &restore_attr.attr))
+	    sysfs_create_file(emu_ctl_kobj, &restore_attr.attr) ||
+	    sysfs_create_file(emu_ctl_kobj, &cp_stats_attr.attr))
 		goto fail;
 	pr_info("kfd_emu: KFD emulator (KFD %d.%d) with %u GPU(s): gpu_id 0x%x%s\n",
 		KFD_IOCTL_MAJOR_VERSION,

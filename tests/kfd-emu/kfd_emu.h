@@ -257,11 +257,13 @@ struct kfd_context_save_area_header {
 #define AQL_PACKET_SIZE 64
 
 /*
- * hsa_kernel_dispatch_packet_t. The emulator runs no code, so kernel_object, which names the
- * code object to run, carries the dispatch's emulated GPU time in nanoseconds instead (0 is
- * refused as EC_QUEUE_PACKET_DISPATCH_CODE_INVALID, like a null code object), and
- * completion_signal, a signal handle on hardware, is the user address of a struct
- * emu_completion_record (0: no record). README.md, "Packet format".
+ * hsa_kernel_dispatch_packet_t. The emulator runs no code, so for the project's clients
+ * kernel_object, which names the code object to run, carries the dispatch's emulated GPU time in
+ * nanoseconds instead (0 is refused as EC_QUEUE_PACKET_DISPATCH_CODE_INVALID, like a null code
+ * object), and completion_signal, a signal handle on hardware, is the user address of a struct
+ * emu_completion_record (0: no record). README.md, "Packet format". A kernel_object inside the
+ * process's GPU memory is a real kernel descriptor instead, with an amd_signal_t completion
+ * signal (README.md, "ROCm's packets").
  */
 struct hsa_kernel_dispatch_packet {
 	__u16 header;
@@ -275,10 +277,58 @@ struct hsa_kernel_dispatch_packet {
 	__u32 grid_size_z;
 	__u32 private_segment_size;
 	__u32 group_segment_size;
-	__u64 kernel_object;		/* emulator: cost in ns */
+	__u64 kernel_object;		/* emulator: cost in ns, or a kernel descriptor's address */
 	__u64 kernarg_address;
 	__u64 reserved2;
-	__u64 completion_signal;	/* emulator: address of a struct emu_completion_record */
+	__u64 completion_signal;	/* an emu_completion_record or an amd_signal_t (above) */
+};
+
+/*
+ * hsa_barrier_and_packet_t / hsa_barrier_or_packet_t (same layout): up to five dependency
+ * signals (0: none) and the completion signal. An AND barrier completes when every dependency's
+ * value is 0, an OR barrier when any is (or when it has none).
+ */
+struct hsa_barrier_packet {
+	__u16 header;
+	__u16 reserved0;
+	__u32 reserved1;
+	__u64 dep_signal[5];
+	__u64 reserved2;
+	__u64 completion_signal;
+};
+
+/*
+ * amd_signal_t (ROCr 5.2, src/inc/amd_hsa_signal.h, as Debian's libhsa-runtime-dev installs it
+ * in /usr/include/hsa/): 64 bytes, 64-byte aligned; an hsa_signal_t handle is its address. The
+ * CP writes start_ts and end_ts (GPU clock ticks), decrements value, and for an interrupt signal
+ * (event_mailbox_ptr non-zero) writes event_id to the mailbox and raises the interrupt that makes
+ * KFD set the event.
+ */
+struct amd_signal {
+	__s64 kind;
+	__s64 value;
+	__u64 event_mailbox_ptr;
+	__u32 event_id;
+	__u32 reserved1;
+	__u64 start_ts;
+	__u64 end_ts;
+	__u64 queue_ptr;
+	__u32 reserved3[2];
+};
+
+/*
+ * AMD's vendor-specific AQL packet carrying a PM4 indirect buffer (ROCr 5.2 AqlQueue::ExecutePM4,
+ * gfx9+): header type VENDOR_SPECIFIC, then the format, an INDIRECT_BUFFER command (4 dwords),
+ * dw_cnt_remain (10) and the completion signal at 56 like every AQL packet.
+ */
+#define AMD_AQL_FORMAT_PM4_IB 1
+struct amd_aql_pm4_ib {
+	__u16 header;
+	__u16 ven_hdr;
+	__u32 ib_jump_cmd[4];
+	__u32 dw_cnt_remain;
+	__u32 reserved[8];
+	__u64 completion_signal;
 };
 
 /*
@@ -587,10 +637,13 @@ struct queue {
 	u64 served_seq;			/* CP dispatch counter when the queue last started one */
 	u32 error_ec;			/* packet error raised: the CP no longer serves the queue */
 	bool has_dispatch;		/* started and not complete (running or preempted) */
+	bool at_barrier;		/* the next packet is a barrier whose dependencies are unmet */
+	u64 ready_ns;			/* no packet starts before (the end of the last barrier) */
 	struct {
 		u64 index, cost_ns, remaining_ns, completion;
 		u64 start_ns, seg_start_ns, stop_ns, first_stop_ns, off_ns;
 		u32 preemptions;
+		bool foreign;		/* a code object's kernel: completion is an amd_signal_t */
 	} d;
 	u64 packets_done;
 };
@@ -665,6 +718,17 @@ struct device_queue_manager {
 	u64 fence_pending_value;
 	u64 sync_req, sync_done;	/* emu_cp_sync(): the CP played up to "now" */
 	wait_queue_head_t sync_wait;
+	/* what the CP executed since the module loaded (/sys/kernel/kfd_emu/cp_stats) */
+	struct {
+		u64 dispatches;		/* kernel dispatches of the cost convention */
+		u64 kernels;		/* kernel dispatches of a code object (foreign kernels) */
+		u64 barriers_and, barriers_or;
+		u64 pm4_ibs;		/* AMD vendor packets (PM4 indirect buffers) executed */
+		u64 signals;		/* amd_signal_t completions (value decremented) */
+		u64 interrupts;		/* of them, interrupt signals (mailbox written, event raised) */
+		u64 events_set;		/* KFD events the interrupts set */
+		u64 errors;		/* packet errors (queues stopped) */
+	} stats;
 };
 
 struct kfd_node {

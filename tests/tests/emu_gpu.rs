@@ -338,8 +338,8 @@ fn malformed_packets_put_only_their_queue_in_error_state() {
     let mut w = helper(&["run", "--gpu-id", "0x1000", "--fill-us", "0", "--runtime-enable", "--queues", "7"]);
     // (queue, packet command or raw write index, exception code)
     let cases: [(usize, &str, u32); 7] = [
-        (0, "packet 0 0 1 256 256 1000", 23), // VENDOR_SPECIFIC
-        (1, "packet 1 3 1 256 256 1000", 20), // BARRIER_AND: valid AQL, not emulated
+        (0, "packet 0 0 1 256 256 1000", 23), // VENDOR_SPECIFIC: not AMD's PM4-IB command
+        (1, "packet 1 4 1 256 256 1000", 20), // AGENT_DISPATCH: valid AQL, not for a GPU
         (2, "packet 2 9 1 256 256 1000", 19), // reserved type
         (3, "packet 3 2 0 256 256 1000", 16), // dispatch with 0 dimensions
         (4, "packet 4 2 1 0 256 1000", 21),   // workgroup size 0

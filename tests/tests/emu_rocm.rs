@@ -671,6 +671,27 @@ fn rocm_hsa_queue_create_makes_kfd_queues_on_both_gpus_with_rocrs_amd_queue_t() 
         [(GPU0, 0, 64 * 64), (GPU0, 0, 1024 * 64), (GPU1, 0, 64 * 64), (GPU1, 0, 1024 * 64)],
         "queues of pid {pid}"
     );
+    // gpreempt's own view of them (sysfs, no debug trap: ROCr 5.2 never calls RUNTIME_ENABLE).
+    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
+        .args(["queues", &pid.to_string(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "gpreempt queues: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["source"], "sysfs", "{v}");
+    assert_eq!(v["pid"], pid, "{v}");
+    let mut listed: Vec<(u64, u64)> = v["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| (q["gpu_id"].as_u64().unwrap(), q["ring_size"].as_u64().unwrap()))
+        .collect();
+    listed.sort_unstable();
+    assert_eq!(
+        listed,
+        [(4096, 64 * 64), (4096, 1024 * 64), (8192, 64 * 64), (8192, 1024 * 64)],
+        "two KFD queues per hsa_queue_create: {v}"
+    );
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let rest: Vec<String> = lines.map(Result::unwrap).collect();
     let status = child.wait().unwrap();
@@ -679,5 +700,249 @@ fn rocm_hsa_queue_create_makes_kfd_queues_on_both_gpus_with_rocrs_amd_queue_t() 
     assert!(status.success(), "hsa-queues: {status}\n{stderr}");
     assert_eq!(rest.last().map(String::as_str), Some(r#"{"gpus":2,"done":true}"#));
     wait_kfd_released(pid).unwrap();
+    drop(nodes);
+}
+
+// ---- ROCr's packets executed by the emulated CP (README "ROCm's packets") ----
+
+/// `/sys/kernel/kfd_emu/cp_stats`: gpu id → counter → what that GPU's CP executed so far.
+fn cp_stats() -> BTreeMap<u32, BTreeMap<String, u64>> {
+    read_sysfs("/sys/kernel/kfd_emu/cp_stats")
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let counters: BTreeMap<String, u64> =
+                words.chunks(2).map(|kv| (kv[0].to_owned(), kv[1].parse().unwrap())).collect();
+            (counters["gpu_id"] as u32, counters)
+        })
+        .collect()
+}
+
+/// What each GPU's CP executed between two [`cp_stats`] readings (`gpu_id` left out).
+fn cp_stats_since(before: &BTreeMap<u32, BTreeMap<String, u64>>) -> BTreeMap<u32, BTreeMap<String, u64>> {
+    cp_stats()
+        .into_iter()
+        .map(|(gpu, after)| {
+            let delta =
+                after.iter().filter(|(k, _)| *k != "gpu_id").map(|(k, v)| (k.clone(), v - before[&gpu][k])).collect();
+            (gpu, delta)
+        })
+        .collect()
+}
+
+/// The counters a [`cp_stats_since`] GPU entry must show, all others 0.
+fn counters(nonzero: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    let mut all: BTreeMap<String, u64> = [
+        "dispatches",
+        "kernels",
+        "barriers_and",
+        "barriers_or",
+        "pm4_ibs",
+        "signals",
+        "interrupts",
+        "events_set",
+        "errors",
+    ]
+    .iter()
+    .map(|k| ((*k).to_owned(), 0))
+    .collect();
+    for (k, v) in nonzero {
+        all.insert((*k).to_owned(), *v);
+    }
+    all
+}
+
+fn hsa_dispatch() -> (PathBuf, PathBuf) {
+    let exe = gpreempt_tests::binary("hsa-dispatch").expect(
+        "tests/rocm/hsa_dispatch.c is built by `cargo xtask test` once `cargo xtask setup` installed libhsa-runtime-dev",
+    );
+    let hsaco = gpreempt_tests::binary("hsa-dispatch-kernel.hsaco").expect(
+        "the gfx90a code object is built by `cargo xtask test` once `cargo xtask setup` installed clang-15 and lld-15",
+    );
+    (exe, hsaco)
+}
+
+fn ns_per_workitem() -> u64 {
+    read_sysfs("/sys/module/kfd_emu/parameters/ns_per_workitem").unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn rocm_dispatches_barriers_and_interrupt_signals_complete_on_the_emulated_cp() {
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (exe, hsaco) = hsa_dispatch();
+    let nodes = RenderNodes::load();
+    let before = cp_stats();
+    // 640 work-items: each of the code object's dispatches runs 640 x ns_per_workitem ns, a whole
+    // number of the GPU clock's 10 ns ticks.
+    let grid = 640u64;
+    let ticks = grid * ns_per_workitem() / 10;
+    let child = Command::new(exe)
+        .arg(&hsaco)
+        .args(["run", &grid.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "hsa-dispatch: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert_eq!(lines[2], serde_json::json!({"gpus": 2, "done": true}));
+    for (gpu, v) in lines[..2].iter().enumerate() {
+        assert_eq!(v["gpu"], gpu, "{v}");
+        // The barrier-AND waits on the gate the program holds: not complete after 300 ms, its
+        // packet not consumed (A and B were: read index 2 of 4 written).
+        assert_eq!(v["blocked"], serde_json::json!({"barrier": 1, "read_index": 2, "write_index": 4}), "{v}");
+        let sig = |name: &str| {
+            let s = &v[name];
+            assert_eq!(s["interrupt"], true, "ROCr's default signals are interrupt signals: {v}");
+            (s["value"].as_i64().unwrap(), s["start_ts"].as_u64().unwrap(), s["end_ts"].as_u64().unwrap())
+        };
+        let (a, b, and, c, or, never) = (sig("a"), sig("b"), sig("and"), sig("c"), sig("or"), sig("never"));
+        for (name, s) in [("a", a), ("b", b), ("and", and), ("c", c), ("or", or)] {
+            assert_eq!(s.0, 0, "{name} decremented from 1 to 0: {v}");
+        }
+        assert_eq!(never, (1, 0, 0), "a barrier-OR dependency that never completes is left alone: {v}");
+        // Each dispatch ran its whole cost, uninterrupted; one at a time, in queue order, the
+        // barriers between them taking no GPU time.
+        for (name, s) in [("a", a), ("b", b), ("c", c)] {
+            assert_eq!(s.2 - s.1, ticks, "{name}: grid x ns_per_workitem in 10 ns ticks: {v}");
+        }
+        assert_eq!(and.1, and.2, "{v}");
+        assert_eq!(or.1, or.2, "{v}");
+        assert!(a.2 <= b.1 && b.2 < and.1 && and.2 <= c.1 && c.2 <= or.1, "completion order: {v}");
+        assert_eq!(v["kernel_object"].as_u64().unwrap() % 64, 0, "a kernel descriptor's address: {v}");
+        // Every packet consumed: A, B, the barrier-AND, C, the barrier-OR.
+        assert_eq!((v["read_index"].as_u64(), v["write_index"].as_u64()), (Some(5), Some(5)), "{v}");
+        assert_eq!(v["read_dispatch_id"], 5, "amd_queue_t's read_dispatch_id: {v}");
+    }
+    // Per GPU: ROCr's blit kernel copying the code object into VRAM and the 3 dispatches (kernels),
+    // the code-cache invalidation it sends after loading code (a PM4 IB), the two barriers; six
+    // signals (the blit's, A, B, AND, C, OR), all interrupt signals, each setting its KFD event.
+    let each = counters(&[
+        ("kernels", 4),
+        ("barriers_and", 1),
+        ("barriers_or", 1),
+        ("pm4_ibs", 1),
+        ("signals", 6),
+        ("interrupts", 6),
+        ("events_set", 6),
+    ]);
+    assert_eq!(cp_stats_since(&before), BTreeMap::from([(GPU0, each.clone()), (GPU1, each)]));
+    wait_kfd_released(pid).unwrap();
+    drop(nodes);
+}
+
+#[test]
+fn an_agent_dispatch_packet_stops_a_rocm_queue_with_a_packet_exception_not_a_warning() {
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (exe, hsaco) = hsa_dispatch();
+    let nodes = RenderNodes::load();
+    let before = cp_stats();
+    let out = Command::new(exe).arg(&hsaco).arg("bad").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "hsa-dispatch: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    // Not consumed, not completed (500 ms later); the queue is destroyed cleanly afterwards.
+    assert_eq!(
+        text.lines().next().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
+        Some(serde_json::json!({"bad": {"value": 1, "read_index": 0, "write_index": 1}})),
+        "{text}"
+    );
+    assert_eq!(
+        cp_stats_since(&before),
+        BTreeMap::from([(GPU0, counters(&[("errors", 1)])), (GPU1, counters(&[]))]),
+        "EC_QUEUE_PACKET_UNSUPPORTED on the first GPU's queue, nothing executed"
+    );
+    drop(nodes);
+}
+
+#[test]
+fn a_rocm_process_killed_mid_dispatch_is_released_and_the_modules_unload() {
+    use std::io::{BufRead, BufReader};
+
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (exe, hsaco) = hsa_dispatch();
+    let nodes = RenderNodes::load();
+    let before = cp_stats();
+    // One dispatch of 10^7 work-items: 10 s at the default 1 µs each, killed long before its end.
+    let mut child = Command::new(exe)
+        .arg(&hsaco)
+        .args(["hold", "10000000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("hsa-dispatch ended before dispatching").unwrap();
+    assert_eq!(first, format!(r#"{{"pid":{pid},"dispatched":1}}"#));
+    // The code object is loaded (its blit copy done) once the line is out: the CUs are busy
+    // with the one dispatch left.
+    let occupancy = format!("/sys/class/kfd/kfd/proc/{pid}/stats_{GPU0}/cu_occupancy");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while read_sysfs(&occupancy).unwrap() != "304\n" {
+        assert!(Instant::now() < deadline, "the dispatch did not start within 2 min");
+        thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+    wait_kfd_released(pid).unwrap();
+    // Only the blit copy and the cache invalidation completed; the killed dispatch never did.
+    assert_eq!(
+        cp_stats_since(&before),
+        BTreeMap::from([
+            (GPU0, counters(&[("kernels", 1), ("pm4_ibs", 1), ("signals", 1), ("interrupts", 1), ("events_set", 1)])),
+            (GPU1, counters(&[]))
+        ])
+    );
+    drop(nodes);
+}
+
+#[test]
+fn gpreempt_preempt_refuses_rocm_5_2_with_the_cause_and_its_dispatches_all_complete() {
+    use std::io::{BufRead, BufReader};
+
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (exe, hsaco) = hsa_dispatch();
+    let nodes = RenderNodes::load();
+    let before = cp_stats();
+    // 20 dispatches of 64,000 work-items (64 ms each at the default 1 µs), one after the other.
+    let mut child = Command::new(exe)
+        .arg(&hsaco)
+        .args(["loop", "64000", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), format!(r#"{{"pid":{pid},"looping":20}}"#));
+    // ROCr 5.2 never calls RUNTIME_ENABLE, so KFD (6.12) refuses SUSPEND_QUEUES (EPERM): gpreempt
+    // says why, and leaves the program running.
+    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
+        .args(["preempt", "--offline", &pid.to_string(), "--iterations", "3", "--hold-ms", "10", "--gap-ms", "10"])
+        .args(["--no-trace"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "pid {pid} has not enabled the ROCm runtime's debug interface (AMDKFD_IOC_RUNTIME_ENABLE)"
+        )),
+        "{stderr}"
+    );
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "hsa-dispatch: {status}");
+    assert_eq!(rest.first().map(String::as_str), Some(r#"{"completed":20,"read_index":20,"done":true}"#));
+    wait_kfd_released(pid).unwrap();
+    // The blit copy and the 20 dispatches, each with its interrupt signal; nothing failed.
+    let gpu0 = counters(&[("kernels", 21), ("pm4_ibs", 1), ("signals", 21), ("interrupts", 21), ("events_set", 21)]);
+    assert_eq!(cp_stats_since(&before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
     drop(nodes);
 }

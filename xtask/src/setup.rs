@@ -41,6 +41,10 @@ const APT_TOOLS: &[(&str, &str)] = &[
     ("rocminfo", "/usr/bin/rocminfo"),
     // tests/rocm/*.c, C clients of ROCr built by `cargo xtask test` (headers of the same runtime).
     ("libhsa-runtime-dev", "/usr/include/hsa/hsa.h"),
+    // The gfx90a code object tests/rocm/hsa_dispatch.c loads, built from hsa_dispatch_kernel.cl
+    // by Debian's own AMDGPU toolchain (the clang and lld hipcc 5.2 uses on bookworm).
+    ("clang-15", "/usr/bin/clang-15"),
+    ("lld-15", "/usr/bin/ld.lld-15"),
 ];
 
 /// Podman's storage as root (graphroot). The VM shares the host's root read-only and mounts a

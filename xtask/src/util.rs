@@ -85,20 +85,40 @@ pub fn build_binaries() -> Result<PathBuf> {
 }
 
 /// The C clients of Debian's ROCm runtime (`tests/rocm/`), built with the system compiler
-/// against `libhsa-runtime-dev` when it is installed (`cargo xtask setup`); without it the tests
-/// that run them fail and say so.
+/// against `libhsa-runtime-dev` when it is installed (`cargo xtask setup`), and the gfx90a code
+/// object `hsa-dispatch` loads, built by Debian's clang-15 and lld-15 into
+/// `hsa-dispatch-kernel.hsaco` beside it; without them the tests that run them fail and say so.
 fn build_rocm_clients(debug: &std::path::Path) -> Result<()> {
     if !std::path::Path::new("/usr/include/hsa/hsa.h").exists() {
         eprintln!("xtask: libhsa-runtime-dev is not installed (cargo xtask setup): not building tests/rocm/");
         return Ok(());
     }
-    let src = workspace_root().join("tests/rocm/hsa_queues.c");
-    run(Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(debug.join("hsa-queues"))
-        .arg(&src)
-        .arg("-lhsa-runtime64"))
-    .with_context(|| format!("building {}", src.display()))
+    let rocm = workspace_root().join("tests/rocm");
+    for (source, binary) in [("hsa_queues.c", "hsa-queues"), ("hsa_dispatch.c", "hsa-dispatch")] {
+        let src = rocm.join(source);
+        run(Command::new("cc")
+            .args(["-O1", "-Wall", "-Werror", "-o"])
+            .arg(debug.join(binary))
+            .arg(&src)
+            .arg("-lhsa-runtime64"))
+        .with_context(|| format!("building {}", src.display()))?;
+    }
+    if !std::path::Path::new("/usr/bin/clang-15").exists() || !std::path::Path::new("/usr/bin/ld.lld-15").exists() {
+        eprintln!("xtask: clang-15 or lld-15 is not installed (cargo xtask setup): no gfx90a code object");
+        return Ok(());
+    }
+    // An OpenCL kernel for gfx90a without device libraries (it uses compiler builtins only),
+    // linked into a code object (v4, clang-15's default) as hipcc links its device code.
+    let src = rocm.join("hsa_dispatch_kernel.cl");
+    let object = debug.join("hsa-dispatch-kernel.o");
+    run(Command::new("clang-15")
+        .args(["-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx90a", "-nogpulib", "-O2"])
+        .args(["-Wall", "-Werror", "-c", "-o"])
+        .arg(&object)
+        .arg(&src))
+    .with_context(|| format!("building {}", src.display()))?;
+    run(Command::new("ld.lld-15").arg("-shared").arg("-o").arg(debug.join("hsa-dispatch-kernel.hsaco")).arg(&object))
+        .context("linking hsa-dispatch-kernel.hsaco")
 }
 
 /// `cargo xtask run -- ARGS`: build, then run gpreempt as root.
