@@ -79,8 +79,8 @@ pub enum DebugError {
     NoHws,
     #[error(
         "pid {pid} has not enabled the ROCm runtime's debug interface (AMDKFD_IOC_RUNTIME_ENABLE): it is not a \
-         ROCr process, its ROCm is too old, or the GPU firmware lacks debug support; KFD refuses to suspend its \
-         queues (EPERM)"
+         ROCr process, its ROCr predates the call (ROCm 5.x never makes it), or the GPU firmware lacks debug support; \
+         KFD refuses to suspend its queues (EPERM)"
     )]
     RuntimeNotEnabled { pid: HostPid },
     #[error(
