@@ -33,6 +33,12 @@ pub fn monotonic_ns() -> u64 {
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
+/// CPU time of the calling thread (user + system), ns: a system call, for what is rare (a
+/// transition, the end of a run), never for a loop's every step.
+pub fn thread_cpu_ns() -> u64 {
+    now_ns(ClockId::CLOCK_THREAD_CPUTIME_ID) as u64
+}
+
 impl WallClock {
     pub fn now() -> Self {
         Self::from_offset(now_ns(ClockId::CLOCK_REALTIME) - now_ns(ClockId::CLOCK_BOOTTIME))

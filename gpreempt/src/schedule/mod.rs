@@ -313,6 +313,11 @@ pub struct ScheduleReport {
     /// This process's CPU time (user + system), ms, and as a share of the elapsed time.
     pub cpu_ms: f64,
     pub cpu_share: f64,
+    /// Of it, the reaction thread's, ms; and of that, the time inside suspend and resume
+    /// transitions (the debug-trap ioctls, whose driver work runs on the calling thread), ms.
+    /// The rest of the reaction thread's CPU is its polling.
+    pub reaction_cpu_ms: f64,
+    pub transition_cpu_ms: f64,
     /// What the driver did for the suspends and resumes, when the tracer is attached.
     pub kernel: Option<KernelReport>,
     pub gpus: Vec<GpuReport>,
@@ -1145,6 +1150,8 @@ impl Scheduler {
             attach_refreshes: self.attach_refreshes,
             cpu_ms: cpu,
             cpu_share: if elapsed_ms > 0.0 { cpu / elapsed_ms } else { 0.0 },
+            reaction_cpu_ms: stats.cpu_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            transition_cpu_ms: stats.transition_cpu_ns.load(Ordering::Relaxed) as f64 / 1e6,
             kernel: self.kernel.as_ref().map(KernelBreakdown::report),
             gpus: self.gpus.values().map(|g| g.report.clone()).collect(),
             ..all
@@ -1414,6 +1421,9 @@ mod tests {
         assert_eq!(report.detection_us.as_ref().map(|r| r.count), Some(2));
         assert!(report.loop_step_us.as_ref().is_some_and(|s| s.count > 10), "{:?}", report.loop_step_us);
         assert!(report.polls > 10);
+        // The reaction thread's CPU, measured by itself when it ended, holds its transitions'.
+        assert!(report.reaction_cpu_ms > 0.0, "{}", report.reaction_cpu_ms);
+        assert!(report.transition_cpu_ms <= report.reaction_cpu_ms, "{report:?}");
         // Each dispatch was seen pending once and consumed once.
         assert_eq!(report.online_dispatch_delay_us.as_ref().map(|d| d.count), Some(2));
         assert_eq!(report.realtime, Realtime { policy: "normal", ..Realtime::default() });

@@ -30,7 +30,7 @@ use super::{
     realtime::{self, Realtime, RealtimeConfig},
 };
 use crate::{
-    clock::monotonic_ns,
+    clock::{monotonic_ns, thread_cpu_ns},
     controller::{
         control::Control,
         target::TargetError,
@@ -193,6 +193,11 @@ pub struct LoopStats {
     /// Online dispatch delay seen in the indices: first seen pending → consumed, ns.
     pub dispatch_delay: Histogram,
     pub steps: AtomicU64,
+    /// The reaction thread's own CPU time over its run, ns (set when it ends).
+    pub cpu_ns: AtomicU64,
+    /// Of it, the time inside suspend and resume transitions (the debug-trap ioctls: on HWS,
+    /// KFD's unmap, fence wait and remap run on this thread), ns.
+    pub transition_cpu_ns: AtomicU64,
     /// Reports dropped because their queue was full (the reader fell behind).
     pub reports_dropped: AtomicU64,
 }
@@ -324,6 +329,7 @@ impl<C: Control> Reaction<C> {
             }
         }
         self.stop();
+        self.stats.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
         granted
     }
 
@@ -593,6 +599,7 @@ impl<C: Control> Reaction<C> {
         };
         self.errors.clear();
         let (mut queues, mut ioctls, mut latency_ns) = (0u32, 0u32, 0u64);
+        let cpu_before = thread_cpu_ns();
         let entered = monotonic_ns();
         for p in &mut self.offline {
             let held = p.held.contains(&gpu);
@@ -627,6 +634,7 @@ impl<C: Control> Reaction<C> {
             }
         }
         let now = monotonic_ns();
+        self.stats.transition_cpu_ns.fetch_add(thread_cpu_ns().saturating_sub(cpu_before), Ordering::Relaxed);
         let lane = &mut self.lanes[i];
         let record = match resume {
             None => {

@@ -363,6 +363,9 @@ pub struct SchedulerSummary {
     /// Online write index published → SUSPEND_QUEUES entered, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detection_us: Option<Stats>,
+    /// The scheduler's run, start to summary, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elapsed_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_suspends: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -375,6 +378,12 @@ pub struct SchedulerSummary {
     pub loop_step_us: Option<Stats>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub polls: Option<u64>,
+    /// The reaction thread's CPU over the run, ms, and of it the time inside the suspend and
+    /// resume transitions (the ioctls, whose driver work runs on that thread), ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaction_cpu_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transition_cpu_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reaction_us: Option<Stats>,
     /// The reaction thread's scheduling class as the host granted it (`policy`, `priority`, …).
