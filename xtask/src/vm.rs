@@ -138,7 +138,12 @@ const BOOT_ATTEMPTS: u32 = 3;
 
 /// One boot: virtme-ng runs `script` in the guest; its exit status says nothing (virtme-ng's
 /// `python3 -m virtme_ng.run` drops the guest's status and exits 0), the status file does.
-fn boot(args: &VmArgs, out: &std::path::Path, script: &std::path::Path, console: &std::path::Path) -> Result<ExitStatus> {
+fn boot(
+    args: &VmArgs,
+    out: &std::path::Path,
+    script: &std::path::Path,
+    console: &std::path::Path,
+) -> Result<ExitStatus> {
     let release = args.kernel.release()?;
     let mut child = Command::new("python3")
         .args(["-m", "virtme_ng.run", "--run"])
