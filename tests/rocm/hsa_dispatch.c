@@ -17,6 +17,11 @@
  *                  is on stdin, so a test decides when the run ends whatever the machine's
  *                  speed; then {"completed":K,"read_index":K,"done":true}.
  *   hold GRID      on the first GPU: one dispatch, {"pid":P,"dispatched":1}, then waits for it.
+ *   requests GRID N PERIOD_US
+ *                  on the first GPU, an online service's shape: {"pid":P,"ready":N}, then on a
+ *                  line on stdin N requests of one dispatch each, started every PERIOD_US; per
+ *                  request {"submit_ns":S,"latency_ns":L} (CLOCK_MONOTONIC, from the doorbell to
+ *                  the completion signal seen), then {"completed":N,"read_index":N,"done":true}.
  *   bad            on the first GPU: an AGENT_DISPATCH packet (valid AQL the emulated CP does
  *                  not execute); prints its signal value and the read index after 500 ms.
  * GRID: work-items of each one-dimensional dispatch (workgroups of 64). Exits 1 with the
@@ -30,6 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <poll.h>
+#include <time.h>
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>
 #include <hsa/amd_hsa_queue.h>
@@ -228,6 +234,51 @@ static void print_signal(const char *name, hsa_signal_t s, int comma)
 	       comma ? "," : "");
 }
 
+static uint64_t monotonic_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec;
+}
+
+/* `requests` (see the top of the file): a latency-sensitive program's shape for a scheduler. */
+static void requests(const char *path, uint32_t grid, int n, uint64_t period_ns)
+{
+	hsa_queue_t *q = queue_on(gpus[0]);
+	struct kernel k = load_kernel(gpus[0], path, grid);
+	hsa_signal_t s = signal_new(1);
+	char line[64];
+	uint64_t start;
+	int i;
+
+	printf("{\"pid\":%d,\"ready\":%d}\n", getpid(), n);
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		fail("a line on stdin starts the requests");
+	start = monotonic_ns();
+	for (i = 0; i < n; i++) {
+		uint64_t due = start + (uint64_t)i * period_ns, submit, now = monotonic_ns();
+
+		if (now < due)
+			usleep((useconds_t)((due - now) / 1000));
+		hsa_signal_store_screlease(s, 1);
+		submit = monotonic_ns();
+		dispatch(q, &k, grid, s);
+		if (wait_zero(s, UINT64_MAX) != 0)
+			fail("a request's dispatch completes");
+		printf("{\"submit_ns\":%llu,\"latency_ns\":%llu}\n", (unsigned long long)submit,
+		       (unsigned long long)(monotonic_ns() - submit));
+		fflush(stdout);
+	}
+	printf("{\"completed\":%d,\"read_index\":%llu,\"done\":true}\n", n,
+	       (unsigned long long)hsa_queue_load_read_index_scacquire(q));
+	fflush(stdout);
+	check(hsa_queue_destroy(q), "hsa_queue_destroy");
+	free_kernel(&k);
+	check(hsa_signal_destroy(s), "hsa_signal_destroy");
+}
+
 /* The sequence of `run` on one GPU (see the top of the file). */
 static void run_gpu(int gpu, const char *path, uint32_t grid)
 {
@@ -326,6 +377,11 @@ int main(int argc, char **argv)
 		check(hsa_queue_destroy(q), "hsa_queue_destroy");
 		free_kernel(&k);
 		check(hsa_signal_destroy(s), "hsa_signal_destroy");
+		check(hsa_shut_down(), "hsa_shut_down");
+		return 0;
+	} else if (!strcmp(mode, "requests")) {
+		requests(path, grid, argc > 4 ? atoi(argv[4]) : 1,
+			 (argc > 5 ? strtoull(argv[5], NULL, 0) : 100000) * 1000ULL);
 		check(hsa_shut_down(), "hsa_shut_down");
 		return 0;
 	} else if (!strcmp(mode, "bad")) {

@@ -955,3 +955,109 @@ fn gpreempt_preempt_refuses_rocm_5_2_with_the_cause_and_its_dispatches_all_compl
     assert_eq!(cp_stats_since(&before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
     drop(nodes);
 }
+
+#[test]
+fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_through_rocrs_queue() {
+    use std::io::{BufRead, BufReader, Write};
+
+    use gpreempt_tests::{
+        LineHelper,
+        schedule::{LONG, Schedule},
+        summary,
+    };
+
+    const REQUESTS: usize = 20;
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (exe, hsaco) = hsa_dispatch();
+    let nodes = RenderNodes::load();
+    let before = cp_stats();
+    let gpu0 = format!("{GPU0:#x}");
+    let mut offline = LineHelper::spawn(
+        "emu-workload",
+        &["offline", "--gpu-id", &gpu0, "--runtime-enable", "--dispatch-us", "2000", "--records"],
+    )
+    .unwrap();
+    // The online side is Debian's ROCr itself: one dispatch of 20,000 work-items per request (20 ms
+    // at the default 1 µs each), a request every 150 ms. ROCr 5.2 never enables the debug
+    // runtime, which the online side does not need: its queues are read, never suspended.
+    let mut online = Command::new(exe)
+        .arg(&hsaco)
+        .args(["requests", "20000", &REQUESTS.to_string(), "150000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = online.id();
+    let mut out = BufReader::new(online.stdout.take().unwrap()).lines();
+    let mut next = || -> serde_json::Value {
+        serde_json::from_str(&out.next().expect("hsa-dispatch ended early").unwrap()).unwrap()
+    };
+    assert_eq!(next(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
+    let mut s = Schedule::between(pid, &offline.pid().to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
+    let attached = s.wait_events("offline_attached", 1, LONG);
+    assert_eq!(attached[0]["queues"], 1);
+    // Every KFD queue ROCr made for the program on the first GPU: the program's own and ROCr's
+    // internal one (its blit kernels copied the code object into VRAM), read through GET_QUEUE_SNAPSHOT.
+    let added = s.events("online_added");
+    assert_eq!((added[0]["queues"].as_u64(), added[0]["snapshot"].as_bool()), (Some(2), Some(true)), "{added:?}");
+    writeln!(online.stdin.as_mut().unwrap(), "go").unwrap();
+    let requests: Vec<serde_json::Value> = (0..REQUESTS).map(|_| next()).collect();
+    assert_eq!(next(), serde_json::json!({"completed": REQUESTS, "read_index": REQUESTS, "done": true}));
+    let status = online.wait().unwrap();
+    assert!(status.success(), "hsa-dispatch: {status}");
+    // Let the last resume happen, then stop the scheduler and the offline job.
+    thread::sleep(Duration::from_millis(300));
+    let (lines, _) = s.stop();
+    offline.send("stop").unwrap();
+    let off = offline.recv().unwrap();
+    assert_eq!(off["event"], "summary");
+    let records = off["records"].as_array().unwrap();
+    let sum = summary(&lines).unwrap();
+    let suspends = sum["suspends"].as_u64().unwrap() as usize;
+    // At most one suspend per request (plus one for a burst split by a stalled vCPU), each resumed.
+    assert!((1..=REQUESTS + 1).contains(&suspends), "{suspends} suspends for {REQUESTS} requests: {sum}");
+    assert_eq!(sum["failed_suspends"], 0);
+    assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
+    // From 10 ms after a request's doorbell (the reaction and the emulated save, bounded
+    // generously for TCG) to its completion no offline dispatch completes; between requests the
+    // offline job runs. One request in twenty may lose to a stalled vCPU.
+    let mut violations = Vec::new();
+    let mut between = 0;
+    for (i, r) in requests.iter().enumerate() {
+        let submit = r["submit_ns"].as_u64().unwrap();
+        let end = submit + r["latency_ns"].as_u64().unwrap();
+        let ends = || records.iter().map(|c| c["end_ns"].as_u64().unwrap());
+        let inside = ends().filter(|&e| e > submit + 10_000_000 && e < end).count();
+        if inside > 0 {
+            violations.push((i, inside));
+        }
+        if let Some(next) = requests.get(i + 1) {
+            let next_submit = next["submit_ns"].as_u64().unwrap();
+            if ends().any(|e| e > end && e < next_submit) {
+                between += 1;
+            }
+        }
+    }
+    eprintln!("requests with offline completions inside: {violations:?}; gaps with progress: {between}");
+    assert!(violations.len() <= 1, "offline dispatches completed inside the ROCm program's requests: {violations:?}");
+    assert!(between >= REQUESTS - 2, "offline progressed in only {between} of {} gaps", REQUESTS - 1);
+    wait_kfd_released(pid).unwrap();
+    // The ROCm program's work all ran on the first GPU: the code object's blit copy, the cache
+    // invalidation and the REQUESTS dispatches, each with its interrupt signal; the offline
+    // job's dispatches (the project's convention) beside them; the second GPU untouched.
+    let delta = cp_stats_since(&before);
+    let offline_dispatches = delta[&GPU0]["dispatches"];
+    assert!(offline_dispatches >= off["completed"].as_u64().unwrap(), "{delta:?} {off}");
+    let n = REQUESTS as u64 + 1;
+    let gpu0 = counters(&[
+        ("dispatches", offline_dispatches),
+        ("kernels", n),
+        ("pm4_ibs", 1),
+        ("signals", n),
+        ("interrupts", n),
+        ("events_set", n),
+    ]);
+    assert_eq!(delta, BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
+    drop(nodes);
+}
