@@ -1061,3 +1061,96 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
     assert_eq!(delta, BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
     drop(nodes);
 }
+
+#[test]
+fn trace_shows_rocrs_queue_ioctls_with_their_exact_arguments() {
+    use gpreempt_tests::{Tracer, events_of, summary};
+
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (exe, hsaco) = hsa_dispatch();
+    let nodes = RenderNodes::load();
+    let tracer = Tracer::start(&[]).unwrap();
+    let child = Command::new(exe).arg(&hsaco).args(["run", "640"]).stdout(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "hsa-dispatch: {}", out.status);
+    wait_kfd_released(pid).unwrap();
+    let objects = tracer.stop().unwrap();
+    assert_eq!(summary(&objects).unwrap()["dropped"], 0);
+
+    // The queue ioctls in the order ROCr 5.2 made them. Per GPU, hsa_queue_create first makes
+    // ROCr's utility queue (GpuAgent::QueueCreate: `queues_[QueueUtility].touch()`, "deferring
+    // longer risks exhausting queue count before ISA upload"; amd_gpu_agent.cpp), then the
+    // program's; KFD gives each the lowest free id of the process. The program's queue goes
+    // with hsa_queue_destroy at the end of its GPU's run, the utility queues at hsa_shut_down.
+    let key = |e: &&serde_json::Value| (e["event"].as_str().unwrap().to_owned(), e["queue_id"].as_u64().unwrap());
+    let queue_events: Vec<(String, u64)> = objects
+        .iter()
+        .filter(|o| o["pid"] == pid && (o["event"] == "queue_create" || o["event"] == "queue_destroy"))
+        .map(|o| key(&o))
+        .collect();
+    let ev = |e: &str, q: u64| (e.to_owned(), q);
+    assert_eq!(
+        queue_events,
+        [
+            ev("queue_create", 0),  // GPU0: utility
+            ev("queue_create", 1),  // GPU0: the program's
+            ev("queue_destroy", 1), // GPU0: the program's
+            ev("queue_create", 1),  // GPU1: utility
+            ev("queue_create", 2),  // GPU1: the program's
+            ev("queue_destroy", 2), // GPU1: the program's
+            ev("queue_destroy", 0), // hsa_shut_down: GPU0's utility
+            ev("queue_destroy", 1), // and GPU1's
+        ]
+    );
+    let creates = events_of(&objects, pid, "queue_create");
+    for (e, gpu) in creates.iter().zip([GPU0, GPU0, GPU1, GPU1]) {
+        let wptr = e["write_pointer"].as_u64().unwrap();
+        // Every argument ROCr passed: an AQL queue of 64 packets (4 KiB), normal priority (7),
+        // the whole GPU (100 %), a 4 KiB EOP buffer, and the queue's pointers inside ROCr's
+        // amd_queue_t (amd_hsa_queue.h, 5.2: write_dispatch_id at byte 56, read_dispatch_id at 128).
+        assert_eq!(
+            (
+                &e["result"],
+                &e["ret"],
+                &e["comm"],
+                e["gpu_id"].as_u64(),
+                &e["queue_type"],
+                &e["ring_size"],
+                &e["priority"],
+                &e["percentage"],
+                &e["eop_buffer_size"]
+            ),
+            (
+                &"OK".into(),
+                &0.into(),
+                &"hsa-dispatch".into(),
+                Some(u64::from(gpu)),
+                &"compute-aql".into(),
+                &4096.into(),
+                &7.into(),
+                &100.into(),
+                &4096.into()
+            ),
+            "{e}"
+        );
+        assert_eq!(e["read_pointer"].as_u64(), Some(wptr + 72), "{e}");
+        assert_ne!(e["ring_base"], 0, "{e}");
+        // The CWSR area: per GPU, from the topology, the same for every queue.
+        for field in ["ctl_stack_size", "cwsr_size"] {
+            assert!(e[field].as_u64().unwrap() > 0, "{e}");
+            assert_eq!(e[field], creates[0][field], "{field}: {e}");
+        }
+    }
+    for d in events_of(&objects, pid, "queue_destroy") {
+        assert_eq!((&d["result"], &d["ret"]), (&"OK".into(), &0.into()), "{d}");
+    }
+    // Each create and destroy updated its GPU's runlist once inside the driver: four on each.
+    let calls = events_of(&objects, pid, "kfd_call");
+    for gpu in [GPU0, GPU1] {
+        let executes = calls.iter().filter(|c| c["function"] == "execute_queues_cpsch" && c["gpu_id"] == gpu).count();
+        assert_eq!(executes, 4, "GPU {gpu:#x}: {calls:#?}");
+    }
+    assert!(calls.iter().all(|c| c["ret"] == 0), "{calls:#?}");
+    drop(nodes);
+}
