@@ -1154,3 +1154,85 @@ fn trace_shows_rocrs_queue_ioctls_with_their_exact_arguments() {
     assert!(calls.iter().all(|c| c["ret"] == 0), "{calls:#?}");
     drop(nodes);
 }
+
+#[test]
+fn the_agent_exports_rocrs_queues_of_a_rocm_program_per_gpu() {
+    use std::io::{BufRead, BufReader};
+
+    use gpreempt_tests::{prometheus::http_get, stderr_lines};
+
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (exe, hsaco) = hsa_dispatch();
+    let nodes = RenderNodes::load();
+    let mut agent = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
+        .args(["agent", "--metrics-addr", "127.0.0.1:0", "--hostname", "vm"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = stderr_lines(agent.stderr.take().unwrap(), "agent");
+    // Loading every program in a TCG guest on a loaded host has taken over a minute.
+    let started = loop {
+        let line = log.recv_timeout(Duration::from_secs(240)).expect("the agent did not start within 240 s");
+        if line.contains("msg=started") {
+            break line;
+        }
+    };
+    let addr: std::net::SocketAddr = started
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("metrics_addr="))
+        .expect("metrics_addr in the started line")
+        .parse()
+        .unwrap();
+    let mut child = Command::new(exe)
+        .arg(&hsaco)
+        .args(["loop", "64000", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), format!(r#"{{"pid":{pid},"looping":1}}"#));
+    // The program's series: (metric, gpu_id, state) → value, polled until both queues are in.
+    let series = || -> BTreeMap<(String, String, String), f64> {
+        let text = http_get(addr, "/metrics").unwrap().1;
+        let me = format!("kfd_process_id=\"{pid}\"");
+        text.lines()
+            .filter(|l| l.contains(&me))
+            .filter_map(|l| {
+                let (name, rest) = l.split_once('{')?;
+                let (labels, value) = rest.rsplit_once("} ")?;
+                let label = |k: &str| {
+                    labels
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix(&format!("{k}=\""))?.strip_suffix('"'))
+                        .unwrap_or("")
+                };
+                let key = (name.to_owned(), label("gpu_id").to_owned(), label("state").to_owned());
+                Some((key, value.parse().ok()?))
+            })
+            .collect()
+    };
+    let key = |m: &str, gpu: u32, state: &str| (m.to_owned(), gpu.to_string(), state.to_owned());
+    let queues = key("gpreempt_queues", GPU0, "active");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut now = series();
+    while now.get(&queues) != Some(&2.0) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(200));
+        now = series();
+    }
+    // Both of ROCr's KFD queues on the first GPU (its utility queue and the program's), created
+    // once each; nothing on the second GPU.
+    assert_eq!(now.get(&queues), Some(&2.0), "{now:#?}");
+    assert_eq!(now.get(&key("gpreempt_queue_creates_total", GPU0, "")), Some(&2.0), "{now:#?}");
+    assert!(now.keys().all(|(_, gpu, _)| gpu != &GPU1.to_string()), "{now:#?}");
+    drop(child.stdin.take());
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(child.wait().unwrap().success(), "{rest:?}");
+    wait_kfd_released(pid).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(agent.wait().unwrap().success());
+    drop(nodes);
+}
