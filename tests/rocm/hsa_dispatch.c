@@ -17,11 +17,13 @@
  *                  is on stdin, so a test decides when the run ends whatever the machine's
  *                  speed; then {"completed":K,"read_index":K,"done":true}.
  *   hold GRID      on the first GPU: one dispatch, {"pid":P,"dispatched":1}, then waits for it.
- *   requests GRID N PERIOD_US
+ *   requests GRID N PERIOD_US [K]
  *                  on the first GPU, an online service's shape: {"pid":P,"ready":N}, then on a
- *                  line on stdin N requests of one dispatch each, started every PERIOD_US; per
- *                  request {"submit_ns":S,"latency_ns":L} (CLOCK_MONOTONIC, from the doorbell to
- *                  the completion signal seen), then {"completed":N,"read_index":N,"done":true}.
+ *                  line on stdin N requests of K dispatches each (default 1; written together, in
+ *                  order, only the last with a completion signal, as a runtime launches a
+ *                  request's kernels), started every PERIOD_US; per request
+ *                  {"submit_ns":S,"latency_ns":L} (CLOCK_MONOTONIC, from the first doorbell to
+ *                  the last completion seen), then {"completed":N*K,"read_index":N*K,"done":true}.
  *   bad            on the first GPU: an AGENT_DISPATCH packet (valid AQL the emulated CP does
  *                  not execute); prints its signal value and the read index after 500 ms.
  * GRID: work-items of each one-dimensional dispatch (workgroups of 64). Exits 1 with the
@@ -243,8 +245,9 @@ static uint64_t monotonic_ns(void)
 }
 
 /* `requests` (see the top of the file): a latency-sensitive program's shape for a scheduler. */
-static void requests(const char *path, uint32_t grid, int n, uint64_t period_ns)
+static void requests(const char *path, uint32_t grid, int n, uint64_t period_ns, int per_request)
 {
+	const hsa_signal_t none = { 0 };
 	hsa_queue_t *q = queue_on(gpus[0]);
 	struct kernel k = load_kernel(gpus[0], path, grid);
 	hsa_signal_t s = signal_new(1);
@@ -264,14 +267,15 @@ static void requests(const char *path, uint32_t grid, int n, uint64_t period_ns)
 			usleep((useconds_t)((due - now) / 1000));
 		hsa_signal_store_screlease(s, 1);
 		submit = monotonic_ns();
-		dispatch(q, &k, grid, s);
+		for (int d = 0; d < per_request; d++)
+			dispatch(q, &k, grid, d == per_request - 1 ? s : none);
 		if (wait_zero(s, UINT64_MAX) != 0)
-			fail("a request's dispatch completes");
+			fail("a request's dispatches complete");
 		printf("{\"submit_ns\":%llu,\"latency_ns\":%llu}\n", (unsigned long long)submit,
 		       (unsigned long long)(monotonic_ns() - submit));
 		fflush(stdout);
 	}
-	printf("{\"completed\":%d,\"read_index\":%llu,\"done\":true}\n", n,
+	printf("{\"completed\":%d,\"read_index\":%llu,\"done\":true}\n", n * per_request,
 	       (unsigned long long)hsa_queue_load_read_index_scacquire(q));
 	fflush(stdout);
 	check(hsa_queue_destroy(q), "hsa_queue_destroy");
@@ -381,7 +385,8 @@ int main(int argc, char **argv)
 		return 0;
 	} else if (!strcmp(mode, "requests")) {
 		requests(path, grid, argc > 4 ? atoi(argv[4]) : 1,
-			 (argc > 5 ? strtoull(argv[5], NULL, 0) : 100000) * 1000ULL);
+			 (argc > 5 ? strtoull(argv[5], NULL, 0) : 100000) * 1000ULL,
+			 argc > 6 && atoi(argv[6]) > 0 ? atoi(argv[6]) : 1);
 		check(hsa_shut_down(), "hsa_shut_down");
 		return 0;
 	} else if (!strcmp(mode, "bad")) {

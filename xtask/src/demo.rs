@@ -1,8 +1,9 @@
 //! `cargo xtask demo`: first the tracer on the real amdgpu driver of Debian 6.12, in a VM, while a
 //! built-in workload (the `kfd-client` test helper) issues KFD queue ioctls; then the whole tool
 //! on the KFD emulator, where queues exist and consume work, ending with the scheduling story
-//! (online latency alone, co-located, with `gpreempt schedule`). `--amdgpu` or `--emulator` runs
-//! one part only.
+//! (online latency alone, co-located, with `gpreempt schedule`); last, Debian's ROCm 5.2 user
+//! space on the emulated GPUs: `rocminfo`, and an HSA program's requests under `gpreempt
+//! schedule`. `--amdgpu`, `--emulator` or `--rocm` runs one part only.
 
 use anyhow::{Context, Result, bail};
 
@@ -15,11 +16,14 @@ use crate::{
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
     /// Only the second part: the KFD emulator (tests/kfd-emu) scenario, ending with scheduling.
-    #[arg(long, conflicts_with = "amdgpu")]
+    #[arg(long, conflicts_with_all = ["amdgpu", "rocm"])]
     pub emulator: bool,
     /// Only the first part: the tracer on the real amdgpu driver.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "rocm")]
     pub amdgpu: bool,
+    /// Only the third part: Debian's ROCm 5.2 (rocminfo, an HSA program) on the emulated GPUs.
+    #[arg(long)]
+    pub rocm: bool,
     /// Skip `cargo xtask setup`.
     #[arg(long)]
     pub no_setup: bool,
@@ -29,11 +33,15 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     if !args.no_setup {
         setup::run()?;
     }
-    if !args.emulator {
+    let all = !(args.amdgpu || args.emulator || args.rocm);
+    if all || args.amdgpu {
         amdgpu()?;
     }
-    if !args.amdgpu {
+    if all || args.emulator {
         emulator()?;
+    }
+    if all || args.rocm {
+        rocm()?;
     }
     Ok(())
 }
@@ -153,6 +161,109 @@ echo "== the story: inference-like online work next to training-like offline wor
     })?;
     if status != 0 {
         bail!("the emulator demo exited with status {status}");
+    }
+    Ok(())
+}
+
+/// Debian's ROCm 5.2 user space on the emulated GPUs (amdgpu_emu's render nodes beside
+/// kfd_emu): the unmodified `rocminfo`, then an HSA program (`tests/rocm/hsa_dispatch.c`, a
+/// request of four 2 ms dispatches every 150 ms, timed by its own clock) alone, next to a
+/// training-like offline job (`emu-workload train`, as in BENCHMARKS §7), and under `gpreempt schedule`, which reads the program's requests
+/// from ROCr's own queues (ROCr 5.2 never enables the debug runtime, so it can be the online side
+/// only; the offline job is the project's `emu-workload`).
+fn rocm() -> Result<()> {
+    let debug = build_binaries()?;
+    util::run(cargo().args(["build", "--release", "--package", "gpreempt", "--package", "gpreempt-tests", "--bins"]))?;
+    let release = target_dir().join("release");
+    let (hsa, hsaco) = (debug.join("hsa-dispatch"), debug.join("hsa-dispatch-kernel.hsaco"));
+    if !hsa.exists() || !hsaco.exists() {
+        bail!(
+            "{} or {} was not built: `cargo xtask setup` installs libhsa-runtime-dev, clang-15 and lld-15",
+            hsa.display(),
+            hsaco.display()
+        );
+    }
+    let ko = kmod::build(kmod::Module::KfdEmu, Kernel::V6_12)?;
+    let amdgpu_emu = ko.with_file_name("amdgpu_emu.ko");
+    let script = format!(
+        r#"
+set -e
+modprobe drm
+insmod {amdgpu_emu}
+echo "== Debian's rocminfo (ROCm 5.2, unmodified) on the emulated GPUs"
+rocminfo | awk '/^Agent [0-9]+/ {{ agent = $0 }} /^  Name:/ {{ name = $2 }}
+  /^  Marketing Name:/ {{ sub(/^  Marketing Name: +/, ""); sub(/ +$/, ""); market = $0 }}
+  /^  Device Type:/ {{ type = $3 }}
+  /^  Compute Unit:/ {{ if (type == "GPU") print "   " agent ": " name ", " market ", " $3 " CUs" }}'
+echo "== an HSA program's requests (4 dispatches of 2 ms through ROCr's queue, every 150 ms) alone, next to a training-like job, under gpreempt schedule"
+python3 - {gpreempt} {workload} {hsa} {hsaco} <<'PY'
+import json, signal, statistics, subprocess, sys
+gpreempt, workload, hsa, hsaco = sys.argv[1:5]
+N = 20
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+def requests(label, offline=None, schedule=False):
+    prog = subprocess.Popen([hsa, hsaco, "requests", "2000", str(N), "150000", "4"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    pid = json.loads(prog.stdout.readline())["pid"]
+    sched = None
+    if schedule:
+        sched = subprocess.Popen([gpreempt, "schedule", "--json", "--online", str(pid), "--offline", str(offline.pid),
+                                  "--idle-ms", "5"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for line in sched.stdout:
+            event = json.loads(line)
+            if event.get("event") == "online_added":
+                print(f"   schedule: online pid {{pid}}: {{event['queues']}} KFD queues of ROCr on the GPU (its utility queue and the program's)")
+            if event.get("event") == "offline_attached":
+                break
+    prog.stdin.write("go\n")
+    prog.stdin.flush()
+    ms = [json.loads(prog.stdout.readline())["latency_ns"] / 1e6 for _ in range(N)]
+    prog.stdout.readline()
+    prog.wait()
+    print(f"   {{label:<28}} request latency P50 {{pct(ms, 50):6.1f}} ms  P99 {{pct(ms, 99):6.1f}} ms  ({{N}} requests)")
+    if sched:
+        sched.send_signal(signal.SIGINT)
+        for line in sched.stdout:
+            event = json.loads(line)
+            if event.get("event") == "summary":
+                print(f"   schedule summary: {{event['suspends']}} suspends, {{event['resumes']}} resumes, "
+                      f"{{event['failed_suspends']}} failed")
+        sched.wait()
+
+requests("alone")
+offline = subprocess.Popen([workload, "train", "--gpu-ids", "0x1000", "--queues", "2", "--dispatch-us", "4000",
+                            "--step-dispatches", "4", "--runtime-enable"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+offline.stdout.readline()
+requests("next to the training job", offline)
+requests("under gpreempt schedule", offline, schedule=True)
+offline.stdin.write("stop\n")
+offline.stdin.flush()
+offline.wait()
+PY
+rmmod amdgpu_emu
+"#,
+        amdgpu_emu = vm::shell_quote(&amdgpu_emu.display().to_string()),
+        gpreempt = vm::shell_quote(&release.join("gpreempt").display().to_string()),
+        workload = vm::shell_quote(&release.join("emu-workload").display().to_string()),
+        hsa = vm::shell_quote(&hsa.display().to_string()),
+        hsaco = vm::shell_quote(&hsaco.display().to_string()),
+    );
+    let status = vm::run(&VmArgs {
+        kernel: Kernel::V6_12,
+        cpus: 2,
+        timeout: 900,
+        memory: "2G".to_owned(),
+        no_amdgpu: false,
+        module: Some(kmod::Module::KfdEmu),
+        command: vec![script],
+    })?;
+    if status != 0 {
+        bail!("the ROCm demo exited with status {status}");
     }
     Ok(())
 }
