@@ -1321,27 +1321,16 @@ fn floor_cpu(f: &TimerFloor) -> String {
 /// What bounds the figures under emulation, from the run's own parameters and measurements.
 fn bounds(md: &mut String, doc: &Colocation) {
     let emu = &doc.emulator;
-    let suspend50: Vec<f64> = doc
-        .scenarios
-        .iter()
-        .flat_map(|sc| sched_rounds(sc, State::Schedule, |s| s.summary.suspend_us.as_ref().map(|x| x.p50)))
-        .collect();
-    let reaction50: Vec<f64> = doc
-        .scenarios
-        .iter()
-        .flat_map(|sc| sched_rounds(sc, State::Schedule, |s| s.summary.reaction_us.as_ref().map(|x| x.p50)))
-        .collect();
+    // One figure of every scenario's rounds in `state`.
+    let all = |state: State, f: &dyn Fn(&SchedulerRun) -> Option<f64>| -> Vec<f64> {
+        doc.scenarios.iter().flat_map(|sc| sched_rounds(sc, state, f)).collect()
+    };
+    let suspend50 = all(State::Schedule, &|s| s.summary.suspend_us.as_ref().map(|x| x.p50));
+    let reaction50 = all(State::Schedule, &|s| s.summary.reaction_us.as_ref().map(|x| x.p50));
     // The emulated CWSR save is a fixed delay; what the driver's fence wait took beyond it is the
     // time the emulated CP's kernel thread waited for a vCPU.
-    let fence50: Vec<f64> = doc
-        .scenarios
-        .iter()
-        .flat_map(|sc| {
-            sched_rounds(sc, State::Schedule, |s| {
-                s.summary.kernel.as_ref()?.suspend.as_ref()?.fence_wait_us.as_ref().map(|x| x.p50)
-            })
-        })
-        .collect();
+    let fence50 =
+        all(State::Schedule, &|s| s.summary.kernel.as_ref()?.suspend.as_ref()?.fence_wait_us.as_ref().map(|x| x.p50));
     let fence = if fence50.is_empty() {
         String::new()
     } else {
@@ -1355,16 +1344,10 @@ fn bounds(md: &mut String, doc: &Colocation) {
         )
     };
     // Guest CPU per reaction step: the thread's share of the window × the mean step interval.
-    let per_step: Vec<f64> = doc
-        .scenarios
-        .iter()
-        .flat_map(|sc| {
-            sched_rounds(sc, State::Schedule, |s| {
-                let share = s.reaction_cpu_ms? / s.window_ms;
-                Some(share * s.summary.loop_step_us.as_ref()?.mean?)
-            })
-        })
-        .collect();
+    let per_step = all(State::Schedule, &|s| {
+        let share = s.reaction_cpu_ms? / s.window_ms;
+        Some(share * s.summary.loop_step_us.as_ref()?.mean?)
+    });
     let cpu = if per_step.is_empty() {
         String::new()
     } else {
@@ -1377,13 +1360,10 @@ fn bounds(md: &mut String, doc: &Colocation) {
         )
     };
     // The same reaction thread spinning: what is left of detection is time it did not run.
-    let busy = |f: fn(&SchedulerRun) -> Option<f64>| -> Vec<f64> {
-        doc.scenarios.iter().flat_map(|sc| sched_rounds(sc, State::BusyPoll, f)).collect()
-    };
     let (step50, det50, det99) = (
-        busy(|s| s.summary.loop_step_us.as_ref().map(|x| x.p50)),
-        busy(|s| s.summary.detection_us.as_ref().map(|x| x.p50)),
-        busy(|s| s.summary.detection_us.as_ref().map(|x| x.p99)),
+        all(State::BusyPoll, &|s| s.summary.loop_step_us.as_ref().map(|x| x.p50)),
+        all(State::BusyPoll, &|s| s.summary.detection_us.as_ref().map(|x| x.p50)),
+        all(State::BusyPoll, &|s| s.summary.detection_us.as_ref().map(|x| x.p99)),
     );
     let spin = if det50.is_empty() || step50.is_empty() {
         String::new()
@@ -1402,12 +1382,15 @@ fn bounds(md: &mut String, doc: &Colocation) {
     };
     // The reaction thread's CPU split by the scheduler itself: inside the transitions (the
     // driver's work on the calling thread) and the rest, its polling.
-    let split = |f: fn(&SchedulerSummary) -> Option<f64>| -> Vec<f64> {
-        doc.scenarios.iter().flat_map(|sc| sched_rounds(sc, State::Schedule, |s| f(&s.summary))).collect()
-    };
     let (in_transitions, polling) = (
-        split(|s| Some(100.0 * s.transition_cpu_ms? / s.reaction_cpu_ms?.max(1e-9))),
-        split(|s| Some(100.0 * (s.reaction_cpu_ms? - s.transition_cpu_ms?).max(0.0) / s.elapsed_ms?.max(1e-9))),
+        all(State::Schedule, &|s| {
+            let s = &s.summary;
+            Some(100.0 * s.transition_cpu_ms? / s.reaction_cpu_ms?.max(1e-9))
+        }),
+        all(State::Schedule, &|s| {
+            let s = &s.summary;
+            Some(100.0 * (s.reaction_cpu_ms? - s.transition_cpu_ms?).max(0.0) / s.elapsed_ms?.max(1e-9))
+        }),
     );
     let split = if in_transitions.is_empty() {
         String::new()
