@@ -15,7 +15,9 @@
  *   loop GRID N    on the first GPU: dispatches one after the other (each waited for), after
  *                  a line {"pid":P,"looping":N}, until at least N are done and a line (or EOF)
  *                  is on stdin, so a test decides when the run ends whatever the machine's
- *                  speed; then {"completed":K,"read_index":K,"done":true}.
+ *                  speed; then {"completed":K,"read_index":K,"longest_ticks":T,"done":true}, T the
+ *                  longest start-to-end of one dispatch (amd_signal_t timestamps, GPU clock
+ *                  ticks): its cost alone, longer if its queue was suspended mid-dispatch.
  *   hold GRID      on the first GPU: one dispatch, {"pid":P,"dispatched":1}, then waits for it.
  *   requests GRID N PERIOD_US [K]
  *                  on the first GPU, an online service's shape: {"pid":P,"ready":N}, then on a
@@ -355,6 +357,7 @@ int main(int argc, char **argv)
 			run_gpu(i, path, grid);
 	} else if (!strcmp(mode, "loop") || !strcmp(mode, "hold")) {
 		int n = !strcmp(mode, "hold") ? 1 : (argc > 4 ? atoi(argv[4]) : 1), done = 0;
+		uint64_t longest = 0;
 		hsa_queue_t *q = queue_on(gpus[0]);
 		struct kernel k = load_kernel(gpus[0], path, grid);
 		hsa_signal_t s = signal_new(1);
@@ -372,12 +375,15 @@ int main(int argc, char **argv)
 			dispatch(q, &k, grid, s);
 			if (wait_zero(s, UINT64_MAX) != 0)
 				fail("a dispatch completes");
+			if (amd(s)->end_ts - amd(s)->start_ts > longest)
+				longest = amd(s)->end_ts - amd(s)->start_ts;
 			done++;
 		}
 		if (hsa_queue_load_read_index_scacquire(q) != (uint64_t)done)
 			fail("the read index reaches the write index");
-		printf("{\"completed\":%d,\"read_index\":%llu,\"done\":true}\n", done,
-		       (unsigned long long)hsa_queue_load_read_index_scacquire(q));
+		printf("{\"completed\":%d,\"read_index\":%llu,\"longest_ticks\":%llu,\"done\":true}\n",
+		       done, (unsigned long long)hsa_queue_load_read_index_scacquire(q),
+		       (unsigned long long)longest);
 		check(hsa_queue_destroy(q), "hsa_queue_destroy");
 		free_kernel(&k);
 		check(hsa_signal_destroy(s), "hsa_signal_destroy");

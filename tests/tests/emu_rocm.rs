@@ -947,11 +947,90 @@ fn gpreempt_preempt_refuses_rocm_5_2_with_the_cause_and_its_dispatches_all_compl
     let last: serde_json::Value = serde_json::from_str(rest.first().expect("hsa-dispatch's last line")).unwrap();
     let k = last["completed"].as_u64().expect("completed");
     assert!(k >= 20, "{last}");
-    assert_eq!(last, serde_json::json!({"completed": k, "read_index": k, "done": true}));
+    // Never suspended: every dispatch took exactly its cost (64,000 work-items, in 10 ns ticks).
+    let ticks = 64_000 * ns_per_workitem() / 10;
+    assert_eq!(last, serde_json::json!({"completed": k, "read_index": k, "longest_ticks": ticks, "done": true}));
     wait_kfd_released(pid).unwrap();
     // The blit copy and the K dispatches, each with its interrupt signal; nothing failed.
     let n = k + 1;
     let gpu0 = counters(&[("kernels", n), ("pm4_ibs", 1), ("signals", n), ("interrupts", n), ("events_set", n)]);
+    assert_eq!(cp_stats_since(&before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
+    drop(nodes);
+}
+
+/// `hsa-dispatch` built against Debian trixie's ROCm 6.1 runtime (`xtask/src/rocm6.rs`).
+fn hsa_dispatch_6() -> PathBuf {
+    gpreempt_tests::binary("hsa-dispatch-6").expect(
+        "hsa-dispatch-6 is built by `cargo xtask test` once `cargo xtask setup` unpacked trixie's ROCm 6.1 runtime",
+    )
+}
+
+#[test]
+fn gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes() {
+    use std::io::{BufRead, BufReader};
+
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (_, hsaco) = hsa_dispatch();
+    let nodes = RenderNodes::load();
+    let before = cp_stats();
+    // The same program on ROCr 6.1: dispatches of 64,000 work-items (64 ms each at the default
+    // 1 µs), one after the other, at least 20 and on until told on stdin.
+    let mut child = Command::new(hsa_dispatch_6())
+        .arg(&hsaco)
+        .args(["loop", "64000", "20"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), format!(r#"{{"pid":{pid},"looping":20}}"#));
+    // ROCr 6 enabled the debug runtime at hsa_init: gpreempt attaches and each of 5 cycles
+    // suspends both of ROCr's KFD queues on the GPU (its utility queue and the program's) for
+    // 300 ms, far longer than a dispatch, so the program's dispatch in flight is held mid-way.
+    let json = std::env::temp_dir().join(format!("preempt-rocm6-{pid}.json"));
+    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
+        .args(["preempt", "--offline", &pid.to_string(), "--iterations", "5", "--hold-ms", "300", "--gap-ms", "100"])
+        .args(["--no-trace", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.lines().next(), Some("5 of 5 iterations, 5 fully successful (100.0%)"), "{stdout}");
+    assert_eq!(
+        stdout.lines().nth(1),
+        Some("queues suspended in total: 10; INVALID answers: 0; ERROR answers: 0"),
+        "{stdout}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    for it in doc["iterations"].as_array().unwrap() {
+        assert_eq!((it["suspended"].as_i64(), it["resumed"].as_i64()), (Some(2), Some(2)), "{it}");
+    }
+    // Resumed, the program ends when told: every dispatch completed (its signal at 0, the read
+    // index at the last one), and at least one took its cost plus a whole hold: suspended mid-way
+    // and finished from where it stopped.
+    drop(child.stdin.take());
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "hsa-dispatch-6: {status}");
+    let last: serde_json::Value = serde_json::from_str(rest.first().expect("hsa-dispatch-6's last line")).unwrap();
+    let k = last["completed"].as_u64().expect("completed");
+    assert!(k >= 20, "{last}");
+    assert_eq!((&last["read_index"], &last["done"]), (&k.into(), &true.into()), "{last}");
+    let cost = 64_000 * ns_per_workitem() / 10;
+    let longest = last["longest_ticks"].as_u64().unwrap();
+    // A 300 ms hold is 30,000,000 ticks of the 100 MHz GPU clock.
+    assert!(longest >= cost + 30_000_000, "no dispatch was held mid-way: {last}");
+    wait_kfd_released(pid).unwrap();
+    // ROCr 6.1's blit copy of the code object and the K dispatches, each with its interrupt
+    // signal, and the cache invalidation (a PM4 IB); nothing failed, nothing ran twice.
+    // ROCr 6.1, unlike 5.2, also puts a completion signal on that PM4 IB.
+    let n = k + 1;
+    let gpu0 =
+        counters(&[("kernels", n), ("pm4_ibs", 1), ("signals", n + 1), ("interrupts", n + 1), ("events_set", n + 1)]);
     assert_eq!(cp_stats_since(&before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
     drop(nodes);
 }
@@ -977,12 +1056,12 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
         &["offline", "--gpu-id", &gpu0, "--runtime-enable", "--dispatch-us", "2000", "--records"],
     )
     .unwrap();
-    // The online side is Debian's ROCr itself: one dispatch of 20,000 work-items per request (20 ms
-    // at the default 1 µs each), a request every 150 ms. ROCr 5.2 never enables the debug
+    // The online side is Debian's ROCr itself: one dispatch of 40,000 work-items per request (40 ms
+    // at the default 1 µs each), a request every 200 ms. ROCr 5.2 never enables the debug
     // runtime, which the online side does not need: its queues are read, never suspended.
     let mut online = Command::new(exe)
         .arg(&hsaco)
-        .args(["requests", "20000", &REQUESTS.to_string(), "150000"])
+        .args(["requests", "40000", &REQUESTS.to_string(), "200000"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1019,16 +1098,16 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
     assert!((1..=REQUESTS + 1).contains(&suspends), "{suspends} suspends for {REQUESTS} requests: {sum}");
     assert_eq!(sum["failed_suspends"], 0);
     assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
-    // From 10 ms after a request's doorbell (the reaction and the emulated save, bounded
+    // From 20 ms after a request's doorbell (the reaction and the emulated save, bounded
     // generously for TCG) to its completion no offline dispatch completes; between requests the
-    // offline job runs. One request in twenty may lose to a stalled vCPU.
+    // offline job runs. Two requests in twenty may lose to a stalled vCPU.
     let mut violations = Vec::new();
     let mut between = 0;
     for (i, r) in requests.iter().enumerate() {
         let submit = r["submit_ns"].as_u64().unwrap();
         let end = submit + r["latency_ns"].as_u64().unwrap();
         let ends = || records.iter().map(|c| c["end_ns"].as_u64().unwrap());
-        let inside = ends().filter(|&e| e > submit + 10_000_000 && e < end).count();
+        let inside = ends().filter(|&e| e > submit + 20_000_000 && e < end).count();
         if inside > 0 {
             violations.push((i, inside));
         }
@@ -1040,7 +1119,7 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
         }
     }
     eprintln!("requests with offline completions inside: {violations:?}; gaps with progress: {between}");
-    assert!(violations.len() <= 1, "offline dispatches completed inside the ROCm program's requests: {violations:?}");
+    assert!(violations.len() <= 2, "offline dispatches completed inside the ROCm program's requests: {violations:?}");
     assert!(between >= REQUESTS - 2, "offline progressed in only {between} of {} gaps", REQUESTS - 1);
     wait_kfd_released(pid).unwrap();
     // The ROCm program's work all ran on the first GPU: the code object's blit copy, the cache

@@ -294,12 +294,12 @@ fn dpkg_version(package: &str) -> Option<String> {
 
 /// The private apt configuration: its own sources list, lists, cache and no dpkg status, so
 /// nothing of the host's apt changes.
-struct PrivateApt {
+pub(crate) struct PrivateApt {
     dir: PathBuf,
 }
 
 impl PrivateApt {
-    fn new(suites: &[Suite]) -> Result<PrivateApt> {
+    pub(crate) fn new(suites: &[Suite]) -> Result<PrivateApt> {
         let dir = kernels_dir().join(".apt");
         fs::create_dir_all(dir.join("lists/partial"))?;
         fs::create_dir_all(dir.join("cache/archives/partial"))?;
@@ -333,12 +333,12 @@ impl PrivateApt {
         cmd
     }
 
-    fn update(&self) -> Result<()> {
+    pub(crate) fn update(&self) -> Result<()> {
         util::run(self.command("apt-get").args(["update", "-q"])).context("apt-get update (private lists) failed")
     }
 
     /// Download `specs` (`name=version` or `name/suite`) into `into`.
-    fn download(&self, specs: &[String], into: &Path) -> Result<()> {
+    pub(crate) fn download(&self, specs: &[String], into: &Path) -> Result<()> {
         fs::create_dir_all(into)?;
         let mut cmd = self.command("apt-get");
         cmd.arg("download").arg("-q").args(specs).current_dir(into);

@@ -6,6 +6,7 @@ mod fuzz;
 mod image;
 mod kernels;
 mod kmod;
+mod rocm6;
 mod setup;
 mod test;
 mod util;

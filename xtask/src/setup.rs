@@ -63,8 +63,21 @@ pub fn run() -> Result<()> {
     apt_packages()?;
     containers_storage()?;
     kernels()?;
+    rocm6()?;
     virtme_ng()?;
     Ok(())
+}
+
+/// Trixie's ROCm 6.1 runtime for the tests that need a runtime which enables the debug
+/// interface (`rocm6.rs`).
+fn rocm6() -> Result<()> {
+    let what = "ROCm 6.1 runtime (trixie, for the tests)";
+    if crate::rocm6::present() {
+        step(what, "present");
+        return Ok(());
+    }
+    step(what, "downloading and unpacking (not installed)");
+    crate::rocm6::provision()
 }
 
 fn nightly() -> Result<()> {

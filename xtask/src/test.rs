@@ -233,7 +233,7 @@ const FOCUSED: &[(&str, &[&str])] = &[
         ],
     ),
     ("emu_schedule", &["emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_never_ends"]),
-    // Debian's ROCm 5.2 on the emulated GPUs (a current KFD on an older kernel, as amdgpu-dkms
+    // Debian's ROCm 5.2 (and trixie's 6.1) on the emulated GPUs (a current KFD on an older kernel, as amdgpu-dkms
     // gives): the module's mmaps, events and page pinning differ by kernel; ~40 s in all.
     (
         "emu_rocm",
@@ -247,6 +247,7 @@ const FOCUSED: &[(&str, &[&str])] = &[
             "a_rocm_process_killed_mid_dispatch_is_released_and_the_modules_unload",
             "gpreempt_preempt_refuses_rocm_5_2_with_the_cause_and_its_dispatches_all_complete",
             "schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_through_rocrs_queue",
+            "gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes",
         ],
     ),
 ];

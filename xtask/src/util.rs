@@ -81,7 +81,25 @@ pub fn build_binaries() -> Result<PathBuf> {
     ]))?;
     let debug = target_dir().join("debug");
     build_rocm_clients(&debug)?;
+    build_rocm6_client(&debug)?;
     Ok(debug)
+}
+
+/// `hsa-dispatch-6`: `tests/rocm/hsa_dispatch.c` against trixie's ROCm 6.1 runtime (`rocm6.rs`),
+/// which enables the debug interface; without it (`cargo xtask setup`) the tests that run it
+/// fail and say so.
+fn build_rocm6_client(debug: &std::path::Path) -> Result<()> {
+    if !crate::rocm6::present() || !std::path::Path::new("/usr/include/hsa/hsa.h").exists() {
+        eprintln!("xtask: the ROCm 6.1 runtime is not unpacked (cargo xtask setup): not building hsa-dispatch-6");
+        return Ok(());
+    }
+    let src = workspace_root().join("tests/rocm/hsa_dispatch.c");
+    run(Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(debug.join("hsa-dispatch-6"))
+        .arg(&src)
+        .args(crate::rocm6::link_args()))
+    .with_context(|| format!("building {} against ROCm 6.1", src.display()))
 }
 
 /// The C clients of Debian's ROCm runtime (`tests/rocm/`), built with the system compiler

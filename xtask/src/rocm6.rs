@@ -1,0 +1,89 @@
+//! Debian trixie's ROCm 6.1 runtime (ROCr 6.1.2 with libhsakmt 6.2.4), unpacked beside the
+//! kernels for the tests, never installed: ROCr ≥ 6 calls RUNTIME_ENABLE at `hsa_init`
+//! (`KfdDriver::Init` → `hsaKmtRuntimeEnable`; libhsa-runtime64 6.1.2 imports it), which KFD
+//! requires before it suspends a process's queues; bookworm's ROCr 5.2 never does. Trixie's
+//! libraries need glibc ≥ 2.38 (bookworm has 2.36), so its libc, libstdc++ and the runtime's other
+//! dependencies come along and the clients built against it (`hsa-dispatch-6`) name trixie's
+//! dynamic loader and library directory (`--dynamic-linker`, `-rpath`): nothing of the host's
+//! libraries changes.
+
+use std::{fs, path::PathBuf, process::Command};
+
+use anyhow::{Context, Result};
+
+use crate::{
+    kernels::{self, PrivateApt, TRIXIE},
+    util,
+};
+
+/// The runtime, pinned: a moved pin is fetched again.
+const PINNED: &[&str] = &["libhsa-runtime64-1=6.1.2-3", "libhsakmt1=6.2.4+ds-1"];
+
+/// Their dependencies as trixie has them (`apt-cache depends`): glibc, the C++ runtime, libdrm,
+/// libnuma, libelf and its compressors.
+const DEPENDENCIES: &[&str] =
+    &["libc6", "libgcc-s1", "libstdc++6", "libnuma1", "libelf1t64", "libdrm2", "libdrm-amdgpu1", "zlib1g", "libzstd1"];
+
+const STAMP: &str = ".gpreempt-rocm";
+
+/// `~/.local/share/gpreempt/rocm-6.1`.
+pub fn root() -> PathBuf {
+    kernels::kernels_dir().with_file_name("rocm-6.1")
+}
+
+/// Its library directory (the runtime, its dependencies and trixie's `ld-linux-x86-64.so.2`).
+pub fn lib_dir() -> PathBuf {
+    root().join("usr/lib/x86_64-linux-gnu")
+}
+
+fn stamp() -> String {
+    format!("{} {}\n", PINNED.join(" "), DEPENDENCIES.join(" "))
+}
+
+pub fn present() -> bool {
+    fs::read_to_string(root().join(STAMP)).is_ok_and(|s| s == stamp())
+        && lib_dir().join("libhsa-runtime64.so.1").exists()
+}
+
+/// Fetch and unpack the runtime unless it is in place.
+pub fn provision() -> Result<()> {
+    let apt = PrivateApt::new(&[TRIXIE])?;
+    apt.update()?;
+    let debs = kernels::kernels_dir().join(".debs").join("rocm-6.1");
+    let _ = fs::remove_dir_all(&debs);
+    let mut wanted: Vec<String> = PINNED.iter().map(|p| (*p).to_owned()).collect();
+    wanted.extend(DEPENDENCIES.iter().map(|p| format!("{p}/{}", TRIXIE.name)));
+    apt.download(&wanted, &debs)?;
+    let root = root();
+    let staging = root.with_extension("partial");
+    let _ = fs::remove_dir_all(&staging);
+    fs::create_dir_all(&staging)?;
+    for deb in fs::read_dir(&debs)? {
+        let deb = deb?.path();
+        util::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&staging))
+            .with_context(|| format!("unpacking {}", deb.display()))?;
+    }
+    let _ = fs::remove_dir_all(&root);
+    fs::rename(&staging, &root)?;
+    let _ = fs::remove_dir_all(&debs);
+    fs::write(root.join(STAMP), stamp())?;
+    Ok(())
+}
+
+/// `cc` arguments that link a client against this runtime and make it run with trixie's loader
+/// and libraries (bookworm's `hsa.h` declares the same API: ROCr keeps it stable).
+pub fn link_args() -> Vec<String> {
+    let lib = lib_dir();
+    let lib = lib.display();
+    vec![
+        format!("-L{lib}"),
+        "-l:libhsa-runtime64.so.1".to_owned(),
+        format!("-Wl,--dynamic-linker={lib}/ld-linux-x86-64.so.2"),
+        format!("-Wl,-rpath,{lib}"),
+        // DT_RPATH, not DT_RUNPATH: it also applies to the runtime's own dependencies
+        // (libstdc++, libhsakmt), which must come from trixie too.
+        "-Wl,--disable-new-dtags".to_owned(),
+        // The runtime's own dependencies resolve inside the directory at run time, not at link time.
+        "-Wl,--allow-shlib-undefined".to_owned(),
+    ]
+}
