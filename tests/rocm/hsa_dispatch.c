@@ -18,6 +18,9 @@
  *                  speed; then {"completed":K,"read_index":K,"longest_ticks":T,"done":true}, T the
  *                  longest start-to-end of one dispatch (amd_signal_t timestamps, GPU clock
  *                  ticks): its cost alone, longer if its queue was suspended mid-dispatch.
+ *   offline GRID N as loop, a training job's shape for a scheduler, and before the last line
+ *                  {"ends_ns":[...]}: each dispatch's end (amd_signal_t end_ts, 10 ns GPU ticks
+ *                  of CLOCK_MONOTONIC) in ns.
  *   hold GRID      on the first GPU: one dispatch, {"pid":P,"dispatched":1}, then waits for it.
  *   requests GRID N PERIOD_US [K]
  *                  on the first GPU, an online service's shape: {"pid":P,"ready":N}, then on a
@@ -355,9 +358,10 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "run")) {
 		for (i = 0; i < ngpus; i++)
 			run_gpu(i, path, grid);
-	} else if (!strcmp(mode, "loop") || !strcmp(mode, "hold")) {
+	} else if (!strcmp(mode, "loop") || !strcmp(mode, "offline") || !strcmp(mode, "hold")) {
 		int n = !strcmp(mode, "hold") ? 1 : (argc > 4 ? atoi(argv[4]) : 1), done = 0;
-		uint64_t longest = 0;
+		uint64_t longest = 0, *ends = NULL;
+		size_t cap = 0;
 		hsa_queue_t *q = queue_on(gpus[0]);
 		struct kernel k = load_kernel(gpus[0], path, grid);
 		hsa_signal_t s = signal_new(1);
@@ -377,8 +381,22 @@ int main(int argc, char **argv)
 				fail("a dispatch completes");
 			if (amd(s)->end_ts - amd(s)->start_ts > longest)
 				longest = amd(s)->end_ts - amd(s)->start_ts;
+			if ((size_t)done == cap) {
+				cap = cap ? 2 * cap : 1024;
+				ends = realloc(ends, cap * sizeof(*ends));
+				if (!ends)
+					fail("memory for the dispatch ends");
+			}
+			ends[done] = amd(s)->end_ts * 10;
 			done++;
 		}
+		if (!strcmp(mode, "offline")) {
+			printf("{\"ends_ns\":[");
+			for (i = 0; i < done; i++)
+				printf("%s%llu", i ? "," : "", (unsigned long long)ends[i]);
+			printf("]}\n");
+		}
+		free(ends);
 		if (hsa_queue_load_read_index_scacquire(q) != (uint64_t)done)
 			fail("the read index reaches the write index");
 		printf("{\"completed\":%d,\"read_index\":%llu,\"longest_ticks\":%llu,\"done\":true}\n",

@@ -1035,6 +1035,31 @@ fn gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes(
     drop(nodes);
 }
 
+/// From 20 ms after each request's doorbell (the reaction and the emulated save, bounded
+/// generously for TCG) to its completion no offline dispatch ends (`ends`, CLOCK_MONOTONIC ns);
+/// between requests the offline job runs. Two requests in twenty may lose to a stalled vCPU.
+fn assert_protected(requests: &[serde_json::Value], ends: &[u64]) {
+    let mut violations = Vec::new();
+    let mut between = 0;
+    for (i, r) in requests.iter().enumerate() {
+        let submit = r["submit_ns"].as_u64().unwrap();
+        let end = submit + r["latency_ns"].as_u64().unwrap();
+        let inside = ends.iter().filter(|&&e| e > submit + 20_000_000 && e < end).count();
+        if inside > 0 {
+            violations.push((i, inside));
+        }
+        if let Some(next) = requests.get(i + 1) {
+            let next_submit = next["submit_ns"].as_u64().unwrap();
+            if ends.iter().any(|&e| e > end && e < next_submit) {
+                between += 1;
+            }
+        }
+    }
+    eprintln!("requests with offline completions inside: {violations:?}; gaps with progress: {between}");
+    assert!(violations.len() <= 2, "offline dispatches completed inside the ROCm program's requests: {violations:?}");
+    assert!(between >= requests.len() - 2, "offline progressed in only {between} of {} gaps", requests.len() - 1);
+}
+
 #[test]
 fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_through_rocrs_queue() {
     use std::io::{BufRead, BufReader, Write};
@@ -1098,29 +1123,8 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
     assert!((1..=REQUESTS + 1).contains(&suspends), "{suspends} suspends for {REQUESTS} requests: {sum}");
     assert_eq!(sum["failed_suspends"], 0);
     assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
-    // From 20 ms after a request's doorbell (the reaction and the emulated save, bounded
-    // generously for TCG) to its completion no offline dispatch completes; between requests the
-    // offline job runs. Two requests in twenty may lose to a stalled vCPU.
-    let mut violations = Vec::new();
-    let mut between = 0;
-    for (i, r) in requests.iter().enumerate() {
-        let submit = r["submit_ns"].as_u64().unwrap();
-        let end = submit + r["latency_ns"].as_u64().unwrap();
-        let ends = || records.iter().map(|c| c["end_ns"].as_u64().unwrap());
-        let inside = ends().filter(|&e| e > submit + 20_000_000 && e < end).count();
-        if inside > 0 {
-            violations.push((i, inside));
-        }
-        if let Some(next) = requests.get(i + 1) {
-            let next_submit = next["submit_ns"].as_u64().unwrap();
-            if ends().any(|e| e > end && e < next_submit) {
-                between += 1;
-            }
-        }
-    }
-    eprintln!("requests with offline completions inside: {violations:?}; gaps with progress: {between}");
-    assert!(violations.len() <= 2, "offline dispatches completed inside the ROCm program's requests: {violations:?}");
-    assert!(between >= REQUESTS - 2, "offline progressed in only {between} of {} gaps", REQUESTS - 1);
+    let ends: Vec<u64> = records.iter().map(|c| c["end_ns"].as_u64().unwrap()).collect();
+    assert_protected(&requests, &ends);
     wait_kfd_released(pid).unwrap();
     // The ROCm program's work all ran on the first GPU: the code object's blit copy, the cache
     // invalidation and the REQUESTS dispatches, each with its interrupt signal; the offline
@@ -1313,5 +1317,91 @@ fn the_agent_exports_rocrs_queues_of_a_rocm_program_per_gpu() {
     wait_kfd_released(pid).unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     assert!(agent.wait().unwrap().success());
+    drop(nodes);
+}
+
+#[test]
+fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
+    use std::io::{BufRead, BufReader, Write};
+
+    use gpreempt_tests::{
+        schedule::{LONG, Schedule},
+        summary,
+    };
+
+    const REQUESTS: usize = 20;
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (exe, hsaco) = hsa_dispatch();
+    let nodes = RenderNodes::load();
+    let before = cp_stats();
+    // Both sides are real ROCm runtimes: the offline job ROCr 6.1 (which enables the debug
+    // runtime) dispatching 2 ms kernels back to back, the online one ROCr 5.2 with a request of one
+    // 40 ms kernel every 200 ms.
+    let mut offline = Command::new(hsa_dispatch_6())
+        .arg(&hsaco)
+        .args(["offline", "2000", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let off_pid = offline.id();
+    let mut off_out = BufReader::new(offline.stdout.take().unwrap()).lines();
+    assert_eq!(off_out.next().unwrap().unwrap(), format!(r#"{{"pid":{off_pid},"looping":1}}"#));
+    let mut online = Command::new(exe)
+        .arg(&hsaco)
+        .args(["requests", "40000", &REQUESTS.to_string(), "200000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = online.id();
+    let mut out = BufReader::new(online.stdout.take().unwrap()).lines();
+    let mut next = || -> serde_json::Value {
+        serde_json::from_str(&out.next().expect("hsa-dispatch ended early").unwrap()).unwrap()
+    };
+    assert_eq!(next(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
+    let mut s = Schedule::between(pid, &off_pid.to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
+    // Each side has ROCr's utility queue and the program's on the first GPU.
+    let attached = s.wait_events("offline_attached", 1, LONG);
+    assert_eq!((attached[0]["queues"].as_u64(), &attached[0]["gpus"]), (Some(2), &serde_json::json!([GPU0])));
+    let added = s.events("online_added");
+    assert_eq!((added[0]["queues"].as_u64(), added[0]["snapshot"].as_bool()), (Some(2), Some(true)), "{added:?}");
+    writeln!(online.stdin.as_mut().unwrap(), "go").unwrap();
+    let requests: Vec<serde_json::Value> = (0..REQUESTS).map(|_| next()).collect();
+    assert_eq!(next(), serde_json::json!({"completed": REQUESTS, "read_index": REQUESTS, "done": true}));
+    assert!(online.wait().unwrap().success());
+    thread::sleep(Duration::from_millis(300));
+    let (lines, _) = s.stop();
+    // The training job, resumed and detached, ends when told, every dispatch completed.
+    drop(offline.stdin.take());
+    let ends: serde_json::Value = serde_json::from_str(&off_out.next().unwrap().unwrap()).unwrap();
+    let last: serde_json::Value = serde_json::from_str(&off_out.next().unwrap().unwrap()).unwrap();
+    assert!(offline.wait().unwrap().success());
+    let k = last["completed"].as_u64().unwrap();
+    assert_eq!((&last["read_index"], &last["done"]), (&k.into(), &true.into()), "{last}");
+    let ends: Vec<u64> = ends["ends_ns"].as_array().unwrap().iter().map(|e| e.as_u64().unwrap()).collect();
+    assert_eq!(ends.len() as u64, k);
+    let sum = summary(&lines).unwrap();
+    let suspends = sum["suspends"].as_u64().unwrap() as usize;
+    assert!((1..=REQUESTS + 1).contains(&suspends), "{suspends} suspends for {REQUESTS} requests: {sum}");
+    assert_eq!(sum["failed_suspends"], 0);
+    assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
+    assert_protected(&requests, &ends);
+    wait_kfd_released(pid).unwrap();
+    wait_kfd_released(off_pid).unwrap();
+    // Both programs' work on the first GPU: each runtime's blit copy of the code object and cache
+    // invalidation (ROCr 6.1 signals its PM4 IB too), the requests and the training dispatches,
+    // each with its interrupt signal; nothing on the second GPU.
+    let (on, off) = (REQUESTS as u64 + 1, k + 1);
+    let gpu0 = counters(&[
+        ("kernels", on + off),
+        ("pm4_ibs", 2),
+        ("signals", on + off + 1),
+        ("interrupts", on + off + 1),
+        ("events_set", on + off + 1),
+    ]);
+    assert_eq!(cp_stats_since(&before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
     drop(nodes);
 }

@@ -267,6 +267,9 @@ pub struct Reaction<C: Control> {
     offline: Vec<Offline<C>>,
     lanes: Vec<Lane>,
     hint: bool,
+    /// A `Hint { active: true }` arrived since the last step: it counts for that step even when
+    /// its `active: false` came in the same drain (a delayed step must not lose a short request).
+    hint_pulse: bool,
     commands: Receiver<Command>,
     reports: SyncSender<Report>,
     stats: Arc<LoopStats>,
@@ -289,6 +292,7 @@ impl<C: Control> Reaction<C> {
             offline: Vec::new(),
             lanes: Vec::new(),
             hint: false,
+            hint_pulse: false,
             commands,
             reports,
             stats,
@@ -344,10 +348,11 @@ impl<C: Control> Reaction<C> {
         }
         self.service_offline(now);
         self.read_online(now);
+        let hint = self.hint || std::mem::take(&mut self.hint_pulse);
         for i in 0..self.lanes.len() {
             let occupancy_ns = self.config.occupancy_ns;
             let lane = &mut self.lanes[i];
-            let mut active = lane.pending || (self.hint && lane.online_queues > 0);
+            let mut active = lane.pending || (hint && lane.online_queues > 0);
             if !active && !lane.occupancy.is_empty() {
                 // Due every `occupancy_ns`; before an idle resume, fresh (this step's look).
                 let max_age = if lane.policy.idle_resume_due(now) { 0 } else { occupancy_ns };
@@ -426,7 +431,10 @@ impl<C: Control> Reaction<C> {
                     self.detach(i, "exited", now);
                 }
             }
-            Command::Hint { active } => self.hint = active,
+            Command::Hint { active } => {
+                self.hint = active;
+                self.hint_pulse |= active;
+            }
             Command::OnlineOccupancy { pid, file } => self.lane(file.gpu, now).occupancy.push((pid, file)),
         }
     }
