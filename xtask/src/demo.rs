@@ -69,19 +69,7 @@ kill -INT $tracer
 wait $tracer
 "#
     );
-    let status = vm::run(&VmArgs {
-        kernel: Kernel::V6_12,
-        cpus: 2,
-        timeout: 600,
-        memory: "2G".to_owned(),
-        no_amdgpu: false,
-        module: None,
-        command: vec![script],
-    })?;
-    if status != 0 {
-        bail!("the demo exited with status {status}");
-    }
-    Ok(())
+    in_vm(script, None, 600, "the demo")
 }
 
 /// The tool on an emulated GPU: the tracer live, a TTM eviction through the emulator's control
@@ -150,19 +138,7 @@ echo "== the story: inference-like online work next to training-like offline wor
 {xtask} bench-guest --scenario colocation --demo --bin {bin} --dbg-pair /dev/null --out "$out/story.json"
 "#
     );
-    let status = vm::run(&VmArgs {
-        kernel: Kernel::V6_12,
-        cpus: 2,
-        timeout: 900,
-        memory: "2G".to_owned(),
-        no_amdgpu: false,
-        module: Some(kmod::Module::KfdEmu),
-        command: vec![script],
-    })?;
-    if status != 0 {
-        bail!("the emulator demo exited with status {status}");
-    }
-    Ok(())
+    in_vm(script, Some(kmod::Module::KfdEmu), 900, "the emulator demo")
 }
 
 /// Debian's ROCm 5.2 user space on the emulated GPUs (amdgpu_emu's render nodes beside
@@ -253,17 +229,23 @@ rmmod amdgpu_emu
         hsa = vm::shell_quote(&hsa.display().to_string()),
         hsaco = vm::shell_quote(&hsaco.display().to_string()),
     );
+    in_vm(script, Some(kmod::Module::KfdEmu), 900, "the ROCm demo")
+}
+
+/// Run `script` as root in a Debian 6.12 VM (amdgpu, or `module` instead), killed after
+/// `timeout` s; `what` names the part in the error a failing script gives.
+fn in_vm(script: String, module: Option<kmod::Module>, timeout: u64, what: &str) -> Result<()> {
     let status = vm::run(&VmArgs {
         kernel: Kernel::V6_12,
         cpus: 2,
-        timeout: 900,
+        timeout,
         memory: "2G".to_owned(),
         no_amdgpu: false,
-        module: Some(kmod::Module::KfdEmu),
+        module,
         command: vec![script],
     })?;
     if status != 0 {
-        bail!("the ROCm demo exited with status {status}");
+        bail!("{what} exited with status {status}");
     }
     Ok(())
 }

@@ -375,23 +375,30 @@ pub fn unpack(kernel: Kernel) -> Result<()> {
         wanted.extend(rt.packages.iter().map(|p| format!("{p}/{}", rt.suite.name)));
     }
     apt.download(&wanted, &debs)?;
-    let staging = root.with_extension("partial");
-    let _ = fs::remove_dir_all(&staging);
-    fs::create_dir_all(&staging)?;
-    for deb in fs::read_dir(&debs)? {
-        let deb = deb?.path();
-        util::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&staging))
-            .with_context(|| format!("unpacking {}", deb.display()))?;
-    }
-    let _ = fs::remove_dir_all(&root);
-    fs::rename(&staging, &root)?;
-    let _ = fs::remove_dir_all(&debs);
+    unpack_debs(&debs, &root)?;
     relocate_headers(kernel)?;
     if let Some(rt) = runtime {
         wrap_runtime(&root, rt)?;
     }
     depmod(kernel)?;
     fs::write(root.join(STAMP), stamp(spec))?;
+    Ok(())
+}
+
+/// Unpack every package in `debs` into `root` (replaced whole: staged beside it, then renamed,
+/// so an interrupted unpack never looks complete), then remove `debs`.
+pub(crate) fn unpack_debs(debs: &Path, root: &Path) -> Result<()> {
+    let staging = root.with_extension("partial");
+    let _ = fs::remove_dir_all(&staging);
+    fs::create_dir_all(&staging)?;
+    for deb in fs::read_dir(debs)? {
+        let deb = deb?.path();
+        util::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&staging))
+            .with_context(|| format!("unpacking {}", deb.display()))?;
+    }
+    let _ = fs::remove_dir_all(root);
+    fs::rename(&staging, root)?;
+    let _ = fs::remove_dir_all(debs);
     Ok(())
 }
 

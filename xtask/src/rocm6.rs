@@ -7,14 +7,11 @@
 //! dynamic loader and library directory (`--dynamic-linker`, `-rpath`): nothing of the host's
 //! libraries changes.
 
-use std::{fs, path::PathBuf, process::Command};
+use std::{fs, path::PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
-use crate::{
-    kernels::{self, PrivateApt, TRIXIE},
-    util,
-};
+use crate::kernels::{self, PrivateApt, TRIXIE};
 
 /// The runtime, pinned: a moved pin is fetched again.
 const PINNED: &[&str] = &["libhsa-runtime64-1=6.1.2-3", "libhsakmt1=6.2.4+ds-1"];
@@ -55,17 +52,7 @@ pub fn provision() -> Result<()> {
     wanted.extend(DEPENDENCIES.iter().map(|p| format!("{p}/{}", TRIXIE.name)));
     apt.download(&wanted, &debs)?;
     let root = root();
-    let staging = root.with_extension("partial");
-    let _ = fs::remove_dir_all(&staging);
-    fs::create_dir_all(&staging)?;
-    for deb in fs::read_dir(&debs)? {
-        let deb = deb?.path();
-        util::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&staging))
-            .with_context(|| format!("unpacking {}", deb.display()))?;
-    }
-    let _ = fs::remove_dir_all(&root);
-    fs::rename(&staging, &root)?;
-    let _ = fs::remove_dir_all(&debs);
+    kernels::unpack_debs(&debs, &root)?;
     fs::write(root.join(STAMP), stamp())?;
     Ok(())
 }
