@@ -11,11 +11,11 @@
  * engine.
  *
  * Usage: hip-streams STREAMS GRID BYTES [hold]
- *   Prints {"pid":P,"devices":N,"streams":S} at start; with "hold", after the launches are
- *   synchronized and before the copies, {"holding":S} and waits for a line (or EOF) on stdin so a
- *   test can look at the process's queues; then one line per stream
- *   {"stream":i,"elapsed_ms":MS,"bytes":B,"equal":B,"first":X,"last":Y}
- *   and {"streams":S,"done":true}. Exits 1 with the failing call's name and error on any error.
+ *   Prints {"pid":P,"devices":N,"streams":S} at start, then one line per stream
+ *   {"stream":i,"elapsed_ms":MS,"bytes":B,"equal":E,"first":X,"last":Y} (E: bytes that came back
+ *   equal); with "hold", {"holding":S} and waits for a line (or EOF) on stdin with every stream,
+ *   event and buffer alive, so a test can look at the process's queues; then destroys them and
+ *   prints {"streams":S,"done":true}. Exits 1 with the failing call's name and error on any error.
  *
  * Build: hipcc --offload-arch=gfx90a -O1 -o hip-streams hip_streams.hip (Debian bookworm hipcc)
  */
@@ -83,14 +83,6 @@ int main(int argc, char **argv)
 		check(hipEventSynchronize(stop[i]), "hipEventSynchronize");
 		check(hipEventElapsedTime(&ms[i], start[i], stop[i]), "hipEventElapsedTime");
 	}
-	if (hold) {
-		char line[16];
-
-		printf("{\"holding\":%d}\n", streams);
-		fflush(stdout);
-		if (!fgets(line, sizeof(line), stdin))
-			line[0] = 0;
-	}
 	host = (unsigned char *)malloc(bytes);
 	back = (unsigned char *)malloc(bytes);
 	if (!host || !back) {
@@ -112,6 +104,15 @@ int main(int argc, char **argv)
 		printf("{\"stream\":%d,\"elapsed_ms\":%.6f,\"bytes\":%zu,\"equal\":%zu,"
 		       "\"first\":%u,\"last\":%u}\n",
 		       i, ms[i], bytes, equal, back[0], back[bytes - 1]);
+	}
+	fflush(stdout);
+	if (hold) {
+		char line[16];
+
+		printf("{\"holding\":%d}\n", streams);
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			line[0] = 0;
 	}
 	for (i = 0; i < streams; i++) {
 		check(hipEventDestroy(start[i]), "hipEventDestroy");

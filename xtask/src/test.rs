@@ -243,6 +243,8 @@ const FOCUSED: &[(&str, &[&str])] = &[
             "rocms_open_memory_and_event_ioctls_have_the_kernels_answers",
             "rocm_hsa_queue_create_makes_kfd_queues_on_both_gpus_with_rocrs_amd_queue_t",
             "rocm_dispatches_barriers_and_interrupt_signals_complete_on_the_emulated_cp",
+            "a_hip_program_with_streams_events_and_copies_runs_to_completion_on_the_emulated_gpu",
+            "a_hip_program_killed_with_its_sdma_queues_is_released_and_the_modules_unload",
             "an_agent_dispatch_packet_stops_a_rocm_queue_with_a_packet_exception_not_a_warning",
             "a_rocm_process_killed_mid_dispatch_is_released_and_the_modules_unload",
             "gpreempt_preempt_refuses_rocm_5_2_with_the_cause_and_its_dispatches_all_complete",
