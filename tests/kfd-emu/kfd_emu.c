@@ -200,7 +200,7 @@ static void emu_user_end(struct queue *q)
 	mmput_async(mm);
 }
 
-/* Only AQL compute queues carry packets the emulated CP executes; PM4 and SDMA queues idle. */
+/* AQL compute queues carry the packets the CP executes (SDMA queues: emu_sdma_serves); PM4 idle. */
 static bool emu_cp_serves(struct queue *q)
 {
 	return q->hw_mapped && !q->error_ec && q->properties.type == KFD_QUEUE_TYPE_COMPUTE &&
@@ -4405,7 +4405,8 @@ static ssize_t restore_store(struct kobject *kobj, struct kobj_attribute *attr, 
 /*
  * cp_stats: what each emulated CP executed since the module loaded, one line per GPU
  * ("gpu_id 4096 dispatches N kernels N barriers_and N barriers_or N pm4_ibs N signals N interrupts N
- * events_set N errors N sdma_copies N sdma_bytes N ... sdma_timestamps N"): the exact counts the ROCm tests assert. Emulator-only (no KFD file).
+ * events_set N errors N sdma_copies N sdma_bytes N ... sdma_timestamps N"): the exact counts the
+ * ROCm tests assert. Emulator-only (no KFD file).
  */
 static ssize_t cp_stats_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
 {
