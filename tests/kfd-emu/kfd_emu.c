@@ -3449,32 +3449,37 @@ static bool emu_bo_holds(struct kfd_process *p, u64 va, u64 len)
  * (USERPTR objects, ROCr's system memory) in the process's address space. The user mm is in use;
  * p->bo_lock is held only around the object's pages (never across a user access, which may
  * fault: the render node's mmap takes bo_lock under mmap_lock). 0 or -EFAULT.
+ * emu_bo_kaddr: the kernel address of va in the VRAM or GTT object holding [va, va + len), or
+ * NULL (none, or its pages cannot be allocated); p->bo_lock held.
  */
-static int emu_gpu_access(struct kfd_process *p, u64 va, void *buf, u32 len, bool write)
+static u8 *emu_bo_kaddr(struct kfd_process *p, u64 va, u64 len)
 {
 	struct emu_bo *bo;
-	bool done = false;
+	u8 *k;
 	int id;
 
-	mutex_lock(&p->bo_lock);
 	idr_for_each_entry(&p->bo_idr, bo, id) {
-		u8 *k;
-
 		if (!bo->va || va < bo->va || va + len > bo->va + bo->size ||
 		    !(bo->flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)))
 			continue;
 		k = emu_bo_backing(bo);
-		if (k) {
-			if (write)
-				memcpy(k + (va - bo->va), buf, len);
-			else
-				memcpy(buf, k + (va - bo->va), len);
-			done = true;
-		}
-		break;
+		return k ? k + (va - bo->va) : NULL;
 	}
+	return NULL;
+}
+
+static int emu_gpu_access(struct kfd_process *p, u64 va, void *buf, u32 len, bool write)
+{
+	u8 *k;
+
+	mutex_lock(&p->bo_lock);
+	k = emu_bo_kaddr(p, va, len);
+	if (k && write)
+		memcpy(k, buf, len);
+	else if (k)
+		memcpy(buf, k, len);
 	mutex_unlock(&p->bo_lock);
-	if (done)
+	if (k)
 		return 0;
 	if (write)
 		return copy_to_user((void __user *)(uintptr_t)va, buf, len) ? -EFAULT : 0;
@@ -3484,29 +3489,17 @@ static int emu_gpu_access(struct kfd_process *p, u64 va, void *buf, u32 len, boo
 /* An SDMA ATOMIC ADD64 on p's u64 at va (8-byte aligned), atomic against the CPU's own. */
 static int emu_gpu_add64(struct kfd_process *p, u64 va, s64 v)
 {
-	struct emu_bo *bo;
 	struct page *page;
-	bool done = false;
-	int id;
+	u8 *k;
 
 	if (va % 8)
 		return -EFAULT;
 	mutex_lock(&p->bo_lock);
-	idr_for_each_entry(&p->bo_idr, bo, id) {
-		u8 *k;
-
-		if (!bo->va || va < bo->va || va + 8 > bo->va + bo->size ||
-		    !(bo->flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)))
-			continue;
-		k = emu_bo_backing(bo);
-		if (k) {
-			atomic64_add(v, (atomic64_t *)(k + (va - bo->va)));
-			done = true;
-		}
-		break;
-	}
+	k = emu_bo_kaddr(p, va, 8);
+	if (k)
+		atomic64_add(v, (atomic64_t *)k);
 	mutex_unlock(&p->bo_lock);
-	if (done)
+	if (k)
 		return 0;
 	if (pin_user_pages_fast(va & PAGE_MASK, 1, FOLL_WRITE, &page) != 1)
 		return -EFAULT;
@@ -4172,9 +4165,21 @@ static int kfd_ioctl_set_scratch_backing_va(struct file *filep, struct kfd_proce
 #define EMU_GB_ADDR_CONFIG_GFX90A 0x22014042
 #define EMU_NUM_TILE_CONFIGS 32
 #define EMU_NUM_MACRO_TILE_CONFIGS 16
-static int kfd_ioctl_get_tile_config(struct file *filep, struct kfd_process *p, void *data)
+/* n modes (all 0 on gfx9), at most `have`, to ptr; -EFAULT with *n zeroed if unwritable */
+static int emu_tile_modes(u64 ptr, u32 *n, u32 have)
 {
 	static const u32 zeros[EMU_NUM_TILE_CONFIGS];
+
+	*n = min(*n, have);
+	if (copy_to_user((void __user *)(uintptr_t)ptr, zeros, *n * sizeof(u32))) {
+		*n = 0;
+		return -EFAULT;
+	}
+	return 0;
+}
+
+static int kfd_ioctl_get_tile_config(struct file *filep, struct kfd_process *p, void *data)
+{
 	struct kfd_ioctl_get_tile_config_args *args = data;
 	struct kfd_process_device *pdd;
 
@@ -4186,21 +4191,10 @@ static int kfd_ioctl_get_tile_config(struct file *filep, struct kfd_process *p, 
 	args->gb_addr_config = EMU_GB_ADDR_CONFIG_GFX90A;
 	args->num_banks = 0;
 	args->num_ranks = 0;
-	if (args->num_tile_configs > EMU_NUM_TILE_CONFIGS)
-		args->num_tile_configs = EMU_NUM_TILE_CONFIGS;
-	if (copy_to_user((void __user *)(uintptr_t)args->tile_config_ptr, zeros,
-			 args->num_tile_configs * sizeof(u32))) {
-		args->num_tile_configs = 0;
+	if (emu_tile_modes(args->tile_config_ptr, &args->num_tile_configs, EMU_NUM_TILE_CONFIGS))
 		return -EFAULT;
-	}
-	if (args->num_macro_tile_configs > EMU_NUM_MACRO_TILE_CONFIGS)
-		args->num_macro_tile_configs = EMU_NUM_MACRO_TILE_CONFIGS;
-	if (copy_to_user((void __user *)(uintptr_t)args->macro_tile_config_ptr, zeros,
-			 args->num_macro_tile_configs * sizeof(u32))) {
-		args->num_macro_tile_configs = 0;
-		return -EFAULT;
-	}
-	return 0;
+	return emu_tile_modes(args->macro_tile_config_ptr, &args->num_macro_tile_configs,
+			      EMU_NUM_MACRO_TILE_CONFIGS);
 }
 
 static int kfd_ioctl_set_trap_handler(struct file *filep, struct kfd_process *p, void *data)

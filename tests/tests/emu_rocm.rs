@@ -420,9 +420,17 @@ fn rocms_open_memory_and_event_ioctls_have_the_kernels_answers() {
     }
     let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let nodes = RenderNodes::load();
+    run_in_child(IOCTL_TEST, IOCTL_CHILD);
+    drop(nodes);
+}
+
+/// Run this binary's `test` again in a child process with `env` set, where the test runs its
+/// sequence (the child's KFD process lives until it exits); assert that it passed and wait for
+/// its KFD process to be released.
+fn run_in_child(test: &str, env: &str) {
     let child = Command::new(std::env::current_exe().unwrap())
-        .args([IOCTL_TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(IOCTL_CHILD, "1")
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(env, "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -433,10 +441,9 @@ fn rocms_open_memory_and_event_ioctls_have_the_kernels_answers() {
     // Its libtest lines are renamed so that the harness, which sums every "test result:" line of
     // the log, counts this test once.
     let shown = text.replace("test result:", "child result:");
-    assert!(out.status.success(), "the ioctl sequence failed:\n{shown}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{test} in a child failed:\n{shown}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("1 passed"), "{shown}");
     wait_kfd_released(pid).unwrap();
-    drop(nodes);
 }
 
 /// The ioctl sequence, in a child process of its own (see [`IOCTL_CHILD`]).
@@ -1123,14 +1130,7 @@ fn rocm_sdma_packets_move_bytes_wait_and_stop_the_queue_on_an_unknown_op() {
     let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let nodes = RenderNodes::load();
     let before = cp_stats();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([SDMA_TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(SDMA_CHILD, "1")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).replace("test result:", "child result:");
-    assert!(out.status.success(), "the SDMA sequence failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("1 passed"), "{text}");
+    run_in_child(SDMA_TEST, SDMA_CHILD);
     // One of each packet, the copy's 1000 bytes; the unknown op stopped the queue (one error).
     let gpu0 = counters(&[
         ("sdma_copies", 1),
