@@ -774,7 +774,8 @@ static bool emu_cp_barriers(struct device_queue_manager *dqm, u64 now)
 #define SDMA_SUBOP_TIMESTAMP_GET_GLOBAL 2
 #define SDMA_ATOMIC_ADD64 47
 #define SDMA_MAX_PKT_DW 8
-/* a COPY_LINEAR or CONST_FILL moves at most 2^22 bytes (a 22-bit count of bytes - 1 on SDMA 4) */
+/* copies and fills go in pieces of at most a page (one packet moves up to 2^22 bytes:
+ * SDMA 4 counts bytes - 1 in 22 bits) */
 #define SDMA_COPY_CHUNK PAGE_SIZE
 
 static bool emu_sdma_serves(struct queue *q)
