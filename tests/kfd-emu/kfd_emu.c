@@ -175,6 +175,8 @@ static struct kfd_process_device *qpd_to_pdd(struct qcm_process_device *qpd)
 
 static void emu_queue_error(struct queue *q, u32 ec);
 static bool emu_bo_holds(struct kfd_process *p, u64 va, u64 len);
+static int emu_gpu_access(struct kfd_process *p, u64 va, void *buf, u32 len, bool write);
+static int emu_gpu_add64(struct kfd_process *p, u64 va, s64 v);
 static void emu_signal_interrupt(struct device_queue_manager *dqm, struct kfd_process *p,
 				 u32 event_id);
 
@@ -198,7 +200,7 @@ static void emu_user_end(struct queue *q)
 	mmput_async(mm);
 }
 
-/* Only AQL compute queues carry packets the emulated CP executes; PM4 and SDMA queues idle. */
+/* AQL compute queues carry the packets the CP executes (SDMA queues: emu_sdma_serves); PM4 idle. */
 static bool emu_cp_serves(struct queue *q)
 {
 	return q->hw_mapped && !q->error_ec && q->properties.type == KFD_QUEUE_TYPE_COMPUTE &&
@@ -748,6 +750,282 @@ static bool emu_cp_barriers(struct device_queue_manager *dqm, u64 now)
 	return progress;
 }
 
+/*
+ * The SDMA engines (README "SDMA"). ROCr 5.2 copies between system memory and a GPU's memory
+ * on SDMA queues on gfx90a (GpuAgent::InitDma, src/core/runtime/amd_gpu_agent.cpp: BlitSdma
+ * unless HSA_ENABLE_SDMA=0; gfx8 and gfx1013 excepted), which HIP 5.2's hipMemcpy of pageable
+ * memory reaches through hsa_amd_memory_async_copy from its pinned staging buffer. A queue of
+ * type SDMA (or SDMA_XGMI, SDMA_BY_ENG_ID) is a ring of dword packets; its read and write
+ * pointers are 64-bit byte offsets that only grow (gfx9's SDMA 4.x: ROCr's BlitSdmaV4,
+ * BlitSdma<uint64_t, true, -1, false>, src/core/inc/amd_blit_sdma.h), the ring offset being
+ * the pointer modulo the ring size. The packets are SDMA 4.x's (Linux
+ * drivers/gpu/drm/amd/amdgpu/vega10_sdma_pkt_open.h, the format ROCr's
+ * src/core/inc/sdma_registers.h writes): header dword op in bits 0..7, sub-op in 8..15.
+ */
+#define SDMA_OP_NOP 0
+#define SDMA_OP_COPY 1
+#define SDMA_OP_FENCE 5
+#define SDMA_OP_TRAP 6
+#define SDMA_OP_POLL_REGMEM 8
+#define SDMA_OP_ATOMIC 10
+#define SDMA_OP_CONST_FILL 11
+#define SDMA_OP_TIMESTAMP 13
+#define SDMA_SUBOP_COPY_LINEAR 0
+#define SDMA_SUBOP_TIMESTAMP_GET_GLOBAL 2
+#define SDMA_ATOMIC_ADD64 47
+#define SDMA_MAX_PKT_DW 8
+/* copies and fills go in pieces of at most a page (one packet moves up to 2^22 bytes:
+ * SDMA 4 counts bytes - 1 in 22 bits) */
+#define SDMA_COPY_CHUNK PAGE_SIZE
+
+static bool emu_sdma_serves(struct queue *q)
+{
+	return q->hw_mapped && !q->error_ec &&
+	       (q->properties.type == KFD_QUEUE_TYPE_SDMA ||
+		q->properties.type == KFD_QUEUE_TYPE_SDMA_XGMI ||
+		q->properties.type == KFD_QUEUE_TYPE_SDMA_BY_ENG_ID);
+}
+
+/* dwords of the packet whose header is hdr, 0 for an op the emulated engine does not know */
+static u32 emu_sdma_packet_dw(u32 hdr)
+{
+	switch (hdr & 0xff) {
+	case SDMA_OP_NOP:
+		return 1 + ((hdr >> 16) & 0x3fff);	/* NOP: count dwords of payload follow */
+	case SDMA_OP_COPY:
+		return ((hdr >> 8) & 0xff) == SDMA_SUBOP_COPY_LINEAR ? 7 : 0;
+	case SDMA_OP_FENCE:
+		return 4;
+	case SDMA_OP_TRAP:
+		return 2;
+	case SDMA_OP_POLL_REGMEM:
+		return 6;
+	case SDMA_OP_ATOMIC:
+		return 8;
+	case SDMA_OP_CONST_FILL:
+		return 5;
+	case SDMA_OP_TIMESTAMP:
+		return ((hdr >> 8) & 0xff) == SDMA_SUBOP_TIMESTAMP_GET_GLOBAL ? 3 : 0;
+	default:
+		return 0;
+	}
+}
+
+/* COPY_LINEAR: count + 1 bytes (SDMA 4's count is bytes - 1), in page-sized pieces */
+static int emu_sdma_copy(struct kfd_process *p, u64 dst, u64 src, u64 bytes, u8 *buf)
+{
+	while (bytes) {
+		u32 n = min_t(u64, bytes, SDMA_COPY_CHUNK - max(offset_in_page(src), offset_in_page(dst)));
+
+		if (emu_gpu_access(p, src, buf, n, false) || emu_gpu_access(p, dst, buf, n, true))
+			return -EFAULT;
+		src += n;
+		dst += n;
+		bytes -= n;
+	}
+	return 0;
+}
+
+/* POLL_REGMEM's compare functions (SDMA 4: 0 always, 1 <, 2 <=, 3 ==, 4 !=, 5 >=, 6 >) */
+static bool emu_sdma_compare(u32 func, u32 v, u32 ref)
+{
+	switch (func) {
+	case 0: return true;
+	case 1: return v < ref;
+	case 2: return v <= ref;
+	case 3: return v == ref;
+	case 4: return v != ref;
+	case 5: return v >= ref;
+	case 6: return v > ref;
+	default: return false;
+	}
+}
+
+/*
+ * Execute one SDMA packet (dw, n dwords) at now. 1 done, 0 a POLL_REGMEM whose condition does
+ * not hold yet (not consumed: looked at again at the next poll), or a negated exception code.
+ * The user mm is in use; *trap gets a TRAP's interrupt context (the event id) or stays -1.
+ */
+static int emu_sdma_exec(struct device_queue_manager *dqm, struct queue *q, const u32 *dw,
+			 u64 now, u8 *buf, s64 *trap)
+{
+	struct kfd_process *p = q->process;
+	u32 hdr = dw[0], v;
+	u64 addr, bytes, ticks;
+	int i;
+
+	switch (hdr & 0xff) {
+	case SDMA_OP_NOP:
+		return 1;
+	case SDMA_OP_COPY:
+		/* DW1 count[21:0], DW2 swap, DW3/4 src, DW5/6 dst */
+		bytes = (u64)(dw[1] & 0x3fffff) + 1;
+		if (emu_sdma_copy(p, dw[5] | (u64)dw[6] << 32, dw[3] | (u64)dw[4] << 32, bytes, buf))
+			return -EC_QUEUE_PACKET_RESERVED;
+		dqm->stats.sdma_copies++;
+		dqm->stats.sdma_bytes += bytes;
+		return 1;
+	case SDMA_OP_CONST_FILL:
+		/* DW0 fillsize[31:30], DW1/2 dst, DW3 data, DW4 count[21:0] (bytes - 1) */
+		addr = dw[1] | (u64)dw[2] << 32;
+		bytes = (u64)(dw[4] & 0x3fffff) + 1;
+		for (i = 0; i < SDMA_COPY_CHUNK / 4; i++)
+			((u32 *)buf)[i] = dw[3];
+		while (bytes) {
+			u32 n = min_t(u64, bytes, SDMA_COPY_CHUNK - offset_in_page(addr));
+
+			if (emu_gpu_access(p, addr, buf, n, true))
+				return -EC_QUEUE_PACKET_RESERVED;
+			addr += n;
+			bytes -= n;
+		}
+		dqm->stats.sdma_fills++;
+		return 1;
+	case SDMA_OP_FENCE:
+		/* DW1/2 address, DW3 the u32 written */
+		v = dw[3];
+		if (emu_gpu_access(p, dw[1] | (u64)dw[2] << 32, &v, sizeof(v), true))
+			return -EC_QUEUE_PACKET_RESERVED;
+		dqm->stats.sdma_fences++;
+		return 1;
+	case SDMA_OP_TRAP:
+		/* DW1 int_ctx[27:0]: the interrupt's context, the KFD event id ROCr puts there
+		 * (kfd_int_process_v9.c: SDMA_TRAP -> kfd_signal_event_interrupt(pasid,
+		 * context_id & 0xfffffff, 28)) */
+		*trap = dw[1] & 0xfffffff;
+		dqm->stats.sdma_traps++;
+		return 1;
+	case SDMA_OP_POLL_REGMEM:
+		/* DW0 mem_poll[31] func[30:28] hdp_flush[26]; DW1/2 address, DW3 reference,
+		 * DW4 mask. A register poll (mem_poll 0: ROCr's HDP flush) has nothing to wait for. */
+		if (hdr >> 31) {
+			if (emu_gpu_access(p, dw[1] | (u64)dw[2] << 32, &v, sizeof(v), false))
+				return -EC_QUEUE_PACKET_RESERVED;
+			if (!emu_sdma_compare((hdr >> 28) & 7, v & dw[4], dw[3]))
+				return 0;
+		}
+		dqm->stats.sdma_polls++;
+		return 1;
+	case SDMA_OP_ATOMIC:
+		/* DW0 operation[31:25]; DW1/2 address, DW3/4 source data (ADD64: the addend) */
+		if (hdr >> 25 != SDMA_ATOMIC_ADD64)
+			return -EC_QUEUE_PACKET_UNSUPPORTED;
+		if (emu_gpu_add64(p, dw[1] | (u64)dw[2] << 32, (s64)(dw[3] | (u64)dw[4] << 32)))
+			return -EC_QUEUE_PACKET_RESERVED;
+		dqm->stats.sdma_atomics++;
+		return 1;
+	case SDMA_OP_TIMESTAMP:
+		/* GET_GLOBAL_TIMESTAMP: the GPU clock (the 100 MHz counter signals carry) at DW1/2 */
+		ticks = emu_gpu_ticks(now);
+		if (emu_gpu_access(p, dw[1] | (u64)dw[2] << 32, &ticks, sizeof(ticks), true))
+			return -EC_QUEUE_PACKET_RESERVED;
+		dqm->stats.sdma_timestamps++;
+		return 1;
+	}
+	return -EC_QUEUE_PACKET_UNSUPPORTED;
+}
+
+/*
+ * Play q's SDMA ring from its read pointer up to its write pointer at now: every packet takes
+ * no emulated time (the copy engines are not modelled for time; the compute timeline is
+ * unaffected). Stops at a POLL_REGMEM not yet met. The read pointer advances past each packet
+ * executed (written back where CREATE_QUEUE said, as the engine's rptr write-back). A write
+ * pointer behind the read pointer, more than a ring ahead or not dword aligned, a packet
+ * running past the write pointer, an unreadable ring or an address no memory holds stop the
+ * queue with EC_QUEUE_PACKET_RESERVED; an op the engine does not know (or an atomic other than
+ * ADD64) with EC_QUEUE_PACKET_UNSUPPORTED. True if a packet was executed.
+ */
+static bool emu_sdma_run(struct device_queue_manager *dqm, struct queue *q, u64 now, u8 *buf)
+{
+	u64 ring = q->properties.queue_size, base = q->properties.queue_address;
+	u64 r = q->cp_rptr, w;
+	u32 dw[SDMA_MAX_PKT_DW], n, i;
+	s64 trap = -1;
+	int ret = 0, ec = 0;
+	bool progress = false;
+
+	if (!ring || !emu_user_begin(q))
+		return false;
+	if (get_user(w, (u64 __user *)q->properties.write_ptr) || w < r || w - r > ring || w % 4) {
+		ec = EC_QUEUE_PACKET_RESERVED;
+		goto out;
+	}
+	while (r < w) {
+		if (get_user(dw[0], (u32 __user *)(uintptr_t)(base + r % ring))) {
+			ec = EC_QUEUE_PACKET_RESERVED;
+			break;
+		}
+		n = emu_sdma_packet_dw(dw[0]);
+		if (!n) {
+			pr_debug("kfd_emu: SDMA packet 0x%08x not emulated\n", dw[0]);
+			ec = EC_QUEUE_PACKET_UNSUPPORTED;
+			break;
+		}
+		if (r + n * 4 > w) {
+			ec = EC_QUEUE_PACKET_RESERVED;
+			break;
+		}
+		for (i = 1; i < min_t(u32, n, SDMA_MAX_PKT_DW); i++)
+			if (get_user(dw[i], (u32 __user *)(uintptr_t)(base + (r + i * 4) % ring)))
+				break;
+		if (i < min_t(u32, n, SDMA_MAX_PKT_DW)) {
+			ec = EC_QUEUE_PACKET_RESERVED;
+			break;
+		}
+		ret = emu_sdma_exec(dqm, q, dw, now, buf, &trap);
+		if (ret < 0) {
+			ec = -ret;
+			break;
+		}
+		if (!ret)
+			break;
+		r += n * 4;
+		progress = true;
+		if (trap >= 0) {
+			/* the interrupt after the packets before it (the mailbox FENCE) */
+			q->cp_rptr = r;
+			emu_user_end(q);
+			dqm->stats.interrupts++;
+			emu_signal_interrupt(dqm, q->process, (u32)trap);
+			trap = -1;
+			if (!emu_user_begin(q))
+				return true;
+		}
+	}
+	q->cp_rptr = r;
+	if (progress && put_user(r, (u64 __user *)q->properties.read_ptr))
+		ec = EC_QUEUE_PACKET_RESERVED;
+out:
+	emu_user_end(q);
+	if (ec)
+		emu_queue_error(q, ec);
+	return progress;
+}
+
+/* every mapped SDMA queue of the GPU, played up to now; true if a packet was executed */
+static bool emu_cp_sdma(struct device_queue_manager *dqm, u64 now)
+{
+	struct qcm_process_device *qpd;
+	struct queue *q;
+	bool progress = false;
+	u8 *buf = NULL;
+
+	list_for_each_entry(qpd, &dqm->queues, dqm_list) {
+		list_for_each_entry(q, &qpd->queues_list, list) {
+			if (!emu_sdma_serves(q))
+				continue;
+			if (!buf) {
+				buf = kmalloc(SDMA_COPY_CHUNK, GFP_KERNEL);
+				if (!buf)
+					return progress;
+			}
+			progress |= emu_sdma_run(dqm, q, now, buf);
+		}
+	}
+	kfree(buf);
+	return progress;
+}
+
 /* UNMAP_QUEUES reached the waves at t: the running dispatch stops and keeps what it has left. */
 static void emu_cp_preempt(struct device_queue_manager *dqm, u64 t)
 {
@@ -798,8 +1076,10 @@ static u64 emu_cp_run(struct device_queue_manager *dqm, u64 *now_io)
 	if (dqm->cp_mapped && !dqm->preempt_pending) {
 		unsigned int rounds = 0;
 
-		/* a completed barrier may let its queue run up to the next one */
-		while (emu_cp_barriers(dqm, now) && ++rounds < 64)
+		/* a completed barrier may let its queue run up to the next one; an SDMA packet
+		 * may complete a barrier's dependency and a barrier's signal an SDMA poll */
+		emu_cp_sdma(dqm, now);
+		while ((emu_cp_barriers(dqm, now) | emu_cp_sdma(dqm, now)) && ++rounds < 64)
 			emu_cp_advance(dqm, now);
 	}
 	if (dqm->preempt_pending && now >= dqm->preempt_deadline_ns) {
@@ -821,7 +1101,7 @@ static u64 emu_cp_run(struct device_queue_manager *dqm, u64 *now_io)
 	if (dqm->cp_mapped) {
 		list_for_each_entry(qpd, &dqm->queues, dqm_list)
 			list_for_each_entry(q, &qpd->queues_list, list)
-				polling |= emu_cp_serves(q);
+				polling |= emu_cp_serves(q) || emu_sdma_serves(q);
 		if (polling)
 			wake = min(wake, now + (u64)max(tick_us, 1U) * NSEC_PER_USEC);
 	}
@@ -3163,6 +3443,72 @@ static bool emu_bo_holds(struct kfd_process *p, u64 va, u64 len)
 	return found;
 }
 
+/*
+ * The emulated GPU's view of p's memory for the SDMA engines: [va, va + len) (within one page)
+ * of a VRAM or GTT object is read or written in the object's own pages (the emulator's backing,
+ * which the process's CPU mappings of it share, whatever their protection), any other address
+ * (USERPTR objects, ROCr's system memory) in the process's address space. The user mm is in use;
+ * p->bo_lock is held only around the object's pages (never across a user access, which may
+ * fault: the render node's mmap takes bo_lock under mmap_lock). 0 or -EFAULT.
+ * emu_bo_kaddr: the kernel address of va in the VRAM or GTT object holding [va, va + len), or
+ * NULL (none, or its pages cannot be allocated); p->bo_lock held.
+ */
+static u8 *emu_bo_kaddr(struct kfd_process *p, u64 va, u64 len)
+{
+	struct emu_bo *bo;
+	u8 *k;
+	int id;
+
+	idr_for_each_entry(&p->bo_idr, bo, id) {
+		if (!bo->va || va < bo->va || va + len > bo->va + bo->size ||
+		    !(bo->flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT)))
+			continue;
+		k = emu_bo_backing(bo);
+		return k ? k + (va - bo->va) : NULL;
+	}
+	return NULL;
+}
+
+static int emu_gpu_access(struct kfd_process *p, u64 va, void *buf, u32 len, bool write)
+{
+	u8 *k;
+
+	mutex_lock(&p->bo_lock);
+	k = emu_bo_kaddr(p, va, len);
+	if (k && write)
+		memcpy(k, buf, len);
+	else if (k)
+		memcpy(buf, k, len);
+	mutex_unlock(&p->bo_lock);
+	if (k)
+		return 0;
+	if (write)
+		return copy_to_user((void __user *)(uintptr_t)va, buf, len) ? -EFAULT : 0;
+	return copy_from_user(buf, (void __user *)(uintptr_t)va, len) ? -EFAULT : 0;
+}
+
+/* An SDMA ATOMIC ADD64 on p's u64 at va (8-byte aligned), atomic against the CPU's own. */
+static int emu_gpu_add64(struct kfd_process *p, u64 va, s64 v)
+{
+	struct page *page;
+	u8 *k;
+
+	if (va % 8)
+		return -EFAULT;
+	mutex_lock(&p->bo_lock);
+	k = emu_bo_kaddr(p, va, 8);
+	if (k)
+		atomic64_add(v, (atomic64_t *)k);
+	mutex_unlock(&p->bo_lock);
+	if (k)
+		return 0;
+	if (pin_user_pages_fast(va & PAGE_MASK, 1, FOLL_WRITE, &page) != 1)
+		return -EFAULT;
+	atomic64_add(v, (atomic64_t *)(page_address(page) + offset_in_page(va)));
+	unpin_user_pages_dirty_lock(&page, 1, true);
+	return 0;
+}
+
 /* kfd_ioctl_free_memory_of_gpu() (6.12.117): unknown gpu or handle -EINVAL, the event page -EPERM */
 static int kfd_ioctl_free_memory_of_gpu(struct file *filep, struct kfd_process *p, void *data)
 {
@@ -3809,6 +4155,49 @@ static int kfd_ioctl_set_scratch_backing_va(struct file *filep, struct kfd_proce
 	return err;
 }
 
+/*
+ * kfd_ioctl_get_tile_config() (6.12.117): unknown gpu -EINVAL; what
+ * amdgpu_amdkfd_get_tile_config() reports for gfx9: GB_ADDR_CONFIG (Aldebaran's, the value
+ * amdgpu_emu's READ_MMR_REG answers), the 32 tile and 16 macro-tile modes all 0 and no banks or
+ * ranks ("not set from GFX9 onwards"); each array copied up to the caller's size (-EFAULT, its
+ * count zeroed, if unwritable). ROCr 5.2's image extension asks at start-up
+ * (ImageManagerKv::Initialize, hsaKmtGetTileConfig), which HIP's initialisation reaches.
+ */
+#define EMU_GB_ADDR_CONFIG_GFX90A 0x22014042
+#define EMU_NUM_TILE_CONFIGS 32
+#define EMU_NUM_MACRO_TILE_CONFIGS 16
+/* n modes (all 0 on gfx9), at most `have`, to ptr; -EFAULT with *n zeroed if unwritable */
+static int emu_tile_modes(u64 ptr, u32 *n, u32 have)
+{
+	static const u32 zeros[EMU_NUM_TILE_CONFIGS];
+
+	*n = min(*n, have);
+	if (copy_to_user((void __user *)(uintptr_t)ptr, zeros, *n * sizeof(u32))) {
+		*n = 0;
+		return -EFAULT;
+	}
+	return 0;
+}
+
+static int kfd_ioctl_get_tile_config(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_ioctl_get_tile_config_args *args = data;
+	struct kfd_process_device *pdd;
+
+	mutex_lock(&p->mutex);
+	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
+	mutex_unlock(&p->mutex);
+	if (!pdd)
+		return -EINVAL;
+	args->gb_addr_config = EMU_GB_ADDR_CONFIG_GFX90A;
+	args->num_banks = 0;
+	args->num_ranks = 0;
+	if (emu_tile_modes(args->tile_config_ptr, &args->num_tile_configs, EMU_NUM_TILE_CONFIGS))
+		return -EFAULT;
+	return emu_tile_modes(args->macro_tile_config_ptr, &args->num_macro_tile_configs,
+			      EMU_NUM_MACRO_TILE_CONFIGS);
+}
+
 static int kfd_ioctl_set_trap_handler(struct file *filep, struct kfd_process *p, void *data)
 {
 	struct kfd_ioctl_set_trap_handler_args *args = data;
@@ -3848,6 +4237,7 @@ static const struct amdkfd_ioctl_desc amdkfd_ioctls[AMDKFD_COMMAND_END] = {
 	[0x0B] = { AMDKFD_IOC_RESET_EVENT, kfd_ioctl_reset_event },
 	[0x0C] = { AMDKFD_IOC_WAIT_EVENTS, kfd_ioctl_wait_events },
 	[0x11] = { AMDKFD_IOC_SET_SCRATCH_BACKING_VA, kfd_ioctl_set_scratch_backing_va },
+	[0x12] = { AMDKFD_IOC_GET_TILE_CONFIG, kfd_ioctl_get_tile_config },
 	[0x13] = { AMDKFD_IOC_SET_TRAP_HANDLER, kfd_ioctl_set_trap_handler },
 	[0x14] = { AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_ioctl_get_process_apertures_new },
 	[0x15] = { AMDKFD_IOC_ACQUIRE_VM, kfd_ioctl_acquire_vm },
@@ -4010,7 +4400,8 @@ static ssize_t restore_store(struct kobject *kobj, struct kobj_attribute *attr, 
 /*
  * cp_stats: what each emulated CP executed since the module loaded, one line per GPU
  * ("gpu_id 4096 dispatches N kernels N barriers_and N barriers_or N pm4_ibs N signals N interrupts N
- * events_set N errors N"): the exact counts the ROCm tests assert. Emulator-only (no KFD file).
+ * events_set N errors N sdma_copies N sdma_bytes N ... sdma_timestamps N"): the exact counts the
+ * ROCm tests assert. Emulator-only (no KFD file).
  */
 static ssize_t cp_stats_show(struct kobject *kobj, struct kobj_attribute *attr, char *buf)
 {
@@ -4022,11 +4413,14 @@ static ssize_t cp_stats_show(struct kobject *kobj, struct kobj_attribute *attr, 
 
 		mutex_lock(&dqm->hw_lock);
 		offs += sysfs_emit_at(buf, offs,
-				      "gpu_id %u dispatches %llu kernels %llu barriers_and %llu barriers_or %llu pm4_ibs %llu signals %llu interrupts %llu events_set %llu errors %llu\n",
+				      "gpu_id %u dispatches %llu kernels %llu barriers_and %llu barriers_or %llu pm4_ibs %llu signals %llu interrupts %llu events_set %llu errors %llu sdma_copies %llu sdma_bytes %llu sdma_fills %llu sdma_fences %llu sdma_traps %llu sdma_atomics %llu sdma_polls %llu sdma_timestamps %llu\n",
 				      emu_nodes[i].id, dqm->stats.dispatches, dqm->stats.kernels,
 				      dqm->stats.barriers_and, dqm->stats.barriers_or, dqm->stats.pm4_ibs,
 				      dqm->stats.signals, dqm->stats.interrupts,
-				      dqm->stats.events_set, dqm->stats.errors);
+				      dqm->stats.events_set, dqm->stats.errors, dqm->stats.sdma_copies,
+				      dqm->stats.sdma_bytes, dqm->stats.sdma_fills, dqm->stats.sdma_fences,
+				      dqm->stats.sdma_traps, dqm->stats.sdma_atomics, dqm->stats.sdma_polls,
+				      dqm->stats.sdma_timestamps);
 		mutex_unlock(&dqm->hw_lock);
 	}
 	return offs;

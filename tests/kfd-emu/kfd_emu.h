@@ -517,7 +517,21 @@ struct kfd_ioctl_set_trap_handler_args {
 	__u32 pad;
 };
 
+/* GET_TILE_CONFIG (kfd_ioctl.h, 6.12.117) */
+struct kfd_ioctl_get_tile_config_args {
+	__u64 tile_config_ptr;		/* to KFD: pointer to tiling array */
+	__u64 macro_tile_config_ptr;	/* to KFD: pointer to macro tile array */
+	__u32 num_tile_configs;		/* to KFD: array size allocated; from KFD: entries filled */
+	__u32 num_macro_tile_configs;	/* likewise */
+	__u32 gpu_id;			/* to KFD */
+	__u32 gb_addr_config;		/* from KFD */
+	__u32 num_banks;		/* from KFD */
+	__u32 num_ranks;		/* from KFD */
+};
+
 #define AMDKFD_IOCTL_BASE 'K'
+#define AMDKFD_IOC_GET_TILE_CONFIG \
+	_IOWR(AMDKFD_IOCTL_BASE, 0x12, struct kfd_ioctl_get_tile_config_args)
 #define AMDKFD_IOC_SET_SCRATCH_BACKING_VA \
 	_IOWR(AMDKFD_IOCTL_BASE, 0x11, struct kfd_ioctl_set_scratch_backing_va_args)
 #define AMDKFD_IOC_SET_TRAP_HANDLER \
@@ -728,6 +742,15 @@ struct device_queue_manager {
 		u64 interrupts;		/* of them, interrupt signals (mailbox written, event raised) */
 		u64 events_set;		/* KFD events the interrupts set */
 		u64 errors;		/* packet errors (queues stopped) */
+		/* SDMA queues (README "SDMA"): packets executed by the emulated copy engines */
+		u64 sdma_copies;	/* COPY_LINEAR packets */
+		u64 sdma_bytes;		/* bytes they moved */
+		u64 sdma_fills;		/* CONST_FILL packets */
+		u64 sdma_fences;	/* FENCE packets (a u32 written) */
+		u64 sdma_traps;		/* TRAP packets (interrupts raised) */
+		u64 sdma_atomics;	/* ATOMIC packets */
+		u64 sdma_polls;		/* POLL_REGMEM packets satisfied */
+		u64 sdma_timestamps;	/* TIMESTAMP packets */
 	} stats;
 };
 

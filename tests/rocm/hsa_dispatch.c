@@ -48,37 +48,7 @@
 #include <hsa/amd_hsa_queue.h>
 #include <hsa/amd_hsa_signal.h>
 
-#define MAX_GPUS 8
-
-static hsa_agent_t gpus[MAX_GPUS];
-static int ngpus;
-
-static void check(hsa_status_t s, const char *what)
-{
-	const char *msg = NULL;
-
-	if (s == HSA_STATUS_SUCCESS)
-		return;
-	hsa_status_string(s, &msg);
-	fprintf(stderr, "%s: 0x%x %s\n", what, s, msg ? msg : "");
-	exit(1);
-}
-
-static void fail(const char *what)
-{
-	fprintf(stderr, "check failed: %s\n", what);
-	exit(1);
-}
-
-static hsa_status_t collect(hsa_agent_t agent, void *data)
-{
-	hsa_device_type_t type;
-
-	check(hsa_agent_get_info(agent, HSA_AGENT_INFO_DEVICE, &type), "hsa_agent_get_info(DEVICE)");
-	if (type == HSA_DEVICE_TYPE_GPU && ngpus < MAX_GPUS)
-		gpus[ngpus++] = agent;
-	return HSA_STATUS_SUCCESS;
-}
+#include "hsa_common.h"
 
 /* the kernarg region (system memory, fine grained) ROCr offers every agent */
 static hsa_status_t find_kernarg(hsa_region_t region, void *data)
@@ -352,7 +322,7 @@ int main(int argc, char **argv)
 	int i;
 
 	check(hsa_init(), "hsa_init");
-	check(hsa_iterate_agents(collect, NULL), "hsa_iterate_agents");
+	hsa_collect_gpus();
 	if (!ngpus)
 		fail("no GPU agent");
 	if (!strcmp(mode, "run")) {

@@ -16,31 +16,7 @@
 #include <hsa/hsa_ext_amd.h>
 #include <hsa/amd_hsa_queue.h>
 
-#define MAX_GPUS 8
-
-static hsa_agent_t gpus[MAX_GPUS];
-static int ngpus;
-
-static void check(hsa_status_t s, const char *what)
-{
-	const char *msg = NULL;
-
-	if (s == HSA_STATUS_SUCCESS)
-		return;
-	hsa_status_string(s, &msg);
-	fprintf(stderr, "%s: 0x%x %s\n", what, s, msg ? msg : "");
-	exit(1);
-}
-
-static hsa_status_t collect(hsa_agent_t agent, void *data)
-{
-	hsa_device_type_t type;
-
-	check(hsa_agent_get_info(agent, HSA_AGENT_INFO_DEVICE, &type), "hsa_agent_get_info(DEVICE)");
-	if (type == HSA_DEVICE_TYPE_GPU && ngpus < MAX_GPUS)
-		gpus[ngpus++] = agent;
-	return HSA_STATUS_SUCCESS;
-}
+#include "hsa_common.h"
 
 int main(int argc, char **argv)
 {
@@ -49,7 +25,7 @@ int main(int argc, char **argv)
 	int i;
 
 	check(hsa_init(), "hsa_init");
-	check(hsa_iterate_agents(collect, NULL), "hsa_iterate_agents");
+	hsa_collect_gpus();
 	for (i = 0; i < ngpus; i++) {
 		char name[64] = { 0 };
 		uint32_t node = 0;

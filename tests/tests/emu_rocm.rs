@@ -420,9 +420,17 @@ fn rocms_open_memory_and_event_ioctls_have_the_kernels_answers() {
     }
     let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let nodes = RenderNodes::load();
+    run_in_child(IOCTL_TEST, IOCTL_CHILD);
+    drop(nodes);
+}
+
+/// Run this binary's `test` again in a child process with `env` set, where the test runs its
+/// sequence (the child's KFD process lives until it exits); assert that it passed and wait for
+/// its KFD process to be released.
+fn run_in_child(test: &str, env: &str) {
     let child = Command::new(std::env::current_exe().unwrap())
-        .args([IOCTL_TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(IOCTL_CHILD, "1")
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(env, "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -433,10 +441,9 @@ fn rocms_open_memory_and_event_ioctls_have_the_kernels_answers() {
     // Its libtest lines are renamed so that the harness, which sums every "test result:" line of
     // the log, counts this test once.
     let shown = text.replace("test result:", "child result:");
-    assert!(out.status.success(), "the ioctl sequence failed:\n{shown}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{test} in a child failed:\n{shown}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("1 passed"), "{shown}");
     wait_kfd_released(pid).unwrap();
-    drop(nodes);
 }
 
 /// The ioctl sequence, in a child process of its own (see [`IOCTL_CHILD`]).
@@ -743,6 +750,14 @@ fn counters(nonzero: &[(&str, u64)]) -> BTreeMap<String, u64> {
         "interrupts",
         "events_set",
         "errors",
+        "sdma_copies",
+        "sdma_bytes",
+        "sdma_fills",
+        "sdma_fences",
+        "sdma_traps",
+        "sdma_atomics",
+        "sdma_polls",
+        "sdma_timestamps",
     ]
     .iter()
     .map(|k| ((*k).to_owned(), 0))
@@ -767,27 +782,83 @@ fn ns_per_workitem() -> u64 {
     read_sysfs("/sys/module/kfd_emu/parameters/ns_per_workitem").unwrap().trim().parse().unwrap()
 }
 
+/// A ROCm program run by a test: the one-test-at-a-time lock, amdgpu_emu loaded, `cp_stats`
+/// before the program started, and the program with piped stdin, stdout (read as lines) and
+/// stderr. [`RocmRun::end`] unloads amdgpu_emu (with its checks) before releasing the lock.
+struct RocmRun {
+    child: std::process::Child,
+    pid: u32,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    before: BTreeMap<u32, BTreeMap<String, u64>>,
+    nodes: RenderNodes,
+    one: std::sync::MutexGuard<'static, ()>,
+}
+
+impl RocmRun {
+    fn start(exe: &Path, args: &[&std::ffi::OsStr]) -> Self {
+        let one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let nodes = RenderNodes::load();
+        let before = cp_stats();
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
+        let pid = child.id();
+        let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+        RocmRun { child, pid, lines, before, nodes, one }
+    }
+
+    /// The program's next stdout line; a program that ended instead fails with its stderr.
+    fn line(&mut self) -> String {
+        match self.lines.next() {
+            Some(line) => line.unwrap(),
+            None => {
+                let status = self.child.wait().unwrap();
+                let mut stderr = String::new();
+                std::io::Read::read_to_string(&mut self.child.stderr.take().unwrap(), &mut stderr).unwrap();
+                panic!("the program ended ({status}) before its next line:\n{stderr}");
+            }
+        }
+    }
+
+    /// Every line left, the exit status (asserted successful, with stderr) and the program's
+    /// KFD process released.
+    fn finish(&mut self) -> Vec<String> {
+        drop(self.child.stdin.take());
+        let rest: Vec<String> = self.lines.by_ref().map(Result::unwrap).collect();
+        let status = self.child.wait().unwrap();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut self.child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(status.success(), "{status}\n{}\n{stderr}", rest.join("\n"));
+        wait_kfd_released(self.pid).unwrap();
+        rest
+    }
+
+    fn end(self) {
+        let RocmRun { nodes, one, .. } = self;
+        drop(nodes);
+        drop(one);
+    }
+}
+
+fn hsa_dispatch_run(args: &[&str]) -> RocmRun {
+    let (exe, hsaco) = hsa_dispatch();
+    let mut all: Vec<&std::ffi::OsStr> = vec![hsaco.as_os_str()];
+    all.extend(args.iter().map(std::ffi::OsStr::new));
+    RocmRun::start(&exe, &all)
+}
+
 #[test]
 fn rocm_dispatches_barriers_and_interrupt_signals_complete_on_the_emulated_cp() {
-    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (exe, hsaco) = hsa_dispatch();
-    let nodes = RenderNodes::load();
-    let before = cp_stats();
     // 640 work-items: each of the code object's dispatches runs 640 x ns_per_workitem ns, a whole
     // number of the GPU clock's 10 ns ticks.
     let grid = 640u64;
+    let mut run = hsa_dispatch_run(&["run", &grid.to_string()]);
     let ticks = grid * ns_per_workitem() / 10;
-    let child = Command::new(exe)
-        .arg(&hsaco)
-        .args(["run", &grid.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "hsa-dispatch: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let text = run.finish().join("\n");
     let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 3, "{text}");
     assert_eq!(lines[2], serde_json::json!({"gpus": 2, "done": true}));
@@ -831,20 +902,14 @@ fn rocm_dispatches_barriers_and_interrupt_signals_complete_on_the_emulated_cp() 
         ("interrupts", 6),
         ("events_set", 6),
     ]);
-    assert_eq!(cp_stats_since(&before), BTreeMap::from([(GPU0, each.clone()), (GPU1, each)]));
-    wait_kfd_released(pid).unwrap();
-    drop(nodes);
+    assert_eq!(cp_stats_since(&run.before), BTreeMap::from([(GPU0, each.clone()), (GPU1, each)]));
+    run.end();
 }
 
 #[test]
 fn an_agent_dispatch_packet_stops_a_rocm_queue_with_a_packet_exception_not_a_warning() {
-    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (exe, hsaco) = hsa_dispatch();
-    let nodes = RenderNodes::load();
-    let before = cp_stats();
-    let out = Command::new(exe).arg(&hsaco).arg("bad").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "hsa-dispatch: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let mut run = hsa_dispatch_run(&["bad"]);
+    let text = run.finish().join("\n");
     // Not consumed, not completed (500 ms later); the queue is destroyed cleanly afterwards.
     assert_eq!(
         text.lines().next().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
@@ -852,33 +917,19 @@ fn an_agent_dispatch_packet_stops_a_rocm_queue_with_a_packet_exception_not_a_war
         "{text}"
     );
     assert_eq!(
-        cp_stats_since(&before),
+        cp_stats_since(&run.before),
         BTreeMap::from([(GPU0, counters(&[("errors", 1)])), (GPU1, counters(&[]))]),
         "EC_QUEUE_PACKET_UNSUPPORTED on the first GPU's queue, nothing executed"
     );
-    drop(nodes);
+    run.end();
 }
 
 #[test]
 fn a_rocm_process_killed_mid_dispatch_is_released_and_the_modules_unload() {
-    use std::io::{BufRead, BufReader};
-
-    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (exe, hsaco) = hsa_dispatch();
-    let nodes = RenderNodes::load();
-    let before = cp_stats();
     // One dispatch of 10^7 work-items: 10 s at the default 1 µs each, killed long before its end.
-    let mut child = Command::new(exe)
-        .arg(&hsaco)
-        .args(["hold", "10000000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().expect("hsa-dispatch ended before dispatching").unwrap();
-    assert_eq!(first, format!(r#"{{"pid":{pid},"dispatched":1}}"#));
+    let mut run = hsa_dispatch_run(&["hold", "10000000"]);
+    let pid = run.pid;
+    assert_eq!(run.line(), format!(r#"{{"pid":{pid},"dispatched":1}}"#));
     // The code object is loaded (its blit copy done) once the line is out: the CUs are busy
     // with the one dispatch left.
     let occupancy = format!("/sys/class/kfd/kfd/proc/{pid}/stats_{GPU0}/cu_occupancy");
@@ -887,43 +938,29 @@ fn a_rocm_process_killed_mid_dispatch_is_released_and_the_modules_unload() {
         assert!(Instant::now() < deadline, "the dispatch did not start within 2 min");
         thread::sleep(Duration::from_millis(10));
     }
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
+    run.child.kill().unwrap();
+    let status = run.child.wait().unwrap();
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
     wait_kfd_released(pid).unwrap();
     // Only the blit copy and the cache invalidation completed; the killed dispatch never did.
     assert_eq!(
-        cp_stats_since(&before),
+        cp_stats_since(&run.before),
         BTreeMap::from([
             (GPU0, counters(&[("kernels", 1), ("pm4_ibs", 1), ("signals", 1), ("interrupts", 1), ("events_set", 1)])),
             (GPU1, counters(&[]))
         ])
     );
-    drop(nodes);
+    run.end();
 }
 
 #[test]
 fn gpreempt_preempt_refuses_rocm_5_2_with_the_cause_and_its_dispatches_all_complete() {
-    use std::io::{BufRead, BufReader};
-
-    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (exe, hsaco) = hsa_dispatch();
-    let nodes = RenderNodes::load();
-    let before = cp_stats();
     // Dispatches of 64,000 work-items (64 ms each at the default 1 µs), one after the other,
     // at least 20 and on until told on stdin: the program is mid-run whatever gpreempt's start-up
     // takes on a loaded machine.
-    let mut child = Command::new(exe)
-        .arg(&hsaco)
-        .args(["loop", "64000", "20"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), format!(r#"{{"pid":{pid},"looping":20}}"#));
+    let mut run = hsa_dispatch_run(&["loop", "64000", "20"]);
+    let pid = run.pid;
+    assert_eq!(run.line(), format!(r#"{{"pid":{pid},"looping":20}}"#));
     // ROCr 5.2 never calls RUNTIME_ENABLE, so KFD (6.12) refuses SUSPEND_QUEUES (EPERM): gpreempt
     // says why, and leaves the program running.
     let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
@@ -940,23 +977,294 @@ fn gpreempt_preempt_refuses_rocm_5_2_with_the_cause_and_its_dispatches_all_compl
         "{stderr}"
     );
     // Still running after the refusal: now it may end (after its 20th dispatch at the earliest).
-    drop(child.stdin.take());
-    let rest: Vec<String> = lines.map(Result::unwrap).collect();
-    let status = child.wait().unwrap();
-    assert!(status.success(), "hsa-dispatch: {status}");
+    let rest = run.finish();
     let last: serde_json::Value = serde_json::from_str(rest.first().expect("hsa-dispatch's last line")).unwrap();
     let k = last["completed"].as_u64().expect("completed");
     assert!(k >= 20, "{last}");
     // Never suspended: every dispatch took exactly its cost (64,000 work-items, in 10 ns ticks).
     let ticks = 64_000 * ns_per_workitem() / 10;
     assert_eq!(last, serde_json::json!({"completed": k, "read_index": k, "longest_ticks": ticks, "done": true}));
-    wait_kfd_released(pid).unwrap();
     // The blit copy and the K dispatches, each with its interrupt signal; nothing failed.
     let n = k + 1;
     let gpu0 = counters(&[("kernels", n), ("pm4_ibs", 1), ("signals", n), ("interrupts", n), ("events_set", n)]);
+    assert_eq!(cp_stats_since(&run.before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
+    run.end();
+}
+
+// ---- HIP 5.2 (Debian's hipcc and libamdhip64) on the emulated GPU (README "HIP") ----
+
+fn hip_streams_run(args: &[&str]) -> RocmRun {
+    let exe = gpreempt_tests::binary("hip-streams").expect(
+        "tests/rocm/hip_streams.hip is built by `cargo xtask test` once `cargo xtask setup` installed hipcc and libamdhip64-dev",
+    );
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    RocmRun::start(&exe, &args)
+}
+
+/// hip-streams' per-stream pattern (`host[k] = k * 131 + stream * 17 + 7`, as bytes).
+fn hip_pattern(stream: u64, k: u64) -> u64 {
+    (k * 131 + stream * 17 + 7) & 0xff
+}
+
+#[test]
+fn a_rocm_hip_program_with_streams_events_and_copies_runs_to_completion_on_the_emulated_gpu() {
+    const STREAMS: u64 = 3;
+    const BYTES: u64 = 4096;
+    let grid = 640u64;
+    let mut run = hip_streams_run(&[&STREAMS.to_string(), &grid.to_string(), &BYTES.to_string(), "hold"]);
+    let pid = run.pid;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&run.line()).unwrap(),
+        serde_json::json!({"pid": pid, "devices": 2, "streams": STREAMS})
+    );
+    // The kernel's emulated time lies between its stream's two events: grid x ns_per_workitem.
+    let kernel_ms = (grid * ns_per_workitem()) as f64 / 1e6;
+    for i in 0..STREAMS {
+        let v: serde_json::Value = serde_json::from_str(&run.line()).unwrap();
+        let elapsed = v["elapsed_ms"].as_f64().unwrap();
+        assert!(elapsed >= kernel_ms * (1.0 - 1e-6), "hipEventElapsedTime below the kernel's {kernel_ms} ms: {v}");
+        // Every byte came back: host -> device -> host through the runtime's copies.
+        let expect = serde_json::json!({
+            "stream": i,
+            "elapsed_ms": v["elapsed_ms"],
+            "bytes": BYTES,
+            "equal": BYTES,
+            "first": hip_pattern(i, 0),
+            "last": hip_pattern(i, BYTES - 1),
+        });
+        assert_eq!(v, expect);
+    }
+    assert_eq!(run.line(), format!(r#"{{"holding":{STREAMS}}}"#));
+    // What HIP 5.2 created in KFD on the first GPU for 3 streams and the copies: ROCr's own
+    // 64-packet queue (4 KiB ring); one 4096-packet queue (256 KiB) per stream and one for the
+    // null stream the synchronous hipMemcpy runs on (ROCclr, at most 4 per priority); and ROCr's
+    // two SDMA queues (1 MiB rings, type 1), host-to-device and device-to-host, created together
+    // at the first copy.
+    let compute = |size| (GPU0, 0, size);
+    let sdma = (GPU0, 1, 1 << 20);
+    let expect =
+        [compute(4096), compute(256 << 10), compute(256 << 10), compute(256 << 10), compute(256 << 10), sdma, sdma];
+    assert_eq!(sysfs_queues(pid), expect, "queues of pid {pid}");
+    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
+        .args(["queues", &pid.to_string(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "gpreempt queues: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((&v["source"], &v["pid"]), (&serde_json::json!("sysfs"), &serde_json::json!(pid)), "{v}");
+    let mut listed: Vec<(u64, String, u64)> = v["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            (
+                q["gpu_id"].as_u64().unwrap(),
+                q["queue_type"].as_str().unwrap().to_owned(),
+                q["ring_size"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    listed.sort();
+    let c = |size| (4096, "compute".to_owned(), size);
+    let d = (4096, "sdma".to_owned(), 1 << 20);
+    assert_eq!(listed, [c(4096), c(256 << 10), c(256 << 10), c(256 << 10), c(256 << 10), d.clone(), d], "{v}");
+    if let Some(stdin) = run.child.stdin.as_mut() {
+        std::io::Write::write_all(stdin, b"go\n").unwrap();
+    }
+    assert_eq!(run.finish(), [format!(r#"{{"streams":{STREAMS},"done":true}}"#)]);
+    // Per stream: its kernel (code-object kernel) between two barrier-AND markers. Once: ROCr's
+    // blit kernels loading the program's and ROCclr's code objects into VRAM, each followed by a
+    // code-cache invalidation (PM4 IB). Each device-to-host hipMemcpy is one SDMA linear copy of
+    // the buffer (the host-to-device one writes through the CPU mapping of VRAM, no GPU packet),
+    // with ROCr's dependency poll, start and end timestamps, the signal decrement (atomic add),
+    // the mailbox fence and the trap that raises its interrupt. The counts the runtime's own
+    // markers and signals reach are ROCclr 5.2's, measured, and the same on every run.
+    let gpu0 = counters(&[
+        ("kernels", 2 + STREAMS),
+        ("barriers_and", 12),
+        ("pm4_ibs", 2),
+        ("signals", 14),
+        ("interrupts", 17),
+        ("events_set", 17),
+        ("sdma_copies", STREAMS),
+        ("sdma_bytes", STREAMS * BYTES),
+        ("sdma_fences", STREAMS),
+        ("sdma_traps", STREAMS),
+        ("sdma_atomics", STREAMS),
+        ("sdma_polls", STREAMS),
+        ("sdma_timestamps", 2 * STREAMS),
+    ]);
+    assert_eq!(cp_stats_since(&run.before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
+    run.end();
+}
+
+#[test]
+fn a_rocm_hip_program_killed_with_its_sdma_queues_is_released_and_the_modules_unload() {
+    let mut run = hip_streams_run(&["2", "640", "4096", "hold"]);
+    let pid = run.pid;
+    loop {
+        if run.line() == r#"{"holding":2}"# {
+            break;
+        }
+    }
+    // Its compute and SDMA queues exist when it is killed.
+    let queues = sysfs_queues(pid);
+    assert_eq!(queues.iter().filter(|q| q.1 == 1).count(), 2, "{queues:?}");
+    run.child.kill().unwrap();
+    let status = run.child.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+    wait_kfd_released(pid).unwrap();
+    run.end();
+}
+
+// ---- the SDMA engines' packets, written by hand (README "SDMA") ----
+
+/// Set in the child that runs [`sdma_sequence`] (its KFD process lives until it exits).
+const SDMA_CHILD: &str = "GPREEMPT_EMU_ROCM_SDMA_CHILD";
+const SDMA_TEST: &str = "rocm_sdma_packets_move_bytes_wait_and_stop_the_queue_on_an_unknown_op";
+
+#[test]
+fn rocm_sdma_packets_move_bytes_wait_and_stop_the_queue_on_an_unknown_op() {
+    if std::env::var_os(SDMA_CHILD).is_some() {
+        sdma_sequence();
+        return;
+    }
+    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let nodes = RenderNodes::load();
+    let before = cp_stats();
+    run_in_child(SDMA_TEST, SDMA_CHILD);
+    // One of each packet, the copy's 1000 bytes; the unknown op stopped the queue (one error).
+    let gpu0 = counters(&[
+        ("sdma_copies", 1),
+        ("sdma_bytes", 1000),
+        ("sdma_fills", 1),
+        ("sdma_fences", 1),
+        ("sdma_atomics", 1),
+        ("sdma_timestamps", 1),
+        ("sdma_polls", 1),
+        ("errors", 1),
+    ]);
     assert_eq!(cp_stats_since(&before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
     drop(nodes);
 }
+
+/// The SDMA sequence, in a child process of its own (see [`SDMA_CHILD`]): a 4 KiB SDMA queue on
+/// the first GPU whose ring, pointers and data live in one anonymous mapping of the process.
+fn sdma_sequence() {
+    use gpreempt::kfd::uapi;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    const RING: usize = 4096;
+    let page = 4096usize;
+    // SAFETY: a new private anonymous mapping of 4 pages, never unmapped (the process exits).
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4 * page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    let base = base.cast::<u8>();
+    let ring = base.cast::<u32>();
+    // SAFETY: inside the live 4-page mapping, 8-byte aligned; the kernel updates rptr atomically.
+    let (rptr, wptr) = unsafe { (&*base.add(page).cast::<AtomicU64>(), &*base.add(page + 8).cast::<AtomicU64>()) };
+    // SAFETY: offsets inside the live 4-page mapping, aligned for their types.
+    let (fence, atomic, stamp, gate) = unsafe {
+        (
+            base.add(page + 64).cast::<u32>(),
+            base.add(page + 128).cast::<u64>(),
+            base.add(page + 192).cast::<u64>(),
+            base.add(page + 256).cast::<u32>(),
+        )
+    };
+    // SAFETY: pages 2 and 3 of the live mapping.
+    let (src, dst) = unsafe { (base.add(2 * page), base.add(3 * page)) };
+    // SAFETY: src's 1000 bytes and the u64 at `atomic` are inside the mapping; no queue yet.
+    unsafe {
+        for k in 0..1000 {
+            src.add(k).write((k * 7 + 1) as u8);
+        }
+        atomic.write(1);
+    }
+    let kfd = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kfd").unwrap();
+    let mut args = uapi::CreateQueueArgsV17 {
+        base: uapi::CreateQueueArgs {
+            ring_base_address: ring as u64,
+            write_pointer_address: wptr as *const AtomicU64 as u64,
+            read_pointer_address: rptr as *const AtomicU64 as u64,
+            ring_size: RING as u32,
+            gpu_id: GPU0,
+            queue_type: uapi::queue_type::SDMA,
+            queue_percentage: 100,
+            queue_priority: 7,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    // SAFETY: `args` is the ioctl's argument struct, alive for the call.
+    unsafe { uapi::create_queue(std::os::fd::AsRawFd::as_raw_fd(&kfd), &mut args) }.unwrap();
+    let lo = |p: u64| p as u32;
+    let hi = |p: u64| (p >> 32) as u32;
+    let (s, d, f, a, t, g) = (src as u64, dst as u64, fence as u64, atomic as u64, stamp as u64, gate as u64);
+    // SDMA 4 packets (vega10_sdma_pkt_open.h): COPY_LINEAR (count = bytes - 1), CONST_FILL of
+    // 64 bytes after the copy, FENCE, ATOMIC ADD64 of -1, GET_GLOBAL_TIMESTAMP, then a memory
+    // POLL_REGMEM (func 3: equal) for gate == 7.
+    let minus_one = (-1i64) as u64;
+    let mut packets: Vec<u32> = vec![1, 999, 0, lo(s), hi(s), lo(d), hi(d)];
+    packets.extend([11 | (2 << 30), lo(d + 1000), hi(d + 1000), 0xa5a5_a5a5, 63]);
+    packets.extend([5, lo(f), hi(f), 0x2015]);
+    packets.extend([10 | (47 << 25), lo(a), hi(a), lo(minus_one), hi(minus_one), 0, 0, 0]);
+    packets.extend([13 | (2 << 8), lo(t), hi(t)]);
+    let poll_at = packets.len() * 4;
+    packets.extend([8 | (3 << 28) | (1 << 31), lo(g), hi(g), 7, 0xffff_ffff, 10 | (0xfff << 16)]);
+    let end = packets.len() * 4;
+    // an op the engine does not know (4, INDIRECT_BUFFER): the queue stops on it
+    packets.extend([4, 0, 0, 0, 0, 0]);
+    let bad_end = packets.len() * 4;
+    for (i, w) in packets.iter().enumerate() {
+        // SAFETY: dword i of the 4 KiB ring (fewer than 1024 dwords are written).
+        unsafe { ring.add(i).write_volatile(*w) };
+    }
+    let wait_rptr = |want: u64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while rptr.load(Ordering::Acquire) != want {
+            assert!(Instant::now() < deadline, "read pointer {} never reached {want}", rptr.load(Ordering::Acquire));
+            thread::sleep(Duration::from_millis(5));
+        }
+    };
+    wptr.store(end as u64, Ordering::Release);
+    wait_rptr(poll_at as u64);
+    // The poll holds the queue: 300 ms later the read pointer still stands on it.
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(rptr.load(Ordering::Acquire), poll_at as u64, "the poll waits for the gate");
+    // SAFETY: inside the mapping; the engine wrote them before advancing the read pointer.
+    unsafe {
+        for k in 0..1000 {
+            assert_eq!(dst.add(k).read(), (k * 7 + 1) as u8, "byte {k} copied");
+        }
+        for k in 1000..1064 {
+            assert_eq!(dst.add(k).read(), 0xa5, "byte {k} filled");
+        }
+        assert_eq!(dst.add(1064).read(), 0, "nothing past the fill");
+        assert_eq!(fence.read_volatile(), 0x2015);
+        assert_eq!(atomic.read_volatile(), 0, "1 + (-1)");
+        assert!(stamp.read_volatile() > 0, "a GPU timestamp");
+        gate.write_volatile(7);
+    }
+    wait_rptr(end as u64);
+    wptr.store(bad_end as u64, Ordering::Release);
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(rptr.load(Ordering::Acquire), end as u64, "the unknown op is not consumed");
+    let mut destroy = uapi::DestroyQueueArgs { queue_id: args.base.queue_id, pad: 0 };
+    // SAFETY: as above.
+    unsafe { uapi::destroy_queue(std::os::fd::AsRawFd::as_raw_fd(&kfd), &mut destroy) }.unwrap();
+}
+
+// ---- gpreempt on ROCm programs: trace, schedule, the agent; preempt on ROCm 6.1 ----
 
 /// `hsa-dispatch` built against Debian trixie's ROCm 6.1 runtime (`xtask/src/rocm6.rs`).
 fn hsa_dispatch_6() -> PathBuf {

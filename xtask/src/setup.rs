@@ -45,6 +45,11 @@ const APT_TOOLS: &[(&str, &str)] = &[
     // by Debian's own AMDGPU toolchain (the clang and lld hipcc 5.2 uses on bookworm).
     ("clang-15", "/usr/bin/clang-15"),
     ("lld-15", "/usr/bin/ld.lld-15"),
+    // tests/rocm/hip_streams.hip: Debian's HIP 5.2 (hipcc, which pulls the clang, lld and
+    // device libraries it compiles gfx90a code with, and the runtime libamdhip64-5 with its
+    // headers).
+    ("hipcc", "/usr/bin/hipcc"),
+    ("libamdhip64-dev", "/usr/include/hip/hip_runtime.h"),
 ];
 
 /// Podman's storage as root (graphroot). The VM shares the host's root read-only and mounts a

@@ -136,7 +136,26 @@ fn build_rocm_clients(debug: &std::path::Path) -> Result<()> {
         .arg(&src))
     .with_context(|| format!("building {}", src.display()))?;
     run(Command::new("ld.lld-15").arg("-shared").arg("-o").arg(debug.join("hsa-dispatch-kernel.hsaco")).arg(&object))
-        .context("linking hsa-dispatch-kernel.hsaco")
+        .context("linking hsa-dispatch-kernel.hsaco")?;
+    build_hip_client(debug)
+}
+
+/// The HIP program (`tests/rocm/hip_streams.hip`), built for gfx90a by Debian's hipcc 5.2 as
+/// `hip-streams` when hipcc and libamdhip64-dev are installed (`cargo xtask setup`); without
+/// them the tests that run it fail and say so.
+fn build_hip_client(debug: &std::path::Path) -> Result<()> {
+    if !std::path::Path::new("/usr/bin/hipcc").exists()
+        || !std::path::Path::new("/usr/include/hip/hip_runtime.h").exists()
+    {
+        eprintln!("xtask: hipcc or libamdhip64-dev is not installed (cargo xtask setup): not building hip-streams");
+        return Ok(());
+    }
+    let src = workspace_root().join("tests/rocm/hip_streams.hip");
+    run(Command::new("hipcc")
+        .args(["--offload-arch=gfx90a", "-O1", "-Wall", "-Werror", "-o"])
+        .arg(debug.join("hip-streams"))
+        .arg(&src))
+    .with_context(|| format!("building {}", src.display()))
 }
 
 /// `cargo xtask run -- ARGS`: build, then run gpreempt as root.

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * A HIP program (Debian's hipcc and libamdhip64 5.2) on the first emulated GPU: hipMalloc,
+ * STREAMS streams (hipStreamCreate), on each a kernel launch (hipLaunchKernelGGL) between two
+ * hipEventRecord, hipStreamSynchronize, hipEventSynchronize and hipEventElapsedTime, then a
+ * hipMemcpy host -> device -> host of BYTES bytes per stream's buffer whose round trip is checked
+ * byte for byte. The emulated GPU runs no ISA: the kernel takes GRID work-items of emulated time
+ * and computes nothing the program reads; the copies are the runtime's own (HIP 5.2 copies small
+ * pageable buffers through a pinned staging buffer with hsa_amd_memory_async_copy, which ROCr
+ * 5.2 runs on an SDMA queue on gfx90a), so the bytes that come back went through the GPU's copy
+ * engine.
+ *
+ * Usage: hip-streams STREAMS GRID BYTES [hold]
+ *   Prints {"pid":P,"devices":N,"streams":S} at start, then one line per stream
+ *   {"stream":i,"elapsed_ms":MS,"bytes":B,"equal":E,"first":X,"last":Y} (E: bytes that came back
+ *   equal); with "hold", {"holding":S} and waits for a line (or EOF) on stdin with every stream,
+ *   event and buffer alive, so a test can look at the process's queues; then destroys them and
+ *   prints {"streams":S,"done":true}. Exits 1 with the failing call's name and error on any error.
+ *
+ * Build: hipcc --offload-arch=gfx90a -O1 -o hip-streams hip_streams.hip (Debian bookworm hipcc)
+ */
+#include <hip/hip_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_STREAMS 16
+
+static void check(hipError_t e, const char *what)
+{
+	if (e == hipSuccess)
+		return;
+	fprintf(stderr, "%s: %d %s\n", what, (int)e, hipGetErrorString(e));
+	exit(1);
+}
+
+/* Writes only for a work-item index no grid here reaches: the emulated GPU executes no ISA, and
+ * the program never reads what a kernel would have written. */
+__global__ void spin(unsigned int *out, unsigned int tag)
+{
+	if (blockIdx.x * blockDim.x + threadIdx.x == 0xffffffffu)
+		out[0] = tag;
+}
+
+int main(int argc, char **argv)
+{
+	int streams = argc > 1 ? atoi(argv[1]) : 3;
+	unsigned int grid = argc > 2 ? (unsigned int)atoi(argv[2]) : 640;
+	size_t bytes = argc > 3 ? (size_t)atol(argv[3]) : 4096;
+	bool hold = argc > 4 && !strcmp(argv[4], "hold");
+	hipStream_t s[MAX_STREAMS];
+	hipEvent_t start[MAX_STREAMS], stop[MAX_STREAMS];
+	unsigned char *dev[MAX_STREAMS];
+	unsigned char *host, *back;
+	float ms[MAX_STREAMS];
+	int devices = 0, i;
+
+	if (streams < 1 || streams > MAX_STREAMS || grid < 64 || grid % 64 || !bytes) {
+		fprintf(stderr, "usage: hip-streams STREAMS(1..%d) GRID(multiple of 64) BYTES [hold]\n",
+			MAX_STREAMS);
+		return 2;
+	}
+	check(hipGetDeviceCount(&devices), "hipGetDeviceCount");
+	check(hipSetDevice(0), "hipSetDevice");
+	printf("{\"pid\":%d,\"devices\":%d,\"streams\":%d}\n", getpid(), devices, streams);
+	fflush(stdout);
+	for (i = 0; i < streams; i++) {
+		check(hipMalloc((void **)&dev[i], bytes), "hipMalloc");
+		check(hipStreamCreate(&s[i]), "hipStreamCreate");
+		check(hipEventCreate(&start[i]), "hipEventCreate");
+		check(hipEventCreate(&stop[i]), "hipEventCreate");
+	}
+	for (i = 0; i < streams; i++) {
+		check(hipEventRecord(start[i], s[i]), "hipEventRecord(start)");
+		hipLaunchKernelGGL(spin, dim3(grid / 64), dim3(64), 0, s[i], (unsigned int *)dev[i],
+				   (unsigned int)i);
+		check(hipGetLastError(), "hipLaunchKernelGGL");
+		check(hipEventRecord(stop[i], s[i]), "hipEventRecord(stop)");
+	}
+	for (i = 0; i < streams; i++) {
+		check(hipStreamSynchronize(s[i]), "hipStreamSynchronize");
+		check(hipEventSynchronize(stop[i]), "hipEventSynchronize");
+		check(hipEventElapsedTime(&ms[i], start[i], stop[i]), "hipEventElapsedTime");
+	}
+	host = (unsigned char *)malloc(bytes);
+	back = (unsigned char *)malloc(bytes);
+	if (!host || !back) {
+		fprintf(stderr, "malloc\n");
+		return 1;
+	}
+	for (i = 0; i < streams; i++) {
+		size_t k, equal = 0;
+
+		/* a pattern distinct per stream and per byte; back starts as its complement */
+		for (k = 0; k < bytes; k++) {
+			host[k] = (unsigned char)(k * 131 + i * 17 + 7);
+			back[k] = (unsigned char)~host[k];
+		}
+		check(hipMemcpy(dev[i], host, bytes, hipMemcpyHostToDevice), "hipMemcpy(HostToDevice)");
+		check(hipMemcpy(back, dev[i], bytes, hipMemcpyDeviceToHost), "hipMemcpy(DeviceToHost)");
+		for (k = 0; k < bytes; k++)
+			equal += back[k] == host[k];
+		printf("{\"stream\":%d,\"elapsed_ms\":%.6f,\"bytes\":%zu,\"equal\":%zu,"
+		       "\"first\":%u,\"last\":%u}\n",
+		       i, ms[i], bytes, equal, back[0], back[bytes - 1]);
+	}
+	fflush(stdout);
+	if (hold) {
+		char line[16];
+
+		printf("{\"holding\":%d}\n", streams);
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			line[0] = 0;
+	}
+	for (i = 0; i < streams; i++) {
+		check(hipEventDestroy(start[i]), "hipEventDestroy");
+		check(hipEventDestroy(stop[i]), "hipEventDestroy");
+		check(hipStreamDestroy(s[i]), "hipStreamDestroy");
+		check(hipFree(dev[i]), "hipFree");
+	}
+	free(host);
+	free(back);
+	printf("{\"streams\":%d,\"done\":true}\n", streams);
+	return 0;
+}
