@@ -837,6 +837,21 @@ impl RocmRun {
         rest
     }
 
+    fn json_line(&mut self) -> serde_json::Value {
+        let line = self.line();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    /// `hsa-dispatch requests`: start them (a line on stdin), read the `n` requests' lines and the
+    /// last one, and end the program (asserted successful, its KFD process released).
+    fn requests(&mut self, n: usize) -> Vec<serde_json::Value> {
+        std::io::Write::write_all(self.child.stdin.as_mut().unwrap(), b"go\n").unwrap();
+        let requests: Vec<serde_json::Value> = (0..n).map(|_| self.json_line()).collect();
+        assert_eq!(self.json_line(), serde_json::json!({"completed": n, "read_index": n, "done": true}));
+        assert_eq!(self.finish(), Vec::<String>::new());
+        requests
+    }
+
     fn end(self) {
         let RocmRun { nodes, one, .. } = self;
         drop(nodes);
@@ -1273,27 +1288,29 @@ fn hsa_dispatch_6() -> PathBuf {
     )
 }
 
-#[test]
-fn gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes() {
-    use std::io::{BufRead, BufReader};
-
-    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (_, hsaco) = hsa_dispatch();
-    let nodes = RenderNodes::load();
-    let before = cp_stats();
-    // The same program on ROCr 6.1: dispatches of 64,000 work-items (64 ms each at the default
-    // 1 µs), one after the other, at least 20 and on until told on stdin.
-    let mut child = Command::new(hsa_dispatch_6())
-        .arg(&hsaco)
-        .args(["loop", "64000", "20"])
+/// `hsa-dispatch CODE_OBJECT ARGS` on ROCr 5.2 (`hsa-dispatch`) or 6.1 (`hsa-dispatch-6`), not
+/// run by a [`RocmRun`]: the second program of a test.
+fn hsa_dispatch_spawn(exe: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(exe)
+        .arg(hsa_dispatch().1)
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
-    let pid = child.id();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), format!(r#"{{"pid":{pid},"looping":20}}"#));
+        .unwrap_or_else(|e| panic!("{}: {e}", exe.display()))
+}
+
+#[test]
+fn gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes() {
+    // The same program on ROCr 6.1: dispatches of 64,000 work-items (64 ms each at the default
+    // 1 µs), one after the other, at least 20 and on until told on stdin.
+    let hsaco = hsa_dispatch().1;
+    let args: Vec<&std::ffi::OsStr> =
+        [hsaco.as_os_str()].into_iter().chain(["loop", "64000", "20"].map(std::ffi::OsStr::new)).collect();
+    let mut run = RocmRun::start(&hsa_dispatch_6(), &args);
+    let pid = run.pid;
+    assert_eq!(run.line(), format!(r#"{{"pid":{pid},"looping":20}}"#));
     // ROCr 6 enabled the debug runtime at hsa_init: gpreempt attaches and each of 5 cycles
     // suspends both of ROCr's KFD queues on the GPU (its utility queue and the program's) for
     // 300 ms, far longer than a dispatch, so the program's dispatch in flight is held mid-way.
@@ -1320,10 +1337,7 @@ fn gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes(
     // Resumed, the program ends when told: every dispatch completed (its signal at 0, the read
     // index at the last one), and at least one took its cost plus a whole hold: suspended mid-way
     // and finished from where it stopped.
-    drop(child.stdin.take());
-    let rest: Vec<String> = lines.map(Result::unwrap).collect();
-    let status = child.wait().unwrap();
-    assert!(status.success(), "hsa-dispatch-6: {status}");
+    let rest = run.finish();
     let last: serde_json::Value = serde_json::from_str(rest.first().expect("hsa-dispatch-6's last line")).unwrap();
     let k = last["completed"].as_u64().expect("completed");
     assert!(k >= 20, "{last}");
@@ -1332,15 +1346,14 @@ fn gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes(
     let longest = last["longest_ticks"].as_u64().unwrap();
     // A 300 ms hold is 30,000,000 ticks of the 100 MHz GPU clock.
     assert!(longest >= cost + 30_000_000, "no dispatch was held mid-way: {last}");
-    wait_kfd_released(pid).unwrap();
     // ROCr 6.1's blit copy of the code object and the K dispatches, each with its interrupt
     // signal, and the cache invalidation (a PM4 IB); nothing failed, nothing ran twice.
     // ROCr 6.1, unlike 5.2, also puts a completion signal on that PM4 IB.
     let n = k + 1;
     let gpu0 =
         counters(&[("kernels", n), ("pm4_ibs", 1), ("signals", n + 1), ("interrupts", n + 1), ("events_set", n + 1)]);
-    assert_eq!(cp_stats_since(&before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
-    drop(nodes);
+    assert_eq!(cp_stats_since(&run.before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
+    run.end();
 }
 
 /// From 20 ms after each request's doorbell (the reaction and the emulated save, bounded
@@ -1370,8 +1383,6 @@ fn assert_protected(requests: &[serde_json::Value], ends: &[u64]) {
 
 #[test]
 fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_through_rocrs_queue() {
-    use std::io::{BufRead, BufReader, Write};
-
     use gpreempt_tests::{
         LineHelper,
         schedule::{LONG, Schedule},
@@ -1379,33 +1390,18 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
     };
 
     const REQUESTS: usize = 20;
-    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (exe, hsaco) = hsa_dispatch();
-    let nodes = RenderNodes::load();
-    let before = cp_stats();
+    // The online side is Debian's ROCr itself: one dispatch of 40,000 work-items per request (40 ms
+    // at the default 1 µs each), a request every 200 ms. ROCr 5.2 never enables the debug
+    // runtime, which the online side does not need: its queues are read, never suspended.
+    let mut online = hsa_dispatch_run(&["requests", "40000", &REQUESTS.to_string(), "200000"]);
+    let pid = online.pid;
+    assert_eq!(online.json_line(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
     let gpu0 = format!("{GPU0:#x}");
     let mut offline = LineHelper::spawn(
         "emu-workload",
         &["offline", "--gpu-id", &gpu0, "--runtime-enable", "--dispatch-us", "2000", "--records"],
     )
     .unwrap();
-    // The online side is Debian's ROCr itself: one dispatch of 40,000 work-items per request (40 ms
-    // at the default 1 µs each), a request every 200 ms. ROCr 5.2 never enables the debug
-    // runtime, which the online side does not need: its queues are read, never suspended.
-    let mut online = Command::new(exe)
-        .arg(&hsaco)
-        .args(["requests", "40000", &REQUESTS.to_string(), "200000"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = online.id();
-    let mut out = BufReader::new(online.stdout.take().unwrap()).lines();
-    let mut next = || -> serde_json::Value {
-        serde_json::from_str(&out.next().expect("hsa-dispatch ended early").unwrap()).unwrap()
-    };
-    assert_eq!(next(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
     let mut s = Schedule::between(pid, &offline.pid().to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!(attached[0]["queues"], 1);
@@ -1413,11 +1409,7 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
     // internal one (its blit kernels copied the code object into VRAM), read through GET_QUEUE_SNAPSHOT.
     let added = s.events("online_added");
     assert_eq!((added[0]["queues"].as_u64(), added[0]["snapshot"].as_bool()), (Some(2), Some(true)), "{added:?}");
-    writeln!(online.stdin.as_mut().unwrap(), "go").unwrap();
-    let requests: Vec<serde_json::Value> = (0..REQUESTS).map(|_| next()).collect();
-    assert_eq!(next(), serde_json::json!({"completed": REQUESTS, "read_index": REQUESTS, "done": true}));
-    let status = online.wait().unwrap();
-    assert!(status.success(), "hsa-dispatch: {status}");
+    let requests = online.requests(REQUESTS);
     // Let the last resume happen, then stop the scheduler and the offline job.
     thread::sleep(Duration::from_millis(300));
     let (lines, _) = s.stop();
@@ -1433,11 +1425,10 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
     assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
     let ends: Vec<u64> = records.iter().map(|c| c["end_ns"].as_u64().unwrap()).collect();
     assert_protected(&requests, &ends);
-    wait_kfd_released(pid).unwrap();
     // The ROCm program's work all ran on the first GPU: the code object's blit copy, the cache
     // invalidation and the REQUESTS dispatches, each with its interrupt signal; the offline
     // job's dispatches (the project's convention) beside them; the second GPU untouched.
-    let delta = cp_stats_since(&before);
+    let delta = cp_stats_since(&online.before);
     let offline_dispatches = delta[&GPU0]["dispatches"];
     assert!(offline_dispatches >= off["completed"].as_u64().unwrap(), "{delta:?} {off}");
     let n = REQUESTS as u64 + 1;
@@ -1450,22 +1441,18 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
         ("events_set", n),
     ]);
     assert_eq!(delta, BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
-    drop(nodes);
+    online.end();
 }
 
 #[test]
 fn trace_shows_rocrs_queue_ioctls_with_their_exact_arguments() {
     use gpreempt_tests::{Tracer, events_of, summary};
 
-    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (exe, hsaco) = hsa_dispatch();
-    let nodes = RenderNodes::load();
     let tracer = Tracer::start(&[]).unwrap();
-    let child = Command::new(exe).arg(&hsaco).args(["run", "640"]).stdout(Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "hsa-dispatch: {}", out.status);
-    wait_kfd_released(pid).unwrap();
+    let mut run = hsa_dispatch_run(&["run", "640"]);
+    let pid = run.pid;
+    let lines = run.finish();
+    assert_eq!(lines.last().map(String::as_str), Some(r#"{"gpus":2,"done":true}"#), "{lines:?}");
     let objects = tracer.stop().unwrap();
     assert_eq!(summary(&objects).unwrap()["dropped"], 0);
 
@@ -1543,18 +1530,13 @@ fn trace_shows_rocrs_queue_ioctls_with_their_exact_arguments() {
         assert_eq!(executes, 4, "GPU {gpu:#x}: {calls:#?}");
     }
     assert!(calls.iter().all(|c| c["ret"] == 0), "{calls:#?}");
-    drop(nodes);
+    run.end();
 }
 
 #[test]
 fn the_agent_exports_rocrs_queues_of_a_rocm_program_per_gpu() {
-    use std::io::{BufRead, BufReader};
-
     use gpreempt_tests::{prometheus::http_get, stderr_lines};
 
-    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (exe, hsaco) = hsa_dispatch();
-    let nodes = RenderNodes::load();
     let mut agent = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
         .args(["agent", "--metrics-addr", "127.0.0.1:0", "--hostname", "vm"])
         .stdout(Stdio::null())
@@ -1575,17 +1557,10 @@ fn the_agent_exports_rocrs_queues_of_a_rocm_program_per_gpu() {
         .expect("metrics_addr in the started line")
         .parse()
         .unwrap();
-    let mut child = Command::new(exe)
-        .arg(&hsaco)
-        .args(["loop", "64000", "1"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), format!(r#"{{"pid":{pid},"looping":1}}"#));
+    // Started after the agent, which sees its queues created.
+    let mut run = hsa_dispatch_run(&["loop", "64000", "1"]);
+    let pid = run.pid;
+    assert_eq!(run.line(), format!(r#"{{"pid":{pid},"looping":1}}"#));
     // The program's series: (metric, gpu_id, state) → value, polled until both queues are in.
     let series = || -> BTreeMap<(String, String, String), f64> {
         let text = http_get(addr, "/metrics").unwrap().1;
@@ -1619,18 +1594,15 @@ fn the_agent_exports_rocrs_queues_of_a_rocm_program_per_gpu() {
     assert_eq!(now.get(&queues), Some(&2.0), "{now:#?}");
     assert_eq!(now.get(&key("gpreempt_queue_creates_total", GPU0, "")), Some(&2.0), "{now:#?}");
     assert!(now.keys().all(|(_, gpu, _)| gpu != &GPU1.to_string()), "{now:#?}");
-    drop(child.stdin.take());
-    let rest: Vec<String> = lines.map(Result::unwrap).collect();
-    assert!(child.wait().unwrap().success(), "{rest:?}");
-    wait_kfd_released(pid).unwrap();
+    run.finish();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     assert!(agent.wait().unwrap().success());
-    drop(nodes);
+    run.end();
 }
 
 #[test]
 fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, BufReader};
 
     use gpreempt_tests::{
         schedule::{LONG, Schedule},
@@ -1638,55 +1610,33 @@ fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
     };
 
     const REQUESTS: usize = 20;
-    let _one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (exe, hsaco) = hsa_dispatch();
-    let nodes = RenderNodes::load();
-    let before = cp_stats();
-    // Both sides are real ROCm runtimes: the offline job ROCr 6.1 (which enables the debug
-    // runtime) dispatching 2 ms kernels back to back, the online one ROCr 5.2 with a request of one
-    // 40 ms kernel every 200 ms.
-    let mut offline = Command::new(hsa_dispatch_6())
-        .arg(&hsaco)
-        .args(["offline", "2000", "1"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // Both sides are real ROCm runtimes: the online one ROCr 5.2 with a request of one 40 ms
+    // kernel every 200 ms, the offline job ROCr 6.1 (which enables the debug runtime) dispatching
+    // 2 ms kernels back to back.
+    let mut online = hsa_dispatch_run(&["requests", "40000", &REQUESTS.to_string(), "200000"]);
+    let pid = online.pid;
+    assert_eq!(online.json_line(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
+    let mut offline = hsa_dispatch_spawn(&hsa_dispatch_6(), &["offline", "2000", "1"]);
     let off_pid = offline.id();
     let mut off_out = BufReader::new(offline.stdout.take().unwrap()).lines();
-    assert_eq!(off_out.next().unwrap().unwrap(), format!(r#"{{"pid":{off_pid},"looping":1}}"#));
-    let mut online = Command::new(exe)
-        .arg(&hsaco)
-        .args(["requests", "40000", &REQUESTS.to_string(), "200000"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = online.id();
-    let mut out = BufReader::new(online.stdout.take().unwrap()).lines();
-    let mut next = || -> serde_json::Value {
-        serde_json::from_str(&out.next().expect("hsa-dispatch ended early").unwrap()).unwrap()
+    let mut off_line = || -> serde_json::Value {
+        serde_json::from_str(&off_out.next().expect("hsa-dispatch-6 ended early").unwrap()).unwrap()
     };
-    assert_eq!(next(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
+    assert_eq!(off_line(), serde_json::json!({"pid": off_pid, "looping": 1}));
     let mut s = Schedule::between(pid, &off_pid.to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
     // Each side has ROCr's utility queue and the program's on the first GPU.
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!((attached[0]["queues"].as_u64(), &attached[0]["gpus"]), (Some(2), &serde_json::json!([GPU0])));
     let added = s.events("online_added");
     assert_eq!((added[0]["queues"].as_u64(), added[0]["snapshot"].as_bool()), (Some(2), Some(true)), "{added:?}");
-    writeln!(online.stdin.as_mut().unwrap(), "go").unwrap();
-    let requests: Vec<serde_json::Value> = (0..REQUESTS).map(|_| next()).collect();
-    assert_eq!(next(), serde_json::json!({"completed": REQUESTS, "read_index": REQUESTS, "done": true}));
-    assert!(online.wait().unwrap().success());
+    let requests = online.requests(REQUESTS);
     thread::sleep(Duration::from_millis(300));
     let (lines, _) = s.stop();
     // The training job, resumed and detached, ends when told, every dispatch completed.
     drop(offline.stdin.take());
-    let ends: serde_json::Value = serde_json::from_str(&off_out.next().unwrap().unwrap()).unwrap();
-    let last: serde_json::Value = serde_json::from_str(&off_out.next().unwrap().unwrap()).unwrap();
+    let (ends, last) = (off_line(), off_line());
     assert!(offline.wait().unwrap().success());
+    wait_kfd_released(off_pid).unwrap();
     let k = last["completed"].as_u64().unwrap();
     assert_eq!((&last["read_index"], &last["done"]), (&k.into(), &true.into()), "{last}");
     let ends: Vec<u64> = ends["ends_ns"].as_array().unwrap().iter().map(|e| e.as_u64().unwrap()).collect();
@@ -1697,8 +1647,6 @@ fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
     assert_eq!(sum["failed_suspends"], 0);
     assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
     assert_protected(&requests, &ends);
-    wait_kfd_released(pid).unwrap();
-    wait_kfd_released(off_pid).unwrap();
     // Both programs' work on the first GPU: each runtime's blit copy of the code object and cache
     // invalidation (ROCr 6.1 signals its PM4 IB too), the requests and the training dispatches,
     // each with its interrupt signal; nothing on the second GPU.
@@ -1710,6 +1658,6 @@ fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
         ("interrupts", on + off + 1),
         ("events_set", on + off + 1),
     ]);
-    assert_eq!(cp_stats_since(&before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
-    drop(nodes);
+    assert_eq!(cp_stats_since(&online.before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
+    online.end();
 }
