@@ -141,22 +141,24 @@ echo "== the story: inference-like online work next to training-like offline wor
     in_vm(script, Some(kmod::Module::KfdEmu), 900, "the emulator demo")
 }
 
-/// Debian's ROCm 5.2 user space on the emulated GPUs (amdgpu_emu's render nodes beside
-/// kfd_emu): the unmodified `rocminfo`, then an HSA program (`tests/rocm/hsa_dispatch.c`, a
-/// request of four 2 ms dispatches every 150 ms, timed by its own clock) alone, next to a
-/// training-like offline job (`emu-workload train`, as in BENCHMARKS §7), and under `gpreempt schedule`, which reads the program's requests
-/// from ROCr's own queues (ROCr 5.2 never enables the debug runtime, so it can be the online side
-/// only; the offline job is the project's `emu-workload`).
+/// Debian's ROCm user space on the emulated GPUs (amdgpu_emu's render nodes beside kfd_emu): the
+/// unmodified `rocminfo` (5.2), then an HSA program on ROCm 5.2 (`tests/rocm/hsa_dispatch.c`, a
+/// request of four 2 ms dispatches every 150 ms, timed by its own clock) alone, next to the same
+/// program on trixie's ROCm 6.1 dispatching 8 ms kernels back to back (`hsa-dispatch-6
+/// offline`), and under `gpreempt schedule`, which reads the requests from ROCr's own queues.
+/// ROCr 5.2 never enables the debug runtime, so it can be the online side only; ROCr 6.1 does,
+/// so it can be suspended.
 fn rocm() -> Result<()> {
     let debug = build_binaries()?;
-    util::run(cargo().args(["build", "--release", "--package", "gpreempt", "--package", "gpreempt-tests", "--bins"]))?;
+    util::run(cargo().args(["build", "--release", "--package", "gpreempt"]))?;
     let release = target_dir().join("release");
-    let (hsa, hsaco) = (debug.join("hsa-dispatch"), debug.join("hsa-dispatch-kernel.hsaco"));
-    if !hsa.exists() || !hsaco.exists() {
+    let (hsa, hsa6, hsaco) =
+        (debug.join("hsa-dispatch"), debug.join("hsa-dispatch-6"), debug.join("hsa-dispatch-kernel.hsaco"));
+    if let Some(missing) = [&hsa, &hsa6, &hsaco].into_iter().find(|p| !p.exists()) {
         bail!(
-            "{} or {} was not built: `cargo xtask setup` installs libhsa-runtime-dev, clang-15 and lld-15",
-            hsa.display(),
-            hsaco.display()
+            "{} was not built: `cargo xtask setup` installs libhsa-runtime-dev, clang-15 and lld-15 and unpacks \
+             the ROCm 6.1 runtime",
+            missing.display()
         );
     }
     let ko = kmod::build(kmod::Module::KfdEmu, Kernel::V6_12)?;
@@ -171,10 +173,10 @@ rocminfo | awk '/^Agent [0-9]+/ {{ agent = $0 }} /^  Name:/ {{ name = $2 }}
   /^  Marketing Name:/ {{ sub(/^  Marketing Name: +/, ""); sub(/ +$/, ""); market = $0 }}
   /^  Device Type:/ {{ type = $3 }}
   /^  Compute Unit:/ {{ if (type == "GPU") print "   " agent ": " name ", " market ", " $3 " CUs" }}'
-echo "== an HSA program's requests (4 dispatches of 2 ms through ROCr's queue, every 150 ms) alone, next to a training-like job, under gpreempt schedule"
-python3 - {gpreempt} {workload} {hsa} {hsaco} <<'PY'
-import json, signal, statistics, subprocess, sys
-gpreempt, workload, hsa, hsaco = sys.argv[1:5]
+echo "== an HSA program on ROCm 5.2 (requests of 4 dispatches of 2 ms, every 150 ms) alone, next to one on ROCm 6.1 (8 ms dispatches back to back), under gpreempt schedule"
+python3 - {gpreempt} {hsa6} {hsa} {hsaco} <<'PY'
+import json, signal, subprocess, sys
+gpreempt, hsa6, hsa, hsaco = sys.argv[1:5]
 N = 20
 
 def pct(xs, p):
@@ -211,21 +213,23 @@ def requests(label, offline=None, schedule=False):
         sched.wait()
 
 requests("alone")
-offline = subprocess.Popen([workload, "train", "--gpu-ids", "0x1000", "--queues", "2", "--dispatch-us", "4000",
-                            "--step-dispatches", "4", "--runtime-enable"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+offline = subprocess.Popen([hsa6, hsaco, "offline", "8000", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            text=True)
 offline.stdout.readline()
-requests("next to the training job", offline)
+requests("next to the ROCm 6.1 job", offline)
 requests("under gpreempt schedule", offline, schedule=True)
 offline.stdin.write("stop\n")
 offline.stdin.flush()
+offline.stdout.readline()
+done = json.loads(offline.stdout.readline())
 offline.wait()
+print(f"   the ROCm 6.1 job: {{done['completed']}} dispatches, all completed (read index {{done['read_index']}})")
 PY
 rmmod amdgpu_emu
 "#,
         amdgpu_emu = vm::shell_quote(&amdgpu_emu.display().to_string()),
         gpreempt = vm::shell_quote(&release.join("gpreempt").display().to_string()),
-        workload = vm::shell_quote(&release.join("emu-workload").display().to_string()),
+        hsa6 = vm::shell_quote(&hsa6.display().to_string()),
         hsa = vm::shell_quote(&hsa.display().to_string()),
         hsaco = vm::shell_quote(&hsaco.display().to_string()),
     );
