@@ -17,12 +17,20 @@
  *   event and buffer alive, so a test can look at the process's queues; then destroys them and
  *   prints {"streams":S,"done":true}. Exits 1 with the failing call's name and error on any error.
  *
+ * Usage: hip-streams requests GRID N PERIOD_US
+ *   An online service's shape, as hsa-dispatch's `requests`: one stream (hipStreamCreate) and its
+ *   buffer, {"pid":P,"ready":N}, then on a line on stdin N requests started every PERIOD_US, each
+ *   one kernel launch on the stream (hipLaunchKernelGGL) and hipStreamSynchronize; per request
+ *   {"submit_ns":S,"latency_ns":L} (CLOCK_MONOTONIC, from just before the launch to the
+ *   synchronize's return), then {"completed":N,"done":true} (HIP gives no queue read index).
+ *
  * Build: hipcc --offload-arch=gfx90a -O1 -o hip-streams hip_streams.hip (Debian bookworm hipcc)
  */
 #include <hip/hip_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_STREAMS 16
@@ -43,6 +51,53 @@ __global__ void spin(unsigned int *out, unsigned int tag)
 		out[0] = tag;
 }
 
+static unsigned long long monotonic_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (unsigned long long)t.tv_sec * 1000000000ULL + (unsigned long long)t.tv_nsec;
+}
+
+/* `requests` (see the top of the file): a latency-sensitive HIP program's shape for a scheduler. */
+static int requests(unsigned int grid, int n, unsigned long long period_ns)
+{
+	hipStream_t s;
+	unsigned int *dev;
+	unsigned long long start;
+	char line[64];
+	int i;
+
+	check(hipSetDevice(0), "hipSetDevice");
+	check(hipMalloc((void **)&dev, 4096), "hipMalloc");
+	check(hipStreamCreate(&s), "hipStreamCreate");
+	printf("{\"pid\":%d,\"ready\":%d}\n", getpid(), n);
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin)) {
+		fprintf(stderr, "a line on stdin starts the requests\n");
+		return 1;
+	}
+	start = monotonic_ns();
+	for (i = 0; i < n; i++) {
+		unsigned long long due = start + (unsigned long long)i * period_ns, submit, now;
+
+		now = monotonic_ns();
+		if (now < due)
+			usleep((useconds_t)((due - now) / 1000));
+		submit = monotonic_ns();
+		hipLaunchKernelGGL(spin, dim3(grid / 64), dim3(64), 0, s, dev, (unsigned int)i);
+		check(hipGetLastError(), "hipLaunchKernelGGL");
+		check(hipStreamSynchronize(s), "hipStreamSynchronize");
+		printf("{\"submit_ns\":%llu,\"latency_ns\":%llu}\n", submit, monotonic_ns() - submit);
+		fflush(stdout);
+	}
+	printf("{\"completed\":%d,\"done\":true}\n", n);
+	fflush(stdout);
+	check(hipStreamDestroy(s), "hipStreamDestroy");
+	check(hipFree(dev), "hipFree");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int streams = argc > 1 ? atoi(argv[1]) : 3;
@@ -56,6 +111,17 @@ int main(int argc, char **argv)
 	float ms[MAX_STREAMS];
 	int devices = 0, i;
 
+	if (argc > 1 && !strcmp(argv[1], "requests")) {
+		unsigned int rgrid = argc > 2 ? (unsigned int)atoi(argv[2]) : 0;
+		int n = argc > 3 ? atoi(argv[3]) : 0;
+		long long period_us = argc > 4 ? atoll(argv[4]) : -1;
+
+		if (rgrid < 64 || rgrid % 64 || n < 1 || period_us < 0) {
+			fprintf(stderr, "usage: hip-streams requests GRID(multiple of 64) N PERIOD_US\n");
+			return 2;
+		}
+		return requests(rgrid, n, (unsigned long long)period_us * 1000);
+	}
 	if (streams < 1 || streams > MAX_STREAMS || grid < 64 || grid % 64 || !bytes) {
 		fprintf(stderr, "usage: hip-streams STREAMS(1..%d) GRID(multiple of 64) BYTES [hold]\n",
 			MAX_STREAMS);

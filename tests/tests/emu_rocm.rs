@@ -845,9 +845,14 @@ impl RocmRun {
     /// `hsa-dispatch requests`: start them (a line on stdin), read the `n` requests' lines and the
     /// last one, and end the program (asserted successful, its KFD process released).
     fn requests(&mut self, n: usize) -> Vec<serde_json::Value> {
+        self.requests_then(n, serde_json::json!({"completed": n, "read_index": n, "done": true}))
+    }
+
+    /// `requests` of a program whose last line is `last` (`hip-streams requests` has no read index).
+    fn requests_then(&mut self, n: usize, last: serde_json::Value) -> Vec<serde_json::Value> {
         std::io::Write::write_all(self.child.stdin.as_mut().unwrap(), b"go\n").unwrap();
         let requests: Vec<serde_json::Value> = (0..n).map(|_| self.json_line()).collect();
-        assert_eq!(self.json_line(), serde_json::json!({"completed": n, "read_index": n, "done": true}));
+        assert_eq!(self.json_line(), last);
         assert_eq!(self.finish(), Vec::<String>::new());
         requests
     }
@@ -1659,5 +1664,65 @@ fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
         ("events_set", on + off + 1),
     ]);
     assert_eq!(cp_stats_since(&online.before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
+    online.end();
+}
+
+#[test]
+fn schedule_protects_a_rocm_hip_program_against_a_rocm_6_1_training_job() {
+    use std::io::{BufRead, BufReader};
+
+    use gpreempt_tests::{
+        schedule::{LONG, Schedule},
+        summary,
+    };
+
+    const REQUESTS: usize = 20;
+    // The online side is a HIP 5.2 program: per request one 40 ms kernel launched on its stream
+    // and hipStreamSynchronize, a request every 200 ms; the offline job ROCr 6.1 dispatching 2 ms
+    // kernels back to back.
+    let mut online = hip_streams_run(&["requests", "40000", &REQUESTS.to_string(), "200000"]);
+    let pid = online.pid;
+    assert_eq!(online.json_line(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
+    let mut offline = hsa_dispatch_spawn(&hsa_dispatch_6(), &["offline", "2000", "1"]);
+    let off_pid = offline.id();
+    let mut off_out = BufReader::new(offline.stdout.take().unwrap()).lines();
+    let mut off_line = || -> serde_json::Value {
+        serde_json::from_str(&off_out.next().expect("hsa-dispatch-6 ended early").unwrap()).unwrap()
+    };
+    assert_eq!(off_line(), serde_json::json!({"pid": off_pid, "looping": 1}));
+    let mut s = Schedule::between(pid, &off_pid.to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
+    let attached = s.wait_events("offline_attached", 1, LONG);
+    assert_eq!((attached[0]["queues"].as_u64(), &attached[0]["gpus"]), (Some(2), &serde_json::json!([GPU0])));
+    eprintln!("online queues: {:?}", sysfs_queues(pid));
+    let added = s.events("online_added");
+    assert_eq!((added[0]["queues"].as_u64(), added[0]["snapshot"].as_bool()), (Some(2), Some(true)), "{added:?}");
+    let requests = online.requests_then(REQUESTS, serde_json::json!({"completed": REQUESTS, "done": true}));
+    thread::sleep(Duration::from_millis(300));
+    let (lines, _) = s.stop();
+    drop(offline.stdin.take());
+    let (ends, last) = (off_line(), off_line());
+    assert!(offline.wait().unwrap().success());
+    wait_kfd_released(off_pid).unwrap();
+    let k = last["completed"].as_u64().unwrap();
+    assert_eq!((&last["read_index"], &last["done"]), (&k.into(), &true.into()), "{last}");
+    let ends: Vec<u64> = ends["ends_ns"].as_array().unwrap().iter().map(|e| e.as_u64().unwrap()).collect();
+    assert_eq!(ends.len() as u64, k);
+    let sum = summary(&lines).unwrap();
+    eprintln!("summary: {sum}");
+    let suspends = sum["suspends"].as_u64().unwrap() as usize;
+    assert!((1..=REQUESTS + 1).contains(&suspends), "{suspends} suspends for {REQUESTS} requests: {sum}");
+    assert_eq!(sum["failed_suspends"], 0);
+    assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
+    assert_protected(&requests, &ends);
+    let (on, off) = (REQUESTS as u64 + 2, k + 1);
+    let gpu0 = counters(&[
+        ("kernels", on + off),
+        ("barriers_and", 0),
+        ("pm4_ibs", 3),
+        ("signals", on + off + 1),
+        ("interrupts", on + off + 1),
+        ("events_set", on + off + 1),
+    ]);
+    assert_eq!(cp_stats_since(&online.before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]), "k={k}");
     online.end();
 }
