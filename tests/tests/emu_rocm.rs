@@ -1693,7 +1693,13 @@ fn schedule_protects_a_rocm_hip_program_against_a_rocm_6_1_training_job() {
     let mut s = Schedule::between(pid, &off_pid.to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!((attached[0]["queues"].as_u64(), &attached[0]["gpus"]), (Some(2), &serde_json::json!([GPU0])));
-    eprintln!("online queues: {:?}", sysfs_queues(pid));
+    // HIP 5.2's KFD queues on the first GPU once its stream exists and its warm-up launch ran:
+    // ROCr's utility queue (64 packets, 4 KiB ring; its blit kernels copied HIP's code objects
+    // into VRAM) and the 4096-packet queue (256 KiB ring) ROCclr gave the stream. No queue for
+    // the null stream, which this program never uses (it gets one at its first use, as the
+    // synchronous hipMemcpy of the streams test), nor SDMA queues (no copy). The scheduler reads
+    // both through GET_QUEUE_SNAPSHOT.
+    assert_eq!(sysfs_queues(pid), [(GPU0, 0, 4096), (GPU0, 0, 256 << 10)], "queues of pid {pid}");
     let added = s.events("online_added");
     assert_eq!((added[0]["queues"].as_u64(), added[0]["snapshot"].as_bool()), (Some(2), Some(true)), "{added:?}");
     let requests = online.requests_then(REQUESTS, serde_json::json!({"completed": REQUESTS, "done": true}));
@@ -1708,20 +1714,28 @@ fn schedule_protects_a_rocm_hip_program_against_a_rocm_6_1_training_job() {
     let ends: Vec<u64> = ends["ends_ns"].as_array().unwrap().iter().map(|e| e.as_u64().unwrap()).collect();
     assert_eq!(ends.len() as u64, k);
     let sum = summary(&lines).unwrap();
-    eprintln!("summary: {sum}");
     let suspends = sum["suspends"].as_u64().unwrap() as usize;
     assert!((1..=REQUESTS + 1).contains(&suspends), "{suspends} suspends for {REQUESTS} requests: {sum}");
     assert_eq!(sum["failed_suspends"], 0);
     assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
     assert_protected(&requests, &ends);
-    let (on, off) = (REQUESTS as u64 + 2, k + 1);
+    // Both programs' work on the first GPU, nothing on the second. HIP 5.2: ROCr's two loader
+    // blits (ROCclr's blit code object and the program's) each with a code-cache invalidation
+    // (PM4 IB), the warm-up and the REQUESTS kernels (launched without a completion signal), and
+    // ROCclr's barrier-AND markers with their interrupt signals, one per hipStreamSynchronize
+    // (the signal it waits on) and one more (measured, the same on every run). ROCr 6.1: the
+    // code object's blit copy, its signalled PM4 IB and the K dispatches, as above.
+    let hip_markers = REQUESTS as u64 + 2;
+    let hip_kernels = 2 + 1 + REQUESTS as u64;
+    let hip_signals = 2 + hip_markers;
+    let (off_kernels, off_signals) = (k + 1, k + 2);
     let gpu0 = counters(&[
-        ("kernels", on + off),
-        ("barriers_and", 0),
-        ("pm4_ibs", 3),
-        ("signals", on + off + 1),
-        ("interrupts", on + off + 1),
-        ("events_set", on + off + 1),
+        ("kernels", hip_kernels + off_kernels),
+        ("barriers_and", hip_markers),
+        ("pm4_ibs", 2 + 1),
+        ("signals", hip_signals + off_signals),
+        ("interrupts", hip_signals + off_signals),
+        ("events_set", hip_signals + off_signals),
     ]);
     assert_eq!(cp_stats_since(&online.before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]), "k={k}");
     online.end();
