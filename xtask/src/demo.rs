@@ -142,22 +142,22 @@ echo "== the story: inference-like online work next to training-like offline wor
 }
 
 /// Debian's ROCm user space on the emulated GPUs (amdgpu_emu's render nodes beside kfd_emu): the
-/// unmodified `rocminfo` (5.2), then an HSA program on ROCm 5.2 (`tests/rocm/hsa_dispatch.c`, a
-/// request of four 2 ms dispatches every 150 ms, timed by its own clock) alone, next to the same
-/// program on trixie's ROCm 6.1 dispatching 8 ms kernels back to back (`hsa-dispatch-6
+/// unmodified `rocminfo` (5.2), then a HIP 5.2 program (`tests/rocm/hip_streams.hip requests`:
+/// one 8 ms kernel and `hipStreamSynchronize` every 150 ms, timed by its own clock) alone, next to
+/// an HSA program on trixie's ROCm 6.1 dispatching 8 ms kernels back to back (`hsa-dispatch-6
 /// offline`), and under `gpreempt schedule`, which reads the requests from ROCr's own queues.
-/// ROCr 5.2 never enables the debug runtime, so it can be the online side only; ROCr 6.1 does,
-/// so it can be suspended.
+/// ROCr 5.2 (under HIP 5.2) never enables the debug runtime, so it can be the online side only;
+/// ROCr 6.1 does, so it can be suspended.
 fn rocm() -> Result<()> {
     let debug = build_binaries()?;
     util::run(cargo().args(["build", "--release", "--package", "gpreempt"]))?;
     let release = target_dir().join("release");
-    let (hsa, hsa6, hsaco) =
-        (debug.join("hsa-dispatch"), debug.join("hsa-dispatch-6"), debug.join("hsa-dispatch-kernel.hsaco"));
-    if let Some(missing) = [&hsa, &hsa6, &hsaco].into_iter().find(|p| !p.exists()) {
+    let (hip, hsa6, hsaco) =
+        (debug.join("hip-streams"), debug.join("hsa-dispatch-6"), debug.join("hsa-dispatch-kernel.hsaco"));
+    if let Some(missing) = [&hip, &hsa6, &hsaco].into_iter().find(|p| !p.exists()) {
         bail!(
-            "{} was not built: `cargo xtask setup` installs libhsa-runtime-dev, clang-15 and lld-15 and unpacks \
-             the ROCm 6.1 runtime",
+            "{} was not built: `cargo xtask setup` installs hipcc, libamdhip64-dev, libhsa-runtime-dev, clang-15 \
+             and lld-15 and unpacks the ROCm 6.1 runtime",
             missing.display()
         );
     }
@@ -173,10 +173,10 @@ rocminfo | awk '/^Agent [0-9]+/ {{ agent = $0 }} /^  Name:/ {{ name = $2 }}
   /^  Marketing Name:/ {{ sub(/^  Marketing Name: +/, ""); sub(/ +$/, ""); market = $0 }}
   /^  Device Type:/ {{ type = $3 }}
   /^  Compute Unit:/ {{ if (type == "GPU") print "   " agent ": " name ", " market ", " $3 " CUs" }}'
-echo "== an HSA program on ROCm 5.2 (requests of 4 dispatches of 2 ms, every 150 ms) alone, next to one on ROCm 6.1 (8 ms dispatches back to back), under gpreempt schedule"
-python3 - {gpreempt} {hsa6} {hsa} {hsaco} <<'PY'
+echo "== a HIP 5.2 program's requests (one 8 ms kernel, hipStreamSynchronize, every 150 ms) alone, next to an HSA program on ROCm 6.1 (8 ms dispatches back to back), under gpreempt schedule"
+python3 - {gpreempt} {hsa6} {hip} {hsaco} <<'PY'
 import json, signal, subprocess, sys
-gpreempt, hsa6, hsa, hsaco = sys.argv[1:5]
+gpreempt, hsa6, hip, hsaco = sys.argv[1:5]
 N = 20
 
 def pct(xs, p):
@@ -184,7 +184,7 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 def requests(label, offline=None, schedule=False):
-    prog = subprocess.Popen([hsa, hsaco, "requests", "2000", str(N), "150000", "4"], stdin=subprocess.PIPE,
+    prog = subprocess.Popen([hip, "requests", "8000", str(N), "150000"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     pid = json.loads(prog.stdout.readline())["pid"]
     sched = None
@@ -194,7 +194,7 @@ def requests(label, offline=None, schedule=False):
         for line in sched.stdout:
             event = json.loads(line)
             if event.get("event") == "online_added":
-                print(f"   schedule: online pid {{pid}}: {{event['queues']}} KFD queues of ROCr on the GPU (its utility queue and the program's)")
+                print(f"   schedule: online pid {{pid}}: {{event['queues']}} KFD queues on the GPU (ROCr's utility queue and the stream's)")
             if event.get("event") == "offline_attached":
                 break
     prog.stdin.write("go\n")
@@ -230,7 +230,7 @@ rmmod amdgpu_emu
         amdgpu_emu = vm::shell_quote(&amdgpu_emu.display().to_string()),
         gpreempt = vm::shell_quote(&release.join("gpreempt").display().to_string()),
         hsa6 = vm::shell_quote(&hsa6.display().to_string()),
-        hsa = vm::shell_quote(&hsa.display().to_string()),
+        hip = vm::shell_quote(&hip.display().to_string()),
         hsaco = vm::shell_quote(&hsaco.display().to_string()),
     );
     in_vm(script, Some(kmod::Module::KfdEmu), 900, "the ROCm demo")
