@@ -1,7 +1,8 @@
 //! Debian trixie's ROCm 6.1 runtime (ROCr 6.1.2 with libhsakmt 6.2.4), unpacked beside the
 //! kernels for the tests, never installed: ROCr ≥ 6 calls RUNTIME_ENABLE at `hsa_init`
-//! (`KfdDriver::Init` → `hsaKmtRuntimeEnable`; libhsa-runtime64 6.1.2 imports it), which KFD
-//! requires before it suspends a process's queues; bookworm's ROCr 5.2 never does. Trixie's
+//! (libhsa-runtime64 6.1.2 imports `hsaKmtRuntimeEnable`; later ROCr calls it from
+//! `KfdDriver::Init`; gpreempt finds a 6.1 process runtime-enabled), which KFD requires before it
+//! suspends a process's queues; bookworm's ROCr 5.2 never does. Trixie's
 //! libraries need glibc ≥ 2.38 (bookworm has 2.36), so its libc, libstdc++ and the runtime's other
 //! dependencies come along and the clients built against it (`hsa-dispatch-6`) name trixie's
 //! dynamic loader and library directory (`--dynamic-linker`, `-rpath`): nothing of the host's
