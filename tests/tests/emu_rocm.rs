@@ -1605,8 +1605,14 @@ fn the_agent_exports_rocrs_queues_of_a_rocm_program_per_gpu() {
     run.end();
 }
 
-#[test]
-fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
+/// `online` (ready, its requests not started) under `gpreempt schedule` against ROCr 6.1's
+/// training job (`hsa-dispatch-6 offline`: 2 ms dispatches back to back on the first GPU, a
+/// runtime that enables the debug interface, so it can be suspended): each side has 2 KFD queues
+/// on the first GPU (the online ones read through GET_QUEUE_SNAPSHOT); the `n` requests, whose
+/// last line is `last`, are served; the training job, resumed and detached, ends when told with
+/// every dispatch completed; suspends = resumes, none failed; [`assert_protected`]. Returns the
+/// training job's dispatch count.
+fn schedule_against_rocm_6_1_training(online: &mut RocmRun, n: usize, last: serde_json::Value) -> u64 {
     use std::io::{BufRead, BufReader};
 
     use gpreempt_tests::{
@@ -1614,13 +1620,6 @@ fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
         summary,
     };
 
-    const REQUESTS: usize = 20;
-    // Both sides are real ROCm runtimes: the online one ROCr 5.2 with a request of one 40 ms
-    // kernel every 200 ms, the offline job ROCr 6.1 (which enables the debug runtime) dispatching
-    // 2 ms kernels back to back.
-    let mut online = hsa_dispatch_run(&["requests", "40000", &REQUESTS.to_string(), "200000"]);
-    let pid = online.pid;
-    assert_eq!(online.json_line(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
     let mut offline = hsa_dispatch_spawn(&hsa_dispatch_6(), &["offline", "2000", "1"]);
     let off_pid = offline.id();
     let mut off_out = BufReader::new(offline.stdout.take().unwrap()).lines();
@@ -1628,30 +1627,41 @@ fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
         serde_json::from_str(&off_out.next().expect("hsa-dispatch-6 ended early").unwrap()).unwrap()
     };
     assert_eq!(off_line(), serde_json::json!({"pid": off_pid, "looping": 1}));
-    let mut s = Schedule::between(pid, &off_pid.to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
-    // Each side has ROCr's utility queue and the program's on the first GPU.
+    let mut s = Schedule::between(online.pid, &off_pid.to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!((attached[0]["queues"].as_u64(), &attached[0]["gpus"]), (Some(2), &serde_json::json!([GPU0])));
     let added = s.events("online_added");
     assert_eq!((added[0]["queues"].as_u64(), added[0]["snapshot"].as_bool()), (Some(2), Some(true)), "{added:?}");
-    let requests = online.requests(REQUESTS);
+    let requests = online.requests_then(n, last);
     thread::sleep(Duration::from_millis(300));
     let (lines, _) = s.stop();
-    // The training job, resumed and detached, ends when told, every dispatch completed.
     drop(offline.stdin.take());
-    let (ends, last) = (off_line(), off_line());
+    let (ends, done) = (off_line(), off_line());
     assert!(offline.wait().unwrap().success());
     wait_kfd_released(off_pid).unwrap();
-    let k = last["completed"].as_u64().unwrap();
-    assert_eq!((&last["read_index"], &last["done"]), (&k.into(), &true.into()), "{last}");
+    let k = done["completed"].as_u64().unwrap();
+    assert_eq!((&done["read_index"], &done["done"]), (&k.into(), &true.into()), "{done}");
     let ends: Vec<u64> = ends["ends_ns"].as_array().unwrap().iter().map(|e| e.as_u64().unwrap()).collect();
     assert_eq!(ends.len() as u64, k);
     let sum = summary(&lines).unwrap();
     let suspends = sum["suspends"].as_u64().unwrap() as usize;
-    assert!((1..=REQUESTS + 1).contains(&suspends), "{suspends} suspends for {REQUESTS} requests: {sum}");
+    assert!((1..=n + 1).contains(&suspends), "{suspends} suspends for {n} requests: {sum}");
     assert_eq!(sum["failed_suspends"], 0);
     assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
     assert_protected(&requests, &ends);
+    k
+}
+
+#[test]
+fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
+    const REQUESTS: usize = 20;
+    // Both sides are real ROCm runtimes: the online one ROCr 5.2 with a request of one 40 ms
+    // kernel every 200 ms (ROCr's utility queue and the program's).
+    let mut online = hsa_dispatch_run(&["requests", "40000", &REQUESTS.to_string(), "200000"]);
+    let pid = online.pid;
+    assert_eq!(online.json_line(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
+    let last = serde_json::json!({"completed": REQUESTS, "read_index": REQUESTS, "done": true});
+    let k = schedule_against_rocm_6_1_training(&mut online, REQUESTS, last);
     // Both programs' work on the first GPU: each runtime's blit copy of the code object and cache
     // invalidation (ROCr 6.1 signals its PM4 IB too), the requests and the training dispatches,
     // each with its interrupt signal; nothing on the second GPU.
@@ -1669,56 +1679,23 @@ fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
 
 #[test]
 fn schedule_protects_a_rocm_hip_program_against_a_rocm_6_1_training_job() {
-    use std::io::{BufRead, BufReader};
-
-    use gpreempt_tests::{
-        schedule::{LONG, Schedule},
-        summary,
-    };
-
     const REQUESTS: usize = 20;
     // The online side is a HIP 5.2 program: per request one 40 ms kernel launched on its stream
-    // and hipStreamSynchronize, a request every 200 ms; the offline job ROCr 6.1 dispatching 2 ms
-    // kernels back to back.
+    // and hipStreamSynchronize, a request every 200 ms.
     let mut online = hip_streams_run(&["requests", "40000", &REQUESTS.to_string(), "200000"]);
     let pid = online.pid;
     assert_eq!(online.json_line(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
-    let mut offline = hsa_dispatch_spawn(&hsa_dispatch_6(), &["offline", "2000", "1"]);
-    let off_pid = offline.id();
-    let mut off_out = BufReader::new(offline.stdout.take().unwrap()).lines();
-    let mut off_line = || -> serde_json::Value {
-        serde_json::from_str(&off_out.next().expect("hsa-dispatch-6 ended early").unwrap()).unwrap()
-    };
-    assert_eq!(off_line(), serde_json::json!({"pid": off_pid, "looping": 1}));
-    let mut s = Schedule::between(pid, &off_pid.to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
-    let attached = s.wait_events("offline_attached", 1, LONG);
-    assert_eq!((attached[0]["queues"].as_u64(), &attached[0]["gpus"]), (Some(2), &serde_json::json!([GPU0])));
     // HIP 5.2's KFD queues on the first GPU once its stream exists and its warm-up launch ran:
     // ROCr's utility queue (64 packets, 4 KiB ring; its blit kernels copied HIP's code objects
     // into VRAM) and the 4096-packet queue (256 KiB ring) ROCclr gave the stream. No queue for
     // the null stream, which this program never uses (it gets one at its first use, as the
-    // synchronous hipMemcpy of the streams test), nor SDMA queues (no copy). The scheduler reads
-    // both through GET_QUEUE_SNAPSHOT.
+    // synchronous hipMemcpy of the streams test), nor SDMA queues (no copy).
     assert_eq!(sysfs_queues(pid), [(GPU0, 0, 4096), (GPU0, 0, 256 << 10)], "queues of pid {pid}");
-    let added = s.events("online_added");
-    assert_eq!((added[0]["queues"].as_u64(), added[0]["snapshot"].as_bool()), (Some(2), Some(true)), "{added:?}");
-    let requests = online.requests_then(REQUESTS, serde_json::json!({"completed": REQUESTS, "done": true}));
-    thread::sleep(Duration::from_millis(300));
-    let (lines, _) = s.stop();
-    drop(offline.stdin.take());
-    let (ends, last) = (off_line(), off_line());
-    assert!(offline.wait().unwrap().success());
-    wait_kfd_released(off_pid).unwrap();
-    let k = last["completed"].as_u64().unwrap();
-    assert_eq!((&last["read_index"], &last["done"]), (&k.into(), &true.into()), "{last}");
-    let ends: Vec<u64> = ends["ends_ns"].as_array().unwrap().iter().map(|e| e.as_u64().unwrap()).collect();
-    assert_eq!(ends.len() as u64, k);
-    let sum = summary(&lines).unwrap();
-    let suspends = sum["suspends"].as_u64().unwrap() as usize;
-    assert!((1..=REQUESTS + 1).contains(&suspends), "{suspends} suspends for {REQUESTS} requests: {sum}");
-    assert_eq!(sum["failed_suspends"], 0);
-    assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
-    assert_protected(&requests, &ends);
+    let k = schedule_against_rocm_6_1_training(
+        &mut online,
+        REQUESTS,
+        serde_json::json!({"completed": REQUESTS, "done": true}),
+    );
     // Both programs' work on the first GPU, nothing on the second. HIP 5.2: ROCr's two loader
     // blits (ROCclr's blit code object and the program's) each with a code-cache invalidation
     // (PM4 IB), the warm-up and the REQUESTS kernels (launched without a completion signal), and
