@@ -48,6 +48,9 @@ static_assert(sizeof(struct hsa_kernel_dispatch_packet) == AQL_PACKET_SIZE);
 static_assert(sizeof(struct hsa_barrier_packet) == AQL_PACKET_SIZE);
 static_assert(sizeof(struct amd_aql_pm4_ib) == AQL_PACKET_SIZE);
 static_assert(offsetof(struct amd_aql_pm4_ib, completion_signal) == 56);
+static_assert(sizeof(struct amd_aql_barrier_value) == AQL_PACKET_SIZE);
+static_assert(offsetof(struct amd_aql_barrier_value, cond) == 32);
+static_assert(offsetof(struct amd_aql_barrier_value, completion_signal) == 56);
 static_assert(sizeof(struct amd_signal) == 64);
 static_assert(offsetof(struct amd_signal, value) == 8 && offsetof(struct amd_signal, start_ts) == 32);
 static_assert(offsetof(struct kfd_ioctl_create_queue_args, queue_id) == 52);
@@ -402,8 +405,11 @@ static u32 emu_cp_vendor(const struct amd_aql_pm4_ib *pkt)
 	u32 ec = 0;
 
 	if (pkt->ven_hdr != AMD_AQL_FORMAT_PM4_IB || hdr >> 30 != PM4_TYPE3 ||
-	    ((hdr >> 8) & 0xff) != PM4_OPCODE_INDIRECT_BUFFER)
+	    ((hdr >> 8) & 0xff) != PM4_OPCODE_INDIRECT_BUFFER) {
+		pr_debug("kfd_emu: vendor packet format %u, first dword 0x%08x: not emulated\n",
+			 pkt->ven_hdr, hdr);
 		return EC_QUEUE_PACKET_VENDOR_UNSUPPORTED;
+	}
 	/* INDIRECT_BUFFER: DW1 base[31:2], DW2 base[47:32], DW3 size in dwords [19:0] */
 	ib = (pkt->ib_jump_cmd[1] & ~3u) | ((u64)(pkt->ib_jump_cmd[2] & 0xffff) << 32);
 	ib_dw = pkt->ib_jump_cmd[3] & 0xfffff;
@@ -535,6 +541,17 @@ static bool emu_cp_start(struct device_queue_manager *dqm, struct queue *q, u64 
 		return false;
 	}
 	type = pkt.header & HSA_PACKET_HEADER_TYPE_MASK;
+	if (type == HSA_PACKET_TYPE_VENDOR_SPECIFIC &&
+	    ((const struct amd_aql_barrier_value *)&pkt)->ven_hdr == AMD_AQL_FORMAT_BARRIER_VALUE) {
+		emu_user_end(q);
+		if (((const struct amd_aql_barrier_value *)&pkt)->cond > HSA_SIGNAL_CONDITION_GTE) {
+			emu_queue_error(q, EC_QUEUE_PACKET_VENDOR_UNSUPPORTED);
+			return false;
+		}
+		/* a barrier: emu_cp_barriers() completes it once its condition holds */
+		q->at_barrier = true;
+		return false;
+	}
 	if (type == HSA_PACKET_TYPE_VENDOR_SPECIFIC) {
 		/* executed at once, taking no GPU time: consumed and completed at t */
 		const struct amd_aql_pm4_ib *ib = (const struct amd_aql_pm4_ib *)&pkt;
@@ -673,6 +690,27 @@ static void emu_cp_advance(struct device_queue_manager *dqm, u64 limit)
  * dep_signals' values, read from the process's memory. AND: met when every one is 0; OR: when
  * any is, or when there is none. 1 met, 0 not yet, -EFAULT unreadable.
  */
+static int emu_barrier_value_met(const struct amd_aql_barrier_value *b)
+{
+	s64 v;
+
+	if (!b->signal)
+		return 1;
+	if (get_user(v, (s64 __user *)(uintptr_t)(b->signal + offsetof(struct amd_signal, value))))
+		return -EFAULT;
+	v &= b->mask;
+	switch (b->cond) {
+	case HSA_SIGNAL_CONDITION_EQ:
+		return v == b->value;
+	case HSA_SIGNAL_CONDITION_NE:
+		return v != b->value;
+	case HSA_SIGNAL_CONDITION_LT:
+		return v < b->value;
+	default:	/* GTE: other conditions stopped the queue when the packet was read */
+		return v >= b->value;
+	}
+}
+
 static int emu_barrier_met(const struct hsa_barrier_packet *b, bool any)
 {
 	int i, deps = 0, met = 0;
@@ -705,6 +743,7 @@ static bool emu_cp_barriers(struct device_queue_manager *dqm, u64 now)
 	struct queue *q;
 	bool progress = false, any;
 	int met;
+	u16 type;
 
 	list_for_each_entry(qpd, &dqm->queues, dqm_list) {
 		list_for_each_entry(q, &qpd->queues_list, list) {
@@ -719,8 +758,12 @@ static bool emu_cp_barriers(struct device_queue_manager *dqm, u64 now)
 				emu_queue_error(q, EC_QUEUE_PACKET_RESERVED);
 				continue;
 			}
-			any = (b.header & HSA_PACKET_HEADER_TYPE_MASK) == HSA_PACKET_TYPE_BARRIER_OR;
-			met = emu_barrier_met(&b, any);
+			type = b.header & HSA_PACKET_HEADER_TYPE_MASK;
+			any = type == HSA_PACKET_TYPE_BARRIER_OR;
+			if (type == HSA_PACKET_TYPE_VENDOR_SPECIFIC)
+				met = emu_barrier_value_met((const struct amd_aql_barrier_value *)&b);
+			else
+				met = emu_barrier_met(&b, any);
 			if (met <= 0) {
 				emu_user_end(q);
 				/* an unreadable dependency: the GPU would fault on it */
@@ -739,7 +782,9 @@ static bool emu_cp_barriers(struct device_queue_manager *dqm, u64 now)
 			q->at_barrier = false;
 			q->ready_ns = now;
 			q->packets_done++;
-			if (any)
+			if (type == HSA_PACKET_TYPE_VENDOR_SPECIFIC)
+				dqm->stats.barriers_value++;
+			else if (any)
 				dqm->stats.barriers_or++;
 			else
 				dqm->stats.barriers_and++;
@@ -4399,7 +4444,7 @@ static ssize_t restore_store(struct kobject *kobj, struct kobj_attribute *attr, 
 
 /*
  * cp_stats: what each emulated CP executed since the module loaded, one line per GPU
- * ("gpu_id 4096 dispatches N kernels N barriers_and N barriers_or N pm4_ibs N signals N interrupts N
+ * ("gpu_id 4096 dispatches N kernels N barriers_and N barriers_or N barriers_value N pm4_ibs N signals N interrupts N
  * events_set N errors N sdma_copies N sdma_bytes N ... sdma_timestamps N"): the exact counts the
  * ROCm tests assert. Emulator-only (no KFD file).
  */
@@ -4413,9 +4458,10 @@ static ssize_t cp_stats_show(struct kobject *kobj, struct kobj_attribute *attr, 
 
 		mutex_lock(&dqm->hw_lock);
 		offs += sysfs_emit_at(buf, offs,
-				      "gpu_id %u dispatches %llu kernels %llu barriers_and %llu barriers_or %llu pm4_ibs %llu signals %llu interrupts %llu events_set %llu errors %llu sdma_copies %llu sdma_bytes %llu sdma_fills %llu sdma_fences %llu sdma_traps %llu sdma_atomics %llu sdma_polls %llu sdma_timestamps %llu\n",
+				      "gpu_id %u dispatches %llu kernels %llu barriers_and %llu barriers_or %llu barriers_value %llu pm4_ibs %llu signals %llu interrupts %llu events_set %llu errors %llu sdma_copies %llu sdma_bytes %llu sdma_fills %llu sdma_fences %llu sdma_traps %llu sdma_atomics %llu sdma_polls %llu sdma_timestamps %llu\n",
 				      emu_nodes[i].id, dqm->stats.dispatches, dqm->stats.kernels,
-				      dqm->stats.barriers_and, dqm->stats.barriers_or, dqm->stats.pm4_ibs,
+				      dqm->stats.barriers_and, dqm->stats.barriers_or,
+				      dqm->stats.barriers_value, dqm->stats.pm4_ibs,
 				      dqm->stats.signals, dqm->stats.interrupts,
 				      dqm->stats.events_set, dqm->stats.errors, dqm->stats.sdma_copies,
 				      dqm->stats.sdma_bytes, dqm->stats.sdma_fills, dqm->stats.sdma_fences,

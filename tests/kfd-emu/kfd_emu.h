@@ -332,6 +332,31 @@ struct amd_aql_pm4_ib {
 };
 
 /*
+ * AMD's barrier-value packet (ROCr 6.1 hsa_ext_amd.h hsa_amd_barrier_value_packet_t, format
+ * HSA_AMD_PACKET_TYPE_BARRIER_VALUE = 2): the packet processor stops on it until
+ * (signal's value & mask) cond value holds, a null signal being a met dependency, then completes
+ * it. HIP 5.7 writes one per hipEventRecord (ROCclr waits on its own marker signal with it).
+ * cond is an hsa_signal_condition_t: EQ 0, NE 1, LT 2, GTE 3.
+ */
+#define AMD_AQL_FORMAT_BARRIER_VALUE 2
+#define HSA_SIGNAL_CONDITION_EQ 0
+#define HSA_SIGNAL_CONDITION_NE 1
+#define HSA_SIGNAL_CONDITION_LT 2
+#define HSA_SIGNAL_CONDITION_GTE 3
+struct amd_aql_barrier_value {
+	__u16 header;
+	__u16 ven_hdr;
+	__u32 reserved0;
+	__u64 signal;
+	__s64 value;
+	__s64 mask;
+	__u32 cond;
+	__u32 reserved1;
+	__u64 reserved2[2];
+	__u64 completion_signal;
+};
+
+/*
  * Written by the emulated CP when a dispatch completes (64 bytes, status last). Times are
  * CLOCK_MONOTONIC ns on the emulated GPU's timeline: start/end of the dispatch, the end of its
  * first run segment and the start of its last (equal to end/start when never preempted), and
@@ -737,6 +762,7 @@ struct device_queue_manager {
 		u64 dispatches;		/* kernel dispatches of the cost convention */
 		u64 kernels;		/* kernel dispatches of a code object (foreign kernels) */
 		u64 barriers_and, barriers_or;
+		u64 barriers_value;	/* AMD barrier-value packets completed */
 		u64 pm4_ibs;		/* AMD vendor packets (PM4 indirect buffers) executed */
 		u64 signals;		/* amd_signal_t completions (value decremented) */
 		u64 interrupts;		/* of them, interrupt signals (mailbox written, event raised) */

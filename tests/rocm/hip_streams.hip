@@ -25,9 +25,21 @@
  *   {"submit_ns":S,"latency_ns":L} (CLOCK_MONOTONIC, from just before the launch to the
  *   synchronize's return), then {"completed":N,"done":true} (HIP gives no queue read index).
  *
- * Build: hipcc --offload-arch=gfx90a -O1 -o hip-streams hip_streams.hip (Debian bookworm hipcc)
+ * Usage: hip-streams offline GRID
+ *   A training job's shape: one stream and its buffer, the warm-up launch, {"pid":P,"looping":1},
+ *   then kernel launches back to back, each followed by hipStreamSynchronize (one step at a
+ *   time), until a line (or EOF) is on stdin and at least one ran; then {"ends_ns":[...]} (each
+ *   kernel's end as the program saw it: the return of its hipStreamSynchronize,
+ *   CLOCK_MONOTONIC), a hipMemcpy round trip of 4096 bytes through the buffer, checked, and
+ *   {"completed":K,"longest_ns":L,"bytes":4096,"equal":E,"done":true}, L the longest
+ *   launch-to-synchronized step: a kernel's cost alone, longer if its queue was suspended
+ *   mid-kernel.
+ *
+ * Build: hipcc --offload-arch=gfx90a -O1 -o hip-streams hip_streams.hip (Debian bookworm hipcc;
+ * `hip-streams-6` is the same program linked to run on trixie's HIP 5.7 and ROCr 6.1)
  */
 #include <hip/hip_runtime.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +116,78 @@ static int requests(unsigned int grid, int n, unsigned long long period_ns)
 	return 0;
 }
 
+/* The buffer's round trip through the GPU (host -> device -> host), byte for byte: how many
+ * of its bytes came back equal. back starts as the pattern's complement. */
+static size_t round_trip(unsigned char *dev, unsigned char *host, unsigned char *back, size_t bytes,
+			 int tag)
+{
+	size_t k, equal = 0;
+
+	for (k = 0; k < bytes; k++) {
+		host[k] = (unsigned char)(k * 131 + tag * 17 + 7);
+		back[k] = (unsigned char)~host[k];
+	}
+	check(hipMemcpy(dev, host, bytes, hipMemcpyHostToDevice), "hipMemcpy(HostToDevice)");
+	check(hipMemcpy(back, dev, bytes, hipMemcpyDeviceToHost), "hipMemcpy(DeviceToHost)");
+	for (k = 0; k < bytes; k++)
+		equal += back[k] == host[k];
+	return equal;
+}
+
+/* `offline` (see the top of the file): a training job's shape for a scheduler. */
+static int offline(unsigned int grid)
+{
+	static unsigned char host[4096], back[4096];
+	unsigned long long *ends = NULL, longest = 0;
+	size_t done = 0, cap = 0, i;
+	hipStream_t s;
+	unsigned char *dev;
+
+	check(hipSetDevice(0), "hipSetDevice");
+	check(hipMalloc((void **)&dev, sizeof(host)), "hipMalloc");
+	check(hipStreamCreate(&s), "hipStreamCreate");
+	hipLaunchKernelGGL(spin, dim3(1), dim3(64), 0, s, (unsigned int *)dev, 0u);
+	check(hipGetLastError(), "hipLaunchKernelGGL(warm-up)");
+	check(hipStreamSynchronize(s), "hipStreamSynchronize(warm-up)");
+	printf("{\"pid\":%d,\"looping\":1}\n", getpid());
+	fflush(stdout);
+	for (;;) {
+		struct pollfd in = { .fd = 0, .events = POLLIN };
+		unsigned long long launched;
+
+		if (done && poll(&in, 1, 0) != 0)
+			break;
+		launched = monotonic_ns();
+		hipLaunchKernelGGL(spin, dim3(grid / 64), dim3(64), 0, s, (unsigned int *)dev,
+				   (unsigned int)done);
+		check(hipGetLastError(), "hipLaunchKernelGGL");
+		check(hipStreamSynchronize(s), "hipStreamSynchronize");
+		if (done == cap) {
+			cap = cap ? 2 * cap : 1024;
+			ends = (unsigned long long *)realloc(ends, cap * sizeof(*ends));
+			if (!ends) {
+				fprintf(stderr, "memory for the kernel ends\n");
+				return 1;
+			}
+		}
+		ends[done] = monotonic_ns();
+		if (ends[done] - launched > longest)
+			longest = ends[done] - launched;
+		done++;
+	}
+	printf("{\"ends_ns\":[");
+	for (i = 0; i < done; i++)
+		printf("%s%llu", i ? "," : "", ends[i]);
+	printf("]}\n");
+	printf("{\"completed\":%zu,\"longest_ns\":%llu,\"bytes\":%zu,\"equal\":%zu,\"done\":true}\n",
+	       done, longest, sizeof(host), round_trip(dev, host, back, sizeof(host), 1));
+	fflush(stdout);
+	free(ends);
+	check(hipStreamDestroy(s), "hipStreamDestroy");
+	check(hipFree(dev), "hipFree");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int streams = argc > 1 ? atoi(argv[1]) : 3;
@@ -127,6 +211,15 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		return requests(rgrid, n, (unsigned long long)period_us * 1000);
+	}
+	if (argc > 1 && !strcmp(argv[1], "offline")) {
+		unsigned int ogrid = argc > 2 ? (unsigned int)atoi(argv[2]) : 0;
+
+		if (ogrid < 64 || ogrid % 64) {
+			fprintf(stderr, "usage: hip-streams offline GRID(multiple of 64)\n");
+			return 2;
+		}
+		return offline(ogrid);
 	}
 	if (streams < 1 || streams > MAX_STREAMS || grid < 64 || grid % 64 || !bytes) {
 		fprintf(stderr, "usage: hip-streams STREAMS(1..%d) GRID(multiple of 64) BYTES [hold]\n",
@@ -162,17 +255,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (i = 0; i < streams; i++) {
-		size_t k, equal = 0;
+		/* a pattern distinct per stream and per byte */
+		size_t equal = round_trip(dev[i], host, back, bytes, i);
 
-		/* a pattern distinct per stream and per byte; back starts as its complement */
-		for (k = 0; k < bytes; k++) {
-			host[k] = (unsigned char)(k * 131 + i * 17 + 7);
-			back[k] = (unsigned char)~host[k];
-		}
-		check(hipMemcpy(dev[i], host, bytes, hipMemcpyHostToDevice), "hipMemcpy(HostToDevice)");
-		check(hipMemcpy(back, dev[i], bytes, hipMemcpyDeviceToHost), "hipMemcpy(DeviceToHost)");
-		for (k = 0; k < bytes; k++)
-			equal += back[k] == host[k];
 		printf("{\"stream\":%d,\"elapsed_ms\":%.6f,\"bytes\":%zu,\"equal\":%zu,"
 		       "\"first\":%u,\"last\":%u}\n",
 		       i, ms[i], bytes, equal, back[0], back[bytes - 1]);

@@ -745,6 +745,7 @@ fn counters(nonzero: &[(&str, u64)]) -> BTreeMap<String, u64> {
         "kernels",
         "barriers_and",
         "barriers_or",
+        "barriers_value",
         "pm4_ibs",
         "signals",
         "interrupts",
@@ -1011,14 +1012,68 @@ fn gpreempt_preempt_refuses_rocm_5_2_with_the_cause_and_its_dispatches_all_compl
     run.end();
 }
 
-// ---- HIP 5.2 (Debian's hipcc and libamdhip64) on the emulated GPU (README "HIP") ----
+// ---- HIP (Debian's hipcc; bookworm's HIP 5.2, trixie's 5.7) on the emulated GPU (README "HIP") ----
+
+/// `tests/rocm/hip_streams.hip` as built by bookworm's hipcc: on bookworm's HIP 5.2 and ROCr 5.2
+/// (`hip-streams`) or trixie's HIP 5.7 and ROCr 6.1 (`hip-streams-6`).
+#[derive(Clone, Copy, Debug)]
+enum Hip {
+    V5_2,
+    V5_7,
+}
+
+impl Hip {
+    fn exe(self) -> PathBuf {
+        let (name, how) = match self {
+            Hip::V5_2 => ("hip-streams", "once `cargo xtask setup` installed hipcc and libamdhip64-dev"),
+            Hip::V5_7 => ("hip-streams-6", "once `cargo xtask setup` unpacked trixie's HIP 5.7 and ROCm 6.1"),
+        };
+        gpreempt_tests::binary(name).unwrap_or_else(|e| panic!("{name} is built by `cargo xtask test` {how}: {e}"))
+    }
+}
+
+fn hip_run(hip: Hip, args: &[&str]) -> RocmRun {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    RocmRun::start(&hip.exe(), &args)
+}
 
 fn hip_streams_run(args: &[&str]) -> RocmRun {
-    let exe = gpreempt_tests::binary("hip-streams").expect(
-        "tests/rocm/hip_streams.hip is built by `cargo xtask test` once `cargo xtask setup` installed hipcc and libamdhip64-dev",
+    hip_run(Hip::V5_2, args)
+}
+
+/// `hip-streams STREAMS GRID BYTES hold` up to its `holding` line: its first line, then per
+/// stream the kernel's emulated time (grid x ns_per_workitem) between the stream's two events and
+/// every byte of the hipMemcpy round trip back, in the stream's pattern.
+fn hip_streams_until_holding(run: &mut RocmRun, streams: u64, grid: u64, bytes: u64) {
+    let pid = run.pid;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&run.line()).unwrap(),
+        serde_json::json!({"pid": pid, "devices": 2, "streams": streams})
     );
-    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
-    RocmRun::start(&exe, &args)
+    let kernel_ms = (grid * ns_per_workitem()) as f64 / 1e6;
+    for i in 0..streams {
+        let v: serde_json::Value = serde_json::from_str(&run.line()).unwrap();
+        let elapsed = v["elapsed_ms"].as_f64().unwrap();
+        assert!(elapsed >= kernel_ms * (1.0 - 1e-6), "hipEventElapsedTime below the kernel's {kernel_ms} ms: {v}");
+        let expect = serde_json::json!({
+            "stream": i,
+            "elapsed_ms": v["elapsed_ms"],
+            "bytes": bytes,
+            "equal": bytes,
+            "first": hip_pattern(i, 0),
+            "last": hip_pattern(i, bytes - 1),
+        });
+        assert_eq!(v, expect);
+    }
+    assert_eq!(run.line(), format!(r#"{{"holding":{streams}}}"#));
+}
+
+/// Tell a holding `hip-streams` to end, and its last line.
+fn hip_streams_release(run: &mut RocmRun, streams: u64) {
+    if let Some(stdin) = run.child.stdin.as_mut() {
+        std::io::Write::write_all(stdin, b"go\n").unwrap();
+    }
+    assert_eq!(run.finish(), [format!(r#"{{"streams":{streams},"done":true}}"#)]);
 }
 
 /// hip-streams' per-stream pattern (`host[k] = k * 131 + stream * 17 + 7`, as bytes).
@@ -1033,28 +1088,7 @@ fn a_rocm_hip_program_with_streams_events_and_copies_runs_to_completion_on_the_e
     let grid = 640u64;
     let mut run = hip_streams_run(&[&STREAMS.to_string(), &grid.to_string(), &BYTES.to_string(), "hold"]);
     let pid = run.pid;
-    assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&run.line()).unwrap(),
-        serde_json::json!({"pid": pid, "devices": 2, "streams": STREAMS})
-    );
-    // The kernel's emulated time lies between its stream's two events: grid x ns_per_workitem.
-    let kernel_ms = (grid * ns_per_workitem()) as f64 / 1e6;
-    for i in 0..STREAMS {
-        let v: serde_json::Value = serde_json::from_str(&run.line()).unwrap();
-        let elapsed = v["elapsed_ms"].as_f64().unwrap();
-        assert!(elapsed >= kernel_ms * (1.0 - 1e-6), "hipEventElapsedTime below the kernel's {kernel_ms} ms: {v}");
-        // Every byte came back: host -> device -> host through the runtime's copies.
-        let expect = serde_json::json!({
-            "stream": i,
-            "elapsed_ms": v["elapsed_ms"],
-            "bytes": BYTES,
-            "equal": BYTES,
-            "first": hip_pattern(i, 0),
-            "last": hip_pattern(i, BYTES - 1),
-        });
-        assert_eq!(v, expect);
-    }
-    assert_eq!(run.line(), format!(r#"{{"holding":{STREAMS}}}"#));
+    hip_streams_until_holding(&mut run, STREAMS, grid, BYTES);
     // What HIP 5.2 created in KFD on the first GPU for 3 streams and the copies: ROCr's own
     // 64-packet queue (4 KiB ring); one 4096-packet queue (256 KiB) per stream and one for the
     // null stream the synchronous hipMemcpy runs on (ROCclr, at most 4 per priority); and ROCr's
@@ -1088,10 +1122,7 @@ fn a_rocm_hip_program_with_streams_events_and_copies_runs_to_completion_on_the_e
     let c = |size| (4096, "compute".to_owned(), size);
     let d = (4096, "sdma".to_owned(), 1 << 20);
     assert_eq!(listed, [c(4096), c(256 << 10), c(256 << 10), c(256 << 10), c(256 << 10), d.clone(), d], "{v}");
-    if let Some(stdin) = run.child.stdin.as_mut() {
-        std::io::Write::write_all(stdin, b"go\n").unwrap();
-    }
-    assert_eq!(run.finish(), [format!(r#"{{"streams":{STREAMS},"done":true}}"#)]);
+    hip_streams_release(&mut run, STREAMS);
     // Per stream: its kernel (code-object kernel) between two barrier-AND markers. Once: ROCr's
     // blit kernels loading the program's and ROCclr's code objects into VRAM, each followed by a
     // code-cache invalidation (PM4 IB). Each device-to-host hipMemcpy is one SDMA linear copy of
@@ -1134,6 +1165,122 @@ fn a_rocm_hip_program_killed_with_its_sdma_queues_is_released_and_the_modules_un
     let status = run.child.wait().unwrap();
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
     wait_kfd_released(pid).unwrap();
+    run.end();
+}
+
+#[test]
+fn a_hip_5_7_program_on_rocr_6_1_runs_its_streams_with_barrier_value_markers_and_sdma_copies() {
+    const STREAMS: u64 = 3;
+    const BYTES: u64 = 4096;
+    // The same program, built by bookworm's hipcc, on trixie's HIP 5.7 and ROCr 6.1.
+    let mut run = hip_run(Hip::V5_7, &[&STREAMS.to_string(), "640", &BYTES.to_string(), "hold"]);
+    let pid = run.pid;
+    hip_streams_until_holding(&mut run, STREAMS, 640, BYTES);
+    let compute = |size| (GPU0, 0, size);
+    let sdma = (GPU0, 1, 1 << 20);
+    assert_eq!(sysfs_queues(pid), HIP_5_7_QUEUES.map(|(t, size)| if t == 0 { compute(size) } else { sdma }));
+    hip_streams_release(&mut run, STREAMS);
+    // Unlike 5.2, HIP 5.7 marks each hipEventRecord with an AMD barrier-value packet (2 per
+    // stream) and copies both ways on SDMA (2 linear copies per stream, the host-to-device one
+    // too). Measured, the same on every run.
+    let gpu0 = counters(&[
+        ("kernels", 2 + STREAMS),
+        ("barriers_and", 3),
+        ("barriers_value", 2 * STREAMS),
+        ("pm4_ibs", 2),
+        ("signals", 13),
+        ("interrupts", 19),
+        ("events_set", 19),
+        ("sdma_copies", 2 * STREAMS),
+        ("sdma_bytes", 2 * STREAMS * BYTES),
+        ("sdma_fences", 2 * STREAMS),
+        ("sdma_traps", 2 * STREAMS),
+        ("sdma_atomics", 2 * STREAMS),
+        ("sdma_polls", 2 * STREAMS),
+    ]);
+    assert_eq!(cp_stats_since(&run.before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]));
+    run.end();
+}
+
+/// HIP 5.7's KFD queues on the first GPU for 3 streams and their copies, (type, ring bytes),
+/// measured: as HIP 5.2's (ROCr's utility queue, one per stream and one for the null stream, two
+/// SDMA queues) but ROCclr 5.7 gives a stream 16384 packets (1 MiB) where 5.2 gave 4096.
+const HIP_5_7_QUEUES: [(u32, u64); 7] =
+    [(0, 4096), (0, 1 << 20), (0, 1 << 20), (0, 1 << 20), (0, 1 << 20), (1, 1 << 20), (1, 1 << 20)];
+
+/// The counters of `hip-streams offline` on HIP 5.7 that ran `k` kernels: per step its kernel and
+/// the barrier-AND marker hipStreamSynchronize waits on (and once more for the warm-up); once
+/// ROCr's two loader blits with their code-cache invalidations, and the final round trip's two
+/// SDMA copies of 4096 bytes. Measured, the same on every run.
+fn hip_5_7_offline_counters(k: u64) -> Vec<(&'static str, u64)> {
+    vec![
+        ("kernels", k + 3),
+        ("barriers_and", k + 2),
+        ("pm4_ibs", 2),
+        ("signals", k + 6),
+        ("interrupts", k + 8),
+        ("events_set", k + 8),
+        ("sdma_copies", 2),
+        ("sdma_bytes", 2 * 4096),
+        ("sdma_fences", 2),
+        ("sdma_traps", 2),
+        ("sdma_atomics", 2),
+        ("sdma_polls", 2),
+    ]
+}
+
+/// `hip-streams offline`'s last two lines: each kernel's end, and the summary with the round
+/// trip's bytes all equal; returns (ends, kernels, longest step in ns).
+fn hip_offline_end(ends: &str, done: &str) -> (Vec<u64>, u64, u64) {
+    let ends: serde_json::Value = serde_json::from_str(ends).unwrap();
+    let done: serde_json::Value = serde_json::from_str(done).unwrap();
+    let k = done["completed"].as_u64().expect("completed");
+    let ends: Vec<u64> = ends["ends_ns"].as_array().unwrap().iter().map(|e| e.as_u64().unwrap()).collect();
+    assert_eq!(ends.len() as u64, k);
+    let expect = serde_json::json!({"completed": k, "longest_ns": done["longest_ns"], "bytes": 4096, "equal": 4096, "done": true});
+    assert_eq!(done, expect);
+    (ends, k, done["longest_ns"].as_u64().unwrap())
+}
+
+#[test]
+fn gpreempt_preempt_suspends_a_hip_5_7_program_mid_kernel_and_its_results_come_back_exact() {
+    // A HIP training loop on trixie's HIP 5.7 (whose ROCr 6.1 enables the debug interface):
+    // kernels of 64,000 work-items (64 ms each at the default 1 µs), each synchronized.
+    let mut run = hip_run(Hip::V5_7, &["offline", "64000"]);
+    let pid = run.pid;
+    assert_eq!(run.json_line(), serde_json::json!({"pid": pid, "looping": 1}));
+    // Its two KFD queues (ROCr's utility queue, the stream's) are suspended for 300 ms in each of
+    // 5 cycles, far longer than a kernel: the kernel in flight is held mid-way.
+    let json = std::env::temp_dir().join(format!("preempt-hip57-{pid}.json"));
+    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
+        .args(["preempt", "--offline", &pid.to_string(), "--iterations", "5", "--hold-ms", "300", "--gap-ms", "100"])
+        .args(["--no-trace", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.lines().next(), Some("5 of 5 iterations, 5 fully successful (100.0%)"), "{stdout}");
+    assert_eq!(
+        stdout.lines().nth(1),
+        Some("queues suspended in total: 10; INVALID answers: 0; ERROR answers: 0"),
+        "{stdout}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    for it in doc["iterations"].as_array().unwrap() {
+        assert_eq!((it["suspended"].as_i64(), it["resumed"].as_i64()), (Some(2), Some(2)), "{it}");
+    }
+    // Resumed, it ends when told: every kernel completed, the round trip's bytes all came back,
+    // and at least one step took its kernel's cost plus a whole hold.
+    let rest = run.finish();
+    assert_eq!(rest.len(), 2, "{rest:?}");
+    let (_, k, longest) = hip_offline_end(&rest[0], &rest[1]);
+    assert!(longest >= 64_000 * ns_per_workitem() + 300_000_000, "no kernel was held mid-way: {}", rest[1]);
+    assert_eq!(
+        cp_stats_since(&run.before),
+        BTreeMap::from([(GPU0, counters(&hip_5_7_offline_counters(k))), (GPU1, counters(&[]))])
+    );
     run.end();
 }
 
@@ -1605,14 +1752,28 @@ fn the_agent_exports_rocrs_queues_of_a_rocm_program_per_gpu() {
     run.end();
 }
 
-/// `online` (ready, its requests not started) under `gpreempt schedule` against ROCr 6.1's
-/// training job (`hsa-dispatch-6 offline`: 2 ms dispatches back to back on the first GPU, a
-/// runtime that enables the debug interface, so it can be suspended): each side has 2 KFD queues
-/// on the first GPU (the online ones read through GET_QUEUE_SNAPSHOT); the `n` requests, whose
-/// last line is `last`, are served; the training job, resumed and detached, ends when told with
-/// every dispatch completed; suspends = resumes, none failed; [`assert_protected`]. Returns the
-/// training job's dispatch count.
-fn schedule_against_rocm_6_1_training(online: &mut RocmRun, n: usize, last: serde_json::Value) -> u64 {
+/// The training job of a scheduling test, on trixie's ROCm 6.1 (a runtime that enables the
+/// debug interface, so it can be suspended): kernels of about 2 ms back to back on the first GPU.
+#[derive(Clone, Copy, Debug)]
+enum Training {
+    /// `hsa-dispatch-6 offline`: HSA dispatches, each waited for on its signal.
+    Hsa,
+    /// `hip-streams-6 offline`: HIP 5.7 launches, each followed by hipStreamSynchronize.
+    Hip,
+}
+
+/// `online` (ready, its requests not started) under `gpreempt schedule` against `training`:
+/// each side has 2 KFD queues on the first GPU (the online ones read through
+/// GET_QUEUE_SNAPSHOT); the `n` requests, whose last line is `last`, are served; the training
+/// job, resumed and detached, ends when told with every kernel completed (and, for HIP, its
+/// round trip's bytes back); suspends = resumes, none failed; [`assert_protected`]. Returns the
+/// training job's kernel count.
+fn schedule_against_rocm_6_1_training(
+    online: &mut RocmRun,
+    n: usize,
+    last: serde_json::Value,
+    training: Training,
+) -> u64 {
     use std::io::{BufRead, BufReader};
 
     use gpreempt_tests::{
@@ -1620,13 +1781,30 @@ fn schedule_against_rocm_6_1_training(online: &mut RocmRun, n: usize, last: serd
         summary,
     };
 
-    let mut offline = hsa_dispatch_spawn(&hsa_dispatch_6(), &["offline", "2000", "1"]);
+    let mut offline = match training {
+        Training::Hsa => hsa_dispatch_spawn(&hsa_dispatch_6(), &["offline", "2000", "1"]),
+        Training::Hip => Command::new(Hip::V5_7.exe())
+            .args(["offline", "2048"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    };
     let off_pid = offline.id();
     let mut off_out = BufReader::new(offline.stdout.take().unwrap()).lines();
-    let mut off_line = || -> serde_json::Value {
-        serde_json::from_str(&off_out.next().expect("hsa-dispatch-6 ended early").unwrap()).unwrap()
+    let mut off_err = offline.stderr.take().unwrap();
+    let mut off_line = || -> String {
+        off_out.next().map(Result::unwrap).unwrap_or_else(|| {
+            let mut stderr = String::new();
+            let _ = std::io::Read::read_to_string(&mut off_err, &mut stderr);
+            panic!("the training job ended early:\n{stderr}")
+        })
     };
-    assert_eq!(off_line(), serde_json::json!({"pid": off_pid, "looping": 1}));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&off_line()).unwrap(),
+        serde_json::json!({"pid": off_pid, "looping": 1})
+    );
     let mut s = Schedule::between(online.pid, &off_pid.to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!((attached[0]["queues"].as_u64(), &attached[0]["gpus"]), (Some(2), &serde_json::json!([GPU0])));
@@ -1639,10 +1817,21 @@ fn schedule_against_rocm_6_1_training(online: &mut RocmRun, n: usize, last: serd
     let (ends, done) = (off_line(), off_line());
     assert!(offline.wait().unwrap().success());
     wait_kfd_released(off_pid).unwrap();
-    let k = done["completed"].as_u64().unwrap();
-    assert_eq!((&done["read_index"], &done["done"]), (&k.into(), &true.into()), "{done}");
-    let ends: Vec<u64> = ends["ends_ns"].as_array().unwrap().iter().map(|e| e.as_u64().unwrap()).collect();
-    assert_eq!(ends.len() as u64, k);
+    let (ends, k) = match training {
+        Training::Hsa => {
+            let done: serde_json::Value = serde_json::from_str(&done).unwrap();
+            let k = done["completed"].as_u64().unwrap();
+            assert_eq!((&done["read_index"], &done["done"]), (&k.into(), &true.into()), "{done}");
+            let ends: serde_json::Value = serde_json::from_str(&ends).unwrap();
+            let ends: Vec<u64> = ends["ends_ns"].as_array().unwrap().iter().map(|e| e.as_u64().unwrap()).collect();
+            assert_eq!(ends.len() as u64, k);
+            (ends, k)
+        }
+        Training::Hip => {
+            let (ends, k, _) = hip_offline_end(&ends, &done);
+            (ends, k)
+        }
+    };
     let sum = summary(&lines).unwrap();
     let suspends = sum["suspends"].as_u64().unwrap() as usize;
     assert!((1..=n + 1).contains(&suspends), "{suspends} suspends for {n} requests: {sum}");
@@ -1661,7 +1850,7 @@ fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
     let pid = online.pid;
     assert_eq!(online.json_line(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
     let last = serde_json::json!({"completed": REQUESTS, "read_index": REQUESTS, "done": true});
-    let k = schedule_against_rocm_6_1_training(&mut online, REQUESTS, last);
+    let k = schedule_against_rocm_6_1_training(&mut online, REQUESTS, last, Training::Hsa);
     // Both programs' work on the first GPU: each runtime's blit copy of the code object and cache
     // invalidation (ROCr 6.1 signals its PM4 IB too), the requests and the training dispatches,
     // each with its interrupt signal; nothing on the second GPU.
@@ -1678,10 +1867,11 @@ fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
 }
 
 #[test]
-fn schedule_protects_a_rocm_hip_program_against_a_rocm_6_1_training_job() {
+fn schedule_protects_a_hip_program_against_a_hip_training_job() {
     const REQUESTS: usize = 20;
     // The online side is a HIP 5.2 program: per request one 40 ms kernel launched on its stream
-    // and hipStreamSynchronize, a request every 200 ms.
+    // and hipStreamSynchronize, a request every 200 ms. The training job is a HIP 5.7 program on
+    // ROCr 6.1 (HIP 5.2's ROCr 5.2 never enables the debug interface, so it cannot be suspended).
     let mut online = hip_streams_run(&["requests", "40000", &REQUESTS.to_string(), "200000"]);
     let pid = online.pid;
     assert_eq!(online.json_line(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
@@ -1695,25 +1885,27 @@ fn schedule_protects_a_rocm_hip_program_against_a_rocm_6_1_training_job() {
         &mut online,
         REQUESTS,
         serde_json::json!({"completed": REQUESTS, "done": true}),
+        Training::Hip,
     );
     // Both programs' work on the first GPU, nothing on the second. HIP 5.2: ROCr's two loader
     // blits (ROCclr's blit code object and the program's) each with a code-cache invalidation
     // (PM4 IB), the warm-up and the REQUESTS kernels (launched without a completion signal), and
     // ROCclr's barrier-AND markers with their interrupt signals, one per hipStreamSynchronize
-    // (the signal it waits on) and one more (measured, the same on every run). ROCr 6.1: the
-    // code object's blit copy, its signalled PM4 IB and the K dispatches, as above.
+    // (the signal it waits on) and one more (measured, the same on every run). HIP 5.7: its
+    // K steps, as in the preempt test.
     let hip_markers = REQUESTS as u64 + 2;
-    let hip_kernels = 2 + 1 + REQUESTS as u64;
     let hip_signals = 2 + hip_markers;
-    let (off_kernels, off_signals) = (k + 1, k + 2);
-    let gpu0 = counters(&[
-        ("kernels", hip_kernels + off_kernels),
+    let mut gpu0 = counters(&hip_5_7_offline_counters(k));
+    for (key, n) in [
+        ("kernels", 2 + 1 + REQUESTS as u64),
         ("barriers_and", hip_markers),
-        ("pm4_ibs", 2 + 1),
-        ("signals", hip_signals + off_signals),
-        ("interrupts", hip_signals + off_signals),
-        ("events_set", hip_signals + off_signals),
-    ]);
+        ("pm4_ibs", 2),
+        ("signals", hip_signals),
+        ("interrupts", hip_signals),
+        ("events_set", hip_signals),
+    ] {
+        *gpu0.get_mut(key).unwrap() += n;
+    }
     assert_eq!(cp_stats_since(&online.before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]), "k={k}");
     online.end();
 }

@@ -73,10 +73,10 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
-/// Trixie's ROCm 6.1 runtime for the tests that need a runtime which enables the debug
-/// interface (`rocm6.rs`).
+/// Trixie's ROCm 6.1 runtime and HIP 5.7 for the tests that need a runtime which enables the
+/// debug interface (`rocm6.rs`).
 fn rocm6() -> Result<()> {
-    let what = "ROCm 6.1 runtime (trixie, for the tests)";
+    let what = "ROCm 6.1 runtime and HIP 5.7 (trixie, for the tests)";
     if crate::rocm6::present() {
         step(what, "present");
         return Ok(());

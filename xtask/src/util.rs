@@ -86,8 +86,9 @@ pub fn build_binaries() -> Result<PathBuf> {
 }
 
 /// `hsa-dispatch-6`: `tests/rocm/hsa_dispatch.c` against trixie's ROCm 6.1 runtime (`rocm6.rs`),
-/// which enables the debug interface; without it (`cargo xtask setup`) the tests that run it
-/// fail and say so.
+/// which enables the debug interface, and `hip-streams-6`: `tests/rocm/hip_streams.hip` built by
+/// bookworm's hipcc to run on trixie's HIP 5.7 over it; without them (`cargo xtask setup`) the
+/// tests that run them fail and say so.
 fn build_rocm6_client(debug: &std::path::Path) -> Result<()> {
     if !crate::rocm6::present() || !std::path::Path::new("/usr/include/hsa/hsa.h").exists() {
         eprintln!("xtask: the ROCm 6.1 runtime is not unpacked (cargo xtask setup): not building hsa-dispatch-6");
@@ -99,7 +100,18 @@ fn build_rocm6_client(debug: &std::path::Path) -> Result<()> {
         .arg(debug.join("hsa-dispatch-6"))
         .arg(&src)
         .args(crate::rocm6::link_args()))
-    .with_context(|| format!("building {} against ROCm 6.1", src.display()))
+    .with_context(|| format!("building {} against ROCm 6.1", src.display()))?;
+    if !std::path::Path::new("/usr/bin/hipcc").exists() {
+        eprintln!("xtask: hipcc is not installed (cargo xtask setup): not building hip-streams-6");
+        return Ok(());
+    }
+    let src = workspace_root().join("tests/rocm/hip_streams.hip");
+    run(Command::new("hipcc")
+        .args(["--offload-arch=gfx90a", "-O1", "-Wall", "-Werror", "-o"])
+        .arg(debug.join("hip-streams-6"))
+        .arg(&src)
+        .args(crate::rocm6::loader_args()))
+    .with_context(|| format!("building {} for HIP 5.7", src.display()))
 }
 
 /// The C clients of Debian's ROCm runtime (`tests/rocm/`), built with the system compiler
