@@ -144,20 +144,19 @@ echo "== the story: inference-like online work next to training-like offline wor
 /// Debian's ROCm user space on the emulated GPUs (amdgpu_emu's render nodes beside kfd_emu): the
 /// unmodified `rocminfo` (5.2), then a HIP 5.2 program (`tests/rocm/hip_streams.hip requests`:
 /// one 8 ms kernel and `hipStreamSynchronize` every 150 ms, timed by its own clock) alone, next to
-/// an HSA program on trixie's ROCm 6.1 dispatching 8 ms kernels back to back (`hsa-dispatch-6
-/// offline`), and under `gpreempt schedule`, which reads the requests from ROCr's own queues.
-/// ROCr 5.2 (under HIP 5.2) never enables the debug runtime, so it can be the online side only;
-/// ROCr 6.1 does, so it can be suspended.
+/// a HIP training loop on trixie's HIP 5.7 and ROCm 6.1 (`hip_streams.hip offline`: 8 ms kernels
+/// back to back, each synchronized), and under `gpreempt schedule`, which reads the requests from
+/// ROCr's own queues. ROCr 5.2 (under HIP 5.2) never enables the debug runtime, so it can be the
+/// online side only; ROCr 6.1 does, so it can be suspended.
 fn rocm() -> Result<()> {
     let debug = build_binaries()?;
     util::run(cargo().args(["build", "--release", "--package", "gpreempt"]))?;
     let release = target_dir().join("release");
-    let (hip, hsa6, hsaco) =
-        (debug.join("hip-streams"), debug.join("hsa-dispatch-6"), debug.join("hsa-dispatch-kernel.hsaco"));
-    if let Some(missing) = [&hip, &hsa6, &hsaco].into_iter().find(|p| !p.exists()) {
+    let (hip, hip6) = (debug.join("hip-streams"), debug.join("hip-streams-6"));
+    if let Some(missing) = [&hip, &hip6].into_iter().find(|p| !p.exists()) {
         bail!(
-            "{} was not built: `cargo xtask setup` installs hipcc, libamdhip64-dev, libhsa-runtime-dev, clang-15 \
-             and lld-15 and unpacks the ROCm 6.1 runtime",
+            "{} was not built: `cargo xtask setup` installs hipcc, libamdhip64-dev and libhsa-runtime-dev and \
+             unpacks trixie's ROCm 6.1 runtime and HIP 5.7",
             missing.display()
         );
     }
@@ -173,10 +172,10 @@ rocminfo | awk '/^Agent [0-9]+/ {{ agent = $0 }} /^  Name:/ {{ name = $2 }}
   /^  Marketing Name:/ {{ sub(/^  Marketing Name: +/, ""); sub(/ +$/, ""); market = $0 }}
   /^  Device Type:/ {{ type = $3 }}
   /^  Compute Unit:/ {{ if (type == "GPU") print "   " agent ": " name ", " market ", " $3 " CUs" }}'
-echo "== a HIP 5.2 program's requests (one 8 ms kernel, hipStreamSynchronize, every 150 ms) alone, next to an HSA program on ROCm 6.1 (8 ms dispatches back to back), under gpreempt schedule"
-python3 - {gpreempt} {hsa6} {hip} {hsaco} <<'PY'
+echo "== a HIP 5.2 program's requests (one 8 ms kernel, hipStreamSynchronize, every 150 ms) alone, next to a HIP 5.7 training loop on ROCm 6.1 (8 ms kernels back to back), under gpreempt schedule"
+python3 - {gpreempt} {hip6} {hip} <<'PY'
 import json, signal, subprocess, sys
-gpreempt, hsa6, hip, hsaco = sys.argv[1:5]
+gpreempt, hip6, hip = sys.argv[1:4]
 N = 20
 
 def pct(xs, p):
@@ -213,25 +212,24 @@ def requests(label, offline=None, schedule=False):
         sched.wait()
 
 requests("alone")
-offline = subprocess.Popen([hsa6, hsaco, "offline", "8000", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           text=True)
+offline = subprocess.Popen([hip6, "offline", "8000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 offline.stdout.readline()
-requests("next to the ROCm 6.1 job", offline)
+requests("next to the HIP 5.7 job", offline)
 requests("under gpreempt schedule", offline, schedule=True)
 offline.stdin.write("stop\n")
 offline.stdin.flush()
 offline.stdout.readline()
 done = json.loads(offline.stdout.readline())
 offline.wait()
-print(f"   the ROCm 6.1 job: {{done['completed']}} dispatches, all completed (read index {{done['read_index']}})")
+print(f"   the HIP 5.7 job: {{done['completed']}} kernels, all completed; its copy back: {{done['equal']}} of "
+      f"{{done['bytes']}} bytes equal")
 PY
 rmmod amdgpu_emu
 "#,
         amdgpu_emu = vm::shell_quote(&amdgpu_emu.display().to_string()),
         gpreempt = vm::shell_quote(&release.join("gpreempt").display().to_string()),
-        hsa6 = vm::shell_quote(&hsa6.display().to_string()),
+        hip6 = vm::shell_quote(&hip6.display().to_string()),
         hip = vm::shell_quote(&hip.display().to_string()),
-        hsaco = vm::shell_quote(&hsaco.display().to_string()),
     );
     in_vm(script, Some(kmod::Module::KfdEmu), 900, "the ROCm demo")
 }
