@@ -31,6 +31,12 @@
  *                  the last completion seen), then {"completed":N*K,"read_index":N*K,"done":true}.
  *   bad            on the first GPU: an AGENT_DISPATCH packet (valid AQL the emulated CP does
  *                  not execute); prints its signal value and the read index after 500 ms.
+ *   value          on the first GPU: AMD barrier-value packets (hsa_ext_amd.h): one waiting for
+ *                  (gate & 0xf0) >= 0x10 with the gate at 5, a null-signal one and one for
+ *                  gate2 < 4 with gate2 at 3 behind it; after 300 ms all three signals and the
+ *                  read index (blocked), then the gate set to 0x13 and the same once all three
+ *                  completed; then one with condition 9 (no hsa_signal_condition_t) and its
+ *                  signal and indices after 500 ms: {"blocked":{...},"met":{...},"bad":{...}}.
  * GRID: work-items of each one-dimensional dispatch (workgroups of 64). Exits 1 with the
  * failing call on any error; every check that fails says what it found.
  *
@@ -383,6 +389,52 @@ int main(int argc, char **argv)
 			 argc > 6 && atoi(argv[6]) > 0 ? atoi(argv[6]) : 1);
 		check(hsa_shut_down(), "hsa_shut_down");
 		return 0;
+	} else if (!strcmp(mode, "value")) {
+		hsa_queue_t *q = queue_on(gpus[0]);
+		hsa_signal_t gate = signal_new(5), gate2 = signal_new(3), s[4];
+		hsa_amd_barrier_value_packet_t p[4];
+
+		for (i = 0; i < 4; i++) {
+			s[i] = signal_new(1);
+			memset(&p[i], 0, sizeof(p[i]));
+			p[i].header.header = header(HSA_PACKET_TYPE_VENDOR_SPECIFIC);
+			p[i].header.AmdFormat = HSA_AMD_PACKET_TYPE_BARRIER_VALUE;
+			p[i].mask = -1;
+			p[i].completion_signal = s[i];
+		}
+		p[0].signal = gate;
+		p[0].value = 0x10;
+		p[0].mask = 0xf0;
+		p[0].cond = HSA_SIGNAL_CONDITION_GTE;
+		p[2].signal = gate2;
+		p[2].value = 4;
+		p[2].cond = HSA_SIGNAL_CONDITION_LT;
+		p[3].signal = gate2;
+		p[3].cond = 9;
+		for (i = 0; i < 3; i++)
+			submit(q, &p[i]);
+		usleep(300000);
+		printf("{\"blocked\":{\"values\":[%lld,%lld,%lld],\"read_index\":%llu},",
+		       (long long)hsa_signal_load_scacquire(s[0]), (long long)hsa_signal_load_scacquire(s[1]),
+		       (long long)hsa_signal_load_scacquire(s[2]),
+		       (unsigned long long)hsa_queue_load_read_index_scacquire(q));
+		hsa_signal_store_screlease(gate, 0x13);
+		for (i = 0; i < 3; i++)
+			if (wait_zero(s[i], UINT64_MAX) != 0)
+				fail("a barrier-value packet completes once its condition holds");
+		printf("\"met\":{\"values\":[0,0,0],\"read_index\":%llu},",
+		       (unsigned long long)hsa_queue_load_read_index_scacquire(q));
+		submit(q, &p[3]);
+		printf("\"bad\":{\"value\":%lld,\"read_index\":%llu,\"write_index\":%llu}}\n",
+		       (long long)wait_zero(s[3], 500000000ULL),
+		       (unsigned long long)hsa_queue_load_read_index_scacquire(q),
+		       (unsigned long long)hsa_queue_load_write_index_scacquire(q));
+		fflush(stdout);
+		check(hsa_queue_destroy(q), "hsa_queue_destroy");
+		for (i = 0; i < 4; i++)
+			check(hsa_signal_destroy(s[i]), "hsa_signal_destroy");
+		check(hsa_signal_destroy(gate), "hsa_signal_destroy");
+		check(hsa_signal_destroy(gate2), "hsa_signal_destroy");
 	} else if (!strcmp(mode, "bad")) {
 		hsa_queue_t *q = queue_on(gpus[0]);
 		hsa_agent_dispatch_packet_t p;

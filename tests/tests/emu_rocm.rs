@@ -928,6 +928,39 @@ fn rocm_dispatches_barriers_and_interrupt_signals_complete_on_the_emulated_cp() 
 }
 
 #[test]
+fn amd_barrier_value_packets_wait_for_their_condition_and_an_unknown_condition_stops_the_queue() {
+    // Written by hand through ROCr 5.2's queue (HIP 5.7 writes them per hipEventRecord): one
+    // waiting for (gate & 0xf0) >= 0x10 with the gate at 5, a null-signal one and an LT one
+    // already met behind it, then one with condition 9.
+    let mut run = hsa_dispatch_run(&["value"]);
+    let text = run.finish().join("\n");
+    // The first holds the queue (nothing consumed, nothing completed, 300 ms later); the gate at
+    // 0x13 meets it and all three complete in order; condition 9 is not consumed and stops the
+    // queue, which is destroyed cleanly afterwards.
+    assert_eq!(
+        text.lines().next().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
+        Some(serde_json::json!({
+            "blocked": {"values": [1, 1, 1], "read_index": 0},
+            "met": {"values": [0, 0, 0], "read_index": 3},
+            "bad": {"value": 1, "read_index": 3, "write_index": 4},
+        })),
+        "{text}"
+    );
+    assert_eq!(
+        cp_stats_since(&run.before),
+        BTreeMap::from([
+            (
+                GPU0,
+                counters(&[("barriers_value", 3), ("signals", 3), ("interrupts", 3), ("events_set", 3), ("errors", 1)])
+            ),
+            (GPU1, counters(&[]))
+        ]),
+        "EC_QUEUE_PACKET_VENDOR_UNSUPPORTED for condition 9"
+    );
+    run.end();
+}
+
+#[test]
 fn an_agent_dispatch_packet_stops_a_rocm_queue_with_a_packet_exception_not_a_warning() {
     let mut run = hsa_dispatch_run(&["bad"]);
     let text = run.finish().join("\n");

@@ -247,6 +247,7 @@ const FOCUSED: &[(&str, &[&str])] = &[
             "a_rocm_hip_program_killed_with_its_sdma_queues_is_released_and_the_modules_unload",
             "rocm_sdma_packets_move_bytes_wait_and_stop_the_queue_on_an_unknown_op",
             "an_agent_dispatch_packet_stops_a_rocm_queue_with_a_packet_exception_not_a_warning",
+            "amd_barrier_value_packets_wait_for_their_condition_and_an_unknown_condition_stops_the_queue",
             "a_rocm_process_killed_mid_dispatch_is_released_and_the_modules_unload",
             "gpreempt_preempt_refuses_rocm_5_2_with_the_cause_and_its_dispatches_all_complete",
             "schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_through_rocrs_queue",
