@@ -1284,26 +1284,7 @@ fn gpreempt_preempt_suspends_a_hip_5_7_program_mid_kernel_and_its_results_come_b
     assert_eq!(run.json_line(), serde_json::json!({"pid": pid, "looping": 1}));
     // Its two KFD queues (ROCr's utility queue, the stream's) are suspended for 300 ms in each of
     // 5 cycles, far longer than a kernel: the kernel in flight is held mid-way.
-    let json = std::env::temp_dir().join(format!("preempt-hip57-{pid}.json"));
-    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
-        .args(["preempt", "--offline", &pid.to_string(), "--iterations", "5", "--hold-ms", "300", "--gap-ms", "100"])
-        .args(["--no-trace", "--json"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout.lines().next(), Some("5 of 5 iterations, 5 fully successful (100.0%)"), "{stdout}");
-    assert_eq!(
-        stdout.lines().nth(1),
-        Some("queues suspended in total: 10; INVALID answers: 0; ERROR answers: 0"),
-        "{stdout}"
-    );
-    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
-    for it in doc["iterations"].as_array().unwrap() {
-        assert_eq!((it["suspended"].as_i64(), it["resumed"].as_i64()), (Some(2), Some(2)), "{it}");
-    }
+    preempt_two_queues_5_times(pid);
     // Resumed, it ends when told: every kernel completed, the round trip's bytes all came back,
     // and at least one step took its kernel's cost plus a whole hold.
     let rest = run.finish();
@@ -1486,20 +1467,11 @@ fn hsa_dispatch_spawn(exe: &Path, args: &[&str]) -> std::process::Child {
         .unwrap_or_else(|e| panic!("{}: {e}", exe.display()))
 }
 
-#[test]
-fn gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes() {
-    // The same program on ROCr 6.1: dispatches of 64,000 work-items (64 ms each at the default
-    // 1 µs), one after the other, at least 20 and on until told on stdin.
-    let hsaco = hsa_dispatch().1;
-    let args: Vec<&std::ffi::OsStr> =
-        [hsaco.as_os_str()].into_iter().chain(["loop", "64000", "20"].map(std::ffi::OsStr::new)).collect();
-    let mut run = RocmRun::start(&hsa_dispatch_6(), &args);
-    let pid = run.pid;
-    assert_eq!(run.line(), format!(r#"{{"pid":{pid},"looping":20}}"#));
-    // ROCr 6 enabled the debug runtime at hsa_init: gpreempt attaches and each of 5 cycles
-    // suspends both of ROCr's KFD queues on the GPU (its utility queue and the program's) for
-    // 300 ms, far longer than a dispatch, so the program's dispatch in flight is held mid-way.
-    let json = std::env::temp_dir().join(format!("preempt-rocm6-{pid}.json"));
+/// `gpreempt preempt` on `pid`, a ROCr 6.1 process with its utility queue and one more on the
+/// first GPU: 5 cycles of 300 ms holds 100 ms apart, each suspending and resuming both queues,
+/// every answer successful (its summary and its `--json` record).
+fn preempt_two_queues_5_times(pid: u32) {
+    let json = std::env::temp_dir().join(format!("preempt-rocm-{pid}.json"));
     let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
         .args(["preempt", "--offline", &pid.to_string(), "--iterations", "5", "--hold-ms", "300", "--gap-ms", "100"])
         .args(["--no-trace", "--json"])
@@ -1519,6 +1491,22 @@ fn gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes(
     for it in doc["iterations"].as_array().unwrap() {
         assert_eq!((it["suspended"].as_i64(), it["resumed"].as_i64()), (Some(2), Some(2)), "{it}");
     }
+}
+
+#[test]
+fn gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes() {
+    // The same program on ROCr 6.1: dispatches of 64,000 work-items (64 ms each at the default
+    // 1 µs), one after the other, at least 20 and on until told on stdin.
+    let hsaco = hsa_dispatch().1;
+    let args: Vec<&std::ffi::OsStr> =
+        [hsaco.as_os_str()].into_iter().chain(["loop", "64000", "20"].map(std::ffi::OsStr::new)).collect();
+    let mut run = RocmRun::start(&hsa_dispatch_6(), &args);
+    let pid = run.pid;
+    assert_eq!(run.line(), format!(r#"{{"pid":{pid},"looping":20}}"#));
+    // ROCr 6 enabled the debug runtime at hsa_init: gpreempt attaches and each of 5 cycles
+    // suspends both of ROCr's KFD queues on the GPU (its utility queue and the program's) for
+    // 300 ms, far longer than a dispatch, so the program's dispatch in flight is held mid-way.
+    preempt_two_queues_5_times(pid);
     // Resumed, the program ends when told: every dispatch completed (its signal at 0, the read
     // index at the last one), and at least one took its cost plus a whole hold: suspended mid-way
     // and finished from where it stopped.

@@ -101,17 +101,7 @@ fn build_rocm6_client(debug: &std::path::Path) -> Result<()> {
         .arg(&src)
         .args(crate::rocm6::link_args()))
     .with_context(|| format!("building {} against ROCm 6.1", src.display()))?;
-    if !std::path::Path::new("/usr/bin/hipcc").exists() {
-        eprintln!("xtask: hipcc is not installed (cargo xtask setup): not building hip-streams-6");
-        return Ok(());
-    }
-    let src = workspace_root().join("tests/rocm/hip_streams.hip");
-    run(Command::new("hipcc")
-        .args(["--offload-arch=gfx90a", "-O1", "-Wall", "-Werror", "-o"])
-        .arg(debug.join("hip-streams-6"))
-        .arg(&src)
-        .args(crate::rocm6::loader_args()))
-    .with_context(|| format!("building {} for HIP 5.7", src.display()))
+    build_hip_client(debug, "hip-streams-6", &crate::rocm6::loader_args())
 }
 
 /// The C clients of Debian's ROCm runtime (`tests/rocm/`), built with the system compiler
@@ -149,25 +139,27 @@ fn build_rocm_clients(debug: &std::path::Path) -> Result<()> {
     .with_context(|| format!("building {}", src.display()))?;
     run(Command::new("ld.lld-15").arg("-shared").arg("-o").arg(debug.join("hsa-dispatch-kernel.hsaco")).arg(&object))
         .context("linking hsa-dispatch-kernel.hsaco")?;
-    build_hip_client(debug)
+    build_hip_client(debug, "hip-streams", &[])
 }
 
 /// The HIP program (`tests/rocm/hip_streams.hip`), built for gfx90a by Debian's hipcc 5.2 as
-/// `hip-streams` when hipcc and libamdhip64-dev are installed (`cargo xtask setup`); without
-/// them the tests that run it fail and say so.
-fn build_hip_client(debug: &std::path::Path) -> Result<()> {
+/// `binary` (with `link_args`: `hip-streams-6` runs on trixie's HIP 5.7) when hipcc and
+/// libamdhip64-dev are installed (`cargo xtask setup`); without them the tests that run it fail
+/// and say so.
+fn build_hip_client(debug: &std::path::Path, binary: &str, link_args: &[String]) -> Result<()> {
     if !std::path::Path::new("/usr/bin/hipcc").exists()
         || !std::path::Path::new("/usr/include/hip/hip_runtime.h").exists()
     {
-        eprintln!("xtask: hipcc or libamdhip64-dev is not installed (cargo xtask setup): not building hip-streams");
+        eprintln!("xtask: hipcc or libamdhip64-dev is not installed (cargo xtask setup): not building {binary}");
         return Ok(());
     }
     let src = workspace_root().join("tests/rocm/hip_streams.hip");
     run(Command::new("hipcc")
         .args(["--offload-arch=gfx90a", "-O1", "-Wall", "-Werror", "-o"])
-        .arg(debug.join("hip-streams"))
-        .arg(&src))
-    .with_context(|| format!("building {}", src.display()))
+        .arg(debug.join(binary))
+        .arg(&src)
+        .args(link_args))
+    .with_context(|| format!("building {binary} from {}", src.display()))
 }
 
 /// `cargo xtask run -- ARGS`: build, then run gpreempt as root.
