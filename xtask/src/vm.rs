@@ -159,8 +159,10 @@ fn boot(
         // enables memcg_kmem_online_key (mm/memcontrol.c memcg_online_kmem), which live-patches
         // every slab allocation site; under software emulation a patched site was seen to trap
         // on its left-over int3 ("Oops: int3" in kmem_cache_alloc_noprof during cgroup_mkdir,
-        // 6.12, twice), killing the guest. Kernel-memory accounting is not what the tests look at.
-        .args(["--append", "console=hvc0 loglevel=5 cgroup.memory=nokmem"])
+        // 6.12, twice), killing the guest. nosocket likewise keeps memcg_sockets_enabled_key
+        // (taken with the first memory cgroup) from patching the socket paths. Kernel-memory and
+        // socket-memory accounting are not what the tests look at.
+        .args(["--append", "console=hvc0 loglevel=5 cgroup.memory=nokmem,nosocket"])
         .arg(format!(
             "--qemu-opts=-chardev file,id=klog,path={} -device virtio-serial-pci,id=klogbus \
              -device virtconsole,chardev=klog,bus=klogbus.0",
