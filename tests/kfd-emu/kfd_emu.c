@@ -507,6 +507,7 @@ static void emu_signal_complete(struct device_queue_manager *dqm, struct queue *
 static bool emu_cp_start(struct device_queue_manager *dqm, struct queue *q, u64 t)
 {
 	struct hsa_kernel_dispatch_packet pkt;
+	const struct amd_aql_barrier_value *bv;
 	u64 i = q->cp_rptr, cost;
 	void __user *slot;
 	u32 ec, type;
@@ -541,10 +542,10 @@ static bool emu_cp_start(struct device_queue_manager *dqm, struct queue *q, u64 
 		return false;
 	}
 	type = pkt.header & HSA_PACKET_HEADER_TYPE_MASK;
-	if (type == HSA_PACKET_TYPE_VENDOR_SPECIFIC &&
-	    ((const struct amd_aql_barrier_value *)&pkt)->ven_hdr == AMD_AQL_FORMAT_BARRIER_VALUE) {
+	bv = (const struct amd_aql_barrier_value *)&pkt;
+	if (type == HSA_PACKET_TYPE_VENDOR_SPECIFIC && bv->ven_hdr == AMD_AQL_FORMAT_BARRIER_VALUE) {
 		emu_user_end(q);
-		if (((const struct amd_aql_barrier_value *)&pkt)->cond > HSA_SIGNAL_CONDITION_GTE) {
+		if (bv->cond > HSA_SIGNAL_CONDITION_GTE) {
 			emu_queue_error(q, EC_QUEUE_PACKET_VENDOR_UNSUPPORTED);
 			return false;
 		}

@@ -783,6 +783,21 @@ fn ns_per_workitem() -> u64 {
     read_sysfs("/sys/module/kfd_emu/parameters/ns_per_workitem").unwrap().trim().parse().unwrap()
 }
 
+/// `exe ARGS` with piped stdin, stdout and stderr.
+fn spawn_piped<I, S>(exe: &Path, args: I) -> std::process::Child
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    Command::new(exe)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", exe.display()))
+}
+
 /// A ROCm program run by a test: the one-test-at-a-time lock, amdgpu_emu loaded, `cp_stats`
 /// before the program started, and the program with piped stdin, stdout (read as lines) and
 /// stderr. [`RocmRun::end`] unloads amdgpu_emu (with its checks) before releasing the lock.
@@ -800,13 +815,7 @@ impl RocmRun {
         let one = MODULE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let nodes = RenderNodes::load();
         let before = cp_stats();
-        let mut child = Command::new(exe)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
+        let mut child = spawn_piped(exe, args);
         let pid = child.id();
         let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
         RocmRun { child, pid, lines, before, nodes, one }
@@ -932,50 +941,43 @@ fn amd_barrier_value_packets_wait_for_their_condition_and_an_unknown_condition_s
     // Written by hand through ROCr 5.2's queue (HIP 5.7 writes them per hipEventRecord): one
     // waiting for (gate & 0xf0) >= 0x10 with the gate at 5, a null-signal one and an LT one
     // already met behind it, then one with condition 9.
-    let mut run = hsa_dispatch_run(&["value"]);
-    let text = run.finish().join("\n");
     // The first holds the queue (nothing consumed, nothing completed, 300 ms later); the gate at
     // 0x13 meets it and all three complete in order; condition 9 is not consumed and stops the
-    // queue, which is destroyed cleanly afterwards.
-    assert_eq!(
-        text.lines().next().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
-        Some(serde_json::json!({
+    // queue (EC_QUEUE_PACKET_VENDOR_UNSUPPORTED), which is destroyed cleanly afterwards.
+    hand_written_packets(
+        "value",
+        serde_json::json!({
             "blocked": {"values": [1, 1, 1], "read_index": 0},
             "met": {"values": [0, 0, 0], "read_index": 3},
             "bad": {"value": 1, "read_index": 3, "write_index": 4},
-        })),
+        }),
+        &[("barriers_value", 3), ("signals", 3), ("interrupts", 3), ("events_set", 3), ("errors", 1)],
+    );
+}
+
+/// `hsa-dispatch MODE` (packets written by hand on the first GPU's queue) to its end: its first
+/// line is `first`, and the first GPU's `cp_stats` moved by `gpu0` only, the second's not at all.
+fn hand_written_packets(mode: &str, first: serde_json::Value, gpu0: &[(&str, u64)]) {
+    let mut run = hsa_dispatch_run(&[mode]);
+    let text = run.finish().join("\n");
+    assert_eq!(
+        text.lines().next().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
+        Some(first),
         "{text}"
     );
-    assert_eq!(
-        cp_stats_since(&run.before),
-        BTreeMap::from([
-            (
-                GPU0,
-                counters(&[("barriers_value", 3), ("signals", 3), ("interrupts", 3), ("events_set", 3), ("errors", 1)])
-            ),
-            (GPU1, counters(&[]))
-        ]),
-        "EC_QUEUE_PACKET_VENDOR_UNSUPPORTED for condition 9"
-    );
+    assert_eq!(cp_stats_since(&run.before), BTreeMap::from([(GPU0, counters(gpu0)), (GPU1, counters(&[]))]));
     run.end();
 }
 
 #[test]
 fn an_agent_dispatch_packet_stops_a_rocm_queue_with_a_packet_exception_not_a_warning() {
-    let mut run = hsa_dispatch_run(&["bad"]);
-    let text = run.finish().join("\n");
-    // Not consumed, not completed (500 ms later); the queue is destroyed cleanly afterwards.
-    assert_eq!(
-        text.lines().next().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
-        Some(serde_json::json!({"bad": {"value": 1, "read_index": 0, "write_index": 1}})),
-        "{text}"
+    // Not consumed, not completed (500 ms later): EC_QUEUE_PACKET_UNSUPPORTED on the first
+    // GPU's queue, nothing executed; the queue is destroyed cleanly afterwards.
+    hand_written_packets(
+        "bad",
+        serde_json::json!({"bad": {"value": 1, "read_index": 0, "write_index": 1}}),
+        &[("errors", 1)],
     );
-    assert_eq!(
-        cp_stats_since(&run.before),
-        BTreeMap::from([(GPU0, counters(&[("errors", 1)])), (GPU1, counters(&[]))]),
-        "EC_QUEUE_PACKET_UNSUPPORTED on the first GPU's queue, nothing executed"
-    );
-    run.end();
 }
 
 #[test]
@@ -1457,14 +1459,8 @@ fn hsa_dispatch_6() -> PathBuf {
 /// `hsa-dispatch CODE_OBJECT ARGS` on ROCr 5.2 (`hsa-dispatch`) or 6.1 (`hsa-dispatch-6`), not
 /// run by a [`RocmRun`]: the second program of a test.
 fn hsa_dispatch_spawn(exe: &Path, args: &[&str]) -> std::process::Child {
-    Command::new(exe)
-        .arg(hsa_dispatch().1)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e}", exe.display()))
+    let hsaco = hsa_dispatch().1;
+    spawn_piped(exe, std::iter::once(hsaco.as_os_str()).chain(args.iter().map(std::ffi::OsStr::new)))
 }
 
 /// `gpreempt preempt` on `pid`, a ROCr 6.1 process with its utility queue and one more on the
@@ -1804,13 +1800,7 @@ fn schedule_against_rocm_6_1_training(
 
     let mut offline = match training {
         Training::Hsa => hsa_dispatch_spawn(&hsa_dispatch_6(), &["offline", "2000", "1"]),
-        Training::Hip => Command::new(Hip::V5_7.exe())
-            .args(["offline", "2048"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+        Training::Hip => spawn_piped(&Hip::V5_7.exe(), ["offline", "2048"]),
     };
     let off_pid = offline.id();
     let mut off_out = BufReader::new(offline.stdout.take().unwrap()).lines();
