@@ -119,20 +119,17 @@ impl KernelSide {
 
 impl KernelCall {
     fn of(s: &Span, online: Option<HostPid>) -> Self {
-        let us = |ns: u64| ns as f64 / 1e3;
-        let b = s.breakdown.clone().unwrap_or_default();
-        let mut pids: Vec<HostPid> = s.collateral.iter().map(|c| c.pid).collect();
-        pids.sort_unstable();
-        pids.dedup();
+        let f = s.driver_figures(|p| Some(p) == online);
+        let phases = f.phases.unwrap_or_default();
         KernelCall {
-            duration_us: us(s.duration_ns),
-            unmap_us: us(b.unmap_ns),
-            fence_wait_us: us(b.fence_wait_ns),
-            remap_us: us(b.remap_ns),
-            gpus: b.gpus,
-            collateral_queues: s.collateral.len(),
-            collateral_pids: pids,
-            online_queues: online.map_or(0, |o| s.collateral.iter().filter(|c| c.pid == o).count()),
+            duration_us: f.duration_us,
+            unmap_us: phases.unmap_us,
+            fence_wait_us: phases.fence_wait_us,
+            remap_us: phases.remap_us,
+            gpus: f.gpus,
+            collateral_queues: f.collateral_queues,
+            collateral_pids: f.collateral_pids,
+            online_queues: f.collateral_online_queues,
         }
     }
 }

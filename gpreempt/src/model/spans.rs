@@ -90,6 +90,58 @@ pub struct Span {
     pub open: bool,
 }
 
+/// One suspend or resume as the driver ran it, in µs: the one conversion of a span into the
+/// figures `preempt` (per iteration) and `schedule` (over the run) report.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DriverFigures {
+    /// The whole call inside the driver.
+    pub duration_us: f64,
+    /// Its HWS phases, when the nested calls were traced.
+    pub phases: Option<PhaseFigures>,
+    /// GPUs the nested calls touched.
+    pub gpus: Vec<GpuId>,
+    /// Queues of other processes the device-wide unmap preempted.
+    pub collateral_queues: usize,
+    /// Of those, the online processes' queues.
+    pub collateral_online_queues: usize,
+    /// The processes those queues belong to, sorted, once each.
+    pub collateral_pids: Vec<HostPid>,
+}
+
+/// The HWS phases of one call, µs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PhaseFigures {
+    /// `unmap_queues_cpsch` (or MES remove), fence wait included.
+    pub unmap_us: f64,
+    /// `amdkfd_fence_wait_timeout`: the preemption (CWSR save) latency.
+    pub fence_wait_us: f64,
+    /// `map_queues_cpsch` (or MES add).
+    pub remap_us: f64,
+}
+
+impl Span {
+    /// The driver's figures of this span; `online` tells the online processes' queues apart
+    /// among the collateral.
+    pub fn driver_figures(&self, online: impl Fn(HostPid) -> bool) -> DriverFigures {
+        let us = |ns: u64| ns as f64 / 1e3;
+        let mut pids: Vec<HostPid> = self.collateral.iter().map(|c| c.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        DriverFigures {
+            duration_us: us(self.duration_ns),
+            phases: self.breakdown.as_ref().map(|b| PhaseFigures {
+                unmap_us: us(b.unmap_ns),
+                fence_wait_us: us(b.fence_wait_ns),
+                remap_us: us(b.remap_ns),
+            }),
+            gpus: self.breakdown.as_ref().map(|b| b.gpus.clone()).unwrap_or_default(),
+            collateral_queues: self.collateral.len(),
+            collateral_online_queues: self.collateral.iter().filter(|c| online(c.pid)).count(),
+            collateral_pids: pids,
+        }
+    }
+}
+
 /// Latency distribution (nearest-rank percentiles).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Latency {

@@ -238,3 +238,33 @@ pub enum ScheduleEvent {
     },
     Summary(Box<ScheduleReport>),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_json_names_transitions_and_resume_reasons_as_before() {
+        let t = Transition {
+            t_ms: 1.5,
+            gpu_id: GpuId(0x1000),
+            action: TransitionKind::Resume,
+            reason: Some(ResumeReason::MinShare),
+            latency_us: 40.0,
+            reaction_us: None,
+            detection_us: None,
+            queues: 2,
+            ioctls: 1,
+            errors: Vec::new(),
+        };
+        let json = serde_json::to_value(ScheduleEvent::Transition(t)).unwrap();
+        assert_eq!((json["event"].as_str(), json["action"].as_str()), (Some("transition"), Some("resume")));
+        assert_eq!(json["reason"], "min_share");
+        let report = ScheduleReport {
+            resumes_by_reason: BTreeMap::from([(ResumeReason::Idle, 3), (ResumeReason::OnlineGone, 1)]),
+            ..ScheduleReport::default()
+        };
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["resumes_by_reason"], serde_json::json!({"idle": 3, "online_gone": 1}));
+    }
+}

@@ -56,16 +56,16 @@ struct Samples {
 
 impl Samples {
     fn add(&mut self, span: &Span, online: &BTreeSet<HostPid>) {
-        let us = |ns: u64| ns as f64 / 1e3;
+        let f = span.driver_figures(|p| online.contains(&p));
         self.count += 1;
-        self.duration.push(us(span.duration_ns));
-        if let Some(b) = &span.breakdown {
-            self.unmap.push(us(b.unmap_ns));
-            self.fence.push(us(b.fence_wait_ns));
-            self.remap.push(us(b.remap_ns));
+        self.duration.push(f.duration_us);
+        if let Some(p) = f.phases {
+            self.unmap.push(p.unmap_us);
+            self.fence.push(p.fence_wait_us);
+            self.remap.push(p.remap_us);
         }
-        self.collateral += span.collateral.len() as u64;
-        self.online += span.collateral.iter().filter(|c| online.contains(&c.pid)).count() as u64;
+        self.collateral += f.collateral_queues as u64;
+        self.online += f.collateral_online_queues as u64;
     }
 
     fn report(&self) -> DriverCalls {
