@@ -16,6 +16,22 @@
 //!   process exits and nothing else is pending, when a suspension has lasted `max_suspend`
 //!   (watchdog), or when the offline job's share of the `share_window` would drop below
 //!   `min_share`.
+//! - **No cliff after the watchdog.** With `busy_share` S > 0, a watchdog resume in a burst that
+//!   goes on opens a slice of `max_suspend` × S / (1 − S) for the offline job, after which the
+//!   same burst may be suspended again: online work busy for longer than `max_suspend` stays
+//!   protected 1 − S of the time instead of running unprotected to the burst's end (S = 0 keeps
+//!   the previous rule: no second suspend in the burst).
+//! - **The idle threshold learnt from every gap.** With `learn_idle`, every gap between two polls
+//!   that saw online work is recorded, the short ones too. Gaps inside a request (between the
+//!   decode steps of a continuous-batching engine, between a request's kernels) and gaps between
+//!   requests form two populations; once [`LEARN_MIN_GAPS`] are on record and a valley separates
+//!   them (the widest ratio between neighbouring sorted gaps, at least [`VALLEY_RATIO`], with a
+//!   tenth of the gaps on each side: a serving engine has several step gaps per batch), the
+//!   threshold goes into it: twice the longest gap inside
+//!   a request, or the geometric middle of the valley if that is shorter, within
+//!   [`IDLE_RANGE`] of `idle`. Without a valley (Poisson gaps are one smooth population) `idle`
+//!   stays. A threshold above the in-request gaps is what keeps a serving engine's step gaps from
+//!   flapping the GPU (each flip a device-wide unmap that preempts the online queues too).
 //! - **Minimum share** (the trade-off): with `min_share` F > 0 the offline job runs at least
 //!   F × `share_window` after a share resume before it can be suspended again, so under
 //!   continuous online load it gets about F of the GPU in slices, and the online work waits
@@ -49,6 +65,11 @@ pub struct PolicyConfig {
     pub share_window: Duration,
     /// Hold through idle gaps predicted shorter than a resume and the next suspend cost.
     pub cost_aware: bool,
+    /// The offline job's share of the GPU while online work stays busy past `max_suspend`
+    /// (0: the watchdog's resume ends the burst's protection).
+    pub busy_share: f64,
+    /// Learn the idle threshold from every online gap (`idle` is where it starts).
+    pub learn_idle: bool,
 }
 
 impl Default for PolicyConfig {
@@ -59,12 +80,29 @@ impl Default for PolicyConfig {
             min_share: 0.0,
             share_window: Duration::from_secs(1),
             cost_aware: true,
+            busy_share: DEFAULT_BUSY_SHARE,
+            learn_idle: true,
         }
     }
 }
 
+/// The offline job's default share of a long online busy period: after a 5 s watchdog a 263 ms
+/// slice, so the online work stays protected 95 % of such a period.
+pub const DEFAULT_BUSY_SHARE: f64 = 0.05;
 /// Gaps between online bursts kept for the prediction.
 const GAP_HISTORY: usize = 64;
+/// Every online gap kept for learning the idle threshold.
+const ALL_GAPS: usize = 256;
+/// Gaps on record before a threshold is learnt from them.
+pub const LEARN_MIN_GAPS: usize = 32;
+/// The least ratio between neighbouring sorted gaps that counts as a valley between two populations.
+pub const VALLEY_RATIO: f64 = 4.0;
+/// Each side of a valley holds at least 1 / this of the gaps (and 3).
+pub const VALLEY_SIDE: usize = 10;
+/// The learnt threshold stays within `idle` / this and `idle` × this.
+pub const IDLE_RANGE: u64 = 8;
+/// The threshold is learnt again after this many new gaps (a sort of [`ALL_GAPS`] values).
+const RELEARN_EVERY: usize = 16;
 /// Recorded gaps longer than the idle time so far needed before a gap is predicted short.
 pub const MIN_GAPS: usize = 8;
 /// Recent samples a cost is the median of: robust to the odd stalled ioctl (a vCPU or a
@@ -188,6 +226,14 @@ pub struct PolicyMachine {
     reaction_cost: VecDeque<u64>,
     /// The current gap's skip was said.
     gap_verdict_said: bool,
+    /// Every recent gap between polls that saw online work, ns.
+    all_gaps: VecDeque<u64>,
+    /// Gaps recorded since the threshold was last learnt.
+    unlearnt: usize,
+    /// The idle threshold in force, ns (`idle` until one is learnt).
+    idle_ns: u64,
+    /// Scratch for the sort of the gaps (no allocation on the reaction thread).
+    sorted: Vec<u64>,
 }
 
 fn push_sample(window: &mut VecDeque<u64>, sample_ns: u64) {
@@ -227,7 +273,46 @@ impl PolicyMachine {
             resume_cost: VecDeque::with_capacity(COST_SAMPLES),
             reaction_cost: VecDeque::with_capacity(COST_SAMPLES),
             gap_verdict_said: false,
+            all_gaps: VecDeque::with_capacity(ALL_GAPS),
+            unlearnt: 0,
+            idle_ns: ns(config.idle),
+            sorted: Vec::with_capacity(ALL_GAPS),
         }
+    }
+
+    /// The idle threshold in force (learnt, or `idle`).
+    pub fn idle_threshold(&self) -> Duration {
+        Duration::from_nanos(self.idle_ns)
+    }
+
+    /// Learn the idle threshold from the gaps on record (see the module's rules).
+    fn learn_idle(&mut self) {
+        self.unlearnt = 0;
+        if self.all_gaps.len() < LEARN_MIN_GAPS {
+            return;
+        }
+        self.sorted.clear();
+        self.sorted.extend(self.all_gaps.iter().map(|&g| g.max(1)));
+        self.sorted.sort_unstable();
+        let n = self.sorted.len();
+        let side = (n / VALLEY_SIDE).max(3);
+        // The widest ratio between neighbours with a tenth of the gaps on each side.
+        let mut best: Option<(f64, usize)> = None;
+        for i in side..=(n - side) {
+            let ratio = self.sorted[i] as f64 / self.sorted[i - 1] as f64;
+            if best.is_none_or(|(r, _)| ratio > r) {
+                best = Some((ratio, i));
+            }
+        }
+        let configured = ns(self.config.idle);
+        self.idle_ns = match best {
+            Some((ratio, i)) if ratio >= VALLEY_RATIO => {
+                let (inside, between) = (self.sorted[i - 1], self.sorted[i]);
+                let middle = ((inside as f64) * (between as f64)).sqrt() as u64;
+                (inside * 2).min(middle).clamp(configured / IDLE_RANGE, configured.saturating_mul(IDLE_RANGE))
+            }
+            _ => configured,
+        };
     }
 
     /// A resume ioctl took `ns` (the online queues on the GPU were unmapped meanwhile).
@@ -276,7 +361,17 @@ impl PolicyMachine {
             && let Some(last) = self.last_active
         {
             let gap = now.saturating_sub(last);
-            if gap >= ns(self.config.idle) {
+            if self.config.learn_idle {
+                if self.all_gaps.len() == ALL_GAPS {
+                    self.all_gaps.pop_front();
+                }
+                self.all_gaps.push_back(gap);
+                self.unlearnt += 1;
+                if self.unlearnt >= RELEARN_EVERY || self.all_gaps.len() == LEARN_MIN_GAPS {
+                    self.learn_idle();
+                }
+            }
+            if gap >= self.idle_ns {
                 if self.gaps.len() == GAP_HISTORY {
                     self.gaps.pop_front();
                 }
@@ -298,7 +393,7 @@ impl PolicyMachine {
     /// and no online work seen for `idle`. The controller may then confirm with a costlier
     /// look (the online `cu_occupancy`) before it tells the machine what it saw.
     pub fn idle_resume_due(&self, now: u64) -> bool {
-        self.state == State::Suspended && self.last_active.is_none_or(|t| now.saturating_sub(t) >= ns(self.config.idle))
+        self.state == State::Suspended && self.last_active.is_none_or(|t| now.saturating_sub(t) >= self.idle_ns)
     }
 
     /// One poll at `now`: the action to take, if any. After a `Suspend` or `Resume` the
@@ -310,7 +405,7 @@ impl PolicyMachine {
         }
         self.was_idle = !seen.online_active;
         let idle_for = self.last_active.map_or(u64::MAX, |t| now.saturating_sub(t));
-        if !seen.online_active && (idle_for >= ns(self.config.idle) || seen.online_gone) {
+        if !seen.online_active && (idle_for >= self.idle_ns || seen.online_gone) {
             // The burst is over: the next online work may have its suspend.
             self.burst_served = false;
         }
@@ -331,12 +426,18 @@ impl PolicyMachine {
                 let reason = if seen.online_gone && !seen.online_active {
                     Some(ResumeReason::OnlineGone)
                 } else if now.saturating_sub(since) >= ns(self.config.max_suspend) {
+                    if self.config.busy_share > 0.0 {
+                        // A duty cycle, not a cliff: the burst may be suspended again after
+                        // the offline job's slice.
+                        self.burst_served = false;
+                        self.no_suspend_until = now + self.busy_slice_ns();
+                    }
                     Some(ResumeReason::Watchdog)
                 } else if !self.share_room(now) {
                     self.burst_served = false;
                     self.no_suspend_until = now + self.slice_ns();
                     Some(ResumeReason::MinShare)
-                } else if !seen.online_active && idle_for >= ns(self.config.idle) {
+                } else if !seen.online_active && idle_for >= self.idle_ns {
                     if let Some(verdict) = self.short_gap(idle_for) {
                         if std::mem::replace(&mut self.gap_verdict_said, true) {
                             return None;
@@ -396,6 +497,12 @@ impl PolicyMachine {
         self.history.iter().copied().chain(open).map(|(s, e)| e.saturating_sub(s.max(from))).sum()
     }
 
+    /// The offline job's slice after a watchdog resume in a burst that goes on.
+    fn busy_slice_ns(&self) -> u64 {
+        let share = self.config.busy_share.clamp(0.0, 0.5);
+        (ns(self.config.max_suspend) as f64 * share / (1.0 - share)) as u64
+    }
+
     fn slice_ns(&self) -> u64 {
         (self.config.min_share * ns(self.config.share_window) as f64) as u64
     }
@@ -424,6 +531,10 @@ mod tests {
             min_share: share,
             share_window: Duration::from_millis(100),
             cost_aware: false,
+            // The rules these tests pin predate the duty cycle and the learnt threshold; each
+            // has its own tests below.
+            busy_share: 0.0,
+            learn_idle: false,
         })
     }
 
@@ -496,6 +607,8 @@ mod tests {
         assert_eq!(run(&mut p, 24, 24, on()), vec![(24, Action::Suspend)]);
     }
 
+    /// With `busy_share` 0 (the rule before the duty cycle): the watchdog's resume ends the
+    /// burst's protection.
     #[test]
     fn watchdog_ends_a_long_suspension_and_the_burst_is_not_suspended_again() {
         let mut p = policy(3, 20, 0.0);
@@ -681,5 +794,148 @@ mod tests {
         assert_eq!(p.transition_cost(), Some(5 * MS / 2));
         assert_eq!(median(&VecDeque::from([5, 1, 3, 2])), Some(2));
         assert_eq!(median(&VecDeque::new()), None);
+    }
+
+    #[test]
+    fn a_burst_longer_than_the_watchdog_gets_a_duty_cycle_not_a_cliff() {
+        // max 20 ms, busy share 0.2: after each watchdog resume a 5 ms slice (20 × 0.2 / 0.8),
+        // then the same burst is suspended again.
+        let mut p = PolicyMachine::new(PolicyConfig { busy_share: 0.2, ..policy(3, 20, 0.0).config });
+        let actions = run(&mut p, 0, 80, on());
+        assert_eq!(
+            actions,
+            vec![
+                (0, Action::Suspend),
+                (20, Action::Resume(ResumeReason::Watchdog)),
+                (25, Action::Suspend),
+                (45, Action::Resume(ResumeReason::Watchdog)),
+                (50, Action::Suspend),
+                (70, Action::Resume(ResumeReason::Watchdog)),
+                (75, Action::Suspend),
+            ]
+        );
+        // The end of the burst resumes as before, and the next burst has its suspend at once.
+        assert_eq!(run(&mut p, 81, 90, off()), vec![(83, Action::Resume(ResumeReason::Idle))]);
+        assert_eq!(run(&mut p, 91, 91, on()), vec![(91, Action::Suspend)]);
+        // The default share: a 263 ms slice after the 5 s watchdog.
+        let p = PolicyMachine::new(PolicyConfig::default());
+        assert_eq!(p.busy_slice_ns(), 263_157_894);
+    }
+
+    /// A small deterministic generator for the traces below (64-bit LCG, Knuth's constants).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> f64 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        }
+        fn between(&mut self, lo_us: u64, hi_us: u64) -> u64 {
+            lo_us + (self.next() * (hi_us - lo_us) as f64) as u64
+        }
+    }
+
+    /// A continuous-batching engine's activity: batches of decode steps (10-30 ms of GPU work
+    /// each) separated by the step gaps of `step_gap_us`, and batches separated by 20-80 ms with
+    /// no request in flight. Bursts as `[start, end)` µs, and the number of batches.
+    fn batching_trace(seed: u64, batches: usize, step_gap_us: (u64, u64)) -> (Vec<(u64, u64)>, usize) {
+        let mut rng = Lcg(seed);
+        let mut t = 1_000;
+        let mut bursts = Vec::new();
+        for _ in 0..batches {
+            for _ in 0..rng.between(3, 8) {
+                let step = rng.between(10_000, 30_000);
+                bursts.push((t, t + step));
+                t += step + rng.between(step_gap_us.0, step_gap_us.1);
+            }
+            t += rng.between(20_000, 80_000);
+        }
+        (bursts, batches)
+    }
+
+    /// Replay `bursts` in 200 µs polls through `config`, every transition completing within the
+    /// poll: the actions with their poll time (µs), and the machine.
+    fn replay_with(config: PolicyConfig, bursts: &[(u64, u64)]) -> (Vec<(u64, Action)>, PolicyMachine) {
+        let mut p = PolicyMachine::new(config);
+        let end = bursts.last().map_or(0, |b| b.1) + 100_000;
+        let mut out = Vec::new();
+        let mut next = 0;
+        for t in (0..end).step_by(200) {
+            while next < bursts.len() && bursts[next].1 <= t {
+                next += 1;
+            }
+            let active = bursts.get(next).is_some_and(|&(s, e)| s <= t && t < e);
+            let now = t * 1_000;
+            if let Some(a) = p.tick(now, Observation { online_active: active, online_gone: false }) {
+                match a {
+                    Action::Suspend => p.suspended(now, true),
+                    Action::Resume(_) => p.resumed(now),
+                    Action::HoldThroughGap(_) => {}
+                }
+                out.push((t, a));
+            }
+        }
+        (out, p)
+    }
+
+    #[test]
+    fn a_serving_engines_step_gaps_flap_at_a_fixed_threshold_and_not_once_it_is_learnt() {
+        // Step gaps of 1.0-2.6 ms around the 2 ms default threshold, 40 batches.
+        let (bursts, batches) = batching_trace(7, 40, (1_000, 2_600));
+        let fixed = PolicyConfig { cost_aware: false, learn_idle: false, ..PolicyConfig::default() };
+        let (actions, _) = replay_with(fixed, &bursts);
+        let suspends = actions.iter().filter(|(_, a)| *a == Action::Suspend).count();
+        assert_eq!(suspends, 110, "fixed threshold: a suspend for every gap past 2 ms");
+        let learnt = PolicyConfig { cost_aware: false, ..PolicyConfig::default() };
+        let (actions, p) = replay_with(learnt, &bursts);
+        // Twice the longest step gap seen (2.6 ms polled: up to 2.8 ms) sits in the valley.
+        let threshold = p.idle_threshold();
+        assert!(
+            threshold >= Duration::from_micros(5_000) && threshold <= Duration::from_micros(5_600),
+            "{threshold:?}"
+        );
+        // Once learnt (the first 32 gaps), one suspend per batch.
+        let late: Vec<&(u64, Action)> = actions.iter().filter(|(t, _)| *t > bursts[60].0).collect();
+        let late_suspends = late.iter().filter(|(_, a)| *a == Action::Suspend).count();
+        // Batches that start after it: the ones after a batch gap (bursts[60] is inside one).
+        let late_batches = bursts[60..].windows(2).filter(|w| w[1].0 - w[0].1 > 10_000).count();
+        assert_eq!(late_suspends, late_batches, "{late:?}");
+        assert!(suspends > batches * 2);
+    }
+
+    #[test]
+    fn poisson_gaps_have_no_valley_and_the_threshold_stays() {
+        let mut rng = Lcg(11);
+        let mut t = 1_000;
+        let mut bursts = Vec::new();
+        for _ in 0..300 {
+            let work = rng.between(500, 3_000);
+            bursts.push((t, t + work));
+            // Exponential gaps, mean 20 ms.
+            t += work + (-(1.0 - rng.next()).ln() * 20_000.0) as u64 + 200;
+        }
+        let (_, p) = replay_with(PolicyConfig { cost_aware: false, ..PolicyConfig::default() }, &bursts);
+        assert_eq!(p.idle_threshold(), Duration::from_millis(2));
+    }
+
+    #[test]
+    fn requests_with_short_inner_gaps_learn_a_threshold_below_the_default() {
+        // Requests of 4 kernels 300-500 µs apart (a launcher between them), requests 30-60 ms apart.
+        let mut rng = Lcg(3);
+        let mut t = 1_000;
+        let mut bursts = Vec::new();
+        for _ in 0..60 {
+            for _ in 0..4 {
+                let k = rng.between(800, 1_500);
+                bursts.push((t, t + k));
+                t += k + rng.between(300, 500);
+            }
+            t += rng.between(30_000, 60_000);
+        }
+        let (actions, p) = replay_with(PolicyConfig { cost_aware: false, ..PolicyConfig::default() }, &bursts);
+        // An inner gap of at most 500 µs is seen between two active polls 200 µs apart at most
+        // 800 µs apart: twice that.
+        assert_eq!(p.idle_threshold(), Duration::from_micros(1_600));
+        let suspends = actions.iter().filter(|(_, a)| *a == Action::Suspend).count();
+        assert_eq!(suspends, 60, "one suspend per request");
     }
 }
