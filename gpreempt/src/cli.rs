@@ -245,7 +245,7 @@ pub fn rewrite_legacy_json(args: Vec<OsString>) -> (Vec<OsString>, Option<String
         }
         let file = if let Some(f) = text.strip_prefix("--json=") {
             Some(OsString::from(f))
-        } else if (text == "--json" || text == "-j")
+        } else if text == "--json"
             && let Some(next) = rest.peek()
             && !next.to_string_lossy().starts_with('-')
         {
