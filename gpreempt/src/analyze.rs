@@ -51,6 +51,9 @@ pub struct AnalyzedRun {
     pub processes: Vec<ProcessQueues>,
     /// Lines that were not JSON objects of the trace format.
     pub skipped_lines: usize,
+    /// Lines that were trace records (of any event): none means the file is no recording.
+    #[serde(skip)]
+    pub records: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -92,6 +95,7 @@ pub fn read_run(file: &str, reader: impl BufRead) -> std::io::Result<AnalyzedRun
     let mut processes: BTreeMap<u32, ProcessQueues> = BTreeMap::new();
     let mut command = None;
     let mut skipped_lines = 0;
+    let mut records = 0;
     for line in reader.lines() {
         let line = line?;
         if line.trim().is_empty() {
@@ -101,6 +105,7 @@ pub fn read_run(file: &str, reader: impl BufRead) -> std::io::Result<AnalyzedRun
             skipped_lines += 1;
             continue;
         };
+        records += 1;
         if r.event == "start" {
             command = r.command.map(|c| c.join(" "));
             continue;
@@ -126,7 +131,7 @@ pub fn read_run(file: &str, reader: impl BufRead) -> std::io::Result<AnalyzedRun
     let command = command.unwrap_or_else(|| {
         processes.iter().map(|p| p.comm.as_str()).collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>().join("+")
     });
-    Ok(AnalyzedRun { file: file.to_owned(), command, processes, skipped_lines })
+    Ok(AnalyzedRun { file: file.to_owned(), command, processes, skipped_lines, records })
 }
 
 fn consistency(runs: &[&AnalyzedRun]) -> Consistency {

@@ -1,89 +1,63 @@
 //! Command-line definitions (clap derive). Each subcommand's `run` is in `commands/`.
+//!
+//! One convention across the commands: `-j/--json` prints JSON on stdout, `-o/--output FILE`
+//! writes a file, every duration carries its unit ([`duration`]: `--hold 20ms`, `--poll 200us`),
+//! processes are named by selectors (a host pid, `container:NAME`, `pod:NAMESPACE/NAME`), and
+//! `--log` comes last. The flags of the previous release (`--hold-ms 20`, `--idle-ms 0.5`,
+//! `preempt --json FILE`, …) still work, hidden, with a warning ([`Cli::deprecations`],
+//! [`rewrite_legacy_json`]); they go in the next release.
 
-use std::{path::PathBuf, time::Duration};
+pub mod duration;
+
+use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
+use gpreempt::host::select::Selector;
+
+/// The exit statuses every command shares (its `--help` ends with them; docs/cli.md).
+pub const EXIT_CODES: &str = "Exit status: 0 success; 1 runtime error (stderr says what failed); 2 usage \
+error (an unknown flag, a bad value: nothing was done). `ps` exits 0 when it finds no KFD process; `doctor` \
+exits 1 when a check fails.";
 
 #[derive(Debug, Parser)]
 #[command(
     name = "gpreempt",
     version,
-    about = "See and control the compute queues of AMD GPUs through the stock KFD driver",
-    long_about = "gpreempt traces the KFD queue paths of the amdgpu driver with eBPF (queue creation \
-and destruction, with the exact ioctl arguments and results) and, on kernels with the KFD debug-trap \
-API, suspends and resumes another process's GPU queues.\n\nTracing needs root and the amdgpu module \
-loaded; it works on any kernel with kprobes, with or without an AMD GPU."
+    about = "Protect latency-critical GPU work from batch work on the stock AMD driver",
+    long_about = "gpreempt protects latency-critical GPU work from batch work sharing the same AMD GPU, on \
+the stock amdgpu driver: `gpreempt schedule` suspends the batch (offline) processes' compute queues while the \
+latency-critical (online) processes have work, and resumes them when those go idle, through the KFD \
+debug-trap API (Linux 6.5+ or amdgpu-dkms; root). It also shows and traces every process's GPU queues (eBPF \
+on the KFD paths of amdgpu, any kernel with kprobes).\n\nFirst steps: `gpreempt doctor` (what this host \
+supports), `gpreempt schedule --online SEL --offline SEL`, `gpreempt top`. A process is named by a selector: \
+a host pid, container:NAME (name, id or id prefix) or pod:NAMESPACE/NAME (globs).",
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
-    /// Log level for diagnostics on stderr (error, warn, info, debug, trace).
-    #[arg(long, global = true, default_value = "warn", env = "GPREEMPT_LOG")]
-    pub log: log::LevelFilter,
-
     #[command(subcommand)]
     pub command: Command,
+
+    /// Log level for diagnostics on stderr (error, warn, info, debug, trace).
+    // Last in every help (global options are listed after the subcommand's own).
+    #[arg(long, global = true, default_value = "warn", env = "GPREEMPT_LOG", display_order = 1000)]
+    pub log: log::LevelFilter,
 }
 
+// The subcommands in the order a user meets them: check the host (doctor), do what the tool is
+// for (schedule), watch it (top), look at processes and queues (ps, queues), measure what a
+// suspend costs (preempt), dig into the driver (trace), deploy on a fleet (agent), and compare
+// recorded traces afterwards (analyze). Help lists them in this order.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Trace KFD queue events live, one line per event (root).
-    ///
-    /// Attaches kprobes/kretprobes to the KFD paths of amdgpu.ko: queue create/destroy/update with
-    /// their exact arguments and results, process open and exit, evictions and restores, debug-trap
-    /// suspend/resume with the HWS unmap / fence wait / remap breakdown (and the other processes'
-    /// queues a device-wide unmap preempted), MES, and GPU resets. Keeps a live PID → queue map
-    /// (printed on SIGUSR1, every --map-interval and at exit). Ctrl-C (or SIGTERM/SIGHUP) ends the
-    /// trace with a summary: queues and churn per process, evictions, suspend/resume latency
-    /// percentiles, and every dropped record.
-    Trace(TraceArgs),
     /// Check this host for everything gpreempt needs, and say what to do about each gap.
     ///
     /// Kernel and KFD ioctl version, debug-trap availability, the module that provides KFD and its
     /// BTF, every tracer probe (found or missing, and why), debugfs, Yama ptrace_scope, the
-    /// caller's capabilities, and the amdgpu parameters that matter for preemption. Exits 1 when a
+    /// caller's capabilities, and the amdgpu parameters that matter for preemption. Without the
+    /// amdgpu module, one line says so and the checks that need it are skipped. Exits 1 when a
     /// check fails.
+    #[command(after_help = EXIT_CODES)]
     Doctor(DoctorArgs),
-    /// Compare queue ids across recorded runs (`gpreempt trace --json` output, one file per run).
-    ///
-    /// Per run: the queue ids each process created, per GPU, in creation order. Across runs of the
-    /// same command: identical ids, the same count with different ids, or a different count.
-    /// Within a run: concurrently running processes that were handed the same ids.
-    Analyze(AnalyzeArgs),
-    /// List every process that uses KFD now, with its queues per GPU.
-    ///
-    /// Host pid, container (Docker, containerd, Podman, CRI-O, Kubernetes, LXC; from cgroup paths,
-    /// no container CLI needed), pid inside the container, command, and per GPU: queue ids and
-    /// types, VRAM, evicted_ms and cu_occupancy, from /sys/class/kfd/kfd/proc. `--hw` adds the
-    /// hardware view from debugfs (MQDs and active HQD slots) and a consistency check per GPU.
-    Ps(PsArgs),
-    /// Show one process's GPU queues, without disturbing the GPU.
-    ///
-    /// By default reads sysfs (/sys/class/kfd/kfd/proc/PID/queues: queue id, gpu, type, ring
-    /// size): no ptrace, no ioctl, nothing the GPU notices. `--debug-snapshot` adds addresses, CWSR
-    /// and exception bits from the KFD debug-trap API (KFD ≥ 1.13, root), at a price: its debug
-    /// ENABLE and DISABLE each preempt every queue on the GPU (two device-wide preemptions). `--watch`
-    /// samples repeatedly and ends with statistics; while it watches, the tracer (when it can attach)
-    /// adds the ring/index/CWSR addresses, priority, doorbell and creation time of the queues created
-    /// meanwhile, without any debug-trap call (see --no-trace).
-    Queues(QueuesArgs),
-    /// Suspend and resume another process's GPU queues in a loop and measure it (root).
-    ///
-    /// Per iteration: SUSPEND_QUEUES, hold, RESUME_QUEUES, gap. The target keeps running on the
-    /// CPU and receives its signals as usual; its queues are resumed on every way out (end,
-    /// error, Ctrl-C/SIGTERM/SIGHUP, panic; if gpreempt is killed, the kernel resumes them).
-    /// Prints per-iteration progress on a terminal, then success rate, latency percentiles
-    /// (p50/p90/p99/max/mean/stddev) and a histogram. On HWS GPUs (MI200/MI300) every suspend and
-    /// resume briefly preempts every process's queues on the GPU, not only the target's.
-    Preempt(PreemptArgs),
-    /// Run as a node daemon: trace continuously and serve Prometheus metrics (root).
-    ///
-    /// Serves `/metrics` (OpenMetrics) and `/healthz` on --metrics-addr: queues per process and
-    /// GPU by type and state, creates and destroys, evictions by trigger, debug-trap suspends and
-    /// their in-driver breakdown, collateral preemptions, tracer losses, labelled with the pod,
-    /// namespace and container when the process runs in a Kubernetes pod. Memory stays bounded:
-    /// an exited process's series leave after the config's grace period. Logs key=value lines to
-    /// stderr. SIGHUP reloads --config (an invalid file is rejected and the old one kept);
-    /// SIGTERM or Ctrl-C exits cleanly.
-    Agent(AgentArgs),
     /// Suspend the offline processes' GPU queues while the online processes have work (root).
     ///
     /// Attaches once to each offline process (debug-trap ENABLE: one runlist refresh) and keeps
@@ -93,6 +67,7 @@ pub enum Command {
     /// Processes that open /dev/kfd later are picked up by their selector. Runs until Ctrl-C or
     /// SIGTERM, then resumes and detaches everything and prints a summary. On HWS GPUs
     /// (MI200/MI300) every suspend and resume preempts every queue of the GPU once.
+    #[command(after_help = EXIT_CODES)]
     Schedule(ScheduleArgs),
     /// A live terminal view of the KFD processes, their queues and what happens to them (root).
     ///
@@ -115,23 +90,209 @@ pub enum Command {
     /// it, Esc clears it), c clear the filter. The terminal is restored on every exit: q,
     /// SIGTERM, SIGINT, SIGHUP, an error or a panic. `--once` prints one frame as text and
     /// exits; `--json` prints the same snapshot as one JSON object.
+    #[command(after_help = EXIT_CODES)]
     Top(TopArgs),
+    /// List every process that uses KFD now, with its queues per GPU.
+    ///
+    /// Host pid, container (Docker, containerd, Podman, CRI-O, Kubernetes, LXC; from cgroup paths,
+    /// no container CLI needed), pid inside the container, command, and per GPU: queue ids and
+    /// types, VRAM, evicted_ms and cu_occupancy, from /sys/class/kfd/kfd/proc. `--hw` adds the
+    /// hardware view from debugfs (MQDs and active HQD slots) and a consistency check per GPU.
+    /// Finding no KFD process is an answer, not an error: an empty table (or `"processes": []`)
+    /// and exit status 0.
+    #[command(after_help = EXIT_CODES)]
+    Ps(PsArgs),
+    /// Show one process's GPU queues, without disturbing the GPU.
+    ///
+    /// Reads sysfs only (/sys/class/kfd/kfd/proc/PID/queues: queue id, gpu, type, ring size): no
+    /// /dev/kfd, no ptrace, no ioctl, nothing the GPU notices; it works without access to
+    /// /dev/kfd. `--debug-snapshot` (opt-in) adds addresses, CWSR and exception bits from the KFD
+    /// debug-trap API (KFD ≥ 1.13, root), at a price: its debug ENABLE and DISABLE each preempt
+    /// every queue on the GPU (two device-wide preemptions). `--watch` samples repeatedly and ends
+    /// with statistics; while it watches, the tracer (when it can attach) adds the
+    /// ring/index/CWSR addresses, priority, doorbell and creation time of the queues created
+    /// meanwhile, without any debug-trap call (see --no-trace).
+    #[command(after_help = EXIT_CODES)]
+    Queues(QueuesArgs),
+    /// Suspend and resume another process's GPU queues in a loop and measure it (root).
+    ///
+    /// Per iteration: SUSPEND_QUEUES, hold, RESUME_QUEUES, gap. The target keeps running on the
+    /// CPU and receives its signals as usual; its queues are resumed on every way out (end,
+    /// error, Ctrl-C/SIGTERM/SIGHUP, panic; if gpreempt is killed, the kernel resumes them).
+    /// Prints per-iteration progress on a terminal, then success rate, latency percentiles
+    /// (p50/p90/p99/max/mean/stddev) and a histogram. On HWS GPUs (MI200/MI300) every suspend and
+    /// resume briefly preempts every process's queues on the GPU, not only the target's.
+    #[command(after_help = EXIT_CODES)]
+    Preempt(PreemptArgs),
+    /// Trace KFD queue events live, one line per event (root).
+    ///
+    /// Attaches kprobes/kretprobes to the KFD paths of amdgpu.ko: queue create/destroy/update with
+    /// their exact arguments and results, process open and exit, evictions and restores, debug-trap
+    /// suspend/resume with the HWS unmap / fence wait / remap breakdown (and the other processes'
+    /// queues a device-wide unmap preempted), MES, and GPU resets. Keeps a live PID → queue map
+    /// (printed on SIGUSR1, every --map-interval and at exit). Ctrl-C (or SIGTERM/SIGHUP) ends the
+    /// trace with a summary: queues and churn per process, evictions, suspend/resume latency
+    /// percentiles, and every dropped record.
+    #[command(after_help = EXIT_CODES)]
+    Trace(TraceArgs),
+    /// Run as a node daemon: trace continuously and serve Prometheus metrics (root).
+    ///
+    /// Serves `/metrics` (OpenMetrics) and `/healthz` on --metrics-addr: queues per process and
+    /// GPU by type and state, creates and destroys, evictions by trigger, debug-trap suspends and
+    /// their in-driver breakdown, collateral preemptions, tracer losses, labelled with the pod,
+    /// namespace and container when the process runs in a Kubernetes pod. Memory stays bounded:
+    /// an exited process's series leave after the config's grace period. Logs key=value lines to
+    /// stderr. SIGHUP reloads --config (an invalid file is rejected and the old one kept);
+    /// SIGTERM or Ctrl-C exits cleanly.
+    #[command(after_help = EXIT_CODES)]
+    Agent(AgentArgs),
+    /// Compare queue ids across recorded runs (`gpreempt trace --json` output, one file per run).
+    ///
+    /// Per run: the queue ids each process created, per GPU, in creation order. Across runs of the
+    /// same command: identical ids, the same count with different ids, or a different count.
+    /// Within a run: concurrently running processes that were handed the same ids. A file with no
+    /// trace record (empty, or not `trace --json` output) is an error (exit status 1).
+    #[command(after_help = EXIT_CODES)]
+    Analyze(AnalyzeArgs),
+}
+
+/// A deprecated flag's value: a bare number in the unit its name carried (`--hold-ms 20`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OldDuration {
+    /// As given (`20`, `0.5`).
+    pub text: String,
+    pub duration: Duration,
+}
+
+/// Value parser of a deprecated `--…-ms`/`--…-us` flag.
+fn old_in(unit: &'static str) -> impl Fn(&str) -> Result<OldDuration, String> + Clone + Send + Sync + 'static {
+    move |text| duration::in_unit(unit)(text).map(|duration| OldDuration { text: text.trim().to_owned(), duration })
+}
+
+/// Put a deprecated flag's value where its successor's goes, and say so: `--hold-ms 20` is
+/// `--hold 20ms`.
+fn migrate(
+    new: &mut Duration,
+    old: Option<OldDuration>,
+    (old_flag, new_flag, unit): (&str, &str, &str),
+    warnings: &mut Vec<String>,
+) {
+    if let Some(old) = old {
+        warnings.push(format!(
+            "{old_flag} is deprecated and goes in the next release: write {new_flag} {}{unit}",
+            old.text
+        ));
+        *new = old.duration;
+    }
+}
+
+impl Cli {
+    /// Apply the deprecated flags given (hidden aliases of the previous release) to their
+    /// successors; one warning each, for stderr.
+    pub fn deprecations(&mut self) -> Vec<String> {
+        let mut w = Vec::new();
+        match &mut self.command {
+            Command::Preempt(p) => {
+                migrate(&mut p.hold, p.hold_ms.take(), ("--hold-ms", "--hold", "ms"), &mut w);
+                migrate(&mut p.gap, p.gap_ms.take(), ("--gap-ms", "--gap", "ms"), &mut w);
+                let names = ("--max-suspend-ms", "--max-suspend", "ms");
+                migrate(&mut p.max_suspend, p.max_suspend_ms.take(), names, &mut w);
+            }
+            Command::Schedule(s) => {
+                migrate(&mut s.idle, s.idle_ms.take(), ("--idle-ms", "--idle", "ms"), &mut w);
+                migrate(&mut s.poll, s.poll_us.take(), ("--poll-us", "--poll", "us"), &mut w);
+                migrate(&mut s.occupancy, s.occupancy_us.take(), ("--occupancy-us", "--occupancy", "us"), &mut w);
+                let names = ("--share-window-ms", "--share-window", "ms");
+                migrate(&mut s.share_window, s.share_window_ms.take(), names, &mut w);
+                let names = ("--max-suspend-ms", "--max-suspend", "ms");
+                migrate(&mut s.max_suspend, s.max_suspend_ms.take(), names, &mut w);
+                migrate(&mut s.interval, s.interval_ms.take(), ("--interval-ms", "--interval", "ms"), &mut w);
+            }
+            _ => {}
+        }
+        w
+    }
+}
+
+/// `preempt --json FILE` (the previous release's spelling) is `preempt --output FILE` now that
+/// `--json` prints to stdout: rewritten before parsing (a `--json` followed by a value that is
+/// not a flag), with a warning for stderr. Everything after a `--` is left alone.
+pub fn rewrite_legacy_json(args: Vec<OsString>) -> (Vec<OsString>, Option<String>) {
+    // The subcommand: the first word that is neither a flag nor the global --log's value.
+    let mut i = 1;
+    while i < args.len() {
+        let a = args[i].to_string_lossy();
+        if a == "--log" {
+            i += 2;
+        } else if a.starts_with('-') {
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    if args.get(i).is_none_or(|a| a != "preempt") {
+        return (args, None);
+    }
+    let mut out = args[..=i].to_vec();
+    let mut warning = None;
+    let mut rest = args[i + 1..].iter().peekable();
+    while let Some(a) = rest.next() {
+        let text = a.to_string_lossy();
+        if text == "--" {
+            out.push(a.clone());
+            out.extend(rest.by_ref().cloned());
+            break;
+        }
+        let file = if let Some(f) = text.strip_prefix("--json=") {
+            Some(OsString::from(f))
+        } else if text == "--json"
+            && let Some(next) = rest.peek()
+            && !next.to_string_lossy().starts_with('-')
+        {
+            rest.next().cloned()
+        } else {
+            None
+        };
+        match file {
+            Some(f) => {
+                warning = Some(format!(
+                    "`preempt --json FILE` is deprecated and goes in the next release: write -o/--output {} \
+                     (--json now prints the JSON on stdout)",
+                    f.to_string_lossy()
+                ));
+                out.push("--output".into());
+                out.push(f);
+            }
+            None => out.push(a.clone()),
+        }
+    }
+    (out, warning)
+}
+
+/// The help text of every selector flag ends with this.
+macro_rules! selector_forms {
+    () => {
+        "a host pid, container:NAME (a container's name, id or id prefix: every KFD process in it) or \
+         pod:NAMESPACE/NAME (a Kubernetes pod, globs allowed: pod:batch/train-*)"
+    };
 }
 
 #[derive(Debug, Args)]
 pub struct ScheduleArgs {
-    /// Latency-critical processes: host pids or container:NAME (name, id or id prefix).
+    #[arg(help = concat!("Latency-critical processes (space-separated selectors): ", selector_forms!(), "."))]
     #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
-    pub online: Vec<gpreempt::host::select::Selector>,
-    /// Throughput processes whose queues are suspended: host pids or container:NAME.
+    pub online: Vec<Selector>,
+    #[arg(help = concat!("Throughput processes whose queues are suspended (space-separated selectors): ", selector_forms!(), "."))]
     #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
-    pub offline: Vec<gpreempt::host::select::Selector>,
-    /// Resume the offline queues after this long without online work, ms.
-    #[arg(long, default_value_t = 2.0, value_name = "MS")]
-    pub idle_ms: f64,
-    /// Interval between the reaction thread's steps (reads of the online dispatch indices), µs.
-    #[arg(long, default_value_t = 200, value_name = "US")]
-    pub poll_us: u64,
+    pub offline: Vec<Selector>,
+    /// Resume the offline queues after the online processes have been idle this long (e.g. 2ms,
+    /// 500us).
+    #[arg(long, default_value = "2ms", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
+    pub idle: Duration,
+    /// Interval between the reaction thread's steps (reads of the online dispatch indices), e.g.
+    /// 200us.
+    #[arg(long, default_value = "200us", value_parser = duration::with_unit("us"), value_name = "DURATION")]
+    pub poll: Duration,
     /// SCHED_FIFO priority of the reaction thread (1-99; 0: normal scheduling). Without
     /// CAP_SYS_NICE it is said once and the thread runs at normal priority.
     #[arg(long, default_value_t = gpreempt::schedule::DEFAULT_RT_PRIORITY, value_name = "N",
@@ -147,35 +308,54 @@ pub struct ScheduleArgs {
     /// Do not lock gpreempt's memory (mlockall) against page faults in the reaction thread.
     #[arg(long)]
     pub no_mlock: bool,
-    /// Resume after every idle gap of --idle-ms, even one predicted shorter than what the resume
+    /// Resume after every idle gap of --idle, even one predicted shorter than what the resume
     /// and the next suspend cost the online job (by default such resumes are skipped).
     #[arg(long)]
     pub no_cost_aware: bool,
-    /// Interval between reads of the online processes' cu_occupancy, µs.
-    #[arg(long, default_value_t = 1000, value_name = "US")]
-    pub occupancy_us: u64,
-    /// Guarantee the offline job this share of GPU time over --share-window-ms even under
+    /// Interval between reads of the online processes' cu_occupancy, e.g. 1ms.
+    #[arg(long, default_value = "1ms", value_parser = duration::with_unit("us"), value_name = "DURATION")]
+    pub occupancy: Duration,
+    /// Guarantee the offline job this share of GPU time over --share-window even under
     /// continuous online load (0..1; 0: none). The online work waits during those slices.
     #[arg(long, default_value_t = 0.0, value_name = "F", value_parser = parse_share)]
     pub offline_min_share: f64,
-    #[arg(long, default_value_t = 1000, value_name = "MS")]
-    pub share_window_ms: u64,
-    /// Resume (watchdog) a suspension that lasts longer than this, ms.
-    #[arg(long, default_value_t = 5000, value_name = "MS")]
-    pub max_suspend_ms: u64,
+    /// The window over which --offline-min-share is guaranteed, e.g. 1s.
+    #[arg(long, default_value = "1s", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
+    pub share_window: Duration,
+    /// Resume (watchdog) a suspension that lasts longer than this, e.g. 5s.
+    #[arg(long, default_value = "5s", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
+    pub max_suspend: Duration,
     /// Unix socket where an online server writes `begin` / `end` lines around its requests.
     #[arg(long, value_name = "PATH")]
     pub hint_socket: Option<PathBuf>,
-    /// JSON Lines on stdout: one object per transition and per interval, a summary at the end.
-    #[arg(long)]
+    /// Print JSON Lines on stdout: one object per transition and per interval, a summary at the end.
+    #[arg(short, long)]
     pub json: bool,
-    /// Interval between interval records and status-line updates, ms.
-    #[arg(long, default_value_t = 1000, value_name = "MS")]
-    pub interval_ms: u64,
+    /// Interval between interval records and status-line updates, e.g. 1s.
+    #[arg(long, default_value = "1s", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
+    pub interval: Duration,
     /// Do not attach the tracer (processes that appear later are found in sysfs; their new
     /// online queues are not watched).
     #[arg(long)]
     pub no_trace: bool,
+    /// Deprecated: --idle with a unit.
+    #[arg(long = "idle-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "idle")]
+    pub idle_ms: Option<OldDuration>,
+    /// Deprecated: --poll with a unit.
+    #[arg(long = "poll-us", hide = true, value_parser = old_in("us"), conflicts_with = "poll")]
+    pub poll_us: Option<OldDuration>,
+    /// Deprecated: --occupancy with a unit.
+    #[arg(long = "occupancy-us", hide = true, value_parser = old_in("us"), conflicts_with = "occupancy")]
+    pub occupancy_us: Option<OldDuration>,
+    /// Deprecated: --share-window with a unit.
+    #[arg(long = "share-window-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "share_window")]
+    pub share_window_ms: Option<OldDuration>,
+    /// Deprecated: --max-suspend with a unit.
+    #[arg(long = "max-suspend-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "max_suspend")]
+    pub max_suspend_ms: Option<OldDuration>,
+    /// Deprecated: --interval with a unit.
+    #[arg(long = "interval-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "interval")]
+    pub interval_ms: Option<OldDuration>,
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {
@@ -187,19 +367,20 @@ fn parse_share(s: &str) -> Result<f64, String> {
 
 #[derive(Debug, Args)]
 pub struct QueuesArgs {
-    /// Host pid of the process (see `gpreempt ps`).
-    pub pid: u32,
-    /// Print JSON instead of a table.
-    #[arg(long)]
+    #[arg(help = concat!("The process: ", selector_forms!(), "; a container or pod must hold exactly one KFD process (see `gpreempt ps`)."))]
+    #[arg(value_name = "SEL")]
+    pub process: Selector,
+    /// Print JSON on stdout instead of a table.
+    #[arg(short, long)]
     pub json: bool,
     /// Print only queue ids, one per line.
     #[arg(long)]
     pub ids_only: bool,
     /// Sample every INTERVAL (e.g. 100ms) instead of once; needs --duration.
-    #[arg(long, value_parser = parse_duration, value_name = "INTERVAL", requires = "duration")]
+    #[arg(long, value_parser = duration::with_unit("ms"), value_name = "INTERVAL", requires = "duration")]
     pub watch: Option<Duration>,
     /// With --watch: how long to sample (e.g. 10s).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = duration::with_unit("s"), value_name = "DURATION")]
     pub duration: Option<Duration>,
     /// With --watch: sysfs alone, without the in-process tracer. By default the tracer (root,
     /// BTF) is attached while watching and fills, for the queues created during the watch, what
@@ -209,35 +390,43 @@ pub struct QueuesArgs {
     /// before the watch began show sysfs's columns only. Tracing calls no debug-trap ioctl.
     #[arg(long, requires = "watch")]
     pub no_trace: bool,
-    /// Take a KFD debug-trap snapshot instead of reading sysfs (root, KFD ≥ 1.13): ring, read and
-    /// write pointer and CWSR addresses, exception bits. DISTURBS THE GPU: gpreempt ptrace-seizes the
-    /// process and enables debugging on it; the debug ENABLE and DISABLE each refresh the hardware
-    /// scheduler's runlist, which preempts every queue of every process on the GPU (twice), and
-    /// on some GPUs reserve a debug VMID while the session lasts.
+    /// Opt-in: take a KFD debug-trap snapshot instead of reading sysfs (opens /dev/kfd; root, KFD
+    /// ≥ 1.13): ring, read and write pointer and CWSR addresses, exception bits. DISTURBS THE GPU:
+    /// gpreempt ptrace-seizes the process and enables debugging on it; the debug ENABLE and DISABLE
+    /// each refresh the hardware scheduler's runlist, which preempts every queue of every process
+    /// on the GPU (twice), and on some GPUs reserve a debug VMID while the session lasts.
     #[arg(long)]
     pub debug_snapshot: bool,
+    /// Read a captured /sys tree from DIR instead of the live one.
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sysfs_root: PathBuf,
+    /// Read a captured /proc tree from DIR (process identity).
+    #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
+    pub proc_root: PathBuf,
 }
 
 #[derive(Debug, Args)]
 pub struct PreemptArgs {
-    /// The processes whose queues are suspended (the offline work): host pids and
-    /// container:NAME (name, id or id prefix: every KFD process in it, as `gpreempt ps` shows),
-    /// space-separated. With more than one process, each cycle suspends all of them, holds, and
-    /// resumes all; processes that open /dev/kfd in a selected container later are attached for
-    /// the next cycle, and `--json` writes one record per target (`"version": 2`). A pid named
-    /// here that exits during the run is detached, the others go on, and the command then exits
-    /// with status 1; a container's processes may exit without failing the run.
+    #[arg(help = concat!(
+        "The processes whose queues are suspended (the offline work), space-separated selectors: ",
+        selector_forms!(),
+        ". With more than one process, each cycle suspends all of them, holds, and resumes all; \
+         processes that open /dev/kfd in a selected container or pod later are attached for the \
+         next cycle, and the JSON has one record per target (`\"version\": 2`). A pid named here \
+         that exits during the run is detached, the others go on, and the command then exits with \
+         status 1; a container's processes may exit without failing the run."
+    ))]
     #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
-    pub offline: Vec<gpreempt::host::select::Selector>,
-    /// Suspend/resume cycles.
-    #[arg(long, default_value_t = 100)]
+    pub offline: Vec<Selector>,
+    /// Suspend/resume cycles (at least 1).
+    #[arg(long, default_value_t = 100, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub iterations: u32,
-    /// How long the queues stay suspended per iteration, ms.
-    #[arg(long, default_value_t = 100, value_name = "MS")]
-    pub hold_ms: u64,
-    /// Pause between a resume and the next suspend, ms.
-    #[arg(long, default_value_t = 500, value_name = "MS")]
-    pub gap_ms: u64,
+    /// How long the queues stay suspended per iteration, e.g. 100ms.
+    #[arg(long, default_value = "100ms", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
+    pub hold: Duration,
+    /// Pause between a resume and the next suspend, e.g. 500ms.
+    #[arg(long, default_value = "500ms", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
+    pub gap: Duration,
     /// CWSR grace period in units of 1000 GPU cycles (HWS only; 0 = shortest, as ROCdbgapi uses),
     /// or `driver` to leave the driver's setting.
     #[arg(long, default_value = "0", value_parser = parse_grace_period, value_name = "N|driver")]
@@ -245,22 +434,40 @@ pub struct PreemptArgs {
     /// Which queues: `all` (every queue, re-snapshotted when new ones appear) or ids `0,1,5`.
     #[arg(long, default_value = "all", value_parser = parse_queue_selection, value_name = "all|ID,...")]
     pub queues: QueueSelectionArg,
-    /// Resume automatically (watchdog) if queues stay suspended longer than this, ms.
-    #[arg(long, default_value_t = 5000, value_name = "MS")]
-    pub max_suspend_ms: u64,
-    /// Write every iteration record and the summary to FILE as JSON.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
+    /// Resume automatically (watchdog) if queues stay suspended longer than this, e.g. 5s.
+    #[arg(long, default_value = "5s", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
+    pub max_suspend: Duration,
+    /// Print every iteration record and the summary as one JSON document on stdout (the text
+    /// summary then goes to stderr).
+    #[arg(short, long)]
+    pub json: bool,
+    /// Write every iteration record and the summary to FILE as JSON (the text summary stays on
+    /// stdout).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
     /// No per-iteration progress line.
-    #[arg(long)]
+    #[arg(short, long)]
     pub quiet: bool,
-    /// The latency-critical process sharing the GPU: report how often the device-wide unmaps
-    /// preempted its queues (needs the tracer).
-    #[arg(long, value_name = "PID")]
-    pub online: Option<u32>,
+    #[arg(help = concat!(
+        "The latency-critical process sharing the GPU, to report how often the device-wide unmaps \
+         preempted its queues (needs the tracer): ",
+        selector_forms!(),
+        "; a container or pod must hold exactly one KFD process."
+    ))]
+    #[arg(long, value_name = "SEL")]
+    pub online: Option<Selector>,
     /// Do not attach the tracer (no kernel-side breakdown: fence wait, collateral queues).
     #[arg(long)]
     pub no_trace: bool,
+    /// Deprecated: --hold with a unit.
+    #[arg(long = "hold-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "hold")]
+    pub hold_ms: Option<OldDuration>,
+    /// Deprecated: --gap with a unit.
+    #[arg(long = "gap-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "gap")]
+    pub gap_ms: Option<OldDuration>,
+    /// Deprecated: --max-suspend with a unit.
+    #[arg(long = "max-suspend-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "max_suspend")]
+    pub max_suspend_ms: Option<OldDuration>,
 }
 
 /// `--queues` value.
@@ -304,8 +511,9 @@ fn parse_grace_period(text: &str) -> Result<u32, String> {
 
 #[derive(Debug, Args)]
 pub struct PsArgs {
-    /// Print JSON (an array of processes, with notes) instead of a table.
-    #[arg(long)]
+    /// Print JSON on stdout instead of a table: one object, {"processes": [...], "notes": [...]}
+    /// (and "hw" with --hw); with --wait-new, one process object per line.
+    #[arg(short, long)]
     pub json: bool,
     /// Add the hardware view from debugfs and check KFD queues vs MQDs vs active HQD slots.
     #[arg(long)]
@@ -313,11 +521,11 @@ pub struct PsArgs {
     /// Block until a new KFD process appears (in --container if given), print it and exit.
     #[arg(long)]
     pub wait_new: bool,
-    /// Only processes in this container (name, full id or id prefix).
+    /// Only processes in this container (name, full id or id prefix, as container:NAME selects).
     #[arg(long, value_name = "NAME_OR_ID")]
     pub container: Option<String>,
-    /// With --wait-new: give up after this long (e.g. 30s); default: wait forever.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    /// With --wait-new: give up after this long (e.g. 30s; exit status 1); default: wait forever.
+    #[arg(long, value_parser = duration::with_unit("s"), value_name = "DURATION")]
     pub timeout: Option<Duration>,
     /// Print only host pids, one per line (for `gpreempt trace --pid $(gpreempt ps --ids-only …)`).
     #[arg(long)]
@@ -335,18 +543,19 @@ pub struct PsArgs {
 
 #[derive(Debug, Args)]
 pub struct AnalyzeArgs {
-    /// JSON Lines recordings, one per run.
+    /// JSON Lines recordings (`gpreempt trace --json` or `trace -o FILE`), one per run.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
-    /// Print the analysis as one JSON object.
-    #[arg(long)]
+    /// Print the analysis as one JSON object on stdout.
+    #[arg(short, long)]
     pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// Configuration file (TOML; see deploy/agent.toml). Without it: defaults, no policies.
-    #[arg(long, value_name = "FILE")]
+    /// Configuration file (TOML; see deploy/agent.toml): its policies name processes by selectors
+    /// (a host pid, container:NAME or pod:NAMESPACE/NAME). Without it: defaults, no policies.
+    #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Serve /metrics and /healthz here (IP:PORT); overrides the config's metrics_addr.
     /// Default: 127.0.0.1:9464.
@@ -366,14 +575,14 @@ pub struct TopArgs {
     /// Print one frame as text after one --interval of tracing, and exit.
     #[arg(long)]
     pub once: bool,
-    /// Print one snapshot as JSON after one --interval of tracing, and exit: {"ts_ns",
+    /// Print one snapshot as JSON on stdout after one --interval of tracing, and exit: {"ts_ns",
     /// "processes": [{"pid", "ns_pid", "comm", "container", "pod", "gpus": [{"gpu_id", "queues":
     /// [{"queue_id", "queue_type", "state", "state_seen"}]}], "evictions", "suspends"}], "gpus",
     /// "spans", "scheduler", "tracer"} (processes in the --sort order, --filter applied).
-    #[arg(long, conflicts_with = "once")]
+    #[arg(short, long, conflicts_with = "once")]
     pub json: bool,
     /// How often the view refreshes (e.g. 500ms, 2s).
-    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DURATION")]
+    #[arg(long, value_parser = duration::with_unit("s"), default_value = "1s", value_name = "DURATION")]
     pub interval: Duration,
     /// The process table's order (the `s` key cycles through them; counts sort largest first).
     #[arg(long, value_enum, default_value = "pid")]
@@ -397,8 +606,8 @@ pub struct TopArgs {
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
-    /// Print the report as one JSON object.
-    #[arg(long)]
+    /// Print the report as one JSON object on stdout.
+    #[arg(short, long)]
     pub json: bool,
     /// Read a captured /sys tree from DIR instead of the live one (module parameters, BTF).
     #[arg(long, value_name = "DIR", default_value = "/sys")]
@@ -406,36 +615,40 @@ pub struct DoctorArgs {
     /// Read a captured debugfs tree from DIR instead of /sys/kernel/debug.
     #[arg(long, value_name = "DIR", default_value = "/sys/kernel/debug")]
     pub debugfs_root: PathBuf,
+    /// Read a captured /proc tree from DIR (kallsyms, kernel release, Yama, capabilities).
+    #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
+    pub proc_root: PathBuf,
 }
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {
-    /// Write JSON Lines (one object per event, then a summary object) instead of text.
-    #[arg(long)]
+    /// Print JSON Lines on stdout (one object per event, then a summary object) instead of text.
+    #[arg(short, long)]
     pub json: bool,
 
     /// Only show events of this host pid (repeatable).
-    #[arg(long = "pid", value_name = "PID")]
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
 
     /// Stop after this long (e.g. 30s, 5m, 500ms); default: until Ctrl-C.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = duration::with_unit("s"), value_name = "DURATION")]
     pub duration: Option<Duration>,
 
     /// Colour: auto (only on a terminal), always, never.
     #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub color: String,
 
-    /// Also write the JSON Lines stream to this file (the console keeps its text lines).
-    #[arg(long, value_name = "FILE")]
+    /// Also write the JSON Lines stream to FILE (the console keeps its text lines).
+    #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Only show processes in this container (name, full id or id prefix; from cgroup paths).
+    /// Only show processes in this container (name, full id or id prefix, as container:NAME
+    /// selects; from cgroup paths).
     #[arg(long, value_name = "NAME_OR_ID")]
     pub container: Option<String>,
 
     /// Print the live PID → queue map this often (e.g. 5s); it is also printed on SIGUSR1 and at exit.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = duration::with_unit("s"), value_name = "DURATION")]
     pub map_interval: Option<Duration>,
 
     /// Write a Chrome trace-event JSON file (open it in ui.perfetto.dev): a track per process and
@@ -463,48 +676,38 @@ pub struct TraceArgs {
     pub command: Vec<String>,
 }
 
-/// `500ms`, `30s`, `5m`, `1h`, or plain seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a duration (try 500ms, 30s, 5m)"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "" | "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        other => return Err(format!("unknown unit `{other}` in `{text}` (use ms, s, m or h)")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{text}`: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory;
+    use gpreempt::{domain::HostPid, host::select::Selector};
+
     use super::*;
 
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("gpreempt").chain(args.iter().copied()))
+    }
+
     #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("3d"), Err("unknown unit `d` in `3d` (use ms, s, m or h)".to_owned()));
-        assert!(parse_duration("soon").is_err());
+    fn the_definitions_are_consistent_and_every_visible_option_has_help() {
+        let mut cli = Cli::command();
+        cli.build();
+        cli.clone().debug_assert();
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+                assert!(arg.get_help().is_some(), "`{} --{}` has no help", sub.get_name(), arg.get_id());
+            }
+        }
     }
 
     #[test]
     fn trace_flags_parse() {
-        let cli = Cli::try_parse_from(["gpreempt", "trace", "--json", "--pid", "7", "--pid", "9", "--duration", "1s"])
-            .unwrap();
+        let cli = parse(&["trace", "-j", "-p", "7", "--pid", "9", "--duration", "1s", "-o", "t.jsonl"]).unwrap();
         let Command::Trace(t) = cli.command else { panic!("not trace") };
         assert!(t.json);
         assert_eq!(t.pids, vec![7, 9]);
         assert_eq!(t.duration, Some(Duration::from_secs(1)));
-        Cli::command_for_test();
-        let cli = Cli::try_parse_from([
-            "gpreempt",
+        assert_eq!(t.output, Some(PathBuf::from("t.jsonl")));
+        let cli = parse(&[
             "trace",
             "--container",
             "abc",
@@ -526,24 +729,27 @@ mod tests {
         assert_eq!(t.perfetto, Some(PathBuf::from("t.json")));
         assert_eq!(t.summary_json, Some(PathBuf::from("s.json")));
         assert_eq!(t.command, ["./gemm", "--size", "4096"]);
+        let err = parse(&["trace", "--duration", "30"]).unwrap_err().to_string();
+        assert!(err.contains("`30` has no unit: write 30s"), "{err}");
     }
 
     #[test]
     fn preempt_flags_parse_with_defaults() {
-        use gpreempt::{domain::HostPid, host::select::Selector};
-        let cli =
-            Cli::try_parse_from(["gpreempt", "preempt", "--offline", "42", "container:trainer", "--quiet"]).unwrap();
+        let cli = parse(&["preempt", "--offline", "42", "container:trainer", "-q"]).unwrap();
         let Command::Preempt(p) = cli.command else { panic!("not preempt") };
         assert_eq!(p.offline, vec![Selector::Pid(HostPid(42)), Selector::Container("trainer".into())]);
-        let cli = Cli::try_parse_from(["gpreempt", "preempt", "--offline", "42", "--iterations", "1000"]).unwrap();
+        assert!(p.quiet);
+        let cli = parse(&["preempt", "--offline", "42", "--iterations", "1000"]).unwrap();
         let Command::Preempt(p) = cli.command else { panic!("not preempt") };
         assert_eq!(
-            (p.offline, p.iterations, p.hold_ms, p.gap_ms, p.grace_period),
-            (vec![Selector::Pid(HostPid(42))], 1000, 100, 500, 0)
+            (p.offline, p.iterations, p.hold, p.gap, p.grace_period),
+            (vec![Selector::Pid(HostPid(42))], 1000, Duration::from_millis(100), Duration::from_millis(500), 0)
         );
-        assert_eq!((p.queues, p.max_suspend_ms), (QueueSelectionArg::All, 5000));
-        let cli = Cli::try_parse_from([
-            "gpreempt",
+        assert_eq!(
+            (p.queues, p.max_suspend, p.json, p.output),
+            (QueueSelectionArg::All, Duration::from_secs(5), false, None)
+        );
+        let cli = parse(&[
             "preempt",
             "--offline",
             "1",
@@ -551,60 +757,173 @@ mod tests {
             "0, 3",
             "--grace-period",
             "driver",
+            "--hold",
+            "20ms",
+            "--gap",
+            "0ms",
+            "-j",
+            "-o",
+            "r.json",
+            "--online",
+            "pod:web/api-*",
         ])
         .unwrap();
         let Command::Preempt(p) = cli.command else { panic!("not preempt") };
         assert_eq!((p.queues, p.grace_period), (QueueSelectionArg::Ids(vec![0, 3]), 0xffff_ffff));
-        let err = Cli::try_parse_from(["gpreempt", "preempt", "--offline", "1", "--queues", "0,3,0"]).unwrap_err();
+        assert_eq!(
+            (p.hold, p.gap, p.json, p.output),
+            (Duration::from_millis(20), Duration::ZERO, true, Some("r.json".into()))
+        );
+        assert_eq!(p.online, Some("pod:web/api-*".parse().unwrap()));
+        let err = parse(&["preempt", "--offline", "1", "--queues", "0,3,0"]).unwrap_err();
         assert!(err.to_string().contains("queue id 0 is given twice; list each queue once"), "{err}");
-        let err = Cli::try_parse_from(["gpreempt", "preempt", "--offline", "1", "--queues", "0,x"]).unwrap_err();
+        let err = parse(&["preempt", "--offline", "1", "--queues", "0,x"]).unwrap_err();
         assert!(err.to_string().contains("`x` is not a queue id (0-1023)"), "{err}");
-        assert!(Cli::try_parse_from(["gpreempt", "queues", "7", "--watch", "100ms"]).is_err());
+        assert!(parse(&["queues", "7", "--watch", "100ms"]).is_err());
     }
 
     #[test]
-    fn schedule_takes_several_selectors_per_side() {
-        use gpreempt::{domain::HostPid, host::select::Selector};
-        let cli = Cli::try_parse_from([
-            "gpreempt",
-            "schedule",
-            "--online",
-            "10",
-            "container:vllm",
-            "--offline",
-            "20",
-            "--idle-ms",
-            "0.5",
-            "--offline-min-share",
-            "0.2",
-            "--json",
-        ])
-        .unwrap();
-        let Command::Schedule(s) = cli.command else { panic!("not schedule") };
-        assert_eq!(s.online, vec![Selector::Pid(HostPid(10)), Selector::Container("vllm".into())]);
-        assert_eq!(s.offline, vec![Selector::Pid(HostPid(20))]);
-        assert_eq!((s.idle_ms, s.offline_min_share, s.poll_us, s.max_suspend_ms, s.json), (0.5, 0.2, 200, 5000, true));
-        let err = Cli::try_parse_from(["gpreempt", "schedule", "--online", "1", "--offline", "vllm"]).unwrap_err();
-        assert!(err.to_string().contains("`vllm` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME"), "{err}");
-        let err = Cli::try_parse_from([
-            "gpreempt",
+    fn zero_iterations_and_bare_durations_are_usage_errors() {
+        let err = parse(&["preempt", "--offline", "1", "--iterations", "0"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("invalid value '0' for '--iterations <N>': 0 is not in 1..="), "{err}");
+        let err = parse(&["preempt", "--offline", "1", "--hold", "20"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("`20` has no unit: write 20ms"), "{err}");
+        let err = parse(&["schedule", "--online", "1", "--offline", "2", "--poll", "200"]).unwrap_err();
+        assert!(err.to_string().contains("`200` has no unit: write 200us"), "{err}");
+    }
+
+    #[test]
+    fn old_flags_still_work_and_say_what_replaces_them() {
+        let mut cli =
+            parse(&["preempt", "--offline", "1", "--hold-ms", "20", "--gap-ms", "5", "--max-suspend-ms", "900"])
+                .unwrap();
+        assert_eq!(
+            cli.deprecations(),
+            [
+                "--hold-ms is deprecated and goes in the next release: write --hold 20ms",
+                "--gap-ms is deprecated and goes in the next release: write --gap 5ms",
+                "--max-suspend-ms is deprecated and goes in the next release: write --max-suspend 900ms",
+            ]
+        );
+        let Command::Preempt(p) = cli.command else { panic!("not preempt") };
+        assert_eq!(
+            (p.hold, p.gap, p.max_suspend),
+            (Duration::from_millis(20), Duration::from_millis(5), Duration::from_millis(900))
+        );
+        let mut cli = parse(&[
             "schedule",
             "--online",
             "1",
             "--offline",
             "2",
-            "--offline-min-share",
-            "1",
+            "--idle-ms",
+            "0.5",
+            "--poll-us",
+            "300",
+            "--occupancy-us",
+            "2000",
+            "--share-window-ms",
+            "250",
+            "--max-suspend-ms",
+            "400",
+            "--interval-ms",
+            "200",
         ])
-        .unwrap_err();
-        assert!(err.to_string().contains("`1` is not a share in [0, 1)"), "{err}");
-        assert!(Cli::try_parse_from(["gpreempt", "schedule", "--online", "1"]).is_err());
+        .unwrap();
+        assert_eq!(cli.deprecations().len(), 6);
+        let Command::Schedule(s) = cli.command else { panic!("not schedule") };
+        assert_eq!(
+            (s.idle, s.poll, s.occupancy, s.share_window, s.max_suspend, s.interval),
+            (
+                Duration::from_micros(500),
+                Duration::from_micros(300),
+                Duration::from_millis(2),
+                Duration::from_millis(250),
+                Duration::from_millis(400),
+                Duration::from_millis(200)
+            )
+        );
+        // Old and new spelling of the same setting at once: which one was meant?
+        let err = parse(&["preempt", "--offline", "1", "--hold-ms", "20", "--hold", "5ms"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        let mut cli = parse(&["preempt", "--offline", "1"]).unwrap();
+        assert!(cli.deprecations().is_empty());
     }
 
-    impl Cli {
-        fn command_for_test() {
-            use clap::CommandFactory;
-            Cli::command().debug_assert();
+    #[test]
+    fn preempt_json_file_becomes_output() {
+        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        let (args, warning) = rewrite_legacy_json(os(&[
+            "gpreempt",
+            "--log",
+            "info",
+            "preempt",
+            "--offline",
+            "1",
+            "--json",
+            "r.json",
+            "-q",
+        ]));
+        assert_eq!(args, os(&["gpreempt", "--log", "info", "preempt", "--offline", "1", "--output", "r.json", "-q"]));
+        assert_eq!(
+            warning.as_deref(),
+            Some(
+                "`preempt --json FILE` is deprecated and goes in the next release: write -o/--output r.json (--json now prints the JSON on stdout)"
+            )
+        );
+        let (args, warning) = rewrite_legacy_json(os(&["gpreempt", "preempt", "--json=r.json", "--offline", "1"]));
+        assert_eq!(
+            (args, warning.is_some()),
+            (os(&["gpreempt", "preempt", "--output", "r.json", "--offline", "1"]), true)
+        );
+        // A switch stays a switch; other commands and `--` are left alone.
+        for argv in [
+            &["gpreempt", "preempt", "--json", "--offline", "1"][..],
+            &["gpreempt", "preempt", "--offline", "1", "--json"],
+            &["gpreempt", "doctor", "--json"],
+            &["gpreempt", "trace", "--json", "--", "x", "--json", "y"],
+        ] {
+            assert_eq!(rewrite_legacy_json(os(argv)), (os(argv), None));
         }
+    }
+
+    #[test]
+    fn schedule_takes_several_selectors_per_side() {
+        let cli = parse(&[
+            "schedule",
+            "--online",
+            "10",
+            "container:vllm",
+            "pod:web/api-*",
+            "--offline",
+            "20",
+            "--idle",
+            "0.5ms",
+            "--offline-min-share",
+            "0.2",
+            "-j",
+        ])
+        .unwrap();
+        let Command::Schedule(s) = cli.command else { panic!("not schedule") };
+        assert_eq!(
+            s.online,
+            vec![Selector::Pid(HostPid(10)), Selector::Container("vllm".into()), "pod:web/api-*".parse().unwrap()]
+        );
+        assert_eq!(s.offline, vec![Selector::Pid(HostPid(20))]);
+        assert_eq!(
+            (s.idle, s.offline_min_share, s.poll, s.max_suspend, s.json),
+            (Duration::from_micros(500), 0.2, Duration::from_micros(200), Duration::from_secs(5), true)
+        );
+        assert_eq!(
+            (s.occupancy, s.share_window, s.interval),
+            (Duration::from_millis(1), Duration::from_secs(1), Duration::from_secs(1))
+        );
+        let err = parse(&["schedule", "--online", "1", "--offline", "vllm"]).unwrap_err();
+        assert!(err.to_string().contains("`vllm` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME"), "{err}");
+        let err = parse(&["schedule", "--online", "1", "--offline", "2", "--offline-min-share", "1"]).unwrap_err();
+        assert!(err.to_string().contains("`1` is not a share in [0, 1)"), "{err}");
+        assert!(parse(&["schedule", "--online", "1"]).is_err());
     }
 }

@@ -255,14 +255,28 @@ pub fn diagnose_opened(
 
     // KFD ioctl version: GET_VERSION on /dev/kfd.
     let kfd_loaded = kallsyms.and_then(Kallsyms::kfd_module).is_some();
-    checks.push(kfd_check(roots, kfd_loaded, &opened));
+    // Without the module every check of the driver would fail on its own and send the user to
+    // modprobe several times over: one line says it, and those checks are skipped.
+    let amdgpu_loaded =
+        kfd_loaded || !matches!(opened, Err(DeviceError::Missing)) || roots.sys.join("module/amdgpu").exists();
+    checks.push(if amdgpu_loaded {
+        kfd_check(roots, kfd_loaded, &opened)
+    } else {
+        Check::new(
+            "amdgpu",
+            Status::Fail,
+            "amdgpu is not loaded (no /dev/kfd, no KFD function in the kernel, no /sys/module/amdgpu): the checks of \
+             the driver (KFD version, debug-trap, probes, debugfs, module parameters) are skipped",
+            Some("`modprobe amdgpu` on a host with an AMD GPU, then run `gpreempt doctor` again"),
+        )
+    });
     let kfd_version = opened.ok();
 
     let params = roots.sys.join("module/amdgpu/parameters");
     let param = |name: &str| read_trimmed(&params.join(name));
     let sched_policy = param("sched_policy");
     let debug_trap = kfd_version.is_some_and(KfdVersion::has_debug_trap) && sched_policy.as_deref() != Some("2");
-    checks.push(match (kfd_version, sched_policy.as_deref()) {
+    let debug_trap_check = match (kfd_version, sched_policy.as_deref()) {
         (Some(v), _) if !v.has_debug_trap() => Check::new(
             "debug-trap",
             Status::Warn,
@@ -292,13 +306,17 @@ pub fn diagnose_opened(
             ),
             None => Check::new("debug-trap", Status::Warn, "unknown: KFD version not readable", None),
         },
-    });
+    };
+    if amdgpu_loaded {
+        checks.push(debug_trap_check);
+    }
 
     checks.extend(kfd_1_19_checks(roots, kallsyms, kfd_version));
 
     // Which module provides KFD, and its BTF.
     let kfd_module = kallsyms.and_then(Kallsyms::kfd_module).map(|m| m.unwrap_or("vmlinux").to_owned());
     match (&kfd_module, kallsyms) {
+        _ if !amdgpu_loaded => {}
         (Some(m), _) => {
             checks.push(Check::new("kfd-module", Status::Ok, format!("KFD functions are in [{m}]"), None));
             let btf = roots.sys.join("kernel/btf").join(m);
@@ -343,7 +361,9 @@ pub fn diagnose_opened(
     let probes = match (kallsyms, &kfd_module) {
         (Some(k), Some(_)) => probes::resolve(probes::PROBES, k, kfd_version, Some(&kernel)),
         (Some(_), None) => {
-            checks.push(Check::new("probes", Status::Info, "not checked: no KFD module loaded", None));
+            if amdgpu_loaded {
+                checks.push(Check::new("probes", Status::Info, "not checked: no KFD module loaded", None));
+            }
             Vec::new()
         }
         (None, _) => Vec::new(),
@@ -364,7 +384,7 @@ pub fn diagnose_opened(
 
     checks.push(return_probe_losses(roots, &kernel));
 
-    checks.push(if roots.debugfs_kfd.join("mqds").exists() {
+    let debugfs = if roots.debugfs_kfd.join("mqds").exists() {
         Check::new("debugfs", Status::Ok, format!("{} readable", roots.debugfs_kfd.display()), None)
     } else {
         Check::new(
@@ -373,7 +393,10 @@ pub fn diagnose_opened(
             format!("{} not found", roots.debugfs_kfd.display()),
             Some("mount debugfs (`mount -t debugfs none /sys/kernel/debug`) for `ps --hw`"),
         )
-    });
+    };
+    if amdgpu_loaded {
+        checks.push(debugfs);
+    }
 
     match read_trimmed(&roots.proc.join("sys/kernel/yama/ptrace_scope")).as_deref() {
         None => checks.push(Check::new("ptrace-scope", Status::Info, "Yama not active", None)),
@@ -439,7 +462,10 @@ pub fn diagnose_opened(
         ("mes", None, ""),
         ("queue_preemption_timeout_ms", None, ""),
         ("hws_max_conc_proc", None, ""),
-    ] {
+    ]
+    .into_iter()
+    .filter(|_| amdgpu_loaded)
+    {
         let check_name = format!("amdgpu.{name}");
         checks.push(match (param(name), good) {
             (None, _) => Check::new(&check_name, Status::Info, "not readable", None),
@@ -619,10 +645,52 @@ mod tests {
         );
         assert_eq!(get("kfd-contexts").status, Status::Info);
         assert!(get("kfd-contexts").detail.starts_with("KFD ≥ 1.19: a process may own several KFD contexts"));
-        // Not loaded at all: then modprobe is the fix.
+        // KFD functions unloaded while amdgpu's sysfs directory stays: modprobe is the fix.
         let r = diagnose_opened(&roots(&host), Some(&Kallsyms::parse("")), Err(DeviceError::Missing));
         let kfd = r.checks.iter().find(|c| c.name == "kfd").unwrap();
         assert_eq!(kfd.fix.as_deref(), Some("load the driver: `modprobe amdgpu`"));
+    }
+
+    #[test]
+    fn without_amdgpu_one_check_says_so_and_the_driver_checks_are_skipped() {
+        let mut host = tree();
+        fs::remove_dir_all(host.path().join("sys/module/amdgpu")).unwrap();
+        host.file("proc/sys/kernel/osrelease", "6.12.0\n");
+        let r = diagnose_opened(
+            &roots(&host),
+            Some(&Kallsyms::parse("ffffffff81000000 T _stext\n")),
+            Err(DeviceError::Missing),
+        );
+        let json = serde_json::to_string(&r).unwrap();
+        assert_eq!(json.matches("amdgpu is not loaded").count(), 1, "{json}");
+        assert_eq!(json.matches("modprobe").count(), 1, "{json}");
+        assert!(!json.contains("KFD < 1.13"), "{json}");
+        let names: Vec<&str> = r.checks.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "kernel",
+                "amdgpu",
+                "return-probe-losses",
+                "ptrace-scope",
+                "capabilities",
+                "perf-event-paranoid",
+                "agent-needs"
+            ]
+        );
+        let amdgpu = &r.checks[1];
+        assert_eq!(amdgpu.status, Status::Fail);
+        assert_eq!(
+            amdgpu.detail,
+            "amdgpu is not loaded (no /dev/kfd, no KFD function in the kernel, no /sys/module/amdgpu): the checks of \
+             the driver (KFD version, debug-trap, probes, debugfs, module parameters) are skipped"
+        );
+        // The other failure is the tree's Yama ptrace_scope=3, which has nothing to do with amdgpu.
+        let failed: Vec<&str> = r.checks.iter().filter(|c| c.status == Status::Fail).map(|c| c.name.as_str()).collect();
+        assert_eq!(failed, ["amdgpu", "ptrace-scope"]);
+        // Loaded (its sysfs directory is there): no such line.
+        let r = diagnose_opened(&roots(&tree()), None, Ok(KfdVersion { major: 1, minor: 17 }));
+        assert!(!serde_json::to_string(&r).unwrap().contains("not loaded"));
     }
 
     #[test]

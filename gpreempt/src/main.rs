@@ -1,17 +1,29 @@
 //! The `gpreempt` binary: argument parsing and error reporting at the edge.
+//!
+//! Exit status (docs/cli.md): 0 success, 1 runtime error, 2 usage error (clap). A reader that
+//! closes stdout early (`gpreempt doctor | head -1`) ends the output quietly, never with a
+//! panic: SIGPIPE stays ignored (Rust's default), so a write gets EPIPE, and every result line
+//! goes through `commands::stdout`, which stops writing there and lets the command finish its
+//! cleanup (resuming queues, detaching) and exit as it would have.
 
 mod cli;
 mod commands;
 
+use std::io::Write;
+
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
+    let (args, legacy_json) = cli::rewrite_legacy_json(std::env::args_os().collect());
+    let mut cli = cli::Cli::parse_from(args);
     env_logger::Builder::new().filter_level(cli.log).format_timestamp(None).init();
+    for warning in legacy_json.into_iter().chain(cli.deprecations()) {
+        say(format_args!("gpreempt: warning: {warning}"));
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("gpreempt: cannot start the async runtime: {e}");
+            say(format_args!("gpreempt: cannot start the async runtime: {e}"));
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -31,8 +43,14 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gpreempt: error: {e:#}");
+            say(format_args!("gpreempt: error: {e:#}"));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// A line on stderr; a closed stderr (`2>&1 | head -1`) loses it instead of panicking.
+fn say(line: std::fmt::Arguments<'_>) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_fmt(line).and_then(|()| err.write_all(b"\n"));
 }

@@ -103,7 +103,7 @@ fn preempt_or_refusal(target: &RtTarget, args: &[&str], json: &std::path::Path) 
 
 /// Arguments of a preempt run that outlasts the test: queue 0, 5 ms holds and gaps.
 fn endless_run(pid: &str) -> [&str; 10] {
-    ["--offline", pid, "--iterations", "1000000", "--hold-ms", "5", "--gap-ms", "5", "--queues", "0"]
+    ["--offline", pid, "--iterations", "1000000", "--hold", "5ms", "--gap", "5ms", "--queues", "0"]
 }
 
 fn finish(child: Child, stderr: std::sync::mpsc::Receiver<String>) -> (std::process::ExitStatus, String, String) {
@@ -197,13 +197,13 @@ fn preempt_records_every_one_of_1000_iterations() {
         &pid,
         "--iterations",
         "1000",
-        "--hold-ms",
-        "0",
-        "--gap-ms",
-        "0",
+        "--hold",
+        "0ms",
+        "--gap",
+        "0ms",
         "--queues",
         "0,1",
-        "--json",
+        "--output",
         json.to_str().unwrap(),
     ];
     let Some(out) = preempt_or_refusal(&target, &args, &json) else { return };
@@ -256,7 +256,7 @@ fn the_target_gets_its_signals_while_seized_and_every_signal_exit_cleans_up() {
     let mut usr1 = 0;
     for stop_signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         let json = std::env::temp_dir().join(format!("preempt-{pid}-{stop_signal}.json"));
-        let (child, stderr) = spawn_preempt(&[&endless_run(&pid)[..], &["--json", json.to_str().unwrap()]].concat());
+        let (child, stderr) = spawn_preempt(&[&endless_run(&pid)[..], &["--output", json.to_str().unwrap()]].concat());
         assert_eq!(tracer_pid(target.pid()).unwrap(), child.id());
         // A handler in the target runs for each SIGUSR1 (re-injected by the session thread).
         for _ in 0..2 {
@@ -326,7 +326,7 @@ fn the_target_exiting_mid_run_gives_a_clean_error_and_a_summary() {
     let pid = target.pid();
     let json = std::env::temp_dir().join(format!("preempt-exit-{pid}.json"));
     let pid_arg = pid.to_string();
-    let args = [&endless_run(&pid_arg)[..], &["--no-trace", "--json", json.to_str().unwrap()]].concat();
+    let args = [&endless_run(&pid_arg)[..], &["--no-trace", "--output", json.to_str().unwrap()]].concat();
     let Some(out) = preempt_or_refusal(&target, &args, &json) else { return };
     assert_eq!(out.status.code(), Some(1));
     let stderr = stderr_of(&out);

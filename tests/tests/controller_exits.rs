@@ -37,7 +37,7 @@ fn target() -> LineHelper {
 /// and gaps for far longer than the test, returned once attached, with its stderr lines.
 fn spawn_endless(pid: u32) -> (Child, Receiver<String>) {
     let pid = pid.to_string();
-    spawn_preempt(&["--offline", &pid, "--iterations", "1000000", "--hold-ms", "5", "--gap-ms", "5", "--queues", "0"])
+    spawn_preempt(&["--offline", &pid, "--iterations", "1000000", "--hold", "5ms", "--gap", "5ms", "--queues", "0"])
 }
 
 fn signal(pid: u32, signal: Signal) {
@@ -153,8 +153,8 @@ fn finding_9_a_closed_stdout_does_not_stop_the_json_record_or_the_cleanup() {
     let (read, write) = nix::unistd::pipe().unwrap();
     drop(read);
     let out = Command::new(binary("gpreempt").unwrap())
-        .args(["preempt", "--no-trace", "--offline", &pid.to_string(), "--iterations", "20", "--hold-ms", "0"])
-        .args(["--gap-ms", "0", "--queues", "0", "--json", json.to_str().unwrap()])
+        .args(["preempt", "--no-trace", "--offline", &pid.to_string(), "--iterations", "20", "--hold", "0ms"])
+        .args(["--gap", "0ms", "--queues", "0", "--output", json.to_str().unwrap()])
         .stdout(Stdio::from(write))
         .stderr(Stdio::piped())
         .output()
@@ -183,8 +183,8 @@ fn finding_9_a_symlinked_json_path_is_refused_and_its_target_untouched() {
     let link = dir.join("run.json");
     std::os::unix::fs::symlink(&victim, &link).unwrap();
     let out = Command::new(binary("gpreempt").unwrap())
-        .args(["preempt", "--no-trace", "--offline", &pid.to_string(), "--iterations", "2", "--hold-ms", "0"])
-        .args(["--gap-ms", "0", "--queues", "0", "--json", link.to_str().unwrap()])
+        .args(["preempt", "--no-trace", "--offline", &pid.to_string(), "--iterations", "2", "--hold", "0ms"])
+        .args(["--gap", "0ms", "--queues", "0", "--output", link.to_str().unwrap()])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

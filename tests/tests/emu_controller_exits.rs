@@ -26,10 +26,10 @@ fn finding_3_a_stopped_controller_holding_queues_is_killed_by_its_watchdog_and_t
     let offline = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
     let pid = offline.pid();
     let address = offline.hello["queues"][0]["rptr"].as_u64().unwrap();
-    let max = MAX_SUSPEND_MS.to_string();
+    let max = format!("{MAX_SUSPEND_MS}ms");
     let child = Command::new(binary("gpreempt").unwrap())
-        .args(["preempt", "--no-trace", "--offline", &pid.to_string(), "--iterations", "1", "--hold-ms", "60000"])
-        .args(["--max-suspend-ms", &max])
+        .args(["preempt", "--no-trace", "--offline", &pid.to_string(), "--iterations", "1", "--hold", "60000ms"])
+        .args(["--max-suspend", &max])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -38,7 +38,7 @@ fn finding_3_a_stopped_controller_holding_queues_is_killed_by_its_watchdog_and_t
     assert!(eventually(30 * SECOND, || !advances(pid, address)), "never suspended");
     nix::sys::signal::kill(Pid::from_raw(child.id() as i32), Signal::SIGSTOP).unwrap();
     let stopped = Instant::now();
-    // The queue runs again within --max-suspend-ms + 1 s of the stop (the hold began earlier).
+    // The queue runs again within --max-suspend + 1 s of the stop (the hold began earlier).
     let mut resumed = None;
     while stopped.elapsed() < 30 * SECOND {
         let window = stopped.elapsed();
@@ -56,7 +56,7 @@ fn finding_3_a_stopped_controller_holding_queues_is_killed_by_its_watchdog_and_t
     );
     // SIGKILL from the watchdog; KFD resumed the queues at the debugger's exit (docs/kfd.md §2.7).
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(libc::SIGKILL), "{stderr}");
-    assert!(stderr.contains("gpreempt watchdog: queues stayed suspended past --max-suspend-ms"), "{stderr}");
+    assert!(stderr.contains("gpreempt watchdog: queues stayed suspended past --max-suspend"), "{stderr}");
     assert!(eventually(10 * SECOND, || tracer_pid(pid).ok() == Some(0)), "still traced");
     assert!(advances(pid, address));
 }

@@ -150,13 +150,13 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
         &pid.to_string(),
         "--iterations",
         "1000",
-        "--hold-ms",
-        "20",
-        "--gap-ms",
-        "50",
+        "--hold",
+        "20ms",
+        "--gap",
+        "50ms",
         "--online",
         &online_pid.to_string(),
-        "--json",
+        "--output",
         json.to_str().unwrap(),
     ])
     .wait_with_output()
@@ -261,7 +261,7 @@ fn from_kfd_1_19_a_process_with_two_kfd_files_is_refused_before_it_is_seized() {
     let two = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable", "--extra-kfd-files", "1"]);
     let one = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
     let run = |pid: u32| {
-        preempt(&["--offline", &pid.to_string(), "--iterations", "3", "--hold-ms", "1", "--gap-ms", "1", "--no-trace"])
+        preempt(&["--offline", &pid.to_string(), "--iterations", "3", "--hold", "1ms", "--gap", "1ms", "--no-trace"])
             .wait_with_output()
             .unwrap()
     };
@@ -297,7 +297,7 @@ fn ctrl_c_and_kill_9_during_a_hold_leave_the_queues_running() {
     let offline = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
     let (pid, address) = (offline.pid(), rptr_address(&offline));
     for signal in [Signal::SIGINT, Signal::SIGKILL] {
-        let child = preempt(&["--offline", &pid.to_string(), "--iterations", "3", "--hold-ms", "60000", "--no-trace"]);
+        let child = preempt(&["--offline", &pid.to_string(), "--iterations", "3", "--hold", "60000ms", "--no-trace"]);
         // Wait until the hold has begun: the read index stops.
         assert!(eventually(30 * SECOND, || !advances(pid, address)), "never suspended");
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
@@ -326,11 +326,11 @@ fn session_watchdog_resumes_a_hold_that_outlives_max_suspend_and_says_so() {
         &pid.to_string(),
         "--iterations",
         "1",
-        "--hold-ms",
-        "3000",
-        "--max-suspend-ms",
-        "500",
-        "--json",
+        "--hold",
+        "3000ms",
+        "--max-suspend",
+        "500ms",
+        "--output",
         json.to_str().unwrap(),
     ])
     .wait_with_output()
@@ -363,12 +363,12 @@ fn session_watchdog_resume_that_fails_backs_off_and_is_reported() {
         &pid.to_string(),
         "--iterations",
         "1",
-        "--hold-ms",
-        "5000",
-        "--max-suspend-ms",
-        "300",
+        "--hold",
+        "5000ms",
+        "--max-suspend",
+        "300ms",
         "--no-trace",
-        "--json",
+        "--output",
         json.to_str().unwrap(),
     ];
     // The first three RESUME_QUEUES fail (EIO, injected before the ioctl).
@@ -406,10 +406,10 @@ fn session_fault_after_a_successful_suspend_still_resumes_those_queues() {
         &pid.to_string(),
         "--iterations",
         "3",
-        "--hold-ms",
-        "10",
+        "--hold",
+        "10ms",
         "--no-trace",
-        "--json",
+        "--output",
         json.to_str().unwrap(),
     ];
     let out = preempt_with_fault(&args, "after-suspend").wait_with_output().unwrap();
@@ -441,13 +441,13 @@ fn session_queue_created_mid_hold_is_suspended_within_the_same_hold() {
         &pid.to_string(),
         "--iterations",
         "1",
-        "--hold-ms",
-        "10000",
+        "--hold",
+        "10000ms",
         // Longer than the hold: the loop's own RESUME must take the late queue too.
-        "--max-suspend-ms",
-        "60000",
+        "--max-suspend",
+        "60000ms",
         "--no-trace",
-        "--json",
+        "--output",
         json.to_str().unwrap(),
     ]);
     assert!(eventually(30 * SECOND, || !advances(pid, address)), "never suspended");
@@ -492,12 +492,12 @@ fn cycles_without_hold_or_gap_suspend_every_queue_and_pick_up_one_created_mid_ru
         &pid.to_string(),
         "--iterations",
         "1000000",
-        "--hold-ms",
-        "0",
-        "--gap-ms",
-        "0",
+        "--hold",
+        "0ms",
+        "--gap",
+        "0ms",
         "--no-trace",
-        "--json",
+        "--output",
         json.to_str().unwrap(),
     ]);
     let controller = child.id();
@@ -592,11 +592,11 @@ fn group_two_offline_pids_are_each_suspended_and_resumed_in_every_cycle() {
         &pa.to_string(),
         "--iterations",
         "5",
-        "--hold-ms",
-        "100",
-        "--gap-ms",
-        "50",
-        "--json",
+        "--hold",
+        "100ms",
+        "--gap",
+        "50ms",
+        "--output",
         json.to_str().unwrap(),
     ])
     .wait_with_output()
@@ -641,8 +641,8 @@ fn group_traced_each_targets_iterations_carry_their_own_driver_spans() {
     let json = std::env::temp_dir().join(format!("emu-group-traced-{pa}.json"));
     #[rustfmt::skip]
     let out = preempt(&[
-        "--offline", &pa.to_string(), &pb.to_string(), "--iterations", "20", "--hold-ms", "20", "--gap-ms", "20",
-        "--json", json.to_str().unwrap(),
+        "--offline", &pa.to_string(), &pb.to_string(), "--iterations", "20", "--hold", "20ms", "--gap", "20ms",
+        "--output", json.to_str().unwrap(),
     ])
     .wait_with_output()
     .unwrap();
@@ -682,7 +682,7 @@ fn group_a_named_pid_that_exits_mid_run_is_detached_the_others_finish_and_the_co
     #[rustfmt::skip]
     let child = preempt(&[
         "--no-trace", "--offline", &pa.to_string(), &pb.to_string(), "--iterations", "200",
-        "--hold-ms", "10", "--gap-ms", "10", "--json", json.to_str().unwrap(),
+        "--hold", "10ms", "--gap", "10ms", "--output", json.to_str().unwrap(),
     ]);
     // Once gpreempt holds b (its tracer), some cycles run; then b exits on its own.
     let gp = child.id();
@@ -744,11 +744,11 @@ fn group_container_selects_its_two_processes_and_attaches_a_third_started_later(
         "container:5e1ec7",
         "--iterations",
         "100000",
-        "--hold-ms",
-        "30",
-        "--gap-ms",
-        "30",
-        "--json",
+        "--hold",
+        "30ms",
+        "--gap",
+        "30ms",
+        "--output",
         json.to_str().unwrap(),
     ]);
     let me = child.id();

@@ -1020,7 +1020,7 @@ fn gpreempt_preempt_refuses_rocm_5_2_with_the_cause_and_its_dispatches_all_compl
     // ROCr 5.2 never calls RUNTIME_ENABLE, so KFD (6.12) refuses SUSPEND_QUEUES (EPERM): gpreempt
     // says why, and leaves the program running.
     let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
-        .args(["preempt", "--offline", &pid.to_string(), "--iterations", "3", "--hold-ms", "10", "--gap-ms", "10"])
+        .args(["preempt", "--offline", &pid.to_string(), "--iterations", "3", "--hold", "10ms", "--gap", "10ms"])
         .args(["--no-trace"])
         .output()
         .unwrap();
@@ -1469,8 +1469,8 @@ fn hsa_dispatch_spawn(exe: &Path, args: &[&str]) -> std::process::Child {
 fn preempt_two_queues_5_times(pid: u32) {
     let json = std::env::temp_dir().join(format!("preempt-rocm-{pid}.json"));
     let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
-        .args(["preempt", "--offline", &pid.to_string(), "--iterations", "5", "--hold-ms", "300", "--gap-ms", "100"])
-        .args(["--no-trace", "--json"])
+        .args(["preempt", "--offline", &pid.to_string(), "--iterations", "5", "--hold", "300ms", "--gap", "100ms"])
+        .args(["--no-trace", "--output"])
         .arg(&json)
         .output()
         .unwrap();
@@ -1571,7 +1571,7 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
         &["offline", "--gpu-id", &gpu0, "--runtime-enable", "--dispatch-us", "2000", "--records"],
     )
     .unwrap();
-    let mut s = Schedule::between(pid, &offline.pid().to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
+    let mut s = Schedule::between(pid, &offline.pid().to_string(), &["--idle", "5ms", "--interval", "200ms"]);
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!(attached[0]["queues"], 1);
     // Every KFD queue ROCr made for the program on the first GPU: the program's own and ROCr's
@@ -1816,7 +1816,7 @@ fn schedule_against_rocm_6_1_training(
         serde_json::from_str::<serde_json::Value>(&off_line()).unwrap(),
         serde_json::json!({"pid": off_pid, "looping": 1})
     );
-    let mut s = Schedule::between(online.pid, &off_pid.to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
+    let mut s = Schedule::between(online.pid, &off_pid.to_string(), &["--idle", "5ms", "--interval", "200ms"]);
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!((attached[0]["queues"].as_u64(), &attached[0]["gpus"]), (Some(2), &serde_json::json!([GPU0])));
     let added = s.events("online_added");

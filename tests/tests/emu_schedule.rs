@@ -83,8 +83,7 @@ fn emu_schedule_suspends_the_offline_work_during_each_online_request_and_lets_it
         ],
     )
     .unwrap();
-    let mut s =
-        Schedule::between(online.pid(), &offline.pid().to_string(), &["--idle-ms", "5", "--interval-ms", "200"]);
+    let mut s = Schedule::between(online.pid(), &offline.pid().to_string(), &["--idle", "5ms", "--interval", "200ms"]);
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!(attached[0]["queues"], 1);
     let added = s.events("online_added");
@@ -175,7 +174,7 @@ fn emu_schedule_hints_drive_suspend_and_resume_exactly_and_malformed_lines_are_c
     let mut s = Schedule::between(
         online.pid(),
         &offline.pid().to_string(),
-        &["--idle-ms", "20", "--hint-socket", path.to_str().unwrap()],
+        &["--idle", "20ms", "--hint-socket", path.to_str().unwrap()],
     );
     s.wait_events("offline_attached", 1, LONG);
     assert!(runs(&offline));
@@ -234,13 +233,13 @@ fn emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_neve
     let offline = offline_run();
     let online = online_idle();
 
-    // --max-suspend-ms: one `begin` and no `end`. One suspend, resumed by the watchdog no sooner
+    // --max-suspend: one `begin` and no `end`. One suspend, resumed by the watchdog no sooner
     // than the limit; the same request never gets a second suspend.
     let path = sock_path("max");
     let mut s = Schedule::between(
         online.pid(),
         &offline.pid().to_string(),
-        &["--no-trace", "--idle-ms", "60000", "--max-suspend-ms", "400", "--hint-socket", path.to_str().unwrap()],
+        &["--no-trace", "--idle", "60000ms", "--max-suspend", "400ms", "--hint-socket", path.to_str().unwrap()],
     );
     s.wait_events("offline_attached", 1, LONG);
     let mut hint = UnixStream::connect(&path).unwrap();
@@ -268,12 +267,12 @@ fn emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_neve
         &offline.pid().to_string(),
         &[
             "--no-trace",
-            "--idle-ms",
-            "20",
+            "--idle",
+            "20ms",
             "--offline-min-share",
             "0.5",
-            "--share-window-ms",
-            "2000",
+            "--share-window",
+            "2000ms",
             "--hint-socket",
             path.to_str().unwrap(),
         ],
@@ -318,7 +317,7 @@ fn held_then(tag: &str, finish: impl FnOnce(&mut Schedule, &mut Option<LineHelpe
     let mut s = Schedule::between(
         online.as_ref().unwrap().pid(),
         &offline.pid().to_string(),
-        &["--no-trace", "--idle-ms", "5000", "--hint-socket", path.to_str().unwrap()],
+        &["--no-trace", "--idle", "5000ms", "--hint-socket", path.to_str().unwrap()],
     );
     s.wait_events("offline_attached", 1, LONG);
     let mut hint = UnixStream::connect(&path).unwrap();
@@ -336,7 +335,7 @@ fn held_then(tag: &str, finish: impl FnOnce(&mut Schedule, &mut Option<LineHelpe
 #[test]
 fn emu_schedule_exits_leave_the_offline_job_running_and_untraced() {
     let _t = Elapsed::start("emu_schedule_exits_leave_the_offline_job_running_and_untraced");
-    // The online process exits mid-suspension: resumed at once (not after --idle-ms 5 s).
+    // The online process exits mid-suspension: resumed at once (not after --idle 5ms s).
     let lines = held_then("online-exit", |s, online| {
         drop(online.take());
         let res = s.wait_transitions("resume", 1, Duration::from_secs(4));
@@ -384,12 +383,12 @@ fn emu_schedule_an_offline_exit_mid_suspension_is_detached_and_a_second_controll
         "--offline",
         &kept,
         "--no-trace",
-        "--idle-ms",
-        "5000",
+        "--idle",
+        "5000ms",
         // The hold spans two refused controllers and an exit: longer than the default 5 s
         // watchdog under TCG, which must not be what resumes the queues here.
-        "--max-suspend-ms",
-        "60000",
+        "--max-suspend",
+        "60000ms",
         "--hint-socket",
         path.to_str().unwrap(),
     ]);
@@ -477,8 +476,8 @@ fn emu_schedule_picks_up_an_offline_process_of_a_container_started_later() {
         &online.pid().to_string(),
         "--offline",
         "container:5eed0000",
-        "--idle-ms",
-        "20",
+        "--idle",
+        "20ms",
         "--hint-socket",
         path.to_str().unwrap(),
     ]);
@@ -515,14 +514,8 @@ fn emu_schedule_follows_a_restarted_online_container_and_holds_an_offline_queue_
     let first = in_cgroup(&cg, "0");
     let mut offline = offline_run();
     // The online side is selected by its container, not its pid.
-    let mut s = Schedule::start(&[
-        "--online",
-        "container:0c0ffee0",
-        "--offline",
-        &offline.pid().to_string(),
-        "--idle-ms",
-        "20",
-    ]);
+    let mut s =
+        Schedule::start(&["--online", "container:0c0ffee0", "--offline", &offline.pid().to_string(), "--idle", "20ms"]);
     s.wait_events("offline_attached", 1, LONG);
     let added = s.wait_events("online_added", 1, LONG);
     assert_eq!((added[0]["pid"].as_u64(), added[0]["queues"].as_u64()), (Some(u64::from(first.pid())), Some(1)));
@@ -652,8 +645,8 @@ fn emu_schedule_online_work_on_one_gpu_suspends_only_the_offline_queues_on_that_
         "--offline",
         &x.pid().to_string(),
         &y.pid().to_string(),
-        "--idle-ms",
-        "20",
+        "--idle",
+        "20ms",
     ]);
     let attached = s.wait_events("offline_attached", 2, LONG);
     let by_pid = |pid: u32| attached.iter().find(|a| a["pid"] == pid).unwrap_or_else(|| panic!("{pid}: {attached:?}"));
@@ -750,7 +743,7 @@ fn emu_schedule_without_cap_sys_nice_and_with_a_dying_reaction_thread_leaves_not
     let offline = offline_run();
     let mut online = online_idle();
     let (on, off) = (online.pid().to_string(), offline.pid().to_string());
-    let args = ["--no-trace", "--online", on.as_str(), "--offline", off.as_str(), "--idle-ms", "20"];
+    let args = ["--no-trace", "--online", on.as_str(), "--offline", off.as_str(), "--idle", "20ms"];
     let mut s = Schedule::start_with(&args, Privilege::RootWithoutNice, &[]);
     s.wait_events("offline_attached", 1, LONG);
     let slot = online.cmd("reserve 0").unwrap()["index"].as_u64().unwrap();

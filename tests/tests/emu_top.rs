@@ -242,7 +242,7 @@ fn emu_top_live_view_shows_the_queues_suspended_and_resumed_and_restores_the_ter
 
     // `preempt` holds both queues: suspended on screen, with the suspend span.
     let preempt = Command::new(&gpreempt)
-        .args(["preempt", "--offline", &p, "--iterations", "1", "--hold-ms", "120000", "--no-trace", "--quiet"])
+        .args(["preempt", "--offline", &p, "--iterations", "1", "--hold", "120000ms", "--no-trace", "--quiet"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

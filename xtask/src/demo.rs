@@ -126,7 +126,7 @@ PY
 monitor=$!
 tail -f "$out/progress.log" &
 tailer=$!
-{gpreempt} preempt --offline "$offline" --online "$online" --iterations 3 --hold-ms 2000 --gap-ms 2000 --quiet
+{gpreempt} preempt --offline "$offline" --online "$online" --iterations 3 --hold 2000ms --gap 2000ms --quiet
 kill $monitor $tailer
 echo "== tracer summary"
 kill -INT $tracer
@@ -189,7 +189,7 @@ def requests(label, offline=None, schedule=False):
     sched = None
     if schedule:
         sched = subprocess.Popen([gpreempt, "schedule", "--json", "--online", str(pid), "--offline", str(offline.pid),
-                                  "--idle-ms", "5"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                  "--idle", "5ms"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         for line in sched.stdout:
             event = json.loads(line)
             if event.get("event") == "online_added":

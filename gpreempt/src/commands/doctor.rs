@@ -8,20 +8,26 @@ use gpreempt::{
     trace::symbols::Kallsyms,
 };
 
+use super::stdout::outln;
 use crate::cli::DoctorArgs;
 
 pub fn run(args: &DoctorArgs) -> Result<()> {
-    let kallsyms = match Kallsyms::load() {
+    let kallsyms = match Kallsyms::load_path(&args.proc_root.join("kallsyms")) {
         Ok(k) => Some(k),
         Err(e) => {
             log::info!("{e}");
             None
         }
     };
-    let roots = Roots { sys: args.sysfs_root.clone(), debugfs_kfd: args.debugfs_root.join("kfd"), ..Roots::default() };
+    let roots = Roots {
+        sys: args.sysfs_root.clone(),
+        proc: args.proc_root.clone(),
+        debugfs_kfd: args.debugfs_root.join("kfd"),
+        ..Roots::default()
+    };
     let report = doctor::diagnose(&roots, kallsyms.as_ref(), None);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let colour = std::io::stdout().is_terminal();
         for c in &report.checks {
@@ -32,9 +38,9 @@ pub fn run(args: &DoctorArgs) -> Result<()> {
                 Status::Info => ("info", "0"),
             };
             let tag = if colour { format!("\x1b[{code}m{tag}\x1b[0m") } else { tag.to_owned() };
-            println!("{tag}  {:<28} {}", c.name, c.detail);
+            outln!("{tag}  {:<28} {}", c.name, c.detail);
             if let Some(fix) = &c.fix {
-                println!("      {:<28} → {fix}", "");
+                outln!("      {:<28} → {fix}", "");
             }
         }
     }

@@ -6,7 +6,7 @@ use gpreempt::views::hw::HwView;
 
 /// Print the view; `sysfs_pids` are the processes the `ps` table above already showed.
 pub fn print(v: &HwView, sysfs_pids: &[u32]) {
-    print!("{}", render(v, sysfs_pids));
+    super::stdout::out!("{}", render(v, sysfs_pids));
     for n in &v.notes {
         eprintln!("note: {n}");
     }

@@ -31,22 +31,32 @@ use gpreempt::{
 };
 
 use super::interrupt;
-use super::stdout::{out, outln};
+use super::stdout::{self, out, outln};
 use crate::cli::{PreemptArgs, QueueSelectionArg};
 
 pub fn run(args: &PreemptArgs) -> Result<()> {
     let stop = interrupt::install()?;
-    if let Some(online) = args.online {
-        Target::inspect(&Roots::default(), HostPid(online)).context("--online")?;
+    let online = match &args.online {
+        None => None,
+        // A pid need not have opened /dev/kfd yet; it must exist.
+        Some(Selector::Pid(pid)) => {
+            Target::inspect(&Roots::default(), *pid).with_context(|| format!("--online {pid}"))?;
+            Some(*pid)
+        }
+        Some(selector) => Some(super::one_process(selector, &Roots::default(), "--online")?),
+    };
+    if args.json {
+        // Stdout carries the JSON document; the text summary goes to stderr.
+        stdout::divert_text_to_stderr();
     }
     // Ctrl-C also wakes the session's ppoll (the flag alone would wait for its next look).
     let stop_pipe = SignalPipe::new(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
         .map_err(|e| anyhow::anyhow!("cannot watch for Ctrl-C: {e}"))?;
-    let options = Options { max_suspend: Some(Duration::from_millis(args.max_suspend_ms)), ..Options::default() };
+    let options = Options { max_suspend: Some(args.max_suspend), ..Options::default() };
     let plan = Plan {
         iterations: args.iterations,
-        hold: Duration::from_millis(args.hold_ms),
-        gap: Duration::from_millis(args.gap_ms),
+        hold: args.hold,
+        gap: args.gap,
         grace_period: args.grace_period,
         selection: match &args.queues {
             QueueSelectionArg::All => Selection::All,
@@ -55,8 +65,8 @@ pub fn run(args: &PreemptArgs) -> Result<()> {
     };
     match args.offline.as_slice() {
         // One pid: the single-target loop and its record shape.
-        [Selector::Pid(pid)] => run_one(args, *pid, &plan, &options, stop, &stop_pipe),
-        _ => run_group(args, &plan, options, stop, &stop_pipe),
+        [Selector::Pid(pid)] => run_one(args, *pid, online, &plan, &options, stop, &stop_pipe),
+        _ => run_group(args, online, &plan, options, stop, &stop_pipe),
     }
 }
 
@@ -109,6 +119,7 @@ fn annotate<'a>(
 fn run_one(
     args: &PreemptArgs,
     offline: HostPid,
+    online: Option<HostPid>,
     plan: &Plan,
     options: &Options,
     stop: &'static AtomicBool,
@@ -131,7 +142,7 @@ fn run_one(
                 shown_ns = monotonic_ns();
             }
         });
-        let losses = annotate(tracer, [(offline, &mut run.iterations)], args.online.map(HostPid));
+        let losses = annotate(tracer, [(offline, &mut run.iterations)], online);
         (run, losses)
     });
     // Resume whatever is suspended, DISABLE, detach — before reporting anything.
@@ -147,17 +158,17 @@ fn run_one(
     for notice in &run.notices {
         eprintln!("gpreempt: {}", serde_json::to_string(notice)?);
     }
-    if let Some(path) = &args.json {
+    if args.json || args.output.is_some() {
         let doc = RunRecord {
             target: &target,
-            plan: PlanRecord::of(plan, args.max_suspend_ms),
+            plan: PlanRecord::of(plan, args.max_suspend.as_millis() as u64),
             iterations: &run.iterations,
             notices: &run.notices,
             summary: &summary,
             detached: &detached,
             tracer_losses: tracer_losses.as_ref(),
         };
-        write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
+        record(args, &doc)?;
     }
     ended(run.stopped.as_ref(), run.iterations.len(), plan.iterations, "target")
 }
@@ -255,6 +266,7 @@ impl Hooks for GroupSide<'_, '_> {
 /// Several offline targets (pids, containers) held by this thread, cycled together.
 fn run_group(
     args: &PreemptArgs,
+    online: Option<HostPid>,
     plan: &Plan,
     options: Options,
     stop: &'static AtomicBool,
@@ -269,9 +281,9 @@ fn run_group(
     for note in notes {
         eprintln!("gpreempt: {note}");
     }
-    let pids = group::plan(&args.offline, args.online.map(HostPid), &processes, &roots)?;
+    let pids = group::plan(&args.offline, online, &processes, &roots)?;
     // This thread seizes every target and runs the whole plan (docs/kfd.md §2.1).
-    let mut group = Group::attach(&pids, &args.offline, args.online.map(HostPid), options)?;
+    let mut group = Group::attach(&pids, &args.offline, online, options)?;
     for m in group.members() {
         attached_line(&m.target);
     }
@@ -297,7 +309,7 @@ fn run_group(
             eprintln!();
         }
         let targets = members.iter_mut().map(|m| (m.target.pid, &mut m.run.iterations));
-        let losses = annotate(tracer, targets, args.online.map(HostPid));
+        let losses = annotate(tracer, targets, online);
         (stopped, warnings, members, losses)
     });
     for w in &warnings {
@@ -349,18 +361,18 @@ fn run_group(
     if let Some(l) = &tracer_losses {
         outln!("kernel-side tracer: {} records lost ({l})", l.dropped());
     }
-    if let Some(path) = &args.json {
+    if args.json || args.output.is_some() {
         let doc = GroupRecord {
             version: GroupRecord::VERSION,
             selectors: &args.offline,
-            plan: PlanRecord::of(plan, args.max_suspend_ms),
+            plan: PlanRecord::of(plan, args.max_suspend.as_millis() as u64),
             targets,
             warnings: &warnings,
             cycles,
             stopped: stopped.as_ref(),
             tracer_losses: tracer_losses.as_ref(),
         };
-        write_atomically(path, &serde_json::to_vec_pretty(&doc)?)?;
+        record(args, &doc)?;
     }
     ended(stopped.as_ref(), cycles, plan.iterations, "targets")?;
     if !left.is_empty() {
@@ -435,7 +447,19 @@ fn line(s: &Summary) -> String {
     )
 }
 
-/// Output-file wiring: never through a symlink, never half a file (`gpreempt::output::file`).
+/// The run's record as JSON: on stdout with `--json`, to the `--output` file (never through a
+/// symlink, never half a file: `gpreempt::output::file`).
+fn record(args: &PreemptArgs, doc: &impl serde::Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(doc)?;
+    if args.json {
+        stdout::json(&text);
+    }
+    if let Some(path) = &args.output {
+        write_atomically(path, text.as_bytes())?;
+    }
+    Ok(())
+}
+
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(gpreempt::output::file::write_atomically(path, bytes)?)
 }

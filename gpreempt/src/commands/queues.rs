@@ -1,10 +1,11 @@
-//! `gpreempt queues <pid>`: one process's queues from sysfs (by default: nothing the GPU notices) or
+//! `gpreempt queues SEL`: one process's queues from sysfs (by default: nothing the GPU notices, no
+//! /dev/kfd) or
 //! from a debug-trap snapshot (`--debug-snapshot`, which preempts the GPU's queues twice), once or
 //! sampled with `--watch`. While watching, the in-process tracer (when it can attach) adds what
 //! only it sees of the queues created meanwhile (`gpreempt::views::traced_queues`).
 
 use std::{
-    path::Path,
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
@@ -13,10 +14,7 @@ use gpreempt::{
     clock::boottime_ns,
     controller::{Debugger, measure::sleep_unless, target::Target, vocabulary::Options},
     domain::HostPid,
-    host::{
-        roots::Roots,
-        sysfs::{self, KFD_PROC_ROOT},
-    },
+    host::{roots::Roots, sysfs},
     kfd::{Device, KfdVersion},
     output::text::escape,
     pipeline::in_process::{InProcessTracer, TracerOptions},
@@ -34,14 +32,15 @@ use crate::cli::QueuesArgs;
 /// Where samples come from.
 enum Lister {
     DebugTrap(Debugger),
-    Sysfs(u32),
+    /// The KFD process directory (`/sys/class/kfd/kfd/proc`) and the pid.
+    Sysfs(PathBuf, u32),
 }
 
 impl Lister {
     fn source(&self) -> Source {
         match self {
             Self::DebugTrap(_) => Source::DebugTrap,
-            Self::Sysfs(_) => Source::Sysfs,
+            Self::Sysfs(..) => Source::Sysfs,
         }
     }
 
@@ -51,9 +50,7 @@ impl Lister {
         let mut rows: Vec<QueueRow> = match self {
             // Without clearing EC_QUEUE_NEW: looking must not change what a later suspend sees.
             Self::DebugTrap(d) => d.snapshot(false)?.iter().map(QueueRow::from).collect(),
-            Self::Sysfs(pid) => {
-                sysfs::read_process(Path::new(KFD_PROC_ROOT), *pid)?.queues.iter().map(QueueRow::from).collect()
-            }
+            Self::Sysfs(root, pid) => sysfs::read_process(root, *pid)?.queues.iter().map(QueueRow::from).collect(),
         };
         rows.sort_by_key(|q| q.queue_id);
         Ok(rows)
@@ -66,25 +63,31 @@ const SNAPSHOT_COST: &str = "gpreempt: --debug-snapshot: debug ENABLE and DISABL
                              while attached";
 
 pub fn run(args: &QueuesArgs) -> Result<()> {
-    let target = Target::inspect(&Roots::default(), HostPid(args.pid))?;
-    let version = Device::open().and_then(|d| d.version()).context("reading the KFD version")?;
-    let lister = if !args.debug_snapshot {
-        Lister::Sysfs(args.pid)
-    } else if !version.has_debug_trap() {
-        eprintln!(
-            "gpreempt: KFD {version} has no debug-trap API (needs ≥ {}, Linux 6.5+): showing what sysfs has \
-             (queue id, gpu, type, ring size)",
-            KfdVersion::DEBUG_TRAP
-        );
-        Lister::Sysfs(args.pid)
+    let roots = Roots { sys: args.sysfs_root.clone(), proc: args.proc_root.clone(), ..Roots::default() };
+    let pid = super::one_process(&args.process, &roots, "queues")?;
+    let target = Target::inspect(&roots, pid)?;
+    let sysfs = Lister::Sysfs(roots.kfd_proc(), pid.0);
+    // Only the opt-in snapshot opens /dev/kfd: the default reads sysfs and nothing else.
+    let (lister, version) = if !args.debug_snapshot {
+        (sysfs, None)
     } else {
-        eprintln!("{SNAPSHOT_COST}");
-        Lister::DebugTrap(Debugger::attach(HostPid(args.pid), Options::default())?)
+        let version = Device::open().and_then(|d| d.version()).context("reading the KFD version")?;
+        if version.has_debug_trap() {
+            eprintln!("{SNAPSHOT_COST}");
+            (Lister::DebugTrap(Debugger::attach(pid, Options::default())?), Some(version))
+        } else {
+            eprintln!(
+                "gpreempt: KFD {version} has no debug-trap API (needs ≥ {}, Linux 6.5+): showing what sysfs has \
+                 (queue id, gpu, type, ring size)",
+                KfdVersion::DEBUG_TRAP
+            );
+            (sysfs, Some(version))
+        }
     };
     match args.watch {
         Some(interval) => {
             let tracer = match &lister {
-                Lister::Sysfs(pid) if !args.no_trace => Watcher::start(HostPid(*pid), version),
+                Lister::Sysfs(_, pid) if !args.no_trace => Watcher::start(HostPid(*pid), version),
                 _ => None,
             };
             watch(args, &target, &lister, interval, tracer)
@@ -99,7 +102,7 @@ pub fn run(args: &QueuesArgs) -> Result<()> {
 fn print_once(
     args: &QueuesArgs,
     target: &Target,
-    version: KfdVersion,
+    version: Option<KfdVersion>,
     source: Source,
     rows: &[QueueRow],
 ) -> Result<()> {
@@ -166,8 +169,8 @@ struct Watcher {
 
 impl Watcher {
     /// `None` (said on stderr) when the tracer cannot attach: the view is then sysfs alone.
-    fn start(pid: HostPid, version: KfdVersion) -> Option<Self> {
-        match InProcessTracer::start(&TracerOptions { version: Some(version), ..TracerOptions::default() }) {
+    fn start(pid: HostPid, version: Option<KfdVersion>) -> Option<Self> {
+        match InProcessTracer::start(&TracerOptions { version, ..TracerOptions::default() }) {
             Ok(tracer) => {
                 eprintln!(
                     "gpreempt: tracer attached: queues created from now on are shown with their ring, index and \

@@ -22,7 +22,7 @@ use gpreempt::{
     stats::Summary,
 };
 
-use super::interrupt;
+use super::{interrupt, stdout::outln};
 use crate::cli::ScheduleArgs;
 
 pub fn run(args: &ScheduleArgs) -> Result<()> {
@@ -34,17 +34,17 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
         online: args.online.clone(),
         offline: args.offline.clone(),
         policy: PolicyConfig {
-            idle: Duration::from_secs_f64(args.idle_ms.max(0.0) / 1e3),
-            max_suspend: Duration::from_millis(args.max_suspend_ms),
+            idle: args.idle,
+            max_suspend: args.max_suspend,
             min_share: args.offline_min_share,
-            share_window: Duration::from_millis(args.share_window_ms.max(1)),
+            share_window: args.share_window.max(Duration::from_millis(1)),
             cost_aware: !args.no_cost_aware,
         },
-        poll: Duration::from_micros(args.poll_us),
+        poll: args.poll,
         busy_poll: args.busy_poll,
         realtime: RealtimeConfig { priority: args.rt_priority, cpu: args.cpu, lock_memory: !args.no_mlock },
-        occupancy: Duration::from_micros(args.occupancy_us),
-        interval: Duration::from_millis(args.interval_ms.max(1)),
+        occupancy: args.occupancy,
+        interval: args.interval.max(Duration::from_millis(1)),
         hint_socket: args.hint_socket.clone(),
         roots: roots.clone(),
         session,
@@ -179,41 +179,42 @@ fn print_report(r: &ScheduleReport) {
             |s| format!("p50 {:.1}  p99 {:.1}  max {:.1}  (n={})", s.p50, s.p99, s.max, s.count),
         )
     };
-    println!("ran {:.1} s, {} polls", r.elapsed_ms / 1e3, r.polls);
+    outln!("ran {:.1} s, {} polls", r.elapsed_ms / 1e3, r.polls);
     let rt = &r.realtime;
-    println!(
+    outln!(
         "reaction thread: {}{}{}; step interval, us: {}",
         if rt.policy == "fifo" { format!("SCHED_FIFO {}", rt.priority) } else { "normal priority".into() },
         rt.cpu.map_or_else(String::new, |c| format!(", on CPU {c}")),
         if rt.memory_locked { ", memory locked" } else { "" },
         line(&r.loop_step_us)
     );
-    println!(
+    outln!(
         "transitions: {} suspends ({} failed), {} resumes {:?}, {} idle resumes skipped (gap shorter than their cost)",
-        r.suspends, r.failed_suspends, r.resumes, r.resumes_by_reason, r.resumes_skipped
+        r.suspends,
+        r.failed_suspends,
+        r.resumes,
+        r.resumes_by_reason,
+        r.resumes_skipped
     );
-    println!("offline suspended {:.1} ms ({:.1}% of the time)", r.suspended_ms, 100.0 * r.suspended_share);
-    println!("detection (last poll without online work -> SUSPEND entered), us: {}", line(&r.detection_us));
-    println!("reaction (online work visible -> SUSPEND returned), us: {}", line(&r.reaction_us));
-    println!("suspend latency, us: {}", line(&r.suspend_us));
-    println!("resume latency, us: {}", line(&r.resume_us));
-    println!("online dispatch delay (pending seen -> consumed), us: {}", line(&r.online_dispatch_delay_us));
+    outln!("offline suspended {:.1} ms ({:.1}% of the time)", r.suspended_ms, 100.0 * r.suspended_share);
+    outln!("detection (last poll without online work -> SUSPEND entered), us: {}", line(&r.detection_us));
+    outln!("reaction (online work visible -> SUSPEND returned), us: {}", line(&r.reaction_us));
+    outln!("suspend latency, us: {}", line(&r.suspend_us));
+    outln!("resume latency, us: {}", line(&r.resume_us));
+    outln!("online dispatch delay (pending seen -> consumed), us: {}", line(&r.online_dispatch_delay_us));
     let rate = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.1}/s"));
-    println!(
+    outln!(
         "offline progress: {} dispatches; {} while running, {} overall",
         r.offline_dispatches,
         rate(r.offline_rate_running_per_s),
         rate(r.offline_rate_overall_per_s)
     );
     if let Some(h) = &r.hints {
-        println!(
-            "hints: {} begin, {} end, {} malformed, {} connection(s)",
-            h.begins, h.ends, h.malformed, h.connections
-        );
+        outln!("hints: {} begin, {} end, {} malformed, {} connection(s)", h.begins, h.ends, h.malformed, h.connections);
     }
     if let Some(k) = &r.kernel {
         let calls = |name: &str, c: &DriverCalls| {
-            println!(
+            outln!(
                 "in the driver, {name} ({} calls), us: {}; unmap {}; fence wait {}; remap {}",
                 c.count,
                 line(&c.duration_us),
@@ -221,21 +222,22 @@ fn print_report(r: &ScheduleReport) {
                 line(&c.fence_wait_us),
                 line(&c.remap_us)
             );
-            println!(
+            outln!(
                 "  collateral: {} queue(s) of other processes preempted, {} of them online",
-                c.collateral_queues, c.collateral_online_queues
+                c.collateral_queues,
+                c.collateral_online_queues
             );
         };
         calls("suspend", &k.suspend);
         calls("resume", &k.resume);
         if !k.collateral_pids.is_empty() {
             let pids: Vec<String> = k.collateral_pids.iter().map(ToString::to_string).collect();
-            println!("  processes preempted as collateral: {}", pids.join(" "));
+            outln!("  processes preempted as collateral: {}", pids.join(" "));
         }
     }
     for g in &r.gpus {
         let rate = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.1}/s"));
-        println!(
+        outln!(
             "GPU {:#x}: {}; {} suspends, {} resumes, {} skipped; suspended {:.1}%; reaction p99 {} us; offline {} \
              dispatches ({} overall)",
             g.gpu_id,
@@ -250,10 +252,10 @@ fn print_report(r: &ScheduleReport) {
         );
     }
     if r.reports_dropped > 0 {
-        println!("records dropped (this side fell behind the reaction thread): {}", r.reports_dropped);
+        outln!("records dropped (this side fell behind the reaction thread): {}", r.reports_dropped);
     }
-    println!("runlist refreshes from attaching: {}", r.attach_refreshes);
-    println!(
+    outln!("runlist refreshes from attaching: {}", r.attach_refreshes);
+    outln!(
         "gpreempt CPU: {:.1} ms ({:.2}% of one core); reaction thread {:.1} ms, of it {:.1} ms inside suspends \
          and resumes (the driver's work) and {:.1} ms polling",
         r.cpu_ms,

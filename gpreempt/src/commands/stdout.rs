@@ -11,6 +11,8 @@ use std::{
 };
 
 static CLOSED: AtomicBool = AtomicBool::new(false);
+/// Set when stdout carries a JSON document (`preempt --json`): the text lines go to stderr.
+static DIVERTED: AtomicBool = AtomicBool::new(false);
 
 /// `println!` through [`line`].
 macro_rules! outln {
@@ -26,8 +28,27 @@ macro_rules! out {
 }
 pub(crate) use {out, outln};
 
-/// Write to stdout (and a newline if `newline`); a closed reader ends stdout output, nothing else.
+/// From now on [`out`]/[`outln`] write to stderr: stdout is kept for [`json`].
+pub fn divert_text_to_stderr() {
+    DIVERTED.store(true, Ordering::Relaxed);
+}
+
+/// Write the text to stdout (and a newline if `newline`); a closed reader ends stdout output,
+/// nothing else. After [`divert_text_to_stderr`], to stderr (whose errors are ignored).
 pub fn line(args: fmt::Arguments<'_>, newline: bool) {
+    if DIVERTED.load(Ordering::Relaxed) {
+        let _ = write_line(&mut io::stderr().lock(), args, newline);
+        return;
+    }
+    to_stdout(args, newline);
+}
+
+/// A JSON document (and a newline) on stdout, whether or not the text is diverted.
+pub fn json(text: &str) {
+    to_stdout(format_args!("{text}"), true);
+}
+
+fn to_stdout(args: fmt::Arguments<'_>, newline: bool) {
     if CLOSED.load(Ordering::Relaxed) {
         return;
     }

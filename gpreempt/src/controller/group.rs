@@ -41,11 +41,16 @@ pub enum PlanError {
     #[error("`{0}` is given twice in --offline; give each target once")]
     Repeated(Selector),
     #[error(
-        "--offline container:{0}: no KFD process runs in a container with that name, id or id prefix \
+        "--offline {0}: no KFD process runs in a container with that name, id or id prefix \
          (see `gpreempt ps` for the KFD processes and their containers); start its GPU work first — \
          processes that open /dev/kfd in it later are attached then"
     )]
-    EmptyContainer(String),
+    EmptyContainer(Selector),
+    #[error(
+        "--offline {0}: no KFD process runs in a pod that matches (see `gpreempt ps` for the KFD processes \
+         and their pods); start its GPU work first — processes that open /dev/kfd in it later are attached then"
+    )]
+    EmptyPod(Selector),
     #[error(
         "pid {pid} is selected both as online and as offline (--offline {selector}); a process cannot be \
          preempted on behalf of itself: drop it from one side"
@@ -70,8 +75,14 @@ pub fn plan(
         return Err(PlanError::Repeated(s.clone()));
     }
     let resolved = select::resolve_in(selectors, processes, Vec::new(), roots);
-    if let Some(name) = resolved.empty_containers.first() {
-        return Err(PlanError::EmptyContainer(name.clone()));
+    // The first container or pod selector with no KFD process, as given.
+    let empty = selectors
+        .iter()
+        .find(|s| !matches!(s, Selector::Pid(_)) && !processes.iter().any(|p| s.matches_process(p, roots)));
+    match empty {
+        Some(s @ Selector::Pod(_)) => return Err(PlanError::EmptyPod(s.clone())),
+        Some(s) => return Err(PlanError::EmptyContainer(s.clone())),
+        None => {}
     }
     for &pid in &resolved.unmatched_pids {
         // Not a KFD process of the scan: the target check says exactly why (gone, never opened
@@ -413,6 +424,13 @@ mod tests {
             "--offline container:server: no KFD process runs in a container with that name, id or id prefix (see \
              `gpreempt ps` for the KFD processes and their containers); start its GPU work first — processes that \
              open /dev/kfd in it later are attached then"
+        );
+        // A pod selector is named as given (not as `container:pod:…`).
+        assert_eq!(
+            err(&["pod:batch/train"], None),
+            "--offline pod:batch/train: no KFD process runs in a pod that matches (see `gpreempt ps` for the KFD \
+             processes and their pods); start its GPU work first — processes that open /dev/kfd in it later are \
+             attached then"
         );
         assert_eq!(
             err(&["container:trainer"], Some(101)),

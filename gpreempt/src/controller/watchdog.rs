@@ -180,7 +180,7 @@ fn unmap(page: NonNull<AtomicU64>) {
 }
 
 /// What the watchdog says on stderr before the kill (a constant: no formatting after fork).
-const KILLING: &[u8] = b"gpreempt watchdog: queues stayed suspended past --max-suspend-ms and the controller did not \
+const KILLING: &[u8] = b"gpreempt watchdog: queues stayed suspended past --max-suspend and the controller did not \
 resume them (stopped or stuck): killing it with SIGKILL; KFD resumes the queues on the debugger's exit\n";
 
 /// The watchdog process: never returns.

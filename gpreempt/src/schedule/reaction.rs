@@ -5,7 +5,7 @@
 //! 1. take the other threads' commands (new online queues, offline processes to attach, the
 //!    hint signal) from a bounded queue, without blocking;
 //! 2. read the online queues' dispatch indices (one `process_vm_readv` per online process) and,
-//!    every `--occupancy-us` or before an idle resume, their `cu_occupancy` (one `pread` each);
+//!    every `--occupancy` or before an idle resume, their `cu_occupancy` (one `pread` each);
 //! 3. per GPU, the policy ([`PolicyMachine`]) over "online work pending on this GPU";
 //! 4. SUSPEND_QUEUES / RESUME_QUEUES of that GPU's offline queues (every offline process, with
 //!    [`Selection::Gpu`]: a process with no queue there costs no ioctl);

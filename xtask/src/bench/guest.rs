@@ -669,8 +669,9 @@ fn preempt(
     json: &Path,
 ) -> Result<Value> {
     let mut cmd = Command::new(bin.join("gpreempt"));
-    cmd.args(["preempt", "--offline", pid, "--iterations", iterations, "--hold-ms", hold, "--gap-ms", gap, "--quiet"])
-        .arg("--json")
+    let (hold, gap) = (format!("{hold}ms"), format!("{gap}ms"));
+    cmd.args(["preempt", "--offline", pid, "--iterations", iterations, "--hold", &hold, "--gap", &gap, "--quiet"])
+        .arg("--output")
         .arg(json)
         .args(extra)
         .stdout(Stdio::null());
@@ -678,7 +679,7 @@ fn preempt(
     if !status.success() {
         bail!("gpreempt preempt failed ({status})");
     }
-    serde_json::from_slice(&fs::read(json)?).context("gpreempt preempt --json")
+    serde_json::from_slice(&fs::read(json)?).context("gpreempt preempt --output")
 }
 
 fn add_percentiles(samples: &mut Samples, row: &str, tool: Tool, values: &[f64]) {

@@ -362,7 +362,7 @@ pub fn markdown(results: &Benchmarks) -> String {
          per cycle, the time from one SUSPEND_QUEUES return to the next, less the RESUME_QUEUES and the \
          next SUSPEND_QUEUES ioctl times. Baseline: `xtask/bench/dbg_pair.c`, which only issues the \
          ioctl pair, and its line-for-line Rust twin `xtask/bench/dbg_pair.rs` (standard library only), \
-         which shows what the language alone costs here. `gpreempt preempt --hold-ms 0 --gap-ms 0 --quiet --json F` with `--no-trace` \
+         which shows what the language alone costs here. `gpreempt preempt --hold 0ms --gap 0ms --quiet -o F` with `--no-trace` \
          (the same two ioctls per cycle, with its checks and records) and with its default in-process tracer. The row boots a guest \
          of its own with one vCPU (with two on the two-core host, QEMU's vCPU threads lose their core to host work for \
          milliseconds at a time, and those stalls set the p99 of whichever tool they hit) and every program runs from the \
@@ -403,7 +403,7 @@ pub fn markdown(results: &Benchmarks) -> String {
     stamp(&mut md, results, Section::Preemption, "row 6");
     let _ = writeln!(
         md,
-        "`gpreempt preempt --iterations {} --hold-ms 2 --gap-ms 2` against the emulator with its \
+        "`gpreempt preempt --iterations {} --hold 2ms --gap 2ms` against the emulator with its \
          emulated CWSR save delay (`preempt_delay_us`) set. The SUSPEND_QUEUES ioctl as gpreempt \
          times it (end-to-end) and the `amdkfd_fence_wait_timeout` span the in-process tracer \
          measures (the same eBPF programs as `gpreempt trace`), against the delay the emulator was \
@@ -473,7 +473,7 @@ fn reaction(md: &mut String, r: &Reaction) {
          be issued. A driver thread posts one dispatch (write index + 1) and the sample ends at the stamp; the \
          dispatch is then consumed, the policy resumes, and the next one is posted {} µs later. The reaction \
          thread busy-polls (`--busy-poll`; scheduling class granted: {}), so a sample is the detection (at most \
-         one step) plus the step's work, with no sleep: on a real host with the default `--poll-us` add up to \
+         one step) plus the step's work, with no sleep: on a real host with the default `--poll` add up to \
          one interval (200 µs) before the change is read, and the ioctl itself after.\n\n\
          | samples | p50 | p99 | max | min | mean loop step |\n|---|---|---|---|---|---|\n\
          | {} | {} µs | {} µs | {} µs | {} µs | {} µs |\n\n\
@@ -501,12 +501,12 @@ gpreempt doctor                                   # debug-trap API, probes, cwsr
 gpreempt ps                                       # find the online and offline pids\n\
 # preemption latency distribution (SUSPEND_QUEUES end to end, and the HWS fence wait inside it):\n\
 gpreempt preempt --offline <OFFLINE_PID> --online <ONLINE_PID> --iterations 1000 \\\n\
-    --hold-ms 20 --gap-ms 50 --json preempt.json\n\
+    --hold 20ms --gap 50ms -o preempt.json\n\
 # the same, seen from the driver for every process on the GPU, with Perfetto spans:\n\
 gpreempt trace --perfetto trace.json --summary-json summary.json\n\
 ```\n\n\
 Online P99 vs standalone and offline throughput retained: run the online service's own load \
-generator twice — alone, then while `gpreempt preempt --offline <OFFLINE_PID> --hold-ms H --gap-ms G \
+generator twice — alone, then while `gpreempt preempt --offline <OFFLINE_PID> --hold H --gap G \
 --iterations N` runs — and compare its P99; read the offline job's throughput (samples/s) in both \
 runs.\n";
 
