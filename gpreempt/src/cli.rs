@@ -286,9 +286,14 @@ pub struct ScheduleArgs {
     #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
     pub offline: Vec<Selector>,
     /// Resume the offline queues after the online processes have been idle this long (e.g. 2ms,
-    /// 500us).
+    /// 500us). Where it starts: the threshold is then learnt per GPU from every online gap (see
+    /// --fixed-idle).
     #[arg(long, default_value = "2ms", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
     pub idle: Duration,
+    /// Keep --idle as it is given instead of learning the threshold from the gaps between the
+    /// online work's bursts (the valley between gaps inside a request and gaps between requests).
+    #[arg(long)]
+    pub fixed_idle: bool,
     /// Interval between the reaction thread's steps (reads of the online dispatch indices), e.g.
     /// 200us.
     #[arg(long, default_value = "200us", value_parser = duration::with_unit("us"), value_name = "DURATION")]
@@ -325,6 +330,12 @@ pub struct ScheduleArgs {
     /// Resume (watchdog) a suspension that lasts longer than this, e.g. 5s.
     #[arg(long, default_value = "5s", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
     pub max_suspend: Duration,
+    /// The offline job's share of the GPU while online work stays busy past --max-suspend: after
+    /// each watchdog resume it runs max-suspend × F / (1 − F), then the online work is protected
+    /// again (0..0.5; 0: unprotected until the online work goes idle).
+    #[arg(long, default_value_t = gpreempt::schedule::policy::DEFAULT_BUSY_SHARE, value_name = "F",
+          value_parser = parse_busy_share)]
+    pub busy_share: f64,
     /// Unix socket where an online server writes `begin` / `end` lines around its requests.
     #[arg(long, value_name = "PATH")]
     pub hint_socket: Option<PathBuf>,
@@ -362,6 +373,13 @@ fn parse_share(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
         _ => Err(format!("`{s}` is not a share in [0, 1) (e.g. 0.2 for 20 %)")),
+    }
+}
+
+fn parse_busy_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=0.5).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a share in [0, 0.5] (e.g. 0.05 for 5 % of a long online busy period)")),
     }
 }
 

@@ -483,7 +483,10 @@ fn emu_schedule_picks_up_an_offline_process_of_a_container_started_later() {
     ]);
     // The scheduler says the container has no KFD process yet.
     let warnings = s.wait_events("warning", 1, LONG);
-    assert!(warnings.iter().any(|w| w["message"].as_str().unwrap().contains("container 5eed0000")), "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w["message"].as_str().unwrap().contains("container:5eed0000 has no KFD process yet")),
+        "{warnings:?}"
+    );
     let offline = in_cgroup(&cg, "1000");
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!(attached[0]["pid"].as_u64(), Some(u64::from(offline.pid())));

@@ -39,6 +39,8 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
             min_share: args.offline_min_share,
             share_window: args.share_window.max(Duration::from_millis(1)),
             cost_aware: !args.no_cost_aware,
+            busy_share: args.busy_share,
+            learn_idle: !args.fixed_idle,
         },
         poll: args.poll,
         busy_poll: args.busy_poll,

@@ -127,8 +127,8 @@ pub struct Resolved {
     /// Pid selectors that name no KFD process now (the caller decides whether that is an error:
     /// see [`crate::controller::target::Target`] for why).
     pub unmatched_pids: Vec<HostPid>,
-    /// Container and pod selectors with no KFD process now (their processes may start later):
-    /// a container's name, or a pod selector as written (`pod:NAMESPACE/NAME`).
+    /// Container and pod selectors with no KFD process now (their processes may start later),
+    /// as written: `container:NAME`, `pod:NAMESPACE/NAME`.
     pub empty_containers: Vec<String>,
     /// What the scan could not read.
     pub notes: Vec<String>,
@@ -149,7 +149,7 @@ pub fn resolve_in(selectors: &[Selector], processes: &[KfdProcess], notes: Vec<S
         if hits.is_empty() {
             match sel {
                 Selector::Pid(pid) => out.unmatched_pids.push(*pid),
-                Selector::Container(name) => out.empty_containers.push(name.clone()),
+                Selector::Container(name) => out.empty_containers.push(format!("container:{name}")),
                 Selector::Pod(pattern) => out.empty_containers.push(pattern.to_string()),
             }
         }
@@ -226,7 +226,7 @@ mod tests {
         let r = resolve(&sels, &roots);
         assert_eq!(r.pids, vec![HostPid(100), HostPid(101), HostPid(300)]);
         assert_eq!(r.unmatched_pids, vec![HostPid(999)]);
-        assert_eq!(r.empty_containers, vec!["nothing".to_owned()]);
+        assert_eq!(r.empty_containers, vec!["container:nothing".to_owned()]);
         assert_eq!(r.notes, Vec::<String>::new());
         // An id prefix names the same container; the same pid twice is one process.
         let r = resolve(&["container:aa1b6c".parse().unwrap(), "200".parse().unwrap()], &roots);

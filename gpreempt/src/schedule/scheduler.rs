@@ -153,10 +153,10 @@ impl Scheduler {
         for note in online_sel.notes.iter().chain(&offline_sel.notes) {
             emit(&ScheduleEvent::Warning { message: note.clone() });
         }
-        for name in online_sel.empty_containers.iter().chain(&offline_sel.empty_containers) {
+        for selector in online_sel.empty_containers.iter().chain(&offline_sel.empty_containers) {
             emit(&ScheduleEvent::Warning {
                 message: format!(
-                    "container {name} has no KFD process yet; its processes are picked up when they open /dev/kfd"
+                    "{selector} has no KFD process yet; its processes are picked up when they open /dev/kfd"
                 ),
             });
         }
