@@ -244,6 +244,7 @@ fn in_vm(script: String, module: Option<kmod::Module>, timeout: u64, what: &str)
         memory: "2G".to_owned(),
         no_amdgpu: false,
         module,
+        audit_text_pokes: false,
         command: vec![script],
     })?;
     if status != 0 {

@@ -9,6 +9,7 @@ mod kmod;
 mod rocm6;
 mod setup;
 mod test;
+mod text_pokes;
 mod util;
 mod vm;
 
@@ -42,6 +43,12 @@ enum Task {
     /// Run every test layer: fmt, clippy, unit tests, then the integration tests in a VM per kernel.
     /// The last line is `N passed, M failed, K skipped` over all layers (skips: see test.rs).
     Test(test::TestArgs),
+    /// Summarise the kernel text patches a `--audit-text-pokes` boot recorded (Markdown on
+    /// stdout): the functions patched, and each static key with what took it.
+    TextPokes {
+        /// The boot's directory, `target/vm/<kernel>`.
+        dir: std::path::PathBuf,
+    },
     /// Boot the 6.12 VM, run `gpreempt trace` while a built-in workload issues KFD ioctls, and
     /// show the live output. `--emulator`: on the KFD emulator, an online and an offline
     /// workload, an eviction, and `gpreempt preempt` stopping and restarting the offline one.
@@ -69,6 +76,7 @@ fn main() -> ExitCode {
             if status == 0 { Ok(()) } else { Err(anyhow::anyhow!("command in the VM exited with status {status}")) }
         }),
         Task::Test(args) => test::run(&args),
+        Task::TextPokes { dir } => text_pokes::summarise(&dir).map(|md| print!("{md}")),
         Task::Demo(args) => demo::run(&args),
         Task::Image(args) => image::run(&args),
         Task::Fuzz(args) => fuzz::run_fuzz(&args),

@@ -64,6 +64,10 @@ pub struct TestArgs {
     /// Also run the `#[ignore]`d long tests (the agent's 10,000-process soak); CI leaves them out.
     #[arg(long)]
     pub soak: bool,
+    /// Record every kernel text patch in each boot (`target/vm/<kernel>/text_pokes.trace`;
+    /// `cargo xtask text-pokes` summarises it; docs/toolchain.md "Kernel text patches").
+    #[arg(long)]
+    pub audit_text_pokes: bool,
 }
 
 /// What a skipped test prints (see the module doc; emitted by `gpreempt_tests::skip!`).
@@ -285,6 +289,7 @@ fn vm_boot(
     passes: &[Pass],
     filter: Option<&str>,
     soak: bool,
+    audit: bool,
 ) -> Vec<(String, Result<Tally>)> {
     // An explicit --filter picks tests by name on every kernel.
     let focus = if filter.is_some() { Scope::Full } else { focus };
@@ -319,6 +324,7 @@ fn vm_boot(
         memory: "2G".to_owned(),
         no_amdgpu: true,
         module: None,
+        audit_text_pokes: audit,
         command: vec![command],
     });
     let out = vm::out_dir(kernel);
@@ -453,7 +459,9 @@ pub fn run(args: &TestArgs) -> Result<()> {
                     println!("xtask test: VM {}: {focus:?} suite", kernel.name());
                     let mut this_kernel = Tally::default();
                     let started = std::time::Instant::now();
-                    for (name, result) in vm_boot(kernel, focus, &passes, args.filter.as_deref(), args.soak) {
+                    for (name, result) in
+                        vm_boot(kernel, focus, &passes, args.filter.as_deref(), args.soak, args.audit_text_pokes)
+                    {
                         stage(&name, &mut this_kernel, || result);
                     }
                     // One line per kernel: both passes of its boot, and how long the boot took

@@ -46,6 +46,10 @@ pub struct VmArgs {
     /// Build this test module for the kernel on the host and insmod it instead of loading amdgpu.
     #[arg(long, value_enum)]
     pub module: Option<kmod::Module>,
+    /// Record every kernel text patch while the command runs (`text_pokes.trace` and `kallsyms`
+    /// in the VM's directory; `cargo xtask text-pokes` summarises them).
+    #[arg(long)]
+    pub audit_text_pokes: bool,
     /// Command to run as root in the guest (through `bash -c`), in the workspace root.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     pub command: Vec<String>,
@@ -83,8 +87,10 @@ pub fn run(args: &VmArgs) -> Result<i32> {
     // `boot`) keeps the oops or panic itself. The file is also the sign the command started.
     let script = format!(
         "#!/bin/bash\nexport GPREEMPT_VM_OUT='{out}' GPREEMPT_VM_KERNEL='{kernel}'\ncd '{root}'\n\
-         stdbuf -oL dmesg --follow --time-format iso > \"$GPREEMPT_VM_OUT/{KERNEL_LOG}\" 2>&1 &\n{load}\
-         bash -c {command}\necho $? > \"$GPREEMPT_VM_OUT/status\"\n",
+         stdbuf -oL dmesg --follow --time-format iso > \"$GPREEMPT_VM_OUT/{KERNEL_LOG}\" 2>&1 &\n{audit_on}{load}\
+         bash -c {command}\nrc=$?\n{audit_off}echo $rc > \"$GPREEMPT_VM_OUT/status\"\n",
+        audit_on = if args.audit_text_pokes { crate::text_pokes::GUEST_START } else { "" },
+        audit_off = if args.audit_text_pokes { crate::text_pokes::GUEST_STOP } else { "" },
         out = out.display(),
         kernel = args.kernel.name(),
         root = root.display(),

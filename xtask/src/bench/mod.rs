@@ -461,6 +461,7 @@ fn boot_guest(
         cpus,
         no_amdgpu: false,
         module: (scenario != Scenario::Amdgpu).then_some(kmod::Module::KfdEmu),
+        audit_text_pokes: false,
         command,
     })?;
     if status != 0 {
