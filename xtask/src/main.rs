@@ -45,6 +45,9 @@ enum Task {
     Test(test::TestArgs),
     /// Summarise the kernel text patches a `--audit-text-pokes` boot recorded (Markdown on
     /// stdout): the functions patched, and each static key with what took it.
+    /// The guest clock against the host's (through the shared directory's file times) and the
+    /// timer floor, as JSON: run in a VM after a change to the guests' clock settings.
+    ClockCheck(bench::clock_check::ClockCheckArgs),
     TextPokes {
         /// The boot's directory, `target/vm/<kernel>`.
         dir: std::path::PathBuf,
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
             if status == 0 { Ok(()) } else { Err(anyhow::anyhow!("command in the VM exited with status {status}")) }
         }),
         Task::Test(args) => test::run(&args),
+        Task::ClockCheck(args) => bench::clock_check::run(&args),
         Task::TextPokes { dir } => text_pokes::summarise(&dir).map(|md| print!("{md}")),
         Task::Demo(args) => demo::run(&args),
         Task::Image(args) => image::run(&args),

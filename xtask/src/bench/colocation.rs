@@ -209,7 +209,7 @@ const FLOOR_BUSY: u32 = 3;
 /// `busy` `sched_yield` loops beside it, for `secs`; the intervals between its wake-ups.
 /// One floor run: the wake-up intervals (µs) and the sleeping thread's CPU over the run, as a
 /// percentage of its wall time.
-fn timer_floor_run(busy: u32, secs: f64) -> Result<(Stats, f64)> {
+pub(super) fn timer_floor_run(busy: u32, secs: f64) -> Result<(Stats, f64)> {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let loops: Vec<_> = (0..busy)
         .map(|_| {

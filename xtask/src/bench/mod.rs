@@ -11,6 +11,7 @@
 //! arguments and /proc and emulator reads), `results` and `stats`; neither uses the other, and
 //! only this module dispatches between them.
 
+pub mod clock_check;
 mod colocation;
 mod guest;
 mod guest_env;
