@@ -4,3 +4,4 @@
 
 pub mod profile;
 pub mod rng;
+pub mod gpu;

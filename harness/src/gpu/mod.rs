@@ -1,0 +1,3 @@
+//! The model GPU: [`core::GpuCore`] (pure) and its real-time driver.
+
+pub mod core;
