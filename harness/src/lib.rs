@@ -5,3 +5,7 @@
 pub mod profile;
 pub mod rng;
 pub mod gpu;
+pub mod client;
+pub mod control;
+pub mod load;
+pub mod shm;

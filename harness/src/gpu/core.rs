@@ -164,9 +164,9 @@ impl GpuCore {
         self.queues[q].suspended
     }
 
-    /// Online waves in flight: an online dispatch executing now (what `cu_occupancy` counts).
-    pub fn online_executing(&self) -> bool {
-        self.queues.iter().any(|q| q.side == Side::Online && q.head.is_some_and(|h| h.executing))
+    /// Queue `q` has a dispatch executing now (waves in flight: what `cu_occupancy` counts).
+    pub fn executing(&self, q: usize) -> bool {
+        self.queues[q].head.is_some_and(|h| h.executing)
     }
 
     pub fn accounting(&self) -> &Accounting {
@@ -231,12 +231,12 @@ impl GpuCore {
 
     /// When the next dispatch completes if nothing else happens.
     pub fn next_event(&self) -> Option<u64> {
-        let (k, min) = self.executing();
+        let (k, min) = self.running();
         (k > 0).then(|| self.now + min * k as u64)
     }
 
     /// (executing dispatches, least time left among them).
-    fn executing(&self) -> (usize, u64) {
+    fn running(&self) -> (usize, u64) {
         self.queues
             .iter()
             .filter_map(|q| q.head.filter(|h| h.executing))
@@ -253,7 +253,7 @@ impl GpuCore {
             self.now = origin;
         }
         loop {
-            let (k, min) = self.executing();
+            let (k, min) = self.running();
             let step_end = if k > 0 { (self.now + min * k as u64).min(to) } else { to };
             let dt = step_end - self.now;
             if k == 0 {
@@ -340,7 +340,7 @@ impl GpuCore {
                 }
             }
             Bound::Serial => {
-                if self.executing().0 > 0 {
+                if self.running().0 > 0 {
                     return;
                 }
                 let n = self.queues.len();
@@ -484,7 +484,7 @@ mod tests {
         g.publish(T0 + 100 * US, on, 200 * US, T0 + 100 * US);
         // Read index == write index while it runs: the blind spot `cu_occupancy` covers.
         assert_eq!(g.indices(on), (1, 0));
-        assert!(g.online_executing());
+        assert!(g.executing(on));
         // Two share the GPU: the online one needs 400 µs of wall time.
         assert_eq!(g.next_event(), Some(T0 + 500 * US));
         g.advance(T0 + 500 * US);
