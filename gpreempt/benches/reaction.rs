@@ -33,7 +33,12 @@ use gpreempt::{
     domain::{GpuId, HostPid},
     host::{roots::Roots, select::Selector},
     kfd::uapi::QueueSnapshotEntry,
-    schedule::{ScheduleConfig, ScheduleEvent, Scheduler, discover::Discovery, policy::PolicyConfig},
+    schedule::{
+        ScheduleConfig, ScheduleEvent, Scheduler,
+        discover::Discovery,
+        policy::PolicyConfig,
+        seams::{ControlSide, Seams, SysfsOccupancy},
+    },
     stats::Summary,
 };
 use serde_json::json;
@@ -52,10 +57,18 @@ const GAP: Duration = Duration::from_micros(200);
 /// The debug-trap session, with the ioctls replaced by a stamp.
 struct Stamp;
 
-impl Control for Stamp {
-    fn attach(_: HostPid, _: &Options) -> Result<Self, DebugError> {
-        Ok(Self)
+/// Its controller side: every attach is a [`Stamp`].
+struct StampSide;
+
+impl ControlSide for StampSide {
+    type Control = Stamp;
+
+    fn attach(&self, _: HostPid, _: &Options) -> Result<Stamp, DebugError> {
+        Ok(Stamp)
     }
+}
+
+impl Control for Stamp {
     fn suspend(&mut self, _: &Selection) -> Result<Batch, DebugError> {
         SUSPENDED_AT.store(monotonic_ns(), Ordering::SeqCst);
         Ok(Batch { count: 1, ..Batch::default() })
@@ -171,7 +184,12 @@ fn main() -> anyhow::Result<()> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     let mut ignore = |_: &ScheduleEvent| {};
-    let scheduler = Scheduler::start::<Stamp>(config, Box::new(Quiet), &mut ignore)?;
+    let seams = Seams {
+        control: StampSide,
+        discovery: Box::new(Quiet),
+        occupancy: Box::new(SysfsOccupancy { roots: config.roots.clone() }),
+    };
+    let scheduler = Scheduler::start(config, seams, &mut ignore)?;
     let flag = stop.clone();
     let driver = std::thread::spawn(move || drive(wanted, &flag));
     let report = scheduler.run(&stop, &mut ignore);

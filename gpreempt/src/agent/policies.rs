@@ -1,4 +1,4 @@
-//! The configured policies at work: each runs a [`Scheduler`] over [`Session`]s on a thread of
+//! The configured policies at work: each runs a [`Scheduler`] over debug-trap sessions on a thread of
 //! its own. A session is bound to the thread that attached it (ptrace's tracer is a thread, and
 //! the session's watchdog and signals are set up on it), so the policy thread attaches, holds,
 //! resumes and detaches its offline processes itself. The agent's tracer loop forwards every
@@ -22,11 +22,14 @@ use std::{
 
 use super::{AgentPolicy, PolicyRunner, log_line};
 use crate::{
-    controller::session::Session,
     domain::GpuId,
-    metrics::{self, Metrics},
+    metrics::Metrics,
     model::ModelNotice,
-    schedule::{self, ScheduleEvent, Scheduler, channel, policy::PolicyConfig},
+    schedule::{
+        self, ScheduleEvent, Scheduler, channel,
+        policy::{PolicyConfig, TransitionKind},
+        seams::Seams,
+    },
 };
 
 /// One policy's thread.
@@ -132,13 +135,15 @@ fn run(policy: &AgentPolicy, discovery: channel::ChannelDiscovery, stop: &Atomic
     let name = policy.name.as_str();
     let mut recorder = Recorder { name, metrics, suspended_at_ms: BTreeMap::new() };
     let mut emit = |e: &ScheduleEvent| recorder.event(e);
-    let scheduler = match Scheduler::start::<Session>(scheduler_config(policy), Box::new(discovery), &mut emit) {
-        Ok(s) => s,
-        Err(e) => {
-            log("error", "policy not started", &[("policy", &name), ("error", &e)]);
-            return;
-        }
-    };
+    let config = scheduler_config(policy);
+    let scheduler =
+        match Scheduler::start(config.clone(), Seams::host(config.roots.clone(), Box::new(discovery)), &mut emit) {
+            Ok(s) => s,
+            Err(e) => {
+                log("error", "policy not started", &[("policy", &name), ("error", &e)]);
+                return;
+            }
+        };
     log("info", "policy started", &[("policy", &name)]);
     scheduler.run(stop, &mut emit);
 }
@@ -155,8 +160,8 @@ impl Recorder<'_> {
     fn event(&mut self, event: &ScheduleEvent) {
         let policy = &self.name;
         match event {
-            ScheduleEvent::Transition(t) if t.action == "suspend" => {
-                self.metrics.scheduler_transition(self.name, t.gpu_id, metrics::TransitionKind::Suspend);
+            ScheduleEvent::Transition(t) if t.action == TransitionKind::Suspend => {
+                self.metrics.scheduler_transition(self.name, t.gpu_id, TransitionKind::Suspend);
                 if t.queues > 0 {
                     if let Some(us) = t.reaction_us {
                         self.metrics.scheduler_reaction(self.name, t.gpu_id, us / 1e6);
@@ -175,7 +180,7 @@ impl Recorder<'_> {
                 }
             }
             ScheduleEvent::Transition(t) => {
-                self.metrics.scheduler_transition(self.name, t.gpu_id, metrics::TransitionKind::Resume);
+                self.metrics.scheduler_transition(self.name, t.gpu_id, TransitionKind::Resume);
                 if let Some(at) = self.suspended_at_ms.remove(&t.gpu_id) {
                     self.metrics.scheduler_suspended(self.name, t.gpu_id, (t.t_ms - at).max(0.0) / 1e3);
                 }
@@ -255,7 +260,7 @@ mod tests {
     use super::*;
     use crate::{agent::config::AgentConfig, domain::HostPid, schedule::Transition};
 
-    fn transition(action: &'static str, t_ms: f64, queues: i64, reaction_us: Option<f64>) -> ScheduleEvent {
+    fn transition(action: TransitionKind, t_ms: f64, queues: i64, reaction_us: Option<f64>) -> ScheduleEvent {
         ScheduleEvent::Transition(Transition {
             t_ms,
             gpu_id: crate::domain::GpuId(0x1000),
@@ -294,11 +299,11 @@ mod tests {
     fn transitions_feed_the_scheduler_families_of_their_policy() {
         let metrics = Metrics::new("node-a", "0.0.0");
         let mut r = Recorder { name: "p", metrics: &metrics, suspended_at_ms: BTreeMap::new() };
-        r.event(&transition("suspend", 100.0, 2, Some(1500.0)));
-        r.event(&transition("resume", 350.0, 2, None));
+        r.event(&transition(TransitionKind::Suspend, 100.0, 2, Some(1500.0)));
+        r.event(&transition(TransitionKind::Resume, 350.0, 2, None));
         // A suspend that held nothing adds no suspended time; its resume neither.
-        r.event(&transition("suspend", 400.0, 0, None));
-        r.event(&transition("resume", 900.0, 0, None));
+        r.event(&transition(TransitionKind::Suspend, 400.0, 0, None));
+        r.event(&transition(TransitionKind::Resume, 900.0, 0, None));
         let text = metrics.encode();
         // Series of a family come in hash order: compare them sorted.
         let mut lines: Vec<&str> =
@@ -322,12 +327,12 @@ mod tests {
     fn a_session_watchdog_resume_ends_the_suspended_time_once_nothing_is_held() {
         let metrics = Metrics::new("node-a", "0.0.0");
         let mut r = Recorder { name: "p", metrics: &metrics, suspended_at_ms: BTreeMap::new() };
-        r.event(&transition("suspend", 100.0, 4, None));
+        r.event(&transition(TransitionKind::Suspend, 100.0, 4, None));
         // Two offline processes: the first one released leaves the other held; the second ends it.
         r.event(&ScheduleEvent::WatchdogResumed { t_ms: 1_100.0, pid: HostPid(7), held_ms: 1_000, still_held: 1 });
         r.event(&ScheduleEvent::WatchdogResumed { t_ms: 1_350.0, pid: HostPid(8), held_ms: 1_250, still_held: 0 });
         // The policy's resume, later, finds nothing left to resume and adds no time.
-        r.event(&transition("resume", 5_000.0, 0, None));
+        r.event(&transition(TransitionKind::Resume, 5_000.0, 0, None));
         let text = metrics.encode();
         let suspended: Vec<&str> =
             text.lines().filter(|l| l.starts_with("gpreempt_scheduler_suspended_seconds_total")).collect();

@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::Result;
 use gpreempt::{
-    controller::{session::Session, vocabulary::Options},
+    controller::vocabulary::Options,
     host::roots::Roots,
     pipeline::in_process::TracerOptions,
     schedule::{
@@ -17,6 +17,7 @@ use gpreempt::{
         kernel::DriverCalls,
         policy::PolicyConfig,
         realtime::RealtimeConfig,
+        seams::Seams,
     },
     stats::Summary,
 };
@@ -69,7 +70,7 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     let status = !args.json && std::io::stderr().is_terminal();
     let json = args.json;
     let mut emit = move |e: &ScheduleEvent| show(e, json, status);
-    let scheduler = Scheduler::start::<Session>(config, discovery, &mut emit)?;
+    let scheduler = Scheduler::start(config, Seams::host(roots.clone(), discovery), &mut emit)?;
     eprintln!("gpreempt: scheduling; Ctrl-C or SIGTERM resumes the offline queues, detaches and prints the summary");
     let report = scheduler.run(stop, &mut emit);
     if status {

@@ -1,22 +1,21 @@
 //! What the scheduler needs from a debug-trap session on one offline process, as a trait so the
-//! scheduler's logic can be tested with a recording implementation. [`Session`] implements it on
-//! the scheduler's reaction thread, the thread that attached it (KFD takes a target's debug-trap
-//! calls only from its ptrace tracer thread).
+//! scheduler's logic can be tested with a recording implementation and judged natively against a
+//! model GPU. [`Session`] implements it on the scheduler's reaction thread, the thread that
+//! attached it (KFD takes a target's debug-trap calls only from its ptrace tracer thread); how a
+//! session is attached is the scheduler's seam (`schedule::seams::ControlSide`).
 
 use crate::{
     controller::{
         session::Session,
-        vocabulary::{Batch, DRIVER_GRACE_PERIOD, DebugError, Detached, Options, Selection, SessionNotice},
+        vocabulary::{Batch, DRIVER_GRACE_PERIOD, DebugError, Detached, Selection, SessionNotice},
     },
-    domain::{GpuId, HostPid},
+    domain::GpuId,
     kfd::uapi::QueueSnapshotEntry,
 };
 
-/// A debug-trap session the scheduler drives: attach once, suspend and resume many times.
+/// A debug-trap session the scheduler drives: attached once, suspended and resumed many times.
 /// Implementations resume what they suspended and disable debugging when detached or dropped.
 pub trait Control: Sized {
-    /// Check the process, seize it and enable the debug trap (one runlist refresh).
-    fn attach(pid: HostPid, options: &Options) -> Result<Self, DebugError>;
     /// SUSPEND_QUEUES of `selection` (queues that appeared are picked up by `All`).
     fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError>;
     /// RESUME_QUEUES of everything this session suspended.
@@ -37,10 +36,6 @@ pub trait Control: Sized {
 /// The scheduler's thread is the session's thread: attach, suspend, resume and detach are direct
 /// ioctls, with no hand-off.
 impl Control for Session {
-    fn attach(pid: HostPid, options: &Options) -> Result<Self, DebugError> {
-        Session::attach(pid, options)
-    }
-
     fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError> {
         Session::suspend(self, selection, DRIVER_GRACE_PERIOD)
     }

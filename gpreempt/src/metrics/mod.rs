@@ -34,6 +34,7 @@ use crate::{
         spans::{Span, SpanKind},
     },
     pipeline::Subscriber,
+    schedule::policy::TransitionKind,
 };
 
 /// A label set: ordered (name, value) pairs; unknown values are left out, never guessed.
@@ -56,24 +57,6 @@ type SecondsFamily = Family<Labels, Counter<f64>>;
 type GaugeFamily = Family<Labels, Gauge>;
 type FloatGaugeFamily = Family<Labels, Gauge<f64, AtomicU64>>;
 type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
-
-/// A scheduler decision, for [`Metrics::scheduler_transition`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TransitionKind {
-    /// The policy suspended its offline processes.
-    Suspend,
-    /// The policy resumed them.
-    Resume,
-}
-
-impl TransitionKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Suspend => "suspend",
-            Self::Resume => "resume",
-        }
-    }
-}
 
 /// Every metric family of the agent, registered in one registry. Cheap to clone (the families
 /// are shared handles): the HTTP server encodes while the tracer loop updates.

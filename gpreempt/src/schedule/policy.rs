@@ -85,7 +85,7 @@ pub enum State {
 }
 
 /// Why the offline queues are resumed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResumeReason {
     /// No online work for `idle`.
@@ -109,6 +109,25 @@ impl ResumeReason {
             Self::Watchdog => "watchdog",
             Self::MinShare => "min_share",
             Self::Stop => "stop",
+        }
+    }
+}
+
+/// A suspend or a resume of one GPU's offline queues: the one name for a transition from the
+/// policy to the reports, the metrics and the JSON (`"suspend"`, `"resume"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransitionKind {
+    Suspend,
+    Resume,
+}
+
+impl TransitionKind {
+    /// The name used in the output (as serialised).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Suspend => "suspend",
+            Self::Resume => "resume",
         }
     }
 }

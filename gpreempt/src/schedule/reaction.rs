@@ -25,9 +25,10 @@ use std::sync::{
 };
 
 use super::{
-    online::{OccupancyFile, OnlineProcess, QueueAddrs, ReadError},
-    policy::{Action, GapVerdict, Observation, PolicyConfig, PolicyMachine, ResumeReason, State},
+    online::{OnlineProcess, QueueAddrs, ReadError},
+    policy::{Action, GapVerdict, Observation, PolicyConfig, PolicyMachine, ResumeReason, State, TransitionKind},
     realtime::{self, Realtime, RealtimeConfig},
+    seams::{ControlSide, Occupancy},
 };
 use crate::{
     clock::{monotonic_ns, thread_cpu_ns},
@@ -66,32 +67,15 @@ pub enum Command {
     OfflineGone {
         pid: HostPid,
     },
-    /// An online process's `cu_occupancy` file for a GPU (see [`Lane::occupancy`]).
+    /// An online process's occupancy reader for a GPU (see [`Lane::occupancy`]).
     OnlineOccupancy {
         pid: HostPid,
-        file: OccupancyFile,
+        reader: Box<dyn Occupancy>,
     },
     /// An open `begin` hint: online work on every GPU with online queues.
     Hint {
         active: bool,
     },
-}
-
-/// Suspend or resume.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TransitionAction {
-    Suspend,
-    Resume,
-}
-
-impl TransitionAction {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Suspend => "suspend",
-            Self::Resume => "resume",
-        }
-    }
 }
 
 /// One suspend or resume of one GPU's offline queues, as the reaction thread records it: fixed
@@ -101,7 +85,7 @@ pub struct TransitionRecord {
     /// CLOCK_MONOTONIC when the last ioctl returned, ns.
     pub t_ns: u64,
     pub gpu: GpuId,
-    pub action: TransitionAction,
+    pub kind: TransitionKind,
     pub reason: Option<ResumeReason>,
     /// Time in the ioctls, every offline process together, ns.
     pub latency_ns: u64,
@@ -227,7 +211,7 @@ struct Lane {
     /// indices no longer show once a dispatch has started. Read every `occupancy_ns` (the kernel
     /// asks the hardware: too costly for every step), and at once when an idle resume is due, so
     /// a running online dispatch is never taken for an idle GPU.
-    occupancy: Vec<(HostPid, OccupancyFile)>,
+    occupancy: Vec<(HostPid, Box<dyn Occupancy>)>,
     /// When the files were last read, and whether they showed waves.
     occupancy_read: Option<(u64, bool)>,
 }
@@ -261,10 +245,12 @@ impl Lane {
 }
 
 /// The reaction loop's state; lives and dies on its thread.
-pub struct Reaction<C: Control> {
+pub struct Reaction<S: ControlSide> {
     config: ReactionConfig,
+    /// How the offline sessions are attached.
+    side: Arc<S>,
     online: Vec<OnlineProcess>,
-    offline: Vec<Offline<C>>,
+    offline: Vec<Offline<S::Control>>,
     lanes: Vec<Lane>,
     hint: bool,
     /// A `Hint { active: true }` arrived since the last step: it counts for that step even when
@@ -279,15 +265,17 @@ pub struct Reaction<C: Control> {
     panic_after_suspend: bool,
 }
 
-impl<C: Control> Reaction<C> {
+impl<S: ControlSide> Reaction<S> {
     pub fn new(
         config: ReactionConfig,
+        side: Arc<S>,
         commands: Receiver<Command>,
         reports: SyncSender<Report>,
         stats: Arc<LoopStats>,
     ) -> Self {
         Self {
             config,
+            side,
             online: Vec::new(),
             offline: Vec::new(),
             lanes: Vec::new(),
@@ -435,7 +423,7 @@ impl<C: Control> Reaction<C> {
                 self.hint = active;
                 self.hint_pulse |= active;
             }
-            Command::OnlineOccupancy { pid, file } => self.lane(file.gpu, now).occupancy.push((pid, file)),
+            Command::OnlineOccupancy { pid, reader } => self.lane(reader.gpu(), now).occupancy.push((pid, reader)),
         }
     }
 
@@ -458,7 +446,7 @@ impl<C: Control> Reaction<C> {
         if self.offline.iter().any(|p| p.pid == pid) {
             return;
         }
-        let attached = C::attach(pid, &self.config.session).and_then(|mut c| match c.snapshot() {
+        let attached = self.side.attach(pid, &self.config.session).and_then(|mut c| match c.snapshot() {
             Ok(queues) => Ok((c, queues)),
             Err(e) => {
                 c.detach();
@@ -661,7 +649,7 @@ impl<C: Control> Reaction<C> {
                 TransitionRecord {
                     t_ns: now,
                     gpu,
-                    action: TransitionAction::Suspend,
+                    kind: TransitionKind::Suspend,
                     reason: None,
                     latency_ns,
                     reaction_ns,
@@ -678,7 +666,7 @@ impl<C: Control> Reaction<C> {
                 TransitionRecord {
                     t_ns: now,
                     gpu,
-                    action: TransitionAction::Resume,
+                    kind: TransitionKind::Resume,
                     reason: Some(reason),
                     latency_ns,
                     reaction_ns: None,
@@ -689,7 +677,7 @@ impl<C: Control> Reaction<C> {
             }
         };
         let errors = std::mem::take(&mut self.errors);
-        let held = record.action == TransitionAction::Suspend && record.queues > 0;
+        let held = record.kind == TransitionKind::Suspend && record.queues > 0;
         self.report(Report::Transition(record, errors));
         if held && self.panic_after_suspend {
             // Unwinding drops every session, which resumes, disables and detaches (Session's Drop).

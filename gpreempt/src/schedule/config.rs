@@ -1,0 +1,169 @@
+//! What to schedule and how: the configuration, why the scheduler cannot start, and the
+//! selectors checked against the KFD processes of the moment before anything slow starts.
+
+use std::{path::PathBuf, time::Duration};
+
+use serde::Serialize;
+
+use super::{online::ReadError, policy::PolicyConfig, realtime::RealtimeConfig};
+use crate::{
+    controller::{
+        target::{Target, TargetError},
+        vocabulary::{DebugError, Options},
+    },
+    domain::HostPid,
+    host::{
+        roots::Roots,
+        select::{self, Selector},
+    },
+    kfd::{Device, KfdVersion},
+};
+
+/// What to schedule and how.
+#[derive(Clone, Debug)]
+pub struct ScheduleConfig {
+    pub online: Vec<Selector>,
+    pub offline: Vec<Selector>,
+    pub policy: PolicyConfig,
+    /// Interval between the reaction thread's steps (reads of the online dispatch indices).
+    pub poll: Duration,
+    /// The reaction thread steps again at once instead of sleeping `poll`.
+    pub busy_poll: bool,
+    /// Real-time priority, CPU and memory lock of the reaction thread.
+    pub realtime: RealtimeConfig,
+    /// Interval between reads of the online `cu_occupancy` (the kernel asks the hardware).
+    pub occupancy: Duration,
+    /// Interval between [`ScheduleEvent::Interval`] reports.
+    pub interval: Duration,
+    pub hint_socket: Option<PathBuf>,
+    pub roots: Roots,
+    /// Options of each offline session; its watchdog is set to back the policy's up.
+    pub session: Options,
+}
+
+/// The reaction thread's default SCHED_FIFO priority: above every normal task and below the
+/// kernel's own real-time threads (50 for threaded interrupts, 99 for the watchdogs), so a
+/// threaded GPU or timer interrupt still preempts it.
+pub const DEFAULT_RT_PRIORITY: u8 = 20;
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        Self {
+            online: Vec::new(),
+            offline: Vec::new(),
+            policy: PolicyConfig::default(),
+            poll: Duration::from_micros(200),
+            busy_poll: false,
+            realtime: RealtimeConfig { priority: DEFAULT_RT_PRIORITY, cpu: None, lock_memory: true },
+            occupancy: Duration::from_millis(1),
+            interval: Duration::from_secs(1),
+            hint_socket: None,
+            roots: Roots::default(),
+            session: Options::default(),
+        }
+    }
+}
+
+/// Why the scheduler cannot start: cause and fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("--{role} {pid}: {cause}")]
+    Target { role: Role, pid: HostPid, cause: TargetError },
+    #[error(
+        "pid {0} is selected both as online and as offline; a process is one or the other (check the pids and \
+         containers given to --online and --offline)"
+    )]
+    Overlap(HostPid),
+    #[error("--offline selects no process and no container: give at least one pid or container:NAME")]
+    NoOffline,
+    #[error("--online selects no process and no container: give at least one pid or container:NAME")]
+    NoOnline,
+    #[error("--{role} {pid}: {cause}")]
+    Debug { role: Role, pid: HostPid, cause: DebugError },
+    #[error("--online {pid}: {cause}")]
+    Unreadable { pid: HostPid, cause: ReadError },
+    #[error("--hint-socket {}: {cause}", path.display())]
+    HintSocket { path: PathBuf, cause: std::io::Error },
+    #[error("the reaction thread could not start: {0}")]
+    Thread(std::io::Error),
+    #[error("the reaction thread ended while attaching (it panicked: see the message above)")]
+    ThreadDied,
+    /// No /dev/kfd, or a kernel without the debug trap.
+    #[error(transparent)]
+    Kernel(DebugError),
+}
+
+/// The kernel can suspend another process's queues: /dev/kfd opens and has the debug trap.
+/// Checked before anything slow starts (the tracer), so an old kernel is refused at once.
+pub fn check_kernel(device: &std::path::Path) -> Result<KfdVersion, ScheduleError> {
+    let kfd = Device::open_path(device).map_err(|e| ScheduleError::Kernel(e.into()))?;
+    let version = kfd.version().map_err(|e| ScheduleError::Kernel(e.into()))?;
+    if !version.has_debug_trap() {
+        return Err(ScheduleError::Kernel(DebugError::NoDebugTrap(version)));
+    }
+    Ok(version)
+}
+
+/// Which side a process is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Online,
+    Offline,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Online => "online",
+            Role::Offline => "offline",
+        })
+    }
+}
+
+/// Check a pid selector's process: it exists and has opened /dev/kfd.
+fn check_pid(roots: &Roots, role: Role, pid: HostPid) -> Result<(), ScheduleError> {
+    let target = Target::inspect(roots, pid).map_err(|source| ScheduleError::Target { role, pid, cause: source })?;
+    if !target.uses_kfd {
+        return Err(ScheduleError::Target { role, pid, cause: TargetError::NotKfdProcess { pid, comm: target.comm } });
+    }
+    Ok(())
+}
+
+/// The selectors resolved against the KFD processes of the moment, or why they cannot be
+/// scheduled: nothing selected on a side, a named pid that is gone or no KFD process, a process on
+/// both sides. Cheap (sysfs and /proc), so a front end checks it before it starts anything slow
+/// (the tracer takes seconds to attach); [`Scheduler::start`] checks it again.
+pub fn check_selection(config: &ScheduleConfig) -> Result<(), ScheduleError> {
+    resolve_selection(config).map(drop)
+}
+
+pub(super) fn resolve_selection(
+    config: &ScheduleConfig,
+) -> Result<(select::Resolved, select::Resolved), ScheduleError> {
+    if config.online.is_empty() {
+        return Err(ScheduleError::NoOnline);
+    }
+    if config.offline.is_empty() {
+        return Err(ScheduleError::NoOffline);
+    }
+    let roots = &config.roots;
+    let online_sel = select::resolve(&config.online, roots);
+    let offline_sel = select::resolve(&config.offline, roots);
+    for (role, r) in [(Role::Online, &online_sel), (Role::Offline, &offline_sel)] {
+        for &pid in &r.unmatched_pids {
+            check_pid(roots, role, pid)?;
+        }
+    }
+    if let Some(&pid) = online_sel.pids.iter().find(|p| offline_sel.pids.contains(p)) {
+        return Err(ScheduleError::Overlap(pid));
+    }
+    for sel in &config.offline {
+        if let Selector::Pid(pid) = sel
+            && config.online.contains(&Selector::Pid(*pid))
+        {
+            return Err(ScheduleError::Overlap(*pid));
+        }
+    }
+    Ok((online_sel, offline_sel))
+}

@@ -1,0 +1,240 @@
+//! What the scheduler reports: every [`ScheduleEvent`] as it happens, the periodic
+//! [`Interval`] and the end-of-run [`ScheduleReport`]. Their JSON is the output of
+//! `gpreempt schedule --json` and what the agent and `top` read.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{
+    hints::HintCounts,
+    kernel::KernelReport,
+    policy::{ResumeReason, State, TransitionKind},
+    realtime::Realtime,
+};
+use crate::{
+    controller::vocabulary::{Detached, SharedError},
+    domain::{GpuId, HostPid, QueueId},
+    stats::Summary as Stats,
+};
+
+/// One suspend or resume of one GPU's offline queues.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Transition {
+    /// Milliseconds since start.
+    pub t_ms: f64,
+    pub gpu_id: GpuId,
+    pub action: TransitionKind,
+    /// Why a resume happened (`None` for a suspend).
+    pub reason: Option<ResumeReason>,
+    /// Time in the ioctls, every offline process together, µs.
+    pub latency_us: f64,
+    /// Suspend only: online work first seen → SUSPEND returned, µs.
+    pub reaction_us: Option<f64>,
+    /// Suspend only: the last poll that saw the GPU free of online work → SUSPEND entering the
+    /// kernel, µs (an upper bound of online work published → suspend).
+    pub detection_us: Option<f64>,
+    /// Queues suspended or resumed.
+    pub queues: i64,
+    /// Offline processes an ioctl was issued for.
+    pub ioctls: u32,
+    /// Offline processes the ioctl failed for, with the error.
+    pub errors: Vec<TransitionError>,
+}
+
+/// One offline process a transition's ioctl failed for.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TransitionError {
+    pub pid: HostPid,
+    pub error: SharedError,
+}
+
+impl std::fmt::Display for TransitionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {}: {}", self.pid, self.error)
+    }
+}
+
+impl Transition {
+    /// The failures, one line: `pid N: why; pid M: why`.
+    pub fn errors_line(&self) -> String {
+        self.errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    }
+}
+
+/// One GPU in a periodic report.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuInterval {
+    pub gpu_id: GpuId,
+    pub state: State,
+    /// Share of the interval this GPU's offline queues were suspended.
+    pub suspended_share: f64,
+    /// Offline dispatches started on this GPU in the interval (read indices).
+    pub offline_dispatches: u64,
+}
+
+/// A periodic report.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Interval {
+    pub t_ms: f64,
+    pub online_processes: usize,
+    pub offline_processes: usize,
+    /// Transitions so far, every GPU.
+    pub transitions: u64,
+    pub reaction_p99_us: Option<f64>,
+    /// The reaction thread's step interval so far: p50, p99 and the maximum, µs.
+    pub loop_step_p50_us: Option<f64>,
+    pub loop_step_p99_us: Option<f64>,
+    pub loop_step_max_us: Option<f64>,
+    /// Offline dispatches started in the interval, every GPU.
+    pub offline_dispatches: u64,
+    pub gpus: Vec<GpuInterval>,
+}
+
+/// One GPU over the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GpuReport {
+    pub gpu_id: GpuId,
+    /// A policy ran for it (online work was seen on it).
+    pub scheduled: bool,
+    pub suspends: u64,
+    pub resumes: u64,
+    pub resumes_by_reason: BTreeMap<ResumeReason, u64>,
+    /// Idle resumes skipped because the gap was predicted shorter than the transitions cost.
+    pub resumes_skipped: u64,
+    pub failed_suspends: u64,
+    pub suspended_ms: f64,
+    pub suspended_share: f64,
+    pub reaction_us: Option<Stats>,
+    pub detection_us: Option<Stats>,
+    pub suspend_us: Option<Stats>,
+    pub resume_us: Option<Stats>,
+    pub offline_dispatches: u64,
+    pub offline_rate_running_per_s: Option<f64>,
+    pub offline_rate_overall_per_s: Option<f64>,
+}
+
+/// The end-of-run report; the top-level figures cover every GPU.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ScheduleReport {
+    pub elapsed_ms: f64,
+    pub suspends: u64,
+    pub resumes: u64,
+    pub resumes_by_reason: BTreeMap<ResumeReason, u64>,
+    pub resumes_skipped: u64,
+    /// Suspends that failed for every offline process.
+    pub failed_suspends: u64,
+    /// Summed over GPUs.
+    pub suspended_ms: f64,
+    /// Mean over the GPUs with a policy.
+    pub suspended_share: f64,
+    pub reaction_us: Option<Stats>,
+    pub detection_us: Option<Stats>,
+    pub suspend_us: Option<Stats>,
+    pub resume_us: Option<Stats>,
+    /// Online dispatch delay estimated from the indices: first seen pending → consumed, µs.
+    pub online_dispatch_delay_us: Option<Stats>,
+    /// Offline dispatches started (read indices), in total and per second.
+    pub offline_dispatches: u64,
+    pub offline_rate_running_per_s: Option<f64>,
+    pub offline_rate_overall_per_s: Option<f64>,
+    /// Steps of the reaction thread, and the interval between their starts (µs).
+    pub polls: u64,
+    pub loop_step_us: Option<Stats>,
+    pub realtime: Realtime,
+    /// Reports the reaction thread dropped because this side fell behind.
+    pub reports_dropped: u64,
+    /// The reaction thread panicked (its sessions resumed and detached while it unwound).
+    pub reaction_panicked: bool,
+    pub hints: Option<HintCounts>,
+    /// Runlist refreshes caused by attaching (ENABLE and DISABLE of offline sessions, online snapshots).
+    pub attach_refreshes: u64,
+    /// This process's CPU time (user + system), ms, and as a share of the elapsed time.
+    pub cpu_ms: f64,
+    pub cpu_share: f64,
+    /// Of it, the reaction thread's, ms; and of that, the time inside suspend and resume
+    /// transitions (the debug-trap ioctls, whose driver work runs on the calling thread), ms.
+    /// The rest of the reaction thread's CPU is its polling.
+    pub reaction_cpu_ms: f64,
+    pub transition_cpu_ms: f64,
+    /// What the driver did for the suspends and resumes, when the tracer is attached.
+    pub kernel: Option<KernelReport>,
+    pub gpus: Vec<GpuReport>,
+}
+
+/// Everything the scheduler reports.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ScheduleEvent {
+    /// An offline process is attached (kept attached until it exits or the scheduler stops).
+    OfflineAttached {
+        pid: HostPid,
+        comm: String,
+        queues: usize,
+        /// Its GPUs (those of its queues), sorted.
+        gpus: Vec<GpuId>,
+        picked_up: bool,
+    },
+    /// An offline process could not be attached (picked up later: it is skipped).
+    OfflineAttachFailed {
+        pid: HostPid,
+        error: String,
+    },
+    OfflineDetached {
+        pid: HostPid,
+        reason: &'static str,
+        detached: Detached,
+    },
+    /// A held offline process created queues on a held GPU: they are suspended too.
+    OfflineQueuesHeld {
+        pid: HostPid,
+        queues: u32,
+    },
+    /// An online process is watched; `snapshot`: its existing queues were learnt with one
+    /// debug-trap snapshot (ENABLE, GET_QUEUE_SNAPSHOT, DISABLE: two runlist refreshes).
+    OnlineAdded {
+        pid: HostPid,
+        queues: usize,
+        snapshot: bool,
+        occupancy_files: usize,
+    },
+    OnlineQueue {
+        pid: HostPid,
+        queue_id: QueueId,
+        gpu_id: GpuId,
+    },
+    OnlineGone {
+        pid: HostPid,
+    },
+    Transition(Transition),
+    /// A GPU's idle resume was skipped: the rest of the online gap is predicted shorter than
+    /// what a resume and the next suspend cost the online job (said once per gap).
+    ResumeSkipped {
+        t_ms: f64,
+        gpu_id: GpuId,
+        idle_us: f64,
+        predicted_gap_us: f64,
+        cost_us: f64,
+        /// Recorded gaps the prediction rests on.
+        evidence: usize,
+    },
+    Interval(Interval),
+    /// A hint line that is not `begin` or `end` (ignored).
+    HintMalformed {
+        line: String,
+        count: u64,
+    },
+    /// A session's own watchdog resumed an offline process's queues: they had been held `held_ms`,
+    /// past the session's `max_suspend`, because the reaction thread stalled. `still_held`
+    /// offline processes remain suspended.
+    WatchdogResumed {
+        t_ms: f64,
+        pid: HostPid,
+        held_ms: u64,
+        still_held: usize,
+    },
+    Warning {
+        message: String,
+    },
+    Summary(Box<ScheduleReport>),
+}

@@ -1,0 +1,509 @@
+//! The scheduler's unit tests: the real [`Scheduler`] and reaction thread, with this test
+//! process as the online process (its index words read with `process_vm_readv` like another's),
+//! a recording controller side per test and a fake sysfs/procfs.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc::{self, Receiver},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use super::{
+    ScheduleConfig, ScheduleEvent, Scheduler,
+    discover::Discovery,
+    online::QueueAddrs,
+    policy::{PolicyConfig, ResumeReason, TransitionKind},
+    realtime::{Realtime, RealtimeConfig},
+    seams::{ControlSide, Seams, SysfsOccupancy},
+};
+use crate::{
+    controller::{
+        control::Control,
+        vocabulary::{Batch, DebugError, Detached, Options, Selection, SessionNotice},
+    },
+    domain::{GpuId, HostPid, QueueId},
+    host::select::Selector,
+    kfd::uapi::QueueSnapshotEntry,
+    model::ModelNotice,
+    test_support::FakeHost,
+};
+
+const A: u32 = 0x1000;
+const B: u32 = 0x2000;
+
+/// What one test's sessions answer and what was asked of them (each test has its own).
+#[derive(Default)]
+struct Script {
+    online: Vec<QueueSnapshotEntry>,
+    offline: Vec<QueueSnapshotEntry>,
+    /// Every watchdog resume arrives at the next look after a suspend.
+    release_at_once: bool,
+    calls: Vec<String>,
+}
+
+/// The controller side of one test: its sessions record into the test's script.
+#[derive(Clone, Default)]
+struct RecorderSide(Arc<Mutex<Script>>);
+
+impl RecorderSide {
+    fn with<T>(&self, f: impl FnOnce(&mut Script) -> T) -> T {
+        f(&mut self.0.lock().unwrap())
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.with(|s| s.calls.clone())
+    }
+
+    fn wait_until(&self, what: impl Fn(&[String]) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !what(&self.calls()) {
+            assert!(Instant::now() < deadline, "timed out; calls: {:?}", self.calls());
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+impl ControlSide for RecorderSide {
+    type Control = Recorder;
+
+    fn attach(&self, pid: HostPid, _: &Options) -> Result<Recorder, DebugError> {
+        let online = pid.0 == std::process::id();
+        let r = Recorder { pid, side: self.clone(), online, held: Vec::new() };
+        r.log(format!("attach {pid}"));
+        Ok(r)
+    }
+}
+
+/// A session that records what the scheduler asks of it (offline calls only: the online
+/// process is this test process in every test).
+struct Recorder {
+    pid: HostPid,
+    side: RecorderSide,
+    online: bool,
+    /// GPUs held now.
+    held: Vec<GpuId>,
+}
+
+impl Recorder {
+    fn log(&self, call: String) {
+        if !self.online {
+            self.side.with(|s| s.calls.push(call));
+        }
+    }
+
+    fn queues_on(&self, gpu: GpuId) -> usize {
+        self.side.with(|s| s.offline.iter().filter(|q| q.gpu_id == gpu.0).count())
+    }
+}
+
+impl Control for Recorder {
+    fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError> {
+        self.log(format!("suspend {selection:?}"));
+        let Selection::Gpu(gpu) = selection else { panic!("the scheduler holds GPUs, not {selection:?}") };
+        let n = self.queues_on(*gpu);
+        if n > 0 {
+            self.held.push(*gpu);
+        }
+        Ok(Batch { count: n as i32, latency_ns: 1_000, ..Batch::default() })
+    }
+    fn resume(&mut self) -> Result<Batch, DebugError> {
+        unreachable!("the scheduler resumes per GPU")
+    }
+    fn resume_gpu(&mut self, gpu: GpuId) -> Result<Batch, DebugError> {
+        let n = self.queues_on(gpu);
+        let held = self.held.contains(&gpu);
+        self.held.retain(|g| *g != gpu);
+        if held {
+            self.log(format!("resume {gpu:#x}"));
+            Ok(Batch { count: n as i32, latency_ns: 1_000, ..Batch::default() })
+        } else {
+            Ok(Batch { skipped: true, ..Batch::default() })
+        }
+    }
+    fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
+        let online = self.online;
+        Ok(self.side.with(|s| if online { s.online.clone() } else { s.offline.clone() }))
+    }
+    fn notices(&mut self, _: u64) -> Vec<SessionNotice> {
+        let release = self.side.with(|s| s.release_at_once);
+        if !release || self.held.is_empty() {
+            return Vec::new();
+        }
+        self.held.clear();
+        self.log("watchdog resumed".into());
+        vec![SessionNotice::WatchdogResumed { held_ms: 1, resumed: Batch { count: 1, ..Batch::default() } }]
+    }
+    fn comm(&self) -> String {
+        "recorder".into()
+    }
+    fn detach(self) -> Detached {
+        self.log(format!("detach {}", self.pid));
+        Detached::default()
+    }
+}
+
+/// A KFD process with one queue in the fake host, as the scheduler's checks see it.
+fn kfd_process(host: &mut FakeHost, pid: u32) {
+    host.kfd_file(pid, "queues/0/gpuid", "4096").kfd_file(pid, "queues/0/type", "0").kfd_process(pid).process(
+        pid,
+        "worker",
+        &format!("Name:\tworker\nNSpid:\t{pid}\n"),
+        "0::/user.slice\n",
+    );
+}
+
+/// An online or offline queue on `gpu` whose read and write indices live at `read`/`write`.
+fn queue(id: u32, gpu: u32, read: &AtomicU64, write: &AtomicU64) -> QueueSnapshotEntry {
+    QueueSnapshotEntry {
+        queue_id: id,
+        gpu_id: gpu,
+        read_pointer_address: read.as_ptr() as u64,
+        write_pointer_address: write.as_ptr() as u64,
+        ..QueueSnapshotEntry::default()
+    }
+}
+
+/// One test's scheduler set-up: the fake host, the recording side and the configuration.
+struct Setup {
+    host: FakeHost,
+    side: RecorderSide,
+    config: ScheduleConfig,
+}
+
+/// The seams: this test's recorders, the given discovery, occupancy from the fake sysfs.
+fn seams_of(side: &RecorderSide, config: &ScheduleConfig, discovery: Box<dyn Discovery>) -> Seams<RecorderSide> {
+    Seams { control: side.clone(), discovery, occupancy: Box::new(SysfsOccupancy { roots: config.roots.clone() }) }
+}
+
+/// A scheduler configuration in a fake sysfs/procfs: this process online with `online`
+/// queues, `offline` offline with `offline_queues` (5 ms idle, 100 µs polls, no real-time
+/// footing: unit tests run wherever).
+fn setup(
+    offline: u32,
+    online: Vec<QueueSnapshotEntry>,
+    offline_queues: Vec<QueueSnapshotEntry>,
+    release_at_once: bool,
+) -> Setup {
+    let mut host = FakeHost::new();
+    kfd_process(&mut host, std::process::id());
+    kfd_process(&mut host, offline);
+    let roots = host.roots();
+    let side = RecorderSide::default();
+    side.with(|s| {
+        s.online = online;
+        s.offline = offline_queues;
+        s.release_at_once = release_at_once;
+    });
+    let config = ScheduleConfig {
+        online: vec![Selector::Pid(HostPid(std::process::id()))],
+        offline: vec![Selector::Pid(HostPid(offline))],
+        policy: PolicyConfig { idle: Duration::from_millis(5), ..PolicyConfig::default() },
+        poll: Duration::from_micros(100),
+        realtime: RealtimeConfig::default(),
+        session: Options { roots: roots.clone(), ..Options::default() },
+        roots,
+        ..ScheduleConfig::default()
+    };
+    Setup { host, side, config }
+}
+
+fn count(calls: &[String], prefix: &str) -> usize {
+    calls.iter().filter(|c| c.starts_with(prefix)).count()
+}
+
+/// Events of a run, collected.
+fn sink() -> (Arc<Mutex<Vec<ScheduleEvent>>>, impl FnMut(&ScheduleEvent)) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    (events, move |e: &ScheduleEvent| sink.lock().unwrap().push(e.clone()))
+}
+
+/// No tracer: nothing appears or goes.
+struct Quiet;
+impl Discovery for Quiet {
+    fn poll(&mut self, _: &mut Vec<ModelNotice>) {}
+    fn sees_queues(&self) -> bool {
+        true
+    }
+}
+
+static READ: AtomicU64 = AtomicU64::new(0);
+static WRITE: AtomicU64 = AtomicU64::new(0);
+static OFF_READ: AtomicU64 = AtomicU64::new(0);
+const OFFLINE: u32 = 3_999_999;
+
+#[test]
+fn pending_online_work_suspends_the_offline_queues_of_its_gpu_once_and_idle_resumes_them() {
+    let offline = vec![queue(0, A, &OFF_READ, &OFF_READ)];
+    let Setup { host: _host, side, config } = setup(OFFLINE, vec![queue(0, A, &READ, &WRITE)], offline, false);
+    let (events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
+    assert_eq!(side.calls(), [format!("attach {OFFLINE}")]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, c) = (stop.clone(), side.clone());
+    let driver = thread::spawn(move || {
+        // Two bursts of online work: one dispatch each, consumed after the suspend.
+        for n in 1..=2u64 {
+            WRITE.store(n, Ordering::SeqCst);
+            c.wait_until(|calls| count(calls, "suspend") == n as usize);
+            thread::sleep(Duration::from_millis(20));
+            READ.store(n, Ordering::SeqCst);
+            c.wait_until(|calls| count(calls, "resume") == n as usize);
+        }
+        flag.store(true, Ordering::SeqCst);
+    });
+    let report = s.run(&stop, &mut emit);
+    driver.join().unwrap();
+    let gpu_a = format!("suspend Gpu(GpuId({A}))");
+    assert_eq!(
+        side.calls()[1..],
+        [gpu_a.clone(), "resume 0x1000".into(), gpu_a, "resume 0x1000".into(), format!("detach {OFFLINE}")]
+    );
+    assert_eq!((report.suspends, report.resumes, report.failed_suspends), (2, 2, 0));
+    assert_eq!(report.resumes_by_reason, BTreeMap::from([(ResumeReason::Idle, 2)]));
+    // Online snapshot (ENABLE + DISABLE), offline ENABLE and DISABLE.
+    assert_eq!(report.attach_refreshes, 4);
+    assert_eq!(report.reaction_us.as_ref().map(|r| r.count), Some(2));
+    assert_eq!(report.detection_us.as_ref().map(|r| r.count), Some(2));
+    assert!(report.loop_step_us.as_ref().is_some_and(|s| s.count > 10), "{:?}", report.loop_step_us);
+    assert!(report.polls > 10);
+    // The reaction thread's CPU, measured by itself when it ended, holds its transitions'.
+    assert!(report.reaction_cpu_ms > 0.0, "{}", report.reaction_cpu_ms);
+    assert!(report.transition_cpu_ms <= report.reaction_cpu_ms, "{report:?}");
+    // Each dispatch was seen pending once and consumed once.
+    assert_eq!(report.online_dispatch_delay_us.as_ref().map(|d| d.count), Some(2));
+    assert_eq!(report.realtime, Realtime { policy: "normal", ..Realtime::default() });
+    assert_eq!(report.gpus.len(), 1);
+    assert_eq!((report.gpus[0].gpu_id, report.gpus[0].suspends, report.gpus[0].scheduled), (GpuId(A), 2, true));
+    let events = events.lock().unwrap();
+    let kinds: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            ScheduleEvent::Transition(t) => {
+                Some(format!("{} {:#x} {:?} {}", t.action.name(), t.gpu_id, t.reason, t.queues))
+            }
+            ScheduleEvent::OnlineAdded { queues, snapshot, .. } => Some(format!("online_added {queues} {snapshot}")),
+            ScheduleEvent::OfflineAttached { queues, gpus, picked_up, .. } => {
+                Some(format!("offline_attached {queues} {gpus:?} {picked_up}"))
+            }
+            ScheduleEvent::OfflineDetached { reason, .. } => Some(format!("offline_detached {reason}")),
+            ScheduleEvent::Summary(_) => Some("summary".into()),
+            ScheduleEvent::Interval(_) => None,
+            other => Some(format!("{other:?}")),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "online_added 1 true",
+            "offline_attached 1 [GpuId(4096)] false",
+            "suspend 0x1000 None 1",
+            "resume 0x1000 Some(Idle) 1",
+            "suspend 0x1000 None 1",
+            "resume 0x1000 Some(Idle) 1",
+            "offline_detached stopped",
+            "summary",
+        ]
+    );
+}
+
+static READ2: AtomicU64 = AtomicU64::new(0);
+static WRITE2: AtomicU64 = AtomicU64::new(0);
+const OFFLINE2: u32 = 3_999_998;
+
+#[test]
+fn time_after_a_session_watchdog_resume_is_not_counted_suspended() {
+    let offline = vec![queue(0, A, &OFF_READ, &OFF_READ)];
+    let Setup { host: _host, side, config } = setup(OFFLINE2, vec![queue(0, A, &READ2, &WRITE2)], offline, true);
+    let (events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, c) = (stop.clone(), side.clone());
+    let driver = thread::spawn(move || {
+        // Online work stays pending 300 ms after the session watchdog released the offline
+        // process, which runs meanwhile (the burst had its suspend: no second one).
+        WRITE2.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "watchdog resumed") == 1);
+        let pending = Instant::now();
+        thread::sleep(Duration::from_millis(300));
+        READ2.store(1, Ordering::SeqCst);
+        thread::sleep(Duration::from_millis(50));
+        flag.store(true, Ordering::SeqCst);
+        pending.elapsed()
+    });
+    let report = s.run(&stop, &mut emit);
+    let pending = driver.join().unwrap();
+    assert_eq!(count(&side.calls(), "suspend"), 1);
+    // The policy followed the release (every hold ended without it): no resume transition.
+    assert_eq!((report.suspends, report.resumes), (1, 0));
+    let released: Vec<(HostPid, usize)> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            ScheduleEvent::WatchdogResumed { pid, still_held, .. } => Some((*pid, *still_held)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(released, [(HostPid(OFFLINE2), 0)]);
+    // Held from the suspend to the next step's look at the session (100 µs steps; bounded
+    // generously for a loaded machine), not for the 300 ms the online work stayed pending.
+    assert!(pending >= Duration::from_millis(300));
+    assert!(report.suspended_ms < 150.0, "suspended {} ms", report.suspended_ms);
+}
+
+static READ3: AtomicU64 = AtomicU64::new(0);
+static WRITE3: AtomicU64 = AtomicU64::new(0);
+static READ3B: AtomicU64 = AtomicU64::new(0);
+static WRITE3B: AtomicU64 = AtomicU64::new(0);
+const OFFLINE3: u32 = 3_999_997;
+
+/// A discovery the test feeds.
+struct Fed(Receiver<ModelNotice>);
+impl Discovery for Fed {
+    fn poll(&mut self, out: &mut Vec<ModelNotice>) {
+        out.extend(self.0.try_iter());
+    }
+    fn sees_queues(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn online_work_on_one_gpu_suspends_only_that_gpus_offline_queues_and_a_new_online_gpu_gets_its_policy() {
+    // Offline queues on A (ids 0, 2) and B (id 1); online starts with one queue on A.
+    let offline =
+        vec![queue(0, A, &OFF_READ, &OFF_READ), queue(1, B, &OFF_READ, &OFF_READ), queue(2, A, &OFF_READ, &OFF_READ)];
+    let Setup { host: _host, side, config } = setup(OFFLINE3, vec![queue(0, A, &READ3, &WRITE3)], offline, false);
+    let (events, mut emit) = sink();
+    let (tx, rx) = mpsc::channel();
+    let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Fed(rx))), &mut emit).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, c) = (stop.clone(), side.clone());
+    let driver = thread::spawn(move || {
+        WRITE3.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "suspend") == 1);
+        READ3.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "resume") == 1);
+        // The online process creates a queue on B mid-run: B's policy starts with it.
+        let queue = QueueAddrs {
+            queue_id: QueueId(1),
+            gpu_id: GpuId(B),
+            read: READ3B.as_ptr() as u64,
+            write: WRITE3B.as_ptr() as u64,
+        };
+        tx.send(ModelNotice::QueueCreated { pid: HostPid(std::process::id()), queue }).unwrap();
+        WRITE3B.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "suspend") == 2);
+        READ3B.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "resume") == 2);
+        flag.store(true, Ordering::SeqCst);
+    });
+    let report = s.run(&stop, &mut emit);
+    driver.join().unwrap();
+    assert_eq!(
+        side.calls()[1..],
+        [
+            format!("suspend Gpu(GpuId({A}))"),
+            "resume 0x1000".into(),
+            format!("suspend Gpu(GpuId({B}))"),
+            "resume 0x2000".into(),
+            format!("detach {OFFLINE3}"),
+        ]
+    );
+    let per_gpu: Vec<(GpuId, u64, u64)> = report.gpus.iter().map(|g| (g.gpu_id, g.suspends, g.resumes)).collect();
+    assert_eq!(per_gpu, [(GpuId(A), 1, 1), (GpuId(B), 1, 1)]);
+    let transitions: Vec<(GpuId, TransitionKind, i64)> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            ScheduleEvent::Transition(t) => Some((t.gpu_id, t.action, t.queues)),
+            _ => None,
+        })
+        .collect();
+    // Two queues held on A, one on B.
+    assert_eq!(
+        transitions,
+        [
+            (GpuId(A), TransitionKind::Suspend, 2),
+            (GpuId(A), TransitionKind::Resume, 2),
+            (GpuId(B), TransitionKind::Suspend, 1),
+            (GpuId(B), TransitionKind::Resume, 1),
+        ]
+    );
+}
+
+#[test]
+fn a_gpu_with_online_work_but_no_offline_queue_holds_nothing() {
+    static R: AtomicU64 = AtomicU64::new(0);
+    static W: AtomicU64 = AtomicU64::new(0);
+    const OFF: u32 = 3_999_996;
+    // Offline only on B; online only on A.
+    let Setup { host: _host, side, config } =
+        setup(OFF, vec![queue(0, A, &R, &W)], vec![queue(0, B, &OFF_READ, &OFF_READ)], false);
+    let (_events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, c) = (stop.clone(), side.clone());
+    let driver = thread::spawn(move || {
+        W.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "suspend") == 1);
+        thread::sleep(Duration::from_millis(30));
+        R.store(1, Ordering::SeqCst);
+        thread::sleep(Duration::from_millis(30));
+        flag.store(true, Ordering::SeqCst);
+    });
+    let report = s.run(&stop, &mut emit);
+    driver.join().unwrap();
+    // One SUSPEND asked for A, which held nothing of it (no ioctl in a real session): no
+    // resume, and B's queue was never touched.
+    assert_eq!(side.calls()[1..], [format!("suspend Gpu(GpuId({A}))"), format!("detach {OFF}")]);
+    assert_eq!((report.suspends, report.resumes, report.suspended_ms), (1, 0, 0.0));
+    let b = report.gpus.iter().find(|g| g.gpu_id == GpuId(B)).unwrap();
+    assert_eq!((b.scheduled, b.suspends), (false, 0));
+}
+
+#[test]
+fn a_started_online_dispatch_shown_only_by_cu_occupancy_holds_off_the_idle_resume() {
+    static R: AtomicU64 = AtomicU64::new(0);
+    static W: AtomicU64 = AtomicU64::new(0);
+    const OFF: u32 = 3_999_995;
+    let Setup { host, side, config } =
+        setup(OFF, vec![queue(0, A, &R, &W)], vec![queue(0, A, &OFF_READ, &OFF_READ)], false);
+    let stats = host.kfd_proc().join(format!("{}/stats_{A}", std::process::id()));
+    fs::create_dir_all(&stats).unwrap();
+    let occupancy = stats.join("cu_occupancy");
+    fs::write(&occupancy, "0\n").unwrap();
+    // Periodic reads every 10 ms, twice the 5 ms idle: only the fresh read before an idle
+    // resume can tell that the dispatch still runs. (A busy read stands until the next
+    // periodic one, so the period must stay short of the 5 s watchdog.)
+    let config = ScheduleConfig { occupancy: Duration::from_millis(10), ..config };
+    let (_events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, c) = (stop.clone(), side.clone());
+    let driver = thread::spawn(move || {
+        W.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "suspend") == 1);
+        // The dispatch starts (consumed from the ring) and runs for 100 ms: 20 idle periods.
+        fs::write(&occupancy, "304\n").unwrap();
+        R.store(1, Ordering::SeqCst);
+        thread::sleep(Duration::from_millis(100));
+        let resumed_while_running = count(&c.calls(), "resume");
+        fs::write(&occupancy, "0\n").unwrap();
+        c.wait_until(|calls| count(calls, "resume") == 1);
+        flag.store(true, Ordering::SeqCst);
+        resumed_while_running
+    });
+    let report = s.run(&stop, &mut emit);
+    assert_eq!(driver.join().unwrap(), 0, "resumed while the online dispatch ran");
+    assert_eq!((report.suspends, report.resumes), (1, 1));
+    assert_eq!(report.resumes_by_reason, BTreeMap::from([(ResumeReason::Idle, 1)]));
+}
