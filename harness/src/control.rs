@@ -19,11 +19,13 @@ use std::{
 use gpreempt::{
     clock::monotonic_ns,
     controller::{
+        control::Control,
         target::TargetError,
         vocabulary::{Batch, DebugError, Detached, Options, Selection, SessionNotice},
     },
     domain::{GpuId, HostPid},
     kfd::uapi::QueueSnapshotEntry,
+    schedule::seams::{ControlSide, Occupancy, OccupancySource},
 };
 use serde::Serialize;
 
@@ -131,10 +133,13 @@ pub struct ModelControl {
     stretch: bool,
 }
 
-impl ModelSide {
-    pub fn attach_model(&self, pid: HostPid, _options: &Options) -> Result<ModelControl, DebugError> {
+impl ControlSide for ModelSide {
+    type Control = ModelControl;
+
+    fn attach(&self, pid: HostPid, _options: &Options) -> Result<ModelControl, DebugError> {
         let (client, side) = self.0.client_of(pid).ok_or(DebugError::Target(TargetError::NoSuchProcess(pid)))?;
-        let mut c = ModelControl { world: self.0.clone(), pid, client, held: Vec::new(), rng: self.0.rng(), stretch: false };
+        let mut c =
+            ModelControl { world: self.0.clone(), pid, client, held: Vec::new(), rng: self.0.rng(), stretch: false };
         if side == Side::Offline {
             c.claim_stretch();
         }
@@ -145,7 +150,8 @@ impl ModelSide {
 impl ModelControl {
     /// Charge the guest step stretch from this control's `notices` (the first offline one).
     fn claim_stretch(&mut self) {
-        self.stretch = self.world.profile.step_stretch.is_some() && !self.world.stretch_taken.swap(true, Ordering::AcqRel);
+        self.stretch =
+            self.world.profile.step_stretch.is_some() && !self.world.stretch_taken.swap(true, Ordering::AcqRel);
     }
 
     fn gpu_index(&self, gpu: GpuId) -> Option<usize> {
@@ -170,7 +176,7 @@ impl ModelControl {
             *t
         };
         let entered = monotonic_ns();
-        let saves = gpu.with(|core, now| core.unmap_begin(now));
+        let saves = gpu.with(crate::gpu::core::GpuCore::unmap_begin);
         let p = &self.world.profile;
         let base = match call {
             Call::Suspend => p.suspend.sample(&mut self.rng),
@@ -196,7 +202,13 @@ impl ModelControl {
         Batch { count: queues.len() as i32, latency_ns: returned - entered, ..Batch::default() }
     }
 
-    pub fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError> {
+    pub fn pid(&self) -> HostPid {
+        self.pid
+    }
+}
+
+impl Control for ModelControl {
+    fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError> {
         let gpus: Vec<usize> = match selection {
             Selection::Gpu(gpu) => self.gpu_index(*gpu).into_iter().collect(),
             Selection::All | Selection::Ids(_) => (0..self.world.gpus.len()).collect(),
@@ -215,7 +227,7 @@ impl ModelControl {
         Ok(total)
     }
 
-    pub fn resume_gpu(&mut self, gpu: GpuId) -> Result<Batch, DebugError> {
+    fn resume_gpu(&mut self, gpu: GpuId) -> Result<Batch, DebugError> {
         let Some(g) = self.gpu_index(gpu).filter(|g| self.held.contains(g)) else {
             return Ok(Batch { skipped: true, ..Batch::default() });
         };
@@ -223,7 +235,7 @@ impl ModelControl {
         Ok(self.call(g, Call::Resume))
     }
 
-    pub fn resume(&mut self) -> Result<Batch, DebugError> {
+    fn resume(&mut self) -> Result<Batch, DebugError> {
         let mut total = Batch { skipped: true, ..Batch::default() };
         for g in self.held.clone() {
             let b = self.resume_gpu(self.world.gpus[g].id)?;
@@ -235,7 +247,7 @@ impl ModelControl {
     }
 
     /// Its queues as GET_QUEUE_SNAPSHOT gives them: the index addresses in the client's memory.
-    pub fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
+    fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
         let mut out = Vec::new();
         for gpu in &self.world.gpus {
             for slot in gpu.slots_of(self.client) {
@@ -254,7 +266,7 @@ impl ModelControl {
 
     /// Called at every reaction step: in the emulator profile, one control sleeps the guest's
     /// extra wake-up delay here, so the real loop steps at the guest's cadence.
-    pub fn notices(&mut self, _now_ns: u64) -> Vec<SessionNotice> {
+    fn notices(&mut self, _now_ns: u64) -> Vec<SessionNotice> {
         if self.stretch
             && let Some(d) = &self.world.profile.step_stretch
         {
@@ -266,17 +278,13 @@ impl ModelControl {
         Vec::new()
     }
 
-    pub fn comm(&self) -> String {
+    fn comm(&self) -> String {
         format!("client-{}", self.client)
     }
 
-    pub fn detach(mut self) -> Detached {
+    fn detach(mut self) -> Detached {
         let resumed = self.resume().map_or(0, |b| b.count.max(0) as usize);
         Detached { resumed, disabled: true, signals_forwarded: 0 }
-    }
-
-    pub fn pid(&self) -> HostPid {
-        self.pid
     }
 }
 
@@ -285,18 +293,19 @@ pub struct ModelOccupancy {
     gpu: Arc<ModelGpu>,
     client: usize,
     world: Arc<World>,
-    rng: Rng,
+    rng: std::cell::RefCell<Rng>,
 }
 
-impl ModelOccupancy {
-    pub fn gpu(&self) -> GpuId {
+impl Occupancy for ModelOccupancy {
+    fn gpu(&self) -> GpuId {
         self.gpu.id
     }
 
     /// Spins for the profile's read cost (CPU work in the kernel, counted as gpreempt's), then
     /// answers whether the process has waves in flight on the GPU.
-    pub fn busy(&mut self) -> Option<bool> {
-        spin_for(self.world.profile.occupancy_read.sample(&mut self.rng));
+    fn busy(&self) -> Option<bool> {
+        let cost = self.world.profile.occupancy_read.sample(&mut self.rng.borrow_mut());
+        spin_for(cost);
         Some(self.gpu.client_executing(self.client))
     }
 }
@@ -304,14 +313,17 @@ impl ModelOccupancy {
 /// The `OccupancySource` seam.
 pub struct ModelOccupancySource(pub Arc<World>);
 
-impl ModelOccupancySource {
-    pub fn open_model(&self, pid: HostPid) -> Vec<ModelOccupancy> {
+impl OccupancySource for ModelOccupancySource {
+    fn open(&self, pid: HostPid) -> Vec<Box<dyn Occupancy>> {
         let Some((client, _)) = self.0.client_of(pid) else { return Vec::new() };
         self.0
             .gpus
             .iter()
             .filter(|g| !g.queues_of(client).is_empty())
-            .map(|g| ModelOccupancy { gpu: g.clone(), client, world: self.0.clone(), rng: self.0.rng() })
+            .map(|g| {
+                let rng = std::cell::RefCell::new(self.0.rng());
+                Box::new(ModelOccupancy { gpu: g.clone(), client, world: self.0.clone(), rng }) as Box<dyn Occupancy>
+            })
             .collect()
     }
 }

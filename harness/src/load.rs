@@ -53,7 +53,14 @@ pub enum ClientSpec {
 }
 
 /// Poisson arrivals at `rate_hz`; 1 to 2K-1 dispatches (uniform) of `dispatch_ns` ± `spread`.
-pub fn poisson(rate_hz: f64, requests: usize, mean_dispatches: u64, dispatch_ns: u64, spread: f64, seed: u64) -> Vec<Request> {
+pub fn poisson(
+    rate_hz: f64,
+    requests: usize,
+    mean_dispatches: u64,
+    dispatch_ns: u64,
+    spread: f64,
+    seed: u64,
+) -> Vec<Request> {
     let mut rng = Rng::new(seed);
     let mut at = 0.0;
     (0..requests)
@@ -108,7 +115,10 @@ pub fn trace_requests(arrivals: &[Arrival], model: TokenModel) -> Vec<Request> {
         .iter()
         .map(|a| {
             let mut d = vec![(a.context.max(1)) * model.prefill_ns_per_token];
-            d.extend(std::iter::repeat_n(model.decode_step_ns + model.per_sequence_ns, a.generated.saturating_sub(1) as usize));
+            d.extend(std::iter::repeat_n(
+                model.decode_step_ns + model.per_sequence_ns,
+                a.generated.saturating_sub(1) as usize,
+            ));
             Request { at_ns: a.at_ns, dispatches: d }
         })
         .collect()

@@ -126,7 +126,10 @@ impl Shm {
     pub fn open(path: &Path) -> io::Result<Self> {
         let shm = Self::map(path, false)?;
         if shm.magic.load(Ordering::Acquire) != MAGIC {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: not a harness region", path.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: not a harness region", path.display()),
+            ));
         }
         Ok(shm)
     }

@@ -122,7 +122,8 @@ impl ModelGpu {
                 s.core.next_event().map(|t| t.saturating_sub(now))
             };
             // Woken by the doorbell or the due completion; at most 100 ms so `stop` is seen.
-            let wait = next.map_or(Duration::from_millis(100), |ns| Duration::from_nanos(ns).min(Duration::from_millis(100)));
+            let wait =
+                next.map_or(Duration::from_millis(100), |ns| Duration::from_nanos(ns).min(Duration::from_millis(100)));
             if wait.is_zero() {
                 continue;
             }
