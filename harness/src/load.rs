@@ -5,8 +5,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::rng::Rng;
 
-const MS: u64 = 1_000_000;
-
 /// One online request: when it arrives (ns after the load's start) and its dispatches' GPU times.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Request {
@@ -129,14 +127,11 @@ pub fn step_ns(model: TokenModel, batch: u64, joining_context: u64) -> u64 {
     model.decode_step_ns + model.per_sequence_ns * batch + model.prefill_ns_per_token * joining_context
 }
 
-/// The §7-shaped trainer (PROFILES.md "Loads").
-pub fn trainer(seed: u64) -> ClientSpec {
-    ClientSpec::Trainer { dispatch_ns: 4 * MS, spread: 0.5, step_dispatches: 4, inflight: 2, seed }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MS: u64 = 1_000_000;
 
     #[test]
     fn the_trace_slices_parse_with_times_from_the_first_row() {
