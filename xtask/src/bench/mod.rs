@@ -15,6 +15,7 @@ pub mod clock_check;
 mod colocation;
 mod guest;
 mod guest_env;
+mod native;
 mod report;
 mod results;
 mod stats;
@@ -53,16 +54,19 @@ pub enum Section {
     Colocation,
     /// Section 8: the native reaction path of `gpreempt schedule` (on the host).
     Reaction,
+    /// Section 9: the native evaluation at hardware time scales (`harness suite`, on the host).
+    Native,
 }
 
 impl Section {
-    pub const ALL: [Section; 6] = [
+    pub const ALL: [Section; 7] = [
         Section::Tracer,
         Section::Pipeline,
         Section::Controller,
         Section::Preemption,
         Section::Colocation,
         Section::Reaction,
+        Section::Native,
     ];
 
     /// The key in BENCHMARKS.json's `sections` and the `--only` value.
@@ -74,12 +78,13 @@ impl Section {
             Section::Preemption => "preemption",
             Section::Colocation => "colocation",
             Section::Reaction => "reaction",
+            Section::Native => "native",
         }
     }
 
     /// Whether measuring it boots a VM.
     fn needs_vm(self) -> bool {
-        !matches!(self, Section::Pipeline | Section::Reaction)
+        !matches!(self, Section::Pipeline | Section::Reaction | Section::Native)
     }
 }
 
@@ -280,6 +285,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 results.colocation = Some(doc);
             }
             Section::Reaction => results.reaction = Some(reaction(args.quick)?),
+            Section::Native => results.native = Some(native::run(args.quick)?),
         }
         measured.push((section, t.elapsed().as_secs_f64()));
     }

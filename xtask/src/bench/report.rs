@@ -452,6 +452,15 @@ pub fn markdown(results: &Benchmarks) -> String {
         md.push_str("Not measured yet: `cargo xtask bench --only reaction`.\n\n");
     }
 
+    // ---- 9 ----
+    md.push_str("## 9. Native evaluation at hardware time scales\n\n");
+    if let Some(doc) = &results.native {
+        stamp(&mut md, results, Section::Native, "section 9");
+        super::native::section(&mut md, doc);
+    } else {
+        md.push_str("Not measured yet: `cargo xtask bench --only native`.\n\n");
+    }
+
     md.push_str(REAL_HARDWARE);
     md
 }

@@ -53,6 +53,10 @@ pub struct Benchmarks {
     /// Section 8 (not measured yet: absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reaction: Option<Reaction>,
+    /// Section 9: `harness suite`'s JSON, whole (its schema is the harness's; rendered by
+    /// `native::section`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native: Option<serde_json::Value>,
     /// Rows 1-6: the guest runs of the amdgpu and emulator scenarios.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<Run>,

@@ -1,0 +1,249 @@
+//! A client process (`harness client`, hidden): maps the shared region, tells where its queues'
+//! indices live in its own memory, waits for `go`, runs its load, prints one JSON result line.
+//! Every wait is a futex wait (on its wake word, `go`, or the barrier): a client never spins.
+
+use std::{
+    collections::VecDeque,
+    path::Path,
+    sync::atomic::{AtomicU32, Ordering},
+    time::Duration,
+};
+
+use anyhow::{Context, Result};
+use gpreempt::clock::monotonic_ns;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    load::{ClientSpec, step_ns},
+    rng::Rng,
+    shm::{QueueSlot, Region, Shm, futex_wait, futex_wake, ring},
+};
+
+/// What a client reports.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ClientResult {
+    /// Per request: publish of its first dispatch (batching: its arrival) → completion seen, ns.
+    pub latencies_ns: Vec<u64>,
+    /// Batching: per engine step, publish → completion seen, ns.
+    pub step_ns: Vec<u64>,
+    /// Trainer / data-parallel rank: steps completed, and when each ended (CLOCK_MONOTONIC).
+    pub steps: u64,
+    pub step_ends_ns: Vec<u64>,
+}
+
+/// One queue of the client: its slot and the GPU whose doorbell it rings.
+#[derive(Clone, Copy, Debug)]
+pub struct QueueRef {
+    pub slot: usize,
+    pub gpu: usize,
+}
+
+struct Ctx<'a> {
+    region: &'a Region,
+    wake: &'a AtomicU32,
+    queues: Vec<(&'a QueueSlot, usize)>,
+}
+
+impl Ctx<'_> {
+    fn stopped(&self) -> bool {
+        self.region.stop.load(Ordering::Acquire) != 0
+    }
+
+    /// Publish dispatches on queue `q` together (waiting for ring room); the write index after.
+    fn publish(&self, q: usize, dispatches: &[u64]) -> (u64, u64) {
+        let (slot, gpu) = self.queues[q];
+        while slot.room() < dispatches.len() as u64 && !self.stopped() {
+            let seen = self.wake.load(Ordering::Acquire);
+            futex_wait(self.wake, seen, Some(Duration::from_millis(10)));
+        }
+        let at = monotonic_ns();
+        let mut w = 0;
+        for &d in dispatches {
+            w = slot.publish(d, at);
+        }
+        ring(&self.region.doorbell[gpu]);
+        (w, at)
+    }
+
+    /// Wait until queue `q` has completed `target` dispatches (or the run stops).
+    fn wait_done(&self, q: usize, target: u64) -> bool {
+        loop {
+            let seen = self.wake.load(Ordering::Acquire);
+            if self.queues[q].0.completed.load(Ordering::Acquire) >= target {
+                return true;
+            }
+            if self.stopped() {
+                return false;
+            }
+            futex_wait(self.wake, seen, Some(Duration::from_millis(100)));
+        }
+    }
+}
+
+fn sleep_until(deadline: u64) {
+    let now = monotonic_ns();
+    if deadline > now {
+        std::thread::sleep(Duration::from_nanos(deadline - now));
+    }
+}
+
+/// The client's main: `shm` path, its index, its queues, its spec.
+pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) -> Result<ClientResult> {
+    crate::shm::tight_timers();
+    let shm = Shm::open(shm).with_context(|| format!("mapping {}", shm.display()))?;
+    let pid = std::process::id();
+    for q in queues {
+        let slot = &shm.queues[q.slot];
+        // The addresses in this process's memory, which the scheduler reads with process_vm_readv.
+        slot.read_addr.store(slot.read.as_ptr() as u64, Ordering::Release);
+        slot.write_addr.store(slot.write.as_ptr() as u64, Ordering::Release);
+        slot.owner.store(pid, Ordering::Release);
+    }
+    while shm.go.load(Ordering::Acquire) == 0 {
+        futex_wait(&shm.go, 0, Some(Duration::from_millis(100)));
+    }
+    let ctx = Ctx {
+        region: &shm,
+        wake: &shm.client_wake[client],
+        queues: queues.iter().map(|q| (&shm.queues[q.slot], q.gpu)).collect(),
+    };
+    let t0 = shm.start_ns.load(Ordering::Acquire);
+    Ok(match spec {
+        ClientSpec::Requests { requests } => requests_loop(&ctx, t0, requests),
+        ClientSpec::Batching { arrivals, model, gap_lo_ns, gap_hi_ns, seed } => {
+            batching_loop(&ctx, t0, arrivals, *model, (*gap_lo_ns, *gap_hi_ns), *seed)
+        }
+        ClientSpec::Trainer { dispatch_ns, spread, step_dispatches, inflight, seed } => {
+            trainer_loop(&ctx, *dispatch_ns, *spread, *step_dispatches, *inflight, *seed)
+        }
+        ClientSpec::DpRank { dispatch_ns, spread, step_dispatches, ranks, seed } => {
+            dp_loop(&ctx, *dispatch_ns, *spread, *step_dispatches, *ranks, *seed)
+        }
+    })
+}
+
+fn requests_loop(ctx: &Ctx, t0: u64, requests: &[crate::load::Request]) -> ClientResult {
+    let mut out = ClientResult::default();
+    // (queue, write index to complete, publish time)
+    let mut pending: VecDeque<(usize, u64, u64)> = VecDeque::new();
+    let mut next = 0;
+    loop {
+        let seen = ctx.wake.load(Ordering::Acquire);
+        let now = monotonic_ns();
+        pending.retain(|&(q, target, at)| {
+            let done = ctx.queues[q].0.completed.load(Ordering::Acquire) >= target;
+            if done {
+                out.latencies_ns.push(now - at);
+            }
+            !done
+        });
+        while next < requests.len() && t0 + requests[next].at_ns <= monotonic_ns() {
+            let q = next % ctx.queues.len();
+            let (target, at) = ctx.publish(q, &requests[next].dispatches);
+            pending.push_back((q, target, at));
+            next += 1;
+        }
+        if (next == requests.len() && pending.is_empty()) || ctx.stopped() {
+            return out;
+        }
+        let until_next = requests.get(next).map(|r| (t0 + r.at_ns).saturating_sub(monotonic_ns()));
+        match until_next {
+            Some(0) => continue,
+            Some(ns) => futex_wait(ctx.wake, seen, Some(Duration::from_nanos(ns))),
+            None => futex_wait(ctx.wake, seen, Some(Duration::from_millis(100))),
+        }
+    }
+}
+
+fn batching_loop(
+    ctx: &Ctx,
+    t0: u64,
+    arrivals: &[crate::load::Arrival],
+    model: crate::load::TokenModel,
+    gap: (u64, u64),
+    seed: u64,
+) -> ClientResult {
+    let mut out = ClientResult::default();
+    let mut rng = Rng::new(seed);
+    // (arrival time, tokens still to generate)
+    let mut active: Vec<(u64, u64)> = Vec::new();
+    let mut next = 0;
+    while !ctx.stopped() {
+        let mut joining = 0;
+        while next < arrivals.len() && t0 + arrivals[next].at_ns <= monotonic_ns() {
+            active.push((t0 + arrivals[next].at_ns, arrivals[next].generated.max(1)));
+            joining += arrivals[next].context;
+            next += 1;
+        }
+        if active.is_empty() {
+            match arrivals.get(next) {
+                Some(a) => sleep_until(t0 + a.at_ns),
+                None => break,
+            }
+            continue;
+        }
+        let (target, at) = ctx.publish(0, &[step_ns(model, active.len() as u64, joining)]);
+        if !ctx.wait_done(0, target) {
+            break;
+        }
+        let done = monotonic_ns();
+        out.step_ns.push(done - at);
+        for a in &mut active {
+            a.1 -= 1;
+            if a.1 == 0 {
+                out.latencies_ns.push(done - a.0);
+            }
+        }
+        active.retain(|a| a.1 > 0);
+        // The engine's CPU work between steps (scheduling, sampling): asleep here, to spare cores.
+        sleep_until(done + rng.between(gap.0, gap.1));
+    }
+    out
+}
+
+fn trainer_loop(ctx: &Ctx, dispatch_ns: u64, spread: f64, n: u32, inflight: u32, seed: u64) -> ClientResult {
+    let mut out = ClientResult::default();
+    let mut rng = Rng::new(seed);
+    let mut steps: VecDeque<u64> = VecDeque::new();
+    while !ctx.stopped() {
+        while steps.len() < inflight.max(1) as usize {
+            let d: Vec<u64> = (0..n.max(1)).map(|_| rng.around(dispatch_ns, spread)).collect();
+            steps.push_back(ctx.publish(0, &d).0);
+        }
+        let Some(&target) = steps.front() else { continue };
+        if !ctx.wait_done(0, target) {
+            break;
+        }
+        steps.pop_front();
+        out.steps += 1;
+        out.step_ends_ns.push(monotonic_ns());
+    }
+    out
+}
+
+fn dp_loop(ctx: &Ctx, dispatch_ns: u64, spread: f64, n: u32, ranks: u32, seed: u64) -> ClientResult {
+    let mut out = ClientResult::default();
+    let mut rng = Rng::new(seed);
+    let (arrived, generation) = (&ctx.region.barrier_arrived, &ctx.region.barrier_generation);
+    while !ctx.stopped() {
+        let d: Vec<u64> = (0..n.max(1)).map(|_| rng.around(dispatch_ns, spread)).collect();
+        let target = ctx.publish(0, &d).0;
+        if !ctx.wait_done(0, target) {
+            break;
+        }
+        // The all-reduce: every rank waits here for the others.
+        let gen_seen = generation.load(Ordering::Acquire);
+        if arrived.fetch_add(1, Ordering::AcqRel) + 1 == ranks {
+            arrived.store(0, Ordering::Release);
+            generation.fetch_add(1, Ordering::AcqRel);
+            futex_wake(generation);
+        } else {
+            while generation.load(Ordering::Acquire) == gen_seen && !ctx.stopped() {
+                futex_wait(generation, gen_seen, Some(Duration::from_millis(100)));
+            }
+        }
+        out.steps += 1;
+        out.step_ends_ns.push(monotonic_ns());
+    }
+    out
+}

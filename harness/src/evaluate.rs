@@ -1,0 +1,93 @@
+//! A scenario's states in one run — online alone, offline alone, co-located without the
+//! scheduler, then the scheduler under each variant — and the comparisons against alone.
+
+use anyhow::Result;
+use gpreempt::stats::Summary;
+use serde::Serialize;
+
+use crate::{
+    figures::{StateFigures, reduce},
+    profile::section7,
+    run::{State, run_state},
+    scenario::Scenario,
+};
+
+/// One co-located state against the alone states.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    pub state: String,
+    pub p50_ratio: Option<f64>,
+    pub p99_ratio: Option<f64>,
+    /// Continuous batching: engine step P99 against alone.
+    pub step_p99_ratio: Option<f64>,
+    /// Offline GPU time on each GPU as a share of offline alone.
+    pub kept: Vec<f64>,
+    /// Offline GPU time over what the online load leaves (online GPU).
+    pub offline_of_idle: f64,
+    /// The data-parallel job's steps/s against alone.
+    pub job_steps_ratio: Option<f64>,
+}
+
+/// Whether the emulator profile reproduces §7.3 within PROFILES.md's tolerance.
+#[derive(Clone, Debug, Serialize)]
+pub struct Section7Check {
+    pub kept_schedule: f64,
+    pub kept_colocated: f64,
+    pub suspends_per_request: f64,
+    pub within_tolerance: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ScenarioResult {
+    pub scenario: Scenario,
+    pub states: Vec<StateFigures>,
+    pub comparisons: Vec<Comparison>,
+    pub section7: Option<Section7Check>,
+}
+
+fn ratio(a: Option<&Summary>, b: Option<&Summary>, f: fn(&Summary) -> f64) -> Option<f64> {
+    Some(f(a?) / f(b?).max(1e-9))
+}
+
+pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> {
+    let mut states = Vec::new();
+    eprintln!("[{}] online alone", sc.name);
+    let online = reduce("online_alone", None, &run_state(sc, State::OnlineAlone)?, sc.requests());
+    let seconds = online.window_s.clamp(2.0, 8.0);
+    eprintln!("[{}] offline alone ({seconds:.1} s)", sc.name);
+    let offline = reduce("offline_alone", None, &run_state(sc, State::OfflineAlone { seconds })?, sc.requests());
+    eprintln!("[{}] co-located", sc.name);
+    let mut co = vec![reduce("colocated", None, &run_state(sc, State::Colocated)?, sc.requests())];
+    for v in &sc.variants {
+        eprintln!("[{}] schedule ({v})", sc.name);
+        let raw = run_state(sc, State::Scheduled { variant: v })?;
+        co.push(reduce(&format!("schedule:{v}"), Some(v), &raw, sc.requests()));
+    }
+    let comparisons: Vec<Comparison> = co
+        .iter()
+        .map(|s| Comparison {
+            state: s.state.clone(),
+            p50_ratio: ratio(s.online_latency_ms.as_ref(), online.online_latency_ms.as_ref(), |x| x.p50),
+            p99_ratio: ratio(s.online_latency_ms.as_ref(), online.online_latency_ms.as_ref(), |x| x.p99),
+            step_p99_ratio: ratio(s.online_step_ms.as_ref(), online.online_step_ms.as_ref(), |x| x.p99),
+            kept: s.gpus.iter().zip(&offline.gpus).map(|(c, a)| c.offline_share / a.offline_share.max(1e-9)).collect(),
+            offline_of_idle: s.gpus.first().map_or(0.0, |g| g.offline_of_idle),
+            job_steps_ratio: s.job_steps_per_s.zip(offline.job_steps_per_s).map(|(c, a)| c / a.max(1e-9)),
+        })
+        .collect();
+    let section7 = section7_mirror.then(|| {
+        let kept_colocated = comparisons.first().and_then(|c| c.kept.first().copied()).unwrap_or(0.0);
+        let sched = comparisons.iter().position(|c| c.state == "schedule:default");
+        let kept_schedule = sched.and_then(|i| comparisons[i].kept.first().copied()).unwrap_or(0.0);
+        let suspends_per_request = sched.and_then(|i| co[i].scheduler.as_ref()).map_or(0.0, |s| s.suspends_per_request);
+        let within_tolerance = (kept_schedule - section7::KEPT_SCHEDULE).abs() <= section7::KEPT_SCHEDULE_TOLERANCE
+            && (suspends_per_request - section7::SUSPENDS_PER_REQUEST).abs()
+                <= section7::SUSPENDS_PER_REQUEST_TOLERANCE
+            && (kept_colocated - section7::KEPT_COLOCATED).abs() <= section7::KEPT_COLOCATED_TOLERANCE;
+        Section7Check { kept_schedule, kept_colocated, suspends_per_request, within_tolerance }
+    });
+    states.push(online);
+    states.push(offline);
+    states.extend(co);
+    Ok(ScenarioResult { scenario: sc.clone(), states, comparisons, section7 })
+}

@@ -1,0 +1,221 @@
+//! From what a state measured to the figures issue 35 names. *Detection* = an online dispatch
+//! published (the first of an online busy period: its client's CLOCK_MONOTONIC stamp) → the
+//! first SUSPEND entering the (model) kernel; *reaction* = published → the last offline process's
+//! SUSPEND returned. The harness knows the publish time exactly.
+
+use std::collections::BTreeMap;
+
+use gpreempt::stats::Summary;
+use serde::Serialize;
+
+use crate::{
+    control::{Call, Stamp},
+    gpu::core::{Accounting, BusyPeriod, Side},
+    run::Raw,
+};
+
+/// One GPU over the window.
+#[derive(Clone, Debug, Serialize)]
+pub struct GpuFigures {
+    pub gpu: usize,
+    /// Shares of the window: useful GPU time of the online and offline clients, restores,
+    /// unmap stalls, idle.
+    pub online_share: f64,
+    pub offline_share: f64,
+    pub restore_share: f64,
+    pub stalled_share: f64,
+    pub idle_share: f64,
+    /// Offline GPU time over the GPU time the online load leaves (window − online work).
+    pub offline_of_idle: f64,
+    pub busy_periods: usize,
+}
+
+/// What the scheduler did, from the harness's side (stamps) and its own report.
+#[derive(Clone, Debug, Serialize)]
+pub struct SchedulerFigures {
+    pub variant: String,
+    /// Suspend transitions on the online GPU (one or more SUSPEND calls each) and the calls.
+    pub transitions: usize,
+    pub suspend_calls: usize,
+    pub resume_calls: usize,
+    pub transitions_per_busy_period: f64,
+    pub suspends_per_request: f64,
+    /// Busy periods that found the offline queues already suspended, and those never protected.
+    pub busy_periods_held_at_start: usize,
+    pub busy_periods_unprotected: usize,
+    pub detection_us: Option<Summary>,
+    pub reaction_us: Option<Summary>,
+    /// The scheduler's own detection (from its last quiet poll, an upper bound) for comparison.
+    pub scheduler_detection_us: Option<Summary>,
+    pub loop_step_us: Option<Summary>,
+    /// gpreempt's CPU: the reaction thread (its report) + the thread calling `run()`, as a share
+    /// of one core over the scheduler's run.
+    pub cpu_share: f64,
+    pub reaction_cpu_ms: f64,
+    pub run_thread_cpu_ms: f64,
+    pub resumes_by_reason: BTreeMap<String, u64>,
+    pub resumes_skipped: u64,
+    pub realtime: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct StateFigures {
+    pub state: String,
+    pub window_s: f64,
+    pub requests: usize,
+    pub online_latency_ms: Option<Summary>,
+    /// Continuous batching: engine step, publish → completion seen.
+    pub online_step_ms: Option<Summary>,
+    pub gpus: Vec<GpuFigures>,
+    /// The data-parallel job's steps per second (both ranks meet every step).
+    pub job_steps_per_s: Option<f64>,
+    pub scheduler: Option<SchedulerFigures>,
+    pub warnings: Vec<String>,
+}
+
+fn ms(xs: &[u64]) -> Option<Summary> {
+    Summary::of(&xs.iter().map(|&ns| ns as f64 / 1e6).collect::<Vec<_>>())
+}
+
+fn gpu_figures(
+    gpu: usize,
+    before: &Accounting,
+    after: &Accounting,
+    busy: &[BusyPeriod],
+    sides: &[Side],
+    window: u64,
+) -> GpuFigures {
+    let (mut online, mut offline, mut restore) = (0u64, 0u64, 0u64);
+    for (c, (a, b)) in
+        after.clients.iter().zip(before.clients.iter().chain(std::iter::repeat(&Default::default()))).enumerate()
+    {
+        let work = a.work_ns - b.work_ns;
+        restore += a.restore_ns - b.restore_ns;
+        match sides.get(c) {
+            Some(Side::Online) => online += work,
+            _ => offline += work,
+        }
+    }
+    let w = window.max(1) as f64;
+    GpuFigures {
+        gpu,
+        online_share: online as f64 / w,
+        offline_share: offline as f64 / w,
+        restore_share: restore as f64 / w,
+        stalled_share: (after.stalled_ns - before.stalled_ns) as f64 / w,
+        idle_share: (after.idle_ns - before.idle_ns) as f64 / w,
+        offline_of_idle: offline as f64 / (window.saturating_sub(online)).max(1) as f64,
+        busy_periods: busy.len(),
+    }
+}
+
+/// Held intervals of GPU `g` (some offline process suspended), from the stamps.
+fn held_intervals(stamps: &[Stamp], g: usize) -> Vec<(u64, u64)> {
+    let mut s: Vec<&Stamp> = stamps.iter().filter(|s| s.gpu == g).collect();
+    s.sort_by_key(|s| s.entered_ns);
+    let (mut n, mut since, mut out) = (0usize, 0u64, Vec::new());
+    for st in s {
+        match st.call {
+            Call::Suspend => {
+                if n == 0 {
+                    since = st.returned_ns;
+                }
+                n += 1;
+            }
+            Call::Resume => {
+                n = n.saturating_sub(1);
+                if n == 0 {
+                    out.push((since, st.entered_ns));
+                }
+            }
+        }
+    }
+    if n > 0 {
+        out.push((since, u64::MAX));
+    }
+    out
+}
+
+pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) -> StateFigures {
+    let end = raw.start_ns + raw.window_ns;
+    let sides: Vec<Side> = raw.clients.iter().map(|c| c.0).collect();
+    let in_window = |b: &&BusyPeriod| b.start_ns >= raw.start_ns && b.start_ns <= end;
+    let busy: Vec<Vec<BusyPeriod>> = raw.busy.iter().map(|v| v.iter().filter(in_window).copied().collect()).collect();
+    let gpus = (0..raw.after.len())
+        .map(|g| gpu_figures(g, &raw.before[g], &raw.after[g], &busy[g], &sides, raw.window_ns))
+        .collect();
+    let online = raw.clients.iter().find(|c| c.0 == Side::Online).map(|c| &c.1);
+    let dp_steps = raw
+        .clients
+        .iter()
+        .filter(|c| c.0 == Side::Offline)
+        .map(|c| c.1.step_ends_ns.iter().filter(|&&t| t >= raw.start_ns && t <= end).count());
+    let job_steps_per_s = match raw.after.len() {
+        2 => dp_steps.min().map(|n| n as f64 / (raw.window_ns as f64 / 1e9)),
+        _ => None,
+    };
+    let scheduler = raw.report.as_ref().map(|report| {
+        let stamps: Vec<Stamp> =
+            raw.stamps.iter().filter(|s| s.entered_ns >= raw.start_ns && s.entered_ns <= end).copied().collect();
+        let online_busy = &busy[0];
+        // Transitions on the online GPU: (first entered, last returned).
+        let mut transitions: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for s in stamps.iter().filter(|s| s.gpu == 0 && s.call == Call::Suspend) {
+            let t = transitions.entry(s.transition).or_insert((u64::MAX, 0));
+            t.0 = t.0.min(s.entered_ns);
+            t.1 = t.1.max(s.returned_ns);
+        }
+        let mut firsts: Vec<(u64, u64)> = transitions.values().copied().collect();
+        firsts.sort_unstable();
+        let held = held_intervals(&raw.stamps, 0);
+        let (mut detection, mut reaction, mut held_at_start, mut unprotected) = (Vec::new(), Vec::new(), 0, 0);
+        for (i, b) in online_busy.iter().enumerate() {
+            let next = online_busy.get(i + 1).map_or(u64::MAX, |n| n.start_ns);
+            if held.iter().any(|&(s, e)| s <= b.start_ns && b.start_ns < e) {
+                held_at_start += 1;
+            } else if let Some(&(entered, returned)) = firsts.iter().find(|t| t.0 >= b.start_ns && t.0 < next) {
+                detection.push((entered - b.start_ns) as f64 / 1e3);
+                reaction.push((returned - b.start_ns) as f64 / 1e3);
+            } else {
+                unprotected += 1;
+            }
+        }
+        let calls = |c: Call| stamps.iter().filter(|s| s.call == c).count();
+        let cpu_ms = report.reaction_cpu_ms + raw.run_thread_cpu_ns as f64 / 1e6;
+        SchedulerFigures {
+            variant: variant.unwrap_or("default").to_owned(),
+            transitions: firsts.len(),
+            suspend_calls: calls(Call::Suspend),
+            resume_calls: calls(Call::Resume),
+            transitions_per_busy_period: firsts.len() as f64 / online_busy.len().max(1) as f64,
+            suspends_per_request: firsts.len() as f64 / requests.max(1) as f64,
+            busy_periods_held_at_start: held_at_start,
+            busy_periods_unprotected: unprotected,
+            detection_us: Summary::of(&detection),
+            reaction_us: Summary::of(&reaction),
+            scheduler_detection_us: report.detection_us.clone(),
+            loop_step_us: report.loop_step_us.clone(),
+            cpu_share: cpu_ms / report.elapsed_ms.max(1e-9),
+            reaction_cpu_ms: report.reaction_cpu_ms,
+            run_thread_cpu_ms: raw.run_thread_cpu_ns as f64 / 1e6,
+            resumes_by_reason: report
+                .resumes_by_reason
+                .iter()
+                .map(|(r, n)| (format!("{r:?}").to_lowercase(), *n))
+                .collect(),
+            resumes_skipped: report.resumes_skipped,
+            realtime: report.realtime.policy.to_owned(),
+        }
+    });
+    StateFigures {
+        state: state.to_owned(),
+        window_s: raw.window_ns as f64 / 1e9,
+        requests: online.map_or(0, |o| o.latencies_ns.len()),
+        online_latency_ms: online.and_then(|o| ms(&o.latencies_ns)),
+        online_step_ms: online.and_then(|o| ms(&o.step_ns)),
+        gpus,
+        job_steps_per_s,
+        scheduler,
+        warnings: raw.warnings.clone(),
+    }
+}

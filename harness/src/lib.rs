@@ -1,0 +1,19 @@
+//! The native evaluation harness of `gpreempt schedule` (issue 35): the real scheduler, its
+//! reaction thread and policy, driven natively against a model GPU and model debug-trap ioctls,
+//! with the online and offline loads as separate client processes. PROFILES.md states every cost.
+
+pub mod client;
+pub mod control;
+pub mod evaluate;
+pub mod fake_roots;
+pub mod figures;
+pub mod gpu;
+pub mod load;
+pub mod profile;
+pub mod rng;
+pub mod run;
+pub mod scenario;
+pub mod shm;
+pub mod suite;
+pub mod timer_floor;
+pub mod variants;

@@ -1,0 +1,164 @@
+//! The loads: what each client process does, as data the harness generates (seeded) and hands
+//! it; the token → GPU-time model of PROFILES.md.
+
+use serde::{Deserialize, Serialize};
+
+use crate::rng::Rng;
+
+/// One online request: when it arrives (ns after the load's start) and its dispatches' GPU times.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    pub at_ns: u64,
+    pub dispatches: Vec<u64>,
+}
+
+/// One arrival of the trace, for the continuous-batching server.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Arrival {
+    pub at_ns: u64,
+    pub context: u64,
+    pub generated: u64,
+}
+
+/// Tokens → GPU time (PROFILES.md, "Token → GPU-time model": a 1B-class model on an MI300X).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenModel {
+    pub prefill_ns_per_token: u64,
+    pub decode_step_ns: u64,
+    pub per_sequence_ns: u64,
+}
+
+impl Default for TokenModel {
+    fn default() -> Self {
+        Self { prefill_ns_per_token: 5_000, decode_step_ns: 800_000, per_sequence_ns: 20_000 }
+    }
+}
+
+/// What a client process does.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ClientSpec {
+    /// Open loop: each request's dispatches published together at its arrival, on the client's
+    /// queues in turn; latency = publish of its first dispatch → completion of its last.
+    Requests { requests: Vec<Request> },
+    /// A continuous-batching engine: while any request is in flight, one step (a dispatch) at a
+    /// time, requests joining at the next step, a CPU gap between steps.
+    Batching { arrivals: Vec<Arrival>, model: TokenModel, gap_lo_ns: u64, gap_hi_ns: u64, seed: u64 },
+    /// Training steps kept `inflight` deep until told to stop.
+    Trainer { dispatch_ns: u64, spread: f64, step_dispatches: u32, inflight: u32, seed: u64 },
+    /// One rank of a data-parallel job: a step, then a barrier with the other ranks.
+    DpRank { dispatch_ns: u64, spread: f64, step_dispatches: u32, ranks: u32, seed: u64 },
+}
+
+/// Poisson arrivals at `rate_hz`; 1 to 2K-1 dispatches (uniform) of `dispatch_ns` ± `spread`.
+pub fn poisson(
+    rate_hz: f64,
+    requests: usize,
+    mean_dispatches: u64,
+    dispatch_ns: u64,
+    spread: f64,
+    seed: u64,
+) -> Vec<Request> {
+    let mut rng = Rng::new(seed);
+    let mut at = 0.0;
+    (0..requests)
+        .map(|_| {
+            at += rng.exponential(1e9 / rate_hz);
+            let n = rng.between(1, mean_dispatches.max(1) * 2 - 1);
+            Request { at_ns: at as u64, dispatches: (0..n).map(|_| rng.around(dispatch_ns, spread)).collect() }
+        })
+        .collect()
+}
+
+/// Which slice of the Azure LLM inference trace 2023 (traces/README.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Trace {
+    Conv,
+    Code,
+}
+
+impl Trace {
+    fn csv(self) -> &'static str {
+        match self {
+            Self::Conv => include_str!("../traces/AzureLLMInferenceTrace_conv_slice.csv"),
+            Self::Code => include_str!("../traces/AzureLLMInferenceTrace_code_slice.csv"),
+        }
+    }
+
+    /// The first `n` arrivals, times relative to the first.
+    pub fn arrivals(self, n: usize) -> Vec<Arrival> {
+        let rows: Vec<(f64, u64, u64)> = self.csv().lines().skip(1).filter_map(parse_row).take(n).collect();
+        let t0 = rows.first().map_or(0.0, |r| r.0);
+        rows.iter()
+            .map(|&(t, context, generated)| Arrival { at_ns: ((t - t0) * 1e9) as u64, context, generated })
+            .collect()
+    }
+}
+
+/// `2023-11-16 18:15:46.6805900,374,44` → (seconds of the day, context, generated).
+fn parse_row(line: &str) -> Option<(f64, u64, u64)> {
+    let mut f = line.split(',');
+    let time = f.next()?.split(' ').nth(1)?;
+    let (context, generated) = (f.next()?.trim().parse().ok()?, f.next()?.trim().parse().ok()?);
+    let mut hms = time.split(':');
+    let (h, m, s): (f64, f64, f64) = (hms.next()?.parse().ok()?, hms.next()?.parse().ok()?, hms.next()?.parse().ok()?);
+    Some((h * 3600.0 + m * 60.0 + s, context, generated))
+}
+
+/// The trace served without batching: per request one prefill dispatch and one decode dispatch
+/// per generated token after the first (the prefill yields it), published together.
+pub fn trace_requests(arrivals: &[Arrival], model: TokenModel) -> Vec<Request> {
+    arrivals
+        .iter()
+        .map(|a| {
+            let mut d = vec![(a.context.max(1)) * model.prefill_ns_per_token];
+            d.extend(std::iter::repeat_n(
+                model.decode_step_ns + model.per_sequence_ns,
+                a.generated.saturating_sub(1) as usize,
+            ));
+            Request { at_ns: a.at_ns, dispatches: d }
+        })
+        .collect()
+}
+
+/// A step of the batching engine: `batch` sequences, `joining_context` prefill tokens.
+pub fn step_ns(model: TokenModel, batch: u64, joining_context: u64) -> u64 {
+    model.decode_step_ns + model.per_sequence_ns * batch + model.prefill_ns_per_token * joining_context
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn the_trace_slices_parse_with_times_from_the_first_row() {
+        let a = Trace::Conv.arrivals(3);
+        assert_eq!(a[0], Arrival { at_ns: 0, context: 374, generated: 44 });
+        assert_eq!((a[1].context, a[1].generated), (396, 109));
+        assert!((a[1].at_ns as i64 - 4_314_579_000).abs() < 1_000, "{}", a[1].at_ns);
+        assert_eq!(Trace::Code.arrivals(1000).len(), 157);
+        assert_eq!(Trace::Conv.arrivals(1000).len(), 157);
+    }
+
+    #[test]
+    fn tokens_map_to_a_prefill_and_one_decode_step_per_later_token() {
+        let m = TokenModel::default();
+        let r = trace_requests(&[Arrival { at_ns: 5, context: 1000, generated: 3 }], m);
+        assert_eq!(r, vec![Request { at_ns: 5, dispatches: vec![5_000_000, 820_000, 820_000] }]);
+        assert_eq!(step_ns(m, 4, 100), 800_000 + 80_000 + 500_000);
+    }
+
+    #[test]
+    fn poisson_requests_have_one_to_five_dispatches_within_the_spread() {
+        let r = poisson(20.0, 200, 3, MS, 0.5, 1);
+        assert_eq!(r.len(), 200);
+        assert!(r.windows(2).all(|w| w[0].at_ns <= w[1].at_ns));
+        assert!(r.iter().all(|q| (1..=5).contains(&q.dispatches.len())));
+        assert!(r.iter().flat_map(|q| &q.dispatches).all(|&d| (MS / 2..=3 * MS / 2).contains(&d)));
+        let mean_gap = r[199].at_ns as f64 / 200.0;
+        assert!((mean_gap - 50e6).abs() < 10e6, "{mean_gap}");
+    }
+}

@@ -1,0 +1,124 @@
+//! `harness run` (one scenario, JSON on stdout), `harness suite [--quick]` (the matrix), and the
+//! hidden `harness client` the harness re-executes itself as for each client process.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use harness::{
+    client::{self, QueueRef},
+    evaluate::evaluate,
+    gpu::core::Bound,
+    load::{ClientSpec, Trace},
+    profile::Profile,
+    scenario::{self, Online, Scenario},
+    suite, timer_floor,
+};
+
+#[derive(Parser)]
+#[command(about = "Native evaluation of `gpreempt schedule` against a model GPU (issue 35)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum LoadArg {
+    Poisson,
+    AzureConv,
+    AzureCode,
+    Batching,
+    /// §7.3's 1-offline point (Poisson 20/s over 2 queues, one §7 trainer).
+    Section7,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// One scenario: every state, JSON on stdout, progress on stderr.
+    Run {
+        #[arg(long, value_enum, default_value = "poisson")]
+        load: LoadArg,
+        /// Offline trainers on the online GPU (ignored with --data-parallel).
+        #[arg(long, default_value_t = 1)]
+        offline: usize,
+        /// The offline job is a 2-GPU data-parallel job instead.
+        #[arg(long)]
+        data_parallel: bool,
+        #[arg(long, default_value = "mi300x")]
+        profile: String,
+        #[arg(long, value_enum, default_value = "serial")]
+        bound: Bound,
+        #[arg(long, value_delimiter = ',', default_value = "default")]
+        variants: Vec<String>,
+        #[arg(long, default_value_t = 200)]
+        requests: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// The whole matrix (BENCHMARKS §9); `--quick`: fewer requests and sweep points.
+    Suite {
+        #[arg(long)]
+        quick: bool,
+    },
+    #[command(hide = true)]
+    Client {
+        #[arg(long)]
+        shm: PathBuf,
+        #[arg(long)]
+        client: usize,
+        /// SLOT:GPU, once per queue.
+        #[arg(long)]
+        queue: Vec<String>,
+        #[arg(long)]
+        spec: PathBuf,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Cmd::Run { load, offline, data_parallel, profile, bound, variants, requests, seed } => {
+            let profile = Profile::by_name(&profile).with_context(|| format!("no profile named {profile}"))?;
+            let online = match load {
+                LoadArg::Poisson | LoadArg::Section7 => scenario::poisson(requests),
+                LoadArg::AzureConv => Online::Trace { trace: Trace::Conv, requests },
+                LoadArg::AzureCode => Online::Trace { trace: Trace::Code, requests },
+                LoadArg::Batching => Online::Batching { trace: Trace::Conv, requests },
+            };
+            let offline_set = match (load, data_parallel) {
+                (_, true) => scenario::data_parallel(),
+                (LoadArg::Section7, false) => scenario::section7_trainer(),
+                _ => scenario::trainers(offline),
+            };
+            let sc = Scenario {
+                name: format!("{load:?}-{}-{bound:?}", profile.name).to_lowercase(),
+                online,
+                offline: offline_set,
+                profile,
+                bound,
+                variants,
+                seed,
+            };
+            let floor = timer_floor::measure(1.0);
+            let result = evaluate(&sc, matches!(load, LoadArg::Section7))?;
+            println!("{}", serde_json::to_string(&serde_json::json!({"timer_floor_us": floor, "result": result}))?);
+            Ok(())
+        }
+        Cmd::Suite { quick } => suite::run(quick),
+        Cmd::Client { shm, client, queue, spec } => {
+            let queues = queue
+                .iter()
+                .map(|q| {
+                    let (s, g) = q.split_once(':').context("--queue SLOT:GPU")?;
+                    Ok(QueueRef { slot: s.parse()?, gpu: g.parse()? })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            if queues.is_empty() {
+                bail!("a client needs at least one --queue");
+            }
+            let spec: ClientSpec = serde_json::from_slice(&std::fs::read(&spec)?)?;
+            let result = client::run(&shm, client, &queues, &spec)?;
+            println!("{}", serde_json::to_string(&result)?);
+            Ok(())
+        }
+    }
+}

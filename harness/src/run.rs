@@ -1,0 +1,284 @@
+//! Running one state of a scenario: a fresh shared region, model GPUs on their threads, the
+//! client processes, and — in the scheduled states — the real `gpreempt::schedule::Scheduler`
+//! on this thread with the model seams. The window is the online load's run (from `go` until the
+//! online client exits); without online load, a fixed time.
+
+use std::{
+    io::Write,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use gpreempt::{
+    clock::{monotonic_ns, thread_cpu_ns},
+    controller::vocabulary::Options,
+    domain::HostPid,
+    host::select::Selector,
+    model::ModelNotice,
+    schedule::{
+        ScheduleConfig, ScheduleEvent, ScheduleReport, Scheduler, discover::Discovery, realtime::RealtimeConfig,
+        seams::Seams,
+    },
+};
+
+use crate::{
+    client::ClientResult,
+    control::{ModelOccupancySource, ModelSide, Stamp, World},
+    fake_roots::FakeRoots,
+    gpu::{
+        ModelGpu,
+        core::{Accounting, BusyPeriod, GpuCore, Side},
+    },
+    scenario::{ClientPlan, Scenario},
+    shm::{MAX_CLIENTS, MAX_QUEUES, Shm, futex_wake, ring},
+};
+
+/// Which state.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum State<'a> {
+    OnlineAlone,
+    OfflineAlone { seconds: f64 },
+    Colocated,
+    Scheduled { variant: &'a str },
+}
+
+/// What one state measured, raw.
+pub struct Raw {
+    pub window_ns: u64,
+    pub start_ns: u64,
+    /// Per GPU: accounting at the window's start and end, busy periods at its end.
+    pub before: Vec<Accounting>,
+    pub after: Vec<Accounting>,
+    pub busy: Vec<Vec<BusyPeriod>>,
+    /// Per client (plan order): side, client result.
+    pub clients: Vec<(Side, ClientResult)>,
+    pub stamps: Vec<Stamp>,
+    pub report: Option<ScheduleReport>,
+    /// CPU of the thread that ran `Scheduler::run`, ns.
+    pub run_thread_cpu_ns: u64,
+    pub warnings: Vec<String>,
+}
+
+/// What the window's watcher brings back: the online client's result, the GPUs' accounting and
+/// busy periods at the window's end, and its end.
+type WindowEnd = (Option<ClientResult>, Vec<Accounting>, Vec<Vec<BusyPeriod>>, u64);
+
+/// Nothing appears or goes: every client exists before the scheduler starts.
+struct Quiet;
+
+impl Discovery for Quiet {
+    fn poll(&mut self, _: &mut Vec<ModelNotice>) {}
+    fn sees_queues(&self) -> bool {
+        true
+    }
+}
+
+fn spawn_client(shm: &Shm, index: usize, plan: &ClientPlan, slots: &[usize], dir: &FakeRoots) -> Result<Child> {
+    let spec_path = dir.file(&format!("spec-{index}.json"));
+    std::fs::write(&spec_path, serde_json::to_vec(&plan.spec)?)?;
+    let exe = std::env::current_exe().context("finding the harness binary")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("client").arg("--shm").arg(shm.path()).arg("--client").arg(index.to_string());
+    for (slot, gpu) in slots.iter().zip(&plan.gpus) {
+        cmd.arg("--queue").arg(format!("{slot}:{gpu}"));
+    }
+    cmd.arg("--spec").arg(&spec_path);
+    cmd.stdout(Stdio::piped()).stdin(Stdio::null()).stderr(Stdio::inherit());
+    cmd.spawn().context("starting a client process")
+}
+
+fn collect(child: Child) -> Result<ClientResult> {
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("a client process failed: {}", out.status);
+    }
+    let line = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(line.trim()).context("parsing a client's result")
+}
+
+/// Run one state of `sc`.
+pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
+    let shm = Arc::new(Shm::create(&crate::shm::fresh_path("region")).context("creating the shared region")?);
+    let gpus: Vec<Arc<ModelGpu>> = (0..sc.gpus())
+        .map(|i| Arc::new(ModelGpu::new(i, GpuCore::new(sc.bound, sc.profile.restore_ns), shm.clone())))
+        .collect();
+    let with_online = !matches!(state, State::OfflineAlone { .. });
+    let with_offline = !matches!(state, State::OnlineAlone);
+    let mut plans = Vec::new();
+    if with_online {
+        plans.push(sc.online_client());
+    }
+    if with_offline {
+        plans.extend(sc.offline_clients());
+    }
+    if plans.len() > MAX_CLIENTS {
+        bail!("{} clients: at most {MAX_CLIENTS}", plans.len());
+    }
+    // Slots in order, each on its GPU.
+    let mut slots: Vec<Vec<usize>> = Vec::new();
+    let mut next_slot = 0;
+    for (i, p) in plans.iter().enumerate() {
+        let mut mine = Vec::new();
+        for &g in &p.gpus {
+            if next_slot >= MAX_QUEUES {
+                bail!("more than {MAX_QUEUES} queues");
+            }
+            gpus[g].add_queue(next_slot, i, p.side);
+            mine.push(next_slot);
+            next_slot += 1;
+        }
+        slots.push(mine);
+    }
+    let gpu_stop = Arc::new(AtomicBool::new(false));
+    let drivers: Vec<_> = gpus
+        .iter()
+        .map(|g| {
+            let (g, stop) = (g.clone(), gpu_stop.clone());
+            std::thread::Builder::new().name(format!("model-gpu-{}", g.index)).spawn(move || g.run(&stop))
+        })
+        .collect::<Result<_, _>>()?;
+    let roots = FakeRoots::new()?;
+    let mut children = Vec::new();
+    for (i, p) in plans.iter().enumerate() {
+        children.push(spawn_client(&shm, i, p, &slots[i], &roots)?);
+    }
+    // Every client has mapped the region and said where its indices are.
+    let ready_by = Instant::now() + Duration::from_secs(20);
+    while slots.iter().flatten().any(|&s| shm.queues[s].owner.load(Ordering::Acquire) == 0) {
+        if Instant::now() > ready_by {
+            bail!("the clients did not attach within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let world = Arc::new(World::new(shm.clone(), gpus.clone(), sc.profile.clone(), sc.seed ^ 0x5eed));
+    let pids: Vec<HostPid> = children.iter().map(|c| HostPid(c.id())).collect();
+    {
+        let mut clients = world.clients.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        for (i, (&pid, p)) in pids.iter().zip(&plans).enumerate() {
+            clients.insert(pid, (i, p.side));
+            let queues: Vec<_> = slots[i].iter().zip(&p.gpus).map(|(&s, &g)| (s as u32, gpus[g].id)).collect();
+            roots.kfd_process(pid.0, &queues)?;
+        }
+    }
+    let mut warnings = Vec::new();
+    let mut emit = |e: &ScheduleEvent| {
+        if let ScheduleEvent::Warning { message } = e {
+            warnings.push(message.clone());
+        }
+    };
+    let scheduler = match state {
+        State::Scheduled { variant } => {
+            let (_, change) =
+                crate::variants::by_name(variant).ok_or_else(|| anyhow::anyhow!("no variant named {variant}"))?;
+            let mut config = ScheduleConfig {
+                online: pids
+                    .iter()
+                    .zip(&plans)
+                    .filter(|(_, p)| p.side == Side::Online)
+                    .map(|(&p, _)| Selector::Pid(p))
+                    .collect(),
+                offline: pids
+                    .iter()
+                    .zip(&plans)
+                    .filter(|(_, p)| p.side == Side::Offline)
+                    .map(|(&p, _)| Selector::Pid(p))
+                    .collect(),
+                // Unprivileged: no SCHED_FIFO, no mlockall (the JSON says what was granted).
+                realtime: RealtimeConfig::default(),
+                interval: Duration::from_secs(3600),
+                session: Options { roots: roots.roots(), ..Options::default() },
+                roots: roots.roots(),
+                ..ScheduleConfig::default()
+            };
+            change(&mut config);
+            let seams = Seams {
+                control: ModelSide(world.clone()),
+                discovery: Box::new(Quiet),
+                occupancy: Box::new(ModelOccupancySource(world.clone())),
+            };
+            Some(Scheduler::start(config, seams, &mut emit).context("starting the scheduler")?)
+        }
+        _ => None,
+    };
+    // Go.
+    let start_ns = monotonic_ns() + 20_000_000;
+    shm.start_ns.store(start_ns, Ordering::Release);
+    shm.go.store(1, Ordering::Release);
+    futex_wake(&shm.go);
+    let before: Vec<Accounting> = {
+        while monotonic_ns() < start_ns {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        gpus.iter().map(|g| g.snapshot().0).collect()
+    };
+    // The window: until the online client exits (or a fixed time), watched on its own thread
+    // so this one can run the scheduler.
+    let stop = Arc::new(AtomicBool::new(false));
+    let online_child = if with_online { Some(children.remove(0)) } else { None };
+    let watch = {
+        let (stop, gpus) = (stop.clone(), gpus.clone());
+        let seconds = if let State::OfflineAlone { seconds } = state { seconds } else { 0.0 };
+        std::thread::spawn(move || -> Result<WindowEnd> {
+            let online = match online_child {
+                Some(c) => Some(collect(c)),
+                None => {
+                    std::thread::sleep(Duration::from_secs_f64(seconds));
+                    None
+                }
+            };
+            let end = monotonic_ns();
+            let snaps: Vec<_> = gpus.iter().map(|g| g.snapshot()).collect();
+            stop.store(true, Ordering::Release);
+            let (after, busy) = snaps.into_iter().unzip();
+            Ok((online.transpose()?, after, busy, end))
+        })
+    };
+    let (report, run_thread_cpu_ns) = match scheduler {
+        Some(s) => {
+            let cpu = thread_cpu_ns();
+            let report = s.run(&stop, &mut emit);
+            (Some(report), thread_cpu_ns() - cpu)
+        }
+        None => (None, 0),
+    };
+    let watched = watch.join().map_err(|_| anyhow::anyhow!("the window's watcher panicked"));
+    // Stop the offline clients and the model GPUs, whatever happened.
+    shm.stop.store(1, Ordering::Release);
+    for w in &shm.client_wake {
+        ring(w);
+    }
+    futex_wake(&shm.barrier_generation);
+    let mut results: Vec<(Side, ClientResult)> = Vec::new();
+    let (online, after, busy, end_ns) = watched??;
+    if let Some(o) = online {
+        results.push((Side::Online, o));
+    }
+    for c in children {
+        results.push((Side::Offline, collect(c)?));
+    }
+    gpu_stop.store(true, Ordering::Release);
+    for g in &gpus {
+        ring(&shm.doorbell[g.index]);
+    }
+    for d in drivers {
+        let _ = d.join();
+    }
+    let _ = std::io::stderr().flush();
+    Ok(Raw {
+        window_ns: end_ns.saturating_sub(start_ns),
+        start_ns,
+        before,
+        after,
+        busy,
+        clients: results,
+        stamps: world.stamps(),
+        report,
+        run_thread_cpu_ns,
+        warnings,
+    })
+}

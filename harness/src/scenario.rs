@@ -1,0 +1,145 @@
+//! One scenario = (online load, offline set, cost profile, execution bound, scheduler variants),
+//! and the client processes it needs on which GPUs.
+
+use serde::Serialize;
+
+use crate::{
+    gpu::core::{Bound, Side},
+    load::{self, ClientSpec, Request, TokenModel, Trace},
+    profile::Profile,
+};
+
+const MS: u64 = 1_000_000;
+
+/// The online side.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Online {
+    /// Poisson requests (PROFILES.md "Loads"), over `queues` queues in turn.
+    Poisson { rate_hz: f64, requests: usize, dispatches: u64, dispatch_ns: u64, spread: f64, queues: usize },
+    /// The Azure trace's arrivals and tokens, served without batching.
+    Trace { trace: Trace, requests: usize },
+    /// The Azure trace through a continuous-batching engine.
+    Batching { trace: Trace, requests: usize },
+}
+
+/// The offline side.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Offline {
+    /// `processes` trainers on the online GPU, one queue each.
+    Trainers { processes: usize, dispatch_ns: u64, spread: f64, step_dispatches: u32 },
+    /// A 2-GPU data-parallel job: rank 0 on the online GPU, rank 1 on the other.
+    DataParallel { dispatch_ns: u64, spread: f64, step_dispatches: u32 },
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Scenario {
+    pub name: String,
+    pub online: Online,
+    pub offline: Offline,
+    pub profile: Profile,
+    pub bound: Bound,
+    pub variants: Vec<String>,
+    pub seed: u64,
+}
+
+/// A client process to start: its side, what it runs, its queues' GPUs.
+#[derive(Clone, Debug)]
+pub struct ClientPlan {
+    pub side: Side,
+    pub spec: ClientSpec,
+    pub gpus: Vec<usize>,
+}
+
+impl Scenario {
+    pub fn gpus(&self) -> usize {
+        match self.offline {
+            Offline::DataParallel { .. } => 2,
+            Offline::Trainers { .. } => 1,
+        }
+    }
+
+    pub fn online_client(&self) -> ClientPlan {
+        let model = TokenModel::default();
+        let (spec, queues) = match &self.online {
+            Online::Poisson { rate_hz, requests, dispatches, dispatch_ns, spread, queues } => {
+                let r = load::poisson(*rate_hz, *requests, *dispatches, *dispatch_ns, *spread, self.seed);
+                (ClientSpec::Requests { requests: r }, *queues)
+            }
+            Online::Trace { trace, requests } => {
+                let r: Vec<Request> = load::trace_requests(&trace.arrivals(*requests), model);
+                (ClientSpec::Requests { requests: r }, 1)
+            }
+            Online::Batching { trace, requests } => (
+                ClientSpec::Batching {
+                    arrivals: trace.arrivals(*requests),
+                    model,
+                    gap_lo_ns: MS / 2,
+                    gap_hi_ns: 3 * MS / 2,
+                    seed: self.seed,
+                },
+                1,
+            ),
+        };
+        ClientPlan { side: Side::Online, spec, gpus: vec![0; queues.max(1)] }
+    }
+
+    pub fn offline_clients(&self) -> Vec<ClientPlan> {
+        match self.offline {
+            Offline::Trainers { processes, dispatch_ns, spread, step_dispatches } => (0..processes)
+                .map(|i| ClientPlan {
+                    side: Side::Offline,
+                    spec: ClientSpec::Trainer {
+                        dispatch_ns,
+                        spread,
+                        step_dispatches,
+                        inflight: 2,
+                        seed: self.seed + 100 + i as u64,
+                    },
+                    gpus: vec![0],
+                })
+                .collect(),
+            Offline::DataParallel { dispatch_ns, spread, step_dispatches } => (0..2)
+                .map(|rank| ClientPlan {
+                    side: Side::Offline,
+                    spec: ClientSpec::DpRank {
+                        dispatch_ns,
+                        spread,
+                        step_dispatches,
+                        ranks: 2,
+                        seed: self.seed + 200 + rank,
+                    },
+                    gpus: vec![rank as usize],
+                })
+                .collect(),
+        }
+    }
+
+    /// Online requests expected (for suspends per request).
+    pub fn requests(&self) -> usize {
+        match &self.online {
+            Online::Poisson { requests, .. } | Online::Trace { requests, .. } | Online::Batching { requests, .. } => {
+                *requests
+            }
+        }
+    }
+}
+
+/// The shapes of PROFILES.md "Loads".
+pub fn poisson(requests: usize) -> Online {
+    Online::Poisson { rate_hz: 20.0, requests, dispatches: 3, dispatch_ns: MS, spread: 0.5, queues: 2 }
+}
+
+pub fn trainers(processes: usize) -> Offline {
+    Offline::Trainers { processes, dispatch_ns: 4 * MS, spread: 0.5, step_dispatches: 4 }
+}
+
+/// §7.3's 1-offline trainer: one queue, steps of 2 dispatches of 5 ms ± 50 %.
+pub fn section7_trainer() -> Offline {
+    Offline::Trainers { processes: 1, dispatch_ns: 5 * MS, spread: 0.5, step_dispatches: 2 }
+}
+
+pub fn data_parallel() -> Offline {
+    Offline::DataParallel { dispatch_ns: 4 * MS, spread: 0.5, step_dispatches: 4 }
+}

@@ -1,0 +1,88 @@
+//! The matrix behind BENCHMARKS §9: the §7 mirror on the emulator profile, every load on the
+//! MI300X central point under both execution bounds, and the MI300X sweep (every point, not a
+//! chosen one) on Poisson with one offline process. JSON on stdout, progress on stderr; a
+//! scenario that fails is reported with its error and the suite goes on.
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use crate::{
+    evaluate::evaluate,
+    gpu::core::Bound,
+    load::Trace,
+    profile::Profile,
+    scenario::{self, Offline, Online, Scenario},
+    timer_floor,
+};
+
+fn scenario(name: &str, online: Online, offline: Offline, profile: Profile, bound: Bound) -> Scenario {
+    Scenario {
+        name: format!("{name}/{}/{}", profile.name, format!("{bound:?}").to_lowercase()),
+        online,
+        offline,
+        profile,
+        bound,
+        variants: vec!["default".into()],
+        seed: 1,
+    }
+}
+
+/// Every scenario of the suite, and whether it is the §7 mirror.
+pub fn matrix(quick: bool) -> Vec<(Scenario, bool)> {
+    let requests = if quick { 60 } else { 200 };
+    let trace_requests = if quick { 60 } else { 157 };
+    let batching_requests = if quick { 40 } else { 100 };
+    let mut out = vec![(
+        scenario("section7", scenario::poisson(200), scenario::section7_trainer(), Profile::emulator(), Bound::Serial),
+        true,
+    )];
+    for bound in [Bound::Serial, Bound::Shared] {
+        let p = Profile::mi300x;
+        for n in 1..=3 {
+            out.push((
+                scenario(&format!("poisson-{n}off"), scenario::poisson(requests), scenario::trainers(n), p(), bound),
+                false,
+            ));
+        }
+        for n in [1, 3] {
+            let online = Online::Trace { trace: Trace::Code, requests: trace_requests };
+            out.push((scenario(&format!("azure-code-{n}off"), online, scenario::trainers(n), p(), bound), false));
+        }
+        let online = Online::Batching { trace: Trace::Conv, requests: batching_requests };
+        out.push((scenario("batching-1off", online, scenario::trainers(1), p(), bound), false));
+        out.push((scenario("dp-2gpu", scenario::poisson(requests), scenario::data_parallel(), p(), bound), false));
+    }
+    let bounds: &[Bound] = if quick { &[Bound::Serial] } else { &[Bound::Serial, Bound::Shared] };
+    for &bound in bounds {
+        for p in Profile::mi300x_sweep() {
+            out.push((scenario("poisson-1off", scenario::poisson(requests), scenario::trainers(1), p, bound), false));
+        }
+    }
+    out
+}
+
+pub fn run(quick: bool) -> Result<()> {
+    let started = std::time::Instant::now();
+    let timer_floor = timer_floor::measure(2.0);
+    let mut scenarios: Vec<Value> = Vec::new();
+    for (sc, mirror) in matrix(quick) {
+        match evaluate(&sc, mirror) {
+            Ok(r) => scenarios.push(serde_json::to_value(r)?),
+            Err(e) => {
+                eprintln!("[{}] failed: {e:#}", sc.name);
+                scenarios.push(json!({"scenario": sc, "error": format!("{e:#}")}));
+            }
+        }
+    }
+    let profiles: Vec<Profile> =
+        [Profile::emulator(), Profile::mi300x()].into_iter().chain(Profile::mi300x_sweep()).collect();
+    let out = json!({
+        "quick": quick,
+        "seconds": started.elapsed().as_secs_f64(),
+        "timer_floor_us": timer_floor,
+        "profiles": profiles,
+        "scenarios": scenarios,
+    });
+    println!("{}", serde_json::to_string(&out)?);
+    Ok(())
+}

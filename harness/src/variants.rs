@@ -1,0 +1,21 @@
+//! Scheduler variants compared in the same run: each a change to the default `ScheduleConfig`
+//! (besides the fake roots and the pids). A policy change is judged by adding its row here and
+//! reading it beside `default`.
+
+use std::time::Duration;
+
+use gpreempt::schedule::ScheduleConfig;
+
+pub type Variant = (&'static str, fn(&mut ScheduleConfig));
+
+pub const VARIANTS: &[Variant] = &[
+    ("default", |_| {}),
+    // The idle threshold halved: what continuous batching's ~1 ms step gaps do to the default.
+    ("idle-1ms", |c| c.policy.idle = Duration::from_millis(1)),
+    // Occupancy read every step's worth of polls: the detection blind spot of the shared bound.
+    ("occupancy-200us", |c| c.occupancy = Duration::from_micros(200)),
+];
+
+pub fn by_name(name: &str) -> Option<Variant> {
+    VARIANTS.iter().copied().find(|v| v.0 == name)
+}
