@@ -317,8 +317,10 @@ pub struct ScheduleArgs {
     /// and the next suspend cost the online job (by default such resumes are skipped).
     #[arg(long)]
     pub no_cost_aware: bool,
-    /// Interval between reads of the online processes' cu_occupancy, e.g. 1ms.
-    #[arg(long, default_value = "1ms", value_parser = duration::with_unit("us"), value_name = "DURATION")]
+    /// Interval between reads of the online processes' cu_occupancy while nothing else asks for
+    /// one, e.g. 10ms. Submissions are seen in the queues' write indices and a fresh read precedes
+    /// every idle resume; the periodic read backs up queues that are not watched (no tracer).
+    #[arg(long, default_value = "10ms", value_parser = duration::with_unit("us"), value_name = "DURATION")]
     pub occupancy: Duration,
     /// Guarantee the offline job this share of GPU time over --share-window even under
     /// continuous online load (0..1; 0: none). The online work waits during those slices.
@@ -936,7 +938,7 @@ mod tests {
         );
         assert_eq!(
             (s.occupancy, s.share_window, s.interval),
-            (Duration::from_millis(1), Duration::from_secs(1), Duration::from_secs(1))
+            (Duration::from_millis(10), Duration::from_secs(1), Duration::from_secs(1))
         );
         let err = parse(&["schedule", "--online", "1", "--offline", "vllm"]).unwrap_err();
         assert!(err.to_string().contains("`vllm` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME"), "{err}");

@@ -77,7 +77,11 @@ pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> 
         .collect();
     let section7 = section7_mirror.then(|| {
         let kept_colocated = comparisons.first().and_then(|c| c.kept.first().copied()).unwrap_or(0.0);
-        let sched = comparisons.iter().position(|c| c.state == "schedule:default");
+        // §7 was measured with the scheduler before this wave's changes: the `previous` variant.
+        let sched = comparisons
+            .iter()
+            .position(|c| c.state == "schedule:previous")
+            .or_else(|| comparisons.iter().position(|c| c.state == "schedule:default"));
         let kept_schedule = sched.and_then(|i| comparisons[i].kept.first().copied()).unwrap_or(0.0);
         let suspends_per_request = sched.and_then(|i| co[i].scheduler.as_ref()).map_or(0.0, |s| s.suspends_per_request);
         let within_tolerance = (kept_schedule - section7::KEPT_SCHEDULE).abs() <= section7::KEPT_SCHEDULE_TOLERANCE

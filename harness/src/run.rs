@@ -20,10 +20,7 @@ use gpreempt::{
     domain::HostPid,
     host::select::Selector,
     model::ModelNotice,
-    schedule::{
-        ScheduleConfig, ScheduleEvent, ScheduleReport, Scheduler, discover::Discovery, realtime::RealtimeConfig,
-        seams::Seams,
-    },
+    schedule::{ScheduleConfig, ScheduleEvent, ScheduleReport, Scheduler, discover::Discovery, seams::Seams},
 };
 
 use crate::{
@@ -188,8 +185,9 @@ pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
                     .filter(|(_, p)| p.side == Side::Offline)
                     .map(|(&p, _)| Selector::Pid(p))
                     .collect(),
-                // Unprivileged: no SCHED_FIFO, no mlockall (the JSON says what was granted).
-                realtime: RealtimeConfig::default(),
+                // The product's footing (SCHED_FIFO 20 and mlockall where the host grants them, as
+                // on a node where the agent runs with CAP_SYS_NICE; the JSON says what was granted).
+                realtime: ScheduleConfig::default().realtime,
                 interval: Duration::from_secs(3600),
                 session: Options { roots: roots.roots(), ..Options::default() },
                 roots: roots.roots(),

@@ -15,6 +15,9 @@ use crate::{
     timer_floor,
 };
 
+/// Every scenario runs this scheduler and the previous one in the same run (before and after).
+const VARIANTS_COMPARED: &[&str] = &["default", "previous"];
+
 fn scenario(name: &str, online: Online, offline: Offline, profile: Profile, bound: Bound) -> Scenario {
     Scenario {
         name: format!("{name}/{}/{}", profile.name, format!("{bound:?}").to_lowercase()),
@@ -22,7 +25,7 @@ fn scenario(name: &str, online: Online, offline: Offline, profile: Profile, boun
         offline,
         profile,
         bound,
-        variants: vec!["default".into()],
+        variants: VARIANTS_COMPARED.iter().map(|v| (*v).to_owned()).collect(),
         seed: 1,
     }
 }

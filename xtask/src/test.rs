@@ -389,6 +389,8 @@ fn checks(tally: &mut Tally) {
             "xtask",
             "--package",
             "gpreempt-tests",
+            "--package",
+            "harness",
             "--all-targets",
             "--",
             "-D",

@@ -46,6 +46,7 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
         busy_poll: args.busy_poll,
         realtime: RealtimeConfig { priority: args.rt_priority, cpu: args.cpu, lock_memory: !args.no_mlock },
         occupancy: args.occupancy,
+        watch_writes: true,
         interval: args.interval.max(Duration::from_millis(1)),
         hint_socket: args.hint_socket.clone(),
         roots: roots.clone(),

@@ -101,7 +101,8 @@ pub fn occupancy_files(kfd_proc: &Path, pid: HostPid) -> Vec<PathBuf> {
 /// What one poll of a process found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Poll {
-    /// Queues with `write > read`.
+    /// Queues with online work: `write > read`, or (when writes are watched) a write index that
+    /// moved since the last poll.
     pub pending_queues: usize,
     /// Dispatch delays (first seen pending → consumed) completed at this poll: how many.
     pub delays_closed: usize,
@@ -115,26 +116,38 @@ struct Watched {
     pending_since: Option<(u64, u64)>,
     /// `write > read` at the last poll.
     pending: bool,
+    /// The write index at the last poll (`None` before the first).
+    last_write: Option<u64>,
+    /// Work at the last poll: pending, or a submission since the poll before.
+    active: bool,
 }
 
 /// One online process's queues and their indices, read with one system call per poll.
 #[derive(Debug)]
 pub struct OnlineProcess {
     pub pid: HostPid,
+    /// A write index that moved since the last poll is online work even if the packet
+    /// processor consumed it before this poll (see [`OnlineProcess::new`]).
+    watch_writes: bool,
     queues: Vec<Watched>,
     addrs: Vec<u64>,
     values: Vec<u64>,
 }
 
 impl OnlineProcess {
-    pub fn new(pid: HostPid) -> Self {
-        Self { pid, queues: Vec::new(), addrs: Vec::new(), values: Vec::new() }
+    /// `watch_writes`: count a submission seen only as a moved write index. An MI300-class
+    /// command processor takes a packet within microseconds of the doorbell, so an online
+    /// dispatch published between two polls is often consumed (read == write) before the second
+    /// one looks; the write index still moved. Without this only `cu_occupancy` (read far less
+    /// often: the kernel asks the hardware) would show it.
+    pub fn new(pid: HostPid, watch_writes: bool) -> Self {
+        Self { pid, watch_writes, queues: Vec::new(), addrs: Vec::new(), values: Vec::new() }
     }
 
     /// Watch a queue (a repeat of a known id replaces its addresses: ids are reused after destroy).
     pub fn add_queue(&mut self, addrs: QueueAddrs) {
         self.queues.retain(|w| w.addrs.queue_id != addrs.queue_id);
-        self.queues.push(Watched { addrs, pending_since: None, pending: false });
+        self.queues.push(Watched { addrs, pending_since: None, pending: false, last_write: None, active: false });
         self.rebuild();
     }
 
@@ -160,9 +173,9 @@ impl OnlineProcess {
         self.queues.iter().map(|w| w.addrs.gpu_id)
     }
 
-    /// GPUs with a queue whose indices showed pending work at the last poll (repeats included).
+    /// GPUs with a queue whose indices showed online work at the last poll (repeats included).
     pub fn pending_gpus(&self) -> impl Iterator<Item = GpuId> + '_ {
-        self.queues.iter().filter(|w| w.pending).map(|w| w.addrs.gpu_id)
+        self.queues.iter().filter(|w| w.active).map(|w| w.addrs.gpu_id)
     }
 
     /// Read every queue's indices at `now` (ns); each closed dispatch delay (first seen pending
@@ -185,11 +198,14 @@ impl OnlineProcess {
                 w.pending_since = None;
             }
             w.pending = write > read;
-            if w.pending {
+            let moved = self.watch_writes && w.last_write.is_some_and(|last| write != last);
+            w.last_write = Some(write);
+            w.active = w.pending || moved;
+            if w.active {
                 out.pending_queues += 1;
-                if w.pending_since.is_none() {
-                    w.pending_since = Some((write, now));
-                }
+            }
+            if w.pending && w.pending_since.is_none() {
+                w.pending_since = Some((write, now));
             }
         }
         out
@@ -267,7 +283,7 @@ mod tests {
         // The indices live in this test; the process reads itself.
         let mut idx: Box<[u64; 4]> = Box::new([0, 0, 5, 5]);
         let base = idx.as_ptr() as u64;
-        let mut p = OnlineProcess::new(HostPid(std::process::id()));
+        let mut p = OnlineProcess::new(HostPid(std::process::id()), false);
         p.add_queue(q(0, base, base + 8));
         p.add_queue(QueueAddrs { gpu_id: GpuId(0x2000), ..q(1, base + 16, base + 24) });
         let mut delays = Vec::new();
@@ -292,6 +308,29 @@ mod tests {
         assert_eq!(p.poll(6_000, &mut delay).unwrap().pending_queues, 0);
         assert_eq!(delays, vec![(0x1000, 2_500)]);
         assert_eq!(p.remove_queue(QueueId(9)), None);
+    }
+
+    #[test]
+    fn a_submission_consumed_between_two_polls_is_seen_by_its_moved_write_index() {
+        let mut idx: Box<[u64; 2]> = Box::new([4, 4]);
+        let base = idx.as_ptr() as u64;
+        let mut watching = OnlineProcess::new(HostPid(std::process::id()), true);
+        watching.add_queue(q(0, base, base + 8));
+        let mut blind = OnlineProcess::new(HostPid(std::process::id()), false);
+        blind.add_queue(q(0, base, base + 8));
+        let mut delay = |_: GpuId, _: u64| {};
+        // The first look learns the write index: nothing moved yet.
+        assert_eq!(watching.poll(1_000, &mut delay).unwrap().pending_queues, 0);
+        assert_eq!(blind.poll(1_000, &mut delay).unwrap().pending_queues, 0);
+        // Published and consumed before the next poll (an MI300 CP takes it within microseconds).
+        idx[1] = 5;
+        idx[0] = 5;
+        assert_eq!(watching.poll(2_000, &mut delay).unwrap().pending_queues, 1);
+        assert_eq!(watching.pending_gpus().collect::<Vec<_>>(), [GpuId(0x1000)]);
+        assert_eq!(blind.poll(2_000, &mut delay).unwrap().pending_queues, 0);
+        // Nothing moved since: quiet again.
+        assert_eq!(watching.poll(3_000, &mut delay).unwrap().pending_queues, 0);
+        assert_eq!(watching.pending_gpus().count(), 0);
     }
 
     #[test]

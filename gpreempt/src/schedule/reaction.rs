@@ -160,6 +160,8 @@ pub struct ReactionConfig {
     pub poll_ns: u64,
     /// Interval between reads of the online `cu_occupancy`.
     pub occupancy_ns: u64,
+    /// A moved online write index is online work (see `OnlineProcess::new`).
+    pub watch_writes: bool,
     /// Step again at once instead of sleeping (for hosts with a core to spare).
     pub busy_poll: bool,
     pub realtime: RealtimeConfig,
@@ -390,7 +392,7 @@ impl<S: ControlSide> Reaction<S> {
                 let i = match self.online.iter().position(|p| p.pid == pid) {
                     Some(i) => i,
                     None => {
-                        self.online.push(OnlineProcess::new(pid));
+                        self.online.push(OnlineProcess::new(pid, self.config.watch_writes));
                         self.online.len() - 1
                     }
                 };

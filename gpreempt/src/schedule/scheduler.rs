@@ -115,6 +115,7 @@ impl Scheduler {
             policy: config.policy,
             poll_ns: ns_of(config.poll),
             occupancy_ns: ns_of(config.occupancy),
+            watch_writes: config.watch_writes,
             busy_poll: config.busy_poll,
             realtime: config.realtime,
             session: session.clone(),

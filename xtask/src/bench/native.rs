@@ -144,15 +144,19 @@ impl ScenarioResult {
     }
 }
 
-/// One row of a scenario table.
-fn row(md: &mut String, s: &ScenarioResult) {
+/// One row of a scenario table: its figures under the scheduler `variant` (harness/src/variants.rs).
+fn row(md: &mut String, s: &ScenarioResult, variant: &str) {
     if let Some(e) = &s.error {
         let _ = writeln!(md, "| {} | failed: {e} |||||||||||", s.scenario.name);
         return;
     }
+    let key = format!("schedule:{variant}");
+    if variant != "default" && s.state(&key).is_none() {
+        return;
+    }
     let alone = s.state("online_alone");
-    let sched = s.state("schedule:default").and_then(|st| st.scheduler.as_ref());
-    let (co, sc) = (s.comparison("colocated"), s.comparison("schedule:default"));
+    let sched = s.state(&key).and_then(|st| st.scheduler.as_ref());
+    let (co, sc) = (s.comparison("colocated"), s.comparison(&key));
     let alone_lat = alone.and_then(|a| a.online_step_ms.clone().or(a.online_latency_ms.clone()));
     let batching = alone.is_some_and(|a| a.online_step_ms.is_some());
     let (p50, p99) = match (batching, sc) {
@@ -167,8 +171,9 @@ fn row(md: &mut String, s: &ScenarioResult) {
     let job = sc.and_then(|c| c.job_steps_ratio).map_or(String::new(), |r| format!("; job steps {}", x(Some(r))));
     let _ = writeln!(
         md,
-        "| {} | {} | {} ms | {co_p99} | {p50} / {p99} | {} / {}{job} | {} | {} | {} | {} | {} | {} |",
+        "| {}{} | {} | {} ms | {co_p99} | {p50} / {p99} | {} / {}{job} | {} | {} | {} | {} | {} | {} |",
         s.scenario.name,
+        if variant == "default" { String::new() } else { format!(" — *{variant} scheduler*") },
         s.scenario.bound,
         alone_lat.map_or("–".into(), |a| format!("{:.2} / {:.2}", a.p50, a.p99)),
         kept(co),
@@ -178,13 +183,19 @@ fn row(md: &mut String, s: &ScenarioResult) {
             "{:.2} ({} of {} busy periods unprotected)",
             f.transitions_per_busy_period,
             f.busy_periods_unprotected,
-            s.state("schedule:default").and_then(|st| st.gpus.first()).map_or(0, |g| g.busy_periods)
+            s.state(&key).and_then(|st| st.gpus.first()).map_or(0, |g| g.busy_periods)
         )),
         sched.map_or("–".into(), |f| us(&f.detection_us)),
         sched.map_or("–".into(), |f| us(&f.reaction_us)),
         sched.map_or("–".into(), |f| us(&f.loop_step_us)),
         sched.map_or("–".into(), |f| pct(f.cpu_share)),
     );
+}
+
+/// A scenario's rows: this checkout's scheduler, then the previous one measured in the same run.
+fn rows(md: &mut String, s: &ScenarioResult) {
+    row(md, s, "default");
+    row(md, s, "previous");
 }
 
 const HEADER: &str = "| scenario | bound | online P50 / P99 alone (batching: step) | P99 / alone co-located | P50 / P99 vs alone under `schedule` | offline kept co-located / `schedule` (per GPU) | offline of the idle GPU time | transitions per online busy period | detection p50 / p99 µs | reaction p50 / p99 µs | loop step p50 / p99 µs | gpreempt CPU (one core) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -207,7 +218,7 @@ pub fn section(md: &mut String, doc: &Value) {
         md,
         "On the host, natively, no VM and no GPU ({}): `harness suite{}` (the `harness` crate) runs the real \
          `gpreempt::schedule::Scheduler` — its reaction thread, `PolicyMachine`, `process_vm_readv` of the online \
-         indices — with default settings (unprivileged: normal scheduling class), against models of only the kernel \
+         indices — with default settings (its reaction thread at SCHED_FIFO 20 with memory locked, as granted to root here; the previous scheduler, `previous` in `harness/src/variants.rs`, in the same run and on the same clients: the rows marked *previous scheduler*), against models of only the kernel \
          boundary and the GPU, through the scheduler's seams: `ModelSide` (SUSPEND/RESUME block the reaction \
          thread asleep for sampled durations plus a CWSR save per executing queue, and unmap every queue of the GPU, \
          the online ones too, for the call), `ModelOccupancySource` (`cu_occupancy` answered from the model after \
@@ -255,18 +266,18 @@ pub fn section(md: &mut String, doc: &Value) {
             },
         );
         md.push_str(HEADER);
-        row(md, s);
+        rows(md, s);
         md.push('\n');
     }
     let _ = writeln!(md, "### 9.1. MI300X central profile\n");
     md.push_str(HEADER);
     for s in doc.scenarios.iter().filter(|s| s.scenario.profile.name == "mi300x") {
-        row(md, s);
+        rows(md, s);
     }
     let _ = writeln!(md, "\n### 9.2. MI300X sweep (Poisson, one offline process; every point)\n");
     md.push_str(HEADER);
     for s in doc.scenarios.iter().filter(|s| s.scenario.profile.name.starts_with("mi300x-")) {
-        row(md, s);
+        rows(md, s);
     }
     md.push('\n');
     goals(md, &doc);
