@@ -42,7 +42,9 @@
 //!   offline work until the suspend lands). The machine keeps the recent gaps between online
 //!   bursts and, once idle for `t`, predicts the rest of the gap as the mean of `g - t` over the
 //!   recorded gaps `g > t` (the empirical mean residual life: for periodic requests it shrinks as
-//!   the next one nears, for Poisson arrivals it stays the mean gap). Below the cost it holds on
+//!   the next one nears, for Poisson arrivals it stays the mean gap), or with `learn_idle` as
+//!   their median (robust to the few long gaps between a serving engine's batches, see
+//!   [`PolicyMachine::predicted_rest`]). Below the cost it holds on
 //!   and says so once per gap ([`Action::HoldThroughGap`]); with fewer than [`MIN_GAPS`] gaps
 //!   longer than `t` on record there is no evidence of a short gap and it resumes. The costs are
 //!   measured on the run, as the medians of the last 16 ([`PolicyMachine::note_resume`],
@@ -331,10 +333,24 @@ impl PolicyMachine {
         Some(median(&self.resume_cost)? + median(&self.reaction_cost)?)
     }
 
-    /// The mean rest of a gap that has lasted `idle_ns`, over the recorded gaps longer than it,
-    /// and how many those are.
+    /// The predicted rest of a gap that has lasted `idle_ns`, over the recorded gaps longer than
+    /// it, and how many those are: their mean rest, or with `learn_idle` their median rest. A
+    /// serving engine's gaps mix many step gaps just past the threshold (a rest of a few hundred
+    /// µs) with a few long ones between batches (tens of ms): the mean is the long ones', so every
+    /// step gap past the threshold was resumed; the median is the step gaps' when they are most.
+    /// For Poisson gaps the median rest is ln 2 of the mean gap, still long.
     pub fn predicted_rest(&self, idle_ns: u64) -> (Option<u64>, usize) {
         let longer = self.gaps.iter().filter(|&&g| g > idle_ns);
+        if self.config.learn_idle {
+            let mut rests = [0u64; GAP_HISTORY];
+            let mut n = 0;
+            for (slot, &g) in rests.iter_mut().zip(longer) {
+                *slot = g - idle_ns;
+                n += 1;
+            }
+            rests[..n].sort_unstable();
+            return ((n > 0).then(|| rests[(n - 1) / 2]), n);
+        }
         let (n, sum) = longer.fold((0usize, 0u128), |(n, sum), &g| (n + 1, sum + u128::from(g - idle_ns)));
         ((n > 0).then(|| (sum / n as u128) as u64), n)
     }
@@ -937,5 +953,54 @@ mod tests {
         assert_eq!(p.idle_threshold(), Duration::from_micros(1_600));
         let suspends = actions.iter().filter(|(_, a)| *a == Action::Suspend).count();
         assert_eq!(suspends, 60, "one suspend per request");
+    }
+
+    #[test]
+    fn an_engine_busy_across_requests_holds_through_its_step_gaps_on_the_median_rest() {
+        // One long busy engine: 300 steps of 0.8 ms with CPU gaps of 1.0-2.6 ms, and only three
+        // 30 ms pauses (1 %: no valley to learn, the threshold stays 2 ms). Resume 500 µs,
+        // reaction 900 µs: a step gap's rest past 2 ms (≤ 0.8 ms polled) is shorter than that.
+        let mut rng = Lcg(5);
+        let mut t = 1_000;
+        let mut bursts = Vec::new();
+        for i in 0..300 {
+            bursts.push((t, t + 800));
+            t += 800 + rng.between(1_000, 2_600);
+            if i % 100 == 99 {
+                t += 30_000;
+            }
+        }
+        let end = t + 50_000;
+        let with_median = replay(&bursts, end, 500, 900);
+        let (suspends, resumes, holds) = kinds(&with_median);
+        // The mean rest (the previous rule) is the pauses': every step gap past 2 ms resumed.
+        let mut p = PolicyMachine::new(PolicyConfig {
+            idle: Duration::from_millis(2),
+            learn_idle: false,
+            ..PolicyConfig::default()
+        });
+        let mut mean_resumes = 0;
+        let mut now_us = 0;
+        while now_us <= end {
+            let active = bursts.iter().any(|&(s, e)| (s..e).contains(&now_us));
+            let now = now_us * 1_000;
+            match p.tick(now, Observation { online_active: active, online_gone: false }) {
+                Some(Action::Suspend) => {
+                    p.suspended(now, true);
+                    p.note_reaction(900_000);
+                }
+                Some(Action::Resume(_)) => {
+                    p.resumed(now);
+                    p.note_resume(500_000);
+                    mean_resumes += 1;
+                }
+                _ => {}
+            }
+            now_us += 200;
+        }
+        assert_eq!(mean_resumes, 54, "the mean rest resumes in step gaps");
+        // The median rest holds through them once 8 gaps past 2 ms are on record: the resumes are
+        // the first gaps (no evidence yet) and the three pauses.
+        assert_eq!((suspends, resumes, holds), (16, 16, 119));
     }
 }
