@@ -222,6 +222,15 @@ fn emu_schedule_hints_drive_suspend_and_resume_exactly_and_malformed_lines_are_c
     assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
 }
 
+/// (t_ms, reason) of every transition of `action` in a stopped scheduler's lines.
+fn timed_lines(lines: &[Value], action: &str) -> Vec<(f64, Value)> {
+    lines
+        .iter()
+        .filter(|l| l["event"] == "transition" && l["action"] == action)
+        .map(|l| (l["t_ms"].as_f64().unwrap(), l["reason"].clone()))
+        .collect()
+}
+
 /// (t_ms, reason) of every transition of `action` in the stream.
 fn timed(s: &Schedule, action: &str) -> Vec<(f64, Value)> {
     s.transitions(action).iter().map(|t| (t["t_ms"].as_f64().unwrap(), t["reason"].clone())).collect()
@@ -233,13 +242,24 @@ fn emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_neve
     let offline = offline_run();
     let online = online_idle();
 
-    // --max-suspend: one `begin` and no `end`. One suspend, resumed by the watchdog no sooner
-    // than the limit; the same request never gets a second suspend.
+    // --max-suspend with --busy-share 0 (the rule before the duty cycle): one `begin` and no
+    // `end`. One suspend, resumed by the watchdog no sooner than the limit; the same request
+    // never gets a second suspend.
     let path = sock_path("max");
     let mut s = Schedule::between(
         online.pid(),
         &offline.pid().to_string(),
-        &["--no-trace", "--idle", "60000ms", "--max-suspend", "400ms", "--hint-socket", path.to_str().unwrap()],
+        &[
+            "--no-trace",
+            "--idle",
+            "60000ms",
+            "--max-suspend",
+            "400ms",
+            "--busy-share",
+            "0",
+            "--hint-socket",
+            path.to_str().unwrap(),
+        ],
     );
     s.wait_events("offline_attached", 1, LONG);
     let mut hint = UnixStream::connect(&path).unwrap();
@@ -256,6 +276,49 @@ fn emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_neve
     let sum = summary(&lines);
     assert_eq!((sum["suspends"].as_u64(), sum["resumes"].as_u64()), (Some(1), Some(1)), "{sum}");
     assert_eq!(sum["resumes_by_reason"], serde_json::json!({"watchdog": 1}), "{sum}");
+
+    // The default duty cycle (--busy-share 0.2 here: a 100 ms slice after each 400 ms watchdog):
+    // the request that never ends is suspended again after each slice, each hold ended by the
+    // watchdog no sooner than the limit.
+    let path = sock_path("duty");
+    let mut s = Schedule::between(
+        online.pid(),
+        &offline.pid().to_string(),
+        &[
+            "--no-trace",
+            "--idle",
+            "60000ms",
+            "--max-suspend",
+            "400ms",
+            "--busy-share",
+            "0.2",
+            "--hint-socket",
+            path.to_str().unwrap(),
+        ],
+    );
+    s.wait_events("offline_attached", 1, LONG);
+    let mut hint = UnixStream::connect(&path).unwrap();
+    hint.write_all(b"begin\n").unwrap();
+    s.wait_transitions("resume", 2, LONG);
+    s.wait_transitions("suspend", 3, LONG);
+    drop(hint);
+    let (lines, _) = s.stop();
+    let (susp, res) = (timed_lines(&lines, "suspend"), timed_lines(&lines, "resume"));
+    // Alternating from a suspend, one resume per suspend (the stop resumes a hold it finds);
+    // every resume is the watchdog's but a last one by the stop.
+    assert!(susp.len() >= 3 && res.len() == susp.len(), "{susp:?} {res:?}");
+    for (i, ((ts, _), (tr, why))) in susp.iter().zip(&res).enumerate() {
+        if i + 1 == res.len() && why == "stop" {
+            continue;
+        }
+        assert_eq!(why, "watchdog", "resume {i}: {res:?}");
+        assert!(tr - ts >= 400.0, "hold {i} ended after {} ms", tr - ts);
+    }
+    for (i, ((tr, _), (next, _))) in res.iter().zip(susp.iter().skip(1)).enumerate() {
+        // The 100 ms slice, less the resume ioctl's own time (bounded generously).
+        assert!(next - tr >= 50.0, "slice {i}: suspended again {} ms after the watchdog resume", next - tr);
+    }
+    assert!(runs(&offline));
 
     // --offline-min-share 0.5 over 2 s windows: a request that never ends is suspended, resumed
     // for the offline job's share ("min_share"), and suspended again after each 1 s slice. Its

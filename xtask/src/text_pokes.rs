@@ -28,11 +28,16 @@ for p in 'p:gpaudit/poke text_poke addr=%di:x64 len=%dx:u64' \
   'p:gpaudit/key_enable static_key_enable_cpuslocked key=%di:x64' \
   'p:gpaudit/key_disable static_key_disable_cpuslocked key=%di:x64' \
   'p:gpaudit/key_inc static_key_slow_inc_cpuslocked key=%di:x64' \
-  'p:gpaudit/key_dec static_key_slow_dec_cpuslocked key=%di:x64'; do
+  'p:gpaudit/key_dec static_key_slow_dec_cpuslocked key=%di:x64' \
+  'p:gpaudit/jump_site arch_jump_label_transform_queue entry=%di:x64 code=+0(%di):s32' \
+  'p:gpaudit/jump_now arch_jump_label_transform entry=%di:x64 code=+0(%di):s32' \
+  'p:gpaudit/kprobe_arm arch_arm_kprobe addr=+40(%di):x64' \
+  'p:gpaudit/ftrace_update ftrace_modify_all_code command=%di:s32' \
+  'p:gpaudit/bpf_poke bpf_arch_text_poke addr=%di:x64'; do
   echo "$p" >> $T/kprobe_events 2>/dev/null && echo "probed: $p" >> "$GPREEMPT_VM_OUT/text_pokes.setup" \
     || echo "not probed: $p" >> "$GPREEMPT_VM_OUT/text_pokes.setup"
 done
-for e in key_enable key_disable key_inc key_dec; do
+for e in key_enable key_disable key_inc key_dec ftrace_update bpf_poke; do
   [ -d $T/events/gpaudit/$e ] && echo stacktrace > $T/events/gpaudit/$e/trigger
 done
 echo 1 > $T/events/gpaudit/enable
@@ -42,11 +47,14 @@ echo 1 > $T/events/gpaudit/enable
 pub const GUEST_STOP: &str = r#"echo 0 > $T/events/gpaudit/enable
 cat $T/trace > "$GPREEMPT_VM_OUT/text_pokes.trace"; cat $T/buffer_total_size_kb $T/per_cpu/cpu*/stats > "$GPREEMPT_VM_OUT/text_pokes.stats" 2>&1
 cp /proc/kallsyms "$GPREEMPT_VM_OUT/kallsyms"
-for e in key_enable key_disable key_inc key_dec; do
+for e in key_enable key_disable key_inc key_dec ftrace_update bpf_poke; do
   [ -d $T/events/gpaudit/$e ] && echo '!stacktrace' > $T/events/gpaudit/$e/trigger
 done
 echo > $T/kprobe_events
 "#;
+
+/// Events that name one patched site (the others name a key or an ftrace update).
+const SITE_EVENTS: &[&str] = &["poke", "jump_site", "jump_now", "kprobe_arm", "bpf_poke"];
 
 /// Symbols by address, for resolving the trace's addresses.
 struct Symbols(Vec<(u64, String)>);
@@ -100,10 +108,15 @@ fn parse_trace(trace: &str) -> Vec<Record> {
         // `task-pid [cpu] flags ts: EVENT: (func+0x0/0x50) addr=0x... len=1`
         let Some((head, rest)) = line.split_once(": (") else { continue };
         let Some(event) = head.rsplit(' ').next() else { continue };
-        let value = rest
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix("addr=").or_else(|| kv.strip_prefix("key=")))
-            .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
+        let field = |name: &str| rest.split_whitespace().find_map(|kv| kv.strip_prefix(name));
+        let hex = |v: &str| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok();
+        // A jump entry's code is an s32 offset from the entry's own address.
+        let value = match (field("entry="), field("code=")) {
+            (Some(entry), Some(code)) => {
+                hex(entry).zip(code.parse::<i64>().ok()).map(|(e, c)| e.wrapping_add_signed(c))
+            }
+            _ => field("addr=").or_else(|| field("key=")).and_then(hex),
+        };
         if let Some(value) = value {
             out.push(Record { event: event.to_owned(), value, stack: Vec::new() });
         }
@@ -116,7 +129,14 @@ fn trigger(stack: &[String]) -> String {
     stack
         .iter()
         .map(|f| f.split(['+', ' ']).next().unwrap_or(f).to_owned())
-        .find(|f| !f.contains("static_key") && !f.contains("jump_label") && !f.starts_with("static_branch"))
+        .find(|f| {
+            !f.contains("static_key")
+                && !f.contains("jump_label")
+                && !f.starts_with("static_branch")
+                && !f.starts_with("kprobe")
+                && !f.starts_with("0x")
+                && !f.contains("ftrace")
+        })
         .unwrap_or_else(|| "?".into())
 }
 
@@ -131,29 +151,33 @@ pub fn summarise(dir: &Path) -> Result<String> {
     let mut sites: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut keys: BTreeMap<(String, String), u64> = BTreeMap::new();
     for r in &records {
-        if r.event == "poke" {
+        if SITE_EVENTS.contains(&r.event.as_str()) {
             let e = sites.entry(symbols.name(r.value)).or_default();
             e.0 += 1;
             if e.1 == 0 {
                 e.1 = r.value;
             }
         } else {
-            let key = format!("{} ({})", symbols.name(r.value), r.event.trim_start_matches("key_"));
+            let key = if r.event == "ftrace_update" {
+                format!("ftrace_modify_all_code (command {})", r.value)
+            } else {
+                format!("{} ({})", symbols.name(r.value), r.event.trim_start_matches("key_"))
+            };
             *keys.entry((key, trigger(&r.stack))).or_default() += 1;
         }
     }
     let mut out = format!(
-        "{} text_poke calls at {} functions; {} static-key calls\n\n| patched function | pokes |\n|---|---|\n",
-        records.iter().filter(|r| r.event == "poke").count(),
+        "{} patched sites recorded at {} functions; {} static-key and ftrace calls\n\n| patched function | site records |\n|---|---|\n",
+        records.iter().filter(|r| SITE_EVENTS.contains(&r.event.as_str())).count(),
         sites.len(),
-        records.iter().filter(|r| r.event != "poke").count()
+        records.iter().filter(|r| !SITE_EVENTS.contains(&r.event.as_str())).count()
     );
     let mut by_count: Vec<_> = sites.into_iter().collect();
     by_count.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(&b.0)));
     for (site, (n, _)) in by_count {
         out.push_str(&format!("| `{site}` | {n} |\n"));
     }
-    out.push_str("\n| static key (call) | taken by | calls |\n|---|---|---|\n");
+    out.push_str("\n| static key or ftrace update (call) | taken by | calls |\n|---|---|---|\n");
     for ((key, by), n) in keys {
         out.push_str(&format!("| `{key}` | `{by}` | {n} |\n"));
     }
@@ -171,13 +195,16 @@ mod tests {
         #\n\
         kworker/1:1-31 [001] d..1. 62.100: key_disable: (static_key_disable_cpuslocked+0x0/0x90) key=0xffffffff82a01000\n\
         kworker/1:1-31 [001] d..1. 62.100: <stack trace>\n\
+         => kprobe_trace_func+0x1/0x2\n\
+         => 0xffffffffc0a720de\n\
          => static_key_disable_cpuslocked+0x5/0x90\n\
          => static_key_disable+0x16/0x20\n\
          => __sched_clock_work+0x21/0x30\n\
          => process_one_work+0x17e/0x330\n\
         kworker/1:1-31 [001] d..1. 62.101: poke: (text_poke+0x0/0x50) addr=0xffffffff81100009 len=1\n\
         kworker/1:1-31 [001] d..1. 62.102: poke: (text_poke+0x0/0x50) addr=0xffffffff8110000a len=4\n\
-        gpreempt-900 [000] d..1. 70.000: poke: (text_poke+0x0/0x50) addr=0xffffffffc0a00010 len=1\n";
+        gpreempt-900 [000] d..1. 70.000: poke: (text_poke+0x0/0x50) addr=0xffffffffc0a00010 len=1\n\
+        kworker/1:1-31 [001] d..1. 62.100: jump_site: (arch_jump_label_transform_queue+0x0/0x80) entry=0xffffffff82002000 code=-15736823\n";
 
     const KALLSYMS: &str = "ffffffff81100000 T sched_clock_cpu\nffffffff81100100 T sched_clock_idle\n\
         ffffffff82a01000 D __sched_clock_stable\nffffffffc0a00000 t kfd_ioctl_create_queue\t[amdgpu]\n";
@@ -185,7 +212,9 @@ mod tests {
     #[test]
     fn the_trace_names_each_patched_function_and_what_took_each_key() {
         let records = parse_trace(TRACE);
-        assert_eq!(records.len(), 4);
+        assert_eq!(records.len(), 5);
+        // A jump entry at ...2000 whose code offset is -0xf01ff7 names sched_clock_cpu+0x9.
+        assert_eq!(records[4].value, 0xffff_ffff_8110_0009);
         assert_eq!((records[0].event.as_str(), records[0].value), ("key_disable", 0xffff_ffff_82a0_1000));
         assert_eq!(trigger(&records[0].stack), "__sched_clock_work");
         let symbols = Symbols::parse(KALLSYMS);
@@ -196,8 +225,8 @@ mod tests {
         fs::write(dir.join("kallsyms"), KALLSYMS).unwrap();
         fs::write(dir.join("text_pokes.trace"), TRACE).unwrap();
         let md = summarise(&dir).unwrap();
-        assert!(md.starts_with("3 text_poke calls at 2 functions; 1 static-key calls\n"), "{md}");
-        assert!(md.contains("| `sched_clock_cpu` | 2 |\n| `kfd_ioctl_create_queue [amdgpu]` | 1 |"), "{md}");
+        assert!(md.starts_with("4 patched sites recorded at 2 functions; 1 static-key and ftrace calls\n"), "{md}");
+        assert!(md.contains("| `sched_clock_cpu` | 3 |\n| `kfd_ioctl_create_queue [amdgpu]` | 1 |"), "{md}");
         assert!(md.contains("| `__sched_clock_stable (disable)` | `__sched_clock_work` | 1 |"), "{md}");
         fs::remove_dir_all(&dir).unwrap();
     }
