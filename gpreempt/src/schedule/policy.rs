@@ -202,11 +202,6 @@ pub struct Observation {
     pub online_active: bool,
     /// An online process exited since the previous poll.
     pub online_gone: bool,
-    /// The only online work seen is a dispatch still running (`cu_occupancy`), looked at because
-    /// an idle resume was due: it continues the burst and ends no gap. The polls before it did not
-    /// look at occupancy, so the quiet they saw is no gap to learn from (it would put a false
-    /// population at the idle threshold and raise the learnt threshold to twice it).
-    pub still_running: bool,
 }
 
 /// The state machine.
@@ -428,11 +423,7 @@ impl PolicyMachine {
     /// controller reports the outcome with [`PolicyMachine::suspended`] / [`PolicyMachine::resumed`].
     pub fn tick(&mut self, now: u64, seen: Observation) -> Option<Action> {
         if seen.online_active {
-            if seen.still_running {
-                self.gap_verdict_said = false;
-            } else {
-                self.note_activity(now);
-            }
+            self.note_activity(now);
             self.last_active = Some(now);
         }
         self.was_idle = !seen.online_active;
@@ -571,7 +562,7 @@ mod tests {
     }
 
     fn on() -> Observation {
-        Observation { online_active: true, ..Observation::default() }
+        Observation { online_active: true, online_gone: false }
     }
 
     fn off() -> Observation {
@@ -653,16 +644,13 @@ mod tests {
     fn an_online_exit_resumes_at_once() {
         let mut p = policy(50, 1000, 0.0);
         assert_eq!(run(&mut p, 0, 5, on()), vec![(0, Action::Suspend)]);
-        let gone = Observation { online_gone: true, ..Observation::default() };
+        let gone = Observation { online_active: false, online_gone: true };
         assert_eq!(p.tick(6 * MS, gone), Some(Action::Resume(ResumeReason::OnlineGone)));
         p.resumed(6 * MS);
         // Another online process still busy when one exits: no resume.
         let mut p = policy(50, 1000, 0.0);
         run(&mut p, 0, 5, on());
-        assert_eq!(
-            p.tick(6 * MS, Observation { online_active: true, online_gone: true, ..Observation::default() }),
-            None
-        );
+        assert_eq!(p.tick(6 * MS, Observation { online_active: true, online_gone: true }), None);
     }
 
     #[test]
@@ -710,7 +698,7 @@ mod tests {
         while t <= end_us {
             let active = bursts.iter().any(|&(s, e)| (s..e).contains(&t));
             let now = t * 1_000;
-            if let Some(a) = p.tick(now, Observation { online_active: active, ..Observation::default() }) {
+            if let Some(a) = p.tick(now, Observation { online_active: active, online_gone: false }) {
                 match a {
                     Action::Suspend => {
                         p.suspended(now, true);
@@ -900,7 +888,7 @@ mod tests {
             }
             let active = bursts.get(next).is_some_and(|&(s, e)| s <= t && t < e);
             let now = t * 1_000;
-            if let Some(a) = p.tick(now, Observation { online_active: active, ..Observation::default() }) {
+            if let Some(a) = p.tick(now, Observation { online_active: active, online_gone: false }) {
                 match a {
                     Action::Suspend => p.suspended(now, true),
                     Action::Resume(_) => p.resumed(now),
@@ -1003,7 +991,7 @@ mod tests {
         while now_us <= end {
             let active = bursts.iter().any(|&(s, e)| (s..e).contains(&now_us));
             let now = now_us * 1_000;
-            match p.tick(now, Observation { online_active: active, ..Observation::default() }) {
+            match p.tick(now, Observation { online_active: active, online_gone: false }) {
                 Some(Action::Suspend) => {
                     p.suspended(now, true);
                     p.note_reaction(900_000);
@@ -1050,31 +1038,5 @@ mod tests {
         assert!(matches!(p.tick(t + 2_200_000, off()), Some(Action::HoldThroughGap(_))));
         // Past every recorded gap there is no evidence of a short one: the look is due again.
         assert!(p.idle_resume_due(t + 3_000_000));
-    }
-
-    #[test]
-    fn a_dispatch_seen_still_running_continues_the_burst_and_ends_no_gap() {
-        // Requests every 50 ms: the indices show 1 ms of work, then the last dispatch runs 1 ms
-        // more, seen only by the look taken when the 2 ms idle resume is due.
-        let mut p = PolicyMachine::new(PolicyConfig { cost_aware: false, ..PolicyConfig::default() });
-        let mut t = 0;
-        for _ in 0..60 {
-            for u in (t..t + 1_000_000).step_by(200_000) {
-                if p.tick(u, on()) == Some(Action::Suspend) {
-                    p.suspended(u, true);
-                }
-            }
-            let look = Observation { online_active: true, online_gone: false, still_running: true };
-            assert_eq!(p.tick(t + 2_800_000, look), None, "no resume while it runs");
-            for u in (t + 3_000_000..t + 50_000_000).step_by(200_000) {
-                if let Some(Action::Resume(_)) = p.tick(u, off()) {
-                    p.resumed(u);
-                }
-            }
-            t += 50_000_000;
-        }
-        // Only the 47.2 ms gaps between requests are on record: one population, no valley.
-        assert_eq!(p.idle_threshold(), Duration::from_millis(2));
-        assert_eq!(p.predicted_rest(0).1, 59);
     }
 }

@@ -342,8 +342,7 @@ impl<S: ControlSide> Reaction<S> {
         for i in 0..self.lanes.len() {
             let occupancy_ns = self.config.occupancy_ns;
             let lane = &mut self.lanes[i];
-            let submitted = lane.pending || (hint && lane.online_queues > 0);
-            let mut active = submitted;
+            let mut active = lane.pending || (hint && lane.online_queues > 0);
             if !active && !lane.occupancy.is_empty() {
                 // Due every `occupancy_ns`; before an idle resume, fresh (this step's look).
                 let max_age = if lane.policy.idle_resume_due(now) { 0 } else { occupancy_ns };
@@ -352,11 +351,7 @@ impl<S: ControlSide> Reaction<S> {
             if active && lane.visible_ns.is_none() && lane.policy.state() == State::Running {
                 lane.visible_ns = Some(now);
             }
-            let seen = Observation {
-                online_active: active,
-                online_gone: std::mem::take(&mut lane.online_gone),
-                still_running: active && !submitted,
-            };
+            let seen = Observation { online_active: active, online_gone: std::mem::take(&mut lane.online_gone) };
             let action = lane.policy.tick(now, seen);
             if !active {
                 lane.quiet_ns = now;
