@@ -236,16 +236,15 @@ fn timed(s: &Schedule, action: &str) -> Vec<(f64, Value)> {
     s.transitions(action).iter().map(|t| (t["t_ms"].as_f64().unwrap(), t["reason"].clone())).collect()
 }
 
-#[test]
-fn emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_never_ends() {
-    let _t = Elapsed::start("emu_schedule_max_suspend_and_min_share");
-    let offline = offline_run();
-    let online = online_idle();
-
-    // --max-suspend with --busy-share 0 (the rule before the duty cycle): one `begin` and no
-    // `end`. One suspend, resumed by the watchdog no sooner than the limit; the same request
-    // never gets a second suspend.
-    let path = sock_path("max");
+/// A scheduler with a 400 ms watchdog and `busy_share`, whose hint socket has said `begin` and
+/// never says `end` (its stream is returned: dropping it ends the request).
+fn request_that_never_ends(
+    online: &LineHelper,
+    offline: &LineHelper,
+    tag: &str,
+    busy_share: &str,
+) -> (Schedule, UnixStream) {
+    let path = sock_path(tag);
     let mut s = Schedule::between(
         online.pid(),
         &offline.pid().to_string(),
@@ -256,7 +255,7 @@ fn emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_neve
             "--max-suspend",
             "400ms",
             "--busy-share",
-            "0",
+            busy_share,
             "--hint-socket",
             path.to_str().unwrap(),
         ],
@@ -264,6 +263,19 @@ fn emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_neve
     s.wait_events("offline_attached", 1, LONG);
     let mut hint = UnixStream::connect(&path).unwrap();
     hint.write_all(b"begin\n").unwrap();
+    (s, hint)
+}
+
+#[test]
+fn emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_never_ends() {
+    let _t = Elapsed::start("emu_schedule_max_suspend_and_min_share");
+    let offline = offline_run();
+    let online = online_idle();
+
+    // --max-suspend with --busy-share 0 (the rule before the duty cycle): one `begin` and no
+    // `end`. One suspend, resumed by the watchdog no sooner than the limit; the same request
+    // never gets a second suspend.
+    let (mut s, hint) = request_that_never_ends(&online, &offline, "max", "0");
     s.wait_transitions("resume", 1, LONG);
     assert!(runs(&offline), "the offline queue does not run after the watchdog's resume");
     let (susp, res) = (timed(&s, "suspend"), timed(&s, "resume"));
@@ -280,25 +292,7 @@ fn emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_neve
     // The default duty cycle (--busy-share 0.2 here: a 100 ms slice after each 400 ms watchdog):
     // the request that never ends is suspended again after each slice, each hold ended by the
     // watchdog no sooner than the limit.
-    let path = sock_path("duty");
-    let mut s = Schedule::between(
-        online.pid(),
-        &offline.pid().to_string(),
-        &[
-            "--no-trace",
-            "--idle",
-            "60000ms",
-            "--max-suspend",
-            "400ms",
-            "--busy-share",
-            "0.2",
-            "--hint-socket",
-            path.to_str().unwrap(),
-        ],
-    );
-    s.wait_events("offline_attached", 1, LONG);
-    let mut hint = UnixStream::connect(&path).unwrap();
-    hint.write_all(b"begin\n").unwrap();
+    let (mut s, hint) = request_that_never_ends(&online, &offline, "duty", "0.2");
     s.wait_transitions("resume", 2, LONG);
     s.wait_transitions("suspend", 3, LONG);
     drop(hint);
