@@ -88,6 +88,29 @@ module_param(restore_delay_us, uint, 0644);
 MODULE_PARM_DESC(restore_delay_us,
 		 "Emulated restore after a map: nothing runs for restore_delay_us (default 100)");
 
+/*
+ * SUSPEND_QUEUES calls so far, read-only (not a KFD parameter): a test waits on it until a
+ * controller's cycles are under way, instead of sleeping for a time that a loaded host can outlast.
+ */
+static atomic_t suspend_calls = ATOMIC_INIT(0);
+
+static int suspend_calls_get(char *buffer, const struct kernel_param *kp)
+{
+	return scnprintf(buffer, PAGE_SIZE, "%d\n", atomic_read(&suspend_calls));
+}
+
+static int suspend_calls_set(const char *val, const struct kernel_param *kp)
+{
+	return -EPERM;
+}
+
+static const struct kernel_param_ops suspend_calls_ops = {
+	.set = suspend_calls_set,
+	.get = suspend_calls_get,
+};
+module_param_cb(suspend_calls, &suspend_calls_ops, NULL, 0444);
+MODULE_PARM_DESC(suspend_calls, "SUSPEND_QUEUES calls since the module loaded (read-only)");
+
 /* amdgpu's queue_preemption_timeout_ms (default 9000, 0644) */
 static unsigned int queue_preemption_timeout_ms = 9000;
 module_param(queue_preemption_timeout_ms, uint, 0644);
@@ -1613,6 +1636,7 @@ __used noinline int suspend_queues(struct kfd_process *p, u32 num_queues, u32 gr
 	u32 i;
 	int d;
 
+	atomic_inc(&suspend_calls);
 	if (IS_ERR(queue_ids))
 		return PTR_ERR(queue_ids);
 	if (!queue_ids)

@@ -18,7 +18,7 @@ use std::{
 
 use gpreempt::clock::monotonic_ns;
 use gpreempt_tests::{
-    EmuParam, LineHelper, binary,
+    EmuParam, LineHelper, binary, emu_param,
     controller::{advances, rptr_now},
     target::{eventually, tracer_pid},
 };
@@ -103,6 +103,21 @@ fn preempt_with_fault(args: &[&str], fault: &str) -> Child {
 
 fn json_of(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// SUSPEND_QUEUES calls the emulator has taken since it loaded (its `suspend_calls`).
+fn suspend_calls() -> u64 {
+    emu_param("suspend_calls").unwrap()
+}
+
+/// Waits (generously) until `more` SUSPEND_QUEUES calls past `since` have reached the emulator:
+/// the controller's cycles are under way, however long a loaded host took to start them.
+fn await_suspends(since: u64, more: u64) {
+    assert!(
+        eventually(60 * SECOND, || suspend_calls() >= since + more),
+        "fewer than {more} SUSPEND_QUEUES calls in 60 s (had {})",
+        suspend_calls() - since
+    );
 }
 
 #[test]
@@ -452,10 +467,12 @@ fn session_queue_created_mid_hold_is_suspended_within_the_same_hold() {
     ]);
     assert!(eventually(30 * SECOND, || !advances(pid, address)), "never suspended");
     // A second queue (compute AQL on gpu 0x1000): KFD raises EC_QUEUE_NEW to the debugger.
+    let before = suspend_calls();
     let created = offline.cmd("create 4096 2 4096 100 7").unwrap();
     assert_eq!((created["ret"].as_i64(), created["queue_id"].as_u64()), (Some(0), Some(1)));
-    // Give gpreempt a generous second to see the event and suspend it, then give it work.
-    thread::sleep(SECOND);
+    // gpreempt sees the event and suspends the new queue (one more SUSPEND_QUEUES call inside the
+    // hold); then the queue gets work.
+    await_suspends(before, 1);
     let submitted = offline.cmd("submit 1 4 1000").unwrap();
     assert_eq!(submitted["ret"], 0);
     let first = submitted["first"].as_u64().unwrap();
@@ -487,6 +504,7 @@ fn cycles_without_hold_or_gap_suspend_every_queue_and_pick_up_one_created_mid_ru
     let mut offline = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"]);
     let (pid, address) = (offline.pid(), rptr_address(&offline));
     let json = std::env::temp_dir().join(format!("emu-no-hold-{pid}.json"));
+    let before_attach = suspend_calls();
     let child = preempt(&[
         "--offline",
         &pid.to_string(),
@@ -502,11 +520,13 @@ fn cycles_without_hold_or_gap_suspend_every_queue_and_pick_up_one_created_mid_ru
     ]);
     let controller = child.id();
     assert!(eventually(30 * SECOND, || tracer_pid(pid).ok() == Some(controller)), "never attached");
-    // Cycles with the two queues, then a third queue (compute AQL on gpu 0x1000).
-    thread::sleep(SECOND);
+    // At least 20 cycles with the two queues (counted by the emulator, not guessed from a sleep:
+    // a loaded host can take seconds to start them), then a third queue (compute AQL on gpu
+    // 0x1000), then at least 20 cycles more.
+    await_suspends(before_attach, 20);
     let created = offline.cmd("create 4096 2 4096 100 7").unwrap();
     assert_eq!((created["ret"].as_i64(), created["queue_id"].as_u64()), (Some(0), Some(2)));
-    thread::sleep(SECOND);
+    await_suspends(suspend_calls(), 20);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(controller as i32), Signal::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

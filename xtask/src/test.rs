@@ -187,14 +187,32 @@ pub enum Scope {
     /// [`FOCUSED`] only: what differs by kernel (tracer, doctor, the controller's refusal or
     /// acceptance, one scheduling test), so that four kernels fit CI's hour.
     Focused,
+    /// Every real-driver test, the [`FOCUSED`] emulator tests: the newest kernel's own driver
+    /// answers all of it (on 7.x most real-driver tests are skipped fast: KFD >= 1.19 opens no
+    /// process without a GPU), while the emulator's full pass, ~20 minutes there, would only
+    /// repeat on the same emulated KFD what 6.12 runs in full.
+    DriverFull,
 }
 
-/// The suite per kernel: the full suite on the newest two (6.12, 7.x), the focused set on 5.10
-/// and 6.1 (README, "Tests per kernel"). `--full` runs the full suite everywhere.
+impl Scope {
+    /// Whether a test binary runs in full (else only its [`FOCUSED`] tests, or not at all).
+    fn runs_in_full(self, exe: &Path) -> bool {
+        match self {
+            Scope::Full => true,
+            Scope::Focused => false,
+            Scope::DriverFull => !is_emulator_test(exe),
+        }
+    }
+}
+
+/// The suite per kernel: the full suite on 6.12, the real-driver tests in full and the focused
+/// emulator set on 7.x, the focused set on 5.10 and 6.1 (docs/toolchain.md, "CI time"). `--full`
+/// runs the full suite everywhere.
 pub fn scope(kernel: Kernel) -> Scope {
     match kernel {
         Kernel::V5_10 | Kernel::V6_1 => Scope::Focused,
-        Kernel::V6_12 | Kernel::V7 => Scope::Full,
+        Kernel::V6_12 => Scope::Full,
+        Kernel::V7 => Scope::DriverFull,
     }
 }
 
@@ -298,12 +316,13 @@ fn vm_boot(
         let rc = format!("\"$GPREEMPT_VM_OUT/pass{i}.rc\"");
         command.push_str(&format!("rc=0; if {{ {}; }}; then ", pass.load));
         for exe in pass.binaries {
-            let selection = match focus {
-                Scope::Full => filter.map(vm::shell_quote).unwrap_or_default(),
-                Scope::Focused => match focused_tests(exe) {
+            let selection = if focus.runs_in_full(exe) {
+                filter.map(vm::shell_quote).unwrap_or_default()
+            } else {
+                match focused_tests(exe) {
                     Some(names) => format!("--exact {}", names.join(" ")),
                     None => continue,
-                },
+                }
             };
             command.push_str(&format!(
                 "{} --test-threads=1 {}{} 2>&1 | tee -a \"$GPREEMPT_VM_OUT/{}\" || rc=1; ",
@@ -521,7 +540,10 @@ mod tests {
         assert_eq!(scope(Kernel::V5_10), Scope::Focused);
         assert_eq!(scope(Kernel::V6_1), Scope::Focused);
         assert_eq!(scope(Kernel::V6_12), Scope::Full);
-        assert_eq!(scope(Kernel::V7), Scope::Full);
+        assert_eq!(scope(Kernel::V7), Scope::DriverFull);
+        let (driver, emulator) = (Path::new("/t/doctor-0123abcd"), Path::new("/t/emu_rocm-0123abcd"));
+        assert!(Scope::DriverFull.runs_in_full(driver) && !Scope::DriverFull.runs_in_full(emulator));
+        assert!(Scope::Full.runs_in_full(emulator) && !Scope::Focused.runs_in_full(driver));
         assert_eq!(
             focused_tests(Path::new("/t/debug/deps/schedule-0123abcd")),
             Some(&["schedule_on_the_real_driver_attaches_with_the_debug_trap_and_is_refused_clearly_without_it"][..])
