@@ -1,5 +1,5 @@
-//! Builds the eBPF programs (`gpreempt-ebpf`, nightly + bpf-linker) into `$OUT_DIR/gpreempt`,
-//! which `trace::loader` embeds. `AYA_BUILD_SKIP=1` skips that for clippy/doc; an empty object
+//! Builds the eBPF programs (`gpreempt-ebpf`, nightly + bpf-linker) into `$OUT_DIR/gpreempt` and
+//! `$OUT_DIR/doorbell`, which `trace::loader` and `doorbell` embed. `AYA_BUILD_SKIP=1` skips that for clippy/doc; an empty object
 //! is written instead and the tracer then refuses to start with a message that says why.
 //!
 //! The nested cargo runs with its output captured: on success nothing is printed (a build script's
@@ -17,8 +17,9 @@ use std::{
 use anyhow::{Context as _, anyhow, bail};
 
 const PACKAGE: &str = "gpreempt-ebpf";
-/// The `[[bin]]` name of `gpreempt-ebpf`: the object's file name in the target directory.
-const OBJECT: &str = "gpreempt";
+/// The `[[bin]]` names of `gpreempt-ebpf`: the objects' file names in the target directory (the
+/// tracer's probes; the scheduler's doorbell uprobe).
+const OBJECTS: [&str; 2] = ["gpreempt", "doorbell"];
 
 fn main() -> anyhow::Result<()> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
@@ -29,18 +30,24 @@ fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");
 
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
-    let object = out_dir.join(OBJECT);
     let skip = env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
     if skip {
-        // The binary still has to compile: it embeds an empty object and says so at run time.
-        return fs::write(&object, b"").context("write placeholder eBPF object");
+        // The binary still has to compile: it embeds empty objects and says so at run time.
+        for name in OBJECTS {
+            fs::write(out_dir.join(name), b"").context("write placeholder eBPF object")?;
+        }
+        return Ok(());
     }
     let built = build_ebpf(&out_dir)?;
-    fs::copy(&built, &object).with_context(|| format!("copy {} to {}", built.display(), object.display()))?;
+    for name in OBJECTS {
+        let (from, to) = (built.join(name), out_dir.join(name));
+        fs::copy(&from, &to).with_context(|| format!("copy {} to {}", from.display(), to.display()))?;
+    }
     Ok(())
 }
 
-/// Runs `cargo +nightly build` of the eBPF crate for the host's bpf target; returns the object.
+/// Runs `cargo +nightly build` of the eBPF crate for the host's bpf target; returns the directory
+/// of its objects.
 fn build_ebpf(out_dir: &Path) -> anyhow::Result<PathBuf> {
     let target = match env::var("CARGO_CFG_TARGET_ENDIAN")?.as_str() {
         "little" => "bpfel-unknown-none",
@@ -77,5 +84,5 @@ fn build_ebpf(out_dir: &Path) -> anyhow::Result<PathBuf> {
             output.status
         );
     }
-    Ok(target_dir.join(target).join("release").join(OBJECT))
+    Ok(target_dir.join(target).join("release"))
 }

@@ -236,6 +236,15 @@ const FOCUSED: &[(&str, &[&str])] = &[
         ],
     ),
     ("schedule", &["schedule_on_the_real_driver_attaches_with_the_debug_trap_and_is_refused_clearly_without_it"]),
+    // The doorbell uprobe on this kernel's uprobes (needs no driver; < 2 s).
+    (
+        "doorbell",
+        &[
+            "stores_are_counted_exactly_and_one_hit_goes_out_per_arm",
+            "a_library_unmapped_while_probed_and_mapped_again_is_probed_anew",
+            "a_process_without_the_runtime_is_left_to_the_index_poll",
+        ],
+    ),
     // The emulator (a current KFD on this kernel, as amdgpu-dkms on 5.10): traced queues,
     // accepted suspends that stop progress, one scheduling test. Not the tests that assert the
     // driver's per-GPU span breakdown: without module BTF (5.10) the HWS calls carry no gpu id.

@@ -80,9 +80,24 @@ pub fn build_binaries() -> Result<PathBuf> {
         "gpreempt/fault-injection",
     ]))?;
     let debug = target_dir().join("debug");
+    build_doorbell_stub(&debug)?;
     build_rocm_clients(&debug)?;
     build_rocm6_client(&debug)?;
     Ok(debug)
+}
+
+/// `doorbell-stub/libhsa-runtime64.so.1`: `tests/rocm/hsa_store_stub.c`, the runtime's doorbell
+/// exports alone, for the doorbell probe's tests (the system compiler only).
+pub fn build_doorbell_stub(debug: &std::path::Path) -> Result<PathBuf> {
+    let dir = debug.join("doorbell-stub");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let (src, lib) = (workspace_root().join("tests/rocm/hsa_store_stub.c"), dir.join("libhsa-runtime64.so.1"));
+    run(Command::new("cc")
+        .args(["-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-Wl,-soname,libhsa-runtime64.so.1", "-o"])
+        .arg(&lib)
+        .arg(&src))
+    .with_context(|| format!("building {}", src.display()))?;
+    Ok(lib)
 }
 
 /// `hsa-dispatch-6`: `tests/rocm/hsa_dispatch.c` against trixie's ROCm 6.1 runtime (`rocm6.rs`),

@@ -1,7 +1,8 @@
 //! `gpreempt schedule`: keep the offline processes' queues on a GPU suspended while the online
 //! processes have work on that GPU, with no change to either.
 //!
-//! - [`online`]: sees online work from outside (AQL dispatch indices, `cu_occupancy`).
+//! - [`online`]: sees online work from outside (AQL dispatch indices, `cu_occupancy`);
+//!   [`doorbell`]: sees it the moment the ROCm runtime rings a doorbell (eBPF uprobes).
 //! - [`hints`]: the optional `begin`/`end` socket.
 //! - [`policy`]: when to suspend and resume one GPU (a pure state machine, cost-aware).
 //! - [`reaction`]: the real-time thread that reads the indices, runs one policy per GPU and
@@ -37,6 +38,7 @@ mod accounting;
 pub mod channel;
 pub mod config;
 pub mod discover;
+pub mod doorbell;
 pub mod events;
 pub mod hints;
 pub mod kernel;
