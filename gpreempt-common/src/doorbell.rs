@@ -54,5 +54,6 @@ mod pod {
     // SAFETY: `#[repr(C)]` structs of integers with no padding (sizes asserted above): every bit
     // pattern is a valid value.
     unsafe impl aya::Pod for super::DoorbellKey {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::DoorbellHit {}
 }

@@ -313,6 +313,15 @@ pub struct ScheduleArgs {
     /// Do not lock gpreempt's memory (mlockall) against page faults in the reaction thread.
     #[arg(long)]
     pub no_mlock: bool,
+    /// Do not use the doorbell probe (eBPF uprobes on the libhsa-runtime64 each online process
+    /// maps, which see a submission the moment the runtime rings the queue's doorbell): poll the
+    /// online dispatch indices every --poll instead, also while the online side is idle.
+    #[arg(long)]
+    pub no_doorbell: bool,
+    /// While the reaction thread waits on the doorbell probe, read the online indices this often
+    /// anyway (work that bypasses the runtime's export: its internal blits, a raw write), e.g. 10ms.
+    #[arg(long, default_value = "10ms", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
+    pub cross_check: Duration,
     /// Resume after every idle gap of --idle, even one predicted shorter than what the resume
     /// and the next suspend cost the online job (by default such resumes are skipped).
     #[arg(long)]

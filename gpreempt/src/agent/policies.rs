@@ -223,6 +223,15 @@ impl Recorder<'_> {
             ScheduleEvent::OnlineGone { pid } => {
                 log("info", "online process gone", &[("policy", policy), ("pid", pid)]);
             }
+            ScheduleEvent::OnlineSeenBy { pid, path, why, .. } => {
+                let path = if *path == schedule::DetectionPath::Doorbell { "doorbell" } else { "poll" };
+                let why = why.clone().unwrap_or_default();
+                log(
+                    "info",
+                    "online process seen by",
+                    &[("policy", policy), ("pid", pid), ("path", &path), ("why", &why)],
+                );
+            }
             ScheduleEvent::WatchdogResumed { t_ms, pid, held_ms, still_held } => {
                 log(
                     "warn",

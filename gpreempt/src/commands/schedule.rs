@@ -47,6 +47,8 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
         realtime: RealtimeConfig { priority: args.rt_priority, cpu: args.cpu, lock_memory: !args.no_mlock },
         occupancy: args.occupancy,
         watch_writes: true,
+        doorbell: !args.no_doorbell,
+        cross_check: args.cross_check,
         interval: args.interval.max(Duration::from_millis(1)),
         hint_socket: args.hint_socket.clone(),
         roots: roots.clone(),
@@ -131,6 +133,16 @@ fn show(e: &ScheduleEvent, json: bool, status: bool) {
             if *snapshot { " (learnt with one debug-trap snapshot: two runlist refreshes)" } else { "" },
             if *occupancy_files > 0 { ", cu_occupancy read" } else { ", no cu_occupancy file" }
         ),
+        ScheduleEvent::OnlineSeenBy { pid, path, libraries, why } => match path {
+            gpreempt::schedule::DetectionPath::Doorbell => eprintln!(
+                "gpreempt: online pid {pid} seen through the doorbell probe on {} (indices cross-checked)",
+                libraries.join(", ")
+            ),
+            gpreempt::schedule::DetectionPath::Poll => eprintln!(
+                "gpreempt: online pid {pid} seen through the index poll{}",
+                why.as_deref().map_or_else(String::new, |w| format!(" ({w})"))
+            ),
+        },
         ScheduleEvent::OnlineQueue { pid, queue_id, .. } => {
             eprintln!("gpreempt: online pid {pid} queue {queue_id} watched");
         }

@@ -37,6 +37,14 @@ pub struct ScheduleConfig {
     /// A write index that moved since the last poll is online work, even if it was consumed
     /// before the poll looked (an MI300-class CP takes a packet within microseconds).
     pub watch_writes: bool,
+    /// See online submissions through the doorbell probe (eBPF uprobes on the ROCm runtime the
+    /// online processes map): while every online queue is covered and idle, the reaction thread
+    /// waits for a submission instead of polling. Off, or where it cannot load: the index poll.
+    pub doorbell: bool,
+    /// While the reaction thread waits on the doorbell probe, it still reads the indices this
+    /// often: work that reaches a covered queue without the runtime's export (ROCr's internal
+    /// blits, a raw write) is seen at the latest then.
+    pub cross_check: Duration,
     /// Interval between [`ScheduleEvent::Interval`] reports.
     pub interval: Duration,
     pub hint_socket: Option<PathBuf>,
@@ -65,6 +73,9 @@ impl Default for ScheduleConfig {
             // core on its own (harness/PROFILES.md).
             occupancy: Duration::from_millis(10),
             watch_writes: true,
+            doorbell: true,
+            // 100 wakes a second while idle: a step costs microseconds, so far under 1 % of a core.
+            cross_check: Duration::from_millis(10),
             interval: Duration::from_secs(1),
             hint_socket: None,
             roots: Roots::default(),

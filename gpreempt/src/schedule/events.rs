@@ -162,6 +162,16 @@ pub struct ScheduleReport {
     pub gpus: Vec<GpuReport>,
 }
 
+/// How online submissions reach the scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DetectionPath {
+    /// The doorbell probe: the submission itself, stamped in the kernel.
+    Doorbell,
+    /// The dispatch indices, read every `--poll`: the submission is bounded by the last quiet poll.
+    Poll,
+}
+
 /// Everything the scheduler reports.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -197,6 +207,15 @@ pub enum ScheduleEvent {
         queues: usize,
         snapshot: bool,
         occupancy_files: usize,
+    },
+    /// How the online process's submissions are seen: `doorbell` (the probe is attached to the
+    /// runtime libraries it maps; the index poll cross-checks) or `poll` (the dispatch indices
+    /// every `--poll`; `why` says why not the probe).
+    OnlineSeenBy {
+        pid: HostPid,
+        path: DetectionPath,
+        libraries: Vec<String>,
+        why: Option<String>,
     },
     OnlineQueue {
         pid: HostPid,

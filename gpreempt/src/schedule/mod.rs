@@ -53,6 +53,8 @@ mod tests;
 
 pub use self::{
     config::{DEFAULT_RT_PRIORITY, Role, ScheduleConfig, ScheduleError, check_kernel, check_selection},
-    events::{GpuInterval, GpuReport, Interval, ScheduleEvent, ScheduleReport, Transition, TransitionError},
+    events::{
+        DetectionPath, GpuInterval, GpuReport, Interval, ScheduleEvent, ScheduleReport, Transition, TransitionError,
+    },
     scheduler::Scheduler,
 };

@@ -25,11 +25,19 @@ use std::sync::{
 };
 
 use super::{
+    doorbell::{
+        Coverage, DoorbellProbe,
+        signal::doorbell_signal,
+        wake::{Nudge, wait_readable},
+    },
+    events::DetectionPath,
     online::{OnlineProcess, QueueAddrs, ReadError},
     policy::{Action, GapVerdict, Observation, PolicyConfig, PolicyMachine, ResumeReason, State, TransitionKind},
     realtime::{self, Realtime, RealtimeConfig},
     seams::{ControlSide, Occupancy},
 };
+use gpreempt_common::doorbell::DoorbellHit;
+
 use crate::{
     clock::{monotonic_ns, thread_cpu_ns},
     controller::{
@@ -149,6 +157,13 @@ pub enum Report {
     OnlineGone {
         pid: HostPid,
     },
+    /// How an online process's submissions are seen (once per process, at its first queue).
+    SeenBy {
+        pid: HostPid,
+        path: DetectionPath,
+        libraries: Vec<String>,
+        why: Option<String>,
+    },
     Warning(String),
 }
 
@@ -164,6 +179,10 @@ pub struct ReactionConfig {
     pub watch_writes: bool,
     /// Step again at once instead of sleeping (for hosts with a core to spare).
     pub busy_poll: bool,
+    /// Load the doorbell probe and wait on it while every online queue is covered and idle.
+    pub doorbell: bool,
+    /// The index poll's period while waiting on the probe.
+    pub cross_check_ns: u64,
     pub realtime: RealtimeConfig,
     /// The offline sessions' options.
     pub session: Options,
@@ -176,6 +195,13 @@ pub struct LoopStats {
     pub step: Histogram,
     /// Per suspend, see [`TransitionRecord::detection_ns`].
     pub detection: Histogram,
+    /// Of them, the suspends whose online work the doorbell probe saw: its store → the first
+    /// SUSPEND entering the kernel, exactly.
+    pub detection_doorbell: Histogram,
+    /// Waits on the doorbell probe (the online side idle and covered), and of them those a
+    /// submission ended.
+    pub doorbell_waits: AtomicU64,
+    pub doorbell_wakes: AtomicU64,
     /// Online dispatch delay seen in the indices: first seen pending → consumed, ns.
     pub dispatch_delay: Histogram,
     pub steps: AtomicU64,
@@ -216,6 +242,12 @@ struct Lane {
     occupancy: Vec<(HostPid, Box<dyn Occupancy>)>,
     /// When the files were last read, and whether they showed waves.
     occupancy_read: Option<(u64, bool)>,
+    /// The earliest doorbell store seen on this GPU since its last step (the probe's stamp).
+    doorbell_ns: Option<u64>,
+    /// The store that made the current online burst visible, for its detection figure.
+    published_ns: Option<u64>,
+    /// Online work was seen here at the last step.
+    active: bool,
 }
 
 impl Lane {
@@ -230,6 +262,9 @@ impl Lane {
             online_queues: 0,
             occupancy: Vec::new(),
             occupancy_read: None,
+            doorbell_ns: None,
+            published_ns: None,
+            active: false,
         }
     }
 
@@ -244,6 +279,16 @@ impl Lane {
         self.occupancy_read = Some((now, busy));
         busy
     }
+}
+
+/// An online queue the doorbell probe filters on.
+struct Doorbell {
+    pid: HostPid,
+    queue_id: QueueId,
+    gpu: GpuId,
+    signal: u64,
+    /// The probe sends a hit at its next store.
+    armed: bool,
 }
 
 /// The reaction loop's state; lives and dies on its thread.
@@ -265,6 +310,16 @@ pub struct Reaction<S: ControlSide> {
     /// `GPREEMPT_TEST_FAULT=reaction-panic` (VM tests, `fault-injection` builds only): panic
     /// right after the first suspend, with the offline queues held.
     panic_after_suspend: bool,
+    /// The doorbell probe, loaded when the thread starts (`config.doorbell`).
+    probe: Option<DoorbellProbe>,
+    /// Online processes already reported as seen by the probe (true) or the poll (false).
+    seen_by: Vec<(HostPid, bool)>,
+    doorbells: Vec<Doorbell>,
+    hits: Vec<DoorbellHit>,
+    /// Some queue was armed at this step: read the indices once more before waiting (a store
+    /// between the last read and the arm sent no hit).
+    armed_now: bool,
+    nudge: Option<Arc<Nudge>>,
 }
 
 impl<S: ControlSide> Reaction<S> {
@@ -274,6 +329,7 @@ impl<S: ControlSide> Reaction<S> {
         commands: Receiver<Command>,
         reports: SyncSender<Report>,
         stats: Arc<LoopStats>,
+        nudge: Option<Arc<Nudge>>,
     ) -> Self {
         Self {
             config,
@@ -290,6 +346,12 @@ impl<S: ControlSide> Reaction<S> {
             panic_after_suspend: cfg!(feature = "fault-injection")
                 && std::env::var("GPREEMPT_TEST_FAULT")
                     .is_ok_and(|v| v.split(',').any(|f| f.trim() == "reaction-panic")),
+            probe: None,
+            seen_by: Vec::new(),
+            doorbells: Vec::new(),
+            hits: Vec::new(),
+            armed_now: false,
+            nudge,
         }
     }
 
@@ -299,6 +361,14 @@ impl<S: ControlSide> Reaction<S> {
         let granted = realtime::apply(self.config.realtime);
         for why in &granted.refused {
             self.report(Report::Warning(why.clone()));
+        }
+        if self.config.doorbell {
+            match DoorbellProbe::load() {
+                Ok(p) => self.probe = Some(p),
+                Err(e) => self.report(Report::Warning(format!(
+                    "the doorbell probe is not available ({e}); online work is seen through the index poll"
+                ))),
+            }
         }
         let mut next = monotonic_ns();
         let mut last_step: Option<u64> = None;
@@ -312,7 +382,17 @@ impl<S: ControlSide> Reaction<S> {
                 break;
             }
             self.stats.steps.fetch_add(1, Ordering::Relaxed);
-            if !self.config.busy_poll {
+            if self.may_wait() {
+                // The online side is idle and the probe sees every online queue: wait for a
+                // store, a command or the cross-check. The step interval measures the poll's
+                // cadence, which this wait is not.
+                self.stats.doorbell_waits.fetch_add(1, Ordering::Relaxed);
+                if self.wait_for_work() {
+                    self.stats.doorbell_wakes.fetch_add(1, Ordering::Relaxed);
+                }
+                last_step = None;
+                next = monotonic_ns();
+            } else if !self.config.busy_poll {
                 next += self.config.poll_ns;
                 if next <= now {
                     // Behind (a slow ioctl or attach): the cadence starts again from this step.
@@ -337,12 +417,14 @@ impl<S: ControlSide> Reaction<S> {
             }
         }
         self.service_offline(now);
+        self.take_hits();
         self.read_online(now);
         let hint = self.hint || std::mem::take(&mut self.hint_pulse);
         for i in 0..self.lanes.len() {
             let occupancy_ns = self.config.occupancy_ns;
             let lane = &mut self.lanes[i];
-            let mut active = lane.pending || (hint && lane.online_queues > 0);
+            let doorbell = lane.doorbell_ns.take();
+            let mut active = lane.pending || doorbell.is_some() || (hint && lane.online_queues > 0);
             if !active && !lane.occupancy.is_empty() {
                 // Due every `occupancy_ns`; before an idle resume, fresh (this step's look).
                 let max_age = if lane.policy.idle_resume_due(now) { 0 } else { occupancy_ns };
@@ -350,20 +432,142 @@ impl<S: ControlSide> Reaction<S> {
             }
             if active && lane.visible_ns.is_none() && lane.policy.state() == State::Running {
                 lane.visible_ns = Some(now);
+                lane.published_ns = doorbell;
             }
+            lane.active = active;
             let seen = Observation { online_active: active, online_gone: std::mem::take(&mut lane.online_gone) };
             let action = lane.policy.tick(now, seen);
             if !active {
                 lane.quiet_ns = now;
                 if lane.policy.state() == State::Running {
                     lane.visible_ns = None;
+                    lane.published_ns = None;
                 }
             }
             if let Some(action) = action {
                 self.act(i, action);
             }
         }
+        self.rearm();
         true
+    }
+
+    /// The probe's hits since the last step: each marks its queue's GPU active for this step
+    /// and its doorbell disarmed.
+    fn take_hits(&mut self) {
+        let Some(probe) = &mut self.probe else { return };
+        self.hits.clear();
+        probe.drain(&mut self.hits);
+        for h in &self.hits {
+            let Some(d) = self.doorbells.iter_mut().find(|d| d.pid.0 == h.tgid && d.signal == h.signal) else {
+                continue;
+            };
+            d.armed = false;
+            if let Some(lane) = self.lanes.iter_mut().find(|l| l.gpu == d.gpu) {
+                lane.doorbell_ns = Some(lane.doorbell_ns.map_or(h.ktime_ns, |t| t.min(h.ktime_ns)));
+            }
+        }
+    }
+
+    /// Arm again every doorbell of a GPU that runs with no online work seen: its next store is
+    /// the next online burst.
+    fn rearm(&mut self) {
+        self.armed_now = false;
+        let Some(probe) = &mut self.probe else { return };
+        for d in self.doorbells.iter_mut().filter(|d| !d.armed) {
+            let idle = self.lanes.iter().any(|l| l.gpu == d.gpu && !l.active && l.policy.state() == State::Running);
+            if idle && probe.arm(d.pid, d.signal).is_ok() {
+                d.armed = true;
+                self.armed_now = true;
+            }
+        }
+    }
+
+    /// Whether the thread may wait on the probe: every GPU runs with no online work seen, every
+    /// online queue is covered and armed, no hint is open, and nothing was armed at this step.
+    fn may_wait(&self) -> bool {
+        if self.probe.is_none() || self.armed_now || self.hint || self.config.busy_poll {
+            return false;
+        }
+        self.lanes.iter().all(|l| {
+            let covered = self.doorbells.iter().filter(|d| d.gpu == l.gpu && d.armed).count();
+            !l.active && l.policy.state() == State::Running && covered >= l.online_queues
+        })
+    }
+
+    /// The one wait: a hit, a command, or the cross-check. True when something woke it.
+    fn wait_for_work(&mut self) -> bool {
+        let Some(probe) = &self.probe else { return false };
+        let mut fds = vec![probe.fd()];
+        if let Some(n) = &self.nudge {
+            fds.push(n.fd());
+        }
+        let woken = wait_readable(&fds, self.config.cross_check_ns);
+        if let Some(n) = &self.nudge {
+            n.clear();
+        }
+        woken
+    }
+
+    /// How `pid`'s submissions are seen, decided at its first queue and reported once; with the
+    /// probe, `addrs`'s doorbell signal is filtered on (armed).
+    fn cover(&mut self, pid: HostPid, addrs: QueueAddrs) {
+        let Some(probe) = &mut self.probe else {
+            if !self.seen_by.iter().any(|(p, _)| *p == pid) {
+                self.seen_by.push((pid, false));
+                let why = if self.config.doorbell { "the doorbell probe is not loaded" } else { "--no-doorbell" };
+                self.report(Report::SeenBy {
+                    pid,
+                    path: DetectionPath::Poll,
+                    libraries: Vec::new(),
+                    why: Some(why.into()),
+                });
+            }
+            return;
+        };
+        let covered = match self.seen_by.iter().find(|(p, _)| *p == pid) {
+            Some(&(_, covered)) => covered,
+            None => {
+                let coverage = probe.cover(pid);
+                let covered = coverage.covered();
+                self.seen_by.push((pid, covered));
+                let (path, libraries, why) = match coverage {
+                    Coverage::Probe { libraries } => (DetectionPath::Doorbell, libraries, None),
+                    Coverage::NoRuntime => {
+                        (DetectionPath::Poll, Vec::new(), Some("it maps no libhsa-runtime64 (a raw KFD client)".into()))
+                    }
+                    Coverage::Failed(why) => (DetectionPath::Poll, Vec::new(), Some(why)),
+                };
+                self.report(Report::SeenBy { pid, path, libraries, why });
+                covered
+            }
+        };
+        if !covered {
+            return;
+        }
+        let Some(probe) = &mut self.probe else { return };
+        // A handle of 0 is no signal (a queue without a runtime's amd_queue_t): the poll keeps it.
+        if let Ok(signal) = doorbell_signal(pid, addrs.write)
+            && signal != 0
+            && probe.register(pid, signal).is_ok()
+        {
+            self.doorbells.retain(|d| !(d.pid == pid && d.queue_id == addrs.queue_id));
+            self.doorbells.push(Doorbell { pid, queue_id: addrs.queue_id, gpu: addrs.gpu_id, signal, armed: true });
+        }
+    }
+
+    /// Forget `pid`'s doorbell for `queue_id` (or all of its doorbells and its uprobes).
+    fn uncover(&mut self, pid: HostPid, queue_id: Option<QueueId>) {
+        let Some(probe) = &mut self.probe else { return };
+        let gone = |d: &Doorbell| d.pid == pid && queue_id.is_none_or(|q| q == d.queue_id);
+        for d in self.doorbells.iter().filter(|d| gone(d)) {
+            probe.unregister(d.pid, d.signal);
+        }
+        self.doorbells.retain(|d| !gone(d));
+        if queue_id.is_none() {
+            probe.uncover(pid);
+            self.seen_by.retain(|(p, _)| *p != pid);
+        }
     }
 
     fn report(&self, r: Report) {
@@ -405,8 +609,10 @@ impl<S: ControlSide> Reaction<S> {
                 }
                 self.online[i].add_queue(addrs);
                 self.lane(addrs.gpu_id, now).online_queues += 1;
+                self.cover(pid, addrs);
             }
             Command::OnlineQueueGone { pid, queue_id } => {
+                self.uncover(pid, Some(queue_id));
                 if let Some(p) = self.online.iter_mut().find(|p| p.pid == pid)
                     && let Some(gpu) = p.remove_queue(queue_id)
                 {
@@ -430,6 +636,7 @@ impl<S: ControlSide> Reaction<S> {
     }
 
     fn online_gone(&mut self, pid: HostPid, now: u64) {
+        self.uncover(pid, None);
         for lane in &mut self.lanes {
             lane.occupancy.retain(|(p, _)| *p != pid);
         }
@@ -639,13 +846,19 @@ impl<S: ControlSide> Reaction<S> {
                 let ok = queues > 0;
                 lane.policy.suspended(now, ok);
                 let reaction_ns = lane.visible_ns.map(|v| now.saturating_sub(v));
-                let detection_ns = Some(entered.saturating_sub(lane.quiet_ns));
+                // Through the probe the submission's own time is known; through the poll only
+                // the last step that saw none bounds it.
+                let published = lane.published_ns.take();
+                let detection_ns = Some(entered.saturating_sub(published.unwrap_or(lane.quiet_ns)));
                 if ok {
                     if let Some(r) = reaction_ns {
                         lane.policy.note_reaction(r);
                     }
                     if let Some(d) = detection_ns {
                         self.stats.detection.record(d);
+                        if published.is_some() {
+                            self.stats.detection_doorbell.record(d);
+                        }
                     }
                 }
                 TransitionRecord {

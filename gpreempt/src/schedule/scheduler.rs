@@ -18,6 +18,7 @@ use super::{
     accounting::{Accounts, RunFacts, cpu_ms},
     config::{Role, ScheduleConfig, ScheduleError, resolve_selection},
     discover::Discovery,
+    doorbell::wake::Nudge,
     events::{ScheduleEvent, ScheduleReport},
     hints::HintSocket,
     online::{self, QueueAddrs},
@@ -45,6 +46,8 @@ pub struct Scheduler {
     occupancy: Box<dyn OccupancySource>,
     hints: Option<HintSocket>,
     commands: SyncSender<Command>,
+    /// Wakes the reaction thread when it waits on the doorbell probe (see [`Self::send`]).
+    nudge: Option<Arc<Nudge>>,
     reports: Receiver<Report>,
     loop_stats: Arc<LoopStats>,
     reaction_stop: Arc<AtomicBool>,
@@ -117,13 +120,22 @@ impl Scheduler {
             occupancy_ns: ns_of(config.occupancy),
             watch_writes: config.watch_writes,
             busy_poll: config.busy_poll,
+            doorbell: config.doorbell,
+            cross_check_ns: ns_of(config.cross_check),
             realtime: config.realtime,
             session: session.clone(),
         };
-        let (stats, stop, thread_side) = (loop_stats.clone(), reaction_stop.clone(), side.clone());
+        // Without an eventfd the thread never waits on the probe (it steps every --poll).
+        let nudge = if config.doorbell { Nudge::new().ok().map(Arc::new) } else { None };
+        let (stats, stop, thread_side, thread_nudge) =
+            (loop_stats.clone(), reaction_stop.clone(), side.clone(), nudge.clone());
+        let reaction_config =
+            ReactionConfig { doorbell: reaction_config.doorbell && nudge.is_some(), ..reaction_config };
         let reaction = std::thread::Builder::new()
             .name("gpreempt-react".into())
-            .spawn(move || Reaction::new(reaction_config, thread_side, command_rx, report_tx, stats).run(&stop))
+            .spawn(move || {
+                Reaction::new(reaction_config, thread_side, command_rx, report_tx, stats, thread_nudge).run(&stop)
+            })
             .map_err(ScheduleError::Thread)?;
         let accounts = Accounts::new(monotonic_ns(), cpu_start, discovery.sees_driver());
         let mut s = Self {
@@ -132,6 +144,7 @@ impl Scheduler {
             occupancy,
             hints,
             commands,
+            nudge,
             reports,
             loop_stats,
             reaction_stop,
@@ -213,6 +226,9 @@ impl Scheduler {
     /// Hand the reaction thread a command (waits only when its queue is full).
     fn send(&self, c: Command) {
         let _ = self.commands.send(c);
+        if let Some(n) = &self.nudge {
+            n.nudge();
+        }
     }
 
     /// Watch an online process present at start: its existing queues are learnt with one
@@ -400,6 +416,9 @@ impl Scheduler {
                     self.seen.remove(&pid);
                     emit(&ScheduleEvent::OnlineGone { pid });
                 }
+            }
+            Report::SeenBy { pid, path, libraries, why } => {
+                emit(&ScheduleEvent::OnlineSeenBy { pid, path, libraries, why });
             }
             Report::Warning(message) => emit(&ScheduleEvent::Warning { message }),
         }

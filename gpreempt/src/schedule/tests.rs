@@ -205,6 +205,8 @@ fn setup(
         offline: vec![Selector::Pid(HostPid(offline))],
         policy: PolicyConfig { idle: Duration::from_millis(5), ..PolicyConfig::default() },
         poll: Duration::from_micros(100),
+        // The policy's tests; the probe has its own (tests/tests/doorbell.rs, emulator).
+        doorbell: false,
         realtime: RealtimeConfig::default(),
         session: Options { roots: roots.clone(), ..Options::default() },
         roots,
@@ -294,7 +296,7 @@ fn pending_online_work_suspends_the_offline_queues_of_its_gpu_once_and_idle_resu
             }
             ScheduleEvent::OfflineDetached { reason, .. } => Some(format!("offline_detached {reason}")),
             ScheduleEvent::Summary(_) => Some("summary".into()),
-            ScheduleEvent::Interval(_) => None,
+            ScheduleEvent::Interval(_) | ScheduleEvent::OnlineSeenBy { .. } => None,
             other => Some(format!("{other:?}")),
         })
         .collect();

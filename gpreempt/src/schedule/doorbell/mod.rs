@@ -4,12 +4,14 @@
 //!
 //! - [`library`]: which `libhsa-runtime64` a process maps (bundled copies and containers too);
 //! - [`signal`]: a queue's doorbell signal handle, read from the process's `amd_queue_t`;
-//! - [`probe`]: the uprobe object, per-process attach, the armed flags and the hits.
+//! - [`probe`]: the uprobe object, per-process attach, the armed flags and the hits;
+//! - [`wake`]: the reaction thread's one wait (the hits, a command, the cross-check).
 //!
 //! What the probe covers and what it cannot see is in docs/doorbell.md.
 
 pub mod library;
 pub mod probe;
 pub mod signal;
+pub mod wake;
 
 pub use probe::{Coverage, DoorbellError, DoorbellProbe};
