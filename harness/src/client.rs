@@ -29,6 +29,35 @@ pub struct ClientResult {
     /// Trainer / data-parallel rank: steps completed, and when each ended (CLOCK_MONOTONIC).
     pub steps: u64,
     pub step_ends_ns: Vec<u64>,
+    /// Online clients with the stand-in runtime: each doorbell store's duration, ns (the
+    /// uprobe's cost per kernel launch is its difference with and without the probe).
+    #[serde(default)]
+    pub doorbell_store_ns: Vec<u64>,
+}
+
+/// `hsa_signal_store_screlease(hsa_signal_t, hsa_signal_value_t)`.
+type Store = unsafe extern "C" fn(u64, i64);
+
+/// The environment variable naming the stand-in runtime (`tests/rocm/hsa_store_stub.c` built as
+/// `libhsa-runtime64.so.1`) that online clients ring their doorbells through, as ROCclr does.
+pub const DOORBELL_STUB_ENV: &str = "HARNESS_DOORBELL_STUB";
+
+/// The stub's store, from the library named by [`DOORBELL_STUB_ENV`] (none: no doorbell rung).
+fn doorbell_store() -> Result<Option<Store>> {
+    let Some(path) = std::env::var_os(DOORBELL_STUB_ENV) else { return Ok(None) };
+    let c = std::ffi::CString::new(path.as_encoded_bytes()).context("the stub's path")?;
+    // SAFETY: dlopen of the stand-in runtime: two plain C functions, no constructors.
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        anyhow::bail!("dlopen {} failed", path.to_string_lossy());
+    }
+    // SAFETY: a symbol of the library just opened (kept open for the process's life).
+    let f = unsafe { libc::dlsym(handle, c"hsa_signal_store_screlease".as_ptr()) };
+    if f.is_null() {
+        anyhow::bail!("{} has no hsa_signal_store_screlease", path.to_string_lossy());
+    }
+    // SAFETY: the stub's function has exactly this signature (hsa_signal_t is one u64).
+    Ok(Some(unsafe { std::mem::transmute::<*mut libc::c_void, Store>(f) }))
 }
 
 /// One queue of the client: its slot and the GPU whose doorbell it rings.
@@ -42,6 +71,9 @@ struct Ctx<'a> {
     region: &'a Region,
     wake: &'a AtomicU32,
     queues: Vec<(&'a QueueSlot, usize)>,
+    /// The stand-in runtime's doorbell store (online clients), and each call's duration.
+    store: Option<Store>,
+    store_ns: std::cell::RefCell<Vec<u64>>,
 }
 
 impl Ctx<'_> {
@@ -60,6 +92,14 @@ impl Ctx<'_> {
         let mut w = 0;
         for &d in dispatches {
             w = slot.publish(d, at);
+        }
+        if let Some(store) = self.store {
+            // As ROCclr rings a queue's doorbell after writing its packets: the new write index
+            // to the queue's doorbell signal.
+            let before = monotonic_ns();
+            // SAFETY: the handle is the address of this slot's `doorbell_value` in our mapping.
+            unsafe { store(slot.doorbell_signal.load(Ordering::Relaxed), w as i64) };
+            self.store_ns.borrow_mut().push(monotonic_ns() - before);
         }
         ring(&self.region.doorbell[gpu]);
         (w, at)
@@ -97,8 +137,12 @@ pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) ->
         // The addresses in this process's memory, which the scheduler reads with process_vm_readv.
         slot.read_addr.store(slot.read.as_ptr() as u64, Ordering::Release);
         slot.write_addr.store(slot.write.as_ptr() as u64, Ordering::Release);
+        slot.doorbell_signal.store(slot.doorbell_value.as_ptr() as u64, Ordering::Release);
         slot.owner.store(pid, Ordering::Release);
     }
+    // Only the online side rings through the runtime (the offline trainers are raw clients).
+    let online = matches!(spec, ClientSpec::Requests { .. } | ClientSpec::Batching { .. });
+    let store = if online { doorbell_store()? } else { None };
     while shm.go.load(Ordering::Acquire) == 0 {
         futex_wait(&shm.go, 0, Some(Duration::from_millis(100)));
     }
@@ -106,9 +150,11 @@ pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) ->
         region: &shm,
         wake: &shm.client_wake[client],
         queues: queues.iter().map(|q| (&shm.queues[q.slot], q.gpu)).collect(),
+        store,
+        store_ns: std::cell::RefCell::new(Vec::new()),
     };
     let t0 = shm.start_ns.load(Ordering::Acquire);
-    Ok(match spec {
+    let mut result = match spec {
         ClientSpec::Requests { requests } => requests_loop(&ctx, t0, requests),
         ClientSpec::Batching { arrivals, model, gap_lo_ns, gap_hi_ns, seed } => {
             batching_loop(&ctx, t0, arrivals, *model, (*gap_lo_ns, *gap_hi_ns), *seed)
@@ -119,7 +165,9 @@ pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) ->
         ClientSpec::DpRank { dispatch_ns, spread, step_dispatches, ranks, seed } => {
             dp_loop(&ctx, *dispatch_ns, *spread, *step_dispatches, *ranks, *seed)
         }
-    })
+    };
+    result.doorbell_store_ns = ctx.store_ns.take();
+    Ok(result)
 }
 
 fn requests_loop(ctx: &Ctx, t0: u64, requests: &[crate::load::Request]) -> ClientResult {

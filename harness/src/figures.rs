@@ -47,6 +47,11 @@ pub struct SchedulerFigures {
     pub reaction_us: Option<Summary>,
     /// The scheduler's own detection (from its last quiet poll, an upper bound) for comparison.
     pub scheduler_detection_us: Option<Summary>,
+    /// Of it, through the doorbell probe (exact: the store's kernel stamp → SUSPEND entered).
+    pub scheduler_detection_doorbell_us: Option<Summary>,
+    /// Waits on the probe while the online side was idle, and those a store or command ended.
+    pub doorbell_waits: u64,
+    pub doorbell_wakes: u64,
     pub loop_step_us: Option<Summary>,
     /// gpreempt's CPU: the reaction thread (its report) + the thread calling `run()`, as a share
     /// of one core over the scheduler's run.
@@ -66,6 +71,9 @@ pub struct StateFigures {
     pub online_latency_ms: Option<Summary>,
     /// Continuous batching: engine step, publish → completion seen.
     pub online_step_ms: Option<Summary>,
+    /// The online client's doorbell stores through the stand-in runtime, µs each (with the
+    /// doorbell probe attached they include its uprobe trap: the cost per kernel launch).
+    pub doorbell_store_us: Option<Summary>,
     pub gpus: Vec<GpuFigures>,
     /// The data-parallel job's steps per second (both ranks meet every step).
     pub job_steps_per_s: Option<f64>,
@@ -194,6 +202,9 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
             detection_us: Summary::of(&detection),
             reaction_us: Summary::of(&reaction),
             scheduler_detection_us: report.detection_us.clone(),
+            scheduler_detection_doorbell_us: report.detection_doorbell_us.clone(),
+            doorbell_waits: report.doorbell_waits,
+            doorbell_wakes: report.doorbell_wakes,
             loop_step_us: report.loop_step_us.clone(),
             cpu_share: cpu_ms / report.elapsed_ms.max(1e-9),
             reaction_cpu_ms: report.reaction_cpu_ms,
@@ -213,6 +224,8 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
         requests: online.map_or(0, |o| o.latencies_ns.len()),
         online_latency_ms: online.and_then(|o| ms(&o.latencies_ns)),
         online_step_ms: online.and_then(|o| ms(&o.step_ns)),
+        doorbell_store_us: online
+            .and_then(|o| Summary::of(&o.doorbell_store_ns.iter().map(|&ns| ns as f64 / 1e3).collect::<Vec<_>>())),
         gpus,
         job_steps_per_s,
         scheduler,

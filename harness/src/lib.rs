@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod control;
+pub mod doorbell_stub;
 pub mod evaluate;
 pub mod fake_roots;
 pub mod figures;
@@ -14,6 +15,7 @@ pub mod rng;
 pub mod run;
 pub mod scenario;
 pub mod shm;
+pub mod store_cost;
 pub mod suite;
 pub mod timer_floor;
 pub mod variants;

@@ -60,6 +60,12 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// The doorbell probe's cost per doorbell store (per kernel launch) in this process, natively:
+    /// without the probe, and with it on an unregistered, a disarmed and an armed signal (root).
+    StoreCost {
+        #[arg(long, default_value_t = 100_000)]
+        calls: usize,
+    },
     #[command(hide = true)]
     Client {
         #[arg(long)]
@@ -104,6 +110,10 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Suite { quick } => suite::run(quick),
+        Cmd::StoreCost { calls } => {
+            println!("{}", serde_json::to_string(&harness::store_cost::measure(calls)?)?);
+            Ok(())
+        }
         Cmd::Client { shm, client, queue, spec } => {
             let queues = queue
                 .iter()

@@ -85,6 +85,9 @@ fn spawn_client(shm: &Shm, index: usize, plan: &ClientPlan, slots: &[usize], dir
         cmd.arg("--queue").arg(format!("{slot}:{gpu}"));
     }
     cmd.arg("--spec").arg(&spec_path);
+    if let Some(stub) = crate::doorbell_stub::path() {
+        cmd.env(crate::client::DOORBELL_STUB_ENV, stub);
+    }
     cmd.stdout(Stdio::piped()).stdin(Stdio::null()).stderr(Stdio::inherit());
     cmd.spawn().context("starting a client process")
 }

@@ -28,12 +28,21 @@ pub const MAX_GPUS: usize = 4;
 pub const MAX_CLIENTS: usize = 16;
 const MAGIC: u64 = 0x6770_7265_6d70_7431; // "gpreempt1"
 
-/// One queue: indices on their own cache lines, then the packet ring.
+/// One queue, laid out where the scheduler looks as ROCr's `amd_queue_t` is: the doorbell
+/// signal handle at 0x10, the write index at 0x38, the read index at 0x80 (so the doorbell probe
+/// finds the handle at write − 0x28, as on hardware); then the packet ring.
 #[repr(C, align(64))]
 pub struct QueueSlot {
+    /// `hsa_queue_t`'s type, features and base_address: unused.
+    _hsa_head: [u64; 2],
+    /// The doorbell signal handle (`hsa_queue_t::doorbell_signal`): the client's address of
+    /// [`Self::doorbell_value`], which the stand-in runtime's store writes.
+    pub doorbell_signal: AtomicU64,
+    pub doorbell_value: AtomicU64,
+    _reserved: [u64; 3],
     /// Dispatches published (client).
     pub write: AtomicU64,
-    _pad0: [u64; 7],
+    _pad0: [u64; 8],
     /// Dispatches started (model GPU).
     pub read: AtomicU64,
     _pad1: [u64; 7],
@@ -70,6 +79,12 @@ pub struct Region {
 
 /// `FUTEX_WAIT` on a shared (non-private) word: returns when woken, on timeout, or at once if
 /// `*word != expected`.
+const _: () = {
+    assert!(std::mem::offset_of!(QueueSlot, doorbell_signal) == 0x10);
+    assert!(std::mem::offset_of!(QueueSlot, write) == 0x38);
+    assert!(std::mem::offset_of!(QueueSlot, read) == 0x80);
+};
+
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
     let ts = timeout.map(|d| libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as _ });
     let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);

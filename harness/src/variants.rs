@@ -10,14 +10,17 @@ pub type Variant = (&'static str, fn(&mut ScheduleConfig));
 
 pub const VARIANTS: &[Variant] = &[
     ("default", |_| {}),
-    // The scheduler before this wave's detection and policy changes (commit 52b2870): no moved
-    // write index counted, cu_occupancy every 1 ms, a fixed idle threshold, the watchdog cliff.
+    // The scheduler before this wave's detection and policy changes (commit 52b2870): no doorbell
+    // probe, no moved write index counted, cu_occupancy every 1 ms, a fixed idle threshold, the watchdog cliff.
     ("previous", |c| {
+        c.doorbell = false;
         c.watch_writes = false;
         c.occupancy = Duration::from_millis(1);
         c.policy.learn_idle = false;
         c.policy.busy_share = 0.0;
     }),
+    // Today's scheduler without the doorbell probe: the index poll every --poll, idle or not.
+    ("poll", |c| c.doorbell = false),
     // The idle threshold halved: what continuous batching's ~1 ms step gaps do to the default.
     ("idle-1ms", |c| c.policy.idle = Duration::from_millis(1)),
     // Occupancy read every step's worth of polls: the detection blind spot of the shared bound.

@@ -1,0 +1,38 @@
+//! The stand-in ROCm runtime the online clients ring their doorbells through
+//! (`tests/rocm/hsa_store_stub.c`, the runtime's `hsa_signal_store_*` exports alone), built once
+//! per harness run with the system compiler as `libhsa-runtime64.so.1`, the name the scheduler's
+//! doorbell probe looks for in a process's maps: the uprobe path measured here is the real one.
+
+use std::{path::PathBuf, process::Command, sync::OnceLock};
+
+/// The library's path, or `None` (said once) when it cannot be built: the clients then ring no
+/// doorbell and only the index poll sees them.
+pub fn path() -> Option<&'static PathBuf> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| match build() {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("harness: the stand-in runtime was not built ({e}); clients ring no doorbell");
+                None
+            }
+        })
+        .as_ref()
+}
+
+fn build() -> Result<PathBuf, String> {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/rocm/hsa_store_stub.c");
+    let dir = std::env::temp_dir().join(format!("harness-doorbell-stub-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let lib = dir.join("libhsa-runtime64.so.1");
+    let out = Command::new("cc")
+        .args(["-O2", "-shared", "-fPIC", "-Wl,-soname,libhsa-runtime64.so.1", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .map_err(|e| format!("cc: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cc {}: {}", src.display(), String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(lib)
+}

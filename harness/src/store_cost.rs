@@ -1,0 +1,95 @@
+//! What the doorbell probe costs the online program per kernel launch, natively: the stand-in
+//! runtime's `hsa_signal_store_screlease` called in a loop by this process, timed per call,
+//! without the probe and with it in each of the states a store can meet (`harness store-cost`).
+//! The scheduler's reaction thread is not running here, so no call is preempted by the wake-up a
+//! hit causes: that is the trap and the BPF program alone.
+
+use anyhow::{Context, Result, bail};
+use gpreempt::{
+    clock::monotonic_ns,
+    domain::HostPid,
+    schedule::doorbell::{Coverage, DoorbellProbe},
+    stats::Summary,
+};
+use serde::Serialize;
+
+type Store = unsafe extern "C" fn(u64, i64);
+
+#[derive(Debug, Serialize)]
+pub struct StoreCost {
+    pub calls: usize,
+    /// No probe attached.
+    pub bare_us: Option<Summary>,
+    /// Probe attached, a signal it does not filter on (another queue, the offline side's).
+    pub unregistered_us: Option<Summary>,
+    /// Probe attached, the queue registered and disarmed (every store of a busy period but its
+    /// first): counted, no hit.
+    pub disarmed_us: Option<Summary>,
+    /// Registered and armed before each call (the first store after an idle gap): one hit each.
+    pub armed_us: Option<Summary>,
+}
+
+fn time_calls(n: usize, mut call: impl FnMut(usize)) -> Option<Summary> {
+    let mut us = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = monotonic_ns();
+        call(i);
+        us.push((monotonic_ns() - t) as f64 / 1e3);
+    }
+    Summary::of(&us)
+}
+
+pub fn measure(n: usize) -> Result<StoreCost> {
+    let lib = crate::doorbell_stub::path().context("the stand-in runtime could not be built")?;
+    let c = std::ffi::CString::new(lib.as_os_str().as_encoded_bytes())?;
+    // SAFETY: dlopen of the stand-in runtime (no constructors).
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        bail!("dlopen {}", lib.display());
+    }
+    // SAFETY: a symbol of the library just opened, with this signature.
+    let store: Store = unsafe {
+        let f = libc::dlsym(handle, c"hsa_signal_store_screlease".as_ptr());
+        if f.is_null() {
+            bail!("no hsa_signal_store_screlease in {}", lib.display());
+        }
+        std::mem::transmute::<*mut libc::c_void, Store>(f)
+    };
+    let words = Box::new([0i64; 2]);
+    let (queue, other) = (&words[0] as *const i64 as u64, &words[1] as *const i64 as u64);
+    // SAFETY (every call below): the stub stores through the handle, a live word of `words`.
+    let bare_us = time_calls(n, |i| unsafe { store(queue, i as i64) });
+    let me = HostPid(std::process::id());
+    let mut probe = DoorbellProbe::load()?;
+    match probe.cover(me) {
+        Coverage::Probe { .. } => {}
+        other => bail!("the probe did not attach to this process: {other:?}"),
+    }
+    probe.register(me, queue)?;
+    let unregistered_us = time_calls(n, |i| unsafe { store(other, i as i64) });
+    // SAFETY: as above; the first call takes the registration's arm.
+    unsafe { store(queue, 0) };
+    let disarmed_us = time_calls(n, |i| unsafe { store(queue, i as i64) });
+    let mut hits = Vec::new();
+    let mut armed = Vec::with_capacity(n);
+    for i in 0..n {
+        probe.arm(me, queue)?;
+        let t = monotonic_ns();
+        // SAFETY: as above.
+        unsafe { store(queue, i as i64) };
+        armed.push((monotonic_ns() - t) as f64 / 1e3);
+        if i % 64 == 63 {
+            probe.drain(&mut hits);
+        }
+    }
+    probe.drain(&mut hits);
+    let counted = probe.stores(me, queue).unwrap_or(0);
+    let expected = 1 + 2 * n as u64;
+    if counted != expected {
+        bail!("the probe counted {counted} stores on the queue, {expected} were made");
+    }
+    drop(probe);
+    // SAFETY: nothing of the library is used after this.
+    unsafe { libc::dlclose(handle) };
+    Ok(StoreCost { calls: n, bare_us, unregistered_us, disarmed_us, armed_us: Summary::of(&armed) })
+}
