@@ -57,8 +57,12 @@ pub fn measure(n: usize) -> Result<StoreCost> {
     };
     let words = Box::new([0i64; 2]);
     let (queue, other) = (&words[0] as *const i64 as u64, &words[1] as *const i64 as u64);
-    // SAFETY (every call below): the stub stores through the handle, a live word of `words`.
-    let bare_us = time_calls(n, |i| unsafe { store(queue, i as i64) });
+    // The stub stores through the handle, a live word of `words` (every call below).
+    let call = |handle: u64, i: usize| {
+        // SAFETY: `handle` is the address of a word of `words`, which outlives every call.
+        unsafe { store(handle, i as i64) }
+    };
+    let bare_us = time_calls(n, |i| call(queue, i));
     let me = HostPid(std::process::id());
     let mut probe = DoorbellProbe::load()?;
     match probe.cover(me) {
@@ -66,17 +70,16 @@ pub fn measure(n: usize) -> Result<StoreCost> {
         other => bail!("the probe did not attach to this process: {other:?}"),
     }
     probe.register(me, queue)?;
-    let unregistered_us = time_calls(n, |i| unsafe { store(other, i as i64) });
-    // SAFETY: as above; the first call takes the registration's arm.
-    unsafe { store(queue, 0) };
-    let disarmed_us = time_calls(n, |i| unsafe { store(queue, i as i64) });
+    let unregistered_us = time_calls(n, |i| call(other, i));
+    // The first call takes the registration's arm.
+    call(queue, 0);
+    let disarmed_us = time_calls(n, |i| call(queue, i));
     let mut hits = Vec::new();
     let mut armed = Vec::with_capacity(n);
     for i in 0..n {
         probe.arm(me, queue)?;
         let t = monotonic_ns();
-        // SAFETY: as above.
-        unsafe { store(queue, i as i64) };
+        call(queue, i);
         armed.push((monotonic_ns() - t) as f64 / 1e3);
         if i % 64 == 63 {
             probe.drain(&mut hits);

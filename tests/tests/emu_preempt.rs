@@ -18,8 +18,9 @@ use std::{
 
 use gpreempt::clock::monotonic_ns;
 use gpreempt_tests::{
-    EmuParam, LineHelper, binary, emu_param,
+    EmuParam, LineHelper, binary,
     controller::{advances, rptr_now},
+    emu_param,
     target::{eventually, tracer_pid},
 };
 use nix::sys::signal::Signal;

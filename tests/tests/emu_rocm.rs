@@ -1578,6 +1578,16 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
     // internal one (its blit kernels copied the code object into VRAM), read through GET_QUEUE_SNAPSHOT.
     let added = s.events("online_added");
     assert_eq!((added[0]["queues"].as_u64(), added[0]["snapshot"].as_bool()), (Some(2), Some(true)), "{added:?}");
+    // The program maps Debian's ROCr: the doorbell probe is attached to it (the queues' handles
+    // read from their amd_queue_t) and the index poll only cross-checks.
+    let seen = s.wait_events("online_seen_by", 1, LONG);
+    assert_eq!(
+        (seen[0]["pid"].as_u64(), seen[0]["path"].as_str()),
+        (Some(u64::from(pid)), Some("doorbell")),
+        "{seen:?}"
+    );
+    let libraries = seen[0]["libraries"].as_array().unwrap();
+    assert!(libraries.len() == 1 && libraries[0].as_str().unwrap().contains("/libhsa-runtime64.so.1"), "{libraries:?}");
     let requests = online.requests(REQUESTS);
     // Let the last resume happen, then stop the scheduler and the offline job.
     thread::sleep(Duration::from_millis(300));
@@ -1592,6 +1602,21 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
     assert!((1..=REQUESTS + 1).contains(&suspends), "{suspends} suspends for {REQUESTS} requests: {sum}");
     assert_eq!(sum["failed_suspends"], 0);
     assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
+    // Exactly one doorbell store per request on the program's queue (hsa_dispatch rings it once
+    // per dispatch with hsa_signal_store_screlease), none on ROCr's utility queue (its blit kernels
+    // ran before the scheduler started, and ROCr rings its own queues without the export).
+    let mut stores: Vec<(u64, u64)> = sum["doorbell_stores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["queue_id"].as_u64().unwrap(), d["stores"].as_u64().unwrap()))
+        .collect();
+    stores.sort_unstable();
+    assert_eq!(stores.iter().map(|s| s.1).collect::<Vec<_>>(), [0, REQUESTS as u64], "{sum}");
+    // Some suspends were started by a store the probe saw (the rest by the poll that saw the
+    // moved write index first: ROCr bumps it before it rings).
+    let by_doorbell = sum["detection_doorbell_us"]["count"].as_u64().unwrap_or(0) as usize;
+    assert!((1..=suspends).contains(&by_doorbell), "{by_doorbell} of {suspends}: {sum}");
     let ends: Vec<u64> = records.iter().map(|c| c["end_ns"].as_u64().unwrap()).collect();
     assert_protected(&requests, &ends);
     // The ROCm program's work all ran on the first GPU: the code object's blit copy, the cache

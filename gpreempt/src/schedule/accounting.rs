@@ -9,7 +9,9 @@ use std::{
 };
 
 use super::{
-    events::{GpuInterval, GpuReport, Interval, ScheduleEvent, ScheduleReport, Transition, TransitionError},
+    events::{
+        DoorbellCount, GpuInterval, GpuReport, Interval, ScheduleEvent, ScheduleReport, Transition, TransitionError,
+    },
     hints::HintCounts,
     kernel::KernelBreakdown,
     online::{self, QueueAddrs},
@@ -75,6 +77,8 @@ pub(super) struct Accounts {
     offline: BTreeMap<HostPid, OfflineWatch>,
     /// Runlist refreshes caused by attaching (ENABLE and DISABLE, online snapshots).
     pub attach_refreshes: u64,
+    /// The doorbell probe's store counts, per online queue, as the reaction thread reports them.
+    pub doorbell_stores: Vec<DoorbellCount>,
     /// The driver's side of the transitions (with the tracer).
     kernel: Option<KernelBreakdown>,
 }
@@ -105,6 +109,7 @@ impl Accounts {
             gpus: BTreeMap::new(),
             offline: BTreeMap::new(),
             attach_refreshes: 0,
+            doorbell_stores: Vec::new(),
             kernel: sees_driver.then(KernelBreakdown::default),
         }
     }
@@ -364,6 +369,10 @@ impl Accounts {
             suspended_share: all.suspended_share / scheduled_gpus.max(1) as f64,
             reaction_us: Stats::of(&reaction),
             detection_us: Stats::of(&detection),
+            detection_doorbell_us: stats.detection_doorbell.summary_us(),
+            doorbell_waits: stats.doorbell_waits.load(Ordering::Relaxed),
+            doorbell_wakes: stats.doorbell_wakes.load(Ordering::Relaxed),
+            doorbell_stores: self.doorbell_stores.clone(),
             suspend_us: Stats::of(&suspend),
             resume_us: Stats::of(&resume),
             online_dispatch_delay_us: stats.dispatch_delay.summary_us(),

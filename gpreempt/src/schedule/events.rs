@@ -130,6 +130,15 @@ pub struct ScheduleReport {
     pub suspended_share: f64,
     pub reaction_us: Option<Stats>,
     pub detection_us: Option<Stats>,
+    /// Of the detections, those the doorbell probe saw: the store itself → the first SUSPEND
+    /// entering the kernel (exact; the others are bounded by the last quiet poll).
+    pub detection_doorbell_us: Option<Stats>,
+    /// Waits on the doorbell probe while the online side was idle and covered, and of them those
+    /// a store or a command ended (the rest ended at the cross-check).
+    pub doorbell_waits: u64,
+    pub doorbell_wakes: u64,
+    /// Per online queue the probe filtered on, its stores (queues gone before the end included).
+    pub doorbell_stores: Vec<DoorbellCount>,
     pub suspend_us: Option<Stats>,
     pub resume_us: Option<Stats>,
     /// Online dispatch delay estimated from the indices: first seen pending → consumed, µs.
@@ -160,6 +169,16 @@ pub struct ScheduleReport {
     /// What the driver did for the suspends and resumes, when the tracer is attached.
     pub kernel: Option<KernelReport>,
     pub gpus: Vec<GpuReport>,
+}
+
+/// The doorbell stores the probe counted on one online queue over its watch (exact: every call
+/// of the runtime's store exports on the queue's doorbell signal, by any thread of the process).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DoorbellCount {
+    pub pid: HostPid,
+    pub queue_id: QueueId,
+    pub gpu_id: GpuId,
+    pub stores: u64,
 }
 
 /// How online submissions reach the scheduler.

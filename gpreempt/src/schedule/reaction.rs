@@ -30,7 +30,7 @@ use super::{
         signal::doorbell_signal,
         wake::{Nudge, wait_readable},
     },
-    events::DetectionPath,
+    events::{DetectionPath, DoorbellCount},
     online::{OnlineProcess, QueueAddrs, ReadError},
     policy::{Action, GapVerdict, Observation, PolicyConfig, PolicyMachine, ResumeReason, State, TransitionKind},
     realtime::{self, Realtime, RealtimeConfig},
@@ -157,6 +157,8 @@ pub enum Report {
     OnlineGone {
         pid: HostPid,
     },
+    /// The probe's store count of an online queue it stops filtering on.
+    DoorbellStores(DoorbellCount),
     /// How an online process's submissions are seen (once per process, at its first queue).
     SeenBy {
         pid: HostPid,
@@ -560,13 +562,19 @@ impl<S: ControlSide> Reaction<S> {
     fn uncover(&mut self, pid: HostPid, queue_id: Option<QueueId>) {
         let Some(probe) = &mut self.probe else { return };
         let gone = |d: &Doorbell| d.pid == pid && queue_id.is_none_or(|q| q == d.queue_id);
+        let mut counts = Vec::new();
         for d in self.doorbells.iter().filter(|d| gone(d)) {
+            let stores = probe.stores(d.pid, d.signal).unwrap_or(0);
+            counts.push(DoorbellCount { pid: d.pid, queue_id: d.queue_id, gpu_id: d.gpu, stores });
             probe.unregister(d.pid, d.signal);
         }
         self.doorbells.retain(|d| !gone(d));
         if queue_id.is_none() {
             probe.uncover(pid);
             self.seen_by.retain(|(p, _)| *p != pid);
+        }
+        for c in counts {
+            self.report(Report::DoorbellStores(c));
         }
     }
 
@@ -910,6 +918,12 @@ impl<S: ControlSide> Reaction<S> {
         let now = monotonic_ns();
         while !self.offline.is_empty() {
             self.detach(0, "stopped", now);
+        }
+        // The store counts of every queue still watched, before the probe goes with this thread.
+        let mut pids: Vec<HostPid> = self.doorbells.iter().map(|d| d.pid).collect();
+        pids.dedup();
+        for pid in pids {
+            self.uncover(pid, None);
         }
     }
 }

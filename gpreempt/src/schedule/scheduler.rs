@@ -417,6 +417,7 @@ impl Scheduler {
                     emit(&ScheduleEvent::OnlineGone { pid });
                 }
             }
+            Report::DoorbellStores(count) => self.accounts.doorbell_stores.push(count),
             Report::SeenBy { pid, path, libraries, why } => {
                 emit(&ScheduleEvent::OnlineSeenBy { pid, path, libraries, why });
             }
