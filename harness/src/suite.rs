@@ -64,19 +64,54 @@ pub fn matrix(quick: bool) -> Vec<(Scenario, bool)> {
     out
 }
 
+/// The doorbell probe against the index poll (issue 36): the same clients under the scheduler
+/// with and without the probe, in the same run, on a request load and on continuous batching.
+pub fn doorbell_matrix(quick: bool) -> Vec<Scenario> {
+    let requests = if quick { 60 } else { 200 };
+    let batching_requests = if quick { 40 } else { 100 };
+    let with_poll = |mut sc: Scenario| {
+        sc.name = format!("doorbell/{}", sc.name);
+        sc.variants = vec!["default".into(), "poll".into()];
+        sc
+    };
+    let p = Profile::mi300x;
+    vec![
+        with_poll(scenario("poisson-1off", scenario::poisson(requests), scenario::trainers(1), p(), Bound::Serial)),
+        with_poll(scenario(
+            "batching-1off",
+            Online::Batching { trace: Trace::Conv, requests: batching_requests },
+            scenario::trainers(1),
+            p(),
+            Bound::Serial,
+        )),
+    ]
+}
+
+fn evaluated(sc: &Scenario, mirror: bool) -> Result<Value> {
+    Ok(match evaluate(sc, mirror) {
+        Ok(r) => serde_json::to_value(r)?,
+        Err(e) => {
+            eprintln!("[{}] failed: {e:#}", sc.name);
+            json!({"scenario": sc, "error": format!("{e:#}")})
+        }
+    })
+}
+
 pub fn run(quick: bool) -> Result<()> {
     let started = std::time::Instant::now();
     let timer_floor = timer_floor::measure(2.0);
     let mut scenarios: Vec<Value> = Vec::new();
     for (sc, mirror) in matrix(quick) {
-        match evaluate(&sc, mirror) {
-            Ok(r) => scenarios.push(serde_json::to_value(r)?),
-            Err(e) => {
-                eprintln!("[{}] failed: {e:#}", sc.name);
-                scenarios.push(json!({"scenario": sc, "error": format!("{e:#}")}));
-            }
-        }
+        scenarios.push(evaluated(&sc, mirror)?);
     }
+    let mut doorbell: Vec<Value> = Vec::new();
+    for sc in doorbell_matrix(quick) {
+        doorbell.push(evaluated(&sc, false)?);
+    }
+    let store_cost = match crate::store_cost::measure(if quick { 20_000 } else { 100_000 }) {
+        Ok(c) => serde_json::to_value(c)?,
+        Err(e) => json!({"error": format!("{e:#}")}),
+    };
     let profiles: Vec<Profile> =
         [Profile::emulator(), Profile::mi300x()].into_iter().chain(Profile::mi300x_sweep()).collect();
     let out = json!({
@@ -85,6 +120,7 @@ pub fn run(quick: bool) -> Result<()> {
         "timer_floor_us": timer_floor,
         "profiles": profiles,
         "scenarios": scenarios,
+        "doorbell": {"scenarios": doorbell, "store_cost": store_cost},
     });
     println!("{}", serde_json::to_string(&out)?);
     Ok(())

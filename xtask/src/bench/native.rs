@@ -32,6 +32,26 @@ struct Doc {
     seconds: f64,
     timer_floor_us: Option<Stats>,
     scenarios: Vec<ScenarioResult>,
+    doorbell: Doorbell,
+}
+
+/// The doorbell probe against the index poll (`harness suite`'s `doorbell`).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Doorbell {
+    scenarios: Vec<ScenarioResult>,
+    store_cost: StoreCost,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct StoreCost {
+    calls: usize,
+    bare_us: Option<Stats>,
+    unregistered_us: Option<Stats>,
+    disarmed_us: Option<Stats>,
+    armed_us: Option<Stats>,
+    error: Option<String>,
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -77,6 +97,7 @@ struct StateFigures {
     gpus: Vec<GpuFigures>,
     job_steps_per_s: Option<f64>,
     scheduler: Option<SchedulerFigures>,
+    doorbell_store_us: Option<Stats>,
 }
 
 #[derive(Deserialize, Default)]
@@ -97,6 +118,9 @@ struct SchedulerFigures {
     reaction_us: Option<Stats>,
     loop_step_us: Option<Stats>,
     cpu_share: f64,
+    scheduler_detection_doorbell_us: Option<Stats>,
+    doorbell_waits: u64,
+    doorbell_wakes: u64,
 }
 
 #[derive(Deserialize, Default)]
@@ -280,7 +304,80 @@ pub fn section(md: &mut String, doc: &Value) {
         rows(md, s);
     }
     md.push('\n');
+    doorbell(md, &doc.doorbell);
     goals(md, &doc);
+}
+
+fn us3(s: &Option<Stats>) -> String {
+    s.as_ref().map_or("–".into(), |s| format!("{:.2} / {:.2}", s.p50, s.p99))
+}
+
+/// §9.3: the same clients with and without the doorbell probe, and what a store costs.
+fn doorbell(md: &mut String, d: &Doorbell) {
+    let _ = writeln!(
+        md,
+        "### 9.3. The doorbell probe against the index poll (issue 36)\n\n\
+         The online client rings each submission's doorbell through a stand-in ROCm runtime \
+         (`tests/rocm/hsa_store_stub.c` built as `libhsa-runtime64.so.1`; its queue laid out as ROCr's \
+         `amd_queue_t`), so the scheduler's eBPF uprobe on it is the real path (docs/doorbell.md). *default*: the \
+         probe (the reaction thread waits on it while the online side is idle); *poll*: `--no-doorbell`. \
+         Detection as above (the client's publish stamp → SUSPEND entered); *scheduler's doorbell detection*: the \
+         store's kernel stamp → SUSPEND entered, for the suspends the probe started; *store* = one call of the \
+         runtime's store as the online client timed it (with the probe: its uprobe trap, and on these 2 cores \
+         the real-time reaction thread's step when the store woke it).\n"
+    );
+    md.push_str(
+        "| scenario | scheduler | online P50 / P99 vs alone (batching: step P99) | offline of the idle GPU time | detection p50 / p99 µs | scheduler's doorbell detection p50 / p99 µs (n) | waits on the probe (ended by a store or command) | store p50 / p99 µs | gpreempt CPU |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for s in &d.scenarios {
+        if let Some(e) = &s.error {
+            let _ = writeln!(md, "| {} | failed: {e} ||||||||", s.scenario.name);
+            continue;
+        }
+        for variant in ["default", "poll"] {
+            let key = format!("schedule:{variant}");
+            let (Some(st), Some(c)) = (s.state(&key), s.comparison(&key)) else { continue };
+            let f = st.scheduler.as_ref();
+            let ratio = match c.step_p99_ratio {
+                Some(step) => format!("step {}", x(Some(step))),
+                None => format!("{} / {}", x(c.p50_ratio), x(c.p99_ratio)),
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {variant} | {ratio} | {} | {} | {} | {} | {} | {} |",
+                s.scenario.name,
+                pct(c.offline_of_idle),
+                f.map_or("–".into(), |f| us(&f.detection_us)),
+                f.map_or("–".into(), |f| format!(
+                    "{} ({})",
+                    us(&f.scheduler_detection_doorbell_us),
+                    f.scheduler_detection_doorbell_us.as_ref().map_or(0.0, |s| s.count)
+                )),
+                f.map_or("–".into(), |f| format!("{} ({})", f.doorbell_waits, f.doorbell_wakes)),
+                us3(&st.doorbell_store_us),
+                f.map_or("–".into(), |f| pct(f.cpu_share)),
+            );
+        }
+    }
+    let c = &d.store_cost;
+    match &c.error {
+        Some(e) => {
+            let _ = writeln!(md, "\nThe store-cost measurement failed: {e}\n");
+        }
+        None => {
+            let _ = writeln!(
+                md,
+                "\n**Cost per doorbell store** (`harness store-cost`, {} calls per row, this process, no scheduler \
+                 running; p50 / p99 µs): without the probe {}; with it, a signal it does not filter on {}, an online \
+                 queue's disarmed (every store of a burst but the first) {}, armed (the first: one hit) {}.\n",
+                c.calls,
+                us3(&c.bare_us),
+                us3(&c.unregistered_us),
+                us3(&c.disarmed_us),
+                us3(&c.armed_us),
+            );
+        }
+    }
 }
 
 /// Issue 35's goals, judged on the MI300X central profile, per bound.
