@@ -244,6 +244,9 @@ pub struct GuestArgs {
     /// report is written there (`dist-check.log`).
     #[arg(long)]
     pub out: PathBuf,
+    /// With amdgpu loaded: also load this image archive into podman and run the agent from it.
+    #[arg(long)]
+    pub image: Option<PathBuf>,
 }
 
 const GUEST_REPORT: &str = "dist-check.log";
@@ -253,13 +256,17 @@ fn guest(root: &Path, artifacts: &Artifacts, no_amdgpu: bool) -> Result<()> {
     let xtask = std::env::current_exe().context("locating the xtask binary")?;
     let kernel = Kernel::V6_12;
     let out = vm::out_dir(kernel);
-    let command = format!(
+    let mut command = format!(
         "{} dist-guest-check --root {} --deb {} --version {} --out \"$GPREEMPT_VM_OUT\"",
         vm::shell_quote(&xtask.to_string_lossy()),
         vm::shell_quote(&root.to_string_lossy()),
         vm::shell_quote(&artifacts.deb.to_string_lossy()),
         vm::shell_quote(&artifacts.version),
     );
+    let archive = super::dist_dir().join(super::image_archive(&artifacts.version));
+    if !no_amdgpu && archive.exists() {
+        command.push_str(&format!(" --image {}", vm::shell_quote(&archive.to_string_lossy())));
+    }
     let args = VmArgs {
         kernel,
         timeout: 900,
@@ -284,21 +291,121 @@ fn guest(root: &Path, artifacts: &Artifacts, no_amdgpu: bool) -> Result<()> {
     Ok(())
 }
 
-/// In the guest: copy the root into a tmpfs (the shared root is read-only), check there, write
-/// the report.
+/// In the guest: the root made writable (the shared root is read-only), checked there; the report
+/// written to the out directory.
 pub fn guest_main(args: &GuestArgs) -> Result<()> {
-    let copy = args.out.join(SUITE);
-    fs::create_dir_all(&copy)?;
-    run_command(Command::new("mount").args(["-t", "tmpfs", "-o", "size=1G", "tmpfs"]).arg(&copy))?;
-    let result = run_command(Command::new("cp").arg("-a").arg(args.root.join(".")).arg(&copy))
-        .and_then(|()| check_in_root(&copy, &args.deb, &args.version));
-    let _ = Command::new("umount").arg(&copy).status();
+    let scratch = args.out.join(SUITE);
+    fs::create_dir_all(&scratch)?;
+    run_command(Command::new("mount").args(["-t", "tmpfs", "-o", "size=1G", "tmpfs"]).arg(&scratch))?;
+    let result = writable_root(&args.root, &scratch).and_then(|root| check_in_root(&root, &args.deb, &args.version));
+    for mount in [scratch.join("merged"), scratch] {
+        let _ = Command::new("umount").arg(&mount).status();
+    }
+    let result = match (result, &args.image) {
+        (Ok(report), Some(archive)) => match image_check(archive, &args.version) {
+            Ok(more) => Ok(report + &more),
+            Err(e) => Err(e.context(format!("the chroot check passed:\n{report}"))),
+        },
+        (result, _) => result,
+    };
     let report = match &result {
         Ok(report) => report.clone(),
         Err(e) => format!("FAILED: {e:#}\n"),
     };
     fs::write(args.out.join(GUEST_REPORT), &report)?;
     result.map(|_| ())
+}
+
+/// `root` writable under `scratch` (a tmpfs): an overlay with `root` as its lower layer, which
+/// copies nothing but what dpkg changes; a copy where overlayfs refuses the shared filesystem.
+fn writable_root(root: &Path, scratch: &Path) -> Result<PathBuf> {
+    let [upper, work, merged] = ["upper", "work", "merged"].map(|d| scratch.join(d));
+    for dir in [&upper, &work, &merged] {
+        fs::create_dir_all(dir)?;
+    }
+    let options = format!("lowerdir={},upperdir={},workdir={}", root.display(), upper.display(), work.display());
+    let overlay = Command::new("mount").args(["-t", "overlay", "overlay", "-o", &options]).arg(&merged).status();
+    if overlay.is_ok_and(|s| s.success()) {
+        return Ok(merged);
+    }
+    eprintln!("xtask dist: no overlay on {}: copying it", root.display());
+    let copy = scratch.join("copy");
+    fs::create_dir_all(&copy)?;
+    run_command(Command::new("cp").arg("-a").arg(root.join(".")).arg(&copy))?;
+    Ok(copy)
+}
+
+/// In the guest, with amdgpu: the release image runs the agent as the DaemonSet does (host pid
+/// namespace, the four capabilities, read-only root, the host paths it reads), and its metrics
+/// endpoint answers with this version's `gpreempt_build_info`.
+fn image_check(archive: &Path, version: &str) -> Result<String> {
+    let graphroot = "/var/lib/containers";
+    let mounts = fs::read_to_string("/proc/self/mounts")?;
+    if !mounts.lines().any(|l| l.split_whitespace().nth(1) == Some(graphroot)) {
+        // The guest's root is the host's, read-only: podman's storage goes on a tmpfs.
+        run_command(Command::new("mount").args(["-t", "tmpfs", "-o", "size=512m", "tmpfs", graphroot]))
+            .with_context(|| format!("mounting a tmpfs on {graphroot} (`cargo xtask setup` creates it)"))?;
+    }
+    let podman = |args: &[&str]| -> Result<String> {
+        let out = Command::new("podman").args(args).output().context("running podman (`cargo xtask setup`)")?;
+        if !out.status.success() {
+            bail!("podman {} failed ({}): {}", args.join(" "), out.status, text(&out.stderr).trim());
+        }
+        Ok(text(&out.stdout))
+    };
+    let archive = archive.to_str().context("the image archive path is not UTF-8")?;
+    let loaded = podman(&["load", "--input", archive])?;
+    let tag = format!("gpreempt:{version}");
+    podman(&["image", "exists", &tag])?;
+    // Debian's kernels refuse perf_event_open to CAP_PERFMON alone above 2 (docs/install.md).
+    fs::write("/proc/sys/kernel/perf_event_paranoid", "2").context("setting kernel.perf_event_paranoid=2")?;
+    let name = "gpreempt-dist-check";
+    let _ = podman(&["rm", "--force", "--time", "0", name]);
+    let mut run = vec!["run", "--detach", "--name", name, "--pid", "host", "--network", "host", "--user", "0"];
+    run.extend(["--cap-drop", "ALL", "--cap-add", "BPF,PERFMON,SYSLOG,SYS_PTRACE"]);
+    run.extend(["--security-opt", "no-new-privileges", "--security-opt", "seccomp=unconfined", "--read-only"]);
+    run.extend(["--volume", "/sys/kernel/btf:/sys/kernel/btf:ro", "--volume", "/sys/class/kfd:/sys/class/kfd:ro"]);
+    run.extend(["--volume", "/sys/devices/virtual/kfd:/sys/devices/virtual/kfd:ro", "--device", "/dev/kfd"]);
+    run.extend(["--env", "NODE_NAME=vm", &tag, "agent", "--metrics-addr", "127.0.0.1:9464"]);
+    podman(&run)?;
+    let result = scrape_until_up("127.0.0.1:9464", std::time::Duration::from_secs(240));
+    let logs = Command::new("podman").args(["logs", name]).output().map(|o| text(&o.stderr)).unwrap_or_default();
+    let _ = podman(&["rm", "--force", "--time", "0", name]);
+    let metrics = result.with_context(|| format!("the agent in {tag} did not serve /metrics; its log:\n{logs}"))?;
+    let build_info = format!("gpreempt_build_info{{hostname=\"vm\",version=\"{version}\"}} 1");
+    if !metrics.lines().any(|l| l == build_info) {
+        bail!("{tag}'s /metrics has no `{build_info}`:\n{metrics}");
+    }
+    Ok(format!(
+        "$ podman load --input {archive}\n{}\n$ podman run … {tag} agent   # as the DaemonSet runs it\n         /metrics: {build_info} ({} lines)\n",
+        loaded.trim(),
+        metrics.lines().count()
+    ))
+}
+
+/// GET /metrics from `addr` until it answers 200 or `wait` passes (the agent attaches its probes
+/// first: tens of seconds under software emulation).
+fn scrape_until_up(addr: &str, wait: std::time::Duration) -> Result<String> {
+    use std::io::{Read, Write};
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let attempt = (|| -> std::io::Result<String> {
+            let mut s = std::net::TcpStream::connect(addr)?;
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
+            let mut raw = String::new();
+            s.read_to_string(&mut raw)?;
+            Ok(raw)
+        })();
+        match attempt {
+            Ok(raw) if raw.starts_with("HTTP/1.1 200") => {
+                return Ok(raw.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default());
+            }
+            Ok(raw) => bail!("{addr} answered `{}`", raw.lines().next().unwrap_or_default()),
+            Err(e) if std::time::Instant::now() > deadline => bail!("{addr}: {e} after {wait:?}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_secs(1)),
+        }
+    }
 }
 
 #[cfg(test)]

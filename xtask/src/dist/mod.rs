@@ -123,6 +123,11 @@ fn tree_name(version: &str) -> String {
     format!("gpreempt-{version}-x86_64-linux")
 }
 
+/// `gpreempt-VERSION.oci.tar`: the image, saved.
+fn image_archive(version: &str) -> String {
+    format!("gpreempt-{version}.oci.tar")
+}
+
 /// The version of the `gpreempt` package (the workspace's), as cargo reads it.
 fn package_version() -> Result<String> {
     let metadata = output(cargo().args(["metadata", "--format-version", "1", "--no-deps", "--offline"]))?;
@@ -210,7 +215,7 @@ fn build(dist: &Path, version: &str, image: bool) -> Result<Artifacts> {
         let context = target_dir().join("dist-work/image");
         crate::image::assemble(std::slice::from_ref(&binary), &context)?;
         run_command(&mut crate::image::build_command(&context, &tag))?;
-        let archive = dist.join(format!("gpreempt-{version}.oci.tar"));
+        let archive = dist.join(image_archive(version));
         run_command(
             Command::new("podman").args(["save", "--format", "oci-archive", "--output"]).arg(&archive).arg(&tag),
         )?;
