@@ -377,7 +377,8 @@ fn image_check(archive: &Path, version: &str) -> Result<String> {
         bail!("{tag}'s /metrics has no `{build_info}`:\n{metrics}");
     }
     Ok(format!(
-        "$ podman load --input {archive}\n{}\n$ podman run … {tag} agent   # as the DaemonSet runs it\n         /metrics: {build_info} ({} lines)\n",
+        "$ podman load --input {archive}\n{}\n$ podman run … {tag} agent   # as the DaemonSet runs it\n\
+         /metrics: {build_info} ({} lines)\n",
         loaded.trim(),
         metrics.lines().count()
     ))
