@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 use super::{Generated, remove_dir};
-use crate::util::{output, output_in, run as run_command, succeeds, workspace_root};
+use crate::util::{output, output_in, run as run_command, workspace_root};
 
 /// What goes into the package.
 pub struct Inputs<'a> {
@@ -201,9 +201,6 @@ fn copyright() -> Result<String> {
 
 /// Assemble the package tree in `work`, build `dist/gpreempt_VERSION_amd64.deb`; returns its path.
 pub fn build(inputs: &Inputs<'_>, work: &Path, dist: &Path) -> Result<PathBuf> {
-    if !succeeds("dpkg-deb", &["--version"]) {
-        bail!("dpkg-deb not found: install Debian's dpkg (`apt-get install dpkg`)");
-    }
     remove_dir(work)?;
     let g = inputs.generated;
     let page_names: Vec<String> = g

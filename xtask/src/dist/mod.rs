@@ -25,7 +25,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
-use crate::util::{cargo, output, output_in, run as run_command, target_dir, workspace_root};
+use crate::util::{cargo, output, output_in, run as run_command, succeeds, target_dir, workspace_root};
 
 /// The one target the artifacts are built for.
 ///
@@ -144,6 +144,15 @@ fn build(dist: &Path, version: &str, image: bool) -> Result<Artifacts> {
     if !cfg!(target_arch = "x86_64") {
         bail!("cargo xtask dist builds the x86-64 artifacts and runs on an x86-64 host only");
     }
+    // Before the long build: what the later steps need.
+    for (tool, from) in [("objcopy", "binutils"), ("readelf", "binutils"), ("dpkg-deb", "dpkg"), ("gzip", "gzip")] {
+        if !succeeds(tool, &["--version"]) {
+            bail!("{tool} not found: install Debian's {from} (`apt-get install {from}`)");
+        }
+    }
+    if image && !succeeds("podman", &["--version"]) {
+        bail!("podman not found: run `cargo xtask setup` (Debian's podman), or pass --no-image");
+    }
     remove_dir(dist)?;
     fs::create_dir_all(dist).with_context(|| format!("creating {}", dist.display()))?;
 
@@ -179,6 +188,11 @@ fn build(dist: &Path, version: &str, image: bool) -> Result<Artifacts> {
     // them; the symbol table stays, for backtraces.
     run_command(Command::new("objcopy").arg("--strip-debug").arg(&built).arg(&binary))
         .context("stripping the binary (objcopy, from binutils)")?;
+    // What a user's tools say of it: `file` "static-pie linked", `ldd` "statically linked".
+    for tool in ["file", "ldd"] {
+        let said = output(Command::new(tool).arg(&binary)).unwrap_or_else(|e| format!("{e:#}\n"));
+        print!("xtask dist: {tool}: {}", said.trim_start().replace(&format!("{}: ", binary.display()), ""));
+    }
     let said = output(Command::new(&binary).arg("--version"))?;
     if said.trim() != format!("gpreempt {version}") {
         bail!("{} --version says `{}`, Cargo.toml says {version}", binary.display(), said.trim());
@@ -292,7 +306,7 @@ fn generate(binary: &Path, tree: &Path) -> Result<Generated> {
 }
 
 /// Fail unless `binary` is static: no program interpreter, no shared object needed, and none of
-/// [`NEEDS_SHARED_GLIBC`] linked in. Prints what `file` says of it.
+/// [`NEEDS_SHARED_GLIBC`] linked in.
 pub fn check_static(binary: &Path) -> Result<()> {
     let headers = output(Command::new("readelf").args(["--program-headers", "--dynamic", "--wide"]).arg(binary))
         .context("reading the ELF headers (readelf, from binutils)")?;
@@ -315,7 +329,6 @@ pub fn check_static(binary: &Path) -> Result<()> {
             linked.join(", ")
         );
     }
-    print!("xtask dist: {}", output(Command::new("file").arg("--brief").arg(binary)).unwrap_or_default());
     Ok(())
 }
 
