@@ -154,6 +154,29 @@ pub enum Command {
     /// trace record (empty, or not `trace --json` output) is an error (exit status 1).
     #[command(after_help = EXIT_CODES)]
     Analyze(AnalyzeArgs),
+    /// Print the shell completion script for SHELL on stdout (the Debian package installs them).
+    ///
+    /// bash: `gpreempt completions bash > /etc/bash_completion.d/gpreempt`; zsh: write `_gpreempt`
+    /// into a directory of $fpath; fish: `~/.config/fish/completions/gpreempt.fish`.
+    #[command(hide = true)]
+    Completions(CompletionsArgs),
+    /// Write the man pages (gpreempt.1 and one gpreempt-COMMAND.1 per command) into DIR.
+    #[command(hide = true)]
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The directory to write the pages into (created if missing; pages there are replaced).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
 }
 
 /// A deprecated flag's value: a bare number in the unit its name carried (`--hold-ms 20`).

@@ -38,6 +38,8 @@ fn main() -> std::process::ExitCode {
             cli::Command::Agent(args) => commands::agent::run(args).await,
             cli::Command::Schedule(args) => commands::schedule::run(&args),
             cli::Command::Top(args) => commands::top::run(&args),
+            cli::Command::Completions(args) => commands::generate::completions(&args),
+            cli::Command::Man(args) => commands::generate::man(&args),
         }
     });
     match result {

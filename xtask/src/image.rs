@@ -1,8 +1,9 @@
 //! `cargo xtask image`: the gpreempt container image (deploy/Containerfile), built offline with
 //! Debian's podman (`cargo xtask setup` installs it): `FROM scratch`, no registry pull.
 //!
-//! The build context is assembled here: `rootfs/usr/bin/<binary>` (debug sections stripped) and
-//! every shared object `ldd` names for it, copied (symlinks followed) to the path `ldd` names, so
+//! The build context is assembled here: `rootfs/usr/bin/<binary>` (debug sections stripped) and,
+//! unless it is static (`cargo xtask dist` builds the image `gpreempt:VERSION` from its static
+//! binary: nothing else goes in), every shared object `ldd` names for it, copied (symlinks followed) to the path `ldd` names, so
 //! the loader finds them where the binary's `PT_INTERP` and the loader's search path point. The
 //! VM tests assemble the same way from the debug binaries and build the image inside the guest.
 
@@ -86,6 +87,13 @@ pub fn assemble(binaries: &[PathBuf], context: &Path) -> Result<()> {
         // The debug sections are most of a debug build (118 MB → ~30 MB) and nothing reads them.
         run_command(Command::new("objcopy").arg("--strip-debug").arg(binary).arg(bin.join(name)))
             .with_context(|| format!("copying {} into the image (objcopy from binutils)", binary.display()))?;
+        // A static binary (`cargo xtask dist`) needs nothing beside it; `ldd` would fail on a
+        // non-PIE one ("not a dynamic executable").
+        let headers = output(Command::new("readelf").args(["--program-headers", "--dynamic", "--wide"]).arg(binary))
+            .with_context(|| format!("reading the ELF headers of {} (readelf, from binutils)", binary.display()))?;
+        if crate::dist::dynamic_needs(&headers).is_empty() {
+            continue;
+        }
         for object in parse_ldd(&output(Command::new("ldd").arg(binary))?)
             .with_context(|| format!("the shared objects of {}", binary.display()))?
         {

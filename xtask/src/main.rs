@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod dist;
 mod fuzz;
 mod image;
 mod kernels;
@@ -59,6 +60,14 @@ enum Task {
     /// Build the gpreempt container image (deploy/Containerfile) offline with podman: the release
     /// binary and the shared objects it links, `FROM scratch`; tagged gpreempt:latest.
     Image(image::ImageArgs),
+    /// Build the release artifacts into target/dist: a static gpreempt binary (no libc needed),
+    /// a tarball with its man pages, completions, systemd unit and sample config, a Debian
+    /// package, and the image gpreempt:VERSION from the same binary. `--check`: install the
+    /// package in a Debian 11 root (glibc 2.31) with dpkg and run `gpreempt doctor` there (root).
+    Dist(dist::DistArgs),
+    /// (inside the VM) The guest half of `dist --check --guest`.
+    #[command(hide = true)]
+    DistGuestCheck(dist::check::GuestArgs),
     /// Run every cargo-fuzz target (record decoder, debugfs/sysfs/kallsyms/BTF parsers) briefly.
     Fuzz(fuzz::FuzzArgs),
     /// Benchmark gpreempt against bpftrace, ftrace and a minimal C program in one run (VMs on the
@@ -83,6 +92,8 @@ fn main() -> ExitCode {
         Task::TextPokes { dir } => text_pokes::summarise(&dir).map(|md| print!("{md}")),
         Task::Demo(args) => demo::run(&args),
         Task::Image(args) => image::run(&args),
+        Task::Dist(args) => dist::run(&args),
+        Task::DistGuestCheck(args) => dist::check::guest_main(&args),
         Task::Fuzz(args) => fuzz::run_fuzz(&args),
         Task::Bench(args) => bench::run(&args),
         Task::BenchGuest(args) => bench::guest_main(&args),

@@ -25,8 +25,13 @@ pub fn run(cmd: &mut Command) -> Result<()> {
 
 /// Run a command and capture stdout (stderr passes through).
 pub fn output(cmd: &mut Command) -> Result<String> {
+    output_in(&workspace_root(), cmd)
+}
+
+/// [`output`] with `dir` as the working directory.
+pub fn output_in(dir: &Path, cmd: &mut Command) -> Result<String> {
     let out = cmd
-        .current_dir(workspace_root())
+        .current_dir(dir)
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("cannot start {:?}", cmd.get_program()))?;

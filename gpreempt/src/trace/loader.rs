@@ -20,8 +20,9 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    // The installed binary is what a user runs (docs/install.md), not a source tree's xtask.
     #[error(
-        "gpreempt trace needs root (CAP_BPF and CAP_PERFMON): run it with sudo, or `sudo cargo xtask run -- trace`"
+        "the KFD tracer needs root (CAP_BPF and CAP_PERFMON): run gpreempt with sudo, or grant it those capabilities"
     )]
     NotRoot,
     #[error("this gpreempt binary was built with AYA_BUILD_SKIP=1 and has no eBPF programs: rebuild without it")]
