@@ -236,3 +236,71 @@ fn emu_evaluate_refuses_bad_input_naming_the_cause_and_the_fix() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("write NAME=REGEX or NAME=json:PATH"), "{stderr}");
 }
+
+#[test]
+fn emu_evaluate_ctrl_c_ends_the_held_state_releases_everything_and_prints_what_was_measured() {
+    use std::{
+        process::Stdio,
+        sync::mpsc::RecvTimeoutError,
+        time::{Duration, Instant},
+    };
+
+    use gpreempt_tests::{schedule::holds, target::eventually};
+    use nix::{sys::signal, unistd::Pid};
+
+    let _t = Elapsed::start("emu_evaluate_ctrl_c_ends_the_held_state");
+    let (online, path) = server("ctrl-c");
+    let offline = train();
+    let (online_pid, wptr) = index(&online, "wptr");
+    let published_before = rptr_now(online_pid, wptr);
+    // The first run (co-located) is short; the second (online alone) would run for hours.
+    let count = std::env::temp_dir().join(format!("gpreempt-eval-runs-{}", std::process::id()));
+    let _ = std::fs::remove_file(&count);
+    let exe = binary("emu-workload").unwrap();
+    let load = format!(
+        "n=$(cat {c} 2>/dev/null || echo 0); echo $((n + 1)) > {c}; if [ \"$n\" -ge 1 ]; then k=1000000; else \
+         k={REQUESTS}; fi; exec {exe} request --socket {s} --requests $k --dispatches 1",
+        c = count.display(),
+        exe = exe.display(),
+        s = path.display()
+    );
+    let mut child = Command::new(binary("gpreempt").unwrap())
+        .args(["evaluate", "--online", &online.pid().to_string(), "--offline", &offline.pid().to_string()])
+        .args(["--load", &load, "--metric", r"p99_ms=p99_ms=([0-9.]+)", "--rounds", "1", "--no-trace", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = gpreempt_tests::stderr_lines(child.stderr.take().unwrap(), "evaluate");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains("round 1: online alone") => break,
+            Ok(_) => {}
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => panic!("online alone never started"),
+        }
+    }
+    // Held: the training job's queue stops (the hold starts right after the line).
+    let (pid, rptr) = index(&offline, "rptr");
+    assert!(eventually(Duration::from_secs(60), || holds(pid, rptr)), "the offline queue was not held");
+    // And the second load run has published: the state measured something before Ctrl-C.
+    let published = || rptr_now(online_pid, wptr) - published_before;
+    assert!(eventually(Duration::from_secs(60), || published() > REQUESTS), "the second load run published nothing");
+    signal::kill(Pid::from_raw(child.id() as i32), signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ended"], serde_json::json!({"how": "interrupted", "signal": "SIGINT"}), "{report}");
+    let runs = report["runs"].as_array().unwrap();
+    let states: Vec<(&str, bool)> =
+        runs.iter().map(|r| (r["state"].as_str().unwrap(), r["interrupted"].as_bool().unwrap())).collect();
+    assert_eq!(states, [("co_located", false), ("online_alone", true)]);
+    // What was measured until Ctrl-C is there, and the hold was released.
+    assert_eq!(runs[1]["held"]["queues_resumed"], 1, "{}", runs[1]);
+    assert_eq!(runs[1]["offline_dispatches"], 0, "{}", runs[1]);
+    assert!(runs[1]["online_dispatches"].as_u64().unwrap() > 0, "{}", runs[1]);
+    assert_eq!(runs[1]["load"]["ended"], "interrupted", "{}", runs[1]);
+    assert_eq!(tracer_pid(pid).unwrap(), 0);
+    assert!(progresses(pid, rptr), "the training job's queue does not run after Ctrl-C");
+    let _ = std::fs::remove_file(&count);
+}
