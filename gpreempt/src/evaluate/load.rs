@@ -130,12 +130,20 @@ impl LoadCommand {
     /// first word with quotes, `$` or parentheses is left to the first run (whose exit status 126
     /// or 127 is refused then, still before anything is held).
     pub fn check(command: &str, path_var: Option<&str>) -> Result<Self, LoadError> {
-        let mut words = command.split_whitespace().skip_while(|w| is_assignment(w));
-        let Some(program) = words.next() else { return Err(LoadError::Empty) };
+        const SHELL_SYNTAX: [char; 14] = ['\'', '"', '$', '(', ')', '`', '\\', '{', '}', ';', '|', '&', '<', '>'];
         let checked = Self { command: command.to_owned() };
-        if program.contains(['\'', '"', '$', '(', ')', '`', '\\', '{', '}', ';', '|', '&', '<', '>']) {
-            return Ok(checked);
-        }
+        let mut words = command.split_whitespace();
+        let program = loop {
+            match words.next() {
+                None if command.trim().is_empty() => return Err(LoadError::Empty),
+                None => return Ok(checked),
+                // A word the shell must expand first (`n=$(cat f)`, a quoted path): the first
+                // run judges it.
+                Some(w) if w.contains(SHELL_SYNTAX) => return Ok(checked),
+                Some(w) if is_assignment(w) => {}
+                Some(w) => break w,
+            }
+        };
         if program.contains('/') {
             return match executable(Path::new(program)) {
                 Ok(()) => Ok(checked),
@@ -296,8 +304,10 @@ mod tests {
         assert!(LoadCommand::check(&format!("{} --rps 5", script.display()), path).is_ok());
         let e = LoadCommand::check("/nonexistent/load", path).unwrap_err();
         assert!(matches!(e, LoadError::NotExecutable { .. }), "{e}");
-        // Left to the shell: quoting and expansions.
+        // Left to the shell: quoting and expansions, in the program or in an assignment before it.
         assert!(LoadCommand::check("\"$HOME/bin/load\" --x", path).is_ok());
+        assert!(LoadCommand::check("n=$(cat /tmp/count); exec /nonexistent/x", path).is_ok());
+        assert!(LoadCommand::check("A=1", path).is_ok());
     }
 
     #[test]
