@@ -69,6 +69,22 @@ pub enum Command {
     /// (MI200/MI300) every suspend and resume preempts every queue of the GPU once.
     #[command(after_help = EXIT_CODES)]
     Schedule(ScheduleArgs),
+    /// Measure what gpreempt does for your own service and training job on your GPUs (root).
+    ///
+    /// With the online service and the offline jobs already running, runs your load command once
+    /// per state and round: co-located (nothing held), online alone (the offline processes' GPU
+    /// queues held suspended for the whole state; their CPU threads still run), scheduled
+    /// (`gpreempt schedule` with the options below) and offline alone (no load, as long as the
+    /// longest load run). The first state is co-located: a load command that fails or drives no
+    /// online dispatch, or a --metric that does not match its output, is refused there, before
+    /// anything is held. The order of the states rotates between rounds. Measured from outside in
+    /// every state: the online dispatch delay (published → consumed, AQL indices), the dispatches
+    /// the online processes published, the offline progress per GPU; with schedule, its
+    /// transitions, detection and reaction. Prints a table (states × figures, ratio to alone,
+    /// range over the rounds), or --markdown, or -j/--json. Ctrl-C ends the current state,
+    /// releases everything and prints what was measured. See docs/evaluate.md.
+    #[command(after_help = EXIT_CODES)]
+    Evaluate(EvaluateArgs),
     /// A live terminal view of the KFD processes, their queues and what happens to them (root).
     ///
     /// Rows: every KFD process (host pid, container or pod, command) with its queues per GPU and
@@ -415,6 +431,85 @@ fn parse_busy_share(s: &str) -> Result<f64, String> {
         Ok(v) if (0.0..=0.5).contains(&v) => Ok(v),
         _ => Err(format!("`{s}` is not a share in [0, 0.5] (e.g. 0.05 for 5 % of a long online busy period)")),
     }
+}
+
+#[derive(Debug, Args)]
+pub struct EvaluateArgs {
+    #[arg(help = concat!("The online (latency-critical) service, running (space-separated selectors): ", selector_forms!(), "."))]
+    #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
+    pub online: Vec<Selector>,
+    #[arg(help = concat!("The offline (throughput) jobs, running (space-separated selectors): ", selector_forms!(), "."))]
+    #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
+    pub offline: Vec<Selector>,
+    /// The command that sends requests to the online service and reports its own latency, run
+    /// through /bin/sh once per state and round (e.g. 'vllm bench serve --num-prompts 200').
+    #[arg(long, value_name = "COMMAND")]
+    pub load: String,
+    /// A figure of the load command's output: NAME=REGEX (the first capture group, or the whole
+    /// match, as a number; the last match wins) or NAME=json:PATH (a number at PATH in its JSON
+    /// output, e.g. json:latency.p99). Repeat for several.
+    #[arg(long, value_name = "NAME=REGEX", value_parser = parse_metric)]
+    pub metric: Vec<gpreempt::evaluate::MetricSpec>,
+    /// Rounds: each runs every state once, the order rotated by one between rounds.
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
+    /// The longest one load run may take, e.g. 10m; after it the load is ended and the state
+    /// reported as timed out.
+    #[arg(long, default_value = "10m", value_parser = duration::with_unit("s"), value_name = "DURATION")]
+    pub state_timeout: Duration,
+    /// Interval between the reads of the online dispatch indices that time the dispatch delay,
+    /// e.g. 500us.
+    #[arg(long, default_value = "500us", value_parser = duration::with_unit("us"), value_name = "DURATION")]
+    pub sample: Duration,
+    /// Scheduled state: schedule's --idle, e.g. 2ms.
+    #[arg(long, default_value = "2ms", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
+    pub idle: Duration,
+    /// Scheduled state: schedule's --fixed-idle (keep --idle as given).
+    #[arg(long)]
+    pub fixed_idle: bool,
+    /// Scheduled state: schedule's --poll, e.g. 200us.
+    #[arg(long, default_value = "200us", value_parser = duration::with_unit("us"), value_name = "DURATION")]
+    pub poll: Duration,
+    /// Scheduled state: schedule's --max-suspend, e.g. 5s (the online-alone state has no bound).
+    #[arg(long, default_value = "5s", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
+    pub max_suspend: Duration,
+    /// Scheduled state: schedule's --offline-min-share (0..1).
+    #[arg(long, default_value_t = 0.0, value_name = "F", value_parser = parse_share)]
+    pub offline_min_share: f64,
+    /// Scheduled state: schedule's --share-window, e.g. 1s.
+    #[arg(long, default_value = "1s", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
+    pub share_window: Duration,
+    /// Scheduled state: schedule's --busy-share (0..0.5).
+    #[arg(long, default_value_t = gpreempt::schedule::policy::DEFAULT_BUSY_SHARE, value_name = "F",
+          value_parser = parse_busy_share)]
+    pub busy_share: f64,
+    /// Scheduled state: schedule's --rt-priority (1-99; 0: normal scheduling).
+    #[arg(long, default_value_t = gpreempt::schedule::DEFAULT_RT_PRIORITY, value_name = "N",
+          value_parser = clap::value_parser!(u8).range(0..=99))]
+    pub rt_priority: u8,
+    /// Scheduled state: schedule's --cpu (pin its reaction thread).
+    #[arg(long, value_name = "CPU")]
+    pub cpu: Option<usize>,
+    /// Scheduled state: schedule's --no-cost-aware.
+    #[arg(long)]
+    pub no_cost_aware: bool,
+    /// Scheduled state: no tracer (it takes seconds to attach per scheduled state; without it
+    /// the driver's side of the transitions is not reported).
+    #[arg(long)]
+    pub no_trace: bool,
+    /// Print the report as Markdown (to paste into an issue) instead of the terminal table.
+    #[arg(long, conflicts_with = "json")]
+    pub markdown: bool,
+    /// Print the report as one JSON document on stdout (progress stays on stderr).
+    #[arg(short, long)]
+    pub json: bool,
+    /// Also write the JSON report to this file.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+fn parse_metric(s: &str) -> Result<gpreempt::evaluate::MetricSpec, String> {
+    s.parse().map_err(|e: gpreempt::evaluate::MetricError| e.to_string())
 }
 
 #[derive(Debug, Args)]

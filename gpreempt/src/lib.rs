@@ -13,7 +13,8 @@
 //! - [`views`]: snapshot views (hardware queue state, a process's queues).
 //! - [`controller`]: suspend/resume through the debug-trap API (session, watchdog, measurement
 //!   loop, the `Control` seam).
-//! - [`schedule`]: `gpreempt schedule`; [`metrics`] and [`agent`]: the node daemon;
+//! - [`schedule`]: `gpreempt schedule`; [`evaluate`]: `gpreempt evaluate`, built on it;
+//!   [`metrics`] and [`agent`]: the node daemon;
 //!   [`doctor`], [`analyze`]: diagnoses.
 
 pub mod agent;
@@ -22,6 +23,7 @@ pub mod clock;
 pub mod controller;
 pub mod doctor;
 pub mod domain;
+pub mod evaluate;
 pub mod event;
 pub mod host;
 pub mod kfd;

@@ -37,6 +37,7 @@ fn main() -> std::process::ExitCode {
             cli::Command::Preempt(args) => commands::preempt::run(&args),
             cli::Command::Agent(args) => commands::agent::run(args).await,
             cli::Command::Schedule(args) => commands::schedule::run(&args),
+            cli::Command::Evaluate(args) => commands::evaluate::run(&args),
             cli::Command::Top(args) => commands::top::run(&args),
             cli::Command::Completions(args) => commands::generate::completions(&args),
             cli::Command::Man(args) => commands::generate::man(&args),

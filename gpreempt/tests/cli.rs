@@ -58,7 +58,7 @@ fn entries(help: &str) -> Vec<Entry> {
 
 /// What each subcommand must show: (name, prints JSON, writes a file with -o, takes selectors,
 /// its duration flags).
-const SUBCOMMANDS: [(&str, bool, bool, bool, &[&str]); 9] = [
+const SUBCOMMANDS: [(&str, bool, bool, bool, &[&str]); 10] = [
     ("doctor", true, false, false, &[]),
     (
         "schedule",
@@ -66,6 +66,13 @@ const SUBCOMMANDS: [(&str, bool, bool, bool, &[&str]); 9] = [
         false,
         true,
         &["--idle", "--poll", "--occupancy", "--share-window", "--max-suspend", "--interval"],
+    ),
+    (
+        "evaluate",
+        true,
+        true,
+        true,
+        &["--state-timeout", "--sample", "--idle", "--poll", "--max-suspend", "--share-window"],
     ),
     ("top", true, false, false, &["--interval"]),
     ("ps", true, false, false, &["--timeout"]),

@@ -26,6 +26,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("doctor", 9),
     ("analyze", 9),
     ("schedule", 9),
+    ("evaluate", 10),
     ("metrics", 10),
     ("agent", 11),
 ];

@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod analyze;
 pub mod doctor;
+pub mod evaluate;
 pub mod generate;
 pub mod hw;
 pub mod interrupt;

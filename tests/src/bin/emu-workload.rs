@@ -21,6 +21,9 @@
 //! client (`serve.rs`, `train.rs`): Poisson arrivals, several queues (and GPUs) whose indices
 //! sit in ROCr's `amd_queue_t`, varying dispatch costs, completions polled on the CPU.
 //!
+//! `emu-workload server …` and `emu-workload request …`: an online service that takes requests
+//! on a Unix socket, and the load command that sends them (`server.rs`, for `gpreempt evaluate`).
+//!
 //! `emu-workload debug --pid P [--no-ptrace]` opens /dev/kfd, PTRACE_SEIZEs P (from this, the
 //! only thread that issues debug-trap ioctls) and answers `enable MASK`, `snapshot CLEAR_MASK
 //! MAX`, `suspend CLEAR_MASK IDS`, `resume IDS` (IDS comma-separated), `query CLEAR_MASK`,
@@ -35,6 +38,8 @@ mod load;
 mod rocr;
 #[path = "emu_workload/serve.rs"]
 mod serve;
+#[path = "emu_workload/server.rs"]
+mod server;
 #[path = "emu_workload/train.rs"]
 mod train;
 
@@ -196,6 +201,35 @@ enum Mode {
         poll: rocr::Poll,
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// An online service driven from outside: a request (a line `N` on the Unix socket) is N
+    /// dispatches on its queues, answered when they completed (`server.rs`).
+    Server {
+        #[arg(long, value_parser = parse_u32, default_value = "0x1000")]
+        gpu_id: u32,
+        #[arg(long, default_value_t = 1)]
+        queues: u32,
+        #[arg(long)]
+        socket: PathBuf,
+        /// Cost of each dispatch, µs.
+        #[arg(long, default_value_t = 2000)]
+        dispatch_us: u64,
+        #[arg(long)]
+        runtime_enable: bool,
+        #[arg(long, default_value_t = 4096)]
+        ring_size: u32,
+    },
+    /// The load command of `server`: K requests of N dispatches, then one summary line.
+    Request {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long, default_value_t = 10)]
+        requests: u32,
+        #[arg(long, default_value_t = 1)]
+        dispatches: u32,
+        /// Pause between an answer and the next request, µs.
+        #[arg(long, default_value_t = 0)]
+        gap_us: u64,
     },
     Debug {
         #[arg(long)]
@@ -702,6 +736,12 @@ fn main() -> Result<()> {
             poll,
             out,
         }),
+        Mode::Server { gpu_id, queues, socket, dispatch_us, runtime_enable, ring_size } => {
+            server::server(&server::ServerArgs { gpu_id, queues, socket, dispatch_us, runtime_enable, ring_size })
+        }
+        Mode::Request { socket, requests, dispatches, gap_us } => {
+            server::request(&server::RequestArgs { socket, requests, dispatches, gap_us })
+        }
         Mode::Debug { pid, no_ptrace } => debug(pid, no_ptrace),
     }
 }

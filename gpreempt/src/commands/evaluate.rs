@@ -1,0 +1,153 @@
+//! `gpreempt evaluate --online SEL --offline SEL… --load COMMAND`: the evaluation of the library
+//! (`gpreempt::evaluate`) behind progress lines on stderr and the report as a table, Markdown or
+//! JSON.
+
+use std::{io::Write, time::Duration};
+
+use anyhow::{Context, Result, bail};
+use gpreempt::{
+    controller::vocabulary::Options,
+    evaluate::{
+        self, EvaluateConfig, LoadCommand, Progress, Step, render,
+        report::{Ended, StateRun},
+    },
+    host::roots::Roots,
+    schedule::{ScheduleConfig, ScheduleEvent, policy::PolicyConfig, realtime::RealtimeConfig},
+};
+
+use super::{interrupt, stdout::outln};
+use crate::cli::EvaluateArgs;
+
+/// Progress on stderr: a line per state as it starts and ends, and what schedule says that a
+/// user must know (attach failures, warnings). Its per-transition events stay in the report.
+struct Lines;
+
+impl Progress for Lines {
+    fn state_started(&mut self, index: usize, total: usize, step: Step) {
+        say(format_args!("gpreempt: [{}/{total}] round {}: {}…", index + 1, step.round, step.state));
+    }
+
+    fn state_ended(&mut self, run: &StateRun) {
+        let load = run.load.as_ref().map_or_else(String::new, |l| format!("load {}, ", l.message));
+        let metrics: Vec<String> = run.metrics.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let delay = run
+            .online_dispatch_delay_us
+            .as_ref()
+            .map_or_else(String::new, |s| format!(", online delay p99 {:.0} us", s.p99));
+        say(format_args!(
+            "gpreempt:   {:.1} s, {load}{} online dispatches{delay}, offline {:.1} dispatches/s{}{}",
+            run.duration_ms / 1e3,
+            run.online_dispatches,
+            run.offline_per_s,
+            if metrics.is_empty() { String::new() } else { format!(", {}", metrics.join(" ")) },
+            if run.interrupted { " (interrupted)" } else { "" },
+        ));
+        for w in &run.warnings {
+            say(format_args!("gpreempt:   warning: {w}"));
+        }
+    }
+
+    fn schedule_event(&mut self, e: &ScheduleEvent) {
+        match e {
+            ScheduleEvent::OfflineAttachFailed { pid, error } => {
+                say(format_args!("gpreempt:   schedule: offline pid {pid} not attached: {error}"));
+            }
+            ScheduleEvent::WatchdogResumed { pid, held_ms, .. } => {
+                say(format_args!("gpreempt:   schedule: the watchdog resumed offline pid {pid} after {held_ms} ms"));
+            }
+            ScheduleEvent::Warning { message } => say(format_args!("gpreempt:   schedule: warning: {message}")),
+            _ => {}
+        }
+    }
+
+    fn note(&mut self, message: &str) {
+        say(format_args!("gpreempt: {message}"));
+    }
+}
+
+fn say(line: std::fmt::Arguments<'_>) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_fmt(line).and_then(|()| err.write_all(b"\n"));
+}
+
+pub fn run(args: &EvaluateArgs) -> Result<()> {
+    let stop = interrupt::install()?;
+    // Checked before anything else starts: a typo in --load is refused at once.
+    let path = std::env::var("PATH").ok();
+    let load = LoadCommand::check(&args.load, path.as_deref())?;
+    let roots = Roots::default();
+    let session = Options::default();
+    let config = EvaluateConfig {
+        schedule: ScheduleConfig {
+            online: args.online.clone(),
+            offline: args.offline.clone(),
+            policy: PolicyConfig {
+                idle: args.idle,
+                max_suspend: args.max_suspend,
+                min_share: args.offline_min_share,
+                share_window: args.share_window.max(Duration::from_millis(1)),
+                cost_aware: !args.no_cost_aware,
+                busy_share: args.busy_share,
+                learn_idle: !args.fixed_idle,
+            },
+            poll: args.poll,
+            busy_poll: false,
+            realtime: RealtimeConfig { priority: args.rt_priority, cpu: args.cpu, lock_memory: true },
+            occupancy: Duration::from_millis(10),
+            watch_writes: true,
+            // The scheduler's defaults: the doorbell probe where the online process maps ROCm.
+            doorbell: ScheduleConfig::default().doorbell,
+            cross_check: ScheduleConfig::default().cross_check,
+            // The scheduler's own interval records are not shown; its summary is kept per state.
+            interval: Duration::from_secs(3600),
+            hint_socket: None,
+            roots,
+            session,
+        },
+        load,
+        metrics: args.metric.clone(),
+        rounds: args.rounds,
+        state_timeout: args.state_timeout,
+        sample: args.sample.max(Duration::from_micros(50)),
+        trace: !args.no_trace,
+    };
+    let mut report = evaluate::evaluate(&config, stop, &mut Lines)?;
+    if let Ended::Interrupted { signal } = &mut report.ended {
+        *signal = interrupt::received();
+    }
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(path) = &args.output {
+        gpreempt::output::file::write_atomically(path, json.as_bytes())
+            .with_context(|| format!("writing the report to {}", path.display()))?;
+    }
+    if args.json {
+        super::stdout::json(&json);
+    } else if args.markdown {
+        outln!("{}", render::markdown(&report).trim_end());
+    } else {
+        outln!("{}", render::terminal(&report).trim_end());
+    }
+    match &report.ended {
+        Ended::Completed => {}
+        Ended::Interrupted { .. } => bail!(
+            "interrupted by {} after {} state run(s); everything was released",
+            interrupt::received().unwrap_or_else(|| "a signal".into()),
+            report.runs.len()
+        ),
+        Ended::Failed { error } => bail!("stopped after {} state run(s): {error}", report.runs.len()),
+    }
+    let failed: Vec<String> = report
+        .runs
+        .iter()
+        .filter(|r| r.load.as_ref().is_some_and(|l| !l.succeeded))
+        .map(|r| format!("round {} {}", r.round, r.state))
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "the load command did not succeed in {} state(s): {}; see the warnings above",
+            failed.len(),
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}

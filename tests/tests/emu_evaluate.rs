@@ -1,0 +1,306 @@
+//! `gpreempt evaluate` end to end on the KFD emulator (one shared GPU, gpu 0x1000): an online
+//! *service* (`emu-workload server`) that takes its requests from outside, the load command that
+//! drives it (`emu-workload request`, which prints `requests=K dispatches=D p99_ms=…`), and a
+//! training-like offline job (`emu-workload train`). The report is read from `--json`.
+//!
+//! Exact values: the dispatches the load command reports equal the online queue's write-index
+//! movement, in each state and over the whole run (so a load command that drives nothing cannot
+//! pass); the states run in the rotated order; the offline queue consumes nothing while held;
+//! nothing is left suspended or traced after. A metric that never matches is refused after the
+//! first (co-located) state, before anything was held.
+
+use std::{
+    path::PathBuf,
+    process::{Command, Output},
+};
+
+use gpreempt_tests::{
+    LineHelper, binary,
+    controller::rptr_now,
+    schedule::{Elapsed, progresses},
+    target::tracer_pid,
+};
+use serde_json::Value;
+
+/// Requests per load run and dispatches per request.
+const REQUESTS: u64 = 10;
+const DISPATCHES: u64 = 2;
+
+fn socket(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("gpreempt-eval-{tag}-{}.sock", std::process::id()))
+}
+
+/// The service: one queue, 3 ms dispatches.
+fn server(tag: &str) -> (LineHelper, PathBuf) {
+    let path = socket(tag);
+    let s = LineHelper::spawn(
+        "emu-workload",
+        &[
+            "server",
+            "--gpu-id",
+            "0x1000",
+            "--queues",
+            "1",
+            "--runtime-enable",
+            "--dispatch-us",
+            "3000",
+            "--socket",
+            path.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    (s, path)
+}
+
+/// The training job: one queue kept busy with ~2 ms dispatches.
+fn train() -> LineHelper {
+    LineHelper::spawn(
+        "emu-workload",
+        &["train", "--gpu-ids", "0x1000", "--queues", "1", "--runtime-enable", "--dispatch-us", "2000"],
+    )
+    .unwrap()
+}
+
+/// (pid, address) of a helper's first queue's `field` index.
+fn index(w: &LineHelper, field: &str) -> (u32, u64) {
+    (w.pid(), w.hello["queues"][0][field].as_u64().unwrap())
+}
+
+fn load_command(path: &std::path::Path) -> String {
+    format!(
+        "{} request --socket {} --requests {REQUESTS} --dispatches {DISPATCHES}",
+        binary("emu-workload").unwrap().display(),
+        path.display()
+    )
+}
+
+fn evaluate(args: &[&str]) -> Output {
+    let out = Command::new(binary("gpreempt").unwrap()).arg("evaluate").args(args).output().unwrap();
+    eprintln!("[evaluate] {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+#[test]
+fn emu_evaluate_runs_every_state_in_rotated_order_and_the_load_matches_the_online_write_index() {
+    let _t = Elapsed::start("emu_evaluate_runs_every_state_in_rotated_order");
+    let (mut online, path) = server("rounds");
+    let offline = train();
+    let (online_pid, wptr) = index(&online, "wptr");
+    let published_before = rptr_now(online_pid, wptr);
+    let out = evaluate(&[
+        "--online",
+        &online_pid.to_string(),
+        "--offline",
+        &offline.pid().to_string(),
+        "--load",
+        &load_command(&path),
+        "--metric",
+        r"requests=requests=(\d+)",
+        "--metric",
+        r"dispatches=dispatches=(\d+)",
+        "--metric",
+        r"p99_ms=p99_ms=([0-9.]+)",
+        "--rounds",
+        "2",
+        "--no-trace",
+        "--idle",
+        "5ms",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    let order: Vec<(u64, &str)> =
+        runs.iter().map(|r| (r["round"].as_u64().unwrap(), r["state"].as_str().unwrap())).collect();
+    assert_eq!(
+        order,
+        [
+            (1, "co_located"),
+            (1, "online_alone"),
+            (1, "scheduled"),
+            (1, "offline_alone"),
+            (2, "online_alone"),
+            (2, "scheduled"),
+            (2, "offline_alone"),
+            (2, "co_located"),
+        ]
+    );
+    let mut reported = 0;
+    for r in runs {
+        let state = r["state"].as_str().unwrap();
+        if state == "offline_alone" {
+            // No load: the service published nothing, the training job ran.
+            assert_eq!((r["load"].is_null(), r["online_dispatches"].as_u64()), (true, Some(0)), "{r}");
+            assert!(r["offline_dispatches"].as_u64().unwrap() > 0, "{r}");
+            continue;
+        }
+        assert_eq!(r["load"]["succeeded"], true, "{r}");
+        assert_eq!(r["metrics"]["requests"].as_f64(), Some(REQUESTS as f64), "{r}");
+        assert_eq!(r["metrics"]["dispatches"].as_f64(), Some((REQUESTS * DISPATCHES) as f64), "{r}");
+        // What the load command says it drove is what the online queue's indices show.
+        assert_eq!(r["online_dispatches"].as_u64(), Some(REQUESTS * DISPATCHES), "{r}");
+        assert_eq!(r["online_consumed"].as_u64(), Some(REQUESTS * DISPATCHES), "{r}");
+        assert!(r["metrics"]["p99_ms"].as_f64().unwrap() > 0.0, "{r}");
+        reported += r["metrics"]["dispatches"].as_f64().unwrap() as u64;
+        match state {
+            "online_alone" => {
+                // Held for the whole state: its one queue suspended, not one dispatch consumed.
+                assert_eq!(
+                    r["held"],
+                    serde_json::json!({"processes": 1, "queues_suspended": 1, "queues_resumed": 1, "cpu_threads_ran": true}),
+                    "{r}"
+                );
+                assert_eq!(r["offline_dispatches"].as_u64(), Some(0), "{r}");
+            }
+            "scheduled" => {
+                let s = &r["schedule"];
+                assert!(s["suspends"].as_u64().unwrap() >= 1, "{s}");
+                assert_eq!(s["resumes"], s["suspends"], "{s}");
+                assert_eq!(s["failed_suspends"], 0, "{s}");
+            }
+            _ => assert!(r["offline_dispatches"].as_u64().unwrap() > 0, "{r}"),
+        }
+    }
+    // Six load runs; the whole run's write-index movement is exactly what they reported.
+    assert_eq!(reported, 6 * REQUESTS * DISPATCHES);
+    assert_eq!(rptr_now(online_pid, wptr) - published_before, reported);
+    let stats = online.cmd("stats").unwrap();
+    assert_eq!((stats["requests"].as_u64(), stats["connections"].as_u64()), (Some(6 * REQUESTS), Some(6)));
+    let summary = report["summary"].as_array().unwrap();
+    let states: Vec<(&str, u64)> =
+        summary.iter().map(|s| (s["state"].as_str().unwrap(), s["runs"].as_u64().unwrap())).collect();
+    assert_eq!(states, [("co_located", 2), ("online_alone", 2), ("scheduled", 2), ("offline_alone", 2)]);
+    // Online figures are compared with online alone: its own ratio is exactly 1.
+    let alone = &summary[1]["figures"];
+    let p99 = alone.as_array().unwrap().iter().find(|f| f["figure"] == "p99_ms").unwrap();
+    assert_eq!(p99["ratio_to_alone"].as_f64(), Some(1.0), "{p99}");
+    assert_eq!(report["ended"]["how"], "completed");
+    // Nothing left traced or suspended.
+    assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
+    assert_eq!(tracer_pid(online_pid).unwrap(), 0);
+    let (pid, rptr) = index(&offline, "rptr");
+    assert!(progresses(pid, rptr), "the training job's queue does not run after evaluate");
+}
+
+#[test]
+fn emu_evaluate_refuses_a_metric_that_never_matches_before_anything_is_held() {
+    let _t = Elapsed::start("emu_evaluate_refuses_a_metric_that_never_matches");
+    let (online, path) = server("metric");
+    let offline = train();
+    let (online_pid, wptr) = index(&online, "wptr");
+    let published_before = rptr_now(online_pid, wptr);
+    let out = evaluate(&[
+        "--online",
+        &online_pid.to_string(),
+        "--offline",
+        &offline.pid().to_string(),
+        "--load",
+        &load_command(&path),
+        "--metric",
+        r"p95=p95_ms=([0-9.]+)",
+        "--no-trace",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--metric p95=p95_ms=([0-9.]+) never matched"), "{stderr}");
+    assert!(stderr.contains("nothing was held"), "{stderr}");
+    // Its last lines are shown, to fix the regex against.
+    assert!(stderr.contains(&format!("requests={REQUESTS} dispatches={}", REQUESTS * DISPATCHES)), "{stderr}");
+    assert!(out.stdout.is_empty(), "no report for a refused evaluation");
+    // Exactly one load run (the co-located state): no online-alone state ran, so nothing was held.
+    assert_eq!(rptr_now(online_pid, wptr) - published_before, REQUESTS * DISPATCHES);
+    assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
+    let (pid, rptr) = index(&offline, "rptr");
+    assert!(progresses(pid, rptr));
+}
+
+#[test]
+fn emu_evaluate_refuses_bad_input_naming_the_cause_and_the_fix() {
+    let _t = Elapsed::start("emu_evaluate_refuses_bad_input");
+    // A load command that is not there: refused before the selectors are even looked at.
+    let out = evaluate(&["--online", "1", "--offline", "2", "--load", "/nonexistent/loadgen --rps 5"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--load: \"/nonexistent/loadgen\" is not an executable file"), "{stderr}");
+    let out = evaluate(&["--online", "1", "--offline", "2", "--load", "no-such-loadgen --rps 5"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("\"no-such-loadgen\" is not found in PATH"), "{stderr}");
+    // A pid that does not exist.
+    let out = evaluate(&["--online", "4194000", "--offline", "4193999", "--load", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--online 4194000: no process with pid 4194000"), "{stderr}");
+    // A metric that is not a NAME=REGEX: a usage error.
+    let out = evaluate(&["--online", "1", "--offline", "2", "--load", "true", "--metric", "p99"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("write NAME=REGEX or NAME=json:PATH"), "{stderr}");
+}
+
+#[test]
+fn emu_evaluate_ctrl_c_ends_the_held_state_releases_everything_and_prints_what_was_measured() {
+    use std::{
+        process::Stdio,
+        sync::mpsc::RecvTimeoutError,
+        time::{Duration, Instant},
+    };
+
+    use gpreempt_tests::{schedule::holds, target::eventually};
+    use nix::{sys::signal, unistd::Pid};
+
+    let _t = Elapsed::start("emu_evaluate_ctrl_c_ends_the_held_state");
+    let (online, path) = server("ctrl-c");
+    let offline = train();
+    let (online_pid, wptr) = index(&online, "wptr");
+    let published_before = rptr_now(online_pid, wptr);
+    // The first run (co-located) is short; the second (online alone) would run for hours.
+    let count = std::env::temp_dir().join(format!("gpreempt-eval-runs-{}", std::process::id()));
+    let _ = std::fs::remove_file(&count);
+    let exe = binary("emu-workload").unwrap();
+    let load = format!(
+        "n=$(cat {c} 2>/dev/null || echo 0); echo $((n + 1)) > {c}; if [ \"$n\" -ge 1 ]; then k=1000000; else \
+         k={REQUESTS}; fi; exec {exe} request --socket {s} --requests $k --dispatches 1",
+        c = count.display(),
+        exe = exe.display(),
+        s = path.display()
+    );
+    let mut child = Command::new(binary("gpreempt").unwrap())
+        .args(["evaluate", "--online", &online.pid().to_string(), "--offline", &offline.pid().to_string()])
+        .args(["--load", &load, "--metric", r"p99_ms=p99_ms=([0-9.]+)", "--rounds", "1", "--no-trace", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = gpreempt_tests::stderr_lines(child.stderr.take().unwrap(), "evaluate");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains("round 1: online alone") => break,
+            Ok(_) => {}
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => panic!("online alone never started"),
+        }
+    }
+    // Held: the training job's queue stops (the hold starts right after the line).
+    let (pid, rptr) = index(&offline, "rptr");
+    assert!(eventually(Duration::from_secs(60), || holds(pid, rptr)), "the offline queue was not held");
+    // And the second load run has published: the state measured something before Ctrl-C.
+    let published = || rptr_now(online_pid, wptr) - published_before;
+    assert!(eventually(Duration::from_secs(60), || published() > REQUESTS), "the second load run published nothing");
+    signal::kill(Pid::from_raw(child.id() as i32), signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ended"], serde_json::json!({"how": "interrupted", "signal": "SIGINT"}), "{report}");
+    let runs = report["runs"].as_array().unwrap();
+    let states: Vec<(&str, bool)> =
+        runs.iter().map(|r| (r["state"].as_str().unwrap(), r["interrupted"].as_bool().unwrap())).collect();
+    assert_eq!(states, [("co_located", false), ("online_alone", true)]);
+    // What was measured until Ctrl-C is there, and the hold was released.
+    assert_eq!(runs[1]["held"]["queues_resumed"], 1, "{}", runs[1]);
+    assert_eq!(runs[1]["offline_dispatches"], 0, "{}", runs[1]);
+    assert!(runs[1]["online_dispatches"].as_u64().unwrap() > 0, "{}", runs[1]);
+    assert_eq!(runs[1]["load"]["ended"], "interrupted", "{}", runs[1]);
+    assert_eq!(tracer_pid(pid).unwrap(), 0);
+    assert!(progresses(pid, rptr), "the training job's queue does not run after Ctrl-C");
+    let _ = std::fs::remove_file(&count);
+}
