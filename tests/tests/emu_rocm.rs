@@ -1810,12 +1810,15 @@ enum Training {
 /// job, resumed and detached, ends when told with every kernel completed (and, for HIP, its
 /// round trip's bytes back); suspends = resumes, none failed; [`assert_protected`]. Returns the
 /// training job's kernel count.
+/// Schedules `online`'s `n` requests against a ROCm 6.1 training job; returns the job's steps and,
+/// sorted, the doorbell stores the probe counted on each of the online program's queues (its
+/// runtime maps ROCr, so the probe sees it: asserted here).
 fn schedule_against_rocm_6_1_training(
     online: &mut RocmRun,
     n: usize,
     last: serde_json::Value,
     training: Training,
-) -> u64 {
+) -> (u64, Vec<u64>) {
     use std::io::{BufRead, BufReader};
 
     use gpreempt_tests::{
@@ -1846,6 +1849,8 @@ fn schedule_against_rocm_6_1_training(
     assert_eq!((attached[0]["queues"].as_u64(), &attached[0]["gpus"]), (Some(2), &serde_json::json!([GPU0])));
     let added = s.events("online_added");
     assert_eq!((added[0]["queues"].as_u64(), added[0]["snapshot"].as_bool()), (Some(2), Some(true)), "{added:?}");
+    let seen = s.wait_events("online_seen_by", 1, LONG);
+    assert_eq!(seen[0]["path"], "doorbell", "{seen:?}");
     let requests = online.requests_then(n, last);
     thread::sleep(Duration::from_millis(300));
     let (lines, _) = s.stop();
@@ -1874,7 +1879,11 @@ fn schedule_against_rocm_6_1_training(
     assert_eq!(sum["failed_suspends"], 0);
     assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
     assert_protected(&requests, &ends);
-    k
+    let mut stores: Vec<u64> =
+        sum["doorbell_stores"].as_array().unwrap().iter().map(|d| d["stores"].as_u64().unwrap()).collect();
+    stores.sort_unstable();
+    eprintln!("doorbell stores per online queue: {stores:?}");
+    (k, stores)
 }
 
 #[test]
@@ -1886,7 +1895,10 @@ fn schedule_protects_a_rocm_5_2_program_against_a_rocm_6_1_training_job() {
     let pid = online.pid;
     assert_eq!(online.json_line(), serde_json::json!({"pid": pid, "ready": REQUESTS}));
     let last = serde_json::json!({"completed": REQUESTS, "read_index": REQUESTS, "done": true});
-    let k = schedule_against_rocm_6_1_training(&mut online, REQUESTS, last, Training::Hsa);
+    let (k, stores) = schedule_against_rocm_6_1_training(&mut online, REQUESTS, last, Training::Hsa);
+    // One store per request on the program's queue (hsa_dispatch rings once per dispatch), none on
+    // ROCr's utility queue.
+    assert_eq!(stores, [0, REQUESTS as u64]);
     // Both programs' work on the first GPU: each runtime's blit copy of the code object and cache
     // invalidation (ROCr 6.1 signals its PM4 IB too), the requests and the training dispatches,
     // each with its interrupt signal; nothing on the second GPU.
@@ -1917,12 +1929,16 @@ fn schedule_protects_a_hip_program_against_a_hip_training_job() {
     // the null stream, which this program never uses (it gets one at its first use, as the
     // synchronous hipMemcpy of the streams test), nor SDMA queues (no copy).
     assert_eq!(sysfs_queues(pid), [(GPU0, 0, 4096), (GPU0, 0, 256 << 10)], "queues of pid {pid}");
-    let k = schedule_against_rocm_6_1_training(
+    let (k, stores) = schedule_against_rocm_6_1_training(
         &mut online,
         REQUESTS,
         serde_json::json!({"completed": REQUESTS, "done": true}),
         Training::Hip,
     );
+    // ROCclr rings the stream queue's doorbell through the export for each kernel launch and each
+    // barrier-AND marker it writes (dispatchGenericAqlPacket): per request one launch and one
+    // hipStreamSynchronize marker; none on ROCr's utility queue.
+    assert_eq!(stores, [0, 2 * REQUESTS as u64], "doorbell stores per online queue");
     // Both programs' work on the first GPU, nothing on the second. HIP 5.2: ROCr's two loader
     // blits (ROCclr's blit code object and the program's) each with a code-cache invalidation
     // (PM4 IB), the warm-up and the REQUESTS kernels (launched without a completion signal), and

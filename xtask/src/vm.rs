@@ -85,9 +85,18 @@ pub fn run(args: &VmArgs) -> Result<i32> {
     // buffer a file; 9p without a cache: every write reaches the host at once), so a guest that
     // dies while the command runs leaves what it logged last; the console (level < 5, see
     // `boot`) keeps the oops or panic itself. The file is also the sign the command started.
+    // Switch the perf_sched_events static key once, now, and keep it on (see
+    // tests/src/bin/perf-key-holder.rs): the doorbell probe's per-process uprobes would otherwise
+    // switch it while the tests run.
+    let holder = target_dir().join("debug").join("perf-key-holder");
+    let hold_key = if holder.exists() {
+        format!("{} &\nsleep 1\n", shell_quote(&holder.display().to_string()))
+    } else {
+        String::new()
+    };
     let script = format!(
         "#!/bin/bash\nexport GPREEMPT_VM_OUT='{out}' GPREEMPT_VM_KERNEL='{kernel}'\ncd '{root}'\n\
-         stdbuf -oL dmesg --follow --time-format iso > \"$GPREEMPT_VM_OUT/{KERNEL_LOG}\" 2>&1 &\n{audit_on}{load}\
+         stdbuf -oL dmesg --follow --time-format iso > \"$GPREEMPT_VM_OUT/{KERNEL_LOG}\" 2>&1 &\n{hold_key}{audit_on}{load}\
          bash -c {command}\nrc=$?\n{audit_off}echo $rc > \"$GPREEMPT_VM_OUT/status\"\n",
         audit_on = if args.audit_text_pokes { crate::text_pokes::GUEST_START } else { "" },
         audit_off = if args.audit_text_pokes { crate::text_pokes::GUEST_STOP } else { "" },
