@@ -154,8 +154,8 @@ fn the_systemd_unit_grants_exactly_what_the_agent_needs() {
 #[test]
 fn the_dashboard_queries_only_metrics_the_agent_exports() {
     let dash: serde_json::Value = serde_json::from_str(&deploy("grafana-dashboard.json")).unwrap();
-    let metrics = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/guide/metrics.md"))
-        .unwrap();
+    let metrics =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/guide/metrics.md")).unwrap();
     let exported: BTreeSet<&str> =
         metrics.lines().filter_map(|l| l.strip_prefix("| `gpreempt_")?.split('`').next()).collect();
     assert!(exported.len() >= 20, "{exported:?}");
