@@ -2,7 +2,7 @@
 //! the small closed sets the driver numbers (queue type, debug-trap op, eviction trigger).
 //!
 //! Every type serialises exactly as the bare number or name it replaces, so JSON output keeps
-//! its shape (README, "JSON Lines").
+//! its shape (docs/guide/json.md).
 
 use std::fmt;
 

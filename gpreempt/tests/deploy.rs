@@ -148,15 +148,16 @@ fn the_systemd_unit_grants_exactly_what_the_agent_needs() {
     assert_eq!(values("ExecReload"), ["/bin/kill -HUP $MAINPID"]);
 }
 
-/// Every metric a dashboard panel queries is one the agent exports (README "Metrics" lists them
+/// Every metric a dashboard panel queries is one the agent exports (docs/guide/metrics.md lists them
 /// all); every panel has a query; every query variable has an "All" value. Whether each query
 /// returns data from a live agent is tested in the VM (tests/tests/emu_containers.rs).
 #[test]
 fn the_dashboard_queries_only_metrics_the_agent_exports() {
     let dash: serde_json::Value = serde_json::from_str(&deploy("grafana-dashboard.json")).unwrap();
-    let readme = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let metrics =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/guide/metrics.md")).unwrap();
     let exported: BTreeSet<&str> =
-        readme.lines().filter_map(|l| l.strip_prefix("| `gpreempt_")?.split('`').next()).collect();
+        metrics.lines().filter_map(|l| l.strip_prefix("| `gpreempt_")?.split('`').next()).collect();
     assert!(exported.len() >= 20, "{exported:?}");
     let mut ids = BTreeSet::new();
     let mut queried = BTreeSet::new();

@@ -364,7 +364,7 @@ fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel
     assert!(error.contains("sysctl -w kernel.perf_event_paranoid=2"), "{error}");
     assert_eq!(refused.child.wait()?.code(), Some(1));
     drop(refused);
-    // The node's setting the agent needs (README, "The container image"), for this test only.
+    // The node's setting the agent needs (docs/guide/agent.md, "The container image"), for this test only.
     let _paranoid = Restore::set(PARANOID, "2", paranoid)?;
     let mut agent = Agent::start(&config)?;
     // Loading every program in a TCG guest on a loaded host has taken over a minute.

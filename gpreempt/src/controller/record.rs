@@ -1,5 +1,5 @@
 //! The `gpreempt preempt --json` record: one typed document per run, so the file's shape is
-//! declared once (README, "preempt") rather than assembled field by field at the edge.
+//! declared once (docs/guide/preempt.md) rather than assembled field by field at the edge.
 
 use serde::Serialize;
 

@@ -8,7 +8,7 @@
 //! every series, `kfd_process_id` (the host pid KFD names the process by), `gpu_id` (KFD's
 //! `gpu_id`, as `/sys/class/kfd/kfd/topology/nodes/*/gpu_id` shows it), and `pod`,
 //! `namespace`, `container` when the process runs in a Kubernetes pod that [`crate::host::k8s`] can
-//! name, and `container` alone for a named container outside Kubernetes (Docker, Podman, LXC). The reference table of every series is in README.md ("Metrics").
+//! name, and `container` alone for a named container outside Kubernetes (Docker, Podman, LXC). The reference table of every series is in docs/guide/metrics.md.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},

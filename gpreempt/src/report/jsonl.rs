@@ -1,5 +1,5 @@
 //! JSON Lines: one object per event (`"event"` names its kind), then one `"event": "summary"`.
-//! Field names are part of the interface (README, "JSON Lines").
+//! Field names are part of the interface (docs/guide/json.md).
 
 use std::io::Write;
 

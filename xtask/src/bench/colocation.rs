@@ -981,7 +981,7 @@ pub fn section(md: &mut String, doc: &Colocation) {
     md.push_str(
         "\nThe emulator is not a GPU: its dispatches are timed sleeps of a kernel thread, its save and restore \
          are fixed delays, and software emulation stretches every CPU-side step. The ratios show what the \
-         mechanism does to these workloads' duty cycles, not what a model on an MI300 will see; README.md \
+         mechanism does to these workloads' duty cycles, not what a model on an MI300 will see; docs/guide/schedule.md \
          (\"Scheduling online over offline work\") says how to measure that on the hardware.\n\n",
     );
 }
