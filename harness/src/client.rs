@@ -35,8 +35,7 @@ pub struct ClientResult {
     pub doorbell_store_ns: Vec<u64>,
 }
 
-/// `hsa_signal_store_screlease(hsa_signal_t, hsa_signal_value_t)`.
-type Store = unsafe extern "C" fn(u64, i64);
+use crate::doorbell_stub::Store;
 
 /// The environment variable naming the stand-in runtime (`tests/rocm/hsa_store_stub.c` built as
 /// `libhsa-runtime64.so.1`) that online clients ring their doorbells through, as ROCclr does.
@@ -45,19 +44,7 @@ pub const DOORBELL_STUB_ENV: &str = "HARNESS_DOORBELL_STUB";
 /// The stub's store, from the library named by [`DOORBELL_STUB_ENV`] (none: no doorbell rung).
 fn doorbell_store() -> Result<Option<Store>> {
     let Some(path) = std::env::var_os(DOORBELL_STUB_ENV) else { return Ok(None) };
-    let c = std::ffi::CString::new(path.as_encoded_bytes()).context("the stub's path")?;
-    // SAFETY: dlopen of the stand-in runtime: two plain C functions, no constructors.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        anyhow::bail!("dlopen {} failed", path.to_string_lossy());
-    }
-    // SAFETY: a symbol of the library just opened (kept open for the process's life).
-    let f = unsafe { libc::dlsym(handle, c"hsa_signal_store_screlease".as_ptr()) };
-    if f.is_null() {
-        anyhow::bail!("{} has no hsa_signal_store_screlease", path.to_string_lossy());
-    }
-    // SAFETY: the stub's function has exactly this signature (hsa_signal_t is one u64).
-    Ok(Some(unsafe { std::mem::transmute::<*mut libc::c_void, Store>(f) }))
+    Ok(Some(crate::doorbell_stub::open_store(std::path::Path::new(&path))?.0))
 }
 
 /// One queue of the client: its slot and the GPU whose doorbell it rings.

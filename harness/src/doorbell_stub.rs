@@ -36,3 +36,24 @@ fn build() -> Result<PathBuf, String> {
     }
     Ok(lib)
 }
+
+/// `hsa_signal_store_screlease(hsa_signal_t, hsa_signal_value_t)` of the stand-in runtime.
+pub type Store = unsafe extern "C" fn(u64, i64);
+
+/// Open the stand-in runtime at `lib` (kept open for the process's life) and take its
+/// `hsa_signal_store_screlease`; also returns the library handle for a caller that closes it.
+pub fn open_store(lib: &std::path::Path) -> anyhow::Result<(Store, *mut libc::c_void)> {
+    let c = std::ffi::CString::new(lib.as_os_str().as_encoded_bytes())?;
+    // SAFETY: dlopen of the stand-in runtime: two plain C functions, no constructors.
+    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        anyhow::bail!("dlopen {} failed", lib.display());
+    }
+    // SAFETY: a symbol of the library just opened.
+    let f = unsafe { libc::dlsym(handle, c"hsa_signal_store_screlease".as_ptr()) };
+    if f.is_null() {
+        anyhow::bail!("{} has no hsa_signal_store_screlease", lib.display());
+    }
+    // SAFETY: the stub's function has exactly this signature (hsa_signal_t is one u64).
+    Ok((unsafe { std::mem::transmute::<*mut libc::c_void, Store>(f) }, handle))
+}

@@ -13,8 +13,6 @@ use gpreempt::{
 };
 use serde::Serialize;
 
-type Store = unsafe extern "C" fn(u64, i64);
-
 #[derive(Debug, Serialize)]
 pub struct StoreCost {
     pub calls: usize,
@@ -41,20 +39,7 @@ fn time_calls(n: usize, mut call: impl FnMut(usize)) -> Option<Summary> {
 
 pub fn measure(n: usize) -> Result<StoreCost> {
     let lib = crate::doorbell_stub::path().context("the stand-in runtime could not be built")?;
-    let c = std::ffi::CString::new(lib.as_os_str().as_encoded_bytes())?;
-    // SAFETY: dlopen of the stand-in runtime (no constructors).
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        bail!("dlopen {}", lib.display());
-    }
-    // SAFETY: a symbol of the library just opened, with this signature.
-    let store: Store = unsafe {
-        let f = libc::dlsym(handle, c"hsa_signal_store_screlease".as_ptr());
-        if f.is_null() {
-            bail!("no hsa_signal_store_screlease in {}", lib.display());
-        }
-        std::mem::transmute::<*mut libc::c_void, Store>(f)
-    };
+    let (store, handle) = crate::doorbell_stub::open_store(lib)?;
     let words = Box::new([0i64; 2]);
     let (queue, other) = (&words[0] as *const i64 as u64, &words[1] as *const i64 as u64);
     // The stub stores through the handle, a live word of `words` (every call below).

@@ -921,6 +921,7 @@ impl<S: ControlSide> Reaction<S> {
         }
         // The store counts of every queue still watched, before the probe goes with this thread.
         let mut pids: Vec<HostPid> = self.doorbells.iter().map(|d| d.pid).collect();
+        pids.sort_unstable();
         pids.dedup();
         for pid in pids {
             self.uncover(pid, None);
