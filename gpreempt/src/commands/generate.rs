@@ -111,6 +111,7 @@ mod tests {
                 "gpreempt.1",
                 "gpreempt-doctor.1",
                 "gpreempt-schedule.1",
+                "gpreempt-evaluate.1",
                 "gpreempt-top.1",
                 "gpreempt-ps.1",
                 "gpreempt-queues.1",
