@@ -380,6 +380,7 @@ impl Accounts {
             offline_rate_overall_per_s: per_s(all.offline_dispatches, elapsed_ns),
             polls: stats.steps.load(Ordering::Relaxed),
             loop_step_us: stats.step.summary_us(),
+            transition_steps: stats.transition_steps.load(Ordering::Relaxed),
             realtime: facts.realtime,
             reports_dropped: stats.reports_dropped.load(Ordering::Relaxed),
             reaction_panicked: facts.reaction_panicked,

@@ -147,9 +147,12 @@ pub struct ScheduleReport {
     pub offline_dispatches: u64,
     pub offline_rate_running_per_s: Option<f64>,
     pub offline_rate_overall_per_s: Option<f64>,
-    /// Steps of the reaction thread, and the interval between their starts (µs).
+    /// Steps of the reaction thread, and the interval between their starts (µs) over the steps
+    /// that made no suspend, resume or attach (the poll's cadence; `transition_steps` were left
+    /// out: their length is their ioctls', reported as the transitions' latency).
     pub polls: u64,
     pub loop_step_us: Option<Stats>,
+    pub transition_steps: u64,
     pub realtime: Realtime,
     /// Reports the reaction thread dropped because this side fell behind.
     pub reports_dropped: u64,

@@ -275,6 +275,11 @@ fn pending_online_work_suspends_the_offline_queues_of_its_gpu_once_and_idle_resu
     assert_eq!(report.detection_us.as_ref().map(|r| r.count), Some(2));
     assert!(report.loop_step_us.as_ref().is_some_and(|s| s.count > 10), "{:?}", report.loop_step_us);
     assert!(report.polls > 10);
+    // The steps that attached, suspended or resumed are left out of the poll's cadence: the
+    // attach, 2 suspends and 2 resumes, each alone in its step but the first suspend, which may
+    // share the attach's step (the first dispatch can be published before the first step).
+    assert!((4..=5).contains(&report.transition_steps), "{}", report.transition_steps);
+    assert!(report.loop_step_us.as_ref().is_some_and(|s| s.count as u64 + report.transition_steps < report.polls));
     // The reaction thread's CPU, measured by itself when it ended, holds its transitions'.
     assert!(report.reaction_cpu_ms > 0.0, "{}", report.reaction_cpu_ms);
     assert!(report.transition_cpu_ms <= report.reaction_cpu_ms, "{report:?}");
