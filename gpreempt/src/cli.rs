@@ -7,12 +7,10 @@
 //! `preempt --json FILE`, …) still work, hidden, with a warning ([`Cli::deprecations`],
 //! [`rewrite_legacy_json`]); they go in the next release.
 
-pub mod duration;
-
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
-use gpreempt::host::select::Selector;
+use gpreempt::{duration, host::select::Selector, schedule::SchedulerSettings};
 
 /// The exit statuses every command shares (its `--help` ends with them; docs/cli.md).
 pub const EXIT_CODES: &str = "Exit status: 0 success; 1 runtime error (stderr says what failed); 2 usage \
@@ -66,7 +64,9 @@ pub enum Command {
     /// one snapshot at start: ENABLE, GET_QUEUE_SNAPSHOT, DISABLE, two runlist refreshes).
     /// Processes that open /dev/kfd later are picked up by their selector. Runs until Ctrl-C or
     /// SIGTERM, then resumes and detaches everything and prints a summary. On HWS GPUs
-    /// (MI200/MI300) every suspend and resume preempts every queue of the GPU once.
+    /// (MI200/MI300) every suspend and resume preempts every queue of the GPU once. Every setting
+    /// from --idle to --busy-share is also a key of the agent's [[policy]] tables (`-` as `_`,
+    /// the same units and defaults).
     #[command(after_help = EXIT_CODES)]
     Schedule(ScheduleArgs),
     /// Measure what gpreempt does for your own service and training job on your GPUs (root).
@@ -238,13 +238,18 @@ impl Cli {
                 migrate(&mut p.max_suspend, p.max_suspend_ms.take(), names, &mut w);
             }
             Command::Schedule(s) => {
-                migrate(&mut s.idle, s.idle_ms.take(), ("--idle-ms", "--idle", "ms"), &mut w);
-                migrate(&mut s.poll, s.poll_us.take(), ("--poll-us", "--poll", "us"), &mut w);
-                migrate(&mut s.occupancy, s.occupancy_us.take(), ("--occupancy-us", "--occupancy", "us"), &mut w);
+                migrate(&mut s.settings.idle, s.idle_ms.take(), ("--idle-ms", "--idle", "ms"), &mut w);
+                migrate(&mut s.settings.poll, s.poll_us.take(), ("--poll-us", "--poll", "us"), &mut w);
+                migrate(
+                    &mut s.settings.occupancy,
+                    s.occupancy_us.take(),
+                    ("--occupancy-us", "--occupancy", "us"),
+                    &mut w,
+                );
                 let names = ("--share-window-ms", "--share-window", "ms");
-                migrate(&mut s.share_window, s.share_window_ms.take(), names, &mut w);
+                migrate(&mut s.settings.share_window, s.share_window_ms.take(), names, &mut w);
                 let names = ("--max-suspend-ms", "--max-suspend", "ms");
-                migrate(&mut s.max_suspend, s.max_suspend_ms.take(), names, &mut w);
+                migrate(&mut s.settings.max_suspend, s.max_suspend_ms.take(), names, &mut w);
                 migrate(&mut s.interval, s.interval_ms.take(), ("--interval-ms", "--interval", "ms"), &mut w);
             }
             _ => {}
@@ -324,68 +329,6 @@ pub struct ScheduleArgs {
     #[arg(help = concat!("Throughput processes whose queues are suspended (space-separated selectors): ", selector_forms!(), "."))]
     #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
     pub offline: Vec<Selector>,
-    /// Resume the offline queues after the online processes have been idle this long (e.g. 2ms,
-    /// 500us). Where it starts: the threshold is then learnt per GPU from every online gap (see
-    /// --fixed-idle).
-    #[arg(long, default_value = "2ms", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
-    pub idle: Duration,
-    /// Keep --idle as it is given instead of learning the threshold from the gaps between the
-    /// online work's bursts (the valley between gaps inside a request and gaps between requests).
-    #[arg(long)]
-    pub fixed_idle: bool,
-    /// Interval between the reaction thread's steps (reads of the online dispatch indices), e.g.
-    /// 200us.
-    #[arg(long, default_value = "200us", value_parser = duration::with_unit("us"), value_name = "DURATION")]
-    pub poll: Duration,
-    /// SCHED_FIFO priority of the reaction thread (1-99; 0: normal scheduling). Without
-    /// CAP_SYS_NICE it is said once and the thread runs at normal priority.
-    #[arg(long, default_value_t = gpreempt::schedule::DEFAULT_RT_PRIORITY, value_name = "N",
-          value_parser = clap::value_parser!(u8).range(0..=99))]
-    pub rt_priority: u8,
-    /// Pin the reaction thread to this CPU (give it one no other busy task uses).
-    #[arg(long, value_name = "CPU")]
-    pub cpu: Option<usize>,
-    /// The reaction thread polls without sleeping between steps: the shortest detection, at the
-    /// cost of one CPU kept busy (for hosts with a core to spare; combine with --cpu).
-    #[arg(long)]
-    pub busy_poll: bool,
-    /// Do not lock gpreempt's memory (mlockall) against page faults in the reaction thread.
-    #[arg(long)]
-    pub no_mlock: bool,
-    /// Do not use the doorbell probe (eBPF uprobes on the libhsa-runtime64 each online process
-    /// maps, which see a submission the moment the runtime rings the queue's doorbell): poll the
-    /// online dispatch indices every --poll instead, also while the online side is idle.
-    #[arg(long)]
-    pub no_doorbell: bool,
-    /// While the reaction thread waits on the doorbell probe, read the online indices this often
-    /// anyway (work that bypasses the runtime's export: its internal blits, a raw write), e.g. 10ms.
-    #[arg(long, default_value = "10ms", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
-    pub cross_check: Duration,
-    /// Resume after every idle gap of --idle, even one predicted shorter than what the resume
-    /// and the next suspend cost the online job (by default such resumes are skipped).
-    #[arg(long)]
-    pub no_cost_aware: bool,
-    /// Interval between reads of the online processes' cu_occupancy while nothing else asks for
-    /// one, e.g. 10ms. Submissions are seen in the queues' write indices and a fresh read precedes
-    /// every idle resume; the periodic read backs up queues that are not watched (no tracer).
-    #[arg(long, default_value = "10ms", value_parser = duration::with_unit("us"), value_name = "DURATION")]
-    pub occupancy: Duration,
-    /// Guarantee the offline job this share of GPU time over --share-window even under
-    /// continuous online load (0..1; 0: none). The online work waits during those slices.
-    #[arg(long, default_value_t = 0.0, value_name = "F", value_parser = parse_share)]
-    pub offline_min_share: f64,
-    /// The window over which --offline-min-share is guaranteed, e.g. 1s.
-    #[arg(long, default_value = "1s", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
-    pub share_window: Duration,
-    /// Resume (watchdog) a suspension that lasts longer than this, e.g. 5s.
-    #[arg(long, default_value = "5s", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
-    pub max_suspend: Duration,
-    /// The offline job's share of the GPU while online work stays busy past --max-suspend: after
-    /// each watchdog resume it runs max-suspend × F / (1 − F), then the online work is protected
-    /// again (0..0.5; 0: unprotected until the online work goes idle).
-    #[arg(long, default_value_t = gpreempt::schedule::policy::DEFAULT_BUSY_SHARE, value_name = "F",
-          value_parser = parse_busy_share)]
-    pub busy_share: f64,
     /// Unix socket where an online server writes `begin` / `end` lines around its requests.
     #[arg(long, value_name = "PATH")]
     pub hint_socket: Option<PathBuf>,
@@ -399,6 +342,10 @@ pub struct ScheduleArgs {
     /// online queues are not watched).
     #[arg(long)]
     pub no_trace: bool,
+    // The agent's `[[policy]]` keys, `-` as `_` (one type: SchedulerSettings). No heading of its
+    // own: --log stays the last option.
+    #[command(flatten)]
+    pub settings: SchedulerSettings,
     /// Deprecated: --idle with a unit.
     #[arg(long = "idle-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "idle")]
     pub idle_ms: Option<OldDuration>,
@@ -417,20 +364,6 @@ pub struct ScheduleArgs {
     /// Deprecated: --interval with a unit.
     #[arg(long = "interval-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "interval")]
     pub interval_ms: Option<OldDuration>,
-}
-
-fn parse_share(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
-        _ => Err(format!("`{s}` is not a share in [0, 1) (e.g. 0.2 for 20 %)")),
-    }
-}
-
-fn parse_busy_share(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if (0.0..=0.5).contains(&v) => Ok(v),
-        _ => Err(format!("`{s}` is not a share in [0, 0.5] (e.g. 0.05 for 5 % of a long online busy period)")),
-    }
 }
 
 #[derive(Debug, Args)]
@@ -461,38 +394,6 @@ pub struct EvaluateArgs {
     /// e.g. 500us.
     #[arg(long, default_value = "500us", value_parser = duration::with_unit("us"), value_name = "DURATION")]
     pub sample: Duration,
-    /// Scheduled state: schedule's --idle, e.g. 2ms.
-    #[arg(long, default_value = "2ms", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
-    pub idle: Duration,
-    /// Scheduled state: schedule's --fixed-idle (keep --idle as given).
-    #[arg(long)]
-    pub fixed_idle: bool,
-    /// Scheduled state: schedule's --poll, e.g. 200us.
-    #[arg(long, default_value = "200us", value_parser = duration::with_unit("us"), value_name = "DURATION")]
-    pub poll: Duration,
-    /// Scheduled state: schedule's --max-suspend, e.g. 5s (the online-alone state has no bound).
-    #[arg(long, default_value = "5s", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
-    pub max_suspend: Duration,
-    /// Scheduled state: schedule's --offline-min-share (0..1).
-    #[arg(long, default_value_t = 0.0, value_name = "F", value_parser = parse_share)]
-    pub offline_min_share: f64,
-    /// Scheduled state: schedule's --share-window, e.g. 1s.
-    #[arg(long, default_value = "1s", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
-    pub share_window: Duration,
-    /// Scheduled state: schedule's --busy-share (0..0.5).
-    #[arg(long, default_value_t = gpreempt::schedule::policy::DEFAULT_BUSY_SHARE, value_name = "F",
-          value_parser = parse_busy_share)]
-    pub busy_share: f64,
-    /// Scheduled state: schedule's --rt-priority (1-99; 0: normal scheduling).
-    #[arg(long, default_value_t = gpreempt::schedule::DEFAULT_RT_PRIORITY, value_name = "N",
-          value_parser = clap::value_parser!(u8).range(0..=99))]
-    pub rt_priority: u8,
-    /// Scheduled state: schedule's --cpu (pin its reaction thread).
-    #[arg(long, value_name = "CPU")]
-    pub cpu: Option<usize>,
-    /// Scheduled state: schedule's --no-cost-aware.
-    #[arg(long)]
-    pub no_cost_aware: bool,
     /// Scheduled state: no tracer (it takes seconds to attach per scheduled state; without it
     /// the driver's side of the transitions is not reported).
     #[arg(long)]
@@ -506,6 +407,9 @@ pub struct EvaluateArgs {
     /// Also write the JSON report to this file.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    // The scheduled state's settings, as `gpreempt schedule`'s.
+    #[command(flatten)]
+    pub settings: SchedulerSettings,
 }
 
 fn parse_metric(s: &str) -> Result<gpreempt::evaluate::MetricSpec, String> {
@@ -982,7 +886,14 @@ mod tests {
         assert_eq!(cli.deprecations().len(), 6);
         let Command::Schedule(s) = cli.command else { panic!("not schedule") };
         assert_eq!(
-            (s.idle, s.poll, s.occupancy, s.share_window, s.max_suspend, s.interval),
+            (
+                s.settings.idle,
+                s.settings.poll,
+                s.settings.occupancy,
+                s.settings.share_window,
+                s.settings.max_suspend,
+                s.interval
+            ),
             (
                 Duration::from_micros(500),
                 Duration::from_micros(300),
@@ -1060,11 +971,11 @@ mod tests {
         );
         assert_eq!(s.offline, vec![Selector::Pid(HostPid(20))]);
         assert_eq!(
-            (s.idle, s.offline_min_share, s.poll, s.max_suspend, s.json),
+            (s.settings.idle, s.settings.offline_min_share, s.settings.poll, s.settings.max_suspend, s.json),
             (Duration::from_micros(500), 0.2, Duration::from_micros(200), Duration::from_secs(5), true)
         );
         assert_eq!(
-            (s.occupancy, s.share_window, s.interval),
+            (s.settings.occupancy, s.settings.share_window, s.interval),
             (Duration::from_millis(10), Duration::from_secs(1), Duration::from_secs(1))
         );
         let err = parse(&["schedule", "--online", "1", "--offline", "vllm"]).unwrap_err();

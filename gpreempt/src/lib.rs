@@ -23,6 +23,7 @@ pub mod clock;
 pub mod controller;
 pub mod doctor;
 pub mod domain;
+pub mod duration;
 pub mod evaluate;
 pub mod event;
 pub mod host;

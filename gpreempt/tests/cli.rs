@@ -34,7 +34,8 @@ fn entries(help: &str) -> Vec<Entry> {
     let mut out: Vec<Entry> = Vec::new();
     let mut inside = false;
     for line in help.lines() {
-        if line == "Options:" || line == "Arguments:" {
+        // "Options:", "Arguments:" and the headings of flattened groups ("Scheduler settings …:").
+        if !line.starts_with(' ') && line.ends_with(':') {
             inside = true;
             continue;
         }

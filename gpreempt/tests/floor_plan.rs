@@ -12,6 +12,7 @@ use std::{
 const LAYERS: &[(&str, u32)] = &[
     ("domain", 0),
     ("clock", 0),
+    ("duration", 0),
     ("stats", 0),
     ("output", 0),
     ("kfd", 1),

@@ -128,7 +128,7 @@ fn scratch() -> Result<PathBuf> {
 fn policy_config(name: &str, online: &[u32], offline: u32) -> String {
     let online: Vec<String> = online.iter().map(|p| format!("\"{p}\"")).collect();
     format!(
-        "process_grace_s = 2\n\n[[policy]]\nname = \"{name}\"\nonline = [{}]\noffline = [\"{offline}\"]\nidle_ms = 5\npoll_us = 200\n",
+        "process_grace_s = 2\n\n[[policy]]\nname = \"{name}\"\nonline = [{}]\noffline = [\"{offline}\"]\nidle = \"5ms\"\npoll = \"200us\"\n",
         online.join(", ")
     )
 }

@@ -348,7 +348,7 @@ fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel
         config.join("agent.toml"),
         format!(
             "metrics_addr = \"127.0.0.1:{port}\"\nprocess_grace_s = 60\n\n[[policy]]\nname = \"colocate\"\n\
-             online = [\"container:serving\"]\noffline = [\"container:training\"]\nidle_ms = 5\npoll_us = 200\n"
+             online = [\"container:serving\"]\noffline = [\"container:training\"]\nidle = \"5ms\"\npoll = \"200us\"\n"
         ),
     )?;
     // Debian's kernel.perf_event_paranoid (3) lets only CAP_SYS_ADMIN open perf events: the

@@ -383,7 +383,7 @@ fn emu_top_shows_the_agents_scheduler_per_gpu() {
     std::fs::write(
         &config,
         format!(
-            "[[policy]]\nname = \"colo\"\nonline = [\"{}\"]\noffline = [\"{}\"]\nidle_ms = 5\npoll_us = 200\n",
+            "[[policy]]\nname = \"colo\"\nonline = [\"{}\"]\noffline = [\"{}\"]\nidle = \"5ms\"\npoll = \"200us\"\n",
             online.pid(),
             offline.pid()
         ),

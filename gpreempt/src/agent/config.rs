@@ -9,18 +9,20 @@
 //! name = "inference-first"
 //! online = ["pod:serving/llm-*"]
 //! offline = ["pod:batch/*", "container:trainer"]
-//! idle_ms = 50               # online idle this long: resume the offline processes
-//! poll_us = 500              # how often the online processes' queues are sampled
-//! offline_min_share = 0.1    # the offline processes run at least this share of the time
-//! max_suspend_ms = 2000      # never keep them suspended longer than this at once
+//! idle = "2ms"               # any `gpreempt schedule` setting, `-` as `_`, same units
+//! offline_min_share = 0.1    # and defaults (SchedulerSettings)
 //! ```
+//!
+//! The previous release's keys (`idle_ms = 50`, `poll_us`, `max_suspend_ms`: bare numbers, with
+//! defaults of their own) still parse, each with a warning naming its line and its successor;
+//! they go in the next release.
 
 use std::{collections::HashSet, net::SocketAddr, ops::Range, path::Path, time::Duration};
 
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::host::select::Selector;
+use crate::{host::select::Selector, schedule::SchedulerSettings};
 
 /// The default `--metrics-addr`: loopback only, the port Prometheus's exporter list gives the
 /// next free slot after AMD's device-metrics exporter.
@@ -34,47 +36,29 @@ pub struct AgentConfig {
     pub metrics_addr: Option<SocketAddr>,
     pub process_grace: Duration,
     pub policies: Vec<AgentPolicy>,
+    /// What the file still says the previous release's way, one line each (for the log).
+    pub warnings: Vec<String>,
 }
 
 impl Default for AgentConfig {
     fn default() -> Self {
-        Self { metrics_addr: None, process_grace: DEFAULT_PROCESS_GRACE, policies: Vec::new() }
+        Self { metrics_addr: None, process_grace: DEFAULT_PROCESS_GRACE, policies: Vec::new(), warnings: Vec::new() }
     }
 }
 
 /// One scheduling policy: while an online process uses the GPU, its offline processes are
-/// suspended (within the parameters).
+/// suspended (within the settings).
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentPolicy {
     pub name: String,
     pub online: Vec<Selector>,
     pub offline: Vec<Selector>,
-    pub params: SchedulerParams,
+    pub settings: SchedulerSettings,
 }
 
-/// The scheduler's parameters of one policy.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SchedulerParams {
-    /// Online idle this long: resume the offline processes.
-    pub idle: Duration,
-    /// Sampling period of the online processes' queues.
-    pub poll: Duration,
-    /// Share of time (0 ≤ share < 1) the offline processes run at least.
-    pub offline_min_share: f64,
-    /// Longest single suspension.
-    pub max_suspend: Duration,
-}
-
-impl Default for SchedulerParams {
-    fn default() -> Self {
-        Self {
-            idle: Duration::from_millis(50),
-            poll: Duration::from_micros(500),
-            offline_min_share: 0.0,
-            max_suspend: Duration::from_secs(2),
-        }
-    }
-}
+/// The previous release's keys: their bare number's unit and their successor.
+const OLD_KEYS: [(&str, &str, &str); 3] =
+    [("idle_ms", "ms", "idle"), ("poll_us", "us", "poll"), ("max_suspend_ms", "ms", "max_suspend")];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -96,17 +80,9 @@ struct RawConfig {
     policy: Vec<Spanned<RawPolicy>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPolicy {
-    name: Spanned<String>,
-    online: Spanned<Vec<Spanned<String>>>,
-    offline: Spanned<Vec<Spanned<String>>>,
-    idle_ms: Option<Spanned<u64>>,
-    poll_us: Option<Spanned<u64>>,
-    offline_min_share: Option<Spanned<f64>>,
-    max_suspend_ms: Option<Spanned<u64>>,
-}
+/// A `[[policy]]` table: `name`, `online` and `offline`, then scheduler settings. Read as a
+/// table because serde's `flatten` loses the spans every error is located by.
+type RawPolicy = toml::Table;
 
 impl AgentConfig {
     /// Read and validate `path`.
@@ -136,68 +112,113 @@ impl AgentConfig {
         let process_grace = raw.process_grace_s.map_or(DEFAULT_PROCESS_GRACE, |g| Duration::from_secs(*g.get_ref()));
         let mut names = HashSet::new();
         let mut policies = Vec::new();
+        let mut warnings = Vec::new();
         for p in raw.policy {
-            let p = p.into_inner();
-            let name = p.name.get_ref().trim().to_owned();
+            let span = p.span();
+            let mut table = p.into_inner();
+            // The line of `key` inside this table (a key starts its line), else the table's.
+            // toml spans an array-of-tables element by its header only: its keys run to the next
+            // header.
+            let body_start = span.start.min(text.len());
+            let rest = &text[body_start..];
+            let body_len = rest.get(1..).and_then(|r| r.find("\n[")).map_or(rest.len(), |i| i + 1);
+            let body = &text[body_start..body_start + body_len];
+            let key_span = |key: &str| -> Range<usize> {
+                let at = body
+                    .match_indices(key)
+                    .map(|(i, _)| i)
+                    .find(|&i| {
+                        (i == 0 || body[..i].ends_with('\n')) && body[i + key.len()..].trim_start().starts_with('=')
+                    })
+                    .map_or(body_start, |i| body_start + i);
+                at..at
+            };
+            let name = match table.remove("name") {
+                Some(toml::Value::String(n)) => n.trim().to_owned(),
+                Some(_) => return Err(invalid(key_span("name"), "policy `name` must be a string".into())),
+                None => return Err(invalid(span.clone(), "a [[policy]] without `name`".into())),
+            };
             if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
                 return Err(invalid(
-                    p.name.span(),
+                    key_span("name"),
                     format!("policy name `{name}`: use letters, digits, `-`, `_`, `.`"),
                 ));
             }
             if !names.insert(name.clone()) {
-                return Err(invalid(p.name.span(), format!("policy `{name}` is defined twice")));
+                return Err(invalid(key_span("name"), format!("policy `{name}` is defined twice")));
             }
-            let selectors = |list: &Spanned<Vec<Spanned<String>>>, side: &str| -> Result<Vec<Selector>, ConfigError> {
-                if list.get_ref().is_empty() {
-                    return Err(invalid(list.span(), format!("policy `{name}`: `{side}` names no process")));
+            let mut selectors = |side: &str| -> Result<Vec<Selector>, ConfigError> {
+                let list = match table.remove(side) {
+                    Some(toml::Value::Array(list)) => list,
+                    Some(_) => {
+                        return Err(invalid(
+                            key_span(side),
+                            format!("policy `{name}`: `{side}` must be a list of selectors"),
+                        ));
+                    }
+                    None => return Err(invalid(span.clone(), format!("policy `{name}` has no `{side}`"))),
+                };
+                if list.is_empty() {
+                    return Err(invalid(key_span(side), format!("policy `{name}`: `{side}` names no process")));
                 }
-                list.get_ref()
-                    .iter()
-                    .map(|s| {
-                        s.get_ref()
-                            .parse::<Selector>()
-                            .map_err(|e| invalid(s.span(), format!("policy `{name}`, {side}: {e}")))
+                list.iter()
+                    .map(|v| {
+                        let Some(s) = v.as_str() else {
+                            return Err(invalid(
+                                key_span(side),
+                                format!("policy `{name}`, {side}: `{v:?}` is not a string"),
+                            ));
+                        };
+                        s.parse::<Selector>()
+                            .map_err(|e| invalid(key_span(side), format!("policy `{name}`, {side}: {e}")))
                     })
                     .collect()
             };
-            let online = selectors(&p.online, "online")?;
-            let offline = selectors(&p.offline, "offline")?;
+            let online = selectors("online")?;
+            let offline = selectors("offline")?;
             if let Some(both) = online.iter().find(|s| offline.contains(s)) {
-                return Err(invalid(p.offline.span(), format!("policy `{name}`: {both} is both online and offline")));
+                return Err(invalid(
+                    key_span("offline"),
+                    format!("policy `{name}`: {both} is both online and offline"),
+                ));
             }
-            let mut params = SchedulerParams::default();
-            let positive = |v: &Option<Spanned<u64>>, key: &str| -> Result<Option<u64>, ConfigError> {
-                match v {
-                    Some(v) if *v.get_ref() == 0 => {
-                        Err(invalid(v.span(), format!("policy `{name}`: {key} must be greater than 0")))
+            for (old, unit, new) in OLD_KEYS {
+                let Some(value) = table.remove(old) else { continue };
+                let number = match &value {
+                    toml::Value::Integer(n) if *n > 0 => *n as f64,
+                    toml::Value::Float(f) if *f > 0.0 => *f,
+                    _ => {
+                        return Err(invalid(
+                            key_span(old),
+                            format!("policy `{name}`: {old} must be a number greater than 0"),
+                        ));
                     }
-                    Some(v) => Ok(Some(*v.get_ref())),
-                    None => Ok(None),
-                }
-            };
-            if let Some(ms) = positive(&p.idle_ms, "idle_ms")? {
-                params.idle = Duration::from_millis(ms);
-            }
-            if let Some(us) = positive(&p.poll_us, "poll_us")? {
-                params.poll = Duration::from_micros(us);
-            }
-            if let Some(ms) = positive(&p.max_suspend_ms, "max_suspend_ms")? {
-                params.max_suspend = Duration::from_millis(ms);
-            }
-            if let Some(share) = &p.offline_min_share {
-                let v = *share.get_ref();
-                if !(0.0..1.0).contains(&v) {
+                };
+                if table.contains_key(new) {
                     return Err(invalid(
-                        share.span(),
-                        format!("policy `{name}`: offline_min_share {v} is outside [0, 1)"),
+                        key_span(old),
+                        format!("policy `{name}`: {old} and {new} are the same setting: keep {new}"),
                     ));
                 }
-                params.offline_min_share = v;
+                let line = text[..key_span(old).start].matches('\n').count() + 1;
+                warnings.push(format!(
+                    "{path}, line {line}: `{old} = {number}` is deprecated and goes in the next release: write {new} = \"{number}{unit}\""
+                ));
+                table.insert(new.into(), toml::Value::String(format!("{number}{unit}")));
             }
-            policies.push(AgentPolicy { name, online, offline, params });
+            // Each key alone first, so that an error names its line; then all of them.
+            for (key, value) in &table {
+                let one = toml::Table::from_iter([(key.clone(), value.clone())]);
+                if let Err(e) = one.try_into::<SchedulerSettings>() {
+                    return Err(invalid(key_span(key), format!("policy `{name}`, {key}: {}", e.message())));
+                }
+            }
+            let settings = table
+                .try_into::<SchedulerSettings>()
+                .map_err(|e| invalid(span.clone(), format!("policy `{name}`: {}", e.message())))?;
+            policies.push(AgentPolicy { name, online, offline, settings });
         }
-        Ok(Self { metrics_addr, process_grace, policies })
+        Ok(Self { metrics_addr, process_grace, policies, warnings })
     }
 }
 
@@ -212,23 +233,58 @@ mod tests {
     }
 
     #[test]
-    fn the_sample_config_parses() {
+    fn the_sample_config_parses_with_its_policy_commented_out_and_in() {
         let c = AgentConfig::parse(SAMPLE, "agent.toml").unwrap();
-        assert_eq!(c.metrics_addr, None);
-        assert_eq!(c.process_grace, Duration::from_secs(60));
+        assert_eq!(c, AgentConfig::default(), "the sample schedules nothing until a policy is written");
+        // The sample's policy, uncommented: the lines after `[[policy]]` that start with `# `.
+        let policy: String = SAMPLE
+            .lines()
+            .skip_while(|l| *l != "# [[policy]]")
+            .map_while(|l| l.strip_prefix("# "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(policy.starts_with("[[policy]]\n"), "{policy}");
+        let c = AgentConfig::parse(&policy, "agent.toml").unwrap();
         assert_eq!(c.policies.len(), 1);
         let p = &c.policies[0];
         assert_eq!(p.name, "inference-first");
         assert_eq!(p.online, [Selector::Pod("pod:serving/llm-*".parse().unwrap())]);
         assert_eq!(p.offline, [Selector::Pod("pod:batch/*".parse().unwrap()), Selector::Container("trainer".into())]);
         assert_eq!(
-            p.params,
-            SchedulerParams {
+            p.settings,
+            SchedulerSettings {
+                offline_min_share: 0.1,
+                max_suspend: Duration::from_secs(2),
+                ..SchedulerSettings::default()
+            }
+        );
+        assert!(c.warnings.is_empty());
+    }
+
+    #[test]
+    fn the_previous_releases_keys_parse_with_a_warning_each() {
+        let text = "[[policy]]\nname = \"a\"\nonline = [\"1\"]\noffline = [\"7\"]\nidle_ms = 50\npoll_us = 500\nmax_suspend_ms = 2000\n";
+        let c = AgentConfig::parse(text, "agent.toml").unwrap();
+        assert_eq!(
+            c.policies[0].settings,
+            SchedulerSettings {
                 idle: Duration::from_millis(50),
                 poll: Duration::from_micros(500),
-                offline_min_share: 0.1,
-                max_suspend: Duration::from_millis(2000),
+                max_suspend: Duration::from_secs(2),
+                ..SchedulerSettings::default()
             }
+        );
+        assert_eq!(
+            c.warnings,
+            [
+                "agent.toml, line 5: `idle_ms = 50` is deprecated and goes in the next release: write idle = \"50ms\"",
+                "agent.toml, line 6: `poll_us = 500` is deprecated and goes in the next release: write poll = \"500us\"",
+                "agent.toml, line 7: `max_suspend_ms = 2000` is deprecated and goes in the next release: write max_suspend = \"2000ms\"",
+            ]
+        );
+        assert_eq!(
+            err("[[policy]]\nname = \"a\"\nonline = [\"1\"]\noffline = [\"7\"]\nidle = \"1ms\"\nidle_ms = 5\n"),
+            "agent.toml, line 6: policy `a`: idle_ms and idle are the same setting: keep idle"
         );
     }
 
@@ -245,7 +301,7 @@ mod tests {
         );
         assert_eq!(
             err("[[policy]]\nname = \"a\"\nonline = [\"42\"]\noffline = [\"7\"]\noffline_min_share = 1.5\n"),
-            "agent.toml, line 5: policy `a`: offline_min_share 1.5 is outside [0, 1)"
+            "agent.toml, line 5: policy `a`, offline_min_share: `1.5` is not a share in [0, 1) (e.g. 0.2 for 20 %)"
         );
         assert_eq!(
             err("[[policy]]\nname = \"a\"\nonline = [\"42\"]\noffline = [\"42\"]\n"),
@@ -257,7 +313,20 @@ mod tests {
         );
         assert_eq!(
             err("[[policy]]\nname = \"a\"\nonline = [\"1\"]\noffline = [\"7\"]\nidle_ms = 0\n"),
-            "agent.toml, line 5: policy `a`: idle_ms must be greater than 0"
+            "agent.toml, line 5: policy `a`: idle_ms must be a number greater than 0"
+        );
+        assert_eq!(
+            err("[[policy]]\nname = \"a\"\nonline = [\"1\"]\noffline = [\"7\"]\n\nidle = \"50\"\n"),
+            "agent.toml, line 6: policy `a`, idle: `50` has no unit: write 50ms (units: ns, us (or µs), ms, s, m, h)"
+        );
+        let unknown = err("[[policy]]\nname = \"a\"\nonline = [\"1\"]\noffline = [\"7\"]\nidel = \"5ms\"\n");
+        assert!(
+            unknown.starts_with("agent.toml, line 5: policy `a`, idel: unknown field `idel`, expected one of `idle`"),
+            "{unknown}"
+        );
+        assert_eq!(
+            err("[[policy]]\nname = \"a\"\noffline = [\"7\"]\n"),
+            "agent.toml, line 1: policy `a` has no `online`"
         );
         assert_eq!(
             err(

@@ -25,11 +25,7 @@ use crate::{
     domain::GpuId,
     metrics::Metrics,
     model::ModelNotice,
-    schedule::{
-        self, ScheduleEvent, Scheduler, channel,
-        policy::{PolicyConfig, TransitionKind},
-        seams::Seams,
-    },
+    schedule::{self, ScheduleEvent, Scheduler, channel, policy::TransitionKind, seams::Seams},
 };
 
 /// One policy's thread.
@@ -113,20 +109,10 @@ impl PolicyRunner for Policies {
 
 /// The scheduler's configuration for `policy`.
 fn scheduler_config(policy: &AgentPolicy) -> schedule::ScheduleConfig {
-    let p = &policy.params;
     schedule::ScheduleConfig {
-        online: policy.online.clone(),
-        offline: policy.offline.clone(),
-        policy: PolicyConfig {
-            idle: p.idle,
-            max_suspend: p.max_suspend,
-            min_share: p.offline_min_share,
-            ..PolicyConfig::default()
-        },
-        poll: p.poll,
         // The periodic report is not logged; it refreshes the loop-step gauges.
         interval: Duration::from_secs(5),
-        ..schedule::ScheduleConfig::default()
+        ..policy.settings.config(policy.online.clone(), policy.offline.clone())
     }
 }
 
@@ -287,21 +273,23 @@ mod tests {
     #[test]
     fn a_policy_becomes_the_schedulers_configuration() {
         let text = "[[policy]]\nname = \"p\"\nonline = [\"pod:serving/*\"]\noffline = [\"42\", \"container:batch\"]\n\
-                    idle_ms = 7\npoll_us = 300\noffline_min_share = 0.25\nmax_suspend_ms = 900\n";
+                    idle = \"7ms\"\npoll = \"300us\"\noffline_min_share = 0.25\nmax_suspend = \"900ms\"\nno_doorbell = true\n";
         let config = AgentConfig::parse(text, "agent.toml").unwrap();
         let c = scheduler_config(&config.policies[0]);
         assert_eq!(c.online, config.policies[0].online);
         assert_eq!(c.offline, config.policies[0].offline);
         assert_eq!(
             c.policy,
-            PolicyConfig {
+            crate::schedule::policy::PolicyConfig {
                 idle: Duration::from_millis(7),
                 max_suspend: Duration::from_millis(900),
                 min_share: 0.25,
-                ..PolicyConfig::default()
+                ..crate::schedule::policy::PolicyConfig::default()
             }
         );
         assert_eq!(c.poll, Duration::from_micros(300));
+        assert!(!c.doorbell);
+        assert_eq!(c.interval, Duration::from_secs(5));
     }
 
     #[test]

@@ -33,8 +33,13 @@ fn log(level: &str, msg: &str, fields: &[(&str, &dyn std::fmt::Display)]) {
     eprintln!("{}", log_line(level, msg, fields));
 }
 
+/// Read the configuration; what it still says the previous release's way is logged.
 fn load(path: Option<&Path>) -> Result<AgentConfig, config::ConfigError> {
-    path.map_or_else(|| Ok(AgentConfig::default()), AgentConfig::load)
+    let config = path.map_or_else(|| Ok(AgentConfig::default()), AgentConfig::load)?;
+    for w in &config.warnings {
+        log("warn", "deprecated configuration key", &[("detail", w)]);
+    }
+    Ok(config)
 }
 
 fn describe_policies(c: &AgentConfig) -> String {

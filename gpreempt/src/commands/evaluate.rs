@@ -12,7 +12,7 @@ use gpreempt::{
         report::{Ended, StateRun},
     },
     host::roots::Roots,
-    schedule::{ScheduleConfig, ScheduleEvent, policy::PolicyConfig, realtime::RealtimeConfig},
+    schedule::{ScheduleConfig, ScheduleEvent},
 };
 
 use super::{interrupt, stdout::outln};
@@ -79,30 +79,11 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
     let session = Options::default();
     let config = EvaluateConfig {
         schedule: ScheduleConfig {
-            online: args.online.clone(),
-            offline: args.offline.clone(),
-            policy: PolicyConfig {
-                idle: args.idle,
-                max_suspend: args.max_suspend,
-                min_share: args.offline_min_share,
-                share_window: args.share_window.max(Duration::from_millis(1)),
-                cost_aware: !args.no_cost_aware,
-                busy_share: args.busy_share,
-                learn_idle: !args.fixed_idle,
-            },
-            poll: args.poll,
-            busy_poll: false,
-            realtime: RealtimeConfig { priority: args.rt_priority, cpu: args.cpu, lock_memory: true },
-            occupancy: Duration::from_millis(10),
-            watch_writes: true,
-            // The scheduler's defaults: the doorbell probe where the online process maps ROCm.
-            doorbell: ScheduleConfig::default().doorbell,
-            cross_check: ScheduleConfig::default().cross_check,
             // The scheduler's own interval records are not shown; its summary is kept per state.
             interval: Duration::from_secs(3600),
-            hint_socket: None,
             roots,
             session,
+            ..args.settings.config(args.online.clone(), args.offline.clone())
         },
         load,
         metrics: args.metric.clone(),

@@ -15,8 +15,6 @@ use gpreempt::{
         Interval, ScheduleConfig, ScheduleEvent, ScheduleReport, Scheduler, check_kernel, check_selection,
         discover::{Discovery, SysfsDiscovery, TracerDiscovery},
         kernel::DriverCalls,
-        policy::PolicyConfig,
-        realtime::RealtimeConfig,
         seams::Seams,
     },
     stats::Summary,
@@ -31,28 +29,11 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     let session = Options::default();
     let version = check_kernel(&session.device)?;
     let config = ScheduleConfig {
-        online: args.online.clone(),
-        offline: args.offline.clone(),
-        policy: PolicyConfig {
-            idle: args.idle,
-            max_suspend: args.max_suspend,
-            min_share: args.offline_min_share,
-            share_window: args.share_window.max(Duration::from_millis(1)),
-            cost_aware: !args.no_cost_aware,
-            busy_share: args.busy_share,
-            learn_idle: !args.fixed_idle,
-        },
-        poll: args.poll,
-        busy_poll: args.busy_poll,
-        realtime: RealtimeConfig { priority: args.rt_priority, cpu: args.cpu, lock_memory: !args.no_mlock },
-        occupancy: args.occupancy,
-        watch_writes: true,
-        doorbell: !args.no_doorbell,
-        cross_check: args.cross_check,
         interval: args.interval.max(Duration::from_millis(1)),
         hint_socket: args.hint_socket.clone(),
         roots: roots.clone(),
         session,
+        ..args.settings.config(args.online.clone(), args.offline.clone())
     };
     // Bad input is refused before the tracer, which takes seconds to attach.
     check_selection(&config)?;

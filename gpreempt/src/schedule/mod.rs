@@ -9,7 +9,8 @@
 //!   holds the offline sessions (attached once, kept attached); [`realtime`] its footing.
 //! - [`discover`]: processes and queues that appear later (tracer, or sysfs).
 //! - [`kernel`]: the driver's side of the suspends and resumes (tracer only).
-//! - [`config`]: what to schedule and how, and the selectors' checks.
+//! - [`config`]: what to schedule and how, and the selectors' checks; [`settings`]: what a user
+//!   tunes of it, one type for the flags and the agent's configuration file.
 //! - [`seams`]: how sessions are attached, where discovery and occupancy come from (the real
 //!   host, or the unit tests' recorders and the native harness's model GPU).
 //! - [`scheduler`]: the [`Scheduler`] and its run loop; [`accounting`] its figures;
@@ -48,6 +49,7 @@ pub mod reaction;
 pub mod realtime;
 pub mod scheduler;
 pub mod seams;
+pub mod settings;
 #[cfg(test)]
 mod tests;
 
@@ -57,4 +59,5 @@ pub use self::{
         DetectionPath, GpuInterval, GpuReport, Interval, ScheduleEvent, ScheduleReport, Transition, TransitionError,
     },
     scheduler::Scheduler,
+    settings::SchedulerSettings,
 };

@@ -1,6 +1,7 @@
-//! The one duration syntax of the command line: a number and a unit (`200us`, `0.5ms`, `20ms`,
-//! `1s`, `5m`), no space. A bare number is refused, naming the unit the flag's old spelling
-//! used (`--hold 20` → "write 20ms"), so nobody gets seconds where they meant milliseconds.
+//! The one duration syntax of the command line and the agent's configuration: a number and a
+//! unit (`200us`, `0.5ms`, `20ms`, `1s`, `5m`), no space. A bare number is refused, naming the
+//! unit the flag's old spelling used (`--hold 20` → "write 20ms"), so nobody gets seconds where
+//! they meant milliseconds.
 //! The deprecated flags (`--hold-ms 20`) keep their bare numbers: [`in_unit`].
 
 use std::time::Duration;
