@@ -265,24 +265,19 @@ const FOCUSED: &[(&str, &[&str])] = &[
     ),
     ("emu_schedule", &["emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_never_ends"]),
     // Debian's ROCm 5.2 (and trixie's 6.1) on the emulated GPUs (a current KFD on an older kernel, as amdgpu-dkms
-    // gives): the module's mmaps, events and page pinning differ by kernel; ~40 s in all.
+    // gives): what differs by kernel is the module's mmaps, events and page pinning, their release when a
+    // process dies, ptrace and the debug trap, and uprobes. The emulated CP's packet handling (barriers, SDMA
+    // ops, packet exceptions, a HIP program's streams) is the emulator's own code, the same on every kernel:
+    // 6.12 runs it. The 14 tests took 142-226 s per kernel here; these 6 cover the kernel's side.
     (
         "emu_rocm",
         &[
             "rocminfo_lists_both_emulated_gpus_as_gfx90a_agents",
-            "a_rocm_process_killed_mid_run_is_released_and_the_modules_unload",
             "rocms_open_memory_and_event_ioctls_have_the_kernels_answers",
-            "rocm_hsa_queue_create_makes_kfd_queues_on_both_gpus_with_rocrs_amd_queue_t",
-            "rocm_dispatches_barriers_and_interrupt_signals_complete_on_the_emulated_cp",
-            "a_rocm_hip_program_with_streams_events_and_copies_runs_to_completion_on_the_emulated_gpu",
-            "a_rocm_hip_program_killed_with_its_sdma_queues_is_released_and_the_modules_unload",
-            "rocm_sdma_packets_move_bytes_wait_and_stop_the_queue_on_an_unknown_op",
-            "an_agent_dispatch_packet_stops_a_rocm_queue_with_a_packet_exception_not_a_warning",
-            "amd_barrier_value_packets_wait_for_their_condition_and_an_unknown_condition_stops_the_queue",
             "a_rocm_process_killed_mid_dispatch_is_released_and_the_modules_unload",
-            "gpreempt_preempt_refuses_rocm_5_2_with_the_cause_and_its_dispatches_all_complete",
-            "schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_through_rocrs_queue",
+            "a_rocm_hip_program_killed_with_its_sdma_queues_is_released_and_the_modules_unload",
             "gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes",
+            "schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_through_rocrs_queue",
         ],
     ),
 ];
