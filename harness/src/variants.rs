@@ -25,6 +25,10 @@ pub const VARIANTS: &[Variant] = &[
     ("idle-1ms", |c| c.policy.idle = Duration::from_millis(1)),
     // Occupancy read every step's worth of polls: the detection blind spot of the shared bound.
     ("occupancy-200us", |c| c.occupancy = Duration::from_micros(200)),
+    // The previous scheduler's changes one at a time, to find which costs the offline work its
+    // share: the idle threshold as given (not learnt), and a moved write index not counted.
+    ("fixed-idle", |c| c.policy.learn_idle = false),
+    ("no-watch-writes", |c| c.watch_writes = false),
 ];
 
 pub fn by_name(name: &str) -> Option<Variant> {
