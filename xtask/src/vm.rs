@@ -96,7 +96,8 @@ pub fn run(args: &VmArgs) -> Result<i32> {
     };
     let script = format!(
         "#!/bin/bash\nexport GPREEMPT_VM_OUT='{out}' GPREEMPT_VM_KERNEL='{kernel}'\ncd '{root}'\n\
-         stdbuf -oL dmesg --follow --time-format iso > \"$GPREEMPT_VM_OUT/{KERNEL_LOG}\" 2>&1 &\n{hold_key}{audit_on}{load}\
+         stdbuf -oL dmesg --follow --time-format iso > \"$GPREEMPT_VM_OUT/{KERNEL_LOG}\" 2>&1 &\n{hold_key}\
+         touch \"$GPREEMPT_VM_OUT/{STARTED}\"\n{audit_on}{load}\
          bash -c {command}\nrc=$?\n{audit_off}echo $rc > \"$GPREEMPT_VM_OUT/status\"\n",
         audit_on = if args.audit_text_pokes { crate::text_pokes::GUEST_START } else { "" },
         audit_off = if args.audit_text_pokes { crate::text_pokes::GUEST_STOP } else { "" },
@@ -110,8 +111,9 @@ pub fn run(args: &VmArgs) -> Result<i32> {
 
     let console = out.join(CONSOLE_LOG);
     let kernel_log = out.join(KERNEL_LOG);
+    let started_file = out.join(STARTED);
     for attempt in 1..=BOOT_ATTEMPTS {
-        for stale in [&status_file, &console, &kernel_log] {
+        for stale in [&status_file, &console, &kernel_log, &started_file] {
             let _ = fs::remove_file(stale);
         }
         eprintln!("xtask vm: booting {release} (software emulation, ~20-40 s)…");
@@ -119,12 +121,14 @@ pub fn run(args: &VmArgs) -> Result<i32> {
         if let Ok(text) = fs::read_to_string(&status_file) {
             return text.trim().parse().with_context(|| format!("bad status file {}", status_file.display()));
         }
-        // `dmesg` is the script's first command, so no kernel log means the guest died before
-        // the command started: nothing of ours ran, so booting again is safe and hides no
-        // failure of the project. The 7.3 guest does so now and then under software emulation:
-        // an `Oops: int3` ~2 s into boot while the kernel patches its code for the
-        // sched_clock-stable static key (the console keeps the oops).
-        let started = kernel_log.exists();
+        // The marker is written after the kernel log started and the perf key holder switched
+        // its key, before the driver loads and the command runs: without it the guest died
+        // before anything of the project ran, so booting again is safe and hides no failure of
+        // the project. The 7.3 guest does so now and then under software emulation: an
+        // `Oops: int3` ~2 s into boot while the kernel patches its code for the
+        // sched_clock-stable static key; a 6.12 guest did once on `__schedule`'s int3 while the
+        // holder's perf_event_open switched perf_sched_events (the console keeps the oops).
+        let started = started_file.exists();
         if !started && attempt < BOOT_ATTEMPTS {
             let cause = fs::read_to_string(&console).ok().and_then(|text| death_cause(&text));
             eprintln!(
@@ -245,6 +249,9 @@ const CONSOLE_LOG: &str = "console.log";
 
 /// The guest's kernel log, written by `dmesg --follow` in the guest as it comes.
 const KERNEL_LOG: &str = "kernel.log";
+/// Written by the guest script once the kernel log and the perf key holder run, before the
+/// driver loads: the command may have started.
+const STARTED: &str = "started";
 
 /// The last `n` lines of `path`, or why there are none.
 fn log_tail(path: &std::path::Path, n: usize) -> String {
