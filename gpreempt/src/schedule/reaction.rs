@@ -277,9 +277,17 @@ impl Lane {
     }
 
     /// Online waves on this GPU now, from the files (a read stays good for `max_age_ns`).
+    ///
+    /// A busy reading is reused for a quarter of the idle threshold at most: it says the GPU was
+    /// busy when it was read, and each step it is reused restarts the policy's idle clock, so a
+    /// reading kept for `max_age_ns` (10 ms by default) held the offline work for that long after
+    /// the online work ended (the native harness: offline kept 79 % against 84 % with fresh
+    /// reads, MI300X profile, Poisson). An idle reading may wait `max_age_ns`: submissions are
+    /// seen in the indices and the probe, and a fresh read precedes every idle resume.
     fn occupied_now(&mut self, now: u64, max_age_ns: u64) -> bool {
+        let busy_max_age = ns_of(self.policy.idle_threshold()) / 4;
         if let Some((at, busy)) = self.occupancy_read
-            && (now.saturating_sub(at) < max_age_ns || at == now)
+            && (at == now || now.saturating_sub(at) < if busy { max_age_ns.min(busy_max_age) } else { max_age_ns })
         {
             return busy;
         }
@@ -287,6 +295,10 @@ impl Lane {
         self.occupancy_read = Some((now, busy));
         busy
     }
+}
+
+fn ns_of(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// An online queue the doorbell probe filters on.
@@ -939,5 +951,53 @@ impl<S: ControlSide> Reaction<S> {
         for pid in pids {
             self.uncover(pid, None);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    };
+
+    use super::*;
+
+    /// A reader that says what `busy` holds and counts its reads.
+    struct Scripted {
+        busy: Arc<AtomicBool>,
+        reads: Arc<AtomicUsize>,
+    }
+
+    impl crate::schedule::seams::Occupancy for Scripted {
+        fn gpu(&self) -> GpuId {
+            GpuId(0x1000)
+        }
+        fn busy(&self) -> Option<bool> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            Some(self.busy.load(Ordering::SeqCst))
+        }
+    }
+
+    #[test]
+    fn a_busy_reading_is_reused_for_a_quarter_of_the_idle_threshold_an_idle_one_for_the_interval() {
+        const MS: u64 = 1_000_000;
+        let policy = PolicyConfig { idle: std::time::Duration::from_millis(2), ..PolicyConfig::default() };
+        let mut lane = Lane::new(GpuId(0x1000), policy, 0);
+        let (busy, reads) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicUsize::new(0)));
+        lane.occupancy.push((HostPid(7), Box::new(Scripted { busy: busy.clone(), reads: reads.clone() })));
+        let interval = 10 * MS;
+        // Busy at 0: reused until 0.5 ms (2 ms / 4), read again after.
+        assert!(lane.occupied_now(0, interval));
+        assert!(lane.occupied_now(MS / 2 - 1, interval));
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+        busy.store(false, Ordering::SeqCst);
+        assert!(!lane.occupied_now(MS / 2, interval));
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        // Idle: reused for the whole interval, unless a fresh one is asked for (max age 0).
+        assert!(!lane.occupied_now(MS / 2 + interval - 1, interval));
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        assert!(!lane.occupied_now(MS, 0));
+        assert_eq!(reads.load(Ordering::SeqCst), 3);
     }
 }
