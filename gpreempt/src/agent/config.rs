@@ -96,9 +96,10 @@ impl AgentConfig {
     pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
         let raw: RawConfig =
             toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })?;
+        let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
         let invalid = |span: Range<usize>, message: String| ConfigError::Invalid {
             path: path.to_owned(),
-            line: text[..span.start.min(text.len())].matches('\n').count() + 1,
+            line: line_of(span.start),
             message,
         };
         let metrics_addr = match raw.metrics_addr {
@@ -200,7 +201,7 @@ impl AgentConfig {
                         format!("policy `{name}`: {old} and {new} are the same setting: keep {new}"),
                     ));
                 }
-                let line = text[..key_span(old).start].matches('\n').count() + 1;
+                let line = line_of(key_span(old).start);
                 warnings.push(format!(
                     "{path}, line {line}: `{old} = {number}` is deprecated and goes in the next release: write {new} = \"{number}{unit}\""
                 ));

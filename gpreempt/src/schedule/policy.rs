@@ -287,6 +287,11 @@ impl PolicyMachine {
         Duration::from_nanos(self.idle_ns)
     }
 
+    /// The same, in ns (the reaction thread's clock).
+    pub fn idle_threshold_ns(&self) -> u64 {
+        self.idle_ns
+    }
+
     /// Learn the idle threshold from the gaps on record (see the module's rules).
     fn learn_idle(&mut self) {
         self.unlearnt = 0;

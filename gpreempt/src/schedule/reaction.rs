@@ -285,7 +285,7 @@ impl Lane {
     /// reads, MI300X profile, Poisson). An idle reading may wait `max_age_ns`: submissions are
     /// seen in the indices and the probe, and a fresh read precedes every idle resume.
     fn occupied_now(&mut self, now: u64, max_age_ns: u64) -> bool {
-        let busy_max_age = ns_of(self.policy.idle_threshold()) / 4;
+        let busy_max_age = self.policy.idle_threshold_ns() / 4;
         if let Some((at, busy)) = self.occupancy_read
             && (at == now || now.saturating_sub(at) < if busy { max_age_ns.min(busy_max_age) } else { max_age_ns })
         {
@@ -295,10 +295,6 @@ impl Lane {
         self.occupancy_read = Some((now, busy));
         busy
     }
-}
-
-fn ns_of(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// An online queue the doorbell probe filters on.
