@@ -289,6 +289,9 @@ fn focused_tests(exe: &Path) -> Option<&'static [&'static str]> {
     FOCUSED.iter().find(|(binary, _)| *binary == stem).map(|(_, tests)| *tests)
 }
 
+/// Starts the line the guest appends after each test binary: `xtask test: took NAME SECONDS s`.
+const TOOK_MARKER: &str = "xtask test: took ";
+
 /// One pass of a VM boot: which driver provides `/dev/kfd` and which test binaries run on it.
 struct Pass<'a> {
     /// The stage name in the closing tally (`VM 6.12`, `VM 6.12 emulator`).
@@ -328,12 +331,17 @@ fn vm_boot(
                     None => continue,
                 }
             };
+            // Each binary's wall time goes into the log (`xtask test: took NAME N s`): what
+            // CI's hour is spent on, binary by binary.
+            let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or("test");
+            let stem = name.rsplit_once('-').map_or(name, |(stem, _)| stem);
             command.push_str(&format!(
-                "{} --test-threads=1 {}{} 2>&1 | tee -a \"$GPREEMPT_VM_OUT/{}\" || rc=1; ",
+                "t0=$(date +%s); {} --test-threads=1 {}{} 2>&1 | tee -a \"$GPREEMPT_VM_OUT/{log}\" || rc=1; \
+                 echo \"{TOOK_MARKER}{stem} $(( $(date +%s) - t0 )) s\" >> \"$GPREEMPT_VM_OUT/{log}\"; ",
                 exe.display(),
                 if soak { "--include-ignored " } else { "" },
                 selection,
-                pass.log,
+                log = pass.log,
             ));
         }
         command
@@ -379,6 +387,17 @@ fn pass_tally(kernel: Kernel, out: &Path, index: usize, pass: &Pass) -> Result<T
     // The guest console is noisy; repeat why tests were skipped where the stage result is.
     for line in text.lines().filter_map(|l| l.find(SKIP_MARKER).map(|at| &l[at..])) {
         println!("xtask test: {}: {line}", kernel.name());
+    }
+    // The binaries that took longest, as one line.
+    let mut took: Vec<(&str, u64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(TOOK_MARKER)?.strip_suffix(" s")?.rsplit_once(' '))
+        .filter_map(|(stem, secs)| Some((stem, secs.parse().ok()?)))
+        .collect();
+    took.sort_by(|a, b| b.1.cmp(&a.1));
+    if !took.is_empty() {
+        let slowest: Vec<String> = took.iter().take(8).map(|(stem, secs)| format!("{stem} {secs} s")).collect();
+        println!("xtask test: {}: slowest binaries: {}", pass.name, slowest.join(", "));
     }
     let mut tally = parse_libtest(&text);
     // A test binary that crashed before its summary line still has to count.
