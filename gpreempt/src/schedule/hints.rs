@@ -2,10 +2,17 @@
 //! `end` lines to a Unix stream socket. Hints add to what the indices show: online work is
 //! active while any `begin` has no `end`. Lines are parsed byte-wise; anything else (unknown
 //! words, an `end` without a `begin`, over-long lines) is counted and otherwise ignored.
+//!
+//! The socket is read on the reaction thread at every step, and its descriptors are part of that
+//! thread's wait, so a `begin` is acted on within one `--poll` (at once while the thread waits on
+//! the doorbell probe), as a submission seen in the indices is.
 
 use std::{
     io::{self, Read},
-    os::unix::net::{UnixListener, UnixStream},
+    os::{
+        fd::{AsRawFd, RawFd},
+        unix::net::{UnixListener, UnixStream},
+    },
     path::{Path, PathBuf},
 };
 
@@ -129,6 +136,12 @@ impl HintSocket {
         let listener = UnixListener::bind(path)?;
         listener.set_nonblocking(true)?;
         Ok(Self { path: path.to_path_buf(), listener, clients: Vec::new(), state: HintState::default() })
+    }
+
+    /// The listening socket's and every client's descriptor: readable when a client connects or
+    /// writes (the reaction thread's wait includes them, so a `begin` ends it at once).
+    pub fn fds(&self) -> impl Iterator<Item = RawFd> + '_ {
+        std::iter::once(self.listener.as_raw_fd()).chain(self.clients.iter().map(|c| c.stream.as_raw_fd()))
     }
 
     /// Accept new clients and apply every complete line received; returns the warnings.

@@ -2,8 +2,8 @@
 //! (KFD takes a target's debug-trap calls only from its ptrace tracer, the thread that attached
 //! it) and does nothing but react. Each step:
 //!
-//! 1. take the other threads' commands (new online queues, offline processes to attach, the
-//!    hint signal) from a bounded queue, without blocking;
+//! 1. take the other threads' commands (new online queues, offline processes to attach) from a
+//!    bounded queue, without blocking, and the `--hint-socket` lines received;
 //! 2. read the online queues' dispatch indices (one `process_vm_readv` per online process) and,
 //!    every `--occupancy` or before an idle resume, their `cu_occupancy` (one `pread` each);
 //! 3. per GPU, the policy ([`PolicyMachine`]) over "online work pending on this GPU";
@@ -11,7 +11,7 @@
 //!    [`Selection::Gpu`]: a process with no queue there costs no ioctl);
 //! 5. a fixed-size [`TransitionRecord`] into a bounded queue, never waiting for its reader.
 //!
-//! Everything else — the tracer, spans, discovery, hints, output, interval accounting — runs on
+//! Everything else — the tracer, spans, discovery, output, interval accounting — runs on
 //! the thread that started the scheduler. The step interval and the detection latency are
 //! measured here, into lock-free histograms the other thread reads.
 //!
@@ -31,6 +31,7 @@ use super::{
         wake::{Nudge, wait_readable},
     },
     events::{DetectionPath, DoorbellCount},
+    hints::{HintCounts, HintSocket},
     online::{OnlineProcess, QueueAddrs, ReadError},
     policy::{Action, GapVerdict, Observation, PolicyConfig, PolicyMachine, ResumeReason, State, TransitionKind},
     realtime::{self, Realtime, RealtimeConfig},
@@ -79,10 +80,6 @@ pub enum Command {
     OnlineOccupancy {
         pid: HostPid,
         reader: Box<dyn Occupancy>,
-    },
-    /// An open `begin` hint: online work on every GPU with online queues.
-    Hint {
-        active: bool,
     },
 }
 
@@ -166,6 +163,11 @@ pub enum Report {
         libraries: Vec<String>,
         why: Option<String>,
     },
+    /// A malformed `--hint-socket` line.
+    HintMalformed {
+        line: String,
+        count: u64,
+    },
     Warning(String),
 }
 
@@ -220,6 +222,8 @@ pub struct LoopStats {
     pub transition_cpu_ns: AtomicU64,
     /// Reports dropped because their queue was full (the reader fell behind).
     pub reports_dropped: AtomicU64,
+    /// The `--hint-socket` counters, as of the last step that received a line or a client.
+    pub hints: std::sync::Mutex<HintCounts>,
 }
 
 /// One offline process: its session and the GPUs it is held on.
@@ -315,10 +319,11 @@ pub struct Reaction<S: ControlSide> {
     online: Vec<OnlineProcess>,
     offline: Vec<Offline<S::Control>>,
     lanes: Vec<Lane>,
+    /// `--hint-socket`: read at every step, its descriptors in the wait.
+    hints: Option<HintSocket>,
+    /// A hinted request is open, or one began since the last step (a delayed step must not lose
+    /// a short request): online work on every GPU with online queues.
     hint: bool,
-    /// A `Hint { active: true }` arrived since the last step: it counts for that step even when
-    /// its `active: false` came in the same drain (a delayed step must not lose a short request).
-    hint_pulse: bool,
     commands: Receiver<Command>,
     reports: SyncSender<Report>,
     stats: Arc<LoopStats>,
@@ -348,6 +353,7 @@ impl<S: ControlSide> Reaction<S> {
         reports: SyncSender<Report>,
         stats: Arc<LoopStats>,
         nudge: Option<Arc<Nudge>>,
+        hints: Option<HintSocket>,
     ) -> Self {
         Self {
             config,
@@ -355,8 +361,8 @@ impl<S: ControlSide> Reaction<S> {
             online: Vec::new(),
             offline: Vec::new(),
             lanes: Vec::new(),
+            hints,
             hint: false,
-            hint_pulse: false,
             commands,
             reports,
             stats,
@@ -439,8 +445,9 @@ impl<S: ControlSide> Reaction<S> {
         }
         self.service_offline(now);
         self.take_hits();
+        self.read_hints();
         self.read_online(now);
-        let hint = self.hint || std::mem::take(&mut self.hint_pulse);
+        let hint = self.hint;
         for i in 0..self.lanes.len() {
             let occupancy_ns = self.config.occupancy_ns;
             let lane = &mut self.lanes[i];
@@ -504,6 +511,25 @@ impl<S: ControlSide> Reaction<S> {
         }
     }
 
+    /// The hint socket's new clients and lines: [`Self::hint`] for this step, the malformed lines
+    /// reported. A hint of a server that exited (no online process left) is no online work.
+    fn read_hints(&mut self) {
+        let Some(h) = self.hints.as_mut() else { return };
+        let before = h.state.counts;
+        let malformed = h.poll();
+        let activity = h.state.take_activity();
+        let counts = h.state.counts;
+        self.hint = activity && !self.online.is_empty();
+        for w in malformed {
+            self.report(Report::HintMalformed { line: w.line, count: w.count });
+        }
+        if counts != before
+            && let Ok(mut shared) = self.stats.hints.lock()
+        {
+            *shared = counts;
+        }
+    }
+
     /// Whether the thread may wait on the probe: every GPU runs with no online work seen, every
     /// online queue is covered and armed, no hint is open, and nothing was armed at this step.
     fn may_wait(&self) -> bool {
@@ -516,12 +542,16 @@ impl<S: ControlSide> Reaction<S> {
         })
     }
 
-    /// The one wait: a hit, a command, or the cross-check. True when something woke it.
+    /// The one wait: a hit, a command, a hint client or line, or the cross-check. True when
+    /// something woke it.
     fn wait_for_work(&mut self) -> bool {
         let Some(probe) = &self.probe else { return false };
         let mut fds = vec![probe.fd()];
         if let Some(n) = &self.nudge {
             fds.push(n.fd());
+        }
+        if let Some(h) = &self.hints {
+            fds.extend(h.fds());
         }
         let woken = wait_readable(&fds, self.config.cross_check_ns);
         if let Some(n) = &self.nudge {
@@ -653,10 +683,6 @@ impl<S: ControlSide> Reaction<S> {
                 if let Some(i) = self.offline.iter().position(|p| p.pid == pid) {
                     self.detach(i, "exited", now);
                 }
-            }
-            Command::Hint { active } => {
-                self.hint = active;
-                self.hint_pulse |= active;
             }
             Command::OnlineOccupancy { pid, reader } => self.lane(reader.gpu(), now).occupancy.push((pid, reader)),
         }

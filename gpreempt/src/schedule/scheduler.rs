@@ -44,7 +44,6 @@ pub struct Scheduler {
     config: ScheduleConfig,
     discovery: Box<dyn Discovery>,
     occupancy: Box<dyn OccupancySource>,
-    hints: Option<HintSocket>,
     commands: SyncSender<Command>,
     /// Wakes the reaction thread when it waits on the doorbell probe (see [`Self::send`]).
     nudge: Option<Arc<Nudge>>,
@@ -62,7 +61,6 @@ pub struct Scheduler {
     retry: Vec<(HostPid, u64)>,
     /// Attaches asked of the reaction thread and not answered yet.
     attaching: BTreeSet<HostPid>,
-    hint_sent: bool,
     /// Every online process watched so far (their queues among the collateral).
     online_ever: BTreeSet<HostPid>,
     spans: Vec<Span>,
@@ -76,8 +74,8 @@ const PICKUP_RETRY: Duration = Duration::from_secs(2);
 const REPORT_QUEUE: usize = 4096;
 /// Commands in flight to the reaction thread (this side waits when it is full).
 const COMMAND_QUEUE: usize = 1024;
-/// Period of this side's loop: tracer, reports, hints. Nothing on it decides a suspend but the
-/// hints, whose `begin` waits at most this long.
+/// Period of this side's loop: tracer, reports, discovery. Nothing on it decides a suspend (the
+/// hint socket is read on the reaction thread).
 const COMPANION_TICK: Duration = Duration::from_millis(2);
 /// How long [`Scheduler::start`] waits for the reaction thread to attach one offline process.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
@@ -134,7 +132,8 @@ impl Scheduler {
         let reaction = std::thread::Builder::new()
             .name("gpreempt-react".into())
             .spawn(move || {
-                Reaction::new(reaction_config, thread_side, command_rx, report_tx, stats, thread_nudge).run(&stop)
+                Reaction::new(reaction_config, thread_side, command_rx, report_tx, stats, thread_nudge, hints)
+                    .run(&stop)
             })
             .map_err(ScheduleError::Thread)?;
         let accounts = Accounts::new(monotonic_ns(), cpu_start, discovery.sees_driver());
@@ -142,7 +141,6 @@ impl Scheduler {
             config: ScheduleConfig { session, ..config },
             discovery,
             occupancy,
-            hints,
             commands,
             nudge,
             reports,
@@ -154,7 +152,6 @@ impl Scheduler {
             seen: BTreeMap::new(),
             retry: Vec::new(),
             attaching: BTreeSet::new(),
-            hint_sent: false,
             online_ever: BTreeSet::new(),
             spans: Vec::new(),
             realtime: Realtime::default(),
@@ -315,7 +312,6 @@ impl Scheduler {
             self.collect_spans();
             self.retry_pickups(now, emit);
             self.drain_reports(emit);
-            self.poll_hints(emit);
             if now >= next_interval {
                 next_interval = now + ns_of(self.config.interval);
                 let interval = self.accounts.interval(now, self.online.len(), &self.loop_stats);
@@ -364,7 +360,11 @@ impl Scheduler {
             loop_stats: &self.loop_stats,
             realtime: self.realtime.clone(),
             reaction_panicked: self.reaction_panicked,
-            hints: self.hints.as_ref().map(|h| h.state.counts),
+            hints: self
+                .config
+                .hint_socket
+                .as_ref()
+                .map(|_| self.loop_stats.hints.lock().map(|h| *h).unwrap_or_default()),
         };
         let report = self.accounts.report(monotonic_ns(), facts);
         emit(&ScheduleEvent::Summary(Box::new(report.clone())));
@@ -421,6 +421,7 @@ impl Scheduler {
             Report::SeenBy { pid, path, libraries, why } => {
                 emit(&ScheduleEvent::OnlineSeenBy { pid, path, libraries, why });
             }
+            Report::HintMalformed { line, count } => emit(&ScheduleEvent::HintMalformed { line, count }),
             Report::Warning(message) => emit(&ScheduleEvent::Warning { message }),
         }
     }
@@ -471,21 +472,6 @@ impl Scheduler {
                     self.send(Command::OnlineQueueGone { pid, queue_id });
                 }
             }
-        }
-    }
-
-    /// Hints: online work on every GPU with online queues while a request is open (a request
-    /// that began and ended between two ticks counts for one tick).
-    fn poll_hints(&mut self, emit: &mut dyn FnMut(&ScheduleEvent)) {
-        let Some(h) = self.hints.as_mut() else { return };
-        for w in h.poll() {
-            emit(&ScheduleEvent::HintMalformed { line: w.line, count: w.count });
-        }
-        // A hint of a server that exited is no online work.
-        let active = !self.online.is_empty() && h.state.take_activity();
-        if active != self.hint_sent {
-            self.hint_sent = active;
-            self.send(Command::Hint { active });
         }
     }
 

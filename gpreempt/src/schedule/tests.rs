@@ -514,3 +514,53 @@ fn a_started_online_dispatch_shown_only_by_cu_occupancy_holds_off_the_idle_resum
     assert_eq!((report.suspends, report.resumes), (1, 1));
     assert_eq!(report.resumes_by_reason, BTreeMap::from([(ResumeReason::Idle, 1)]));
 }
+
+static READ_H: AtomicU64 = AtomicU64::new(0);
+const OFFLINE_H: u32 = 3_999_990;
+
+#[test]
+fn hint_lines_read_on_the_reaction_thread_suspend_and_resume_and_are_counted() {
+    use std::io::Write;
+    let offline = vec![queue(0, A, &OFF_READ, &OFF_READ)];
+    let Setup { host: _host, side, mut config } = setup(OFFLINE_H, vec![queue(0, A, &READ_H, &READ_H)], offline, false);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hints.sock");
+    config.hint_socket = Some(path.clone());
+    let (events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, c) = (stop.clone(), side.clone());
+    let driver = thread::spawn(move || {
+        // The indices never move: only the hints make online work.
+        let mut client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        client.write_all(b"begin\n").unwrap();
+        c.wait_until(|calls| count(calls, "suspend") == 1);
+        client.write_all(b"bogus\nend\n").unwrap();
+        c.wait_until(|calls| count(calls, "resume") == 1);
+        flag.store(true, Ordering::SeqCst);
+    });
+    let report = s.run(&stop, &mut emit);
+    driver.join().unwrap();
+    assert_eq!(
+        side.calls(),
+        [
+            format!("attach {OFFLINE_H}"),
+            format!("suspend Gpu(GpuId({A}))"),
+            "resume 0x1000".into(),
+            format!("detach {OFFLINE_H}")
+        ]
+    );
+    assert_eq!((report.suspends, report.resumes), (1, 1));
+    assert_eq!(report.resumes_by_reason, BTreeMap::from([(ResumeReason::Idle, 1)]));
+    assert_eq!(report.hints, Some(super::hints::HintCounts { begins: 1, ends: 1, malformed: 1, connections: 1 }));
+    let malformed: Vec<(String, u64)> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            ScheduleEvent::HintMalformed { line, count } => Some((line.clone(), *count)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(malformed, [("bogus".to_owned(), 1)]);
+}

@@ -1,7 +1,7 @@
 //! The reaction thread's one wait while the online side is idle and every online queue is
 //! covered by the doorbell probe: the probe's ring buffer (a submission), the nudge (a command
-//! from the other threads: a new queue, an attach, a hint) or the slow cross-check's deadline,
-//! whichever comes first. Otherwise the thread steps every `--poll` as before.
+//! from the other threads: a new queue, an attach), the hint socket (a client or a line) or the
+//! slow cross-check's deadline, whichever comes first. Otherwise the thread steps every `--poll` as before.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
