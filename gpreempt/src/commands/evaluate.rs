@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use gpreempt::{
     controller::vocabulary::Options,
     evaluate::{
-        self, EvaluateConfig, LoadCommand, Progress, Step, render,
+        self, EvaluateConfig, LoadCommand, Progress, Step, Ticker, render,
         report::{Ended, StateRun},
     },
     host::roots::Roots,
@@ -18,8 +18,9 @@ use gpreempt::{
 use super::{interrupt, stdout::outln};
 use crate::cli::EvaluateArgs;
 
-/// Progress on stderr: a line per state as it starts and ends, and what schedule says that a
-/// user must know (attach failures, warnings). Its per-transition events stay in the report.
+/// Progress on stderr: a line per state as it starts and ends, one every [`PROGRESS_EVERY`]
+/// while it runs, and what schedule says that a user must know (attach failures, warnings). Its
+/// per-transition events stay in the report.
 struct Lines;
 
 impl Progress for Lines {
@@ -63,7 +64,21 @@ impl Progress for Lines {
     fn note(&mut self, message: &str) {
         say(format_args!("gpreempt: {message}"));
     }
+
+    fn ticker(&mut self) -> Option<Ticker> {
+        Some(Box::new(|live| {
+            let secs = live.elapsed.as_secs_f64();
+            say(format_args!(
+                "gpreempt:   {secs:.0} s: {} online dispatches, offline {:.1} dispatches/s",
+                live.online_published,
+                if secs > 0.0 { live.offline_consumed as f64 / secs } else { 0.0 },
+            ));
+        }))
+    }
 }
+
+/// A state of a minute or more says how far it has come this often.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 fn say(line: std::fmt::Arguments<'_>) {
     let mut err = std::io::stderr().lock();
@@ -91,6 +106,7 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
         state_timeout: args.state_timeout,
         sample: args.sample.max(Duration::from_micros(50)),
         trace: !args.no_trace,
+        progress_every: PROGRESS_EVERY,
     };
     let mut report = evaluate::evaluate(&config, stop, &mut Lines)?;
     if let Ended::Interrupted { signal } = &mut report.ended {

@@ -26,6 +26,7 @@ pub mod run;
 pub use self::{
     load::{LoadCommand, LoadError},
     metric::{MetricError, MetricSpec},
+    observe::{Live, Ticker},
     plan::{State, Step},
     report::EvaluationReport,
     run::{EvaluateConfig, Progress, evaluate},

@@ -109,6 +109,35 @@ impl Indices {
     }
 }
 
+/// How far a state has come, for the progress lines while it runs (totals since its start).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Live {
+    pub elapsed: Duration,
+    /// Dispatches the online processes published.
+    pub online_published: u64,
+    /// Offline dispatches consumed, every GPU together.
+    pub offline_consumed: u64,
+}
+
+/// Called on the observer's thread every so often while a state runs.
+pub type Ticker = Box<dyn FnMut(&Live) + Send>;
+
+/// The totals of `indices` as last read.
+fn live(indices: &[Indices], elapsed: Duration) -> Live {
+    let mut l = Live { elapsed, ..Live::default() };
+    for i in indices {
+        for (k, &(_, online, write)) in i.slots.iter().enumerate() {
+            let moved = i.last[k].saturating_sub(i.first[k]);
+            match (online, write) {
+                (true, true) => l.online_published += moved,
+                (true, false) => {}
+                (false, _) => l.offline_consumed += moved,
+            }
+        }
+    }
+    l
+}
+
 /// An observation running on a thread of its own for one state.
 pub struct Observation {
     stop: Arc<AtomicBool>,
@@ -117,8 +146,14 @@ pub struct Observation {
 
 impl Observation {
     /// Start observing now: the indices are read once before this returns (the state's start),
-    /// then polled every `sample` for the dispatch delays.
-    pub fn start(online: &[Watched], offline: &[Watched], sample: Duration) -> Self {
+    /// then polled every `sample` for the dispatch delays; every `tick.0`, read again for
+    /// `tick.1` (progress while the state runs).
+    pub fn start(
+        online: &[Watched],
+        offline: &[Watched],
+        sample: Duration,
+        mut tick: Option<(Duration, Ticker)>,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let mut indices: Vec<Indices> = online.iter().map(|w| Indices::new(w, true)).collect();
         indices.extend(offline.iter().map(|w| Indices::new(w, false)));
@@ -138,12 +173,22 @@ impl Observation {
         let thread = std::thread::Builder::new().name("gpreempt-observe".into()).spawn(move || {
             let mut delays = Vec::new();
             let mut gone = vec![false; procs.len()];
+            let mut next_tick = tick.as_ref().map(|(every, _)| started + *every);
             while !flag.load(Ordering::Relaxed) {
                 let now = monotonic_ns();
                 for (p, gone) in procs.iter_mut().zip(gone.iter_mut()) {
                     if !*gone {
                         *gone = p.poll(now, &mut |_, ns| delays.push(ns as f64 / 1e3)).is_err();
                     }
+                }
+                if let (Some(at), Some((every, ticker))) = (next_tick, tick.as_mut())
+                    && Instant::now() >= at
+                {
+                    next_tick = Some(at + *every);
+                    for i in &mut indices {
+                        i.read_last();
+                    }
+                    ticker(&live(&indices, started.elapsed()));
                 }
                 std::thread::sleep(sample);
             }
@@ -206,7 +251,17 @@ mod tests {
         let offline = [Watched { pid: me, queues: vec![q(0, 0x1000, base + 16, 0), q(1, 0x2000, base + 24, 0)] }];
         idx[0].store(5, Ordering::SeqCst);
         idx[1].store(5, Ordering::SeqCst);
-        let obs = Observation::start(&online, &offline, Duration::from_micros(200));
+        // Progress every 20 ms, into a channel.
+        let (tx, ticks) = std::sync::mpsc::channel();
+        let ticker: Ticker = Box::new(move |l: &Live| {
+            let _ = tx.send(*l);
+        });
+        let obs = Observation::start(
+            &online,
+            &offline,
+            Duration::from_micros(200),
+            Some((Duration::from_millis(20), ticker)),
+        );
         // Three dispatches published; the observer must see them pending before they are consumed.
         idx[1].store(8, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(50));
@@ -214,6 +269,15 @@ mod tests {
         idx[2].store(40, Ordering::SeqCst);
         idx[3].store(7, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(50));
+        // Ticks carry the totals as read at each: the last one before the end has them all.
+        let seen_all = std::time::Instant::now() + Duration::from_secs(60);
+        let last = loop {
+            let l = ticks.recv_timeout(Duration::from_secs(60)).unwrap();
+            if l.offline_consumed == 47 || std::time::Instant::now() > seen_all {
+                break l;
+            }
+        };
+        assert_eq!((last.online_published, last.offline_consumed), (3, 47));
         let o = obs.finish();
         assert_eq!((o.online_published, o.online_consumed), (3, 3));
         assert_eq!(o.offline_consumed, BTreeMap::from([(GpuId(0x1000), 40), (GpuId(0x2000), 7)]));
@@ -229,7 +293,7 @@ mod tests {
             pid: HostPid(999_999_999),
             queues: vec![QueueAddrs { queue_id: QueueId(0), gpu_id: GpuId(1), read: 8, write: 16 }],
         }];
-        let o = Observation::start(&[], &offline, Duration::from_millis(1)).finish();
+        let o = Observation::start(&[], &offline, Duration::from_millis(1), None).finish();
         assert_eq!(o.unreadable, [HostPid(999_999_999)]);
         assert_eq!(o.offline_consumed, BTreeMap::from([(GpuId(1), 0)]));
     }

@@ -18,7 +18,7 @@ use super::{
     host_facts,
     load::{LoadCommand, LoadRun},
     metric::MetricSpec,
-    observe::{Observation, Observed, Watched, learn_queues},
+    observe::{Observation, Observed, Ticker, Watched, learn_queues},
     plan::{State, Step, plan},
     report::{Ended, EvaluationReport, GpuProgress, Held, LoadOutcome, REPORT_VERSION, StateRun, summarise},
 };
@@ -49,6 +49,8 @@ pub struct EvaluateConfig {
     pub sample: Duration,
     /// Attach the tracer in the scheduled state (the driver's side of its transitions).
     pub trace: bool,
+    /// Interval of [`Progress::ticker`]'s calls while a state runs.
+    pub progress_every: Duration,
 }
 
 /// What the caller shows while it runs.
@@ -58,6 +60,11 @@ pub trait Progress {
     /// The scheduler's events during a scheduled state.
     fn schedule_event(&mut self, event: &ScheduleEvent);
     fn note(&mut self, message: &str);
+    /// What to call every [`EvaluateConfig::progress_every`] while a state runs (on the
+    /// observer's thread), if anything.
+    fn ticker(&mut self) -> Option<Ticker> {
+        None
+    }
 }
 
 /// The offline processes' CPU threads are not stopped by a hold (said in every report).
@@ -216,8 +223,10 @@ fn load_and_observe(
     prepared: &Prepared,
     stop: &AtomicBool,
     state_over: &AtomicBool,
+    ticker: Option<Ticker>,
 ) -> (Result<LoadRun, EvaluateError>, Observed) {
-    let obs = Observation::start(&prepared.online, &prepared.offline, config.sample);
+    let tick = ticker.map(|t| (config.progress_every, t));
+    let obs = Observation::start(&prepared.online, &prepared.offline, config.sample, tick);
     let load = config.load.run(config.state_timeout, stop).map_err(EvaluateError::from);
     let observed = obs.finish();
     state_over.store(true, Ordering::Relaxed);
@@ -235,9 +244,10 @@ fn run_state(
     progress: &mut dyn Progress,
 ) -> Result<(StateRun, Option<LoadRun>), EvaluateError> {
     let state_over = AtomicBool::new(false);
+    let ticker = progress.ticker();
     match step.state {
         State::CoLocated => {
-            let (load, observed) = load_and_observe(config, prepared, stop, &state_over);
+            let (load, observed) = load_and_observe(config, prepared, stop, &state_over, ticker);
             let load = load?;
             Ok((state_run(step, observed, Some(&load), &config.metrics), Some(load)))
         }
@@ -247,7 +257,7 @@ fn run_state(
                 .map_err(|(pid, cause)| EvaluateError::Hold { pid, cause })?;
             let queues = hold.queues;
             // The observer starts once every queue is held and ends before any is resumed.
-            let (load, observed) = load_and_observe(config, prepared, stop, &state_over);
+            let (load, observed) = load_and_observe(config, prepared, stop, &state_over, ticker);
             let released = hold.release();
             let load = load?;
             let mut run = state_run(step, observed, Some(&load), &config.metrics);
@@ -266,7 +276,7 @@ fn run_state(
             let scheduler = start_scheduler(config, traced, progress)?;
             // The scheduler runs on this thread until the load, on a scoped thread, ends.
             let (outcome, report) = std::thread::scope(|scope| {
-                let worker = scope.spawn(|| load_and_observe(config, prepared, stop, &state_over));
+                let worker = scope.spawn(|| load_and_observe(config, prepared, stop, &state_over, ticker));
                 let mut emit = |e: &ScheduleEvent| progress.schedule_event(e);
                 let report: ScheduleReport = scheduler.run(&state_over, &mut emit);
                 (worker.join(), report)
@@ -281,7 +291,8 @@ fn run_state(
             Ok((run, Some(load)))
         }
         State::OfflineAlone => {
-            let obs = Observation::start(&prepared.online, &prepared.offline, config.sample);
+            let tick = ticker.map(|t| (config.progress_every, t));
+            let obs = Observation::start(&prepared.online, &prepared.offline, config.sample, tick);
             let until = Instant::now() + longest_load;
             while Instant::now() < until && !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(10).min(until.saturating_duration_since(Instant::now())));
