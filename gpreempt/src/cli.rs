@@ -383,6 +383,15 @@ pub struct EvaluateArgs {
     /// output, e.g. json:latency.p99). Repeat for several.
     #[arg(long, value_name = "NAME=REGEX", value_parser = parse_metric)]
     pub metric: Vec<gpreempt::evaluate::MetricSpec>,
+    /// The offline job's log file (e.g. its container's log under /var/log/pods): what it writes
+    /// there during each state is where --offline-metric looks.
+    #[arg(long, value_name = "FILE", requires = "offline_metric")]
+    pub offline_log: Option<PathBuf>,
+    /// A figure of the offline job's own, in what --offline-log got during a state, as --metric
+    /// takes it (e.g. samples_s='samples/s: ([0-9.]+)'); compared with offline alone. Repeat
+    /// for several.
+    #[arg(long, value_name = "NAME=REGEX", value_parser = parse_offline_metric, requires = "offline_log")]
+    pub offline_metric: Vec<gpreempt::evaluate::MetricSpec>,
     /// Rounds: each runs every state once, the order rotated by one between rounds.
     #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rounds: u32,
@@ -414,6 +423,11 @@ pub struct EvaluateArgs {
 
 fn parse_metric(s: &str) -> Result<gpreempt::evaluate::MetricSpec, String> {
     s.parse().map_err(|e: gpreempt::evaluate::MetricError| e.to_string())
+}
+
+/// As [`parse_metric`]; the error names the flag given.
+fn parse_offline_metric(s: &str) -> Result<gpreempt::evaluate::MetricSpec, String> {
+    parse_metric(s).map_err(|e| e.replacen("--metric", "--offline-metric", 1))
 }
 
 #[derive(Debug, Args)]

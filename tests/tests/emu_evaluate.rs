@@ -54,11 +54,16 @@ fn server(tag: &str) -> (LineHelper, PathBuf) {
 
 /// The training job: one queue kept busy with ~2 ms dispatches.
 fn train() -> LineHelper {
-    LineHelper::spawn(
-        "emu-workload",
-        &["train", "--gpu-ids", "0x1000", "--queues", "1", "--runtime-enable", "--dispatch-us", "2000"],
-    )
-    .unwrap()
+    train_logging(None)
+}
+
+/// The training job, writing a progress line to `log` whenever dispatches completed.
+fn train_logging(log: Option<&std::path::Path>) -> LineHelper {
+    let mut args = vec!["train", "--gpu-ids", "0x1000", "--queues", "1", "--runtime-enable", "--dispatch-us", "2000"];
+    if let Some(log) = log {
+        args.extend(["--log", log.to_str().unwrap()]);
+    }
+    LineHelper::spawn("emu-workload", &args).unwrap()
 }
 
 /// (pid, address) of a helper's first queue's `field` index.
@@ -84,7 +89,9 @@ fn evaluate(args: &[&str]) -> Output {
 fn emu_evaluate_runs_every_state_in_rotated_order_and_the_load_matches_the_online_write_index() {
     let _t = Elapsed::start("emu_evaluate_runs_every_state_in_rotated_order");
     let (mut online, path) = server("rounds");
-    let offline = train();
+    let log = std::env::temp_dir().join(format!("gpreempt-eval-train-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let offline = train_logging(Some(&log));
     let (online_pid, wptr) = index(&online, "wptr");
     let published_before = rptr_now(online_pid, wptr);
     let out = evaluate(&[
@@ -100,6 +107,10 @@ fn emu_evaluate_runs_every_state_in_rotated_order_and_the_load_matches_the_onlin
         r"dispatches=dispatches=(\d+)",
         "--metric",
         r"p99_ms=p99_ms=([0-9.]+)",
+        "--offline-log",
+        log.to_str().unwrap(),
+        "--offline-metric",
+        r"completed=completed (\d+) dispatches",
         "--rounds",
         "2",
         "--no-trace",
@@ -125,6 +136,18 @@ fn emu_evaluate_runs_every_state_in_rotated_order_and_the_load_matches_the_onlin
             (2, "co_located"),
         ]
     );
+    // The job's own figure, from what its log got in each state: none while it was held, and in
+    // every other state its completed count as last logged, which only grows.
+    let mut completed_before = 0.0;
+    for r in runs {
+        if r["state"] == "online_alone" {
+            assert!(r.get("offline_metrics").is_none(), "{r}");
+            continue;
+        }
+        let completed = r["offline_metrics"]["completed"].as_f64().unwrap_or_else(|| panic!("{r}"));
+        assert!(completed > completed_before, "{completed} after {completed_before}: {r}");
+        completed_before = completed;
+    }
     let mut reported = 0;
     for r in runs {
         let state = r["state"].as_str().unwrap();
@@ -174,12 +197,16 @@ fn emu_evaluate_runs_every_state_in_rotated_order_and_the_load_matches_the_onlin
     let alone = &summary[1]["figures"];
     let p99 = alone.as_array().unwrap().iter().find(|f| f["figure"] == "p99_ms").unwrap();
     assert_eq!(p99["ratio_to_alone"].as_f64(), Some(1.0), "{p99}");
+    let offline_alone = summary[3]["figures"].as_array().unwrap();
+    let completed = offline_alone.iter().find(|f| f["figure"] == "completed").unwrap();
+    assert_eq!((completed["side"].as_str(), completed["ratio_to_alone"].as_f64()), (Some("offline"), Some(1.0)));
     assert_eq!(report["ended"]["how"], "completed");
     // Nothing left traced or suspended.
     assert_eq!(tracer_pid(offline.pid()).unwrap(), 0);
     assert_eq!(tracer_pid(online_pid).unwrap(), 0);
     let (pid, rptr) = index(&offline, "rptr");
     assert!(progresses(pid, rptr), "the training job's queue does not run after evaluate");
+    let _ = std::fs::remove_file(&log);
 }
 
 #[test]

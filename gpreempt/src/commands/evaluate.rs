@@ -102,6 +102,8 @@ pub fn run(args: &EvaluateArgs) -> Result<()> {
         },
         load,
         metrics: args.metric.clone(),
+        offline_log: args.offline_log.clone(),
+        offline_metrics: args.offline_metric.clone(),
         rounds: args.rounds,
         state_timeout: args.state_timeout,
         sample: args.sample.max(Duration::from_micros(50)),

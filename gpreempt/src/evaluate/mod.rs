@@ -8,6 +8,7 @@
 //!   `NAME=json:PATH`);
 //! - [`load`]: the load command, checked and run;
 //! - [`observe`]: what is measured from outside in every state (AQL indices);
+//! - [`offline_log`]: the part of the offline job's log written during a state (`--offline-log`);
 //! - [`hold`]: the offline processes held suspended for the online-alone state;
 //! - [`host_facts`]: kernel, KFD, GPUs, ROCm versions;
 //! - [`run`]: the evaluation; [`report`]: its record and the summary over the rounds;
@@ -18,6 +19,7 @@ pub mod host_facts;
 pub mod load;
 pub mod metric;
 pub mod observe;
+pub mod offline_log;
 pub mod plan;
 pub mod render;
 pub mod report;
@@ -81,6 +83,17 @@ pub enum EvaluateError {
          watched); nothing was held"
     )]
     NothingDriven { queues: usize },
+    #[error(
+        "--offline-log {}: {cause}; give the file the offline job writes its progress to (readable by root), or \
+         leave out --offline-log and --offline-metric",
+        path.display()
+    )]
+    OfflineLog { path: std::path::PathBuf, cause: std::io::Error },
+    #[error(
+        "the figure name {0:?} is given twice (each --metric and --offline-metric names a column and a JSON key): \
+         rename one"
+    )]
+    FigureNameTwice(String),
     #[error("holding offline pid {pid} for the online-alone state failed: {cause}; everything held was released")]
     Hold { pid: HostPid, cause: DebugError },
     #[error("a thread of the scheduled state panicked (message above); everything was released")]

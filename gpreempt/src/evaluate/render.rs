@@ -4,7 +4,10 @@
 
 use std::fmt::Write;
 
-use super::report::{Ended, EvaluationReport, FigureSummary, StateSummary};
+use super::{
+    metric::MetricSpec,
+    report::{Ended, EvaluationReport, FigureSummary, StateSummary},
+};
 
 /// A figure's value as the tables show it: three significant digits, no exponent.
 fn num(v: f64) -> String {
@@ -181,16 +184,27 @@ pub fn markdown(r: &EvaluationReport) -> String {
     let (header, rows) = grid(&r.summary);
     let mut out = String::new();
     let _ = writeln!(out, "### gpreempt evaluate\n");
-    let _ = writeln!(
-        out,
-        "Load: `{}`; {} round(s); metrics: {}\n",
-        r.load.replace('`', "'"),
-        r.rounds,
-        if r.metrics.is_empty() {
+    let specs = |ms: &[MetricSpec]| {
+        if ms.is_empty() {
             "none".to_owned()
         } else {
-            r.metrics.iter().map(|m| format!("`{}`", m.to_string().replace('`', "'"))).collect::<Vec<_>>().join(", ")
+            ms.iter().map(|m| format!("`{}`", m.to_string().replace('`', "'"))).collect::<Vec<_>>().join(", ")
         }
+    };
+    let offline = match &r.offline_log {
+        Some(path) => format!(
+            "; offline metrics from `{}`: {}",
+            path.display().to_string().replace('`', "'"),
+            specs(&r.offline_metrics)
+        ),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        out,
+        "Load: `{}`; {} round(s); metrics: {}{offline}\n",
+        r.load.replace('`', "'"),
+        r.rounds,
+        specs(&r.metrics)
     );
     let _ = writeln!(out, "| {} |", header.iter().map(|h| md_escape(h)).collect::<Vec<_>>().join(" | "));
     let _ = writeln!(out, "|{}", "---|".repeat(header.len()));
@@ -224,7 +238,7 @@ mod tests {
             plan::State,
             report::{
                 REPORT_VERSION, summarise,
-                tests::{metrics, run},
+                tests::{metrics, offline_metrics, run},
             },
         },
     };
@@ -253,8 +267,10 @@ mod tests {
             online: vec![HostPid(10)],
             offline: vec![HostPid(20)],
             load: "load --n 10 | tee x".into(),
-            summary: summarise(&runs, &metrics),
+            summary: summarise(&runs, &metrics, &offline_metrics()),
             metrics,
+            offline_log: Some("/var/log/train.log".into()),
+            offline_metrics: offline_metrics(),
             rounds: 1,
             runs,
             ended: Ended::Interrupted { signal: Some("SIGINT".into()) },
@@ -268,7 +284,15 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0].split("  ").filter(|c| !c.is_empty()).map(str::trim).collect::<Vec<_>>(),
-            ["state", "runs", "p99_ms", "online delay p50 us", "online delay p99 us", "offline dispatches/s"]
+            [
+                "state",
+                "runs",
+                "p99_ms",
+                "online delay p50 us",
+                "online delay p99 us",
+                "offline dispatches/s",
+                "samples_s"
+            ]
         );
         assert!(lines[2].starts_with("co-located"), "{text}");
         assert!(lines[2].contains("30.0 ×3.00"), "{text}");
@@ -286,10 +310,13 @@ mod tests {
     fn markdown_is_a_pipe_table_with_the_host_facts() {
         let md = markdown(&report());
         assert!(
-            md.contains("| state | runs | p99_ms | online delay p50 us | online delay p99 us | offline dispatches/s |"),
+            md.contains(
+                "| state | runs | p99_ms | online delay p50 us | online delay p99 us | offline dispatches/s | samples_s |"
+            ),
             "{md}"
         );
-        assert!(md.contains("|---|---|---|---|---|---|"), "{md}");
+        assert!(md.contains("|---|---|---|---|---|---|---|"), "{md}");
+        assert!(md.contains("offline metrics from `/var/log/train.log`: `samples_s=samples/s ([0-9.]+)`"), "{md}");
         assert!(md.contains("| scheduled | 1 | 12.0 ×1.20 |"), "{md}");
         // A pipe inside the load command does not break the table or the text.
         assert!(md.contains("Load: `load --n 10 | tee x`"), "{md}");

@@ -82,6 +82,9 @@ pub struct StateRun {
     pub load: Option<LoadOutcome>,
     /// The `--metric` values found in the load command's output.
     pub metrics: BTreeMap<String, f64>,
+    /// The `--offline-metric` values found in what the offline log got during the state.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub offline_metrics: BTreeMap<String, f64>,
     /// Online dispatch delay (published → consumed), µs, measured from outside.
     pub online_dispatch_delay_us: Option<Summary>,
     /// Dispatches the online processes published (write-index movement) and the GPU consumed.
@@ -156,6 +159,10 @@ pub struct EvaluationReport {
     pub offline: Vec<HostPid>,
     pub load: String,
     pub metrics: Vec<MetricSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offline_log: Option<std::path::PathBuf>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub offline_metrics: Vec<MetricSpec>,
     pub rounds: u32,
     pub runs: Vec<StateRun>,
     pub summary: Vec<StateSummary>,
@@ -181,7 +188,7 @@ fn median(sorted: &[f64]) -> f64 {
 }
 
 /// The figures of `run` by name, and their side.
-fn figures_of(run: &StateRun, metrics: &[MetricSpec]) -> Vec<(String, Side, Option<f64>)> {
+fn figures_of(run: &StateRun, metrics: &[MetricSpec], offline: &[MetricSpec]) -> Vec<(String, Side, Option<f64>)> {
     let mut out: Vec<(String, Side, Option<f64>)> =
         metrics.iter().map(|m| (m.name.clone(), Side::Online, run.metrics.get(&m.name).copied())).collect();
     if run.state.runs_load() {
@@ -190,6 +197,7 @@ fn figures_of(run: &StateRun, metrics: &[MetricSpec]) -> Vec<(String, Side, Opti
     }
     if run.state != State::OnlineAlone {
         out.push((OFFLINE_RATE.into(), Side::Offline, Some(run.offline_per_s)));
+        out.extend(offline.iter().map(|m| (m.name.clone(), Side::Offline, run.offline_metrics.get(&m.name).copied())));
     }
     out
 }
@@ -197,12 +205,12 @@ fn figures_of(run: &StateRun, metrics: &[MetricSpec]) -> Vec<(String, Side, Opti
 /// Per state in [`State::FIRST_ROUND`] order (those with at least one run): each figure's median
 /// and range over the rounds, and its ratio to the alone state of its side. Interrupted runs
 /// are left out (a state cut short measures something else).
-pub fn summarise(runs: &[StateRun], metrics: &[MetricSpec]) -> Vec<StateSummary> {
+pub fn summarise(runs: &[StateRun], metrics: &[MetricSpec], offline: &[MetricSpec]) -> Vec<StateSummary> {
     let mut per_state: BTreeMap<State, (usize, Vec<Values>)> = BTreeMap::new();
     for run in runs.iter().filter(|r| !r.interrupted) {
         let (count, figures) = per_state.entry(run.state).or_default();
         *count += 1;
-        for (name, side, value) in figures_of(run, metrics) {
+        for (name, side, value) in figures_of(run, metrics, offline) {
             match figures.iter_mut().find(|f| f.name == name) {
                 Some(f) => f.values.extend(value),
                 None => figures.push(Values { name, side, values: value.into_iter().collect() }),
@@ -256,6 +264,10 @@ pub(crate) mod tests {
             duration_ms: 1000.0,
             load: None,
             metrics: p99_ms.map(|v| BTreeMap::from([("p99_ms".to_owned(), v)])).unwrap_or_default(),
+            // The job's own figure, as its log would give it: twice its dispatch rate.
+            offline_metrics: (state != State::OnlineAlone)
+                .then(|| BTreeMap::from([("samples_s".to_owned(), offline_per_s * 2.0)]))
+                .unwrap_or_default(),
             online_dispatch_delay_us: state.runs_load().then(|| Summary {
                 count: 10,
                 p50: delay_p99 / 2.0,
@@ -278,6 +290,10 @@ pub(crate) mod tests {
         vec!["p99_ms=p99_ms=([0-9.]+)".parse().unwrap()]
     }
 
+    pub(crate) fn offline_metrics() -> Vec<MetricSpec> {
+        vec!["samples_s=samples/s ([0-9.]+)".parse().unwrap()]
+    }
+
     #[test]
     fn medians_ranges_and_ratios_to_the_alone_state_of_each_side() {
         use State::*;
@@ -293,7 +309,7 @@ pub(crate) mod tests {
             // Cut short by Ctrl-C: left out.
             StateRun { interrupted: true, ..run(3, Scheduled, Some(1000.0), 1e6, 1.0) },
         ];
-        let s = summarise(&runs, &metrics());
+        let s = summarise(&runs, &metrics(), &offline_metrics());
         assert_eq!(
             s.iter().map(|s| (s.state, s.runs)).collect::<Vec<_>>(),
             [(CoLocated, 2), (OnlineAlone, 2), (Scheduled, 2), (OfflineAlone, 2)]
@@ -307,8 +323,14 @@ pub(crate) mod tests {
         assert_eq!(fig(0, DELAY_P99).unwrap().ratio_to_alone, Some(5.0));
         assert_eq!(fig(2, OFFLINE_RATE).unwrap().ratio_to_alone, Some(0.7));
         assert_eq!(fig(3, OFFLINE_RATE).unwrap().ratio_to_alone, Some(1.0));
+        // The job's own figure, against offline alone (median 2 x 70 over 2 x 100).
+        let samples = fig(2, "samples_s").unwrap();
+        assert_eq!(
+            (samples.side, samples.n, samples.median, samples.ratio_to_alone),
+            (Side::Offline, 2, 140.0, Some(0.7))
+        );
         // Online alone has no offline figure; offline alone no online one.
-        assert_eq!(fig(1, OFFLINE_RATE), None);
+        assert_eq!((fig(1, OFFLINE_RATE), fig(1, "samples_s")), (None, None));
         assert_eq!((fig(3, "p99_ms"), fig(3, DELAY_P50)), (None, None));
         assert_eq!(fig(1, DELAY_P50).unwrap().median, 100.0);
         let json = serde_json::to_value(&s[2]).unwrap();

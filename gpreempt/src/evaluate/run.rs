@@ -19,6 +19,7 @@ use super::{
     load::{LoadCommand, LoadRun},
     metric::MetricSpec,
     observe::{Observation, Observed, Ticker, Watched, learn_queues},
+    offline_log::LogWindow,
     plan::{State, Step, plan},
     report::{Ended, EvaluationReport, GpuProgress, Held, LoadOutcome, REPORT_VERSION, StateRun, summarise},
 };
@@ -42,6 +43,9 @@ pub struct EvaluateConfig {
     pub schedule: ScheduleConfig,
     pub load: LoadCommand,
     pub metrics: Vec<MetricSpec>,
+    /// The offline job's log and the figures taken from what it wrote there during each state.
+    pub offline_log: Option<std::path::PathBuf>,
+    pub offline_metrics: Vec<MetricSpec>,
     pub rounds: u32,
     /// The longest a load run may take; it is ended after that.
     pub state_timeout: Duration,
@@ -92,8 +96,25 @@ struct Prepared {
     offline: Vec<Watched>,
 }
 
+/// Every user figure name once (the report's own have blanks, which theirs cannot), and the
+/// offline log readable.
+fn check_figures(config: &EvaluateConfig) -> Result<(), EvaluateError> {
+    let mut names: Vec<&str> = Vec::new();
+    for m in config.metrics.iter().chain(&config.offline_metrics) {
+        if names.contains(&m.name.as_str()) {
+            return Err(EvaluateError::FigureNameTwice(m.name.clone()));
+        }
+        names.push(&m.name);
+    }
+    if let Some(path) = &config.offline_log {
+        LogWindow::open(path).map_err(|cause| EvaluateError::OfflineLog { path: path.clone(), cause })?;
+    }
+    Ok(())
+}
+
 fn prepare(config: &EvaluateConfig, progress: &mut dyn Progress) -> Result<Prepared, EvaluateError> {
     let s = &config.schedule;
+    check_figures(config)?;
     check_selection(s)?;
     check_kernel(&s.session.device)?;
     let online_pids = resolve(s, Role::Online)?;
@@ -121,7 +142,14 @@ fn prepare(config: &EvaluateConfig, progress: &mut dyn Progress) -> Result<Prepa
 }
 
 /// A state's figures from the observer and the load run.
-fn state_run(step: Step, observed: Observed, load: Option<&LoadRun>, metrics: &[MetricSpec]) -> StateRun {
+fn state_run(
+    step: Step,
+    observed: Observed,
+    load: Option<&LoadRun>,
+    config: &EvaluateConfig,
+    offline_log: Option<std::io::Result<String>>,
+) -> StateRun {
+    let metrics = &config.metrics;
     let secs = observed.elapsed.as_secs_f64().max(1e-9);
     let mut warnings = Vec::new();
     let mut values = std::collections::BTreeMap::new();
@@ -142,6 +170,27 @@ fn state_run(step: Step, observed: Observed, load: Option<&LoadRun>, metrics: &[
             warnings.push("the online processes published no dispatch during the load run".into());
         }
     }
+    let mut offline_values = std::collections::BTreeMap::new();
+    match offline_log {
+        // Online alone: the offline job is held and logs no progress of its own.
+        _ if step.state == State::OnlineAlone => {}
+        None => {}
+        Some(Err(e)) => warnings.push(format!("the offline log could not be read at the end of the state: {e}")),
+        Some(Ok(text)) => {
+            for m in &config.offline_metrics {
+                match m.extract(&text) {
+                    Ok(Some(v)) => {
+                        offline_values.insert(m.name.clone(), v);
+                    }
+                    Ok(None) => warnings.push(format!(
+                        "--offline-metric {m} did not match what the offline log got during the state (does the job \
+                         log less often than the state lasts?)"
+                    )),
+                    Err(e) => warnings.push(e.to_string()),
+                }
+            }
+        }
+    }
     for pid in &observed.unreadable {
         warnings.push(format!("pid {pid}'s queue indices could not be read to the end of the state (did it exit?)"));
     }
@@ -157,6 +206,7 @@ fn state_run(step: Step, observed: Observed, load: Option<&LoadRun>, metrics: &[
         duration_ms: secs * 1e3,
         load: load.map(LoadOutcome::from),
         metrics: values,
+        offline_metrics: offline_values,
         online_dispatch_delay_us: Summary::of(&observed.delays_us),
         online_dispatches: observed.online_published,
         online_consumed: observed.online_consumed,
@@ -245,11 +295,14 @@ fn run_state(
 ) -> Result<(StateRun, Option<LoadRun>), EvaluateError> {
     let state_over = AtomicBool::new(false);
     let ticker = progress.ticker();
+    // The offline log from the state's start; read when it ends.
+    let window = config.offline_log.as_deref().map(LogWindow::open);
+    let log_text = move || window.map(|w| w.and_then(|w| w.read()));
     match step.state {
         State::CoLocated => {
             let (load, observed) = load_and_observe(config, prepared, stop, &state_over, ticker);
             let load = load?;
-            Ok((state_run(step, observed, Some(&load), &config.metrics), Some(load)))
+            Ok((state_run(step, observed, Some(&load), config, log_text()), Some(load)))
         }
         State::OnlineAlone => {
             let pids: Vec<HostPid> = prepared.offline.iter().map(|w| w.pid).collect();
@@ -260,7 +313,7 @@ fn run_state(
             let (load, observed) = load_and_observe(config, prepared, stop, &state_over, ticker);
             let released = hold.release();
             let load = load?;
-            let mut run = state_run(step, observed, Some(&load), &config.metrics);
+            let mut run = state_run(step, observed, Some(&load), config, log_text());
             run.held = Some(Held {
                 processes: released.processes,
                 queues_suspended: queues,
@@ -283,7 +336,7 @@ fn run_state(
             });
             let (load, observed) = outcome.map_err(|_| EvaluateError::ThreadPanicked)?;
             let load = load?;
-            let mut run = state_run(step, observed, Some(&load), &config.metrics);
+            let mut run = state_run(step, observed, Some(&load), config, log_text());
             if report.reaction_panicked {
                 run.warnings.push("schedule's reaction thread panicked; it resumed and detached everything".into());
             }
@@ -297,7 +350,7 @@ fn run_state(
             while Instant::now() < until && !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(10).min(until.saturating_duration_since(Instant::now())));
             }
-            Ok((state_run(step, obs.finish(), None, &config.metrics), None))
+            Ok((state_run(step, obs.finish(), None, config, log_text()), None))
         }
     }
 }
@@ -368,10 +421,45 @@ pub fn evaluate(
         offline: prepared.offline.iter().map(|w| w.pid).collect(),
         load: config.load.command.clone(),
         metrics: config.metrics.clone(),
+        offline_log: config.offline_log.clone(),
+        offline_metrics: config.offline_metrics.clone(),
         rounds: config.rounds,
-        summary: summarise(&runs, &config.metrics),
+        summary: summarise(&runs, &config.metrics, &config.offline_metrics),
         runs,
         ended,
         notes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(metrics: &[&str], offline: &[&str], log: Option<std::path::PathBuf>) -> EvaluateConfig {
+        EvaluateConfig {
+            schedule: ScheduleConfig::default(),
+            load: LoadCommand { command: "true".into() },
+            metrics: metrics.iter().map(|m| m.parse().unwrap()).collect(),
+            offline_log: log,
+            offline_metrics: offline.iter().map(|m| m.parse().unwrap()).collect(),
+            rounds: 1,
+            state_timeout: Duration::from_secs(1),
+            sample: Duration::from_millis(1),
+            trace: false,
+            progress_every: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn figure_names_are_unique_and_the_offline_log_must_be_readable_before_anything_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("train.log");
+        std::fs::write(&log, "").unwrap();
+        assert!(check_figures(&config(&["p99=x ([0-9]+)"], &["sps=y ([0-9]+)"], Some(log.clone()))).is_ok());
+        let twice = check_figures(&config(&["p=x ([0-9]+)"], &["p=y ([0-9]+)"], Some(log.clone())));
+        assert!(matches!(twice, Err(EvaluateError::FigureNameTwice(ref n)) if n == "p"), "{twice:?}");
+        let missing = check_figures(&config(&[], &["sps=y ([0-9]+)"], Some(dir.path().join("none.log"))));
+        let Err(e @ EvaluateError::OfflineLog { .. }) = missing else { panic!("{missing:?}") };
+        assert!(e.to_string().contains("none.log: No such file or directory"), "{e}");
+    }
 }

@@ -201,6 +201,10 @@ enum Mode {
         poll: rocr::Poll,
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Append a progress line here whenever dispatches completed (`train: completed N
+        /// dispatches, R dispatches/s`), as a training job logs its throughput.
+        #[arg(long)]
+        log: Option<PathBuf>,
     },
     /// An online service driven from outside: a request (a line `N` on the Unix socket) is N
     /// dispatches on its queues, answered when they completed (`server.rs`).
@@ -723,6 +727,7 @@ fn main() -> Result<()> {
             ring_size,
             poll,
             out,
+            log,
         } => train::train(&train::TrainArgs {
             gpu_ids,
             queues,
@@ -735,6 +740,7 @@ fn main() -> Result<()> {
             ring_size,
             poll,
             out,
+            log,
         }),
         Mode::Server { gpu_id, queues, socket, dispatch_us, runtime_enable, ring_size } => {
             server::server(&server::ServerArgs { gpu_id, queues, socket, dispatch_us, runtime_enable, ring_size })

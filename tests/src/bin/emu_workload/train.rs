@@ -38,6 +38,8 @@ pub struct TrainArgs {
     pub ring_size: u32,
     pub poll: Poll,
     pub out: Option<PathBuf>,
+    /// A progress log as training jobs write one: a line whenever dispatches completed.
+    pub log: Option<PathBuf>,
 }
 
 /// One queued step: `n` dispatches in record slots `slot..slot + n` (mod the ring of records).
@@ -136,6 +138,18 @@ pub fn train(a: &TrainArgs) -> Result<()> {
         "pid": std::process::id(), "mode": "train", "runtime_enable": runtime,
         "queues": streams.iter().map(|s| rocr::describe(&s.q)).collect::<Vec<_>>(), "started_ns": monotonic_ns(),
     });
+    // Opened (created) before the hello line, so whoever waits for that line finds the file.
+    let mut log = match &a.log {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut logged = 0u64;
     line(&hello)?;
     let rx = crate::load::stdin_commands();
     let mut rng = Rng::new(a.seed);
@@ -145,6 +159,17 @@ pub fn train(a: &TrainArgs) -> Result<()> {
         let mut progressed = false;
         for s in &mut streams {
             progressed |= s.harvest();
+        }
+        let completed: u64 = streams.iter().map(|s| s.completed).sum();
+        if let Some(f) = log.as_mut()
+            && completed > logged
+        {
+            use std::io::Write;
+            logged = completed;
+            let secs = (monotonic_ns() - t0) as f64 / 1e9;
+            writeln!(f, "train: completed {completed} dispatches, {:.1} dispatches/s", completed as f64 / secs)?;
+        }
+        for s in &mut streams {
             if stopping.is_none() {
                 while s.publish(&mut rng, a) {
                     progressed = true;
