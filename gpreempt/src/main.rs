@@ -9,8 +9,6 @@
 mod cli;
 mod commands;
 
-use std::io::Write;
-
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
@@ -54,6 +52,5 @@ fn main() -> std::process::ExitCode {
 
 /// A line on stderr; a closed stderr (`2>&1 | head -1`) loses it instead of panicking.
 fn say(line: std::fmt::Arguments<'_>) {
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_fmt(line).and_then(|()| err.write_all(b"\n"));
+    commands::stderr::line(line);
 }

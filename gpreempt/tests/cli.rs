@@ -364,6 +364,39 @@ fn closed_stdout(args: &[&str]) -> (Option<i32>, String) {
     (out.status.code(), text(&out.stderr))
 }
 
+/// Exit code of `gpreempt args` with stderr a pipe whose reader has gone, stdout discarded.
+fn closed_stderr(args: &[&str]) -> Option<i32> {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    Command::new(BIN).args(args).stdout(Stdio::null()).stderr(writer).status().unwrap().code()
+}
+
+#[test]
+fn a_closed_stderr_is_no_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = child.id().to_string();
+    let sysfs = dir.path().join("sys");
+    fake_sysfs(&sysfs, child.id());
+    let sysfs = sysfs.to_str().unwrap();
+    // Each writes notes, warnings or its error to stderr; `ps --hw` panicked (101) before.
+    for (args, codes) in [
+        (&["ps", "--hw"][..], &[Some(0), Some(1)][..]),
+        (&["ps", "--sysfs-root", sysfs], &[Some(0)]),
+        (&["queues", &pid, "--sysfs-root", sysfs], &[Some(0)]),
+        (&["analyze", "/dev/null"], &[Some(1)]),
+        (&["doctor"], &[Some(0), Some(1)]),
+        (&["schedule", "--online", "4194000", "--offline", "4193999"], &[Some(1)]),
+        (&["preempt", "--offline", "4193999", "--iterations", "1"], &[Some(1)]),
+        (&["bogus"], &[Some(2)]),
+    ] {
+        let code = closed_stderr(args);
+        assert!(codes.contains(&code), "{args:?}: exit {code:?}");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 #[test]
 fn a_closed_stdout_is_no_panic() {
     let dir = tempfile::tempdir().unwrap();

@@ -43,8 +43,11 @@ pub struct Policies {
     running: Vec<Running>,
 }
 
+/// One log line on stderr; a write error (a closed pipe) is dropped, never a panic in the agent.
 fn log(level: &str, msg: &str, fields: &[(&str, &dyn std::fmt::Display)]) {
-    eprintln!("{}", log_line(level, msg, fields));
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{}", log_line(level, msg, fields));
 }
 
 impl Policies {

@@ -1,5 +1,6 @@
 //! `gpreempt agent`: the tracer as a node daemon, with Prometheus metrics on HTTP.
 
+use super::stderr::errln;
 use std::{cell::RefCell, path::Path, rc::Rc, time::Duration};
 
 use anyhow::{Context, Result};
@@ -30,7 +31,7 @@ const FINISHED_MAX: usize = 4096;
 const TICK: Duration = Duration::from_secs(1);
 
 fn log(level: &str, msg: &str, fields: &[(&str, &dyn std::fmt::Display)]) {
-    eprintln!("{}", log_line(level, msg, fields));
+    errln!("{}", log_line(level, msg, fields));
 }
 
 /// Read the configuration; what it still says the previous release's way is logged.

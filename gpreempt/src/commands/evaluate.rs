@@ -2,7 +2,8 @@
 //! (`gpreempt::evaluate`) behind progress lines on stderr and the report as a table, Markdown or
 //! JSON.
 
-use std::{io::Write, time::Duration};
+use super::stderr::errln;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use gpreempt::{
@@ -25,7 +26,7 @@ struct Lines;
 
 impl Progress for Lines {
     fn state_started(&mut self, index: usize, total: usize, step: Step) {
-        say(format_args!("gpreempt: [{}/{total}] round {}: {}…", index + 1, step.round, step.state));
+        errln!("gpreempt: [{}/{total}] round {}: {}…", index + 1, step.round, step.state);
     }
 
     fn state_ended(&mut self, run: &StateRun) {
@@ -35,55 +36,50 @@ impl Progress for Lines {
             .online_dispatch_delay_us
             .as_ref()
             .map_or_else(String::new, |s| format!(", online delay p99 {:.0} us", s.p99));
-        say(format_args!(
+        errln!(
             "gpreempt:   {:.1} s, {load}{} online dispatches{delay}, offline {:.1} dispatches/s{}{}",
             run.duration_ms / 1e3,
             run.online_dispatches,
             run.offline_per_s,
             if metrics.is_empty() { String::new() } else { format!(", {}", metrics.join(" ")) },
             if run.interrupted { " (interrupted)" } else { "" },
-        ));
+        );
         for w in &run.warnings {
-            say(format_args!("gpreempt:   warning: {w}"));
+            errln!("gpreempt:   warning: {w}");
         }
     }
 
     fn schedule_event(&mut self, e: &ScheduleEvent) {
         match e {
             ScheduleEvent::OfflineAttachFailed { pid, error } => {
-                say(format_args!("gpreempt:   schedule: offline pid {pid} not attached: {error}"));
+                errln!("gpreempt:   schedule: offline pid {pid} not attached: {error}");
             }
             ScheduleEvent::WatchdogResumed { pid, held_ms, .. } => {
-                say(format_args!("gpreempt:   schedule: the watchdog resumed offline pid {pid} after {held_ms} ms"));
+                errln!("gpreempt:   schedule: the watchdog resumed offline pid {pid} after {held_ms} ms");
             }
-            ScheduleEvent::Warning { message } => say(format_args!("gpreempt:   schedule: warning: {message}")),
+            ScheduleEvent::Warning { message } => errln!("gpreempt:   schedule: warning: {message}"),
             _ => {}
         }
     }
 
     fn note(&mut self, message: &str) {
-        say(format_args!("gpreempt: {message}"));
+        errln!("gpreempt: {message}");
     }
 
     fn ticker(&mut self) -> Option<Ticker> {
         Some(Box::new(|live| {
             let secs = live.elapsed.as_secs_f64();
-            say(format_args!(
+            errln!(
                 "gpreempt:   {secs:.0} s: {} online dispatches, offline {:.1} dispatches/s",
                 live.online_published,
                 if secs > 0.0 { live.offline_consumed as f64 / secs } else { 0.0 },
-            ));
+            );
         }))
     }
 }
 
 /// A state of a minute or more says how far it has come this often.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
-
-fn say(line: std::fmt::Arguments<'_>) {
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_fmt(line).and_then(|()| err.write_all(b"\n"));
-}
 
 pub fn run(args: &EvaluateArgs) -> Result<()> {
     let stop = interrupt::install()?;

@@ -1,5 +1,6 @@
 //! Printing the `ps --hw` view.
 
+use super::stderr::errln;
 use std::fmt::Write;
 
 use gpreempt::views::hw::HwView;
@@ -8,7 +9,7 @@ use gpreempt::views::hw::HwView;
 pub fn print(v: &HwView, sysfs_pids: &[u32]) {
     super::stdout::out!("{}", render(v, sysfs_pids));
     for n in &v.notes {
-        eprintln!("note: {n}");
+        errln!("note: {n}");
     }
 }
 

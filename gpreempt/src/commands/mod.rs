@@ -11,6 +11,7 @@ pub mod preempt;
 pub mod ps;
 pub mod queues;
 pub mod schedule;
+pub mod stderr;
 pub mod stdout;
 pub mod top;
 pub mod trace;

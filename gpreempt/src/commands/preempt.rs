@@ -1,6 +1,7 @@
 //! `gpreempt preempt --offline SEL...`: the suspend/resume measurement loop on one target or on
 //! several (`gpreempt::controller::group`), its progress line, the summaries and the `--json` record file.
 
+use super::stderr::errln;
 use std::{
     io::{IsTerminal, Write},
     path::Path,
@@ -89,7 +90,7 @@ fn start_tracer<'scope>(
     match DrainingTracer::spawn(scope, options, offline, DRAIN_PERIOD) {
         Ok(t) => Some(t),
         Err(e) => {
-            eprintln!("gpreempt: no kernel-side breakdown (the tracer could not attach: {e}); --no-trace hides this");
+            errln!("gpreempt: no kernel-side breakdown (the tracer could not attach: {e}); --no-trace hides this");
             None
         }
     }
@@ -105,7 +106,7 @@ fn annotate<'a>(
 ) -> Option<Losses> {
     let tracer = tracer?;
     let Some(drained) = tracer.finish() else {
-        eprintln!("gpreempt: the tracer thread failed; no kernel-side breakdown");
+        errln!("gpreempt: the tracer thread failed; no kernel-side breakdown");
         return None;
     };
     for (pid, iterations) in targets {
@@ -148,7 +149,7 @@ fn run_one(
     // Resume whatever is suspended, DISABLE, detach — before reporting anything.
     let detached = session.detach();
     if show_progress {
-        eprintln!();
+        errln!();
     }
     let summary = run.summary(plan.iterations);
     print_summary(&summary, &run.iterations);
@@ -156,7 +157,7 @@ fn run_one(
         outln!("kernel-side tracer: {} records lost ({l})", l.dropped());
     }
     for notice in &run.notices {
-        eprintln!("gpreempt: {}", serde_json::to_string(notice)?);
+        errln!("gpreempt: {}", serde_json::to_string(notice)?);
     }
     if args.json || args.output.is_some() {
         let doc = RunRecord {
@@ -188,7 +189,7 @@ fn ended(stopped: Option<&StopReason>, done: usize, planned: u32, whom: &str) ->
 }
 
 fn attached_line(target: &AttachedTarget) {
-    eprintln!(
+    errln!(
         "gpreempt: attached to pid {} ({}), KFD {}, runtime {}",
         target.pid,
         gpreempt::output::text::escape(&target.comm),
@@ -279,7 +280,7 @@ fn run_group(
     let sysfs = watch_new.then(|| SysfsDiscovery::new(roots.clone()));
     let (processes, notes) = processes::scan(&roots);
     for note in notes {
-        eprintln!("gpreempt: {note}");
+        errln!("gpreempt: {note}");
     }
     let pids = group::plan(&args.offline, online, &processes, &roots)?;
     // This thread seizes every target and runs the whole plan (docs/kfd.md §2.1).
@@ -306,14 +307,14 @@ fn run_group(
         // Resume whatever is suspended, DISABLE, detach — every target — before reporting anything.
         let mut members = group.detach();
         if show_progress {
-            eprintln!();
+            errln!();
         }
         let targets = members.iter_mut().map(|m| (m.target.pid, &mut m.run.iterations));
         let losses = annotate(tracer, targets, online);
         (stopped, warnings, members, losses)
     });
     for w in &warnings {
-        eprintln!("gpreempt: {w}");
+        errln!("gpreempt: {w}");
     }
     let mut targets = Vec::with_capacity(members.len());
     let cycles = members.iter().map(|m| m.first_iteration as usize + m.run.iterations.len()).max().unwrap_or(0);
@@ -335,7 +336,7 @@ fn run_group(
             outln!("left the run early: {why}");
         }
         for notice in &m.run.notices {
-            eprintln!("gpreempt: pid {}: {}", m.target.pid, serde_json::to_string(notice)?);
+            errln!("gpreempt: pid {}: {}", m.target.pid, serde_json::to_string(notice)?);
         }
         targets.push(TargetRecord {
             target: &m.target,

@@ -1,5 +1,6 @@
 //! `gpreempt ps`: the KFD processes now, as a table or JSON; `--wait-new` blocks for a new one.
 
+use super::stderr::errln;
 use std::{collections::HashSet, time::Instant};
 
 use anyhow::{Result, bail};
@@ -47,7 +48,7 @@ pub async fn run(args: &PsArgs) -> Result<()> {
             crate::commands::hw::print(hw, &pids);
         }
         for n in &notes {
-            eprintln!("note: {n}");
+            errln!("note: {n}");
         }
     }
     Ok(())
@@ -119,7 +120,7 @@ async fn wait_new(args: &PsArgs, roots: &Roots) -> Result<()> {
     let before: HashSet<u32> = processes::pids(roots).unwrap_or_default().into_iter().collect();
     // The baseline is taken: anything that opens /dev/kfd from now on is reported. Scripts (and
     // our tests) wait for this line before starting the workload.
-    eprintln!(
+    errln!(
         "gpreempt: waiting for a new KFD process{} ({} already present)",
         args.container.as_deref().map(|c| format!(" in container {c}")).unwrap_or_default(),
         before.len()

@@ -4,6 +4,7 @@
 //! sampled with `--watch`. While watching, the in-process tracer (when it can attach) adds what
 //! only it sees of the queues created meanwhile (`gpreempt::views::traced_queues`).
 
+use super::stderr::errln;
 use std::{
     path::PathBuf,
     time::{Duration, Instant},
@@ -73,10 +74,10 @@ pub fn run(args: &QueuesArgs) -> Result<()> {
     } else {
         let version = Device::open().and_then(|d| d.version()).context("reading the KFD version")?;
         if version.has_debug_trap() {
-            eprintln!("{SNAPSHOT_COST}");
+            errln!("{SNAPSHOT_COST}");
             (Lister::DebugTrap(Debugger::attach(pid, Options::default())?), Some(version))
         } else {
-            eprintln!(
+            errln!(
                 "gpreempt: KFD {version} has no debug-trap API (needs ≥ {}, Linux 6.5+): showing what sysfs has \
                  (queue id, gpu, type, ring size)",
                 KfdVersion::DEBUG_TRAP
@@ -172,14 +173,14 @@ impl Watcher {
     fn start(pid: HostPid, version: Option<KfdVersion>) -> Option<Self> {
         match InProcessTracer::start(&TracerOptions { version, ..TracerOptions::default() }) {
             Ok(tracer) => {
-                eprintln!(
+                errln!(
                     "gpreempt: tracer attached: queues created from now on are shown with their ring, index and \
                      CWSR addresses and doorbell (no debug-trap call; --no-trace for sysfs alone)"
                 );
                 Some(Self { tracer, queues: TracedQueues::new(pid) })
             }
             Err(e) => {
-                eprintln!("gpreempt: sysfs only (the tracer could not attach: {e:#}); --no-trace hides this");
+                errln!("gpreempt: sysfs only (the tracer could not attach: {e:#}); --no-trace hides this");
                 None
             }
         }

@@ -1,6 +1,7 @@
 //! `gpreempt schedule --online SEL... --offline SEL...`: the scheduler library behind a status
 //! line, JSON Lines (`--json`) and the summary.
 
+use super::stderr::errln;
 use std::{
     io::{IsTerminal, Write},
     time::Duration,
@@ -48,7 +49,7 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
         }) {
             Ok(t) => Box::new(t),
             Err(e) => {
-                eprintln!("gpreempt: the tracer could not attach ({e}); finding new processes in sysfs instead");
+                errln!("gpreempt: the tracer could not attach ({e}); finding new processes in sysfs instead");
                 Box::new(SysfsDiscovery::new(roots.clone()))
             }
         }
@@ -57,10 +58,10 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
     let json = args.json;
     let mut emit = move |e: &ScheduleEvent| show(e, json, status);
     let scheduler = Scheduler::start(config, Seams::host(roots.clone(), discovery), &mut emit)?;
-    eprintln!("gpreempt: scheduling; Ctrl-C or SIGTERM resumes the offline queues, detaches and prints the summary");
+    errln!("gpreempt: scheduling; Ctrl-C or SIGTERM resumes the offline queues, detaches and prints the summary");
     let report = scheduler.run(stop, &mut emit);
     if status {
-        eprintln!();
+        errln!();
     }
     if !json {
         print_report(&report);
@@ -72,7 +73,7 @@ pub fn run(args: &ScheduleArgs) -> Result<()> {
         );
     }
     if let Some(signal) = interrupt::received() {
-        eprintln!("gpreempt: stopped by {signal}; offline queues resumed, every process detached");
+        errln!("gpreempt: stopped by {signal}; offline queues resumed, every process detached");
     }
     Ok(())
 }
@@ -94,48 +95,48 @@ fn show(e: &ScheduleEvent, json: bool, status: bool) {
             }
         }
         ScheduleEvent::Transition(_) | ScheduleEvent::Summary(_) | ScheduleEvent::ResumeSkipped { .. } => {}
-        ScheduleEvent::OfflineAttached { pid, comm, queues, gpus, picked_up } => eprintln!(
+        ScheduleEvent::OfflineAttached { pid, comm, queues, gpus, picked_up } => errln!(
             // Debug formatting escapes control characters a process may put in its comm.
             "gpreempt: offline pid {pid} ({comm:?}) attached{}, {queues} queue(s) on GPU(s) {}",
             if *picked_up { " (picked up)" } else { "" },
             gpu_list(gpus)
         ),
         ScheduleEvent::OfflineAttachFailed { pid, error } => {
-            eprintln!("gpreempt: offline pid {pid} not attached: {error}");
+            errln!("gpreempt: offline pid {pid} not attached: {error}");
         }
         ScheduleEvent::OfflineDetached { pid, reason, detached } => {
-            eprintln!("gpreempt: offline pid {pid} detached ({reason}; {} queue(s) resumed)", detached.resumed);
+            errln!("gpreempt: offline pid {pid} detached ({reason}; {} queue(s) resumed)", detached.resumed);
         }
         ScheduleEvent::OfflineQueuesHeld { pid, queues } => {
-            eprintln!("gpreempt: offline pid {pid} created queues while held; {queues} queue(s) suspended now");
+            errln!("gpreempt: offline pid {pid} created queues while held; {queues} queue(s) suspended now");
         }
-        ScheduleEvent::OnlineAdded { pid, queues, snapshot, occupancy_files } => eprintln!(
+        ScheduleEvent::OnlineAdded { pid, queues, snapshot, occupancy_files } => errln!(
             "gpreempt: online pid {pid} watched, {queues} queue(s){}{}",
             if *snapshot { " (learnt with one debug-trap snapshot: two runlist refreshes)" } else { "" },
             if *occupancy_files > 0 { ", cu_occupancy read" } else { ", no cu_occupancy file" }
         ),
         ScheduleEvent::OnlineSeenBy { pid, path, libraries, why } => match path {
-            gpreempt::schedule::DetectionPath::Doorbell => eprintln!(
+            gpreempt::schedule::DetectionPath::Doorbell => errln!(
                 "gpreempt: online pid {pid} seen through the doorbell probe on {} (indices cross-checked)",
                 libraries.join(", ")
             ),
-            gpreempt::schedule::DetectionPath::Poll => eprintln!(
+            gpreempt::schedule::DetectionPath::Poll => errln!(
                 "gpreempt: online pid {pid} seen through the index poll{}",
                 why.as_deref().map_or_else(String::new, |w| format!(" ({w})"))
             ),
         },
         ScheduleEvent::OnlineQueue { pid, queue_id, .. } => {
-            eprintln!("gpreempt: online pid {pid} queue {queue_id} watched");
+            errln!("gpreempt: online pid {pid} queue {queue_id} watched");
         }
-        ScheduleEvent::OnlineGone { pid } => eprintln!("gpreempt: online pid {pid} gone"),
+        ScheduleEvent::OnlineGone { pid } => errln!("gpreempt: online pid {pid} gone"),
         ScheduleEvent::HintMalformed { line, count } => {
-            eprintln!("gpreempt: warning: hint line {line:?} is neither `begin` nor `end`, ignored ({count} so far)");
+            errln!("gpreempt: warning: hint line {line:?} is neither `begin` nor `end`, ignored ({count} so far)");
         }
-        ScheduleEvent::WatchdogResumed { pid, held_ms, still_held, .. } => eprintln!(
+        ScheduleEvent::WatchdogResumed { pid, held_ms, still_held, .. } => errln!(
             "gpreempt: warning: the session watchdog resumed offline pid {pid} after {held_ms} ms (the scheduler loop \
              stalled); {still_held} offline process(es) still held"
         ),
-        ScheduleEvent::Warning { message } => eprintln!("gpreempt: warning: {message}"),
+        ScheduleEvent::Warning { message } => errln!("gpreempt: warning: {message}"),
     }
 }
 

@@ -1,6 +1,7 @@
 //! `gpreempt top`: the in-process tracer, the agent's scheduler state on a thread of its own,
 //! and the terminal (ratatui over crossterm) — or one frame as text or JSON.
 
+use super::stderr::errln;
 use std::{
     collections::HashMap,
     io::IsTerminal,
@@ -150,7 +151,7 @@ pub fn run(args: &TopArgs) -> Result<()> {
         }
     };
     if !live {
-        eprintln!("gpreempt: tracer attached; watching for {:.1} s", args.interval.as_secs_f64());
+        errln!("gpreempt: tracer attached; watching for {:.1} s", args.interval.as_secs_f64());
         let until = Instant::now() + args.interval;
         while Instant::now() < until && !stop.load(Ordering::Relaxed) {
             source.drain();
@@ -215,7 +216,7 @@ pub fn run(args: &TopArgs) -> Result<()> {
     }
     drop(terminal);
     if let Some(signal) = interrupt::received() {
-        eprintln!("gpreempt: top stopped by {signal}");
+        errln!("gpreempt: top stopped by {signal}");
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! `gpreempt trace`: attach, stream, keep the queue map and spans, print, and account for every
 //! record on exit.
 
+use super::stderr::errln;
 use std::{
     io::{self, BufWriter, IsTerminal, Write},
     process::Command,
@@ -32,7 +33,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     let mut sigusr1 = signal(SignalKind::user_defined1()).context("installing the SIGUSR1 handler")?;
     if args.empty_probes {
         let floor = loader::attach(probes::FLOOR, None, &args.btf_dir)?;
-        eprintln!("gpreempt: attached {} empty probes (the kprobe floor); Ctrl-C to stop", floor.attached_count());
+        errln!("gpreempt: attached {} empty probes (the kprobe floor); Ctrl-C to stop", floor.attached_count());
         tokio::select! {
             _ = sigint.recv() => {}
             _ = sigterm.recv() => {}
@@ -71,17 +72,17 @@ pub async fn run(args: TraceArgs) -> Result<()> {
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
-    eprintln!(
+    errln!(
         "gpreempt: attached {} probes to {} in [{}]; Ctrl-C to stop",
         attached.attached_count(),
         functions.join(", "),
         attached.kfd_module.as_deref().unwrap_or("vmlinux"),
     );
-    eprintln!("gpreempt: owner/gpu resolution: {}; {}", attached.offset_mode, btf::describe(&attached.offsets));
+    errln!("gpreempt: owner/gpu resolution: {}; {}", attached.offset_mode, btf::describe(&attached.offsets));
     let [kallsyms_ms, btf_ms, load_ms] = attached.startup_ms;
     log::info!("start-up: kallsyms {kallsyms_ms} ms, BTF {btf_ms} ms, load + attach {load_ms} ms");
     for p in attached.probes.iter().filter(|p| p.symbol.is_none()) {
-        eprintln!("gpreempt: probe {} not attached: {}", p.program, p.missing_reason.as_deref().unwrap_or("?"));
+        errln!("gpreempt: probe {} not attached: {}", p.program, p.missing_reason.as_deref().unwrap_or("?"));
     }
 
     for note in tracer.take_bootstrap_notes() {
@@ -119,7 +120,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
             .with_context(|| format!("cannot run {}", args.command.join(" ")))?;
         let pid = child.id();
         tracer.pipeline_mut().start(&args.command, HostPid(pid));
-        eprintln!("gpreempt: tracing `{}` (pid {pid}) and its children", args.command.join(" "));
+        errln!("gpreempt: tracing `{}` (pid {pid}) and its children", args.command.join(" "));
         let mut child = child;
         std::thread::spawn(move || {
             let code = child.wait().ok().and_then(|s| s.code());
@@ -191,7 +192,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     drop(pipeline);
     io::stdout().flush().ok();
     if let Some(code) = child_code.filter(|&c| c != 0) {
-        eprintln!("gpreempt: `{}` exited with status {code}", args.command.join(" "));
+        errln!("gpreempt: `{}` exited with status {code}", args.command.join(" "));
     }
     match write_error {
         Some(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e).context("writing the trace output"),
