@@ -55,7 +55,7 @@ fn to_stdout(args: fmt::Arguments<'_>, newline: bool) {
     if let Err(e) = write_line(&mut io::stdout().lock(), args, newline) {
         CLOSED.store(true, Ordering::Relaxed);
         if e.kind() != io::ErrorKind::BrokenPipe {
-            eprintln!("gpreempt: stdout: {e}; no further results are printed there");
+            super::stderr::line(format_args!("gpreempt: stdout: {e}; no further results are printed there"));
         }
     }
 }
