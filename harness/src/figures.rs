@@ -58,6 +58,9 @@ pub struct SchedulerFigures {
     pub cpu_share: f64,
     pub reaction_cpu_ms: f64,
     pub run_thread_cpu_ms: f64,
+    /// The idle load only: both threads' CPU inside its quiet time (start-up left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_cpu: Option<crate::idle_cpu::IdleCpu>,
     pub resumes_by_reason: BTreeMap<String, u64>,
     pub resumes_skipped: u64,
     pub realtime: String,
@@ -209,6 +212,7 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
             cpu_share: cpu_ms / report.elapsed_ms.max(1e-9),
             reaction_cpu_ms: report.reaction_cpu_ms,
             run_thread_cpu_ms: raw.run_thread_cpu_ns as f64 / 1e6,
+            idle_cpu: raw.idle_cpu,
             resumes_by_reason: report
                 .resumes_by_reason
                 .iter()

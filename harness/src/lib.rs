@@ -9,6 +9,7 @@ pub mod evaluate;
 pub mod fake_roots;
 pub mod figures;
 pub mod gpu;
+pub mod idle_cpu;
 pub mod load;
 pub mod profile;
 pub mod rng;

@@ -28,6 +28,9 @@ enum LoadArg {
     AzureConv,
     AzureCode,
     Batching,
+    /// No online work for --requests seconds, then one request: the scheduler's cost while it
+    /// waits.
+    Idle,
     /// §7.3's 1-offline point (Poisson 20/s over 2 queues, one §7 trainer).
     Section7,
 }
@@ -89,6 +92,7 @@ fn main() -> Result<()> {
                 LoadArg::AzureConv => Online::Trace { trace: Trace::Conv, requests },
                 LoadArg::AzureCode => Online::Trace { trace: Trace::Code, requests },
                 LoadArg::Batching => Online::Batching { trace: Trace::Conv, requests },
+                LoadArg::Idle => Online::Idle { seconds: requests as u64 },
             };
             let offline_set = match (load, data_parallel) {
                 (_, true) => scenario::data_parallel(),

@@ -31,7 +31,8 @@ use crate::{
         ModelGpu,
         core::{Accounting, BusyPeriod, GpuCore, Side},
     },
-    scenario::{ClientPlan, Scenario},
+    idle_cpu::{self, IdleCpu},
+    scenario::{ClientPlan, Online, Scenario},
     shm::{MAX_CLIENTS, MAX_QUEUES, Shm, futex_wake, ring},
 };
 
@@ -58,6 +59,8 @@ pub struct Raw {
     pub report: Option<ScheduleReport>,
     /// CPU of the thread that ran `Scheduler::run`, ns.
     pub run_thread_cpu_ns: u64,
+    /// The idle load's scheduled states: gpreempt's CPU inside its quiet time.
+    pub idle_cpu: Option<IdleCpu>,
     pub warnings: Vec<String>,
 }
 
@@ -239,6 +242,17 @@ pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
             Ok((online.transpose()?, after, busy, end))
         })
     };
+    // The idle load: sample the scheduler's threads from 1 s after the start to 0.5 s before
+    // the one request.
+    let idle_sampler = match (&scheduler, &sc.online) {
+        (Some(_), Online::Idle { seconds }) if *seconds >= 3 => {
+            let run_thread = idle_cpu::gettid();
+            let skip = Duration::from_nanos((start_ns + 1_000_000_000).saturating_sub(monotonic_ns()));
+            let window = Duration::from_millis(*seconds * 1000 - 1500);
+            Some(std::thread::spawn(move || idle_cpu::measure(run_thread, skip, window)))
+        }
+        _ => None,
+    };
     let (report, run_thread_cpu_ns) = match scheduler {
         Some(s) => {
             let cpu = thread_cpu_ns();
@@ -247,6 +261,7 @@ pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
         }
         None => (None, 0),
     };
+    let idle_cpu = idle_sampler.and_then(|t| t.join().ok().flatten());
     let watched = watch.join().map_err(|_| anyhow::anyhow!("the window's watcher panicked"));
     // Stop the offline clients and the model GPUs, whatever happened.
     shm.stop.store(1, Ordering::Release);
@@ -280,6 +295,7 @@ pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
         stamps: world.stamps(),
         report,
         run_thread_cpu_ns,
+        idle_cpu,
         warnings,
     })
 }

@@ -21,6 +21,9 @@ pub enum Online {
     Trace { trace: Trace, requests: usize },
     /// The Azure trace through a continuous-batching engine.
     Batching { trace: Trace, requests: usize },
+    /// No online work for `seconds` (its queue created, nothing published), then one 1 ms
+    /// request to end the run: what the scheduler costs while it waits.
+    Idle { seconds: u64 },
 }
 
 /// The offline side.
@@ -71,6 +74,10 @@ impl Scenario {
                 let r: Vec<Request> = load::trace_requests(&trace.arrivals(*requests), model);
                 (ClientSpec::Requests { requests: r }, 1)
             }
+            Online::Idle { seconds } => (
+                ClientSpec::Requests { requests: vec![Request { at_ns: seconds * 1_000 * MS, dispatches: vec![MS] }] },
+                1,
+            ),
             Online::Batching { trace, requests } => (
                 ClientSpec::Batching {
                     arrivals: trace.arrivals(*requests),
@@ -122,6 +129,7 @@ impl Scenario {
             Online::Poisson { requests, .. } | Online::Trace { requests, .. } | Online::Batching { requests, .. } => {
                 *requests
             }
+            Online::Idle { .. } => 1,
         }
     }
 }

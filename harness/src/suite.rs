@@ -75,7 +75,17 @@ pub fn doorbell_matrix(quick: bool) -> Vec<Scenario> {
         sc
     };
     let p = Profile::mi300x;
+    let idle_seconds = if quick { 10 } else { 30 };
     vec![
+        // What it costs while the online side is idle: the reaction thread waiting on the probe
+        // (default) or stepping every --poll (poll), and the other thread's loop, measured apart.
+        with_poll(scenario(
+            "idle-1off",
+            Online::Idle { seconds: idle_seconds },
+            scenario::trainers(1),
+            p(),
+            Bound::Serial,
+        )),
         with_poll(scenario("poisson-1off", scenario::poisson(requests), scenario::trainers(1), p(), Bound::Serial)),
         with_poll(scenario(
             "batching-1off",

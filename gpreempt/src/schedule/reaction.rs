@@ -343,6 +343,8 @@ pub struct Reaction<S: ControlSide> {
     nudge: Option<Arc<Nudge>>,
     /// This step called the kernel to suspend, resume or attach (left out of `LoopStats::step`).
     called_kernel: bool,
+    /// This step follows a wait on the probe (see [`Self::step`]'s occupancy reads).
+    after_wait: bool,
 }
 
 impl<S: ControlSide> Reaction<S> {
@@ -377,6 +379,7 @@ impl<S: ControlSide> Reaction<S> {
             armed_now: false,
             nudge,
             called_kernel: false,
+            after_wait: false,
         }
     }
 
@@ -408,6 +411,7 @@ impl<S: ControlSide> Reaction<S> {
             if !self.step(now) {
                 break;
             }
+            self.after_wait = false;
             self.stats.steps.fetch_add(1, Ordering::Relaxed);
             if self.may_wait() {
                 // The online side is idle and the probe sees every online queue: wait for a
@@ -417,6 +421,7 @@ impl<S: ControlSide> Reaction<S> {
                 if self.wait_for_work() {
                     self.stats.doorbell_wakes.fetch_add(1, Ordering::Relaxed);
                 }
+                self.after_wait = true;
                 last_step = None;
                 next = monotonic_ns();
             } else if !self.config.busy_poll {
@@ -453,7 +458,13 @@ impl<S: ControlSide> Reaction<S> {
             let lane = &mut self.lanes[i];
             let doorbell = lane.doorbell_ns.take();
             let mut active = lane.pending || doorbell.is_some() || (hint && lane.online_queues > 0);
-            if !active && !lane.occupancy.is_empty() {
+            // After a wait on the probe, the idle reading that let the thread wait still holds
+            // when the indices agree: a dispatch that started since was published first, and a
+            // moved write index is online work (`watch_writes`). Reading the files at every
+            // cross-check would cost `cu_occupancy`'s hardware query 100 times a second while
+            // nothing happens (MI300X: a walk over every XCC).
+            let reuse = self.after_wait && self.config.watch_writes;
+            if !active && !lane.occupancy.is_empty() && !reuse {
                 // Due every `occupancy_ns`; before an idle resume, fresh (this step's look).
                 let max_age = if lane.policy.idle_resume_due(now) { 0 } else { occupancy_ns };
                 active = lane.occupied_now(now, max_age);
