@@ -1526,33 +1526,53 @@ fn gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes(
 }
 
 /// From 20 ms after each request's doorbell (the reaction and the emulated save, bounded
-/// generously for TCG) to 5 ms before its completion no offline dispatch ends (`ends`,
-/// CLOCK_MONOTONIC ns); between requests the offline job runs. Both ends are host stamps taken
-/// when a program's thread saw its signal: once the online kernel is done the scheduler resumes
-/// the offline job after --idle, while a descheduled vCPU can keep the online thread from
-/// stamping its end for longer (a HIP request ends after hipStreamSynchronize's wait), so an
-/// offline end stamped in that lag counts against a request that was protected. Three requests
-/// in twenty may lose to it (seen: 3 of 20 on a loaded host, 0-2 on a quiet one); the offline
-/// job loops without pause, so unprotected its dispatches end inside every request.
+/// generously for TCG) to 5 ms before its completion the offline job barely progresses, and
+/// between requests it runs. Both ends are host stamps taken when a program's thread saw its
+/// signal: once the online kernel is done the scheduler resumes the offline job after --idle,
+/// while a descheduled vCPU can keep the online thread from stamping its end for longer (a HIP
+/// request ends after hipStreamSynchronize's wait), and a loaded guest can stretch a reaction past
+/// 20 ms, so a protected request can still show an offline end near either edge (seen: 0-2 of 20
+/// requests on a quiet host, 3-4 on a loaded one, one end each). The judgement is therefore the
+/// offline job's completion rate inside the requests against its rate between them, over all
+/// twenty: protected, a few stray ends (at most a fifth of the rate between); unprotected, the
+/// offline job loops without pause and ends dispatches inside every request.
 fn assert_protected(requests: &[serde_json::Value], ends: &[u64]) {
     let mut violations = Vec::new();
-    let mut between = 0;
+    let (mut between, mut inside_ends, mut inside_ns, mut between_ends, mut between_ns) =
+        (0, 0usize, 0u64, 0usize, 0u64);
     for (i, r) in requests.iter().enumerate() {
         let submit = r["submit_ns"].as_u64().unwrap();
         let end = submit + r["latency_ns"].as_u64().unwrap();
-        let inside = ends.iter().filter(|&&e| e > submit + 20_000_000 && e + 5_000_000 < end).count();
+        let (from, to) = (submit + 20_000_000, end.saturating_sub(5_000_000));
+        let inside = ends.iter().filter(|&&e| e > from && e < to).count();
+        inside_ends += inside;
+        inside_ns += to.saturating_sub(from);
         if inside > 0 {
             violations.push((i, inside));
         }
         if let Some(next) = requests.get(i + 1) {
             let next_submit = next["submit_ns"].as_u64().unwrap();
-            if ends.iter().any(|&e| e > end && e < next_submit) {
+            let n = ends.iter().filter(|&&e| e > end && e < next_submit).count();
+            between_ends += n;
+            between_ns += next_submit.saturating_sub(end);
+            if n > 0 {
                 between += 1;
             }
         }
     }
-    eprintln!("requests with offline completions inside: {violations:?}; gaps with progress: {between}");
-    assert!(violations.len() <= 3, "offline dispatches completed inside the ROCm program's requests: {violations:?}");
+    let rate = |n: usize, ns: u64| n as f64 / (ns.max(1) as f64 / 1e9);
+    let (inside_rate, between_rate) = (rate(inside_ends, inside_ns), rate(between_ends, between_ns));
+    eprintln!(
+        "requests with offline completions inside: {violations:?}; gaps with progress: {between}; offline ends/s \
+         inside {inside_rate:.1} ({inside_ends} in {:.0} ms), between {between_rate:.1} ({between_ends} in {:.0} ms)",
+        inside_ns as f64 / 1e6,
+        between_ns as f64 / 1e6
+    );
+    assert!(
+        inside_rate <= between_rate / 5.0,
+        "the offline job ended {inside_rate:.1} dispatches/s inside the ROCm program's requests against \
+         {between_rate:.1}/s between them: {violations:?}"
+    );
     assert!(between >= requests.len() - 2, "offline progressed in only {between} of {} gaps", requests.len() - 1);
 }
 
