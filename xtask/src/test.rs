@@ -404,7 +404,7 @@ fn pass_tally(kernel: Kernel, out: &Path, index: usize, pass: &Pass) -> Result<T
         .filter_map(|l| l.strip_prefix(TOOK_MARKER)?.strip_suffix(" s")?.rsplit_once(' '))
         .filter_map(|(stem, secs)| Some((stem, secs.parse().ok()?)))
         .collect();
-    took.sort_by(|a, b| b.1.cmp(&a.1));
+    took.sort_by_key(|t| std::cmp::Reverse(t.1));
     if !took.is_empty() {
         let slowest: Vec<String> = took.iter().take(8).map(|(stem, secs)| format!("{stem} {secs} s")).collect();
         println!("xtask test: {}: slowest binaries: {}", pass.name, slowest.join(", "));
