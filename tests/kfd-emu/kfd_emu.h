@@ -11,9 +11,36 @@
  *
  * Emulated GPUs (fixed topology gpu ids): EMU_GPU_ID0 = 0x1000 (4096) on topology node 1 and
  * EMU_GPU_ID1 = 0x2000 (8192) on node 2 (module parameter num_gpus = 1 keeps only the first).
+ *
+ * The one header of kfd_emu.ko's objects (Kbuild kfd_emu-y, README.md "Source files"), which
+ * each includes alone: the kernel headers they use, the UAPI, the structures, the prototypes of
+ * the probed functions and, at the end, what one object defines for another.
  */
 #ifndef KFD_EMU_H
 #define KFD_EMU_H
+
+/* the objects' kernel headers, then the structures' */
+#include <linux/module.h>
+#include <linux/kernel.h>
+#include <linux/fs.h>
+#include <linux/file.h>
+#include <linux/device.h>
+#include <linux/kthread.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/task.h>
+#include <linux/sched/signal.h>
+#include <linux/ptrace.h>
+#include <linux/pid.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/delay.h>
+#include <linux/bitmap.h>
+#include <linux/jiffies.h>
+#include <linux/version.h>
+#include <linux/log2.h>
+#include <linux/vmalloc.h>
+#include <linux/mm.h>
+#include <linux/overflow.h>
 
 #include <linux/types.h>
 #include <linux/list.h>
@@ -878,5 +905,131 @@ int kfd_dbg_trap_disable(struct kfd_process *target);
 int pqm_get_queue_snapshot(struct process_queue_manager *pqm, u64 exception_clear_mask,
 			   void __user *buf,
 			   int *num_qss_entries, u32 *entry_size);
+
+/*
+ * ---- shared between kfd_emu.ko's objects (Kbuild kfd_emu-y; README.md "Source files") ----
+ *
+ * What one file defines and another uses: the definitions stay with their concern, without
+ * `static`; everything else stays static in its file.
+ */
+
+/* KFD_MMAP_* (kfd_priv.h): the type and gpu in a /dev/kfd mmap offset */
+#define KFD_MMAP_TYPE_DOORBELL (0x3ULL << 62)
+#define KFD_MMAP_GPU_ID(gpu_id) ((((u64)(gpu_id)) << 46) & GENMASK_ULL(61, 46))
+#define KFD_MMAP_TYPE_MASK (0x3ULL << 62)
+#define KFD_MMAP_TYPE_EVENTS (0x2ULL << 62)
+#define KFD_MMAP_GET_GPU_ID(offset) (((offset) & GENMASK_ULL(61, 46)) >> 46)
+
+/* MAKE_HANDLE / GET_GPU_ID / GET_IDR_HANDLE (kfd_priv.h) */
+#define EMU_MAKE_HANDLE(gpu_id, idr) (((u64)(gpu_id) << 32) | (idr))
+#define EMU_HANDLE_GPU(h) ((u32)((h) >> 32))
+#define EMU_HANDLE_IDR(h) ((u32)((h) & 0xFFFFFFFF))
+
+/* a buffer object (memory.c); an event page is one (events.c) */
+struct emu_bo {
+	u32 gpu;		/* allocating GPU index */
+	u32 flags;		/* KFD_IOC_ALLOC_MEM_FLAGS_* */
+	u64 va;			/* GPU VA (= CPU VA of its mapping) */
+	u64 size;
+	u64 mmap_offset;	/* VRAM/GTT: the render node offset; USERPTR: the CPU address */
+	void *kaddr;		/* VRAM/GTT backing (vmalloc_user) */
+	u32 mapped;		/* bit per GPU index it is mapped on */
+};
+
+/* main.c: module parameters, state every object shares, lookups */
+extern unsigned int num_gpus;
+extern unsigned int tick_us;
+extern unsigned int preempt_delay_us;
+extern unsigned int restore_delay_us;
+extern atomic_t suspend_calls;
+extern unsigned int queue_preemption_timeout_ms;
+extern unsigned int ns_per_workitem;
+extern unsigned int kfd_minor_version;
+extern struct kfd_node emu_nodes[EMU_MAX_GPUS];
+extern struct device_queue_manager emu_dqms[EMU_MAX_GPUS];
+extern struct workqueue_struct *kfd_process_wq;
+extern struct kobject *procfs_kobj;
+extern struct kobject *topology_nodes_kobj;
+void dqm_lock(struct device_queue_manager *dqm);
+void dqm_unlock(struct device_queue_manager *dqm);
+struct kfd_process_device *kfd_process_device_data_by_id(struct kfd_process *p, u32 gpu_id);
+struct kfd_process_device *qpd_to_pdd(struct qcm_process_device *qpd);
+int render_gpu_of_file(struct file *file);
+
+/* cp.c: the command processor, for its SDMA engines, the queue manager and init */
+bool emu_user_begin(struct queue *q);
+void emu_user_end(struct queue *q);
+u64 emu_gpu_ticks(u64 mono_ns);
+void emu_cp_preempt(struct device_queue_manager *dqm, u64 t);
+void emu_cp_forget(struct device_queue_manager *dqm, struct queue *q);
+void emu_cp_kick(struct device_queue_manager *dqm);
+int emu_cp_thread(void *data);
+void emu_cp_sync(struct device_queue_manager *dqm);
+
+/* sdma.c: the SDMA engines the CP runs */
+bool emu_sdma_serves(struct queue *q);
+bool emu_cp_sdma(struct device_queue_manager *dqm, u64 now);
+
+/* queues.c: queue lookup and update, for the queue and debug ioctls */
+int dqm_update_queue(struct device_queue_manager *dqm, struct queue *q);
+struct process_queue_node *get_queue_by_qid(struct process_queue_manager *pqm,
+					    unsigned int qid);
+
+/* process.c: the process list and lifetime */
+extern struct mutex kfd_processes_mutex;
+extern struct list_head kfd_processes_list;
+extern spinlock_t kfd_processes_lock;
+struct kfd_process *find_process_by_mm(const struct mm_struct *mm);
+struct kfd_process *kfd_lookup_process_by_pid(struct pid *pid);
+void kfd_unref_process(struct kfd_process *p);
+struct kfd_process *create_process(struct task_struct *thread);
+
+/* chardev.c: /dev/kfd, registered by init */
+extern const struct file_operations kfd_fops;
+
+/* memory.c: GPU memory: buffer objects, the GPU's accesses, mmap, the memory ioctls */
+void emu_process_free_bos(struct kfd_process *p);
+int kfd_ioctl_alloc_memory_of_gpu(struct file *filep, struct kfd_process *p, void *data);
+void *emu_bo_backing(struct emu_bo *bo);
+struct emu_bo *emu_bo_lookup(struct kfd_process *p, u64 handle);
+bool emu_bo_holds(struct kfd_process *p, u64 va, u64 len);
+int emu_gpu_access(struct kfd_process *p, u64 va, void *buf, u32 len, bool write);
+int emu_gpu_add64(struct kfd_process *p, u64 va, s64 v);
+int kfd_ioctl_free_memory_of_gpu(struct file *filep, struct kfd_process *p, void *data);
+int kfd_ioctl_map_memory_to_gpu(struct file *filep, struct kfd_process *p, void *data);
+int kfd_ioctl_unmap_memory_from_gpu(struct file *filep, struct kfd_process *p, void *data);
+int kfd_ioctl_get_available_memory(struct file *filep, struct kfd_process *p, void *data);
+int kfd_ioctl_set_xnack_mode(struct file *filep, struct kfd_process *p, void *data);
+int kfd_mmap(struct file *filp, struct vm_area_struct *vma);
+
+/* events.c: KFD events: teardown, interrupts, the event ioctls */
+void emu_process_free_events(struct kfd_process *p);
+void emu_signal_interrupt(struct device_queue_manager *dqm, struct kfd_process *p,
+			  u32 event_id);
+int kfd_ioctl_create_event(struct file *filp, struct kfd_process *p, void *data);
+int kfd_ioctl_destroy_event(struct file *filp, struct kfd_process *p, void *data);
+int kfd_ioctl_set_event(struct file *filp, struct kfd_process *p, void *data);
+int kfd_ioctl_reset_event(struct file *filp, struct kfd_process *p, void *data);
+int kfd_ioctl_wait_events(struct file *filp, struct kfd_process *p, void *data);
+
+/* debug.c: exceptions and queue errors */
+void kfd_dbg_ev_raise(u64 event_mask, struct kfd_process *process, struct kfd_node *dev,
+		      unsigned int source_id);
+void emu_queue_error(struct queue *q, u32 ec);
+
+/* sysfs.c: /sys/class/kfd/kfd/proc and the control files init creates */
+int kfd_procfs_add_queue(struct queue *q);
+void kfd_procfs_del_queue(struct queue *q);
+int kfd_process_add_sysfs(struct kfd_process *p);
+void kfd_process_remove_sysfs(struct kfd_process *p);
+extern struct kobj_attribute cp_stats_attr;
+extern struct kobj_attribute evict_attr;
+extern struct kobj_attribute restore_attr;
+
+/* topology.c: the topology init builds and removes */
+struct kobject *add_topology_node(unsigned int node);
+extern struct kobj_attribute generation_id_attr;
+extern struct kobj_attribute system_properties_attr;
+void topology_remove(void);
 
 #endif /* KFD_EMU_H */

@@ -41,7 +41,24 @@ impl Module {
         match self {
             Module::KfdEmu => (
                 workspace_root().join("tests/kfd-emu"),
-                &["Kbuild", "kfd_emu.c", "kfd_emu.h", "emu_gpu.h", "amdgpu_emu.c"],
+                &[
+                    "Kbuild",
+                    // kfd_emu.ko's objects (Kbuild's kfd_emu-y), then amdgpu_emu.ko's
+                    "main.c",
+                    "cp.c",
+                    "sdma.c",
+                    "queues.c",
+                    "process.c",
+                    "chardev.c",
+                    "memory.c",
+                    "events.c",
+                    "debug.c",
+                    "sysfs.c",
+                    "topology.c",
+                    "kfd_emu.h",
+                    "emu_gpu.h",
+                    "amdgpu_emu.c",
+                ],
                 "kfd_emu.ko",
             ),
         }
@@ -162,4 +179,28 @@ fn extract_vmlinux(vmlinuz: &Path, vmlinux: &Path) -> Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     bail!("no xz/zstd/gzip-compressed ELF kernel found in {}", vmlinuz.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// xtask copies every source of the module's directory: one Kbuild names but the list lacks
+    /// would fail the build only where it runs, in `cargo xtask test`/`vm`.
+    #[test]
+    fn copies_every_source() -> Result<()> {
+        let (dir, files, _) = Module::KfdEmu.sources();
+        let mut on_disk = Vec::new();
+        for entry in fs::read_dir(&dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if name == "Kbuild" || name.ends_with(".c") || name.ends_with(".h") {
+                on_disk.push(name);
+            }
+        }
+        on_disk.sort();
+        let mut listed: Vec<String> = files.iter().map(|f| (*f).to_owned()).collect();
+        listed.sort();
+        assert_eq!(listed, on_disk);
+        Ok(())
+    }
 }
