@@ -265,9 +265,11 @@ pub(crate) mod tests {
             load: None,
             metrics: p99_ms.map(|v| BTreeMap::from([("p99_ms".to_owned(), v)])).unwrap_or_default(),
             // The job's own figure, as its log would give it: twice its dispatch rate.
-            offline_metrics: (state != State::OnlineAlone)
-                .then(|| BTreeMap::from([("samples_s".to_owned(), offline_per_s * 2.0)]))
-                .unwrap_or_default(),
+            offline_metrics: if state == State::OnlineAlone {
+                BTreeMap::new()
+            } else {
+                BTreeMap::from([("samples_s".to_owned(), offline_per_s * 2.0)])
+            },
             online_dispatch_delay_us: state.runs_load().then(|| Summary {
                 count: 10,
                 p50: delay_p99 / 2.0,
