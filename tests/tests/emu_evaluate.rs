@@ -6,7 +6,8 @@
 //! Exact values: the dispatches the load command reports equal the online queue's write-index
 //! movement, in each state and over the whole run (so a load command that drives nothing cannot
 //! pass); the states run in the rotated order; the offline queue consumes nothing while held;
-//! nothing is left suspended or traced after. A metric that never matches is refused after the
+//! the scheduled states' in-process tracer counts the driver's suspends and resumes exactly as the
+//! scheduler made them; nothing is left suspended or traced after. A metric that never matches is refused after the
 //! first (co-located) state, before anything was held.
 
 use std::{
@@ -113,7 +114,6 @@ fn emu_evaluate_runs_every_state_in_rotated_order_and_the_load_matches_the_onlin
         r"completed=completed (\d+) dispatches",
         "--rounds",
         "2",
-        "--no-trace",
         "--idle",
         "5ms",
         "--json",
@@ -177,9 +177,20 @@ fn emu_evaluate_runs_every_state_in_rotated_order_and_the_load_matches_the_onlin
             }
             "scheduled" => {
                 let s = &r["schedule"];
-                assert!(s["suspends"].as_u64().unwrap() >= 1, "{s}");
+                let suspends = s["suspends"].as_u64().unwrap();
+                assert!(suspends >= 1, "{s}");
                 assert_eq!(s["resumes"], s["suspends"], "{s}");
                 assert_eq!(s["failed_suspends"], 0, "{s}");
+                // The in-process tracer (evaluate's default) saw the driver run every suspend and
+                // resume of the one offline process, each preempting the service's queue on the
+                // same GPU too.
+                let k = &s["kernel"];
+                assert_eq!(
+                    (k["suspend"]["count"].as_u64(), k["resume"]["count"].as_u64()),
+                    (Some(suspends), Some(suspends)),
+                    "{k}"
+                );
+                assert_eq!(k["suspend"]["collateral_online_queues"].as_u64(), Some(suspends), "{k}");
             }
             _ => assert!(r["offline_dispatches"].as_u64().unwrap() > 0, "{r}"),
         }

@@ -1,11 +1,11 @@
 //! `cargo xtask demo`: first the tracer on the real amdgpu driver of Debian 6.12, in a VM, while a
 //! built-in workload (the `kfd-client` test helper) issues KFD queue ioctls; then the whole tool
 //! on the KFD emulator, where queues exist and consume work, ending with the scheduling story
-//! (online latency alone, co-located, with `gpreempt schedule`); last, Debian's ROCm 5.2 user
+//! (`gpreempt evaluate`: the service alone, co-located, under `schedule`); last, Debian's ROCm 5.2 user
 //! space on the emulated GPUs: `rocminfo`, and an HSA program's requests under `gpreempt
 //! schedule`. `--amdgpu`, `--emulator` or `--rocm` runs one part only.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 use crate::{
     kmod, setup,
@@ -74,21 +74,17 @@ wait $tracer
 
 /// The tool on an emulated GPU: the tracer live, a TTM eviction through the emulator's control
 /// file, and `gpreempt preempt` holding an offline workload while a monitor prints its
-/// read-index progress twice a second. It ends with the story `gpreempt schedule` exists for, on
-/// one GPU and on two: an inference-like client's request latency P50/P99 (from the completion
-/// records the emulated CP writes) alone, next to training-like offline processes, and under
-/// `gpreempt schedule`, with the offline throughput kept per GPU and the scheduler's own summary.
+/// read-index progress twice a second. It ends with the story `gpreempt schedule` exists for, told
+/// the way a user would find it out on their own node: `gpreempt evaluate` against a running
+/// service (`emu-workload server`), its load command and two training jobs, one on the service's
+/// GPU and one on another: the service's own P50/P99 alone, co-located, under `schedule` and the
+/// training jobs' progress per GPU, with the driver's side of every transition from the tracer.
 fn emulator() -> Result<()> {
     // Release binaries: the scheduler's poll loop is what the demo times.
     util::run(cargo().args(["build", "--release", "--package", "gpreempt", "--package", "gpreempt-tests", "--bins"]))?;
     let bin = target_dir().join("release");
     let (gpreempt, workload) = (bin.join("gpreempt"), bin.join("emu-workload"));
     let (gpreempt, workload) = (gpreempt.display(), workload.display());
-    // The story is the co-location benchmark's scenarios, run once and short by the bench's guest
-    // half (`bench::colocation`), so the demo and BENCHMARKS §7 show the same workloads.
-    let xtask = std::env::current_exe().context("locating the xtask binary")?;
-    let xtask = xtask.display();
-    let bin = bin.display();
     let script = format!(
         r#"
 out="$GPREEMPT_VM_OUT"
@@ -134,8 +130,22 @@ wait $tracer
 # The two `run` workloads keep their rings full: they leave the GPU to the story's workloads.
 kill $online $offline
 sleep 1
-echo "== the story: inference-like online work next to training-like offline work, alone, co-located, and under gpreempt schedule"
-{xtask} bench-guest --scenario colocation --demo --bin {bin} --dbg-pair /dev/null --out "$out/story.json"
+echo "== the story, as a user runs it: gpreempt evaluate"
+echo "   online: a service on gpu 0x1000 (one queue, 3 ms dispatches) taking requests on a socket;"
+echo "   its load: 40 requests of one dispatch, 30 ms apart (emu-workload request, which prints p50_ms/p99_ms)"
+echo "   offline: two training jobs (2 ms dispatches back to back), one on the service's GPU, one on gpu 0x2000"
+sleep 900 | {workload} server --gpu-id 0x1000 --queues 1 --runtime-enable --dispatch-us 3000 --socket "$out/service.sock" > "$out/service.json" &
+sleep 900 | {workload} train --gpu-ids 0x1000 --queues 1 --runtime-enable --dispatch-us 2000 --log "$out/train.log" > "$out/train1.json" &
+sleep 900 | {workload} train --gpu-ids 0x2000 --queues 1 --runtime-enable --dispatch-us 2000 > "$out/train2.json" &
+for _ in $(seq 100); do [ -s "$out/service.json" ] && [ -s "$out/train1.json" ] && [ -s "$out/train2.json" ] && break; sleep 0.1; done
+pid_of() {{ python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$1"; }}
+service=$(pid_of "$out/service.json"); train1=$(pid_of "$out/train1.json"); train2=$(pid_of "$out/train2.json")
+{gpreempt} evaluate --online "$service" --offline "$train1" "$train2" \
+  --load "{workload} request --socket $out/service.sock --requests 40 --dispatches 1 --gap-us 30000" \
+  --metric 'p50_ms=p50_ms=([0-9.]+)' --metric 'p99_ms=p99_ms=([0-9.]+)' \
+  --offline-log "$out/train.log" --offline-metric 'completed=completed (\d+) dispatches' \
+  --rounds 1 --idle 5ms
+kill $service $train1 $train2 2>/dev/null; wait $service $train1 $train2 2>/dev/null || true
 "#
     );
     in_vm(script, Some(kmod::Module::KfdEmu), 900, "the emulator demo")
