@@ -35,12 +35,22 @@
  *   launch-to-synchronized step: a kernel's cost alone, longer if its queue was suspended
  *   mid-kernel.
  *
+ * Usage: hip-streams serve GRID SOCKET
+ *   An online *service*: one stream and its buffer, the warm-up launch, then a Unix socket at
+ *   SOCKET and {"pid":P,"serving":"SOCKET"}. Each connection (one at a time) sends lines `N`; each
+ *   is answered, once N kernel launches on the stream and one hipStreamSynchronize returned, with
+ *   `done N LATENCY_NS` (CLOCK_MONOTONIC, first launch to the synchronize's return) — the line
+ *   protocol of `emu-workload server`, so `emu-workload request` is its load command. A line on
+ *   stdin (or EOF) ends it with {"requests":R,"kernels":K,"connections":C,"done":true}.
+ *
  * Build: hipcc --offload-arch=gfx90a -O1 -o hip-streams hip_streams.hip (Debian bookworm hipcc;
  * `hip-streams-6` is the same program linked to run on trixie's HIP 5.7 and ROCr 6.1)
  */
 #include <hip/hip_runtime.h>
 #include <poll.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -188,6 +198,93 @@ static int offline(unsigned int grid)
 	return 0;
 }
 
+/* `serve` (see the top of the file): the one connection's requests until it closes. */
+static void serve_connection(int conn, hipStream_t s, unsigned int *dev, unsigned int grid,
+			     unsigned long long *requests, unsigned long long *kernels)
+{
+	FILE *in = fdopen(conn, "r");
+	char line[64];
+
+	if (!in) {
+		close(conn);
+		return;
+	}
+	while (fgets(line, sizeof(line), in)) {
+		char answer[96];
+		int n = atoi(line), k, len;
+		unsigned long long submit;
+
+		if (n < 1 || n > 256) {
+			len = snprintf(answer, sizeof(answer), "error a request is a number of dispatches, 1 to 256\n");
+		} else {
+			submit = monotonic_ns();
+			for (k = 0; k < n; k++) {
+				hipLaunchKernelGGL(spin, dim3(grid / 64), dim3(64), 0, s, dev, (unsigned int)k);
+				check(hipGetLastError(), "hipLaunchKernelGGL");
+			}
+			check(hipStreamSynchronize(s), "hipStreamSynchronize");
+			len = snprintf(answer, sizeof(answer), "done %d %llu\n", n, monotonic_ns() - submit);
+			*requests += 1;
+			*kernels += (unsigned long long)n;
+		}
+		/* A client gone mid-answer ends its connection, not the service. */
+		if (write(conn, answer, (size_t)len) != len)
+			break;
+	}
+	fclose(in);
+}
+
+static int serve(unsigned int grid, const char *path)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	unsigned long long requests = 0, kernels = 0, connections = 0;
+	hipStream_t s;
+	unsigned int *dev;
+	int listener;
+
+	if (strlen(path) >= sizeof(addr.sun_path)) {
+		fprintf(stderr, "the socket path is longer than %zu bytes: %s\n", sizeof(addr.sun_path) - 1, path);
+		return 2;
+	}
+	strcpy(addr.sun_path, path);
+	check(hipSetDevice(0), "hipSetDevice");
+	check(hipMalloc((void **)&dev, 4096), "hipMalloc");
+	check(hipStreamCreate(&s), "hipStreamCreate");
+	hipLaunchKernelGGL(spin, dim3(1), dim3(64), 0, s, dev, 0u);
+	check(hipGetLastError(), "hipLaunchKernelGGL(warm-up)");
+	check(hipStreamSynchronize(s), "hipStreamSynchronize(warm-up)");
+	unlink(path);
+	listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof(addr)) || listen(listener, 4)) {
+		perror(path);
+		return 1;
+	}
+	printf("{\"pid\":%d,\"serving\":\"%s\"}\n", getpid(), path);
+	fflush(stdout);
+	for (;;) {
+		struct pollfd fds[2] = { { .fd = 0, .events = POLLIN }, { .fd = listener, .events = POLLIN } };
+		int conn;
+
+		if (poll(fds, 2, -1) < 0)
+			continue;
+		if (fds[0].revents)
+			break;
+		conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+		if (conn < 0)
+			continue;
+		connections++;
+		serve_connection(conn, s, dev, grid, &requests, &kernels);
+	}
+	close(listener);
+	unlink(path);
+	printf("{\"requests\":%llu,\"kernels\":%llu,\"connections\":%llu,\"done\":true}\n", requests,
+	       kernels, connections);
+	fflush(stdout);
+	check(hipStreamDestroy(s), "hipStreamDestroy");
+	check(hipFree(dev), "hipFree");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int streams = argc > 1 ? atoi(argv[1]) : 3;
@@ -211,6 +308,15 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		return requests(rgrid, n, (unsigned long long)period_us * 1000);
+	}
+	if (argc > 1 && !strcmp(argv[1], "serve")) {
+		unsigned int sgrid = argc > 2 ? (unsigned int)atoi(argv[2]) : 0;
+
+		if (sgrid < 64 || sgrid % 64 || argc < 4) {
+			fprintf(stderr, "usage: hip-streams serve GRID(multiple of 64) SOCKET\n");
+			return 2;
+		}
+		return serve(sgrid, argv[3]);
 	}
 	if (argc > 1 && !strcmp(argv[1], "offline")) {
 		unsigned int ogrid = argc > 2 ? (unsigned int)atoi(argv[2]) : 0;

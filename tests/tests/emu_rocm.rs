@@ -1989,3 +1989,99 @@ fn schedule_protects_a_hip_program_against_a_hip_training_job() {
     assert_eq!(cp_stats_since(&online.before), BTreeMap::from([(GPU0, gpu0), (GPU1, counters(&[]))]), "k={k}");
     online.end();
 }
+
+#[test]
+fn evaluate_measures_a_hip_5_7_service_against_a_hip_5_7_training_job() {
+    use gpreempt_tests::target::tracer_pid;
+
+    const REQUESTS: u64 = 10;
+    // The online side is a HIP 5.7 *service* on ROCr 6.1 (`hip-streams serve`): per request one
+    // ~8 ms kernel on its stream and hipStreamSynchronize, answered on a Unix socket with the
+    // line protocol of `emu-workload server`, so `emu-workload request` is the user's load
+    // command. The offline side is the HIP 5.7 training loop of the tests above.
+    let socket = std::env::temp_dir().join(format!("gpreempt-hip-serve-{}.sock", std::process::id()));
+    let socket = socket.to_str().unwrap().to_owned();
+    let mut online = hip_run(Hip::V5_7, &["serve", "8192", &socket]);
+    let pid = online.pid;
+    assert_eq!(online.json_line(), serde_json::json!({"pid": pid, "serving": socket}));
+    let mut offline = spawn_piped(&Hip::V5_7.exe(), ["offline", "2048"]);
+    let off_pid = offline.id();
+    let mut off_out = std::io::BufRead::lines(std::io::BufReader::new(offline.stdout.take().unwrap()));
+    let mut off_line = || off_out.next().expect("the training job ended early").unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&off_line()).unwrap(),
+        serde_json::json!({"pid": off_pid, "looping": 1})
+    );
+    let load = format!(
+        "{} request --socket {socket} --requests {REQUESTS} --dispatches 1 --gap-us 20000",
+        gpreempt_tests::binary("emu-workload").unwrap().display()
+    );
+    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
+        .args(["evaluate", "--online", &pid.to_string(), "--offline", &off_pid.to_string(), "--load", &load])
+        .args(["--metric", r"requests=requests=(\d+)", "--metric", r"p99_ms=p99_ms=([0-9.]+)"])
+        .args(["--rounds", "1", "--idle", "5ms", "--json"])
+        .output()
+        .unwrap();
+    eprintln!("[evaluate] {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    let states: Vec<&str> = runs.iter().map(|r| r["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["co_located", "online_alone", "scheduled", "offline_alone"]);
+    for r in runs {
+        if r["state"] == "offline_alone" {
+            assert_eq!(r["online_dispatches"].as_u64(), Some(0), "{r}");
+            assert!(r["offline_dispatches"].as_u64().unwrap() > 0, "{r}");
+            continue;
+        }
+        assert_eq!(r["load"]["succeeded"], true, "{r}");
+        assert_eq!(r["metrics"]["requests"].as_f64(), Some(REQUESTS as f64), "{r}");
+        // What the load command reports is what the service's queues show: ROCclr writes per
+        // request the kernel's dispatch packet and the barrier-AND marker hipStreamSynchronize
+        // waits on (as in the HIP protection test), every one consumed by the end of the state.
+        assert_eq!(r["online_dispatches"].as_u64(), Some(2 * REQUESTS), "{r}");
+        assert_eq!(r["online_consumed"], r["online_dispatches"], "{r}");
+        match r["state"].as_str().unwrap() {
+            "online_alone" => {
+                // The training job's two queues on the GPU (ROCr's utility queue and its
+                // stream's) held for the whole state: not one of its dispatches consumed.
+                assert_eq!(
+                    r["held"],
+                    serde_json::json!({"processes": 1, "queues_suspended": 2, "queues_resumed": 2, "cpu_threads_ran": true}),
+                    "{r}"
+                );
+                assert_eq!(r["offline_dispatches"].as_u64(), Some(0), "{r}");
+            }
+            "scheduled" => {
+                let s = &r["schedule"];
+                let suspends = s["suspends"].as_u64().unwrap();
+                assert!((1..=REQUESTS + 1).contains(&suspends), "{s}");
+                assert_eq!((&s["resumes"], &s["failed_suspends"]), (&s["suspends"], &0.into()), "{s}");
+                // The in-process tracer saw the driver run each of them.
+                let k = &s["kernel"];
+                assert_eq!(
+                    (k["suspend"]["count"].as_u64(), k["resume"]["count"].as_u64()),
+                    (Some(suspends), Some(suspends)),
+                    "{k}"
+                );
+            }
+            _ => assert!(r["offline_dispatches"].as_u64().unwrap() > 0, "{r}"),
+        }
+    }
+    assert_eq!(report["ended"]["how"], "completed");
+    assert_eq!((tracer_pid(pid).unwrap(), tracer_pid(off_pid).unwrap()), (0, 0));
+    // Three load runs of REQUESTS requests, one connection each.
+    std::io::Write::write_all(online.child.stdin.as_mut().unwrap(), b"stop\n").unwrap();
+    assert_eq!(
+        online.json_line(),
+        serde_json::json!({"requests": 3 * REQUESTS, "kernels": 3 * REQUESTS, "connections": 3, "done": true})
+    );
+    assert_eq!(online.finish(), Vec::<String>::new());
+    drop(offline.stdin.take());
+    let (ends, done) = (off_line(), off_line());
+    assert!(offline.wait().unwrap().success());
+    wait_kfd_released(off_pid).unwrap();
+    let (_, k, _) = hip_offline_end(&ends, &done);
+    assert!(k > 0);
+    online.end();
+}
