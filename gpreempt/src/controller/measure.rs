@@ -12,6 +12,7 @@ use std::{
 use serde::Serialize;
 
 use crate::{
+    clock::monotonic_ns,
     controller::{
         session::{Session, Tally, Wake},
         vocabulary::{DebugError, Selection, SessionNotice, SharedError},
@@ -408,8 +409,6 @@ fn pause(
         now_ns = monotonic_ns();
     }
 }
-
-use crate::clock::monotonic_ns;
 
 #[inline]
 fn record(index: u32, suspend: &Tally, resume: &Tally, late_suspended: u32) -> Iteration {

@@ -10,7 +10,11 @@ use serde::Serialize;
 use super::target::TargetError;
 use crate::{
     domain::{DebugTrapOp, GpuId, HostPid, QueueId, RuntimeState},
-    kfd::{KfdVersion, device::DeviceError},
+    kfd::{
+        KfdVersion,
+        device::DeviceError,
+        uapi::{QueueOutcome, QueueResult},
+    },
 };
 
 /// `grace_period` value KFD treats as "leave CP_IQ_WAIT_TIME2 as it is" (`USE_DEFAULT_GRACE_PERIOD`,
@@ -150,8 +154,6 @@ pub struct AttachedTarget {
     /// `kfd_runtime_info.r_debug`: ROCr's `_amdgpu_r_debug` address, 0 before runtime enable.
     pub r_debug: u64,
 }
-
-use crate::kfd::uapi::{QueueOutcome, QueueResult};
 
 /// One SUSPEND_QUEUES or RESUME_QUEUES as seen from userspace.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use self::ProbeKind::{Kprobe as K, Kretprobe as R};
 use super::symbols::Kallsyms;
 use crate::kfd::KfdVersion;
 
@@ -52,7 +53,6 @@ const fn row(
     ProbeSpec { program, function, kind, required, since, yields }
 }
 
-use ProbeKind::{Kprobe as K, Kretprobe as R};
 /// KFD 1.13 (Linux 6.5): the debugger API (`RUNTIME_ENABLE`, `DBG_TRAP`, `suspend_queues`).
 const DBG: Option<Since> = Some(Since::Kfd(KfdVersion::DEBUG_TRAP, "6.5"));
 /// KFD 1.10 "Add SMI profiler event log" (Linux 5.19): the queue eviction/restore SMI events and
