@@ -9,7 +9,7 @@ use std::{fs, path::Path};
 use serde::Serialize;
 
 use crate::{
-    host::{self, procinfo::effective_caps},
+    host::{self, procinfo::effective_caps, roots::Roots},
     kfd::{Device, KfdVersion, device::DeviceError},
     trace::{
         missed::{self, MissedSupport},
@@ -113,8 +113,6 @@ impl DoctorReport {
         self.checks.iter().filter(|c| c.status == Status::Fail).count()
     }
 }
-
-pub use crate::host::roots::Roots;
 
 fn read_trimmed(path: &Path) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_owned())

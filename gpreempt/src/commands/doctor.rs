@@ -4,7 +4,8 @@ use std::io::IsTerminal;
 
 use anyhow::{Result, bail};
 use gpreempt::{
-    doctor::{self, Roots, Status},
+    doctor::{self, Status},
+    host::roots::Roots,
     trace::symbols::Kallsyms,
 };
 

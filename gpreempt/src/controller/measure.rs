@@ -554,7 +554,7 @@ mod tests {
 
     #[test]
     fn the_kernel_side_is_the_offline_spans_inside_each_iteration_s_ioctl_windows() {
-        use crate::model::spans::{Breakdown, Collateral};
+        use crate::model::{registry::Collateral, spans::Breakdown};
         let span = |kind, pid, start_ns: u64, fence_ns, collateral: Vec<(u32, u32)>| Span {
             kind,
             target_pid: Some(HostPid(pid)),

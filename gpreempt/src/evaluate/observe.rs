@@ -22,7 +22,8 @@ use crate::{
         vocabulary::{DebugError, Options},
     },
     domain::{GpuId, HostPid, QueueId},
-    schedule::online::{OnlineProcess, QueueAddrs, read_u64s},
+    model::QueueAddrs,
+    schedule::online::{OnlineProcess, read_u64s},
 };
 
 /// A process and the queues known of it.

@@ -16,8 +16,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use gpreempt_common::record::KfdFn;
 use serde::Serialize;
 
-pub use super::registry::Collateral;
-use super::registry::Registry;
+use super::registry::{Collateral, Registry};
 use crate::{
     domain::{EvictionTrigger, GpuId, HostPid, QueueId},
     event::{Event, EventKind, KernelResult},

@@ -331,7 +331,7 @@ mod tests {
     fn a_span_line_lists_ids_breakdown_and_collateral() {
         use crate::{
             domain::{GpuId, QueueId},
-            model::spans::{Breakdown, Collateral},
+            model::{registry::Collateral, spans::Breakdown},
         };
         let span = Span {
             kind: SpanKind::Suspend,

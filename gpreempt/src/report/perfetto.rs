@@ -221,7 +221,7 @@ mod tests {
     use crate::domain::GpuId;
     use crate::{
         event::{KernelResult, QueueDestroy},
-        model::spans::{Breakdown, Collateral},
+        model::{registry::Collateral, spans::Breakdown},
         test_support::{create, ev},
     };
 

@@ -14,7 +14,7 @@ use super::{
     },
     hints::HintCounts,
     kernel::KernelBreakdown,
-    online::{self, QueueAddrs},
+    online,
     policy::{GapVerdict, ResumeReason, State, TransitionKind},
     reaction::{LoopStats, TransitionRecord},
     realtime::Realtime,
@@ -23,7 +23,7 @@ use crate::{
     controller::vocabulary::SharedError,
     domain::{GpuId, HostPid},
     kfd::uapi::QueueSnapshotEntry,
-    model::spans::Span,
+    model::{QueueAddrs, spans::Span},
     stats::Summary as Stats,
 };
 

@@ -118,7 +118,7 @@ mod tests {
     use super::*;
     use crate::{
         domain::{GpuId, QueueId},
-        model::spans::{Breakdown, Collateral},
+        model::{registry::Collateral, spans::Breakdown},
     };
 
     fn span(kind: SpanKind, target: u32, fence_ns: u64, collateral: &[u32]) -> Span {

@@ -20,8 +20,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::domain::{GpuId, HostPid, QueueId};
-pub use crate::model::QueueAddrs;
+use crate::{
+    domain::{GpuId, HostPid, QueueId},
+    model::QueueAddrs,
+};
 
 /// Why an online process's memory could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -32,7 +32,7 @@ use super::{
     },
     events::{DetectionPath, DoorbellCount},
     hints::{HintCounts, HintSocket},
-    online::{OnlineProcess, QueueAddrs, ReadError},
+    online::{OnlineProcess, ReadError},
     policy::{Action, GapVerdict, Observation, PolicyConfig, PolicyMachine, ResumeReason, State, TransitionKind},
     realtime::{self, Realtime, RealtimeConfig},
     seams::{ControlSide, Occupancy},
@@ -48,6 +48,7 @@ use crate::{
     },
     domain::{GpuId, HostPid, QueueId},
     kfd::uapi::QueueSnapshotEntry,
+    model::QueueAddrs,
     stats::Histogram,
 };
 

@@ -21,7 +21,7 @@ use super::{
     doorbell::wake::Nudge,
     events::{ScheduleEvent, ScheduleReport},
     hints::HintSocket,
-    online::{self, QueueAddrs},
+    online,
     policy::State,
     reaction::{Command, LoopStats, Reaction, ReactionConfig, Report},
     realtime::Realtime,
@@ -36,7 +36,7 @@ use crate::{
     },
     domain::{GpuId, HostPid, QueueId},
     host::select,
-    model::{ModelNotice, spans::Span},
+    model::{ModelNotice, QueueAddrs, spans::Span},
 };
 
 /// The scheduler: its reaction thread and, on the caller's thread, everything else.

@@ -17,7 +17,6 @@ use std::{
 use super::{
     ScheduleConfig, ScheduleEvent, Scheduler,
     discover::Discovery,
-    online::QueueAddrs,
     policy::{PolicyConfig, ResumeReason, TransitionKind},
     realtime::{Realtime, RealtimeConfig},
     seams::{ControlSide, Seams, SysfsOccupancy},
@@ -30,7 +29,7 @@ use crate::{
     domain::{GpuId, HostPid, QueueId},
     host::select::Selector,
     kfd::uapi::QueueSnapshotEntry,
-    model::ModelNotice,
+    model::{ModelNotice, QueueAddrs},
     test_support::FakeHost,
 };
 
