@@ -27,9 +27,10 @@ use crate::{
     output::text::escape,
 };
 
-/// One queue of a process.
+/// One queue of a process and its state, as `top` shows it (the queue's properties — addresses,
+/// ring, save area — are `gpreempt queues`' [`crate::views::queues::QueueRow`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct QueueRow {
+pub struct QueueStateRow {
     pub queue_id: QueueId,
     pub queue_type: Option<String>,
     pub state: QueueState,
@@ -43,7 +44,7 @@ pub struct QueueRow {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ProcessGpu {
     pub gpu_id: Option<GpuId>,
-    pub queues: Vec<QueueRow>,
+    pub queues: Vec<QueueStateRow>,
 }
 
 impl ProcessGpu {
@@ -102,9 +103,9 @@ impl ProcessRow {
 
     /// From the model's entry; `pod_of` names the pod of a container (`None`: not in a pod).
     pub fn of(p: &ProcessEntry, pod_of: &mut dyn FnMut(&Container) -> Option<PodRef>) -> Self {
-        let mut gpus: BTreeMap<Option<GpuId>, Vec<QueueRow>> = BTreeMap::new();
+        let mut gpus: BTreeMap<Option<GpuId>, Vec<QueueStateRow>> = BTreeMap::new();
         for q in p.queues.values() {
-            gpus.entry(q.gpu_id).or_default().push(QueueRow {
+            gpus.entry(q.gpu_id).or_default().push(QueueStateRow {
                 queue_id: q.queue_id,
                 queue_type: q.queue_type.clone(),
                 state: q.state,

@@ -128,7 +128,7 @@ fn the_json_twin_names_pid_gpu_queues_and_states() {
 }
 
 fn row(pid: u32, comm: &str, container: Option<&str>, queues: u32, suspended: u32, evictions: u64) -> ProcessRow {
-    let q = |i: u32| QueueRow {
+    let q = |i: u32| QueueStateRow {
         queue_id: QueueId(i),
         queue_type: None,
         state: if i < suspended { QueueState::Suspended } else { QueueState::Active },
