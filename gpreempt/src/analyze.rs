@@ -12,20 +12,22 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+use crate::domain::{GpuId, HostPid, QueueId};
+
 /// The fields of a recorded event that analysis needs.
 #[derive(Debug, Deserialize)]
 struct Recorded {
     event: String,
     #[serde(default)]
-    pid: u32,
+    pid: HostPid,
     #[serde(default)]
     comm: String,
     #[serde(default)]
     ts_ns: u64,
     #[serde(default)]
-    queue_id: Option<u32>,
+    queue_id: Option<QueueId>,
     #[serde(default)]
-    gpu_id: Option<u32>,
+    gpu_id: Option<GpuId>,
     /// `start` objects of `trace -- CMD` recordings name the command.
     #[serde(default)]
     command: Option<Vec<String>>,
@@ -34,10 +36,10 @@ struct Recorded {
 /// One process of one run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ProcessQueues {
-    pub pid: u32,
+    pub pid: HostPid,
     pub comm: String,
     /// gpu_id → queue ids in creation order (successful creates only).
-    pub queues: BTreeMap<u32, Vec<u32>>,
+    pub queues: BTreeMap<GpuId, Vec<QueueId>>,
     pub first_ns: u64,
     pub last_ns: u64,
 }
@@ -78,9 +80,9 @@ pub struct CommandConsistency {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Overlap {
     pub file: String,
-    pub pids: (u32, u32),
+    pub pids: (HostPid, HostPid),
     /// gpu_id → ids both processes were given.
-    pub shared_ids: BTreeMap<u32, Vec<u32>>,
+    pub shared_ids: BTreeMap<GpuId, Vec<QueueId>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -92,7 +94,7 @@ pub struct Analysis {
 
 /// Read one recording.
 pub fn read_run(file: &str, reader: impl BufRead) -> std::io::Result<AnalyzedRun> {
-    let mut processes: BTreeMap<u32, ProcessQueues> = BTreeMap::new();
+    let mut processes: BTreeMap<HostPid, ProcessQueues> = BTreeMap::new();
     let mut command = None;
     let mut skipped_lines = 0;
     let mut records = 0;
@@ -162,7 +164,7 @@ fn overlaps(run: &AnalyzedRun) -> Vec<Overlap> {
             let mut shared_ids = BTreeMap::new();
             for (gpu, ids) in &a.queues {
                 let Some(other) = b.queues.get(gpu) else { continue };
-                let common: Vec<u32> = ids.iter().filter(|id| other.contains(id)).copied().collect();
+                let common: Vec<QueueId> = ids.iter().filter(|id| other.contains(id)).copied().collect();
                 if !common.is_empty() {
                     shared_ids.insert(*gpu, common);
                 }
@@ -223,7 +225,10 @@ mod tests {
         assert_eq!(r.command, "./gemm --size 4096");
         assert_eq!(r.skipped_lines, 1);
         assert_eq!(r.processes.len(), 1);
-        assert_eq!(r.processes[0].queues, BTreeMap::from([(0x1234, vec![1]), (0xf7bc, vec![2, 0])]));
+        assert_eq!(
+            r.processes[0].queues,
+            BTreeMap::from([(GpuId(0x1234), vec![QueueId(1)]), (GpuId(0xf7bc), vec![QueueId(2), QueueId(0)])])
+        );
     }
 
     #[test]
@@ -254,7 +259,11 @@ mod tests {
         );
         assert_eq!(
             x.overlaps,
-            vec![Overlap { file: "5".into(), pids: (5, 6), shared_ids: BTreeMap::from([(7, vec![0, 1])]) }],
+            vec![Overlap {
+                file: "5".into(),
+                pids: (HostPid(5), HostPid(6)),
+                shared_ids: BTreeMap::from([(GpuId(7), vec![QueueId(0), QueueId(1)])])
+            }],
             "pid 7 started after both ended: no overlap"
         );
     }

@@ -2,25 +2,25 @@
 //! the small closed sets the driver numbers (queue type, debug-trap op, eviction trigger).
 //!
 //! Every type serialises exactly as the bare number or name it replaces, so JSON output keeps
-//! its shape (docs/guide/json.md).
+//! its shape (docs/guide/json.md); the numbers read back from it the same way (`analyze`).
 
 use std::fmt;
 
 use gpreempt_common::kfd_uapi::{dbg_trap_op, queue_type, runtime_state};
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 /// A process id in the host's pid namespace (the thread-group id the kernel probes see).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct HostPid(pub u32);
 
 /// KFD's GPU id (`gpu_id` in the ioctls and sysfs topology; a hash, not an index).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct GpuId(pub u32);
 
 /// A queue id, unique per process (KFD allocates them per process, from 0).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct QueueId(pub u32);
 

@@ -1,9 +1,12 @@
 //! `gpreempt analyze FILE...`: the queue-id analysis as a table or JSON.
 
-use std::{fs::File, io::BufReader};
+use std::{collections::BTreeMap, fs::File, io::BufReader};
 
 use anyhow::{Context, Result, bail};
-use gpreempt::analyze::{self, Consistency};
+use gpreempt::{
+    analyze::{self, Consistency},
+    domain::QueueId,
+};
 
 use super::stdout::outln;
 use crate::cli::AnalyzeArgs;
@@ -37,7 +40,7 @@ pub fn run(args: &AnalyzeArgs) -> Result<()> {
                 .queues
                 .iter()
                 .map(|(gpu, ids)| {
-                    format!("{gpu:#x}:[{}]", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+                    format!("{gpu:#x}:[{}]", ids.iter().map(QueueId::to_string).collect::<Vec<_>>().join(","))
                 })
                 .collect();
             let n: usize = p.queues.values().map(Vec::len).sum();
@@ -61,7 +64,10 @@ pub fn run(args: &AnalyzeArgs) -> Result<()> {
         outln!("");
         outln!("concurrent processes holding the same queue ids (ids are per process in KFD):");
         for o in &a.overlaps {
-            outln!("  {}: pids {} and {}: {:?}", o.file, o.pids.0, o.pids.1, o.shared_ids);
+            // `{gpu: [ids]}` in bare numbers (the domain types' Debug would print `GpuId(7)`).
+            let shared: BTreeMap<u32, Vec<u32>> =
+                o.shared_ids.iter().map(|(gpu, ids)| (gpu.0, ids.iter().map(|id| id.0).collect())).collect();
+            outln!("  {}: pids {} and {}: {shared:?}", o.file, o.pids.0, o.pids.1);
         }
     }
     Ok(())
