@@ -538,6 +538,117 @@ mod tests {
         Roots { debugfs_kfd: host.path().join("debugfs"), ..host.roots() }
     }
 
+    /// A host where the checks find what gpreempt wants: Yama 1, every capability,
+    /// perf_event_paranoid 2, amdgpu's module BTF and parameters, debugfs, one gfx90a GPU.
+    fn good_tree() -> FakeHost {
+        let mut host = tree();
+        host.file("proc/sys/kernel/osrelease", "6.12.117+deb12-amd64\n")
+            .file("proc/sys/kernel/yama/ptrace_scope", "1\n")
+            .file("proc/self/status", "Name:\tx\nCapEff:\t000001ffffffffff\n")
+            .file("proc/sys/kernel/perf_event_paranoid", "2\n")
+            .file("sys/module/amdgpu/parameters/cwsr_enable", "1\n")
+            .file("sys/module/amdgpu/parameters/mes", "0\n")
+            .file("sys/module/amdgpu/parameters/queue_preemption_timeout_ms", "9000\n")
+            .file("sys/module/amdgpu/parameters/hws_max_conc_proc", "8\n")
+            .file("sys/kernel/btf/amdgpu", "")
+            .file("sys/class/kfd/kfd/topology/nodes/0/gpu_id", "0\n")
+            .file("sys/class/kfd/kfd/topology/nodes/1/gpu_id", "43981\n")
+            .file(
+                "sys/class/kfd/kfd/topology/nodes/1/properties",
+                "gfx_target_version 90010\ncwsr_size 1961984\nctl_stack_size 28672\n",
+            )
+            .file("debugfs/mqds", "");
+        host
+    }
+
+    fn fixture(release: &str) -> Kallsyms {
+        Kallsyms::parse(match release {
+            "5.10" => include_str!("trace/fixtures/kallsyms-amdgpu-5.10.txt"),
+            "6.12" => include_str!("trace/fixtures/kallsyms-amdgpu-6.12.txt"),
+            _ => include_str!("trace/fixtures/kallsyms-amdgpu-7.3.txt"),
+        })
+    }
+
+    fn line(v: &impl Serialize) -> String {
+        serde_json::to_string(v).unwrap()
+    }
+
+    const KFD_1_17: KfdVersion = KfdVersion { major: 1, minor: 17 };
+
+    /// The whole report for hosts that take each check down each of its branches, pinned in
+    /// doctor-reports.txt (`GPREEMPT_BLESS=1` rewrites it): per host the report's JSON without
+    /// its lists on one line, then each check and each probe as `doctor --json` serialises it,
+    /// one a line (the text output prints the same checks). The tree's path reads `$ROOT`, the
+    /// agent's needs `$AGENT_NEEDS` and its capabilities `$CAPABILITIES`.
+    #[test]
+    fn every_branch_of_every_check_gives_the_pinned_report() {
+        let errno = |e| DeviceError::Open(std::io::Error::from_raw_os_error(e));
+        let short = "ffffffffc0000000 t kfd_ioctl\t[amdgpu]\nffffffffc0000100 t kfd_ioctl_create_queue\t[amdgpu]\n";
+        let mut out = String::new();
+        let mut report = |name: &str, host: &FakeHost, k: Option<Kallsyms>, opened: Result<KfdVersion, DeviceError>| {
+            let r = diagnose_opened(&roots(host), k.as_ref(), opened);
+            let mut lines = vec![format!("# {name}")];
+            lines.push(line(&DoctorReport { probes: Vec::new(), checks: Vec::new(), ..r.clone() }));
+            lines.extend(r.checks.iter().map(line));
+            lines.extend(r.probes.iter().map(line));
+            // The agent's needs are pinned by tests/deploy.rs: here only where the report puts them.
+            let capabilities = AGENT_NEEDS.capabilities.iter().map(|n| n.name).collect::<Vec<_>>().join(", ");
+            let text = lines.join("\n").replace(&host.path().display().to_string(), "$ROOT");
+            out += &(text.replace(&line(&AGENT_NEEDS), "$AGENT_NEEDS").replace(&capabilities, "$CAPABILITIES") + "\n");
+        };
+        report("6.12, KFD 1.17: everything in place", &good_tree(), Some(fixture("6.12")), Ok(KFD_1_17));
+        let mut host = good_tree();
+        host.file("sys/module/amdgpu/parameters/sched_policy", "2\n")
+            .file("proc/sys/kernel/yama/ptrace_scope", "2\n")
+            .file("proc/sys/kernel/perf_event_paranoid", "x\n");
+        report("6.12, sched_policy=2, Yama 2, no kallsyms", &host, None, Ok(KFD_1_17));
+        report("6.12, /dev/kfd not permitted", &good_tree(), Some(fixture("6.12")), Err(DeviceError::PermissionDenied));
+        report("6.12, /dev/kfd ENXIO, no kallsyms", &good_tree(), None, Err(errno(libc::ENXIO)));
+        let mut host = tree();
+        host.file("proc/sys/kernel/osrelease", "7.3.4+deb13-amd64\n")
+            .file("sys/class/kfd/kfd/topology/nodes/0/gpu_id", "0\n");
+        fs::remove_file(host.path().join("proc/sys/kernel/yama/ptrace_scope")).unwrap();
+        fs::remove_file(host.path().join("proc/sys/kernel/perf_event_paranoid")).unwrap();
+        fs::remove_file(host.path().join("sys/module/amdgpu/parameters/sched_policy")).unwrap();
+        report("7.3 without a GPU: EINVAL at open", &host, Some(fixture("7.3")), Err(errno(libc::EINVAL)));
+        report("7.3, KFD 1.20", &host, Some(fixture("7.3")), Ok(KfdVersion { major: 1, minor: 20 }));
+        report(
+            "6.1, KFD 1.11, two KFD functions",
+            &tree(),
+            Some(Kallsyms::parse(short)),
+            Ok(KfdVersion { major: 1, minor: 11 }),
+        );
+        report("KFD functions but no /dev/kfd", &tree(), Some(Kallsyms::parse(short)), Err(DeviceError::Missing));
+        report("no KFD function, /dev/kfd missing", &tree(), Some(Kallsyms::parse("")), Err(DeviceError::Missing));
+        let mut host = tree();
+        host.file("proc/sys/kernel/osrelease", "5.10.0-32-amd64\n");
+        report("5.10 fixture, KFD 1.3", &host, Some(fixture("5.10")), Ok(KfdVersion { major: 1, minor: 3 }));
+        let mut host = tree();
+        host.file("sys/class/kfd/kfd/topology/nodes/1/gpu_id", "4096\n").file(
+            "sys/class/kfd/kfd/topology/nodes/1/properties",
+            "gfx_target_version 120001\ncwsr_size 2138112\nctl_stack_size 20480\n",
+        );
+        report("gfx12 with KFD 1.17", &host, None, Ok(KFD_1_17));
+        let host = tree();
+        fs::remove_dir_all(host.path().join("sys/module/amdgpu")).unwrap();
+        report(
+            "without amdgpu",
+            &host,
+            Some(Kallsyms::parse("ffffffff81000000 T _stext\n")),
+            Err(DeviceError::Missing),
+        );
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/doctor-reports.txt");
+        if std::env::var_os("GPREEMPT_BLESS").is_some() {
+            fs::write(&path, &out).unwrap();
+            return;
+        }
+        let pinned = include_str!("doctor-reports.txt");
+        for (got, want) in out.lines().zip(pinned.lines()) {
+            assert_eq!(got, want);
+        }
+        assert_eq!(out, pinned);
+    }
+
     #[test]
     fn a_6_1_host_without_debug_trap_gets_exact_findings() {
         let host = tree();
