@@ -9,7 +9,7 @@ use std::{fs, path::Path};
 use serde::Serialize;
 
 use crate::{
-    host::{self, procinfo::effective_caps, roots::Roots},
+    host::{self, procinfo::effective_caps, roots::Roots, topology::GpuNode},
     kfd::{Device, KfdVersion, device::DeviceError},
     trace::{
         missed::{self, MissedSupport},
@@ -133,6 +133,82 @@ pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersi
     diagnose_opened(roots, kallsyms, opened)
 }
 
+/// Like [`diagnose`], with the result of opening `/dev/kfd` and asking its version given: the
+/// facts read once, then each check's rows in the report's order.
+pub fn diagnose_opened(
+    roots: &Roots,
+    kallsyms: Option<&Kallsyms>,
+    opened: Result<KfdVersion, DeviceError>,
+) -> DoctorReport {
+    let kernel = read_trimmed(&roots.proc.join("sys/kernel/osrelease")).unwrap_or_else(|| "unknown".to_owned());
+    let kfd_loaded = kallsyms.and_then(Kallsyms::kfd_module).is_some();
+    // Without the module every check of the driver would fail on its own and send the user to
+    // modprobe several times over: one line says it, and those checks are skipped.
+    let amdgpu_loaded =
+        kfd_loaded || !matches!(opened, Err(DeviceError::Missing)) || roots.sys.join("module/amdgpu").exists();
+    // KFD ioctl version: GET_VERSION on /dev/kfd.
+    let kfd_version = opened.as_ref().ok().copied();
+    let params = roots.sys.join("module/amdgpu/parameters");
+    let param = |name: &str| read_trimmed(&params.join(name));
+    let sched_policy = param("sched_policy");
+    let debug_trap = kfd_version.is_some_and(KfdVersion::has_debug_trap) && sched_policy.as_deref() != Some("2");
+    // Which module provides KFD.
+    let kfd_module = kallsyms.and_then(Kallsyms::kfd_module).map(|m| m.unwrap_or("vmlinux").to_owned());
+    // The tracer's probes, where a module provides KFD (else see `probes_unchecked_check`).
+    let probes = match (kallsyms, &kfd_module) {
+        (Some(k), Some(_)) => probes::resolve(probes::PROBES, k, kfd_version, Some(&kernel)),
+        _ => Vec::new(),
+    };
+    let gpus = host::topology::gpu_nodes(&roots.sys).unwrap_or_default();
+
+    let mut checks = vec![kernel_check(&kernel)];
+    if amdgpu_loaded {
+        checks.push(kfd_check(roots, kfd_loaded, &opened));
+        checks.push(debug_trap_check(kallsyms, kfd_version, sched_policy.as_deref()));
+    } else {
+        checks.push(amdgpu_check());
+    }
+    checks.extend(kfd_contexts_check(kallsyms, kfd_version));
+    checks.extend(expert_scheduling_check(&gpus, kfd_version));
+    checks.extend(cwsr_size_check(&gpus));
+    if amdgpu_loaded {
+        checks.push(kfd_module_check(kfd_module.as_deref(), kallsyms.is_some()));
+        if let Some(m) = &kfd_module {
+            checks.push(module_btf_check(roots, &kernel, m));
+        } else if kallsyms.is_some() {
+            checks.push(probes_unchecked_check());
+        }
+    }
+    checks.extend(probes.iter().map(probe_check));
+    checks.push(return_probe_losses(roots, &kernel));
+    if amdgpu_loaded {
+        checks.push(debugfs_check(roots));
+    }
+    checks.push(ptrace_scope_check(roots));
+    checks.push(capabilities_check(roots));
+    checks.push(perf_event_paranoid_check(roots));
+    if amdgpu_loaded {
+        checks.extend(AMDGPU_PARAMS.iter().map(|&(name, good, fix)| amdgpu_param_check(name, param(name), good, fix)));
+    }
+    checks.push(agent_needs_check());
+    DoctorReport { kernel, kfd_version, debug_trap, kfd_module, probes, checks, agent_needs: AGENT_NEEDS }
+}
+
+fn kernel_check(kernel: &str) -> Check {
+    Check::new("kernel", Status::Info, format!("Linux {kernel}"), None)
+}
+
+/// The one line that replaces the driver's checks when amdgpu is not loaded.
+fn amdgpu_check() -> Check {
+    Check::new(
+        "amdgpu",
+        Status::Fail,
+        "amdgpu is not loaded (no /dev/kfd, no KFD function in the kernel, no /sys/module/amdgpu): the checks of \
+         the driver (KFD version, debug-trap, probes, debugfs, module parameters) are skipped",
+        Some("`modprobe amdgpu` on a host with an AMD GPU, then run `gpreempt doctor` again"),
+    )
+}
+
 /// GPU nodes of the KFD topology (`gpu_id` ≠ 0; CPU nodes have 0), None when it is not readable.
 fn topology_gpus(roots: &Roots) -> Option<usize> {
     let nodes = fs::read_dir(roots.sys.join("class/kfd/kfd/topology/nodes")).ok()?;
@@ -185,96 +261,10 @@ fn kfd_check(roots: &Roots, kfd_loaded: bool, opened: &Result<KfdVersion, Device
     }
 }
 
-/// What KFD 1.19 and 1.20 change for the controller, and the CWSR bytes a suspend saves where
-/// the topology says (docs/kfd.md §1.4, §4.4).
-fn kfd_1_19_checks(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>) -> Vec<Check> {
-    let mut checks = Vec::new();
-    // Without the version (7.x without a GPU), the ioctl's handler in kallsyms tells.
-    let create_process_loaded =
-        kallsyms.is_some_and(|k| k.resolve("kfd_ioctl_create_process", k.kfd_module().flatten()).is_some());
-    if kfd.map_or(create_process_loaded, KfdVersion::has_secondary_contexts) {
-        checks.push(Check::new(
-            "kfd-contexts",
-            Status::Info,
-            "KFD ≥ 1.19: a process may own several KFD contexts (AMDKFD_IOC_CREATE_PROCESS on another /dev/kfd \
-             file); sysfs, DBG_TRAP and GET_QUEUE_SNAPSHOT by pid reach only its primary context (the driver \
-             refuses the debug trap on a secondary one), so queues of secondary contexts are neither listed \
-             nor suspended",
-            None,
-        ));
-    }
-    let gpus = host::topology::gpu_nodes(&roots.sys).unwrap_or_default();
-    let gfx12: Vec<String> = gpus.iter().filter(|g| g.is_gfx12()).map(|g| format!("{:#x}", g.gpu_id.0)).collect();
-    match kfd {
-        Some(v) if v.has_debug_trap() && !v.has_expert_sched_trap() && !gfx12.is_empty() => checks.push(Check::new(
-            "expert-scheduling",
-            Status::Warn,
-            format!(
-                "gfx12 GPU(s) {} with KFD {v}: the trap handler lacks expert-scheduling support (KFD {}), \
-                 and suspending queues running such kernels corrupts their waves",
-                gfx12.join(", "),
-                KfdVersion::EXPERT_SCHED_TRAP
-            ),
-            Some("do not suspend processes on these GPUs; use a driver with KFD ≥ 1.20"),
-        )),
-        _ => {}
-    }
-    let sized: Vec<String> = gpus
-        .iter()
-        .filter_map(|g| {
-            let cwsr = g.cwsr_size?;
-            Some(format!(
-                "gpu {:#x} {cwsr} B per queue (control stack {} B)",
-                g.gpu_id.0,
-                g.ctl_stack_size.unwrap_or(0)
-            ))
-        })
-        .collect();
-    if !sized.is_empty() {
-        checks.push(Check::new(
-            "cwsr-size",
-            Status::Info,
-            format!("wave state saved per suspended queue (topology cwsr_size): {}", sized.join("; ")),
-            None,
-        ));
-    }
-    checks
-}
-
-/// Like [`diagnose`], with the result of opening `/dev/kfd` and asking its version given.
-pub fn diagnose_opened(
-    roots: &Roots,
-    kallsyms: Option<&Kallsyms>,
-    opened: Result<KfdVersion, DeviceError>,
-) -> DoctorReport {
-    let mut checks = Vec::new();
-    let kernel = read_trimmed(&roots.proc.join("sys/kernel/osrelease")).unwrap_or_else(|| "unknown".to_owned());
-    checks.push(Check::new("kernel", Status::Info, format!("Linux {kernel}"), None));
-
-    // KFD ioctl version: GET_VERSION on /dev/kfd.
-    let kfd_loaded = kallsyms.and_then(Kallsyms::kfd_module).is_some();
-    // Without the module every check of the driver would fail on its own and send the user to
-    // modprobe several times over: one line says it, and those checks are skipped.
-    let amdgpu_loaded =
-        kfd_loaded || !matches!(opened, Err(DeviceError::Missing)) || roots.sys.join("module/amdgpu").exists();
-    checks.push(if amdgpu_loaded {
-        kfd_check(roots, kfd_loaded, &opened)
-    } else {
-        Check::new(
-            "amdgpu",
-            Status::Fail,
-            "amdgpu is not loaded (no /dev/kfd, no KFD function in the kernel, no /sys/module/amdgpu): the checks of \
-             the driver (KFD version, debug-trap, probes, debugfs, module parameters) are skipped",
-            Some("`modprobe amdgpu` on a host with an AMD GPU, then run `gpreempt doctor` again"),
-        )
-    });
-    let kfd_version = opened.ok();
-
-    let params = roots.sys.join("module/amdgpu/parameters");
-    let param = |name: &str| read_trimmed(&params.join(name));
-    let sched_policy = param("sched_policy");
-    let debug_trap = kfd_version.is_some_and(KfdVersion::has_debug_trap) && sched_policy.as_deref() != Some("2");
-    let debug_trap_check = match (kfd_version, sched_policy.as_deref()) {
+/// Whether suspend/resume is there: the KFD version and amdgpu's `sched_policy`, or without the
+/// version the driver's own symbols.
+fn debug_trap_check(kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>, sched_policy: Option<&str>) -> Check {
+    match (kfd, sched_policy) {
         (Some(v), _) if !v.has_debug_trap() => Check::new(
             "debug-trap",
             Status::Warn,
@@ -304,187 +294,136 @@ pub fn diagnose_opened(
             ),
             None => Check::new("debug-trap", Status::Warn, "unknown: KFD version not readable", None),
         },
-    };
-    if amdgpu_loaded {
-        checks.push(debug_trap_check);
     }
+}
 
-    checks.extend(kfd_1_19_checks(roots, kallsyms, kfd_version));
+/// KFD 1.19's secondary contexts, which the controller does not reach (docs/kfd.md §1.4).
+fn kfd_contexts_check(kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>) -> Option<Check> {
+    // Without the version (7.x without a GPU), the ioctl's handler in kallsyms tells.
+    let create_process_loaded =
+        kallsyms.is_some_and(|k| k.resolve("kfd_ioctl_create_process", k.kfd_module().flatten()).is_some());
+    kfd.map_or(create_process_loaded, KfdVersion::has_secondary_contexts).then(|| {
+        Check::new(
+            "kfd-contexts",
+            Status::Info,
+            "KFD ≥ 1.19: a process may own several KFD contexts (AMDKFD_IOC_CREATE_PROCESS on another /dev/kfd \
+             file); sysfs, DBG_TRAP and GET_QUEUE_SNAPSHOT by pid reach only its primary context (the driver \
+             refuses the debug trap on a secondary one), so queues of secondary contexts are neither listed \
+             nor suspended",
+            None,
+        )
+    })
+}
 
-    // Which module provides KFD, and its BTF.
-    let kfd_module = kallsyms.and_then(Kallsyms::kfd_module).map(|m| m.unwrap_or("vmlinux").to_owned());
-    match (&kfd_module, kallsyms) {
-        _ if !amdgpu_loaded => {}
-        (Some(m), _) => {
-            checks.push(Check::new("kfd-module", Status::Ok, format!("KFD functions are in [{m}]"), None));
-            let btf = roots.sys.join("kernel/btf").join(m);
-            let linux = probes::release_version(&kernel);
-            checks.push(if btf.exists() {
-                Check::new("module-btf", Status::Ok, format!("{} present", btf.display()), None)
-            } else if linux.is_some_and(|v| v < MODULE_BTF_SINCE) {
-                Check::new(
-                    "module-btf",
-                    Status::Warn,
-                    format!(
-                        "{} missing: Linux {kernel} loads no module BTF (CONFIG_DEBUG_INFO_BTF_MODULES appeared in {}.{})",
-                        btf.display(),
-                        MODULE_BTF_SINCE.0,
-                        MODULE_BTF_SINCE.1
-                    ),
-                    Some("the tracer learns kfd_process pointers from the processes that open /dev/kfd instead"),
-                )
-            } else {
-                Check::new(
-                    "module-btf",
-                    Status::Warn,
-                    format!("{} missing (common with amdgpu-dkms)", btf.display()),
-                    Some("the tracer falls back to pointer learning; install a kernel with CONFIG_DEBUG_INFO_BTF_MODULES for struct offsets"),
-                )
-            });
-        }
-        (None, Some(_)) => checks.push(Check::new(
+/// gfx12 GPUs under a trap handler without KFD 1.20's expert-scheduling support (docs/kfd.md §1.4).
+fn expert_scheduling_check(gpus: &[GpuNode], kfd: Option<KfdVersion>) -> Option<Check> {
+    let gfx12: Vec<String> = gpus.iter().filter(|g| g.is_gfx12()).map(|g| format!("{:#x}", g.gpu_id.0)).collect();
+    match kfd {
+        Some(v) if v.has_debug_trap() && !v.has_expert_sched_trap() && !gfx12.is_empty() => Some(Check::new(
+            "expert-scheduling",
+            Status::Warn,
+            format!(
+                "gfx12 GPU(s) {} with KFD {v}: the trap handler lacks expert-scheduling support (KFD {}), \
+                 and suspending queues running such kernels corrupts their waves",
+                gfx12.join(", "),
+                KfdVersion::EXPERT_SCHED_TRAP
+            ),
+            Some("do not suspend processes on these GPUs; use a driver with KFD ≥ 1.20"),
+        )),
+        _ => None,
+    }
+}
+
+/// The CWSR bytes a suspend saves where the topology says (docs/kfd.md §4.4).
+fn cwsr_size_check(gpus: &[GpuNode]) -> Option<Check> {
+    let sized: Vec<String> = gpus
+        .iter()
+        .filter_map(|g| {
+            let cwsr = g.cwsr_size?;
+            Some(format!(
+                "gpu {:#x} {cwsr} B per queue (control stack {} B)",
+                g.gpu_id.0,
+                g.ctl_stack_size.unwrap_or(0)
+            ))
+        })
+        .collect();
+    (!sized.is_empty()).then(|| {
+        Check::new(
+            "cwsr-size",
+            Status::Info,
+            format!("wave state saved per suspended queue (topology cwsr_size): {}", sized.join("; ")),
+            None,
+        )
+    })
+}
+
+/// Which module provides KFD (`kfd_module`), when kallsyms was readable (`kallsyms_read`).
+fn kfd_module_check(kfd_module: Option<&str>, kallsyms_read: bool) -> Check {
+    match (kfd_module, kallsyms_read) {
+        (Some(m), _) => Check::new("kfd-module", Status::Ok, format!("KFD functions are in [{m}]"), None),
+        (None, true) => Check::new(
             "kfd-module",
             Status::Fail,
             "no KFD functions in /proc/kallsyms",
             Some("load the driver: `modprobe amdgpu`"),
-        )),
-        (None, None) => checks.push(Check::new(
+        ),
+        (None, false) => Check::new(
             "kfd-module",
             Status::Warn,
             "/proc/kallsyms not readable",
             Some("run as root to see kernel symbols"),
-        )),
+        ),
     }
-    // Without a KFD provider every probe would be "missing": one line says why none was checked.
-    let probes = match (kallsyms, &kfd_module) {
-        (Some(k), Some(_)) => probes::resolve(probes::PROBES, k, kfd_version, Some(&kernel)),
-        (Some(_), None) => {
-            if amdgpu_loaded {
-                checks.push(Check::new("probes", Status::Info, "not checked: no KFD module loaded", None));
-            }
-            Vec::new()
-        }
-        (None, _) => Vec::new(),
-    };
-    for p in &probes {
-        let name = format!("probe {}", p.program);
-        checks.push(match (&p.symbol, p.required) {
-            (Some(sym), _) => Check::new(&name, Status::Ok, format!("{:?} on {sym}", p.kind), None),
-            (None, true) => Check::new(
-                &name,
-                Status::Fail,
-                p.missing_reason.clone().unwrap_or_default(),
-                Some("the tracer cannot start; report this kernel build"),
-            ),
-            (None, false) => Check::new(&name, Status::Warn, p.missing_reason.clone().unwrap_or_default(), None),
-        });
-    }
+}
 
-    checks.push(return_probe_losses(roots, &kernel));
-
-    let debugfs = if roots.debugfs_kfd.join("mqds").exists() {
-        Check::new("debugfs", Status::Ok, format!("{} readable", roots.debugfs_kfd.display()), None)
-    } else {
+/// The BTF of the module that provides KFD: the probes' struct offsets.
+fn module_btf_check(roots: &Roots, kernel: &str, module: &str) -> Check {
+    let btf = roots.sys.join("kernel/btf").join(module);
+    let linux = probes::release_version(kernel);
+    if btf.exists() {
+        Check::new("module-btf", Status::Ok, format!("{} present", btf.display()), None)
+    } else if linux.is_some_and(|v| v < MODULE_BTF_SINCE) {
         Check::new(
-            "debugfs",
-            Status::Warn,
-            format!("{} not found", roots.debugfs_kfd.display()),
-            Some("mount debugfs (`mount -t debugfs none /sys/kernel/debug`) for `ps --hw`"),
-        )
-    };
-    if amdgpu_loaded {
-        checks.push(debugfs);
-    }
-
-    match read_trimmed(&roots.proc.join("sys/kernel/yama/ptrace_scope")).as_deref() {
-        None => checks.push(Check::new("ptrace-scope", Status::Info, "Yama not active", None)),
-        Some("0") | Some("1") => {
-            checks.push(Check::new("ptrace-scope", Status::Ok, "Yama ptrace_scope allows a privileged tracer", None));
-        }
-        Some("2") => checks.push(Check::new(
-            "ptrace-scope",
-            Status::Warn,
-            "Yama ptrace_scope=2: only CAP_SYS_PTRACE may attach",
-            Some("run gpreempt as root (it has CAP_SYS_PTRACE)"),
-        )),
-        Some(other) => checks.push(Check::new(
-            "ptrace-scope",
-            Status::Fail,
-            format!("Yama ptrace_scope={other}: ptrace attach is disabled until reboot"),
-            Some("the controller cannot work on this boot; set kernel.yama.ptrace_scope=1 at boot"),
-        )),
-    }
-
-    let caps = read_trimmed(&roots.proc.join("self/status")).as_deref().and_then(effective_caps).unwrap_or(0);
-    let missing: Vec<&str> = CAPS.iter().filter(|(bit, _)| caps & (1 << bit) == 0).map(|(_, n)| *n).collect();
-    checks.push(if missing.is_empty() {
-        Check::new("capabilities", Status::Ok, "CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE", None)
-    } else {
-        Check::new(
-            "capabilities",
-            Status::Warn,
-            format!("missing {}", missing.join(", ")),
-            Some("run gpreempt as root (sudo)"),
-        )
-    });
-
-    // Debian's and Ubuntu's kernels: above 2, perf_event_open(2) needs CAP_SYS_ADMIN (trace::loader).
-    let paranoid = read_trimmed(&roots.proc.join("sys/kernel/perf_event_paranoid"));
-    checks.push(match paranoid.as_deref().map(str::parse::<i32>) {
-        Some(Ok(level)) if level > 2 => Check::new(
-            "perf-event-paranoid",
+            "module-btf",
             Status::Warn,
             format!(
-                "kernel.perf_event_paranoid={level}: Debian's and Ubuntu's kernels then attach kprobes only with \
-                 CAP_SYS_ADMIN; gpreempt as root works, the agent with only the capabilities of agent-needs \
-                 (DaemonSet, systemd unit) cannot"
+                "{} missing: Linux {kernel} loads no module BTF (CONFIG_DEBUG_INFO_BTF_MODULES appeared in {}.{})",
+                btf.display(),
+                MODULE_BTF_SINCE.0,
+                MODULE_BTF_SINCE.1
             ),
-            Some("sysctl -w kernel.perf_event_paranoid=2, and keep it in /etc/sysctl.d"),
-        ),
-        Some(Ok(level)) => Check::new(
-            "perf-event-paranoid",
-            Status::Ok,
-            format!("kernel.perf_event_paranoid={level}: CAP_PERFMON is enough to attach kprobes"),
-            None,
-        ),
-        _ => Check::new("perf-event-paranoid", Status::Info, "not readable", None),
-    });
-
-    for (name, good, fix) in [
-        (
-            "cwsr_enable",
-            Some("1"),
-            "CWSR off: preemption waits for waves to drain and long kernels hit the timeout; load amdgpu with cwsr_enable=1",
-        ),
-        ("sched_policy", None, ""),
-        ("mes", None, ""),
-        ("queue_preemption_timeout_ms", None, ""),
-        ("hws_max_conc_proc", None, ""),
-    ]
-    .into_iter()
-    .filter(|_| amdgpu_loaded)
-    {
-        let check_name = format!("amdgpu.{name}");
-        checks.push(match (param(name), good) {
-            (None, _) => Check::new(&check_name, Status::Info, "not readable", None),
-            (Some(v), Some(good)) if v != good => Check::new(&check_name, Status::Warn, v, Some(fix)),
-            (Some(v), _) => Check::new(&check_name, Status::Info, v, None),
-        });
+            Some("the tracer learns kfd_process pointers from the processes that open /dev/kfd instead"),
+        )
+    } else {
+        Check::new(
+            "module-btf",
+            Status::Warn,
+            format!("{} missing (common with amdgpu-dkms)", btf.display()),
+            Some(
+                "the tracer falls back to pointer learning; install a kernel with CONFIG_DEBUG_INFO_BTF_MODULES for struct offsets",
+            ),
+        )
     }
+}
 
-    let names = |needs: &[Need]| needs.iter().map(|n| n.name).collect::<Vec<_>>().join(", ");
-    checks.push(Check::new(
-        "agent-needs",
-        Status::Info,
-        format!(
-            "gpreempt agent needs {}; reads {}; opens {}",
-            names(AGENT_NEEDS.capabilities),
-            names(AGENT_NEEDS.paths),
-            names(AGENT_NEEDS.devices)
+/// Without a KFD provider every probe would be "missing": one line says why none was checked.
+fn probes_unchecked_check() -> Check {
+    Check::new("probes", Status::Info, "not checked: no KFD module loaded", None)
+}
+
+/// One probe of the tracer's table on this kernel.
+fn probe_check(p: &ResolvedProbe) -> Check {
+    let name = format!("probe {}", p.program);
+    match (&p.symbol, p.required) {
+        (Some(sym), _) => Check::new(&name, Status::Ok, format!("{:?} on {sym}", p.kind), None),
+        (None, true) => Check::new(
+            &name,
+            Status::Fail,
+            p.missing_reason.clone().unwrap_or_default(),
+            Some("the tracer cannot start; report this kernel build"),
         ),
-        None,
-    ));
-    DoctorReport { kernel, kfd_version, debug_trap, kfd_module, probes, checks, agent_needs: AGENT_NEEDS }
+        (None, false) => Check::new(&name, Status::Warn, p.missing_reason.clone().unwrap_or_default(), None),
+    }
 }
 
 /// Whether the losses of return probes on sleeping functions (more concurrent callers than the
@@ -514,6 +453,122 @@ fn return_probe_losses(roots: &Roots, kernel: &str) -> Check {
             Some("use Linux 6.7 or newer to have these losses counted; the summary shows them as unknown"),
         ),
     }
+}
+
+/// KFD's debugfs files (`ps --hw`).
+fn debugfs_check(roots: &Roots) -> Check {
+    if roots.debugfs_kfd.join("mqds").exists() {
+        Check::new("debugfs", Status::Ok, format!("{} readable", roots.debugfs_kfd.display()), None)
+    } else {
+        Check::new(
+            "debugfs",
+            Status::Warn,
+            format!("{} not found", roots.debugfs_kfd.display()),
+            Some("mount debugfs (`mount -t debugfs none /sys/kernel/debug`) for `ps --hw`"),
+        )
+    }
+}
+
+/// Whether Yama lets the controller's ptrace attach.
+fn ptrace_scope_check(roots: &Roots) -> Check {
+    match read_trimmed(&roots.proc.join("sys/kernel/yama/ptrace_scope")).as_deref() {
+        None => Check::new("ptrace-scope", Status::Info, "Yama not active", None),
+        Some("0") | Some("1") => {
+            Check::new("ptrace-scope", Status::Ok, "Yama ptrace_scope allows a privileged tracer", None)
+        }
+        Some("2") => Check::new(
+            "ptrace-scope",
+            Status::Warn,
+            "Yama ptrace_scope=2: only CAP_SYS_PTRACE may attach",
+            Some("run gpreempt as root (it has CAP_SYS_PTRACE)"),
+        ),
+        Some(other) => Check::new(
+            "ptrace-scope",
+            Status::Fail,
+            format!("Yama ptrace_scope={other}: ptrace attach is disabled until reboot"),
+            Some("the controller cannot work on this boot; set kernel.yama.ptrace_scope=1 at boot"),
+        ),
+    }
+}
+
+/// This process's effective capabilities against the ones gpreempt uses ([`CAPS`]).
+fn capabilities_check(roots: &Roots) -> Check {
+    let caps = read_trimmed(&roots.proc.join("self/status")).as_deref().and_then(effective_caps).unwrap_or(0);
+    let missing: Vec<&str> = CAPS.iter().filter(|(bit, _)| caps & (1 << bit) == 0).map(|(_, n)| *n).collect();
+    if missing.is_empty() {
+        Check::new("capabilities", Status::Ok, "CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE", None)
+    } else {
+        Check::new(
+            "capabilities",
+            Status::Warn,
+            format!("missing {}", missing.join(", ")),
+            Some("run gpreempt as root (sudo)"),
+        )
+    }
+}
+
+/// Debian's and Ubuntu's kernels: above 2, perf_event_open(2) needs CAP_SYS_ADMIN (trace::loader).
+fn perf_event_paranoid_check(roots: &Roots) -> Check {
+    let paranoid = read_trimmed(&roots.proc.join("sys/kernel/perf_event_paranoid"));
+    match paranoid.as_deref().map(str::parse::<i32>) {
+        Some(Ok(level)) if level > 2 => Check::new(
+            "perf-event-paranoid",
+            Status::Warn,
+            format!(
+                "kernel.perf_event_paranoid={level}: Debian's and Ubuntu's kernels then attach kprobes only with \
+                 CAP_SYS_ADMIN; gpreempt as root works, the agent with only the capabilities of agent-needs \
+                 (DaemonSet, systemd unit) cannot"
+            ),
+            Some("sysctl -w kernel.perf_event_paranoid=2, and keep it in /etc/sysctl.d"),
+        ),
+        Some(Ok(level)) => Check::new(
+            "perf-event-paranoid",
+            Status::Ok,
+            format!("kernel.perf_event_paranoid={level}: CAP_PERFMON is enough to attach kprobes"),
+            None,
+        ),
+        _ => Check::new("perf-event-paranoid", Status::Info, "not readable", None),
+    }
+}
+
+/// amdgpu's module parameters doctor shows: the name, the value gpreempt wants (`None`: any,
+/// shown for information) and the fix when it differs.
+const AMDGPU_PARAMS: [(&str, Option<&str>, &str); 5] = [
+    (
+        "cwsr_enable",
+        Some("1"),
+        "CWSR off: preemption waits for waves to drain and long kernels hit the timeout; load amdgpu with cwsr_enable=1",
+    ),
+    ("sched_policy", None, ""),
+    ("mes", None, ""),
+    ("queue_preemption_timeout_ms", None, ""),
+    ("hws_max_conc_proc", None, ""),
+];
+
+/// One of [`AMDGPU_PARAMS`] with its `value` as sysfs gives it.
+fn amdgpu_param_check(name: &str, value: Option<String>, good: Option<&str>, fix: &str) -> Check {
+    let check_name = format!("amdgpu.{name}");
+    match (value, good) {
+        (None, _) => Check::new(&check_name, Status::Info, "not readable", None),
+        (Some(v), Some(good)) if v != good => Check::new(&check_name, Status::Warn, v, Some(fix)),
+        (Some(v), _) => Check::new(&check_name, Status::Info, v, None),
+    }
+}
+
+/// What the agent needs from any host ([`AGENT_NEEDS`]), for whoever deploys it.
+fn agent_needs_check() -> Check {
+    let names = |needs: &[Need]| needs.iter().map(|n| n.name).collect::<Vec<_>>().join(", ");
+    Check::new(
+        "agent-needs",
+        Status::Info,
+        format!(
+            "gpreempt agent needs {}; reads {}; opens {}",
+            names(AGENT_NEEDS.capabilities),
+            names(AGENT_NEEDS.paths),
+            names(AGENT_NEEDS.devices)
+        ),
+        None,
+    )
 }
 
 #[cfg(test)]
