@@ -3,7 +3,7 @@
 //! The floor plan (docs/architecture.md), from the bottom up; a module uses only those above it
 //! in this list:
 //! - [`domain`] (the vocabulary: [`domain::HostPid`], [`domain::QueueId`], [`domain::GpuId`], …),
-//!   [`clock`], [`stats`], [`output`]: leaves.
+//!   [`clock`], [`stats`], [`output`], [`deploy`] (the agent's deployment contract): leaves.
 //! - [`kfd`]: the KFD user ABI only (`/dev/kfd`, layouts, one typed function per debug-trap op).
 //! - [`host`]: what the host's files say (`/proc`, sysfs, debugfs, container runtimes, selectors).
 //! - [`event`]: the low-level event type; [`trace`]: the eBPF probes that produce it.
@@ -21,6 +21,7 @@ pub mod agent;
 pub mod analyze;
 pub mod clock;
 pub mod controller;
+pub mod deploy;
 pub mod doctor;
 pub mod domain;
 pub mod duration;

@@ -1,11 +1,11 @@
 //! The deployment files grant exactly what `gpreempt doctor` says the agent needs
-//! (`gpreempt::doctor::AGENT_NEEDS`): no capability, host path or device more or less.
+//! (`gpreempt::deploy::AGENT_NEEDS`): no capability, host path or device more or less.
 
 use std::{collections::BTreeSet, path::PathBuf};
 
 use gpreempt::{
     agent::config::AgentConfig,
-    doctor::{AGENT_NEEDS, Need},
+    deploy::{AGENT_NEEDS, Need},
 };
 use serde_yaml::Value;
 

@@ -11,6 +11,7 @@ use std::{
 /// Each library module's layer, bottom up; a module may use modules of lower layers only.
 const LAYERS: &[(&str, u32)] = &[
     ("domain", 0),
+    ("deploy", 0),
     ("clock", 0),
     ("duration", 0),
     ("stats", 0),

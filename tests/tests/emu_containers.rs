@@ -6,7 +6,7 @@
 //!    `preempt --offline container:NAME` and scheduled by `schedule --online container:A
 //!    --offline container:B`, including a process started later in B (`podman exec`).
 //! 2. The agent runs inside its image under podman with exactly the privileges the DaemonSet
-//!    declares (`gpreempt::doctor::AGENT_NEEDS`, which gpreempt/tests/deploy.rs holds the
+//!    declares (`gpreempt::deploy::AGENT_NEEDS`, which gpreempt/tests/deploy.rs holds the
 //!    manifest to): the host pid namespace, all capabilities dropped but those, the declared host
 //!    paths read-only, /dev/kfd, a read-only root, no privilege escalation, seccomp unconfined.
 //!    The real Prometheus scrapes it; the workloads' series carry their container names; a policy
@@ -23,7 +23,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use gpreempt::doctor::AGENT_NEEDS;
+use gpreempt::deploy::AGENT_NEEDS;
 use gpreempt_tests::{
     binary,
     podman::{self, Workload, podman},

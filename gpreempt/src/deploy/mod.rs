@@ -1,0 +1,57 @@
+//! The agent's contract with whatever deploys it: what it needs from its host ([`AGENT_NEEDS`],
+//! which `gpreempt doctor` reports and gpreempt/tests/deploy.rs checks the files of `deploy/`
+//! against). A leaf: the agent and `doctor` both sit above it.
+
+use serde::Serialize;
+
+/// One thing a deployment grants the agent, and why the agent needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Need {
+    pub name: &'static str,
+    pub why: &'static str,
+    /// Absent on hosts that do not use it (another container runtime, no Kubernetes): mounted
+    /// when present, not required.
+    pub optional: bool,
+}
+
+/// What `gpreempt agent` needs from its host, and nothing more: the one list the deployment
+/// files (deploy/gpreempt-agent.service, deploy/daemonset.yaml) are checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct AgentNeeds {
+    pub capabilities: &'static [Need],
+    /// Host paths read (hostPath mounts in a container; read-only).
+    pub paths: &'static [Need],
+    /// Device nodes opened read-write.
+    pub devices: &'static [Need],
+}
+
+const fn need(name: &'static str, why: &'static str) -> Need {
+    Need { name, why, optional: false }
+}
+
+const fn optional(name: &'static str, why: &'static str) -> Need {
+    Need { name, why, optional: true }
+}
+
+pub const AGENT_NEEDS: AgentNeeds = AgentNeeds {
+    capabilities: &[
+        need("CAP_BPF", "load the eBPF programs and create their maps"),
+        need("CAP_PERFMON", "attach kprobes through the kprobe PMU and read kernel memory from the programs"),
+        need("CAP_SYSLOG", "read the KFD functions' addresses in /proc/kallsyms (kptr_restrict hides them)"),
+        need("CAP_SYS_PTRACE", "policies: attach the debug trap to offline processes (docs/kfd.md §2.1)"),
+    ],
+    paths: &[
+        need("/sys/kernel/btf", "vmlinux and amdgpu BTF: the probes' struct offsets"),
+        need("/sys/class/kfd", "the KFD processes and queues that exist when the agent starts"),
+        need("/sys/devices/virtual/kfd", "where /sys/class/kfd's links point"),
+        optional("/var/lib/kubelet/pods", "a pod's presence on this node"),
+        optional(
+            "/run/containerd/io.containerd.runtime.v2.task/k8s.io",
+            "containerd: a container's pod name and namespace",
+        ),
+        optional("/run/containers/storage/overlay-containers", "CRI-O: a container's pod name and namespace"),
+        optional("/var/lib/containers/storage/overlay-containers", "Podman: a container's name (containers.json)"),
+        optional("/var/lib/docker/containers", "Docker (cri-dockerd): a container's pod name and namespace"),
+    ],
+    devices: &[need("/dev/kfd", "policies: the debug-trap ioctls on offline processes")],
+};
