@@ -1,5 +1,6 @@
 //! Typed KFD values that cross module boundaries: who (host pid), where (GPU), which queue, and
-//! the small closed sets the driver numbers (queue type, debug-trap op, eviction trigger).
+//! the small closed sets the driver numbers (queue type, debug-trap op, eviction trigger), and
+//! the scheduler's transition (suspend or resume) that its reports, metrics and `top` share.
 //!
 //! Every type serialises exactly as the bare number or name it replaces, so JSON output keeps
 //! its shape (docs/guide/json.md); the numbers read back from it the same way (`analyze`).
@@ -208,6 +209,31 @@ impl EvictionTrigger {
             Self::CriuRestore => "criu_restore",
             Self::Other(_) => return None,
         })
+    }
+}
+
+/// A suspend or a resume of one GPU's offline queues: the one name for a transition from the
+/// scheduler's policy to its reports, the agent's metrics (which `top` reads back) and the JSON
+/// (`"suspend"`, `"resume"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransitionKind {
+    Suspend,
+    Resume,
+}
+
+impl TransitionKind {
+    /// The name used in the output (as serialised).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Suspend => "suspend",
+            Self::Resume => "resume",
+        }
+    }
+
+    /// The transition [`TransitionKind::name`] gives `name`, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Suspend, Self::Resume].into_iter().find(|t| t.name() == name)
     }
 }
 

@@ -22,10 +22,10 @@ use std::{
 
 use super::{AgentPolicy, PolicyRunner, log_line};
 use crate::{
-    domain::GpuId,
+    domain::{GpuId, TransitionKind},
     metrics::Metrics,
     model::ModelNotice,
-    schedule::{self, ScheduleEvent, Scheduler, channel, policy::TransitionKind, seams::Seams},
+    schedule::{self, ScheduleEvent, Scheduler, channel, seams::Seams},
 };
 
 /// One policy's thread.

@@ -25,7 +25,7 @@ use prometheus_client::{
 };
 
 use crate::{
-    domain::{GpuId, HostPid},
+    domain::{GpuId, HostPid, TransitionKind},
     event::Losses,
     host::k8s::PodRef,
     model::{
@@ -34,7 +34,6 @@ use crate::{
         spans::{Span, SpanKind},
     },
     pipeline::Subscriber,
-    schedule::policy::TransitionKind,
 };
 
 /// A label set: ordered (name, value) pairs; unknown values are left out, never guessed.

@@ -15,13 +15,13 @@ use super::{
     hints::HintCounts,
     kernel::KernelBreakdown,
     online,
-    policy::{GapVerdict, ResumeReason, State, TransitionKind},
+    policy::{GapVerdict, ResumeReason, State},
     reaction::{LoopStats, TransitionRecord},
     realtime::Realtime,
 };
 use crate::{
     controller::vocabulary::SharedError,
-    domain::{GpuId, HostPid},
+    domain::{GpuId, HostPid, TransitionKind},
     kfd::uapi::QueueSnapshotEntry,
     model::{QueueAddrs, spans::Span},
     stats::Summary as Stats,

@@ -9,12 +9,12 @@ use serde::Serialize;
 use super::{
     hints::HintCounts,
     kernel::KernelReport,
-    policy::{ResumeReason, State, TransitionKind},
+    policy::{ResumeReason, State},
     realtime::Realtime,
 };
 use crate::{
     controller::vocabulary::{Detached, SharedError},
-    domain::{GpuId, HostPid, QueueId},
+    domain::{GpuId, HostPid, QueueId, TransitionKind},
     stats::Summary as Stats,
 };
 

@@ -153,25 +153,6 @@ impl ResumeReason {
     }
 }
 
-/// A suspend or a resume of one GPU's offline queues: the one name for a transition from the
-/// policy to the reports, the metrics and the JSON (`"suspend"`, `"resume"`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TransitionKind {
-    Suspend,
-    Resume,
-}
-
-impl TransitionKind {
-    /// The name used in the output (as serialised).
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Suspend => "suspend",
-            Self::Resume => "resume",
-        }
-    }
-}
-
 /// What the controller must do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {

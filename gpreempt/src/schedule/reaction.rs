@@ -33,7 +33,7 @@ use super::{
     events::{DetectionPath, DoorbellCount},
     hints::{HintCounts, HintSocket},
     online::{OnlineProcess, ReadError},
-    policy::{Action, GapVerdict, Observation, PolicyConfig, PolicyMachine, ResumeReason, State, TransitionKind},
+    policy::{Action, GapVerdict, Observation, PolicyConfig, PolicyMachine, ResumeReason, State},
     realtime::{self, Realtime, RealtimeConfig},
     seams::{ControlSide, Occupancy},
 };
@@ -46,7 +46,7 @@ use crate::{
         target::TargetError,
         vocabulary::{DebugError, Detached, Options, Selection, SessionNotice, SharedError},
     },
-    domain::{GpuId, HostPid, QueueId},
+    domain::{GpuId, HostPid, QueueId, TransitionKind},
     kfd::uapi::QueueSnapshotEntry,
     model::QueueAddrs,
     stats::Histogram,

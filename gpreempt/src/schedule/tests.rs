@@ -17,7 +17,7 @@ use std::{
 use super::{
     ScheduleConfig, ScheduleEvent, Scheduler,
     discover::Discovery,
-    policy::{PolicyConfig, ResumeReason, TransitionKind},
+    policy::{PolicyConfig, ResumeReason},
     realtime::{Realtime, RealtimeConfig},
     seams::{ControlSide, Seams, SysfsOccupancy},
 };
@@ -26,7 +26,7 @@ use crate::{
         control::Control,
         vocabulary::{Batch, DebugError, Detached, Options, Selection, SessionNotice},
     },
-    domain::{GpuId, HostPid, QueueId},
+    domain::{GpuId, HostPid, QueueId, TransitionKind},
     host::select::Selector,
     kfd::uapi::QueueSnapshotEntry,
     model::{ModelNotice, QueueAddrs},

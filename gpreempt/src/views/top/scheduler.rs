@@ -201,7 +201,7 @@ pub fn read(addr: SocketAddr) -> SchedulerStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{metrics::Metrics, schedule::policy::TransitionKind};
+    use crate::{domain::TransitionKind, metrics::Metrics};
 
     #[test]
     fn reads_the_agents_own_exposition_per_policy_and_gpu() {
