@@ -16,7 +16,10 @@ use hyper::{Method, Request, Response, StatusCode, body::Incoming, header, serve
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::metrics::{self, Metrics};
+use crate::{
+    deploy::series::METRICS_PATH,
+    metrics::{self, Metrics},
+};
 
 /// The tracer loop's heartbeat: it [`Health::beat`]s at least every second.
 #[derive(Clone, Debug)]
@@ -60,7 +63,7 @@ fn respond(req: &Request<Incoming>, metrics: &Metrics, health: &Health) -> Respo
         return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n".into());
     }
     match req.uri().path() {
-        "/metrics" => reply(StatusCode::OK, metrics::CONTENT_TYPE, metrics.encode()),
+        METRICS_PATH => reply(StatusCode::OK, metrics::CONTENT_TYPE, metrics.encode()),
         "/healthz" if health.alive() => reply(StatusCode::OK, TEXT, "ok\n".into()),
         "/healthz" => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "tracer loop stalled\n".into()),
         _ => reply(StatusCode::NOT_FOUND, TEXT, "not found: try /metrics or /healthz\n".into()),

@@ -1,6 +1,10 @@
 //! The agent's contract with whatever deploys it: what it needs from its host ([`AGENT_NEEDS`],
 //! which `gpreempt doctor` reports and gpreempt/tests/deploy.rs checks the files of `deploy/`
-//! against). A leaf: the agent and `doctor` both sit above it.
+//! against) and the series it serves ([`series`], which `metrics` registers and `gpreempt top`
+//! and the dashboard in `deploy/` read). A leaf: the agent, `metrics`, `doctor` and `views` all
+//! sit above it.
+
+pub mod series;
 
 use serde::Serialize;
 

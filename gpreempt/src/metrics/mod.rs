@@ -21,10 +21,11 @@ use std::{
 use prometheus_client::{
     encoding::text,
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram, info::Info},
-    registry::{Registry, Unit},
+    registry::{Metric, Registry, Unit},
 };
 
 use crate::{
+    deploy::series::{self, label},
     domain::{GpuId, HostPid, TransitionKind},
     event::Losses,
     host::k8s::PodRef,
@@ -46,6 +47,15 @@ pub const LATENCY_BUCKETS: [f64; 16] =
 
 /// The OpenMetrics content type `/metrics` answers with.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Registers `metric` as `family`: its name, help and unit as deploy::series names them.
+fn register(r: &mut Registry, family: &series::Family, metric: impl Metric) {
+    if family.seconds {
+        r.register_with_unit(family.name, family.help, Unit::Seconds, metric);
+    } else {
+        r.register(family.name, family.help, metric);
+    }
+}
 
 fn latency_histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS)
@@ -92,11 +102,13 @@ pub struct Metrics {
 const LOSS_CAUSES: usize = 5;
 
 impl Metrics {
-    /// Every family registered under the `gpreempt_` prefix, `hostname` on every series, and
+    /// Every family of deploy::series registered under its prefix, `hostname` on every series, and
     /// `gpreempt_build_info` set for `version`.
     pub fn new(hostname: &str, version: &str) -> Self {
-        let mut registry =
-            Registry::with_prefix_and_labels("gpreempt", [("hostname".into(), hostname.to_owned().into())].into_iter());
+        let mut registry = Registry::with_prefix_and_labels(
+            series::PREFIX,
+            [("hostname".into(), hostname.to_owned().into())].into_iter(),
+        );
         let histograms = || HistogramFamily::new_with_constructor(latency_histogram as fn() -> Histogram);
         let m = Self {
             registry: Arc::new(Registry::default()),
@@ -126,96 +138,30 @@ impl Metrics {
             loop_step_seconds: FloatGaugeFamily::default(),
         };
         let r = &mut registry;
-        r.register("build", "The agent's build", Info::new(vec![("version", version.to_owned())]));
-        r.register("processes", "KFD processes running now", m.processes.clone());
-        r.register("queues", "User-mode queues now, per process, GPU, queue type and state", m.queues.clone());
-        r.register("queue_creates", "Queues created (successful create ioctls)", m.queue_creates.clone());
-        r.register("queue_destroys", "Queues destroyed or torn down with their process", m.queue_destroys.clone());
-        r.register("evictions", "Queue evictions, counted when they end, by trigger", m.evictions.clone());
-        r.register(
-            "restores",
-            "Evictions that ended with a restore (not with the process), by trigger",
-            m.restores.clone(),
-        );
-        r.register_with_unit(
-            "eviction",
-            "Time queues spent evicted, by trigger",
-            Unit::Seconds,
-            m.eviction_seconds.clone(),
-        );
-        r.register(
-            "debug_trap_operations",
-            "Debug-trap SUSPEND_QUEUES/RESUME_QUEUES calls on a process, by operation",
-            m.debug_trap_ops.clone(),
-        );
-        r.register_with_unit(
-            "debug_trap_duration",
-            "Latency of debug-trap suspend/resume calls (ioctl entry to return)",
-            Unit::Seconds,
-            m.debug_trap_seconds.clone(),
-        );
-        r.register_with_unit(
-            "hws_unmap_duration",
-            "In-driver unmap time of a debug-trap call (unmap_queues_cpsch or MES remove)",
-            Unit::Seconds,
-            m.hws_unmap_seconds.clone(),
-        );
-        r.register_with_unit(
-            "hws_fence_wait_duration",
-            "In-driver preemption fence wait of a debug-trap call (amdkfd_fence_wait_timeout)",
-            Unit::Seconds,
-            m.hws_fence_wait_seconds.clone(),
-        );
-        r.register_with_unit(
-            "hws_remap_duration",
-            "In-driver remap time of a debug-trap call (map_queues_cpsch or MES add)",
-            Unit::Seconds,
-            m.hws_remap_seconds.clone(),
-        );
-        r.register(
-            "collateral_queues_preempted",
-            "Queues of this process preempted by a device-wide unmap aimed at another process",
-            m.collateral.clone(),
-        );
-        r.register("tracer_events", "Events the tracer decoded", m.events.clone());
-        r.register("tracer_lost_records", "Records that did not become events, by cause", m.losses.clone());
-        r.register("probes", "Tracer probes, by state (attached or missing)", m.probes.clone());
-        r.register("config_reloads", "Configuration reloads (SIGHUP), by result", m.config_reloads.clone());
-        r.register(
-            "scheduler_transitions",
-            "Scheduler decisions per policy and GPU, by transition (suspend or resume)",
-            m.transitions.clone(),
-        );
-        r.register_with_unit(
-            "scheduler_suspended",
-            "Time a policy kept its offline queues on a GPU suspended",
-            Unit::Seconds,
-            m.suspended_seconds.clone(),
-        );
-        r.register_with_unit(
-            "scheduler_reaction",
-            "Time from online work seen on a GPU to its policy's suspend of the offline queues there returning",
-            Unit::Seconds,
-            m.reaction_seconds.clone(),
-        );
-        r.register_with_unit(
-            "scheduler_detection",
-            "Time from the last poll that saw a GPU free of online work to the suspend entering the kernel (an \
-             upper bound of online work published to suspend)",
-            Unit::Seconds,
-            m.detection_seconds.clone(),
-        );
-        r.register(
-            "scheduler_resumes_skipped",
-            "Idle resumes a policy skipped because the online gap was predicted shorter than their cost",
-            m.resumes_skipped.clone(),
-        );
-        r.register_with_unit(
-            "scheduler_loop_step",
-            "The reaction thread's step interval so far, by quantile (0.5, 0.99, 1 for the maximum)",
-            Unit::Seconds,
-            m.loop_step_seconds.clone(),
-        );
+        register(r, &series::BUILD, Info::new(vec![("version", version.to_owned())]));
+        register(r, &series::PROCESSES, m.processes.clone());
+        register(r, &series::QUEUES, m.queues.clone());
+        register(r, &series::QUEUE_CREATES, m.queue_creates.clone());
+        register(r, &series::QUEUE_DESTROYS, m.queue_destroys.clone());
+        register(r, &series::EVICTIONS, m.evictions.clone());
+        register(r, &series::RESTORES, m.restores.clone());
+        register(r, &series::EVICTION, m.eviction_seconds.clone());
+        register(r, &series::DEBUG_TRAP_OPERATIONS, m.debug_trap_ops.clone());
+        register(r, &series::DEBUG_TRAP_DURATION, m.debug_trap_seconds.clone());
+        register(r, &series::HWS_UNMAP_DURATION, m.hws_unmap_seconds.clone());
+        register(r, &series::HWS_FENCE_WAIT_DURATION, m.hws_fence_wait_seconds.clone());
+        register(r, &series::HWS_REMAP_DURATION, m.hws_remap_seconds.clone());
+        register(r, &series::COLLATERAL_QUEUES_PREEMPTED, m.collateral.clone());
+        register(r, &series::TRACER_EVENTS, m.events.clone());
+        register(r, &series::TRACER_LOST_RECORDS, m.losses.clone());
+        register(r, &series::PROBES, m.probes.clone());
+        register(r, &series::CONFIG_RELOADS, m.config_reloads.clone());
+        register(r, &series::SCHEDULER_TRANSITIONS, m.transitions.clone());
+        register(r, &series::SCHEDULER_SUSPENDED, m.suspended_seconds.clone());
+        register(r, &series::SCHEDULER_REACTION, m.reaction_seconds.clone());
+        register(r, &series::SCHEDULER_DETECTION, m.detection_seconds.clone());
+        register(r, &series::SCHEDULER_RESUMES_SKIPPED, m.resumes_skipped.clone());
+        register(r, &series::SCHEDULER_LOOP_STEP, m.loop_step_seconds.clone());
         Self { registry: Arc::new(registry), ..m }
     }
 
@@ -262,7 +208,11 @@ impl Metrics {
 
     /// A policy suspended or resumed its offline queues on `gpu`.
     pub fn scheduler_transition(&self, policy: &str, gpu: GpuId, t: TransitionKind) {
-        let labels = vec![("policy", policy.to_owned()), ("gpu", gpu.to_string()), ("transition", t.name().to_owned())];
+        let labels = vec![
+            (label::POLICY, policy.to_owned()),
+            (label::GPU, gpu.to_string()),
+            (label::TRANSITION, t.name().to_owned()),
+        ];
         self.transitions.get_or_create(&labels).inc();
     }
 
@@ -290,7 +240,7 @@ impl Metrics {
     pub fn scheduler_loop_step(&self, policy: &str, p50: f64, p99: f64, max: f64) {
         for (q, v) in [("0.5", p50), ("0.99", p99), ("1", max)] {
             self.loop_step_seconds
-                .get_or_create(&vec![("policy", policy.to_owned()), ("quantile", q.to_owned())])
+                .get_or_create(&vec![(label::POLICY, policy.to_owned()), ("quantile", q.to_owned())])
                 .set(v);
         }
     }
@@ -516,5 +466,5 @@ impl Subscriber for std::rc::Rc<std::cell::RefCell<Recorder>> {
 mod tests;
 
 fn policy_gpu(policy: &str, gpu: GpuId) -> Labels {
-    vec![("policy", policy.to_owned()), ("gpu", gpu.to_string())]
+    vec![(label::POLICY, policy.to_owned()), (label::GPU, gpu.to_string())]
 }

@@ -2,6 +2,8 @@
 
 use gpreempt_common::record::KfdFn;
 
+use std::collections::BTreeSet;
+
 use super::*;
 use crate::{
     domain::{EvictionTrigger, GpuId, QueueId},
@@ -42,13 +44,10 @@ fn scripted() -> (Metrics, Pipeline, std::rc::Rc<std::cell::RefCell<Recorder>>) 
     (metrics, p, recorder)
 }
 
-#[test]
-fn exposition_of_a_scripted_sequence_is_exact() {
-    let (metrics, mut p, recorder) = scripted();
-    let during = metrics.encode();
-    assert!(during.contains(
-        "gpreempt_queues{hostname=\"node-a\",kfd_process_id=\"10\",pod=\"trainer-0\",namespace=\"ml\",container=\"trainer\",gpu_id=\"10\",queue_type=\"compute-aql\",state=\"evicted\"} 2\n"
-    ), "{during}");
+/// The script after the eviction: its restore, a debugger's suspend (with an HWS unmap that also
+/// preempts pid 20's queue) and resume of pid 10, a destroyed queue, pid 20's exit, and one of
+/// each tracer and scheduler series.
+fn rest_of_the_script(metrics: &Metrics, p: &mut Pipeline, recorder: &std::rc::Rc<std::cell::RefCell<Recorder>>) {
     let restore = QueueRestore { target_pid: HostPid(10), gpu_id: Some(GpuId(0xa)) };
     p.deliver(&ev(7, 1_250_000_000, EventKind::QueueRestore(restore)));
     // The debugger's thread: HWS unmap 200 µs with a 100 µs fence wait inside, then the 400 µs
@@ -83,12 +82,67 @@ fn exposition_of_a_scripted_sequence_is_exact() {
     metrics.scheduler_detection("colocate", gpu, 0.0003);
     metrics.scheduler_resume_skipped("colocate", gpu);
     metrics.scheduler_loop_step("colocate", 0.0002, 0.0004, 0.0021);
+}
+
+#[test]
+fn exposition_of_a_scripted_sequence_is_exact() {
+    let (metrics, mut p, recorder) = scripted();
+    let during = metrics.encode();
+    assert!(during.contains(
+        "gpreempt_queues{hostname=\"node-a\",kfd_process_id=\"10\",pod=\"trainer-0\",namespace=\"ml\",container=\"trainer\",gpu_id=\"10\",queue_type=\"compute-aql\",state=\"evicted\"} 2\n"
+    ), "{during}");
+    rest_of_the_script(&metrics, &mut p, &recorder);
     expect(&metrics, "exposition-before-expiry.txt", include_str!("exposition-before-expiry.txt"));
     assert_eq!((recorder.borrow().tracked(), recorder.borrow().process_series()), (2, 15));
     // Exited at 4 s with a 1 s grace period: pid 20's series are gone at 5 s, pid 10's stay.
     p.expire(5_000_000_001);
     assert_eq!((recorder.borrow().tracked(), recorder.borrow().process_series()), (1, 10));
     expect(&metrics, "exposition-after-expiry.txt", include_str!("exposition-after-expiry.txt"));
+}
+
+/// Every family the agent exposes is one of deploy::series, with its name, kind and unit there,
+/// and every family there is exposed: the whole script and a resume whose driver calls remapped
+/// (so that each family has a sample).
+#[test]
+fn every_family_is_exposed_as_deploy_series_names_it() {
+    let (metrics, mut p, recorder) = scripted();
+    rest_of_the_script(&metrics, &mut p, &recorder);
+    let resume = Span {
+        kind: SpanKind::Resume,
+        target_pid: Some(HostPid(10)),
+        gpu_id: Some(GpuId(0xa)),
+        start_ns: 3_200_000_000,
+        end_ns: 3_200_050_000,
+        duration_ns: 50_000,
+        trigger: None,
+        queues: vec![QueueId(0)],
+        rejected: Vec::new(),
+        collateral: Vec::new(),
+        breakdown: Some(crate::model::spans::Breakdown {
+            unmap_ns: 10_000,
+            fence_wait_ns: 5_000,
+            remap_ns: 20_000,
+            gpus: vec![GpuId(0xa)],
+        }),
+        phases: Vec::new(),
+        open: false,
+    };
+    recorder.borrow_mut().span(&resume, p.model());
+    let text = metrics.encode();
+    let meta = |tag: &str| -> BTreeSet<String> {
+        text.lines().filter_map(|l| l.strip_prefix(tag)).map(str::to_owned).collect()
+    };
+    let families = series::FAMILIES;
+    let typed: BTreeSet<String> = families.iter().map(|f| format!("{} {}", f.exposed(), f.kind.name())).collect();
+    assert_eq!(meta("# TYPE "), typed);
+    let units: BTreeSet<String> =
+        families.iter().filter(|f| f.seconds).map(|f| format!("{} seconds", f.exposed())).collect();
+    assert_eq!(meta("# UNIT "), units);
+    let samples: BTreeSet<String> = families.iter().flat_map(series::Family::samples).collect();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let name = line.split(['{', ' ']).next().unwrap_or_default();
+        assert!(samples.contains(name), "{name} is no sample of a deploy::series family");
+    }
 }
 
 /// The exposition with each family's samples in sorted order: the encoder walks label sets in

@@ -6,10 +6,11 @@
 //! the tracer (queue states and spans).
 //!
 //! The endpoint is the agent's OpenMetrics text (agent/http.rs, metrics/mod.rs); this reads the
-//! `gpreempt_scheduler_*` families out of it with plain HTTP/1.1 over a local TCP connection.
+//! scheduler's families out of it with plain HTTP/1.1 over a local TCP connection, by the names
+//! and labels the exporter registers them under (`deploy::series`).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashSet},
     io::{Read, Write},
     net::{SocketAddr, TcpStream},
     time::Duration,
@@ -17,7 +18,10 @@ use std::{
 
 use serde::Serialize;
 
-use crate::domain::GpuId;
+use crate::{
+    deploy::series::{self, METRICS_PATH, label},
+    domain::{GpuId, TransitionKind},
+};
 
 /// One policy's scheduler on one GPU, as the agent reports it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -57,7 +61,7 @@ pub enum ScrapeError {
          tables to see the scheduler here, or pass --agent ADDR (--no-agent: do not ask)"
     )]
     Connect { addr: SocketAddr, source: std::io::Error },
-    #[error("reading {addr}/metrics: {source}")]
+    #[error("reading {addr}{path}: {source}", path = METRICS_PATH)]
     Io { addr: SocketAddr, source: std::io::Error },
     #[error("{addr} answered `{status}` instead of 200 OK: is it a gpreempt agent's metrics address?")]
     Status { addr: SocketAddr, status: String },
@@ -67,14 +71,14 @@ pub enum ScrapeError {
 /// this bounds a wedged or foreign listener).
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// GET `http://addr/metrics`: the body, or why not.
+/// GET `http://addr/metrics` ([`METRICS_PATH`]): the body, or why not.
 pub fn scrape(addr: SocketAddr) -> Result<String, ScrapeError> {
     let io = |source| ScrapeError::Io { addr, source };
     let mut s =
         TcpStream::connect_timeout(&addr, SCRAPE_TIMEOUT).map_err(|source| ScrapeError::Connect { addr, source })?;
     s.set_read_timeout(Some(SCRAPE_TIMEOUT)).map_err(io)?;
     s.set_write_timeout(Some(SCRAPE_TIMEOUT)).map_err(io)?;
-    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+    s.write_all(format!("GET {METRICS_PATH} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
         .map_err(io)?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).map_err(io)?;
@@ -134,6 +138,29 @@ fn sample(line: &str) -> Option<Sample<'_>> {
     }
 }
 
+/// What a scheduler sample fills in `top`'s row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Transitions,
+    Held,
+    ResumesSkipped,
+    Reactions,
+    ReactionSum,
+    ReactionBucket,
+}
+
+/// The samples `top` reads, by their names in the exposition.
+fn reads() -> [(String, Field); 6] {
+    [
+        (series::SCHEDULER_TRANSITIONS.sample(series::Sample::Total), Field::Transitions),
+        (series::SCHEDULER_SUSPENDED.sample(series::Sample::Total), Field::Held),
+        (series::SCHEDULER_RESUMES_SKIPPED.sample(series::Sample::Total), Field::ResumesSkipped),
+        (series::SCHEDULER_REACTION.sample(series::Sample::Count), Field::Reactions),
+        (series::SCHEDULER_REACTION.sample(series::Sample::Sum), Field::ReactionSum),
+        (series::SCHEDULER_REACTION.sample(series::Sample::Bucket), Field::ReactionBucket),
+    ]
+}
+
 /// The scheduler families of an agent's exposition, per (policy, gpu).
 pub fn parse(exposition: &str) -> Vec<SchedulerGpu> {
     #[derive(Default)]
@@ -142,33 +169,43 @@ pub fn parse(exposition: &str) -> Vec<SchedulerGpu> {
         reaction_sum_s: f64,
         buckets: Vec<(f64, f64)>,
     }
+    // Every sample of a scheduler family names a (policy, gpu), read or not.
+    let scheduler: HashSet<String> = series::SCHEDULER.iter().flat_map(series::Family::samples).collect();
+    let reads = reads();
     let mut by: BTreeMap<(String, u32), Acc> = BTreeMap::new();
     for s in exposition.lines().filter_map(sample) {
-        let Some(family) = s.name.strip_prefix("gpreempt_scheduler_") else { continue };
-        let (Some(policy), Some(gpu)) = (s.labels.get("policy"), s.labels.get("gpu").and_then(|g| g.parse().ok()))
+        if !scheduler.contains(s.name) {
+            continue;
+        }
+        let (Some(policy), Some(gpu)) =
+            (s.labels.get(label::POLICY), s.labels.get(label::GPU).and_then(|g| g.parse().ok()))
         else {
             continue;
         };
         let acc = by.entry((policy.clone(), gpu)).or_default();
         let count = s.value.max(0.0) as u64;
-        match family {
-            "transitions_total" => match s.labels.get("transition").map(String::as_str) {
-                Some("suspend") => acc.row.suspends = count,
-                Some("resume") => acc.row.resumes = count,
-                _ => {}
-            },
-            "suspended_seconds_total" => acc.row.held_s = s.value,
-            "resumes_skipped_total" => acc.row.resumes_skipped = count,
-            "reaction_seconds_count" => acc.row.reactions = count,
-            "reaction_seconds_sum" => acc.reaction_sum_s = s.value,
-            "reaction_seconds_bucket" => {
-                let le =
-                    s.labels.get("le").and_then(|l| if l == "+Inf" { Some(f64::INFINITY) } else { l.parse().ok() });
+        match reads.iter().find(|(name, _)| name == s.name).map(|&(_, field)| field) {
+            Some(Field::Transitions) => {
+                match s.labels.get(label::TRANSITION).and_then(|t| TransitionKind::from_name(t)) {
+                    Some(TransitionKind::Suspend) => acc.row.suspends = count,
+                    Some(TransitionKind::Resume) => acc.row.resumes = count,
+                    None => {}
+                }
+            }
+            Some(Field::Held) => acc.row.held_s = s.value,
+            Some(Field::ResumesSkipped) => acc.row.resumes_skipped = count,
+            Some(Field::Reactions) => acc.row.reactions = count,
+            Some(Field::ReactionSum) => acc.reaction_sum_s = s.value,
+            Some(Field::ReactionBucket) => {
+                let le = s
+                    .labels
+                    .get(label::LE)
+                    .and_then(|l| if l == "+Inf" { Some(f64::INFINITY) } else { l.parse().ok() });
                 if let Some(le) = le {
                     acc.buckets.push((le, s.value));
                 }
             }
-            _ => {}
+            None => {}
         }
     }
     by.into_iter()
@@ -191,7 +228,7 @@ pub fn parse(exposition: &str) -> Vec<SchedulerGpu> {
 
 /// Scrape and parse: the status `top` shows (an unreachable agent is a status, not a failure).
 pub fn read(addr: SocketAddr) -> SchedulerStatus {
-    let source = Some(format!("http://{addr}/metrics"));
+    let source = Some(format!("http://{addr}{METRICS_PATH}"));
     match scrape(addr) {
         Ok(body) => SchedulerStatus { source, error: None, gpus: parse(&body) },
         Err(e) => SchedulerStatus { source, error: Some(e.to_string()), gpus: Vec::new() },
@@ -200,8 +237,10 @@ pub fn read(addr: SocketAddr) -> SchedulerStatus {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
-    use crate::{domain::TransitionKind, metrics::Metrics};
+    use crate::metrics::Metrics;
 
     #[test]
     fn reads_the_agents_own_exposition_per_policy_and_gpu() {
@@ -233,6 +272,61 @@ mod tests {
         assert_eq!(colocate.reaction_mean_us, Some(470.0));
         // The second sample (900 µs) is the 99th percentile: under the 1 ms bucket bound.
         assert_eq!(colocate.reaction_p99_le_us, Some(1000.0));
+    }
+
+    /// Every sample and label `top` reads is one the agent's exporter writes (both take the names
+    /// from deploy::series; this holds them to what the encoder makes of them), and every
+    /// scheduler sample it writes is one `parse` knows.
+    #[test]
+    fn every_name_top_reads_is_one_the_exporter_emits() {
+        let m = Metrics::new("node-a", "0.1.0");
+        let gpu = GpuId(0x1000);
+        m.scheduler_transition("p", gpu, TransitionKind::Suspend);
+        m.scheduler_transition("p", gpu, TransitionKind::Resume);
+        m.scheduler_suspended("p", gpu, 0.5);
+        m.scheduler_reaction("p", gpu, 40e-6);
+        m.scheduler_detection("p", gpu, 1e-6);
+        m.scheduler_resume_skipped("p", gpu);
+        m.scheduler_loop_step("p", 1e-6, 2e-6, 3e-6);
+        let text = m.encode();
+        let emitted: Vec<Sample<'_>> = text.lines().filter_map(sample).collect();
+        // Samples per name: two transitions, one each of the counters, the histogram's 16
+        // bounds and +Inf.
+        let expected = [
+            (Field::Transitions, 2),
+            (Field::Held, 1),
+            (Field::ResumesSkipped, 1),
+            (Field::Reactions, 1),
+            (Field::ReactionSum, 1),
+            (Field::ReactionBucket, 17),
+        ];
+        for ((name, field), (expected_field, n)) in reads().into_iter().zip(expected) {
+            assert_eq!(field, expected_field);
+            let of_name: Vec<&Sample<'_>> = emitted.iter().filter(|s| s.name == name).collect();
+            assert_eq!(of_name.len(), n, "{name}:\n{text}");
+            for s in &of_name {
+                assert_eq!((s.labels[label::POLICY].as_str(), s.labels[label::GPU].as_str()), ("p", "4096"), "{name}");
+            }
+            let other: BTreeSet<Option<&str>> = of_name
+                .iter()
+                .map(|s| match field {
+                    Field::Transitions => s.labels.get(label::TRANSITION).map(String::as_str),
+                    Field::ReactionBucket => s.labels.get(label::LE).map(|_| "le"),
+                    _ => None,
+                })
+                .collect();
+            let want: BTreeSet<Option<&str>> = match field {
+                Field::Transitions => [Some("resume"), Some("suspend")].into(),
+                Field::ReactionBucket => [Some("le")].into(),
+                _ => [None].into(),
+            };
+            assert_eq!(other, want, "{name}");
+        }
+        let known: HashSet<String> = series::SCHEDULER.iter().flat_map(series::Family::samples).collect();
+        let written: BTreeSet<&str> =
+            emitted.iter().map(|s| s.name).filter(|n| n.starts_with("gpreempt_scheduler_")).collect();
+        assert_eq!(written.len(), 10, "{written:?}");
+        assert!(written.iter().all(|n| known.contains(*n)), "{written:?}");
     }
 
     #[test]
