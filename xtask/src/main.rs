@@ -58,7 +58,8 @@ enum Task {
     /// workload, an eviction, and `gpreempt preempt` stopping and restarting the offline one.
     Demo(demo::DemoArgs),
     /// Build the gpreempt container image (deploy/Containerfile) offline with podman: the release
-    /// binary and the shared objects it links, `FROM scratch`; tagged gpreempt:latest.
+    /// binary and the shared objects it links, `FROM scratch`; tagged gpreempt:VERSION (what
+    /// deploy/kubernetes runs) and gpreempt:latest.
     Image(image::ImageArgs),
     /// Build the release artifacts into target/dist: a static gpreempt binary (no libc needed),
     /// a tarball with its man pages, completions, systemd unit and sample config, a Debian
