@@ -7,6 +7,7 @@ mod fuzz;
 mod image;
 mod kernels;
 mod kmod;
+mod manifests;
 mod rocm6;
 mod setup;
 mod test;
@@ -28,7 +29,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Install everything this machine lacks (idempotent): nightly rust-src, bpf-linker,
-    /// qemu, virtme-ng, busybox, podman, and the Debian 5.10 / 6.1 / 6.12 / 7.x kernels for the VM tests.
+    /// qemu, virtme-ng, busybox, podman, the Debian 5.10 / 6.1 / 6.12 / 7.x kernels for the VM tests,
+    /// and kubectl and kubernetes-validate for `manifests`.
     Setup,
     /// Build gpreempt, then run it as root (through `sudo -E` when not root) with the given args.
     Run {
@@ -58,8 +60,13 @@ enum Task {
     /// workload, an eviction, and `gpreempt preempt` stopping and restarting the offline one.
     Demo(demo::DemoArgs),
     /// Build the gpreempt container image (deploy/Containerfile) offline with podman: the release
-    /// binary and the shared objects it links, `FROM scratch`; tagged gpreempt:latest.
+    /// binary and the shared objects it links, `FROM scratch`; tagged gpreempt:VERSION (what
+    /// deploy/kubernetes runs) and gpreempt:latest.
     Image(image::ImageArgs),
+    /// Render every kustomization of deploy/kubernetes (`kubectl kustomize`) and validate each
+    /// object offline: built-in kinds against Kubernetes 1.29, 1.33 and the newest schemas
+    /// kubernetes-validate carries, ServiceMonitor and PodMonitor against deploy/kubernetes/schemas.
+    Manifests,
     /// Build the release artifacts into target/dist: a static gpreempt binary (no libc needed),
     /// a tarball with its man pages, completions, systemd unit and sample config, a Debian
     /// package, and the image gpreempt:VERSION from the same binary. `--check`: install the
@@ -92,6 +99,7 @@ fn main() -> ExitCode {
         Task::TextPokes { dir } => text_pokes::summarise(&dir).map(|md| print!("{md}")),
         Task::Demo(args) => demo::run(&args),
         Task::Image(args) => image::run(&args),
+        Task::Manifests => manifests::run(),
         Task::Dist(args) => dist::run(&args),
         Task::DistGuestCheck(args) => dist::check::guest_main(&args),
         Task::Fuzz(args) => fuzz::run_fuzz(&args),

@@ -1,6 +1,6 @@
 //! `cargo xtask test`: every layer, in order, with one closing line `N passed, M failed, K skipped`.
 //!
-//! 1. `cargo fmt --check` and `cargo clippy -D warnings` (one check each);
+//! 1. `cargo fmt --check`, `cargo clippy -D warnings` and `cargo xtask manifests` (one check each);
 //! 2. `cargo test` — unit tests, no root;
 //! 3. the integration tests of `tests/` as root inside one VM boot per kernel of the matrix: first
 //!    with the real amdgpu driver for every test binary except `emu_*`, then, in the same boot,
@@ -36,7 +36,7 @@ use clap::Args;
 use crate::{
     image,
     kmod::{self, Module},
-    setup,
+    manifests, setup,
     util::{build_binaries, cargo, describe, output, target_dir, workspace_root},
     vm::{self, Kernel, VmArgs},
 };
@@ -450,6 +450,8 @@ fn checks(tally: &mut Tally) {
         ]))?;
         Ok(Tally::check(ok))
     });
+    // Seconds: two Python processes' worth of rendering and schema checks, no build.
+    stage("manifests", tally, || Ok(Tally::check(manifests::check()?)));
     stage("unit tests", tally, || {
         let (ok, text) = run_streaming(cargo().args([
             "test",

@@ -181,7 +181,11 @@ impl Metrics {
         r.register("tracer_events", "Events the tracer decoded", m.events.clone());
         r.register("tracer_lost_records", "Records that did not become events, by cause", m.losses.clone());
         r.register("probes", "Tracer probes, by state (attached or missing)", m.probes.clone());
-        r.register("config_reloads", "Configuration reloads (SIGHUP), by result", m.config_reloads.clone());
+        r.register(
+            "config_reloads",
+            "Configuration reloads (a changed file seen by the watch, or SIGHUP), by result",
+            m.config_reloads.clone(),
+        );
         r.register(
             "scheduler_transitions",
             "Scheduler decisions per policy and GPU, by transition (suspend or resume)",
@@ -255,7 +259,7 @@ impl Metrics {
         self.probes.get_or_create(&vec![("state", "missing".to_owned())]).set(missing as i64);
     }
 
-    /// A SIGHUP reload: applied (`true`) or rejected.
+    /// A reload of a changed configuration (watch or SIGHUP): applied (`true`) or rejected.
     pub fn config_reload(&self, ok: bool) {
         let result = if ok { "applied" } else { "rejected" };
         self.config_reloads.get_or_create(&vec![("result", result.to_owned())]).inc();

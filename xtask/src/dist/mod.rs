@@ -129,7 +129,7 @@ fn image_archive(version: &str) -> String {
 }
 
 /// The version of the `gpreempt` package (the workspace's), as cargo reads it.
-fn package_version() -> Result<String> {
+pub(crate) fn package_version() -> Result<String> {
     let metadata = output(cargo().args(["metadata", "--format-version", "1", "--no-deps", "--offline"]))?;
     let metadata: serde_json::Value = serde_json::from_str(&metadata).context("parsing `cargo metadata`")?;
     metadata["packages"]
@@ -228,7 +228,7 @@ fn build(dist: &Path, version: &str, image: bool) -> Result<Artifacts> {
         let tag = format!("gpreempt:{version}");
         let context = target_dir().join("dist-work/image");
         crate::image::assemble(std::slice::from_ref(&binary), &context)?;
-        run_command(&mut crate::image::build_command(&context, &tag))?;
+        run_command(&mut crate::image::build_command(&context, &[&tag]))?;
         let archive = dist.join(image_archive(version));
         run_command(
             Command::new("podman").args(["save", "--format", "oci-archive", "--output"]).arg(&archive).arg(&tag),
