@@ -1,6 +1,7 @@
 //! gpreempt's developer and CI entry points. `cargo xtask --help` lists them.
 
 mod bench;
+mod binaries;
 mod demo;
 mod dist;
 mod fuzz;
@@ -83,7 +84,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Setup => setup::run(),
-        Task::Run { release, args } => util::run_gpreempt(release, &args),
+        Task::Run { release, args } => binaries::run_gpreempt(release, &args),
         Task::Vm(args) => vm::run(&args).and_then(|status| {
             if status == 0 { Ok(()) } else { Err(anyhow::anyhow!("command in the VM exited with status {status}")) }
         }),
