@@ -8,6 +8,7 @@ mod fuzz;
 mod image;
 mod kernels;
 mod kmod;
+mod linkage;
 mod rocm6;
 mod setup;
 mod test;
