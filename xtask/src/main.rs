@@ -58,9 +58,9 @@ enum Task {
     },
     /// The tool live in 6.12 VMs, in three parts: `gpreempt trace` on the real amdgpu driver while
     /// a built-in workload issues KFD ioctls; on the KFD emulator, an eviction, `gpreempt preempt`
-    /// stopping and restarting an offline workload, and `gpreempt schedule` on the co-location
-    /// bench's scenarios; Debian's ROCm user space on the emulated GPUs. `--amdgpu`,
-    /// `--emulator`, `--rocm`: one part only.
+    /// stopping and restarting an offline workload, and `gpreempt evaluate` measuring a service
+    /// alone, co-located and under `gpreempt schedule`; Debian's ROCm user space on the emulated
+    /// GPUs. `--amdgpu`, `--emulator`, `--rocm`: one part only.
     Demo(demo::DemoArgs),
     /// Build the gpreempt container image (deploy/Containerfile) offline with podman: the release
     /// binary and the shared objects it links, `FROM scratch`; tagged gpreempt:latest.

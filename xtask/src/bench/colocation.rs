@@ -12,7 +12,8 @@
 //! This is the guest half ([`guest`]): it writes one [`Colocation`] document, which
 //! `colocation_report` (in `report`'s order) turns into the BENCHMARKS.md section. `--demo` runs
 //! the same scenarios once, short, without the previous binary, printing as it goes (`cargo xtask
-//! demo`).
+//! demo` told its scheduling story this way; it tells it with `gpreempt evaluate` now and passes
+//! no `--demo`).
 
 use std::{
     collections::BTreeMap,
@@ -757,8 +758,8 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
     fs::write(&args.out, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("writing {}", args.out.display()))
 }
 
-/// `cargo xtask demo`'s scheduling story: each scenario once, short, alone / co-located / under
-/// `gpreempt schedule` (human mode: its own summary is shown), printed as it goes.
+/// Each scenario once, short, alone / co-located / under `gpreempt schedule` (human mode: its
+/// own summary is shown), printed as it goes.
 fn demo(args: &GuestArgs) -> Result<()> {
     let (bin, plan) = (&args.bin, Plan::new(false, true));
     let pct = |v: &[f64], q| percentile(v, q);
