@@ -8,8 +8,9 @@
 use anyhow::{Result, bail};
 
 use crate::{
+    binaries::build_binaries,
     kmod, setup,
-    util::{self, build_binaries, cargo, target_dir},
+    util::{self, cargo, target_dir},
     vm::{self, Kernel, VmArgs},
 };
 

@@ -106,7 +106,7 @@ pub fn assemble(binaries: &[PathBuf], context: &Path) -> Result<()> {
         // non-PIE one ("not a dynamic executable").
         let headers = output(Command::new("readelf").args(["--program-headers", "--dynamic", "--wide"]).arg(binary))
             .with_context(|| format!("reading the ELF headers of {} (readelf, from binutils)", binary.display()))?;
-        if crate::dist::dynamic_needs(&headers).is_empty() {
+        if crate::linkage::dynamic_needs(&headers).is_empty() {
             continue;
         }
         for object in parse_ldd(&output(Command::new("ldd").arg(binary))?)

@@ -50,7 +50,7 @@ pub struct GuestArgs {
     /// default all).
     #[arg(long, value_delimiter = ',')]
     pub colocation_scenarios: Vec<String>,
-    /// Co-location scenario: `cargo xtask demo`'s short run, printed, nothing written to `--out`.
+    /// Co-location scenario: a short run, printed, nothing written to `--out`.
     #[arg(long)]
     pub demo: bool,
 }
