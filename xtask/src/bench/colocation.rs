@@ -10,10 +10,7 @@
 //! drift and chance show in the per-round spread.
 //!
 //! This is the guest half ([`guest`]): it writes one [`Colocation`] document, which
-//! `colocation_report` (in `report`'s order) turns into the BENCHMARKS.md section. `--demo` runs
-//! the same scenarios once, short, without the previous binary, printing as it goes (`cargo xtask
-//! demo` told its scheduling story this way; it tells it with `gpreempt evaluate` now and passes
-//! no `--demo`).
+//! `colocation_report` (in `report`'s order) turns into the BENCHMARKS.md section.
 
 use std::{
     collections::BTreeMap,
@@ -34,7 +31,7 @@ use super::{
     guest_env::{GuestArgs, cpus, emu_param, kernel_release, process_cpu_ns, thread_cpu_ns},
     results::{
         Colocation, ColocationScenario, EmulatorParams, GpuRate, GpuTransitions, OfflineSweep, PreviousScheduler,
-        ScenarioRound, SchedulerRun, SchedulerSummary, StateRun, Stats, SweepPoint, TimerFloor,
+        ScenarioRound, SchedulerRun, StateRun, Stats, SweepPoint, TimerFloor,
     },
     stats::percentile,
 };
@@ -58,12 +55,8 @@ struct Plan {
 pub(super) const RATE_HZ: f64 = 20.0;
 
 impl Plan {
-    fn new(quick: bool, demo: bool) -> Self {
-        match (quick, demo) {
-            (_, true) => Plan { rounds: 1, requests: 100 },
-            (true, false) => Plan { rounds: 1, requests: 80 },
-            (false, false) => Plan { rounds: 3, requests: 200 },
-        }
+    fn new(quick: bool) -> Self {
+        if quick { Plan { rounds: 1, requests: 80 } } else { Plan { rounds: 3, requests: 200 } }
     }
 
     fn window(&self) -> Duration {
@@ -187,9 +180,9 @@ fn sweep(bin: &Path, current: &Path, plan: &Plan) -> Result<OfflineSweep> {
     for n in SWEEP {
         let spec = sweep_spec(n);
         eprintln!("bench: colocation {SWEEP_NAME}: {n} offline process(es)");
-        let (colocated_run, _) = colocated(bin, &spec, 0, plan, None, &[], false)?;
+        let colocated_run = colocated(bin, &spec, 0, plan, None, &[])?;
         log_state(SWEEP_NAME, u64::from(n), "colocated", &colocated_run);
-        let (schedule, _) = colocated(bin, &spec, 0, plan, Some(current), &[], false)?;
+        let schedule = colocated(bin, &spec, 0, plan, Some(current), &[])?;
         log_state(SWEEP_NAME, u64::from(n), "schedule", &schedule);
         points.push(SweepPoint { offline_processes: n, colocated: colocated_run, schedule });
     }
@@ -518,13 +511,11 @@ impl Drop for Schedule {
     }
 }
 
-/// `gpreempt schedule`'s arguments: its defaults and `extra`; JSON Lines unless `human`.
-fn schedule_args(online: u64, offline: &[u64], human: bool, extra: &[&str]) -> Vec<String> {
+/// `gpreempt schedule`'s arguments: its defaults and `extra`, JSON Lines.
+fn schedule_args(online: u64, offline: &[u64], extra: &[&str]) -> Vec<String> {
     let mut a: Vec<String> = vec!["schedule".into()];
     a.extend(extra.iter().map(|e| (*e).to_owned()));
-    if !human {
-        a.push("--json".into());
-    }
+    a.push("--json".into());
     a.extend(["--online".into(), online.to_string(), "--offline".into()]);
     a.extend(offline.iter().map(u64::to_string));
     a
@@ -552,7 +543,6 @@ fn transitions(events: &[Value]) -> Vec<GpuTransitions> {
 
 /// One co-located state: the offline processes, the online client and, with `gpreempt`, a
 /// scheduler started on them; the online requests and the offline throughput over their window.
-/// `human`: the scheduler prints its human summary, returned with the state (the demo).
 fn colocated(
     bin: &Path,
     spec: &Spec,
@@ -560,8 +550,7 @@ fn colocated(
     plan: &Plan,
     gpreempt: Option<&Path>,
     extra: &[&str],
-    human: bool,
-) -> Result<(StateRun, Option<String>)> {
+) -> Result<StateRun> {
     let mut trains = Trains::spawn(bin, &(spec.trains)(round))?;
     let mut serve = Workload::spawn(bin, &(spec.serve)(round, plan))?;
     let mut sched = None;
@@ -569,17 +558,11 @@ fn colocated(
     if let Some(gpreempt) = gpreempt {
         let offline = trains.pids();
         let t = Instant::now();
-        let mut s = Schedule::start(gpreempt, &schedule_args(serve.pid(), &offline, human, extra))?;
+        let mut s = Schedule::start(gpreempt, &schedule_args(serve.pid(), &offline, extra))?;
         let n = offline.len();
-        if human {
-            s.wait_attached(n, Duration::from_secs(600), |s| {
-                s.stderr().lines().filter(|l| l.contains("offline pid") && l.contains(" attached")).count()
-            })?;
-        } else {
-            s.wait_attached(n, Duration::from_secs(600), |s| {
-                s.json().iter().filter(|e| e["event"] == "offline_attached").count()
-            })?;
-        }
+        s.wait_attached(n, Duration::from_secs(600), |s| {
+            s.json().iter().filter(|e| e["event"] == "offline_attached").count()
+        })?;
         startup_s = t.elapsed().as_secs_f64();
         sched = Some(s);
     }
@@ -591,38 +574,13 @@ fn colocated(
         (trains.snapshot()?, pid.and_then(process_cpu_ns), react_cpu(), t_a.elapsed().as_secs_f64() * 1e3);
     let offline = rates(&a, &b, &spec.gpus);
     let mut scheduler = None;
-    let mut text = None;
     if let Some(s) = sched {
         let s = s.stop()?;
         let events = s.json();
         let summary = match events.iter().find(|e| e["event"] == "summary") {
             Some(v) => serde_json::from_value(v.clone()).context("reading gpreempt schedule's summary")?,
-            // The human mode prints no JSON: only what the bench measured itself is kept.
-            None if human => SchedulerSummary {
-                attach_refreshes: None,
-                cpu_share: None,
-                detection_us: None,
-                elapsed_ms: None,
-                failed_suspends: None,
-                gpus: None,
-                kernel: None,
-                loop_step_us: None,
-                polls: None,
-                reaction_cpu_ms: None,
-                reaction_us: None,
-                realtime: None,
-                resume_us: None,
-                resumes: 0,
-                resumes_skipped: None,
-                suspend_us: None,
-                suspends: 0,
-                transition_cpu_ms: None,
-            },
             None => bail!("gpreempt schedule printed no summary; stderr: {}", s.stderr()),
         };
-        if human {
-            text = Some(s.lines.lock().map(|l| l.join("\n")).unwrap_or_default());
-        }
         scheduler = Some(SchedulerRun {
             cpu_ms: cpu_a.zip(cpu_b).map(|(a, b)| (b - a) / 1e6),
             reaction_cpu_ms: react_a.zip(react_b).map(|(a, b)| (b - a) / 1e6),
@@ -634,7 +592,7 @@ fn colocated(
     }
     drop(serve);
     trains.stop()?;
-    Ok((StateRun { latency_ms, offline, scheduler }, text))
+    Ok(StateRun { latency_ms, offline, scheduler })
 }
 
 /// The online client alone.
@@ -682,10 +640,7 @@ fn log_state(spec: &str, round: u64, state: &str, run: &StateRun) {
 
 /// The guest half: every scenario, every round, each state once; one JSON document at `args.out`.
 pub fn guest(args: &GuestArgs) -> Result<()> {
-    if args.demo {
-        return demo(args);
-    }
-    let (bin, plan) = (&args.bin, Plan::new(args.quick, false));
+    let (bin, plan) = (&args.bin, Plan::new(args.quick));
     let previous = args.previous_gpreempt.as_ref().context("--previous-gpreempt is required")?;
     let current = bin.join("gpreempt");
     let started = Instant::now();
@@ -697,7 +652,7 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
             eprintln!("bench: colocation {name} round {}/{}", round + 1, plan.rounds);
             let online_alone = online_alone(bin, &spec, round, &plan)?;
             let offline_alone = offline_alone(bin, &spec, round, &plan)?;
-            let (colocated_run, _) = colocated(bin, &spec, round, &plan, None, &[], false)?;
+            let colocated_run = colocated(bin, &spec, round, &plan, None, &[])?;
             log_state(name, round, "colocated", &colocated_run);
             // The two schedulers alternate which goes first, so neither always follows the other.
             let order: [(&Path, &str); 2] = if round % 2 == 0 {
@@ -707,11 +662,11 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
             };
             let mut runs = BTreeMap::new();
             for (gpreempt, state) in order {
-                let (run, _) = colocated(bin, &spec, round, &plan, Some(gpreempt), &[], false)?;
+                let run = colocated(bin, &spec, round, &plan, Some(gpreempt), &[])?;
                 log_state(name, round, state, &run);
                 runs.insert(state, run);
             }
-            let (busy, _) = colocated(bin, &spec, round, &plan, Some(&current), &["--busy-poll"], false)?;
+            let busy = colocated(bin, &spec, round, &plan, Some(&current), &["--busy-poll"])?;
             log_state(name, round, "busy-poll", &busy);
             rounds.push(ScenarioRound {
                 busy_poll: Some(busy),
@@ -756,71 +711,6 @@ pub fn guest(args: &GuestArgs) -> Result<()> {
         host_timer_floor: None,
     };
     fs::write(&args.out, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("writing {}", args.out.display()))
-}
-
-/// Each scenario once, short, alone / co-located / under `gpreempt schedule` (human mode: its
-/// own summary is shown), printed as it goes.
-fn demo(args: &GuestArgs) -> Result<()> {
-    let (bin, plan) = (&args.bin, Plan::new(false, true));
-    let pct = |v: &[f64], q| percentile(v, q);
-    let mut out = std::io::stdout().lock();
-    for spec in specs(&args.colocation_scenarios) {
-        let gpus: Vec<String> = spec.gpus.iter().map(|g| format!("{g:#x}")).collect();
-        writeln!(
-            out,
-            "== {}: online `emu-workload {}`\n   offline: {}\n   (offline throughput = emulated GPU time of completed offline dispatches per second, per GPU {})",
-            spec.name,
-            (spec.serve)(0, &plan).join(" "),
-            (spec.trains)(0)
-                .iter()
-                .map(|t| format!("`emu-workload {}`", t.join(" ")))
-                .collect::<Vec<_>>()
-                .join(" and "),
-            gpus.join(", ")
-        )?;
-        out.flush()?;
-        let alone = online_alone(bin, &spec, 0, &plan)?;
-        let off_alone = offline_alone(bin, &spec, 0, &plan)?;
-        // One line per state; `offline` is None for the online client alone.
-        let show = |out: &mut dyn Write, name: &str, lat: &[f64], offline: Option<&[GpuRate]>| -> Result<()> {
-            let (p50, p99) = (pct(lat, 0.5), pct(lat, 0.99));
-            let mut line = format!("   {name:<26} online p50 {p50:6.2} ms  p99 {p99:6.2} ms");
-            if offline.is_some() {
-                let _ = write!(line, "  ({:.1}x / {:.1}x alone)", p50 / pct(&alone, 0.5), p99 / pct(&alone, 0.99));
-            }
-            if let Some(offline) = offline {
-                for (g, a) in offline.iter().zip(&off_alone) {
-                    let kept = if a.work_share > 0.0 { 100.0 * g.work_share / a.work_share } else { 0.0 };
-                    let _ = write!(line, "  offline {:#x}: {kept:.0} % of alone", g.gpu_id);
-                }
-            }
-            writeln!(out, "{line}")?;
-            Ok(out.flush()?)
-        };
-        show(&mut out, "online alone", &alone, None)?;
-        let (co, _) = colocated(bin, &spec, 0, &plan, None, &[], false)?;
-        show(&mut out, "co-located, no gpreempt", &co.latency_ms, Some(&co.offline))?;
-        writeln!(
-            out,
-            "   starting gpreempt schedule (its in-process tracer attaches first, then the offline processes)"
-        )?;
-        out.flush()?;
-        let (sc, text) = colocated(bin, &spec, 0, &plan, Some(&bin.join("gpreempt")), &[], true)?;
-        show(&mut out, "with gpreempt schedule", &sc.latency_ms, Some(&sc.offline))?;
-        if let Some(s) = &sc.scheduler {
-            writeln!(
-                out,
-                "   gpreempt's CPU over the online window: {:.1} % of one vCPU",
-                cpu_percent(s).unwrap_or(f64::NAN)
-            )?;
-        }
-        writeln!(out, "   gpreempt schedule's summary:")?;
-        for l in text.unwrap_or_default().lines() {
-            writeln!(out, "     {l}")?;
-        }
-        out.flush()?;
-    }
-    Ok(())
 }
 
 pub(super) fn cpu_percent(s: &SchedulerRun) -> Option<f64> {
