@@ -134,11 +134,12 @@ sleep 1
 echo "== the story, as a user runs it: gpreempt evaluate"
 echo "   online: a service on gpu 0x1000 (one queue, 3 ms dispatches) taking requests on a socket;"
 echo "   its load: 40 requests of one dispatch, 30 ms apart (emu-workload request, which prints p50_ms/p99_ms)"
-echo "   offline: two training jobs (2 ms dispatches back to back), one on the service's GPU, one on gpu 0x2000"
+echo "   offline: two training jobs (dispatches back to back): two queues of 6 ms ones on the service's GPU, one queue of 2 ms ones on gpu 0x2000"
+echo "   (the emulated CP runs one dispatch at a time, taking the queues in turn: co-located, a request waits behind the training job's)"
 # The socket lives in the guest's own /tmp: the shared output folder (9p) cannot hold one.
 sock=/tmp/gpreempt-demo-service.sock
 sleep 900 | {workload} server --gpu-id 0x1000 --queues 1 --runtime-enable --dispatch-us 3000 --socket "$sock" > "$out/service.json" &
-sleep 900 | {workload} train --gpu-ids 0x1000 --queues 1 --runtime-enable --dispatch-us 2000 > "$out/train1.json" &
+sleep 900 | {workload} train --gpu-ids 0x1000 --queues 2 --runtime-enable --dispatch-us 6000 > "$out/train1.json" &
 sleep 900 | {workload} train --gpu-ids 0x2000 --queues 1 --runtime-enable --dispatch-us 2000 > "$out/train2.json" &
 for _ in $(seq 100); do [ -s "$out/service.json" ] && [ -s "$out/train1.json" ] && [ -s "$out/train2.json" ] && break; sleep 0.1; done
 pid_of() {{ python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$1"; }}
@@ -148,7 +149,7 @@ rc=0
 {gpreempt} evaluate --online "$service" --offline "$train1" "$train2" \
   --load "{workload} request --socket $sock --requests 40 --dispatches 1 --gap-us 30000" \
   --metric 'p50_ms=p50_ms=([0-9.]+)' --metric 'p99_ms=p99_ms=([0-9.]+)' \
-  --rounds 1 --idle 5ms || rc=$?
+  --rounds 2 --idle 5ms || rc=$?
 # The workloads and the `sleep`s that keep their stdin open (a `wait` on a pipeline's last
 # process would wait for its `sleep` too).
 kill $service $train1 $train2 2>/dev/null; pkill -x sleep
