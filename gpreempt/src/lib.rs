@@ -1,21 +1,25 @@
 //! gpreempt: see and control the compute queues of AMD GPUs through the stock KFD driver.
 //!
-//! The floor plan (docs/architecture.md), from the bottom up; a module uses only those above it
-//! in this list:
+//! The floor plan (docs/architecture.md, checked by `tests/floor_plan.rs`), from the bottom up;
+//! a module uses only those of the bullets above its own:
 //! - [`domain`] (the vocabulary: [`domain::HostPid`], [`domain::QueueId`], [`domain::GpuId`], …),
-//!   [`clock`], [`stats`], [`output`], [`deploy`] (the agent's deployment contract): leaves.
+//!   [`clock`], [`duration`], [`stats`], [`output`], [`deploy`] (the agent's deployment contract):
+//!   leaves.
 //! - [`kfd`]: the KFD user ABI only (`/dev/kfd`, layouts, one typed function per debug-trap op).
 //! - [`host`]: what the host's files say (`/proc`, sysfs, debugfs, container runtimes, selectors).
-//! - [`event`]: the low-level event type; [`trace`]: the eBPF probes that produce it.
+//! - [`event`]: the low-level event type.
+//! - [`trace`]: the eBPF probes that produce it.
 //! - [`model`]: what the event stream says (queue map, spans, queue/process lifecycle notices).
-//! - [`report`]: output sinks; [`pipeline`]: events through the model to the sinks and
-//!   subscribers, and the one in-process tracer.
-//! - [`views`]: snapshot views (hardware queue state, a process's queues).
-//! - [`controller`]: suspend/resume through the debug-trap API (session, watchdog, measurement
+//! - [`report`]: output sinks.
+//! - [`pipeline`]: events through the model to the sinks and subscribers, and the one in-process
+//!   tracer.
+//! - [`views`]: snapshot views (hardware queue state, a process's queues, `top`'s view);
+//!   [`controller`]: suspend/resume through the debug-trap API (session, watchdog, measurement
 //!   loop, the `Control` seam).
-//! - [`schedule`]: `gpreempt schedule`; [`evaluate`]: `gpreempt evaluate`, built on it;
-//!   [`metrics`] and [`agent`]: the node daemon;
-//!   [`doctor`], [`analyze`]: diagnoses.
+//! - [`schedule`]: `gpreempt schedule`; [`doctor`], [`analyze`]: diagnoses.
+//! - [`evaluate`]: `gpreempt evaluate`, built on the scheduler; [`metrics`]: the node daemon's
+//!   Prometheus series.
+//! - [`agent`]: the node daemon.
 
 pub mod agent;
 pub mod analyze;

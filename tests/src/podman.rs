@@ -29,7 +29,7 @@ pub fn podman(args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The image of `binary` (`gpreempt` → `gpreempt:latest`, as deploy/daemonset.yaml runs it).
+/// The image of `binary` (`gpreempt` → `gpreempt:latest`).
 pub fn image(binary: &str) -> String {
     format!("{binary}:latest")
 }

@@ -2,9 +2,10 @@
 //! `cargo xtask setup`), against the KFD emulator: Prometheus's HTTP API reports the exact queue
 //! counts of two workloads and the eviction of one; an exited workload's series leave after the
 //! grace period; a configured policy suspends an offline job during an online server's requests
-//! and Prometheus has exactly the transitions the agent logs; SIGHUP with a broken config keeps
-//! the running policy (logged and counted), a changed one restarts it; SIGTERM exits 0 and leaves
-//! the offline job running and detached.
+//! and Prometheus has exactly the transitions the agent logs; a broken config keeps the running
+//! policy (logged and counted; SIGHUP after it reloads nothing more), a changed one restarts it
+//! with no signal at all (the agent watches the config's directory, as a ConfigMap update needs);
+//! SIGTERM exits 0 and leaves the offline job running and detached.
 
 use std::{
     net::SocketAddr,
@@ -304,7 +305,8 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     assert!(!exposition.contains(&needle), "{exposition}");
     assert!(exposition.contains(&format!("kfd_process_id=\"{pa}\"")), "{exposition}");
 
-    // A broken config on SIGHUP: rejected with its line, counted; the running policy stays and
+    // A broken config: rejected with its line, counted once, whether the directory watch or the
+    // SIGHUP saw it first (the other finds the content unchanged); the running policy stays and
     // keeps scheduling (the second server's requests add transitions).
     write(&config, BROKEN)?;
     agent.signal(Signal::SIGHUP)?;
@@ -320,9 +322,9 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
 
     // A changed policy restarts: the old one resumes and detaches first, and its final count is
     // exactly what Prometheus scraped; the new one attaches the offline job again. The servers
-    // have exited: the new policy's online process is A, whose rings stay empty.
+    // have exited: the new policy's online process is A, whose rings stay empty. No signal: the
+    // agent's watch on the config's directory sees the new content (a ConfigMap update).
     write(&config, &policy_config("third", &[a.pid()], offline.pid()))?;
-    agent.signal(Signal::SIGHUP)?;
     let lines = agent.wait_lines(
         &[r#"msg="policy stopped" policy=first"#, r#"msg="config reloaded""#, r#"msg="policy started" policy=third"#],
         Duration::from_secs(120),
@@ -331,7 +333,7 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     assert_eq!(field(stopped, "suspends"), Some(s2.to_string().as_str()), "{stopped}");
     assert_eq!(field(stopped, "resumes"), Some(r2.to_string().as_str()), "{stopped}");
     assert_eq!(field(stopped, "transitions"), Some((s2 + r2).to_string().as_str()), "{stopped}");
-    assert_eq!(field(&lines[1], "policies"), Some("third"));
+    assert_eq!((field(&lines[1], "policies"), field(&lines[1], "trigger")), (Some("third"), Some("file-change")));
     assert_eq!(
         settle(prom_addr, reloads, "result", &[("applied", 1.0), ("rejected", 1.0)]),
         [("applied".into(), 1.0), ("rejected".into(), 1.0)]

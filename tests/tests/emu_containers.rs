@@ -5,10 +5,12 @@
 //!    names and host pids, selected by `--container NAME`, preempted by
 //!    `preempt --offline container:NAME` and scheduled by `schedule --online container:A
 //!    --offline container:B`, including a process started later in B (`podman exec`).
-//! 2. The agent runs inside its image under podman with exactly the privileges the DaemonSet
-//!    declares (`gpreempt::deploy::AGENT_NEEDS`, which gpreempt/tests/deploy.rs holds the
-//!    manifest to): the host pid namespace, all capabilities dropped but those, the declared host
-//!    paths read-only, /dev/kfd, a read-only root, no privilege escalation, seccomp unconfined.
+//! 2. The agent runs inside its image under podman with exactly the privileges it needs
+//!    (`gpreempt::deploy::AGENT_NEEDS`, which gpreempt/tests/deploy.rs holds the manifests and the
+//!    systemd unit to): the host pid namespace, all capabilities dropped but those, the declared
+//!    host paths read-only, /dev/kfd, a read-only root, no privilege escalation, seccomp
+//!    unconfined. (The DaemonSet itself runs privileged, for /dev/kfd on a kubelet; podman's
+//!    `--device` gives the device-cgroup rule without it.)
 //!    The real Prometheus scrapes it; the workloads' series carry their container names; a policy
 //!    between the two containers suspends the offline one; and every panel query of
 //!    deploy/grafana-dashboard.json returns series.
@@ -190,7 +192,7 @@ fn podman_containers_are_listed_selected_preempted_and_scheduled_by_name() -> Re
     Ok(())
 }
 
-/// The agent in its image under podman with the DaemonSet's privileges, and its stderr lines.
+/// The agent in its image under podman with agent-needs' privileges, and its stderr lines.
 struct Agent {
     child: std::process::Child,
     lines: std::sync::mpsc::Receiver<String>,
@@ -352,7 +354,7 @@ fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel
         ),
     )?;
     // Debian's kernel.perf_event_paranoid (3) lets only CAP_SYS_ADMIN open perf events: the
-    // agent with the DaemonSet's capabilities is refused, saying which setting and how to fix it.
+    // agent with agent-needs' capabilities is refused, saying which setting and how to fix it.
     let paranoid = std::fs::read_to_string(PARANOID)?;
     assert_eq!(paranoid.trim(), "3", "Debian's default");
     let mut refused = Agent::start(&config)?;

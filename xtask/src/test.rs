@@ -1,6 +1,6 @@
 //! `cargo xtask test`: every layer, in order, with one closing line `N passed, M failed, K skipped`.
 //!
-//! 1. `cargo fmt --check` and `cargo clippy -D warnings` (one check each);
+//! 1. `cargo fmt --check`, `cargo clippy -D warnings` and `cargo xtask manifests` (one check each);
 //! 2. `cargo test` — unit tests, no root;
 //! 3. the integration tests of `tests/` as root inside one VM boot per kernel of the matrix: first
 //!    with the real amdgpu driver for every test binary except `emu_*`, then, in the same boot,
@@ -34,10 +34,11 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::{
+    binaries::build_binaries,
     image,
     kmod::{self, Module},
-    setup,
-    util::{build_binaries, cargo, describe, output, target_dir, workspace_root},
+    manifests, setup,
+    util::{cargo, describe, output, target_dir, workspace_root},
     vm::{self, Kernel, VmArgs},
 };
 
@@ -158,7 +159,7 @@ fn stage(name: &str, tally: &mut Tally, f: impl FnOnce() -> Result<Tally>) {
 
 /// The integration test executables of `gpreempt-tests` (built, not run).
 fn integration_test_binaries() -> Result<Vec<PathBuf>> {
-    // With the binaries' feature (util::build_binaries), so the `gpreempt` library they link is the
+    // With the binaries' feature (binaries::build_binaries), so the `gpreempt` library they link is the
     // one already built, not a second build without it (fault injection acts only when a test sets
     // GPREEMPT_TEST_FAULT in the binary's environment).
     let json = output(cargo().args([
@@ -450,6 +451,8 @@ fn checks(tally: &mut Tally) {
         ]))?;
         Ok(Tally::check(ok))
     });
+    // Seconds: two Python processes' worth of rendering and schema checks, no build.
+    stage("manifests", tally, || Ok(Tally::check(manifests::check()?)));
     stage("unit tests", tally, || {
         let (ok, text) = run_streaming(cargo().args([
             "test",
@@ -458,7 +461,7 @@ fn checks(tally: &mut Tally) {
             "gpreempt-ebpf",
             "--exclude",
             "gpreempt-tests",
-            // As the VM layer's binaries are built (util::build_binaries), so the session's fault
+            // As the VM layer's binaries are built (binaries::build_binaries), so the session's fault
             // injection is unit-tested too.
             "--features",
             "gpreempt/fault-injection",

@@ -1,11 +1,12 @@
 //! `gpreempt agent`: the node daemon's parts that are not the tracer loop itself — its
-//! configuration ([`config`]), its HTTP endpoint ([`http`]), its log lines ([`log_line`]) and the
-//! seam through which configured policies reach a scheduler ([`PolicyRunner`], run by
-//! [`policies::Policies`]).
+//! configuration ([`config`]) and when it is reloaded ([`reload`]), its HTTP endpoint ([`http`]),
+//! its log lines ([`log_line`]) and the seam through which configured policies reach a scheduler
+//! ([`PolicyRunner`], run by [`policies::Policies`]).
 
 pub mod config;
 pub mod http;
 pub mod policies;
+pub mod reload;
 
 use std::fmt::Write as _;
 

@@ -11,6 +11,7 @@ use gpreempt::{
         http::{self, Health},
         log_line,
         policies::Policies,
+        reload::{AsyncWatch, ConfigFile, DirWatch, ReloadError, Trigger},
     },
     clock::boottime_ns,
     host::{k8s::K8sRoots, roots::Roots},
@@ -34,13 +35,32 @@ fn log(level: &str, msg: &str, fields: &[(&str, &dyn std::fmt::Display)]) {
     errln!("{}", log_line(level, msg, fields));
 }
 
-/// Read the configuration; what it still says the previous release's way is logged.
-fn load(path: Option<&Path>) -> Result<AgentConfig, config::ConfigError> {
-    let config = path.map_or_else(|| Ok(AgentConfig::default()), AgentConfig::load)?;
+/// Parse the configuration's text; what it still says the previous release's way is logged.
+fn parse(text: &str, path: &Path) -> Result<AgentConfig, config::ConfigError> {
+    let config = AgentConfig::parse(text, &path.display().to_string())?;
     for w in &config.warnings {
         log("warn", "deprecated configuration key", &[("detail", w)]);
     }
     Ok(config)
+}
+
+/// Watch the configuration's directory; without a watch (inotify refused), SIGHUP still reloads.
+fn watch_directory(file: &ConfigFile) -> Option<AsyncWatch> {
+    match DirWatch::new(file.path()).and_then(DirWatch::into_async) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            log("warn", "configuration changes are not watched; reload with SIGHUP", &[("error", &e)]);
+            None
+        }
+    }
+}
+
+/// The next batch of events in the watched directory; never, without a watch.
+async fn directory_changed(watch: Option<&AsyncWatch>) -> Result<usize, ReloadError> {
+    match watch {
+        Some(w) => w.changed().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn describe_policies(c: &AgentConfig) -> String {
@@ -52,7 +72,16 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    let mut config = load(args.config.as_deref())?;
+    // The file as read at start; a reload happens when its content differs.
+    let (mut file, mut config) = match args.config.as_deref() {
+        Some(path) => {
+            let (file, text) = ConfigFile::open(path)?;
+            let config = parse(&text, path)?;
+            (Some(file), config)
+        }
+        None => (None, AgentConfig::default()),
+    };
+    let mut watch = file.as_ref().and_then(watch_directory);
     let default_addr = config::DEFAULT_METRICS_ADDR.parse().context("the default metrics address")?;
     let addr = args.metrics_addr.or(config.metrics_addr).unwrap_or(default_addr);
     let hostname = match args.hostname.clone() {
@@ -122,24 +151,19 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         tokio::select! {
             _ = sigterm.recv() => break "SIGTERM",
             _ = sigint.recv() => break "SIGINT",
-            _ = sighup.recv() => match load(args.config.as_deref()) {
-                Ok(new) => {
-                    metrics.config_reload(true);
-                    if new.process_grace != config.process_grace || new.metrics_addr != config.metrics_addr {
-                        log("warn", "process_grace_s and metrics_addr take effect at the next start", &[]);
-                    }
-                    // Changed policies stop (their offline processes resumed and detached) before
-                    // the new ones start.
-                    policies.configure(&new.policies);
-                    log("info", "config reloaded", &[("policies", &describe_policies(&new))]);
-                    config = new;
+            _ = sighup.recv() => {
+                if let Some(file) = file.as_mut() {
+                    reload(file, Trigger::Signal, &mut config, &mut policies, &metrics);
+                } else {
+                    log("info", "SIGHUP: no --config to reload", &[]);
                 }
-                Err(e) => {
-                    metrics.config_reload(false);
-                    log("error", "config rejected, keeping the previous one", &[
-                        ("error", &e),
-                        ("policies", &describe_policies(&config)),
-                    ]);
+            }
+            changed = directory_changed(watch.as_ref()) => match (changed, file.as_mut()) {
+                (Ok(_), Some(file)) => reload(file, Trigger::Watch, &mut config, &mut policies, &metrics),
+                (Ok(_), None) => {}
+                (Err(e), _) => {
+                    log("warn", "configuration changes are not watched any more; reload with SIGHUP", &[("error", &e)]);
+                    watch = None;
                 }
             },
             _ = tick.tick() => {
@@ -171,6 +195,49 @@ pub async fn run(args: AgentArgs) -> Result<()> {
         &[("signal", &reason), ("events", &(events + n)), ("dropped", &losses.dropped()), ("losses", &losses)],
     );
     Ok(())
+}
+
+/// Reload the configuration if the file's content changed since it was last read (by the watch or
+/// by SIGHUP: a change is applied once, whichever sees it first). An invalid file is rejected,
+/// logged and counted; the configuration in force stays.
+fn reload(
+    file: &mut ConfigFile,
+    trigger: Trigger,
+    config: &mut AgentConfig,
+    policies: &mut Policies,
+    metrics: &Metrics,
+) {
+    let parsed = match file.changed(trigger) {
+        Ok(None) => {
+            if trigger == Trigger::Signal {
+                log("info", "config unchanged, nothing reloaded", &[("trigger", &trigger)]);
+            }
+            return;
+        }
+        Ok(Some(text)) => parse(&text, file.path()).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match parsed {
+        Ok(new) => {
+            metrics.config_reload(true);
+            if new.process_grace != config.process_grace || new.metrics_addr != config.metrics_addr {
+                log("warn", "process_grace_s and metrics_addr take effect at the next start", &[]);
+            }
+            // Changed policies stop (their offline processes resumed and detached) before the new
+            // ones start.
+            policies.configure(&new.policies);
+            log("info", "config reloaded", &[("policies", &describe_policies(&new)), ("trigger", &trigger)]);
+            *config = new;
+        }
+        Err(e) => {
+            metrics.config_reload(false);
+            log(
+                "error",
+                "config rejected, keeping the previous one",
+                &[("error", &e), ("policies", &describe_policies(config)), ("trigger", &trigger)],
+            );
+        }
+    }
 }
 
 /// The model's lifecycle notices since the last call, to the policies (the tracer's spans reach

@@ -19,7 +19,8 @@ pub struct Need {
 }
 
 /// What `gpreempt agent` needs from its host, and nothing more: the one list the deployment
-/// files (deploy/gpreempt-agent.service, deploy/daemonset.yaml) are checked against.
+/// files (deploy/gpreempt-agent.service, deploy/kubernetes/) are checked against
+/// (gpreempt/tests/deploy.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct AgentNeeds {
     pub capabilities: &'static [Need],
@@ -43,6 +44,13 @@ pub const AGENT_NEEDS: AgentNeeds = AgentNeeds {
         need("CAP_PERFMON", "attach kprobes through the kprobe PMU and read kernel memory from the programs"),
         need("CAP_SYSLOG", "read the KFD functions' addresses in /proc/kallsyms (kptr_restrict hides them)"),
         need("CAP_SYS_PTRACE", "policies: attach the debug trap to offline processes (docs/kfd.md §2.1)"),
+        // schedule/realtime.rs: pthread_setschedparam(SCHED_FIFO) and mlockall answer EPERM
+        // without them, and the reaction thread then runs unprotected (said once in the log).
+        need(
+            "CAP_SYS_NICE",
+            "policies: SCHED_FIFO priority for the scheduler's reaction thread (rt_priority), so CPU load does not delay a suspend",
+        ),
+        need("CAP_IPC_LOCK", "policies: mlockall, so no page fault stalls a step of the reaction thread"),
     ],
     paths: &[
         need("/sys/kernel/btf", "vmlinux and amdgpu BTF: the probes' struct offsets"),

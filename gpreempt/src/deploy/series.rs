@@ -154,7 +154,11 @@ pub const TRACER_EVENTS: Family = family("tracer_events", "Events the tracer dec
 pub const TRACER_LOST_RECORDS: Family =
     family("tracer_lost_records", "Records that did not become events, by cause", Kind::Counter);
 pub const PROBES: Family = family("probes", "Tracer probes, by state (attached or missing)", Kind::Gauge);
-pub const CONFIG_RELOADS: Family = family("config_reloads", "Configuration reloads (SIGHUP), by result", Kind::Counter);
+pub const CONFIG_RELOADS: Family = family(
+    "config_reloads",
+    "Configuration reloads (a changed file seen by the watch, or SIGHUP), by result",
+    Kind::Counter,
+);
 pub const SCHEDULER_TRANSITIONS: Family = family(
     "scheduler_transitions",
     "Scheduler decisions per policy and GPU, by transition (suspend or resume)",

@@ -200,7 +200,7 @@ impl Metrics {
         self.probes.get_or_create(&vec![("state", "missing".to_owned())]).set(missing as i64);
     }
 
-    /// A SIGHUP reload: applied (`true`) or rejected.
+    /// A reload of a changed configuration (watch or SIGHUP): applied (`true`) or rejected.
     pub fn config_reload(&self, ok: bool) {
         let result = if ok { "applied" } else { "rejected" };
         self.config_reloads.get_or_create(&vec![("result", result.to_owned())]).inc();

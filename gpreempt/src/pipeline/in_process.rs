@@ -1,7 +1,8 @@
 //! The one in-process tracer: the probe table attached, its ring buffer open, and every record
 //! taken through one [`Pipeline`] whose model was bootstrapped from sysfs *after* the probes
-//! attached (so no queue created in between is missing from the map). `gpreempt preempt`,
-//! `queues --watch`, `schedule` and the agent all start it here; what each needs of the stream —
+//! attached (so no queue created in between is missing from the map). `gpreempt trace`,
+//! `preempt`, `queues --watch`, `top`, `schedule` (and `evaluate`, through the scheduler's
+//! discovery) and the agent all start it here; what each needs of the stream —
 //! the model's lifecycle notices, the closed spans, or the raw events — comes out of it.
 //! [`DrainingTracer`] is the same tracer on a thread of its own (`preempt`).
 

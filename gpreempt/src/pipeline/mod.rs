@@ -2,10 +2,11 @@
 //! one place), the [`Filter`] decides what is shown, the [`Sink`]s format what is shown, and
 //! in-process [`Subscriber`]s react to what the model saw (every notice and span, unfiltered).
 //!
-//! `gpreempt trace`, the pipeline benchmark and the decode fuzz target feed a [`Pipeline`]
-//! directly; `preempt`, `queues --watch`, `schedule` and the agent through the one
-//! [`in_process::InProcessTracer`]. Front ends only choose the sinks and subscribers and drive the
-//! clock (the stream batches, the map interval, the end).
+//! The pipeline benchmark and the decode fuzz target feed a [`Pipeline`] directly; every command
+//! that traces (`trace`, `preempt`, `queues --watch`, `top`, `schedule` and `evaluate` through the
+//! scheduler's discovery, the agent) through the one [`in_process::InProcessTracer`]. Front ends
+//! only choose the sinks and subscribers and drive the clock (the stream batches, the map
+//! interval, the end).
 
 pub mod filter;
 pub mod in_process;

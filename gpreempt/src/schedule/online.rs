@@ -243,16 +243,6 @@ impl OccupancyFile {
     }
 }
 
-impl crate::schedule::seams::Occupancy for OccupancyFile {
-    fn gpu(&self) -> GpuId {
-        self.gpu
-    }
-
-    fn busy(&self) -> Option<bool> {
-        OccupancyFile::busy(self)
-    }
-}
-
 /// The GPU of an occupancy file `…/stats_<gpuid>/cu_occupancy`.
 pub fn occupancy_gpu(file: &Path) -> Option<GpuId> {
     let dir = file.parent()?.file_name()?.to_str()?;

@@ -54,6 +54,18 @@ impl std::fmt::Debug for dyn Occupancy {
     }
 }
 
+/// The real reader, one `cu_occupancy` file kept open. The impl sits here, not in `online`, so
+/// that `online` needs nothing of the seams (no module cycle).
+impl Occupancy for OccupancyFile {
+    fn gpu(&self) -> GpuId {
+        self.gpu
+    }
+
+    fn busy(&self) -> Option<bool> {
+        OccupancyFile::busy(self)
+    }
+}
+
 /// Where the [`Occupancy`] of an online process comes from.
 pub trait OccupancySource: Send + Sync + 'static {
     /// One reader per GPU the process uses (none where the kernel offers no figure).

@@ -50,9 +50,6 @@ pub struct GuestArgs {
     /// default all).
     #[arg(long, value_delimiter = ',')]
     pub colocation_scenarios: Vec<String>,
-    /// Co-location scenario: `cargo xtask demo`'s short run, printed, nothing written to `--out`.
-    #[arg(long)]
-    pub demo: bool,
 }
 
 /// A parameter of the KFD emulator module.

@@ -5,14 +5,17 @@
 //! The host builds everything (release), boots one VM per scenario and runs `xtask bench-guest`
 //! there ([`guest_main`]: `guest.rs` for rows 1-6, `colocation.rs` for section 7), reads back what
 //! it measured (`results.rs`, the types both sides share), then groups the samples and writes the
-//! tables (`report.rs`).
+//! tables (`report.rs`; section 7 from `colocation_report.rs`).
 //!
 //! Module dependencies point one way: `guest` and `colocation` use `guest_env` (the guest's
 //! arguments and /proc and emulator reads), `results` and `stats`; neither uses the other, and
-//! only this module dispatches between them.
+//! only this module dispatches between them. `report` uses `colocation_report`, which uses
+//! `colocation`'s scenario facts (rate, GPUs, sweep sizes); `clock_check` runs `colocation`'s
+//! timer floor.
 
 pub mod clock_check;
 mod colocation;
+mod colocation_report;
 mod guest;
 mod guest_env;
 mod native;

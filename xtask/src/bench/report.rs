@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::{
-    Section, colocation, provenance,
+    Section, colocation_report, provenance,
     results::{Benchmarks, Criterion, Reaction, RunSizes, Scenario},
 };
 
@@ -438,7 +438,7 @@ pub fn markdown(results: &Benchmarks) -> String {
     md.push_str("## 7. Co-location: online latency and offline throughput, with and without `gpreempt schedule`\n\n");
     if let Some(doc) = &results.colocation {
         stamp(&mut md, results, Section::Colocation, "section 7");
-        colocation::section(&mut md, doc);
+        colocation_report::section(&mut md, doc);
     } else {
         md.push_str("Not measured yet: `cargo xtask bench --only colocation`.\n\n");
     }

@@ -335,9 +335,10 @@ fn writable_root(root: &Path, scratch: &Path) -> Result<PathBuf> {
     Ok(copy)
 }
 
-/// In the guest, with amdgpu: the release image runs the agent as the DaemonSet does (host pid
-/// namespace, the four capabilities, read-only root, the host paths it reads), and its metrics
-/// endpoint answers with this version's `gpreempt_build_info`.
+/// In the guest, with amdgpu: the release image runs the agent with the capabilities of
+/// `gpreempt doctor`'s agent-needs (gpreempt/tests/deploy.rs holds the list below to it), the host
+/// pid namespace, a read-only root and the host paths it reads, and its metrics endpoint answers
+/// with this version's `gpreempt_build_info`.
 fn image_check(archive: &Path, version: &str) -> Result<String> {
     let graphroot = "/var/lib/containers";
     let mounts = fs::read_to_string("/proc/self/mounts")?;
@@ -362,7 +363,7 @@ fn image_check(archive: &Path, version: &str) -> Result<String> {
     let name = "gpreempt-dist-check";
     let _ = podman(&["rm", "--force", "--time", "0", name]);
     let mut run = vec!["run", "--detach", "--name", name, "--pid", "host", "--network", "host", "--user", "0"];
-    run.extend(["--cap-drop", "ALL", "--cap-add", "BPF,PERFMON,SYSLOG,SYS_PTRACE"]);
+    run.extend(["--cap-drop", "ALL", "--cap-add", "BPF,PERFMON,SYSLOG,SYS_PTRACE,SYS_NICE,IPC_LOCK"]);
     run.extend(["--security-opt", "no-new-privileges", "--security-opt", "seccomp=unconfined", "--read-only"]);
     run.extend(["--volume", "/sys/kernel/btf:/sys/kernel/btf:ro", "--volume", "/sys/class/kfd:/sys/class/kfd:ro"]);
     run.extend(["--volume", "/sys/devices/virtual/kfd:/sys/devices/virtual/kfd:ro", "--device", "/dev/kfd"]);
@@ -377,7 +378,7 @@ fn image_check(archive: &Path, version: &str) -> Result<String> {
         bail!("{tag}'s /metrics has no `{build_info}`:\n{metrics}");
     }
     Ok(format!(
-        "$ podman load --input {archive}\n{}\n$ podman run … {tag} agent   # as the DaemonSet runs it\n\
+        "$ podman load --input {archive}\n{}\n$ podman run … {tag} agent   # with the agent-needs capabilities\n\
          /metrics: {build_info} ({} lines)\n",
         loaded.trim(),
         metrics.lines().count()
