@@ -52,7 +52,7 @@ pub fn run(args: &ImageArgs) -> Result<()> {
     };
     let context = target_dir().join("image/context");
     assemble(&[binary], &context)?;
-    let tags = tags(&crate::dist::package_version()?, &args.tag);
+    let tags = tags(&crate::util::package_version()?, &args.tag);
     run_command(&mut build_command(&context, &tags))?;
     if let Some(archive) = &args.save {
         let archive = archive.to_str().context("the --save path is not UTF-8")?;

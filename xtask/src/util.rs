@@ -71,3 +71,15 @@ pub fn is_root() -> bool {
 pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from)
 }
+
+/// The version of the `gpreempt` package (the workspace's), as cargo reads it.
+pub fn package_version() -> Result<String> {
+    let metadata = output(cargo().args(["metadata", "--format-version", "1", "--no-deps", "--offline"]))?;
+    let metadata: serde_json::Value = serde_json::from_str(&metadata).context("parsing `cargo metadata`")?;
+    metadata["packages"]
+        .as_array()
+        .and_then(|packages| packages.iter().find(|p| p["name"] == "gpreempt"))
+        .and_then(|p| p["version"].as_str())
+        .map(str::to_owned)
+        .context("`cargo metadata` lists no gpreempt package with a version")
+}

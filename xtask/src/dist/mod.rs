@@ -27,7 +27,7 @@ use clap::Args;
 
 use crate::{
     linkage::dynamic_needs,
-    util::{cargo, output, output_in, run as run_command, succeeds, target_dir, workspace_root},
+    util::{cargo, output, output_in, package_version, run as run_command, succeeds, target_dir, workspace_root},
 };
 
 /// The one target the artifacts are built for.
@@ -129,18 +129,6 @@ fn tree_name(version: &str) -> String {
 /// `gpreempt-VERSION.oci.tar`: the image, saved.
 fn image_archive(version: &str) -> String {
     format!("gpreempt-{version}.oci.tar")
-}
-
-/// The version of the `gpreempt` package (the workspace's), as cargo reads it.
-pub(crate) fn package_version() -> Result<String> {
-    let metadata = output(cargo().args(["metadata", "--format-version", "1", "--no-deps", "--offline"]))?;
-    let metadata: serde_json::Value = serde_json::from_str(&metadata).context("parsing `cargo metadata`")?;
-    metadata["packages"]
-        .as_array()
-        .and_then(|packages| packages.iter().find(|p| p["name"] == "gpreempt"))
-        .and_then(|p| p["version"].as_str())
-        .map(str::to_owned)
-        .context("`cargo metadata` lists no gpreempt package with a version")
 }
 
 fn build(dist: &Path, version: &str, image: bool) -> Result<Artifacts> {
