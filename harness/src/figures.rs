@@ -49,6 +49,8 @@ pub struct SchedulerFigures {
     pub scheduler_detection_us: Option<Summary>,
     /// Of it, through the doorbell probe (exact: the store's kernel stamp → SUSPEND entered).
     pub scheduler_detection_doorbell_us: Option<Summary>,
+    /// Its wake-up share: the store → the start of the step that took the probe's hit.
+    pub scheduler_doorbell_wake_us: Option<Summary>,
     /// Waits on the probe while the online side was idle, and those a store or command ended.
     pub doorbell_waits: u64,
     pub doorbell_wakes: u64,
@@ -206,6 +208,7 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
             reaction_us: Summary::of(&reaction),
             scheduler_detection_us: report.detection_us.clone(),
             scheduler_detection_doorbell_us: report.detection_doorbell_us.clone(),
+            scheduler_doorbell_wake_us: report.doorbell_wake_us.clone(),
             doorbell_waits: report.doorbell_waits,
             doorbell_wakes: report.doorbell_wakes,
             loop_step_us: report.loop_step_us.clone(),

@@ -370,6 +370,7 @@ impl Accounts {
             reaction_us: Stats::of(&reaction),
             detection_us: Stats::of(&detection),
             detection_doorbell_us: stats.detection_doorbell.summary_us(),
+            doorbell_wake_us: stats.doorbell_wake.summary_us(),
             doorbell_waits: stats.doorbell_waits.load(Ordering::Relaxed),
             doorbell_wakes: stats.doorbell_wakes.load(Ordering::Relaxed),
             doorbell_stores: self.doorbell_stores.clone(),

@@ -133,6 +133,9 @@ pub struct ScheduleReport {
     /// Of the detections, those the doorbell probe saw: the store itself → the first SUSPEND
     /// entering the kernel (exact; the others are bounded by the last quiet poll).
     pub detection_doorbell_us: Option<Stats>,
+    /// Per hit of the probe: the store → the start of the reaction thread's step that took it
+    /// (the wake-up's share of `detection_doorbell_us`).
+    pub doorbell_wake_us: Option<Stats>,
     /// Waits on the doorbell probe while the online side was idle and covered, and of them those
     /// a store or a command ended (the rest ended at the cross-check).
     pub doorbell_waits: u64,

@@ -209,6 +209,10 @@ pub struct LoopStats {
     /// Of them, the suspends whose online work the doorbell probe saw: its store → the first
     /// SUSPEND entering the kernel, exactly.
     pub detection_doorbell: Histogram,
+    /// Per hit of the probe the reaction thread took: the store's kernel stamp → the start of
+    /// the step that took it (the wake-up's share of `detection_doorbell`; the rest is the
+    /// step's own work up to the SUSPEND).
+    pub doorbell_wake: Histogram,
     /// Waits on the doorbell probe (the online side idle and covered), and of them those a
     /// submission ended.
     pub doorbell_waits: AtomicU64,
@@ -450,7 +454,7 @@ impl<S: ControlSide> Reaction<S> {
             }
         }
         self.service_offline(now);
-        self.take_hits();
+        self.take_hits(now);
         self.read_hints();
         self.read_online(now);
         let hint = self.hint;
@@ -494,7 +498,7 @@ impl<S: ControlSide> Reaction<S> {
 
     /// The probe's hits since the last step: each marks its queue's GPU active for this step
     /// and its doorbell disarmed.
-    fn take_hits(&mut self) {
+    fn take_hits(&mut self, now: u64) {
         let Some(probe) = &mut self.probe else { return };
         self.hits.clear();
         probe.drain(&mut self.hits);
@@ -503,6 +507,7 @@ impl<S: ControlSide> Reaction<S> {
                 continue;
             };
             d.armed = false;
+            self.stats.doorbell_wake.record(now.saturating_sub(h.ktime_ns));
             if let Some(lane) = self.lanes.iter_mut().find(|l| l.gpu == d.gpu) {
                 lane.doorbell_ns = Some(lane.doorbell_ns.map_or(h.ktime_ns, |t| t.min(h.ktime_ns)));
             }

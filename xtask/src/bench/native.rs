@@ -119,6 +119,7 @@ struct SchedulerFigures {
     loop_step_us: Option<Stats>,
     cpu_share: f64,
     scheduler_detection_doorbell_us: Option<Stats>,
+    scheduler_doorbell_wake_us: Option<Stats>,
     doorbell_waits: u64,
     doorbell_wakes: u64,
     /// The idle load only: the scheduler's threads inside its quiet time.
@@ -341,16 +342,17 @@ fn doorbell(md: &mut String, d: &Doorbell) {
          `amd_queue_t`), so the scheduler's eBPF uprobe on it is the real path (docs/doorbell.md). *default*: the \
          probe (the reaction thread waits on it while the online side is idle); *poll*: `--no-doorbell`. \
          Detection as above (the client's publish stamp → SUSPEND entered); *scheduler's doorbell detection*: the \
-         store's kernel stamp → SUSPEND entered, for the suspends the probe started; *store* = one call of the \
+         store's kernel stamp → SUSPEND entered, for the suspends the probe started, and its *wake-up* share: the \
+         store → the start of the reaction thread's step that took the probe's hit; *store* = one call of the \
          runtime's store as the online client timed it (with the probe: its uprobe trap, and on these 2 cores \
          the real-time reaction thread's step when the store woke it).\n"
     );
     md.push_str(
-        "| scenario | scheduler | online P50 / P99 vs alone (batching: step P99) | offline of the idle GPU time | detection p50 / p99 µs | scheduler's doorbell detection p50 / p99 µs (n) | waits on the probe (ended by a store or command) | store p50 / p99 µs | gpreempt CPU |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| scenario | scheduler | online P50 / P99 vs alone (batching: step P99) | offline of the idle GPU time | detection p50 / p99 µs | scheduler's doorbell detection p50 / p99 µs (n) | of it, the wake-up p50 / p99 µs | waits on the probe (ended by a store or command) | store p50 / p99 µs | gpreempt CPU |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for s in &d.scenarios {
         if let Some(e) = &s.error {
-            let _ = writeln!(md, "| {} | failed: {e} ||||||||", s.scenario.name);
+            let _ = writeln!(md, "| {} | failed: {e} |||||||||", s.scenario.name);
             continue;
         }
         for variant in ["default", "poll"] {
@@ -363,7 +365,7 @@ fn doorbell(md: &mut String, d: &Doorbell) {
             };
             let _ = writeln!(
                 md,
-                "| {} | {variant} | {ratio} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {variant} | {ratio} | {} | {} | {} | {} | {} | {} | {} |",
                 s.scenario.name,
                 pct(c.offline_of_idle),
                 f.map_or("–".into(), |f| us(&f.detection_us)),
@@ -372,6 +374,7 @@ fn doorbell(md: &mut String, d: &Doorbell) {
                     us(&f.scheduler_detection_doorbell_us),
                     f.scheduler_detection_doorbell_us.as_ref().map_or(0.0, |s| s.count)
                 )),
+                f.map_or("–".into(), |f| us(&f.scheduler_doorbell_wake_us)),
                 f.map_or("–".into(), |f| format!("{} ({})", f.doorbell_waits, f.doorbell_wakes)),
                 us3(&st.doorbell_store_us),
                 f.map_or("–".into(), |f| pct(f.cpu_share)),
