@@ -46,6 +46,8 @@ echo 1 > $T/events/gpaudit/enable
 /// Guest shell run after the command (its status is in `$rc`).
 pub const GUEST_STOP: &str = r#"echo 0 > $T/events/gpaudit/enable
 cat $T/trace > "$GPREEMPT_VM_OUT/text_pokes.trace"; cat $T/buffer_total_size_kb $T/per_cpu/cpu*/stats > "$GPREEMPT_VM_OUT/text_pokes.stats" 2>&1
+# Per probe, its hits and misses: a run that recorded nothing shows its probes were in place.
+cat $T/kprobe_profile > "$GPREEMPT_VM_OUT/text_pokes.profile" 2>&1
 cp /proc/kallsyms "$GPREEMPT_VM_OUT/kallsyms"
 for e in key_enable key_disable key_inc key_dec ftrace_update bpf_poke; do
   [ -d $T/events/gpaudit/$e ] && echo '!stacktrace' > $T/events/gpaudit/$e/trigger
@@ -183,6 +185,9 @@ pub fn summarise(dir: &Path) -> Result<String> {
     }
     if let Ok(setup) = read("text_pokes.setup") {
         out.push_str(&format!("\nProbes in the guest:\n```\n{setup}```\n"));
+    }
+    if let Ok(profile) = read("text_pokes.profile") {
+        out.push_str(&format!("\nTheir hits and misses (kprobe_profile):\n```\n{profile}```\n"));
     }
     Ok(out)
 }
