@@ -326,7 +326,13 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     // agent's watch on the config's directory sees the new content (a ConfigMap update).
     write(&config, &policy_config("third", &[a.pid()], offline.pid()))?;
     let lines = agent.wait_lines(
-        &[r#"msg="policy stopped" policy=first"#, r#"msg="config reloaded""#, r#"msg="policy started" policy=third"#],
+        // The reload's line by its policies too: a needle's words are matched one by one, and the
+        // SIGHUP above logged `msg="config unchanged, nothing reloaded"`.
+        &[
+            r#"msg="policy stopped" policy=first"#,
+            r#"msg="config reloaded" policies=third"#,
+            r#"msg="policy started" policy=third"#,
+        ],
         Duration::from_secs(120),
     )?;
     let stopped = &lines[0];
