@@ -21,6 +21,18 @@ pub mod prometheus;
 pub mod schedule;
 pub mod target;
 
+/// A scratch directory for one test binary's run, `gpreempt-NAME-PID` under the temp dir.
+pub fn scratch(name: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("gpreempt-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// `key=value` of a structured log line (the agent's: values without spaces).
+pub fn log_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
 /// `target/<profile>/<name>` next to the running test binary (`target/<profile>/deps/…`).
 pub fn binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;

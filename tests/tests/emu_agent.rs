@@ -9,7 +9,7 @@
 
 use std::{
     net::SocketAddr,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
     sync::mpsc,
     thread,
@@ -18,9 +18,9 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use gpreempt_tests::{
-    LineHelper, binary,
+    LineHelper, binary, log_field,
     prometheus::{free_port, http_get, query_at},
-    stderr_lines,
+    scratch, stderr_lines,
     target::tracer_pid,
 };
 use nix::{
@@ -95,11 +95,6 @@ impl Drop for Daemon {
     }
 }
 
-/// `key=value` of a log line (values without spaces).
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-}
-
 /// Poll `promql` until its results equal `expected` (as (label, value) pairs of `label`), or
 /// 120 s pass; returns the last results either way, for the caller's exact assertion.
 fn settle(prometheus: SocketAddr, promql: &str, label: &str, expected: &[(&str, f64)]) -> Vec<(String, f64)> {
@@ -117,12 +112,6 @@ fn settle(prometheus: SocketAddr, promql: &str, label: &str, expected: &[(&str, 
         }
         thread::sleep(Duration::from_millis(500));
     }
-}
-
-fn scratch() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("gpreempt-emu-agent-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }
 
 /// A policy over the online servers and the offline job (pids), named `name`.
@@ -215,7 +204,7 @@ fn start_agent(config: &Path) -> Result<(Daemon, String)> {
 
 #[test]
 fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_reloads() -> Result<()> {
-    let dir = scratch()?;
+    let dir = scratch("emu-agent")?;
     // The policy's processes exist before the agent: its scheduler finds them at start.
     let mut offline =
         LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"])?;
@@ -224,13 +213,13 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     let config = dir.join("agent.toml");
     write(&config, &policy_config("first", &servers, offline.pid()))?;
     let (mut agent, started) = start_agent(&config)?;
-    assert_eq!(field(&started, "policies"), Some("first"));
+    assert_eq!(log_field(&started, "policies"), Some("first"));
     let attached = agent.wait_line("offline process attached", Duration::from_secs(60))?;
-    assert_eq!(field(&attached, "pid"), Some(offline.pid().to_string().as_str()), "{attached}");
-    assert_eq!(field(&attached, "queues"), Some("1"));
+    assert_eq!(log_field(&attached, "pid"), Some(offline.pid().to_string().as_str()), "{attached}");
+    assert_eq!(log_field(&attached, "queues"), Some("1"));
     agent.wait_lines(&[r#"msg="policy started" policy=first"#], Duration::from_secs(60))?;
     assert_eq!(tracer_pid(offline.pid())?, agent.child.id(), "the policy thread holds the offline job");
-    let agent_addr: SocketAddr = field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
+    let agent_addr: SocketAddr = log_field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
     assert_eq!(http_get(agent_addr, "/healthz")?, (200, "ok\n".to_owned()));
 
     let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
@@ -312,7 +301,7 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     agent.signal(Signal::SIGHUP)?;
     let rejected = agent.wait_line("config rejected", Duration::from_secs(60))?;
     assert!(rejected.contains("line 5: policy `second`, online: `pod:serving` is not a pod selector"), "{rejected}");
-    assert_eq!(field(&rejected, "policies"), Some("first"), "the previous config stays in force");
+    assert_eq!(log_field(&rejected, "policies"), Some("first"), "the previous config stays in force");
     let reloads = "gpreempt_config_reloads_total";
     assert_eq!(settle(prom_addr, reloads, "result", &[("rejected", 1.0)]), [("rejected".into(), 1.0)]);
     serve(&mut online2)?;
@@ -336,10 +325,13 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
         Duration::from_secs(120),
     )?;
     let stopped = &lines[0];
-    assert_eq!(field(stopped, "suspends"), Some(s2.to_string().as_str()), "{stopped}");
-    assert_eq!(field(stopped, "resumes"), Some(r2.to_string().as_str()), "{stopped}");
-    assert_eq!(field(stopped, "transitions"), Some((s2 + r2).to_string().as_str()), "{stopped}");
-    assert_eq!((field(&lines[1], "policies"), field(&lines[1], "trigger")), (Some("third"), Some("file-change")));
+    assert_eq!(log_field(stopped, "suspends"), Some(s2.to_string().as_str()), "{stopped}");
+    assert_eq!(log_field(stopped, "resumes"), Some(r2.to_string().as_str()), "{stopped}");
+    assert_eq!(log_field(stopped, "transitions"), Some((s2 + r2).to_string().as_str()), "{stopped}");
+    assert_eq!(
+        (log_field(&lines[1], "policies"), log_field(&lines[1], "trigger")),
+        (Some("third"), Some("file-change"))
+    );
     assert_eq!(
         settle(prom_addr, reloads, "result", &[("applied", 1.0), ("rejected", 1.0)]),
         [("applied".into(), 1.0), ("rejected".into(), 1.0)]
@@ -349,9 +341,9 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     // SIGTERM: a clean exit; the offline job is detached and keeps running, A too.
     agent.signal(Signal::SIGTERM)?;
     let lines = agent.wait_lines(&[r#"msg="policy stopped" policy=third"#, "msg=exiting"], Duration::from_secs(60))?;
-    assert_eq!(field(&lines[0], "transitions"), Some("0"), "A never had work: {}", lines[0]);
-    assert_eq!(field(&lines[1], "signal"), Some("SIGTERM"));
-    assert_eq!(field(&lines[1], "dropped"), Some("0"));
+    assert_eq!(log_field(&lines[0], "transitions"), Some("0"), "A never had work: {}", lines[0]);
+    assert_eq!(log_field(&lines[1], "signal"), Some("SIGTERM"));
+    assert_eq!(log_field(&lines[1], "dropped"), Some("0"));
     let status = agent.child.wait()?;
     assert_eq!(status.code(), Some(0));
     assert_eq!(tracer_pid(offline.pid())?, 0, "the offline job is detached");
@@ -437,12 +429,12 @@ fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<(
     // virtme-ng boots the guest with a console log level that hides even a panic; every kernel
     // message on the console makes a crash, a WARN or the OOM killer visible in the run's output.
     std::fs::write("/proc/sys/kernel/printk", "7").context("raising the console log level")?;
-    let dir = scratch()?.join("soak");
+    let dir = scratch("emu-agent")?.join("soak");
     std::fs::create_dir_all(&dir)?;
     let config = dir.join("agent.toml");
     write(&config, "process_grace_s = 1\n")?;
     let (mut agent, started) = start_agent(&config)?;
-    let addr: SocketAddr = field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
+    let addr: SocketAddr = log_field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
     let pid = agent.child.id();
     // Four at a time (each opens /dev/kfd, creates a queue that runs, and exits with it), so
     // processes come and go while others run, as on a busy node.

@@ -18,7 +18,7 @@
 use std::{
     net::SocketAddr,
     os::unix::net::UnixStream,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     thread,
     time::{Duration, Instant},
@@ -27,20 +27,14 @@ use std::{
 use anyhow::{Context, Result, bail};
 use gpreempt::deploy::AGENT_NEEDS;
 use gpreempt_tests::{
-    binary,
+    binary, log_field,
     podman::{self, Workload, podman},
     prometheus::{Prometheus, free_port, http_get},
     schedule::{LONG, Schedule},
-    stderr_lines,
+    scratch, stderr_lines,
     target::tracer_pid,
 };
 use serde_json::Value;
-
-fn scratch(name: &str) -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("gpreempt-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
-}
 
 /// Its queues' read indices do not move for 300 ms (suspended).
 fn held(w: &mut Workload) -> Result<bool> {
@@ -280,11 +274,6 @@ impl Drop for Restore {
     }
 }
 
-/// `key=value` of a log line.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-}
-
 /// Every panel target's PromQL in the dashboard, with its template variables replaced by their
 /// "All" values and Grafana's `$__rate_interval` by a window that covers the whole test.
 fn dashboard_queries() -> Result<Vec<(String, String)>> {
@@ -371,10 +360,10 @@ fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel
     let mut agent = Agent::start(&config)?;
     // Loading every program in a TCG guest on a loaded host has taken over a minute.
     let started = agent.wait_line("msg=started", Duration::from_secs(300))?;
-    assert_eq!(field(&started, "policies"), Some("colocate"), "{started}");
+    assert_eq!(log_field(&started, "policies"), Some("colocate"), "{started}");
     let attached = agent.wait_line("offline process attached", Duration::from_secs(120))?;
-    assert_eq!(field(&attached, "pid"), Some(training.pid.to_string().as_str()), "{attached}");
-    assert_eq!(field(&attached, "queues"), Some("2"), "{attached}");
+    assert_eq!(log_field(&attached, "pid"), Some(training.pid.to_string().as_str()), "{attached}");
+    assert_eq!(log_field(&attached, "queues"), Some("2"), "{attached}");
     // The agent's host pid: the container's first process.
     let (agent_pid, _) = podman::inspect(AGENT)?;
     assert_eq!(tracer_pid(training.pid)?, agent_pid, "the policy thread in the container holds the offline job");
@@ -470,7 +459,7 @@ fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel
     // SIGTERM (podman stop): the agent exits 0 and leaves the training job detached and running.
     podman(&["stop", "--time", "60", AGENT])?;
     let exiting = agent.wait_line("msg=exiting", Duration::from_secs(60))?;
-    assert_eq!(field(&exiting, "signal"), Some("SIGTERM"), "{exiting}");
+    assert_eq!(log_field(&exiting, "signal"), Some("SIGTERM"), "{exiting}");
     assert_eq!(agent.child.wait()?.code(), Some(0));
     assert_eq!(tracer_pid(training.pid)?, 0, "detached");
     assert!(runs(&mut training)?, "the training job runs after the agent's exit");
