@@ -28,6 +28,20 @@ pub fn scratch(name: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// A cgroup v2 directory named as Docker names a container's scope (`docker-<64 hex>.scope`),
+/// cgroup2 mounted at /sys/fs/cgroup first if the guest has not: a process moved into it is "in
+/// container" `id` for `gpreempt ps` and the selectors.
+pub fn docker_cgroup(id: &str) -> PathBuf {
+    assert_eq!(id.len(), 64, "Docker ids are 64 hex digits");
+    if !std::path::Path::new("/sys/fs/cgroup/cgroup.procs").exists() {
+        let ok = Command::new("mount").args(["-t", "cgroup2", "none", "/sys/fs/cgroup"]).status().unwrap();
+        assert!(ok.success(), "cannot mount cgroup2 at /sys/fs/cgroup");
+    }
+    let cg = PathBuf::from(format!("/sys/fs/cgroup/docker-{id}.scope"));
+    std::fs::create_dir_all(&cg).unwrap();
+    cg
+}
+
 /// `key=value` of a structured log line (the agent's: values without spaces).
 pub fn log_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))

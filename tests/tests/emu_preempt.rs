@@ -738,21 +738,9 @@ fn group_a_named_pid_that_exits_mid_run_is_detached_the_others_finish_and_the_co
     assert!(advances(pa, rptr_address(&a)), "pid {pa} left suspended");
 }
 
-/// A cgroup v2 directory named as Docker names a container's scope: the processes moved into it
-/// are "in container" `id` for `gpreempt ps` and the selectors.
-fn docker_style_cgroup(id: &str) -> std::path::PathBuf {
-    if !std::path::Path::new("/sys/fs/cgroup/cgroup.procs").exists() {
-        let ok = Command::new("mount").args(["-t", "cgroup2", "none", "/sys/fs/cgroup"]).status().unwrap();
-        assert!(ok.success(), "cannot mount cgroup2 at /sys/fs/cgroup");
-    }
-    let cg = std::path::PathBuf::from(format!("/sys/fs/cgroup/docker-{id}.scope"));
-    std::fs::create_dir_all(&cg).unwrap();
-    cg
-}
-
 #[test]
 fn group_container_selects_its_two_processes_and_attaches_a_third_started_later() {
-    let cg = docker_style_cgroup("5e1ec70000000000000000000000000000000000000000000000000000000042");
+    let cg = gpreempt_tests::docker_cgroup("5e1ec70000000000000000000000000000000000000000000000000000000042");
     let in_container =
         || workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable", "--cgroup", cg.to_str().unwrap()]);
     let (a, b) = (in_container(), in_container());

@@ -489,19 +489,6 @@ fn emu_schedule_an_offline_exit_mid_suspension_is_detached_and_a_second_controll
     assert!(runs(&staying));
 }
 
-/// A cgroup v2 directory named as Docker names its containers (`docker-<64 hex>.scope`): a
-/// process moved into it is "in container" `id` for the selectors.
-fn docker_cgroup(id: &str) -> PathBuf {
-    assert_eq!(id.len(), 64, "Docker ids are 64 hex digits");
-    if !std::path::Path::new("/sys/fs/cgroup/cgroup.procs").exists() {
-        let ok = Command::new("mount").args(["-t", "cgroup2", "none", "/sys/fs/cgroup"]).status().unwrap();
-        assert!(ok.success(), "cannot mount cgroup2 at /sys/fs/cgroup");
-    }
-    let cg = PathBuf::from(format!("/sys/fs/cgroup/docker-{id}.scope"));
-    std::fs::create_dir_all(&cg).unwrap();
-    cg
-}
-
 /// `emu-workload run` with one queue, moved into `cgroup` before it opens /dev/kfd.
 fn in_cgroup(cgroup: &std::path::Path, fill_us: &str) -> LineHelper {
     LineHelper::spawn(
@@ -525,7 +512,7 @@ fn in_cgroup(cgroup: &std::path::Path, fill_us: &str) -> LineHelper {
 #[test]
 fn emu_schedule_picks_up_an_offline_process_of_a_container_started_later() {
     let _t = Elapsed::start("emu_schedule_picks_up_an_offline_process_of_a_container_started_later");
-    let cg = docker_cgroup("5eed0000000000000000000000000000000000000000000000000000000000aa");
+    let cg = gpreempt_tests::docker_cgroup("5eed0000000000000000000000000000000000000000000000000000000000aa");
     let online = online_idle();
     let path = sock_path("pickup");
     let mut s = Schedule::start(&[
@@ -570,7 +557,7 @@ fn emu_schedule_picks_up_an_offline_process_of_a_container_started_later() {
 #[test]
 fn emu_schedule_follows_a_restarted_online_container_and_holds_an_offline_queue_created_mid_suspension() {
     let _t = Elapsed::start("emu_schedule_follows_a_restarted_online_container_and_holds_a_new_offline_queue");
-    let cg = docker_cgroup("0c0ffee0000000000000000000000000000000000000000000000000000000bb");
+    let cg = gpreempt_tests::docker_cgroup("0c0ffee0000000000000000000000000000000000000000000000000000000bb");
     let first = in_cgroup(&cg, "0");
     let mut offline = offline_run();
     // The online side is selected by its container, not its pid.
