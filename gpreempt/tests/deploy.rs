@@ -383,3 +383,31 @@ fn the_dashboard_queries_only_metrics_the_agent_exports() {
         }
     }
 }
+
+/// docs/guide/metrics.md's reference table names exactly the families the agent serves
+/// (`deploy::series::FAMILIES`), each with its kind: a family added, renamed or retyped without its
+/// row (or a row left for one gone) fails here.
+#[test]
+fn the_metrics_guide_lists_exactly_the_families_the_agent_serves() {
+    use gpreempt::deploy::series::{FAMILIES, Kind};
+
+    // A histogram is documented by its family name, the others by their one sample's name.
+    let served: BTreeSet<(String, String)> = FAMILIES
+        .iter()
+        .map(|f| {
+            let name = if f.kind == Kind::Histogram { f.exposed() } else { f.samples()[0].clone() };
+            (name, f.kind.name().to_owned())
+        })
+        .collect();
+    let guide = read("docs/guide/metrics.md");
+    let documented: BTreeSet<(String, String)> = guide
+        .lines()
+        .filter_map(|l| {
+            let mut cells = l.strip_prefix("| `gpreempt_")?.split('|');
+            let name = cells.next()?.trim().trim_end_matches('`');
+            Some((format!("gpreempt_{name}"), cells.next()?.trim().to_owned()))
+        })
+        .collect();
+    assert_eq!(documented.len(), FAMILIES.len(), "{documented:#?}");
+    assert_eq!(documented, served);
+}

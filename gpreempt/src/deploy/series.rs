@@ -1,7 +1,8 @@
 //! The series `gpreempt agent` serves on [`METRICS_PATH`], named once: `metrics` registers every
 //! family of [`FAMILIES`] from here, and `top` reads the scheduler's families back by the same
 //! names and labels, so a renamed series breaks the build, not a reader. docs/guide/metrics.md
-//! is their reference table; deploy/grafana-dashboard.json queries them.
+//! is their reference table (tests/deploy.rs holds it to [`FAMILIES`]); deploy/grafana-dashboard.json
+//! queries them.
 
 /// Where the agent serves its exposition (HTTP GET).
 pub const METRICS_PATH: &str = "/metrics";
