@@ -219,7 +219,7 @@ fn probes_service_and_monitors_reach_the_agent_on_its_port() {
     );
     // The agent's HTTP endpoint (agent/http.rs): /healthz while the tracer loop beats.
     for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
-        assert_eq!(c[probe]["httpGet"]["path"], "/healthz", "{probe}");
+        assert_eq!(c[probe]["httpGet"]["path"], gpreempt::deploy::series::HEALTH_PATH, "{probe}");
         assert_eq!(c[probe]["httpGet"]["port"], "metrics", "{probe}");
     }
     let annotations = &pod["metadata"]["annotations"];

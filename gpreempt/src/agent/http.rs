@@ -17,7 +17,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::{
-    deploy::series::METRICS_PATH,
+    deploy::series::{HEALTH_PATH, METRICS_PATH},
     metrics::{self, Metrics},
 };
 
@@ -64,9 +64,9 @@ fn respond(req: &Request<Incoming>, metrics: &Metrics, health: &Health) -> Respo
     }
     match req.uri().path() {
         METRICS_PATH => reply(StatusCode::OK, metrics::CONTENT_TYPE, metrics.encode()),
-        "/healthz" if health.alive() => reply(StatusCode::OK, TEXT, "ok\n".into()),
-        "/healthz" => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "tracer loop stalled\n".into()),
-        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found: try /metrics or /healthz\n".into()),
+        HEALTH_PATH if health.alive() => reply(StatusCode::OK, TEXT, "ok\n".into()),
+        HEALTH_PATH => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "tracer loop stalled\n".into()),
+        _ => reply(StatusCode::NOT_FOUND, TEXT, format!("not found: try {METRICS_PATH} or {HEALTH_PATH}\n")),
     }
 }
 

@@ -7,6 +7,10 @@
 /// Where the agent serves its exposition (HTTP GET).
 pub const METRICS_PATH: &str = "/metrics";
 
+/// Where the agent answers whether its tracer loop is alive (HTTP GET: 200, or 503 once it
+/// stalled): the DaemonSet's startup, readiness and liveness probes ask it.
+pub const HEALTH_PATH: &str = "/healthz";
+
 /// The prefix of every family's name (`gpreempt_…`).
 pub const PREFIX: &str = "gpreempt";
 
