@@ -1643,6 +1643,10 @@ fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_program_seen_t
     // moved write index first: ROCr bumps it before it rings).
     let by_doorbell = sum["detection_doorbell_us"]["count"].as_u64().unwrap_or(0) as usize;
     assert!((1..=suspends).contains(&by_doorbell), "{by_doorbell} of {suspends}: {sum}");
+    // Each of those suspends followed a hit the reaction thread took (its wake-up timed), and
+    // every hit was one of the queue's stores (armed: the first of a burst).
+    let hits = sum["doorbell_wake_us"]["count"].as_u64().unwrap_or(0) as usize;
+    assert!((by_doorbell..=REQUESTS).contains(&hits), "{hits} hits, {by_doorbell} suspends by the probe: {sum}");
     let ends: Vec<u64> = records.iter().map(|c| c["end_ns"].as_u64().unwrap()).collect();
     assert_protected(&requests, &ends);
     // The ROCm program's work all ran on the first GPU: the code object's blit copy, the cache
