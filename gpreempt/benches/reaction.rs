@@ -187,7 +187,7 @@ fn main() -> anyhow::Result<()> {
     let seams = Seams {
         control: StampSide,
         discovery: Box::new(Quiet),
-        occupancy: Box::new(SysfsOccupancy { roots: config.roots.clone() }),
+        occupancy: std::sync::Arc::new(SysfsOccupancy { roots: config.roots.clone() }),
     };
     let scheduler = Scheduler::start(config, seams, &mut ignore)?;
     let flag = stop.clone();

@@ -146,8 +146,8 @@ pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) ->
         ClientSpec::Batching { arrivals, model, gap_lo_ns, gap_hi_ns, seed } => {
             batching_loop(&ctx, t0, arrivals, *model, (*gap_lo_ns, *gap_hi_ns), *seed)
         }
-        ClientSpec::Trainer { dispatch_ns, spread, step_dispatches, inflight, seed } => {
-            trainer_loop(&ctx, *dispatch_ns, *spread, *step_dispatches, *inflight, *seed)
+        ClientSpec::Trainer { dispatch_ns, spread, step_dispatches, inflight, host_gap_ns, seed } => {
+            trainer_loop(&ctx, *dispatch_ns, *spread, *step_dispatches, *inflight, *host_gap_ns, *seed)
         }
         ClientSpec::DpRank { dispatch_ns, spread, step_dispatches, ranks, seed } => {
             dp_loop(&ctx, *dispatch_ns, *spread, *step_dispatches, *ranks, *seed)
@@ -236,7 +236,15 @@ fn batching_loop(
     out
 }
 
-fn trainer_loop(ctx: &Ctx, dispatch_ns: u64, spread: f64, n: u32, inflight: u32, seed: u64) -> ClientResult {
+fn trainer_loop(
+    ctx: &Ctx,
+    dispatch_ns: u64,
+    spread: f64,
+    n: u32,
+    inflight: u32,
+    host_gap: (u64, u64),
+    seed: u64,
+) -> ClientResult {
     let mut out = ClientResult::default();
     let mut rng = Rng::new(seed);
     let mut steps: VecDeque<u64> = VecDeque::new();
@@ -251,7 +259,12 @@ fn trainer_loop(ctx: &Ctx, dispatch_ns: u64, spread: f64, n: u32, inflight: u32,
         }
         steps.pop_front();
         out.steps += 1;
-        out.step_ends_ns.push(monotonic_ns());
+        let end = monotonic_ns();
+        out.step_ends_ns.push(end);
+        if host_gap.1 > 0 {
+            // The loader's work for the next step, asleep (to spare the cores).
+            sleep_until(end + rng.between(host_gap.0, host_gap.1));
+        }
     }
     out
 }

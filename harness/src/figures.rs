@@ -43,6 +43,10 @@ pub struct SchedulerFigures {
     /// Busy periods that found the offline queues already suspended, and those never protected.
     pub busy_periods_held_at_start: usize,
     pub busy_periods_unprotected: usize,
+    /// Busy periods that began with no offline dispatch waiting or running on the online GPU:
+    /// nothing to preempt, so neither a detection sample nor unprotected (a suspend deferred
+    /// there costs nothing; one made there is still counted as a transition).
+    pub busy_periods_nothing_to_preempt: usize,
     pub detection_us: Option<Summary>,
     pub reaction_us: Option<Summary>,
     /// The scheduler's own detection (from its last quiet poll, an upper bound) for comparison.
@@ -54,6 +58,10 @@ pub struct SchedulerFigures {
     /// Waits on the probe while the online side was idle, and those a store or command ended.
     pub doorbell_waits: u64,
     pub doorbell_wakes: u64,
+    /// Offline processes a suspend found with nothing on the GPU (held with no call), and of them
+    /// those suspended later in the hold at their first submission (the scheduler's counts).
+    pub offline_deferred: u64,
+    pub offline_late_suspends: u64,
     pub loop_step_us: Option<Summary>,
     /// gpreempt's CPU: the reaction thread (its report) + the thread calling `run()`, as a share
     /// of one core over the scheduler's run.
@@ -122,6 +130,10 @@ fn gpu_figures(
     }
 }
 
+/// Suspends of one transition closer than this follow each other in one step of the reaction
+/// thread (microseconds apart); a later step is at least the poll interval (200 µs) on.
+const BACK_TO_BACK_NS: u64 = 100_000;
+
 /// Held intervals of GPU `g` (some offline process suspended), from the stamps.
 fn held_intervals(stamps: &[Stamp], g: usize) -> Vec<(u64, u64)> {
     let mut s: Vec<&Stamp> = stamps.iter().filter(|s| s.gpu == g).collect();
@@ -171,21 +183,30 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
         let stamps: Vec<Stamp> =
             raw.stamps.iter().filter(|s| s.entered_ns >= raw.start_ns && s.entered_ns <= end).copied().collect();
         let online_busy = &busy[0];
-        // Transitions on the online GPU: (first entered, last returned).
+        // Transitions on the online GPU: (first entered, last returned) of the suspends made in
+        // one go (back to back on the reaction thread). A deferred process suspended later in
+        // the hold, at its first submission (a later step: a poll interval on), is not part of
+        // the reaction to the online work.
         let mut transitions: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-        for s in stamps.iter().filter(|s| s.gpu == 0 && s.call == Call::Suspend) {
-            let t = transitions.entry(s.transition).or_insert((u64::MAX, 0));
-            t.0 = t.0.min(s.entered_ns);
-            t.1 = t.1.max(s.returned_ns);
+        let mut suspends: Vec<&Stamp> = stamps.iter().filter(|s| s.gpu == 0 && s.call == Call::Suspend).collect();
+        suspends.sort_by_key(|s| s.entered_ns);
+        for s in suspends {
+            let t = transitions.entry(s.transition).or_insert((s.entered_ns, s.returned_ns));
+            if s.entered_ns.saturating_sub(t.1) < BACK_TO_BACK_NS {
+                t.1 = t.1.max(s.returned_ns);
+            }
         }
         let mut firsts: Vec<(u64, u64)> = transitions.values().copied().collect();
         firsts.sort_unstable();
         let held = held_intervals(&raw.stamps, 0);
-        let (mut detection, mut reaction, mut held_at_start, mut unprotected) = (Vec::new(), Vec::new(), 0, 0);
+        let (mut detection, mut reaction, mut held_at_start, mut unprotected, mut nothing) =
+            (Vec::new(), Vec::new(), 0, 0, 0);
         for (i, b) in online_busy.iter().enumerate() {
             let next = online_busy.get(i + 1).map_or(u64::MAX, |n| n.start_ns);
             if held.iter().any(|&(s, e)| s <= b.start_ns && b.start_ns < e) {
                 held_at_start += 1;
+            } else if !b.offline_work {
+                nothing += 1;
             } else if let Some(&(entered, returned)) = firsts.iter().find(|t| t.0 >= b.start_ns && t.0 < next) {
                 detection.push((entered - b.start_ns) as f64 / 1e3);
                 reaction.push((returned - b.start_ns) as f64 / 1e3);
@@ -204,6 +225,7 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
             suspends_per_request: firsts.len() as f64 / requests.max(1) as f64,
             busy_periods_held_at_start: held_at_start,
             busy_periods_unprotected: unprotected,
+            busy_periods_nothing_to_preempt: nothing,
             detection_us: Summary::of(&detection),
             reaction_us: Summary::of(&reaction),
             scheduler_detection_us: report.detection_us.clone(),
@@ -211,6 +233,8 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
             scheduler_doorbell_wake_us: report.doorbell_wake_us.clone(),
             doorbell_waits: report.doorbell_waits,
             doorbell_wakes: report.doorbell_wakes,
+            offline_deferred: report.offline_deferred,
+            offline_late_suspends: report.offline_late_suspends,
             loop_step_us: report.loop_step_us.clone(),
             cpu_share: cpu_ms / report.elapsed_ms.max(1e-9),
             reaction_cpu_ms: report.reaction_cpu_ms,

@@ -45,7 +45,9 @@ pub enum ClientSpec {
     /// time, requests joining at the next step, a CPU gap between steps.
     Batching { arrivals: Vec<Arrival>, model: TokenModel, gap_lo_ns: u64, gap_hi_ns: u64, seed: u64 },
     /// Training steps kept `inflight` deep until told to stop.
-    Trainer { dispatch_ns: u64, spread: f64, step_dispatches: u32, inflight: u32, seed: u64 },
+    /// With `host_gap_ns` (lo, hi) not (0, 0): after each step, host work of a uniform time in
+    /// [lo, hi] before the next is published (a data loader that cannot keep up).
+    Trainer { dispatch_ns: u64, spread: f64, step_dispatches: u32, inflight: u32, host_gap_ns: (u64, u64), seed: u64 },
     /// One rank of a data-parallel job: a step, then a barrier with the other ranks.
     DpRank { dispatch_ns: u64, spread: f64, step_dispatches: u32, ranks: u32, seed: u64 },
 }

@@ -47,6 +47,9 @@ enum Cmd {
         /// The offline job is a 2-GPU data-parallel job instead.
         #[arg(long)]
         data_parallel: bool,
+        /// The trainers are loader-bound: one step in flight, 5-25 ms of host work between steps.
+        #[arg(long)]
+        loader_bound: bool,
         #[arg(long, default_value = "mi300x")]
         profile: String,
         #[arg(long, value_enum, default_value = "serial")]
@@ -85,7 +88,7 @@ enum Cmd {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Cmd::Run { load, offline, data_parallel, profile, bound, variants, requests, seed } => {
+        Cmd::Run { load, offline, data_parallel, loader_bound, profile, bound, variants, requests, seed } => {
             let profile = Profile::by_name(&profile).with_context(|| format!("no profile named {profile}"))?;
             let online = match load {
                 LoadArg::Poisson | LoadArg::Section7 => scenario::poisson(requests),
@@ -97,6 +100,7 @@ fn main() -> Result<()> {
             let offline_set = match (load, data_parallel) {
                 (_, true) => scenario::data_parallel(),
                 (LoadArg::Section7, false) => scenario::section7_trainer(),
+                _ if loader_bound => scenario::loader_bound_trainers(offline),
                 _ => scenario::trainers(offline),
             };
             let sc = Scenario {

@@ -203,7 +203,7 @@ pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
             let seams = Seams {
                 control: ModelSide(world.clone()),
                 discovery: Box::new(Quiet),
-                occupancy: Box::new(ModelOccupancySource(world.clone())),
+                occupancy: std::sync::Arc::new(ModelOccupancySource(world.clone())),
             };
             Some(Scheduler::start(config, seams, &mut emit).context("starting the scheduler")?)
         }

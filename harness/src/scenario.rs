@@ -30,8 +30,9 @@ pub enum Online {
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Offline {
-    /// `processes` trainers on the online GPU, one queue each.
-    Trainers { processes: usize, dispatch_ns: u64, spread: f64, step_dispatches: u32 },
+    /// `processes` trainers on the online GPU, one queue each; with `host_gap_ns` not (0, 0),
+    /// loader-bound: one step in flight, then host work of [lo, hi] ns before the next.
+    Trainers { processes: usize, dispatch_ns: u64, spread: f64, step_dispatches: u32, host_gap_ns: (u64, u64) },
     /// A 2-GPU data-parallel job: rank 0 on the online GPU, rank 1 on the other.
     DataParallel { dispatch_ns: u64, spread: f64, step_dispatches: u32 },
 }
@@ -94,14 +95,15 @@ impl Scenario {
 
     pub fn offline_clients(&self) -> Vec<ClientPlan> {
         match self.offline {
-            Offline::Trainers { processes, dispatch_ns, spread, step_dispatches } => (0..processes)
+            Offline::Trainers { processes, dispatch_ns, spread, step_dispatches, host_gap_ns } => (0..processes)
                 .map(|i| ClientPlan {
                     side: Side::Offline,
                     spec: ClientSpec::Trainer {
                         dispatch_ns,
                         spread,
                         step_dispatches,
-                        inflight: 2,
+                        inflight: if host_gap_ns.1 > 0 { 1 } else { 2 },
+                        host_gap_ns,
                         seed: self.seed + 100 + i as u64,
                     },
                     gpus: vec![0],
@@ -140,12 +142,24 @@ pub fn poisson(requests: usize) -> Online {
 }
 
 pub fn trainers(processes: usize) -> Offline {
-    Offline::Trainers { processes, dispatch_ns: 4 * MS, spread: 0.5, step_dispatches: 4 }
+    Offline::Trainers { processes, dispatch_ns: 4 * MS, spread: 0.5, step_dispatches: 4, host_gap_ns: (0, 0) }
+}
+
+/// Loader-bound trainers (PROFILES.md "Loads"): the same steps, one in flight, each followed by
+/// 5-25 ms of host work (input decoding and augmentation that cannot keep up with the GPU).
+pub fn loader_bound_trainers(processes: usize) -> Offline {
+    Offline::Trainers {
+        processes,
+        dispatch_ns: 4 * MS,
+        spread: 0.5,
+        step_dispatches: 4,
+        host_gap_ns: (5 * MS, 25 * MS),
+    }
 }
 
 /// §7.3's 1-offline trainer: one queue, steps of 2 dispatches of 5 ms ± 50 %.
 pub fn section7_trainer() -> Offline {
-    Offline::Trainers { processes: 1, dispatch_ns: 5 * MS, spread: 0.5, step_dispatches: 2 }
+    Offline::Trainers { processes: 1, dispatch_ns: 5 * MS, spread: 0.5, step_dispatches: 2, host_gap_ns: (0, 0) }
 }
 
 pub fn data_parallel() -> Offline {

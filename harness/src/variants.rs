@@ -18,6 +18,7 @@ pub const VARIANTS: &[Variant] = &[
         c.occupancy = Duration::from_millis(1);
         c.policy.learn_idle = false;
         c.policy.busy_share = 0.0;
+        c.defer_idle = false;
     }),
     // Today's scheduler without the doorbell probe: the index poll every --poll, idle or not.
     ("poll", |c| c.doorbell = false),
@@ -29,6 +30,10 @@ pub const VARIANTS: &[Variant] = &[
     // share: the idle threshold as given (not learnt), and a moved write index not counted.
     ("fixed-idle", |c| c.policy.learn_idle = false),
     ("no-watch-writes", |c| c.watch_writes = false),
+    // Every offline process with queues on a held GPU suspended, idle or not (before deferral).
+    ("suspend-idle", |c| c.defer_idle = false),
+    // Each offline job held on all of its GPUs or on none (`--gang`).
+    ("gang", |c| c.gang = true),
 ];
 
 pub fn by_name(name: &str) -> Option<Variant> {

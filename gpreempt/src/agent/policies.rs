@@ -151,7 +151,7 @@ impl Recorder<'_> {
         match event {
             ScheduleEvent::Transition(t) if t.action == TransitionKind::Suspend => {
                 self.metrics.scheduler_transition(self.name, t.gpu_id, TransitionKind::Suspend);
-                if t.queues > 0 {
+                if t.holds() {
                     if let Some(us) = t.reaction_us {
                         self.metrics.scheduler_reaction(self.name, t.gpu_id, us / 1e6);
                     }
@@ -269,6 +269,7 @@ mod tests {
             detection_us: reaction_us.map(|r| r / 2.0),
             queues,
             ioctls: 1,
+            held_no_ioctl: 0,
             errors: Vec::new(),
         })
     }

@@ -188,7 +188,7 @@ impl Accounts {
             TransitionKind::Suspend => {
                 g.report.suspends += 1;
                 g.suspend_us.push(us(r.latency_ns));
-                if r.queues > 0 {
+                if r.queues > 0 || r.held_no_ioctl > 0 {
                     g.suspended_since = Some(r.t_ns);
                     g.state = Some(State::Suspended);
                     g.reaction_us.extend(r.reaction_ns.map(us));
@@ -219,6 +219,7 @@ impl Accounts {
             detection_us: r.detection_ns.map(us),
             queues: i64::from(r.queues),
             ioctls: r.ioctls,
+            held_no_ioctl: r.held_no_ioctl,
             errors: errors.into_iter().map(|(pid, error)| TransitionError { pid, error }).collect(),
         }
     }
@@ -373,6 +374,8 @@ impl Accounts {
             doorbell_wake_us: stats.doorbell_wake.summary_us(),
             doorbell_waits: stats.doorbell_waits.load(Ordering::Relaxed),
             doorbell_wakes: stats.doorbell_wakes.load(Ordering::Relaxed),
+            offline_deferred: stats.offline_deferred.load(Ordering::Relaxed),
+            offline_late_suspends: stats.offline_late_suspends.load(Ordering::Relaxed),
             doorbell_stores: self.doorbell_stores.clone(),
             suspend_us: Stats::of(&suspend),
             resume_us: Stats::of(&resume),

@@ -51,6 +51,11 @@ pub struct ScheduleConfig {
     pub roots: Roots,
     /// Options of each offline session; its watchdog is set to back the policy's up.
     pub session: Options,
+    /// An offline process with nothing on a held GPU (its queues there drained, no wave in
+    /// flight) is held without an ioctl and suspended at its first submission.
+    pub defer_idle: bool,
+    /// Hold each offline job (one selector) on all of its GPUs or on none.
+    pub gang: bool,
 }
 
 /// The reaction thread's default SCHED_FIFO priority: above every normal task and below the
@@ -80,6 +85,8 @@ impl Default for ScheduleConfig {
             hint_socket: None,
             roots: Roots::default(),
             session: Options::default(),
+            defer_idle: true,
+            gang: false,
         }
     }
 }

@@ -18,6 +18,10 @@ use crate::{
     stats::Summary as Stats,
 };
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// One suspend or resume of one GPU's offline queues.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Transition {
@@ -38,8 +42,19 @@ pub struct Transition {
     pub queues: i64,
     /// Offline processes an ioctl was issued for.
     pub ioctls: u32,
+    /// Offline processes counted as held with no ioctl: nothing of theirs on the GPU (suspended
+    /// at their first submission instead), or already held by their gang (`--gang`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub held_no_ioctl: u32,
     /// Offline processes the ioctl failed for, with the error.
     pub errors: Vec<TransitionError>,
+}
+
+impl Transition {
+    /// A suspend that left the GPU held: queues suspended, or processes held with no ioctl.
+    pub fn holds(&self) -> bool {
+        self.action == TransitionKind::Suspend && (self.queues > 0 || self.held_no_ioctl > 0)
+    }
 }
 
 /// One offline process a transition's ioctl failed for.
@@ -140,6 +155,10 @@ pub struct ScheduleReport {
     /// a store or a command ended (the rest ended at the cross-check).
     pub doorbell_waits: u64,
     pub doorbell_wakes: u64,
+    /// Offline processes a suspend found with nothing on its GPU (held there with no ioctl), and
+    /// of them those suspended later within the hold, at their first submission.
+    pub offline_deferred: u64,
+    pub offline_late_suspends: u64,
     /// Per online queue the probe filtered on, its stores (queues gone before the end included).
     pub doorbell_stores: Vec<DoorbellCount>,
     pub suspend_us: Option<Stats>,
@@ -299,6 +318,7 @@ mod tests {
             detection_us: None,
             queues: 2,
             ioctls: 1,
+            held_no_ioctl: 0,
             errors: Vec::new(),
         };
         let json = serde_json::to_value(ScheduleEvent::Transition(t)).unwrap();

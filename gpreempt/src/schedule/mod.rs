@@ -6,7 +6,8 @@
 //! - [`hints`]: the optional `begin`/`end` socket.
 //! - [`policy`]: when to suspend and resume one GPU (a pure state machine, cost-aware).
 //! - [`reaction`]: the real-time thread that reads the indices, runs one policy per GPU and
-//!   holds the offline sessions (attached once, kept attached); [`realtime`] its footing.
+//!   holds the offline sessions (attached once, kept attached); [`realtime`] its footing;
+//!   [`offline`] one offline process as it holds it (idle ones deferred, gangs).
 //! - [`discover`]: processes and queues that appear later (tracer, or sysfs).
 //! - [`kernel`]: the driver's side of the suspends and resumes (tracer only).
 //! - [`config`]: what to schedule and how, and the selectors' checks; [`settings`]: what a user
@@ -43,6 +44,7 @@ pub mod doorbell;
 pub mod events;
 pub mod hints;
 pub mod kernel;
+pub mod offline;
 pub mod online;
 pub mod policy;
 pub mod reaction;

@@ -32,10 +32,11 @@ use super::{
     },
     events::{DetectionPath, DoorbellCount},
     hints::{HintCounts, HintSocket},
+    offline::{JobId, Offline},
     online::{OnlineProcess, ReadError},
     policy::{Action, GapVerdict, Observation, PolicyConfig, PolicyMachine, ResumeReason, State},
     realtime::{self, Realtime, RealtimeConfig},
-    seams::{ControlSide, Occupancy},
+    seams::{ControlSide, Occupancy, OccupancySource},
 };
 use gpreempt_common::doorbell::DoorbellHit;
 
@@ -72,6 +73,7 @@ pub enum Command {
     AttachOffline {
         pid: HostPid,
         picked_up: bool,
+        job: JobId,
     },
     /// The offline process exited: detach it.
     OfflineGone {
@@ -105,6 +107,9 @@ pub struct TransitionRecord {
     pub queues: u32,
     /// Offline processes an ioctl was issued for.
     pub ioctls: u32,
+    /// Offline processes counted as held with no ioctl: idle on the GPU (deferred, see
+    /// [`super::offline`]) or already held by their gang.
+    pub held_no_ioctl: u32,
 }
 
 /// What the reaction thread tells the other threads.
@@ -191,6 +196,10 @@ pub struct ReactionConfig {
     pub realtime: RealtimeConfig,
     /// The offline sessions' options.
     pub session: Options,
+    /// An offline process with nothing on a GPU is held there without an ioctl until it submits.
+    pub defer_idle: bool,
+    /// Hold each offline job on all of its GPUs or on none.
+    pub gang: bool,
 }
 
 /// What the reaction thread measures, read live by the other threads.
@@ -217,6 +226,10 @@ pub struct LoopStats {
     /// submission ended.
     pub doorbell_waits: AtomicU64,
     pub doorbell_wakes: AtomicU64,
+    /// Offline processes a suspend found with nothing on the GPU (held with no ioctl), and of
+    /// them those suspended later at their first submission within the hold.
+    pub offline_deferred: AtomicU64,
+    pub offline_late_suspends: AtomicU64,
     /// Online dispatch delay seen in the indices: first seen pending → consumed, ns.
     pub dispatch_delay: Histogram,
     pub steps: AtomicU64,
@@ -229,13 +242,6 @@ pub struct LoopStats {
     pub reports_dropped: AtomicU64,
     /// The `--hint-socket` counters, as of the last step that received a line or a client.
     pub hints: std::sync::Mutex<HintCounts>,
-}
-
-/// One offline process: its session and the GPUs it is held on.
-struct Offline<C> {
-    pid: HostPid,
-    control: C,
-    held: Vec<GpuId>,
 }
 
 /// One GPU's policy and what it knows of the online work there.
@@ -321,6 +327,8 @@ pub struct Reaction<S: ControlSide> {
     config: ReactionConfig,
     /// How the offline sessions are attached.
     side: Arc<S>,
+    /// Where the offline processes' waves in flight are read (for [`Offline::idle_on`]).
+    occupancy: Arc<dyn OccupancySource>,
     online: Vec<OnlineProcess>,
     offline: Vec<Offline<S::Control>>,
     lanes: Vec<Lane>,
@@ -350,12 +358,16 @@ pub struct Reaction<S: ControlSide> {
     called_kernel: bool,
     /// This step follows a wait on the probe (see [`Self::step`]'s occupancy reads).
     after_wait: bool,
+    /// `--gang`: the jobs a transition of one GPU acts on (kept to allocate once).
+    jobs: Vec<JobId>,
 }
 
 impl<S: ControlSide> Reaction<S> {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: ReactionConfig,
         side: Arc<S>,
+        occupancy: Arc<dyn OccupancySource>,
         commands: Receiver<Command>,
         reports: SyncSender<Report>,
         stats: Arc<LoopStats>,
@@ -365,6 +377,7 @@ impl<S: ControlSide> Reaction<S> {
         Self {
             config,
             side,
+            occupancy,
             online: Vec::new(),
             offline: Vec::new(),
             lanes: Vec::new(),
@@ -385,6 +398,7 @@ impl<S: ControlSide> Reaction<S> {
             nudge,
             called_kernel: false,
             after_wait: false,
+            jobs: Vec::new(),
         }
     }
 
@@ -457,6 +471,7 @@ impl<S: ControlSide> Reaction<S> {
         self.take_hits(now);
         self.read_hints();
         self.read_online(now);
+        self.watch_deferred();
         let hint = self.hint;
         for i in 0..self.lanes.len() {
             let occupancy_ns = self.config.occupancy_ns;
@@ -695,7 +710,7 @@ impl<S: ControlSide> Reaction<S> {
                 }
             }
             Command::OnlineGone { pid } => self.online_gone(pid, now),
-            Command::AttachOffline { pid, picked_up } => self.attach(pid, picked_up),
+            Command::AttachOffline { pid, picked_up, job } => self.attach(pid, picked_up, job),
             Command::OfflineGone { pid } => {
                 if let Some(i) = self.offline.iter().position(|p| p.pid == pid) {
                     self.detach(i, "exited", now);
@@ -721,7 +736,7 @@ impl<S: ControlSide> Reaction<S> {
     }
 
     /// Attach an offline process on this thread; held at once on every GPU held now.
-    fn attach(&mut self, pid: HostPid, picked_up: bool) {
+    fn attach(&mut self, pid: HostPid, picked_up: bool, job: JobId) {
         if self.offline.iter().any(|p| p.pid == pid) {
             return;
         }
@@ -741,11 +756,32 @@ impl<S: ControlSide> Reaction<S> {
                 return;
             }
         };
-        self.report(Report::Attached { pid, comm: control.comm(), queues, picked_up });
-        self.offline.push(Offline { pid, control, held: Vec::new() });
+        let occupancy = if self.config.defer_idle { self.occupancy.open(pid) } else { Vec::new() };
+        let p = Offline::new(pid, control, job, &queues, occupancy);
+        self.report(Report::Attached { pid, comm: p.control.comm(), queues, picked_up });
+        self.offline.push(p);
         let i = self.offline.len() - 1;
         let held: Vec<GpuId> =
             self.lanes.iter().filter(|l| l.policy.state() == State::Suspended).map(|l| l.gpu).collect();
+        if self.config.gang {
+            // Its job is held wherever it shares a held GPU: on all of its GPUs, at once.
+            let p = &mut self.offline[i];
+            let holds: Vec<GpuId> = held.iter().copied().filter(|g| p.has_queues_on(*g)).collect();
+            if holds.is_empty() {
+                return;
+            }
+            match p.control.suspend(&Selection::All) {
+                Ok(b) => {
+                    p.held = p.gpus();
+                    p.gang_holds = holds;
+                    self.report(Report::QueuesHeld { pid, queues: b.count.max(0) as u32 });
+                }
+                Err(e) => self.report(Report::Warning(format!(
+                    "offline pid {pid} attached while its gang is held; suspending it failed: {e}"
+                ))),
+            }
+            return;
+        }
         for gpu in held {
             let p = &mut self.offline[i];
             match p.control.suspend(&Selection::Gpu(gpu)) {
@@ -777,7 +813,7 @@ impl<S: ControlSide> Reaction<S> {
 
     /// A held GPU whose every hold ended without its policy (exits, watchdogs) runs again.
     fn release_if_unheld(&mut self, gpu: GpuId, now: u64) {
-        let still = self.offline.iter().any(|p| p.held.contains(&gpu));
+        let still = self.offline.iter().any(|p| p.holds(gpu));
         if let Some(lane) = self.lanes.iter_mut().find(|l| l.gpu == gpu)
             && !still
             && lane.policy.state() == State::Suspended
@@ -798,11 +834,22 @@ impl<S: ControlSide> Reaction<S> {
                     SessionNotice::WatchdogResumed { held_ms, .. } => {
                         let now = monotonic_ns();
                         let p = &mut self.offline[i];
+                        p.gang_holds.clear();
                         let (pid, released) = (p.pid, std::mem::take(&mut p.held));
                         let still_held = self.offline.iter().filter(|p| !p.held.is_empty()).count();
                         self.report(Report::WatchdogResumed { t_ns: now, pid, held_ms, still_held });
                         for gpu in released {
                             self.release_if_unheld(gpu, now);
+                        }
+                    }
+                    SessionNotice::QueuesAppeared if self.config.defer_idle => {
+                        let p = &mut self.offline[i];
+                        if let Err(e) = p.refresh_queues() {
+                            let pid = p.pid;
+                            self.report(Report::Warning(format!(
+                                "offline pid {pid}: the snapshot of its new queues failed ({e}); \
+                                 it is suspended like a busy process until one succeeds"
+                            )));
                         }
                     }
                     SessionNotice::QueuesSuspendedMidHold { count } => {
@@ -862,6 +909,38 @@ impl<S: ControlSide> Reaction<S> {
         }
     }
 
+    /// Offline processes deferred on a held GPU that submitted since: suspended now.
+    fn watch_deferred(&mut self) {
+        for i in 0..self.offline.len() {
+            let mut k = 0;
+            while k < self.offline[i].deferred.len() {
+                let p = &mut self.offline[i];
+                let (gpu, writes) = p.deferred[k];
+                if !p.submitted_since(gpu, writes) {
+                    k += 1;
+                    continue;
+                }
+                p.deferred.remove(k);
+                self.called_kernel = true;
+                let pid = p.pid;
+                match p.control.suspend(&Selection::Gpu(gpu)) {
+                    Ok(b) if b.count > 0 => {
+                        p.held.push(gpu);
+                        self.stats.offline_late_suspends.fetch_add(1, Ordering::Relaxed);
+                        self.report(Report::QueuesHeld { pid, queues: b.count as u32 });
+                    }
+                    Ok(_) => {
+                        // Its queues there went away meanwhile: end the empty hold.
+                        let _ = p.control.resume_gpu(gpu);
+                    }
+                    Err(e) => self.report(Report::Warning(format!(
+                        "offline pid {pid} submitted on held GPU {gpu:#x}; suspending it there failed: {e}"
+                    ))),
+                }
+            }
+        }
+    }
+
     /// Carry out lane `i`'s action over every offline process.
     fn act(&mut self, i: usize, action: Action) {
         let gpu = self.lanes[i].gpu;
@@ -875,15 +954,78 @@ impl<S: ControlSide> Reaction<S> {
         };
         self.errors.clear();
         self.called_kernel = true;
-        let (mut queues, mut ioctls, mut latency_ns) = (0u32, 0u32, 0u64);
+        // `--gang`: every job with a process on this GPU is held on all of its GPUs.
+        self.jobs.clear();
+        if self.config.gang {
+            self.jobs.extend(self.offline.iter().filter(|p| p.has_queues_on(gpu)).map(|p| p.job));
+        }
+        let (mut queues, mut ioctls, mut latency_ns, mut no_ioctl) = (0u32, 0u32, 0u64, 0u32);
         let cpu_before = thread_cpu_ns();
         let entered = monotonic_ns();
         for p in &mut self.offline {
+            if self.jobs.contains(&p.job) {
+                let r = match resume {
+                    None if !p.gang_holds.is_empty() => {
+                        if !p.gang_holds.contains(&gpu) {
+                            p.gang_holds.push(gpu);
+                        }
+                        no_ioctl += 1;
+                        continue;
+                    }
+                    None => p.control.suspend(&Selection::All),
+                    Some(_) => {
+                        let before = p.gang_holds.len();
+                        p.gang_holds.retain(|g| *g != gpu);
+                        if before == 0 || !p.gang_holds.is_empty() {
+                            continue;
+                        }
+                        p.control.resume()
+                    }
+                };
+                match r {
+                    Ok(b) => {
+                        if !b.skipped {
+                            ioctls += 1;
+                            latency_ns += b.latency_ns;
+                        }
+                        queues += b.count.max(0) as u32;
+                        if resume.is_none() {
+                            p.gang_holds.push(gpu);
+                            p.held = p.gpus();
+                        } else {
+                            p.held.clear();
+                        }
+                    }
+                    Err(e) => {
+                        if resume.is_some() {
+                            p.held.clear();
+                        }
+                        self.errors.push((p.pid, e.into()));
+                    }
+                }
+                continue;
+            }
             let held = p.held.contains(&gpu);
             let r = match resume {
-                None => p.control.suspend(&Selection::Gpu(gpu)),
-                Some(_) if held => p.control.resume_gpu(gpu),
-                Some(_) => continue,
+                None => {
+                    if self.config.defer_idle
+                        && !held
+                        && let Some(writes) = p.idle_on(gpu)
+                    {
+                        p.deferred.push((gpu, writes));
+                        self.stats.offline_deferred.fetch_add(1, Ordering::Relaxed);
+                        no_ioctl += 1;
+                        continue;
+                    }
+                    p.control.suspend(&Selection::Gpu(gpu))
+                }
+                Some(_) => {
+                    p.deferred.retain(|(g, _)| *g != gpu);
+                    if !held {
+                        continue;
+                    }
+                    p.control.resume_gpu(gpu)
+                }
             };
             match r {
                 Ok(b) => {
@@ -915,7 +1057,7 @@ impl<S: ControlSide> Reaction<S> {
         let lane = &mut self.lanes[i];
         let record = match resume {
             None => {
-                let ok = queues > 0;
+                let ok = queues > 0 || no_ioctl > 0;
                 lane.policy.suspended(now, ok);
                 let reaction_ns = lane.visible_ns.map(|v| now.saturating_sub(v));
                 // Through the probe the submission's own time is known; through the poll only
@@ -943,6 +1085,7 @@ impl<S: ControlSide> Reaction<S> {
                     detection_ns,
                     queues,
                     ioctls,
+                    held_no_ioctl: no_ioctl,
                 }
             }
             Some(reason) => {
@@ -960,11 +1103,12 @@ impl<S: ControlSide> Reaction<S> {
                     detection_ns: None,
                     queues,
                     ioctls,
+                    held_no_ioctl: 0,
                 }
             }
         };
         let errors = std::mem::take(&mut self.errors);
-        let held = record.kind == TransitionKind::Suspend && record.queues > 0;
+        let held = record.kind == TransitionKind::Suspend && (record.queues > 0 || record.held_no_ioctl > 0);
         self.report(Report::Transition(record, errors));
         if held && self.panic_after_suspend {
             // Unwinding drops every session, which resumes, disables and detaches (Session's Drop).

@@ -21,6 +21,7 @@ use super::{
     doorbell::wake::Nudge,
     events::{ScheduleEvent, ScheduleReport},
     hints::HintSocket,
+    offline::{self, JobId},
     online,
     policy::State,
     reaction::{Command, LoopStats, Reaction, ReactionConfig, Report},
@@ -43,7 +44,7 @@ use crate::{
 pub struct Scheduler {
     config: ScheduleConfig,
     discovery: Box<dyn Discovery>,
-    occupancy: Box<dyn OccupancySource>,
+    occupancy: Arc<dyn OccupancySource>,
     commands: SyncSender<Command>,
     /// Wakes the reaction thread when it waits on the doorbell probe (see [`Self::send`]).
     nudge: Option<Arc<Nudge>>,
@@ -124,18 +125,29 @@ impl Scheduler {
             cross_check_ns: ns_of(config.cross_check),
             realtime: config.realtime,
             session: session.clone(),
+            defer_idle: config.defer_idle,
+            gang: config.gang,
         };
         // Without an eventfd the thread never waits on the probe (it steps every --poll).
         let nudge = if config.doorbell { Nudge::new().ok().map(Arc::new) } else { None };
-        let (stats, stop, thread_side, thread_nudge) =
-            (loop_stats.clone(), reaction_stop.clone(), side.clone(), nudge.clone());
+        let (stats, stop, thread_side, thread_nudge, thread_occupancy) =
+            (loop_stats.clone(), reaction_stop.clone(), side.clone(), nudge.clone(), occupancy.clone());
         let reaction_config =
             ReactionConfig { doorbell: reaction_config.doorbell && nudge.is_some(), ..reaction_config };
         let reaction = std::thread::Builder::new()
             .name("gpreempt-react".into())
             .spawn(move || {
-                Reaction::new(reaction_config, thread_side, command_rx, report_tx, stats, thread_nudge, hints)
-                    .run(&stop)
+                Reaction::new(
+                    reaction_config,
+                    thread_side,
+                    thread_occupancy,
+                    command_rx,
+                    report_tx,
+                    stats,
+                    thread_nudge,
+                    hints,
+                )
+                .run(&stop)
             })
             .map_err(ScheduleError::Thread)?;
         let accounts = Accounts::new(monotonic_ns(), cpu_start, discovery.sees_driver());
@@ -198,7 +210,7 @@ impl Scheduler {
         }
         for &pid in offline {
             self.seen.insert(pid, Role::Offline);
-            self.send(Command::AttachOffline { pid, picked_up: false });
+            self.send(Command::AttachOffline { pid, picked_up: false, job: self.job_of(pid) });
             self.attaching.insert(pid);
             let deadline = Instant::now() + ATTACH_TIMEOUT;
             while self.attaching.contains(&pid) {
@@ -220,6 +232,11 @@ impl Scheduler {
             }
         }
         Ok(())
+    }
+
+    /// The `--gang` job of offline process `pid`.
+    fn job_of(&self, pid: HostPid) -> JobId {
+        offline::job_of(&self.config.offline, &self.config.roots, pid)
     }
 
     /// Hand the reaction thread a command (waits only when its queue is full).
@@ -337,7 +354,7 @@ impl Scheduler {
                 self.retry.push((pid, deadline));
                 if !self.attaching.contains(&pid) {
                     self.attaching.insert(pid);
-                    self.send(Command::AttachOffline { pid, picked_up: true });
+                    self.send(Command::AttachOffline { pid, picked_up: true, job: self.job_of(pid) });
                 }
             }
         }
@@ -446,7 +463,7 @@ impl Scheduler {
                     let deadline = monotonic_ns() + ns_of(PICKUP_RETRY);
                     self.retry.push((pid, deadline));
                     self.attaching.insert(pid);
-                    self.send(Command::AttachOffline { pid, picked_up: true });
+                    self.send(Command::AttachOffline { pid, picked_up: true, job: self.job_of(pid) });
                 }
             }
             ModelNotice::ProcessGone { pid } => {

@@ -4,6 +4,8 @@
 //! ([`OccupancySource`]). The real ones drive KFD, the tracer and sysfs; unit tests plug in
 //! recorders and the native harness (`harness/`) a model GPU, through the same three.
 
+use std::sync::Arc;
+
 use crate::{
     controller::{
         control::Control,
@@ -92,12 +94,12 @@ impl OccupancySource for SysfsOccupancy {
 pub struct Seams<S: ControlSide> {
     pub control: S,
     pub discovery: Box<dyn Discovery>,
-    pub occupancy: Box<dyn OccupancySource>,
+    pub occupancy: Arc<dyn OccupancySource>,
 }
 
 impl Seams<SessionSide> {
     /// The real host: debug-trap sessions, `discovery` as started by the caller, sysfs occupancy.
     pub fn host(roots: Roots, discovery: Box<dyn Discovery>) -> Self {
-        Self { control: SessionSide, discovery, occupancy: Box::new(SysfsOccupancy { roots }) }
+        Self { control: SessionSide, discovery, occupancy: Arc::new(SysfsOccupancy { roots }) }
     }
 }

@@ -88,6 +88,17 @@ pub struct SchedulerSettings {
     #[arg(long, default_value_t = DEFAULT_BUSY_SHARE, value_name = "F", value_parser = parse_busy_share)]
     #[serde(deserialize_with = "busy_share")]
     pub busy_share: f64,
+    /// Suspend every offline process with queues on a GPU when it is held, even one with nothing
+    /// there (its queues drained, no wave in flight). By default such a process costs no ioctl:
+    /// it is watched and suspended at its first submission within the hold.
+    #[arg(long)]
+    pub suspend_idle_offline: bool,
+    /// Hold each offline job on all of its GPUs or on none: the processes of one --offline
+    /// container or pod, or all the pids given, are suspended on every GPU they use whenever any
+    /// GPU they share with online work is held (a data-parallel job stalls at its next
+    /// collective anyway).
+    #[arg(long)]
+    pub gang: bool,
 }
 
 impl Default for SchedulerSettings {
@@ -110,6 +121,8 @@ impl Default for SchedulerSettings {
             share_window: config.policy.share_window,
             max_suspend: config.policy.max_suspend,
             busy_share: config.policy.busy_share,
+            suspend_idle_offline: !config.defer_idle,
+            gang: config.gang,
         }
     }
 }
@@ -138,6 +151,8 @@ impl SchedulerSettings {
             occupancy: self.occupancy,
             doorbell: !self.no_doorbell,
             cross_check: self.cross_check,
+            defer_idle: !self.suspend_idle_offline,
+            gang: self.gang,
             ..ScheduleConfig::default()
         }
     }
@@ -243,9 +258,17 @@ mod tests {
         let default = ScheduleConfig::default();
         assert_eq!(config.policy, default.policy);
         assert_eq!(
-            (config.poll, config.busy_poll, config.occupancy, config.doorbell, config.cross_check),
-            (default.poll, default.busy_poll, default.occupancy, default.doorbell, default.cross_check)
+            (config.poll, config.busy_poll, config.occupancy, config.doorbell, config.cross_check, config.defer_idle),
+            (
+                default.poll,
+                default.busy_poll,
+                default.occupancy,
+                default.doorbell,
+                default.cross_check,
+                default.defer_idle
+            )
         );
+        assert_eq!(config.gang, default.gang);
         assert_eq!(
             (config.realtime.priority, config.realtime.cpu, config.realtime.lock_memory),
             (DEFAULT_RT_PRIORITY, None, true)
@@ -272,6 +295,8 @@ mod tests {
             ("share-window", "2s"),
             ("max-suspend", "900ms"),
             ("busy-share", "0.1"),
+            ("suspend-idle-offline", ""),
+            ("gang", ""),
         ];
         let flags: Vec<String> =
             Flags::command().get_arguments().filter_map(|a| a.get_long().map(String::from)).collect();

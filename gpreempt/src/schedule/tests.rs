@@ -177,7 +177,11 @@ struct Setup {
 
 /// The seams: this test's recorders, the given discovery, occupancy from the fake sysfs.
 fn seams_of(side: &RecorderSide, config: &ScheduleConfig, discovery: Box<dyn Discovery>) -> Seams<RecorderSide> {
-    Seams { control: side.clone(), discovery, occupancy: Box::new(SysfsOccupancy { roots: config.roots.clone() }) }
+    Seams {
+        control: side.clone(),
+        discovery,
+        occupancy: std::sync::Arc::new(SysfsOccupancy { roots: config.roots.clone() }),
+    }
 }
 
 /// A scheduler configuration in a fake sysfs/procfs: this process online with `online`

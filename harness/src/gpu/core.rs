@@ -91,6 +91,9 @@ pub struct Accounting {
 pub struct BusyPeriod {
     pub start_ns: u64,
     pub end_ns: u64,
+    /// Some offline queue had a dispatch waiting or started when it began: something to
+    /// preempt (without it the period needs no suspend, and one deferred costs nothing).
+    pub offline_work: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -106,6 +109,7 @@ pub struct GpuCore {
     acct: Accounting,
     online_in_flight: u64,
     busy_start: Option<u64>,
+    busy_offline_work: bool,
     busy: Vec<BusyPeriod>,
 }
 
@@ -122,6 +126,7 @@ impl GpuCore {
             acct: Accounting::default(),
             online_in_flight: 0,
             busy_start: None,
+            busy_offline_work: false,
             busy: Vec::new(),
         }
     }
@@ -189,6 +194,8 @@ impl GpuCore {
         if self.queues[q].side == Side::Online {
             if self.online_in_flight == 0 {
                 self.busy_start = Some(publish_ns.min(now));
+                self.busy_offline_work =
+                    self.queues.iter().any(|q| q.side == Side::Offline && (q.head.is_some() || !q.pending.is_empty()));
             }
             self.online_in_flight += 1;
         }
@@ -315,7 +322,8 @@ impl GpuCore {
                     if self.online_in_flight == 0
                         && let Some(start) = self.busy_start.take()
                     {
-                        self.busy.push(BusyPeriod { start_ns: start, end_ns: self.now });
+                        let offline_work = self.busy_offline_work;
+                        self.busy.push(BusyPeriod { start_ns: start, end_ns: self.now, offline_work });
                     }
                 }
             }
@@ -467,7 +475,10 @@ mod tests {
         assert_eq!(g.indices(on), (1, 0));
         g.advance(T0 + 900 * US);
         assert_eq!(g.indices(on), (1, 1));
-        assert_eq!(g.busy_periods(), &[BusyPeriod { start_ns: T0 + 10 * US, end_ns: T0 + 900 * US }]);
+        assert_eq!(
+            g.busy_periods(),
+            &[BusyPeriod { start_ns: T0 + 10 * US, end_ns: T0 + 900 * US, offline_work: false }]
+        );
         // An online dispatch executing when an unmap begins pays the stall and its restore.
         g.publish(T0 + 1_000 * US, on, 500 * US, T0 + 1_000 * US);
         g.unmap_begin(T0 + 1_200 * US);

@@ -32,7 +32,15 @@ struct Doc {
     seconds: f64,
     timer_floor_us: Option<Stats>,
     scenarios: Vec<ScenarioResult>,
+    policy: Policy,
     doorbell: Doorbell,
+}
+
+/// The policy's options in the same run (`harness suite`'s `policy`).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Policy {
+    scenarios: Vec<ScenarioResult>,
 }
 
 /// The doorbell probe against the index poll (`harness suite`'s `doorbell`).
@@ -114,6 +122,9 @@ struct SchedulerFigures {
     transitions_per_busy_period: f64,
     suspends_per_request: f64,
     busy_periods_unprotected: usize,
+    busy_periods_nothing_to_preempt: usize,
+    offline_deferred: u64,
+    offline_late_suspends: u64,
     detection_us: Option<Stats>,
     reaction_us: Option<Stats>,
     loop_step_us: Option<Stats>,
@@ -317,7 +328,59 @@ pub fn section(md: &mut String, doc: &Value) {
     }
     md.push('\n');
     doorbell(md, &doc.doorbell);
+    policy(md, &doc.policy);
     goals(md, &doc);
+}
+
+/// §9.4: the policy's options on the loads where they differ, each against the default in the
+/// same run on the same clients.
+fn policy(md: &mut String, p: &Policy) {
+    let _ = writeln!(md, "### 9.4. The policy's options in the same run (issue 35)\n");
+    if p.scenarios.is_empty() {
+        let _ = writeln!(md, "Not in the stored run (it predates the options): `cargo xtask bench --only native`.\n");
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "MI300X central profile, serial bound, 200 Poisson requests (also with `--quick`). *default*: an offline \
+         process with nothing on the held GPU (its queues drained, no wave in flight) is held with no ioctl and \
+         suspended at its first submission in the hold; per-GPU holds. *suspend-idle*: `--suspend-idle-offline`, \
+         every offline process with queues there is suspended. *gang*: `--gang`, the job's ranks held on both GPUs \
+         together. `loader-3off`: three loader-bound trainers (one step of 4 × 4 ms in flight, then 5-25 ms of host \
+         work: PROFILES.md \"Loads\"); `dp-2gpu`: a 2-rank data-parallel job, rank 0 on the online GPU. Busy periods \
+         that began with no offline work on the online GPU are no detection sample.\n"
+    );
+    md.push_str(
+        "| scenario | scheduler | online P50 / P99 vs alone | offline kept (per GPU) | offline of the idle GPU time | SUSPEND calls per online busy period | held with no ioctl (suspended later in the hold) | detection p50 / p99 µs | reaction p50 / p99 µs | job steps vs alone |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for s in &p.scenarios {
+        if let Some(e) = &s.error {
+            let _ = writeln!(md, "| {} | failed: {e} |||||||||", s.scenario.name);
+            continue;
+        }
+        let variants: Vec<&str> = s.states.iter().filter_map(|st| st.state.strip_prefix("schedule:")).collect();
+        for v in variants {
+            let key = format!("schedule:{v}");
+            let (c, st) = (s.comparison(&key), s.state(&key));
+            let f = st.and_then(|st| st.scheduler.as_ref());
+            let busy = st.and_then(|st| st.gpus.first()).map_or(1, |g| g.busy_periods.max(1));
+            let _ = writeln!(
+                md,
+                "| {} | {v} | {} / {} | {} | {} | {} | {} | {} | {} | {} |",
+                s.scenario.name,
+                x(c.and_then(|c| c.p50_ratio)),
+                x(c.and_then(|c| c.p99_ratio)),
+                c.map_or("–".into(), |c| c.kept.iter().map(|&k| pct(k)).collect::<Vec<_>>().join(" + ")),
+                c.map_or("–".into(), |c| pct(c.offline_of_idle)),
+                f.map_or("–".into(), |f| format!("{:.2}", f.suspend_calls as f64 / busy as f64)),
+                f.map_or("–".into(), |f| format!("{} ({})", f.offline_deferred, f.offline_late_suspends)),
+                f.map_or("–".into(), |f| us(&f.detection_us)),
+                f.map_or("–".into(), |f| us(&f.reaction_us)),
+                x(c.and_then(|c| c.job_steps_ratio)),
+            );
+        }
+    }
+    md.push('\n');
 }
 
 fn us3(s: &Option<Stats>) -> String {
@@ -548,9 +611,23 @@ fn goals(md: &mut String, doc: &Doc) {
             let c = s.comparison("schedule:default");
             let co = s.comparison("colocated");
             let alone = s.state("offline_alone").and_then(|st| st.job_steps_per_s).unwrap_or(0.0);
+            // The same job under --gang, where the policy matrix measured it (serial bound).
+            let gang = doc
+                .policy
+                .scenarios
+                .iter()
+                .filter(|p| p.scenario.bound == bound && p.scenario.name.contains("dp-2gpu"))
+                .find_map(|p| Some((p.comparison("schedule:default")?, p.comparison("schedule:gang")?)));
+            let gang = gang.map_or(String::new(), |(d, g)| {
+                format!(
+                    "; §9.4, 200 requests: per-GPU holds {}, `--gang` {}",
+                    x(d.job_steps_ratio),
+                    x(g.job_steps_ratio)
+                )
+            });
             let _ = writeln!(
                 md,
-                "| 2-GPU data-parallel job: steps/s (alone {alone:.1}/s) | {bound} | co-located {}, `schedule` {} of alone (no gang option yet: one rank held, the other waits at the barrier) | reported |",
+                "| 2-GPU data-parallel job: steps/s (alone {alone:.1}/s) under each gang option | {bound} | co-located {}, `schedule` {} of alone{gang} | reported |",
                 x(co.and_then(|c| c.job_steps_ratio)),
                 x(c.and_then(|c| c.job_steps_ratio)),
             );

@@ -1,0 +1,276 @@
+//! One offline process as the reaction thread holds it: its debug-trap session, the GPUs it is
+//! held on, and what its own queues show.
+//!
+//! **Idle offline processes cost no ioctl.** On HWS GPUs every SUSPEND_QUEUES unmaps every queue
+//! of the device, the online ones too, and KFD takes one process per call (docs/kfd.md), so each
+//! offline process held costs the online work one unmap per transition. An offline process with
+//! nothing on a GPU at the moment that GPU is held — every one of its queues there with
+//! `read == write` (no packet waiting: the CP moves the read index when it takes a packet, as for
+//! the online queues, see [`super::online`]) and its `cu_occupancy` there 0 (no wave of it in
+//! flight: a dispatch already taken still runs) — has nothing to preempt: it is *deferred*
+//! instead, its GPU counted as held without a call. The reaction thread reads the deferred
+//! queues' write indices at every step while the GPU is held, and suspends the process at its
+//! first submission (one poll interval after it at most; the online work shares the GPU with
+//! that one packet meanwhile). A resume of the GPU ends the deferral with no call either.
+//!
+//! Its queues' index addresses come from the snapshot at attach (GET_QUEUE_SNAPSHOT gives
+//! `read_pointer_address` and `write_pointer_address` of every queue, kfd_ioctl.h
+//! `kfd_queue_snapshot_entry`) and from one more snapshot each time the session reports queues
+//! it created (EC_QUEUE_NEW): no ioctl per transition. Where `cu_occupancy` cannot be read
+//! (kernels before 5.x, GPUs before gfx9) or the indices cannot, it is never taken for idle.
+//!
+//! **Gangs** (`--gang`): the offline processes of one job (one selector: a container or a pod;
+//! the pids given on the command line together) are held on every GPU they use whenever any
+//! GPU they share with online work is held: a data-parallel job whose rank on the online GPU is
+//! held stalls its other ranks at their next collective anyway, and held they leave those GPUs
+//! free instead of spinning there.
+
+use super::{online::read_u64s, seams::Occupancy};
+use crate::{
+    controller::{control::Control, vocabulary::DebugError},
+    domain::{GpuId, HostPid, QueueId},
+    host::{roots::Roots, select::Selector},
+    kfd::uapi::QueueSnapshotEntry,
+    model::QueueAddrs,
+};
+
+/// Which job an offline process belongs to, for `--gang`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub u32);
+
+/// The job of offline process `pid` among the `--offline` selectors: a container or pod
+/// selector is one job, every pid selector together another (the pids given together).
+pub fn job_of(selectors: &[Selector], roots: &Roots, pid: HostPid) -> JobId {
+    let first_pid = selectors.iter().position(|s| matches!(s, Selector::Pid(_)));
+    let i = selectors.iter().position(|s| s.matches_new(roots, pid)).unwrap_or(selectors.len());
+    let job = match selectors.get(i) {
+        Some(Selector::Pid(_)) => first_pid.unwrap_or(i),
+        _ => i,
+    };
+    JobId(job as u32)
+}
+
+/// One offline process held by the reaction thread.
+pub(super) struct Offline<C> {
+    pub pid: HostPid,
+    pub control: C,
+    pub job: JobId,
+    /// GPUs it is suspended on (the kernel's state).
+    pub held: Vec<GpuId>,
+    /// GPUs held without an ioctl because it had nothing there, with the sum of its write
+    /// indices there at that moment (a moved sum is a submission).
+    pub deferred: Vec<(GpuId, u64)>,
+    /// `--gang`: the GPUs whose policy holds its job now (it is suspended everywhere while any).
+    pub gang_holds: Vec<GpuId>,
+    /// Its queues' index addresses.
+    queues: Vec<QueueAddrs>,
+    /// The last snapshot of its new queues failed: never taken for idle until one succeeds.
+    stale: bool,
+    /// Its waves in flight per GPU.
+    occupancy: Vec<Box<dyn Occupancy>>,
+    addrs: Vec<u64>,
+    values: Vec<u64>,
+}
+
+/// What its queues on one GPU show now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Indices {
+    /// Sum of the write indices.
+    writes: u64,
+    /// Some queue has `write > read`.
+    pending: bool,
+}
+
+impl<C: Control> Offline<C> {
+    pub fn new(
+        pid: HostPid,
+        control: C,
+        job: JobId,
+        snapshot: &[QueueSnapshotEntry],
+        occupancy: Vec<Box<dyn Occupancy>>,
+    ) -> Self {
+        let mut p = Self {
+            pid,
+            control,
+            job,
+            held: Vec::new(),
+            deferred: Vec::new(),
+            gang_holds: Vec::new(),
+            queues: Vec::new(),
+            stale: false,
+            occupancy,
+            addrs: Vec::new(),
+            values: Vec::new(),
+        };
+        p.learn(snapshot);
+        p
+    }
+
+    fn learn(&mut self, snapshot: &[QueueSnapshotEntry]) {
+        self.queues = snapshot
+            .iter()
+            .map(|e| QueueAddrs {
+                queue_id: QueueId(e.queue_id),
+                gpu_id: GpuId(e.gpu_id),
+                read: e.read_pointer_address,
+                write: e.write_pointer_address,
+            })
+            .collect();
+    }
+
+    /// It created queues: learn their addresses (one GET_QUEUE_SNAPSHOT, clearing nothing).
+    pub fn refresh_queues(&mut self) -> Result<(), DebugError> {
+        let snapshot = self.control.snapshot();
+        self.stale = snapshot.is_err();
+        self.learn(&snapshot?);
+        Ok(())
+    }
+
+    /// The GPUs it has queues on, each once.
+    pub fn gpus(&self) -> Vec<GpuId> {
+        let mut gpus: Vec<GpuId> = self.queues.iter().map(|q| q.gpu_id).collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        gpus
+    }
+
+    pub fn has_queues_on(&self, gpu: GpuId) -> bool {
+        self.queues.iter().any(|q| q.gpu_id == gpu)
+    }
+
+    /// Its queues' indices on `gpu` (None: no queue there, or unreadable).
+    fn indices(&mut self, gpu: GpuId) -> Option<Indices> {
+        self.addrs.clear();
+        for q in self.queues.iter().filter(|q| q.gpu_id == gpu) {
+            self.addrs.extend([q.read, q.write]);
+        }
+        if self.addrs.is_empty() {
+            return None;
+        }
+        self.values.clear();
+        self.values.resize(self.addrs.len(), 0);
+        read_u64s(self.pid, &self.addrs, &mut self.values).ok()?;
+        let mut out = Indices { writes: 0, pending: false };
+        for rw in self.values.chunks_exact(2) {
+            out.writes = out.writes.wrapping_add(rw[1]);
+            out.pending |= rw[1] > rw[0];
+        }
+        Some(out)
+    }
+
+    /// Nothing of it to preempt on `gpu` now: its queues there all drained and no wave of it in
+    /// flight. Returns the sum of its write indices there, to watch while deferred.
+    pub fn idle_on(&mut self, gpu: GpuId) -> Option<u64> {
+        if self.stale {
+            return None;
+        }
+        let seen = self.indices(gpu)?;
+        if seen.pending {
+            return None;
+        }
+        let waves = self.occupancy.iter().find(|o| o.gpu() == gpu)?.busy()?;
+        if waves {
+            return None;
+        }
+        // A packet published between the two reads shows in the write sum at the next watch.
+        Some(seen.writes)
+    }
+
+    /// Deferred on `gpu`: has it submitted since (or can its queues no longer be read)?
+    pub fn submitted_since(&mut self, gpu: GpuId, writes: u64) -> bool {
+        self.indices(gpu).is_none_or(|now| now.pending || now.writes != writes)
+    }
+
+    /// Suspended or deferred on `gpu`.
+    pub fn holds(&self, gpu: GpuId) -> bool {
+        self.held.contains(&gpu) || self.deferred.iter().any(|(g, _)| *g == gpu)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    };
+
+    use super::*;
+    use crate::controller::vocabulary::{Batch, Detached, Selection, SessionNotice};
+
+    /// A control whose snapshot is this process's own two "queues" (index pairs in our memory).
+    struct Own(Vec<QueueSnapshotEntry>);
+
+    impl Control for Own {
+        fn suspend(&mut self, _: &Selection) -> Result<Batch, DebugError> {
+            Ok(Batch::default())
+        }
+        fn resume(&mut self) -> Result<Batch, DebugError> {
+            Ok(Batch::default())
+        }
+        fn resume_gpu(&mut self, _: GpuId) -> Result<Batch, DebugError> {
+            Ok(Batch::default())
+        }
+        fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
+            Ok(self.0.clone())
+        }
+        fn notices(&mut self, _: u64) -> Vec<SessionNotice> {
+            Vec::new()
+        }
+        fn comm(&self) -> String {
+            "own".into()
+        }
+        fn detach(self) -> Detached {
+            Detached::default()
+        }
+    }
+
+    struct Waves(GpuId, Arc<AtomicBool>);
+
+    impl Occupancy for Waves {
+        fn gpu(&self) -> GpuId {
+            self.0
+        }
+        fn busy(&self) -> Option<bool> {
+            Some(self.1.load(Ordering::Relaxed))
+        }
+    }
+
+    fn entry(id: u32, gpu: u32, rw: &[AtomicU64; 2]) -> QueueSnapshotEntry {
+        QueueSnapshotEntry {
+            queue_id: id,
+            gpu_id: gpu,
+            read_pointer_address: rw[0].as_ptr() as u64,
+            write_pointer_address: rw[1].as_ptr() as u64,
+            ..QueueSnapshotEntry::default()
+        }
+    }
+
+    #[test]
+    fn idle_only_with_every_queue_drained_and_no_wave_then_a_write_ends_the_deferral() {
+        let a = Box::new([AtomicU64::new(3), AtomicU64::new(3)]);
+        let b = Box::new([AtomicU64::new(7), AtomicU64::new(9)]);
+        let waves = Arc::new(AtomicBool::new(false));
+        let pid = HostPid(std::process::id());
+        let snapshot = vec![entry(1, 0x10, &a), entry(2, 0x20, &b)];
+        let occupancy: Vec<Box<dyn Occupancy>> =
+            vec![Box::new(Waves(GpuId(0x10), waves.clone())), Box::new(Waves(GpuId(0x20), waves.clone()))];
+        let mut p = Offline::new(pid, Own(snapshot.clone()), JobId(0), &snapshot, occupancy);
+        assert_eq!(p.gpus(), vec![GpuId(0x10), GpuId(0x20)]);
+        // GPU 0x20: two packets waiting. GPU 0x30: no queue of it (not idle: nothing to watch).
+        assert_eq!(p.idle_on(GpuId(0x20)), None);
+        assert_eq!(p.idle_on(GpuId(0x30)), None);
+        // GPU 0x10: drained; a wave in flight still makes it busy.
+        waves.store(true, Ordering::Relaxed);
+        assert_eq!(p.idle_on(GpuId(0x10)), None);
+        waves.store(false, Ordering::Relaxed);
+        assert_eq!(p.idle_on(GpuId(0x10)), Some(3));
+        assert!(!p.submitted_since(GpuId(0x10), 3));
+        // One packet published (read back through process_vm_readv)...
+        a[1].store(4, Ordering::Release);
+        assert!(p.submitted_since(GpuId(0x10), 3));
+        // ...and taken at once by the CP: the write sum still moved.
+        a[0].store(4, Ordering::Release);
+        assert!(p.submitted_since(GpuId(0x10), 3));
+        drop((a, b));
+    }
+}
