@@ -149,7 +149,7 @@ impl Session {
         // Several /dev/kfd files may mean secondary contexts, invisible to the debug trap. The
         // count cannot be read only where the seize below would be refused too.
         if version.has_secondary_contexts()
-            && let Ok(files) = procinfo::kfd_files(&options.roots.proc, pid.0)
+            && let Ok(files) = procinfo::kfd_files(&options.roots.proc, pid)
             && files > 1
         {
             return Err(DebugError::SecondaryContexts { pid, files, version });
