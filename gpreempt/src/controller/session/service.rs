@@ -73,7 +73,7 @@ impl Session {
         let result = self.snapshot_into(QUEUE_NEW).and_then(|()| {
             self.ids.clear();
             for &(id, gpu) in &self.known {
-                if self.holds_gpu(gpu) && !self.suspended.contains(&id.0) {
+                if self.holds_gpu(gpu) && !self.suspended.contains(&id) {
                     self.ids.push(id.0);
                 }
             }
