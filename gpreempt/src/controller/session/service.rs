@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 
 use super::{MAX_QUEUES_PER_PROCESS, PROCESS_RUNTIME, QUEUE_NEW, SUBSCRIBED, Session, TraceeState, signal_pipe};
 use crate::{
-    controller::vocabulary::SessionNotice,
+    controller::vocabulary::{SessionNotice, SessionOp},
     domain::RuntimeState,
     kfd::{dbg_trap, uapi::RuntimeInfo},
 };
@@ -89,7 +89,7 @@ impl Session {
                 self.late_suspended += n;
                 self.notices.push(SessionNotice::QueuesSuspendedMidHold { count: n });
             }
-            Err(e) => self.notices.push(SessionNotice::Failed { op: "suspend new queues", error: e.into() }),
+            Err(e) => self.notices.push(SessionNotice::Failed { op: SessionOp::SuspendNewQueues, error: e.into() }),
         }
     }
 
