@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::queues::QueueRow;
 use crate::{
-    domain::{GpuId, HostPid, QueueId},
+    domain::{GpuId, HostPid, QueueId, QueueType},
     event::{Event, EventKind},
 };
 
@@ -24,7 +24,7 @@ use crate::{
 pub struct TracedQueue {
     pub queue_id: QueueId,
     pub gpu_id: GpuId,
-    pub queue_type: String,
+    pub queue_type: QueueType,
     pub priority: u32,
     pub percentage: u32,
     pub ring_base: u64,
@@ -64,7 +64,7 @@ impl TracedQueues {
                     TracedQueue {
                         queue_id: id,
                         gpu_id: c.gpu_id,
-                        queue_type: c.queue_type.to_string(),
+                        queue_type: c.queue_type,
                         priority: c.priority,
                         percentage: c.percentage,
                         ring_base: c.ring_base,
@@ -156,7 +156,7 @@ mod tests {
         assert_eq!((during.cwsr_size, during.ring_size), (Some(0x1000), Some(4096)));
         let q = t.queues().next().unwrap();
         assert_eq!(
-            (q.created_ns, q.destroyed_ns, q.queue_type.as_str(), q.doorbell_offset),
+            (q.created_ns, q.destroyed_ns, q.queue_type.to_string().as_str(), q.doorbell_offset),
             (1_000, None, "compute-aql", Some(0))
         );
         let destroy = QueueDestroy { queue_id: QueueId(1), result: KernelResult(0), ret: 0 };
