@@ -3,10 +3,10 @@
 use super::stderr::errln;
 use std::fmt::Write;
 
-use gpreempt::views::hw::HwView;
+use gpreempt::{domain::HostPid, views::hw::HwView};
 
 /// Print the view; `sysfs_pids` are the processes the `ps` table above already showed.
-pub fn print(v: &HwView, sysfs_pids: &[u32]) {
+pub fn print(v: &HwView, sysfs_pids: &[HostPid]) {
     super::stdout::out!("{}", render(v, sysfs_pids));
     for n in &v.notes {
         errln!("note: {n}");
@@ -15,7 +15,7 @@ pub fn print(v: &HwView, sysfs_pids: &[u32]) {
 
 /// The per-GPU table, then the processes debugfs `mqds` lists (the only names there are when
 /// sysfs is not at hand). Every line, the last included, ends with a newline.
-fn render(v: &HwView, sysfs_pids: &[u32]) -> String {
+fn render(v: &HwView, sysfs_pids: &[HostPid]) -> String {
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = writeln!(out);

@@ -5,6 +5,7 @@ use std::{collections::HashSet, time::Instant};
 
 use anyhow::{Result, bail};
 use gpreempt::{
+    domain::{GpuId, HostPid},
     host::{
         processes::{self, KfdProcess},
         procinfo,
@@ -44,7 +45,7 @@ pub async fn run(args: &PsArgs) -> Result<()> {
     } else {
         print_table(&processes);
         if let Some(hw) = &hw {
-            let pids: Vec<u32> = processes.iter().map(KfdProcess::pid).collect();
+            let pids: Vec<HostPid> = processes.iter().map(KfdProcess::pid).collect();
             crate::commands::hw::print(hw, &pids);
         }
         for n in &notes {
@@ -80,8 +81,8 @@ fn print_table(processes: &[KfdProcess]) {
     for p in processes {
         let comm = escape(p.info.as_ref().and_then(|i| i.comm.as_deref()).unwrap_or("?"));
         let ns_pid = p.info.as_ref().and_then(|i| i.ns_pid).map_or_else(|| "?".to_owned(), |n| n.to_string());
-        let gpus: Vec<u32> = {
-            let mut g: Vec<u32> = p.sysfs.gpus.iter().map(|g| g.gpu_id).collect();
+        let gpus: Vec<GpuId> = {
+            let mut g: Vec<GpuId> = p.sysfs.gpus.iter().map(|g| g.gpu_id).collect();
             g.extend(p.sysfs.queues.iter().filter_map(|q| q.gpu_id));
             g.sort_unstable();
             g.dedup();
@@ -117,7 +118,7 @@ fn print_table(processes: &[KfdProcess]) {
 /// Poll the KFD sysfs tree until a pid that was not there at start appears (KFD creates the
 /// directory at the process's first open of /dev/kfd).
 async fn wait_new(args: &PsArgs, roots: &Roots) -> Result<()> {
-    let before: HashSet<u32> = processes::pids(roots).unwrap_or_default().into_iter().collect();
+    let before: HashSet<HostPid> = processes::pids(roots).unwrap_or_default().into_iter().collect();
     // The baseline is taken: anything that opens /dev/kfd from now on is reported. Scripts (and
     // our tests) wait for this line before starting the workload.
     errln!(
@@ -128,7 +129,7 @@ async fn wait_new(args: &PsArgs, roots: &Roots) -> Result<()> {
     let started = Instant::now();
     loop {
         let now = processes::pids(roots).unwrap_or_default();
-        let fresh: Vec<u32> = now.into_iter().filter(|p| !before.contains(p)).collect();
+        let fresh: Vec<HostPid> = now.into_iter().filter(|p| !before.contains(p)).collect();
         if !fresh.is_empty() {
             let (processes, _) = processes::scan(roots);
             let matching: Vec<&KfdProcess> = processes

@@ -34,7 +34,7 @@ use crate::cli::QueuesArgs;
 enum Lister {
     DebugTrap(Debugger),
     /// The KFD process directory (`/sys/class/kfd/kfd/proc`) and the pid.
-    Sysfs(PathBuf, u32),
+    Sysfs(PathBuf, HostPid),
 }
 
 impl Lister {
@@ -67,7 +67,7 @@ pub fn run(args: &QueuesArgs) -> Result<()> {
     let roots = Roots { sys: args.sysfs_root.clone(), proc: args.proc_root.clone(), ..Roots::default() };
     let pid = super::one_process(&args.process, &roots, "queues")?;
     let target = Target::inspect(&roots, pid)?;
-    let sysfs = Lister::Sysfs(roots.kfd_proc(), pid.0);
+    let sysfs = Lister::Sysfs(roots.kfd_proc(), pid);
     // Only the opt-in snapshot opens /dev/kfd: the default reads sysfs and nothing else.
     let (lister, version) = if !args.debug_snapshot {
         (sysfs, None)
@@ -88,7 +88,7 @@ pub fn run(args: &QueuesArgs) -> Result<()> {
     match args.watch {
         Some(interval) => {
             let tracer = match &lister {
-                Lister::Sysfs(_, pid) if !args.no_trace => Watcher::start(HostPid(*pid), version),
+                Lister::Sysfs(_, pid) if !args.no_trace => Watcher::start(*pid, version),
                 _ => None,
             };
             watch(args, &target, &lister, interval, tracer)
@@ -225,7 +225,9 @@ fn watch(
         let sample =
             Sample { t_ms: start.elapsed().as_millis() as u64, queue_ids: now.iter().map(|q| q.queue_id).collect() };
         if !args.json && !args.ids_only {
-            outln!("{:>8} ms  {:>3} queue(s)  {:?}", sample.t_ms, sample.queue_ids.len(), sample.queue_ids);
+            // The bare numbers, as `[0, 1]` (QueueId's Debug would print `QueueId(0)`).
+            let ids: Vec<u32> = sample.queue_ids.iter().copied().map(u32::from).collect();
+            outln!("{:>8} ms  {:>3} queue(s)  {ids:?}", sample.t_ms, sample.queue_ids.len());
         }
         samples.push(sample);
         rows.push(now);

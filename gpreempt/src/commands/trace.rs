@@ -45,7 +45,11 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     let mut tracer = InProcessTracer::start(&TracerOptions {
         btf_dir: args.btf_dir.clone(),
         roots: roots.clone(),
-        filter: Filter::new(&args.pids, args.container.clone(), roots.proc.clone()),
+        filter: Filter::new(
+            &args.pids.iter().copied().map(HostPid).collect::<Vec<_>>(),
+            args.container.clone(),
+            roots.proc.clone(),
+        ),
         // The sinks show every span; nothing reads them off a channel.
         observe: false,
         ..TracerOptions::default()

@@ -115,7 +115,7 @@ fn takes(selector: &Selector, processes: &[KfdProcess], roots: &Roots, pid: Host
     match selector {
         Selector::Pid(p) => *p == pid,
         Selector::Container(_) | Selector::Pod(_) => {
-            processes.iter().any(|p| p.pid() == pid.0 && selector.matches_process(p, roots))
+            processes.iter().any(|p| p.pid() == pid && selector.matches_process(p, roots))
         }
     }
 }

@@ -36,7 +36,7 @@ pub struct Target {
     /// `State:` is `Z`.
     pub zombie: bool,
     /// `Tgid:`: the thread-group leader KFD checks the ptrace link against.
-    pub tgid: u32,
+    pub tgid: HostPid,
     /// `/sys/class/kfd/kfd/proc/<pid>` exists: the process has opened `/dev/kfd`.
     pub uses_kfd: bool,
     /// The inspected process itself (None for a captured `/proc` tree, or a kernel before 5.3).
@@ -48,9 +48,9 @@ pub struct Target {
 pub struct ProcessHandle(Arc<OwnedFd>);
 
 impl ProcessHandle {
-    pub fn open(pid: u32) -> Result<Self, Errno> {
+    pub fn open(pid: HostPid) -> Result<Self, Errno> {
         // SAFETY: plain syscall with integer arguments; a non-negative result is a new fd we own.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.0 as libc::pid_t, 0) };
         if fd < 0 {
             return Err(Errno::last());
         }
@@ -92,7 +92,7 @@ pub enum TargetError {
     )]
     NotKfdProcess { pid: HostPid, comm: String },
     #[error("pid {pid} is a thread of process {tgid}; KFD debugs whole processes: use --offline {tgid}")]
-    NotLeader { pid: HostPid, tgid: u32 },
+    NotLeader { pid: HostPid, tgid: HostPid },
     #[error(
         "pid {pid} ({}) exited after it was inspected; the pid may now name another process, so it was not \
          debugged",
@@ -107,7 +107,7 @@ pub enum TargetError {
         escape(.comm),
         escape(.tracer_comm)
     )]
-    AlreadyTraced { pid: HostPid, comm: String, tracer_pid: u32, tracer_comm: String },
+    AlreadyTraced { pid: HostPid, comm: String, tracer_pid: HostPid, tracer_comm: String },
 }
 
 impl Target {
@@ -118,14 +118,14 @@ impl Target {
         }
         // Opened before /proc is read, so what is read is known to be this process's if the handle
         // still says it lives afterwards.
-        let handle = if roots.proc == Path::new(PROC_ROOT) { ProcessHandle::open(pid.0).ok() } else { None };
+        let handle = if roots.proc == Path::new(PROC_ROOT) { ProcessHandle::open(pid).ok() } else { None };
         let dir = roots.proc.join(pid.to_string());
         let status = fs::read_to_string(dir.join("status")).map_err(|_| TargetError::NoSuchProcess(pid))?;
         if handle.as_ref().is_some_and(|h| !h.alive()) {
             return Err(TargetError::NoSuchProcess(pid));
         }
         let comm = read_comm(&dir).unwrap_or_else(|| status_field(&status, "Name").unwrap_or_default().to_owned());
-        let tgid = status_number(&status, "Tgid").unwrap_or(pid.0);
+        let tgid = status_number(&status, "Tgid").map_or(pid, HostPid);
         let tracer_pid = status_number(&status, "TracerPid").unwrap_or(0);
         let uses_kfd = roots.kfd_proc().join(pid.to_string()).is_dir();
         let zombie = status_field(&status, "State").is_some_and(|v| v.starts_with('Z'));
@@ -146,7 +146,7 @@ impl Target {
         if self.zombie {
             return Err(TargetError::Exited { pid: self.pid, comm: self.comm.clone() });
         }
-        if self.tgid != self.pid.0 {
+        if self.tgid != self.pid {
             return Err(TargetError::NotLeader { pid: self.pid, tgid: self.tgid });
         }
         if !self.uses_kfd {
@@ -165,7 +165,7 @@ impl Target {
         let tracer_pid = fs::read_to_string(thread.join("status"))
             .ok()
             .and_then(|s| status_number(&s, "Tgid"))
-            .unwrap_or(tracer_tid);
+            .map_or(HostPid(tracer_tid), HostPid);
         TargetError::AlreadyTraced {
             pid: self.pid,
             comm: self.comm.clone(),
@@ -257,7 +257,7 @@ mod tests {
                 comm: "train".into(),
                 tracer_pid: 0,
                 zombie: false,
-                tgid: 4242,
+                tgid: HostPid(4242),
                 uses_kfd: true,
                 handle: None
             }
@@ -300,7 +300,7 @@ mod tests {
             TargetError::AlreadyTraced {
                 pid: HostPid(4242),
                 comm: "train".into(),
-                tracer_pid: 77,
+                tracer_pid: HostPid(77),
                 tracer_comm: "strace".into()
             }
         );
@@ -316,7 +316,7 @@ mod tests {
         );
         assert_eq!(
             Target::inspect(&roots, HostPid(4243)).unwrap().check_debuggable(&roots).unwrap_err(),
-            TargetError::NotLeader { pid: HostPid(4243), tgid: 4242 }
+            TargetError::NotLeader { pid: HostPid(4243), tgid: HostPid(4242) }
         );
     }
 

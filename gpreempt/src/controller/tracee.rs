@@ -16,6 +16,8 @@ use std::{
 
 use nix::{errno::Errno, sys::ptrace, unistd::Pid};
 
+use crate::domain::HostPid;
+
 /// How long [`Tracee::detach`] waits for the interrupt stop PTRACE_DETACH needs. A tracee in
 /// uninterruptible sleep, or a vfork parent (it waits for the child's exec or exit in
 /// `wait_for_vfork_done`, kernel/fork.c, 6.12, and only then reaches the stop), may take longer
@@ -88,8 +90,8 @@ pub struct Tracee {
 impl Tracee {
     /// `PTRACE_SEIZE` without options: the target keeps running; we only see its signal and
     /// group stops.
-    pub fn seize(pid: u32) -> Result<Self, Errno> {
-        let pid = Pid::from_raw(pid as i32);
+    pub fn seize(pid: HostPid) -> Result<Self, Errno> {
+        let pid = Pid::from_raw(pid.0 as i32);
         ptrace::seize(pid, ptrace::Options::empty())?;
         Ok(Self { pid, gone: None, detached: false, forwarded: 0 })
     }
@@ -97,8 +99,8 @@ impl Tracee {
     /// A link that was never made, for the session's host unit tests: servicing and detaching
     /// it do nothing.
     #[cfg(test)]
-    pub(crate) fn unseized(pid: u32) -> Self {
-        Self { pid: Pid::from_raw(pid as i32), gone: None, detached: true, forwarded: 0 }
+    pub(crate) fn unseized(pid: HostPid) -> Self {
+        Self { pid: Pid::from_raw(pid.0 as i32), gone: None, detached: true, forwarded: 0 }
     }
 
     pub fn is_gone(&self) -> Option<i32> {
@@ -250,7 +252,7 @@ mod tests {
         };
         let mut child = command.spawn().unwrap();
         let pid = child.id();
-        let mut tracee = match Tracee::seize(pid) {
+        let mut tracee = match Tracee::seize(HostPid(pid)) {
             Ok(t) => t,
             Err(e) => {
                 let _ = child.kill();

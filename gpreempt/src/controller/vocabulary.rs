@@ -2,10 +2,10 @@
 //! Shared by the session ([`super::session`]), its threaded form ([`super::threaded`]), the
 //! measurement loop and the scheduler; it depends on none of them.
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{fmt, path::PathBuf, sync::Arc, time::Duration};
 
 use nix::errno::Errno;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use super::target::TargetError;
 use crate::{
@@ -249,9 +249,37 @@ pub enum SessionNotice {
     },
     /// A step the session took on its own failed.
     Failed {
-        op: &'static str,
+        op: SessionOp,
         error: SharedError,
     },
+}
+
+/// A step the session takes on its own, unasked: what a [`SessionNotice::Failed`] names.
+/// Displayed and serialised as its name (`suspend new queues`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SessionOp {
+    /// Snapshot the queues created during a hold and suspend those the hold covers.
+    SuspendNewQueues,
+}
+
+impl SessionOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::SuspendNewQueues => "suspend new queues",
+        }
+    }
+}
+
+impl fmt::Display for SessionOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+impl Serialize for SessionOp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
 }
 
 /// How the session ended.
@@ -280,5 +308,17 @@ mod tests {
         let json = serde_json::to_value(&b).unwrap();
         assert_eq!(json["outcomes"][1], serde_json::json!({"queue_id": 1, "result": "invalid"}));
         assert_eq!(json["outcomes"][2], serde_json::json!({"queue_id": 2, "result": "error"}));
+    }
+
+    #[test]
+    fn a_failed_step_is_named_as_before_in_text_and_json() {
+        let op = SessionOp::SuspendNewQueues;
+        assert_eq!(format!("{op} failed"), "suspend new queues failed");
+        let notice = SessionNotice::Failed { op, error: SharedError::from(DebugError::NoHws) };
+        let json = serde_json::to_value(&notice).unwrap();
+        assert_eq!(
+            (&json["notice"], &json["op"]),
+            (&serde_json::json!("failed"), &serde_json::json!("suspend new queues"))
+        );
     }
 }

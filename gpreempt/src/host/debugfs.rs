@@ -11,6 +11,8 @@ use std::str::SplitWhitespace;
 
 use serde::Serialize;
 
+use crate::domain::{GpuId, HostPid};
+
 /// `seq_hex_dump(m, prefix, DUMP_PREFIX_OFFSET, 32, 4, …)` prints 32-byte rows of 4-byte groups, and `seq_reg_dump`
 /// starts a new line after 1 + 7 values, so no dump line of these files holds more than 8 words (docs/kfd.md §4.2).
 const MAX_WORDS_PER_LINE: usize = 8;
@@ -79,7 +81,7 @@ fn excerpt(text: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MqdProcess {
     /// The process' TGID.
-    pub pid: u32,
+    pub pid: HostPid,
     /// The PASID on 6.1/6.12 (`PASID 0x%x`); on newer kernels and amdgpu-dkms (`PASID %d`) the lead thread's pid,
     /// so equal to `pid` (docs/kfd.md §4.2, fixture README).
     pub second_field: u32,
@@ -95,7 +97,7 @@ pub struct MqdProcess {
 pub struct MqdQueue {
     pub kind: MqdQueueKind,
     /// KFD gpu_id (printed in hex).
-    pub gpu_id: u32,
+    pub gpu_id: GpuId,
     /// Number of MQD hex dumps: one per XCC for compute queues on multi-XCC GPUs (gfx9.4.3: 4 on MI300/MI308X), 1
     /// otherwise, 0 for `Bad … queue type` headers (the kernel `continue`s before dumping).
     pub dumps: usize,
@@ -156,7 +158,7 @@ pub fn parse_mqds(text: &str) -> Result<Vec<MqdProcess>, DebugfsError> {
         // 6.1/6.12 print `PASID 0x%x` (tgid, pasid); newer kernels `PASID %d` (tgid, pid) (docs/kfd.md §4.2), and so does
         // the amdgpu-dkms 6.12.12 driver of the MI308X fixture (`Process 94314 PASID 94314:`).
         if let Some([pid, second_field]) = match_line(line, "Process {d} PASID {p}:") {
-            processes.push(MqdProcess { pid, second_field, queues: Vec::new(), queueless_nodes: 0 });
+            processes.push(MqdProcess { pid: HostPid(pid), second_field, queues: Vec::new(), queueless_nodes: 0 });
             dump_allowed = false;
             next_offset = None;
             continue;
@@ -190,29 +192,29 @@ pub fn parse_mqds(text: &str) -> Result<Vec<MqdProcess>, DebugfsError> {
 }
 
 enum MqdHeader {
-    Queue(MqdQueueKind, u32),
+    Queue(MqdQueueKind, GpuId),
     Queueless,
 }
 
 fn parse_mqd_queue_header(line: &str) -> Option<MqdHeader> {
     if let Some([gpu_id]) = match_line(line, "Compute queue on device {x}") {
-        return Some(MqdHeader::Queue(MqdQueueKind::Compute, gpu_id));
+        return Some(MqdHeader::Queue(MqdQueueKind::Compute, GpuId(gpu_id)));
     }
     if let Some([gpu_id]) = match_line(line, "SDMA queue on device {x}") {
-        return Some(MqdHeader::Queue(MqdQueueKind::Sdma, gpu_id));
+        return Some(MqdHeader::Queue(MqdQueueKind::Sdma, GpuId(gpu_id)));
     }
     if let Some([gpu_id]) = match_line(line, "DIQ on device {x}") {
-        return Some(MqdHeader::Queue(MqdQueueKind::Diq, gpu_id));
+        return Some(MqdHeader::Queue(MqdQueueKind::Diq, GpuId(gpu_id)));
     }
     if let Some([ty, gpu_id]) = match_line(line, "Bad user queue type {d} on device {x}") {
-        return Some(MqdHeader::Queue(MqdQueueKind::Bad(ty), gpu_id));
+        return Some(MqdHeader::Queue(MqdQueueKind::Bad(ty), GpuId(gpu_id)));
     }
     // Spelling (sic) proposed on amd-gfx in 2025 when kernel queues were dropped from the pqm; merge unverified.
     if let Some([ty, gpu_id]) = match_line(line, "Qeueu node with bad user queue type {d} on device {x}") {
-        return Some(MqdHeader::Queue(MqdQueueKind::Bad(ty), gpu_id));
+        return Some(MqdHeader::Queue(MqdQueueKind::Bad(ty), GpuId(gpu_id)));
     }
     if let Some([ty, gpu_id]) = match_line(line, "Bad kernel queue type {d} on device {x}") {
-        return Some(MqdHeader::Queue(MqdQueueKind::BadKernel(ty), gpu_id));
+        return Some(MqdHeader::Queue(MqdQueueKind::BadKernel(ty), GpuId(gpu_id)));
     }
     if match_line::<0>(line, "Weird: Queue node with neither kernel nor user queue").is_some() {
         return Some(MqdHeader::Queueless);
@@ -230,7 +232,7 @@ pub struct HqdNode {
     /// KFD topology node index; CPU nodes are skipped but still counted, so GPUs usually start at 1 or 2.
     pub node: u32,
     /// KFD gpu_id (printed in hex).
-    pub gpu_id: u32,
+    pub gpu_id: GpuId,
     /// ` Device is stopped`: the scheduler is not running and no slot is dumped.
     pub stopped: bool,
     /// Slots in print order: per XCC the HIQ then the KFD-owned CP slots, then all SDMA RLC queues.
@@ -329,7 +331,7 @@ pub fn parse_hqds(text: &str) -> Result<Vec<HqdNode>, DebugfsError> {
         }
 
         if let Some([node, gpu_id]) = match_line(line, "Node {d}, gpu_id {x}:") {
-            nodes.push(HqdNode { node, gpu_id, stopped: false, slots: Vec::new() });
+            nodes.push(HqdNode { node, gpu_id: GpuId(gpu_id), stopped: false, slots: Vec::new() });
             continue;
         }
 
@@ -409,7 +411,7 @@ pub struct RunlistNode {
     /// KFD topology node index (CPU nodes are counted but not printed).
     pub node: u32,
     /// KFD gpu_id (printed in hex).
-    pub gpu_id: u32,
+    pub gpu_id: GpuId,
     /// None for `  No active runlist`; otherwise the dwords of the runlist IB (PM4 packets). An allocated IB of size
     /// 0 prints nothing at all, which reads as `Some(vec![])`.
     pub runlist: Option<Vec<u32>>,
@@ -450,7 +452,7 @@ pub fn parse_rls(text: &str) -> Result<Vec<RunlistNode>, DebugfsError> {
         }
 
         if let Some([node, gpu_id]) = match_line(line, "Node {d}, gpu_id {x}:") {
-            nodes.push(RunlistNode { node, gpu_id, runlist: Some(Vec::new()) });
+            nodes.push(RunlistNode { node, gpu_id: GpuId(gpu_id), runlist: Some(Vec::new()) });
             next_offset = None;
             continue;
         }
@@ -621,12 +623,12 @@ mod tests {
         let processes = parse_mqds(&fixture("mqds_active.txt")).unwrap();
         assert_eq!(processes.len(), 1);
         let p = &processes[0];
-        assert_eq!(p.pid, 94314);
+        assert_eq!(p.pid, HostPid(94314));
         assert_eq!(p.second_field, 94314);
         assert_eq!(p.queueless_nodes, 0);
         assert_eq!(p.queues.len(), 5);
         for q in &p.queues {
-            assert_eq!(q, &MqdQueue { kind: MqdQueueKind::Compute, gpu_id: 0xf7bc, dumps: 4 });
+            assert_eq!(q, &MqdQueue { kind: MqdQueueKind::Compute, gpu_id: GpuId(0xf7bc), dumps: 4 });
         }
         assert_eq!(p.queues.iter().map(|q| q.dumps).sum::<usize>(), 20);
     }
@@ -638,7 +640,7 @@ mod tests {
         assert_eq!(nodes.iter().map(|n| n.node).collect::<Vec<_>>(), (2..=9).collect::<Vec<_>>());
         assert_eq!(
             nodes.iter().map(|n| n.gpu_id).collect::<Vec<_>>(),
-            [0xf7bc, 0xf05b, 0xeb40, 0xc66d, 0xf220, 0xf5c7, 0xeedc, 0xc3f1]
+            [0xf7bc, 0xf05b, 0xeb40, 0xc66d, 0xf220, 0xf5c7, 0xeedc, 0xc3f1].map(GpuId)
         );
         for n in &nodes {
             assert!(!n.stopped);
@@ -698,7 +700,7 @@ mod tests {
             let nodes = parse_hqds(&fixture(name)).unwrap();
             assert_eq!(nodes.len(), 8, "{name}");
             assert_eq!(nodes.iter().map(|n| n.node).collect::<Vec<_>>(), (2..=9).collect::<Vec<_>>(), "{name}");
-            assert_eq!(nodes[0].gpu_id, 0xf7bc, "{name}");
+            assert_eq!(nodes[0].gpu_id, GpuId(0xf7bc), "{name}");
             assert!(nodes.iter().all(|n| n.xcc_count() == 4), "{name}");
             assert_eq!(nodes.iter().map(HqdNode::active_compute_slots).sum::<usize>(), 0, "{name}");
             assert_eq!(nodes.iter().map(HqdNode::active_hiqs).sum::<usize>(), 32, "{name}");
@@ -727,18 +729,18 @@ mod tests {
             processes,
             vec![
                 MqdProcess {
-                    pid: 1234,
+                    pid: HostPid(1234),
                     second_field: 0x8001,
                     queues: vec![
-                        MqdQueue { kind: MqdQueueKind::Sdma, gpu_id: 0x1002, dumps: 1 },
-                        MqdQueue { kind: MqdQueueKind::Compute, gpu_id: 0x1002, dumps: 1 },
-                        MqdQueue { kind: MqdQueueKind::Diq, gpu_id: 0x1002, dumps: 1 },
-                        MqdQueue { kind: MqdQueueKind::Bad(7), gpu_id: 0x1002, dumps: 0 },
-                        MqdQueue { kind: MqdQueueKind::BadKernel(9), gpu_id: 0x1002, dumps: 0 },
+                        MqdQueue { kind: MqdQueueKind::Sdma, gpu_id: GpuId(0x1002), dumps: 1 },
+                        MqdQueue { kind: MqdQueueKind::Compute, gpu_id: GpuId(0x1002), dumps: 1 },
+                        MqdQueue { kind: MqdQueueKind::Diq, gpu_id: GpuId(0x1002), dumps: 1 },
+                        MqdQueue { kind: MqdQueueKind::Bad(7), gpu_id: GpuId(0x1002), dumps: 0 },
+                        MqdQueue { kind: MqdQueueKind::BadKernel(9), gpu_id: GpuId(0x1002), dumps: 0 },
                     ],
                     queueless_nodes: 1,
                 },
-                MqdProcess { pid: 99, second_field: 0, queues: vec![], queueless_nodes: 0 },
+                MqdProcess { pid: HostPid(99), second_field: 0, queues: vec![], queueless_nodes: 0 },
             ]
         );
         assert_eq!(parse_mqds("").unwrap(), vec![]);
@@ -763,7 +765,7 @@ mod tests {
         let nodes = parse_hqds(text).unwrap();
         assert_eq!(nodes.len(), 2);
         let n = &nodes[0];
-        assert_eq!((n.node, n.gpu_id, n.stopped), (1, 0x1002, false));
+        assert_eq!((n.node, n.gpu_id, n.stopped), (1, GpuId(0x1002), false));
         assert_eq!(
             n.slots,
             vec![
@@ -794,7 +796,7 @@ mod tests {
             ]
         );
         assert_eq!((n.xcc_count(), n.active_hiqs(), n.active_compute_slots()), (1, 1, 0));
-        assert_eq!(nodes[1], HqdNode { node: 2, gpu_id: 0x2003, stopped: true, slots: vec![] });
+        assert_eq!(nodes[1], HqdNode { node: 2, gpu_id: GpuId(0x2003), stopped: true, slots: vec![] });
         assert_eq!(nodes[1].xcc_count(), 0);
     }
 
@@ -822,9 +824,13 @@ mod tests {
         assert_eq!(
             parse_rls(text).unwrap(),
             vec![
-                RunlistNode { node: 1, gpu_id: 0x1002, runlist: None },
-                RunlistNode { node: 2, gpu_id: 0x2003, runlist: Some(vec![0xa0001000, 1, 2, 3, 4, 5, 6, 7, 8, 9]) },
-                RunlistNode { node: 3, gpu_id: 0x3004, runlist: Some(vec![]) },
+                RunlistNode { node: 1, gpu_id: GpuId(0x1002), runlist: None },
+                RunlistNode {
+                    node: 2,
+                    gpu_id: GpuId(0x2003),
+                    runlist: Some(vec![0xa0001000, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+                },
+                RunlistNode { node: 3, gpu_id: GpuId(0x3004), runlist: Some(vec![]) },
             ]
         );
         assert_eq!(parse_rls("\n\n").unwrap(), vec![]);

@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use super::procinfo::{self, ProcInfo};
+use crate::domain::HostPid;
 use crate::host::roots::Roots;
 use crate::host::sysfs::{self, SysfsProcess};
 
@@ -18,7 +19,7 @@ pub struct KfdProcess {
 }
 
 impl KfdProcess {
-    pub fn pid(&self) -> u32 {
+    pub fn pid(&self) -> HostPid {
         self.sysfs.pid
     }
 
@@ -48,14 +49,17 @@ pub fn scan(roots: &Roots) -> (Vec<KfdProcess>, Vec<String>) {
 }
 
 /// The pids under the KFD sysfs tree now (for `--wait-new`).
-pub fn pids(roots: &Roots) -> Result<Vec<u32>, sysfs::SysfsError> {
+pub fn pids(roots: &Roots) -> Result<Vec<HostPid>, sysfs::SysfsError> {
     sysfs::list_pids(&roots.kfd_proc())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::FakeHost;
+    use crate::{
+        domain::{GpuId, QueueId},
+        test_support::FakeHost,
+    };
 
     const DOCKER_ID: &str = "3f1b6c0f5e2d4a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b";
 
@@ -90,10 +94,10 @@ mod tests {
         let roots = host.roots();
         let (ps, notes) = scan(&roots);
         assert_eq!(ps.len(), 2);
-        let p = ps.iter().find(|p| p.pid() == 94314).unwrap();
-        assert_eq!(p.sysfs.queues.iter().map(|q| q.queue_id).collect::<Vec<_>>(), vec![0, 1]);
+        let p = ps.iter().find(|p| p.pid() == HostPid(94314)).unwrap();
+        assert_eq!(p.sysfs.queues.iter().map(|q| q.queue_id).collect::<Vec<_>>(), [0, 1].map(QueueId));
         assert_eq!(p.sysfs.queues[0].ring_size, Some(1_048_576));
-        assert_eq!(p.sysfs.gpus[0].gpu_id, 63420);
+        assert_eq!(p.sysfs.gpus[0].gpu_id, GpuId(63420));
         assert_eq!(p.sysfs.gpus[0].evicted_ms, Some(120));
         assert_eq!(p.sysfs.gpus[0].cu_occupancy, Some(24));
         let info = p.info.as_ref().unwrap();
@@ -104,10 +108,10 @@ mod tests {
         assert!(p.in_container("3f1b6c0f5e2d"));
         assert!(!p.in_container("other"));
         assert!(!p.in_container(""));
-        let gone = ps.iter().find(|p| p.pid() == 555).unwrap();
+        let gone = ps.iter().find(|p| p.pid() == HostPid(555)).unwrap();
         assert_eq!(gone.info, None);
         assert_eq!(notes.len(), 1);
         assert!(notes[0].starts_with("pid 555: no process 555"), "{notes:?}");
-        assert_eq!(pids(&roots).unwrap(), vec![555, 94314]);
+        assert_eq!(pids(&roots).unwrap(), [555, 94314].map(HostPid));
     }
 }

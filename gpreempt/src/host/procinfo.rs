@@ -43,6 +43,7 @@ use std::{
 };
 
 use super::roots::Roots;
+use crate::domain::HostPid;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProcInfoError {
@@ -50,7 +51,7 @@ pub enum ProcInfoError {
         "no process {pid}: {} does not exist (it exited, the pid is wrong, or procfs hides it with hidepid=)",
         path.display()
     )]
-    NoSuchProcess { pid: u32, path: PathBuf },
+    NoSuchProcess { pid: HostPid, path: PathBuf },
     #[error("cannot read {}: {cause}", path.display())]
     Io { path: PathBuf, cause: io::Error },
 }
@@ -59,7 +60,7 @@ pub enum ProcInfoError {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ProcInfo {
     /// Host pid (as KFD names the process).
-    pub pid: u32,
+    pub pid: HostPid,
     /// `/proc/<pid>/comm` without its newline (at most 15 bytes, set by the process itself).
     pub comm: Option<String>,
     /// Pid in the innermost pid namespace (last `NSpid:` value); equals `pid` for a host process.
@@ -116,7 +117,7 @@ impl fmt::Display for Runtime {
 /// them needs the same access as ptrace-reading the process). From KFD 1.19 each such file can be
 /// a KFD context of its own (`AMDKFD_IOC_CREATE_PROCESS` turns a second open into a secondary
 /// context, docs/kfd.md §1.4).
-pub fn kfd_files(proc_root: &Path, pid: u32) -> io::Result<usize> {
+pub fn kfd_files(proc_root: &Path, pid: HostPid) -> io::Result<usize> {
     let mut n = 0;
     for entry in fs::read_dir(proc_root.join(pid.to_string()).join("fd"))? {
         // An fd closed while the directory is read is simply not counted.
@@ -128,13 +129,13 @@ pub fn kfd_files(proc_root: &Path, pid: u32) -> io::Result<usize> {
 }
 
 /// [`read_with`] with the runtimes' default data roots.
-pub fn read(proc_root: &Path, pid: u32) -> Result<ProcInfo, ProcInfoError> {
+pub fn read(proc_root: &Path, pid: HostPid) -> Result<ProcInfo, ProcInfoError> {
     read_with(&Roots { proc: proc_root.to_owned(), ..Roots::default() }, pid)
 }
 
 /// Identity of `pid` from `roots.proc` (normally [`super::roots::PROC_ROOT`]); Docker container names come from
 /// `roots.docker/containers/<id>/config.v2.json`, Podman's from `roots.containers_storage`.
-pub fn read_with(roots: &Roots, pid: u32) -> Result<ProcInfo, ProcInfoError> {
+pub fn read_with(roots: &Roots, pid: HostPid) -> Result<ProcInfo, ProcInfoError> {
     let dir = roots.proc.join(pid.to_string());
     match fs::metadata(&dir) {
         Ok(meta) if meta.is_dir() => {}
@@ -316,10 +317,13 @@ mod tests {
         for (n, target) in [("0", "/dev/null"), ("3", "/dev/kfd"), ("4", "/dev/dri/renderD128"), ("9", "/dev/kfd")] {
             std::os::unix::fs::symlink(target, fd.join(n)).expect("symlink");
         }
-        assert_eq!(kfd_files(&host.path().join("proc"), 77).expect("readable"), 2);
+        assert_eq!(kfd_files(&host.path().join("proc"), HostPid(77)).expect("readable"), 2);
         std::fs::remove_file(fd.join("9")).expect("rm");
-        assert_eq!(kfd_files(&host.path().join("proc"), 77).expect("readable"), 1);
-        assert_eq!(kfd_files(&host.path().join("proc"), 78).map_err(|e| e.kind()), Err(io::ErrorKind::NotFound));
+        assert_eq!(kfd_files(&host.path().join("proc"), HostPid(77)).expect("readable"), 1);
+        assert_eq!(
+            kfd_files(&host.path().join("proc"), HostPid(78)).map_err(|e| e.kind()),
+            Err(io::ErrorKind::NotFound)
+        );
     }
 
     const HEX: &str = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00112233445566778899";
@@ -525,11 +529,11 @@ mod tests {
         let mut host = proc_tree(STATUS, &format!("0::/system.slice/docker-{HEX}.scope\n"));
         host.docker_container(HEX, &docker_config("/trainer"));
         let roots = host.roots();
-        let info = read_with(&roots, 4242).expect("read");
+        let info = read_with(&roots, HostPid(4242)).expect("read");
         assert_eq!(
             info,
             ProcInfo {
-                pid: 4242,
+                pid: HostPid(4242),
                 comm: Some("python3".to_string()),
                 ns_pid: Some(17),
                 container: container(Runtime::Docker, HEX, Some("trainer"), None),
@@ -541,12 +545,12 @@ mod tests {
     fn read_docker_without_or_with_garbled_config_has_no_name() {
         let mut host = proc_tree(STATUS, &format!("0::/docker/{HEX}\n"));
         let roots = host.roots();
-        let info = read_with(&roots, 4242).expect("read");
+        let info = read_with(&roots, HostPid(4242)).expect("read");
         assert_eq!(info.container, container(Runtime::Docker, HEX, None, None));
 
         for garbled in ["", "{", "[\"Name\",\"/x\"]", "{\"Name\":42}", "{\"Config\":{\"Name\":\"/x\"}}", "\u{0}\u{1}"] {
             host.docker_container(HEX, garbled);
-            let info = read_with(&roots, 4242).expect("read");
+            let info = read_with(&roots, HostPid(4242)).expect("read");
             assert_eq!(info.container, container(Runtime::Docker, HEX, None, None), "{garbled:?}");
         }
     }
@@ -565,11 +569,14 @@ mod tests {
         let dir = &roots.containers_storage[0];
         fs::create_dir_all(dir).expect("mkdir");
         fs::write(dir.join("containers.json"), containers_json(HEX, HEX2)).expect("write");
-        let info = read_with(&roots, 4242).expect("read");
+        let info = read_with(&roots, HostPid(4242)).expect("read");
         assert_eq!(info.container, container(Runtime::Podman, HEX2, Some("beta"), None));
         // A transient store's file, or none, or one without this id.
         fs::remove_file(dir.join("containers.json")).expect("rm");
-        assert_eq!(read_with(&roots, 4242).expect("read").container, container(Runtime::Podman, HEX2, None, None));
+        assert_eq!(
+            read_with(&roots, HostPid(4242)).expect("read").container,
+            container(Runtime::Podman, HEX2, None, None)
+        );
         fs::write(dir.join("volatile-containers.json"), containers_json(HEX2, HEX)).expect("write");
         assert_eq!(storage_name(&roots.containers_storage, HEX2).as_deref(), Some("alpha"));
         assert_eq!(storage_name(&roots.containers_storage, HEX).as_deref(), Some("beta"));
@@ -583,10 +590,10 @@ mod tests {
     #[test]
     fn read_host_process() {
         let host = proc_tree("Name:\tbash\nNSpid:\t4242\n", "0::/user.slice/user-0.slice/session-1.scope\n");
-        let info = read(&host.roots().proc, 4242).expect("read");
+        let info = read(&host.roots().proc, HostPid(4242)).expect("read");
         assert_eq!(
             info,
-            ProcInfo { pid: 4242, comm: Some("python3".to_string()), ns_pid: Some(4242), container: None }
+            ProcInfo { pid: HostPid(4242), comm: Some("python3".to_string()), ns_pid: Some(4242), container: None }
         );
     }
 
@@ -596,15 +603,15 @@ mod tests {
         let proc_root = host.roots().proc;
         fs::remove_file(proc_root.join("4242/comm")).expect("rm");
         fs::remove_file(proc_root.join("4242/cgroup")).expect("rm");
-        let info = read(&proc_root, 4242).expect("read");
-        assert_eq!(info, ProcInfo { pid: 4242, comm: None, ns_pid: None, container: None });
+        let info = read(&proc_root, HostPid(4242)).expect("read");
+        assert_eq!(info, ProcInfo { pid: HostPid(4242), comm: None, ns_pid: None, container: None });
     }
 
     #[test]
     fn read_missing_pid_is_an_error() {
         let host = proc_tree(STATUS, "0::/init.scope\n");
-        let err = read(&host.roots().proc, 999_999).expect_err("no such pid");
-        assert!(matches!(err, ProcInfoError::NoSuchProcess { pid: 999_999, .. }), "{err:?}");
+        let err = read(&host.roots().proc, HostPid(999_999)).expect_err("no such pid");
+        assert!(matches!(err, ProcInfoError::NoSuchProcess { pid: HostPid(999_999), .. }), "{err:?}");
         assert!(err.to_string().starts_with("no process 999999: "), "{err}");
     }
 

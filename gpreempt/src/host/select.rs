@@ -99,7 +99,7 @@ impl Selector {
 
     /// [`Selector::matches`] for a process of a `ps` scan of `roots`.
     pub fn matches_process(&self, p: &KfdProcess, roots: &Roots) -> bool {
-        self.matches(HostPid(p.pid()), p.info.as_ref().and_then(|i| i.container.as_ref()), &K8sRoots::beside(roots))
+        self.matches(p.pid(), p.info.as_ref().and_then(|i| i.container.as_ref()), &K8sRoots::beside(roots))
     }
 
     /// [`Selector::matches`] for a pid seen opening `/dev/kfd` now: its container is read from
@@ -107,7 +107,7 @@ impl Selector {
     pub fn matches_new(&self, roots: &Roots, pid: HostPid) -> bool {
         match self {
             Self::Pid(p) => *p == pid,
-            Self::Container(_) | Self::Pod(_) => procinfo::read_with(roots, pid.0)
+            Self::Container(_) | Self::Pod(_) => procinfo::read_with(roots, pid)
                 .ok()
                 .is_some_and(|info| self.matches(pid, info.container.as_ref(), &K8sRoots::beside(roots))),
         }
@@ -145,7 +145,7 @@ pub fn resolve_in(selectors: &[Selector], processes: &[KfdProcess], notes: Vec<S
     let mut out = Resolved { notes, ..Resolved::default() };
     for sel in selectors {
         let hits: Vec<HostPid> =
-            processes.iter().filter(|p| sel.matches_process(p, roots)).map(|p| HostPid(p.pid())).collect();
+            processes.iter().filter(|p| sel.matches_process(p, roots)).map(KfdProcess::pid).collect();
         if hits.is_empty() {
             match sel {
                 Selector::Pid(pid) => out.unmatched_pids.push(*pid),

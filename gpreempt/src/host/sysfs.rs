@@ -11,6 +11,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use crate::domain::{GpuId, HostPid, QueueId};
+
 /// Where the KFD publishes one directory per `kfd_process`.
 pub const KFD_PROC_ROOT: &str = "/sys/class/kfd/kfd/proc";
 
@@ -24,7 +26,7 @@ pub enum SysfsError {
     #[error("{} does not exist: the KFD driver is not loaded (run `modprobe amdgpu`) or the path is wrong", .0.display())]
     NotLoaded(PathBuf),
     #[error("process {0} has no KFD sysfs directory any more (it exited or its kfd_process was released)")]
-    Gone(u32),
+    Gone(HostPid),
     #[error("cannot read {}: {cause}", path.display())]
     Io { path: PathBuf, cause: io::Error },
 }
@@ -33,7 +35,7 @@ pub enum SysfsError {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SysfsProcess {
     /// Host TGID (the directory name is `p->lead_thread->pid` in the init pid namespace, not a container pid).
-    pub pid: u32,
+    pub pid: HostPid,
     /// `None` when unreadable or when the kernel prints 0: kernels after 6.12 moved the PASID per device and print
     /// `0` here, and 0 is never an allocated PASID.
     pub pasid: Option<u32>,
@@ -48,9 +50,9 @@ pub struct SysfsProcess {
 /// `queues/<queue_id>/`: one user-mode queue of the process.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SysfsQueue {
-    pub queue_id: u32,
+    pub queue_id: QueueId,
     /// Topology gpu_id (`gpuid`, decimal).
-    pub gpu_id: Option<u32>,
+    pub gpu_id: Option<GpuId>,
     /// Raw kernel `enum kfd_queue_type` (`type`); see [`SysfsQueue::type_name`].
     pub kernel_type: Option<u32>,
     /// Ring buffer size in bytes (`size`).
@@ -73,7 +75,7 @@ impl SysfsQueue {
 /// Per-GPU files of a process (`vram_<gpuid>`, `sdma_<gpuid>`, `stats_<gpuid>/`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SysfsGpu {
-    pub gpu_id: u32,
+    pub gpu_id: GpuId,
     /// VRAM allocated by the process on this GPU, bytes.
     pub vram_bytes: Option<u64>,
     /// SDMA activity, µs. Reading it makes the kernel run a work item that reads the user rptrs.
@@ -87,7 +89,7 @@ pub struct SysfsGpu {
 }
 
 /// Host pids that currently have a `kfd_process`, sorted.
-pub fn list_pids(root: &Path) -> Result<Vec<u32>, SysfsError> {
+pub fn list_pids(root: &Path) -> Result<Vec<HostPid>, SysfsError> {
     let entries = fs::read_dir(root).map_err(|e| match e.kind() {
         // The proc directory is created when the driver loads, even with no process using it.
         io::ErrorKind::NotFound => SysfsError::NotLoaded(root.to_path_buf()),
@@ -97,7 +99,7 @@ pub fn list_pids(root: &Path) -> Result<Vec<u32>, SysfsError> {
     for entry in entries {
         let entry = entry.map_err(|e| SysfsError::Io { path: root.to_path_buf(), cause: e })?;
         if let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) {
-            pids.push(pid);
+            pids.push(HostPid(pid));
         }
     }
     pids.sort_unstable();
@@ -105,7 +107,7 @@ pub fn list_pids(root: &Path) -> Result<Vec<u32>, SysfsError> {
 }
 
 /// Everything sysfs says about one process.
-pub fn read_process(root: &Path, pid: u32) -> Result<SysfsProcess, SysfsError> {
+pub fn read_process(root: &Path, pid: HostPid) -> Result<SysfsProcess, SysfsError> {
     let dir = root.join(pid.to_string());
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -131,7 +133,7 @@ pub fn read_process(root: &Path, pid: u32) -> Result<SysfsProcess, SysfsError> {
         };
         match suffix.parse::<u32>() {
             Ok(gpu_id) => {
-                gpu_ids.insert(gpu_id);
+                gpu_ids.insert(GpuId(gpu_id));
             }
             Err(_) => notes.push(format!("{name}: gpu id is not a decimal number")),
         }
@@ -182,7 +184,7 @@ fn read_queues(dir: &Path, notes: &mut Vec<String>) -> Vec<SysfsQueue> {
     for entry in entries {
         match entry {
             Ok(entry) => match entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) {
-                Some(queue_id) => queue_ids.push(queue_id),
+                Some(queue_id) => queue_ids.push(QueueId(queue_id)),
                 None => notes.push(format!("queues/{}: not a queue id", entry.file_name().to_string_lossy())),
             },
             Err(e) => {
@@ -201,7 +203,7 @@ fn read_queues(dir: &Path, notes: &mut Vec<String>) -> Vec<SysfsQueue> {
         let mut queue_notes = Vec::new();
         let queue = SysfsQueue {
             queue_id,
-            gpu_id: read_number(dir, &format!("{rel}/gpuid"), Presence::Expected, &mut queue_notes),
+            gpu_id: read_number(dir, &format!("{rel}/gpuid"), Presence::Expected, &mut queue_notes).map(GpuId),
             kernel_type: read_number(dir, &format!("{rel}/type"), Presence::Expected, &mut queue_notes),
             ring_size: read_number(dir, &format!("{rel}/size"), Presence::Expected, &mut queue_notes),
         };
@@ -213,7 +215,7 @@ fn read_queues(dir: &Path, notes: &mut Vec<String>) -> Vec<SysfsQueue> {
     queues
 }
 
-fn read_gpu(dir: &Path, gpu_id: u32, notes: &mut Vec<String>) -> SysfsGpu {
+fn read_gpu(dir: &Path, gpu_id: GpuId, notes: &mut Vec<String>) -> SysfsGpu {
     SysfsGpu {
         gpu_id,
         vram_bytes: read_number(dir, &format!("vram_{gpu_id}"), Presence::Expected, notes),
@@ -305,34 +307,49 @@ mod tests {
     fn list_pids_sorted_and_skips_non_numeric() {
         let mut host = fake_tree();
         host.dir("sys/class/kfd/kfd/proc/not-a-pid").dir("sys/class/kfd/kfd/proc/99");
-        assert_eq!(list_pids(&host.kfd_proc()).expect("list"), vec![99, 1234, 5678]);
+        assert_eq!(list_pids(&host.kfd_proc()).expect("list"), [99, 1234, 5678].map(HostPid));
     }
 
     #[test]
     fn reads_every_value_of_a_real_looking_tree() {
         let host = fake_tree();
         let root = host.kfd_proc();
-        let p = read_process(&root, 1234).expect("read 1234");
+        let p = read_process(&root, HostPid(1234)).expect("read 1234");
         assert_eq!(
             p,
             SysfsProcess {
-                pid: 1234,
+                pid: HostPid(1234),
                 pasid: Some(32770),
                 queues: vec![
-                    SysfsQueue { queue_id: 0, gpu_id: Some(53394), kernel_type: Some(0), ring_size: Some(1048576) },
-                    SysfsQueue { queue_id: 1, gpu_id: Some(53394), kernel_type: Some(1), ring_size: Some(524288) },
-                    SysfsQueue { queue_id: 12, gpu_id: Some(20347), kernel_type: Some(4), ring_size: Some(65536) },
+                    SysfsQueue {
+                        queue_id: QueueId(0),
+                        gpu_id: Some(GpuId(53394)),
+                        kernel_type: Some(0),
+                        ring_size: Some(1048576)
+                    },
+                    SysfsQueue {
+                        queue_id: QueueId(1),
+                        gpu_id: Some(GpuId(53394)),
+                        kernel_type: Some(1),
+                        ring_size: Some(524288)
+                    },
+                    SysfsQueue {
+                        queue_id: QueueId(12),
+                        gpu_id: Some(GpuId(20347)),
+                        kernel_type: Some(4),
+                        ring_size: Some(65536)
+                    },
                 ],
                 gpus: vec![
                     SysfsGpu {
-                        gpu_id: 20347,
+                        gpu_id: GpuId(20347),
                         vram_bytes: Some(0),
                         sdma_us: Some(0),
                         evicted_ms: Some(0),
                         cu_occupancy: None,
                     },
                     SysfsGpu {
-                        gpu_id: 53394,
+                        gpu_id: GpuId(53394),
                         vram_bytes: Some(268435456),
                         sdma_us: Some(1500),
                         evicted_ms: Some(120),
@@ -345,15 +362,15 @@ mod tests {
         let names: Vec<String> = p.queues.iter().map(SysfsQueue::type_name).collect();
         assert_eq!(names, ["compute", "sdma", "type 4"]);
 
-        let q = read_process(&root, 5678).expect("read 5678");
+        let q = read_process(&root, HostPid(5678)).expect("read 5678");
         assert_eq!(
             q,
             SysfsProcess {
-                pid: 5678,
+                pid: HostPid(5678),
                 pasid: None,
                 queues: vec![],
                 gpus: vec![SysfsGpu {
-                    gpu_id: 20347,
+                    gpu_id: GpuId(20347),
                     vram_bytes: Some(4096),
                     sdma_us: Some(0),
                     evicted_ms: Some(35),
@@ -368,7 +385,7 @@ mod tests {
     fn read_all_returns_both_processes() {
         let host = fake_tree();
         let (processes, notes) = read_all(&host.kfd_proc());
-        assert_eq!(processes.iter().map(|p| p.pid).collect::<Vec<_>>(), [1234, 5678]);
+        assert_eq!(processes.iter().map(|p| p.pid).collect::<Vec<_>>(), [1234, 5678].map(HostPid));
         assert!(notes.is_empty(), "{notes:?}");
     }
 
@@ -376,10 +393,10 @@ mod tests {
     fn garbled_type_is_none_plus_note() {
         let mut host = fake_tree();
         host.kfd_file(1234, "queues/1/type", "x1\0");
-        let p = read_process(&host.kfd_proc(), 1234).expect("read");
+        let p = read_process(&host.kfd_proc(), HostPid(1234)).expect("read");
         assert_eq!(
             p.queues[1],
-            SysfsQueue { queue_id: 1, gpu_id: Some(53394), kernel_type: None, ring_size: Some(524288) }
+            SysfsQueue { queue_id: QueueId(1), gpu_id: Some(GpuId(53394)), kernel_type: None, ring_size: Some(524288) }
         );
         assert_eq!(p.queues[1].type_name(), "unknown");
         assert_eq!(p.notes, ["queues/1/type: garbled: \"x1\""]);
@@ -392,7 +409,7 @@ mod tests {
         fs::remove_file(root.join("1234/queues/0/size")).expect("rm");
         host.dir("sys/class/kfd/kfd/proc/1234/queues/0/size"); // read() of a directory fails with EISDIR
         fs::remove_file(root.join("1234/sdma_20347")).expect("rm");
-        let p = read_process(&root, 1234).expect("read");
+        let p = read_process(&root, HostPid(1234)).expect("read");
         assert_eq!(p.queues[0].ring_size, None);
         assert_eq!(p.gpus[0].sdma_us, None);
         assert_eq!(p.notes, ["queues/0/size: unreadable: Is a directory (os error 21)", "sdma_20347: missing"]);
@@ -402,7 +419,7 @@ mod tests {
     fn whitespace_and_nul_are_trimmed() {
         let mut host = fake_tree();
         host.kfd_file(1234, "vram_53394", " 42 \n\0\0");
-        let p = read_process(&host.kfd_proc(), 1234).expect("read");
+        let p = read_process(&host.kfd_proc(), HostPid(1234)).expect("read");
         assert_eq!(p.gpus[1].vram_bytes, Some(42));
         assert!(p.notes.is_empty(), "{:?}", p.notes);
     }
@@ -412,10 +429,10 @@ mod tests {
         let host = fake_tree();
         let root = host.kfd_proc();
         let pids = list_pids(&root).expect("list");
-        assert!(pids.contains(&5678));
+        assert!(pids.contains(&HostPid(5678)));
         fs::remove_dir_all(root.join("5678")).expect("rm");
-        let err = read_process(&root, 5678).expect_err("must be gone");
-        assert!(matches!(err, SysfsError::Gone(5678)), "{err:?}");
+        let err = read_process(&root, HostPid(5678)).expect_err("must be gone");
+        assert!(matches!(err, SysfsError::Gone(HostPid(5678))), "{err:?}");
     }
 
     #[test]

@@ -85,7 +85,7 @@ pub struct ProcessEntry {
 
 impl ProcessEntry {
     fn new(pid: HostPid, roots: Option<&Roots>) -> Self {
-        let info = roots.and_then(|r| procinfo::read_with(r, pid.0).ok());
+        let info = roots.and_then(|r| procinfo::read_with(r, pid).ok());
         Self {
             pid,
             comm: info.as_ref().and_then(|i| i.comm.clone()),
@@ -132,7 +132,7 @@ impl Registry {
     pub fn bootstrap(&mut self, roots: &Roots) -> Vec<String> {
         let (processes, notes) = processes::scan(roots);
         for p in processes {
-            let pid = HostPid(p.pid());
+            let pid = p.pid();
             let entry = self.processes.entry(pid).or_insert_with(|| ProcessEntry {
                 pid,
                 comm: p.info.as_ref().and_then(|i| i.comm.clone()),
@@ -143,12 +143,12 @@ impl Registry {
                 exited_ns: None,
             });
             for q in &p.sysfs.queues {
-                let queue_id = QueueId(q.queue_id);
+                let queue_id = q.queue_id;
                 entry.queues.insert(
                     queue_id,
                     QueueEntry {
                         queue_id,
-                        gpu_id: q.gpu_id.map(GpuId),
+                        gpu_id: q.gpu_id,
                         queue_type: Some(q.type_name()),
                         priority: None,
                         percentage: None,

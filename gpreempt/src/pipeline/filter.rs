@@ -26,15 +26,15 @@ pub struct Filter {
 
 /// The parent pid from `/proc/<pid>/stat` (`pid (comm) state ppid …`; comm may hold spaces
 /// and parentheses, so parse after the last `)`).
-pub fn parent_from_stat(stat: &str) -> Option<u32> {
+pub fn parent_from_stat(stat: &str) -> Option<HostPid> {
     let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    rest.split_whitespace().nth(1)?.parse().ok().map(HostPid)
 }
 
 impl Filter {
-    pub fn new(pids: &[u32], container: Option<String>, proc_root: impl Into<PathBuf>) -> Self {
+    pub fn new(pids: &[HostPid], container: Option<String>, proc_root: impl Into<PathBuf>) -> Self {
         Self {
-            pids: pids.iter().copied().map(HostPid).collect(),
+            pids: pids.iter().copied().collect(),
             container,
             root: None,
             proc_root: proc_root.into(),
@@ -58,14 +58,14 @@ impl Filter {
     }
 
     fn descends_from_root(&self, pid: HostPid) -> bool {
-        let Some(HostPid(root)) = self.root else { return true };
-        let mut current = pid.0;
+        let Some(root) = self.root else { return true };
+        let mut current = pid;
         // Bounded walk up the process tree (pid 1 / 0 end it).
         for _ in 0..64 {
             if current == root {
                 return true;
             }
-            if current <= 1 {
+            if current.0 <= 1 {
                 return false;
             }
             let Ok(stat) = fs::read_to_string(self.proc_root.join(current.to_string()).join("stat")) else {
@@ -139,22 +139,22 @@ mod tests {
 
     #[test]
     fn stat_parent_survives_odd_comms() {
-        assert_eq!(parent_from_stat("42 (a) b) c) S 7 42 42 0"), Some(7));
-        assert_eq!(parent_from_stat("1 (init) S 0 1 1"), Some(0));
+        assert_eq!(parent_from_stat("42 (a) b) c) S 7 42 42 0"), Some(HostPid(7)));
+        assert_eq!(parent_from_stat("1 (init) S 0 1 1"), Some(HostPid(0)));
         assert_eq!(parent_from_stat("garbage"), None);
     }
 
     #[test]
     fn pid_filter_keeps_callers_and_subjects() {
         let reg = Model::new(None);
-        let mut f = Filter::new(&[10], None, "/nonexistent");
+        let mut f = Filter::new(&[HostPid(10)], None, "/nonexistent");
         assert!(f.keep_event(&ev(10, 1, create(0, 1)), &reg));
         assert!(!f.keep_event(&ev(11, 1, create(0, 1)), &reg));
         // A kworker (pid 3) removing pid 10's queue at teardown is about pid 10.
         let removed =
             EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(HostPid(10)), queue_id: Some(QueueId(0)) });
         assert!(f.keep_event(&ev(3, 1, removed.clone()), &reg));
-        let mut g = Filter::new(&[3], None, "/nonexistent");
+        let mut g = Filter::new(&[HostPid(3)], None, "/nonexistent");
         assert!(!g.keep_event(&ev(3, 1, removed), &reg), "the kworker itself is not the subject");
         assert!(Filter::new(&[], None, "/x").keep_event(&ev(1, 1, create(0, 1)), &reg));
     }

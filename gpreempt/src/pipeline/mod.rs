@@ -253,7 +253,7 @@ mod tests {
 
     #[test]
     fn filtered_sinks_and_unfiltered_subscribers_see_one_stream() {
-        let mut p = Pipeline::new(Model::new(None), Filter::new(&[10], None, "/nonexistent"));
+        let mut p = Pipeline::new(Model::new(None), Filter::new(&[HostPid(10)], None, "/nonexistent"));
         let record = Record::default();
         p.add_sink(Box::new(record.clone()));
         let (tx, rx) = mpsc::channel();

@@ -82,7 +82,7 @@ impl Discovery for TracerDiscovery {
 /// The sysfs fallback: the pid list of `/sys/class/kfd/kfd/proc`, compared with the last one.
 pub struct SysfsDiscovery {
     roots: Roots,
-    known: BTreeSet<u32>,
+    known: BTreeSet<HostPid>,
 }
 
 impl SysfsDiscovery {
@@ -95,9 +95,9 @@ impl SysfsDiscovery {
 impl Discovery for SysfsDiscovery {
     fn poll(&mut self, out: &mut Vec<ModelNotice>) {
         let Ok(now) = sysfs::list_pids(&self.roots.kfd_proc()) else { return };
-        let now: BTreeSet<u32> = now.into_iter().collect();
-        out.extend(now.difference(&self.known).map(|&p| ModelNotice::ProcessOpened { pid: HostPid(p) }));
-        out.extend(self.known.difference(&now).map(|&p| ModelNotice::ProcessGone { pid: HostPid(p) }));
+        let now: BTreeSet<HostPid> = now.into_iter().collect();
+        out.extend(now.difference(&self.known).map(|&pid| ModelNotice::ProcessOpened { pid }));
+        out.extend(self.known.difference(&now).map(|&pid| ModelNotice::ProcessGone { pid }));
         self.known = now;
     }
 

@@ -257,7 +257,7 @@ impl Scheduler {
     ) -> Result<(), ScheduleError> {
         let kfd_proc = self.config.roots.kfd_proc();
         let has_queues =
-            crate::host::sysfs::read_process(&kfd_proc, pid.0).map(|s| !s.queues.is_empty()).unwrap_or(false);
+            crate::host::sysfs::read_process(&kfd_proc, pid).map(|s| !s.queues.is_empty()).unwrap_or(false);
         let mut queues = Vec::new();
         if has_queues {
             // Before the snapshot, whose attach would fail with a less telling error.

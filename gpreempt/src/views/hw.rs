@@ -9,6 +9,7 @@ use std::{collections::BTreeMap, fs, path::Path};
 
 use serde::Serialize;
 
+use crate::domain::{GpuId, HostPid};
 use crate::host::debugfs::{self, HqdNode, MqdProcess, MqdQueueKind, RunlistNode};
 use crate::host::processes::KfdProcess;
 
@@ -63,7 +64,7 @@ pub fn decode_runlist(node: &RunlistNode) -> Runlist {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct GpuHw {
-    pub gpu_id: u32,
+    pub gpu_id: GpuId,
     /// Compute queues KFD lists in sysfs for this GPU (all processes).
     pub kfd_compute_queues: usize,
     /// Compute MQDs in debugfs `mqds` (one per queue, however many per-XCC dumps follow).
@@ -82,14 +83,14 @@ pub struct GpuHw {
 /// the processes when only debugfs is at hand (a capture without sysfs, or a process sysfs lost).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct MqdOwner {
-    pub pid: u32,
+    pub pid: HostPid,
     /// By gpu id, ascending.
     pub gpus: Vec<MqdOwnerGpu>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MqdOwnerGpu {
-    pub gpu_id: u32,
+    pub gpu_id: GpuId,
     pub compute: usize,
     pub sdma: usize,
     /// DIQ and `Bad … queue type` entries.
@@ -100,7 +101,7 @@ pub struct MqdOwnerGpu {
 pub fn mqd_owners(mqds: &[MqdProcess]) -> Vec<MqdOwner> {
     mqds.iter()
         .map(|p| {
-            let mut gpus: BTreeMap<u32, MqdOwnerGpu> = BTreeMap::new();
+            let mut gpus: BTreeMap<GpuId, MqdOwnerGpu> = BTreeMap::new();
             for q in &p.queues {
                 let g = gpus.entry(q.gpu_id).or_insert_with(|| MqdOwnerGpu { gpu_id: q.gpu_id, ..Default::default() });
                 match q.kind {
@@ -124,20 +125,20 @@ pub struct HwView {
 
 /// Compare the three views per GPU.
 pub fn compare(processes: &[KfdProcess], mqds: &[MqdProcess], hqds: &[HqdNode], rls: &[RunlistNode]) -> Vec<GpuHw> {
-    let mut kfd: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut kfd: BTreeMap<GpuId, usize> = BTreeMap::new();
     for q in processes.iter().flat_map(|p| &p.sysfs.queues) {
         // Kernel enum value 0 is COMPUTE on every version (docs/kfd.md §1); others moved after 6.12.
         if let (Some(gpu), Some(0)) = (q.gpu_id, q.kernel_type) {
             *kfd.entry(gpu).or_default() += 1;
         }
     }
-    let mut mqd: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut mqd: BTreeMap<GpuId, usize> = BTreeMap::new();
     for q in mqds.iter().flat_map(|p| &p.queues) {
         if q.kind == MqdQueueKind::Compute {
             *mqd.entry(q.gpu_id).or_default() += 1;
         }
     }
-    let mut gpus: Vec<u32> = kfd.keys().chain(mqd.keys()).copied().chain(hqds.iter().map(|n| n.gpu_id)).collect();
+    let mut gpus: Vec<GpuId> = kfd.keys().chain(mqd.keys()).copied().chain(hqds.iter().map(|n| n.gpu_id)).collect();
     gpus.sort_unstable();
     gpus.dedup();
     gpus.into_iter()
@@ -221,7 +222,10 @@ pub fn view(debugfs_root: &Path, processes: &[KfdProcess]) -> HwView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::sysfs::{SysfsProcess, SysfsQueue};
+    use crate::{
+        domain::QueueId,
+        host::sysfs::{SysfsProcess, SysfsQueue},
+    };
 
     fn fixture(name: &str) -> String {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/debugfs-mi308x").join(name);
@@ -232,10 +236,15 @@ mod tests {
     fn process(queues: u32) -> KfdProcess {
         KfdProcess {
             sysfs: SysfsProcess {
-                pid: 94314,
+                pid: HostPid(94314),
                 pasid: None,
                 queues: (0..queues)
-                    .map(|id| SysfsQueue { queue_id: id, gpu_id: Some(0xf7bc), kernel_type: Some(0), ring_size: None })
+                    .map(|id| SysfsQueue {
+                        queue_id: QueueId(id),
+                        gpu_id: Some(GpuId(0xf7bc)),
+                        kernel_type: Some(0),
+                        ring_size: None,
+                    })
                     .collect(),
                 gpus: vec![],
                 notes: vec![],
@@ -250,7 +259,7 @@ mod tests {
         let hqds = debugfs::parse_hqds(&fixture("hqds_active.txt")).unwrap();
         let gpus = compare(&[process(5)], &mqds, &hqds, &[]);
         assert_eq!(gpus.len(), 8);
-        let g = gpus.iter().find(|g| g.gpu_id == 0xf7bc).unwrap();
+        let g = gpus.iter().find(|g| g.gpu_id == GpuId(0xf7bc)).unwrap();
         assert_eq!(
             (g.kfd_compute_queues, g.mqd_compute_queues, g.xccs, g.active_compute_slots, g.active_hiqs),
             (5, 5, 4, 20, 4)
@@ -265,7 +274,7 @@ mod tests {
         // The HQDs after the process exited: 0 active slots while 5 MQDs are listed.
         let hqds = debugfs::parse_hqds(&fixture("hqds_after_exit.txt")).unwrap();
         let gpus = compare(&[process(6)], &mqds, &hqds, &[]);
-        let g = gpus.iter().find(|g| g.gpu_id == 0xf7bc).unwrap();
+        let g = gpus.iter().find(|g| g.gpu_id == GpuId(0xf7bc)).unwrap();
         assert_eq!(g.active_compute_slots, 0);
         assert_eq!(g.findings.len(), 2);
         assert!(g.findings[0].starts_with("sysfs lists 6 compute queues but debugfs mqds has 5"));
@@ -277,7 +286,10 @@ mod tests {
         let mqds = debugfs::parse_mqds(&fixture("mqds_active.txt")).unwrap();
         assert_eq!(
             mqd_owners(&mqds),
-            [MqdOwner { pid: 94314, gpus: vec![MqdOwnerGpu { gpu_id: 0xf7bc, compute: 5, sdma: 0, other: 0 }] }]
+            [MqdOwner {
+                pid: HostPid(94314),
+                gpus: vec![MqdOwnerGpu { gpu_id: GpuId(0xf7bc), compute: 5, sdma: 0, other: 0 }]
+            }]
         );
     }
 
@@ -295,14 +307,14 @@ mod tests {
         let h = |op: u32, body: u32| 3 << 30 | (body - 1) << 16 | op << 8;
         let mut ib = vec![h(IT_MAP_PROCESS, 3), 0, 0, 0];
         ib.extend([h(IT_MAP_QUEUES, 2), 0, 0, h(IT_MAP_QUEUES, 2), 0, 0, h(IT_RUN_LIST, 1), 0]);
-        let node = RunlistNode { node: 1, gpu_id: 0xf7bc, runlist: Some(ib) };
+        let node = RunlistNode { node: 1, gpu_id: GpuId(0xf7bc), runlist: Some(ib) };
         assert_eq!(
             decode_runlist(&node),
             Runlist { active: true, dwords: 12, processes: 1, queues: 2, chained: 1, undecoded: 0 }
         );
-        let truncated = RunlistNode { node: 1, gpu_id: 1, runlist: Some(vec![h(IT_MAP_QUEUES, 5), 0, 0x1234]) };
+        let truncated = RunlistNode { node: 1, gpu_id: GpuId(1), runlist: Some(vec![h(IT_MAP_QUEUES, 5), 0, 0x1234]) };
         assert_eq!(decode_runlist(&truncated).undecoded, 3);
-        let idle = RunlistNode { node: 1, gpu_id: 1, runlist: None };
+        let idle = RunlistNode { node: 1, gpu_id: GpuId(1), runlist: None };
         assert_eq!(decode_runlist(&idle), Runlist::default());
     }
 }

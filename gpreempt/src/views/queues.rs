@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::{
+    domain::{GpuId, QueueId},
     host::sysfs::SysfsQueue,
     kfd::uapi::{QueueSnapshotEntry, exception, queue_type},
 };
@@ -23,8 +24,11 @@ pub enum Source {
 /// One queue. Fields sysfs does not have are `None`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueRow {
-    pub queue_id: u32,
-    pub gpu_id: Option<u32>,
+    pub queue_id: QueueId,
+    pub gpu_id: Option<GpuId>,
+    /// The ioctl's `KFD_IOC_QUEUE_TYPE_*` name from a snapshot, the kernel's `enum kfd_queue_type`
+    /// name from sysfs ([`SysfsQueue::type_name`]): two numberings, so a name, not a
+    /// [`crate::domain::QueueType`].
     pub queue_type: String,
     pub ring_base: Option<u64>,
     pub ring_size: Option<u64>,
@@ -40,8 +44,8 @@ pub struct QueueRow {
 impl From<&QueueSnapshotEntry> for QueueRow {
     fn from(e: &QueueSnapshotEntry) -> Self {
         Self {
-            queue_id: e.queue_id,
-            gpu_id: Some(e.gpu_id),
+            queue_id: QueueId(e.queue_id),
+            gpu_id: Some(GpuId(e.gpu_id)),
             // The snapshot reports the ioctl's KFD_IOC_QUEUE_TYPE_* (set_queue_type_for_user, 6.12).
             queue_type: queue_type::name(e.queue_type).map_or_else(|| format!("type {}", e.queue_type), str::to_owned),
             ring_base: Some(e.ring_base_address),
@@ -106,7 +110,7 @@ pub fn exception_names(status: u64) -> Vec<String> {
 pub struct Sample {
     /// Milliseconds since the first sample.
     pub t_ms: u64,
-    pub queue_ids: Vec<u32>,
+    pub queue_ids: Vec<QueueId>,
 }
 
 /// The proof-of-concept's watch statistics, over a series of samples.
@@ -119,7 +123,7 @@ pub struct WatchStats {
     /// Every sample had exactly the same queue ids.
     pub stable: bool,
     /// Queue id → number of samples it was in.
-    pub id_frequency: BTreeMap<u32, usize>,
+    pub id_frequency: BTreeMap<QueueId, usize>,
     /// gpu id → queue observations over all samples (sysfs may lack the gpu: key "unknown").
     pub per_gpu: BTreeMap<String, usize>,
     /// queue type → queue observations over all samples.
@@ -132,7 +136,7 @@ impl WatchStats {
         let counts: Vec<usize> = rows.iter().map(Vec::len).collect();
         let min_count = *counts.iter().min()?;
         let max_count = *counts.iter().max()?;
-        let sets: Vec<BTreeSet<u32>> = rows.iter().map(|s| s.iter().map(|q| q.queue_id).collect()).collect();
+        let sets: Vec<BTreeSet<QueueId>> = rows.iter().map(|s| s.iter().map(|q| q.queue_id).collect()).collect();
         let mut id_frequency = BTreeMap::new();
         let mut per_gpu = BTreeMap::new();
         let mut per_type = BTreeMap::new();
@@ -165,8 +169,8 @@ pub(crate) mod tests {
     /// A row with sysfs's fields only.
     pub(crate) fn row(id: u32, gpu: u32, ty: &str) -> QueueRow {
         QueueRow {
-            queue_id: id,
-            gpu_id: Some(gpu),
+            queue_id: QueueId(id),
+            gpu_id: Some(GpuId(gpu)),
             queue_type: ty.into(),
             ring_base: None,
             ring_size: None,
@@ -195,7 +199,7 @@ pub(crate) mod tests {
             reserved: 0,
         };
         let r = QueueRow::from(&e);
-        assert_eq!((r.queue_id, r.gpu_id, r.queue_type.as_str()), (3, Some(0xbeef), "compute-aql"));
+        assert_eq!((r.queue_id, r.gpu_id, r.queue_type.as_str()), (QueueId(3), Some(GpuId(0xbeef)), "compute-aql"));
         assert_eq!((r.ring_size, r.cwsr_size), (Some(65536), Some(0x2_0000)));
         assert_eq!(r.exceptions, vec!["QUEUE_NEW", "PROCESS_RUNTIME"]);
         assert_eq!(exception_names(1 << 62), vec!["EC_63"]);
@@ -211,7 +215,7 @@ pub(crate) mod tests {
         let s = WatchStats::of(&samples).unwrap();
         assert_eq!((s.samples, s.min_count, s.max_count, s.stable), (3, 1, 3, false));
         assert_eq!(s.avg_count, 2.0);
-        assert_eq!(s.id_frequency, BTreeMap::from([(0, 3), (1, 2), (2, 1)]));
+        assert_eq!(s.id_frequency, BTreeMap::from([(QueueId(0), 3), (QueueId(1), 2), (QueueId(2), 1)]));
         assert_eq!(s.per_gpu, BTreeMap::from([("1".into(), 5), ("2".into(), 1)]));
         assert_eq!(s.per_type, BTreeMap::from([("compute-aql".into(), 4), ("sdma".into(), 2)]));
         let steady = WatchStats::of(&[vec![row(4, 1, "sdma")], vec![row(4, 1, "sdma")]]).unwrap();

@@ -15,16 +15,16 @@ use serde::Serialize;
 
 use super::queues::QueueRow;
 use crate::{
-    domain::{GpuId, HostPid},
+    domain::{GpuId, HostPid, QueueId, QueueType},
     event::{Event, EventKind},
 };
 
 /// One queue as its CREATE_QUEUE showed it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TracedQueue {
-    pub queue_id: u32,
+    pub queue_id: QueueId,
     pub gpu_id: GpuId,
-    pub queue_type: String,
+    pub queue_type: QueueType,
     pub priority: u32,
     pub percentage: u32,
     pub ring_base: u64,
@@ -44,7 +44,7 @@ pub struct TracedQueue {
 #[derive(Clone, Debug)]
 pub struct TracedQueues {
     pid: HostPid,
-    queues: BTreeMap<u32, TracedQueue>,
+    queues: BTreeMap<QueueId, TracedQueue>,
     /// `execute_queues_cpsch` calls by calling process.
     refreshes: BTreeMap<HostPid, u64>,
 }
@@ -60,11 +60,11 @@ impl TracedQueues {
             EventKind::QueueCreate(c) if event.pid == self.pid && c.result.0 == 0 => {
                 let Some(id) = c.queue_id else { return };
                 self.queues.insert(
-                    id.0,
+                    id,
                     TracedQueue {
-                        queue_id: id.0,
+                        queue_id: id,
                         gpu_id: c.gpu_id,
-                        queue_type: c.queue_type.to_string(),
+                        queue_type: c.queue_type,
                         priority: c.priority,
                         percentage: c.percentage,
                         ring_base: c.ring_base,
@@ -80,7 +80,7 @@ impl TracedQueues {
                 );
             }
             EventKind::QueueDestroy(d) if event.pid == self.pid && d.result.0 == 0 => {
-                if let Some(q) = self.queues.get_mut(&d.queue_id.0) {
+                if let Some(q) = self.queues.get_mut(&d.queue_id) {
                     q.destroyed_ns = Some(event.ts_ns);
                 }
             }
@@ -105,7 +105,7 @@ impl TracedQueues {
     /// and it is still the same queue (a destroyed id may be reused by a later queue).
     pub fn enrich(&self, row: &mut QueueRow) {
         let Some(q) = self.queues.get(&row.queue_id).filter(|q| q.destroyed_ns.is_none()) else { return };
-        row.gpu_id.get_or_insert(q.gpu_id.0);
+        row.gpu_id.get_or_insert(q.gpu_id);
         row.ring_base = Some(q.ring_base);
         row.ring_size.get_or_insert(u64::from(q.ring_size));
         row.read_pointer_address = Some(q.read_pointer_address);
@@ -119,7 +119,6 @@ impl TracedQueues {
 mod tests {
     use super::*;
     use crate::{
-        domain::QueueId,
         event::{KernelResult, QueueDestroy},
         test_support::{create, ev},
         views::queues::tests::row,
@@ -144,8 +143,8 @@ mod tests {
         t.observe(&ev(7, 2_000, EventKind::QueueCreate(other)));
         let failed = crate::event::QueueCreate { result: KernelResult(-22), ret: -22, ..c.clone() };
         t.observe(&ev(42, 3_000, EventKind::QueueCreate(failed)));
-        let ids: Vec<u32> = t.queues().map(|q| q.queue_id).collect();
-        assert_eq!(ids, [1]);
+        let ids: Vec<QueueId> = t.queues().map(|q| q.queue_id).collect();
+        assert_eq!(ids, [QueueId(1)]);
         let (mut before, mut during) = (sysfs_row(0), sysfs_row(1));
         t.enrich(&mut before);
         t.enrich(&mut during);
@@ -157,7 +156,7 @@ mod tests {
         assert_eq!((during.cwsr_size, during.ring_size), (Some(0x1000), Some(4096)));
         let q = t.queues().next().unwrap();
         assert_eq!(
-            (q.created_ns, q.destroyed_ns, q.queue_type.as_str(), q.doorbell_offset),
+            (q.created_ns, q.destroyed_ns, q.queue_type.to_string().as_str(), q.doorbell_offset),
             (1_000, None, "compute-aql", Some(0))
         );
         let destroy = QueueDestroy { queue_id: QueueId(1), result: KernelResult(0), ret: 0 };

@@ -131,7 +131,7 @@ impl Session {
                 // would come back as errors (`suspend_queues` skips a suspended queue, 6.12
                 // kfd_device_queue_manager.c).
                 let held =
-                    self.known.iter().filter(|(id, gpu)| selection.holds_gpu(*gpu) && !self.suspended.contains(&id.0));
+                    self.known.iter().filter(|(id, gpu)| selection.holds_gpu(*gpu) && !self.suspended.contains(id));
                 self.ids.extend(held.map(|(id, _)| id.0));
             }
             Selection::Ids(ids) => {
@@ -247,8 +247,9 @@ impl Session {
         let count = result.map_err(|errno| self.fail(DebugTrapOp::SUSPEND_QUEUES, errno))?;
         let array = if retry { &self.retry } else { &self.ids };
         for &raw in array {
-            if QueueOutcome::from_raw(raw).handled() && !self.suspended.contains(&raw) {
-                self.suspended.push(raw);
+            let outcome = QueueOutcome::from_raw(raw);
+            if outcome.handled() && !self.suspended.contains(&outcome.queue_id) {
+                self.suspended.push(outcome.queue_id);
             }
         }
         if !self.suspended.is_empty() && self.suspended_at_ns.is_none() {
@@ -273,12 +274,11 @@ impl Session {
     pub fn resume_gpu_tally(&mut self, gpu: GpuId) -> Result<Tally, DebugError> {
         self.check_alive()?;
         self.holding.retain(|(held, _)| *held != Selection::Gpu(gpu));
-        let on_gpu = |raw: u32, known: &[(QueueId, GpuId)]| {
-            let id = raw & queue_status::ID_MASK;
-            known.iter().find(|(q, _)| q.0 == id).is_none_or(|&(_, g)| g == gpu)
+        let on_gpu = |id: QueueId, known: &[(QueueId, GpuId)]| {
+            known.iter().find(|(q, _)| *q == id).is_none_or(|&(_, g)| g == gpu)
         };
         self.ids.clear();
-        self.ids.extend(self.suspended.iter().copied().filter(|&raw| on_gpu(raw, &self.known)));
+        self.ids.extend(self.suspended.iter().copied().filter(|&id| on_gpu(id, &self.known)).map(u32::from));
         if self.ids.is_empty() {
             if self.suspended.is_empty() {
                 self.forget_suspended();
@@ -291,7 +291,7 @@ impl Session {
         let (count, called_ns, returned_ns) = self.resume_ids()?;
         // As in `resume_tally`: whatever the verdict, these ids are not suspended by us any more.
         let known = std::mem::take(&mut self.known);
-        self.suspended.retain(|&raw| !on_gpu(raw, &known));
+        self.suspended.retain(|&id| !on_gpu(id, &known));
         self.known = known;
         Ok(Tally::of_ioctl(count, &self.ids, called_ns, returned_ns))
     }
@@ -323,7 +323,7 @@ impl Session {
             return Ok(Tally::skipped(monotonic_ns()));
         }
         self.ids.clear();
-        self.ids.extend_from_slice(&self.suspended);
+        self.ids.extend(self.suspended.iter().copied().map(u32::from));
         let (count, called_ns, returned_ns) = self.resume_ids()?;
         // Whatever the verdict, nothing we suspended is left suspended: INVALID now means the
         // queue is gone (destroyed or its process exited).

@@ -92,7 +92,7 @@ pub struct Session {
     known: Vec<(QueueId, GpuId)>,
     queues_dirty: bool,
     /// Ids the kernel confirmed suspended, recorded as soon as each SUSPEND returns.
-    suspended: Vec<u32>,
+    suspended: Vec<QueueId>,
     suspended_at_ns: Option<u64>,
     /// The `All` or `Gpu` suspends being held, each with its grace period: queues created
     /// meanwhile (on a held GPU) are snapshotted and suspended too. Several `Gpu` holds of one
@@ -149,7 +149,7 @@ impl Session {
         // Several /dev/kfd files may mean secondary contexts, invisible to the debug trap. The
         // count cannot be read only where the seize below would be refused too.
         if version.has_secondary_contexts()
-            && let Ok(files) = procinfo::kfd_files(&options.roots.proc, pid.0)
+            && let Ok(files) = procinfo::kfd_files(&options.roots.proc, pid)
             && files > 1
         {
             return Err(DebugError::SecondaryContexts { pid, files, version });
@@ -159,7 +159,7 @@ impl Session {
         let unsafe_gpus = unsafe_gpus(version, &topology::gpu_nodes(&options.roots.sys).unwrap_or_default());
         // Before the seize, so no SIGCHLD of the tracee is missed.
         let signals = SignalPipe::new(&[libc::SIGCHLD, libc::SIGIO]).map_err(DebugError::Pipe)?;
-        let tracee = Tracee::seize(pid.0).map_err(|errno| match errno {
+        let tracee = Tracee::seize(pid).map_err(|errno| match errno {
             Errno::EPERM => {
                 DebugError::PtraceDenied { pid, reason: target::explain_ptrace_denied(&options.roots, &target) }
             }
@@ -238,7 +238,7 @@ impl Session {
     }
 
     /// Ids currently suspended by this session.
-    pub fn suspended(&self) -> &[u32] {
+    pub fn suspended(&self) -> &[QueueId] {
         &self.suspended
     }
 
@@ -415,7 +415,7 @@ mod tests {
         Session {
             pid,
             kfd: Device::open_path(Path::new("/dev/null")).unwrap(),
-            tracee: Tracee::unseized(pid.0),
+            tracee: Tracee::unseized(pid),
             dbg_read,
             dbg_write,
             signals: SignalPipe::new(&[]).unwrap(),
@@ -505,10 +505,10 @@ mod tests {
         let mut s = fake_session(RuntimeState::Enabled);
         let t = s.suspend_tally(&Selection::All, 7).unwrap();
         assert_eq!((t.count, t.done, t.invalid, t.error, t.retried, t.skipped), (2, 2, 0, 0, 0, false));
-        assert_eq!(s.suspended(), [0, 1]);
+        assert_eq!(s.suspended(), [0, 1].map(QueueId));
         let r = s.resume_tally().unwrap();
         assert_eq!((r.count, r.done), (2, 2));
-        assert_eq!(s.suspended(), [] as [u32; 0]);
+        assert_eq!(s.suspended(), [] as [QueueId; 0]);
         assert_eq!(ops(&calls), [SNAPSHOT, SUSPEND_QUEUES, RESUME_QUEUES]);
         assert_eq!(calls.borrow()[2].1, [0, 1]);
         // Nothing suspended: no ioctl.
@@ -532,7 +532,7 @@ mod tests {
         assert_eq!((t.count, t.done, t.invalid, t.retried), (2, 2, 0, 1));
         assert_eq!(ops(&calls), [SUSPEND_QUEUES, SNAPSHOT, SUSPEND_QUEUES]);
         assert_eq!(calls.borrow()[2].1, [5]);
-        assert_eq!(s.suspended(), [0, 5]);
+        assert_eq!(s.suspended(), [0, 5].map(QueueId));
     }
 
     #[test]
@@ -565,7 +565,7 @@ mod tests {
         s.suspend_tally(&Selection::All, 0).unwrap();
         let err = s.resume_tally().unwrap_err();
         assert!(matches!(err, DebugError::Ioctl { op: DebugTrapOp::RESUME_QUEUES, errno: Errno::EIO, .. }), "{err}");
-        assert_eq!(s.suspended(), [3, 4], "still suspended: detach must resume them");
+        assert_eq!(s.suspended(), [3, 4].map(QueueId), "still suspended: detach must resume them");
         let detached = s.detach();
         assert_eq!((detached.resumed, detached.disabled), (2, true));
         let seen = ops(&calls);
@@ -618,17 +618,17 @@ mod tests {
         let mut s = fake_session(RuntimeState::Enabled);
         let t = s.suspend_tally(&Selection::Gpu(GpuId(B)), 0).unwrap();
         assert_eq!((t.count, t.done), (1, 1));
-        assert_eq!(s.suspended(), [1], "only the queue on GPU B");
+        assert_eq!(s.suspended(), [QueueId(1)], "only the queue on GPU B");
         // A queue created on A during B's hold keeps running.
         queues.borrow_mut().push((3, A));
         *new_queue_pending.borrow_mut() = true;
         assert!(s.service_events());
-        assert_eq!((s.suspended(), s.late_suspended()), (&[1][..], 0));
+        assert_eq!((s.suspended(), s.late_suspended()), (&[QueueId(1)][..], 0));
         // One created on B is held with it.
         queues.borrow_mut().push((4, B));
         *new_queue_pending.borrow_mut() = true;
         assert!(s.service_events());
-        assert_eq!((s.suspended(), s.late_suspended()), (&[1, 4][..], 1));
+        assert_eq!((s.suspended(), s.late_suspended()), (&[1, 4].map(QueueId)[..], 1));
         let r = s.resume_tally().unwrap();
         assert_eq!((r.count, r.done), (2, 2));
         let suspends: Vec<Vec<u32>> =
@@ -636,18 +636,18 @@ mod tests {
         assert_eq!(suspends, [vec![1], vec![4]]);
         // Holding A now takes every queue on A, the one created meanwhile included.
         s.suspend_tally(&Selection::Gpu(GpuId(A)), 0).unwrap();
-        assert_eq!(s.suspended(), [0, 2, 3]);
+        assert_eq!(s.suspended(), [0, 2, 3].map(QueueId));
         // A and B held at once end independently: B's resume leaves A's queues suspended.
         s.suspend_tally(&Selection::Gpu(GpuId(B)), 0).unwrap();
-        assert_eq!(s.suspended(), [0, 2, 3, 1, 4]);
+        assert_eq!(s.suspended(), [0, 2, 3, 1, 4].map(QueueId));
         let r = s.resume_gpu_tally(GpuId(B)).unwrap();
         assert_eq!((r.count, r.done), (2, 2));
-        assert_eq!(s.suspended(), [0, 2, 3]);
+        assert_eq!(s.suspended(), [0, 2, 3].map(QueueId));
         // A queue created on B now runs (B is not held); one on A is held with A.
         queues.borrow_mut().extend([(5, B), (6, A)]);
         *new_queue_pending.borrow_mut() = true;
         assert!(s.service_events());
-        assert_eq!(s.suspended(), [0, 2, 3, 6]);
+        assert_eq!(s.suspended(), [0, 2, 3, 6].map(QueueId));
         let r = s.resume_gpu_tally(GpuId(A)).unwrap();
         assert_eq!((r.count, r.done), (4, 4));
         assert!(s.suspended().is_empty());
@@ -714,9 +714,9 @@ mod tests {
             );
         }
         assert!(!ops(&calls).contains(&SUSPEND_QUEUES), "nothing reached the kernel");
-        assert_eq!(s.suspended(), [] as [u32; 0]);
+        assert_eq!(s.suspended(), [] as [QueueId; 0]);
         let t = s.suspend_tally(&Selection::Gpu(GpuId(A)), 0).unwrap();
         assert_eq!((t.count, t.done), (1, 1));
-        assert_eq!(s.suspended(), [0]);
+        assert_eq!(s.suspended(), [QueueId(0)]);
     }
 }

@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 
 use super::{MAX_QUEUES_PER_PROCESS, PROCESS_RUNTIME, QUEUE_NEW, SUBSCRIBED, Session, TraceeState, signal_pipe};
 use crate::{
-    controller::vocabulary::SessionNotice,
+    controller::vocabulary::{SessionNotice, SessionOp},
     domain::RuntimeState,
     kfd::{dbg_trap, uapi::RuntimeInfo},
 };
@@ -73,7 +73,7 @@ impl Session {
         let result = self.snapshot_into(QUEUE_NEW).and_then(|()| {
             self.ids.clear();
             for &(id, gpu) in &self.known {
-                if self.holds_gpu(gpu) && !self.suspended.contains(&id.0) {
+                if self.holds_gpu(gpu) && !self.suspended.contains(&id) {
                     self.ids.push(id.0);
                 }
             }
@@ -89,7 +89,7 @@ impl Session {
                 self.late_suspended += n;
                 self.notices.push(SessionNotice::QueuesSuspendedMidHold { count: n });
             }
-            Err(e) => self.notices.push(SessionNotice::Failed { op: "suspend new queues", error: e.into() }),
+            Err(e) => self.notices.push(SessionNotice::Failed { op: SessionOp::SuspendNewQueues, error: e.into() }),
         }
     }
 
