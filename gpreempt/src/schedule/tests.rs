@@ -41,6 +41,8 @@ const B: u32 = 0x2000;
 struct Script {
     online: Vec<QueueSnapshotEntry>,
     offline: Vec<QueueSnapshotEntry>,
+    /// Per offline pid, its own queues instead of `offline`.
+    offline_of: BTreeMap<HostPid, Vec<QueueSnapshotEntry>>,
     /// Every watchdog resume arrives at the next look after a suspend.
     release_at_once: bool,
     calls: Vec<String>,
@@ -96,23 +98,39 @@ impl Recorder {
         }
     }
 
+    fn queues(&self) -> Vec<QueueSnapshotEntry> {
+        self.side.with(|s| s.offline_of.get(&self.pid).unwrap_or(&s.offline).clone())
+    }
+
     fn queues_on(&self, gpu: GpuId) -> usize {
-        self.side.with(|s| s.offline.iter().filter(|q| q.gpu_id == gpu.0).count())
+        self.queues().iter().filter(|q| q.gpu_id == gpu.0).count()
     }
 }
 
 impl Control for Recorder {
     fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError> {
         self.log(format!("suspend {selection:?}"));
-        let Selection::Gpu(gpu) = selection else { panic!("the scheduler holds GPUs, not {selection:?}") };
-        let n = self.queues_on(*gpu);
-        if n > 0 {
-            self.held.push(*gpu);
+        let gpus: Vec<GpuId> = match selection {
+            Selection::Gpu(gpu) => vec![*gpu],
+            // `--gang`: every GPU it has queues on.
+            Selection::All => self.queues().iter().map(|q| GpuId(q.gpu_id)).collect(),
+            Selection::Ids(_) => panic!("the scheduler holds GPUs or processes, not {selection:?}"),
+        };
+        let mut n = 0;
+        for gpu in gpus {
+            let here = self.queues_on(gpu);
+            if here > 0 && !self.held.contains(&gpu) {
+                self.held.push(gpu);
+                n += here;
+            }
         }
         Ok(Batch { count: n as i32, latency_ns: 1_000, ..Batch::default() })
     }
     fn resume(&mut self) -> Result<Batch, DebugError> {
-        unreachable!("the scheduler resumes per GPU")
+        self.log("resume all".into());
+        let n: usize = self.held.iter().map(|g| self.queues_on(*g)).sum();
+        self.held.clear();
+        Ok(Batch { count: n as i32, latency_ns: 1_000, ..Batch::default() })
     }
     fn resume_gpu(&mut self, gpu: GpuId) -> Result<Batch, DebugError> {
         let n = self.queues_on(gpu);
@@ -126,8 +144,7 @@ impl Control for Recorder {
         }
     }
     fn snapshot(&mut self) -> Result<Vec<QueueSnapshotEntry>, DebugError> {
-        let online = self.online;
-        Ok(self.side.with(|s| if online { s.online.clone() } else { s.offline.clone() }))
+        if self.online { Ok(self.side.with(|s| s.online.clone())) } else { Ok(self.queues()) }
     }
     fn notices(&mut self, _: u64) -> Vec<SessionNotice> {
         let release = self.side.with(|s| s.release_at_once);
@@ -566,4 +583,194 @@ fn hint_lines_read_on_the_reaction_thread_suspend_and_resume_and_are_counted() {
         })
         .collect();
     assert_eq!(malformed, [("bogus".to_owned(), 1)]);
+}
+
+/// A child process sharing one page with this test (mapped MAP_SHARED before the fork): an
+/// offline process whose queue indices the test moves and the scheduler reads in *its* memory
+/// with `process_vm_readv`. Killed and reaped when dropped.
+struct SharedChild {
+    pid: u32,
+    page: *mut libc::c_void,
+}
+
+impl SharedChild {
+    fn spawn() -> Self {
+        // SAFETY: a fresh anonymous shared mapping of one page, checked below.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        // SAFETY: the child only calls pause(), async-signal-safe, until it is killed.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            loop {
+                // SAFETY: no memory is touched.
+                unsafe { libc::pause() };
+            }
+        }
+        Self { pid: pid as u32, page }
+    }
+
+    /// The `i`th u64 of the shared page.
+    fn word(&self, i: usize) -> &AtomicU64 {
+        assert!(i < 512);
+        // SAFETY: in the mapping, aligned, alive as long as `self`; shared with the child only.
+        unsafe { &*(self.page as *const AtomicU64).add(i) }
+    }
+}
+
+impl Drop for SharedChild {
+    fn drop(&mut self) {
+        // SAFETY: our own child; reaped here so no zombie outlives the test.
+        unsafe {
+            libc::kill(self.pid as libc::pid_t, libc::SIGKILL);
+            libc::waitpid(self.pid as libc::pid_t, std::ptr::null_mut(), 0);
+            libc::munmap(self.page, 4096);
+        }
+    }
+}
+
+/// The transitions of a run as "kind gpu queues held_no_ioctl".
+fn transitions(events: &Mutex<Vec<ScheduleEvent>>) -> Vec<String> {
+    events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            ScheduleEvent::Transition(t) => {
+                Some(format!("{} {:#x} {} {}", t.action.name(), t.gpu_id, t.queues, t.held_no_ioctl))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_offline_process_with_nothing_on_the_gpu_is_held_with_no_ioctl_and_suspended_at_its_first_submission() {
+    static R: AtomicU64 = AtomicU64::new(0);
+    static W: AtomicU64 = AtomicU64::new(0);
+    let child = SharedChild::spawn();
+    let (off_read, off_write) = (child.word(0), child.word(1));
+    let Setup { mut host, side, config } =
+        setup(child.pid, vec![queue(0, A, &R, &W)], vec![queue(0, A, off_read, off_write)], false);
+    // Its cu_occupancy on A: no wave in flight (kept open and re-read by the scheduler).
+    host.kfd_file(child.pid, &format!("stats_{A}/cu_occupancy"), "0\n");
+    let (events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, c, held) = (stop.clone(), side.clone(), Arc::new(Mutex::new(Vec::new())));
+    let (words, seen, log) = (child.word(0) as *const AtomicU64 as usize, held.clone(), events.clone());
+    let events_are = move |n: usize, last: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let t = transitions(&log);
+            if t.len() >= n {
+                assert_eq!(t[n - 1], last);
+                return;
+            }
+            assert!(Instant::now() < deadline, "timed out; transitions: {t:?}");
+            thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let driver = thread::spawn(move || {
+        // SAFETY: the child's page outlives this thread (joined before `child` drops).
+        let (off_read, off_write) = unsafe { (&*(words as *const AtomicU64), &*(words as *const AtomicU64).add(1)) };
+        let s = |n: usize| move |calls: &[String]| count(calls, "suspend") == n;
+        // Busy period 1: the offline process is idle; then it submits one packet in the hold.
+        W.store(1, Ordering::SeqCst);
+        events_are(1, "suspend 0x1000 0 1");
+        seen.lock().unwrap().push(c.calls().len());
+        off_write.store(1, Ordering::SeqCst);
+        c.wait_until(s(1));
+        R.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "resume") == 1);
+        // Resumed, the "CP" takes its packet and it runs to completion.
+        off_read.store(1, Ordering::SeqCst);
+        thread::sleep(Duration::from_millis(30));
+        // Busy period 2: it is idle again: held and resumed with no ioctl.
+        W.store(2, Ordering::SeqCst);
+        events_are(3, "suspend 0x1000 0 1");
+        R.store(2, Ordering::SeqCst);
+        events_are(4, "resume 0x1000 0 0");
+        flag.store(true, Ordering::SeqCst);
+    });
+    let report = s.run(&stop, &mut emit);
+    driver.join().unwrap();
+    // While idle and held, no call at all (only the attach before).
+    assert_eq!(*held.lock().unwrap(), [1]);
+    assert_eq!(
+        side.calls(),
+        [
+            format!("attach {}", child.pid),
+            format!("suspend Gpu(GpuId({A}))"),
+            "resume 0x1000".into(),
+            format!("detach {}", child.pid)
+        ]
+    );
+    assert_eq!((report.offline_deferred, report.offline_late_suspends), (2, 1));
+    assert_eq!((report.suspends, report.resumes), (2, 2));
+    assert_eq!(report.resumes_by_reason, BTreeMap::from([(ResumeReason::Idle, 2)]));
+    assert_eq!(
+        transitions(&events),
+        ["suspend 0x1000 0 1", "resume 0x1000 1 0", "suspend 0x1000 0 1", "resume 0x1000 0 0"]
+    );
+    assert_eq!((off_read.load(Ordering::SeqCst), off_write.load(Ordering::SeqCst)), (1, 1));
+}
+
+#[test]
+fn with_gang_the_job_is_held_on_all_of_its_gpus_when_one_of_them_is_and_resumed_when_none_is() {
+    static R: AtomicU64 = AtomicU64::new(0);
+    static W: AtomicU64 = AtomicU64::new(0);
+    const RANK0: u32 = 3_999_980;
+    const RANK1: u32 = 3_999_981;
+    // Rank 0 on A (the online GPU), rank 1 on B: pids given together are one job.
+    let Setup { mut host, side, config } = setup(RANK0, vec![queue(0, A, &R, &W)], Vec::new(), false);
+    kfd_process(&mut host, RANK1);
+    side.with(|s| {
+        s.offline_of.insert(HostPid(RANK0), vec![queue(0, A, &OFF_READ, &OFF_READ)]);
+        s.offline_of.insert(HostPid(RANK1), vec![queue(0, B, &OFF_READ, &OFF_READ)]);
+    });
+    let config = ScheduleConfig {
+        offline: vec![Selector::Pid(HostPid(RANK0)), Selector::Pid(HostPid(RANK1))],
+        gang: true,
+        ..config
+    };
+    let (events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, c) = (stop.clone(), side.clone());
+    let driver = thread::spawn(move || {
+        W.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "suspend") == 2);
+        thread::sleep(Duration::from_millis(20));
+        R.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "resume") == 2);
+        flag.store(true, Ordering::SeqCst);
+    });
+    let report = s.run(&stop, &mut emit);
+    driver.join().unwrap();
+    assert_eq!(
+        side.calls(),
+        [
+            format!("attach {RANK0}"),
+            format!("attach {RANK1}"),
+            "suspend All".into(),
+            "suspend All".into(),
+            "resume all".into(),
+            "resume all".into(),
+            format!("detach {RANK0}"),
+            format!("detach {RANK1}"),
+        ]
+    );
+    // One transition of A, both ranks' queues (rank 1's on B too); nothing deferred.
+    assert_eq!(transitions(&events), ["suspend 0x1000 2 0", "resume 0x1000 2 0"]);
+    assert_eq!((report.suspends, report.resumes, report.offline_deferred), (1, 1, 0));
 }
