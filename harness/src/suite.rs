@@ -97,8 +97,8 @@ pub fn doorbell_matrix(quick: bool) -> Vec<Scenario> {
     ]
 }
 
-/// The policy's options in the same run (issue 35 item 3): deferring idle offline processes
-/// (default) against suspending every one (`suspend-idle`) where offline processes go idle —
+/// The policy's options in the same run (issue 35 item 3): suspending every offline process
+/// (default) against deferring idle ones (`defer-idle`) where offline processes go idle —
 /// loader-bound trainers, and a data-parallel job's ranks at their barrier — and per-GPU holds
 /// (default) against `--gang` on the 2-GPU job. 200 requests even with `--quick`: the options
 /// differ by a few ioctls per busy period, which 60 requests do not resolve.
@@ -112,11 +112,11 @@ pub fn policy_matrix() -> Vec<Scenario> {
     vec![
         with(
             scenario("loader-3off", scenario::poisson(200), scenario::loader_bound_trainers(3), p(), Bound::Serial),
-            &["default", "suspend-idle"],
+            &["default", "defer-idle"],
         ),
         with(
             scenario("dp-2gpu", scenario::poisson(200), scenario::data_parallel(), p(), Bound::Serial),
-            &["default", "suspend-idle", "gang"],
+            &["default", "defer-idle", "gang"],
         ),
     ]
 }

@@ -30,8 +30,9 @@ pub const VARIANTS: &[Variant] = &[
     // share: the idle threshold as given (not learnt), and a moved write index not counted.
     ("fixed-idle", |c| c.policy.learn_idle = false),
     ("no-watch-writes", |c| c.watch_writes = false),
-    // Every offline process with queues on a held GPU suspended, idle or not (before deferral).
-    ("suspend-idle", |c| c.defer_idle = false),
+    // An offline process with nothing on the held GPU held with no ioctl until it submits
+    // (`--defer-idle-offline`).
+    ("defer-idle", |c| c.defer_idle = true),
     // Each offline job held on all of its GPUs or on none (`--gang`).
     ("gang", |c| c.gang = true),
 ];

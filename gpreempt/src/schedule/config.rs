@@ -52,7 +52,7 @@ pub struct ScheduleConfig {
     /// Options of each offline session; its watchdog is set to back the policy's up.
     pub session: Options,
     /// An offline process with nothing on a held GPU (its queues there drained, no wave in
-    /// flight) is held without an ioctl and suspended at its first submission.
+    /// flight) is held without an ioctl and suspended at its first submission (`--defer-idle-offline`).
     pub defer_idle: bool,
     /// Hold each offline job (one selector) on all of its GPUs or on none.
     pub gang: bool,
@@ -85,7 +85,9 @@ impl Default for ScheduleConfig {
             hint_socket: None,
             roots: Roots::default(),
             session: Options::default(),
-            defer_idle: true,
+            // Off: the native harness (BENCHMARKS §9.4) measured the late suspends it leaves inside
+            // online requests costing the online P99 more than the ioctls it saves.
+            defer_idle: false,
             gang: false,
         }
     }

@@ -1,7 +1,9 @@
 //! One offline process as the reaction thread holds it: its debug-trap session, the GPUs it is
 //! held on, and what its own queues show.
 //!
-//! **Idle offline processes cost no ioctl.** On HWS GPUs every SUSPEND_QUEUES unmaps every queue
+//! **Idle offline processes cost no ioctl** (`--defer-idle-offline`; off by default: the late
+//! suspends it leaves inside online requests cost the online P99 more than the ioctls it saves,
+//! BENCHMARKS §9.4). On HWS GPUs every SUSPEND_QUEUES unmaps every queue
 //! of the device, the online ones too, and KFD takes one process per call (docs/kfd.md), so each
 //! offline process held costs the online work one unmap per transition. An offline process with
 //! nothing on a GPU at the moment that GPU is held — every one of its queues there with

@@ -8,7 +8,9 @@
 //!    every `--occupancy` or before an idle resume, their `cu_occupancy` (one `pread` each);
 //! 3. per GPU, the policy ([`PolicyMachine`]) over "online work pending on this GPU";
 //! 4. SUSPEND_QUEUES / RESUME_QUEUES of that GPU's offline queues (every offline process, with
-//!    [`Selection::Gpu`]: a process with no queue there costs no ioctl);
+//!    [`Selection::Gpu`]: a process with no queue there costs no ioctl, one with nothing pending
+//!    there is held with none until it submits, and `--gang` holds a job everywhere at once:
+//!    [`super::offline`]);
 //! 5. a fixed-size [`TransitionRecord`] into a bounded queue, never waiting for its reader.
 //!
 //! Everything else — the tracer, spans, discovery, output, interval accounting — runs on

@@ -88,11 +88,13 @@ pub struct SchedulerSettings {
     #[arg(long, default_value_t = DEFAULT_BUSY_SHARE, value_name = "F", value_parser = parse_busy_share)]
     #[serde(deserialize_with = "busy_share")]
     pub busy_share: f64,
-    /// Suspend every offline process with queues on a GPU when it is held, even one with nothing
-    /// there (its queues drained, no wave in flight). By default such a process costs no ioctl:
-    /// it is watched and suspended at its first submission within the hold.
+    /// Hold an offline process that has nothing on the GPU (its queues there drained, no wave in
+    /// flight) with no ioctl, and suspend it at its first submission within the hold: fewer
+    /// device-wide unmaps and more offline throughput, at the cost of a late suspend inside the
+    /// online work when it submits (by default every offline process with queues there is
+    /// suspended at once).
     #[arg(long)]
-    pub suspend_idle_offline: bool,
+    pub defer_idle_offline: bool,
     /// Hold each offline job on all of its GPUs or on none: the processes of one --offline
     /// container or pod, or all the pids given, are suspended on every GPU they use whenever any
     /// GPU they share with online work is held (a data-parallel job stalls at its next
@@ -121,7 +123,7 @@ impl Default for SchedulerSettings {
             share_window: config.policy.share_window,
             max_suspend: config.policy.max_suspend,
             busy_share: config.policy.busy_share,
-            suspend_idle_offline: !config.defer_idle,
+            defer_idle_offline: config.defer_idle,
             gang: config.gang,
         }
     }
@@ -151,7 +153,7 @@ impl SchedulerSettings {
             occupancy: self.occupancy,
             doorbell: !self.no_doorbell,
             cross_check: self.cross_check,
-            defer_idle: !self.suspend_idle_offline,
+            defer_idle: self.defer_idle_offline,
             gang: self.gang,
             ..ScheduleConfig::default()
         }
@@ -295,7 +297,7 @@ mod tests {
             ("share-window", "2s"),
             ("max-suspend", "900ms"),
             ("busy-share", "0.1"),
-            ("suspend-idle-offline", ""),
+            ("defer-idle-offline", ""),
             ("gang", ""),
         ];
         let flags: Vec<String> =

@@ -661,6 +661,7 @@ fn an_offline_process_with_nothing_on_the_gpu_is_held_with_no_ioctl_and_suspende
     let (off_read, off_write) = (child.word(0), child.word(1));
     let Setup { mut host, side, config } =
         setup(child.pid, vec![queue(0, A, &R, &W)], vec![queue(0, A, off_read, off_write)], false);
+    let config = ScheduleConfig { defer_idle: true, ..config };
     // Its cu_occupancy on A: no wave in flight (kept open and re-read by the scheduler).
     host.kfd_file(child.pid, &format!("stats_{A}/cu_occupancy"), "0\n");
     let (events, mut emit) = sink();

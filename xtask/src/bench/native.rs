@@ -342,11 +342,11 @@ fn policy(md: &mut String, p: &Policy) {
     }
     let _ = writeln!(
         md,
-        "MI300X central profile, serial bound, 200 Poisson requests (also with `--quick`). *default*: an offline \
-         process with nothing on the held GPU (its queues drained, no wave in flight) is held with no ioctl and \
-         suspended at its first submission in the hold; per-GPU holds. *suspend-idle*: `--suspend-idle-offline`, \
-         every offline process with queues there is suspended. *gang*: `--gang`, the job's ranks held on both GPUs \
-         together. `loader-3off`: three loader-bound trainers (one step of 4 × 4 ms in flight, then 5-25 ms of host \
+        "MI300X central profile, serial bound, 200 Poisson requests (also with `--quick`). *default*: every offline \
+         process with queues on the held GPU is suspended, each GPU on its own. *defer-idle*: \
+         `--defer-idle-offline`, an offline process with nothing on the held GPU (its queues drained, no wave in \
+         flight) is held with no ioctl and suspended at its first submission in the hold. *gang*: `--gang`, the \
+         job's ranks held on both GPUs together. `loader-3off`: three loader-bound trainers (one step of 4 × 4 ms in flight, then 5-25 ms of host \
          work: PROFILES.md \"Loads\"); `dp-2gpu`: a 2-rank data-parallel job, rank 0 on the online GPU. Busy periods \
          that began with no offline work on the online GPU are no detection sample.\n"
     );
