@@ -16,6 +16,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 pub mod controller;
+pub mod kfd_abi;
 pub mod podman;
 pub mod prometheus;
 pub mod schedule;
