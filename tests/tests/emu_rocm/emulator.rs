@@ -1,7 +1,7 @@
 //! What the emulated GPUs show: their gpu ids, KFD's topology and queues in sysfs, and what
 //! kfd_emu's CP executed (`cp_stats`) at its `ns_per_workitem`.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, process::Command};
 
 use gpreempt_tests::read_sysfs;
 
@@ -32,6 +32,16 @@ pub(crate) fn sysfs_queues(pid: u32) -> Vec<(u32, u32, u64)> {
         .collect();
     queues.sort_unstable();
     queues
+}
+
+/// `gpreempt queues PID --json` (asserted successful): gpreempt's own view of `pid`'s queues.
+pub(crate) fn gpreempt_queues(pid: u32) -> serde_json::Value {
+    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
+        .args(["queues", &pid.to_string(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "gpreempt queues: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// `/sys/kernel/kfd_emu/cp_stats`: gpu id → counter → what that GPU's CP executed so far.

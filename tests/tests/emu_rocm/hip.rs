@@ -1,11 +1,11 @@
 //! HIP (Debian's hipcc; bookworm's HIP 5.2, trixie's 5.7) on the emulated GPU (README "HIP").
 
-use std::{collections::BTreeMap, path::PathBuf, process::Command};
+use std::{collections::BTreeMap, path::PathBuf};
 
 use gpreempt_tests::wait_kfd_released;
 
 use crate::{
-    emulator::{GPU0, GPU1, counters, cp_stats_since, ns_per_workitem, sysfs_queues},
+    emulator::{GPU0, GPU1, counters, cp_stats_since, gpreempt_queues, ns_per_workitem, sysfs_queues},
     gpreempt_on_rocm::preempt_two_queues_5_times,
     rocm_run::RocmRun,
 };
@@ -94,12 +94,7 @@ pub(crate) fn a_rocm_hip_program_with_streams_events_and_copies_runs_to_completi
     let expect =
         [compute(4096), compute(256 << 10), compute(256 << 10), compute(256 << 10), compute(256 << 10), sdma, sdma];
     assert_eq!(sysfs_queues(pid), expect, "queues of pid {pid}");
-    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
-        .args(["queues", &pid.to_string(), "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "gpreempt queues: {}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = gpreempt_queues(pid);
     assert_eq!((&v["source"], &v["pid"]), (&serde_json::json!("sysfs"), &serde_json::json!(pid)), "{v}");
     let mut listed: Vec<(u64, String, u64)> = v["queues"]
         .as_array()

@@ -18,7 +18,7 @@ use gpreempt_tests::{
 };
 
 use crate::{
-    emulator::{GPU0, GPU1, sysfs_queues, topology},
+    emulator::{GPU0, GPU1, gpreempt_queues, sysfs_queues, topology},
     render_nodes::{MODULE, RenderNodes},
     run_in_child,
 };
@@ -274,12 +274,7 @@ pub(crate) fn rocm_hsa_queue_create_makes_kfd_queues_on_both_gpus_with_rocrs_amd
         "queues of pid {pid}"
     );
     // gpreempt's own view of them (sysfs, no debug trap: ROCr 5.2 never calls RUNTIME_ENABLE).
-    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
-        .args(["queues", &pid.to_string(), "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "gpreempt queues: {}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = gpreempt_queues(pid);
     assert_eq!(v["source"], "sysfs", "{v}");
     assert_eq!(v["pid"], pid, "{v}");
     let mut listed: Vec<(u64, u64)> = v["queues"]
