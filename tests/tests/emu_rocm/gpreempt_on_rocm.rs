@@ -3,7 +3,7 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
     thread,
     time::{Duration, Instant},
 };
@@ -322,18 +322,12 @@ pub(crate) fn trace_shows_rocrs_queue_ioctls_with_their_exact_arguments() {
 }
 
 pub(crate) fn the_agent_exports_rocrs_queues_of_a_rocm_program_per_gpu() {
-    use gpreempt_tests::{prometheus::http_get, stderr_lines};
+    use gpreempt_tests::{agent, prometheus::http_get};
 
-    let mut agent = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
-        .args(["agent", "--metrics-addr", "127.0.0.1:0", "--hostname", "vm"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = stderr_lines(agent.stderr.take().unwrap(), "agent");
+    let mut agent = agent::spawn(None).unwrap();
     // Loading every program in a TCG guest on a loaded host has taken over a minute.
     let started = loop {
-        let line = log.recv_timeout(Duration::from_secs(240)).expect("the agent did not start within 240 s");
+        let line = agent.next_line(Duration::from_secs(240)).expect("the agent did not start within 240 s");
         if line.contains("msg=started") {
             break line;
         }
@@ -382,7 +376,7 @@ pub(crate) fn the_agent_exports_rocrs_queues_of_a_rocm_program_per_gpu() {
     assert_eq!(now.get(&key("gpreempt_queue_creates_total", GPU0, "")), Some(&2.0), "{now:#?}");
     assert!(now.keys().all(|(_, gpu, _)| gpu != &GPU1.to_string()), "{now:#?}");
     run.finish();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    agent.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
     assert!(agent.wait().unwrap().success());
     run.end();
 }
