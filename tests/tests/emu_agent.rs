@@ -19,7 +19,7 @@ use anyhow::{Context, Result, bail};
 use gpreempt_tests::{
     LineHelper, agent,
     daemon::Daemon,
-    log_field,
+    emu_workload, log_field,
     prometheus::{free_port, http_get, query_at},
     scratch,
     target::tracer_pid,
@@ -66,13 +66,7 @@ const REQUESTS: u64 = 6;
 
 /// A server that runs `REQUESTS` requests on GPU 0x1000 once told `go`.
 fn online_server() -> Result<LineHelper> {
-    let requests = REQUESTS.to_string();
-    let mut args: Vec<&str> =
-        "online --gpu-id 0x1000 --runtime-enable --dispatches 1 --dispatch-us 20000 --period-us 150000 --wait-go"
-            .split(' ')
-            .collect();
-    args.extend(["--requests", &requests]);
-    LineHelper::spawn("emu-workload", &args)
+    LineHelper::spawn("emu-workload", &emu_workload::online_server(&REQUESTS.to_string()))
 }
 
 /// `go`, then every request's reply and the summary.

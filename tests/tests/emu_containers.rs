@@ -303,24 +303,7 @@ fn dashboard_queries() -> Result<Vec<(String, String)>> {
 fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel_has_data() -> Result<()> {
     let dir = scratch("containers-agent")?;
     // The policy's processes exist before the agent: it finds them at start.
-    let mut serving = Workload::run(
-        "serving",
-        &[
-            "online",
-            "--gpu-id",
-            "0x1000",
-            "--runtime-enable",
-            "--dispatches",
-            "1",
-            "--dispatch-us",
-            "20000",
-            "--period-us",
-            "150000",
-            "--wait-go",
-            "--requests",
-            "6",
-        ],
-    )?;
+    let mut serving = Workload::run("serving", &gpreempt_tests::emu_workload::online_server("6"))?;
     let mut training = Workload::run(
         "training",
         &["run", "--gpu-id", "0x1000", "--queues", "2", "--fill-us", "1000", "--runtime-enable"],

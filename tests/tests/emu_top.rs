@@ -358,25 +358,7 @@ fn emu_top_shows_the_agents_scheduler_per_gpu() {
     no_kfd_processes();
     let offline = workload("0x1000");
     // Six 20 ms requests, 150 ms apart, on 0x1000, once told `go`.
-    let mut online = LineHelper::spawn(
-        "emu-workload",
-        &[
-            "online",
-            "--gpu-id",
-            "0x1000",
-            "--runtime-enable",
-            "--dispatches",
-            "1",
-            "--dispatch-us",
-            "20000",
-            "--period-us",
-            "150000",
-            "--wait-go",
-            "--requests",
-            "6",
-        ],
-    )
-    .unwrap();
+    let mut online = LineHelper::spawn("emu-workload", &gpreempt_tests::emu_workload::online_server("6")).unwrap();
     let dir = std::env::temp_dir().join(format!("gpreempt-top-agent-{}", offline.pid()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("agent.toml");
