@@ -193,9 +193,11 @@ pub unsafe fn ioctl<T>(fd: i32, request: u64, arg: &mut T) -> i32 {
     if r < 0 { -std::io::Error::last_os_error().raw_os_error().unwrap_or(0) } else { r }
 }
 
-/// A shared mapping of `len` bytes of `fd` at `offset`, or the negated errno.
+/// A shared mapping of `len` bytes of `fd` at `offset`, or the negated errno. It is never
+/// unmapped: the caller reads and writes through the pointer for as long as its process lives.
 pub fn map(fd: i32, offset: u64, len: usize) -> Result<*mut u64, i32> {
-    // SAFETY: a new shared mapping chosen by the kernel; never unmapped while the test reads it.
+    // SAFETY: a new shared mapping at an address the kernel chooses (no existing memory is
+    // replaced); nothing is read or written here.
     let p = unsafe {
         libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, offset as i64)
     };
