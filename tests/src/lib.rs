@@ -15,7 +15,11 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
+pub mod agent;
 pub mod controller;
+pub mod daemon;
+pub mod emu_workload;
+pub mod kfd_abi;
 pub mod podman;
 pub mod prometheus;
 pub mod schedule;

@@ -10,17 +10,18 @@
 use std::{
     net::SocketAddr,
     path::Path,
-    process::{Child, Command, Stdio},
-    sync::mpsc,
+    process::Command,
     thread,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
 use gpreempt_tests::{
-    LineHelper, binary, log_field,
+    LineHelper, agent,
+    daemon::Daemon,
+    emu_workload, log_field,
     prometheus::{free_port, http_get, query_at},
-    scratch, stderr_lines,
+    scratch,
     target::tracer_pid,
 };
 use nix::{
@@ -28,72 +29,6 @@ use nix::{
     unistd::Pid,
 };
 use serde_json::Value;
-
-/// A child whose stderr lines are collected on a thread.
-struct Daemon {
-    name: &'static str,
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Daemon {
-    fn spawn(name: &'static str, command: &mut Command) -> Result<Self> {
-        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().context(name)?;
-        let lines = stderr_lines(child.stderr.take().context("no stderr")?, name);
-        Ok(Self { name, child, lines, seen: Vec::new() })
-    }
-
-    /// For each of `needles`, the first new stderr line containing every whitespace-separated
-    /// word of it (`msg="policy stopped" policy=a` takes the message and the field), in whatever
-    /// order they come (lines of the policy threads interleave with the main loop's), within
-    /// `wait`.
-    fn wait_lines(&mut self, needles: &[&str], wait: Duration) -> Result<Vec<String>> {
-        let deadline = Instant::now() + wait;
-        let mut found: Vec<Option<String>> = vec![None; needles.len()];
-        while found.iter().any(Option::is_none) {
-            let left = deadline.checked_duration_since(Instant::now()).unwrap_or_default();
-            let Ok(line) = self.lines.recv_timeout(left) else {
-                bail!("{} printed no lines with {needles:?} within {wait:?}: {:?}", self.name, self.seen)
-            };
-            self.seen.push(line.clone());
-            if let Some(i) = (0..needles.len())
-                .find(|&i| found[i].is_none() && needles[i].split_whitespace().all(|w| line.contains(w)))
-            {
-                found[i] = Some(line);
-            }
-        }
-        Ok(found.into_iter().flatten().collect())
-    }
-
-    /// The first new stderr line containing `needle`, within `wait`.
-    fn wait_line(&mut self, needle: &str, wait: Duration) -> Result<String> {
-        let deadline = Instant::now() + wait;
-        loop {
-            let left = deadline.checked_duration_since(Instant::now()).unwrap_or_default();
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return Ok(line);
-                    }
-                }
-                Err(_) => bail!("{} printed no line with {needle:?} within {wait:?}: {:?}", self.name, self.seen),
-            }
-        }
-    }
-
-    fn signal(&self, signal: Signal) -> Result<()> {
-        Ok(kill(Pid::from_raw(self.child.id() as i32), signal)?)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Poll `promql` until its results equal `expected` (as (label, value) pairs of `label`), or
 /// 120 s pass; returns the last results either way, for the caller's exact assertion.
@@ -131,13 +66,7 @@ const REQUESTS: u64 = 6;
 
 /// A server that runs `REQUESTS` requests on GPU 0x1000 once told `go`.
 fn online_server() -> Result<LineHelper> {
-    let requests = REQUESTS.to_string();
-    let mut args: Vec<&str> =
-        "online --gpu-id 0x1000 --runtime-enable --dispatches 1 --dispatch-us 20000 --period-us 150000 --wait-go"
-            .split(' ')
-            .collect();
-    args.extend(["--requests", &requests]);
-    LineHelper::spawn("emu-workload", &args)
+    LineHelper::spawn("emu-workload", &emu_workload::online_server(&REQUESTS.to_string()))
 }
 
 /// `go`, then every request's reply and the summary.
@@ -188,20 +117,6 @@ fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-/// `gpreempt agent --config CONFIG` on a free loopback port, and its `msg=started` line.
-fn start_agent(config: &Path) -> Result<(Daemon, String)> {
-    let mut agent = Daemon::spawn(
-        "agent",
-        Command::new(binary("gpreempt")?)
-            .args(["agent", "--metrics-addr", "127.0.0.1:0", "--hostname", "vm"])
-            .arg("--config")
-            .arg(config),
-    )?;
-    // Loading every program in a TCG guest on a loaded host has taken over a minute.
-    let started = agent.wait_line("msg=started", Duration::from_secs(240))?;
-    Ok((agent, started))
-}
-
 #[test]
 fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_reloads() -> Result<()> {
     let dir = scratch("emu-agent")?;
@@ -212,13 +127,13 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     let servers = [online1.pid(), online2.pid()];
     let config = dir.join("agent.toml");
     write(&config, &policy_config("first", &servers, offline.pid()))?;
-    let (mut agent, started) = start_agent(&config)?;
+    let (mut agent, started) = agent::start(&config)?;
     assert_eq!(log_field(&started, "policies"), Some("first"));
     let attached = agent.wait_line("offline process attached", Duration::from_secs(60))?;
     assert_eq!(log_field(&attached, "pid"), Some(offline.pid().to_string().as_str()), "{attached}");
     assert_eq!(log_field(&attached, "queues"), Some("1"));
     agent.wait_lines(&[r#"msg="policy started" policy=first"#], Duration::from_secs(60))?;
-    assert_eq!(tracer_pid(offline.pid())?, agent.child.id(), "the policy thread holds the offline job");
+    assert_eq!(tracer_pid(offline.pid())?, agent.pid(), "the policy thread holds the offline job");
     let agent_addr: SocketAddr = log_field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
     assert_eq!(http_get(agent_addr, "/healthz")?, (200, "ok\n".to_owned()));
 
@@ -336,7 +251,7 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
         settle(prom_addr, reloads, "result", &[("applied", 1.0), ("rejected", 1.0)]),
         [("applied".into(), 1.0), ("rejected".into(), 1.0)]
     );
-    assert_eq!(tracer_pid(offline.pid())?, agent.child.id(), "the new policy holds the offline job");
+    assert_eq!(tracer_pid(offline.pid())?, agent.pid(), "the new policy holds the offline job");
 
     // SIGTERM: a clean exit; the offline job is detached and keeps running, A too.
     agent.signal(Signal::SIGTERM)?;
@@ -344,7 +259,7 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     assert_eq!(log_field(&lines[0], "transitions"), Some("0"), "A never had work: {}", lines[0]);
     assert_eq!(log_field(&lines[1], "signal"), Some("SIGTERM"));
     assert_eq!(log_field(&lines[1], "dropped"), Some("0"));
-    let status = agent.child.wait()?;
+    let status = agent.wait()?;
     assert_eq!(status.code(), Some(0));
     assert_eq!(tracer_pid(offline.pid())?, 0, "the offline job is detached");
     let before = rptr(&mut offline)?;
@@ -354,7 +269,7 @@ fn agent_metrics_scraped_by_prometheus_follow_queues_evictions_policies_and_relo
     kill(Pid::from_raw(a.pid() as i32), None).context("the workload survives the agent")?;
     drop(a);
     prometheus.signal(Signal::SIGTERM)?;
-    prometheus.child.wait()?;
+    prometheus.wait()?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -433,9 +348,9 @@ fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<(
     std::fs::create_dir_all(&dir)?;
     let config = dir.join("agent.toml");
     write(&config, "process_grace_s = 1\n")?;
-    let (mut agent, started) = start_agent(&config)?;
+    let (mut agent, started) = agent::start(&config)?;
     let addr: SocketAddr = log_field(&started, "metrics_addr").context("no metrics_addr")?.parse()?;
-    let pid = agent.child.id();
+    let pid = agent.pid();
     // Four at a time (each opens /dev/kfd, creates a queue that runs, and exits with it), so
     // processes come and go while others run, as on a busy node.
     let churn = |count: u32| -> Result<()> {
@@ -520,7 +435,7 @@ fn agent_metrics_soak_short_lived_processes_return_to_the_baseline() -> Result<(
     assert_eq!((base.series, after.series), (0, 0));
     assert!(after.rss_kib <= base.rss_kib + 4096, "RSS grew from {} KiB to {} KiB", base.rss_kib, after.rss_kib);
     agent.signal(Signal::SIGTERM)?;
-    assert_eq!(agent.child.wait()?.code(), Some(0));
+    assert_eq!(agent.wait()?.code(), Some(0));
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

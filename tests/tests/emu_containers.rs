@@ -19,7 +19,7 @@ use std::{
     net::SocketAddr,
     os::unix::net::UnixStream,
     path::Path,
-    process::{Command, Stdio},
+    process::Command,
     thread,
     time::{Duration, Instant},
 };
@@ -27,11 +27,13 @@ use std::{
 use anyhow::{Context, Result, bail};
 use gpreempt::deploy::AGENT_NEEDS;
 use gpreempt_tests::{
-    binary, log_field,
+    binary,
+    daemon::Daemon,
+    log_field,
     podman::{self, Workload, podman},
     prometheus::{Prometheus, free_port, http_get},
     schedule::{LONG, Schedule},
-    scratch, stderr_lines,
+    scratch,
     target::tracer_pid,
 };
 use serde_json::Value;
@@ -186,12 +188,9 @@ fn podman_containers_are_listed_selected_preempted_and_scheduled_by_name() -> Re
     Ok(())
 }
 
-/// The agent in its image under podman with agent-needs' privileges, and its stderr lines.
-struct Agent {
-    child: std::process::Child,
-    lines: std::sync::mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
+/// The agent in its image under podman with agent-needs' privileges, and its stderr lines; its
+/// container removed on drop.
+struct Agent(Daemon);
 
 const AGENT: &str = "gpreempt-agent";
 
@@ -223,33 +222,27 @@ impl Agent {
             command.args(["--device", device.name]);
         }
         command.arg(podman::image("gpreempt")).args(["agent", "--config", "/etc/gpreempt/agent.toml"]);
-        let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?;
-        let lines = stderr_lines(child.stderr.take().context("no stderr")?, "agent");
-        Ok(Self { child, lines, seen: Vec::new() })
+        Ok(Self(Daemon::spawn("agent", &mut command)?))
     }
+}
 
-    fn wait_line(&mut self, needle: &str, wait: Duration) -> Result<String> {
-        let deadline = Instant::now() + wait;
-        loop {
-            let left = deadline.checked_duration_since(Instant::now()).unwrap_or_default();
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return Ok(line);
-                    }
-                }
-                Err(_) => bail!("the agent printed no line with {needle:?} within {wait:?}: {:?}", self.seen),
-            }
-        }
+impl std::ops::Deref for Agent {
+    type Target = Daemon;
+    fn deref(&self) -> &Daemon {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Agent {
+    fn deref_mut(&mut self) -> &mut Daemon {
+        &mut self.0
     }
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        // Then the Daemon kills and reaps the `podman run`.
         let _ = podman(&["rm", "--force", "--time", "0", AGENT]);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -310,24 +303,7 @@ fn dashboard_queries() -> Result<Vec<(String, String)>> {
 fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel_has_data() -> Result<()> {
     let dir = scratch("containers-agent")?;
     // The policy's processes exist before the agent: it finds them at start.
-    let mut serving = Workload::run(
-        "serving",
-        &[
-            "online",
-            "--gpu-id",
-            "0x1000",
-            "--runtime-enable",
-            "--dispatches",
-            "1",
-            "--dispatch-us",
-            "20000",
-            "--period-us",
-            "150000",
-            "--wait-go",
-            "--requests",
-            "6",
-        ],
-    )?;
+    let mut serving = Workload::run("serving", &gpreempt_tests::emu_workload::online_server("6"))?;
     let mut training = Workload::run(
         "training",
         &["run", "--gpu-id", "0x1000", "--queues", "2", "--fill-us", "1000", "--runtime-enable"],
@@ -353,7 +329,7 @@ fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel
         "{error}"
     );
     assert!(error.contains("sysctl -w kernel.perf_event_paranoid=2"), "{error}");
-    assert_eq!(refused.child.wait()?.code(), Some(1));
+    assert_eq!(refused.wait()?.code(), Some(1));
     drop(refused);
     // The node's setting the agent needs (docs/guide/agent.md, "The container image"), for this test only.
     let _paranoid = Restore::set(PARANOID, "2", paranoid)?;
@@ -460,7 +436,7 @@ fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel
     podman(&["stop", "--time", "60", AGENT])?;
     let exiting = agent.wait_line("msg=exiting", Duration::from_secs(60))?;
     assert_eq!(log_field(&exiting, "signal"), Some("SIGTERM"), "{exiting}");
-    assert_eq!(agent.child.wait()?.code(), Some(0));
+    assert_eq!(agent.wait()?.code(), Some(0));
     assert_eq!(tracer_pid(training.pid)?, 0, "detached");
     assert!(runs(&mut training)?, "the training job runs after the agent's exit");
     drop((serving, training, prometheus));

@@ -64,25 +64,8 @@ fn emu_schedule_suspends_the_offline_work_during_each_online_request_and_lets_it
         &["offline", "--gpu-id", "0x1000", "--runtime-enable", "--dispatch-us", "2000", "--records"],
     )
     .unwrap();
-    let mut online = LineHelper::spawn(
-        "emu-workload",
-        &[
-            "online",
-            "--gpu-id",
-            "0x1000",
-            "--runtime-enable",
-            "--dispatches",
-            "1",
-            "--dispatch-us",
-            "20000",
-            "--period-us",
-            "150000",
-            "--requests",
-            &REQUESTS.to_string(),
-            "--wait-go",
-        ],
-    )
-    .unwrap();
+    let mut online =
+        LineHelper::spawn("emu-workload", &gpreempt_tests::emu_workload::online_server(&REQUESTS.to_string())).unwrap();
     let mut s = Schedule::between(online.pid(), &offline.pid().to_string(), &["--idle", "5ms", "--interval", "200ms"]);
     let attached = s.wait_events("offline_attached", 1, LONG);
     assert_eq!(attached[0]["queues"], 1);

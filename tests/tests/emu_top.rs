@@ -358,25 +358,7 @@ fn emu_top_shows_the_agents_scheduler_per_gpu() {
     no_kfd_processes();
     let offline = workload("0x1000");
     // Six 20 ms requests, 150 ms apart, on 0x1000, once told `go`.
-    let mut online = LineHelper::spawn(
-        "emu-workload",
-        &[
-            "online",
-            "--gpu-id",
-            "0x1000",
-            "--runtime-enable",
-            "--dispatches",
-            "1",
-            "--dispatch-us",
-            "20000",
-            "--period-us",
-            "150000",
-            "--wait-go",
-            "--requests",
-            "6",
-        ],
-    )
-    .unwrap();
+    let mut online = LineHelper::spawn("emu-workload", &gpreempt_tests::emu_workload::online_server("6")).unwrap();
     let dir = std::env::temp_dir().join(format!("gpreempt-top-agent-{}", offline.pid()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("agent.toml");
@@ -389,17 +371,10 @@ fn emu_top_shows_the_agents_scheduler_per_gpu() {
         ),
     )
     .unwrap();
-    let mut agent = Command::new(binary("gpreempt").unwrap())
-        .args(["agent", "--metrics-addr", "127.0.0.1:0", "--hostname", "vm", "--config"])
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = gpreempt_tests::stderr_lines(agent.stderr.take().unwrap(), "agent");
+    let mut agent = gpreempt_tests::agent::spawn(Some(&config)).unwrap();
     let mut addr = None;
     let deadline = std::time::Instant::now() + ATTACH;
-    while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+    while let Some(line) = agent.next_line(deadline.saturating_duration_since(std::time::Instant::now())) {
         if let Some(a) = line.split_whitespace().find_map(|kv| kv.strip_prefix("metrics_addr=")) {
             addr = Some(a.to_owned());
         }
@@ -447,7 +422,7 @@ fn emu_top_shows_the_agents_scheduler_per_gpu() {
     // Between the requests the offline queue runs: active in the tracer's view too.
     let p = v["processes"].as_array().unwrap().iter().find(|p| p["pid"] == offline.pid()).unwrap();
     assert_eq!(p["gpus"][0]["queues"][0]["state"], "active", "{p:#}");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    agent.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
     assert!(agent.wait().unwrap().success());
     std::fs::remove_dir_all(&dir).unwrap();
 }

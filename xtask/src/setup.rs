@@ -36,7 +36,7 @@ const APT_TOOLS: &[(&str, &str)] = &[
     // (crun: the OCI runtime; conmon, runc and containers-common come as podman's dependencies).
     ("podman", "/usr/bin/podman"),
     ("crun", "/usr/bin/crun"),
-    // Debian's ROCm 5.2 user space on the emulated GPU (tests/tests/emu_rocm.rs): rocminfo
+    // Debian's ROCm 5.2 user space on the emulated GPU (tests/tests/emu_rocm/): rocminfo
     // pulls libhsa-runtime64-1 and libhsakmt1.
     ("rocminfo", "/usr/bin/rocminfo"),
     // tests/rocm/*.c, C clients of ROCr built by `cargo xtask test` (headers of the same runtime).

@@ -587,7 +587,11 @@ mod tests {
         assert_eq!(focused_tests(Path::new("/t/debug/deps/emu_agent-0123abcd")), None);
         // Every focused binary exists and every focused test is a test of it.
         for (binary, tests) in FOCUSED {
-            let source = workspace_root().join("tests/tests").join(format!("{binary}.rs"));
+            // `tests/tests/<name>.rs`, or `<name>/main.rs` for a binary split into modules (its
+            // tests stay declared in main.rs).
+            let dir = workspace_root().join("tests/tests");
+            let file = dir.join(format!("{binary}.rs"));
+            let source = if file.exists() { file } else { dir.join(binary).join("main.rs") };
             let text = fs::read_to_string(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
             for test in *tests {
                 assert!(text.contains(&format!("fn {test}()")), "{binary} has no test {test}");
