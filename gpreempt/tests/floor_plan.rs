@@ -414,7 +414,18 @@ fn crate_roots(krate: &str) -> Vec<PathBuf> {
         _ => "",
     };
     roots.extend(rust_files(tests));
+    // A test binary of several files: its directory's main.rs (cargo's auto-discovery).
+    roots.extend(test_dirs(tests));
     roots
+}
+
+/// `DIR/*/main.rs`: the roots of the test binaries that are directories.
+fn test_dirs(dir: &str) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(workspace().join(dir)) else { return Vec::new() };
+    let mut mains: Vec<PathBuf> =
+        entries.map(|e| e.unwrap().path().join("main.rs")).filter(|main| main.is_file()).collect();
+    mains.sort();
+    mains
 }
 
 /// Fails naming every module cycle of the crate: the modules, and the file and path behind each

@@ -13,6 +13,7 @@ use gpreempt_tests::wait_kfd_released;
 use crate::{
     emulator::{GPU0, GPU1, counters, cp_stats_since, ns_per_workitem, sysfs_queues},
     hip::{Hip, hip_5_7_offline_counters, hip_offline_end, hip_run, hip_streams_run},
+    preempt_rocm::preempt_two_queues_5_times,
     rocm_run::{RocmRun, hsa_dispatch, hsa_dispatch_run, spawn_piped},
 };
 
@@ -28,32 +29,6 @@ fn hsa_dispatch_6() -> PathBuf {
 fn hsa_dispatch_spawn(exe: &Path, args: &[&str]) -> std::process::Child {
     let hsaco = hsa_dispatch().1;
     spawn_piped(exe, std::iter::once(hsaco.as_os_str()).chain(args.iter().map(std::ffi::OsStr::new)))
-}
-
-/// `gpreempt preempt` on `pid`, a ROCr 6.1 process with its utility queue and one more on the
-/// first GPU: 5 cycles of 300 ms holds 100 ms apart, each suspending and resuming both queues,
-/// every answer successful (its summary and its `--json` record).
-pub(crate) fn preempt_two_queues_5_times(pid: u32) {
-    let json = std::env::temp_dir().join(format!("preempt-rocm-{pid}.json"));
-    let out = Command::new(gpreempt_tests::binary("gpreempt").unwrap())
-        .args(["preempt", "--offline", &pid.to_string(), "--iterations", "5", "--hold", "300ms", "--gap", "100ms"])
-        .args(["--no-trace", "--output"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout.lines().next(), Some("5 of 5 iterations, 5 fully successful (100.0%)"), "{stdout}");
-    assert_eq!(
-        stdout.lines().nth(1),
-        Some("queues suspended in total: 10; INVALID answers: 0; ERROR answers: 0"),
-        "{stdout}"
-    );
-    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
-    for it in doc["iterations"].as_array().unwrap() {
-        assert_eq!((it["suspended"].as_i64(), it["resumed"].as_i64()), (Some(2), Some(2)), "{it}");
-    }
 }
 
 pub(crate) fn gpreempt_preempt_suspends_rocm_6_1_mid_dispatch_and_every_dispatch_completes() {

@@ -6,7 +6,7 @@ use gpreempt_tests::wait_kfd_released;
 
 use crate::{
     emulator::{GPU0, GPU1, counters, cp_stats_since, gpreempt_queues, ns_per_workitem, sysfs_queues},
-    gpreempt_on_rocm::preempt_two_queues_5_times,
+    preempt_rocm::preempt_two_queues_5_times,
     rocm_run::RocmRun,
 };
 

@@ -21,6 +21,7 @@ mod gpreempt_on_rocm;
 mod hip;
 mod ioctls;
 mod packets;
+mod preempt_rocm;
 mod render_nodes;
 mod rocm_run;
 mod rocminfo;
