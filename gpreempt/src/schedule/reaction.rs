@@ -805,7 +805,9 @@ impl<S: ControlSide> Reaction<S> {
     /// Detach offline process `i` (its session resumes what it holds and disables the trap).
     fn detach(&mut self, i: usize, reason: &'static str, now: u64) {
         let p = self.offline.remove(i);
-        let (pid, held) = (p.pid, p.held);
+        // Its deferred GPUs too: a GPU it alone was held for runs again.
+        let pid = p.pid;
+        let held: Vec<GpuId> = p.held.iter().copied().chain(p.deferred.iter().map(|(g, _)| *g)).collect();
         let detached = p.control.detach();
         self.report(Report::Detached { pid, reason, detached });
         for gpu in held {
