@@ -21,7 +21,7 @@ use crate::{
         Debugger,
         vocabulary::{DebugError, Options},
     },
-    domain::{GpuId, HostPid, QueueId},
+    domain::{GpuId, HostPid},
     model::QueueAddrs,
     schedule::online::{OnlineProcess, read_u64s},
 };
@@ -40,15 +40,7 @@ pub fn learn_queues(pid: HostPid, options: &Options) -> Result<Watched, DebugErr
     let d = Debugger::attach(pid, Options { max_suspend: None, ..options.clone() })?;
     let entries = d.snapshot(false);
     d.detach();
-    let queues = entries?
-        .iter()
-        .map(|e| QueueAddrs {
-            queue_id: QueueId(e.queue_id),
-            gpu_id: GpuId(e.gpu_id),
-            read: e.read_pointer_address,
-            write: e.write_pointer_address,
-        })
-        .collect();
+    let queues = entries?.iter().map(QueueAddrs::of_snapshot).collect();
     Ok(Watched { pid, queues })
 }
 
@@ -239,6 +231,7 @@ fn summarise(indices: Vec<Indices>, delays_us: Vec<f64>, elapsed: Duration) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::QueueId;
 
     #[test]
     fn index_movement_per_side_and_gpu_and_a_delay_closed_by_consumption() {

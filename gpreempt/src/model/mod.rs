@@ -19,6 +19,7 @@ use crate::{
     domain::{GpuId, HostPid, QueueId},
     event::Event,
     host::roots::Roots,
+    kfd::uapi::QueueSnapshotEntry,
 };
 
 /// A queue and where it keeps its dispatch indices: the addresses of its `read_dispatch_id` and
@@ -30,6 +31,19 @@ pub struct QueueAddrs {
     pub gpu_id: GpuId,
     pub read: u64,
     pub write: u64,
+}
+
+impl QueueAddrs {
+    /// A queue as GET_QUEUE_SNAPSHOT gives it (kfd_ioctl.h `kfd_queue_snapshot_entry`: the same
+    /// two addresses CREATE_QUEUE was given).
+    pub fn of_snapshot(e: &QueueSnapshotEntry) -> Self {
+        Self {
+            queue_id: QueueId(e.queue_id),
+            gpu_id: GpuId(e.gpu_id),
+            read: e.read_pointer_address,
+            write: e.write_pointer_address,
+        }
+    }
 }
 
 /// The queue and process lifecycle, derived once, here, from the event stream: a queue or a

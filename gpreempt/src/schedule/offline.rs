@@ -30,7 +30,7 @@
 use super::{online::read_u64s, seams::Occupancy};
 use crate::{
     controller::{control::Control, vocabulary::DebugError},
-    domain::{GpuId, HostPid, QueueId},
+    domain::{GpuId, HostPid},
     host::{roots::Roots, select::Selector},
     kfd::uapi::QueueSnapshotEntry,
     model::QueueAddrs,
@@ -109,15 +109,7 @@ impl<C: Control> Offline<C> {
     }
 
     fn learn(&mut self, snapshot: &[QueueSnapshotEntry]) {
-        self.queues = snapshot
-            .iter()
-            .map(|e| QueueAddrs {
-                queue_id: QueueId(e.queue_id),
-                gpu_id: GpuId(e.gpu_id),
-                read: e.read_pointer_address,
-                write: e.write_pointer_address,
-            })
-            .collect();
+        self.queues = snapshot.iter().map(QueueAddrs::of_snapshot).collect();
     }
 
     /// It created queues: learn their addresses (one GET_QUEUE_SNAPSHOT, clearing nothing).

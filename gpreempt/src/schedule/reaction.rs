@@ -47,7 +47,7 @@ use crate::{
     controller::{
         control::Control,
         target::TargetError,
-        vocabulary::{DebugError, Detached, Options, Selection, SessionNotice, SharedError},
+        vocabulary::{Batch, DebugError, Detached, Options, Selection, SessionNotice, SharedError},
     },
     domain::{GpuId, HostPid, QueueId, TransitionKind},
     kfd::uapi::QueueSnapshotEntry,
@@ -988,11 +988,7 @@ impl<S: ControlSide> Reaction<S> {
                 };
                 match r {
                     Ok(b) => {
-                        if !b.skipped {
-                            ioctls += 1;
-                            latency_ns += b.latency_ns;
-                        }
-                        queues += b.count.max(0) as u32;
+                        tally(&b, &mut queues, &mut ioctls, &mut latency_ns);
                         if resume.is_none() {
                             p.gang_holds.push(gpu);
                             p.held = p.gpus();
@@ -1033,11 +1029,7 @@ impl<S: ControlSide> Reaction<S> {
             };
             match r {
                 Ok(b) => {
-                    if !b.skipped {
-                        ioctls += 1;
-                        latency_ns += b.latency_ns;
-                    }
-                    queues += b.count.max(0) as u32;
+                    tally(&b, &mut queues, &mut ioctls, &mut latency_ns);
                     if resume.is_none() && b.count > 0 {
                         p.held.push(gpu);
                     } else if resume.is_none() {
@@ -1139,6 +1131,15 @@ impl<S: ControlSide> Reaction<S> {
             self.uncover(pid, None);
         }
     }
+}
+
+/// One process's answer added to its transition's figures: queues, ioctls issued, their time.
+fn tally(b: &Batch, queues: &mut u32, ioctls: &mut u32, latency_ns: &mut u64) {
+    if !b.skipped {
+        *ioctls += 1;
+        *latency_ns += b.latency_ns;
+    }
+    *queues += b.count.max(0) as u32;
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use crate::{
         target::TargetError,
         vocabulary::{DebugError, Options},
     },
-    domain::{GpuId, HostPid, QueueId},
+    domain::{GpuId, HostPid},
     host::select,
     model::{ModelNotice, QueueAddrs, spans::Span},
 };
@@ -269,12 +269,7 @@ impl Scheduler {
             c.detach();
             self.accounts.attach_refreshes += 2;
             let entries = entries.map_err(|source| ScheduleError::Debug { role: Role::Online, pid, cause: source })?;
-            queues.extend(entries.iter().map(|e| QueueAddrs {
-                queue_id: QueueId(e.queue_id),
-                gpu_id: GpuId(e.gpu_id),
-                read: e.read_pointer_address,
-                write: e.write_pointer_address,
-            }));
+            queues.extend(entries.iter().map(QueueAddrs::of_snapshot));
         }
         self.watch_online(pid, &queues, has_queues, emit)
     }
