@@ -234,8 +234,12 @@ impl Scheduler {
         Ok(())
     }
 
-    /// The `--gang` job of offline process `pid`.
+    /// The `--gang` job of offline process `pid`. Only `--gang` uses jobs, and matching a
+    /// container or pod selector reads /proc: without it every process gets the same one.
     fn job_of(&self, pid: HostPid) -> JobId {
+        if !self.config.gang {
+            return JobId(0);
+        }
         offline::job_of(&self.config.offline, &self.config.roots, pid)
     }
 
