@@ -407,6 +407,61 @@ fn emu_schedule_exits_leave_the_offline_job_running_and_untraced() {
     });
 }
 
+/// `--gang`: the offline pids given together are one job. Online work on 0x1000 holds the job's
+/// rank on 0x2000 too, with one SUSPEND_QUEUES of all its queues per rank, and the idle resume
+/// resumes both ranks; without online queues on 0x2000 that GPU has no policy of its own.
+#[test]
+fn emu_schedule_with_gang_online_work_on_one_gpu_holds_the_jobs_rank_on_the_other_too() {
+    let _t = Elapsed::start("emu_schedule_with_gang_online_work_on_one_gpu_holds_the_jobs_rank");
+    let rank0 = offline_run();
+    let rank1 =
+        LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x2000", "--queues", "1", "--runtime-enable"]).unwrap();
+    let online = online_idle();
+    let path = sock_path("gang");
+    let (on, r0, r1) = (online.pid().to_string(), rank0.pid().to_string(), rank1.pid().to_string());
+    let mut s = Schedule::start(&[
+        "--online",
+        &on,
+        "--offline",
+        &r0,
+        "--offline",
+        &r1,
+        "--gang",
+        "--idle",
+        "20ms",
+        "--hint-socket",
+        path.to_str().unwrap(),
+    ]);
+    s.wait_events("offline_attached", 2, LONG);
+    assert!(runs(&rank0) && runs(&rank1));
+    let mut hint = UnixStream::connect(&path).unwrap();
+    hint.write_all(b"begin\n").unwrap();
+    let susp = s.wait_transitions("suspend", 1, LONG);
+    assert_eq!(
+        (susp[0]["gpu_id"].as_u64(), susp[0]["queues"].as_i64(), susp[0]["ioctls"].as_u64()),
+        (Some(0x1000), Some(2), Some(2)),
+        "{}",
+        susp[0]
+    );
+    assert!(held(&rank0), "the rank on the online GPU ran during a begin..end");
+    assert!(held(&rank1), "the gang's rank on 0x2000 ran during a begin..end");
+    hint.write_all(b"end\n").unwrap();
+    let res = s.wait_transitions("resume", 1, LONG);
+    assert_eq!((res[0]["queues"].as_i64(), res[0]["ioctls"].as_u64()), (Some(2), Some(2)), "{}", res[0]);
+    assert!(runs(&rank0) && runs(&rank1));
+    drop(hint);
+    let (lines, _) = s.stop();
+    let sum = summary(&lines);
+    assert_eq!(
+        (sum["suspends"].as_u64(), sum["resumes"].as_u64(), sum["failed_suspends"].as_u64()),
+        (Some(1), Some(1), Some(0)),
+        "{sum}"
+    );
+    let gpus: Vec<Option<u64>> =
+        lines.iter().filter(|l| l["event"] == "transition").map(|t| t["gpu_id"].as_u64()).collect();
+    assert_eq!(gpus, [Some(0x1000), Some(0x1000)]);
+}
+
 #[test]
 fn emu_schedule_an_offline_exit_mid_suspension_is_detached_and_a_second_controller_is_refused() {
     let _t = Elapsed::start("emu_schedule_an_offline_exit_mid_suspension_is_detached");
