@@ -26,6 +26,11 @@ pub struct ClientResult {
     pub latencies_ns: Vec<u64>,
     /// Batching: per engine step, publish → completion seen, ns.
     pub step_ns: Vec<u64>,
+    /// Batching: the engine's busy periods (any request in flight), from the publish of the step
+    /// that admitted the first request to the completion of the step that finished the last one
+    /// (CLOCK_MONOTONIC, ns): the unit the no-flapping goal counts suspends in.
+    #[serde(default)]
+    pub engine_busy_ns: Vec<(u64, u64)>,
     /// Trainer / data-parallel rank: steps completed, and when each ended (CLOCK_MONOTONIC).
     pub steps: u64,
     pub step_ends_ns: Vec<u64>,
@@ -203,6 +208,7 @@ fn batching_loop(
     // (arrival time, tokens still to generate)
     let mut active: Vec<(u64, u64)> = Vec::new();
     let mut next = 0;
+    let mut busy_since: Option<u64> = None;
     while !ctx.stopped() {
         let mut joining = 0;
         while next < arrivals.len() && t0 + arrivals[next].at_ns <= monotonic_ns() {
@@ -218,6 +224,7 @@ fn batching_loop(
             continue;
         }
         let (target, at) = ctx.publish(0, &[step_ns(model, active.len() as u64, joining)]);
+        busy_since.get_or_insert(at);
         if !ctx.wait_done(0, target) {
             break;
         }
@@ -230,6 +237,11 @@ fn batching_loop(
             }
         }
         active.retain(|a| a.1 > 0);
+        if active.is_empty()
+            && let Some(start) = busy_since.take()
+        {
+            out.engine_busy_ns.push((start, done));
+        }
         // The engine's CPU work between steps (scheduling, sampling): asleep here, to spare cores.
         sleep_until(done + rng.between(gap.0, gap.1));
     }

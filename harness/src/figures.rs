@@ -30,6 +30,14 @@ pub struct GpuFigures {
     pub busy_periods: usize,
 }
 
+/// The continuous-batching engine's busy periods against the scheduler's calls.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct EngineFigures {
+    pub busy_periods: usize,
+    pub transitions_per_busy_period: f64,
+    pub resumes_inside: usize,
+}
+
 /// What the scheduler did, from the harness's side (stamps) and its own report.
 #[derive(Clone, Debug, Serialize)]
 pub struct SchedulerFigures {
@@ -40,6 +48,11 @@ pub struct SchedulerFigures {
     pub resume_calls: usize,
     pub transitions_per_busy_period: f64,
     pub suspends_per_request: f64,
+    /// Batching: the engine's busy periods (any request in flight) in the window, the suspend
+    /// transitions per such period, and the RESUME calls made inside one (each a flap: the
+    /// next step is suspended again). None for other loads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineFigures>,
     /// Busy periods that found the offline queues already suspended, and those never protected.
     pub busy_periods_held_at_start: usize,
     pub busy_periods_unprotected: usize,
@@ -215,6 +228,19 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
             }
         }
         let calls = |c: Call| stamps.iter().filter(|s| s.call == c).count();
+        let engine = online.filter(|o| !o.engine_busy_ns.is_empty()).map(|o| {
+            let periods: Vec<(u64, u64)> =
+                o.engine_busy_ns.iter().copied().filter(|&(s, _)| s >= raw.start_ns && s <= end).collect();
+            let inside = |t: u64| periods.iter().any(|&(s, e)| s < t && t < e);
+            EngineFigures {
+                busy_periods: periods.len(),
+                transitions_per_busy_period: firsts.len() as f64 / periods.len().max(1) as f64,
+                resumes_inside: stamps
+                    .iter()
+                    .filter(|s| s.gpu == 0 && s.call == Call::Resume && inside(s.entered_ns))
+                    .count(),
+            }
+        });
         let cpu_ms = report.reaction_cpu_ms + raw.run_thread_cpu_ns as f64 / 1e6;
         SchedulerFigures {
             variant: variant.unwrap_or("default").to_owned(),
@@ -223,6 +249,7 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
             resume_calls: calls(Call::Resume),
             transitions_per_busy_period: firsts.len() as f64 / online_busy.len().max(1) as f64,
             suspends_per_request: firsts.len() as f64 / requests.max(1) as f64,
+            engine,
             busy_periods_held_at_start: held_at_start,
             busy_periods_unprotected: unprotected,
             busy_periods_nothing_to_preempt: nothing,
