@@ -10,7 +10,7 @@ use std::{
 
 use nix::errno::Errno;
 
-use super::uapi;
+use super::{sys, uapi};
 
 /// The KFD device node.
 pub const KFD_DEVICE: &str = "/dev/kfd";
@@ -96,35 +96,87 @@ impl Device {
     /// `AMDKFD_IOC_CREATE_QUEUE`; on success the kernel filled `queue_id` and `doorbell_offset`.
     ///
     /// # Safety
-    /// The ring, read/write index, EOP and context-save addresses in `args` are written by the
-    /// kernel and the GPU for as long as the queue lives: they must be this process's memory, of
-    /// the sizes given, kept valid until the queue is destroyed (or the kernel must refuse them).
+    /// KFD keeps the addresses in `args`, and the CP (a GPU's, or `kfd_emu`'s in the tests) reads
+    /// and writes through them long after this call returns: until [`Device::destroy_queue`] of
+    /// the queue succeeds, or this process's address space goes (exit or exec: KFD stops its
+    /// queues from the mm's release notifier, 6.12 `kfd_process_notifier_release_internal`;
+    /// dropping this `Device` does not). For that whole time, unless the kernel refuses the call:
+    /// - `ring_base_address`: memory of this process, readable and writable (the CP reads the
+    ///   packets and may write consumed headers back; `kfd_emu` does), of at least `ring_size`
+    ///   bytes and at least 1 KiB (kernels that clamp a smaller ring size up to
+    ///   `KFD_MIN_QUEUE_RING_SIZE` use that much), 256-byte aligned (the v9–v11 MQDs hold the base
+    ///   as `address >> 8`: a hardware CP ignores the low bits);
+    /// - `read_pointer_address`: an 8-byte-aligned `u64` the CP writes (the read index);
+    ///   `write_pointer_address`: an 8-byte-aligned `u64` the CP reads (the write index);
+    /// - `eop_buffer_address` (if not 0): `eop_buffer_size` bytes, 256-byte aligned (the MQD holds
+    ///   it as `address >> 8` too), written by the CP;
+    /// - `ctx_save_restore_address` (if not 0): `ctx_save_restore_size` bytes the CP saves wave
+    ///   state into; KFD reports queue exceptions into the `u64` its header's `err_payload_addr`
+    ///   names (`struct kfd_context_save_area_header`), which must stay valid as well;
+    /// - no Rust reference may assume those locations unchanged: access them atomically or
+    ///   volatilely (they change behind the compiler's back).
     pub unsafe fn create_queue(&self, args: &mut uapi::CreateQueueArgsV17) -> Result<(), Errno> {
         // SAFETY: `args` is the ioctl's argument struct, alive for the call; the caller vouches
         // for the addresses inside it.
         unsafe { uapi::create_queue(self.file.as_raw_fd(), args) }.map(drop)
     }
 
-    /// `AMDKFD_IOC_DESTROY_QUEUE`.
+    /// `AMDKFD_IOC_DESTROY_QUEUE`. Once it succeeds, neither KFD nor the CP touches the queue's
+    /// memory again (a suspended queue's destroy waits for its resume, 6.12
+    /// `wait_on_destroy_queue`), which ends the contract of [`Device::create_queue`].
     pub fn destroy_queue(&self, queue_id: u32) -> Result<(), Errno> {
         let mut args = uapi::DestroyQueueArgs { queue_id, pad: 0 };
-        // SAFETY: as above.
+        // SAFETY: `args` is the ioctl's argument struct, alive for the call; it carries no
+        // address.
         unsafe { uapi::destroy_queue(self.file.as_raw_fd(), &mut args) }.map(drop)
     }
 
-    /// `AMDKFD_IOC_RUNTIME_ENABLE` on this process (what ROCr does at start-up).
+    /// `AMDKFD_IOC_RUNTIME_ENABLE` on this process (what ROCr does at start-up). Safe although
+    /// `r_debug` is an address: KFD never dereferences it, it only stores it and hands it to a
+    /// debugger in `kfd_runtime_info` (6.12 `runtime_enable`).
     pub fn runtime_enable(&self, args: &mut uapi::RuntimeEnableArgs) -> Result<(), Errno> {
-        // SAFETY: as above.
+        // SAFETY: `args` is the ioctl's argument struct, alive for the call.
         unsafe { uapi::runtime_enable(self.file.as_raw_fd(), args) }.map(drop)
     }
 
     /// `AMDKFD_IOC_UPDATE_QUEUE`.
     ///
     /// # Safety
-    /// As for [`Device::create_queue`]: the new ring address is the queue's from now on.
+    /// As for [`Device::create_queue`]: from this call on, the queue's ring is
+    /// `ring_base_address` with `ring_size` bytes (at least 1 KiB, 256-byte aligned), and the CP
+    /// reads and writes it until the queue is destroyed; the read/write indices and the
+    /// context-save area stay those of the create. An id that is not one of this process's
+    /// queues is refused before the address is used (6.12 `pqm_update_queue_properties`:
+    /// `EFAULT`).
     pub unsafe fn update_queue(&self, args: &uapi::UpdateQueueArgs) -> Result<(), Errno> {
         // SAFETY: `args` is the ioctl's argument struct; the caller vouches for its ring address.
         unsafe { uapi::update_queue(self.file.as_raw_fd(), args) }.map(drop)
+    }
+
+    /// `AMDKFD_IOC_DBG_TRAP` with an argument struct the caller built: any op, any arguments, and
+    /// the struct as the kernel copied it back, even when the op failed (`kfd_ioctl()` copies the
+    /// arguments out whatever the result; `QUERY_DEBUG_EVENT` zeroes its outputs before
+    /// answering `EAGAIN`, 6.12 `kfd_dbg_ev_query_debug_event`). For a debugger that drives the
+    /// ABI itself (the tests' `emu-workload debug`); the library's own calls use the typed
+    /// functions of [`super::dbg_trap`]. Enters the kernel through the same funnel
+    /// (`kfd::sys`). Returns the ioctl's non-negative result (suspend/resume: the number of
+    /// queues handled) or its errno.
+    ///
+    /// # Safety
+    /// The kernel writes through the pointers of the op's union member during the call (it keeps
+    /// none of them afterwards), so each must be memory of this process, writable, of the size
+    /// its count or size field gives, and not otherwise borrowed for the call's duration:
+    /// `ENABLE`'s `rinfo_ptr` (`rinfo_size` bytes), `QUERY_EXCEPTION_INFO`'s `info_ptr`
+    /// (`info_size` bytes), `SUSPEND_QUEUES`/`RESUME_QUEUES`' `queue_array_ptr` (`num_queues`
+    /// `u32`s, read and written back), `GET_QUEUE_SNAPSHOT`'s `snapshot_buf_ptr` (`num_queues`
+    /// entries of `entry_size` bytes), and likewise any other op's buffer. `ENABLE`'s `dbg_fd`
+    /// is kept (KFD takes its own reference, `fget`) and written to, one byte per raised
+    /// exception, until `DISABLE` or the target's exit: it must be a file the caller owns for that
+    /// purpose (a pipe's write end), not one some other code of this process uses.
+    pub unsafe fn dbg_trap(&self, args: &mut uapi::DbgTrapArgs) -> Result<i32, Errno> {
+        // SAFETY: the caller vouches for the pointers and the fd inside `args`; the file is open
+        // for the call (borrowed from `self`).
+        unsafe { sys::dbg_trap(self.file.as_fd(), args) }
     }
 }
 
@@ -145,6 +197,21 @@ mod tests {
         assert!(KfdVersion { major: 1, minor: 17 }.has_debug_trap());
         assert!(!KfdVersion { major: 2, minor: 0 }.has_debug_trap());
         assert_eq!(KfdVersion { major: 1, minor: 17 }.to_string(), "1.17");
+    }
+
+    #[test]
+    fn the_raw_debug_trap_goes_through_the_funnel_and_returns_the_struct_as_the_kernel_left_it() {
+        let _k = crate::kfd::sys::fake::install(|args| {
+            assert_eq!((args.pid, args.op), (7, uapi::dbg_trap_op::QUERY_DEBUG_EVENT));
+            // 6.12 kfd_dbg_ev_query_debug_event zeroes its outputs, then finds nothing pending.
+            args.data = [0; 3];
+            Err(Errno::EAGAIN)
+        });
+        let device = Device::open_path(Path::new("/dev/null")).expect("/dev/null opens read-write");
+        let mut args = uapi::DbgTrapArgs::query_debug_event(7, 1 << 30);
+        // SAFETY: QUERY_DEBUG_EVENT carries no pointer (and the fake kernel follows none).
+        assert_eq!(unsafe { device.dbg_trap(&mut args) }, Err(Errno::EAGAIN));
+        assert_eq!(args.exception_mask(), 0, "the outputs of a failed op are the kernel's");
     }
 
     #[test]

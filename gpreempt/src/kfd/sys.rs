@@ -1,5 +1,6 @@
 //! The one place the library enters `AMDKFD_IOC_DBG_TRAP`: every debug-trap operation of
-//! [`super::dbg_trap`] builds its argument struct and passes it here. Tests replace the kernel
+//! [`super::dbg_trap`] builds its argument struct and passes it here, and
+//! [`super::Device::dbg_trap`] passes the one its caller built. Tests replace the kernel
 //! with a closure ([`fake::install`]), so the controller's handling of the kernel's answers
 //! (verdict bits, errnos, snapshot sizes) runs as host unit tests, as aya's `sys/fake.rs` does for
 //! the bpf syscall.
@@ -15,8 +16,9 @@ use super::uapi::{self, DbgTrapArgs};
 /// # Safety
 /// Every pointer inside `args` (id arrays, snapshot and info buffers) must point to memory of
 /// the size the op's count or size field says, writable and alive for the call: the kernel
-/// writes through them. Only the typed functions of [`super::dbg_trap`] call this, and they
-/// build `args` from references.
+/// writes through them. The typed functions of [`super::dbg_trap`] build `args` from
+/// references; [`super::Device::dbg_trap`] passes its own caller's contract on. The file referred
+/// to by an `ENABLE`'s `dbg_fd` is kept and written to after the call (see there).
 #[inline]
 pub(super) unsafe fn dbg_trap(kfd: BorrowedFd<'_>, args: &mut DbgTrapArgs) -> Result<i32, Errno> {
     #[cfg(test)]

@@ -45,7 +45,6 @@ mod train;
 
 use gpreempt_tests::{parse_u32, parse_u64};
 use std::{
-    fs::File,
     io::BufRead,
     os::fd::{AsRawFd, OwnedFd},
     path::PathBuf,
@@ -61,7 +60,7 @@ use aql::{DispatchPacket, QueueMem, Records};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use gpreempt::kfd::uapi;
+use gpreempt::kfd::{Device, uapi};
 use nix::{errno::Errno, fcntl::OFlag};
 use serde_json::{Value, json};
 
@@ -268,52 +267,26 @@ fn reply(v: Value) -> Result<()> {
     load::line(&v)
 }
 
-/// /dev/kfd, opened here (not through `gpreempt::kfd::Device`) because the debug-trap and
-/// runtime-enable ioctls need the raw fd.
-struct Kfd(File);
+/// `ret` of a queue or runtime ioctl that succeeded: KFD's handlers answer 0 on success (6.12
+/// `kfd_ioctl_destroy_queue`, `_update_queue`, `_runtime_enable`; `kfd_emu` mirrors them), which
+/// `Device`'s methods return as `()`.
+fn ret_of_unit(r: Result<(), Errno>) -> i64 {
+    ret_of(r.map(|()| 0))
+}
 
-impl Kfd {
-    fn open() -> Result<Self> {
-        Ok(Self(std::fs::OpenOptions::new().read(true).write(true).open("/dev/kfd").context("opening /dev/kfd")?))
-    }
+/// /dev/kfd; the error keeps the context the helper always gave it.
+fn open_kfd() -> Result<Device> {
+    Device::open().context("opening /dev/kfd")
+}
 
-    fn fd(&self) -> i32 {
-        self.0.as_raw_fd()
-    }
-
-    fn version(&self) -> Result<String> {
-        let mut args = uapi::GetVersionArgs::default();
-        // SAFETY: `args` is the ioctl's argument struct, alive for the call.
-        unsafe { uapi::get_version(self.fd(), &mut args) }?;
-        Ok(format!("{}.{}", args.major_version, args.minor_version))
-    }
-
-    fn create_queue(&self, args: &mut uapi::CreateQueueArgsV17) -> Result<i32, Errno> {
-        // SAFETY: as above.
-        unsafe { uapi::create_queue(self.fd(), args) }
-    }
-
-    fn destroy_queue(&self, queue_id: u32) -> Result<i32, Errno> {
-        let mut args = uapi::DestroyQueueArgs { queue_id, pad: 0 };
-        // SAFETY: as above.
-        unsafe { uapi::destroy_queue(self.fd(), &mut args) }
-    }
-
-    /// AMDKFD_IOC_RUNTIME_ENABLE with ROCr's r_debug stand-in 0x12345000; returns `ret`.
-    fn runtime_enable(&self, mode_mask: u32) -> i64 {
-        let mut args = uapi::RuntimeEnableArgs { r_debug: 0x1234_5000, mode_mask, capabilities_mask: 0 };
-        // SAFETY: `args` is the ioctl's argument struct, alive for the call.
-        ret_of(unsafe { uapi::runtime_enable(self.fd(), &mut args) })
-    }
-
-    fn update_queue(&self, args: &uapi::UpdateQueueArgs) -> Result<i32, Errno> {
-        // SAFETY: as above.
-        unsafe { uapi::update_queue(self.fd(), args) }
-    }
+/// AMDKFD_IOC_RUNTIME_ENABLE with ROCr's r_debug stand-in 0x12345000; returns `ret`.
+fn runtime_enable(device: &Device, mode_mask: u32) -> i64 {
+    let mut args = uapi::RuntimeEnableArgs { r_debug: 0x1234_5000, mode_mask, capabilities_mask: 0 };
+    ret_of_unit(device.runtime_enable(&mut args))
 }
 
 fn create(
-    device: &Kfd,
+    device: &Device,
     gpu_id: u32,
     queue_type: u32,
     ring_size: u32,
@@ -337,8 +310,13 @@ fn create(
         },
         ..Default::default()
     };
-    match device.create_queue(&mut args) {
-        Ok(_) => {
+    // SAFETY: every address is `mem`'s, which `QueueMem::alloc` leaked: it lives until the
+    // process exits, longer than any queue. The ring covers `ring_size` bytes and at least 1 KiB,
+    // 256-byte aligned (`ring_bytes`); the indices are 8-byte-aligned u64s; the CWSR header is the
+    // size passed and its `err_payload_addr` a leaked u64; no EOP buffer. Everything the CP writes
+    // is accessed atomically or volatilely here.
+    match unsafe { device.create_queue(&mut args) } {
+        Ok(()) => {
             mem.queue_id = args.base.queue_id;
             mem.gpu_id = gpu_id;
             (0, Some(mem))
@@ -377,13 +355,13 @@ fn queue_arg(mems: &[QueueMem], words: &[u64]) -> Result<QueueMem> {
 }
 
 fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: u64, extra_files: u32) -> Result<()> {
-    let device = Kfd::open()?;
+    let device = open_kfd()?;
     // Held open until the process exits.
-    let _extra: Vec<Kfd> = (0..extra_files).map(|_| Kfd::open()).collect::<Result<_>>()?;
-    let version = device.version()?;
+    let _extra: Vec<Device> = (0..extra_files).map(|_| open_kfd()).collect::<Result<_>>()?;
+    let version = device.version()?.to_string();
     let mut runtime = Value::Null;
     if runtime_enable {
-        runtime = json!(device.runtime_enable(uapi::runtime_enable::MODE_ENABLE_MASK));
+        runtime = json!(self::runtime_enable(&device, uapi::runtime_enable::MODE_ENABLE_MASK));
     }
     let mut mems = Vec::new();
     let mut errors = Vec::new();
@@ -444,7 +422,7 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: 
                     mems.remove(i);
                     submitted.remove(i);
                 }
-                reply(json!({"ret": ret_of(r)}))?;
+                reply(json!({"ret": ret_of_unit(r)}))?;
             }
             "update" => {
                 let q = mems.iter().find(|q| u64::from(q.queue_id) == w.first().copied().unwrap_or(u64::MAX));
@@ -455,9 +433,20 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: 
                     queue_percentage: arg(&w, 2)? as u32,
                     queue_priority: arg(&w, 3)? as u32,
                 };
-                reply(json!({"ret": ret_of(device.update_queue(&args))}))?;
+                if q.is_some_and(|q| u64::from(args.ring_size) > q.ring_bytes) {
+                    // KFD would take a ring larger than the queue's memory at the same address
+                    // and the CP would write past it: refused here, as EINVAL.
+                    reply(json!({"ret": -(Errno::EINVAL as i64)}))?;
+                    continue;
+                }
+                // SAFETY: a known queue keeps its own leaked ring (see `create`), which covers
+                // `ring_size` (just checked); an id that is none of this process's queues is
+                // refused by KFD before the placeholder address is used (EFAULT, 6.12
+                // `pqm_update_queue_properties`): every queue this process has is in `mems`.
+                let r = unsafe { device.update_queue(&args) };
+                reply(json!({"ret": ret_of_unit(r)}))?;
             }
-            "runtime_enable" => reply(json!({"ret": device.runtime_enable(arg(&w, 0)? as u32)}))?,
+            "runtime_enable" => reply(json!({"ret": self::runtime_enable(&device, arg(&w, 0)? as u32)}))?,
             "stop" => {
                 stop.store(true, Ordering::Relaxed);
                 for f in fillers.drain(..) {
@@ -518,10 +507,10 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: 
 }
 
 /// One AQL queue for the `online` / `offline` workloads; the hello line describes it.
-fn load_queue(a: &QueueArgs) -> Result<(Kfd, QueueMem, Value)> {
-    let device = Kfd::open()?;
+fn load_queue(a: &QueueArgs) -> Result<(Device, QueueMem, Value)> {
+    let device = open_kfd()?;
     let runtime = if a.runtime_enable {
-        json!(device.runtime_enable(uapi::runtime_enable::MODE_ENABLE_MASK))
+        json!(runtime_enable(&device, uapi::runtime_enable::MODE_ENABLE_MASK))
     } else {
         Value::Null
     };
@@ -535,11 +524,6 @@ fn load_queue(a: &QueueArgs) -> Result<(Kfd, QueueMem, Value)> {
     Ok((device, q, hello))
 }
 
-fn dbg_trap(device: &Kfd, args: &mut uapi::DbgTrapArgs) -> i64 {
-    // SAFETY: `args` is the ioctl's argument struct; pointers inside it point to live buffers.
-    ret_of(unsafe { uapi::dbg_trap(device.fd(), args) })
-}
-
 fn ids_of(line: &str) -> Vec<u32> {
     line.split_whitespace()
         .last()
@@ -547,8 +531,12 @@ fn ids_of(line: &str) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// The debugger drives `Device::dbg_trap` with the argument structs it builds, not the library's
+/// typed debug-trap functions: it passes ops and masks those fix (SET_EXCEPTIONS_ENABLED, any
+/// exception's info, a suspend's clear mask) and replies with the struct as the kernel left it,
+/// also when the op failed.
 fn debug(pid: i32, no_ptrace: bool) -> Result<()> {
-    let device = Kfd::open()?;
+    let device = open_kfd()?;
     let target = nix::unistd::Pid::from_raw(pid);
     let ptrace = if no_ptrace {
         Value::Null
@@ -572,7 +560,9 @@ fn debug(pid: i32, no_ptrace: bool) -> Result<()> {
                     size_of::<uapi::RuntimeInfo>() as u32,
                     pipe_write.as_raw_fd() as u32,
                 );
-                let ret = dbg_trap(&device, &mut args);
+                // SAFETY: `rinfo_ptr` is `rinfo`, of the size passed, alive and unborrowed for the
+                // call; `dbg_fd` is this debugger's own pipe, kept for exactly this.
+                let ret = ret_of(unsafe { device.dbg_trap(&mut args) });
                 json!({"ret": ret, "rinfo_size": args.rinfo_size(), "runtime_state": rinfo.runtime_state,
                        "r_debug": rinfo.r_debug})
             }
@@ -586,7 +576,9 @@ fn debug(pid: i32, no_ptrace: bool) -> Result<()> {
                     max as u32,
                     size_of::<uapi::QueueSnapshotEntry>() as u32,
                 );
-                let ret = dbg_trap(&device, &mut args);
+                // SAFETY: `snapshot_buf_ptr` is `entries`, at least `num_queues` (≤ `max`) entries
+                // of `entry_size` bytes, alive and unborrowed for the call.
+                let ret = ret_of(unsafe { device.dbg_trap(&mut args) });
                 let n = (args.num_queues() as usize).min(max);
                 let list: Vec<Value> = entries[..n]
                     .iter()
@@ -608,18 +600,22 @@ fn debug(pid: i32, no_ptrace: bool) -> Result<()> {
                     ids.len() as u32,
                     0,
                 );
-                let ret = dbg_trap(&device, &mut args);
+                // SAFETY: `queue_array_ptr` is `ids`, with at least `num_queues` u32s, alive and
+                // unborrowed for the call.
+                let ret = ret_of(unsafe { device.dbg_trap(&mut args) });
                 json!({"ret": ret, "ids": ids, "elapsed_us": started.elapsed().as_micros() as u64})
             }
             "resume" => {
                 let mut ids = ids_of(&line);
                 let mut args = uapi::DbgTrapArgs::resume_queues(target_pid, ids.as_mut_ptr() as u64, ids.len() as u32);
-                let ret = dbg_trap(&device, &mut args);
+                // SAFETY: as for `suspend`.
+                let ret = ret_of(unsafe { device.dbg_trap(&mut args) });
                 json!({"ret": ret, "ids": ids, "elapsed_us": started.elapsed().as_micros() as u64})
             }
             "query" => {
                 let mut args = uapi::DbgTrapArgs::query_debug_event(target_pid, arg(&w, 0)?);
-                let ret = dbg_trap(&device, &mut args);
+                // SAFETY: QUERY_DEBUG_EVENT carries no pointer.
+                let ret = ret_of(unsafe { device.dbg_trap(&mut args) });
                 json!({"ret": ret, "exception_mask": args.exception_mask(), "gpu_id": args.event_gpu_id(),
                        "queue_id": args.event_queue_id()})
             }
@@ -633,16 +629,20 @@ fn debug(pid: i32, no_ptrace: bool) -> Result<()> {
                     arg(&w, 0)? as u32,
                     arg(&w, 1)? != 0,
                 );
-                let ret = dbg_trap(&device, &mut args);
+                // SAFETY: `info_ptr` is `rinfo`, of the size passed (the kernel copies at most
+                // that much of any exception's info), alive and unborrowed for the call.
+                let ret = ret_of(unsafe { device.dbg_trap(&mut args) });
                 json!({"ret": ret, "runtime_state": rinfo.runtime_state, "r_debug": rinfo.r_debug})
             }
             "send_runtime" => {
                 let mut args = uapi::DbgTrapArgs::send_runtime_event(target_pid, arg(&w, 0)?, 0, 0);
-                json!({"ret": dbg_trap(&device, &mut args)})
+                // SAFETY: SEND_RUNTIME_EVENT carries no pointer.
+                json!({"ret": ret_of(unsafe { device.dbg_trap(&mut args) })})
             }
             "set_exceptions" => {
                 let mut args = uapi::DbgTrapArgs::set_exceptions_enabled(target_pid, arg(&w, 0)?);
-                json!({"ret": dbg_trap(&device, &mut args)})
+                // SAFETY: SET_EXCEPTIONS_ENABLED carries no pointer.
+                json!({"ret": ret_of(unsafe { device.dbg_trap(&mut args) })})
             }
             "pipe" => {
                 let mut buf = [0u8; 256];
@@ -651,7 +651,8 @@ fn debug(pid: i32, no_ptrace: bool) -> Result<()> {
             }
             "disable" => {
                 let mut args = uapi::DbgTrapArgs::bare(target_pid, uapi::dbg_trap_op::DISABLE);
-                json!({"ret": dbg_trap(&device, &mut args)})
+                // SAFETY: DISABLE carries no pointer.
+                json!({"ret": ret_of(unsafe { device.dbg_trap(&mut args) })})
             }
             "exit" => std::process::exit(0),
             other => bail!("unknown command {other:?}"),

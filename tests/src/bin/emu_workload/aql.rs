@@ -78,6 +78,19 @@ pub struct ContextSaveAreaHeader {
     pub reserved1: u32,
 }
 
+/// Four ring slots, 256-byte aligned: the unit a ring is allocated in, so that its base is
+/// aligned as a CP takes it (the MQD holds the ring base as `address >> 8`) and its length is
+/// whole slots.
+#[repr(C, align(256))]
+#[derive(Clone, Copy)]
+struct RingChunk([DispatchPacket; 4]);
+
+const _: () = assert!(size_of::<RingChunk>() == 256);
+
+/// The least ring a kernel may use, whatever size it is given: current kernels raise a ring size
+/// below `KFD_MIN_QUEUE_RING_SIZE` (1 KiB) to it in `set_queue_properties_from_user`.
+const MIN_RING_BYTES: u64 = 1024;
+
 /// Leaked memory of one queue: it must outlive the queue, which the driver may tear down only
 /// at process exit.
 #[derive(Clone, Copy)]
@@ -87,7 +100,11 @@ pub struct QueueMem {
     pub rptr: *mut u64,
     pub wptr: *mut u64,
     pub ring: *mut DispatchPacket,
+    /// Slots this process uses: the ring size asked for, in packets.
     pub ring_packets: u64,
+    /// Bytes of ring memory behind `ring`: the size asked for, at least [`MIN_RING_BYTES`],
+    /// rounded up to 256 (the contract of `Device::create_queue`).
+    pub ring_bytes: u64,
     pub error_payload: *mut u64,
     pub ctx_save: *mut ContextSaveAreaHeader,
 }
@@ -100,12 +117,15 @@ unsafe impl Sync for QueueMem {}
 
 impl QueueMem {
     /// Ring of `ring_size` bytes (slots initialised INVALID, as ROCr does), indices at 0 and a
-    /// CWSR area header whose error payload is zero.
+    /// CWSR area header whose error payload is zero. The ring's memory is 256-byte aligned and
+    /// covers at least 1 KiB, what a kernel may use of a smaller ring; `ring_packets` stays the
+    /// size asked for.
     pub fn alloc(ring_size: u32) -> Self {
         let ring_packets = u64::from(ring_size) / 64;
-        let slots =
-            vec![DispatchPacket { header: packet_type::INVALID, ..Default::default() }; ring_packets.max(1) as usize];
-        let ring = Box::leak(slots.into_boxed_slice()).as_mut_ptr();
+        let ring_bytes = u64::from(ring_size).max(MIN_RING_BYTES).next_multiple_of(256);
+        let invalid = DispatchPacket { header: packet_type::INVALID, ..Default::default() };
+        let chunks = vec![RingChunk([invalid; 4]); (ring_bytes / 256) as usize];
+        let ring = Box::leak(chunks.into_boxed_slice()).as_mut_ptr().cast::<DispatchPacket>();
         let pointers: &'static mut [u64; 2] = Box::leak(Box::new([0u64, 0]));
         let rptr = &mut pointers[0] as *mut u64;
         // SAFETY: both point into the leaked array.
@@ -114,7 +134,7 @@ impl QueueMem {
         let ctx_save =
             Box::leak(Box::new(ContextSaveAreaHeader { err_payload_addr: error_payload as u64, ..Default::default() }))
                 as *mut ContextSaveAreaHeader;
-        Self { queue_id: 0, gpu_id: 0, rptr, wptr, ring, ring_packets, error_payload, ctx_save }
+        Self { queue_id: 0, gpu_id: 0, rptr, wptr, ring, ring_packets, ring_bytes, error_payload, ctx_save }
     }
 
     fn atomic(p: *mut u64) -> &'static AtomicU64 {

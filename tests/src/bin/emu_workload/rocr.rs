@@ -5,10 +5,10 @@
 use std::thread;
 
 use anyhow::{Result, bail};
-use gpreempt::kfd::uapi;
+use gpreempt::kfd::{Device, uapi};
 use serde_json::{Value, json};
 
-use crate::{Kfd, aql::QueueMem};
+use crate::aql::QueueMem;
 
 /// Byte offsets of the dispatch indices in ROCR-Runtime's `amd_queue_t`
 /// (`inc/amd_hsa_queue.h`): after the 40-byte `hsa_queue_t`, `caps` and three reserved words
@@ -44,7 +44,7 @@ pub struct RocrQueue {
 
 /// CREATE_QUEUE of a compute AQL queue on `gpu_id` whose read and write pointer addresses are
 /// `amd_queue_t.read_dispatch_id` and `.write_dispatch_id`, as ROCr passes them.
-pub fn create_queue(device: &Kfd, gpu_id: u32, ring_size: u32, id: u64) -> Result<RocrQueue> {
+pub fn create_queue(device: &Device, gpu_id: u32, ring_size: u32, id: u64) -> Result<RocrQueue> {
     let mut mem = QueueMem::alloc(ring_size);
     let mut amd = Box::new(AmdQueue([0; AMD_QUEUE_SIZE]));
     amd.put_u32(0, 0); // hsa_queue_t.type: HSA_QUEUE_TYPE_MULTI
@@ -76,8 +76,11 @@ pub fn create_queue(device: &Kfd, gpu_id: u32, ring_size: u32, id: u64) -> Resul
         },
         ..Default::default()
     };
-    match device.create_queue(&mut args) {
-        Ok(_) => {
+    // SAFETY: as in `crate::create`, with the indices in the leaked `amd_queue_t` instead: the
+    // ring, the CWSR header and its error payload are `mem`'s (leaked, the ring ≥ 1 KiB and
+    // 256-byte aligned), and both index words are 8-byte aligned inside the leaked struct.
+    match unsafe { device.create_queue(&mut args) } {
+        Ok(()) => {
             mem.queue_id = args.base.queue_id;
             mem.gpu_id = gpu_id;
             Ok(RocrQueue { mem, amd_queue: base as u64 })
@@ -94,10 +97,13 @@ pub fn describe(q: &RocrQueue) -> Value {
 }
 
 /// /dev/kfd, RUNTIME_ENABLE (as ROCr does) when asked; the runtime-enable result for the hello.
-pub fn open(runtime_enable: bool) -> Result<(Kfd, Value)> {
-    let device = Kfd::open()?;
-    let runtime =
-        if runtime_enable { json!(device.runtime_enable(uapi::runtime_enable::MODE_ENABLE_MASK)) } else { Value::Null };
+pub fn open(runtime_enable: bool) -> Result<(Device, Value)> {
+    let device = crate::open_kfd()?;
+    let runtime = if runtime_enable {
+        json!(crate::runtime_enable(&device, uapi::runtime_enable::MODE_ENABLE_MASK))
+    } else {
+        Value::Null
+    };
     Ok((device, runtime))
 }
 
