@@ -7,6 +7,7 @@
 use super::stderr::errln;
 use std::{
     path::PathBuf,
+    sync::mpsc,
     time::{Duration, Instant},
 };
 
@@ -17,6 +18,7 @@ use gpreempt::{
     domain::HostPid,
     host::{roots::Roots, sysfs},
     kfd::{Device, KfdVersion},
+    model::QueueNotice,
     output::text::escape,
     pipeline::in_process::{InProcessTracer, TracerOptions},
     views::{
@@ -166,18 +168,22 @@ fn print_table(rows: &[QueueRow]) {
 struct Watcher {
     tracer: InProcessTracer,
     queues: TracedQueues,
+    /// The model's queue notices in full, from the tracer's pipeline.
+    notices: mpsc::Receiver<QueueNotice>,
 }
 
 impl Watcher {
     /// `None` (said on stderr) when the tracer cannot attach: the view is then sysfs alone.
     fn start(pid: HostPid, version: Option<KfdVersion>) -> Option<Self> {
         match InProcessTracer::start(&TracerOptions { version, ..TracerOptions::default() }) {
-            Ok(tracer) => {
+            Ok(mut tracer) => {
+                let (tx, notices) = mpsc::channel();
+                tracer.pipeline_mut().subscribe(Box::new(tx));
                 errln!(
                     "gpreempt: tracer attached: queues created from now on are shown with their ring, index and \
                      CWSR addresses and doorbell (no debug-trap call; --no-trace for sysfs alone)"
                 );
-                Some(Self { tracer, queues: TracedQueues::new(pid) })
+                Some(Self { tracer, queues: TracedQueues::new(pid), notices })
             }
             Err(e) => {
                 errln!("gpreempt: sysfs only (the tracer could not attach: {e:#}); --no-trace hides this");
@@ -189,7 +195,8 @@ impl Watcher {
     /// Take the records so far (reading the ring buffer's memory, no waiting).
     fn drain(&mut self) {
         let queues = &mut self.queues;
-        self.tracer.drain(|event| queues.observe(event));
+        self.tracer.drain(|event| queues.count_refresh(event));
+        self.notices.try_iter().for_each(|n| queues.apply(&n));
     }
 }
 
@@ -315,19 +322,20 @@ fn print_traced(t: &Watcher, start_boot_ns: u64) {
         "GONE_MS"
     );
     for q in queues {
+        let c = &q.queue;
         outln!(
             "{:>5} {:>6} {:<12} {:>4} {:>16} {:>9} {:>16} {:>16} {:>10} {:>16} {:>9} {:>10} {:>10}",
-            q.queue_id,
-            q.gpu_id.0,
-            q.queue_type,
-            q.priority,
-            format!("{:#x}", q.ring_base),
-            q.ring_size,
-            format!("{:#x}", q.read_pointer_address),
-            format!("{:#x}", q.write_pointer_address),
-            q.doorbell_offset.map_or_else(|| "-".to_owned(), |d| format!("{d:#x}")),
-            format!("{:#x}", q.cwsr_address),
-            q.cwsr_size,
+            c.queue_id,
+            c.gpu_id.0,
+            c.queue_type,
+            c.priority,
+            format!("{:#x}", c.ring_base),
+            c.ring_size,
+            format!("{:#x}", c.read_pointer_address),
+            format!("{:#x}", c.write_pointer_address),
+            c.doorbell_offset.map_or_else(|| "-".to_owned(), |d| format!("{d:#x}")),
+            format!("{:#x}", c.cwsr_address),
+            c.cwsr_size,
             ms(q.created_ns),
             q.destroyed_ns.map_or_else(|| "-".to_owned(), ms)
         );

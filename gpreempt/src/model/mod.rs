@@ -12,11 +12,11 @@ pub mod spans;
 use serde::Serialize;
 
 use self::{
-    registry::{ProcessEntry, Registry},
+    registry::{Lifecycle, ProcessEntry, Registry},
     spans::{Span, SpanTracker},
 };
 use crate::{
-    domain::{GpuId, HostPid, QueueId},
+    domain::{GpuId, HostPid, QueueId, QueueType},
     event::Event,
     host::roots::Roots,
     kfd::uapi::QueueSnapshotEntry,
@@ -49,13 +49,16 @@ impl QueueAddrs {
 /// The queue and process lifecycle, derived once, here, from the event stream: a queue or a
 /// process appeared or went away. Every consumer — the scheduler, `preempt`'s container
 /// targets, the agent's policies and metrics — reacts to these rather than to raw events. At most
-/// one per event, so applying an event allocates nothing for it.
+/// one per event, so applying an event allocates nothing for it. A queue's notice is the compact
+/// form of a [`QueueNotice`], which says when and, for a new queue, everything its create record
+/// said.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "notice", rename_all = "snake_case")]
 pub enum ModelNotice {
     /// A successful CREATE_QUEUE.
     QueueCreated { pid: HostPid, queue: QueueAddrs },
-    /// Destroyed by its process, or removed at teardown.
+    /// Destroyed by its process (at its DESTROY_QUEUE's return), or removed at teardown
+    /// ([`GoneCause`] says which).
     QueueGone { pid: HostPid, queue_id: QueueId },
     /// A process opened /dev/kfd: reported once per process (not again for a process the model
     /// already knows, from its bootstrap scan or an earlier record).
@@ -64,12 +67,87 @@ pub enum ModelNotice {
     ProcessGone { pid: HostPid },
 }
 
+/// A queue as its successful CREATE_QUEUE made it: the arguments KFD accepted
+/// (`kfd_ioctl_create_queue_args`) and what it returned (the id, the doorbell offset). Taken from
+/// the record once, in the registry, so a view that shows them (`queues --watch`) reads no record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CreatedQueue {
+    pub queue_id: QueueId,
+    pub gpu_id: GpuId,
+    pub queue_type: QueueType,
+    pub priority: u32,
+    pub percentage: u32,
+    pub ring_base: u64,
+    pub ring_size: u32,
+    pub read_pointer_address: u64,
+    pub write_pointer_address: u64,
+    /// Doorbell offset KFD returned (absent when the kernel did not report it).
+    pub doorbell_offset: Option<u64>,
+    pub cwsr_address: u64,
+    pub cwsr_size: u32,
+}
+
+impl CreatedQueue {
+    /// Where it keeps its dispatch indices: what the scheduler reads of it.
+    pub fn addrs(&self) -> QueueAddrs {
+        QueueAddrs {
+            queue_id: self.queue_id,
+            gpu_id: self.gpu_id,
+            read: self.read_pointer_address,
+            write: self.write_pointer_address,
+        }
+    }
+}
+
+/// Why a queue left the map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GoneCause {
+    /// Its process's DESTROY_QUEUE succeeded.
+    Destroyed,
+    /// Removed with its process's KFD state (exit, or /dev/kfd closed), with no DESTROY_QUEUE.
+    TornDown,
+}
+
+/// A queue created or gone, in full: what [`ModelNotice::QueueCreated`] and
+/// [`ModelNotice::QueueGone`] say, with the event's time, the create record's arguments and why
+/// the queue went. The scheduler and the agent keep the compact notice (ids and index addresses,
+/// a third of the size, which is what crosses their channels); a view that shows a queue's
+/// arguments and times takes this one ([`crate::pipeline::Subscriber::queue`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueNotice {
+    Created {
+        pid: HostPid,
+        /// CLOCK_BOOTTIME ns of the create record.
+        ts_ns: u64,
+        queue: CreatedQueue,
+    },
+    Gone {
+        pid: HostPid,
+        queue_id: QueueId,
+        /// CLOCK_BOOTTIME ns of the record that ended it (the destroy, or the teardown's removal).
+        ts_ns: u64,
+        cause: GoneCause,
+    },
+}
+
+impl QueueNotice {
+    /// The compact notice every subscriber gets.
+    pub fn notice(&self) -> ModelNotice {
+        match *self {
+            Self::Created { pid, queue, .. } => ModelNotice::QueueCreated { pid, queue: queue.addrs() },
+            Self::Gone { pid, queue_id, .. } => ModelNotice::QueueGone { pid, queue_id },
+        }
+    }
+}
+
 /// What one event closed or changed.
 #[derive(Debug, Default)]
 pub struct Applied {
     /// Spans it closed (a suspend, a resume, an eviction restored or ended by an exit).
     pub spans: Vec<Span>,
     pub notice: Option<ModelNotice>,
+    /// The same change in full when it is a queue's (`notice` is then its compact form).
+    pub queue: Option<QueueNotice>,
     /// Exited processes the model no longer keeps (past [`Limits`]): their series can go.
     pub forgotten: Vec<HostPid>,
 }
@@ -128,7 +206,9 @@ impl Model {
     /// is what was active before a suspend), then the map.
     pub fn apply(&mut self, event: &Event) -> Applied {
         let spans = self.spans.on_event(event, &self.registry);
-        let notice = self.registry.apply(event);
+        let change = self.registry.apply_in_full(event);
+        let notice = change.map(Lifecycle::notice);
+        let queue = change.and_then(Lifecycle::queue);
         let mut forgotten = Vec::new();
         if matches!(notice, Some(ModelNotice::ProcessGone { .. })) {
             let before = self.limits.finished_grace_ns.map(|g| event.ts_ns.saturating_sub(g));
@@ -137,7 +217,7 @@ impl Model {
                 self.spans.forget(pid);
             }
         }
-        Applied { spans, notice, forgotten }
+        Applied { spans, notice, queue, forgotten }
     }
 
     /// Forget exited processes past their grace period at `now_ns` (a quiet stream applies no
@@ -226,5 +306,29 @@ mod tests {
         assert_eq!(m.expire(112), [HostPid(2)]);
         assert_eq!(m.expire(113), [HostPid(3)]);
         assert_eq!((m.registry().finished.len(), m.process(HostPid(3))), (0, None));
+    }
+
+    #[test]
+    fn a_queue_s_change_comes_in_full_beside_its_notice() {
+        let mut m = Model::new(None);
+        let a = m.apply(&ev(10, 1, create(2, 0xa)));
+        let queue = CreatedQueue {
+            queue_id: QueueId(2),
+            gpu_id: GpuId(0xa),
+            queue_type: QueueType::ComputeAql,
+            priority: 7,
+            percentage: 100,
+            ring_base: 0x1000,
+            ring_size: 4096,
+            read_pointer_address: 0x7f00_0000_2080,
+            write_pointer_address: 0x7f00_0000_2038,
+            doorbell_offset: Some(0),
+            cwsr_address: 0,
+            cwsr_size: 0,
+        };
+        assert_eq!(a.queue, Some(QueueNotice::Created { pid: HostPid(10), ts_ns: 1, queue }));
+        assert_eq!(a.notice, a.queue.map(|q| q.notice()));
+        let a = m.apply(&exit(10, 4));
+        assert_eq!((a.notice, a.queue), (Some(ModelNotice::ProcessGone { pid: HostPid(10) }), None));
     }
 }

@@ -11,10 +11,10 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::Serialize;
 
-use super::{ModelNotice, QueueAddrs};
+use super::{CreatedQueue, GoneCause, ModelNotice, QueueNotice};
 use crate::{
     domain::{GpuId, HostPid, QueueId},
-    event::{Event, EventKind},
+    event::{Event, EventKind, QueueCreate},
     host::{
         processes,
         procinfo::{self, Container},
@@ -110,6 +110,51 @@ pub struct Collateral {
     pub pid: HostPid,
     pub queue_id: QueueId,
     pub gpu_id: Option<GpuId>,
+}
+
+/// One event's lifecycle change, as [`Registry::apply_in_full`] derives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// A queue created or gone, in full.
+    Queue(QueueNotice),
+    /// A process opened /dev/kfd or went ([`ModelNotice::ProcessOpened`], [`ModelNotice::ProcessGone`]).
+    Process(ModelNotice),
+}
+
+impl Lifecycle {
+    /// The notice every subscriber gets.
+    pub fn notice(self) -> ModelNotice {
+        match self {
+            Self::Queue(q) => q.notice(),
+            Self::Process(n) => n,
+        }
+    }
+
+    /// The queue's change in full, when it is a queue's.
+    pub fn queue(self) -> Option<QueueNotice> {
+        match self {
+            Self::Queue(q) => Some(q),
+            Self::Process(_) => None,
+        }
+    }
+}
+
+/// The queue a successful create record made, `queue_id` being the id it returned.
+fn created(queue_id: QueueId, c: &QueueCreate) -> CreatedQueue {
+    CreatedQueue {
+        queue_id,
+        gpu_id: c.gpu_id,
+        queue_type: c.queue_type,
+        priority: c.priority,
+        percentage: c.percentage,
+        ring_base: c.ring_base,
+        ring_size: c.ring_size,
+        read_pointer_address: c.read_pointer,
+        write_pointer_address: c.write_pointer,
+        doorbell_offset: c.doorbell_offset,
+        cwsr_address: c.cwsr_address,
+        cwsr_size: c.cwsr_size,
+    }
 }
 
 /// The map.
@@ -227,36 +272,49 @@ impl Registry {
 
     /// Apply one event; returns what it created or ended, for subscribers.
     pub fn apply(&mut self, e: &Event) -> Option<ModelNotice> {
+        self.apply_in_full(e).map(Lifecycle::notice)
+    }
+
+    /// Apply one event; returns what it created or ended, a queue's change in full.
+    pub fn apply_in_full(&mut self, e: &Event) -> Option<Lifecycle> {
         let ts = e.ts_ns;
         match &e.kind {
             // Only a create that succeeded made a queue (a failed one has no id either).
             EventKind::QueueCreate(c) if c.result.is_ok() => {
-                let queue_id = c.queue_id?;
+                let queue = created(c.queue_id?, c);
                 let p = self.process(e.pid, Some(&e.comm));
                 p.churn.queues_created += 1;
+                let queue_type = queue.queue_type;
                 p.queues.insert(
-                    queue_id,
+                    queue.queue_id,
                     QueueEntry {
-                        queue_id,
-                        gpu_id: Some(c.gpu_id),
-                        queue_type: Some(c.queue_type.name().map_or_else(|| c.queue_type.to_string(), str::to_owned)),
-                        priority: Some(c.priority),
-                        percentage: Some(c.percentage),
-                        ring_base: Some(c.ring_base),
-                        ring_size: Some(u64::from(c.ring_size)),
+                        queue_id: queue.queue_id,
+                        gpu_id: Some(queue.gpu_id),
+                        queue_type: Some(queue_type.name().map_or_else(|| queue_type.to_string(), str::to_owned)),
+                        priority: Some(queue.priority),
+                        percentage: Some(queue.percentage),
+                        ring_base: Some(queue.ring_base),
+                        ring_size: Some(u64::from(queue.ring_size)),
                         state: QueueState::Active,
                         since_ns: ts,
                         bootstrapped: false,
                     },
                 );
-                let queue = QueueAddrs { queue_id, gpu_id: c.gpu_id, read: c.read_pointer, write: c.write_pointer };
-                Some(ModelNotice::QueueCreated { pid: e.pid, queue })
+                Some(Lifecycle::Queue(QueueNotice::Created { pid: e.pid, ts_ns: ts, queue }))
             }
-            EventKind::QueueDestroy(d) if d.result.is_ok() => self.remove_queue(e.pid, d.queue_id),
+            EventKind::QueueDestroy(d) if d.result.is_ok() => {
+                self.remove_queue(e.pid, d.queue_id, ts, GoneCause::Destroyed)
+            }
             EventKind::QueueRemoved(r) => {
-                // Teardown removes queues without a destroy ioctl; the destroy path was counted above.
                 let (Some(pid), Some(queue_id)) = (r.owner_pid, r.queue_id) else { return None };
-                self.remove_queue(pid, queue_id)
+                // In its owner's own task the removal is a step of its DESTROY_QUEUE
+                // (pqm_destroy_queue deletes the sysfs entry before it frees the queue, and may
+                // still fail): the destroy's return, just after, says whether and when it went.
+                // Teardown removes queues in KFD's worker, with no destroy ioctl.
+                if pid == e.pid {
+                    return None;
+                }
+                self.remove_queue(pid, queue_id, ts, GoneCause::TornDown)
             }
             EventKind::QueueUpdate(u) if u.result.is_ok() => {
                 if let Some(q) = self.processes.get_mut(&e.pid).and_then(|p| p.queues.get_mut(&u.queue_id)) {
@@ -271,14 +329,14 @@ impl Registry {
                 let comm = (o.owner_pid == e.pid).then_some(e.comm.as_str());
                 let known = self.processes.contains_key(&o.owner_pid);
                 self.process(o.owner_pid, comm);
-                (!known).then_some(ModelNotice::ProcessOpened { pid: o.owner_pid })
+                (!known).then_some(Lifecycle::Process(ModelNotice::ProcessOpened { pid: o.owner_pid }))
             }
             EventKind::ProcessExit(x) => {
                 let pid = x.owner_pid?;
                 let mut p = self.processes.remove(&pid)?;
                 p.exited_ns = Some(ts);
                 self.finished.push_back(p);
-                Some(ModelNotice::ProcessGone { pid })
+                Some(Lifecycle::Process(ModelNotice::ProcessGone { pid }))
             }
             EventKind::QueueEviction(v) => {
                 if let Some(p) = self.processes.get_mut(&v.target_pid) {
@@ -331,11 +389,11 @@ impl Registry {
         }
     }
 
-    fn remove_queue(&mut self, pid: HostPid, queue_id: QueueId) -> Option<ModelNotice> {
+    fn remove_queue(&mut self, pid: HostPid, queue_id: QueueId, ts_ns: u64, cause: GoneCause) -> Option<Lifecycle> {
         let p = self.processes.get_mut(&pid)?;
         p.queues.remove(&queue_id)?;
         p.churn.queues_destroyed += 1;
-        Some(ModelNotice::QueueGone { pid, queue_id })
+        Some(Lifecycle::Queue(QueueNotice::Gone { pid, queue_id, ts_ns, cause }))
     }
 }
 
@@ -345,6 +403,7 @@ mod tests {
     use crate::{
         domain::EvictionTrigger,
         event::{KernelResult, ProcessExit, QueueDestroy, QueueEviction, QueueRemoved, QueueRestore},
+        model::QueueAddrs,
         test_support::{create, ev, suspend},
     };
 
@@ -466,5 +525,68 @@ mod tests {
             r.apply(&ev(7, 5, destroy(0))),
             Some(ModelNotice::QueueGone { pid: HostPid(7), queue_id: QueueId(3) })
         );
+    }
+
+    #[test]
+    fn a_queue_notice_carries_the_create_arguments_the_time_and_why_the_queue_went() {
+        use crate::{
+            domain::QueueType,
+            event::{KernelResult, QueueDestroy, QueueRemoved},
+        };
+        let removal = |id: u32| {
+            EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(HostPid(7)), queue_id: Some(QueueId(id)) })
+        };
+        let destroy = |id: u32, r: i64| {
+            EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(id), result: KernelResult(r), ret: r })
+        };
+        let EventKind::QueueCreate(mut c) = create(3, 0x1000) else { unreachable!() };
+        c.queue_type = QueueType::Sdma;
+        (c.priority, c.percentage, c.ring_base, c.ring_size) = (15, 50, 0x7f00_0010_0000, 8192);
+        (c.doorbell_offset, c.cwsr_address, c.cwsr_size) = (Some(0x1800), 0x7f00_0100_0000, 0x2000);
+        let mut r = Registry::new(None);
+        let created = r.apply_in_full(&ev(7, 1_000, EventKind::QueueCreate(c)));
+        let queue = CreatedQueue {
+            queue_id: QueueId(3),
+            gpu_id: GpuId(0x1000),
+            queue_type: QueueType::Sdma,
+            priority: 15,
+            percentage: 50,
+            ring_base: 0x7f00_0010_0000,
+            ring_size: 8192,
+            read_pointer_address: 0x7f00_0000_3080,
+            write_pointer_address: 0x7f00_0000_3038,
+            doorbell_offset: Some(0x1800),
+            cwsr_address: 0x7f00_0100_0000,
+            cwsr_size: 0x2000,
+        };
+        assert_eq!(created, Some(Lifecycle::Queue(QueueNotice::Created { pid: HostPid(7), ts_ns: 1_000, queue })));
+        let addrs =
+            QueueAddrs { queue_id: QueueId(3), gpu_id: GpuId(0x1000), read: 0x7f00_0000_3080, write: 0x7f00_0000_3038 };
+        assert_eq!(created.map(Lifecycle::notice), Some(ModelNotice::QueueCreated { pid: HostPid(7), queue: addrs }));
+        // Its DESTROY_QUEUE as the kernel writes it: the sysfs removal in its own task, then the
+        // ioctl's return, which is when it went.
+        assert_eq!(r.apply_in_full(&ev(7, 2_000, removal(3))), None, "the destroy's return decides");
+        let gone = r.apply_in_full(&ev(7, 2_500, destroy(3, 0)));
+        let cause = GoneCause::Destroyed;
+        assert_eq!(
+            gone,
+            Some(Lifecycle::Queue(QueueNotice::Gone { pid: HostPid(7), queue_id: QueueId(3), ts_ns: 2_500, cause }))
+        );
+        assert_eq!(gone.map(Lifecycle::notice), Some(ModelNotice::QueueGone { pid: HostPid(7), queue_id: QueueId(3) }));
+        // A destroy that failed after the removal leaves the queue; teardown, in KFD's worker
+        // (pid 0 here), removes it.
+        r.apply(&ev(7, 3_000, create(4, 0x1000)));
+        assert_eq!(r.apply_in_full(&ev(7, 3_100, removal(4))), None);
+        assert_eq!(r.apply_in_full(&ev(7, 3_200, destroy(4, -16))), None);
+        assert_eq!(states(&r, 7), [(4, QueueState::Active)]);
+        let cause = GoneCause::TornDown;
+        assert_eq!(
+            r.apply_in_full(&ev(0, 4_000, removal(4))),
+            Some(Lifecycle::Queue(QueueNotice::Gone { pid: HostPid(7), queue_id: QueueId(4), ts_ns: 4_000, cause }))
+        );
+        let exit = EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(7)), stage: "kfd_process_wq_release" });
+        let gone = r.apply_in_full(&ev(0, 5_000, exit));
+        assert_eq!(gone, Some(Lifecycle::Process(ModelNotice::ProcessGone { pid: HostPid(7) })));
+        assert_eq!(gone.and_then(Lifecycle::queue), None);
     }
 }

@@ -17,7 +17,7 @@ use self::filter::Filter;
 use crate::{
     domain::HostPid,
     event::{Event, Losses},
-    model::{Model, ModelNotice, spans::Span},
+    model::{Model, ModelNotice, QueueNotice, spans::Span},
     report::{Sink, TraceSummary},
 };
 
@@ -27,6 +27,8 @@ use crate::{
 pub trait Subscriber {
     /// A queue or a process appeared or went away.
     fn notice(&mut self, _notice: ModelNotice, _model: &Model) {}
+    /// A queue appeared or went away, in full (after [`Subscriber::notice`] of the same change).
+    fn queue(&mut self, _queue: QueueNotice, _model: &Model) {}
     /// A span closed (suspend, resume, eviction).
     fn span(&mut self, _span: &Span, _model: &Model) {}
     /// The model forgot an exited process (after [`crate::model::Limits`]): drop what is kept for it.
@@ -53,6 +55,13 @@ impl Subscriber for mpsc::Sender<Observed> {
 
     fn forgotten(&mut self, pid: HostPid) {
         let _ = self.send(Observed::Forgotten(pid));
+    }
+}
+
+/// Forward the queue notices in full to a receiver (`queues --watch` reads them after each drain).
+impl Subscriber for mpsc::Sender<QueueNotice> {
+    fn queue(&mut self, queue: QueueNotice, _model: &Model) {
+        let _ = self.send(queue);
     }
 }
 
@@ -114,6 +123,11 @@ impl Pipeline {
         if let Some(notice) = applied.notice {
             for s in &mut self.subscribers {
                 s.notice(notice, &self.model);
+            }
+        }
+        if let Some(queue) = applied.queue {
+            for s in &mut self.subscribers {
+                s.queue(queue, &self.model);
             }
         }
         for span in &applied.spans {
@@ -293,6 +307,26 @@ mod tests {
         );
         assert!(matches!(&seen[2], Observed::Span(s) if s.queues == [QueueId(0)]));
         assert_eq!(seen[3], Observed::Notice(ModelNotice::ProcessGone { pid: HostPid(10) }));
+    }
+
+    #[test]
+    fn a_queue_subscriber_gets_each_queue_change_in_full_and_nothing_else() {
+        use crate::model::GoneCause;
+        let mut p = Pipeline::new(Model::new(None), Filter::default());
+        let (tx, rx) = mpsc::channel::<QueueNotice>();
+        p.subscribe(Box::new(tx));
+        p.deliver(&ev(10, 1, create(0, 0xa)));
+        let destroy =
+            crate::event::QueueDestroy { queue_id: QueueId(0), result: crate::event::KernelResult(0), ret: 0 };
+        p.deliver(&ev(10, 2, EventKind::QueueDestroy(destroy)));
+        let exit = ProcessExit { owner_pid: Some(HostPid(10)), stage: "kfd_process_wq_release" };
+        p.deliver(&ev(5, 3, EventKind::ProcessExit(exit)));
+        let seen: Vec<QueueNotice> = rx.try_iter().collect();
+        assert!(
+            matches!(seen[0], QueueNotice::Created { pid: HostPid(10), ts_ns: 1, queue } if queue.queue_id == QueueId(0))
+        );
+        let cause = GoneCause::Destroyed;
+        assert_eq!(seen[1..], [QueueNotice::Gone { pid: HostPid(10), queue_id: QueueId(0), ts_ns: 2, cause }]);
     }
 
     #[test]

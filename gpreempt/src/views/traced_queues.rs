@@ -1,9 +1,9 @@
 //! What the tracer knows about one process's queues that sysfs does not, for the views that must
 //! not disturb the GPU (`gpreempt queues --watch`): a queue's CREATE_QUEUE arguments — type,
 //! priority, ring address and size, read/write index addresses, doorbell offset, CWSR area — and
-//! when it was created and destroyed, from the records seen while the tracer was attached. A
-//! queue created before that is known to sysfs only. No debug-trap call is made to learn any of
-//! it (docs/kfd.md §2.1: debug ENABLE and DISABLE each refresh the runlist).
+//! when it was created and destroyed, from the model's queue notices ([`QueueNotice`]) while the
+//! tracer was attached. A queue created before that is known to sysfs only. No debug-trap call is
+//! made to learn any of it (docs/kfd.md §2.1: debug ENABLE and DISABLE each refresh the runlist).
 //!
 //! Also counted: the runlist refreshes (`execute_queues_cpsch`) each caller made while watching,
 //! so a view can show that it made none itself.
@@ -15,26 +15,18 @@ use serde::Serialize;
 
 use super::queues::QueueRow;
 use crate::{
-    domain::{GpuId, HostPid, QueueId, QueueType},
+    domain::{HostPid, QueueId},
     event::{Event, EventKind},
+    model::{CreatedQueue, GoneCause, QueueNotice},
 };
 
 /// One queue as its CREATE_QUEUE showed it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TracedQueue {
-    pub queue_id: QueueId,
-    pub gpu_id: GpuId,
-    pub queue_type: QueueType,
-    pub priority: u32,
-    pub percentage: u32,
-    pub ring_base: u64,
-    pub ring_size: u32,
-    pub read_pointer_address: u64,
-    pub write_pointer_address: u64,
-    /// Doorbell offset KFD returned (absent when the kernel did not report it).
-    pub doorbell_offset: Option<u64>,
-    pub cwsr_address: u64,
-    pub cwsr_size: u32,
+    /// Flattened: `queues --watch --json` shows one object per queue, the create arguments
+    /// beside the times.
+    #[serde(flatten)]
+    pub queue: CreatedQueue,
     /// CLOCK_BOOTTIME ns of the CREATE_QUEUE and DESTROY_QUEUE records.
     pub created_ns: u64,
     pub destroyed_ns: Option<u64>,
@@ -54,40 +46,31 @@ impl TracedQueues {
         Self { pid, queues: BTreeMap::new(), refreshes: BTreeMap::new() }
     }
 
-    /// Take one tracer record.
-    pub fn observe(&mut self, event: &Event) {
-        match &event.kind {
-            EventKind::QueueCreate(c) if event.pid == self.pid && c.result.0 == 0 => {
-                let Some(id) = c.queue_id else { return };
-                self.queues.insert(
-                    id,
-                    TracedQueue {
-                        queue_id: id,
-                        gpu_id: c.gpu_id,
-                        queue_type: c.queue_type,
-                        priority: c.priority,
-                        percentage: c.percentage,
-                        ring_base: c.ring_base,
-                        ring_size: c.ring_size,
-                        read_pointer_address: c.read_pointer,
-                        write_pointer_address: c.write_pointer,
-                        doorbell_offset: c.doorbell_offset,
-                        cwsr_address: c.cwsr_address,
-                        cwsr_size: c.cwsr_size,
-                        created_ns: event.ts_ns,
-                        destroyed_ns: None,
-                    },
-                );
+    /// Take one of the model's queue notices.
+    pub fn apply(&mut self, notice: &QueueNotice) {
+        match *notice {
+            // A reused id is a new queue: it replaces the destroyed one it was before.
+            QueueNotice::Created { pid, ts_ns, queue } if pid == self.pid => {
+                self.queues.insert(queue.queue_id, TracedQueue { queue, created_ns: ts_ns, destroyed_ns: None });
             }
-            EventKind::QueueDestroy(d) if event.pid == self.pid && d.result.0 == 0 => {
-                if let Some(q) = self.queues.get_mut(&d.queue_id) {
-                    q.destroyed_ns = Some(event.ts_ns);
+            // Only a DESTROY_QUEUE gives the destroyed time: a queue removed with its process at
+            // teardown was never destroyed by it, and the whole process is gone from sysfs then.
+            QueueNotice::Gone { pid, queue_id, ts_ns, cause: GoneCause::Destroyed } if pid == self.pid => {
+                if let Some(q) = self.queues.get_mut(&queue_id) {
+                    q.destroyed_ns = Some(ts_ns);
                 }
             }
-            EventKind::KfdCall(k) if k.kfd_fn == KfdFn::ExecuteQueuesCpsch => {
-                *self.refreshes.entry(event.pid).or_default() += 1;
-            }
             _ => {}
+        }
+    }
+
+    /// Take one tracer record: a runlist refresh is counted by its caller. (Not a lifecycle
+    /// fact, so the model keeps no count of it.)
+    pub fn count_refresh(&mut self, event: &Event) {
+        if let EventKind::KfdCall(k) = &event.kind
+            && k.kfd_fn == KfdFn::ExecuteQueuesCpsch
+        {
+            *self.refreshes.entry(event.pid).or_default() += 1;
         }
     }
 
@@ -104,7 +87,9 @@ impl TracedQueues {
     /// Fill in what sysfs left out of `row` (addresses, CWSR), when this queue's creation was seen
     /// and it is still the same queue (a destroyed id may be reused by a later queue).
     pub fn enrich(&self, row: &mut QueueRow) {
-        let Some(q) = self.queues.get(&row.queue_id).filter(|q| q.destroyed_ns.is_none()) else { return };
+        let Some(q) = self.queues.get(&row.queue_id).filter(|q| q.destroyed_ns.is_none()).map(|q| &q.queue) else {
+            return;
+        };
         row.gpu_id.get_or_insert(q.gpu_id);
         row.ring_base = Some(q.ring_base);
         row.ring_size.get_or_insert(u64::from(q.ring_size));
@@ -120,6 +105,7 @@ mod tests {
     use super::*;
     use crate::{
         event::{KernelResult, QueueDestroy},
+        model::Model,
         test_support::{create, ev},
         views::queues::tests::row,
     };
@@ -128,22 +114,43 @@ mod tests {
         QueueRow { ring_size: Some(4096), ..row(queue_id, 0x1000, "compute-aql") }
     }
 
+    /// The view of pid 42, fed as `queues --watch` feeds it: each record through the model, the
+    /// view taking the model's queue notices and counting refreshes.
+    struct Watch {
+        model: Model,
+        view: TracedQueues,
+    }
+
+    impl Watch {
+        fn new() -> Self {
+            Self { model: Model::new(None), view: TracedQueues::new(HostPid(42)) }
+        }
+
+        fn observe(&mut self, event: &Event) {
+            if let Some(q) = self.model.apply(event).queue {
+                self.view.apply(&q);
+            }
+            self.view.count_refresh(event);
+        }
+    }
+
     #[test]
     fn a_queue_created_while_watching_fills_what_sysfs_lacks_until_it_is_destroyed() {
-        let mut t = TracedQueues::new(HostPid(42));
+        let mut w = Watch::new();
         let EventKind::QueueCreate(mut c) = create(1, 0x1000) else { unreachable!() };
         c.ring_base = 0x7f00_0010_0000;
         c.read_pointer = 0x7f00_0000_2000;
         c.write_pointer = 0x7f00_0000_1000;
         c.cwsr_address = 0x7f00_0100_0000;
         c.cwsr_size = 0x1000;
-        t.observe(&ev(42, 1_000, EventKind::QueueCreate(c.clone())));
+        w.observe(&ev(42, 1_000, EventKind::QueueCreate(c.clone())));
         // Another process's queue 0 and a failed create are not this process's queues.
         let EventKind::QueueCreate(other) = create(0, 0x1000) else { unreachable!() };
-        t.observe(&ev(7, 2_000, EventKind::QueueCreate(other)));
+        w.observe(&ev(7, 2_000, EventKind::QueueCreate(other)));
         let failed = crate::event::QueueCreate { result: KernelResult(-22), ret: -22, ..c.clone() };
-        t.observe(&ev(42, 3_000, EventKind::QueueCreate(failed)));
-        let ids: Vec<QueueId> = t.queues().map(|q| q.queue_id).collect();
+        w.observe(&ev(42, 3_000, EventKind::QueueCreate(failed)));
+        let t = &w.view;
+        let ids: Vec<QueueId> = t.queues().map(|q| q.queue.queue_id).collect();
         assert_eq!(ids, [QueueId(1)]);
         let (mut before, mut during) = (sysfs_row(0), sysfs_row(1));
         t.enrich(&mut before);
@@ -156,15 +163,61 @@ mod tests {
         assert_eq!((during.cwsr_size, during.ring_size), (Some(0x1000), Some(4096)));
         let q = t.queues().next().unwrap();
         assert_eq!(
-            (q.created_ns, q.destroyed_ns, q.queue_type.to_string().as_str(), q.doorbell_offset),
+            (q.created_ns, q.destroyed_ns, q.queue.queue_type.to_string().as_str(), q.queue.doorbell_offset),
             (1_000, None, "compute-aql", Some(0))
         );
         let destroy = QueueDestroy { queue_id: QueueId(1), result: KernelResult(0), ret: 0 };
         let gone = ev(42, 5_000, EventKind::QueueDestroy(destroy));
-        t.observe(&gone);
+        w.observe(&gone);
+        let t = &w.view;
         assert_eq!(t.queues().next().unwrap().destroyed_ns, Some(gone.ts_ns));
         let mut reused = sysfs_row(1);
         t.enrich(&mut reused);
         assert_eq!(reused, sysfs_row(1), "a destroyed queue's facts are not another queue's");
+    }
+
+    #[test]
+    fn a_traced_queue_serialises_to_the_fields_queues_watch_prints() {
+        let mut w = Watch::new();
+        w.observe(&ev(42, 1_000, create(3, 0x1000)));
+        let destroy = QueueDestroy { queue_id: QueueId(3), result: KernelResult(0), ret: 0 };
+        w.observe(&ev(42, 9_000, EventKind::QueueDestroy(destroy)));
+        let q = w.view.queues().next().map(serde_json::to_value).transpose().unwrap();
+        assert_eq!(
+            q,
+            Some(serde_json::json!({
+                "queue_id": 3, "gpu_id": 4096, "queue_type": "compute-aql", "priority": 7, "percentage": 100,
+                "ring_base": 4096, "ring_size": 4096, "read_pointer_address": 0x7f00_0000_3080_u64,
+                "write_pointer_address": 0x7f00_0000_3038_u64, "doorbell_offset": 0, "cwsr_address": 0,
+                "cwsr_size": 0, "created_ns": 1_000, "destroyed_ns": 9_000
+            }))
+        );
+    }
+
+    #[test]
+    fn a_queue_destroyed_by_its_process_shows_the_destroy_s_return_and_one_torn_down_shows_none() {
+        use crate::event::QueueRemoved;
+        let removed = |id: u32| {
+            EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(HostPid(42)), queue_id: Some(QueueId(id)) })
+        };
+        let destroy = |id: u32, r: i64| {
+            EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(id), result: KernelResult(r), ret: r })
+        };
+        let mut w = Watch::new();
+        for id in 0..3 {
+            w.observe(&ev(42, 1_000 + u64::from(id), create(id, 0x1000)));
+        }
+        // As the kernel writes a DESTROY_QUEUE: the sysfs removal in the owner's task, then the
+        // ioctl's return, whose time is the one shown.
+        w.observe(&ev(42, 2_000, removed(0)));
+        w.observe(&ev(42, 2_500, destroy(0, 0)));
+        // A destroy that failed after the removal: the queue stays.
+        w.observe(&ev(42, 3_000, removed(1)));
+        w.observe(&ev(42, 3_500, destroy(1, -16)));
+        // Teardown, in KFD's worker (pid 0 here): no destroy, no time.
+        w.observe(&ev(0, 4_000, removed(2)));
+        let times: Vec<(u32, u64, Option<u64>)> =
+            w.view.queues().map(|q| (q.queue.queue_id.0, q.created_ns, q.destroyed_ns)).collect();
+        assert_eq!(times, [(0, 1_000, Some(2_500)), (1, 1_001, None), (2, 1_002, None)]);
     }
 }
