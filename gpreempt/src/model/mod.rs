@@ -57,7 +57,8 @@ impl QueueAddrs {
 pub enum ModelNotice {
     /// A successful CREATE_QUEUE.
     QueueCreated { pid: HostPid, queue: QueueAddrs },
-    /// Destroyed by its process (at its DESTROY_QUEUE's return), or removed at teardown
+    /// Destroyed by its process (at the sysfs removal inside its DESTROY_QUEUE, or the ioctl's
+    /// return when no removal was seen), or removed at teardown
     /// ([`GoneCause`] says which).
     QueueGone { pid: HostPid, queue_id: QueueId },
     /// A process opened /dev/kfd: reported once per process (not again for a process the model

@@ -307,14 +307,17 @@ impl Registry {
             }
             EventKind::QueueRemoved(r) => {
                 let (Some(pid), Some(queue_id)) = (r.owner_pid, r.queue_id) else { return None };
-                // In its owner's own task the removal is a step of its DESTROY_QUEUE
-                // (pqm_destroy_queue deletes the sysfs entry before it frees the queue, and may
-                // still fail): the destroy's return, just after, says whether and when it went.
-                // Teardown removes queues in KFD's worker, with no destroy ioctl.
-                if pid == e.pid {
-                    return None;
-                }
-                self.remove_queue(pid, queue_id, ts, GoneCause::TornDown)
+                // In its owner's own task the removal is a step of its DESTROY_QUEUE: since
+                // Linux 6.2 pqm_destroy_queue (kfd_process_queue_manager.c) deletes the sysfs
+                // entry only once the queue is freed — after a destroy that succeeded or timed
+                // out (-ETIME: the ioctl fails, the queue is gone all the same) — so the removal,
+                // not the ioctl's result, says the queue went, a few µs before the return. (Up
+                // to 6.1 it came first and a destroy could still fail after it: rare, and the
+                // queue then lingers in the kernel, not in gpreempt's map.) A destroy that
+                // returns 0 with no removal seen ends the queue too (a lost record). Teardown
+                // removes queues in KFD's worker, with no destroy ioctl.
+                let cause = if pid == e.pid { GoneCause::Destroyed } else { GoneCause::TornDown };
+                self.remove_queue(pid, queue_id, ts, cause)
             }
             EventKind::QueueUpdate(u) if u.result.is_ok() => {
                 if let Some(q) = self.processes.get_mut(&e.pid).and_then(|p| p.queues.get_mut(&u.queue_id)) {
@@ -563,26 +566,31 @@ mod tests {
         let addrs =
             QueueAddrs { queue_id: QueueId(3), gpu_id: GpuId(0x1000), read: 0x7f00_0000_3080, write: 0x7f00_0000_3038 };
         assert_eq!(created.map(Lifecycle::notice), Some(ModelNotice::QueueCreated { pid: HostPid(7), queue: addrs }));
-        // Its DESTROY_QUEUE as the kernel writes it: the sysfs removal in its own task, then the
-        // ioctl's return, which is when it went.
-        assert_eq!(r.apply_in_full(&ev(7, 2_000, removal(3))), None, "the destroy's return decides");
-        let gone = r.apply_in_full(&ev(7, 2_500, destroy(3, 0)));
+        // Its DESTROY_QUEUE as the kernel writes it (Linux ≥ 6.2): the sysfs removal in its own
+        // task once the queue is freed, then the ioctl's return, which finds it gone.
+        let gone = r.apply_in_full(&ev(7, 2_000, removal(3)));
         let cause = GoneCause::Destroyed;
         assert_eq!(
             gone,
-            Some(Lifecycle::Queue(QueueNotice::Gone { pid: HostPid(7), queue_id: QueueId(3), ts_ns: 2_500, cause }))
+            Some(Lifecycle::Queue(QueueNotice::Gone { pid: HostPid(7), queue_id: QueueId(3), ts_ns: 2_000, cause }))
         );
         assert_eq!(gone.map(Lifecycle::notice), Some(ModelNotice::QueueGone { pid: HostPid(7), queue_id: QueueId(3) }));
-        // A destroy that failed after the removal leaves the queue; teardown, in KFD's worker
-        // (pid 0 here), removes it.
+        assert_eq!(r.apply_in_full(&ev(7, 2_500, destroy(3, 0))), None, "gone at the removal");
+        // A destroy that returned 0 with no removal seen (a lost record) ends the queue at its
+        // return; one that failed with no removal leaves it.
         r.apply(&ev(7, 3_000, create(4, 0x1000)));
-        assert_eq!(r.apply_in_full(&ev(7, 3_100, removal(4))), None);
-        assert_eq!(r.apply_in_full(&ev(7, 3_200, destroy(4, -16))), None);
-        assert_eq!(states(&r, 7), [(4, QueueState::Active)]);
+        r.apply(&ev(7, 3_001, create(5, 0x1000)));
+        assert_eq!(r.apply_in_full(&ev(7, 3_100, destroy(4, -16))), None);
+        assert_eq!(
+            r.apply_in_full(&ev(7, 3_200, destroy(4, 0))),
+            Some(Lifecycle::Queue(QueueNotice::Gone { pid: HostPid(7), queue_id: QueueId(4), ts_ns: 3_200, cause }))
+        );
+        assert_eq!(states(&r, 7), [(5, QueueState::Active)]);
+        // Teardown, in KFD's worker (pid 0 here), removes the rest.
         let cause = GoneCause::TornDown;
         assert_eq!(
-            r.apply_in_full(&ev(0, 4_000, removal(4))),
-            Some(Lifecycle::Queue(QueueNotice::Gone { pid: HostPid(7), queue_id: QueueId(4), ts_ns: 4_000, cause }))
+            r.apply_in_full(&ev(0, 4_000, removal(5))),
+            Some(Lifecycle::Queue(QueueNotice::Gone { pid: HostPid(7), queue_id: QueueId(5), ts_ns: 4_000, cause }))
         );
         let exit = EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(7)), stage: "kfd_process_wq_release" });
         let gone = r.apply_in_full(&ev(0, 5_000, exit));

@@ -195,7 +195,7 @@ mod tests {
     }
 
     #[test]
-    fn a_queue_destroyed_by_its_process_shows_the_destroy_s_return_and_one_torn_down_shows_none() {
+    fn a_queue_destroyed_by_its_process_shows_when_it_went_and_one_torn_down_shows_none() {
         use crate::event::QueueRemoved;
         let removed = |id: u32| {
             EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(HostPid(42)), queue_id: Some(QueueId(id)) })
@@ -207,17 +207,16 @@ mod tests {
         for id in 0..3 {
             w.observe(&ev(42, 1_000 + u64::from(id), create(id, 0x1000)));
         }
-        // As the kernel writes a DESTROY_QUEUE: the sysfs removal in the owner's task, then the
-        // ioctl's return, whose time is the one shown.
+        // As the kernel writes a DESTROY_QUEUE (Linux ≥ 6.2): the sysfs removal in the owner's
+        // task once the queue is freed, then the ioctl's return.
         w.observe(&ev(42, 2_000, removed(0)));
-        w.observe(&ev(42, 2_500, destroy(0, 0)));
-        // A destroy that failed after the removal: the queue stays.
-        w.observe(&ev(42, 3_000, removed(1)));
-        w.observe(&ev(42, 3_500, destroy(1, -16)));
+        w.observe(&ev(42, 2_010, destroy(0, 0)));
+        // A destroy that returned 0 with its removal record lost: its return's time.
+        w.observe(&ev(42, 3_500, destroy(1, 0)));
         // Teardown, in KFD's worker (pid 0 here): no destroy, no time.
         w.observe(&ev(0, 4_000, removed(2)));
         let times: Vec<(u32, u64, Option<u64>)> =
             w.view.queues().map(|q| (q.queue.queue_id.0, q.created_ns, q.destroyed_ns)).collect();
-        assert_eq!(times, [(0, 1_000, Some(2_500)), (1, 1_001, None), (2, 1_002, None)]);
+        assert_eq!(times, [(0, 1_000, Some(2_000)), (1, 1_001, Some(3_500)), (2, 1_002, None)]);
     }
 }
