@@ -437,12 +437,23 @@ fn schedule_against_rocm_6_1_training(
     };
     let sum = summary(&lines).unwrap();
     let suspends = sum["suspends"].as_u64().unwrap() as usize;
-    assert!((1..=n + 1).contains(&suspends), "{suspends} suspends for {n} requests: {sum}");
+    // One per request, and up to two more as the online program exits after its last request
+    // (within the 300 ms before the stop): ROCr's teardown moves its queues' indices before their
+    // memory goes, which the scheduler sees as online work (seen in a debug run: the 21st suspend
+    // 56 ms after the 20th, then the index read failing with EFAULT, then the exit; two such
+    // suspends in a CI run).
+    assert!((1..=n + 2).contains(&suspends), "{suspends} suspends for {n} requests: {sum}");
     assert_eq!(sum["failed_suspends"], 0);
     assert_eq!(sum["resumes"].as_u64().unwrap() as usize, suspends, "{sum}");
     assert_protected(&requests, &ends);
-    let mut stores: Vec<u64> =
-        sum["doorbell_stores"].as_array().unwrap().iter().map(|d| d["stores"].as_u64().unwrap()).collect();
+    // Per queue id: a queue whose indices could no longer be read during the program's exit is
+    // dropped and announced again, so it can have two entries (the second with the stores after
+    // the first was counted, none here).
+    let mut per_queue: BTreeMap<u64, u64> = BTreeMap::new();
+    for d in sum["doorbell_stores"].as_array().unwrap() {
+        *per_queue.entry(d["queue_id"].as_u64().unwrap()).or_default() += d["stores"].as_u64().unwrap();
+    }
+    let mut stores: Vec<u64> = per_queue.into_values().collect();
     stores.sort_unstable();
     eprintln!("doorbell stores per online queue: {stores:?}");
     (k, stores)
@@ -498,9 +509,9 @@ pub(crate) fn schedule_protects_a_hip_program_against_a_hip_training_job() {
     // ROCclr rings the stream queue's doorbell through the export for each kernel launch and each
     // barrier-AND marker it writes (dispatchGenericAqlPacket): per request one launch and one
     // hipStreamSynchronize marker, and the one more marker the CP counts below (measured, the same
-    // on every run): 2 × REQUESTS + 1. Three queues watched: ROCr's utility queue, the stream's,
-    // and one the program created while scheduled; no store through the export on either of those.
-    assert_eq!(stores, [0, 0, 2 * REQUESTS as u64 + 1], "doorbell stores per online queue");
+    // on every run): 2 × REQUESTS + 1. Two queues watched: ROCr's utility queue (no store through
+    // the export) and the stream's.
+    assert_eq!(stores, [0, 2 * REQUESTS as u64 + 1], "doorbell stores per online queue");
     // Both programs' work on the first GPU, nothing on the second. HIP 5.2: ROCr's two loader
     // blits (ROCclr's blit code object and the program's) each with a code-cache invalidation
     // (PM4 IB), the warm-up and the REQUESTS kernels (launched without a completion signal), and
