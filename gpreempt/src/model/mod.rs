@@ -125,13 +125,21 @@ pub enum QueueNotice {
     Gone {
         pid: HostPid,
         queue_id: QueueId,
-        /// CLOCK_BOOTTIME ns of the record that ended it (the destroy, or the teardown's removal).
+        /// CLOCK_BOOTTIME ns of the record that ended it (its sysfs removal, or a destroy's
+        /// return when no removal was seen).
         ts_ns: u64,
         cause: GoneCause,
     },
 }
 
 impl QueueNotice {
+    /// The process whose queue it is.
+    pub fn pid(&self) -> HostPid {
+        match *self {
+            Self::Created { pid, .. } | Self::Gone { pid, .. } => pid,
+        }
+    }
+
     /// The compact notice every subscriber gets.
     pub fn notice(&self) -> ModelNotice {
         match *self {

@@ -129,6 +129,13 @@ impl Pipeline {
             for s in &mut self.subscribers {
                 s.queue(queue, &self.model);
             }
+            if self.filter.keep_pid(queue.pid(), &self.model) {
+                for sink in &mut self.sinks {
+                    if let Err(e) = sink.queue(&queue, &self.model) {
+                        self.write_error.get_or_insert(e);
+                    }
+                }
+            }
         }
         for span in &applied.spans {
             self.span(span);
@@ -251,6 +258,11 @@ mod tests {
             self.0.borrow_mut().push(format!("span {pid} {}", model.comm_of(pid).unwrap_or("?")));
             Ok(())
         }
+        fn queue(&mut self, q: &QueueNotice, _model: &Model) -> io::Result<()> {
+            let kind = if matches!(q, QueueNotice::Created { .. }) { "created" } else { "gone" };
+            self.0.borrow_mut().push(format!("queue {} {kind}", q.pid()));
+            Ok(())
+        }
         fn queue_map(&mut self, map: &crate::model::QueueMap<'_>) -> io::Result<()> {
             self.0.borrow_mut().push(format!("map {}", map.processes.len()));
             Ok(())
@@ -282,6 +294,7 @@ mod tests {
             *record.0.borrow(),
             [
                 "event 10 queue_create",
+                "queue 10 created", // pid 20's is not shown either
                 "event 30 suspend_queues",
                 "span 10 p10",
                 "event 5 process_exit",

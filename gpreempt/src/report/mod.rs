@@ -14,7 +14,7 @@ use crate::{
     event::{Event, Losses},
     host::procinfo::Container,
     model::{
-        Model, QueueMap,
+        Model, QueueMap, QueueNotice,
         registry::Churn,
         spans::{EvictionStats, Latency, Span},
     },
@@ -28,6 +28,11 @@ pub trait Sink {
     }
     /// A closed span; `model` names the processes it involves.
     fn span(&mut self, _span: &Span, _model: &Model) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// A queue appeared or went, in full, as the model derived it (its process passed the
+    /// filter): a sink that draws queue lifetimes takes them here, not from the raw records.
+    fn queue(&mut self, _queue: &QueueNotice, _model: &Model) -> std::io::Result<()> {
         Ok(())
     }
     /// The live queue map (on SIGUSR1, every `--map-interval`, and at the end).

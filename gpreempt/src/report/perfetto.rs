@@ -13,7 +13,7 @@ use crate::{
     domain::{HostPid, QueueId},
     event::{Event, EventKind},
     model::{
-        Model,
+        Model, QueueNotice,
         spans::{Span, SpanKind},
     },
 };
@@ -47,6 +47,11 @@ impl<W: Write> Sink for Perfetto<W> {
 
     fn span(&mut self, span: &Span, model: &Model) -> std::io::Result<()> {
         self.record_span(span, |pid| model.comm_of(pid).map(str::to_owned));
+        Ok(())
+    }
+
+    fn queue(&mut self, queue: &QueueNotice, model: &Model) -> std::io::Result<()> {
+        self.record_queue(queue, model.comm_of(queue.pid()));
         Ok(())
     }
 
@@ -96,29 +101,9 @@ impl<W: Write> Perfetto<W> {
         p
     }
 
-    /// One traced event: queue lifetimes, HWS calls on the GPU track, alarms.
+    /// One traced event: HWS calls on the GPU track, debug-trap calls, alarms.
     fn record_event(&mut self, e: &Event) {
         match &e.kind {
-            EventKind::QueueCreate(c) => {
-                let Some(q) = c.queue_id else { return };
-                let p = self.process_track(e.pid, Some(&e.comm));
-                let tid = self.queue_track(e.pid, q);
-                self.queues.insert((e.pid, q), e.ts_ns);
-                self.instant(
-                    "create",
-                    "queue",
-                    p,
-                    tid,
-                    e.ts_ns,
-                    json!({"gpu_id": c.gpu_id, "type": c.queue_type, "priority": c.priority}),
-                );
-            }
-            EventKind::QueueDestroy(d) if d.result.is_ok() => self.end_queue(e.pid, d.queue_id, e.ts_ns),
-            EventKind::QueueRemoved(r) => {
-                if let (Some(pid), Some(q)) = (r.owner_pid, r.queue_id) {
-                    self.end_queue(pid, q, e.ts_ns);
-                }
-            }
             EventKind::KfdCall(c) => {
                 let (pid, tname) = match c.gpu_id {
                     Some(g) => (GPU_TRACK_BASE + u64::from(g), format!("GPU {g:#x}")),
@@ -153,6 +138,27 @@ impl<W: Write> Perfetto<W> {
                 );
             }
             _ => {}
+        }
+    }
+
+    /// A queue's lifetime, from the model's notices: an instant at its creation, a complete
+    /// event from creation to its end (or the trace's).
+    fn record_queue(&mut self, queue: &QueueNotice, comm: Option<&str>) {
+        match *queue {
+            QueueNotice::Created { pid, ts_ns, queue: q } => {
+                let p = self.process_track(pid, comm);
+                let tid = self.queue_track(pid, q.queue_id);
+                self.queues.insert((pid, q.queue_id), ts_ns);
+                self.instant(
+                    "create",
+                    "queue",
+                    p,
+                    tid,
+                    ts_ns,
+                    json!({"gpu_id": q.gpu_id, "type": q.queue_type, "priority": q.priority}),
+                );
+            }
+            QueueNotice::Gone { pid, queue_id, ts_ns, .. } => self.end_queue(pid, queue_id, ts_ns),
         }
     }
 
@@ -229,10 +235,17 @@ mod tests {
     fn the_document_has_named_tracks_and_complete_spans() {
         let mut out = Vec::new();
         let mut p = Perfetto::new(&mut out);
-        p.record_event(&ev(10, 1_000, create(3, 0xa)));
+        // The queues' lifetimes come from the model's notices, as the pipeline hands them out.
+        let mut model = Model::new(None);
+        let mut lifecycle = |e: Event, p: &mut Perfetto<&mut Vec<u8>>| {
+            if let Some(q) = model.apply(&e).queue {
+                p.queue(&q, &model).unwrap();
+            }
+        };
+        lifecycle(ev(10, 1_000, create(3, 0xa)), &mut p);
         let destroy = QueueDestroy { queue_id: QueueId(3), result: KernelResult(0), ret: 0 };
-        p.record_event(&ev(10, 9_000, EventKind::QueueDestroy(destroy)));
-        p.record_event(&ev(20, 2_000, create(0, 0xa)));
+        lifecycle(ev(10, 9_000, EventKind::QueueDestroy(destroy)), &mut p);
+        lifecycle(ev(20, 2_000, create(0, 0xa)), &mut p);
         let span = Span {
             kind: SpanKind::Suspend,
             target_pid: Some(HostPid(10)),
