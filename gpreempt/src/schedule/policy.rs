@@ -690,39 +690,52 @@ mod tests {
         }
     }
 
-    /// Replay an online activity trace (bursts as `[start, end)` in µs) through a cost-aware
-    /// machine in 200 µs polls; every suspend and resume completes within the poll, and the
-    /// machine is told each resume cost `resume_us` and each reaction `reaction_us`. Returns the
-    /// actions with their poll time (µs).
-    fn replay(bursts: &[(u64, u64)], end_us: u64, resume_us: u64, reaction_us: u64) -> Vec<(u64, Action)> {
-        let mut p = PolicyMachine::new(PolicyConfig { idle: Duration::from_millis(2), ..PolicyConfig::default() });
-        let mut out = Vec::new();
-        let mut t = 0;
+    /// 200 µs polls from 0 to `end_us` over an online activity trace (bursts as `[start, end)` in
+    /// µs, in order and apart): (µs, online work seen).
+    fn polls_over(bursts: &[(u64, u64)], end_us: u64) -> Vec<(u64, bool)> {
         let mut next = 0;
-        while t <= end_us {
-            // Bursts are in order and apart: the first that has not ended is the only candidate.
-            while bursts.get(next).is_some_and(|b| b.1 <= t) {
-                next += 1;
-            }
-            let active = bursts.get(next).is_some_and(|&(s, e)| (s..e).contains(&t));
+        (0..=end_us)
+            .step_by(200)
+            .map(|t| {
+                // The first burst that has not ended is the only candidate.
+                while bursts.get(next).is_some_and(|b| b.1 <= t) {
+                    next += 1;
+                }
+                (t, bursts.get(next).is_some_and(|&(s, e)| (s..e).contains(&t)))
+            })
+            .collect()
+    }
+
+    /// Drive `p` through `polls` (µs, online work seen); every suspend and resume completes within
+    /// the poll and, with `costs` = (resume, reaction) ns, the machine is told each cost that.
+    /// Returns the actions with their poll time (µs).
+    fn drive(p: &mut PolicyMachine, polls: &[(u64, bool)], costs: Option<(u64, u64)>) -> Vec<(u64, Action)> {
+        let mut out = Vec::new();
+        for &(t, active) in polls {
             let now = t * 1_000;
             if let Some(a) = p.tick(now, Observation { online_active: active, online_gone: false }) {
                 match a {
                     Action::Suspend => {
                         p.suspended(now, true);
-                        p.note_reaction(reaction_us * 1_000);
+                        costs.inspect(|&(_, reaction)| p.note_reaction(reaction));
                     }
                     Action::Resume(_) => {
                         p.resumed(now);
-                        p.note_resume(resume_us * 1_000);
+                        costs.inspect(|&(resume, _)| p.note_resume(resume));
                     }
                     Action::HoldThroughGap(_) => {}
                 }
                 out.push((t, a));
             }
-            t += 200;
         }
         out
+    }
+
+    /// Replay an online activity trace through a cost-aware machine (2 ms idle) in 200 µs polls,
+    /// each resume costing `resume_us` and each reaction `reaction_us`.
+    fn replay(bursts: &[(u64, u64)], end_us: u64, resume_us: u64, reaction_us: u64) -> Vec<(u64, Action)> {
+        let mut p = PolicyMachine::new(PolicyConfig { idle: Duration::from_millis(2), ..PolicyConfig::default() });
+        drive(&mut p, &polls_over(bursts, end_us), Some((resume_us * 1_000, reaction_us * 1_000)))
     }
 
     fn kinds(actions: &[(u64, Action)]) -> (usize, usize, usize) {
@@ -883,29 +896,13 @@ mod tests {
         (bursts, batches)
     }
 
-    /// Replay `bursts` in 200 µs polls through `config`, every transition completing within the
-    /// poll: the actions with their poll time (µs), and the machine.
+    /// Replay `bursts` in 200 µs polls through `config`, no cost told: the actions with their poll
+    /// time (µs), and the machine.
     fn replay_with(config: PolicyConfig, bursts: &[(u64, u64)]) -> (Vec<(u64, Action)>, PolicyMachine) {
         let mut p = PolicyMachine::new(config);
         let end = bursts.last().map_or(0, |b| b.1) + 100_000;
-        let mut out = Vec::new();
-        let mut next = 0;
-        for t in (0..end).step_by(200) {
-            while next < bursts.len() && bursts[next].1 <= t {
-                next += 1;
-            }
-            let active = bursts.get(next).is_some_and(|&(s, e)| s <= t && t < e);
-            let now = t * 1_000;
-            if let Some(a) = p.tick(now, Observation { online_active: active, online_gone: false }) {
-                match a {
-                    Action::Suspend => p.suspended(now, true),
-                    Action::Resume(_) => p.resumed(now),
-                    Action::HoldThroughGap(_) => {}
-                }
-                out.push((t, a));
-            }
-        }
-        (out, p)
+        let actions = drive(&mut p, &polls_over(bursts, end), None);
+        (actions, p)
     }
 
     #[test]
@@ -994,25 +991,7 @@ mod tests {
             learn_idle: false,
             ..PolicyConfig::default()
         });
-        let mut mean_resumes = 0;
-        let mut now_us = 0;
-        while now_us <= end {
-            let active = bursts.iter().any(|&(s, e)| (s..e).contains(&now_us));
-            let now = now_us * 1_000;
-            match p.tick(now, Observation { online_active: active, online_gone: false }) {
-                Some(Action::Suspend) => {
-                    p.suspended(now, true);
-                    p.note_reaction(900_000);
-                }
-                Some(Action::Resume(_)) => {
-                    p.resumed(now);
-                    p.note_resume(500_000);
-                    mean_resumes += 1;
-                }
-                _ => {}
-            }
-            now_us += 200;
-        }
+        let (_, mean_resumes, _) = kinds(&drive(&mut p, &polls_over(&bursts, end), Some((500_000, 900_000))));
         assert_eq!(mean_resumes, 54, "the mean rest resumes in step gaps");
         // The median rest holds through them once 8 gaps past 2 ms are on record: the resumes are
         // the first gaps (no evidence yet) and the three pauses.
@@ -1056,7 +1035,7 @@ mod tests {
 
     /// The observations the reaction thread fed the policy in a recorded run of the harness's
     /// continuous-batching load (`harness run --load batching`, see the fixture's header): runs of
-    /// polls that saw online work or not, replayed poll by poll.
+    /// polls that saw online work or not, replayed poll by poll: (µs, online work seen).
     fn recorded_batching() -> Vec<(u64, bool)> {
         let mut polls = Vec::new();
         let mut t = 0u64;
@@ -1068,39 +1047,11 @@ mod tests {
             let (Some(active), Some(n), Some(us)) = (f.next(), f.next(), f.next()) else { continue };
             let (Ok(n), Ok(us)) = (n.parse::<u64>(), us.parse::<u64>()) else { continue };
             for i in 0..n {
-                polls.push(((t + us * i / n) * 1_000, active == "1"));
+                polls.push((t + us * i / n, active == "1"));
             }
             t += us;
         }
         polls
-    }
-
-    /// Replay polls through `config` with constant costs: the actions, in order, with their time.
-    fn replay_polls(
-        config: PolicyConfig,
-        polls: &[(u64, bool)],
-        resume_ns: u64,
-        reaction_ns: u64,
-    ) -> Vec<(u64, Action)> {
-        let mut p = PolicyMachine::new(config);
-        let mut out = Vec::new();
-        for &(now, active) in polls {
-            if let Some(a) = p.tick(now, Observation { online_active: active, online_gone: false }) {
-                match a {
-                    Action::Suspend => {
-                        p.suspended(now, true);
-                        p.note_reaction(reaction_ns);
-                    }
-                    Action::Resume(_) => {
-                        p.resumed(now);
-                        p.note_resume(resume_ns);
-                    }
-                    Action::HoldThroughGap(_) => {}
-                }
-                out.push((now, a));
-            }
-        }
-        out
     }
 
     #[test]
@@ -1110,8 +1061,8 @@ mod tests {
         let polls = recorded_batching();
         assert_eq!(polls.len(), 60_436);
         let count = |config| {
-            let actions = replay_polls(config, &polls, 567_597, 811_832);
-            kinds(&actions)
+            let mut p = PolicyMachine::new(config);
+            kinds(&drive(&mut p, &polls, Some((567_597, 811_832))))
         };
         let learnt = count(PolicyConfig::default());
         let fixed = count(PolicyConfig { learn_idle: false, ..PolicyConfig::default() });
