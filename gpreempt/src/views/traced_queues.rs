@@ -27,7 +27,8 @@ pub struct TracedQueue {
     /// beside the times.
     #[serde(flatten)]
     pub queue: CreatedQueue,
-    /// CLOCK_BOOTTIME ns of the CREATE_QUEUE and DESTROY_QUEUE records.
+    /// CLOCK_BOOTTIME ns of the CREATE_QUEUE record, and of the queue's end when its process
+    /// destroyed it (the model's time: the sysfs removal inside the DESTROY_QUEUE).
     pub created_ns: u64,
     pub destroyed_ns: Option<u64>,
 }
@@ -53,7 +54,7 @@ impl TracedQueues {
             QueueNotice::Created { pid, ts_ns, queue } if pid == self.pid => {
                 self.queues.insert(queue.queue_id, TracedQueue { queue, created_ns: ts_ns, destroyed_ns: None });
             }
-            // Only a DESTROY_QUEUE gives the destroyed time: a queue removed with its process at
+            // Only its process's DESTROY_QUEUE gives a destroyed time: a queue removed with it at
             // teardown was never destroyed by it, and the whole process is gone from sysfs then.
             QueueNotice::Gone { pid, queue_id, ts_ns, cause: GoneCause::Destroyed } if pid == self.pid => {
                 if let Some(q) = self.queues.get_mut(&queue_id) {
