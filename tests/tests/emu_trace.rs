@@ -39,6 +39,48 @@ fn successful_creates_and_destroys_are_traced_with_their_queue_ids() {
 }
 
 #[test]
+fn perfetto_draws_each_queue_from_its_create_to_its_end() {
+    // The Perfetto sink takes queue lifetimes from the model's queue notices (not the records):
+    // on the emulator, where creates succeed, each queue gets its create instant and one
+    // complete event on its own track of the process.
+    let perfetto = std::env::temp_dir().join(format!("gpreempt-emu-perfetto-{}.json", std::process::id()));
+    let tracer = Tracer::start(&["--perfetto", perfetto.to_str().unwrap()]).unwrap();
+    let mut w = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x2000", "--queues", "2"]).unwrap();
+    let pid = w.pid();
+    assert_eq!(w.cmd("destroy 0").unwrap()["ret"], 0);
+    assert!(w.finish().unwrap().success());
+    tracer.stop().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&perfetto).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&perfetto);
+    let events = doc["traceEvents"].as_array().unwrap();
+    let ours = |ph: &str| -> Vec<&serde_json::Value> {
+        events.iter().filter(|e| e["ph"] == ph && e["cat"] == "queue" && e["pid"] == pid).collect()
+    };
+    // Queue tracks are thread ids 2^24 + queue id (report/perfetto.rs).
+    let track = |id: u64| (1u64 << 24) + id;
+    let creates: Vec<(u64, u64, &str)> = ours("i")
+        .iter()
+        .map(|e| {
+            (e["tid"].as_u64().unwrap(), e["args"]["gpu_id"].as_u64().unwrap(), e["args"]["type"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(creates, [(track(0), 0x2000, "compute-aql"), (track(1), 0x2000, "compute-aql")], "{doc}");
+    let lifetimes: Vec<(String, u64, f64)> = ours("X")
+        .iter()
+        .map(|e| {
+            let end = e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap();
+            (e["name"].as_str().unwrap().to_owned(), e["tid"].as_u64().unwrap(), end)
+        })
+        .collect();
+    let names: Vec<(&str, u64)> = lifetimes.iter().map(|(n, t, _)| (n.as_str(), *t)).collect();
+    assert_eq!(names, [("queue 0", track(0)), ("queue 1", track(1))], "{doc}");
+    // Queue 0 was destroyed while the process ran; queue 1 went with it (or at the trace's end).
+    assert!(lifetimes[0].2 < lifetimes[1].2, "{lifetimes:?}");
+    let name = events.iter().find(|e| e["ph"] == "M" && e["name"] == "process_name" && e["pid"] == pid);
+    assert_eq!(name.map(|e| &e["args"]["name"]), Some(&serde_json::json!(format!("emu-workload {pid}"))), "{doc}");
+}
+
+#[test]
 fn ps_lists_the_emulated_queues_of_a_process() {
     let mut w = LineHelper::spawn("emu-workload", &["run", "--gpu-id", "0x1000", "--queues", "2"]).unwrap();
     assert_eq!(w.cmd("create 0x2000 1 8192 100 3").unwrap()["queue_id"], 2);
