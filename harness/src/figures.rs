@@ -31,11 +31,14 @@ pub struct GpuFigures {
 }
 
 /// The continuous-batching engine's busy periods against the scheduler's calls.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct EngineFigures {
     pub busy_periods: usize,
     pub transitions_per_busy_period: f64,
     pub resumes_inside: usize,
+    /// The busy periods with resumes inside: (ordinal from 0, RESUME calls), so a learning
+    /// phase (the first periods) is told apart from flaps all through the run.
+    pub flapping_periods: Vec<(usize, usize)>,
 }
 
 /// What the scheduler did, from the harness's side (stamps) and its own report.
@@ -239,6 +242,18 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
                     .iter()
                     .filter(|s| s.gpu == 0 && s.call == Call::Resume && inside(s.entered_ns))
                     .count(),
+                flapping_periods: periods
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(s, e))| {
+                        let n = stamps
+                            .iter()
+                            .filter(|c| c.gpu == 0 && c.call == Call::Resume && s < c.entered_ns && c.entered_ns < e)
+                            .count();
+                        (i, n)
+                    })
+                    .filter(|&(_, n)| n > 0)
+                    .collect(),
             }
         });
         let cpu_ms = report.reaction_cpu_ms + raw.run_thread_cpu_ns as f64 / 1e6;
