@@ -26,6 +26,10 @@ pub struct ClientResult {
     pub latencies_ns: Vec<u64>,
     /// Batching: per engine step, publish → completion seen, ns.
     pub step_ns: Vec<u64>,
+    /// Batching: per engine step, whether it opened an engine busy period (admitted the first
+    /// request after an idle engine): the step that waits for the scheduler's reaction.
+    #[serde(default)]
+    pub step_opens_busy: Vec<bool>,
     /// Batching: the engine's busy periods (any request in flight), from the publish of the step
     /// that admitted the first request to the completion of the step that finished the last one
     /// (CLOCK_MONOTONIC, ns): the unit the no-flapping goal counts suspends in.
@@ -224,12 +228,14 @@ fn batching_loop(
             continue;
         }
         let (target, at) = ctx.publish(0, &[step_ns(model, active.len() as u64, joining)]);
+        let opens = busy_since.is_none();
         busy_since.get_or_insert(at);
         if !ctx.wait_done(0, target) {
             break;
         }
         let done = monotonic_ns();
         out.step_ns.push(done - at);
+        out.step_opens_busy.push(opens);
         for a in &mut active {
             a.1 -= 1;
             if a.1 == 0 {

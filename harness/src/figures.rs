@@ -100,6 +100,10 @@ pub struct StateFigures {
     pub online_latency_ms: Option<Summary>,
     /// Continuous batching: engine step, publish → completion seen.
     pub online_step_ms: Option<Summary>,
+    /// The same without the step that opens each engine busy period: the steps a scheduler that
+    /// acts on visible work can protect (the opening step waits for its reaction, and on HWS the
+    /// SUSPEND unmaps the online queue too).
+    pub online_step_later_ms: Option<Summary>,
     /// The online client's doorbell stores through the stand-in runtime, µs each (with the
     /// doorbell probe attached they include its uprobe trap: the cost per kernel launch).
     pub doorbell_store_us: Option<Summary>,
@@ -297,6 +301,16 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
         requests: online.map_or(0, |o| o.latencies_ns.len()),
         online_latency_ms: online.and_then(|o| ms(&o.latencies_ns)),
         online_step_ms: online.and_then(|o| ms(&o.step_ns)),
+        online_step_later_ms: online.and_then(|o| {
+            let later: Vec<u64> = o
+                .step_ns
+                .iter()
+                .zip(o.step_opens_busy.iter().chain(std::iter::repeat(&false)))
+                .filter(|(_, opens)| !**opens)
+                .map(|(ns, _)| *ns)
+                .collect();
+            ms(&later)
+        }),
         doorbell_store_us: online
             .and_then(|o| Summary::of(&o.doorbell_store_ns.iter().map(|&ns| ns as f64 / 1e3).collect::<Vec<_>>())),
         gpus,

@@ -94,6 +94,20 @@ struct ScenarioDesc {
 #[serde(default)]
 struct ProfileDesc {
     name: String,
+    /// The SUSPEND duration's distribution (harness/src/profile.rs: `fixed` or `uniform`), ns.
+    suspend: Value,
+    save_ns: u64,
+}
+
+impl ProfileDesc {
+    /// The mean SUSPEND duration, ns.
+    fn mean_suspend_ns(&self) -> Option<f64> {
+        let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
+        n(&self.suspend, "fixed").or_else(|| {
+            let u = self.suspend.get("uniform")?;
+            Some((n(u, "lo")? + n(u, "hi")?) / 2.0)
+        })
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -163,6 +177,7 @@ struct Comparison {
     p50_ratio: Option<f64>,
     p99_ratio: Option<f64>,
     step_p99_ratio: Option<f64>,
+    step_later_p99_ratio: Option<f64>,
     kept: Vec<f64>,
     offline_of_idle: f64,
     job_steps_ratio: Option<f64>,
@@ -535,11 +550,30 @@ fn goals(md: &mut String, doc: &Doc) {
             .iter()
             .filter_map(|s| sc(s))
             .fold((0.0f64, 0.0f64, 1.0f64), |a, b| (a.0.max(b.0), a.1.max(b.1), a.2.min(b.2)));
+        // What the profile's SUSPEND alone adds to a request that opens a busy period with the
+        // offline work running: its mean duration and a CWSR save per offline process, against
+        // the alone P50 (every scheduler that acts on visible work pays it; HWS unmaps the online
+        // queues for the call).
+        let floors: Vec<(usize, f64)> = of("poisson")
+            .iter()
+            .filter_map(|s| {
+                let p50 = s.state("online_alone")?.online_latency_ms.as_ref()?.p50;
+                let per = s.scenario.profile.mean_suspend_ns()? + s.scenario.profile.save_ns as f64;
+                Some((s.offline_processes(), 1.0 + per * s.offline_processes() as f64 / 1e6 / p50))
+            })
+            .collect();
+        let floor = |n: usize| {
+            floors.iter().filter(|f| f.0 == n).map(|f| f.1).fold(f64::NAN, |a, b| if a.is_nan() { b } else { a.max(b) })
+        };
         let _ = writeln!(
             md,
-            "| Poisson and Azure trace, 1-3 offline: online P50 and P99 ≤ 1.10× alone | {bound} | worst P50 {:.2}×, P99 {:.2}× | {} |",
+            "| Poisson and Azure trace, 1-3 offline: online P50 and P99 ≤ 1.10× alone | {bound} | worst P50 {:.2}×, P99 \
+             {:.2}× (the profile's mean SUSPEND and CWSR save per offline process alone, added to the alone P50: \
+             {:.2}× with 1, {:.2}× with 3; Poisson) | {} |",
             worst.0,
             worst.1,
+            floor(1),
+            floor(3),
             verdict(worst.0 <= 1.10 && worst.1 <= 1.10)
         );
         let _ = writeln!(
@@ -552,6 +586,7 @@ fn goals(md: &mut String, doc: &Doc) {
             let c = s.comparison("schedule:default");
             let f = s.state("schedule:default").and_then(|st| st.scheduler.as_ref());
             let step = c.and_then(|c| c.step_p99_ratio).unwrap_or(f64::NAN);
+            let later = c.and_then(|c| c.step_later_p99_ratio).unwrap_or(f64::NAN);
             let idle = c.map_or(0.0, |c| c.offline_of_idle);
             let per = f.map_or(f64::NAN, |f| {
                 let busy =
@@ -560,7 +595,8 @@ fn goals(md: &mut String, doc: &Doc) {
             });
             let _ = writeln!(
                 md,
-                "| Continuous batching: step P99 ≤ 1.10× alone | {bound} | {step:.2}× | {} |",
+                "| Continuous batching: step P99 ≤ 1.10× alone | {bound} | {step:.2}× (the steps after each engine busy \
+                 period's first: {later:.2}×) | {} |",
                 verdict(step <= 1.10)
             );
             let _ = writeln!(
