@@ -78,6 +78,8 @@ pub struct SchedulerFigures {
     /// those suspended later in the hold at their first submission (the scheduler's counts).
     pub offline_deferred: u64,
     pub offline_late_suspends: u64,
+    /// Resumes stopped between two RESUMEs for online work published meanwhile.
+    pub resumes_cut_short: u64,
     pub loop_step_us: Option<Summary>,
     /// gpreempt's CPU: the reaction thread (its report) + the thread calling `run()`, as a share
     /// of one core over the scheduler's run.
@@ -281,6 +283,7 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
             doorbell_wakes: report.doorbell_wakes,
             offline_deferred: report.offline_deferred,
             offline_late_suspends: report.offline_late_suspends,
+            resumes_cut_short: report.resumes_cut_short,
             loop_step_us: report.loop_step_us.clone(),
             cpu_share: cpu_ms / report.elapsed_ms.max(1e-9),
             reaction_cpu_ms: report.reaction_cpu_ms,

@@ -376,6 +376,7 @@ impl Accounts {
             doorbell_wakes: stats.doorbell_wakes.load(Ordering::Relaxed),
             offline_deferred: stats.offline_deferred.load(Ordering::Relaxed),
             offline_late_suspends: stats.offline_late_suspends.load(Ordering::Relaxed),
+            resumes_cut_short: stats.resumes_cut_short.load(Ordering::Relaxed),
             doorbell_stores: self.doorbell_stores.clone(),
             suspend_us: Stats::of(&suspend),
             resume_us: Stats::of(&resume),

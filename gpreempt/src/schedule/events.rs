@@ -159,6 +159,9 @@ pub struct ScheduleReport {
     /// of them those suspended later within the hold, at their first submission.
     pub offline_deferred: u64,
     pub offline_late_suspends: u64,
+    /// Resumes of several offline processes stopped between two RESUMEs because online work was
+    /// published meanwhile (the rest stayed held and the next suspend held them with no ioctl).
+    pub resumes_cut_short: u64,
     /// Per online queue the probe filtered on, its stores (queues gone before the end included).
     pub doorbell_stores: Vec<DoorbellCount>,
     pub suspend_us: Option<Stats>,

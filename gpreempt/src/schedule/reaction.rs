@@ -232,6 +232,9 @@ pub struct LoopStats {
     /// them those suspended later at their first submission within the hold.
     pub offline_deferred: AtomicU64,
     pub offline_late_suspends: AtomicU64,
+    /// Resumes of several offline processes stopped between two RESUMEs because online work
+    /// was published meanwhile (the rest stayed held).
+    pub resumes_cut_short: AtomicU64,
     /// Online dispatch delay seen in the indices: first seen pending → consumed, ns.
     pub dispatch_delay: Histogram,
     pub steps: AtomicU64,
@@ -913,6 +916,12 @@ impl<S: ControlSide> Reaction<S> {
         }
     }
 
+    /// Online work pending on `gpu` in the indices now (read afresh: between two RESUMEs).
+    fn online_pending_on(&mut self, gpu: GpuId) -> bool {
+        self.read_online(monotonic_ns());
+        self.lanes.iter().any(|l| l.gpu == gpu && l.pending)
+    }
+
     /// Offline processes deferred on a held GPU that submitted since: suspended now.
     fn watch_deferred(&mut self) {
         for i in 0..self.offline.len() {
@@ -966,7 +975,21 @@ impl<S: ControlSide> Reaction<S> {
         let (mut queues, mut ioctls, mut latency_ns, mut no_ioctl) = (0u32, 0u32, 0u64, 0u32);
         let cpu_before = thread_cpu_ns();
         let entered = monotonic_ns();
-        for p in &mut self.offline {
+        for k in 0..self.offline.len() {
+            // A resume of several offline processes is one RESUME each, and each unmaps the
+            // device's queues (HWS): online work published meanwhile waits for every one left,
+            // then for the suspends. Between two, look at the online indices; with work there,
+            // leave the rest held (the next suspend holds them with no ioctl).
+            if resume.is_some()
+                && ioctls > 0
+                && self.offline[k].held.contains(&gpu)
+                && !self.jobs.contains(&self.offline[k].job)
+                && self.online_pending_on(gpu)
+            {
+                self.stats.resumes_cut_short.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+            let p = &mut self.offline[k];
             if self.jobs.contains(&p.job) {
                 let r = match resume {
                     None if !p.gang_holds.is_empty() => {
@@ -1007,6 +1030,11 @@ impl<S: ControlSide> Reaction<S> {
             }
             let held = p.held.contains(&gpu);
             let r = match resume {
+                // Still held: a resume cut short for online work left it so.
+                None if held => {
+                    no_ioctl += 1;
+                    continue;
+                }
                 None => {
                     if self.config.defer_idle
                         && !held

@@ -45,6 +45,8 @@ struct Script {
     offline_of: BTreeMap<HostPid, Vec<QueueSnapshotEntry>>,
     /// Every watchdog resume arrives at the next look after a suspend.
     release_at_once: bool,
+    /// Stored into at the first RESUME of a GPU (the online job publishing during it).
+    publish_during_resume: Option<(&'static AtomicU64, u64)>,
     calls: Vec<String>,
 }
 
@@ -138,6 +140,9 @@ impl Control for Recorder {
         self.held.retain(|g| *g != gpu);
         if held {
             self.log(format!("resume {gpu:#x}"));
+            if let Some((word, value)) = self.side.with(|s| s.publish_during_resume.take()) {
+                word.store(value, Ordering::SeqCst);
+            }
             Ok(Batch { count: n as i32, latency_ns: 1_000, ..Batch::default() })
         } else {
             Ok(Batch { skipped: true, ..Batch::default() })
@@ -774,4 +779,60 @@ fn with_gang_the_job_is_held_on_all_of_its_gpus_when_one_of_them_is_and_resumed_
     // One transition of A, both ranks' queues (rank 1's on B too); nothing deferred.
     assert_eq!(transitions(&events), ["suspend 0x1000 2 0", "resume 0x1000 2 0"]);
     assert_eq!((report.suspends, report.resumes, report.offline_deferred), (1, 1, 0));
+}
+
+#[test]
+fn a_resume_of_several_offline_processes_stops_when_online_work_is_published_during_it() {
+    static R: AtomicU64 = AtomicU64::new(0);
+    static W: AtomicU64 = AtomicU64::new(0);
+    const FIRST: u32 = 3_999_970;
+    const SECOND: u32 = 3_999_971;
+    // Two offline processes on A, the online GPU.
+    let Setup { mut host, side, config } = setup(FIRST, vec![queue(0, A, &R, &W)], Vec::new(), false);
+    kfd_process(&mut host, SECOND);
+    side.with(|s| {
+        s.offline_of.insert(HostPid(FIRST), vec![queue(0, A, &OFF_READ, &OFF_READ)]);
+        s.offline_of.insert(HostPid(SECOND), vec![queue(0, A, &OFF_READ, &OFF_READ)]);
+        // The online job publishes its next dispatch while the first RESUME runs.
+        s.publish_during_resume = Some((&W, 2));
+    });
+    let config =
+        ScheduleConfig { offline: vec![Selector::Pid(HostPid(FIRST)), Selector::Pid(HostPid(SECOND))], ..config };
+    let (events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (flag, c) = (stop.clone(), side.clone());
+    let driver = thread::spawn(move || {
+        W.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "suspend") == 2);
+        R.store(1, Ordering::SeqCst);
+        // The idle resume: the first RESUME publishes dispatch 2; the first process is suspended
+        // again and the second, never resumed, stays held with no ioctl.
+        c.wait_until(|calls| count(calls, "suspend") == 3);
+        R.store(2, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "resume") == 3);
+        flag.store(true, Ordering::SeqCst);
+    });
+    let report = s.run(&stop, &mut emit);
+    driver.join().unwrap();
+    assert_eq!(
+        side.calls(),
+        [
+            format!("attach {FIRST}"),
+            format!("attach {SECOND}"),
+            format!("suspend Gpu(GpuId({A}))"),
+            format!("suspend Gpu(GpuId({A}))"),
+            "resume 0x1000".into(),
+            format!("suspend Gpu(GpuId({A}))"),
+            "resume 0x1000".into(),
+            "resume 0x1000".into(),
+            format!("detach {FIRST}"),
+            format!("detach {SECOND}"),
+        ]
+    );
+    assert_eq!(
+        transitions(&events),
+        ["suspend 0x1000 2 0", "resume 0x1000 1 0", "suspend 0x1000 1 1", "resume 0x1000 2 0"]
+    );
+    assert_eq!((report.suspends, report.resumes, report.resumes_cut_short), (2, 2, 1));
 }
