@@ -20,3 +20,4 @@ pub mod store_cost;
 pub mod suite;
 pub mod timer_floor;
 pub mod variants;
+pub mod wake_floor;

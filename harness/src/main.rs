@@ -72,6 +72,12 @@ enum Cmd {
         #[arg(long, default_value_t = 100_000)]
         calls: usize,
     },
+    /// The host's wake-up floor: a SCHED_FIFO thread in poll(2) on an eventfd, woken by another
+    /// thread's write every 1-3 ms (what the reaction thread's wait on the probe pays at least).
+    WakeFloor {
+        #[arg(long, default_value_t = 4.0)]
+        seconds: f64,
+    },
     #[command(hide = true)]
     Client {
         #[arg(long)]
@@ -120,6 +126,10 @@ fn main() -> Result<()> {
         Cmd::Suite { quick } => suite::run(quick),
         Cmd::StoreCost { calls } => {
             println!("{}", serde_json::to_string(&harness::store_cost::measure(calls)?)?);
+            Ok(())
+        }
+        Cmd::WakeFloor { seconds } => {
+            println!("{}", serde_json::to_string(&harness::wake_floor::measure(seconds))?);
             Ok(())
         }
         Cmd::Client { shm, client, queue, spec } => {

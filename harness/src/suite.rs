@@ -134,6 +134,7 @@ fn evaluated(sc: &Scenario, mirror: bool) -> Result<Value> {
 pub fn run(quick: bool) -> Result<()> {
     let started = std::time::Instant::now();
     let timer_floor = timer_floor::measure(2.0);
+    let wake_floor = crate::wake_floor::measure(4.0);
     let mut scenarios: Vec<Value> = Vec::new();
     for (sc, mirror) in matrix(quick) {
         scenarios.push(evaluated(&sc, mirror)?);
@@ -156,6 +157,7 @@ pub fn run(quick: bool) -> Result<()> {
         "quick": quick,
         "seconds": started.elapsed().as_secs_f64(),
         "timer_floor_us": timer_floor,
+        "wake_floor": wake_floor,
         "profiles": profiles,
         "scenarios": scenarios,
         "policy": {"scenarios": policy},

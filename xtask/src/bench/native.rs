@@ -31,9 +31,18 @@ struct Doc {
     quick: bool,
     seconds: f64,
     timer_floor_us: Option<Stats>,
+    wake_floor: Option<WakeFloor>,
     scenarios: Vec<ScenarioResult>,
     policy: Policy,
     doorbell: Doorbell,
+}
+
+/// The host's wake-up floor (harness/src/wake_floor.rs), µs.
+#[derive(Deserialize, Default, Clone)]
+#[serde(default)]
+struct WakeFloor {
+    same_cpu_us: Option<Stats>,
+    cross_cpu_us: Option<Stats>,
 }
 
 /// The policy's options in the same run (`harness suite`'s `policy`).
@@ -352,7 +361,7 @@ pub fn section(md: &mut String, doc: &Value) {
         rows(md, s);
     }
     md.push('\n');
-    doorbell(md, &doc.doorbell);
+    doorbell(md, &doc.doorbell, doc.wake_floor.as_ref());
     policy(md, &doc.policy);
     goals(md, &doc);
 }
@@ -413,7 +422,7 @@ fn us3(s: &Option<Stats>) -> String {
 }
 
 /// §9.3: the same clients with and without the doorbell probe, and what a store costs.
-fn doorbell(md: &mut String, d: &Doorbell) {
+fn doorbell(md: &mut String, d: &Doorbell, wake: Option<&WakeFloor>) {
     if d.scenarios.is_empty() {
         let _ = writeln!(
             md,
@@ -498,9 +507,13 @@ fn doorbell(md: &mut String, d: &Doorbell) {
     let _ = writeln!(
         md,
         "\n| goal (issue 36, natively) | measured | verdict |\n|---|---|---|\n\
-         | Detection through the probe (store → SUSPEND entered) p99 ≤ 50 µs | worst {worst_doorbell_p99:.0} µs | {} |\n\
+         | Detection through the probe (store → SUSPEND entered) p99 ≤ 50 µs | worst {worst_doorbell_p99:.0} µs \
+         (this host's wake-up floor in the same run, an eventfd write → a SCHED_FIFO thread in poll(2) running: \
+         p50 / p99 {} µs on the writer's CPU, {} µs on another) | {} |\n\
          | Added cost per kernel launch ≤ 2 µs | {added:.2} µs (store p50 with the probe on a disarmed queue − without) | {} |\n\
          | gpreempt ≤ 1 % of a core while the online side is idle (`idle-1off`) | {} with the probe; {} polling | {idle_verdict} |\n",
+        wake.map_or("–".into(), |w| us(&w.same_cpu_us)),
+        wake.map_or("–".into(), |w| us(&w.cross_cpu_us)),
         verdict(worst_doorbell_p99 <= 50.0),
         verdict(added <= 2.0),
         idle_text(idle("default")),
