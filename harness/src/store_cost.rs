@@ -25,6 +25,28 @@ pub struct StoreCost {
     pub disarmed_us: Option<Summary>,
     /// Registered and armed before each call (the first store after an idle gap): one hit each.
     pub armed_us: Option<Summary>,
+    /// Attaching the probe to this process (both symbols of the one runtime it maps) and
+    /// detaching it, µs each: what taking the uprobe out of a process's text while its work is
+    /// held, and putting it back, would cost the calling thread.
+    pub attach_us: Option<Summary>,
+    pub detach_us: Option<Summary>,
+}
+
+/// Time `rounds` detaches and attaches of `pid`'s probe (it ends attached).
+fn attach_detach(probe: &mut DoorbellProbe, pid: HostPid, rounds: usize) -> (Option<Summary>, Option<Summary>) {
+    let (mut attach, mut detach) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for _ in 0..rounds {
+        let t = monotonic_ns();
+        probe.uncover(pid);
+        detach.push((monotonic_ns() - t) as f64 / 1e3);
+        let t = monotonic_ns();
+        let covered = probe.cover(pid).covered();
+        attach.push((monotonic_ns() - t) as f64 / 1e3);
+        if !covered {
+            break;
+        }
+    }
+    (Summary::of(&attach), Summary::of(&detach))
 }
 
 fn time_calls(n: usize, mut call: impl FnMut(usize)) -> Option<Summary> {
@@ -54,6 +76,7 @@ pub fn measure(n: usize) -> Result<StoreCost> {
         Coverage::Probe { .. } => {}
         other => bail!("the probe did not attach to this process: {other:?}"),
     }
+    let (attach_us, detach_us) = attach_detach(&mut probe, me, 50);
     probe.register(me, queue)?;
     let unregistered_us = time_calls(n, |i| call(other, i));
     // The first call takes the registration's arm.
@@ -79,5 +102,13 @@ pub fn measure(n: usize) -> Result<StoreCost> {
     drop(probe);
     // SAFETY: nothing of the library is used after this.
     unsafe { libc::dlclose(handle) };
-    Ok(StoreCost { calls: n, bare_us, unregistered_us, disarmed_us, armed_us: Summary::of(&armed) })
+    Ok(StoreCost {
+        calls: n,
+        bare_us,
+        unregistered_us,
+        disarmed_us,
+        armed_us: Summary::of(&armed),
+        attach_us,
+        detach_us,
+    })
 }

@@ -12,6 +12,8 @@ pub const VARIANTS: &[Variant] = &[
     ("default", |_| {}),
     // The scheduler before this wave's detection and policy changes (commit 52b2870): no doorbell
     // probe, no moved write index counted, cu_occupancy every 1 ms, a fixed idle threshold, the watchdog cliff.
+    // (A resume cut short by online work between two RESUMEs is a rule of the reaction thread, not
+    // a setting: it applies here too.)
     ("previous", |c| {
         c.doorbell = false;
         c.watch_writes = false;
