@@ -1,5 +1,6 @@
 //! The stand-in ROCm runtime the online clients ring their doorbells through
-//! (`tests/rocm/hsa_store_stub.c`, the runtime's `hsa_signal_store_*` exports alone), built once
+//! (`tests/rocm/hsa_store_stub.c`, the runtime's `hsa_signal_store_*` exports alone, shaped as
+//! ROCr's: API-table thunks and the implementations they jump to), built once
 //! per harness run with the system compiler as `libhsa-runtime64.so.1`, the name the scheduler's
 //! doorbell probe looks for in a process's maps: the uprobe path measured here is the real one.
 
@@ -44,7 +45,8 @@ pub type Store = unsafe extern "C" fn(u64, i64);
 /// `hsa_signal_store_screlease`; also returns the library handle for a caller that closes it.
 pub fn open_store(lib: &std::path::Path) -> anyhow::Result<(Store, *mut libc::c_void)> {
     let c = std::ffi::CString::new(lib.as_os_str().as_encoded_bytes())?;
-    // SAFETY: dlopen of the stand-in runtime: two plain C functions, no constructors.
+    // SAFETY: dlopen of the stand-in runtime: two thunks, two stores and a constructor that fills
+    // its table.
     let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if handle.is_null() {
         anyhow::bail!("dlopen {} failed", lib.display());

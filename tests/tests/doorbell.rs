@@ -32,7 +32,7 @@ struct Stub {
 fn open_stub() -> Stub {
     let path = binary("doorbell-stub/libhsa-runtime64.so.1").unwrap().display().to_string();
     let c = CString::new(path.clone()).unwrap();
-    // SAFETY: dlopen of a library of two plain C functions, with no constructors.
+    // SAFETY: dlopen of the stand-in runtime: two thunks, two stores and a constructor that fills its table.
     let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     assert!(!handle.is_null(), "dlopen {path}");
     let sym = |name: &str| {
@@ -46,12 +46,38 @@ fn open_stub() -> Stub {
     Stub { handle, screlease: sym("hsa_signal_store_screlease"), relaxed: sym("hsa_signal_store_relaxed"), path }
 }
 
-/// The first byte of a function, as this process executes it (0xcc while a uprobe is on it).
-fn first_byte(f: Store) -> u8 {
+/// The byte at `address` of this process, as it executes it (0xcc while a uprobe is on it).
+fn byte_at(address: u64) -> u8 {
     let mut b = [0u8];
     let mem = std::fs::File::open("/proc/self/mem").unwrap();
-    std::os::unix::fs::FileExt::read_exact_at(&mem, &mut b, f as usize as u64).unwrap();
+    std::os::unix::fs::FileExt::read_exact_at(&mem, &mut b, address).unwrap();
     b[0]
+}
+
+/// Where file offset `offset` of the library at `path` is mapped in this process.
+fn mapped(path: &str, offset: u64) -> u64 {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter(|l| l.ends_with(path))
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (start, end) = f[0].split_once('-').unwrap();
+            let (start, end) = (u64::from_str_radix(start, 16).unwrap(), u64::from_str_radix(end, 16).unwrap());
+            let file = u64::from_str_radix(f[2], 16).unwrap();
+            (file..file + (end - start)).contains(&offset).then(|| start + offset - file)
+        })
+        .unwrap_or_else(|| panic!("offset {offset:#x} of {path} is not mapped"))
+}
+
+/// The probe's points in the stub: on both exports' implementations (the exports are API-table
+/// thunks, as ROCr's are), as addresses in this process.
+fn probed(coverage: &Coverage, path: &str) -> Vec<u64> {
+    let Coverage::Probe { libraries, points } = coverage else { panic!("not covered: {coverage:?}") };
+    assert_eq!(libraries, &[path.to_owned()]);
+    let symbols: Vec<&str> = points.iter().map(|p| p.symbol).collect();
+    assert_eq!(symbols, ["hsa_signal_store_screlease", "hsa_signal_store_relaxed"]);
+    assert!(points.iter().all(|p| p.implementation), "{points:?}");
+    points.iter().map(|p| mapped(path, p.offset)).collect()
 }
 
 fn drained(probe: &mut DoorbellProbe) -> Vec<DoorbellHit> {
@@ -66,10 +92,11 @@ fn stores_are_counted_exactly_and_one_hit_goes_out_per_arm() {
     let stub = open_stub();
     let me = HostPid(std::process::id());
     let mut probe = DoorbellProbe::load().unwrap();
-    let (original, original_relaxed) = (first_byte(stub.screlease), first_byte(stub.relaxed));
-    assert_ne!(original, 0xcc);
-    assert_eq!(probe.cover(me), Coverage::Probe { libraries: vec![stub.path.clone()] });
-    assert_eq!((first_byte(stub.screlease), first_byte(stub.relaxed)), (0xcc, 0xcc), "both exports probed");
+    let exports = (byte_at(stub.screlease as usize as u64), byte_at(stub.relaxed as usize as u64));
+    let points = probed(&probe.cover(me), &stub.path);
+    // The implementations begin with a push (0x55), now the breakpoint; the exports are untouched.
+    assert_eq!(points.iter().map(|&a| byte_at(a)).collect::<Vec<_>>(), [0xcc, 0xcc], "both implementations probed");
+    assert_eq!((byte_at(stub.screlease as usize as u64), byte_at(stub.relaxed as usize as u64)), exports);
     // Two queues' doorbell words in our memory (the handle is the word's address, as the stub
     // stores through it); one registered, one not.
     let words = Box::new([0i64; 2]);
@@ -121,7 +148,7 @@ fn stores_are_counted_exactly_and_one_hit_goes_out_per_arm() {
     assert_eq!(probe.stores(me, online), Some(5), "the child's store is not counted");
     // Detached: the instructions are the library's again, and nothing is counted.
     probe.uncover(me);
-    assert_eq!((first_byte(stub.screlease), first_byte(stub.relaxed)), (original, original_relaxed));
+    assert_eq!(points.iter().map(|&a| byte_at(a)).collect::<Vec<_>>(), [0x55, 0x55]);
     assert_eq!(probe.stores(me, online), None);
     // SAFETY: as above.
     unsafe { (stub.screlease)(online, 12) };
@@ -145,7 +172,7 @@ fn a_library_unmapped_while_probed_and_mapped_again_is_probed_anew() {
     probe.uncover(me);
     // Mapped again: a new cover attaches to the new mapping, and it counts.
     let stub = open_stub();
-    assert!(probe.cover(me).covered());
+    let points = probed(&probe.cover(me), &stub.path);
     let word = Box::new(0i64);
     let handle = &*word as *const i64 as u64;
     probe.register(me, handle).unwrap();
@@ -154,7 +181,7 @@ fn a_library_unmapped_while_probed_and_mapped_again_is_probed_anew() {
     assert_eq!(probe.stores(me, handle), Some(1));
     assert_eq!(drained(&mut probe).len(), 1);
     drop(probe);
-    assert_ne!(first_byte(stub.screlease), 0xcc, "dropping the probe detaches");
+    assert_eq!(byte_at(points[0]), 0x55, "dropping the probe detaches");
     // SAFETY: nothing of the library is used after this.
     unsafe { libc::dlclose(stub.handle) };
 }

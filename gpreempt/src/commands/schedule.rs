@@ -115,10 +115,15 @@ fn show(e: &ScheduleEvent, json: bool, status: bool) {
             if *snapshot { " (learnt with one debug-trap snapshot: two runlist refreshes)" } else { "" },
             if *occupancy_files > 0 { ", cu_occupancy read" } else { ", no cu_occupancy file" }
         ),
-        ScheduleEvent::OnlineSeenBy { pid, path, libraries, why } => match path {
+        ScheduleEvent::OnlineSeenBy { pid, path, libraries, probes, why } => match path {
             gpreempt::schedule::DetectionPath::Doorbell => errln!(
-                "gpreempt: online pid {pid} seen through the doorbell probe on {} (indices cross-checked)",
-                libraries.join(", ")
+                "gpreempt: online pid {pid} seen through the doorbell probe on {} ({}; indices cross-checked)",
+                libraries.join(", "),
+                if !probes.is_empty() && probes.iter().all(|p| p.implementation) {
+                    "on the stores' implementation"
+                } else {
+                    "on the exported stores"
+                }
             ),
             gpreempt::schedule::DetectionPath::Poll => errln!(
                 "gpreempt: online pid {pid} seen through the index poll{}",

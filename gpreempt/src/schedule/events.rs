@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{
+    doorbell::target::ProbePoint,
     hints::HintCounts,
     kernel::KernelReport,
     policy::{ResumeReason, State},
@@ -257,11 +258,13 @@ pub enum ScheduleEvent {
     },
     /// How the online process's submissions are seen: `doorbell` (the probe is attached to the
     /// runtime libraries it maps; the index poll cross-checks) or `poll` (the dispatch indices
-    /// every `--poll`; `why` says why not the probe).
+    /// every `--poll`; `why` says why not the probe). `probes`: where each uprobe sits (the
+    /// export's implementation, one trap per store, or the export itself; `doorbell::target`).
     OnlineSeenBy {
         pid: HostPid,
         path: DetectionPath,
         libraries: Vec<String>,
+        probes: Vec<ProbePoint>,
         why: Option<String>,
     },
     OnlineQueue {

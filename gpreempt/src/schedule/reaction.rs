@@ -30,6 +30,7 @@ use super::{
     doorbell::{
         Coverage, DoorbellProbe,
         signal::doorbell_signal,
+        target::ProbePoint,
         wake::{Nudge, wait_readable},
     },
     events::{DetectionPath, DoorbellCount},
@@ -169,6 +170,7 @@ pub enum Report {
         pid: HostPid,
         path: DetectionPath,
         libraries: Vec<String>,
+        probes: Vec<ProbePoint>,
         why: Option<String>,
     },
     /// A malformed `--hint-socket` line.
@@ -608,6 +610,7 @@ impl<S: ControlSide> Reaction<S> {
                     pid,
                     path: DetectionPath::Poll,
                     libraries: Vec::new(),
+                    probes: Vec::new(),
                     why: Some(why.into()),
                 });
             }
@@ -619,14 +622,17 @@ impl<S: ControlSide> Reaction<S> {
                 let coverage = probe.cover(pid);
                 let covered = coverage.covered();
                 self.seen_by.push((pid, covered));
-                let (path, libraries, why) = match coverage {
-                    Coverage::Probe { libraries } => (DetectionPath::Doorbell, libraries, None),
-                    Coverage::NoRuntime => {
-                        (DetectionPath::Poll, Vec::new(), Some("it maps no libhsa-runtime64 (a raw KFD client)".into()))
-                    }
-                    Coverage::Failed(why) => (DetectionPath::Poll, Vec::new(), Some(why)),
+                let (path, libraries, probes, why) = match coverage {
+                    Coverage::Probe { libraries, points } => (DetectionPath::Doorbell, libraries, points, None),
+                    Coverage::NoRuntime => (
+                        DetectionPath::Poll,
+                        Vec::new(),
+                        Vec::new(),
+                        Some("it maps no libhsa-runtime64 (a raw KFD client)".into()),
+                    ),
+                    Coverage::Failed(why) => (DetectionPath::Poll, Vec::new(), Vec::new(), Some(why)),
                 };
-                self.report(Report::SeenBy { pid, path, libraries, why });
+                self.report(Report::SeenBy { pid, path, libraries, probes, why });
                 covered
             }
         };

@@ -436,8 +436,8 @@ impl Scheduler {
                 }
             }
             Report::DoorbellStores(count) => self.accounts.doorbell_stores.push(count),
-            Report::SeenBy { pid, path, libraries, why } => {
-                emit(&ScheduleEvent::OnlineSeenBy { pid, path, libraries, why });
+            Report::SeenBy { pid, path, libraries, probes, why } => {
+                emit(&ScheduleEvent::OnlineSeenBy { pid, path, libraries, probes, why });
             }
             Report::HintMalformed { line, count } => emit(&ScheduleEvent::HintMalformed { line, count }),
             Report::Warning(message) => emit(&ScheduleEvent::Warning { message }),

@@ -154,6 +154,10 @@ pub(crate) fn schedule_suspends_an_offline_job_during_each_request_of_a_rocm_pro
     );
     let libraries = seen[0]["libraries"].as_array().unwrap();
     assert!(libraries.len() == 1 && libraries[0].as_str().unwrap().contains("/libhsa-runtime64.so.1"), "{libraries:?}");
+    // Both exports are ROCr's API-table thunks: the probe sits on the implementations they jump
+    // to, read from the program's table (one breakpoint trap per store, no single step).
+    let probes = seen[0]["probes"].as_array().unwrap();
+    assert!(probes.len() == 2 && probes.iter().all(|p| p["implementation"] == true), "{probes:?}");
     let requests = online.requests(REQUESTS);
     // Let the last resume happen, then stop the scheduler and the offline job.
     thread::sleep(Duration::from_millis(300));
@@ -413,6 +417,8 @@ fn schedule_against_rocm_6_1_training(
     assert_eq!((added[0]["queues"].as_u64(), added[0]["snapshot"].as_bool()), (Some(2), Some(true)), "{added:?}");
     let seen = s.wait_events("online_seen_by", 1, LONG);
     assert_eq!(seen[0]["path"], "doorbell", "{seen:?}");
+    let probes = seen[0]["probes"].as_array().unwrap();
+    assert!(probes.len() == 2 && probes.iter().all(|p| p["implementation"] == true), "{probes:?}");
     let requests = online.requests_then(n, last);
     thread::sleep(Duration::from_millis(300));
     let (lines, _) = s.stop();

@@ -5,6 +5,7 @@
 //! - [`library`]: which `libhsa-runtime64` a process maps (bundled copies and containers too);
 //! - [`signal`]: a queue's doorbell signal handle, read from the process's `amd_queue_t`;
 //! - [`probe`]: the uprobe object, per-process attach, the armed flags and the hits;
+//! - [`target`]: where in the runtime the uprobe sits (the export's implementation);
 //! - [`wake`]: the reaction thread's one wait (the hits, a command, the cross-check).
 //!
 //! What the probe covers and what it cannot see is in docs/doorbell.md.
@@ -12,6 +13,7 @@
 pub mod library;
 pub mod probe;
 pub mod signal;
+pub mod target;
 pub mod wake;
 
 pub use probe::{Coverage, DoorbellError, DoorbellProbe};

@@ -13,12 +13,15 @@ use aya::{
     maps::{HashMap, MapData, PerCpuHashMap, PerCpuValues, RingBuf},
     programs::{
         ProgramError, UProbe,
-        uprobe::{UProbeLinkId, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeLinkId, UProbeScope},
     },
 };
 use gpreempt_common::doorbell::{ARMED_MAP, DoorbellHit, DoorbellKey, HITS_MAP, PROGRAM, STORES_MAP};
 
-use super::library::{RuntimeLibrary, runtime_libraries};
+use super::{
+    library::{RuntimeLibrary, runtime_libraries},
+    target::{ProbePoint, probe_points},
+};
 use crate::domain::HostPid;
 
 /// The doorbell object built by `build.rs` (empty when built with `AYA_BUILD_SKIP=1`).
@@ -48,8 +51,9 @@ pub enum DoorbellError {
 /// How an online process is seen.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Coverage {
-    /// The probe is attached to each runtime library it maps (their paths, as it sees them).
-    Probe { libraries: Vec<String> },
+    /// The probe is attached to each runtime library it maps (their paths, as it sees them), at
+    /// these points (see [`super::target`]).
+    Probe { libraries: Vec<String>, points: Vec<ProbePoint> },
     /// It maps no ROCm runtime (a raw KFD client, or one not started yet): the index poll only.
     NoRuntime,
     /// Attaching failed (the reason): the index poll only.
@@ -110,7 +114,7 @@ impl DoorbellProbe {
             return Coverage::NoRuntime;
         }
         match self.attach_all(pid, &libraries) {
-            Ok(()) => Coverage::Probe { libraries: libraries.into_iter().map(|l| l.path).collect() },
+            Ok(points) => Coverage::Probe { libraries: libraries.into_iter().map(|l| l.path).collect(), points },
             Err(e) => {
                 self.uncover(pid);
                 Coverage::Failed(e.to_string())
@@ -118,28 +122,41 @@ impl DoorbellProbe {
         }
     }
 
-    fn attach_all(&mut self, pid: HostPid, libraries: &[RuntimeLibrary]) -> Result<(), DoorbellError> {
+    fn attach_all(&mut self, pid: HostPid, libraries: &[RuntimeLibrary]) -> Result<Vec<ProbePoint>, DoorbellError> {
         let Some(scope) = NonZeroU32::new(pid.0) else { return Err(DoorbellError::Missing("a pid")) };
         if self.links.contains_key(&pid) {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let mut links = Vec::new();
+        let (mut links, mut attached) = (Vec::new(), Vec::new());
         let mut result = Ok(());
-        for library in libraries {
+        'libraries: for library in libraries {
+            let points = probe_points(pid, library, &STORE_SYMBOLS);
+            let mut offsets = Vec::new();
             for symbol in STORE_SYMBOLS {
+                let point = points.iter().find(|p| p.symbol == symbol && p.implementation);
+                // Two exports sharing one implementation are probed once (each store counted once).
+                if let Some(p) = point {
+                    if offsets.contains(&p.offset) {
+                        continue;
+                    }
+                    offsets.push(p.offset);
+                }
+                let location = point
+                    .map_or(UProbeAttachLocation::Symbol(symbol), |p| UProbeAttachLocation::AbsoluteOffset(p.offset));
                 match self.program().and_then(|p| {
-                    p.attach(symbol, &library.open_path, UProbeScope::OneProcess(scope)).map_err(DoorbellError::from)
+                    p.attach(location, &library.open_path, UProbeScope::OneProcess(scope)).map_err(DoorbellError::from)
                 }) {
                     Ok(link) => links.push(link),
                     Err(e) => {
                         result = Err(e);
-                        break;
+                        break 'libraries;
                     }
                 }
+                attached.extend(points.iter().find(|p| p.symbol == symbol).cloned());
             }
         }
         self.links.insert(pid, links);
-        result
+        result.map(|()| attached)
     }
 
     /// Detach `pid`'s uprobes and forget its doorbells (it exited, or is no longer online).
