@@ -68,6 +68,8 @@ struct StoreCost {
     unregistered_us: Option<Stats>,
     disarmed_us: Option<Stats>,
     armed_us: Option<Stats>,
+    attach_us: Option<Stats>,
+    detach_us: Option<Stats>,
     error: Option<String>,
 }
 
@@ -528,13 +530,17 @@ fn doorbell(md: &mut String, d: &Doorbell, wake: Option<&WakeFloor>) {
             let _ = writeln!(
                 md,
                 "\n**Cost per doorbell store** (`harness store-cost`, {} calls per row, this process, no scheduler \
-                 running; p50 / p99 µs): without the probe {}; with it, a signal it does not filter on {}, an online \
-                 queue's disarmed (every store of a burst but the first) {}, armed (the first: one hit) {}.\n",
+                 running; p50 / p99 µs; the probe on the implementation behind the stand-in's exported thunk, as on \
+                 ROCr: docs/doorbell.md): without the probe {}; with it, a signal it does not filter on {}, an online \
+                 queue's disarmed (every store of a burst but the first) {}, armed (the first: one hit) {}. Taking \
+                 the probe out of the process and putting it back (p50 / p99 µs, 50 rounds): detach {}, attach {}.\n",
                 c.calls,
                 us3(&c.bare_us),
                 us3(&c.unregistered_us),
                 us3(&c.disarmed_us),
                 us3(&c.armed_us),
+                us(&c.detach_us),
+                us(&c.attach_us),
             );
         }
     }
