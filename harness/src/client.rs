@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use gpreempt::clock::monotonic_ns;
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +49,25 @@ use crate::doorbell_stub::Store;
 /// The environment variable naming the stand-in runtime (`tests/rocm/hsa_store_stub.c` built as
 /// `libhsa-runtime64.so.1`) that online clients ring their doorbells through, as ROCclr does.
 pub const DOORBELL_STUB_ENV: &str = "HARNESS_DOORBELL_STUB";
+
+/// The environment variable pinning a client to one CPU (the `same-cpu` variant's online client).
+pub const CPU_ENV: &str = "HARNESS_CLIENT_CPU";
+
+/// Pin this process to the CPU [`CPU_ENV`] names, if any.
+fn pin_from_env() -> Result<()> {
+    let Ok(cpu) = std::env::var(CPU_ENV) else { return Ok(()) };
+    let cpu: usize = cpu.parse().with_context(|| format!("{CPU_ENV}={cpu}"))?;
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET within its size.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        bail!("pinning the client to CPU {cpu}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
 
 /// The stub's store, from the library named by [`DOORBELL_STUB_ENV`] (none: no doorbell rung).
 fn doorbell_store() -> Result<Option<Store>> {
@@ -126,6 +145,7 @@ fn sleep_until(deadline: u64) {
 /// The client's main: `shm` path, its index, its queues, its spec.
 pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) -> Result<ClientResult> {
     crate::shm::tight_timers();
+    pin_from_env()?;
     let shm = Shm::open(shm).with_context(|| format!("mapping {}", shm.display()))?;
     let pid = std::process::id();
     for q in queues {

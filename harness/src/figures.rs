@@ -64,6 +64,10 @@ pub struct SchedulerFigures {
     /// there costs nothing; one made there is still counted as a transition).
     pub busy_periods_nothing_to_preempt: usize,
     pub detection_us: Option<Summary>,
+    /// Of the detection samples, those whose busy period was published while a RESUME was in
+    /// the kernel (the reaction thread inside it), and the detection of the others.
+    pub busy_periods_during_resume: usize,
+    pub detection_outside_resume_us: Option<Summary>,
     pub reaction_us: Option<Summary>,
     /// The scheduler's own detection (from its last quiet poll, an upper bound) for comparison.
     pub scheduler_detection_us: Option<Summary>,
@@ -223,6 +227,15 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
         let held = held_intervals(&raw.stamps, 0);
         let (mut detection, mut reaction, mut held_at_start, mut unprotected, mut nothing) =
             (Vec::new(), Vec::new(), 0, 0, 0);
+        // Busy periods published while a RESUME of the online GPU was in the (model) kernel: the
+        // reaction thread is inside that ioctl and KFD would serialise a SUSPEND behind it, so
+        // their detection includes the rest of it whatever the detection path.
+        let resumes: Vec<(u64, u64)> = stamps
+            .iter()
+            .filter(|s| s.gpu == 0 && s.call == Call::Resume)
+            .map(|s| (s.entered_ns, s.returned_ns))
+            .collect();
+        let (mut during_resume, mut detection_outside_resume) = (0, Vec::new());
         for (i, b) in online_busy.iter().enumerate() {
             let next = online_busy.get(i + 1).map_or(u64::MAX, |n| n.start_ns);
             if held.iter().any(|&(s, e)| s <= b.start_ns && b.start_ns < e) {
@@ -231,6 +244,11 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
                 nothing += 1;
             } else if let Some(&(entered, returned)) = firsts.iter().find(|t| t.0 >= b.start_ns && t.0 < next) {
                 detection.push((entered - b.start_ns) as f64 / 1e3);
+                if resumes.iter().any(|&(e, r)| e <= b.start_ns && b.start_ns < r) {
+                    during_resume += 1;
+                } else {
+                    detection_outside_resume.push((entered - b.start_ns) as f64 / 1e3);
+                }
                 reaction.push((returned - b.start_ns) as f64 / 1e3);
             } else {
                 unprotected += 1;
@@ -275,6 +293,8 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
             busy_periods_unprotected: unprotected,
             busy_periods_nothing_to_preempt: nothing,
             detection_us: Summary::of(&detection),
+            busy_periods_during_resume: during_resume,
+            detection_outside_resume_us: Summary::of(&detection_outside_resume),
             reaction_us: Summary::of(&reaction),
             scheduler_detection_us: report.detection_us.clone(),
             scheduler_detection_doorbell_us: report.detection_doorbell_us.clone(),

@@ -78,7 +78,14 @@ impl Discovery for Quiet {
     }
 }
 
-fn spawn_client(shm: &Shm, index: usize, plan: &ClientPlan, slots: &[usize], dir: &FakeRoots) -> Result<Child> {
+fn spawn_client(
+    shm: &Shm,
+    index: usize,
+    plan: &ClientPlan,
+    slots: &[usize],
+    dir: &FakeRoots,
+    cpu: Option<usize>,
+) -> Result<Child> {
     let spec_path = dir.file(&format!("spec-{index}.json"));
     std::fs::write(&spec_path, serde_json::to_vec(&plan.spec)?)?;
     let exe = std::env::current_exe().context("finding the harness binary")?;
@@ -90,6 +97,9 @@ fn spawn_client(shm: &Shm, index: usize, plan: &ClientPlan, slots: &[usize], dir
     cmd.arg("--spec").arg(&spec_path);
     if let Some(stub) = crate::doorbell_stub::path() {
         cmd.env(crate::client::DOORBELL_STUB_ENV, stub);
+    }
+    if let Some(cpu) = cpu {
+        cmd.env(crate::client::CPU_ENV, cpu.to_string());
     }
     cmd.stdout(Stdio::piped()).stdin(Stdio::null()).stderr(Stdio::inherit());
     cmd.spawn().context("starting a client process")
@@ -147,8 +157,11 @@ pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
         .collect::<Result<_, _>>()?;
     let roots = FakeRoots::new()?;
     let mut children = Vec::new();
+    // `same-cpu`: the online client on the reaction thread's CPU.
+    let same_cpu = matches!(state, State::Scheduled { variant } if variant == crate::variants::SAME_CPU_VARIANT);
     for (i, p) in plans.iter().enumerate() {
-        children.push(spawn_client(&shm, i, p, &slots[i], &roots)?);
+        let cpu = (same_cpu && p.side == Side::Online).then_some(crate::variants::SAME_CPU);
+        children.push(spawn_client(&shm, i, p, &slots[i], &roots, cpu)?);
     }
     // Every client has mapped the region and said where its indices are.
     let ready_by = Instant::now() + Duration::from_secs(20);

@@ -86,7 +86,19 @@ pub fn doorbell_matrix(quick: bool) -> Vec<Scenario> {
             p(),
             Bound::Serial,
         )),
-        with_poll(scenario("poisson-1off", scenario::poisson(requests), scenario::trainers(1), p(), Bound::Serial)),
+        // With the reaction thread and the online client on one CPU too: the probe path's own
+        // detection, the host's wake-up of an idle vCPU left out.
+        {
+            let mut sc = with_poll(scenario(
+                "poisson-1off",
+                scenario::poisson(requests),
+                scenario::trainers(1),
+                p(),
+                Bound::Serial,
+            ));
+            sc.variants.push(crate::variants::SAME_CPU_VARIANT.into());
+            sc
+        },
         with_poll(scenario(
             "batching-1off",
             Online::Batching { trace: Trace::Conv, requests: batching_requests },

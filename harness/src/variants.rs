@@ -37,7 +37,15 @@ pub const VARIANTS: &[Variant] = &[
     ("defer-idle", |c| c.defer_idle = true),
     // Each offline job held on all of its GPUs or on none (`--gang`).
     ("gang", |c| c.gang = true),
+    // The reaction thread on the online client's CPU (`--cpu`; the client is pinned there too,
+    // run.rs): the probe's wake-up is then local, so the figure is the probe path's own and not
+    // the host's wake-up of another, idle vCPU.
+    (SAME_CPU_VARIANT, |c| c.realtime.cpu = Some(SAME_CPU)),
 ];
+
+/// The variant that pins the reaction thread and the online client to one CPU, and that CPU.
+pub const SAME_CPU_VARIANT: &str = "same-cpu";
+pub const SAME_CPU: usize = 0;
 
 pub fn by_name(name: &str) -> Option<Variant> {
     VARIANTS.iter().copied().find(|v| v.0 == name)

@@ -161,6 +161,8 @@ struct SchedulerFigures {
     offline_deferred: u64,
     offline_late_suspends: u64,
     detection_us: Option<Stats>,
+    busy_periods_during_resume: usize,
+    detection_outside_resume_us: Option<Stats>,
     reaction_us: Option<Stats>,
     loop_step_us: Option<Stats>,
     cpu_share: f64,
@@ -439,7 +441,9 @@ fn doorbell(md: &mut String, d: &Doorbell, wake: Option<&WakeFloor>) {
          The online client rings each submission's doorbell through a stand-in ROCm runtime \
          (`tests/rocm/hsa_store_stub.c` built as `libhsa-runtime64.so.1`; its queue laid out as ROCr's \
          `amd_queue_t`), so the scheduler's eBPF uprobe on it is the real path (docs/doorbell.md). *default*: the \
-         probe (the reaction thread waits on it while the online side is idle); *poll*: `--no-doorbell`. \
+         probe (the reaction thread waits on it while the online side is idle); *poll*: `--no-doorbell`; \
+         *same-cpu*: the probe with the reaction thread and the online client pinned to one CPU (`--cpu 0`), so a \
+         hit wakes the reaction thread where the store ran instead of on the other, idle vCPU. \
          Detection as above (the client's publish stamp → SUSPEND entered); *scheduler's doorbell detection*: the \
          store's kernel stamp → SUSPEND entered, for the suspends the probe started, and its *wake-up* share: the \
          store → the start of the reaction thread's step that took the probe's hit; *store* = one call of the \
@@ -454,7 +458,7 @@ fn doorbell(md: &mut String, d: &Doorbell, wake: Option<&WakeFloor>) {
             let _ = writeln!(md, "| {} | failed: {e} |||||||||", s.scenario.name);
             continue;
         }
-        for variant in ["default", "poll"] {
+        for variant in ["default", "poll", "same-cpu"] {
             let key = format!("schedule:{variant}");
             let (Some(st), Some(c)) = (s.state(&key), s.comparison(&key)) else { continue };
             let f = st.scheduler.as_ref();
@@ -481,12 +485,29 @@ fn doorbell(md: &mut String, d: &Doorbell, wake: Option<&WakeFloor>) {
         }
     }
     // Issue 36's native goals.
-    let worst_doorbell_p99 = d
-        .scenarios
-        .iter()
-        .filter_map(|s| s.state("schedule:default")?.scheduler.as_ref()?.scheduler_detection_doorbell_us.clone())
-        .map(|s| s.p99)
-        .fold(f64::NAN, f64::max);
+    let doorbell_p99 = |variant: &str| {
+        d.scenarios
+            .iter()
+            .filter_map(|s| {
+                s.state(&format!("schedule:{variant}"))?.scheduler.as_ref()?.scheduler_detection_doorbell_us.clone()
+            })
+            .map(|s| s.p99)
+            .fold(f64::NAN, f64::max)
+    };
+    let worst_doorbell_p99 = doorbell_p99("default");
+    // The client's publish → SUSPEND entered (an upper bound of the store's) over the busy periods
+    // not published during a RESUME.
+    let outside = |variant: &str| {
+        d.scenarios
+            .iter()
+            .filter_map(|s| {
+                s.state(&format!("schedule:{variant}"))?.scheduler.as_ref()?.detection_outside_resume_us.clone()
+            })
+            .map(|s| s.p99)
+            .fold(f64::NAN, f64::max)
+    };
+    let (outside_default, outside_same) = (outside("default"), outside("same-cpu"));
+    let same_cpu_p99 = doorbell_p99("same-cpu");
     let added = match (&d.store_cost.disarmed_us, &d.store_cost.bare_us) {
         (Some(with), Some(bare)) => with.p50 - bare.p50,
         _ => f64::NAN,
@@ -511,7 +532,10 @@ fn doorbell(md: &mut String, d: &Doorbell, wake: Option<&WakeFloor>) {
         "\n| goal (issue 36, natively) | measured | verdict |\n|---|---|---|\n\
          | Detection through the probe (store → SUSPEND entered) p99 ≤ 50 µs | worst {worst_doorbell_p99:.0} µs \
          (this host's wake-up floor in the same run, an eventfd write → a SCHED_FIFO thread in poll(2) running: \
-         p50 / p99 {} µs on the writer's CPU, {} µs on another) | {} |\n\
+         p50 / p99 {} µs on the writer's CPU, {} µs on another; with the reaction thread on the storing CPU, \
+         *same-cpu*: {same_cpu_p99:.0} µs; the busy periods not published during a RESUME, whose ioctl the \
+         reaction thread is in, publish → SUSPEND entered: p99 {outside_default:.0} µs, *same-cpu* \
+         {outside_same:.0} µs) | {} |\n\
          | Added cost per kernel launch ≤ 2 µs | {added:.2} µs (store p50 with the probe on a disarmed queue − without) | {} |\n\
          | gpreempt ≤ 1 % of a core while the online side is idle (`idle-1off`) | {} with the probe; {} polling | {idle_verdict} |\n",
         wake.map_or("–".into(), |w| us(&w.same_cpu_us)),
@@ -652,9 +676,14 @@ fn goals(md: &mut String, doc: &Doc) {
             scheds.iter().filter_map(|(s, _, _)| f(s)).fold(0.0f64, f64::max)
         };
         let det = max_of(&|s| s.detection_us.as_ref().map(|d| d.p99));
+        let outside = max_of(&|s| s.detection_outside_resume_us.as_ref().map(|d| d.p99));
+        let during: usize = scheds.iter().map(|(s, _, _)| s.busy_periods_during_resume).sum();
+        let samples: f64 = scheds.iter().filter_map(|(s, _, _)| s.detection_us.as_ref().map(|d| d.count)).sum();
         let _ = writeln!(
             md,
-            "| Detection p99 ≤ 300 µs at the default poll (worst scenario) | {bound} | {det:.0} µs | {} |",
+            "| Detection p99 ≤ 300 µs at the default poll (worst scenario) | {bound} | {det:.0} µs ({during} of the \
+             {samples:.0} samples were published while a RESUME was in the kernel, the reaction thread inside it; \
+             without them, worst p99 {outside:.0} µs) | {} |",
             verdict(det <= 300.0)
         );
         // Reaction bound: detection + the profile's SUSPEND (upper end 0.75 ms, + 0.1 ms save) per offline process.
