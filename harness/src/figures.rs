@@ -69,6 +69,8 @@ pub struct SchedulerFigures {
     pub busy_periods_during_resume: usize,
     pub detection_outside_resume_us: Option<Summary>,
     pub reaction_us: Option<Summary>,
+    /// The reaction over the same busy periods as `detection_outside_resume_us`.
+    pub reaction_outside_resume_us: Option<Summary>,
     /// The scheduler's own detection (from its last quiet poll, an upper bound) for comparison.
     pub scheduler_detection_us: Option<Summary>,
     /// Of it, through the doorbell probe (exact: the store's kernel stamp → SUSPEND entered).
@@ -235,7 +237,8 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
             .filter(|s| s.gpu == 0 && s.call == Call::Resume)
             .map(|s| (s.entered_ns, s.returned_ns))
             .collect();
-        let (mut during_resume, mut detection_outside_resume) = (0, Vec::new());
+        let (mut during_resume, mut detection_outside_resume, mut reaction_outside_resume) =
+            (0, Vec::new(), Vec::new());
         for (i, b) in online_busy.iter().enumerate() {
             let next = online_busy.get(i + 1).map_or(u64::MAX, |n| n.start_ns);
             if held.iter().any(|&(s, e)| s <= b.start_ns && b.start_ns < e) {
@@ -248,6 +251,7 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
                     during_resume += 1;
                 } else {
                     detection_outside_resume.push((entered - b.start_ns) as f64 / 1e3);
+                    reaction_outside_resume.push((returned - b.start_ns) as f64 / 1e3);
                 }
                 reaction.push((returned - b.start_ns) as f64 / 1e3);
             } else {
@@ -296,6 +300,7 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
             busy_periods_during_resume: during_resume,
             detection_outside_resume_us: Summary::of(&detection_outside_resume),
             reaction_us: Summary::of(&reaction),
+            reaction_outside_resume_us: Summary::of(&reaction_outside_resume),
             scheduler_detection_us: report.detection_us.clone(),
             scheduler_detection_doorbell_us: report.detection_doorbell_us.clone(),
             scheduler_doorbell_wake_us: report.doorbell_wake_us.clone(),
