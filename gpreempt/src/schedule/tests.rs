@@ -731,6 +731,19 @@ fn an_offline_process_with_nothing_on_the_gpu_is_held_with_no_ioctl_and_suspende
     assert_eq!((off_read.load(Ordering::SeqCst), off_write.load(Ordering::SeqCst)), (1, 1));
 }
 
+/// Two offline processes given by pid (one job, for `--gang`): `first` with a queue on A, the
+/// online GPU (the online queue's indices are `online`), `second` with one on `second_gpu`.
+fn two_offline(first: u32, second: u32, second_gpu: u32, online: (&AtomicU64, &AtomicU64)) -> Setup {
+    let Setup { mut host, side, config } = setup(first, vec![queue(0, A, online.0, online.1)], Vec::new(), false);
+    kfd_process(&mut host, second);
+    side.with(|s| {
+        s.offline_of.insert(HostPid(first), vec![queue(0, A, &OFF_READ, &OFF_READ)]);
+        s.offline_of.insert(HostPid(second), vec![queue(0, second_gpu, &OFF_READ, &OFF_READ)]);
+    });
+    let offline = vec![Selector::Pid(HostPid(first)), Selector::Pid(HostPid(second))];
+    Setup { host, side, config: ScheduleConfig { offline, ..config } }
+}
+
 #[test]
 fn with_gang_the_job_is_held_on_all_of_its_gpus_when_one_of_them_is_and_resumed_when_none_is() {
     static R: AtomicU64 = AtomicU64::new(0);
@@ -738,17 +751,8 @@ fn with_gang_the_job_is_held_on_all_of_its_gpus_when_one_of_them_is_and_resumed_
     const RANK0: u32 = 3_999_980;
     const RANK1: u32 = 3_999_981;
     // Rank 0 on A (the online GPU), rank 1 on B: pids given together are one job.
-    let Setup { mut host, side, config } = setup(RANK0, vec![queue(0, A, &R, &W)], Vec::new(), false);
-    kfd_process(&mut host, RANK1);
-    side.with(|s| {
-        s.offline_of.insert(HostPid(RANK0), vec![queue(0, A, &OFF_READ, &OFF_READ)]);
-        s.offline_of.insert(HostPid(RANK1), vec![queue(0, B, &OFF_READ, &OFF_READ)]);
-    });
-    let config = ScheduleConfig {
-        offline: vec![Selector::Pid(HostPid(RANK0)), Selector::Pid(HostPid(RANK1))],
-        gang: true,
-        ..config
-    };
+    let Setup { host: _host, side, config } = two_offline(RANK0, RANK1, B, (&R, &W));
+    let config = ScheduleConfig { gang: true, ..config };
     let (events, mut emit) = sink();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -788,16 +792,9 @@ fn a_resume_of_several_offline_processes_stops_when_online_work_is_published_dur
     const FIRST: u32 = 3_999_970;
     const SECOND: u32 = 3_999_971;
     // Two offline processes on A, the online GPU.
-    let Setup { mut host, side, config } = setup(FIRST, vec![queue(0, A, &R, &W)], Vec::new(), false);
-    kfd_process(&mut host, SECOND);
-    side.with(|s| {
-        s.offline_of.insert(HostPid(FIRST), vec![queue(0, A, &OFF_READ, &OFF_READ)]);
-        s.offline_of.insert(HostPid(SECOND), vec![queue(0, A, &OFF_READ, &OFF_READ)]);
-        // The online job publishes its next dispatch while the first RESUME runs.
-        s.publish_during_resume = Some((&W, 2));
-    });
-    let config =
-        ScheduleConfig { offline: vec![Selector::Pid(HostPid(FIRST)), Selector::Pid(HostPid(SECOND))], ..config };
+    let Setup { host: _host, side, config } = two_offline(FIRST, SECOND, A, (&R, &W));
+    // The online job publishes its next dispatch while the first RESUME runs.
+    side.with(|s| s.publish_during_resume = Some((&W, 2)));
     let (events, mut emit) = sink();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
     let stop = Arc::new(AtomicBool::new(false));

@@ -486,27 +486,20 @@ fn doorbell(md: &mut String, d: &Doorbell, wake: Option<&WakeFloor>) {
         }
     }
     // Issue 36's native goals.
-    let doorbell_p99 = |variant: &str| {
+    // The worst p99 of one of a variant's figures over the scenarios.
+    let worst_p99 = |variant: &str, figure: fn(&SchedulerFigures) -> &Option<Stats>| {
         d.scenarios
             .iter()
             .filter_map(|s| {
-                s.state(&format!("schedule:{variant}"))?.scheduler.as_ref()?.scheduler_detection_doorbell_us.clone()
+                figure(s.state(&format!("schedule:{variant}"))?.scheduler.as_ref()?).as_ref().map(|s| s.p99)
             })
-            .map(|s| s.p99)
             .fold(f64::NAN, f64::max)
     };
+    let doorbell_p99 = |variant: &str| worst_p99(variant, |f| &f.scheduler_detection_doorbell_us);
     let worst_doorbell_p99 = doorbell_p99("default");
     // The client's publish → SUSPEND entered (an upper bound of the store's) over the busy periods
     // not published during a RESUME.
-    let outside = |variant: &str| {
-        d.scenarios
-            .iter()
-            .filter_map(|s| {
-                s.state(&format!("schedule:{variant}"))?.scheduler.as_ref()?.detection_outside_resume_us.clone()
-            })
-            .map(|s| s.p99)
-            .fold(f64::NAN, f64::max)
-    };
+    let outside = |variant: &str| worst_p99(variant, |f| &f.detection_outside_resume_us);
     let (outside_default, outside_same) = (outside("default"), outside("same-cpu"));
     let same_cpu_p99 = doorbell_p99("same-cpu");
     let added = match (&d.store_cost.disarmed_us, &d.store_cost.bare_us) {
