@@ -2,7 +2,8 @@
 `hip-streams-6 requests 4096 40 60000`: one kernel of 4096 work-items and hipStreamSynchronize every
 60 ms) under `gpreempt schedule` next to a HIP 5.7 training loop (`hip-streams-6 offline 4096`),
 alternately with the doorbell probe and with `--no-doorbell`, two rounds, the order swapped in the
-second. Prints each run's summary figures (detection, the probe's detection and wake-up, reaction).
+second. Prints each run's summary figures (detection, the probe's detection and wake-up, reaction)
+and where the probe sat (`online_seen_by`'s probes: ROCr 6.1's stores' implementations).
 
 Usage, in a 6.12 guest with the KFD emulator and amdgpu_emu loaded (see the closing note that
 quotes it):
@@ -24,11 +25,11 @@ for rnd in range(2):
         if variant == "poll":
             args.append("--no-doorbell")
         sched = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        path = None
+        path, probes = None, None
         for line in sched.stdout:
             e = json.loads(line)
             if e.get("event") == "online_seen_by":
-                path = e.get("path")
+                path, probes = e.get("path"), e.get("probes")
             if e.get("event") == "offline_attached":
                 break
         time.sleep(0.5)
@@ -46,6 +47,7 @@ for rnd in range(2):
         key = f"round{rnd+1}/{variant}"
         res[key] = {k: summ.get(k) for k in ("suspends", "resumes", "detection_us", "detection_doorbell_us", "doorbell_wake_us", "doorbell_waits", "doorbell_wakes", "reaction_us")}
         res[key]["seen_by"] = path
+        res[key]["probes"] = probes
         print(key, json.dumps(res[key]), flush=True)
 offline.stdin.write("stop\n"); offline.stdin.flush()
 json.dump(res, open(out, "w"), indent=1)
