@@ -110,7 +110,8 @@ pub fn probe_point(pid: HostPid, library: &RuntimeLibrary, elf: &[u8], symbol: &
     let file_offset = |address: u64| maps.iter().find(|m| (m.0..m.1).contains(&address)).map(|m| address - m.0 + m.2);
     let Some(at) = runtime(export) else { return Some(on_export) };
     let implementation = (|| {
-        let (table_pointer, entry) = thunk_slot(&read_bytes::<2>(pid, at)?, at)?;
+        // The longest thunk: endbr64 (4) + mov (7) + jmp with a 32-bit displacement (6) = 17 bytes.
+        let (table_pointer, entry) = thunk_slot(&read_bytes::<3>(pid, at)?, at)?;
         let table = u64::from_le_bytes(read_bytes::<1>(pid, table_pointer)?.try_into().ok()?);
         let target = u64::from_le_bytes(read_bytes::<1>(pid, table.checked_add(entry)?)?.try_into().ok()?);
         let offset = file_offset(target)?;
