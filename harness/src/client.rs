@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use gpreempt::clock::monotonic_ns;
 use serde::{Deserialize, Serialize};
 
@@ -57,16 +57,8 @@ pub const CPU_ENV: &str = "HARNESS_CLIENT_CPU";
 fn pin_from_env() -> Result<()> {
     let Ok(cpu) = std::env::var(CPU_ENV) else { return Ok(()) };
     let cpu: usize = cpu.parse().with_context(|| format!("{CPU_ENV}={cpu}"))?;
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET within its size.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 {
-        bail!("pinning the client to CPU {cpu}: {}", std::io::Error::last_os_error());
-    }
-    Ok(())
+    // This thread, before the client starts any other (they inherit it).
+    gpreempt::schedule::realtime::pin(cpu).with_context(|| format!("pinning the client to CPU {cpu}"))
 }
 
 /// The stub's store, from the library named by [`DOORBELL_STUB_ENV`] (none: no doorbell rung).

@@ -262,26 +262,24 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
         let engine = online.filter(|o| !o.engine_busy_ns.is_empty()).map(|o| {
             let periods: Vec<(u64, u64)> =
                 o.engine_busy_ns.iter().copied().filter(|&(s, _)| s >= raw.start_ns && s <= end).collect();
-            let inside = |t: u64| periods.iter().any(|&(s, e)| s < t && t < e);
+            // The engine's busy periods do not overlap: each RESUME inside one counts once.
+            let flapping_periods: Vec<(usize, usize)> = periods
+                .iter()
+                .enumerate()
+                .map(|(i, &(s, e))| {
+                    let n = stamps
+                        .iter()
+                        .filter(|c| c.gpu == 0 && c.call == Call::Resume && s < c.entered_ns && c.entered_ns < e)
+                        .count();
+                    (i, n)
+                })
+                .filter(|&(_, n)| n > 0)
+                .collect();
             EngineFigures {
                 busy_periods: periods.len(),
                 transitions_per_busy_period: firsts.len() as f64 / periods.len().max(1) as f64,
-                resumes_inside: stamps
-                    .iter()
-                    .filter(|s| s.gpu == 0 && s.call == Call::Resume && inside(s.entered_ns))
-                    .count(),
-                flapping_periods: periods
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &(s, e))| {
-                        let n = stamps
-                            .iter()
-                            .filter(|c| c.gpu == 0 && c.call == Call::Resume && s < c.entered_ns && c.entered_ns < e)
-                            .count();
-                        (i, n)
-                    })
-                    .filter(|&(_, n)| n > 0)
-                    .collect(),
+                resumes_inside: flapping_periods.iter().map(|&(_, n)| n).sum(),
+                flapping_periods,
             }
         });
         let cpu_ms = report.reaction_cpu_ms + raw.run_thread_cpu_ns as f64 / 1e6;

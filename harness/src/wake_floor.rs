@@ -15,7 +15,7 @@ use std::{
     thread,
 };
 
-use gpreempt::{clock::monotonic_ns, stats::Summary};
+use gpreempt::{clock::monotonic_ns, schedule::realtime::pin, stats::Summary};
 use serde::Serialize;
 
 use crate::rng::Rng;
@@ -36,16 +36,6 @@ pub fn measure(seconds: f64) -> Option<WakeFloor> {
     Some(WakeFloor { same_cpu_us, cross_cpu_us: cross.and_then(|c| c.0), realtime })
 }
 
-/// Pin the calling thread to `cpu`; false when refused (no such CPU).
-fn pin(cpu: usize) -> bool {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET within its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) == 0
-    }
-}
-
 fn placed(seconds: f64, waiter_cpu: usize, waker_cpu: usize) -> Option<(Option<Summary>, bool)> {
     // SAFETY: plain eventfd creation; the fd is closed below.
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -56,7 +46,7 @@ fn placed(seconds: f64, waiter_cpu: usize, waker_cpu: usize) -> Option<(Option<S
     let done = Arc::new(AtomicBool::new(false));
     let (w, d) = (written.clone(), done.clone());
     let waiter = thread::spawn(move || {
-        let pinned = pin(waiter_cpu);
+        let pinned = pin(waiter_cpu).is_ok();
         let param = libc::sched_param { sched_priority: 20 };
         // SAFETY: this thread's own scheduling class; refusal leaves it at normal priority.
         let realtime = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) } == 0;
@@ -81,7 +71,7 @@ fn placed(seconds: f64, waiter_cpu: usize, waker_cpu: usize) -> Option<(Option<S
     });
     // The waker is a thread of its own too, so the caller's affinity is left alone.
     let waker = thread::spawn(move || {
-        let pinned = pin(waker_cpu);
+        let pinned = pin(waker_cpu).is_ok();
         let mut rng = Rng::new(7);
         let end = monotonic_ns() + (seconds * 1e9) as u64;
         while monotonic_ns() < end {

@@ -203,6 +203,16 @@ pub struct GapVerdict {
     pub evidence: usize,
 }
 
+/// The cost-aware answer for a gap past the idle threshold ([`PolicyMachine::gap_call`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GapCall {
+    Resume,
+    /// Predicted shorter than the transitions' cost.
+    Hold(GapVerdict),
+    /// No evidence either way yet: wait (up to [`UNPROVEN_WAIT`] × the threshold).
+    Wait,
+}
+
 /// What the controller saw at one poll.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Observation {
@@ -377,32 +387,28 @@ impl PolicyMachine {
         ((n > 0).then(|| (sum / n as u128) as u64), n)
     }
 
-    /// The cost-aware check of an idle resume: `Some` when the gap is predicted too short.
-    fn short_gap(&self, idle_ns: u64) -> Option<GapVerdict> {
+    /// The cost-aware check of a gap past the threshold, from one prediction: hold through it
+    /// when its rest is predicted shorter than the transitions' cost; with the learnt rules and no
+    /// evidence either way (fewer than [`MIN_GAPS`] recorded gaps longer than it) wait up to
+    /// [`UNPROVEN_WAIT`] × the threshold before resuming, as the online job comes first: a resume
+    /// for want of evidence is a flap when the gap is one of a serving engine's first step gaps
+    /// (harness batching load, 40 requests: the first busy period's 4 flaps), and a long gap
+    /// loses only that wait; else resume.
+    fn gap_call(&self, idle_ns: u64) -> GapCall {
         if !self.config.cost_aware {
-            return None;
+            return GapCall::Resume;
         }
-        let cost_ns = self.transition_cost()?;
         let (predicted, evidence) = self.predicted_rest(idle_ns);
-        let predicted_ns = predicted?;
-        (evidence >= MIN_GAPS && predicted_ns < cost_ns).then_some(GapVerdict {
-            idle_ns,
-            predicted_ns,
-            cost_ns,
-            evidence,
-        })
-    }
-
-    /// With the learnt rules, a gap past the threshold with no evidence either way (fewer than
-    /// [`MIN_GAPS`] recorded gaps longer than it) waits up to [`UNPROVEN_WAIT`] × the threshold
-    /// before it resumes, as the online job comes first: a resume for want of evidence is a flap
-    /// when the gap is one of a serving engine's first step gaps (harness batching load, 40
-    /// requests: the first busy period's 4 flaps), and a long gap loses only that wait.
-    fn unproven(&self, idle_ns: u64) -> bool {
-        self.config.cost_aware
-            && self.config.learn_idle
-            && idle_ns < self.idle_ns.saturating_mul(UNPROVEN_WAIT)
-            && self.predicted_rest(idle_ns).1 < MIN_GAPS
+        if let (Some(cost_ns), Some(predicted_ns)) = (self.transition_cost(), predicted)
+            && evidence >= MIN_GAPS
+            && predicted_ns < cost_ns
+        {
+            return GapCall::Hold(GapVerdict { idle_ns, predicted_ns, cost_ns, evidence });
+        }
+        if self.config.learn_idle && idle_ns < self.idle_ns.saturating_mul(UNPROVEN_WAIT) && evidence < MIN_GAPS {
+            return GapCall::Wait;
+        }
+        GapCall::Resume
     }
 
     /// Record the gap that ends at `now` when online work reappears.
@@ -457,10 +463,7 @@ impl PolicyMachine {
         let Some(idle_for) = self.last_active.map(|t| now.saturating_sub(t)) else {
             return self.state == State::Suspended;
         };
-        self.state == State::Suspended
-            && idle_for >= self.idle_ns
-            && self.short_gap(idle_for).is_none()
-            && !self.unproven(idle_for)
+        self.state == State::Suspended && idle_for >= self.idle_ns && self.gap_call(idle_for) == GapCall::Resume
     }
 
     /// One poll at `now`: the action to take, if any. After a `Suspend` or `Resume` the
@@ -505,16 +508,16 @@ impl PolicyMachine {
                     self.no_suspend_until = now + self.slice_ns();
                     Some(ResumeReason::MinShare)
                 } else if !seen.online_active && idle_for >= self.idle_ns {
-                    if let Some(verdict) = self.short_gap(idle_for) {
-                        if std::mem::replace(&mut self.gap_verdict_said, true) {
-                            return None;
+                    match self.gap_call(idle_for) {
+                        GapCall::Hold(verdict) => {
+                            if std::mem::replace(&mut self.gap_verdict_said, true) {
+                                return None;
+                            }
+                            return Some(Action::HoldThroughGap(verdict));
                         }
-                        return Some(Action::HoldThroughGap(verdict));
+                        GapCall::Wait => return None,
+                        GapCall::Resume => Some(ResumeReason::Idle),
                     }
-                    if self.unproven(idle_for) {
-                        return None;
-                    }
-                    Some(ResumeReason::Idle)
                 } else {
                     None
                 };

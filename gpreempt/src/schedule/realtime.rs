@@ -76,7 +76,8 @@ pub fn apply(config: RealtimeConfig) -> Realtime {
     out
 }
 
-fn pin(cpu: usize) -> std::io::Result<()> {
+/// Pin the calling thread to `cpu`.
+pub fn pin(cpu: usize) -> std::io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
     }

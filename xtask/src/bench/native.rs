@@ -599,9 +599,7 @@ fn goals(md: &mut String, doc: &Doc) {
                 Some((s.offline_processes(), 1.0 + per * s.offline_processes() as f64 / 1e6 / p50))
             })
             .collect();
-        let floor = |n: usize| {
-            floors.iter().filter(|f| f.0 == n).map(|f| f.1).fold(f64::NAN, |a, b| if a.is_nan() { b } else { a.max(b) })
-        };
+        let floor = |n: usize| floors.iter().filter(|f| f.0 == n).map(|f| f.1).fold(f64::NAN, f64::max);
         let _ = writeln!(
             md,
             "| Poisson and Azure trace, 1-3 offline: online P50 and P99 ≤ 1.10× alone | {bound} | worst P50 {:.2}×, P99 \

@@ -24,6 +24,21 @@ pub struct RuntimeLibrary {
     pub open_path: PathBuf,
     /// `(device, inode)` as `maps` gives them: two mappings of one file are one library.
     pub file: (String, u64),
+    /// Every mapping of it: (start, end, file offset), for translating between its file offsets
+    /// and the process's addresses.
+    pub mappings: Vec<(u64, u64, u64)>,
+}
+
+impl RuntimeLibrary {
+    /// Where file offset `offset` is mapped in the process.
+    pub fn address_of(&self, offset: u64) -> Option<u64> {
+        self.mappings.iter().find(|m| (m.2..m.2 + (m.1 - m.0)).contains(&offset)).map(|m| m.0 + offset - m.2)
+    }
+
+    /// The file offset mapped at `address`, if it lies in this library.
+    pub fn offset_of(&self, address: u64) -> Option<u64> {
+        self.mappings.iter().find(|m| (m.0..m.1).contains(&address)).map(|m| address - m.0 + m.2)
+    }
 }
 
 /// The runtime libraries `pid` maps now (none: not a ROCm process yet, or a raw KFD client).
@@ -39,7 +54,7 @@ pub fn parse_maps(pid: HostPid, maps: &str) -> Vec<RuntimeLibrary> {
         // address perms offset dev inode path (the path may contain spaces; " (deleted)" ends a
         // replaced file's).
         let mut fields = line.splitn(6, ' ');
-        let (Some(range), Some(_perms), Some(_offset), Some(dev), Some(inode)) =
+        let (Some(range), Some(_perms), Some(offset), Some(dev), Some(inode)) =
             (fields.next(), fields.next(), fields.next(), fields.next(), fields.next())
         else {
             continue;
@@ -50,14 +65,18 @@ pub fn parse_maps(pid: HostPid, maps: &str) -> Vec<RuntimeLibrary> {
             continue;
         }
         let Ok(inode) = inode.parse::<u64>() else { continue };
+        let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+        let mapping = range.split_once('-').and_then(|(a, b)| Some((hex(a)?, hex(b)?, hex(offset)?)));
         let file = (dev.to_owned(), inode);
-        if found.iter().any(|l| l.file == file) {
+        if let Some(known) = found.iter_mut().find(|l| l.file == file) {
+            known.mappings.extend(mapping);
             continue;
         }
         found.push(RuntimeLibrary {
             path: path.to_owned(),
             open_path: PathBuf::from(format!("/proc/{}/map_files/{range}", pid.0)),
             file,
+            mappings: mapping.into_iter().collect(),
         });
     }
     found
@@ -84,5 +103,10 @@ mod tests {
         assert_eq!(libs[1].path, "/opt/venv/lib/python3.11/site-packages/torch/lib/libhsa-runtime64.so (deleted)");
         assert_eq!(libs[1].open_path, PathBuf::from("/proc/42/map_files/7f00b0000000-7f00b0010000"));
         assert!(parse_maps(HostPid(1), "garbage\n\n").is_empty());
+        // Both mappings of the first library translate file offsets and addresses.
+        assert_eq!(libs[0].mappings, [(0x7f00a0000000, 0x7f00a0040000, 0), (0x7f00a0040000, 0x7f00a0200000, 0x40000)]);
+        assert_eq!(libs[0].address_of(0x40010), Some(0x7f00a0040010));
+        assert_eq!(libs[0].offset_of(0x7f00a0040010), Some(0x40010));
+        assert_eq!((libs[0].address_of(0x200000), libs[0].offset_of(0x7f00b0000000)), (None, None));
     }
 }

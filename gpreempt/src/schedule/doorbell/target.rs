@@ -63,67 +63,46 @@ pub fn thunk_slot(code: &[u8], at: u64) -> Option<(u64, u64)> {
     Some((table_pointer, offset))
 }
 
-/// One mapping of the library in the process: (start, end, file offset).
-type Mapping = (u64, u64, u64);
-
-/// The library's mappings in `pid` (`/proc/PID/maps` lines of its device and inode).
-fn mappings(pid: HostPid, library: &RuntimeLibrary) -> Vec<Mapping> {
-    let Ok(maps) = fs::read_to_string(format!("/proc/{}/maps", pid.0)) else { return Vec::new() };
-    maps.lines()
-        .filter_map(|line| {
-            let mut f = line.split_whitespace();
-            let (range, _perms, offset, dev, inode) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
-            if (dev, inode.parse::<u64>().ok()?) != (library.file.0.as_str(), library.file.1) {
-                return None;
-            }
-            let (start, end) = range.split_once('-')?;
-            Some((
-                u64::from_str_radix(start, 16).ok()?,
-                u64::from_str_radix(end, 16).ok()?,
-                u64::from_str_radix(offset, 16).ok()?,
-            ))
-        })
-        .collect()
+/// The u64 at `address` of `pid`'s memory.
+fn read_u64(pid: HostPid, address: u64) -> Option<u64> {
+    let mut word = [0u64];
+    read_u64s(pid, &[address], &mut word).ok()?;
+    Some(word[0])
 }
 
-/// Read `N` × 8 bytes of `pid`'s memory at `address`.
-fn read_bytes<const N: usize>(pid: HostPid, address: u64) -> Option<Vec<u8>> {
-    let addresses: [u64; N] = std::array::from_fn(|i| address + 8 * i as u64);
-    let mut words = [0u64; N];
-    read_u64s(pid, &addresses, &mut words).ok()?;
-    Some(words.iter().flat_map(|w| w.to_le_bytes()).collect())
-}
+/// The longest thunk: `endbr64` (4) + `mov` (7) + `jmp` with a 32-bit displacement (6) = 17 bytes.
+const THUNK_WORDS: usize = 3;
 
-/// Where to probe `symbol` of `library` in `pid`: its implementation when the export is a table
-/// thunk whose entry lies in the library, else the export (see the module).
-pub fn probe_point(pid: HostPid, library: &RuntimeLibrary, elf: &[u8], symbol: &'static str) -> Option<ProbePoint> {
-    let file = object::File::parse(elf).ok()?;
-    let sym = file.dynamic_symbols().find(|s| s.name() == Ok(symbol))?;
-    let export = file
+/// Where to probe `symbol` of `library` (parsed as `elf`) in `pid`: its implementation when the
+/// export is a table thunk whose entry lies in the library, else the export (see the module).
+fn probe_point(pid: HostPid, library: &RuntimeLibrary, elf: &object::File, symbol: &'static str) -> Option<ProbePoint> {
+    let sym = elf.dynamic_symbols().find(|s| s.name() == Ok(symbol))?;
+    let export = elf
         .segments()
         .find(|seg| (seg.address()..seg.address() + seg.size()).contains(&sym.address()))
         .map(|seg| sym.address() - seg.address() + seg.file_range().0)?;
-    let on_export = ProbePoint { symbol, offset: export, implementation: false };
-    let maps = mappings(pid, library);
-    let runtime =
-        |offset: u64| maps.iter().find(|m| (m.2..m.2 + (m.1 - m.0)).contains(&offset)).map(|m| m.0 + offset - m.2);
-    let file_offset = |address: u64| maps.iter().find(|m| (m.0..m.1).contains(&address)).map(|m| address - m.0 + m.2);
-    let Some(at) = runtime(export) else { return Some(on_export) };
-    let implementation = (|| {
-        // The longest thunk: endbr64 (4) + mov (7) + jmp with a 32-bit displacement (6) = 17 bytes.
-        let (table_pointer, entry) = thunk_slot(&read_bytes::<3>(pid, at)?, at)?;
-        let table = u64::from_le_bytes(read_bytes::<1>(pid, table_pointer)?.try_into().ok()?);
-        let target = u64::from_le_bytes(read_bytes::<1>(pid, table.checked_add(entry)?)?.try_into().ok()?);
-        let offset = file_offset(target)?;
-        let skip = if read_bytes::<1>(pid, target)?.starts_with(&ENDBR64) { 4 } else { 0 };
+    let implementation = || {
+        let at = library.address_of(export)?;
+        let mut words = [0u64; THUNK_WORDS];
+        let addresses: [u64; THUNK_WORDS] = std::array::from_fn(|i| at + 8 * i as u64);
+        read_u64s(pid, &addresses, &mut words).ok()?;
+        let code: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let (table_pointer, entry) = thunk_slot(&code, at)?;
+        let target = read_u64(pid, read_u64(pid, table_pointer)?.checked_add(entry)?)?;
+        let offset = library.offset_of(target)?;
+        let skip = if read_u64(pid, target)?.to_le_bytes().starts_with(&ENDBR64) { 4 } else { 0 };
         Some(offset + skip)
-    })();
-    Some(implementation.map_or(on_export, |offset| ProbePoint { symbol, offset, implementation: true }))
+    };
+    Some(match implementation() {
+        Some(offset) => ProbePoint { symbol, offset, implementation: true },
+        None => ProbePoint { symbol, offset: export, implementation: false },
+    })
 }
 
-/// [`probe_point`] for every symbol, reading the library once.
+/// [`probe_point`] for every symbol, reading and parsing the library once.
 pub fn probe_points(pid: HostPid, library: &RuntimeLibrary, symbols: &[&'static str]) -> Vec<ProbePoint> {
-    let Ok(elf) = fs::read(Path::new(&library.open_path)) else { return Vec::new() };
+    let Ok(bytes) = fs::read(Path::new(&library.open_path)) else { return Vec::new() };
+    let Ok(elf) = object::File::parse(&*bytes) else { return Vec::new() };
     symbols.iter().filter_map(|s| probe_point(pid, library, &elf, s)).collect()
 }
 
