@@ -168,7 +168,8 @@ fn integration_test_binaries() -> Result<Vec<PathBuf>> {
         "gpreempt-tests",
         "--tests",
         "--no-run",
-        "--message-format=json",
+        // Compiler errors rendered to stderr (the log), not buried in the JSON read here.
+        "--message-format=json-render-diagnostics",
         "--features",
         "gpreempt/fault-injection",
     ]))?;
@@ -474,7 +475,13 @@ fn checks(tally: &mut Tally) {
     });
 }
 
+/// What a run from an empty target directory writes there (debug and release builds, the VM
+/// layer's kernels and images, the emulator module per kernel): about 20 GiB, measured on a clean
+/// clone. A machine with less free warns first, so that a linker killed mid-build is understood.
+const CLEAN_RUN_BYTES: u64 = 20 << 30;
+
 pub fn run(args: &TestArgs) -> Result<()> {
+    crate::util::check_free_space(&target_dir(), CLEAN_RUN_BYTES)?;
     if !args.no_setup {
         setup::run()?;
     }

@@ -72,6 +72,51 @@ pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from)
 }
 
+/// Below this, a build fails whatever is already built (a linker writes its output whole).
+const FREE_FLOOR_BYTES: u64 = 2 << 30;
+
+/// Check the free space of the filesystem holding `dir` (or its nearest existing ancestor): an
+/// error below [`FREE_FLOOR_BYTES`], a warning on stderr below `wanted` (what the run writes when
+/// nothing is built yet). A full disk otherwise shows as a linker's bus error minutes in.
+pub fn check_free_space(dir: &Path, wanted: u64) -> Result<()> {
+    let free = free_bytes(dir)?;
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    if free < FREE_FLOOR_BYTES {
+        bail!(
+            "only {:.1} GiB free on the filesystem of {}: builds will fail (No space left on device); \
+             free space (old target directories, `cargo clean`) and run again",
+            gib(free),
+            dir.display()
+        );
+    }
+    if free < wanted {
+        eprintln!(
+            "xtask: warning: {:.1} GiB free on the filesystem of {}; a run from an empty target directory \
+             writes about {:.0} GiB, so a build may fail with `No space left on device`",
+            gib(free),
+            dir.display(),
+            gib(wanted)
+        );
+    }
+    Ok(())
+}
+
+/// Bytes available to an unprivileged writer on the filesystem holding `dir` or its nearest
+/// existing ancestor.
+fn free_bytes(dir: &Path) -> Result<u64> {
+    let existing = dir.ancestors().find(|d| d.exists()).unwrap_or(Path::new("/"));
+    let path = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes())
+        .with_context(|| format!("{} contains a NUL byte", existing.display()))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `path` is NUL-terminated and `st` is valid for writes of one statvfs.
+    if unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("statvfs {}", existing.display()));
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    let st = unsafe { st.assume_init() };
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
 /// The version of the `gpreempt` package (the workspace's), as cargo reads it.
 pub fn package_version() -> Result<String> {
     let metadata = output(cargo().args(["metadata", "--format-version", "1", "--no-deps", "--offline"]))?;
@@ -82,4 +127,18 @@ pub fn package_version() -> Result<String> {
         .and_then(|p| p["version"].as_str())
         .map(str::to_owned)
         .context("`cargo metadata` lists no gpreempt package with a version")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_filesystem_is_an_error_found_through_the_nearest_existing_ancestor() {
+        // procfs reports no free blocks; the path below it does not exist, so its ancestor `/proc`
+        // is what is asked.
+        let err = check_free_space(Path::new("/proc/no/such/target"), 0).unwrap_err().to_string();
+        assert!(err.starts_with("only 0.0 GiB free on the filesystem of /proc/no/such/target"), "{err}");
+        assert!(err.contains("No space left on device"), "{err}");
+    }
 }
