@@ -69,8 +69,11 @@ pub struct SchedulerFigures {
     pub busy_periods_during_resume: usize,
     pub detection_outside_resume_us: Option<Summary>,
     pub reaction_us: Option<Summary>,
-    /// The reaction over the same busy periods as `detection_outside_resume_us`.
-    pub reaction_outside_resume_us: Option<Summary>,
+    /// Per reaction sample: the time its SUSPEND calls spent in the model kernel (the profile's
+    /// SUSPEND: sampled duration + a CWSR save per queue executing, online ones too), and
+    /// gpreempt's own time between them; reaction = detection + these two, sample by sample.
+    pub suspend_calls_us: Option<Summary>,
+    pub between_suspend_calls_us: Option<Summary>,
     /// The scheduler's own detection (from its last quiet poll, an upper bound) for comparison.
     pub scheduler_detection_us: Option<Summary>,
     /// Of it, through the doorbell probe (exact: the store's kernel stamp → SUSPEND entered).
@@ -189,6 +192,83 @@ fn held_intervals(stamps: &[Stamp], g: usize) -> Vec<(u64, u64)> {
     out
 }
 
+/// The online GPU's busy periods against the scheduler's calls: which were held at their start,
+/// had nothing to preempt, went unprotected, and for the others their detection and reaction.
+#[derive(Debug, Default, PartialEq)]
+struct BusyPeriodSamples {
+    /// Suspend transitions: (first SUSPEND entered, last returned, time inside the calls), in order.
+    transitions: Vec<(u64, u64, u64)>,
+    held_at_start: usize,
+    nothing_to_preempt: usize,
+    unprotected: usize,
+    detection_us: Vec<f64>,
+    reaction_us: Vec<f64>,
+    /// Per sample: its SUSPEND calls' own time in the (model) kernel, and gpreempt's between them.
+    suspend_calls_us: Vec<f64>,
+    between_calls_us: Vec<f64>,
+    during_resume: usize,
+    detection_outside_resume_us: Vec<f64>,
+}
+
+impl BusyPeriodSamples {
+    /// `stamps`: the window's calls; `held`: the online GPU's held intervals over the whole run.
+    fn of(online_busy: &[BusyPeriod], stamps: &[Stamp], held: &[(u64, u64)]) -> Self {
+        let mut out = Self::default();
+        // Transitions on the online GPU: (first entered, last returned) of the suspends made in
+        // one go (back to back on the reaction thread). A deferred process suspended later in
+        // the hold, at its first submission (a later step: a poll interval on), is not part of
+        // the reaction to the online work. Each also sums the time its calls spent in the model
+        // kernel (the profile's SUSPEND: the sampled duration plus a save per queue executing),
+        // so that a reaction splits exactly into detection + the calls + gpreempt's own time
+        // between them.
+        let mut transitions: BTreeMap<u64, (u64, u64, u64)> = BTreeMap::new();
+        let mut suspends: Vec<&Stamp> = stamps.iter().filter(|s| s.gpu == 0 && s.call == Call::Suspend).collect();
+        suspends.sort_by_key(|s| s.entered_ns);
+        for s in suspends {
+            let call = s.returned_ns - s.entered_ns;
+            let t = transitions.entry(s.transition).or_insert((s.entered_ns, s.entered_ns, 0));
+            if s.entered_ns.saturating_sub(t.1) < BACK_TO_BACK_NS {
+                t.1 = t.1.max(s.returned_ns);
+                t.2 += call;
+            }
+        }
+        out.transitions = transitions.into_values().collect();
+        out.transitions.sort_unstable();
+        // Busy periods published while a RESUME of the online GPU was in the (model) kernel: the
+        // reaction thread is inside that ioctl and KFD would serialise a SUSPEND behind it, so
+        // their detection includes the rest of it whatever the detection path.
+        let resumes: Vec<(u64, u64)> = stamps
+            .iter()
+            .filter(|s| s.gpu == 0 && s.call == Call::Resume)
+            .map(|s| (s.entered_ns, s.returned_ns))
+            .collect();
+        let us = |ns: u64| ns as f64 / 1e3;
+        for (i, b) in online_busy.iter().enumerate() {
+            let next = online_busy.get(i + 1).map_or(u64::MAX, |n| n.start_ns);
+            if held.iter().any(|&(s, e)| s <= b.start_ns && b.start_ns < e) {
+                out.held_at_start += 1;
+            } else if !b.offline_work {
+                out.nothing_to_preempt += 1;
+            } else if let Some(&(entered, returned, in_calls)) =
+                out.transitions.iter().find(|t| t.0 >= b.start_ns && t.0 < next)
+            {
+                out.detection_us.push(us(entered - b.start_ns));
+                out.reaction_us.push(us(returned - b.start_ns));
+                out.suspend_calls_us.push(us(in_calls));
+                out.between_calls_us.push(us((returned - entered).saturating_sub(in_calls)));
+                if resumes.iter().any(|&(e, r)| e <= b.start_ns && b.start_ns < r) {
+                    out.during_resume += 1;
+                } else {
+                    out.detection_outside_resume_us.push(us(entered - b.start_ns));
+                }
+            } else {
+                out.unprotected += 1;
+            }
+        }
+        out
+    }
+}
+
 pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) -> StateFigures {
     let end = raw.start_ns + raw.window_ns;
     let sides: Vec<Side> = raw.clients.iter().map(|c| c.0).collect();
@@ -211,53 +291,8 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
         let stamps: Vec<Stamp> =
             raw.stamps.iter().filter(|s| s.entered_ns >= raw.start_ns && s.entered_ns <= end).copied().collect();
         let online_busy = &busy[0];
-        // Transitions on the online GPU: (first entered, last returned) of the suspends made in
-        // one go (back to back on the reaction thread). A deferred process suspended later in
-        // the hold, at its first submission (a later step: a poll interval on), is not part of
-        // the reaction to the online work.
-        let mut transitions: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-        let mut suspends: Vec<&Stamp> = stamps.iter().filter(|s| s.gpu == 0 && s.call == Call::Suspend).collect();
-        suspends.sort_by_key(|s| s.entered_ns);
-        for s in suspends {
-            let t = transitions.entry(s.transition).or_insert((s.entered_ns, s.returned_ns));
-            if s.entered_ns.saturating_sub(t.1) < BACK_TO_BACK_NS {
-                t.1 = t.1.max(s.returned_ns);
-            }
-        }
-        let mut firsts: Vec<(u64, u64)> = transitions.values().copied().collect();
-        firsts.sort_unstable();
-        let held = held_intervals(&raw.stamps, 0);
-        let (mut detection, mut reaction, mut held_at_start, mut unprotected, mut nothing) =
-            (Vec::new(), Vec::new(), 0, 0, 0);
-        // Busy periods published while a RESUME of the online GPU was in the (model) kernel: the
-        // reaction thread is inside that ioctl and KFD would serialise a SUSPEND behind it, so
-        // their detection includes the rest of it whatever the detection path.
-        let resumes: Vec<(u64, u64)> = stamps
-            .iter()
-            .filter(|s| s.gpu == 0 && s.call == Call::Resume)
-            .map(|s| (s.entered_ns, s.returned_ns))
-            .collect();
-        let (mut during_resume, mut detection_outside_resume, mut reaction_outside_resume) =
-            (0, Vec::new(), Vec::new());
-        for (i, b) in online_busy.iter().enumerate() {
-            let next = online_busy.get(i + 1).map_or(u64::MAX, |n| n.start_ns);
-            if held.iter().any(|&(s, e)| s <= b.start_ns && b.start_ns < e) {
-                held_at_start += 1;
-            } else if !b.offline_work {
-                nothing += 1;
-            } else if let Some(&(entered, returned)) = firsts.iter().find(|t| t.0 >= b.start_ns && t.0 < next) {
-                detection.push((entered - b.start_ns) as f64 / 1e3);
-                if resumes.iter().any(|&(e, r)| e <= b.start_ns && b.start_ns < r) {
-                    during_resume += 1;
-                } else {
-                    detection_outside_resume.push((entered - b.start_ns) as f64 / 1e3);
-                    reaction_outside_resume.push((returned - b.start_ns) as f64 / 1e3);
-                }
-                reaction.push((returned - b.start_ns) as f64 / 1e3);
-            } else {
-                unprotected += 1;
-            }
-        }
+        let samples = BusyPeriodSamples::of(online_busy, &stamps, &held_intervals(&raw.stamps, 0));
+        let firsts = &samples.transitions;
         let calls = |c: Call| stamps.iter().filter(|s| s.call == c).count();
         let engine = online.filter(|o| !o.engine_busy_ns.is_empty()).map(|o| {
             let periods: Vec<(u64, u64)> =
@@ -291,14 +326,15 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
             transitions_per_busy_period: firsts.len() as f64 / online_busy.len().max(1) as f64,
             suspends_per_request: firsts.len() as f64 / requests.max(1) as f64,
             engine,
-            busy_periods_held_at_start: held_at_start,
-            busy_periods_unprotected: unprotected,
-            busy_periods_nothing_to_preempt: nothing,
-            detection_us: Summary::of(&detection),
-            busy_periods_during_resume: during_resume,
-            detection_outside_resume_us: Summary::of(&detection_outside_resume),
-            reaction_us: Summary::of(&reaction),
-            reaction_outside_resume_us: Summary::of(&reaction_outside_resume),
+            busy_periods_held_at_start: samples.held_at_start,
+            busy_periods_unprotected: samples.unprotected,
+            busy_periods_nothing_to_preempt: samples.nothing_to_preempt,
+            detection_us: Summary::of(&samples.detection_us),
+            busy_periods_during_resume: samples.during_resume,
+            detection_outside_resume_us: Summary::of(&samples.detection_outside_resume_us),
+            reaction_us: Summary::of(&samples.reaction_us),
+            suspend_calls_us: Summary::of(&samples.suspend_calls_us),
+            between_suspend_calls_us: Summary::of(&samples.between_calls_us),
             scheduler_detection_us: report.detection_us.clone(),
             scheduler_detection_doorbell_us: report.detection_doorbell_us.clone(),
             scheduler_doorbell_wake_us: report.doorbell_wake_us.clone(),
@@ -343,5 +379,59 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
         job_steps_per_s,
         scheduler,
         warnings: raw.warnings.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(call: Call, client: usize, entered_ns: u64, returned_ns: u64, transition: u64) -> Stamp {
+        Stamp { gpu: 0, client, call, entered_ns, returned_ns, transition, queues: 1 }
+    }
+
+    fn busy(start_ns: u64, offline_work: bool) -> BusyPeriod {
+        BusyPeriod { start_ns, end_ns: start_ns + 500_000, offline_work }
+    }
+
+    #[test]
+    fn a_reaction_splits_into_detection_the_suspend_calls_and_the_time_between_them() {
+        let stamps = [
+            // Busy period at 1 ms: three offline processes suspended back to back (2 µs and 1 µs
+            // between the calls), resumed one by one from 8 ms, the last at 10 ms.
+            call(Call::Suspend, 1, 1_050_000, 1_700_000, 1),
+            call(Call::Suspend, 2, 1_702_000, 2_400_000, 1),
+            call(Call::Suspend, 3, 2_401_000, 3_000_000, 1),
+            // A deferred process suspended a poll interval later: not part of the reaction.
+            call(Call::Suspend, 4, 3_300_000, 3_900_000, 1),
+            call(Call::Resume, 2, 8_000_000, 8_500_000, 1),
+            call(Call::Resume, 3, 8_500_000, 9_000_000, 1),
+            call(Call::Resume, 4, 9_000_000, 9_500_000, 1),
+            call(Call::Resume, 1, 10_000_000, 10_500_000, 1),
+            // Busy period at 10.2 ms, published inside that RESUME: suspended when it returned.
+            call(Call::Suspend, 1, 10_520_000, 11_100_000, 2),
+            call(Call::Resume, 1, 30_000_000, 30_500_000, 2),
+        ];
+        let periods = [
+            busy(1_000_000, true),
+            busy(10_200_000, true),
+            // Inside the second hold.
+            busy(20_000_000, true),
+            // After the last resume: nothing to preempt, then work no suspend followed.
+            busy(40_000_000, false),
+            busy(50_000_000, true),
+        ];
+        let s = BusyPeriodSamples::of(&periods, &stamps, &held_intervals(&stamps, 0));
+        assert_eq!(s.transitions, vec![(1_050_000, 3_000_000, 1_947_000), (10_520_000, 11_100_000, 580_000)]);
+        assert_eq!((s.held_at_start, s.nothing_to_preempt, s.unprotected, s.during_resume), (1, 1, 1, 1));
+        assert_eq!(s.detection_us, vec![50.0, 320.0]);
+        assert_eq!(s.reaction_us, vec![2000.0, 900.0]);
+        assert_eq!(s.suspend_calls_us, vec![1947.0, 580.0]);
+        assert_eq!(s.between_calls_us, vec![3.0, 0.0]);
+        assert_eq!(s.detection_outside_resume_us, vec![50.0]);
+        // Sample by sample, reaction = detection + the calls + the time between them.
+        for i in 0..2 {
+            assert_eq!(s.reaction_us[i], s.detection_us[i] + s.suspend_calls_us[i] + s.between_calls_us[i]);
+        }
     }
 }

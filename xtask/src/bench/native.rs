@@ -163,8 +163,11 @@ struct SchedulerFigures {
     detection_us: Option<Stats>,
     busy_periods_during_resume: usize,
     detection_outside_resume_us: Option<Stats>,
-    reaction_outside_resume_us: Option<Stats>,
     reaction_us: Option<Stats>,
+    /// Per reaction sample: its SUSPEND calls' time in the model kernel, and gpreempt's own time
+    /// between them (reaction = detection + both, sample by sample).
+    suspend_calls_us: Option<Stats>,
+    between_suspend_calls_us: Option<Stats>,
     loop_step_us: Option<Stats>,
     cpu_share: f64,
     scheduler_detection_doorbell_us: Option<Stats>,
@@ -678,41 +681,26 @@ fn goals(md: &mut String, doc: &Doc) {
              without them, worst p99 {outside:.0} µs) | {} |",
             verdict(det <= 300.0)
         );
-        // Reaction bound: detection + the profile's SUSPEND (upper end 0.75 ms, + 0.1 ms save) per offline process.
-        // The bound is per scenario: a failing one is named with its figure and its bound.
-        let over: Vec<String> = scheds
-            .iter()
-            .filter_map(|(s, n, name)| {
-                let (d, r) =
-                    (s.detection_us.as_ref().map_or(0.0, |d| d.p99), s.reaction_us.as_ref().map_or(0.0, |r| r.p99));
-                let bound = d + 850.0 * *n as f64;
-                (r > bound).then(|| format!("{name}: {r:.0} µs > {bound:.0} µs"))
-            })
-            .collect();
+        // Reaction bound, sample by sample: reaction = detection + the SUSPEND calls' own time in
+        // the model kernel (the profile's SUSPEND: its sampled duration plus a CWSR save per queue
+        // executing, the online ones too on `shared`) + gpreempt's own time between the calls. The
+        // goal holds when that last part is negligible: p99 ≤ 20 µs (a tenth of the poll interval).
+        let worst = |f: &dyn Fn(&SchedulerFigures) -> Option<&Stats>| {
+            scheds
+                .iter()
+                .filter_map(|(s, _, name)| f(s).map(|st| (st.p99, *name)))
+                .fold((0.0f64, ""), |a, b| if b.0 > a.0 { b } else { a })
+        };
+        let (between, between_at) = worst(&|s| s.between_suspend_calls_us.as_ref());
+        let (calls, calls_at) = worst(&|s| s.suspend_calls_us.as_ref());
         let rmax = max_of(&|s| s.reaction_us.as_ref().map(|d| d.p99));
-        let measured = if over.is_empty() { format!("worst {rmax:.0} µs") } else { over.join("; ") };
-        // The same bound over the busy periods not published during a RESUME (both p99s).
-        let over_outside: Vec<String> = scheds
-            .iter()
-            .filter_map(|(s, n, name)| {
-                let d = s.detection_outside_resume_us.as_ref().map_or(0.0, |d| d.p99);
-                let r = s.reaction_outside_resume_us.as_ref().map_or(0.0, |r| r.p99);
-                let bound = d + 850.0 * *n as f64;
-                (r > bound).then(|| format!("{name}: {r:.0} µs > {bound:.0} µs"))
-            })
-            .collect();
-        let measured = format!(
-            "{measured} (without the samples published during a RESUME: {})",
-            if over_outside.is_empty() {
-                "every scenario within its bound".to_owned()
-            } else {
-                over_outside.join("; ")
-            }
-        );
         let _ = writeln!(
             md,
-            "| Reaction p99 ≤ detection p99 + SUSPEND (≤ 0.75 ms + 0.1 ms save) × offline processes | {bound} | {measured} | {} |",
-            verdict(over.is_empty())
+            "| Reaction ≤ detection + the SUSPEND time (the profile's, per offline process with work pending) | {bound} | \
+             per busy period, reaction − detection − the SUSPEND calls' own time = gpreempt's time between its calls: \
+             worst p99 {between:.0} µs ({between_at}; criterion ≤ 20 µs); the calls' own time worst p99 {calls:.0} µs \
+             ({calls_at}: 0.45-0.75 ms each + 0.1 ms per queue executing); reaction worst p99 {rmax:.0} µs | {} |",
+            verdict(between <= 20.0 && calls > 0.0)
         );
         let step = max_of(&|s| s.loop_step_us.as_ref().map(|d| d.p99));
         let _ = writeln!(md, "| Loop step p99 ≤ 300 µs | {bound} | worst {step:.0} µs | {} |", verdict(step <= 300.0));
