@@ -7,9 +7,10 @@ use serde::Serialize;
 
 use crate::{
     figures::{StateFigures, reduce},
+    floor::{SuspendFloor, suspend_floor},
     profile::section7,
     run::{State, run_state},
-    scenario::Scenario,
+    scenario::{Offline, Online, Scenario},
 };
 
 /// One co-located state against the alone states.
@@ -46,6 +47,9 @@ pub struct ScenarioResult {
     pub states: Vec<StateFigures>,
     pub comparisons: Vec<Comparison>,
     pub section7: Option<Section7Check>,
+    /// Poisson loads: what the latency goal leaves the offline side under any scheduler that
+    /// suspends on sight (`floor.rs`).
+    pub suspend_floor: Option<SuspendFloor>,
 }
 
 fn ratio(a: Option<&Summary>, b: Option<&Summary>, f: fn(&Summary) -> f64) -> Option<f64> {
@@ -55,7 +59,9 @@ fn ratio(a: Option<&Summary>, b: Option<&Summary>, f: fn(&Summary) -> f64) -> Op
 pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> {
     let mut states = Vec::new();
     eprintln!("[{}] online alone", sc.name);
-    let online = reduce("online_alone", None, &run_state(sc, State::OnlineAlone)?, sc.requests());
+    let online_raw = run_state(sc, State::OnlineAlone)?;
+    let online = reduce("online_alone", None, &online_raw, sc.requests());
+    let floor = floor_of(sc, &online_raw, &online);
     let seconds = online.window_s.clamp(2.0, 8.0);
     eprintln!("[{}] offline alone ({seconds:.1} s)", sc.name);
     let offline = reduce("offline_alone", None, &run_state(sc, State::OfflineAlone { seconds })?, sc.requests());
@@ -99,5 +105,18 @@ pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> 
     states.push(online);
     states.push(offline);
     states.extend(co);
-    Ok(ScenarioResult { scenario: sc.clone(), states, comparisons, section7 })
+    Ok(ScenarioResult { scenario: sc.clone(), states, comparisons, section7, suspend_floor: floor })
+}
+
+/// The floor of a Poisson load next to trainers that always have work queued: an unheld request
+/// waits at least for one SUSPEND per trainer at the profile's shortest. (A loader-bound trainer
+/// or a rank waiting for its peer may have nothing to preempt: no floor is claimed there.)
+fn floor_of(sc: &Scenario, alone: &crate::run::Raw, figures: &StateFigures) -> Option<SuspendFloor> {
+    let processes = match (&sc.online, &sc.offline) {
+        (Online::Poisson { .. }, Offline::Trainers { processes, host_gap_ns: (0, 0), .. }) => *processes as u64,
+        _ => return None,
+    };
+    let latencies = &alone.clients.iter().find(|c| c.0 == crate::gpu::core::Side::Online)?.1.latencies_ns;
+    let online_share = figures.gpus.first()?.online_share;
+    suspend_floor(latencies, online_share, processes * sc.profile.suspend.min())
 }

@@ -8,6 +8,7 @@ pub mod doorbell_stub;
 pub mod evaluate;
 pub mod fake_roots;
 pub mod figures;
+pub mod floor;
 pub mod gpu;
 pub mod idle_cpu;
 pub mod load;

@@ -38,6 +38,14 @@ impl Dist {
         }
     }
 
+    /// The least value it can take, ns.
+    pub fn min(&self) -> u64 {
+        match self {
+            Self::Fixed(ns) | Self::Uniform { lo: ns, .. } => *ns,
+            Self::Quantiles(points) => points.first().map_or(0, |&(_, v)| v.max(0.0) as u64),
+        }
+    }
+
     /// The median, ns (for the report).
     pub fn median(&self) -> u64 {
         match self {

@@ -89,7 +89,18 @@ struct ScenarioResult {
     states: Vec<StateFigures>,
     comparisons: Vec<Comparison>,
     section7: Option<Section7>,
+    /// Poisson next to always-busy trainers: what the latency goal leaves offline (harness/src/floor.rs).
+    suspend_floor: Option<SuspendFloor>,
     error: Option<String>,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(default)]
+struct SuspendFloor {
+    delay_ms: f64,
+    held_for_p50: f64,
+    held_for_p99: f64,
+    offline_of_idle_max: f64,
 }
 
 #[derive(Deserialize, Default)]
@@ -620,6 +631,36 @@ fn goals(md: &mut String, doc: &Doc) {
             pct(worst.2),
             verdict(worst.2 >= 0.90)
         );
+        // Both request-load goals at once, Poisson: the least share of time a scheduler that
+        // suspends on sight must hold the offline side for each latency goal (an unheld request
+        // waits at least the SUSPENDs at the profile's shortest; Poisson arrivals see time
+        // averages), and so the most offline can keep of the idle GPU time (harness/src/floor.rs).
+        let limits: Vec<String> = of("poisson")
+            .iter()
+            .filter_map(|s| {
+                let f = s.suspend_floor?;
+                Some(format!(
+                    "{} offline: each unheld request waits ≥ {:.2} ms, so held ≥ {:.0} % of the time for P50 \
+                     (≥ {:.0} % for P99) and offline ≤ {}",
+                    s.offline_processes(),
+                    f.delay_ms,
+                    f.held_for_p50 * 100.0,
+                    f.held_for_p99 * 100.0,
+                    pct(f.offline_of_idle_max)
+                ))
+            })
+            .collect();
+        if !limits.is_empty() {
+            let most =
+                of("poisson").iter().filter_map(|s| s.suspend_floor).map(|f| f.offline_of_idle_max).fold(0.0, f64::max);
+            let _ = writeln!(
+                md,
+                "| Poisson: both goals at once, for any scheduler that suspends on sight (not a goal: their bound) | \
+                 {bound} | {} | {} |",
+                limits.join("; "),
+                if most < 0.90 { "**cannot both hold**" } else { "can both hold" }
+            );
+        }
         for s in of("batching") {
             let c = s.comparison("schedule:default");
             let f = s.state("schedule:default").and_then(|st| st.scheduler.as_ref());
