@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::{
     figures::{StateFigures, reduce},
-    floor::{SuspendFloor, suspend_floor},
+    floor::{StepFloor, SuspendFloor, step_floor, suspend_floor},
     profile::section7,
     run::{State, run_state},
     scenario::{Offline, Online, Scenario},
@@ -50,6 +50,8 @@ pub struct ScenarioResult {
     /// Poisson loads: what the latency goal leaves the offline side under any scheduler that
     /// suspends on sight (`floor.rs`).
     pub suspend_floor: Option<SuspendFloor>,
+    /// Continuous batching: what the step goal asks of the offline side's idle time.
+    pub step_floor: Option<StepFloor>,
 }
 
 fn ratio(a: Option<&Summary>, b: Option<&Summary>, f: fn(&Summary) -> f64) -> Option<f64> {
@@ -62,6 +64,7 @@ pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> 
     let online_raw = run_state(sc, State::OnlineAlone)?;
     let online = reduce("online_alone", None, &online_raw, sc.requests());
     let floor = floor_of(sc, &online_raw, &online);
+    let steps = step_floor_of(sc, &online_raw);
     let seconds = online.window_s.clamp(2.0, 8.0);
     eprintln!("[{}] offline alone ({seconds:.1} s)", sc.name);
     let offline = reduce("offline_alone", None, &run_state(sc, State::OfflineAlone { seconds })?, sc.requests());
@@ -105,7 +108,18 @@ pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> 
     states.push(online);
     states.push(offline);
     states.extend(co);
-    Ok(ScenarioResult { scenario: sc.clone(), states, comparisons, section7, suspend_floor: floor })
+    Ok(ScenarioResult { scenario: sc.clone(), states, comparisons, section7, suspend_floor: floor, step_floor: steps })
+}
+
+/// The batching engine's floor, from its record alone: an opening step found with the offline side
+/// running waits at least one SUSPEND per trainer at the profile's shortest.
+fn step_floor_of(sc: &Scenario, alone: &crate::run::Raw) -> Option<StepFloor> {
+    let processes = match (&sc.online, &sc.offline) {
+        (Online::Batching { .. }, Offline::Trainers { processes, host_gap_ns: (0, 0), .. }) => *processes as u64,
+        _ => return None,
+    };
+    let o = &alone.clients.iter().find(|c| c.0 == crate::gpu::core::Side::Online)?.1;
+    step_floor(&o.step_ns, &o.step_opens_busy, &o.engine_busy_ns, processes * sc.profile.suspend.min())
 }
 
 /// The floor of a Poisson load next to trainers that always have work queued: an unheld request

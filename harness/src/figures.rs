@@ -39,6 +39,10 @@ pub struct EngineFigures {
     /// The busy periods with resumes inside: (ordinal from 0, RESUME calls), so a learning
     /// phase (the first periods) is told apart from flaps all through the run.
     pub flapping_periods: Vec<(usize, usize)>,
+    /// The GPU time outside the engine's busy periods over the GPU time the online work leaves
+    /// (online GPU): the most offline can have without a resume inside a busy period (after a
+    /// period's first suspend it stays held to the period's end; its step gaps are lost to it).
+    pub idle_outside_busy_of_idle: f64,
 }
 
 /// What the scheduler did, from the harness's side (stamps) and its own report.
@@ -274,9 +278,10 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
     let sides: Vec<Side> = raw.clients.iter().map(|c| c.0).collect();
     let in_window = |b: &&BusyPeriod| b.start_ns >= raw.start_ns && b.start_ns <= end;
     let busy: Vec<Vec<BusyPeriod>> = raw.busy.iter().map(|v| v.iter().filter(in_window).copied().collect()).collect();
-    let gpus = (0..raw.after.len())
+    let gpus: Vec<GpuFigures> = (0..raw.after.len())
         .map(|g| gpu_figures(g, &raw.before[g], &raw.after[g], &busy[g], &sides, raw.window_ns))
         .collect();
+    let gpus_online_ns = gpus.first().map_or(0, |g| (g.online_share * raw.window_ns as f64) as u64);
     let online = raw.clients.iter().find(|c| c.0 == Side::Online).map(|c| &c.1);
     let dp_steps = raw
         .clients
@@ -310,7 +315,11 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
                 })
                 .filter(|&(_, n)| n > 0)
                 .collect();
+            let busy_ns: u64 = periods.iter().map(|&(s, e)| e.min(end) - s).sum();
+            let online_ns = gpus_online_ns;
             EngineFigures {
+                idle_outside_busy_of_idle: raw.window_ns.saturating_sub(busy_ns) as f64
+                    / raw.window_ns.saturating_sub(online_ns).max(1) as f64,
                 busy_periods: periods.len(),
                 transitions_per_busy_period: firsts.len() as f64 / periods.len().max(1) as f64,
                 resumes_inside: flapping_periods.iter().map(|&(_, n)| n).sum(),
