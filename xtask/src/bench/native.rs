@@ -778,7 +778,8 @@ fn goals(md: &mut String, doc: &Doc) {
             "| Reaction ≤ detection + the SUSPEND time (the profile's, per offline process with work pending) | {bound} | \
              per busy period, reaction − detection − the SUSPEND calls' own time = gpreempt's time between its calls: \
              worst p99 {between:.0} µs ({between_at}; criterion ≤ 20 µs); the calls' own time worst p99 {calls:.0} µs \
-             ({calls_at}: 0.45-0.75 ms each + 0.1 ms per queue executing); reaction worst p99 {rmax:.0} µs | {} |",
+             ({calls_at}: the profile's 0.45-0.75 ms each + 0.1 ms per queue executing, and whatever this host's \
+             timer overslept the model's call; the timer floor above); reaction worst p99 {rmax:.0} µs | {} |",
             verdict(between <= 20.0 && calls > 0.0)
         );
         let step = max_of(&|s| s.loop_step_us.as_ref().map(|d| d.p99));
