@@ -112,14 +112,16 @@ pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> 
 }
 
 /// The batching engine's floor, from its record alone: an opening step found with the offline side
-/// running waits at least one SUSPEND per trainer at the profile's shortest.
+/// running waits at least one SUSPEND per trainer at the profile's shortest, and a gap not held
+/// loses at least the engine's longest step gap and one RESUME per trainer at the shortest.
 fn step_floor_of(sc: &Scenario, alone: &crate::run::Raw) -> Option<StepFloor> {
     let processes = match (&sc.online, &sc.offline) {
         (Online::Batching { .. }, Offline::Trainers { processes, host_gap_ns: (0, 0), .. }) => *processes as u64,
         _ => return None,
     };
     let o = &alone.clients.iter().find(|c| c.0 == crate::gpu::core::Side::Online)?.1;
-    step_floor(&o.step_ns, &o.step_opens_busy, &o.engine_busy_ns, processes * sc.profile.suspend.min())
+    let after_busy = crate::scenario::ENGINE_GAP_NS.1 + processes * sc.profile.resume.min();
+    step_floor(&o.step_ns, &o.step_opens_busy, &o.engine_busy_ns, processes * sc.profile.suspend.min(), after_busy)
 }
 
 /// The floor of a Poisson load next to trainers that always have work queued: an unheld request

@@ -43,6 +43,9 @@ pub struct EngineFigures {
     /// (online GPU): the most offline can have without a resume inside a busy period (after a
     /// period's first suspend it stays held to the period's end; its step gaps are lost to it).
     pub idle_outside_busy_of_idle: f64,
+    /// From each busy period's end to the first RESUME after it (before the next period), ms:
+    /// the idle time outside the busy periods that the hold still takes.
+    pub resume_after_busy_ms: Option<Summary>,
 }
 
 /// What the scheduler did, from the harness's side (stamps) and its own report.
@@ -316,10 +319,23 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
                 .filter(|&(_, n)| n > 0)
                 .collect();
             let busy_ns: u64 = periods.iter().map(|&(s, e)| e.min(end) - s).sum();
+            let resume_after: Vec<u64> = periods
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &(_, e))| {
+                    let next = periods.get(i + 1).map_or(u64::MAX, |p| p.0);
+                    stamps
+                        .iter()
+                        .filter(|c| c.gpu == 0 && c.call == Call::Resume && e <= c.entered_ns && c.entered_ns < next)
+                        .map(|c| c.entered_ns - e)
+                        .min()
+                })
+                .collect();
             let online_ns = gpus_online_ns;
             EngineFigures {
                 idle_outside_busy_of_idle: raw.window_ns.saturating_sub(busy_ns) as f64
                     / raw.window_ns.saturating_sub(online_ns).max(1) as f64,
+                resume_after_busy_ms: ms(&resume_after),
                 busy_periods: periods.len(),
                 transitions_per_busy_period: firsts.len() as f64 / periods.len().max(1) as f64,
                 resumes_inside: flapping_periods.iter().map(|&(_, n)| n).sum(),

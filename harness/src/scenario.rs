@@ -11,6 +11,10 @@ use crate::{
 
 const MS: u64 = 1_000_000;
 
+/// The continuous-batching engine's CPU gap between steps, uniform in [lo, hi] ns (PROFILES.md
+/// "Token → GPU-time model": scheduling, sampling, detokenising, "gaps of about a millisecond").
+pub const ENGINE_GAP_NS: (u64, u64) = (MS / 2, 3 * MS / 2);
+
 /// The online side.
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -83,8 +87,8 @@ impl Scenario {
                 ClientSpec::Batching {
                     arrivals: trace.arrivals(*requests),
                     model,
-                    gap_lo_ns: MS / 2,
-                    gap_hi_ns: 3 * MS / 2,
+                    gap_lo_ns: ENGINE_GAP_NS.0,
+                    gap_hi_ns: ENGINE_GAP_NS.1,
                     seed: self.seed,
                 },
                 1,

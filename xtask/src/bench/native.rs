@@ -78,6 +78,7 @@ struct StoreCost {
 struct Stats {
     count: f64,
     p50: f64,
+    p90: f64,
     p99: f64,
     max: f64,
 }
@@ -105,6 +106,8 @@ struct StepFloor {
     openings_to_hold: usize,
     idle_outside_busy_of_idle: f64,
     hold_cost_of_idle: f64,
+    transitions_cost_of_idle: f64,
+    offline_of_idle_max: f64,
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
@@ -163,7 +166,7 @@ struct GpuFigures {
     busy_periods: usize,
 }
 
-#[derive(Deserialize, Default, Clone, Copy)]
+#[derive(Deserialize, Default, Clone)]
 #[serde(default)]
 struct EngineFigures {
     busy_periods: usize,
@@ -172,6 +175,8 @@ struct EngineFigures {
     /// The idle GPU time outside the engine's busy periods: the most offline can have without a
     /// resume inside one.
     idle_outside_busy_of_idle: f64,
+    /// From each busy period's end to the RESUME after it, ms.
+    resume_after_busy_ms: Option<Stats>,
 }
 
 #[derive(Deserialize, Default)]
@@ -242,6 +247,11 @@ fn x(v: Option<f64>) -> String {
 
 fn pct(v: f64) -> String {
     format!("{:.0} %", v * 100.0)
+}
+
+/// A share to a tenth of a point, where a bound sits within a point of its goal.
+fn pct_fine(v: f64) -> String {
+    format!("{:.1} %", v * 100.0)
 }
 
 fn us(s: &Option<Stats>) -> String {
@@ -697,35 +707,41 @@ fn goals(md: &mut String, doc: &Doc) {
             let _ = writeln!(
                 md,
                 "| Continuous batching: offline ≥ 80 % of the idle GPU time | {bound} | {} (the idle time outside the \
-                 engine's busy periods, all offline can have with no resume inside one: {}; its step gaps are the rest) \
-                 | {} |",
+                 engine's busy periods, all offline can have with no resume inside one: {}; its step gaps are the rest; \
+                 from a busy period's end to the RESUME after it, p50 / p90 {} ms) | {} |",
                 pct(idle),
-                f.and_then(|f| f.engine.as_ref()).map_or("–".into(), |e| pct(e.idle_outside_busy_of_idle)),
+                f.and_then(|f| f.engine.as_ref()).map_or("–".into(), |e| pct_fine(e.idle_outside_busy_of_idle)),
+                f.and_then(|f| f.engine.as_ref())
+                    .and_then(|e| e.resume_after_busy_ms.as_ref())
+                    .map_or("–".into(), |r| format!("{:.1} / {:.1}", r.p50, r.p90)),
                 verdict(idle >= 0.80)
             );
             if let Some(f) = s.step_floor {
-                let left = f.idle_outside_busy_of_idle - f.hold_cost_of_idle;
+                let left = f.offline_of_idle_max;
                 let _ = writeln!(
                     md,
                     "| Continuous batching: both goals at once, for any scheduler that suspends on sight (not a goal: \
                      their bound; from the engine alone) | {bound} | each busy period's opening step found with offline \
                      running waits ≥ {:.2} ms: step P99 {:.2}× alone with none held; within 1.10× only with {} of the {} \
-                     openings held over the idle gap before them, ≥ {} of the idle GPU time, of the {} outside the \
-                     busy periods: offline ≤ {} | {} |",
+                     openings found held; a scheduler foresees neither a request nor its opening step's length, so that \
+                     share of every idle gap's time held: ≥ {} of the idle GPU time, of the {} outside the busy \
+                     periods; the rest of each gap loses ≥ the engine's longest step gap and the RESUMEs ({}): \
+                     offline ≤ {} | {} |",
                     f.delay_ms,
                     f.p99_ratio_unheld,
                     f.openings_to_hold,
                     f.openings,
-                    pct(f.hold_cost_of_idle),
-                    pct(f.idle_outside_busy_of_idle),
-                    pct(left),
+                    pct_fine(f.hold_cost_of_idle),
+                    pct_fine(f.idle_outside_busy_of_idle),
+                    pct_fine(f.transitions_cost_of_idle),
+                    pct_fine(left),
                     if left < 0.80 { "**cannot both hold**" } else { "can both hold" }
                 );
             }
             // The issue's busy period under continuous batching is "any request in flight": the
             // engine records each (from the step admitting the first request to the step ending
             // the last), and a resume inside one is a flap.
-            let engine = f.and_then(|f| f.engine).unwrap_or_default();
+            let engine = f.and_then(|f| f.engine.clone()).unwrap_or_default();
             let per_period = engine.transitions_per_busy_period / s.offline_processes() as f64;
             let _ = writeln!(
                 md,
