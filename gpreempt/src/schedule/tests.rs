@@ -15,7 +15,7 @@ use std::{
 };
 
 use super::{
-    ScheduleConfig, ScheduleEvent, Scheduler,
+    ScheduleConfig, ScheduleEvent, ScheduleReport, Scheduler,
     discover::Discovery,
     policy::{PolicyConfig, ResumeReason},
     realtime::{Realtime, RealtimeConfig},
@@ -245,6 +245,35 @@ fn count(calls: &[String], prefix: &str) -> usize {
 }
 
 /// Events of a run, collected.
+/// Run a started scheduler on this thread while `script` drives the jobs from another, with its
+/// own handle on the recorder; the run stops when the script returns or panics (a failed
+/// assertion in it fails the test instead of leaving the run going). The script's result and the
+/// run's report.
+fn run_scripted<T: Send + 'static>(
+    s: Scheduler,
+    side: &RecorderSide,
+    emit: &mut dyn FnMut(&ScheduleEvent),
+    script: impl FnOnce(RecorderSide) -> T + Send + 'static,
+) -> (T, ScheduleReport) {
+    struct StopOnDrop(Arc<AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (guard, c) = (StopOnDrop(stop.clone()), side.clone());
+    let driver = thread::spawn(move || {
+        let _stop = guard;
+        script(c)
+    });
+    let report = s.run(&stop, emit);
+    match driver.join() {
+        Ok(out) => (out, report),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
 fn sink() -> (Arc<Mutex<Vec<ScheduleEvent>>>, impl FnMut(&ScheduleEvent)) {
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
@@ -272,9 +301,7 @@ fn pending_online_work_suspends_the_offline_queues_of_its_gpu_once_and_idle_resu
     let (events, mut emit) = sink();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
     assert_eq!(side.calls(), [format!("attach {OFFLINE}")]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (flag, c) = (stop.clone(), side.clone());
-    let driver = thread::spawn(move || {
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
         // Two bursts of online work: one dispatch each, consumed after the suspend.
         for n in 1..=2u64 {
             WRITE.store(n, Ordering::SeqCst);
@@ -283,10 +310,7 @@ fn pending_online_work_suspends_the_offline_queues_of_its_gpu_once_and_idle_resu
             READ.store(n, Ordering::SeqCst);
             c.wait_until(|calls| count(calls, "resume") == n as usize);
         }
-        flag.store(true, Ordering::SeqCst);
     });
-    let report = s.run(&stop, &mut emit);
-    driver.join().unwrap();
     let gpu_a = format!("suspend Gpu(GpuId({A}))");
     assert_eq!(
         side.calls()[1..],
@@ -355,9 +379,7 @@ fn time_after_a_session_watchdog_resume_is_not_counted_suspended() {
     let Setup { host: _host, side, config } = setup(OFFLINE2, vec![queue(0, A, &READ2, &WRITE2)], offline, true);
     let (events, mut emit) = sink();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (flag, c) = (stop.clone(), side.clone());
-    let driver = thread::spawn(move || {
+    let (pending, report) = run_scripted(s, &side, &mut emit, move |c| {
         // Online work stays pending 300 ms after the session watchdog released the offline
         // process, which runs meanwhile (the burst had its suspend: no second one).
         WRITE2.store(1, Ordering::SeqCst);
@@ -366,11 +388,8 @@ fn time_after_a_session_watchdog_resume_is_not_counted_suspended() {
         thread::sleep(Duration::from_millis(300));
         READ2.store(1, Ordering::SeqCst);
         thread::sleep(Duration::from_millis(50));
-        flag.store(true, Ordering::SeqCst);
         pending.elapsed()
     });
-    let report = s.run(&stop, &mut emit);
-    let pending = driver.join().unwrap();
     assert_eq!(count(&side.calls(), "suspend"), 1);
     // The policy followed the release (every hold ended without it): no resume transition.
     assert_eq!((report.suspends, report.resumes), (1, 0));
@@ -416,9 +435,7 @@ fn online_work_on_one_gpu_suspends_only_that_gpus_offline_queues_and_a_new_onlin
     let (events, mut emit) = sink();
     let (tx, rx) = mpsc::channel();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Fed(rx))), &mut emit).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (flag, c) = (stop.clone(), side.clone());
-    let driver = thread::spawn(move || {
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
         WRITE3.store(1, Ordering::SeqCst);
         c.wait_until(|calls| count(calls, "suspend") == 1);
         READ3.store(1, Ordering::SeqCst);
@@ -435,10 +452,7 @@ fn online_work_on_one_gpu_suspends_only_that_gpus_offline_queues_and_a_new_onlin
         c.wait_until(|calls| count(calls, "suspend") == 2);
         READ3B.store(1, Ordering::SeqCst);
         c.wait_until(|calls| count(calls, "resume") == 2);
-        flag.store(true, Ordering::SeqCst);
     });
-    let report = s.run(&stop, &mut emit);
-    driver.join().unwrap();
     assert_eq!(
         side.calls()[1..],
         [
@@ -482,18 +496,13 @@ fn a_gpu_with_online_work_but_no_offline_queue_holds_nothing() {
         setup(OFF, vec![queue(0, A, &R, &W)], vec![queue(0, B, &OFF_READ, &OFF_READ)], false);
     let (_events, mut emit) = sink();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (flag, c) = (stop.clone(), side.clone());
-    let driver = thread::spawn(move || {
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
         W.store(1, Ordering::SeqCst);
         c.wait_until(|calls| count(calls, "suspend") == 1);
         thread::sleep(Duration::from_millis(30));
         R.store(1, Ordering::SeqCst);
         thread::sleep(Duration::from_millis(30));
-        flag.store(true, Ordering::SeqCst);
     });
-    let report = s.run(&stop, &mut emit);
-    driver.join().unwrap();
     // One SUSPEND asked for A, which held nothing of it (no ioctl in a real session): no
     // resume, and B's queue was never touched.
     assert_eq!(side.calls()[1..], [format!("suspend Gpu(GpuId({A}))"), format!("detach {OFF}")]);
@@ -519,9 +528,7 @@ fn a_started_online_dispatch_shown_only_by_cu_occupancy_holds_off_the_idle_resum
     let config = ScheduleConfig { occupancy: Duration::from_millis(10), ..config };
     let (_events, mut emit) = sink();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (flag, c) = (stop.clone(), side.clone());
-    let driver = thread::spawn(move || {
+    let (resumed_while_running, report) = run_scripted(s, &side, &mut emit, move |c| {
         W.store(1, Ordering::SeqCst);
         c.wait_until(|calls| count(calls, "suspend") == 1);
         // The dispatch starts (consumed from the ring) and runs for 100 ms: 20 idle periods.
@@ -531,11 +538,9 @@ fn a_started_online_dispatch_shown_only_by_cu_occupancy_holds_off_the_idle_resum
         let resumed_while_running = count(&c.calls(), "resume");
         fs::write(&occupancy, "0\n").unwrap();
         c.wait_until(|calls| count(calls, "resume") == 1);
-        flag.store(true, Ordering::SeqCst);
         resumed_while_running
     });
-    let report = s.run(&stop, &mut emit);
-    assert_eq!(driver.join().unwrap(), 0, "resumed while the online dispatch ran");
+    assert_eq!(resumed_while_running, 0, "resumed while the online dispatch ran");
     assert_eq!((report.suspends, report.resumes), (1, 1));
     assert_eq!(report.resumes_by_reason, BTreeMap::from([(ResumeReason::Idle, 1)]));
 }
@@ -553,19 +558,14 @@ fn hint_lines_read_on_the_reaction_thread_suspend_and_resume_and_are_counted() {
     config.hint_socket = Some(path.clone());
     let (events, mut emit) = sink();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (flag, c) = (stop.clone(), side.clone());
-    let driver = thread::spawn(move || {
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
         // The indices never move: only the hints make online work.
         let mut client = std::os::unix::net::UnixStream::connect(&path).unwrap();
         client.write_all(b"begin\n").unwrap();
         c.wait_until(|calls| count(calls, "suspend") == 1);
         client.write_all(b"bogus\nend\n").unwrap();
         c.wait_until(|calls| count(calls, "resume") == 1);
-        flag.store(true, Ordering::SeqCst);
     });
-    let report = s.run(&stop, &mut emit);
-    driver.join().unwrap();
     assert_eq!(
         side.calls(),
         [
@@ -671,8 +671,7 @@ fn an_offline_process_with_nothing_on_the_gpu_is_held_with_no_ioctl_and_suspende
     host.kfd_file(child.pid, &format!("stats_{A}/cu_occupancy"), "0\n");
     let (events, mut emit) = sink();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (flag, c, held) = (stop.clone(), side.clone(), Arc::new(Mutex::new(Vec::new())));
+    let held = Arc::new(Mutex::new(Vec::new()));
     let (words, seen, log) = (child.word(0) as *const AtomicU64 as usize, held.clone(), events.clone());
     let events_are = move |n: usize, last: &str| {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -686,7 +685,7 @@ fn an_offline_process_with_nothing_on_the_gpu_is_held_with_no_ioctl_and_suspende
             thread::sleep(Duration::from_millis(1));
         }
     };
-    let driver = thread::spawn(move || {
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
         // SAFETY: the child's page outlives this thread (joined before `child` drops).
         let (off_read, off_write) = unsafe { (&*(words as *const AtomicU64), &*(words as *const AtomicU64).add(1)) };
         let s = |n: usize| move |calls: &[String]| count(calls, "suspend") == n;
@@ -706,10 +705,7 @@ fn an_offline_process_with_nothing_on_the_gpu_is_held_with_no_ioctl_and_suspende
         events_are(3, "suspend 0x1000 0 1");
         R.store(2, Ordering::SeqCst);
         events_are(4, "resume 0x1000 0 0");
-        flag.store(true, Ordering::SeqCst);
     });
-    let report = s.run(&stop, &mut emit);
-    driver.join().unwrap();
     // While idle and held, no call at all (only the attach before).
     assert_eq!(*held.lock().unwrap(), [1]);
     assert_eq!(
@@ -755,18 +751,13 @@ fn with_gang_the_job_is_held_on_all_of_its_gpus_when_one_of_them_is_and_resumed_
     let config = ScheduleConfig { gang: true, ..config };
     let (events, mut emit) = sink();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (flag, c) = (stop.clone(), side.clone());
-    let driver = thread::spawn(move || {
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
         W.store(1, Ordering::SeqCst);
         c.wait_until(|calls| count(calls, "suspend") == 2);
         thread::sleep(Duration::from_millis(20));
         R.store(1, Ordering::SeqCst);
         c.wait_until(|calls| count(calls, "resume") == 2);
-        flag.store(true, Ordering::SeqCst);
     });
-    let report = s.run(&stop, &mut emit);
-    driver.join().unwrap();
     assert_eq!(
         side.calls(),
         [
@@ -797,9 +788,7 @@ fn a_resume_of_several_offline_processes_stops_when_online_work_is_published_dur
     side.with(|s| s.publish_during_resume = Some((&W, 2)));
     let (events, mut emit) = sink();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let (flag, c) = (stop.clone(), side.clone());
-    let driver = thread::spawn(move || {
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
         W.store(1, Ordering::SeqCst);
         c.wait_until(|calls| count(calls, "suspend") == 2);
         R.store(1, Ordering::SeqCst);
@@ -808,10 +797,7 @@ fn a_resume_of_several_offline_processes_stops_when_online_work_is_published_dur
         c.wait_until(|calls| count(calls, "suspend") == 3);
         R.store(2, Ordering::SeqCst);
         c.wait_until(|calls| count(calls, "resume") == 3);
-        flag.store(true, Ordering::SeqCst);
     });
-    let report = s.run(&stop, &mut emit);
-    driver.join().unwrap();
     assert_eq!(
         side.calls(),
         [
