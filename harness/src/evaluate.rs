@@ -9,8 +9,8 @@ use crate::{
     figures::{StateFigures, reduce},
     floor::{StepFloor, SuspendFloor, step_floor, suspend_floor},
     profile::section7,
-    run::{State, run_state},
-    scenario::{Offline, Online, Scenario},
+    run::{Raw, State, run_state},
+    scenario::{ENGINE_GAP_NS, Offline, Online, Scenario},
 };
 
 /// One co-located state against the alone states.
@@ -63,8 +63,7 @@ pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> 
     eprintln!("[{}] online alone", sc.name);
     let online_raw = run_state(sc, State::OnlineAlone)?;
     let online = reduce("online_alone", None, &online_raw, sc.requests());
-    let floor = floor_of(sc, &online_raw, &online);
-    let steps = step_floor_of(sc, &online_raw);
+    let (suspend_floor, step_floor) = floors(sc, &online_raw, &online);
     let seconds = online.window_s.clamp(2.0, 8.0);
     eprintln!("[{}] offline alone ({seconds:.1} s)", sc.name);
     let offline = reduce("offline_alone", None, &run_state(sc, State::OfflineAlone { seconds })?, sc.requests());
@@ -108,31 +107,28 @@ pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> 
     states.push(online);
     states.push(offline);
     states.extend(co);
-    Ok(ScenarioResult { scenario: sc.clone(), states, comparisons, section7, suspend_floor: floor, step_floor: steps })
+    Ok(ScenarioResult { scenario: sc.clone(), states, comparisons, section7, suspend_floor, step_floor })
 }
 
-/// The batching engine's floor, from its record alone: an opening step found with the offline side
-/// running waits at least one SUSPEND per trainer at the profile's shortest, and a gap not held
-/// loses at least the engine's longest step gap and one RESUME per trainer at the shortest.
-fn step_floor_of(sc: &Scenario, alone: &crate::run::Raw) -> Option<StepFloor> {
-    let processes = match (&sc.online, &sc.offline) {
-        (Online::Batching { .. }, Offline::Trainers { processes, host_gap_ns: (0, 0), .. }) => *processes as u64,
-        _ => return None,
+/// The floors of a load next to trainers that always have work queued (a loader-bound trainer or
+/// a rank waiting for its peer may have nothing to preempt: no floor is claimed there). An unheld
+/// Poisson request or engine opening step waits at least one SUSPEND per trainer at the profile's
+/// shortest; an engine gap not held loses at least the engine's longest step gap and one RESUME
+/// per trainer at the shortest.
+fn floors(sc: &Scenario, alone: &Raw, figures: &StateFigures) -> (Option<SuspendFloor>, Option<StepFloor>) {
+    let (Offline::Trainers { processes, host_gap_ns: (0, 0), .. }, Some(o)) = (&sc.offline, alone.online()) else {
+        return (None, None);
     };
-    let o = &alone.clients.iter().find(|c| c.0 == crate::gpu::core::Side::Online)?.1;
-    let after_busy = crate::scenario::ENGINE_GAP_NS.1 + processes * sc.profile.resume.min();
-    step_floor(&o.step_ns, &o.step_opens_busy, &o.engine_busy_ns, processes * sc.profile.suspend.min(), after_busy)
-}
-
-/// The floor of a Poisson load next to trainers that always have work queued: an unheld request
-/// waits at least for one SUSPEND per trainer at the profile's shortest. (A loader-bound trainer
-/// or a rank waiting for its peer may have nothing to preempt: no floor is claimed there.)
-fn floor_of(sc: &Scenario, alone: &crate::run::Raw, figures: &StateFigures) -> Option<SuspendFloor> {
-    let processes = match (&sc.online, &sc.offline) {
-        (Online::Poisson { .. }, Offline::Trainers { processes, host_gap_ns: (0, 0), .. }) => *processes as u64,
-        _ => return None,
-    };
-    let latencies = &alone.clients.iter().find(|c| c.0 == crate::gpu::core::Side::Online)?.1.latencies_ns;
-    let online_share = figures.gpus.first()?.online_share;
-    suspend_floor(latencies, online_share, processes * sc.profile.suspend.min())
+    let trainers = *processes as u64;
+    let suspends = trainers * sc.profile.suspend.min();
+    match sc.online {
+        Online::Poisson { .. } => {
+            (figures.gpus.first().and_then(|g| suspend_floor(&o.latencies_ns, g.online_share, suspends)), None)
+        }
+        Online::Batching { .. } => {
+            let after_busy = ENGINE_GAP_NS.1 + trainers * sc.profile.resume.min();
+            (None, step_floor(&o.step_ns, &o.step_opens_busy, &o.engine_busy_ns, suspends, after_busy))
+        }
+        Online::Trace { .. } | Online::Idle { .. } => (None, None),
+    }
 }

@@ -284,8 +284,7 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
     let gpus: Vec<GpuFigures> = (0..raw.after.len())
         .map(|g| gpu_figures(g, &raw.before[g], &raw.after[g], &busy[g], &sides, raw.window_ns))
         .collect();
-    let gpus_online_ns = gpus.first().map_or(0, |g| (g.online_share * raw.window_ns as f64) as u64);
-    let online = raw.clients.iter().find(|c| c.0 == Side::Online).map(|c| &c.1);
+    let online = raw.online();
     let dp_steps = raw
         .clients
         .iter()
@@ -331,10 +330,10 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
                         .min()
                 })
                 .collect();
-            let online_ns = gpus_online_ns;
+            // The GPU time the online work leaves, from its share of the window.
+            let idle_ns = raw.window_ns as f64 * (1.0 - gpus.first().map_or(0.0, |g| g.online_share));
             EngineFigures {
-                idle_outside_busy_of_idle: raw.window_ns.saturating_sub(busy_ns) as f64
-                    / raw.window_ns.saturating_sub(online_ns).max(1) as f64,
+                idle_outside_busy_of_idle: raw.window_ns.saturating_sub(busy_ns) as f64 / idle_ns.max(1.0),
                 resume_after_busy_ms: ms(&resume_after),
                 busy_periods: periods.len(),
                 transitions_per_busy_period: firsts.len() as f64 / periods.len().max(1) as f64,

@@ -64,6 +64,13 @@ pub struct Raw {
     pub warnings: Vec<String>,
 }
 
+impl Raw {
+    /// The online client's result (none in the offline-alone state).
+    pub fn online(&self) -> Option<&ClientResult> {
+        self.clients.iter().find(|c| c.0 == Side::Online).map(|c| &c.1)
+    }
+}
+
 /// What the window's watcher brings back: the online client's result, the GPUs' accounting and
 /// busy periods at the window's end, and its end.
 type WindowEnd = (Option<ClientResult>, Vec<Accounting>, Vec<Vec<BusyPeriod>>, u64);

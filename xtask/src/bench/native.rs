@@ -690,6 +690,7 @@ fn goals(md: &mut String, doc: &Doc) {
         for s in of("batching") {
             let c = s.comparison("schedule:default");
             let f = s.state("schedule:default").and_then(|st| st.scheduler.as_ref());
+            let engine = f.and_then(|f| f.engine.as_ref());
             let step = c.and_then(|c| c.step_p99_ratio).unwrap_or(f64::NAN);
             let later = c.and_then(|c| c.step_later_p99_ratio).unwrap_or(f64::NAN);
             let idle = c.map_or(0.0, |c| c.offline_of_idle);
@@ -710,8 +711,8 @@ fn goals(md: &mut String, doc: &Doc) {
                  engine's busy periods, all offline can have with no resume inside one: {}; its step gaps are the rest; \
                  from a busy period's end to the RESUME after it, p50 / p90 {} ms) | {} |",
                 pct(idle),
-                f.and_then(|f| f.engine.as_ref()).map_or("–".into(), |e| pct_fine(e.idle_outside_busy_of_idle)),
-                f.and_then(|f| f.engine.as_ref())
+                engine.map_or("–".into(), |e| pct_fine(e.idle_outside_busy_of_idle)),
+                engine
                     .and_then(|e| e.resume_after_busy_ms.as_ref())
                     .map_or("–".into(), |r| format!("{:.1} / {:.1}", r.p50, r.p90)),
                 verdict(idle >= 0.80)
@@ -741,7 +742,7 @@ fn goals(md: &mut String, doc: &Doc) {
             // The issue's busy period under continuous batching is "any request in flight": the
             // engine records each (from the step admitting the first request to the step ending
             // the last), and a resume inside one is a flap.
-            let engine = f.and_then(|f| f.engine.clone()).unwrap_or_default();
+            let engine = engine.cloned().unwrap_or_default();
             let per_period = engine.transitions_per_busy_period / s.offline_processes() as f64;
             let _ = writeln!(
                 md,
