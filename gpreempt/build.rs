@@ -1,5 +1,5 @@
 //! Builds the eBPF programs (`gpreempt-ebpf`, nightly + bpf-linker) into `$OUT_DIR/gpreempt` and
-//! `$OUT_DIR/doorbell`, which `trace::loader` and `doorbell` embed. `AYA_BUILD_SKIP=1` skips that for clippy/doc; an empty object
+//! `$OUT_DIR/doorbell` and `$OUT_DIR/arrival`, which `trace::loader` and `doorbell` embed. `AYA_BUILD_SKIP=1` skips that for clippy/doc; an empty object
 //! is written instead and the tracer then refuses to start with a message that says why.
 //!
 //! The nested cargo runs with its output captured: on success nothing is printed (a build script's
@@ -18,8 +18,8 @@ use anyhow::{Context as _, anyhow, bail};
 
 const PACKAGE: &str = "gpreempt-ebpf";
 /// The `[[bin]]` names of `gpreempt-ebpf`: the objects' file names in the target directory (the
-/// tracer's probes; the scheduler's doorbell uprobe).
-const OBJECTS: [&str; 2] = ["gpreempt", "doorbell"];
+/// tracer's probes; the scheduler's doorbell uprobe and arrival program).
+const OBJECTS: [&str; 3] = ["gpreempt", "doorbell", "arrival"];
 
 fn main() -> anyhow::Result<()> {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);

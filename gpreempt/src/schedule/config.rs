@@ -41,6 +41,10 @@ pub struct ScheduleConfig {
     /// online processes map): while every online queue is covered and idle, the reaction thread
     /// waits for a submission instead of polling. Off, or where it cannot load: the index poll.
     pub doorbell: bool,
+    /// See requests reach the online processes' listening ports (the arrival probe, an eBPF
+    /// `cgroup_skb` ingress program on their cgroups) and start the SUSPENDs during the request's
+    /// CPU phase. None: `--no-arrival`.
+    pub arrival: Option<ArrivalConfig>,
     /// While the reaction thread waits on the doorbell probe, it still reads the indices this
     /// often: work that reaches a covered queue without the runtime's export (ROCr's internal
     /// blits, a raw write) is seen at the latest then.
@@ -56,6 +60,23 @@ pub struct ScheduleConfig {
     pub defer_idle: bool,
     /// Hold each offline job (one selector) on all of its GPUs or on none.
     pub gang: bool,
+}
+
+/// The arrival probe's settings (`--arrival-port`, `--arrival-allow`, `--arrival-deny`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ArrivalConfig {
+    /// Watch these ports only (empty: every TCP port each online process listens on).
+    pub ports: Vec<u16>,
+    /// Patterns as given (empty: the defaults, [`super::arrival::patterns`]).
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+}
+
+impl ArrivalConfig {
+    /// The patterns the probe compiles.
+    pub fn patterns(&self) -> Result<super::arrival::Patterns, super::arrival::PatternError> {
+        super::arrival::Patterns::from_lists(&self.allow, &self.deny)
+    }
 }
 
 /// The reaction thread's default SCHED_FIFO priority: above every normal task and below the
@@ -79,6 +100,7 @@ impl Default for ScheduleConfig {
             occupancy: Duration::from_millis(10),
             watch_writes: true,
             doorbell: true,
+            arrival: Some(ArrivalConfig::default()),
             // 100 wakes a second while idle: a step costs microseconds, so far under 1 % of a core.
             cross_check: Duration::from_millis(10),
             interval: Duration::from_secs(1),

@@ -3,6 +3,8 @@
 //!
 //! - [`online`]: sees online work from outside (AQL dispatch indices, `cu_occupancy`);
 //!   [`doorbell`]: sees it the moment the ROCm runtime rings a doorbell (eBPF uprobes).
+//! - [`arrival`]: sees a request reach the online service's socket, before its first kernel
+//!   (an eBPF `cgroup_skb` ingress program).
 //! - [`hints`]: the optional `begin`/`end` socket.
 //! - [`policy`]: when to suspend and resume one GPU (a pure state machine, cost-aware).
 //! - [`reaction`]: the real-time thread that reads the indices, runs one policy per GPU and
@@ -37,6 +39,7 @@
 //! process per call: N offline processes on a GPU cost N unmaps per transition (docs/kfd.md).
 
 mod accounting;
+pub mod arrival;
 pub mod channel;
 pub mod config;
 pub mod discover;

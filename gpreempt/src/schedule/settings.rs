@@ -8,7 +8,8 @@ use std::{fmt, time::Duration};
 use serde::{Deserialize, Deserializer, de};
 
 use super::{
-    config::{DEFAULT_RT_PRIORITY, ScheduleConfig},
+    arrival::patterns::{ANY, Prefix},
+    config::{ArrivalConfig, DEFAULT_RT_PRIORITY, ScheduleConfig},
     policy::{DEFAULT_BUSY_SHARE, PolicyConfig},
     realtime::RealtimeConfig,
 };
@@ -54,6 +55,29 @@ pub struct SchedulerSettings {
     /// online dispatch indices every --poll instead, also while the online side is idle.
     #[arg(long)]
     pub no_doorbell: bool,
+    /// Do not use the arrival probe (an eBPF cgroup_skb ingress program on each online process's
+    /// cgroup v2, which sees a request reach the process's listening TCP port before its first
+    /// kernel): the offline side is then suspended when the request's GPU work is seen.
+    #[arg(long)]
+    pub no_arrival: bool,
+    /// The online service's request port (repeat for several): arrivals are watched on these
+    /// only. Default: every TCP port each online process listens on, found from its sockets and
+    /// refreshed.
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    #[serde(deserialize_with = "ports")]
+    pub arrival_port: Vec<u16>,
+    /// A request's first bytes (repeat for several; replaces the default list `POST `,
+    /// `h2:preface`, `h2:headers`): text matched as a prefix with the escapes \r \n \t \\
+    /// \xNN, `h2:preface` (an HTTP/2 connection preface), `h2:headers` (an HTTP/2 HEADERS frame),
+    /// or `any` (every payload no deny pattern matches: for TLS or protocols no pattern fits).
+    #[arg(long, value_name = "PATTERN", value_parser = parse_pattern)]
+    #[serde(deserialize_with = "patterns")]
+    pub arrival_allow: Vec<String>,
+    /// First bytes that are no request, checked before the allow list (repeat for several;
+    /// replaces the default list `GET /health`, `GET /metrics`, `GET /ready`, `GET /v1/models`).
+    #[arg(long, value_name = "PATTERN", value_parser = parse_pattern)]
+    #[serde(deserialize_with = "patterns")]
+    pub arrival_deny: Vec<String>,
     /// While the reaction thread waits on the doorbell probe, read the online indices this often
     /// anyway (work that bypasses the runtime's export: its internal blits, a raw write), e.g. 10ms.
     #[arg(long, default_value = "10ms", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
@@ -116,6 +140,10 @@ impl Default for SchedulerSettings {
             busy_poll: config.busy_poll,
             no_mlock: !config.realtime.lock_memory,
             no_doorbell: !config.doorbell,
+            no_arrival: config.arrival.is_none(),
+            arrival_port: Vec::new(),
+            arrival_allow: Vec::new(),
+            arrival_deny: Vec::new(),
             cross_check: config.cross_check,
             no_cost_aware: !config.policy.cost_aware,
             occupancy: config.occupancy,
@@ -152,6 +180,11 @@ impl SchedulerSettings {
             realtime: RealtimeConfig { priority: self.rt_priority, cpu: self.cpu, lock_memory: !self.no_mlock },
             occupancy: self.occupancy,
             doorbell: !self.no_doorbell,
+            arrival: (!self.no_arrival).then(|| ArrivalConfig {
+                ports: self.arrival_port.clone(),
+                allow: self.arrival_allow.clone(),
+                deny: self.arrival_deny.clone(),
+            }),
             cross_check: self.cross_check,
             defer_idle: self.defer_idle_offline,
             gang: self.gang,
@@ -186,6 +219,36 @@ fn check_busy_share(v: f64) -> Result<f64, String> {
 
 fn busy_share_error(s: &str) -> String {
     format!("`{s}` is not a share in [0, 0.5] (e.g. 0.05 for 5 % of a long online busy period)")
+}
+
+/// `--arrival-allow` / `--arrival-deny`: one pattern, checked as the probe will compile it.
+pub fn parse_pattern(s: &str) -> Result<String, String> {
+    if s == ANY {
+        return Ok(s.into());
+    }
+    Prefix::parse(s).map(|_| s.to_owned()).map_err(|e| e.to_string())
+}
+
+fn patterns<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let list = Vec::<String>::deserialize(d)
+        .map_err(|_| de::Error::custom("write arrival patterns as a list of strings, e.g. [\"POST \"]"))?;
+    for p in &list {
+        parse_pattern(p).map_err(de::Error::custom)?;
+    }
+    Ok(list)
+}
+
+fn ports<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u16>, D::Error> {
+    let list = Vec::<i64>::deserialize(d)
+        .map_err(|_| de::Error::custom("write arrival ports as a list of numbers, e.g. [8000]"))?;
+    list.into_iter()
+        .map(|p| {
+            u16::try_from(p)
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or_else(|| de::Error::custom(format!("`{p}` is not a TCP port (1-65535)")))
+        })
+        .collect()
 }
 
 // The configuration file's forms: durations as strings with a unit, the same parser as the flags.
@@ -290,6 +353,10 @@ mod tests {
             ("busy-poll", ""),
             ("no-mlock", ""),
             ("no-doorbell", ""),
+            ("no-arrival", ""),
+            ("arrival-port", "[8000]"),
+            ("arrival-allow", "[\"POST \"]"),
+            ("arrival-deny", "[\"GET /x\"]"),
             ("cross-check", "20ms"),
             ("no-cost-aware", ""),
             ("occupancy", "5ms"),
@@ -314,6 +381,11 @@ mod tests {
             let key = flag.replace('-', "_");
             match value {
                 "" => toml.push_str(&format!("{key} = true\n")),
+                v if v.starts_with('[') => {
+                    let item = v.trim_matches(['[', ']']).trim_matches('"');
+                    args.push(item.into());
+                    toml.push_str(&format!("{key} = {v}\n"));
+                }
                 v if v.ends_with('s') => {
                     args.push(v.into());
                     toml.push_str(&format!("{key} = \"{v}\"\n"));
@@ -330,6 +402,7 @@ mod tests {
         assert_ne!(from_file, SchedulerSettings::default());
         assert_eq!(from_file.idle, Duration::from_micros(500));
         assert_eq!(from_file.rt_priority, 30);
+        assert_eq!((from_file.arrival_port, from_file.arrival_allow), (vec![8000], vec!["POST ".to_owned()]));
     }
 
     #[test]
@@ -344,10 +417,23 @@ mod tests {
         );
         assert_eq!(err("rt_priority = 120"), "`120` is not a SCHED_FIFO priority in 0..=99 (0: normal scheduling)");
         assert!(err("idel = \"2ms\"").starts_with("unknown field `idel`, expected one of `idle`, `fixed_idle`"));
+        assert_eq!(err("arrival_port = [0]"), "`0` is not a TCP port (1-65535)");
+        assert_eq!(err("arrival_port = [70000]"), "`70000` is not a TCP port (1-65535)");
+        assert_eq!(err("arrival_port = 8000"), "write arrival ports as a list of numbers, e.g. [8000]");
+        assert_eq!(
+            err("arrival_deny = [\"a\\\\q\"]"),
+            "arrival pattern \"a\\\\q\" has a bad escape: use \\r, \\n, \\t, \\\\ or \\xNN"
+        );
         assert_eq!(toml::from_str::<SchedulerSettings>("offline_min_share = 0").unwrap(), SchedulerSettings::default());
         assert_eq!(
             Flags::try_parse_from(["gpreempt", "--offline-min-share", "1.5"]).map(|_| ()).unwrap_err().kind(),
             clap::error::ErrorKind::ValueValidation
         );
+        for bad in
+            [["--arrival-port", "0"], ["--arrival-port", "65536"], ["--arrival-port", "http"], ["--arrival-allow", ""]]
+        {
+            let e = Flags::try_parse_from(["gpreempt", bad[0], bad[1]]).map(|_| ()).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{bad:?}");
+        }
     }
 }

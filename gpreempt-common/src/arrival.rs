@@ -1,0 +1,102 @@
+//! The arrival probe's maps and records (`gpreempt-ebpf`'s `arrival` object, read by
+//! `gpreempt::schedule::arrival`).
+//!
+//! A `cgroup_skb` ingress program on an online process's cgroup (v2) sees every packet delivered
+//! to a socket of that cgroup, in softirq, before the server's thread wakes. It keeps only TCP
+//! segments that carry payload to a watched local port ([`PORTS_MAP`]: port → the online
+//! process's slot), reads the payload's first [`PREFIX_BYTES`] and classifies them with the
+//! [`Pattern`]s of [`PATTERNS_MAP`]: a deny pattern that matches (a health probe, a scrape) wins,
+//! then an allow pattern (an HTTP `POST`, an HTTP/2 HEADERS frame); with no allow pattern
+//! configured every payload that no deny pattern matches is a request. A request on a slot whose
+//! [`ARMED_MAP`] entry is non-zero disarms it and sends one [`ArrivalHit`] to [`HITS_MAP`], so only
+//! the first request after the scheduler re-armed the slot reaches userspace.
+//!
+//! The program never drops, delays or alters a packet: it returns "pass" (1) on every path.
+
+/// Map names in the object (the userspace side looks them up by these).
+pub const PORTS_MAP: &str = "ARRIVAL_PORTS";
+pub const ARMED_MAP: &str = "ARRIVAL_ARMED";
+pub const PATTERNS_MAP: &str = "ARRIVAL_PATTERNS";
+pub const COUNTS_MAP: &str = "ARRIVAL_COUNTS";
+pub const HITS_MAP: &str = "ARRIVAL_HITS";
+/// The `cgroup_skb/ingress` program, attached once per online cgroup.
+pub const PROGRAM: &str = "arrival_ingress";
+/// Online processes watched at once (slots), every cgroup together.
+pub const MAX_SLOTS: u32 = 256;
+/// Watched local ports, every online process together.
+pub const MAX_PORTS: u32 = 1024;
+/// Allow and deny patterns together.
+pub const MAX_PATTERNS: u32 = 16;
+/// Payload bytes a pattern can match: four little-endian words.
+pub const PREFIX_WORDS: usize = 4;
+pub const PREFIX_BYTES: usize = PREFIX_WORDS * 8;
+/// Ring buffer size: at most one hit per slot is in flight between two re-arms.
+pub const HITS_BYTES: u32 = 64 * 1024;
+
+/// A pattern's verdict ([`Pattern::verdict`]); 0 is an unused entry.
+pub const VERDICT_UNUSED: u32 = 0;
+pub const VERDICT_ALLOW: u32 = 1;
+pub const VERDICT_DENY: u32 = 2;
+
+/// One prefix pattern: the payload matches when `(prefix[i] & mask[i]) == words[i]` for each of
+/// the four little-endian words of its first [`PREFIX_BYTES`] (bytes past the payload read 0).
+/// A mask selects bytes, so a pattern can test one byte at any offset (an HTTP/2 frame's type).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pattern {
+    pub words: [u64; PREFIX_WORDS],
+    pub mask: [u64; PREFIX_WORDS],
+    pub verdict: u32,
+    pub _pad: u32,
+}
+
+/// Per slot and CPU: what the program saw (the tests' exact counts).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArrivalCounts {
+    /// TCP segments with payload to a watched port of this slot.
+    pub segments: u64,
+    /// Of them: matched an allow pattern (or any payload with no allow pattern configured).
+    pub allowed: u64,
+    /// Matched a deny pattern.
+    pub denied: u64,
+    /// Matched neither (a request body's later segments, a protocol not listed).
+    pub unmatched: u64,
+    /// Of the unmatched, those that start like a TLS record (0x16 or 0x17, then 0x03): the first
+    /// bytes are opaque, so no pattern can tell a request from a probe.
+    pub tls: u64,
+    /// Allowed segments that found the slot armed: hits sent.
+    pub armings: u64,
+}
+
+/// The first request on an armed slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArrivalHit {
+    pub slot: u32,
+    /// The local port it arrived on.
+    pub port: u32,
+    /// The segment's payload bytes (a request's size, roughly: the lead from arrival to the first
+    /// kernel grows with the prompt).
+    pub payload_len: u32,
+    pub _pad: u32,
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC, the clock the scheduler stamps with.
+    pub ktime_ns: u64,
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<Pattern>() == 72);
+    assert!(core::mem::size_of::<ArrivalCounts>() == 48);
+    assert!(core::mem::size_of::<ArrivalHit>() == 24);
+};
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: `#[repr(C)]` structs of integers with no padding (sizes asserted above): every bit
+    // pattern is a valid value.
+    unsafe impl aya::Pod for super::Pattern {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ArrivalCounts {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ArrivalHit {}
+}

@@ -1,0 +1,18 @@
+//! The arrival probe: a request seen when it reaches the online service's socket, milliseconds
+//! before its first kernel on a server that tokenizes or templates first, so the offline side's
+//! SUSPENDs can be done by the time the GPU work comes (docs/arrival.md).
+//!
+//! - [`lead`]: the lead from arrival to first GPU work, learnt, and the pending hold it plans;
+//! - [`patterns`]: what counts as a request in a segment's first bytes (allow and deny lists);
+//! - [`probe`]: the `cgroup_skb` ingress program, per-cgroup attach, per-process ports and armed
+//!   flags, the hits.
+//!
+//! The host facts it rests on are read in `host`: a process's cgroup v2 directory
+//! ([`crate::host::cgroup`]) and its listening TCP ports ([`crate::host::sockets`]).
+
+pub mod lead;
+pub mod patterns;
+pub mod probe;
+
+pub use patterns::{PatternError, Patterns, Prefix};
+pub use probe::{ArrivalError, ArrivalProbe};
