@@ -35,8 +35,6 @@
 
 /* soc15 GC register GB_ADDR_CONFIG (dword offset), the one register libdrm reads on gfx9 */
 #define EMU_MM_GB_ADDR_CONFIG 0x263e
-/* gfx_v9_0_gpu_early_init() for gfx 9.4.2 (Aldebaran): the fields amdgpu sets */
-#define EMU_GB_ADDR_CONFIG 0x22014042
 /* AMDGPU_GMC_HOLE_START / END: the 48-bit VM's low and high halves (amdgpu_gmc.h) */
 #define EMU_GMC_HOLE_START 0x0000800000000000ULL
 #define EMU_GMC_HOLE_END 0xffff800000000000ULL
@@ -51,27 +49,39 @@ struct emu_drm_gpu {
 static struct emu_drm_gpu emu_drm_gpus[EMU_MAX_GPUS];
 static unsigned int emu_drm_ngpus;
 
-/* amdgpu_info_ioctl() AMDGPU_INFO_DEV_INFO (amdgpu_kms.c, 6.12.117) for the emulated GPU */
+/*
+ * amdgpu_info_ioctl() AMDGPU_INFO_DEV_INFO (amdgpu_kms.c, 6.12.117) for a KFD node of the loaded
+ * profile (emu_gpu.h): a partition's render node answers for its own XCCs (amdgpu_xcp.c gives
+ * each partition a DRM device), the CU bitmap that of its first XCC.
+ */
 static void emu_dev_info(struct drm_amdgpu_info_device *di)
 {
-	unsigned int se, sh;
+	const struct emu_profile *pr = kfd_emu_profile();
+	unsigned int xccs = pr->num_xcc / kfd_emu_partitions(), se, sh, arrays, i, cu;
 
-	di->device_id = EMU_DEVICE_ID;
+	di->device_id = pr->device_id;
 	di->chip_rev = 0;
-	/* Aldebaran: external_rev_id = rev_id + 0x3c (soc15.c) */
-	di->external_rev = 0x3c;
-	di->pci_rev = EMU_PCI_REV;
+	di->external_rev = pr->external_rev;
+	di->pci_rev = pr->pci_rev;
 	di->family = AMDGPU_FAMILY_AI;
-	di->num_shader_engines = EMU_SHADER_ENGINES;
-	di->num_shader_arrays_per_engine = EMU_ARRAYS_PER_ENGINE;
+	di->num_shader_engines = pr->se_per_xcc * xccs;
+	di->num_shader_arrays_per_engine = pr->arrays_per_engine;
 	di->gpu_counter_freq = EMU_GPU_COUNTER_KHZ;
-	di->max_engine_clock = EMU_ENGINE_CLK_MHZ * 1000;
-	di->max_memory_clock = EMU_MEM_CLK_MHZ * 1000;
-	di->cu_active_number = EMU_CU_COUNT;
-	/* gfx9 with more than 4 SEs: bitmap[se % 4][sh + (se / 4) * 2] (gfx_v9_0_get_cu_info) */
-	for (se = 0; se < EMU_SHADER_ENGINES; se++)
-		for (sh = 0; sh < EMU_ARRAYS_PER_ENGINE; sh++)
-			di->cu_bitmap[se % 4][sh + (se / 4) * 2] = (1U << EMU_CU_PER_ARRAY) - 1;
+	di->max_engine_clock = pr->engine_clk_mhz * 1000;
+	di->max_memory_clock = pr->mem_clk_mhz * 1000;
+	di->cu_active_number = pr->cu_active_per_xcc * xccs;
+	/*
+	 * gfx9 with more than 4 SEs: bitmap[se % 4][sh + (se / 4) * 2] (gfx_v9_0_get_cu_info); the
+	 * XCC's active CUs spread over its arrays, the first ones getting one more.
+	 */
+	arrays = pr->se_per_xcc * pr->arrays_per_engine;
+	for (se = 0; se < pr->se_per_xcc; se++) {
+		for (sh = 0; sh < pr->arrays_per_engine; sh++) {
+			i = se * pr->arrays_per_engine + sh;
+			cu = pr->cu_active_per_xcc / arrays + (i < pr->cu_active_per_xcc % arrays);
+			di->cu_bitmap[se % 4][sh + (se / 4) * 2] = (1U << cu) - 1;
+		}
+	}
 	di->num_hw_gfx_contexts = 8;
 	di->virtual_address_offset = EMU_VA_RESERVED_BOTTOM;
 	di->virtual_address_max = EMU_GMC_HOLE_START;
@@ -79,10 +89,10 @@ static void emu_dev_info(struct drm_amdgpu_info_device *di)
 	di->pte_fragment_size = 2 << 20;
 	di->gart_page_size = PAGE_SIZE;
 	di->vram_type = AMDGPU_VRAM_TYPE_HBM;
-	di->vram_bit_width = EMU_VRAM_WIDTH;
+	di->vram_bit_width = pr->vram_width;
 	di->wave_front_size = EMU_WAVE_SIZE;
 	di->num_shader_visible_vgprs = 256;
-	di->num_cu_per_sh = EMU_CU_PER_ARRAY;
+	di->num_cu_per_sh = pr->cu_per_array;
 	di->num_tcc_blocks = 16;
 	di->high_va_offset = EMU_GMC_HOLE_END;
 	di->high_va_max = EMU_GMC_HOLE_END | EMU_GMC_HOLE_START;
@@ -120,7 +130,7 @@ static int emu_info_ioctl(struct drm_device *dev, void *data, struct drm_file *f
 		return ret;
 	}
 	case AMDGPU_INFO_READ_MMR_REG: {
-		u32 count = info->read_mmr_reg.count, i, reg = EMU_GB_ADDR_CONFIG;
+		u32 count = info->read_mmr_reg.count, i, reg = kfd_emu_profile()->gb_addr_config;
 
 		if (count > 128)
 			return -EINVAL;
@@ -250,8 +260,8 @@ static int __init amdgpu_emu_init(void)
 	if (err)
 		goto fail;
 	if (n > 1)
-		pr_info("amdgpu_emu: render nodes renderD%d, renderD%d for kfd_emu's GPUs\n",
-			minors[0], minors[1]);
+		pr_info("amdgpu_emu: render nodes renderD%d..renderD%d for kfd_emu's %u GPU nodes\n",
+			minors[0], minors[n - 1], n);
 	else
 		pr_info("amdgpu_emu: render node renderD%d for kfd_emu's GPU\n", minors[0]);
 	return 0;

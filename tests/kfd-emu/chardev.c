@@ -75,6 +75,47 @@ static int set_queue_properties_from_user(struct queue_properties *q_properties,
 }
 
 /*
+ * kfd_queue_acquire_buffers() (kfd_queue.c 6.12), its save-area checks, on a profile that
+ * enables them (emu_gpu.h queue_buffer_checks: gfx942). A compute queue's EOP buffer, if given,
+ * must be the node's eop_buffer_size; its ctl_stack_size and ctx_save_restore_size must be the
+ * node's per-XCC ctl_stack_size and cwsr_size (6.12 compares with !=; later kernels accept a
+ * larger save area); the save area must be one GPU mapping of exactly
+ * (cwsr_size + debug_memory_size) x NUM_XCC, page aligned (kfd_queue_buffer_get): one
+ * context-save area per XCC, as libhsakmt lays them out (one header each). -EINVAL otherwise.
+ * The ring and pointer mappings are not checked (README "Not emulated").
+ */
+static int kfd_queue_acquire_buffers(struct kfd_process_device *pdd, struct queue_properties *q)
+{
+	struct kfd_node *node = pdd->dev;
+	u64 total;
+
+	if (!emu_prof->queue_buffer_checks || q->type != KFD_QUEUE_TYPE_COMPUTE)
+		return 0;
+	if (q->eop_ring_buffer_address && q->eop_ring_buffer_size != node->eop_buffer_size) {
+		pr_debug("kfd_emu: queue eop bo size 0x%x not equal to node eop buf size 0x%x\n",
+			 q->eop_ring_buffer_size, node->eop_buffer_size);
+		return -EINVAL;
+	}
+	if (q->ctl_stack_size != node->ctl_stack_size) {
+		pr_debug("kfd_emu: queue ctl stack size 0x%x not equal to node ctl stack size 0x%x\n",
+			 q->ctl_stack_size, node->ctl_stack_size);
+		return -EINVAL;
+	}
+	if (q->ctx_save_restore_area_size != node->cwsr_size) {
+		pr_debug("kfd_emu: queue cwsr size 0x%x not equal to node cwsr size 0x%x\n",
+			 q->ctx_save_restore_area_size, node->cwsr_size);
+		return -EINVAL;
+	}
+	total = PAGE_ALIGN((u64)(node->cwsr_size + node->debug_memory_size) * node->num_xcc);
+	if (emu_bo_size_at(pdd->process, q->ctx_save_restore_area_address) != total) {
+		pr_debug("kfd_emu: expected size 0x%llx not equal to the mapping at 0x%llx\n", total,
+			 q->ctx_save_restore_area_address);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
  * Mirrors: static int kfd_ioctl_create_queue(struct file *filep, struct kfd_process *p,
  *     void *data) (6.12.117): property checks, "Could not find gpu id" -> -EINVAL,
  * pqm_create_queue,
@@ -109,6 +150,9 @@ __used noinline int kfd_ioctl_create_queue(struct file *filep, struct kfd_proces
 		goto out;
 	}
 	pdd->bound = true;	/* kfd_bind_process_to_device() */
+	err = kfd_queue_acquire_buffers(pdd, &q_properties);
+	if (err)
+		goto out;
 	err = pqm_create_queue(&p->pqm, pdd->dev, filep, &q_properties, &queue_id, NULL, NULL, NULL,
 			       &doorbell_offset_in_process);
 	if (err)
@@ -338,13 +382,12 @@ static int kfd_ioctl_set_scratch_backing_va(struct file *filep, struct kfd_proce
 
 /*
  * kfd_ioctl_get_tile_config() (6.12.117): unknown gpu -EINVAL; what
- * amdgpu_amdkfd_get_tile_config() reports for gfx9: GB_ADDR_CONFIG (Aldebaran's, the value
+ * amdgpu_amdkfd_get_tile_config() reports for gfx9: GB_ADDR_CONFIG (the profile's, the value
  * amdgpu_emu's READ_MMR_REG answers), the 32 tile and 16 macro-tile modes all 0 and no banks or
  * ranks ("not set from GFX9 onwards"); each array copied up to the caller's size (-EFAULT, its
  * count zeroed, if unwritable). ROCr 5.2's image extension asks at start-up
  * (ImageManagerKv::Initialize, hsaKmtGetTileConfig), which HIP's initialisation reaches.
  */
-#define EMU_GB_ADDR_CONFIG_GFX90A 0x22014042
 #define EMU_NUM_TILE_CONFIGS 32
 #define EMU_NUM_MACRO_TILE_CONFIGS 16
 /* n modes (all 0 on gfx9), at most `have`, to ptr; -EFAULT with *n zeroed if unwritable */
@@ -370,7 +413,7 @@ static int kfd_ioctl_get_tile_config(struct file *filep, struct kfd_process *p, 
 	mutex_unlock(&p->mutex);
 	if (!pdd)
 		return -EINVAL;
-	args->gb_addr_config = EMU_GB_ADDR_CONFIG_GFX90A;
+	args->gb_addr_config = emu_prof->gb_addr_config;
 	args->num_banks = 0;
 	args->num_ranks = 0;
 	if (emu_tile_modes(args->tile_config_ptr, &args->num_tile_configs, EMU_NUM_TILE_CONFIGS))

@@ -43,7 +43,8 @@ void emu_user_end(struct queue *q)
 /* AQL compute queues carry the packets the CP executes (SDMA queues: emu_sdma_serves); PM4 idle. */
 static bool emu_cp_serves(struct queue *q)
 {
-	return q->hw_mapped && !q->error_ec && q->properties.type == KFD_QUEUE_TYPE_COMPUTE &&
+	return q->hw_mapped && !q->error_ec && !q->properties.is_reset &&
+	       q->properties.type == KFD_QUEUE_TYPE_COMPUTE &&
 	       q->properties.format == KFD_QUEUE_FORMAT_AQL;
 }
 
@@ -659,6 +660,7 @@ void emu_cp_forget(struct device_queue_manager *dqm, struct queue *q)
 	}
 	q->hw_mapped = false;
 	q->has_dispatch = false;
+	emu_cp_publish(dqm);
 }
 
 /* One pass at time now (under hw_lock); returns when the CP must look again (0: when kicked). */
@@ -693,9 +695,19 @@ static u64 emu_cp_run(struct device_queue_manager *dqm, u64 *now_io)
 		/* UNMAP_QUEUES finished: every queue is saved and off the runlist, then the
 		 * QUERY_STATUS fence is written (what amdkfd_fence_wait_timeout polls).
 		 */
-		list_for_each_entry(qpd, &dqm->queues, dqm_list)
-			list_for_each_entry(q, &qpd->queues_list, list)
+		list_for_each_entry(qpd, &dqm->queues, dqm_list) {
+			list_for_each_entry(q, &qpd->queues_list, list) {
+				/*
+				 * A queue that does not answer the preemption (the stuck_queue hook):
+				 * the MEC abandons its unmap, logs its doorbell in the HIQ MQD and
+				 * still writes the fence (kfd_device_queue_manager.c 6.12,
+				 * unmap_queues_cpsch's comment on check_preemption_failed).
+				 */
+				if (q->hw_mapped && q->stuck && !q->properties.is_reset)
+					q->preempt_failed = true;
 				q->hw_mapped = false;
+			}
+		}
 		dqm->preempt_pending = false;
 		WRITE_ONCE(*dqm->fence_addr, dqm->fence_pending_value);
 	}
@@ -715,6 +727,61 @@ static u64 emu_cp_run(struct device_queue_manager *dqm, u64 *now_io)
 	return wake == U64_MAX ? 0 : wake;
 }
 
+/*
+ * The dispatch the CP starts next (for emu_cp_publish): at the running dispatch's end, or once
+ * the restore after a map is over, the pick emu_cp_advance() will make then from what the CP
+ * has observed (a packet observed later is known later, so it cannot change that pick), and
+ * that dispatch's cost (a preempted one's remaining cost; a barrier or vendor packet: none).
+ * The CP thread, under hw_lock, with the queue's user memory readable.
+ */
+static void emu_cp_lookahead(struct device_queue_manager *dqm)
+{
+	struct hsa_kernel_dispatch_packet pkt;
+	struct queue *run = dqm->running, *q = NULL;
+	u64 t = 0, next_t, cost = 0;
+	bool found = false;
+	int foreign;
+
+	if (!dqm->cp_mapped || dqm->preempt_pending)
+		goto out;
+	t = run ? run->d.seg_start_ns + run->d.remaining_ns : max(dqm->now_ns, dqm->stall_until_ns);
+	if (run)
+		run->has_dispatch = false;	/* as when it completes at t */
+	q = emu_cp_pick(dqm, t, &next_t);
+	if (run)
+		run->has_dispatch = true;
+	if (!q)
+		goto out;
+	if (q->has_dispatch) {
+		cost = q->d.remaining_ns;
+		found = true;
+		goto out;
+	}
+	if (!emu_user_begin(q))
+		goto out;
+	if (copy_from_user(&pkt, (void __user *)(uintptr_t)(q->properties.queue_address +
+			   (q->cp_rptr % emu_ring_packets(q)) * AQL_PACKET_SIZE), sizeof(pkt))) {
+		emu_user_end(q);
+		goto out;
+	}
+	emu_user_end(q);
+	if ((pkt.header & HSA_PACKET_HEADER_TYPE_MASK) != HSA_PACKET_TYPE_KERNEL_DISPATCH ||
+	    emu_packet_error(&pkt))
+		goto out;
+	foreign = emu_kernel_cost(q, &pkt, &cost);
+	if (foreign < 0)
+		goto out;
+	if (!foreign)
+		cost = pkt.kernel_object;
+	found = true;
+out:
+	write_seqcount_begin(&dqm->occ_seq);
+	dqm->occ.next = found ? q->process : NULL;
+	dqm->occ.next_from = t;
+	dqm->occ.next_until = found ? t + cost : 0;
+	write_seqcount_end(&dqm->occ_seq);
+}
+
 void emu_cp_kick(struct device_queue_manager *dqm)
 {
 	WRITE_ONCE(dqm->cp_kick, true);
@@ -724,17 +791,16 @@ void emu_cp_kick(struct device_queue_manager *dqm)
 int emu_cp_thread(void *data)
 {
 	struct device_queue_manager *dqm = data;
-	u64 now, wake, sync;
+	u64 now, wake;
 
 	while (!kthread_should_stop()) {
 		WRITE_ONCE(dqm->cp_kick, false);
 		mutex_lock(&dqm->hw_lock);
-		sync = dqm->sync_req;
 		now = ktime_get_ns();
 		wake = emu_cp_run(dqm, &now);
-		dqm->sync_done = sync;
+		emu_cp_lookahead(dqm);
+		emu_cp_publish(dqm);
 		mutex_unlock(&dqm->hw_lock);
-		wake_up_all(&dqm->sync_wait);
 		if (!wake)
 			wait_event_interruptible(dqm->cp_wait, kthread_should_stop() ||
 						 READ_ONCE(dqm->cp_kick));
@@ -746,14 +812,41 @@ int emu_cp_thread(void *data)
 	return 0;
 }
 
-/* Make the CP play its timeline up to now (a "register read" of the emulated GPU). */
-void emu_cp_sync(struct device_queue_manager *dqm)
+/*
+ * What the CUs run, for cu_occupancy (sysfs.c), as the CP's state says it without the CP thread:
+ * published under hw_lock at the end of every pass, read lock-free (a seqcount), so a sysfs read
+ * neither wakes the CP nor waits for it, as kfd_get_cu_occupancy() reads the wave registers. The
+ * CP publishes the running dispatch's segment and the one it starts next (its pick at that
+ * segment's end or after a restore: a late CP thread does not make a read miss a dispatch that
+ * began on the timeline since its last pass), and an unmap publishes its time: no wave of this
+ * node runs from then on. Under hw_lock.
+ */
+void emu_cp_publish(struct device_queue_manager *dqm)
 {
-	u64 want;
+	struct queue *q = dqm->running;
 
-	mutex_lock(&dqm->hw_lock);
-	want = ++dqm->sync_req;
-	mutex_unlock(&dqm->hw_lock);
-	emu_cp_kick(dqm);
-	wait_event_timeout(dqm->sync_wait, READ_ONCE(dqm->sync_done) >= want, HZ);
+	write_seqcount_begin(&dqm->occ_seq);
+	dqm->occ.proc = q ? q->process : NULL;
+	dqm->occ.from = q ? q->d.seg_start_ns : 0;
+	dqm->occ.until = q ? q->d.seg_start_ns + q->d.remaining_ns : 0;
+	dqm->occ.stop_ns = dqm->preempt_pending ? dqm->unmap_at_ns : U64_MAX;
+	write_seqcount_end(&dqm->occ_seq);
+}
+
+/* whether a wave of p occupies the node's CUs now (lock-free; see emu_cp_publish) */
+bool emu_cp_occupied_by(struct device_queue_manager *dqm, const struct kfd_process *p)
+{
+	unsigned int seq;
+	bool busy;
+	u64 now;
+
+	do {
+		seq = read_seqcount_begin(&dqm->occ_seq);
+		now = ktime_get_ns();
+		busy = now < dqm->occ.stop_ns &&
+		       ((dqm->occ.proc == p && now >= dqm->occ.from && now < dqm->occ.until) ||
+			(dqm->occ.next == p && now >= dqm->occ.next_from &&
+			 now < dqm->occ.next_until));
+	} while (read_seqcount_retry(&dqm->occ_seq, seq));
+	return busy;
 }

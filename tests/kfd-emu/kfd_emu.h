@@ -54,6 +54,7 @@
 #include <linux/workqueue.h>
 #include <linux/ioctl.h>
 #include <linux/idr.h>
+#include <linux/seqlock.h>
 
 #include "emu_gpu.h"
 
@@ -676,6 +677,8 @@ struct queue_properties {
 	bool is_being_destroyed;
 	bool is_active;
 	bool is_gws;
+	/* later kernels' is_reset (6.12: pdd->has_reset_queue only): reset by a per-queue reset */
+	bool is_reset;
 };
 
 /* QUEUE_IS_ACTIVE() from kfd_priv.h (6.12.117). */
@@ -704,6 +707,8 @@ struct queue {
 	u32 error_ec;			/* packet error raised: the CP no longer serves the queue */
 	bool has_dispatch;		/* started and not complete (running or preempted) */
 	bool at_barrier;		/* the next packet is a barrier whose dependencies are unmet */
+	bool stuck;			/* test hook: its CWSR save never completes (stuck_queue) */
+	bool preempt_failed;		/* the MEC abandoned its unmap (HIQ MQD doorbell logged) */
 	u64 ready_ns;			/* no packet starts before (the end of the last barrier) */
 	struct {
 		u64 index, cost_ns, remaining_ns, completion;
@@ -745,6 +750,7 @@ struct kfd_process_device {
 	u64 tba_addr, tma_addr;		/* SET_TRAP_HANDLER */
 	void *doorbells;		/* the process's doorbell slice on this GPU (kfd_mmap) */
 	u64 exception_status;
+	bool has_reset_queue;		/* set_queue_as_reset() (6.12): a queue of it was reset */
 	u64 last_evict_timestamp;
 	atomic64_t evict_duration_counter;
 	struct attribute attr_vram;
@@ -782,8 +788,17 @@ struct device_queue_manager {
 	u64 unmap_at_ns;
 	u64 preempt_deadline_ns;	/* unmap_at_ns + preempt_delay_us: the fence */
 	u64 fence_pending_value;
-	u64 sync_req, sync_done;	/* emu_cp_sync(): the CP played up to "now" */
-	wait_queue_head_t sync_wait;
+	/*
+	 * What the CUs run, published by the CP (emu_cp_publish) for cu_occupancy's lock-free read
+	 * (seqcount under hw_lock): the running dispatch's process over [from, until), the
+	 * dispatch that follows it (the CP's pick at `until`, or after a restore) over
+	 * [next_from, next_until), nothing from stop_ns (an unmap's time) on.
+	 */
+	seqcount_mutex_t occ_seq;
+	struct {
+		const void *proc, *next;
+		u64 from, until, next_from, next_until, stop_ns;
+	} occ;
 	/* what the CP executed since the module loaded (/sys/kernel/kfd_emu/cp_stats) */
 	struct {
 		u64 dispatches;		/* kernel dispatches of the cost convention */
@@ -813,6 +828,14 @@ struct kfd_node {
 	struct device_queue_manager *dqm;
 	struct kobject *kobj_node;
 	int drm_render_minor;		/* amdgpu_emu's render node, EMU_NO_RENDER_MINOR before */
+	/* emulator: where the node sits (topology.c, README "Profiles") */
+	unsigned int package;		/* emulated package (num_gpus of them) */
+	unsigned int partition;		/* its compute partition (XCP) index in the package */
+	unsigned int num_xcc;		/* NUM_XCC(xcc_mask): XCCs of this partition */
+	unsigned int cu_count;		/* active CUs of the partition */
+	u64 vram_bytes;			/* KFD_XCP_MEMORY_SIZE: the partition's share (NPS1) */
+	/* kfd_queue_ctx_save_restore_size() (kfd_queue.c 6.12): per XCC */
+	u32 cwsr_size, ctl_stack_size, debug_memory_size, eop_buffer_size;
 };
 
 struct kfd_process {
@@ -938,6 +961,8 @@ struct emu_bo {
 
 /* main.c: module parameters, state every object shares, lookups */
 extern unsigned int num_gpus;
+extern unsigned int emu_num_nodes;	/* KFD nodes: num_gpus x partitions */
+extern const struct emu_profile *emu_prof;
 extern unsigned int tick_us;
 extern unsigned int preempt_delay_us;
 extern unsigned int restore_delay_us;
@@ -964,13 +989,17 @@ void emu_cp_preempt(struct device_queue_manager *dqm, u64 t);
 void emu_cp_forget(struct device_queue_manager *dqm, struct queue *q);
 void emu_cp_kick(struct device_queue_manager *dqm);
 int emu_cp_thread(void *data);
-void emu_cp_sync(struct device_queue_manager *dqm);
+void emu_cp_publish(struct device_queue_manager *dqm);
+bool emu_cp_occupied_by(struct device_queue_manager *dqm, const struct kfd_process *p);
 
 /* sdma.c: the SDMA engines the CP runs */
 bool emu_sdma_serves(struct queue *q);
 bool emu_cp_sdma(struct device_queue_manager *dqm, u64 now);
 
-/* queues.c: queue lookup and update, for the queue and debug ioctls */
+/* queues.c: queue lookup and update, for the queue and debug ioctls; per-queue reset */
+void kfd_signal_reset_event(struct kfd_node *dev);
+void set_queue_as_reset(struct device_queue_manager *dqm, struct queue *q,
+			struct qcm_process_device *qpd);
 int dqm_update_queue(struct device_queue_manager *dqm, struct queue *q);
 struct process_queue_node *get_queue_by_qid(struct process_queue_manager *pqm,
 					    unsigned int qid);
@@ -993,6 +1022,7 @@ int kfd_ioctl_alloc_memory_of_gpu(struct file *filep, struct kfd_process *p, voi
 void *emu_bo_backing(struct emu_bo *bo);
 struct emu_bo *emu_bo_lookup(struct kfd_process *p, u64 handle);
 bool emu_bo_holds(struct kfd_process *p, u64 va, u64 len);
+u64 emu_bo_size_at(struct kfd_process *p, u64 va);
 int emu_gpu_access(struct kfd_process *p, u64 va, void *buf, u32 len, bool write);
 int emu_gpu_add64(struct kfd_process *p, u64 va, s64 v);
 int kfd_ioctl_free_memory_of_gpu(struct file *filep, struct kfd_process *p, void *data);
@@ -1025,8 +1055,11 @@ void kfd_process_remove_sysfs(struct kfd_process *p);
 extern struct kobj_attribute cp_stats_attr;
 extern struct kobj_attribute evict_attr;
 extern struct kobj_attribute restore_attr;
+extern struct kobj_attribute stuck_queue_attr;
 
-/* topology.c: the topology init builds and removes */
+/* topology.c: the profiles, each node's derived properties, the topology init builds and removes */
+const struct emu_profile *emu_profile_by_name(const char *name);
+void emu_node_init_props(struct kfd_node *node);
 struct kobject *add_topology_node(unsigned int node);
 extern struct kobj_attribute generation_id_attr;
 extern struct kobj_attribute system_properties_attr;

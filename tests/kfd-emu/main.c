@@ -50,7 +50,37 @@ static_assert(offsetof(struct kfd_process_device, qpd) == 16);
 
 unsigned int num_gpus = 2;
 module_param(num_gpus, uint, 0444);
-MODULE_PARM_DESC(num_gpus, "Emulated GPUs (1 or 2; gpu_id 0x1000, 0x2000)");
+MODULE_PARM_DESC(num_gpus, "Emulated GPU packages (1 or 2; gpu_id 0x1000, 0x2000 in SPX)");
+
+/* README "Profiles": the emulated package (emu_gpu.h, topology.c) */
+static char *profile = "mi210";
+module_param(profile, charp, 0444);
+MODULE_PARM_DESC(profile, "Emulated GPU: mi210 (gfx90a, default) or mi300x (gfx942)");
+
+/*
+ * The compute partition mode of an mi300x package (amdgpu's compute_partition; the kernel's
+ * AMDGPU_SPX/DPX/QPX/CPX_PARTITION_MODE): spx, dpx, qpx or cpx, 1, 2, 4 or 8 KFD nodes per
+ * package. mi210 has one XCC: spx only.
+ */
+static char *partition = "spx";
+module_param(partition, charp, 0444);
+MODULE_PARM_DESC(partition, "Compute partition mode of an mi300x: spx (default), dpx, qpx, cpx");
+
+unsigned int emu_num_nodes;
+const struct emu_profile *emu_prof;
+static unsigned int emu_partitions = 1;
+
+const struct emu_profile *kfd_emu_profile(void)
+{
+	return emu_prof;
+}
+EXPORT_SYMBOL_GPL(kfd_emu_profile);
+
+unsigned int kfd_emu_partitions(void)
+{
+	return emu_partitions;
+}
+EXPORT_SYMBOL_GPL(kfd_emu_partitions);
 
 unsigned int tick_us = 200;
 module_param(tick_us, uint, 0644);
@@ -120,7 +150,6 @@ MODULE_PARM_DESC(kfd_minor_version,
 
 struct kfd_node emu_nodes[EMU_MAX_GPUS];
 struct device_queue_manager emu_dqms[EMU_MAX_GPUS];
-static const unsigned int emu_gpu_ids[EMU_MAX_GPUS] = { EMU_GPU_ID0, EMU_GPU_ID1 };
 
 struct workqueue_struct *kfd_process_wq;
 
@@ -172,7 +201,7 @@ int kfd_emu_render_register(const struct kfd_emu_render_ops *ops, const int *ren
 		ret = -EBUSY;
 	} else {
 		render_ops = ops;
-		for (i = 0; i < num_gpus; i++)
+		for (i = 0; i < emu_num_nodes; i++)
 			emu_nodes[i].drm_render_minor = render_minor[i];
 	}
 	mutex_unlock(&render_mutex);
@@ -187,7 +216,7 @@ void kfd_emu_render_unregister(void)
 
 	mutex_lock(&render_mutex);
 	render_ops = NULL;
-	for (i = 0; i < num_gpus; i++)
+	for (i = 0; i < emu_num_nodes; i++)
 		emu_nodes[i].drm_render_minor = EMU_NO_RENDER_MINOR;
 	mutex_unlock(&render_mutex);
 }
@@ -195,7 +224,7 @@ EXPORT_SYMBOL_GPL(kfd_emu_render_unregister);
 
 unsigned int kfd_emu_num_gpus(void)
 {
-	return num_gpus;
+	return emu_num_nodes;
 }
 EXPORT_SYMBOL_GPL(kfd_emu_num_gpus);
 
@@ -243,8 +272,22 @@ static int __init kfd_emu_init(void)
 	unsigned int i;
 	int err = -ENOMEM;
 
-	if (num_gpus < 1 || num_gpus > EMU_MAX_GPUS)
+	static const char *const modes[] = { "spx", "dpx", "qpx", "cpx" };
+
+	emu_prof = emu_profile_by_name(profile);
+	if (!emu_prof)
 		return -EINVAL;
+	for (i = 0; i < ARRAY_SIZE(modes) && strcmp(partition, modes[i]); i++)
+		;
+	if (i == ARRAY_SIZE(modes))
+		return -EINVAL;
+	emu_partitions = 1U << i;
+	/* a partition holds whole XCCs (__aqua_vanjaram_is_valid_mode: num_xcc % partitions) */
+	if (emu_prof->num_xcc % emu_partitions)
+		return -EINVAL;
+	if (num_gpus < 1 || num_gpus > 2)
+		return -EINVAL;
+	emu_num_nodes = num_gpus * emu_partitions;
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 17, 0)
 	/*
 	 * 6.17 added WQ_PERCPU; 7.x (Debian 7.3.4) warns at alloc_workqueue() when neither it nor
@@ -257,11 +300,19 @@ static int __init kfd_emu_init(void)
 #endif
 	if (!kfd_process_wq)
 		return -ENOMEM;
-	for (i = 0; i < num_gpus; i++) {
+	for (i = 0; i < emu_num_nodes; i++) {
 		struct device_queue_manager *dqm = &emu_dqms[i];
 
-		emu_nodes[i].id = emu_gpu_ids[i];
+		/*
+		 * Fixed gpu ids: package p's partition k is 0x1000 * (p + 1) + k (SPX: 0x1000,
+		 * 0x2000). The kernel hashes each node's properties and XCC mask instead
+		 * (kfd_generate_gpu_id, 6.5+), so partitions of a package differ there too.
+		 */
+		emu_nodes[i].package = i / emu_partitions;
+		emu_nodes[i].partition = i % emu_partitions;
+		emu_nodes[i].id = EMU_GPU_ID0 * (emu_nodes[i].package + 1) + emu_nodes[i].partition;
 		emu_nodes[i].node_id = i + 1;
+		emu_node_init_props(&emu_nodes[i]);
 		emu_nodes[i].drm_render_minor = EMU_NO_RENDER_MINOR;
 		emu_nodes[i].dqm = dqm;
 		dqm->dev = &emu_nodes[i];
@@ -270,8 +321,10 @@ static int __init kfd_emu_init(void)
 		INIT_LIST_HEAD(&dqm->queues);
 		init_waitqueue_head(&dqm->destroy_wait);
 		init_waitqueue_head(&dqm->cp_wait);
-		init_waitqueue_head(&dqm->sync_wait);
+		seqcount_mutex_init(&dqm->occ_seq, &dqm->hw_lock);
+		dqm->occ.stop_ns = U64_MAX;
 		dqm->fence_addr = &dqm->fence_mem;
+		/* one HWS (a CP and its runlist) per KFD node: each partition schedules its own */
 		dqm->cp_thread = kthread_run(emu_cp_thread, dqm, "kfd_emu_cp%u", i);
 		if (IS_ERR(dqm->cp_thread)) {
 			err = PTR_ERR(dqm->cp_thread);
@@ -322,7 +375,7 @@ static int __init kfd_emu_init(void)
 		goto fail;
 	if (!add_topology_node(0))	/* node 0: the CPU, gpu_id 0 */
 		goto fail;
-	for (i = 0; i < num_gpus; i++) {
+	for (i = 0; i < emu_num_nodes; i++) {
 		emu_nodes[i].kobj_node = add_topology_node(emu_nodes[i].node_id);
 		if (!emu_nodes[i].kobj_node)
 			goto fail;
@@ -332,11 +385,12 @@ static int __init kfd_emu_init(void)
 		goto fail;
 	if (sysfs_create_file(emu_ctl_kobj, &evict_attr.attr) ||
 	    sysfs_create_file(emu_ctl_kobj, &restore_attr.attr) ||
-	    sysfs_create_file(emu_ctl_kobj, &cp_stats_attr.attr))
+	    sysfs_create_file(emu_ctl_kobj, &cp_stats_attr.attr) ||
+	    sysfs_create_file(emu_ctl_kobj, &stuck_queue_attr.attr))
 		goto fail;
-	pr_info("kfd_emu: KFD emulator (KFD %d.%d) with %u GPU(s): gpu_id 0x%x%s\n",
-		KFD_IOCTL_MAJOR_VERSION,
-		KFD_IOCTL_MINOR_VERSION, num_gpus, emu_gpu_ids[0], num_gpus > 1 ? ", 0x2000" : "");
+	pr_info("kfd_emu: KFD emulator (KFD %d.%d): %u %s (%s) package(s), %s, %u KFD node(s) from gpu_id 0x%x\n",
+		KFD_IOCTL_MAJOR_VERSION, KFD_IOCTL_MINOR_VERSION, num_gpus, emu_prof->name,
+		emu_prof->gfx_name, partition, emu_num_nodes, emu_nodes[0].id);
 	return 0;
 fail:
 	kfd_emu_cleanup();

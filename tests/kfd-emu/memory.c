@@ -84,7 +84,7 @@ int kfd_ioctl_alloc_memory_of_gpu(struct file *filep, struct kfd_process *p, voi
 		goto out;
 	}
 	if ((flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM) &&
-	    p->vram_used[pdd - p->pdds] + args->size > EMU_VRAM_BYTES) {
+	    p->vram_used[pdd - p->pdds] + args->size > pdd->dev->vram_bytes) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -165,6 +165,26 @@ bool emu_bo_holds(struct kfd_process *p, u64 va, u64 len)
 		}
 	mutex_unlock(&p->bo_lock);
 	return found;
+}
+
+/*
+ * The size of the memory object mapped at exactly va, 0 if none starts there: the GPU VA
+ * mapping kfd_queue_buffer_get() (kfd_queue.c 6.12) looks up for a queue's buffers.
+ */
+u64 emu_bo_size_at(struct kfd_process *p, u64 va)
+{
+	struct emu_bo *bo;
+	u64 size = 0;
+	int id;
+
+	mutex_lock(&p->bo_lock);
+	idr_for_each_entry(&p->bo_idr, bo, id)
+		if (bo->va && bo->va == va) {
+			size = bo->size;
+			break;
+		}
+	mutex_unlock(&p->bo_lock);
+	return size;
 }
 
 /*
@@ -338,7 +358,7 @@ int kfd_ioctl_get_available_memory(struct file *filep, struct kfd_process *p, vo
 	mutex_lock(&p->mutex);
 	pdd = kfd_process_device_data_by_id(p, args->gpu_id);
 	if (pdd)
-		args->available = EMU_VRAM_BYTES - p->vram_used[pdd - p->pdds];
+		args->available = pdd->dev->vram_bytes - p->vram_used[pdd - p->pdds];
 	else
 		err = -EINVAL;
 	mutex_unlock(&p->mutex);

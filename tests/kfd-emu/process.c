@@ -190,7 +190,7 @@ struct kfd_process *create_process(struct task_struct *thread)
 	get_task_struct(p->lead_thread);
 	p->pasid = atomic_inc_return(&pasid_counter);
 	/* kfd_init_apertures(): one process-device per GPU from the start */
-	for (i = 0; i < num_gpus; i++) {
+	for (i = 0; i < emu_num_nodes; i++) {
 		struct kfd_process_device *pdd = &p->pdds[i];
 
 		pdd->dev = &emu_nodes[i];
@@ -200,7 +200,7 @@ struct kfd_process *create_process(struct task_struct *thread)
 		INIT_LIST_HEAD(&pdd->qpd.queues_list);
 		INIT_LIST_HEAD(&pdd->qpd.dqm_list);
 	}
-	p->n_pdds = num_gpus;
+	p->n_pdds = emu_num_nodes;
 
 	p->mmu_notifier.ops = &kfd_process_mmu_notifier_ops;
 	err = mmu_notifier_register(&p->mmu_notifier, p->mm);

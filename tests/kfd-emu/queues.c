@@ -34,6 +34,85 @@ __used noinline int amdkfd_fence_wait_timeout(struct device_queue_manager *dqm, 
 }
 
 /*
+ * Mirrors: void kfd_signal_reset_event(struct kfd_node *dev) (kfd_events.c 6.12), the probe
+ * point of a reset: after a per-queue reset only the processes with a reset queue
+ * (pdd->has_reset_queue) are told, each with "Queues reset on process %s tid %d thread %s pid %d"
+ * (drm_err). The HW exception events it sets (memory-lost / reset cause) are not emulated.
+ */
+__used noinline void kfd_signal_reset_event(struct kfd_node *dev)
+{
+	struct kfd_process *p;
+
+	mutex_lock(&kfd_processes_mutex);
+	list_for_each_entry(p, &kfd_processes_list, processes) {
+		struct kfd_process_device *pdd = kfd_process_device_data_by_id(p, dev->id);
+
+		if (pdd && pdd->has_reset_queue)
+			pr_err("kfd_emu: Queues reset on process %s tid %d thread %s pid %d\n",
+			       p->lead_thread->comm, p->lead_thread->tgid, p->lead_thread->comm,
+			       p->lead_thread->pid);
+	}
+	mutex_unlock(&kfd_processes_mutex);
+}
+
+/*
+ * Mirrors: static void set_queue_as_reset(struct device_queue_manager *dqm, struct queue *q,
+ *     struct qcm_process_device *qpd) (kfd_device_queue_manager.c 6.12, "drm/amdkfd: support
+ * per-queue reset on gfx9"): dev_err "queue id 0x%0x at pasid 0x%0x is reset", the process
+ * device has a reset queue, the queue leaves the active count. Global and noinline here so that a
+ * tracer can see the reset (in the kernel it is static). The emulated HQD reset also drops the
+ * queue's dispatch (its waves are killed) and the CP never serves the queue again (is_reset, as
+ * later kernels mark it; 6.12 would map it again at the next runlist, whose state the reset
+ * lost: README "Per-queue reset").
+ */
+__used noinline void set_queue_as_reset(struct device_queue_manager *dqm, struct queue *q,
+					struct qcm_process_device *qpd)
+{
+	struct kfd_process_device *pdd = qpd_to_pdd(qpd);
+
+	pr_err("kfd_emu: queue id 0x%0x at pasid 0x%0x is reset\n", q->properties.queue_id,
+	       q->process->pasid);
+	pdd->has_reset_queue = true;
+	q->properties.is_reset = true;
+	if (q->properties.is_active) {
+		q->properties.is_active = false;
+		dqm->active_queue_count--;
+	}
+	mutex_lock(&dqm->hw_lock);
+	q->preempt_failed = false;
+	q->stuck = false;
+	emu_cp_forget(dqm, q);
+	mutex_unlock(&dqm->hw_lock);
+}
+
+/*
+ * reset_queues_on_hws_hang() (kfd_device_queue_manager.c 6.12), after a fence that came in time:
+ * check_preemption_failed() finds the doorbells the MEC logged for queues that did not answer
+ * the unmap; each such queue is reset alone (set_queue_as_reset) and the processes concerned are
+ * told (kfd_signal_reset_event). The unmap then succeeds: the SUSPEND_QUEUES reply carries no
+ * error for the reset queue (suspend_queues() marks ERROR only when execute_queues_cpsch fails)
+ * and the other queues are suspended normally. 0, or -ETIME if none was found (never here).
+ */
+static int reset_queues_on_hws_hang(struct device_queue_manager *dqm)
+{
+	struct qcm_process_device *qpd;
+	struct queue *q;
+	int reset = 0;
+
+	list_for_each_entry(qpd, &dqm->queues, dqm_list) {
+		list_for_each_entry(q, &qpd->queues_list, list) {
+			if (!READ_ONCE(q->preempt_failed))
+				continue;
+			set_queue_as_reset(dqm, q, qpd);
+			reset++;
+		}
+	}
+	if (reset)
+		kfd_signal_reset_event(dqm->dev);
+	return 0;
+}
+
+/*
  * Mirrors: static int unmap_queues_cpsch(struct device_queue_manager *dqm,
  *     enum kfd_unmap_queues_filter filter, uint32_t filter_param, uint32_t grace_period,
  *     bool reset)
@@ -59,10 +138,13 @@ __used noinline int unmap_queues_cpsch(struct device_queue_manager *dqm,
 	dqm->preempt_deadline_ns = dqm->unmap_at_ns + (u64)preempt_delay_us * NSEC_PER_USEC;
 	dqm->preempt_applied = false;
 	dqm->preempt_pending = true;
+	emu_cp_publish(dqm);	/* cu_occupancy: no wave runs from the unmap on */
 	mutex_unlock(&dqm->hw_lock);
 	emu_cp_kick(dqm);
 
 	retval = amdkfd_fence_wait_timeout(dqm, KFD_FENCE_COMPLETED, queue_preemption_timeout_ms);
+	if (!retval)
+		retval = reset_queues_on_hws_hang(dqm);
 	if (retval) {
 		/* Real KFD calls kfd_hws_hang() (GPU reset) here; the emulator drops the runlist */
 		pr_err("kfd_emu: The cp might be in an unrecoverable state due to an unsuccessful queues preemption\n");

@@ -63,19 +63,13 @@ void kfd_procfs_del_queue(struct queue *q)
 
 /*
  * stats_<gpuid>/cu_occupancy: kfd_get_cu_occupancy() (6.12.117) reads the waves in flight from
- * the hardware and prints the CUs they occupy ("%d\n"). Here the CP first plays its timeline up
- * to now; a running dispatch holds every CU of the emulated GPU, a preempted one none.
+ * the hardware and prints the CUs they occupy ("%d\n"). Here the state the emulated CP published
+ * (emu_cp_occupied_by: lock-free, neither waking the CP thread nor waiting for it): a running
+ * dispatch holds every CU of the node (its partition's CUs), a preempted one none.
  */
 static int emu_cu_occupancy(struct kfd_process_device *pdd)
 {
-	struct device_queue_manager *dqm = pdd->dev->dqm;
-	bool busy;
-
-	emu_cp_sync(dqm);
-	mutex_lock(&dqm->hw_lock);
-	busy = dqm->running && dqm->running->process == pdd->process;
-	mutex_unlock(&dqm->hw_lock);
-	return busy ? EMU_CU_COUNT : 0;
+	return emu_cp_occupied_by(pdd->dev->dqm, pdd->process) ? pdd->dev->cu_count : 0;
 }
 
 static ssize_t kfd_procfs_show(struct kobject *kobj, struct attribute *attr, char *buffer)
@@ -258,6 +252,51 @@ static ssize_t restore_store(struct kobject *kobj, struct kobj_attribute *attr, 
 }
 
 /*
+ * stuck_queue (0200, emulator-only): write "<pid> <queue id>" to make that compute queue ignore
+ * preemption, as a queue whose waves do not reach a save point: at the next unmap the MEC
+ * abandons its save and logs it, and KFD resets it alone (queues.c, reset_queues_on_hws_hang).
+ * ESRCH: no such process; EINVAL: no such compute queue, or already reset.
+ */
+static ssize_t stuck_queue_store(struct kobject *kobj, struct kobj_attribute *attr,
+				 const char *buf, size_t count)
+{
+	struct process_queue_node *pqn;
+	struct kfd_process *p, *found = NULL;
+	int pid, err = -EINVAL;
+	unsigned int qid;
+
+	if (sscanf(buf, "%d %u", &pid, &qid) != 2)
+		return -EINVAL;
+	mutex_lock(&kfd_processes_mutex);
+	list_for_each_entry(p, &kfd_processes_list, processes) {
+		if (p->lead_thread->pid == pid) {
+			found = p;
+			kref_get(&p->ref);
+			break;
+		}
+	}
+	mutex_unlock(&kfd_processes_mutex);
+	if (!found)
+		return -ESRCH;
+	mutex_lock(&found->mutex);
+	pqn = get_queue_by_qid(&found->pqm, qid);
+	if (pqn && pqn->q->properties.type == KFD_QUEUE_TYPE_COMPUTE &&
+	    !pqn->q->properties.is_reset) {
+		struct device_queue_manager *dqm = pqn->q->device->dqm;
+
+		mutex_lock(&dqm->hw_lock);
+		pqn->q->stuck = true;
+		mutex_unlock(&dqm->hw_lock);
+		err = 0;
+	}
+	mutex_unlock(&found->mutex);
+	kfd_unref_process(found);
+	return err ? err : count;
+}
+
+struct kobj_attribute stuck_queue_attr = __ATTR_WO(stuck_queue);
+
+/*
  * cp_stats: what each emulated CP executed since the module loaded, one line per GPU
  * ("gpu_id 4096 dispatches N kernels N barriers_and N barriers_or N barriers_value N pm4_ibs N signals N interrupts N
  * events_set N errors N sdma_copies N sdma_bytes N ... sdma_timestamps N"): the exact counts the
@@ -268,7 +307,7 @@ static ssize_t cp_stats_show(struct kobject *kobj, struct kobj_attribute *attr, 
 	unsigned int i;
 	int offs = 0;
 
-	for (i = 0; i < num_gpus; i++) {
+	for (i = 0; i < emu_num_nodes; i++) {
 		struct device_queue_manager *dqm = &emu_dqms[i];
 
 		mutex_lock(&dqm->hw_lock);
