@@ -22,7 +22,16 @@
 //! sit in ROCr's `amd_queue_t`, varying dispatch costs, completions polled on the CPU.
 //!
 //! `emu-workload server …` and `emu-workload request …`: an online service that takes requests
-//! on a Unix socket, and the load command that sends them (`server.rs`, for `gpreempt evaluate`).
+//! on a Unix socket (`--socket PATH`, a line `N` per request) or over HTTP/1.1 (`--listen
+//! ADDR:PORT`: `POST /generate` with the body `N`; `GET /health` and `GET /metrics` answered at
+//! once), each a CPU phase of `--cpu-ms` then N dispatches (none with `--no-gpu`, which opens no
+//! /dev/kfd), and the load command that sends them (`--socket PATH` or `--url http://HOST:PORT`,
+//! with `--health-every-ms M` a health prober on a second connection) (`server.rs`, for `gpreempt
+//! evaluate` and the arrival probe's tests).
+//!
+//! `emu-workload hold-arrival --pid P` loads the arrival probe, watches P's listening TCP ports in
+//! P's cgroup (v2), prints `{"pid", "slot", "cgroups", "ports"}` and holds it until EOF on stdin:
+//! the process the arrival tests kill with SIGKILL to see that nothing stays attached.
 //!
 //! `emu-workload debug --pid P [--no-ptrace]` opens /dev/kfd, PTRACE_SEIZEs P (from this, the
 //! only thread that issues debug-trap ioctls) and answers `enable MASK`, `snapshot CLEAR_MASK
@@ -205,18 +214,30 @@ enum Mode {
         #[arg(long)]
         log: Option<PathBuf>,
     },
-    /// An online service driven from outside: a request (a line `N` on the Unix socket) is N
-    /// dispatches on its queues, answered when they completed (`server.rs`).
+    /// An online service driven from outside: a request (a line `N` on the Unix socket, or an
+    /// HTTP `POST /generate` with the body `N`) is a CPU phase, then N dispatches on its queues,
+    /// answered when they completed (`server.rs`).
     Server {
         #[arg(long, value_parser = parse_u32, default_value = "0x1000")]
         gpu_id: u32,
         #[arg(long, default_value_t = 1)]
         queues: u32,
-        #[arg(long)]
-        socket: PathBuf,
+        /// Serve this Unix socket: a request is a line `N`.
+        #[arg(long, required_unless_present = "listen", conflicts_with = "listen")]
+        socket: Option<PathBuf>,
+        /// Serve HTTP/1.1 on this TCP address (`127.0.0.1:0`: a port the kernel picks, printed
+        /// as the hello line's `port`).
+        #[arg(long, value_name = "ADDR:PORT")]
+        listen: Option<String>,
         /// Cost of each dispatch, µs.
         #[arg(long, default_value_t = 2000)]
         dispatch_us: u64,
+        /// CPU time each request spins before its dispatches, ms (a tokenizer's), 0 for none.
+        #[arg(long, default_value_t = 0.0)]
+        cpu_ms: f64,
+        /// Open no /dev/kfd: requests of 0 dispatches only (the CPU phase).
+        #[arg(long)]
+        no_gpu: bool,
         #[arg(long)]
         runtime_enable: bool,
         #[arg(long, default_value_t = 4096)]
@@ -224,8 +245,13 @@ enum Mode {
     },
     /// The load command of `server`: K requests of N dispatches, then one summary line.
     Request {
+        /// The server's Unix socket.
+        #[arg(long, required_unless_present = "url", conflicts_with = "url")]
+        socket: Option<PathBuf>,
+        /// The server's HTTP address, `http://HOST:PORT[/PATH]` (`/generate` if no path): the
+        /// requests go over one keep-alive connection.
         #[arg(long)]
-        socket: PathBuf,
+        url: Option<String>,
         #[arg(long, default_value_t = 10)]
         requests: u32,
         #[arg(long, default_value_t = 1)]
@@ -233,6 +259,15 @@ enum Mode {
         /// Pause between an answer and the next request, µs.
         #[arg(long, default_value_t = 0)]
         gap_us: u64,
+        /// With `--url`: also `GET /health` this often on a second connection while the requests
+        /// run (a Kubernetes probe); the summary line then ends with `health=H`.
+        #[arg(long, value_name = "MS", requires = "url")]
+        health_every_ms: Option<u64>,
+    },
+    /// Load the arrival probe and watch a process's listening ports in its cgroup until EOF.
+    HoldArrival {
+        #[arg(long)]
+        pid: u32,
     },
     Debug {
         #[arg(long)]
@@ -662,6 +697,27 @@ fn debug(pid: i32, no_ptrace: bool) -> Result<()> {
     Ok(())
 }
 
+/// `hold-arrival`: the arrival probe on `pid`'s cgroup and listening ports, held until EOF on
+/// stdin (its links close with this process, however it ends).
+fn hold_arrival(pid: u32) -> Result<()> {
+    use gpreempt::{
+        domain::HostPid,
+        host::{cgroup::cgroup_dir, sockets::tcp_listening_ports},
+        schedule::arrival::{ArrivalProbe, Patterns},
+    };
+    let (pid, proc_root) = (HostPid(pid), std::path::Path::new("/proc"));
+    let cgroup = cgroup_dir(proc_root, pid)?;
+    let ports = tcp_listening_ports(proc_root, pid).with_context(|| format!("reading {pid}'s sockets"))?;
+    let mut probe = ArrivalProbe::load(&Patterns::default())?;
+    let slot = probe.watch(pid, &cgroup, &ports)?;
+    reply(json!({"pid": std::process::id(), "mode": "hold-arrival", "slot": slot, "cgroups": probe.cgroups(),
+                 "ports": ports}))?;
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest)?;
+    drop(probe);
+    Ok(())
+}
+
 fn main() -> Result<()> {
     match Cli::parse().mode {
         Mode::Run { gpu_id, queues, runtime_enable, ring_size, fill_us, cgroup, extra_kfd_files } => {
@@ -743,12 +799,23 @@ fn main() -> Result<()> {
             out,
             log,
         }),
-        Mode::Server { gpu_id, queues, socket, dispatch_us, runtime_enable, ring_size } => {
-            server::server(&server::ServerArgs { gpu_id, queues, socket, dispatch_us, runtime_enable, ring_size })
+        Mode::Server { gpu_id, queues, socket, listen, dispatch_us, cpu_ms, no_gpu, runtime_enable, ring_size } => {
+            server::server(&server::ServerArgs {
+                gpu_id,
+                queues,
+                socket,
+                listen,
+                dispatch_us,
+                cpu_ms,
+                no_gpu,
+                runtime_enable,
+                ring_size,
+            })
         }
-        Mode::Request { socket, requests, dispatches, gap_us } => {
-            server::request(&server::RequestArgs { socket, requests, dispatches, gap_us })
+        Mode::Request { socket, url, requests, dispatches, gap_us, health_every_ms } => {
+            server::request(&server::RequestArgs { socket, url, requests, dispatches, gap_us, health_every_ms })
         }
+        Mode::HoldArrival { pid } => hold_arrival(pid),
         Mode::Debug { pid, no_ptrace } => debug(pid, no_ptrace),
     }
 }
