@@ -431,7 +431,8 @@ fn record(index: u32, suspend: &Tally, resume: &Tally, late_suspended: u32) -> I
         suspend_called_ns: suspend.called_ns,
         resume_returned_ns: resume.returned_ns,
         kernel: None,
-        ok: !suspend.skipped && suspend.invalid == 0 && suspend.error == 0 && resume.error == 0,
+        // A queue the driver reset (gone) makes the cycle not ok, without counting as an error.
+        ok: !suspend.skipped && suspend.invalid == 0 && suspend.error == 0 && suspend.reset == 0 && resume.error == 0,
     }
 }
 
@@ -463,6 +464,7 @@ mod tests {
             done: count as u32,
             invalid,
             error,
+            reset: 0,
             retried: 0,
             latency_ns: ns,
             called_ns: at,

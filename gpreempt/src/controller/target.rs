@@ -20,6 +20,7 @@ use crate::{
     host::{
         procinfo::{effective_caps, status_field, status_number},
         roots::{PROC_ROOT, Roots},
+        sysfs,
     },
     output::text::escape,
 };
@@ -39,6 +40,9 @@ pub struct Target {
     pub tgid: HostPid,
     /// `/sys/class/kfd/kfd/proc/<pid>` exists: the process has opened `/dev/kfd`.
     pub uses_kfd: bool,
+    /// Its secondary KFD contexts (`proc/<pid>/context_<id>/`, Linux 7.0), sorted; empty for a
+    /// process with only its primary context, however many `/dev/kfd` files it has open.
+    pub secondary_contexts: Vec<u16>,
     /// The inspected process itself (None for a captured `/proc` tree, or a kernel before 5.3).
     pub handle: Option<ProcessHandle>,
 }
@@ -108,6 +112,20 @@ pub enum TargetError {
         escape(.tracer_comm)
     )]
     AlreadyTraced { pid: HostPid, comm: String, tracer_pid: HostPid, tracer_comm: String },
+    #[error(
+        "refusing pid {pid} ({}): it has secondary KFD contexts ({}; AMDKFD_IOC_CREATE_PROCESS, Linux 7.0), and \
+         DBG_TRAP returns EOPNOTSUPP for a secondary context while the pid names only its primary one, so the \
+         queues of those contexts can be neither listed nor suspended and would keep running while gpreempt \
+         reported the process suspended",
+        escape(.comm),
+        contexts_list(.contexts)
+    )]
+    SecondaryContexts { pid: HostPid, comm: String, contexts: Vec<u16> },
+}
+
+/// `context_0, context_3`: the contexts as sysfs names them.
+fn contexts_list(contexts: &[u16]) -> String {
+    contexts.iter().map(|id| format!("context_{id}")).collect::<Vec<_>>().join(", ")
 }
 
 impl Target {
@@ -128,8 +146,11 @@ impl Target {
         let tgid = status_number(&status, "Tgid").map_or(pid, HostPid);
         let tracer_pid = status_number(&status, "TracerPid").unwrap_or(0);
         let uses_kfd = roots.kfd_proc().join(pid.to_string()).is_dir();
+        // Exact, where the fd count was a guess: amdsmi and rocprofiler-sdk keep a second /dev/kfd
+        // file on the same primary context; only CREATE_PROCESS makes a context_<id> directory.
+        let secondary_contexts = sysfs::secondary_contexts(&roots.kfd_proc(), pid).unwrap_or_default();
         let zombie = status_field(&status, "State").is_some_and(|v| v.starts_with('Z'));
-        Ok(Self { pid, comm, tracer_pid, zombie, tgid, uses_kfd, handle })
+        Ok(Self { pid, comm, tracer_pid, zombie, tgid, uses_kfd, secondary_contexts, handle })
     }
 
     /// Call right after `PTRACE_SEIZE`: the seized pid is still the inspected process. A process
@@ -151,6 +172,13 @@ impl Target {
         }
         if !self.uses_kfd {
             return Err(TargetError::NotKfdProcess { pid: self.pid, comm: self.comm.clone() });
+        }
+        if !self.secondary_contexts.is_empty() {
+            return Err(TargetError::SecondaryContexts {
+                pid: self.pid,
+                comm: self.comm.clone(),
+                contexts: self.secondary_contexts.clone(),
+            });
         }
         if self.tracer_pid != 0 {
             return Err(self.already_traced(roots, self.tracer_pid));
@@ -259,10 +287,40 @@ mod tests {
                 zombie: false,
                 tgid: HostPid(4242),
                 uses_kfd: true,
+                secondary_contexts: vec![],
                 handle: None
             }
         );
         assert_eq!(t.check_debuggable(&roots), Ok(()));
+    }
+
+    /// The fd count is no test: a process with two `/dev/kfd` files on its one primary context
+    /// (as amdsmi's event notification or rocprofiler-sdk keep) is accepted; only a `context_<id>`
+    /// directory in sysfs (Linux 7.0 CREATE_PROCESS) refuses it, naming why.
+    #[test]
+    fn secondary_contexts_refuse_and_an_extra_primary_fd_does_not() {
+        let (host, roots) = fake(&[("4242/status", TRAIN), ("4242/comm", "train\n")], &[4242]);
+        let fd = host.path().join("proc/4242/fd");
+        fs::create_dir_all(&fd).unwrap();
+        for (n, target) in [("0", "/dev/null"), ("3", "/dev/kfd"), ("4", "/dev/dri/renderD128"), ("9", "/dev/kfd")] {
+            std::os::unix::fs::symlink(target, fd.join(n)).unwrap();
+        }
+        let t = Target::inspect(&roots, HostPid(4242)).unwrap();
+        assert_eq!(t.secondary_contexts, [] as [u16; 0]);
+        assert_eq!(t.check_debuggable(&roots), Ok(()));
+
+        fs::create_dir_all(roots.kfd_proc().join("4242/context_1/queues")).unwrap();
+        let t = Target::inspect(&roots, HostPid(4242)).unwrap();
+        assert_eq!(t.secondary_contexts, [1]);
+        let err = t.check_debuggable(&roots).unwrap_err();
+        assert_eq!(err, TargetError::SecondaryContexts { pid: HostPid(4242), comm: "train".into(), contexts: vec![1] });
+        assert_eq!(
+            err.to_string(),
+            "refusing pid 4242 (train): it has secondary KFD contexts (context_1; AMDKFD_IOC_CREATE_PROCESS, Linux \
+             7.0), and DBG_TRAP returns EOPNOTSUPP for a secondary context while the pid names only its primary one, \
+             so the queues of those contexts can be neither listed nor suspended and would keep running while \
+             gpreempt reported the process suspended"
+        );
     }
 
     #[test]

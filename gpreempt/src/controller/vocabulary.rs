@@ -55,13 +55,6 @@ pub enum DebugError {
          use a driver with KFD ≥ 1.20 (see `gpreempt doctor`)"
     )]
     ExpertSchedUnsafe { pid: HostPid, gpu: GpuId, version: KfdVersion },
-    #[error(
-        "refusing pid {pid}: it has {files} /dev/kfd files open, and from KFD 1.19 (this driver: {version}) each \
-         file after the first can be a secondary KFD context (AMDKFD_IOC_CREATE_PROCESS) whose queues the debug \
-         trap can neither see nor suspend — they would keep running while gpreempt reports the process suspended; \
-         schedule processes that open /dev/kfd once"
-    )]
-    SecondaryContexts { pid: HostPid, files: usize, version: KfdVersion },
     #[error("cannot ptrace pid {pid}: {reason}")]
     PtraceDenied { pid: HostPid, reason: String },
     #[error("PTRACE_SEIZE of pid {pid} failed: {errno}")]
@@ -156,13 +149,14 @@ pub struct AttachedTarget {
 }
 
 /// One SUSPEND_QUEUES or RESUME_QUEUES as seen from userspace.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Batch {
     /// The ioctl's return value: the number of queues suspended/resumed.
     pub count: i32,
     /// Serialised as `{queue_id, result}` per id (the `--json` record's shape).
-    #[serde(serialize_with = "verdicts")]
     pub outcomes: Vec<QueueOutcome>,
+    /// A SUSPEND_QUEUES: an ERROR verdict is a queue the driver reset ([`QueueResult::Reset`]).
+    pub suspend: bool,
     /// Time spent in the ioctl(s), retry included.
     pub latency_ns: u64,
     /// Ids retried once after a re-snapshot because they came back INVALID.
@@ -171,7 +165,47 @@ pub struct Batch {
     pub skipped: bool,
 }
 
+impl Serialize for Batch {
+    /// The record's shape: `count`, `outcomes` as `{queue_id, result}`, `latency_ns`, `retried`,
+    /// `skipped`.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Verdict {
+            queue_id: QueueId,
+            result: QueueResult,
+        }
+        #[derive(Serialize)]
+        struct Record {
+            count: i32,
+            outcomes: Vec<Verdict>,
+            latency_ns: u64,
+            retried: u32,
+            skipped: bool,
+        }
+        Record {
+            count: self.count,
+            outcomes: self
+                .outcomes
+                .iter()
+                .map(|&o| Verdict { queue_id: o.queue_id, result: self.result_of(o) })
+                .collect(),
+            latency_ns: self.latency_ns,
+            retried: self.retried,
+            skipped: self.skipped,
+        }
+        .serialize(s)
+    }
+}
+
 impl Batch {
+    /// The verdict on one id: a SUSPEND's ERROR is [`QueueResult::Reset`].
+    pub fn result_of(&self, o: QueueOutcome) -> QueueResult {
+        if self.suspend { o.suspend_result() } else { o.result() }
+    }
+    /// Queues the driver reset (gone) in a SUSPEND.
+    pub fn reset(&self) -> usize {
+        self.count_of(QueueResult::Reset)
+    }
     pub fn done(&self) -> usize {
         self.count_of(QueueResult::Done)
     }
@@ -182,17 +216,8 @@ impl Batch {
         self.count_of(QueueResult::Error)
     }
     fn count_of(&self, r: QueueResult) -> usize {
-        self.outcomes.iter().filter(|o| o.result() == r).count()
+        self.outcomes.iter().filter(|&&o| self.result_of(o) == r).count()
     }
-}
-
-fn verdicts<S: serde::Serializer>(outcomes: &[QueueOutcome], s: S) -> Result<S::Ok, S::Error> {
-    #[derive(Serialize)]
-    struct Verdict {
-        queue_id: QueueId,
-        result: QueueResult,
-    }
-    s.collect_seq(outcomes.iter().map(|o| Verdict { queue_id: o.queue_id, result: o.result() }))
 }
 
 /// Which queues to suspend.
@@ -235,6 +260,12 @@ pub enum SessionNotice {
     /// Queues created during a hold of every queue were snapshotted and suspended too.
     QueuesSuspendedMidHold {
         count: u32,
+    },
+    /// SUSPEND_QUEUES came back with ERROR on these queues: their preemption failed and the driver
+    /// reset them (or the GPU). They are gone — not a failed suspend — and are never suspended or
+    /// resumed again; the target's other queues go on being held.
+    QueuesReset {
+        queues: Vec<QueueId>,
     },
     /// The watchdog resumed queues held longer than `max_suspend`.
     WatchdogResumed {
@@ -304,10 +335,19 @@ mod tests {
             outcomes: crate::kfd::uapi::decode_outcomes(&[0, 1 | 1 << 31, 2 | 1 << 30, 3]),
             ..Batch::default()
         };
-        assert_eq!((b.done(), b.invalid(), b.error()), (2, 1, 1));
+        assert_eq!((b.done(), b.invalid(), b.error(), b.reset()), (2, 1, 1, 0));
         let json = serde_json::to_value(&b).unwrap();
         assert_eq!(json["outcomes"][1], serde_json::json!({"queue_id": 1, "result": "invalid"}));
         assert_eq!(json["outcomes"][2], serde_json::json!({"queue_id": 2, "result": "error"}));
+        assert_eq!(
+            json.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["count", "latency_ns", "outcomes", "retried", "skipped"]
+        );
+        // The same array from a SUSPEND: the ERROR id is a reset queue.
+        let s = Batch { suspend: true, ..b };
+        assert_eq!((s.done(), s.invalid(), s.error(), s.reset()), (2, 1, 0, 1));
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["outcomes"][2], serde_json::json!({"queue_id": 2, "result": "reset"}));
     }
 
     #[test]

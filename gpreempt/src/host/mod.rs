@@ -8,6 +8,7 @@
 pub mod cgroup;
 pub mod debugfs;
 pub mod k8s;
+pub mod kernel_queue_type;
 pub mod processes;
 pub mod procinfo;
 pub mod roots;

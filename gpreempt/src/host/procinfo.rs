@@ -113,21 +113,6 @@ impl fmt::Display for Runtime {
     }
 }
 
-/// How many open files of process `pid` are `/dev/kfd` (the links in `proc_root/<pid>/fd`; reading
-/// them needs the same access as ptrace-reading the process). From KFD 1.19 each such file can be
-/// a KFD context of its own (`AMDKFD_IOC_CREATE_PROCESS` turns a second open into a secondary
-/// context, docs/kfd.md §1.4).
-pub fn kfd_files(proc_root: &Path, pid: HostPid) -> io::Result<usize> {
-    let mut n = 0;
-    for entry in fs::read_dir(proc_root.join(pid.to_string()).join("fd"))? {
-        // An fd closed while the directory is read is simply not counted.
-        if fs::read_link(entry?.path()).is_ok_and(|target| target == Path::new(crate::kfd::device::KFD_DEVICE)) {
-            n += 1;
-        }
-    }
-    Ok(n)
-}
-
 /// [`read_with`] with the runtimes' default data roots.
 pub fn read(proc_root: &Path, pid: HostPid) -> Result<ProcInfo, ProcInfoError> {
     read_with(&Roots { proc: proc_root.to_owned(), ..Roots::default() }, pid)
@@ -308,23 +293,6 @@ fn is_container_hex(s: &str) -> bool {
 mod tests {
     use super::*;
     use crate::test_support::FakeHost;
-
-    #[test]
-    fn kfd_files_counts_the_fd_links_to_dev_kfd() {
-        let mut host = FakeHost::new();
-        host.dir("proc/77/fd");
-        let fd = host.path().join("proc/77/fd");
-        for (n, target) in [("0", "/dev/null"), ("3", "/dev/kfd"), ("4", "/dev/dri/renderD128"), ("9", "/dev/kfd")] {
-            std::os::unix::fs::symlink(target, fd.join(n)).expect("symlink");
-        }
-        assert_eq!(kfd_files(&host.path().join("proc"), HostPid(77)).expect("readable"), 2);
-        std::fs::remove_file(fd.join("9")).expect("rm");
-        assert_eq!(kfd_files(&host.path().join("proc"), HostPid(77)).expect("readable"), 1);
-        assert_eq!(
-            kfd_files(&host.path().join("proc"), HostPid(78)).map_err(|e| e.kind()),
-            Err(io::ErrorKind::NotFound)
-        );
-    }
 
     const HEX: &str = "3f4e5d6c7b8a99887766554433221100ffeeddccbbaa00112233445566778899";
     const HEX2: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";

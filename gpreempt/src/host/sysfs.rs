@@ -11,15 +11,25 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::domain::{GpuId, HostPid, QueueId};
+use super::kernel_queue_type::KernelQueueType;
+use crate::{
+    domain::{GpuId, HostPid, QueueId},
+    kfd::features::QueueTypeNumbering,
+};
 
 /// Where the KFD publishes one directory per `kfd_process`.
 pub const KFD_PROC_ROOT: &str = "/sys/class/kfd/kfd/proc";
 
-/// Kernel `enum kfd_queue_type` values that are the same in 6.1, 6.12 and newer kernels. Everything above SDMA was
-/// renumbered when DIQ was removed after 6.12 (docs/kfd.md §4.1), so higher values are only reported as numbers.
+/// Kernel `enum kfd_queue_type` values that are the same in 6.1, 6.12 and 7.x. Everything above SDMA was
+/// renumbered when DIQ was removed in 7.0 (docs/kfd.md §4.1): [`SysfsQueue::type_name_in`] names those under a
+/// detected numbering, [`SysfsQueue::type_name`] only as numbers.
 const KERNEL_QUEUE_TYPE_COMPUTE: u32 = 0;
 const KERNEL_QUEUE_TYPE_SDMA: u32 = 1;
+/// A secondary context's directory inside its primary's: `context_%u` of its `context_id` (Linux 7.0,
+/// `kfd_create_process_sysfs`: `kobject_init_and_add(..., primary_process->kobj, "context_%u", context_id)`, commit
+/// fac682a1d1af of the CREATE_PROCESS series; patch text read on amd-gfx, Reviewed-by Felix Kuehling).
+/// Inside it the same files as a primary's: `pasid`, `queues/<id>/`, `vram_<gpuid>`, `stats_<gpuid>/`.
+const CONTEXT_PREFIX: &str = "context_";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SysfsError {
@@ -36,8 +46,9 @@ pub enum SysfsError {
 pub struct SysfsProcess {
     /// Host TGID (the directory name is `p->lead_thread->pid` in the init pid namespace, not a container pid).
     pub pid: HostPid,
-    /// `None` when unreadable or when the kernel prints 0: kernels after 6.12 moved the PASID per device and print
-    /// `0` here, and 0 is never an allocated PASID.
+    /// `None` (shown as unknown) when unreadable or when the kernel prints 0: from 6.14 the PASID is per device
+    /// (commit 8544374c0f82, "Have kfd driver use same PASID values from graphic driver") and this file keeps
+    /// printing `0` for old tools; 0 is never an allocated PASID.
     pub pasid: Option<u32>,
     /// Sorted by `queue_id`.
     pub queues: Vec<SysfsQueue>,
@@ -47,9 +58,23 @@ pub struct SysfsProcess {
     pub notes: Vec<String>,
 }
 
+/// Which KFD context of a process a queue belongs to. Queue ids are per context (each `kfd_process` has its own
+/// queue manager, ids 0..1023), so a queue is named by (context, id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KfdContext {
+    /// The context `kfd_open` made: `proc/<pid>/`, the only one before Linux 7.0 and the only one the debug trap
+    /// reaches (a pid resolves to it).
+    Primary,
+    /// A context `AMDKFD_IOC_CREATE_PROCESS` made (Linux 7.0): `proc/<pid>/context_<id>/`, id 0..0xFFFE.
+    Secondary(u16),
+}
+
 /// `queues/<queue_id>/`: one user-mode queue of the process.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SysfsQueue {
+    /// The context whose `queues/` directory lists it.
+    pub context: KfdContext,
     pub queue_id: QueueId,
     /// Topology gpu_id (`gpuid`, decimal).
     pub gpu_id: Option<GpuId>,
@@ -68,6 +93,17 @@ impl SysfsQueue {
             Some(KERNEL_QUEUE_TYPE_SDMA) => "sdma".to_string(),
             Some(n) => format!("type {n}"),
             None => "unknown".to_string(),
+        }
+    }
+
+    /// The kernel queue type's name under `numbering` (docs/kfd.md §4.1), [`SysfsQueue::type_name`] without one.
+    pub fn type_name_in(&self, numbering: Option<QueueTypeNumbering>) -> String {
+        match (self.kernel_type, numbering) {
+            (Some(raw), Some(numbering)) => match KernelQueueType::decode(raw, numbering) {
+                Some(t) => t.name().to_owned(),
+                None => format!("type {raw}"),
+            },
+            _ => self.type_name(),
         }
     }
 }
@@ -106,6 +142,27 @@ pub fn list_pids(root: &Path) -> Result<Vec<HostPid>, SysfsError> {
     Ok(pids)
 }
 
+/// The secondary KFD contexts of `pid` (its `context_<id>` directories), sorted; empty on kernels before 7.0 and
+/// for a process that never called `AMDKFD_IOC_CREATE_PROCESS`. Secondaries die with their file (kfd_release), so
+/// this is what exists now.
+pub fn secondary_contexts(root: &Path, pid: HostPid) -> Result<Vec<u16>, SysfsError> {
+    let dir = root.join(pid.to_string());
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(SysfsError::Gone(pid)),
+        Err(e) => return Err(SysfsError::Io { path: dir, cause: e }),
+    };
+    let mut ids = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| SysfsError::Io { path: dir.clone(), cause: e })?;
+        if let Some(id) = entry.file_name().to_str().and_then(|n| n.strip_prefix(CONTEXT_PREFIX)?.parse::<u16>().ok()) {
+            ids.push(id);
+        }
+    }
+    ids.sort_unstable();
+    Ok(ids)
+}
+
 /// Everything sysfs says about one process.
 pub fn read_process(root: &Path, pid: HostPid) -> Result<SysfsProcess, SysfsError> {
     let dir = root.join(pid.to_string());
@@ -140,7 +197,14 @@ pub fn read_process(root: &Path, pid: HostPid) -> Result<SysfsProcess, SysfsErro
     }
 
     let pasid = read_number::<u32>(&dir, "pasid", Presence::Expected, &mut notes).filter(|&pasid| pasid != 0);
-    let queues = read_queues(&dir, &mut notes);
+    let mut queues = read_queues(&dir, KfdContext::Primary, &mut notes);
+    // Queues of secondary contexts (7.0+) are keyed by their context: their ids repeat the primary's.
+    for id in secondary_contexts(root, pid).unwrap_or_default() {
+        let context_dir = dir.join(format!("{CONTEXT_PREFIX}{id}"));
+        let mut context_notes = Vec::new();
+        queues.extend(read_queues(&context_dir, KfdContext::Secondary(id), &mut context_notes));
+        notes.extend(context_notes.into_iter().map(|n| format!("{CONTEXT_PREFIX}{id}/{n}")));
+    }
     let gpus = gpu_ids.into_iter().map(|gpu_id| read_gpu(&dir, gpu_id, &mut notes)).collect();
 
     // The kernel removes the whole directory when the kfd_process is released; if that happened while we were
@@ -170,7 +234,7 @@ pub fn read_all(root: &Path) -> (Vec<SysfsProcess>, Vec<String>) {
     (processes, notes)
 }
 
-fn read_queues(dir: &Path, notes: &mut Vec<String>) -> Vec<SysfsQueue> {
+fn read_queues(dir: &Path, context: KfdContext, notes: &mut Vec<String>) -> Vec<SysfsQueue> {
     let queues_dir = dir.join("queues");
     let entries = match fs::read_dir(&queues_dir) {
         Ok(entries) => entries,
@@ -202,6 +266,7 @@ fn read_queues(dir: &Path, notes: &mut Vec<String>) -> Vec<SysfsQueue> {
         // rather than reporting three missing files.
         let mut queue_notes = Vec::new();
         let queue = SysfsQueue {
+            context,
             queue_id,
             gpu_id: read_number(dir, &format!("{rel}/gpuid"), Presence::Expected, &mut queue_notes).map(GpuId),
             kernel_type: read_number(dir, &format!("{rel}/type"), Presence::Expected, &mut queue_notes),
@@ -322,18 +387,21 @@ mod tests {
                 pasid: Some(32770),
                 queues: vec![
                     SysfsQueue {
+                        context: KfdContext::Primary,
                         queue_id: QueueId(0),
                         gpu_id: Some(GpuId(53394)),
                         kernel_type: Some(0),
                         ring_size: Some(1048576)
                     },
                     SysfsQueue {
+                        context: KfdContext::Primary,
                         queue_id: QueueId(1),
                         gpu_id: Some(GpuId(53394)),
                         kernel_type: Some(1),
                         ring_size: Some(524288)
                     },
                     SysfsQueue {
+                        context: KfdContext::Primary,
                         queue_id: QueueId(12),
                         gpu_id: Some(GpuId(20347)),
                         kernel_type: Some(4),
@@ -381,6 +449,55 @@ mod tests {
         );
     }
 
+    /// A 7.x process with a secondary context: `context_0/queues/0` is a queue of its own, keyed by its context
+    /// (queue ids are per context), and the context is listed; a 6.12 tree has none.
+    #[test]
+    fn secondary_context_queues_are_keyed_by_context() {
+        let mut host = fake_tree();
+        host.kfd_file(1234, "context_0/pasid", "0\n")
+            .kfd_file(1234, "context_0/queues/0/size", "4096")
+            .kfd_file(1234, "context_0/queues/0/type", "3")
+            .kfd_file(1234, "context_0/queues/0/gpuid", "53394")
+            .dir("sys/class/kfd/kfd/proc/1234/context_7/queues")
+            .dir("sys/class/kfd/kfd/proc/1234/context_x");
+        let root = host.kfd_proc();
+        assert_eq!(secondary_contexts(&root, HostPid(1234)).unwrap(), [0, 7]);
+        assert_eq!(secondary_contexts(&root, HostPid(5678)).unwrap(), [] as [u16; 0]);
+        assert!(matches!(secondary_contexts(&root, HostPid(9)), Err(SysfsError::Gone(HostPid(9)))));
+        let p = read_process(&root, HostPid(1234)).expect("read");
+        let keys: Vec<(KfdContext, QueueId)> = p.queues.iter().map(|q| (q.context, q.queue_id)).collect();
+        assert_eq!(
+            keys,
+            [
+                (KfdContext::Primary, QueueId(0)),
+                (KfdContext::Primary, QueueId(1)),
+                (KfdContext::Primary, QueueId(12)),
+                (KfdContext::Secondary(0), QueueId(0)),
+            ]
+        );
+        assert_eq!(p.queues[3].type_name_in(Some(QueueTypeNumbering::WithoutDiq)), "sdma-xgmi");
+        assert!(p.notes.is_empty(), "{:?}", p.notes);
+    }
+
+    /// The same raw `type` names differently on 6.12 and 7.x; without a detected numbering only 0 and 1 are named.
+    #[test]
+    fn queue_type_names_follow_the_numbering() {
+        let q = |raw| SysfsQueue {
+            context: KfdContext::Primary,
+            queue_id: QueueId(0),
+            gpu_id: None,
+            kernel_type: Some(raw),
+            ring_size: None,
+        };
+        let names = |numbering| [0, 1, 3, 4, 5].map(|raw| q(raw).type_name_in(numbering));
+        assert_eq!(names(Some(QueueTypeNumbering::WithDiq)), ["compute", "sdma", "diq", "sdma-xgmi", "sdma-by-eng-id"]);
+        assert_eq!(
+            names(Some(QueueTypeNumbering::WithoutDiq)),
+            ["compute", "sdma", "sdma-xgmi", "sdma-by-eng-id", "type 5"]
+        );
+        assert_eq!(names(None), ["compute", "sdma", "type 3", "type 4", "type 5"]);
+    }
+
     #[test]
     fn read_all_returns_both_processes() {
         let host = fake_tree();
@@ -396,7 +513,13 @@ mod tests {
         let p = read_process(&host.kfd_proc(), HostPid(1234)).expect("read");
         assert_eq!(
             p.queues[1],
-            SysfsQueue { queue_id: QueueId(1), gpu_id: Some(GpuId(53394)), kernel_type: None, ring_size: Some(524288) }
+            SysfsQueue {
+                context: KfdContext::Primary,
+                queue_id: QueueId(1),
+                gpu_id: Some(GpuId(53394)),
+                kernel_type: None,
+                ring_size: Some(524288)
+            }
         );
         assert_eq!(p.queues[1].type_name(), "unknown");
         assert_eq!(p.notes, ["queues/1/type: garbled: \"x1\""]);

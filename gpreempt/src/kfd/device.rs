@@ -26,11 +26,14 @@ impl KfdVersion {
     /// First version with `AMDKFD_IOC_RUNTIME_ENABLE` and `AMDKFD_IOC_DBG_TRAP` (Linux 6.5).
     pub const DEBUG_TRAP: KfdVersion = KfdVersion { major: 1, minor: 13 };
 
-    /// KFD 1.19: `AMDKFD_IOC_CREATE_PROCESS` makes a secondary KFD context on another
-    /// `/dev/kfd` file of the same process; a pid may own several contexts (docs/kfd.md §1.4).
+    /// Upstream KFD 1.19: `AMDKFD_IOC_CREATE_PROCESS` makes a secondary KFD context on another
+    /// `/dev/kfd` file of the same process (docs/kfd.md §1.4). A fallback only: ROCm's DKMS
+    /// numbering gives 1.19 another meaning; [`super::features::secondary_contexts`] looks for the
+    /// ioctl's handler first.
     pub const SECONDARY_CONTEXTS: KfdVersion = KfdVersion { major: 1, minor: 19 };
-    /// KFD 1.20: the trap handler supports gfx12 "expert scheduling" mode; before it, suspending
-    /// a gfx12 queue running such kernels corrupts its waves (docs/kfd.md §1.4).
+    /// Upstream KFD 1.20: the trap handler supports gfx12 "expert scheduling" mode; before it,
+    /// suspending a gfx12 queue running such kernels corrupts its waves (docs/kfd.md §1.4). The
+    /// only sign there is ([`super::features::expert_sched_trap`]).
     pub const EXPERT_SCHED_TRAP: KfdVersion = KfdVersion { major: 1, minor: 20 };
 
     pub fn has_debug_trap(self) -> bool {

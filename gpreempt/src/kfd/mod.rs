@@ -4,6 +4,7 @@
 
 pub mod dbg_trap;
 pub mod device;
+pub mod features;
 pub(crate) mod sys;
 pub mod uapi;
 

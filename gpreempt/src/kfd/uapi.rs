@@ -20,6 +20,10 @@ pub enum QueueResult {
     Invalid,
     /// The hardware failed to preempt/restore it.
     Error,
+    /// Gone: SUSPEND_QUEUES set ERROR on it, so its preemption failed — the driver then resets the
+    /// hung queue (gfx9 per-queue reset, 6.12+, `HSA_CAP_PER_QUEUE_RESET_SUPPORTED`) or, failing
+    /// that, the GPU. Either way the queue no longer runs; it is never retried (docs/kfd.md §2.4).
+    Reset,
 }
 
 /// One entry of the queue-id array SUSPEND_QUEUES / RESUME_QUEUES write back (docs/kfd.md §2.4):
@@ -53,6 +57,18 @@ impl QueueOutcome {
             QueueResult::Invalid
         } else {
             QueueResult::Done
+        }
+    }
+
+    /// The verdict of a SUSPEND_QUEUES: ERROR means the queue is gone ([`QueueResult::Reset`]).
+    /// 6.12-7.x `suspend_queues` sets ERROR on every listed queue of a GPU whose unmap failed
+    /// (`execute_queues_cpsch` ≠ 0: the fence timed out, -ETIME, and the HWS-hang path ran) and on
+    /// a queue `suspend_single_queue` failed on with anything but EBUSY; it returns the number
+    /// suspended, not the error (kfd_device_queue_manager.c).
+    pub fn suspend_result(self) -> QueueResult {
+        match self.result() {
+            QueueResult::Error => QueueResult::Reset,
+            r => r,
         }
     }
 
@@ -92,6 +108,22 @@ mod tests {
             (QueueId(5), true, true, QueueResult::Error)
         );
         assert!(!both.handled() && out[0].handled());
+    }
+
+    /// A SUSPEND's ERROR bit (30, `KFD_DBG_QUEUE_ERROR_MASK`) is a reset queue, whatever INVALID
+    /// (bit 31) says; INVALID alone stays a retriable verdict.
+    #[test]
+    fn a_suspend_error_bit_decodes_as_reset() {
+        let verdicts: Vec<(u32, QueueResult)> = [0x0000_0003, 0x8000_0004, 0x4000_0005, 0xC000_0006]
+            .map(QueueOutcome::from_raw)
+            .iter()
+            .map(|o| (o.queue_id.0, o.suspend_result()))
+            .collect();
+        assert_eq!(
+            verdicts,
+            [(3, QueueResult::Done), (4, QueueResult::Invalid), (5, QueueResult::Reset), (6, QueueResult::Reset)]
+        );
+        assert_eq!(QueueOutcome::from_raw(0x4000_0005).result(), QueueResult::Error, "RESUME keeps Error");
     }
 
     /// Full command values from docs/kfd.md §1.1 (computed with gcc against the real structs).

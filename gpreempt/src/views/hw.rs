@@ -240,6 +240,7 @@ mod tests {
                 pasid: None,
                 queues: (0..queues)
                     .map(|id| SysfsQueue {
+                        context: crate::host::sysfs::KfdContext::Primary,
                         queue_id: QueueId(id),
                         gpu_id: Some(GpuId(0xf7bc)),
                         kernel_type: Some(0),

@@ -12,7 +12,7 @@ use nix::errno::Errno;
 use super::{MAX_QUEUES_PER_PROCESS, QUEUE_NEW, Session};
 use crate::{
     clock::monotonic_ns,
-    controller::vocabulary::{Batch, DebugError, Selection},
+    controller::vocabulary::{Batch, DebugError, Selection, SessionNotice},
     domain::{DebugTrapOp, GpuId, QueueId},
     kfd::{
         dbg_trap,
@@ -28,7 +28,10 @@ pub struct Tally {
     pub count: i32,
     pub done: u32,
     pub invalid: u32,
+    /// RESUME: ids the hardware failed on.
     pub error: u32,
+    /// SUSPEND: ids that came back with ERROR — the driver reset them (gone, never retried).
+    pub reset: u32,
     /// Ids retried once after a re-snapshot because they came back INVALID.
     pub retried: u32,
     /// Time inside the ioctl(s), ns.
@@ -41,7 +44,7 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// One ioctl that returned `count` and wrote its verdicts into `array`.
+    /// One RESUME_QUEUES that returned `count` and wrote its verdicts into `array`.
     fn of_ioctl(count: i32, array: &[u32], called_ns: u64, returned_ns: u64) -> Self {
         let (done, invalid, error) = verdicts(array);
         Self {
@@ -49,12 +52,19 @@ impl Tally {
             done,
             invalid,
             error,
+            reset: 0,
             retried: 0,
             latency_ns: returned_ns - called_ns,
             called_ns,
             returned_ns,
             skipped: false,
         }
+    }
+
+    /// One SUSPEND_QUEUES: its ERROR ids are resets, not errors.
+    fn of_suspend(count: i32, array: &[u32], called_ns: u64, returned_ns: u64) -> Self {
+        let (_, _, reset) = verdicts(array);
+        Self { error: 0, reset, ..Self::of_ioctl(count, array, called_ns, returned_ns) }
     }
 
     fn skipped(now_ns: u64) -> Self {
@@ -89,13 +99,13 @@ impl Session {
     /// with the per-queue verdicts.
     pub fn suspend(&mut self, selection: &Selection, grace_period: u32) -> Result<Batch, DebugError> {
         let t = self.suspend_tally(selection, grace_period)?;
-        Ok(self.batch(t))
+        Ok(self.batch(t, true))
     }
 
     /// RESUME_QUEUES of every queue this session suspended, with the per-queue verdicts.
     pub fn resume(&mut self) -> Result<Batch, DebugError> {
         let t = self.resume_tally()?;
-        Ok(self.batch(t))
+        Ok(self.batch(t, false))
     }
 
     /// The raw id array of the last suspend or resume (verdict bits included).
@@ -103,10 +113,11 @@ impl Session {
         &self.ids
     }
 
-    pub(super) fn batch(&self, t: Tally) -> Batch {
+    pub(super) fn batch(&self, t: Tally, suspend: bool) -> Batch {
         Batch {
             count: t.count,
             outcomes: if t.skipped { Vec::new() } else { decode_outcomes(&self.ids) },
+            suspend,
             latency_ns: t.latency_ns,
             retried: t.retried,
             skipped: t.skipped,
@@ -129,9 +140,10 @@ impl Session {
                 }
                 // Queues another hold of this session already suspended stay out: their ids
                 // would come back as errors (`suspend_queues` skips a suspended queue, 6.12
-                // kfd_device_queue_manager.c).
-                let held =
-                    self.known.iter().filter(|(id, gpu)| selection.holds_gpu(*gpu) && !self.suspended.contains(id));
+                // kfd_device_queue_manager.c). So do queues the driver reset: they are gone.
+                let held = self.known.iter().filter(|(id, gpu)| {
+                    selection.holds_gpu(*gpu) && !self.suspended.contains(id) && !self.reset.contains(id)
+                });
                 self.ids.extend(held.map(|(id, _)| id.0));
             }
             Selection::Ids(ids) => {
@@ -139,7 +151,8 @@ impl Session {
                     // Where each id lives, before anything reaches a GPU it must not.
                     self.snapshot_into(QUEUE_NEW)?;
                 }
-                self.ids.extend(ids.iter().take(MAX_QUEUES_PER_PROCESS).map(|id| id.0));
+                let live = ids.iter().filter(|id| !self.reset.contains(id));
+                self.ids.extend(live.take(MAX_QUEUES_PER_PROCESS).map(|id| id.0));
             }
         }
         self.refuse_unsafe_gpus()?;
@@ -203,7 +216,8 @@ impl Session {
         self.retry.clear();
         for &raw in &self.ids {
             let outcome = QueueOutcome::from_raw(raw);
-            if outcome.invalid && self.known.iter().any(|(id, _)| *id == outcome.queue_id) {
+            // INVALID alone: a reset queue (ERROR, perhaps with INVALID) is never retried.
+            if outcome.result() == QueueResult::Invalid && self.known.iter().any(|(id, _)| *id == outcome.queue_id) {
                 self.retry.push(outcome.queue_id.0);
             }
         }
@@ -220,7 +234,7 @@ impl Session {
                     *slot = raw;
                 }
             }
-            (t.done, t.invalid, t.error) = verdicts(&self.ids);
+            (t.done, t.invalid, t.reset) = verdicts(&self.ids);
         }
         Ok(t)
     }
@@ -236,7 +250,8 @@ impl Session {
     }
 
     /// What a SUSPEND_QUEUES of `self.ids` (or `self.retry`) returned, recorded: the handled ids
-    /// into `self.suspended` and the watchdog armed, before anything else can fail.
+    /// into `self.suspended` and the watchdog armed, before anything else can fail; ids that came
+    /// back with ERROR into `self.reset`, with a notice.
     fn record_suspend(
         &mut self,
         retry: bool,
@@ -244,13 +259,32 @@ impl Session {
         called_ns: u64,
         returned_ns: u64,
     ) -> Result<Tally, DebugError> {
-        let count = result.map_err(|errno| self.fail(DebugTrapOp::SUSPEND_QUEUES, errno))?;
+        let count = match result {
+            // `suspend_queues` turns a failed unmap into ERROR bits and returns the count
+            // (6.12-7.x); a kernel that passed -ETIME up instead timed out preempting every id
+            // of the call: each is as gone as one with ERROR.
+            Err(Errno::ETIME) => {
+                let array = if retry { &mut self.retry } else { &mut self.ids };
+                array.iter_mut().for_each(|raw| *raw |= queue_status::ERROR_MASK);
+                0
+            }
+            result => result.map_err(|errno| self.fail(DebugTrapOp::SUSPEND_QUEUES, errno))?,
+        };
         let array = if retry { &self.retry } else { &self.ids };
+        let mut newly_reset = Vec::new();
         for &raw in array {
             let outcome = QueueOutcome::from_raw(raw);
-            if outcome.handled() && !self.suspended.contains(&outcome.queue_id) {
-                self.suspended.push(outcome.queue_id);
+            match outcome.suspend_result() {
+                QueueResult::Done if !self.suspended.contains(&outcome.queue_id) => {
+                    self.suspended.push(outcome.queue_id)
+                }
+                QueueResult::Reset if !self.reset.contains(&outcome.queue_id) => newly_reset.push(outcome.queue_id),
+                _ => {}
             }
+        }
+        if !newly_reset.is_empty() {
+            self.reset.extend_from_slice(&newly_reset);
+            self.notices.push(SessionNotice::QueuesReset { queues: newly_reset });
         }
         if !self.suspended.is_empty() && self.suspended_at_ns.is_none() {
             self.suspended_at_ns = Some(returned_ns);
@@ -258,14 +292,19 @@ impl Session {
                 w.arm_from(returned_ns, max);
             }
         }
-        Ok(Tally::of_ioctl(count, array, called_ns, returned_ns))
+        Ok(Tally::of_suspend(count, array, called_ns, returned_ns))
+    }
+
+    /// Queues the driver reset during this session's suspends (gone; never suspended again).
+    pub fn reset_queues(&self) -> &[QueueId] {
+        &self.reset
     }
 
     /// RESUME_QUEUES of the queues this session suspended on `gpu`, ending that GPU's hold; its
     /// holds of other GPUs go on.
     pub fn resume_gpu(&mut self, gpu: GpuId) -> Result<Batch, DebugError> {
         let t = self.resume_gpu_tally(gpu)?;
-        Ok(self.batch(t))
+        Ok(self.batch(t, false))
     }
 
     /// [`Session::resume_gpu`] without the per-queue verdicts. A suspended queue the latest
@@ -365,14 +404,14 @@ impl Session {
 }
 
 /// (done, invalid, error) of an id array the kernel wrote back, by [`QueueOutcome`]'s verdict
-/// (the one decoder of the status bits, docs/kfd.md §2.4).
+/// (the one decoder of the status bits, docs/kfd.md §2.4); for a SUSPEND the third is resets.
 fn verdicts(array: &[u32]) -> (u32, u32, u32) {
     let (mut done, mut invalid, mut error) = (0, 0, 0);
     for &raw in array {
         match QueueOutcome::from_raw(raw).result() {
             QueueResult::Done => done += 1,
             QueueResult::Invalid => invalid += 1,
-            QueueResult::Error => error += 1,
+            QueueResult::Error | QueueResult::Reset => error += 1,
         }
     }
     (done, invalid, error)

@@ -41,12 +41,10 @@ use super::{
 use crate::{
     clock::monotonic_ns,
     domain::{DebugTrapOp, GpuId, HostPid, QueueId, RuntimeState},
-    host::{
-        procinfo,
-        topology::{self, GpuNode},
-    },
+    host::topology::{self, GpuNode},
     kfd::{
-        Device, KfdVersion, dbg_trap,
+        Device, dbg_trap,
+        features::{self, Detection, Signs},
         uapi::{QueueSnapshotEntry, RuntimeInfo, exception},
     },
 };
@@ -93,6 +91,9 @@ pub struct Session {
     queues_dirty: bool,
     /// Ids the kernel confirmed suspended, recorded as soon as each SUSPEND returns.
     suspended: Vec<QueueId>,
+    /// Ids a SUSPEND came back with ERROR on: the driver reset them (docs/kfd.md §2.4). Gone: never
+    /// suspended, retried or resumed again.
+    reset: Vec<QueueId>,
     suspended_at_ns: Option<u64>,
     /// The `All` or `Gpu` suspends being held, each with its grace period: queues created
     /// meanwhile (on a held GPU) are snapshotted and suspended too. Several `Gpu` holds of one
@@ -116,19 +117,19 @@ pub struct Session {
     /// A separate process that SIGKILLs this one when a suspension outlives `max_suspend` while
     /// this process cannot resume it (stopped, frozen, stuck); armed while `suspended` is not empty.
     watchdog: Option<Watchdog>,
-    /// GPUs whose queues this KFD cannot suspend safely (gfx12 before KFD 1.20): every suspend
-    /// that would reach a queue on one of them is refused ([`unsafe_gpus`]).
+    /// GPUs whose queues this KFD cannot suspend safely (gfx12 without the expert-scheduling trap
+    /// handler): every suspend that would reach a queue on one of them is refused ([`unsafe_gpus`]).
     unsafe_gpus: Vec<GpuId>,
     /// ptrace links and KFD's parent check are per thread.
     _thread_bound: PhantomData<*const ()>,
 }
 
-/// The GPUs of `nodes` whose queues `version`'s debug trap cannot suspend safely: gfx12 GPUs on
-/// KFD 1.13-1.19. KFD 1.20 (Linux 7.x) announced trap-handler support for gfx12's "expert
-/// scheduling" mode; before it, a suspend saves and restores such kernels' waves wrongly
-/// (docs/kfd.md §1.4).
-pub fn unsafe_gpus(version: KfdVersion, nodes: &[GpuNode]) -> Vec<GpuId> {
-    if version.has_expert_sched_trap() {
+/// The GPUs of `nodes` whose queues the debug trap cannot suspend safely: gfx12 GPUs unless the
+/// trap handler supports gfx12's "expert scheduling" mode (upstream KFD 1.20, Linux 7.x; before
+/// it, a suspend saves and restores such kernels' waves wrongly, docs/kfd.md §1.4). `expert` is
+/// [`features::expert_sched_trap`]: the version is its only sign; not known present is unsafe.
+pub fn unsafe_gpus(expert: &Detection, nodes: &[GpuNode]) -> Vec<GpuId> {
+    if expert.is_present() {
         return Vec::new();
     }
     nodes.iter().filter(|n| n.is_gfx12()).map(|n| n.gpu_id).collect()
@@ -146,17 +147,11 @@ impl Session {
         if !version.has_debug_trap() {
             return Err(DebugError::NoDebugTrap(version));
         }
-        // Several /dev/kfd files may mean secondary contexts, invisible to the debug trap. The
-        // count cannot be read only where the seize below would be refused too.
-        if version.has_secondary_contexts()
-            && let Ok(files) = procinfo::kfd_files(&options.roots.proc, pid)
-            && files > 1
-        {
-            return Err(DebugError::SecondaryContexts { pid, files, version });
-        }
-        // A topology that cannot be read names no GPU: nothing is refused for it (the GPUs the
-        // target's queues are on still come from the snapshot).
-        let unsafe_gpus = unsafe_gpus(version, &topology::gpu_nodes(&options.roots.sys).unwrap_or_default());
+        // Secondary KFD contexts (7.0) were refused by `check_debuggable` from sysfs. A topology
+        // that cannot be read names no GPU: nothing is refused for it (the GPUs the target's
+        // queues are on still come from the snapshot).
+        let expert = features::expert_sched_trap(&Signs { version: Some(version), ..Signs::default() });
+        let unsafe_gpus = unsafe_gpus(&expert, &topology::gpu_nodes(&options.roots.sys).unwrap_or_default());
         // Before the seize, so no SIGCHLD of the tracee is missed.
         let signals = SignalPipe::new(&[libc::SIGCHLD, libc::SIGIO]).map_err(DebugError::Pipe)?;
         let tracee = Tracee::seize(pid).map_err(|errno| match errno {
@@ -206,6 +201,7 @@ impl Session {
             known: Vec::with_capacity(ID_ARRAY_CAPACITY),
             queues_dirty: true,
             suspended: Vec::with_capacity(ID_ARRAY_CAPACITY),
+            reset: Vec::new(),
             suspended_at_ns: None,
             holding: Vec::new(),
             late_suspended: 0,
@@ -389,6 +385,7 @@ mod tests {
     use super::*;
     use crate::{
         controller::vocabulary::Selection,
+        kfd::KfdVersion,
         kfd::{
             sys::fake,
             uapi::{DbgTrapArgs, dbg_trap_op, queue_status},
@@ -432,6 +429,7 @@ mod tests {
             known: Vec::new(),
             queues_dirty: true,
             suspended: Vec::new(),
+            reset: Vec::new(),
             suspended_at_ns: None,
             holding: Vec::new(),
             late_suspended: 0,
@@ -697,15 +695,19 @@ mod tests {
             gfx_target_version: Some(gfx),
             cwsr_size: None,
             ctl_stack_size: None,
+            capability: None,
+            shape: Default::default(),
         };
         let nodes = [node(1, A, 90010), node(2, B, 120001)];
         let v = |minor| KfdVersion { major: 1, minor };
-        assert_eq!(unsafe_gpus(v(17), &nodes), [GpuId(B)]);
-        assert_eq!(unsafe_gpus(v(19), &nodes), [GpuId(B)]);
-        assert_eq!(unsafe_gpus(v(20), &nodes), [] as [GpuId; 0]);
+        let expert = |minor| features::expert_sched_trap(&Signs { version: Some(v(minor)), ..Signs::default() });
+        assert_eq!(unsafe_gpus(&expert(17), &nodes), [GpuId(B)]);
+        assert_eq!(unsafe_gpus(&expert(19), &nodes), [GpuId(B)]);
+        assert_eq!(unsafe_gpus(&expert(20), &nodes), [] as [GpuId; 0]);
+        assert_eq!(unsafe_gpus(&features::expert_sched_trap(&Signs::default()), &nodes), [GpuId(B)], "unknown");
 
         let mut s = fake_session(RuntimeState::Enabled);
-        s.unsafe_gpus = unsafe_gpus(v(17), &nodes);
+        s.unsafe_gpus = unsafe_gpus(&expert(17), &nodes);
         for selection in [Selection::All, Selection::Gpu(GpuId(B)), Selection::Ids(vec![QueueId(1)])] {
             let err = s.suspend_tally(&selection, 0).unwrap_err();
             assert!(
@@ -718,5 +720,56 @@ mod tests {
         let t = s.suspend_tally(&Selection::Gpu(GpuId(A)), 0).unwrap();
         assert_eq!((t.count, t.done), (1, 1));
         assert_eq!(s.suspended(), [QueueId(0)]);
+    }
+
+    /// A preemption that timed out: SUSPEND_QUEUES answers with ERROR (bit 30) on queue 1 of
+    /// three (the driver reset it, gfx9 per-queue reset). The batch reports it as reset — not an
+    /// error, not a retry — the others are held and resumed, a notice names it, and no later
+    /// suspend or resume carries its id again.
+    #[test]
+    fn a_queue_reset_during_suspend_is_gone_and_never_retried() {
+        let mut first = true;
+        let (_k, calls) = kernel(&[0, 1, 2], move |args, ids| {
+            if args.op == SUSPEND_QUEUES && std::mem::take(&mut first) {
+                ids[1] |= queue_status::ERROR_MASK | queue_status::INVALID_MASK;
+                return Some(Ok(2));
+            }
+            None
+        });
+        let mut s = fake_session(RuntimeState::Enabled);
+        let b = s.suspend(&Selection::All, 0).unwrap();
+        assert_eq!((b.count, b.done(), b.invalid(), b.error(), b.reset(), b.retried), (2, 2, 0, 0, 1, 0));
+        assert_eq!(
+            serde_json::to_value(&b).unwrap()["outcomes"][1],
+            serde_json::json!({"queue_id": 1, "result": "reset"})
+        );
+        assert_eq!(s.suspended(), [0, 2].map(QueueId));
+        assert_eq!(s.reset_queues(), [QueueId(1)]);
+        assert_eq!(s.notices(), [SessionNotice::QueuesReset { queues: vec![QueueId(1)] }]);
+        let r = s.resume_tally().unwrap();
+        assert_eq!((r.count, r.done), (2, 2));
+        // The next cycles leave it out: still in the snapshot (KFD keeps a reset queue until its
+        // destroy), never in an id array.
+        let t = s.suspend_tally(&Selection::All, 0).unwrap();
+        assert_eq!((t.count, t.done, t.reset), (2, 2, 0));
+        let t = s.suspend_tally(&Selection::Ids(vec![QueueId(1), QueueId(2)]), 0).unwrap();
+        assert_eq!((t.count, t.done), (1, 1));
+        let arrays: Vec<Vec<u32>> =
+            calls.borrow().iter().filter(|c| c.0 != SNAPSHOT && c.0 != QUERY).map(|c| c.1.clone()).collect();
+        // The Ids call asked for 1 and 2: 1 was left out (2 is still held, and KFD counts it).
+        assert_eq!(arrays, [vec![0, 1, 2], vec![0, 2], vec![0, 2], vec![2]]);
+        assert!(s.notices().is_empty(), "one notice per reset queue");
+    }
+
+    /// A kernel that passes -ETIME up from SUSPEND_QUEUES: every id of the call is gone.
+    #[test]
+    fn etime_from_suspend_resets_every_id_of_the_call() {
+        let (_k, _calls) = kernel(&[4, 5], |args, _| (args.op == SUSPEND_QUEUES).then_some(Err(Errno::ETIME)));
+        let mut s = fake_session(RuntimeState::Enabled);
+        let t = s.suspend_tally(&Selection::All, 0).unwrap();
+        assert_eq!((t.count, t.done, t.invalid, t.error, t.reset, t.retried), (0, 0, 0, 0, 2, 0));
+        assert_eq!(s.reset_queues(), [4, 5].map(QueueId));
+        assert_eq!(s.suspended(), [] as [QueueId; 0]);
+        assert!(s.suspend_tally(&Selection::All, 0).unwrap().skipped, "nothing left to suspend");
     }
 }

@@ -147,7 +147,7 @@ impl Session {
         let held_ms = (now_ns - at) / 1_000_000;
         match self.resume_tally() {
             Ok(t) => {
-                let resumed = self.batch(t);
+                let resumed = self.batch(t, false);
                 self.watchdog_resume = Some(t);
                 self.notices.push(SessionNotice::WatchdogResumed { held_ms, resumed });
                 true
