@@ -74,7 +74,7 @@ fn ioctl_sequence() {
     };
     assert_eq!(ioctl(render0, DRM_AMDGPU_INFO, &mut info), 0);
     // device_id, chip_rev, external_rev, pci_rev, family, shader engines, arrays per engine
-    assert_eq!(dev_info[..7], [0x740f, 0, 0x3c, 2, 141, 8, 2]);
+    assert_eq!(dev_info[..7], [0x740f, 0, 0x3c, 2, 141, 8, 1]);
     let mut reg = 0u32;
     info = AmdgpuInfo {
         return_pointer: &mut reg as *mut u32 as u64,

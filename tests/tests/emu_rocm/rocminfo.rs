@@ -88,7 +88,7 @@ pub(crate) fn rocminfo_lists_both_emulated_gpus_as_gfx90a_agents() {
             ("Max Clock Freq. (MHz)", "1700".to_owned()),
             ("BDFID", ((2 + node) << 8).to_string()),
             ("Internal Node ID", node.to_string()),
-            ("Compute Unit", "304".to_owned()),
+            ("Compute Unit", "104".to_owned()),
             ("SIMDs per CU", "4".to_owned()),
             ("Wavefront Size", "64(0x40)".to_owned()),
             ("L1", "16(0x10) KB".to_owned()),

@@ -1,0 +1,304 @@
+//! The KFD emulator's MI300X profile and per-queue reset (tests/kfd-emu README "Profiles",
+//! "Per-queue reset"):
+//!
+//! - `profile=mi300x partition=spx|dpx|qpx|cpx`: one KFD node per compute partition, each with its
+//!   gpu id, its share of the package's XCCs, CUs, SDMA engines and memory, the package's
+//!   location_id, and the per-XCC save-area sizes (the real SPX node's properties,
+//!   ../shared/design/MI300X.md §3.1);
+//! - trixie's ROCr 6.1 (bookworm's `rocminfo` run with trixie's loader and libraries) lists the
+//!   partitions as gfx942 agents in SPX and CPX;
+//! - a queue whose CWSR save never completes (the `stuck_queue` hook) is reset alone, as gfx9 does
+//!   from 6.12, and the other queues are suspended and resumed normally.
+//!
+//! The profile tests reload kfd_emu with the profile's parameters and load it again as the pass
+//! had it when they end (a guard), so the other emulator tests see the default mi210.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use gpreempt_tests::{LineHelper, emu_param, read_sysfs, wait_kfd_released};
+
+const EC_QUEUE_NEW: u64 = 1 << 30;
+const EC_PROCESS_RUNTIME: u64 = 1 << 47;
+const MIB: u64 = 1 << 20;
+
+fn run(cmd: &str, args: &[&str]) -> Output {
+    Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"))
+}
+
+/// `target/kfd-emu/<release>/<name>`, built by xtask for the running kernel.
+fn ko(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let target = exe.ancestors().nth(3).unwrap();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    target.join("kfd-emu").join(release.trim()).join(name)
+}
+
+fn kernel_log() -> Vec<String> {
+    String::from_utf8_lossy(&run("dmesg", &[]).stdout).lines().map(str::to_owned).collect()
+}
+
+/// Unload kfd_emu once every KFD process is gone and load it with `params`.
+fn reload(params: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir("/sys/class/kfd/kfd/proc").map(|mut d| d.next().is_some()).unwrap_or(false) {
+        assert!(Instant::now() < deadline, "kfd processes still alive");
+        thread::sleep(Duration::from_millis(100));
+    }
+    let mut out = run("rmmod", &["kfd_emu"]);
+    while !out.status.success() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(100));
+        out = run("rmmod", &["kfd_emu"]);
+    }
+    assert!(out.status.success(), "rmmod kfd_emu: {}", String::from_utf8_lossy(&out.stderr));
+    let ko = ko("kfd_emu.ko");
+    let out = Command::new("insmod").arg(&ko).args(params).output().unwrap();
+    assert!(out.status.success(), "insmod {params:?}: {}", String::from_utf8_lossy(&out.stderr));
+    while !Path::new("/dev/kfd").exists() {
+        assert!(Instant::now() < deadline, "/dev/kfd did not come back");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// kfd_emu loaded with a profile for the guard's life; dropping it loads it again as the pass had
+/// it (the default profile with the pass's parameters).
+struct Profile {
+    pass: Vec<String>,
+}
+
+impl Profile {
+    fn load(params: &[&str]) -> Self {
+        let names = ["tick_us", "preempt_delay_us", "restore_delay_us", "queue_preemption_timeout_ms", "num_gpus"];
+        let pass: Vec<String> = names.iter().map(|p| format!("{p}={}", emu_param(p).unwrap())).collect();
+        let mut with: Vec<String> = pass.iter().filter(|p| !p.starts_with("num_gpus=")).cloned().collect();
+        with.extend(params.iter().map(|p| (*p).to_owned()));
+        reload(&with);
+        Profile { pass }
+    }
+}
+
+impl Drop for Profile {
+    fn drop(&mut self) {
+        if !thread::panicking() {
+            reload(&self.pass);
+        }
+    }
+}
+
+fn properties(path: &str) -> BTreeMap<String, u64> {
+    read_sysfs(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+fn node(n: usize) -> BTreeMap<String, u64> {
+    properties(&format!("/sys/class/kfd/kfd/topology/nodes/{n}/properties"))
+}
+
+fn gpu_id(n: usize) -> u64 {
+    read_sysfs(&format!("/sys/class/kfd/kfd/topology/nodes/{n}/gpu_id")).unwrap().trim().parse().unwrap()
+}
+
+fn topology_nodes() -> usize {
+    std::fs::read_dir("/sys/class/kfd/kfd/topology/nodes").unwrap().count()
+}
+
+#[test]
+fn mi300x_partition_modes_expose_one_kfd_node_per_partition_with_its_share_of_the_package() {
+    for (mode, parts, packages) in [("spx", 1u64, 1u64), ("dpx", 2, 1), ("qpx", 4, 1), ("cpx", 8, 2)] {
+        let _profile = Profile::load(&["profile=mi300x", &format!("partition={mode}"), &format!("num_gpus={packages}")]);
+        assert_eq!(topology_nodes() as u64, 1 + parts * packages, "{mode}: the CPU and one node per partition");
+        for package in 0..packages {
+            for k in 0..parts {
+                let n = (1 + package * parts + k) as usize;
+                let p = node(n);
+                assert_eq!(gpu_id(n), 0x1000 * (package + 1) + k, "{mode} node {n}");
+                let expect: [(&str, u64); 24] = [
+                    ("num_xcc", 8 / parts),
+                    ("simd_count", 1216 / parts),
+                    ("array_count", 32 / parts),
+                    ("simd_arrays_per_engine", 1),
+                    ("cu_per_simd_array", 10),
+                    ("simd_per_cu", 4),
+                    ("max_waves_per_simd", 8),
+                    ("lds_size_in_kb", 64),
+                    ("wave_front_size", 64),
+                    ("gfx_target_version", 90402),
+                    ("vendor_id", 4098),
+                    ("device_id", 29857),
+                    // The partitions of a package share its PCI location and domain.
+                    ("location_id", (3 + package) << 8),
+                    ("domain", 0),
+                    ("num_sdma_engines", 2),
+                    ("num_sdma_xgmi_engines", 16 / parts - 2),
+                    ("num_cp_queues", 24),
+                    ("max_engine_clk_fcompute", 2100),
+                    ("fw_version", 166),
+                    ("sdma_fw_version", 22),
+                    // 0x2C77A280 with PER_QUEUE_RESET (6.12, gfx9) and without SVMAPI (not emulated)
+                    ("capability", 0xA477_A280),
+                    ("debug_prop", 1511),
+                    // per XCC, whatever the mode (kfd_queue_ctx_save_restore_size)
+                    ("cwsr_size", 23_203_840),
+                    ("ctl_stack_size", 12_288),
+                ];
+                for (key, value) in expect {
+                    assert_eq!(p.get(key), Some(&value), "{mode} node {n} {key}: {p:#?}");
+                }
+                let mem = properties(&format!("/sys/class/kfd/kfd/topology/nodes/{n}/mem_banks/0/properties"));
+                // 196592 MiB per package (a DPX partition shows 98296 MiB), split between partitions
+                assert_eq!(mem["size_in_bytes"], 196_592 * MIB / parts, "{mode} node {n}");
+            }
+        }
+        // Each node has a scheduler (CP thread) of its own.
+        let threads = run("sh", &["-c", "ps -eo comm | grep -c '^kfd_emu_cp'"]);
+        assert_eq!(String::from_utf8_lossy(&threads.stdout).trim(), (parts * packages).to_string(), "{mode}");
+    }
+}
+
+/// Trixie's dynamic loader and library directory, as `hsa-dispatch-6` names them (its PT_INTERP).
+fn rocm6_loader() -> PathBuf {
+    let exe = gpreempt_tests::binary("hsa-dispatch-6")
+        .expect("hsa-dispatch-6 is built by `cargo xtask test` once `cargo xtask setup` unpacked trixie's ROCm 6.1");
+    let bytes = std::fs::read(exe).unwrap();
+    let name = b"/ld-linux-x86-64.so.2";
+    let end = bytes.windows(name.len()).position(|w| w == name).expect("PT_INTERP") + name.len();
+    let start = bytes[..end].iter().rposition(|&b| b == 0).unwrap() + 1;
+    PathBuf::from(String::from_utf8(bytes[start..end].to_vec()).unwrap())
+}
+
+/// rocminfo's agents: key → value per agent, in order.
+fn agents(text: &str) -> Vec<BTreeMap<String, String>> {
+    let mut agents: Vec<BTreeMap<String, String>> = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("Agent ") && line.split_whitespace().count() == 2 {
+            agents.push(BTreeMap::new());
+            continue;
+        }
+        let Some(agent) = agents.last_mut() else { continue };
+        if let Some((key, value)) = line.split_once(':') {
+            agent.entry(key.trim().to_owned()).or_insert_with(|| value.trim().to_owned());
+        }
+    }
+    agents
+}
+
+#[test]
+fn rocr_6_1_lists_mi300x_partitions_as_gfx942_agents_in_spx_and_cpx() {
+    let loader = rocm6_loader();
+    let lib = loader.parent().unwrap().to_owned();
+    for (mode, parts) in [("spx", 1usize), ("cpx", 8)] {
+        let _profile = Profile::load(&["profile=mi300x", &format!("partition={mode}"), "num_gpus=1"]);
+        assert!(run("modprobe", &["drm"]).status.success());
+        let out = run("insmod", &[ko("amdgpu_emu.ko").to_str().unwrap()]);
+        assert!(out.status.success(), "insmod amdgpu_emu: {}", String::from_utf8_lossy(&out.stderr));
+        // Bookworm's rocminfo (its `lsmod | grep amdgpu` finds amdgpu_emu) on trixie's ROCr 6.1.
+        let child = Command::new(&loader)
+            .arg("--library-path")
+            .arg(&lib)
+            .arg("/usr/bin/rocminfo")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        wait_kfd_released(pid).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut rm = run("rmmod", &["amdgpu_emu"]);
+        while !rm.status.success() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(100));
+            rm = run("rmmod", &["amdgpu_emu"]);
+        }
+        assert!(out.status.success(), "{mode} rocminfo: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        let agents = agents(&text);
+        let gpus: Vec<&BTreeMap<String, String>> =
+            agents.iter().filter(|a| a.get("Device Type").map(String::as_str) == Some("GPU")).collect();
+        assert_eq!(gpus.len(), parts, "{mode}: {agents:#?}");
+        for (k, agent) in gpus.iter().enumerate() {
+            let expect = [
+                ("Name", "gfx942".to_owned()),
+                ("Chip ID", "29857(0x74a1)".to_owned()),
+                ("Compute Unit", (304 / parts).to_string()),
+                ("SIMDs per CU", "4".to_owned()),
+                ("Max Clock Freq. (MHz)", "2100".to_owned()),
+                ("Node", (k + 1).to_string()),
+                ("ISA 1 Name", "amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-".to_owned()),
+            ];
+            for (key, value) in expect {
+                assert_eq!(agent.get(key), Some(&value), "{mode} agent {k} {key}: {agent:#?}");
+            }
+        }
+        assert!(rm.status.success(), "rmmod amdgpu_emu: {}", String::from_utf8_lossy(&rm.stderr));
+    }
+}
+
+fn workload(args: &[&str]) -> LineHelper {
+    LineHelper::spawn("emu-workload", &[&["run"], args].concat()).unwrap()
+}
+
+fn rptrs(w: &mut LineHelper) -> Vec<u64> {
+    serde_json::from_value(w.cmd("rptr").unwrap()["rptr"].clone()).unwrap()
+}
+
+/// Which of w's queues moved in 300 ms.
+fn moving(w: &mut LineHelper) -> Vec<bool> {
+    let before = rptrs(w);
+    thread::sleep(Duration::from_millis(300));
+    rptrs(w).iter().zip(&before).map(|(b, a)| b > a).collect()
+}
+
+#[test]
+fn a_queue_stuck_in_its_preemption_is_reset_alone_and_the_others_are_suspended_normally() {
+    let mut w = workload(&["--queues", "3", "--runtime-enable"]);
+    let mut bystander = workload(&["--queues", "1"]);
+    let mut d = LineHelper::spawn("emu-workload", &["debug", "--pid", &w.pid().to_string()]).unwrap();
+    assert_eq!(d.cmd(&format!("enable {EC_PROCESS_RUNTIME}")).unwrap()["ret"], 0);
+    assert_eq!(d.cmd(&format!("snapshot {EC_QUEUE_NEW} 4")).unwrap()["num_queues"], 3);
+    assert_eq!(moving(&mut w), [true, true, true]);
+    let log_at = kernel_log().len();
+
+    // Queue 1 will not reach a save point: the MEC abandons its unmap and KFD resets it alone.
+    std::fs::write("/sys/kernel/kfd_emu/stuck_queue", format!("{} 1", w.pid())).unwrap();
+    let suspended = d.cmd("suspend 0 0,1,2").unwrap();
+    // 6.12's reply: the unmap succeeded once the queue was reset, so suspend_queues() counts every
+    // queue and marks none (ERROR only when execute_queues_cpsch fails).
+    assert_eq!((suspended["ret"].as_i64(), &suspended["ids"]), (Some(3), &serde_json::json!([0, 1, 2])));
+    let pasid: u64 = read_sysfs(&format!("/sys/class/kfd/kfd/proc/{}/pasid", w.pid())).unwrap().trim().parse().unwrap();
+    let log = kernel_log();
+    let new = &log[log_at..];
+    let reset = format!("kfd_emu: queue id 0x1 at pasid 0x{pasid:x} is reset");
+    assert!(new.iter().any(|l| l.contains(&reset)), "{reset} in {new:#?}");
+    assert_eq!(new.iter().filter(|l| l.contains(" is reset")).count(), 1, "only the stuck queue: {new:#?}");
+    assert!(new.iter().any(|l| l.contains("Queues reset on process") && l.ends_with(&format!("pid {}", w.pid()))), "{new:#?}");
+    assert!(!new.iter().any(|l| l.contains("unrecoverable") || l.contains("fence wait")), "no HWS hang: {new:#?}");
+    assert_eq!(moving(&mut w), [false, false, false], "suspended");
+    assert_eq!(moving(&mut bystander), [true], "the other process's queue was unmapped and mapped again");
+
+    // RESUME answers for every queue; the reset one never runs again, the others do.
+    let resumed = d.cmd("resume 0,1,2").unwrap();
+    assert_eq!((resumed["ret"].as_i64(), &resumed["ids"]), (Some(3), &serde_json::json!([0, 1, 2])));
+    assert_eq!(moving(&mut w), [true, false, true], "the reset queue is gone");
+    // A later SUSPEND has no stuck queue left: an ordinary reply, and no further reset.
+    assert_eq!(d.cmd("suspend 0 0,2").unwrap()["ret"], 2);
+    assert_eq!(kernel_log()[log_at..].iter().filter(|l| l.contains(" is reset")).count(), 1);
+    assert_eq!(d.cmd("disable").unwrap()["ret"], 0);
+    assert_eq!(moving(&mut w), [true, false, true]);
+
+    // The hook refuses what it cannot make stuck.
+    let err = std::fs::write("/sys/kernel/kfd_emu/stuck_queue", format!("{} 1", w.pid())).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "already reset");
+    let err = std::fs::write("/sys/kernel/kfd_emu/stuck_queue", "999999 0").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ESRCH));
+}
