@@ -3,7 +3,8 @@
 //! round; the states are the online service alone (the offline processes held suspended), next
 //! to the offline jobs (co-located), under `schedule`, and the offline jobs alone.
 //!
-//! - [`plan`]: the states and their order (rotated between rounds);
+//! - [`state`]: the states, defined once, and their names;
+//! - [`plan`]: the states' order (rotated between rounds);
 //! - [`metric`]: the user's figures in the load command's output (`--metric NAME=REGEX`,
 //!   `NAME=json:PATH`);
 //! - [`load`]: the load command, checked and run;
@@ -24,14 +25,16 @@ pub mod plan;
 pub mod render;
 pub mod report;
 pub mod run;
+pub mod state;
 
 pub use self::{
     load::{LoadCommand, LoadError},
     metric::{MetricError, MetricSpec},
     observe::{Live, Ticker},
-    plan::{State, Step},
+    plan::Step,
     report::EvaluationReport,
     run::{EvaluateConfig, Progress, evaluate},
+    state::{BenchState, State, UnknownState},
 };
 use crate::{
     controller::vocabulary::DebugError,

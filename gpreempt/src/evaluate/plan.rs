@@ -1,51 +1,11 @@
-//! The states an evaluation compares and the order it runs them in: each round runs the four
+//! The order an evaluation runs its states in ([`super::state`]): each round runs the four
 //! states once, the order rotated by one between rounds so that no state always follows the same
 //! one (a training job's warm-up, a load generator's cache, a GPU's clocks settle over time, and
 //! a fixed order would charge that drift to one state).
 
 use serde::Serialize;
 
-/// One condition the load command is measured under.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum State {
-    /// Online and offline share the GPU, nothing held: what the user has without gpreempt.
-    CoLocated,
-    /// The offline processes' queues held suspended for the whole state: the online service as
-    /// if alone on the GPU (their CPU threads still run).
-    OnlineAlone,
-    /// `gpreempt schedule` runs for the state.
-    Scheduled,
-    /// No load: the offline processes alone, for as long as the longest load run so far.
-    OfflineAlone,
-}
-
-impl State {
-    /// The order of the first round. Co-located comes first so that the load command's output
-    /// is checked (a metric that never matches) before any offline process is held.
-    pub const FIRST_ROUND: [State; 4] = [State::CoLocated, State::OnlineAlone, State::Scheduled, State::OfflineAlone];
-
-    /// As the report's tables name it.
-    pub fn label(self) -> &'static str {
-        match self {
-            State::CoLocated => "co-located",
-            State::OnlineAlone => "online alone",
-            State::Scheduled => "scheduled",
-            State::OfflineAlone => "offline alone",
-        }
-    }
-
-    /// Whether the load command runs in this state.
-    pub fn runs_load(self) -> bool {
-        self != State::OfflineAlone
-    }
-}
-
-impl std::fmt::Display for State {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label())
-    }
-}
+use super::state::State;
 
 /// One state of one round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -55,14 +15,14 @@ pub struct Step {
     pub state: State,
 }
 
-/// Every step of `rounds` rounds: round r (from 1) runs [`State::FIRST_ROUND`] rotated left by
+/// Every step of `rounds` rounds: round r (from 1) runs [`State::ALL`] rotated left by
 /// r − 1, so each state takes each position once every four rounds.
 pub fn plan(rounds: u32) -> Vec<Step> {
-    let n = State::FIRST_ROUND.len();
+    let n = State::ALL.len();
     (1..=rounds)
         .flat_map(|round| {
             let shift = (round as usize - 1) % n;
-            (0..n).map(move |i| Step { round, state: State::FIRST_ROUND[(i + shift) % n] })
+            (0..n).map(move |i| Step { round, state: State::ALL[(i + shift) % n] })
         })
         .collect()
 }

@@ -235,11 +235,11 @@ mod tests {
         domain::{GpuId, HostPid},
         evaluate::{
             host_facts::{GpuFacts, HostFacts},
-            plan::State,
             report::{
                 REPORT_VERSION, summarise,
                 tests::{metrics, offline_metrics, run},
             },
+            state::State,
         },
     };
 

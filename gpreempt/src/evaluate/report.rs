@@ -11,7 +11,7 @@ use super::{
     host_facts::HostFacts,
     load::{LoadEnd, LoadRun},
     metric::MetricSpec,
-    plan::State,
+    state::State,
 };
 use crate::{
     domain::{GpuId, HostPid},
@@ -202,7 +202,7 @@ fn figures_of(run: &StateRun, metrics: &[MetricSpec], offline: &[MetricSpec]) ->
     out
 }
 
-/// Per state in [`State::FIRST_ROUND`] order (those with at least one run): each figure's median
+/// Per state in [`State::ALL`] order (those with at least one run): each figure's median
 /// and range over the rounds, and its ratio to the alone state of its side. Interrupted runs
 /// are left out (a state cut short measures something else).
 pub fn summarise(runs: &[StateRun], metrics: &[MetricSpec], offline: &[MetricSpec]) -> Vec<StateSummary> {
@@ -225,7 +225,7 @@ pub fn summarise(runs: &[StateRun], metrics: &[MetricSpec], offline: &[MetricSpe
     }
     let alone_median =
         |state: State, name: &str| per_state.get(&state)?.1.iter().find(|f| f.name == name).map(|f| median(&f.values));
-    State::FIRST_ROUND
+    State::ALL
         .iter()
         .filter_map(|state| {
             let (runs, figs) = per_state.get(state)?;

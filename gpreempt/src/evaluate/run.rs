@@ -20,8 +20,9 @@ use super::{
     metric::MetricSpec,
     observe::{Observation, Observed, Ticker, Watched, learn_queues},
     offline_log::LogWindow,
-    plan::{State, Step, plan},
+    plan::{Step, plan},
     report::{Ended, EvaluationReport, GpuProgress, Held, LoadOutcome, REPORT_VERSION, StateRun, summarise},
+    state::State,
 };
 use crate::{
     domain::HostPid,

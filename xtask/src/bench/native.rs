@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::state::{BenchState, State};
 use crate::util::{self, cargo};
 
 /// `harness suite`, its JSON.
@@ -151,7 +152,8 @@ impl ProfileDesc {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct StateFigures {
-    state: String,
+    /// A name no state has fails the read rather than leaving the state's rows empty.
+    state: Option<BenchState>,
     online_latency_ms: Option<Stats>,
     online_step_ms: Option<Stats>,
     gpus: Vec<GpuFigures>,
@@ -222,7 +224,7 @@ struct IdleCpu {
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct Comparison {
-    state: String,
+    state: Option<BenchState>,
     p50_ratio: Option<f64>,
     p99_ratio: Option<f64>,
     step_p99_ratio: Option<f64>,
@@ -259,11 +261,11 @@ fn us(s: &Option<Stats>) -> String {
 }
 
 impl ScenarioResult {
-    fn state(&self, name: &str) -> Option<&StateFigures> {
-        self.states.iter().find(|s| s.state == name)
+    fn state(&self, state: &BenchState) -> Option<&StateFigures> {
+        self.states.iter().find(|s| s.state.as_ref() == Some(state))
     }
-    fn comparison(&self, name: &str) -> Option<&Comparison> {
-        self.comparisons.iter().find(|c| c.state == name)
+    fn comparison(&self, state: &BenchState) -> Option<&Comparison> {
+        self.comparisons.iter().find(|c| c.state.as_ref() == Some(state))
     }
     fn offline_processes(&self) -> usize {
         self.scenario.offline.get("processes").and_then(Value::as_u64).map_or(2, |n| n as usize)
@@ -276,13 +278,13 @@ fn row(md: &mut String, s: &ScenarioResult, variant: &str) {
         let _ = writeln!(md, "| {} | failed: {e} |||||||||||", s.scenario.name);
         return;
     }
-    let key = format!("schedule:{variant}");
-    if variant != "default" && s.state(&key).is_none() {
+    let key = BenchState::scheduled(variant);
+    if variant != BenchState::DEFAULT_VARIANT && s.state(&key).is_none() {
         return;
     }
-    let alone = s.state("online_alone");
+    let alone = s.state(&BenchState::new(State::OnlineAlone));
     let sched = s.state(&key).and_then(|st| st.scheduler.as_ref());
-    let (co, sc) = (s.comparison("colocated"), s.comparison(&key));
+    let (co, sc) = (s.comparison(&BenchState::new(State::CoLocated)), s.comparison(&key));
     let alone_lat = alone.and_then(|a| a.online_step_ms.clone().or(a.online_latency_ms.clone()));
     let batching = alone.is_some_and(|a| a.online_step_ms.is_some());
     let (p50, p99) = match (batching, sc) {
@@ -299,7 +301,7 @@ fn row(md: &mut String, s: &ScenarioResult, variant: &str) {
         md,
         "| {}{} | {} | {} ms | {co_p99} | {p50} / {p99} | {} / {}{job} | {} | {} | {} | {} | {} | {} |",
         s.scenario.name,
-        if variant == "default" { String::new() } else { format!(" — *{variant} scheduler*") },
+        if variant == BenchState::DEFAULT_VARIANT { String::new() } else { format!(" — *{variant} scheduler*") },
         s.scenario.bound,
         alone_lat.map_or("–".into(), |a| format!("{:.2} / {:.2}", a.p50, a.p99)),
         kept(co),
@@ -320,7 +322,7 @@ fn row(md: &mut String, s: &ScenarioResult, variant: &str) {
 
 /// A scenario's rows: this checkout's scheduler, then the previous one measured in the same run.
 fn rows(md: &mut String, s: &ScenarioResult) {
-    row(md, s, "default");
+    row(md, s, BenchState::DEFAULT_VARIANT);
     row(md, s, "previous");
 }
 
@@ -437,9 +439,9 @@ fn policy(md: &mut String, p: &Policy) {
             let _ = writeln!(md, "| {} | failed: {e} |||||||||", s.scenario.name);
             continue;
         }
-        let variants: Vec<&str> = s.states.iter().filter_map(|st| st.state.strip_prefix("schedule:")).collect();
+        let variants: Vec<&str> = s.states.iter().filter_map(|st| st.state.as_ref()?.variant()).collect();
         for v in variants {
-            let key = format!("schedule:{v}");
+            let key = BenchState::scheduled(v);
             let (c, st) = (s.comparison(&key), s.state(&key));
             let f = st.and_then(|st| st.scheduler.as_ref());
             let busy = st.and_then(|st| st.gpus.first()).map_or(1, |g| g.busy_periods.max(1));
@@ -499,8 +501,8 @@ fn doorbell(md: &mut String, d: &Doorbell, wake: Option<&WakeFloor>) {
             let _ = writeln!(md, "| {} | failed: {e} |||||||||", s.scenario.name);
             continue;
         }
-        for variant in ["default", "poll", "same-cpu"] {
-            let key = format!("schedule:{variant}");
+        for variant in [BenchState::DEFAULT_VARIANT, "poll", "same-cpu"] {
+            let key = BenchState::scheduled(variant);
             let (Some(st), Some(c)) = (s.state(&key), s.comparison(&key)) else { continue };
             let f = st.scheduler.as_ref();
             let ratio = match c.step_p99_ratio {
@@ -531,16 +533,16 @@ fn doorbell(md: &mut String, d: &Doorbell, wake: Option<&WakeFloor>) {
         d.scenarios
             .iter()
             .filter_map(|s| {
-                figure(s.state(&format!("schedule:{variant}"))?.scheduler.as_ref()?).as_ref().map(|s| s.p99)
+                figure(s.state(&BenchState::scheduled(variant))?.scheduler.as_ref()?).as_ref().map(|s| s.p99)
             })
             .fold(f64::NAN, f64::max)
     };
     let doorbell_p99 = |variant: &str| worst_p99(variant, |f| &f.scheduler_detection_doorbell_us);
-    let worst_doorbell_p99 = doorbell_p99("default");
+    let worst_doorbell_p99 = doorbell_p99(BenchState::DEFAULT_VARIANT);
     // The client's publish → SUSPEND entered (an upper bound of the store's) over the busy periods
     // not published during a RESUME.
     let outside = |variant: &str| worst_p99(variant, |f| &f.detection_outside_resume_us);
-    let (outside_default, outside_same) = (outside("default"), outside("same-cpu"));
+    let (outside_default, outside_same) = (outside(BenchState::DEFAULT_VARIANT), outside("same-cpu"));
     let same_cpu_p99 = doorbell_p99("same-cpu");
     let added = match (&d.store_cost.disarmed_us, &d.store_cost.bare_us) {
         (Some(with), Some(bare)) => with.p50 - bare.p50,
@@ -548,7 +550,7 @@ fn doorbell(md: &mut String, d: &Doorbell, wake: Option<&WakeFloor>) {
     };
     // The idle load's quiet time, measured apart (the scheduler's two threads, start-up left out).
     let idle =
-        |v: &str| d.scenarios.iter().find_map(|s| s.state(&format!("schedule:{v}"))?.scheduler.as_ref()?.idle_cpu);
+        |v: &str| d.scenarios.iter().find_map(|s| s.state(&BenchState::scheduled(v))?.scheduler.as_ref()?.idle_cpu);
     let idle_text = |c: Option<IdleCpu>| {
         c.map_or("not in this run".to_owned(), |c| {
             format!(
@@ -560,7 +562,7 @@ fn doorbell(md: &mut String, d: &Doorbell, wake: Option<&WakeFloor>) {
             )
         })
     };
-    let idle_verdict = idle("default").map_or("not judged", |c| verdict(c.share <= 0.01));
+    let idle_verdict = idle(BenchState::DEFAULT_VARIANT).map_or("not judged", |c| verdict(c.share <= 0.01));
     let _ = writeln!(
         md,
         "\n| goal (issue 36, natively) | measured | verdict |\n|---|---|---|\n\
@@ -576,7 +578,7 @@ fn doorbell(md: &mut String, d: &Doorbell, wake: Option<&WakeFloor>) {
         wake.map_or("–".into(), |w| us(&w.cross_cpu_us)),
         verdict(worst_doorbell_p99 <= 50.0),
         verdict(added <= 2.0),
-        idle_text(idle("default")),
+        idle_text(idle(BenchState::DEFAULT_VARIANT)),
         idle_text(idle("poll")),
     );
     let c = &d.store_cost;
@@ -620,7 +622,7 @@ fn goals(md: &mut String, doc: &Doc) {
         };
         let request_loads: Vec<&ScenarioResult> = of("poisson").into_iter().chain(of("azure")).collect();
         let sc = |s: &ScenarioResult| {
-            s.comparison("schedule:default")
+            s.comparison(&BenchState::new(State::Scheduled))
                 .map(|c| (c.p50_ratio.unwrap_or(f64::NAN), c.p99_ratio.unwrap_or(f64::NAN), c.offline_of_idle))
         };
         let worst = request_loads
@@ -634,7 +636,7 @@ fn goals(md: &mut String, doc: &Doc) {
         let floors: Vec<(usize, f64)> = of("poisson")
             .iter()
             .filter_map(|s| {
-                let p50 = s.state("online_alone")?.online_latency_ms.as_ref()?.p50;
+                let p50 = s.state(&BenchState::new(State::OnlineAlone))?.online_latency_ms.as_ref()?.p50;
                 let per = s.scenario.profile.mean_suspend_ns()? + s.scenario.profile.save_ns as f64;
                 Some((s.offline_processes(), 1.0 + per * s.offline_processes() as f64 / 1e6 / p50))
             })
@@ -688,15 +690,17 @@ fn goals(md: &mut String, doc: &Doc) {
             );
         }
         for s in of("batching") {
-            let c = s.comparison("schedule:default");
-            let f = s.state("schedule:default").and_then(|st| st.scheduler.as_ref());
+            let c = s.comparison(&BenchState::new(State::Scheduled));
+            let f = s.state(&BenchState::new(State::Scheduled)).and_then(|st| st.scheduler.as_ref());
             let engine = f.and_then(|f| f.engine.as_ref());
             let step = c.and_then(|c| c.step_p99_ratio).unwrap_or(f64::NAN);
             let later = c.and_then(|c| c.step_later_p99_ratio).unwrap_or(f64::NAN);
             let idle = c.map_or(0.0, |c| c.offline_of_idle);
             let per = f.map_or(f64::NAN, |f| {
-                let busy =
-                    s.state("schedule:default").and_then(|st| st.gpus.first()).map_or(1, |g| g.busy_periods.max(1));
+                let busy = s
+                    .state(&BenchState::new(State::Scheduled))
+                    .and_then(|st| st.gpus.first())
+                    .map_or(1, |g| g.busy_periods.max(1));
                 f.suspend_calls as f64 / busy as f64 / s.offline_processes() as f64
             });
             let _ = writeln!(
@@ -758,7 +762,7 @@ fn goals(md: &mut String, doc: &Doc) {
             .iter()
             .filter(|s| s.scenario.bound == bound && !s.scenario.name.starts_with("dp"))
             .filter_map(|s| {
-                s.state("schedule:default")
+                s.state(&BenchState::new(State::Scheduled))
                     .and_then(|st| st.scheduler.as_ref())
                     .map(|f| (f, s.offline_processes(), s.scenario.name.as_str()))
             })
@@ -809,16 +813,21 @@ fn goals(md: &mut String, doc: &Doc) {
             verdict(cpu <= 0.05)
         );
         for s in of("dp") {
-            let c = s.comparison("schedule:default");
-            let co = s.comparison("colocated");
-            let alone = s.state("offline_alone").and_then(|st| st.job_steps_per_s).unwrap_or(0.0);
+            let c = s.comparison(&BenchState::new(State::Scheduled));
+            let co = s.comparison(&BenchState::new(State::CoLocated));
+            let alone = s.state(&BenchState::new(State::OfflineAlone)).and_then(|st| st.job_steps_per_s).unwrap_or(0.0);
             // The same job under --gang, where the policy matrix measured it (serial bound).
             let gang = doc
                 .policy
                 .scenarios
                 .iter()
                 .filter(|p| p.scenario.bound == bound && p.scenario.name.contains("dp-2gpu"))
-                .find_map(|p| Some((p.comparison("schedule:default")?, p.comparison("schedule:gang")?)));
+                .find_map(|p| {
+                    Some((
+                        p.comparison(&BenchState::new(State::Scheduled))?,
+                        p.comparison(&BenchState::scheduled("gang"))?,
+                    ))
+                });
             let gang = gang.map_or(String::new(), |(d, g)| {
                 format!(
                     "; §9.4, 200 requests: per-GPU holds {}, `--gang` {}",
@@ -835,4 +844,44 @@ fn goals(md: &mut String, doc: &Doc) {
         }
     }
     md.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stored_state_names_are_found_by_state() {
+        let s: ScenarioResult = serde_json::from_value(serde_json::json!({
+            "states": [
+                {"state": "online_alone", "job_steps_per_s": 1.0},
+                {"state": "offline_alone", "job_steps_per_s": 2.0},
+                {"state": "colocated", "job_steps_per_s": 3.0},
+                {"state": "schedule:default", "job_steps_per_s": 4.0},
+                {"state": "schedule:gang", "job_steps_per_s": 5.0}
+            ],
+            "comparisons": [{"state": "colocated", "offline_of_idle": 0.5}, {"state": "schedule:gang", "offline_of_idle": 0.9}]
+        }))
+        .unwrap();
+        let steps = |b: BenchState| s.state(&b).and_then(|st| st.job_steps_per_s);
+        assert_eq!(steps(BenchState::new(State::OnlineAlone)), Some(1.0));
+        assert_eq!(steps(BenchState::new(State::OfflineAlone)), Some(2.0));
+        assert_eq!(steps(BenchState::new(State::CoLocated)), Some(3.0));
+        assert_eq!(steps(BenchState::new(State::Scheduled)), Some(4.0));
+        assert_eq!(steps(BenchState::scheduled("gang")), Some(5.0));
+        assert_eq!(steps(BenchState::scheduled("poll")), None);
+        let of_idle = |b: BenchState| s.comparison(&b).map(|c| c.offline_of_idle);
+        assert_eq!(of_idle(BenchState::new(State::CoLocated)), Some(0.5));
+        assert_eq!(of_idle(BenchState::scheduled("gang")), Some(0.9));
+        let variants: Vec<&str> = s.states.iter().filter_map(|st| st.state.as_ref()?.variant()).collect();
+        assert_eq!(variants, ["default", "gang"]);
+        let unknown = serde_json::from_value::<ScenarioResult>(serde_json::json!({"states": [{"state": "alone"}]}));
+        assert_eq!(
+            unknown.err().map(|e| e.to_string()),
+            Some(
+                r#"no state is named "alone" (the names: online_alone, offline_alone, colocated, schedule:VARIANT)"#
+                    .to_owned()
+            )
+        );
+    }
 }
