@@ -210,6 +210,37 @@ pub struct DoorbellCount {
     pub stores: u64,
 }
 
+/// Why an offline process was detached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DetachReason {
+    /// It exited.
+    Exited,
+    /// The scheduler stopped.
+    Stopped,
+}
+
+impl DetachReason {
+    /// The name used in the output, printed and serialised.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Exited => "exited",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+impl std::fmt::Display for DetachReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for DetachReason {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
 /// How online submissions reach the scheduler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -240,7 +271,7 @@ pub enum ScheduleEvent {
     },
     OfflineDetached {
         pid: HostPid,
-        reason: &'static str,
+        reason: DetachReason,
         detached: Detached,
     },
     /// A held offline process created queues on a held GPU: they are suspended too.

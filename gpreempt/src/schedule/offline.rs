@@ -58,12 +58,12 @@ pub(super) struct Offline<C> {
     pub control: C,
     pub job: JobId,
     /// GPUs it is suspended on (the kernel's state).
-    pub held: Vec<GpuId>,
+    held: Vec<GpuId>,
     /// GPUs held without an ioctl because it had nothing there, with the sum of its write
     /// indices there at that moment (a moved sum is a submission).
-    pub deferred: Vec<(GpuId, u64)>,
+    deferred: Vec<(GpuId, u64)>,
     /// `--gang`: the GPUs whose policy holds its job now (it is suspended everywhere while any).
-    pub gang_holds: Vec<GpuId>,
+    gang_holds: Vec<GpuId>,
     /// Its queues' index addresses.
     queues: Vec<QueueAddrs>,
     /// The last snapshot of its new queues failed: never taken for idle until one succeeds.
@@ -171,7 +171,7 @@ impl<C: Control> Offline<C> {
     }
 
     /// Deferred on `gpu`: has it submitted since (or can its queues no longer be read)?
-    pub fn submitted_since(&mut self, gpu: GpuId, writes: u64) -> bool {
+    fn submitted_since(&mut self, gpu: GpuId, writes: u64) -> bool {
         self.indices(gpu).is_none_or(|now| now.pending || now.writes != writes)
     }
 
@@ -179,6 +179,110 @@ impl<C: Control> Offline<C> {
     pub fn holds(&self, gpu: GpuId) -> bool {
         self.held.contains(&gpu) || self.deferred.iter().any(|(g, _)| *g == gpu)
     }
+
+    /// Its queues on `gpu` are suspended (the kernel's state).
+    pub fn hold(&mut self, gpu: GpuId) {
+        self.held.push(gpu);
+    }
+
+    /// Its queues on `gpu` run again.
+    pub fn release(&mut self, gpu: GpuId) {
+        self.held.retain(|g| *g != gpu);
+    }
+
+    /// Suspended on `gpu` (deferred is not).
+    pub fn is_held_on(&self, gpu: GpuId) -> bool {
+        self.held.contains(&gpu)
+    }
+
+    /// Suspended on some GPU.
+    pub fn is_held(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Held on `gpu` with no ioctl: nothing of it there, its write indices summing to `writes`.
+    pub fn defer(&mut self, gpu: GpuId, writes: u64) {
+        self.deferred.push((gpu, writes));
+    }
+
+    /// `gpu` runs again: its deferral there (if any) ends with no ioctl.
+    pub fn undefer(&mut self, gpu: GpuId) {
+        self.deferred.retain(|(g, _)| *g != gpu);
+    }
+
+    /// Deferred on `gpu`.
+    pub fn is_deferred_on(&self, gpu: GpuId) -> bool {
+        self.deferred.iter().any(|(g, _)| *g == gpu)
+    }
+
+    /// The next of its deferrals, from the `*cursor`-th on, in which it submitted (or whose
+    /// queues can no longer be read): no longer deferred there, its GPU to suspend now. The
+    /// cursor moves past those it did not submit in, each read once per call sequence.
+    pub fn next_submission(&mut self, cursor: &mut usize) -> Option<GpuId> {
+        while let Some(&(gpu, writes)) = self.deferred.get(*cursor) {
+            if self.submitted_since(gpu, writes) {
+                self.deferred.remove(*cursor);
+                return Some(gpu);
+            }
+            *cursor += 1;
+        }
+        None
+    }
+
+    /// Every GPU it is suspended or deferred on (those first, then these).
+    pub fn held_or_deferred(&self) -> Vec<GpuId> {
+        self.held.iter().copied().chain(self.deferred.iter().map(|(g, _)| *g)).collect()
+    }
+
+    /// `--gang`: its job is held by `holds` and it is suspended on all of its GPUs.
+    pub fn gang_held_by(&mut self, holds: Vec<GpuId>) {
+        self.held = self.gpus();
+        self.gang_holds = holds;
+    }
+
+    /// `--gang`: `gpu`'s policy holds its job too.
+    pub fn join_gang_hold(&mut self, gpu: GpuId) {
+        if !self.gang_holds.contains(&gpu) {
+            self.gang_holds.push(gpu);
+        }
+    }
+
+    /// `--gang`: `gpu`'s policy no longer holds its job (it stays suspended while another does).
+    pub fn leave_gang_hold(&mut self, gpu: GpuId) {
+        self.gang_holds.retain(|g| *g != gpu);
+    }
+
+    /// `--gang`: which GPUs' policies hold its job, seen from `gpu`.
+    pub fn gang_holds(&self, gpu: GpuId) -> GangHolds {
+        match self.gang_holds.as_slice() {
+            [] => GangHolds::None,
+            [only] if *only == gpu => GangHolds::OnlyThis,
+            _ => GangHolds::Others,
+        }
+    }
+
+    /// Suspended nowhere (a RESUME of every queue of it was asked for).
+    pub fn release_all(&mut self) {
+        self.held.clear();
+    }
+
+    /// Its session's watchdog resumed every queue of it: no hold is left but its deferrals.
+    /// Returns the GPUs it was suspended on.
+    pub fn resumed_by_watchdog(&mut self) -> Vec<GpuId> {
+        self.gang_holds.clear();
+        std::mem::take(&mut self.held)
+    }
+}
+
+/// `--gang`: the GPUs whose policies hold an offline process's job, seen from one GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GangHolds {
+    /// None: its job runs.
+    None,
+    /// This GPU's alone.
+    OnlyThis,
+    /// Another GPU's (this one's too or not).
+    Others,
 }
 
 #[cfg(test)]
@@ -265,6 +369,55 @@ mod tests {
         // ...and taken at once by the CP: the write sum still moved.
         a[0].store(4, Ordering::Release);
         assert!(p.submitted_since(GpuId(0x10), 3));
+        drop((a, b));
+    }
+
+    #[test]
+    fn its_holds_are_kept_per_gpu_and_a_gang_is_resumed_by_its_last_hold() {
+        let (a, b) = (GpuId(0x10), GpuId(0x20));
+        let rw = Box::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let snapshot = vec![entry(1, 0x10, &rw), entry(2, 0x20, &rw)];
+        let mut p = Offline::new(HostPid(std::process::id()), Own(snapshot.clone()), JobId(0), &snapshot, Vec::new());
+        p.hold(a);
+        p.defer(b, 5);
+        assert!(p.is_held() && p.is_held_on(a) && !p.is_held_on(b));
+        assert!(p.holds(a) && p.holds(b));
+        assert_eq!(p.held_or_deferred(), vec![a, b]);
+        p.undefer(b);
+        p.release(a);
+        assert!(!p.is_held() && !p.holds(a) && !p.holds(b));
+        // `--gang`: held on both GPUs by A's policy; B's joins; each leaves in turn.
+        p.gang_held_by(vec![a]);
+        assert_eq!((p.gang_holds(a), p.gang_holds(b)), (GangHolds::OnlyThis, GangHolds::Others));
+        assert!(p.is_held_on(a) && p.is_held_on(b));
+        p.join_gang_hold(b);
+        p.join_gang_hold(b);
+        p.leave_gang_hold(a);
+        assert_eq!((p.gang_holds(a), p.gang_holds(b)), (GangHolds::Others, GangHolds::OnlyThis));
+        // The watchdog ends every hold but the deferrals.
+        p.defer(a, 1);
+        assert_eq!(p.resumed_by_watchdog(), vec![a, b]);
+        assert_eq!((p.gang_holds(b), p.is_held(), p.holds(a)), (GangHolds::None, false, true));
+        drop(rw);
+    }
+
+    #[test]
+    fn the_next_submission_is_taken_once_and_the_cursor_skips_the_quiet_deferrals() {
+        let a = Box::new([AtomicU64::new(3), AtomicU64::new(3)]);
+        let b = Box::new([AtomicU64::new(7), AtomicU64::new(7)]);
+        let snapshot = vec![entry(1, 0x10, &a), entry(2, 0x20, &b)];
+        let mut p = Offline::new(HostPid(std::process::id()), Own(snapshot.clone()), JobId(0), &snapshot, Vec::new());
+        p.defer(GpuId(0x10), 3);
+        p.defer(GpuId(0x20), 7);
+        let mut cursor = 0;
+        assert_eq!(p.next_submission(&mut cursor), None);
+        assert_eq!(cursor, 2);
+        b[1].store(8, Ordering::Release);
+        let mut cursor = 0;
+        assert_eq!(p.next_submission(&mut cursor), Some(GpuId(0x20)));
+        assert_eq!(cursor, 1);
+        assert_eq!(p.next_submission(&mut cursor), None);
+        assert_eq!(p.held_or_deferred(), vec![GpuId(0x10)]);
         drop((a, b));
     }
 }

@@ -19,7 +19,7 @@ use super::{
     config::{Role, ScheduleConfig, ScheduleError, resolve_selection},
     discover::Discovery,
     doorbell::wake::Nudge,
-    events::{ScheduleEvent, ScheduleReport},
+    events::{DetachReason, ScheduleEvent, ScheduleReport},
     hints::HintSocket,
     offline::{self, JobId},
     online,
@@ -414,7 +414,7 @@ impl Scheduler {
             }
             Report::Detached { pid, reason, detached } => {
                 self.accounts.offline_detached(pid);
-                if reason == "exited" {
+                if reason == DetachReason::Exited {
                     self.seen.remove(&pid);
                 }
                 emit(&ScheduleEvent::OfflineDetached { pid, reason, detached });
