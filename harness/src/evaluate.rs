@@ -2,21 +2,24 @@
 //! scheduler, then the scheduler under each variant — and the comparisons against alone.
 
 use anyhow::Result;
-use gpreempt::stats::Summary;
+use gpreempt::{
+    evaluate::{BenchState, State},
+    stats::Summary,
+};
 use serde::Serialize;
 
 use crate::{
     figures::{StateFigures, reduce},
     floor::{StepFloor, SuspendFloor, step_floor, suspend_floor},
     profile::section7,
-    run::{Raw, State, run_state},
+    run::{Raw, run_state},
     scenario::{ENGINE_GAP_NS, Offline, Online, Scenario},
 };
 
 /// One co-located state against the alone states.
 #[derive(Clone, Debug, Serialize)]
 pub struct Comparison {
-    pub state: String,
+    pub state: BenchState,
     pub p50_ratio: Option<f64>,
     pub p99_ratio: Option<f64>,
     /// Continuous batching: engine step P99 against alone.
@@ -61,18 +64,21 @@ fn ratio(a: Option<&Summary>, b: Option<&Summary>, f: fn(&Summary) -> f64) -> Op
 pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> {
     let mut states = Vec::new();
     eprintln!("[{}] online alone", sc.name);
-    let online_raw = run_state(sc, State::OnlineAlone)?;
-    let online = reduce("online_alone", None, &online_raw, sc.requests());
+    let alone = BenchState::new(State::OnlineAlone);
+    let online_raw = run_state(sc, &alone, 0.0)?;
+    let online = reduce(&alone, &online_raw, sc.requests());
     let (suspend_floor, step_floor) = floors(sc, &online_raw, &online);
     let seconds = online.window_s.clamp(2.0, 8.0);
     eprintln!("[{}] offline alone ({seconds:.1} s)", sc.name);
-    let offline = reduce("offline_alone", None, &run_state(sc, State::OfflineAlone { seconds })?, sc.requests());
+    let alone = BenchState::new(State::OfflineAlone);
+    let offline = reduce(&alone, &run_state(sc, &alone, seconds)?, sc.requests());
     eprintln!("[{}] co-located", sc.name);
-    let mut co = vec![reduce("colocated", None, &run_state(sc, State::Colocated)?, sc.requests())];
+    let colocated = BenchState::new(State::CoLocated);
+    let mut co = vec![reduce(&colocated, &run_state(sc, &colocated, 0.0)?, sc.requests())];
     for v in &sc.variants {
         eprintln!("[{}] schedule ({v})", sc.name);
-        let raw = run_state(sc, State::Scheduled { variant: v })?;
-        co.push(reduce(&format!("schedule:{v}"), Some(v), &raw, sc.requests()));
+        let scheduled = BenchState::scheduled(v);
+        co.push(reduce(&scheduled, &run_state(sc, &scheduled, 0.0)?, sc.requests()));
     }
     let comparisons: Vec<Comparison> = co
         .iter()
@@ -94,8 +100,8 @@ pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> 
         // §7 was measured with the scheduler before this wave's changes: the `previous` variant.
         let sched = comparisons
             .iter()
-            .position(|c| c.state == "schedule:previous")
-            .or_else(|| comparisons.iter().position(|c| c.state == "schedule:default"));
+            .position(|c| c.state == BenchState::scheduled("previous"))
+            .or_else(|| comparisons.iter().position(|c| c.state == BenchState::new(State::Scheduled)));
         let kept_schedule = sched.and_then(|i| comparisons[i].kept.first().copied()).unwrap_or(0.0);
         let suspends_per_request = sched.and_then(|i| co[i].scheduler.as_ref()).map_or(0.0, |s| s.suspends_per_request);
         let within_tolerance = (kept_schedule - section7::KEPT_SCHEDULE).abs() <= section7::KEPT_SCHEDULE_TOLERANCE

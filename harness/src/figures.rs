@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use gpreempt::stats::Summary;
+use gpreempt::{evaluate::BenchState, stats::Summary};
 use serde::Serialize;
 
 use crate::{
@@ -112,7 +112,7 @@ pub struct SchedulerFigures {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct StateFigures {
-    pub state: String,
+    pub state: BenchState,
     pub window_s: f64,
     pub requests: usize,
     pub online_latency_ms: Option<Summary>,
@@ -276,7 +276,7 @@ impl BusyPeriodSamples {
     }
 }
 
-pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) -> StateFigures {
+pub fn reduce(state: &BenchState, raw: &Raw, requests: usize) -> StateFigures {
     let end = raw.start_ns + raw.window_ns;
     let sides: Vec<Side> = raw.clients.iter().map(|c| c.0).collect();
     let in_window = |b: &&BusyPeriod| b.start_ns >= raw.start_ns && b.start_ns <= end;
@@ -343,7 +343,7 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
         });
         let cpu_ms = report.reaction_cpu_ms + raw.run_thread_cpu_ns as f64 / 1e6;
         SchedulerFigures {
-            variant: variant.unwrap_or("default").to_owned(),
+            variant: state.variant().unwrap_or(BenchState::DEFAULT_VARIANT).to_owned(),
             transitions: firsts.len(),
             suspend_calls: calls(Call::Suspend),
             resume_calls: calls(Call::Resume),
@@ -382,7 +382,7 @@ pub fn reduce(state: &str, variant: Option<&str>, raw: &Raw, requests: usize) ->
         }
     });
     StateFigures {
-        state: state.to_owned(),
+        state: state.clone(),
         window_s: raw.window_ns as f64 / 1e9,
         requests: online.map_or(0, |o| o.latencies_ns.len()),
         online_latency_ms: online.and_then(|o| ms(&o.latencies_ns)),

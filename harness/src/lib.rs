@@ -17,6 +17,7 @@ pub mod rng;
 pub mod run;
 pub mod scenario;
 pub mod shm;
+pub mod started;
 pub mod store_cost;
 pub mod suite;
 pub mod timer_floor;

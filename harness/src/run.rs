@@ -1,7 +1,8 @@
 //! Running one state of a scenario: a fresh shared region, model GPUs on their threads, the
 //! client processes, and — in the scheduled states — the real `gpreempt::schedule::Scheduler`
 //! on this thread with the model seams. The window is the online load's run (from `go` until the
-//! online client exits); without online load, a fixed time.
+//! online client exits); without online load, a fixed time. What the run starts is owned by
+//! [`Started`], so that it stops however the run ends.
 
 use std::{
     io::Write,
@@ -18,6 +19,7 @@ use gpreempt::{
     clock::{monotonic_ns, thread_cpu_ns},
     controller::vocabulary::Options,
     domain::HostPid,
+    evaluate::{BenchState, State},
     host::select::Selector,
     model::ModelNotice,
     schedule::{ScheduleConfig, ScheduleEvent, ScheduleReport, Scheduler, discover::Discovery, seams::Seams},
@@ -33,17 +35,9 @@ use crate::{
     },
     idle_cpu::{self, IdleCpu},
     scenario::{ClientPlan, Online, Scenario},
-    shm::{MAX_CLIENTS, MAX_QUEUES, Shm, futex_wake, ring},
+    shm::{MAX_CLIENTS, MAX_QUEUES, Shm, futex_wake},
+    started::Started,
 };
-
-/// Which state.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum State<'a> {
-    OnlineAlone,
-    OfflineAlone { seconds: f64 },
-    Colocated,
-    Scheduled { variant: &'a str },
-}
 
 /// What one state measured, raw.
 pub struct Raw {
@@ -71,9 +65,9 @@ impl Raw {
     }
 }
 
-/// What the window's watcher brings back: the online client's result, the GPUs' accounting and
+/// What the window's watcher brings back: the online client's output, the GPUs' accounting and
 /// busy periods at the window's end, and its end.
-type WindowEnd = (Option<ClientResult>, Vec<Accounting>, Vec<Vec<BusyPeriod>>, u64);
+type WindowEnd = (Option<Vec<u8>>, Vec<Accounting>, Vec<Vec<BusyPeriod>>, u64);
 
 /// Nothing appears or goes: every client exists before the scheduler starts.
 struct Quiet;
@@ -112,23 +106,15 @@ fn spawn_client(
     cmd.spawn().context("starting a client process")
 }
 
-fn collect(child: Child) -> Result<ClientResult> {
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!("a client process failed: {}", out.status);
-    }
-    let line = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(line.trim()).context("parsing a client's result")
-}
-
-/// Run one state of `sc`.
-pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
+/// Run one state of `sc`: `seconds` is the window of a state without online load (offline
+/// alone); the others end with the online load.
+pub fn run_state(sc: &Scenario, state: &BenchState, seconds: f64) -> Result<Raw> {
     let shm = Arc::new(Shm::create(&crate::shm::fresh_path("region")).context("creating the shared region")?);
     let gpus: Vec<Arc<ModelGpu>> = (0..sc.gpus())
         .map(|i| Arc::new(ModelGpu::new(i, GpuCore::new(sc.bound, sc.profile.restore_ns), shm.clone())))
         .collect();
-    let with_online = !matches!(state, State::OfflineAlone { .. });
-    let with_offline = !matches!(state, State::OnlineAlone);
+    let with_online = state.state().runs_load();
+    let with_offline = state.state() != State::OnlineAlone;
     let mut plans = Vec::new();
     if with_online {
         plans.push(sc.online_client());
@@ -154,21 +140,18 @@ pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
         }
         slots.push(mine);
     }
-    let gpu_stop = Arc::new(AtomicBool::new(false));
-    let drivers: Vec<_> = gpus
-        .iter()
-        .map(|g| {
-            let (g, stop) = (g.clone(), gpu_stop.clone());
-            std::thread::Builder::new().name(format!("model-gpu-{}", g.index)).spawn(move || g.run(&stop))
-        })
-        .collect::<Result<_, _>>()?;
+    // Before the run's processes and threads, so that it outlives them (the scheduler's pids are
+    // KFD processes there).
     let roots = FakeRoots::new()?;
-    let mut children = Vec::new();
+    let mut started = Started::new(shm.clone(), gpus.clone())?;
+    let mut pids: Vec<HostPid> = Vec::new();
     // `same-cpu`: the online client on the reaction thread's CPU.
-    let same_cpu = matches!(state, State::Scheduled { variant } if variant == crate::variants::SAME_CPU_VARIANT);
+    let same_cpu = state.variant() == Some(crate::variants::SAME_CPU_VARIANT);
     for (i, p) in plans.iter().enumerate() {
         let cpu = (same_cpu && p.side == Side::Online).then_some(crate::variants::SAME_CPU);
-        children.push(spawn_client(&shm, i, p, &slots[i], &roots, cpu)?);
+        let child = spawn_client(&shm, i, p, &slots[i], &roots, cpu)?;
+        pids.push(HostPid(child.id()));
+        started.adopt(child);
     }
     // Every client has mapped the region and said where its indices are.
     let ready_by = Instant::now() + Duration::from_secs(20);
@@ -179,7 +162,6 @@ pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
         std::thread::sleep(Duration::from_millis(1));
     }
     let world = Arc::new(World::new(shm.clone(), gpus.clone(), sc.profile.clone(), sc.seed ^ 0x5eed));
-    let pids: Vec<HostPid> = children.iter().map(|c| HostPid(c.id())).collect();
     {
         let mut clients = world.clients.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
         for (i, (&pid, p)) in pids.iter().zip(&plans).enumerate() {
@@ -194,41 +176,38 @@ pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
             warnings.push(message.clone());
         }
     };
-    let scheduler = match state {
-        State::Scheduled { variant } => {
-            let (_, change) =
-                crate::variants::by_name(variant).ok_or_else(|| anyhow::anyhow!("no variant named {variant}"))?;
-            let mut config = ScheduleConfig {
-                online: pids
-                    .iter()
-                    .zip(&plans)
-                    .filter(|(_, p)| p.side == Side::Online)
-                    .map(|(&p, _)| Selector::Pid(p))
-                    .collect(),
-                offline: pids
-                    .iter()
-                    .zip(&plans)
-                    .filter(|(_, p)| p.side == Side::Offline)
-                    .map(|(&p, _)| Selector::Pid(p))
-                    .collect(),
-                // The product's footing (SCHED_FIFO 20 and mlockall where the host grants them, as
-                // on a node where the agent runs with CAP_SYS_NICE; the JSON says what was granted).
-                realtime: ScheduleConfig::default().realtime,
-                interval: Duration::from_secs(3600),
-                session: Options { roots: roots.roots(), ..Options::default() },
-                roots: roots.roots(),
-                ..ScheduleConfig::default()
-            };
-            change(&mut config);
-            let seams = Seams {
-                control: ModelSide(world.clone()),
-                discovery: Box::new(Quiet),
-                occupancy: std::sync::Arc::new(ModelOccupancySource(world.clone())),
-            };
-            Some(Scheduler::start(config, seams, &mut emit).context("starting the scheduler")?)
-        }
-        _ => None,
-    };
+    if let Some(variant) = state.variant() {
+        let (_, change) =
+            crate::variants::by_name(variant).ok_or_else(|| anyhow::anyhow!("no variant named {variant}"))?;
+        let mut config = ScheduleConfig {
+            online: pids
+                .iter()
+                .zip(&plans)
+                .filter(|(_, p)| p.side == Side::Online)
+                .map(|(&p, _)| Selector::Pid(p))
+                .collect(),
+            offline: pids
+                .iter()
+                .zip(&plans)
+                .filter(|(_, p)| p.side == Side::Offline)
+                .map(|(&p, _)| Selector::Pid(p))
+                .collect(),
+            // The product's footing (SCHED_FIFO 20 and mlockall where the host grants them, as
+            // on a node where the agent runs with CAP_SYS_NICE; the JSON says what was granted).
+            realtime: ScheduleConfig::default().realtime,
+            interval: Duration::from_secs(3600),
+            session: Options { roots: roots.roots(), ..Options::default() },
+            roots: roots.roots(),
+            ..ScheduleConfig::default()
+        };
+        change(&mut config);
+        let seams = Seams {
+            control: ModelSide(world.clone()),
+            discovery: Box::new(Quiet),
+            occupancy: std::sync::Arc::new(ModelOccupancySource(world.clone())),
+        };
+        started.scheduler = Some(Scheduler::start(config, seams, &mut emit).context("starting the scheduler")?);
+    }
     // Go.
     let start_ns = monotonic_ns() + 20_000_000;
     shm.start_ns.store(start_ns, Ordering::Release);
@@ -243,13 +222,12 @@ pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
     // The window: until the online client exits (or a fixed time), watched on its own thread
     // so this one can run the scheduler.
     let stop = Arc::new(AtomicBool::new(false));
-    let online_child = if with_online { Some(children.remove(0)) } else { None };
+    let online_watch = if with_online { Some(started.watch(0)?) } else { None };
     let watch = {
         let (stop, gpus) = (stop.clone(), gpus.clone());
-        let seconds = if let State::OfflineAlone { seconds } = state { seconds } else { 0.0 };
-        std::thread::spawn(move || -> Result<WindowEnd> {
-            let online = match online_child {
-                Some(c) => Some(collect(c)),
+        started.spawn(move || -> Result<WindowEnd> {
+            let online = match online_watch {
+                Some(w) => Some(w.wait().context("waiting for the online client")),
                 None => {
                     std::thread::sleep(Duration::from_secs_f64(seconds));
                     None
@@ -260,20 +238,20 @@ pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
             stop.store(true, Ordering::Release);
             let (after, busy) = snaps.into_iter().unzip();
             Ok((online.transpose()?, after, busy, end))
-        })
+        })?
     };
     // The idle load: sample the scheduler's threads from 1 s after the start to 0.5 s before
     // the one request.
-    let idle_sampler = match (&scheduler, &sc.online) {
-        (Some(_), Online::Idle { seconds }) if *seconds >= 3 => {
+    let idle_sampler = match (started.scheduler.is_some(), &sc.online) {
+        (true, Online::Idle { seconds }) if *seconds >= 3 => {
             let run_thread = idle_cpu::gettid();
             let skip = Duration::from_nanos((start_ns + 1_000_000_000).saturating_sub(monotonic_ns()));
             let window = Duration::from_millis(*seconds * 1000 - 1500);
-            Some(std::thread::spawn(move || idle_cpu::measure(run_thread, skip, window)))
+            Some(started.spawn(move || idle_cpu::measure(run_thread, skip, window))?)
         }
         _ => None,
     };
-    let (report, run_thread_cpu_ns) = match scheduler {
+    let (report, run_thread_cpu_ns) = match started.scheduler.take() {
         Some(s) => {
             let cpu = thread_cpu_ns();
             let report = s.run(&stop, &mut emit);
@@ -281,29 +259,20 @@ pub fn run_state(sc: &Scenario, state: State<'_>) -> Result<Raw> {
         }
         None => (None, 0),
     };
-    let idle_cpu = idle_sampler.and_then(|t| t.join().ok().flatten());
-    let watched = watch.join().map_err(|_| anyhow::anyhow!("the window's watcher panicked"));
-    // Stop the offline clients and the model GPUs, whatever happened.
-    shm.stop.store(1, Ordering::Release);
-    for w in &shm.client_wake {
-        ring(w);
-    }
-    futex_wake(&shm.barrier_generation);
+    let idle_cpu = idle_sampler.and_then(|r| r.recv().ok().flatten());
+    let watched = watch.recv().map_err(|_| anyhow::anyhow!("the window's watcher panicked"));
+    // Stop the offline clients, whatever happened.
+    started.stop_clients();
     let mut results: Vec<(Side, ClientResult)> = Vec::new();
     let (online, after, busy, end_ns) = watched??;
-    if let Some(o) = online {
-        results.push((Side::Online, o));
+    if let Some(out) = online {
+        results.push((Side::Online, started.collect_from(0, &out)?));
     }
-    for c in children {
-        results.push((Side::Offline, collect(c)?));
+    for i in usize::from(with_online)..plans.len() {
+        results.push((Side::Offline, started.collect(i)?));
     }
-    gpu_stop.store(true, Ordering::Release);
-    for g in &gpus {
-        ring(&shm.doorbell[g.index]);
-    }
-    for d in drivers {
-        let _ = d.join();
-    }
+    // The model GPUs stop and their drivers are joined.
+    drop(started);
     let _ = std::io::stderr().flush();
     Ok(Raw {
         window_ns: end_ns.saturating_sub(start_ns),
