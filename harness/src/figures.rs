@@ -105,6 +105,8 @@ pub struct SchedulerFigures {
     /// The idle load only: both threads' CPU inside its quiet time (start-up left out).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_cpu: Option<crate::idle_cpu::IdleCpu>,
+    /// Keyed by `ResumeReason::name`, as the scheduler's own JSON is (BENCHMARKS.json sections
+    /// measured before have the variant's Debug name lowercased: `onlinegone`, `minshare`).
     pub resumes_by_reason: BTreeMap<String, u64>,
     pub resumes_skipped: u64,
     pub realtime: String,
@@ -372,11 +374,7 @@ pub fn reduce(state: &BenchState, raw: &Raw, requests: usize) -> StateFigures {
             reaction_cpu_ms: report.reaction_cpu_ms,
             run_thread_cpu_ms: raw.run_thread_cpu_ns as f64 / 1e6,
             idle_cpu: raw.idle_cpu,
-            resumes_by_reason: report
-                .resumes_by_reason
-                .iter()
-                .map(|(r, n)| (format!("{r:?}").to_lowercase(), *n))
-                .collect(),
+            resumes_by_reason: report.resumes_by_reason.iter().map(|(r, n)| (r.name().to_owned(), *n)).collect(),
             resumes_skipped: report.resumes_skipped,
             realtime: report.realtime.policy.to_owned(),
         }
