@@ -403,7 +403,11 @@ fn crate_roots(krate: &str) -> Vec<PathBuf> {
         }
         "emu-workload" => vec![at("tests/src/bin/emu-workload.rs")],
         "gpreempt-common" => vec![at("gpreempt-common/src/lib.rs")],
-        "gpreempt-ebpf" => vec![at("gpreempt-ebpf/src/main.rs"), at("gpreempt-ebpf/src/doorbell.rs")],
+        "gpreempt-ebpf" => vec![
+            at("gpreempt-ebpf/src/main.rs"),
+            at("gpreempt-ebpf/src/doorbell.rs"),
+            at("gpreempt-ebpf/src/arrival.rs"),
+        ],
         "harness" => vec![at("harness/src/lib.rs"), at("harness/src/main.rs")],
         other => panic!("{other} is no crate of CRATES"),
     };
