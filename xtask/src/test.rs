@@ -258,6 +258,18 @@ const FOCUSED: &[(&str, &[&str])] = &[
             "a_process_without_the_runtime_is_left_to_the_index_poll",
         ],
     ),
+    // The arrival probe on this kernel's cgroup_skb hook, ring buffer and bpf_links (needs no
+    // driver: an HTTP service with no GPU; a few seconds).
+    (
+        "arrival",
+        &[
+            "arrival_hits_once_per_arming_and_counts_requests_and_probes_exactly",
+            "arrival_counts_a_request_larger_than_a_segment_once",
+            "arrival_sees_nothing_on_a_port_it_does_not_watch_in_the_same_cgroup",
+            "arrival_probe_dropped_leaves_no_program_attached_or_loaded",
+            "arrival_probe_of_a_process_killed_with_sigkill_leaves_no_program_attached_or_loaded",
+        ],
+    ),
     // The emulator (a current KFD on this kernel, as amdgpu-dkms on 5.10): traced queues,
     // accepted suspends that stop progress, one scheduling test. Not the tests that assert the
     // driver's per-GPU span breakdown: without module BTF (5.10) the HWS calls carry no gpu id.
