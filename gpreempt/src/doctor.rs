@@ -11,8 +11,13 @@ use serde::Serialize;
 use crate::{
     deploy::{AGENT_NEEDS, AgentNeeds, Need},
     host::{self, procinfo::effective_caps, roots::Roots, topology::GpuNode},
-    kfd::{Device, KfdVersion, device::DeviceError},
+    kfd::{
+        Device, KfdVersion,
+        device::DeviceError,
+        features::{self, Detection, FoundBy, QueueTypeNumbering, Signs},
+    },
     trace::{
+        btf::Btf,
         missed::{self, MissedSupport},
         probes::{self, ResolvedProbe},
         symbols::Kallsyms,
@@ -51,10 +56,48 @@ pub struct DoctorReport {
     pub kfd_version: Option<KfdVersion>,
     pub debug_trap: bool,
     pub kfd_module: Option<String>,
+    /// Each KFD feature gate and the sign that decided it (docs/kfd.md §1.5).
+    pub features: KfdFeatures,
     pub probes: Vec<ResolvedProbe>,
     pub checks: Vec<Check>,
     /// What `gpreempt agent` needs from this host (the same on every host).
     pub agent_needs: AgentNeeds,
+}
+
+/// The KFD feature gates as this host answers them, each with how it was found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KfdFeatures {
+    pub debug_trap: Detection,
+    pub secondary_contexts: Detection,
+    pub expert_sched_trap: Detection,
+    /// Which `enum kfd_queue_type` numbering sysfs `queues/<id>/type` uses.
+    pub queue_types: Option<QueueTypeNumbering>,
+    pub queue_types_by: FoundBy,
+}
+
+impl KfdFeatures {
+    /// From kallsyms (the KFD module's functions), the module's BTF, the KFD version and the
+    /// kernel release, whichever could be read.
+    fn detect(kallsyms: Option<&Kallsyms>, btf: Option<&Btf>, version: Option<KfdVersion>, release: &str) -> Self {
+        // Kallsyms counts only where it names the KFD module: otherwise every symbol is absent.
+        let module = kallsyms.and_then(|k| k.kfd_module().map(|m| (k, m)));
+        let symbol = module.map(|(k, m)| move |name: &str| k.resolve(name, m).is_some());
+        let member = btf.map(|b| move |strukt: &str, field: &str| b.member_offset(strukt, field).is_some());
+        let signs = Signs {
+            symbol: symbol.as_ref().map(|f| f as &dyn Fn(&str) -> bool),
+            btf_member: member.as_ref().map(|f| f as &dyn Fn(&str, &str) -> bool),
+            version,
+            release: (release != "unknown").then_some(release),
+        };
+        let (queue_types, queue_types_by) = features::queue_type_numbering(&signs);
+        Self {
+            debug_trap: features::debug_trap(&signs),
+            secondary_contexts: features::secondary_contexts(&signs),
+            expert_sched_trap: features::expert_sched_trap(&signs),
+            queue_types,
+            queue_types_by,
+        }
+    }
 }
 
 impl DoctorReport {
@@ -109,6 +152,11 @@ pub fn diagnose_opened(
         _ => Vec::new(),
     };
     let gpus = host::topology::gpu_nodes(&roots.sys).unwrap_or_default();
+    // The KFD module's BTF (vmlinux's when KFD is built in), for the features' BTF signs.
+    let btf = kfd_module
+        .as_deref()
+        .and_then(|m| Btf::load(&roots.sys.join("kernel/btf"), (m != "vmlinux").then_some(m)).ok());
+    let features = KfdFeatures::detect(kallsyms, btf.as_ref(), kfd_version, &kernel);
 
     let mut checks = vec![kernel_check(&kernel)];
     if amdgpu_loaded {
@@ -117,8 +165,12 @@ pub fn diagnose_opened(
     } else {
         checks.push(amdgpu_check());
     }
-    checks.extend(kfd_contexts_check(kallsyms, kfd_version));
-    checks.extend(expert_scheduling_check(&gpus, kfd_version));
+    if amdgpu_loaded {
+        checks.push(features_check(&features));
+    }
+    checks.extend(kfd_contexts_check(&features.secondary_contexts));
+    checks.extend(expert_scheduling_check(&gpus, &features.expert_sched_trap));
+    checks.extend(per_queue_reset_check(&gpus));
     checks.extend(cwsr_size_check(&gpus));
     if amdgpu_loaded {
         checks.push(kfd_module_check(kfd_module.as_deref(), kallsyms.is_some()));
@@ -140,7 +192,7 @@ pub fn diagnose_opened(
         checks.extend(AMDGPU_PARAMS.iter().map(|&(name, good, fix)| amdgpu_param_check(name, param(name), good, fix)));
     }
     checks.push(agent_needs_check());
-    DoctorReport { kernel, kfd_version, debug_trap, kfd_module, probes, checks, agent_needs: AGENT_NEEDS }
+    DoctorReport { kernel, kfd_version, debug_trap, kfd_module, features, probes, checks, agent_needs: AGENT_NEEDS }
 }
 
 fn kernel_check(kernel: &str) -> Check {
@@ -246,61 +298,111 @@ fn debug_trap_check(kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>, sched_
     }
 }
 
-/// KFD 1.19's secondary contexts, which the controller does not reach (docs/kfd.md §1.4).
-fn kfd_contexts_check(kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>) -> Option<Check> {
-    // Without the version (7.x without a GPU), the ioctl's handler in kallsyms tells.
-    let create_process_loaded =
-        kallsyms.is_some_and(|k| k.resolve("kfd_ioctl_create_process", k.kfd_module().flatten()).is_some());
-    kfd.map_or(create_process_loaded, KfdVersion::has_secondary_contexts).then(|| {
+/// How each KFD feature gate was decided on this host: by its own sign (a symbol, a BTF member,
+/// a sysfs file) or by the version fallback (docs/kfd.md §1.5).
+fn features_check(f: &KfdFeatures) -> Check {
+    let numbering = match f.queue_types {
+        Some(QueueTypeNumbering::WithDiq) => "with DIQ (≤ 6.19: SDMA_XGMI 4)",
+        Some(QueueTypeNumbering::WithoutDiq) => "without DIQ (7.0+: SDMA_XGMI 3)",
+        None => "unknown",
+    };
+    Check::new(
+        "kfd-features",
+        Status::Info,
+        format!(
+            "debug trap {}; secondary contexts {}; gfx12 expert-scheduling trap handler {}; sysfs queue types {} ({})",
+            f.debug_trap, f.secondary_contexts, f.expert_sched_trap, numbering, f.queue_types_by
+        ),
+        None,
+    )
+}
+
+/// Secondary KFD contexts (Linux 7.0), which the debug trap does not reach (docs/kfd.md §1.4).
+fn kfd_contexts_check(contexts: &Detection) -> Option<Check> {
+    contexts.is_present().then(|| {
         Check::new(
             "kfd-contexts",
             Status::Info,
-            "KFD ≥ 1.19: a process may own several KFD contexts (AMDKFD_IOC_CREATE_PROCESS on another /dev/kfd \
-             file); sysfs, DBG_TRAP and GET_QUEUE_SNAPSHOT by pid reach only its primary context (the driver \
-             refuses the debug trap on a secondary one), so queues of secondary contexts are neither listed \
-             nor suspended",
+            format!(
+                "secondary KFD contexts {contexts}: a process may own several (AMDKFD_IOC_CREATE_PROCESS), and \
+                 DBG_TRAP answers EOPNOTSUPP for a secondary one; gpreempt refuses a process that has any \
+                 (sysfs proc/<pid>/context_<id>/), and schedules one with only extra /dev/kfd files normally"
+            ),
             None,
         )
     })
 }
 
-/// gfx12 GPUs under a trap handler without KFD 1.20's expert-scheduling support (docs/kfd.md §1.4).
-fn expert_scheduling_check(gpus: &[GpuNode], kfd: Option<KfdVersion>) -> Option<Check> {
+/// gfx12 GPUs under a trap handler without expert-scheduling support (docs/kfd.md §1.4).
+fn expert_scheduling_check(gpus: &[GpuNode], expert: &Detection) -> Option<Check> {
     let gfx12: Vec<String> = gpus.iter().filter(|g| g.is_gfx12()).map(|g| format!("{:#x}", g.gpu_id.0)).collect();
-    match kfd {
-        Some(v) if v.has_debug_trap() && !v.has_expert_sched_trap() && !gfx12.is_empty() => Some(Check::new(
+    (expert.present == Some(false) && !gfx12.is_empty()).then(|| {
+        Check::new(
             "expert-scheduling",
             Status::Warn,
             format!(
-                "gfx12 GPU(s) {} with KFD {v}: the trap handler lacks expert-scheduling support (KFD {}), \
+                "gfx12 GPU(s) {}: the trap handler lacks expert-scheduling support ({expert}; upstream KFD {}), \
                  and suspending queues running such kernels corrupts their waves",
                 gfx12.join(", "),
                 KfdVersion::EXPERT_SCHED_TRAP
             ),
             Some("do not suspend processes on these GPUs; use a driver with KFD ≥ 1.20"),
-        )),
-        _ => None,
-    }
+        )
+    })
 }
 
-/// The CWSR bytes a suspend saves where the topology says (docs/kfd.md §4.4).
+/// Per-queue reset (`HSA_CAP_PER_QUEUE_RESET_SUPPORTED` in a node's `capability`, gfx9 since
+/// 6.12): a preemption timeout resets the hung queue, which the controller reports as gone.
+fn per_queue_reset_check(gpus: &[GpuNode]) -> Option<Check> {
+    let rows: Vec<String> = gpus
+        .iter()
+        .filter_map(|g| {
+            let yes = g.per_queue_reset()?;
+            Some(format!("gpu {:#x} {}", g.gpu_id.0, if yes { "yes" } else { "no" }))
+        })
+        .collect();
+    (!rows.is_empty()).then(|| {
+        Check::new(
+            "per-queue-reset",
+            Status::Info,
+            format!(
+                "a preemption timeout resets only the hung queue (by sysfs topology capability bit 31): {}; \
+                 elsewhere it resets the GPU",
+                rows.join("; ")
+            ),
+            None,
+        )
+    })
+}
+
+/// The save area a suspend may fill per queue, where the topology exports `cwsr_size`
+/// (6.18.4+/6.19): (cwsr_size + debug area) × num_xcc, page-aligned — sysfs's figure is per XCC
+/// (docs/kfd.md §4.4).
 fn cwsr_size_check(gpus: &[GpuNode]) -> Option<Check> {
     let sized: Vec<String> = gpus
         .iter()
         .filter_map(|g| {
             let cwsr = g.cwsr_size?;
-            Some(format!(
-                "gpu {:#x} {cwsr} B per queue (control stack {} B)",
-                g.gpu_id.0,
-                g.ctl_stack_size.unwrap_or(0)
-            ))
+            let ctl = g.ctl_stack_size.unwrap_or(0);
+            Some(match (g.save_area(), g.shape.num_xcc) {
+                (Some(total), Some(xcc)) => format!(
+                    "gpu {:#x} {total} B per queue ({xcc} XCC × (cwsr_size {cwsr} B + debug area), control stack \
+                     {ctl} B per XCC)",
+                    g.gpu_id.0
+                ),
+                _ => format!(
+                    "gpu {:#x} cwsr_size {cwsr} B per XCC (control stack {ctl} B); per queue × the XCC count, \
+                     which the topology does not give",
+                    g.gpu_id.0
+                ),
+            })
         })
         .collect();
     (!sized.is_empty()).then(|| {
         Check::new(
             "cwsr-size",
             Status::Info,
-            format!("wave state saved per suspended queue (topology cwsr_size): {}", sized.join("; ")),
+            format!("context-save area per suspended queue: {}", sized.join("; ")),
             None,
         )
     })
@@ -757,7 +859,15 @@ mod tests {
             "present in the driver (kfd_ioctl_set_debug_trap is loaded) but not usable: /dev/kfd cannot be opened"
         );
         assert_eq!(get("kfd-contexts").status, Status::Info);
-        assert!(get("kfd-contexts").detail.starts_with("KFD ≥ 1.19: a process may own several KFD contexts"));
+        assert!(get("kfd-contexts").detail.starts_with(
+            "secondary KFD contexts present (by symbol kfd_ioctl_create_process in /proc/kallsyms): a process may own"
+        ));
+        assert_eq!(
+            r.features.queue_types_by,
+            FoundBy::Symbol { name: "kfd_ioctl_create_process" },
+            "7.3's kallsyms has CREATE_PROCESS: the 7.x numbering"
+        );
+        assert_eq!(r.features.queue_types, Some(QueueTypeNumbering::WithoutDiq));
         // KFD functions unloaded while amdgpu's sysfs directory stays: modprobe is the fix.
         let r = diagnose_opened(&roots(&host), Some(&Kallsyms::parse("")), Err(DeviceError::Missing));
         let kfd = r.checks.iter().find(|c| c.name == "kfd").unwrap();
@@ -844,15 +954,48 @@ mod tests {
         assert_eq!(get("expert-scheduling").status, Status::Warn);
         assert_eq!(
             get("expert-scheduling").detail,
-            "gfx12 GPU(s) 0x1000 with KFD 1.17: the trap handler lacks expert-scheduling support (KFD 1.20), and \
-             suspending queues running such kernels corrupts their waves"
+            "gfx12 GPU(s) 0x1000: the trap handler lacks expert-scheduling support (absent (by version fallback \
+             (KFD 1.17)); upstream KFD 1.20), and suspending queues running such kernels corrupts their waves"
         );
         assert_eq!(
             get("cwsr-size").detail,
-            "wave state saved per suspended queue (topology cwsr_size): gpu 0x1000 2138112 B per queue (control stack 20480 B)"
+            "context-save area per suspended queue: gpu 0x1000 cwsr_size 2138112 B per XCC (control stack 20480 B); \
+             per queue × the XCC count, which the topology does not give"
         );
         let r = diagnose(&roots(&host), None, Some(KfdVersion { major: 1, minor: 20 }));
         assert!(r.checks.iter().all(|c| c.name != "expert-scheduling"));
         assert!(r.checks.iter().any(|c| c.name == "kfd-contexts"));
+    }
+
+    /// MI300X in CPX mode on a 6.18.4+ kernel: two partitions (one XCC each), `cwsr_size` per
+    /// XCC; doctor prints the save area per queue, (cwsr + debug) × num_xcc page-aligned, and
+    /// whether a preemption timeout resets one queue (capability bit 31).
+    #[test]
+    fn mi300x_partitions_get_the_save_area_per_queue_and_per_queue_reset() {
+        let mut host = tree();
+        let nodes = "sys/class/kfd/kfd/topology/nodes";
+        let props = |capability: u32| {
+            format!(
+                "simd_count 152\narray_count 4\nsimd_arrays_per_engine 1\nsimd_per_cu 4\ngfx_target_version 90402\n\
+                 capability {capability}\nnum_xcc 1\ncwsr_size 23203840\nctl_stack_size 12288\n"
+            )
+        };
+        host.file(format!("{nodes}/1/gpu_id"), "4096\n")
+            .file(format!("{nodes}/1/properties"), props(0xAC77_A280))
+            .file(format!("{nodes}/2/gpu_id"), "8192\n")
+            .file(format!("{nodes}/2/properties"), props(0x2C77_A280));
+        let r = diagnose(&roots(&host), None, Some(KFD_1_17));
+        let get = |n: &str| r.checks.iter().find(|c| c.name == n).unwrap();
+        assert_eq!(
+            get("cwsr-size").detail,
+            "context-save area per suspended queue: gpu 0x1000 23252992 B per queue (1 XCC × (cwsr_size 23203840 B + \
+             debug area), control stack 12288 B per XCC); gpu 0x2000 23252992 B per queue (1 XCC × (cwsr_size \
+             23203840 B + debug area), control stack 12288 B per XCC)"
+        );
+        assert_eq!(
+            get("per-queue-reset").detail,
+            "a preemption timeout resets only the hung queue (by sysfs topology capability bit 31): gpu 0x1000 yes; \
+             gpu 0x2000 no; elsewhere it resets the GPU"
+        );
     }
 }
