@@ -221,6 +221,15 @@ impl Recorder<'_> {
                     &[("policy", policy), ("pid", pid), ("path", &path), ("why", &why)],
                 );
             }
+            ScheduleEvent::OnlineArrival { pid, ports, why, .. } => {
+                let ports = ports.iter().map(u16::to_string).collect::<Vec<_>>().join(",");
+                let why = why.clone().unwrap_or_default();
+                log(
+                    "info",
+                    "online process arrivals",
+                    &[("policy", policy), ("pid", pid), ("ports", &ports), ("why", &why)],
+                );
+            }
             ScheduleEvent::WatchdogResumed { t_ms, pid, held_ms, still_held } => {
                 log(
                     "warn",

@@ -130,6 +130,16 @@ fn show(e: &ScheduleEvent, json: bool, status: bool) {
                 why.as_deref().map_or_else(String::new, |w| format!(" ({w})"))
             ),
         },
+        ScheduleEvent::OnlineArrival { pid, ports, cgroup, why } => match (cgroup, why) {
+            (Some(cgroup), None) => errln!(
+                "gpreempt: online pid {pid}'s requests seen on arrival (TCP port {} in cgroup {cgroup})",
+                ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
+            ),
+            (_, why) => errln!(
+                "gpreempt: online pid {pid}'s requests not seen on arrival ({}): seen at their first GPU work",
+                why.as_deref().unwrap_or("not watched")
+            ),
+        },
         ScheduleEvent::OnlineQueue { pid, queue_id, .. } => {
             errln!("gpreempt: online pid {pid} queue {queue_id} watched");
         }
@@ -211,6 +221,37 @@ fn print_report(r: &ScheduleReport) {
         rate(r.offline_rate_running_per_s),
         rate(r.offline_rate_overall_per_s)
     );
+    for a in &r.arrival {
+        let c = &a.counts;
+        let p = &a.pending;
+        match &a.why {
+            None => outln!(
+                "arrivals of online pid {}: {} requests ({} segments: {} probes or scrapes, {} other, {} TLS); {} \
+                 arrivals: {} held before their first kernel, {} late, {} wasted, {} found it busy; lead, us: {}; \
+                 arrival -> SUSPEND entered, us: {}",
+                a.pid,
+                c.allowed,
+                c.segments,
+                c.denied,
+                c.unmatched,
+                c.tls,
+                p.arrivals,
+                p.served,
+                p.late,
+                p.wasted,
+                p.busy,
+                line(&a.lead_us),
+                line(&a.arrival_to_suspend_us)
+            ),
+            Some(why) => outln!("arrivals of online pid {}: not seen ({why})", a.pid),
+        }
+        if c.tls > 0 && c.allowed == 0 {
+            outln!(
+                "  its traffic is TLS: the first bytes are opaque, so no request was told from a probe; terminate TLS \
+                 before the server or give --arrival-allow any"
+            );
+        }
+    }
     if let Some(h) = &r.hints {
         outln!("hints: {} begin, {} end, {} malformed, {} connection(s)", h.begins, h.ends, h.malformed, h.connections);
     }

@@ -9,6 +9,7 @@ use std::{
 };
 
 use super::{
+    arrival::report::ArrivalReport,
     events::{
         DoorbellCount, GpuInterval, GpuReport, Interval, ScheduleEvent, ScheduleReport, Transition, TransitionError,
     },
@@ -79,6 +80,7 @@ pub(super) struct Accounts {
     pub attach_refreshes: u64,
     /// The doorbell probe's store counts, per online queue, as the reaction thread reports them.
     pub doorbell_stores: Vec<DoorbellCount>,
+    pub arrival: Vec<ArrivalReport>,
     /// The driver's side of the transitions (with the tracer).
     kernel: Option<KernelBreakdown>,
 }
@@ -110,6 +112,7 @@ impl Accounts {
             offline: BTreeMap::new(),
             attach_refreshes: 0,
             doorbell_stores: Vec::new(),
+            arrival: Vec::new(),
             kernel: sees_driver.then(KernelBreakdown::default),
         }
     }
@@ -378,6 +381,7 @@ impl Accounts {
             offline_late_suspends: stats.offline_late_suspends.load(Ordering::Relaxed),
             resumes_cut_short: stats.resumes_cut_short.load(Ordering::Relaxed),
             doorbell_stores: self.doorbell_stores.clone(),
+            arrival: self.arrival.clone(),
             suspend_us: Stats::of(&suspend),
             resume_us: Stats::of(&resume),
             online_dispatch_delay_us: stats.dispatch_delay.summary_us(),

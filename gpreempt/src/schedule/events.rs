@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{
+    arrival::report::ArrivalReport,
     doorbell::target::ProbePoint,
     hints::HintCounts,
     kernel::KernelReport,
@@ -165,6 +166,9 @@ pub struct ScheduleReport {
     pub resumes_cut_short: u64,
     /// Per online queue the probe filtered on, its stores (queues gone before the end included).
     pub doorbell_stores: Vec<DoorbellCount>,
+    /// Per online process the arrival probe watched (or could not), what it saw and how each
+    /// request's pending hold ended (processes gone before the end included).
+    pub arrival: Vec<ArrivalReport>,
     pub suspend_us: Option<Stats>,
     pub resume_us: Option<Stats>,
     /// Online dispatch delay estimated from the indices: first seen pending → consumed, µs.
@@ -296,6 +300,16 @@ pub enum ScheduleEvent {
         path: DetectionPath,
         libraries: Vec<String>,
         probes: Vec<ProbePoint>,
+        why: Option<String>,
+    },
+    /// What the arrival probe sees of an online process: the TCP `ports` it watches in `cgroup`
+    /// (a request to one opens a pending hold before its first kernel), or `why` not (its
+    /// requests are then seen at their first GPU work). Said again when it changes (a server that
+    /// opens its port after its first queue).
+    OnlineArrival {
+        pid: HostPid,
+        ports: Vec<u16>,
+        cgroup: Option<String>,
         why: Option<String>,
     },
     OnlineQueue {

@@ -127,6 +127,8 @@ impl Scheduler {
             session: session.clone(),
             defer_idle: config.defer_idle,
             gang: config.gang,
+            arrival: config.arrival.clone(),
+            proc_root: config.roots.proc.clone(),
         };
         // Without an eventfd the thread never waits on the probe (it steps every --poll).
         let nudge = if config.doorbell { Nudge::new().ok().map(Arc::new) } else { None };
@@ -439,6 +441,10 @@ impl Scheduler {
             Report::SeenBy { pid, path, libraries, probes, why } => {
                 emit(&ScheduleEvent::OnlineSeenBy { pid, path, libraries, probes, why });
             }
+            Report::ArrivalWatch { pid, ports, cgroup, why } => {
+                emit(&ScheduleEvent::OnlineArrival { pid, ports, cgroup, why });
+            }
+            Report::ArrivalDone(r) => self.accounts.arrival.push(*r),
             Report::HintMalformed { line, count } => emit(&ScheduleEvent::HintMalformed { line, count }),
             Report::Warning(message) => emit(&ScheduleEvent::Warning { message }),
         }

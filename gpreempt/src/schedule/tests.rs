@@ -232,6 +232,8 @@ fn setup(
         poll: Duration::from_micros(100),
         // The policy's tests; the probe has its own (tests/tests/doorbell.rs, emulator).
         doorbell: false,
+        // Likewise the arrival probe (tests/tests/arrival.rs, and emu_schedule on the emulator).
+        arrival: None,
         realtime: RealtimeConfig::default(),
         session: Options { roots: roots.clone(), ..Options::default() },
         roots,

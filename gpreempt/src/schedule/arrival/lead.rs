@@ -137,14 +137,22 @@ impl LeadModel {
     }
 }
 
-/// Tallies of pending holds, per online process (the report's figures).
+/// Tallies of pending holds, per online process (the report's figures): every arrival is one
+/// of `served`, `late`, `wasted`, `busy` or `open`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PendingCounts {
     /// Arrivals the probe sent (one per arming).
     pub arrivals: u64,
+    /// Its GPU work came after the offline side was held.
     pub served: u64,
+    /// Its GPU work came before the SUSPENDs returned: the request waited for (some of) them.
     pub late: u64,
+    /// No GPU work by the bound: released, the offline side held for nothing.
     pub wasted: u64,
+    /// It found the process's GPU work already visible (another request's): no hold of its own.
+    pub busy: u64,
+    /// Still pending when the figures were taken.
+    pub open: u64,
 }
 
 impl PendingCounts {
@@ -226,11 +234,12 @@ mod tests {
     #[test]
     fn counts_tally_each_end() {
         let mut c = PendingCounts { arrivals: 4, ..PendingCounts::default() };
+        // Every arrival ends one way (busy and open are counted where they are seen).
         for e in
             [PendingEnd::Served { lead_ns: 1 }, PendingEnd::Late { lead_ns: 1 }, PendingEnd::Wasted, PendingEnd::Wasted]
         {
             c.end(e);
         }
-        assert_eq!(c, PendingCounts { arrivals: 4, served: 1, late: 1, wasted: 2 });
+        assert_eq!(c, PendingCounts { arrivals: 4, served: 1, late: 1, wasted: 2, busy: 0, open: 0 });
     }
 }

@@ -5,7 +5,8 @@
 //! - [`lead`]: the lead from arrival to first GPU work, learnt, and the pending hold it plans;
 //! - [`patterns`]: what counts as a request in a segment's first bytes (allow and deny lists);
 //! - [`probe`]: the `cgroup_skb` ingress program, per-cgroup attach, per-process ports and armed
-//!   flags, the hits.
+//!   flags, the hits;
+//! - [`report`]: what the arrival path did per online process (the summary's `arrival`).
 //!
 //! The host facts it rests on are read in `host`: a process's cgroup v2 directory
 //! ([`crate::host::cgroup`]) and its listening TCP ports ([`crate::host::sockets`]).
@@ -13,6 +14,7 @@
 pub mod lead;
 pub mod patterns;
 pub mod probe;
+pub mod report;
 
 pub use patterns::{PatternError, Patterns, Prefix};
 pub use probe::{ArrivalError, ArrivalProbe};

@@ -220,6 +220,12 @@ impl PolicyMachine {
         self.costs.ns()
     }
 
+    /// What a suspend costs, ns (None until one was measured): the median of the recent
+    /// reactions. A pending hold issues its SUSPENDs this much ahead of the predicted first kernel.
+    pub fn suspend_cost(&self) -> Option<u64> {
+        self.costs.suspend_ns()
+    }
+
     /// The predicted rest of a gap that has lasted `idle_ns`, and how many recorded gaps longer
     /// than it the prediction rests on: their mean rest, or with `learn_idle` their median rest
     /// over every gap on record (why: `gap_decision.rs`).

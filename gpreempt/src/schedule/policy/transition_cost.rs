@@ -61,6 +61,11 @@ impl TransitionCost {
     /// taken to cost what a reaction did: on HWS both end in one unmap and map of the device's
     /// queues (`execute_queues_cpsch`, kfd_device_queue_manager.c), and the reaction also waited
     /// for detection, so this errs towards holding, the online job's side.
+    /// What a suspend costs: the median of the recent reactions (work visible → suspended), ns.
+    pub(super) fn suspend_ns(&self) -> Option<u64> {
+        median(&self.reaction)
+    }
+
     pub(super) fn ns(&self) -> Option<u64> {
         let reaction = median(&self.reaction)?;
         let resume = median(&self.resume).or(self.resume_as_reaction.then_some(reaction))?;

@@ -68,9 +68,9 @@ impl<S: ControlSide> Reaction<S> {
         })
     }
 
-    /// The one wait: a hit, a command, a hint client or line, or the cross-check. True when
-    /// something woke it.
-    pub(super) fn wait_for_work(&mut self) -> bool {
+    /// The one wait: a hit, an arrival, a command, a hint client or line, a pending hold's issue
+    /// time, or the cross-check. True when something woke it.
+    pub(super) fn wait_for_work(&mut self, now: u64) -> bool {
         let Some(probe) = &self.probe else { return false };
         let mut fds = vec![probe.fd()];
         if let Some(n) = &self.nudge {
@@ -79,7 +79,16 @@ impl<S: ControlSide> Reaction<S> {
         if let Some(h) = &self.hints {
             fds.extend(h.fds());
         }
-        let woken = wait_readable(&fds, self.config.cross_check_ns);
+        // A request's arrival wakes it too, and a pending hold planned for later ends the wait at
+        // its issue time.
+        let mut timeout = self.config.cross_check_ns;
+        if let Some(a) = &self.arrivals {
+            fds.extend(a.fd());
+            if let Some(at) = a.next_issue(now) {
+                timeout = timeout.min(at - now);
+            }
+        }
+        let woken = wait_readable(&fds, timeout);
         if let Some(n) = &self.nudge {
             n.clear();
         }

@@ -7,6 +7,7 @@ use crate::{
     kfd::uapi::QueueSnapshotEntry,
     model::QueueAddrs,
     schedule::{
+        arrival::report::ArrivalReport,
         doorbell::target::ProbePoint,
         events::{DetachReason, DetectionPath, DoorbellCount},
         offline::JobId,
@@ -132,6 +133,16 @@ pub enum Report {
         probes: Vec<ProbePoint>,
         why: Option<String>,
     },
+    /// What the arrival probe sees of an online process: the ports it watches in `cgroup`, or
+    /// `why` not (once per change: a server that opens its port later is watched from then).
+    ArrivalWatch {
+        pid: HostPid,
+        ports: Vec<u16>,
+        cgroup: Option<String>,
+        why: Option<String>,
+    },
+    /// An online process's arrival figures (it exited, or the scheduler stops).
+    ArrivalDone(Box<ArrivalReport>),
     /// A malformed `--hint-socket` line.
     HintMalformed {
         line: String,

@@ -25,8 +25,9 @@
 //! fresh reading must follow an ioctl, the clock itself). [`messages`] what the threads tell
 //! each other, [`stats`] what the thread measures, [`lane`] one GPU's policy, [`doorbells`] the
 //! probe, [`online_watch`] the online side, [`offline_sessions`] the offline sessions,
-//! [`transition`] one suspend or resume.
+//! [`transition`] one suspend or resume, [`arrivals`] the arrival probe and its pending holds.
 
+mod arrivals;
 mod doorbells;
 mod lane;
 mod messages;
@@ -43,12 +44,13 @@ use std::sync::{
 
 use gpreempt_common::doorbell::DoorbellHit;
 
-use self::{doorbells::Doorbell, lane::Lane};
+use self::{arrivals::Arrivals, doorbells::Doorbell, lane::Lane};
 pub use self::{
     messages::{Command, Report, TransitionRecord},
     stats::LoopStats,
 };
 use super::{
+    config::ArrivalConfig,
     doorbell::{DoorbellProbe, wake::Nudge},
     events::DetachReason,
     hints::HintSocket,
@@ -87,6 +89,10 @@ pub struct ReactionConfig {
     pub defer_idle: bool,
     /// Hold each offline job on all of its GPUs or on none.
     pub gang: bool,
+    /// Load the arrival probe and open a pending hold at each request (None: `--no-arrival`).
+    pub arrival: Option<ArrivalConfig>,
+    /// Where the online processes' cgroup and sockets are read (`/proc`).
+    pub proc_root: std::path::PathBuf,
 }
 
 /// The reaction loop's state; lives and dies on its thread.
@@ -127,6 +133,8 @@ pub struct Reaction<S: ControlSide> {
     after_wait: bool,
     /// `--gang`: the jobs a transition of one GPU acts on (kept to allocate once).
     jobs: Vec<JobId>,
+    /// The arrival probe and its pending holds, loaded when the thread starts (`config.arrival`).
+    arrivals: Option<Arrivals>,
 }
 
 impl<S: ControlSide> Reaction<S> {
@@ -166,6 +174,7 @@ impl<S: ControlSide> Reaction<S> {
             called_kernel: false,
             after_wait: false,
             jobs: Vec::new(),
+            arrivals: None,
         }
     }
 
@@ -183,6 +192,15 @@ impl<S: ControlSide> Reaction<S> {
                     "the doorbell probe is not available ({e}); online work is seen through the index poll"
                 ))),
             }
+        }
+        if let Some(config) = self.config.arrival.clone() {
+            let arrivals = Arrivals::load(config, self.config.proc_root.clone());
+            if let Some(e) = arrivals.load_error() {
+                self.report(Report::Warning(format!(
+                    "the arrival probe is not available ({e}); requests are seen at their first GPU work"
+                )));
+            }
+            self.arrivals = Some(arrivals);
         }
         let mut next = monotonic_ns();
         let mut last_step: Option<u64> = None;
@@ -204,7 +222,7 @@ impl<S: ControlSide> Reaction<S> {
                 // store, a command or the cross-check. The step interval measures the poll's
                 // cadence, which this wait is not.
                 self.stats.doorbell_waits.fetch_add(1, Ordering::Relaxed);
-                if self.wait_for_work() {
+                if self.wait_for_work(monotonic_ns()) {
                     self.stats.doorbell_wakes.fetch_add(1, Ordering::Relaxed);
                 }
                 self.after_wait = true;
@@ -236,15 +254,26 @@ impl<S: ControlSide> Reaction<S> {
         }
         self.service_offline(now, monotonic_ns);
         self.take_hits(now);
+        self.take_arrivals(now);
         self.read_hints();
         self.read_online(now);
         self.watch_deferred();
         let hint = self.hint;
         for i in 0..self.lanes.len() {
             let occupancy_ns = self.config.occupancy_ns;
+            let (gpu, doorbell, published) = {
+                let lane = &mut self.lanes[i];
+                let doorbell = lane.doorbell_ns.take();
+                // New online work: a store's stamp, or indices that turned pending since a step that
+                // saw none (work still pending from a step that saw it is the same request's).
+                (lane.gpu, doorbell, doorbell.or((lane.pending && !lane.active).then_some(now)))
+            };
+            if let Some(at) = published {
+                self.arrival_work(gpu, at);
+            }
+            let arrival = self.arrival_holds(gpu, now);
             let lane = &mut self.lanes[i];
-            let doorbell = lane.doorbell_ns.take();
-            let mut active = lane.pending || doorbell.is_some() || (hint && lane.online_queues > 0);
+            let mut active = lane.pending || doorbell.is_some() || arrival || (hint && lane.online_queues > 0);
             // After a wait on the probe, the idle reading that let the thread wait still holds
             // when the indices agree: a dispatch that started since was published first, and a
             // moved write index is online work (`watch_writes`). Reading the files at every
@@ -275,6 +304,7 @@ impl<S: ControlSide> Reaction<S> {
             }
         }
         self.rearm();
+        self.rearm_arrivals(now);
         true
     }
 
@@ -299,6 +329,9 @@ impl<S: ControlSide> Reaction<S> {
         let now = monotonic_ns();
         self.stats.transition_cpu_ns.fetch_add(thread_cpu_ns().saturating_sub(cpu_before), Ordering::Relaxed);
         self.conclude(i, resume, tally, entered, now);
+        if kind == TransitionKind::Suspend && self.lanes[i].policy.state() == State::Suspended {
+            self.arrival_suspended(gpu, entered, now);
+        }
     }
 
     fn report(&self, r: Report) {
@@ -354,5 +387,8 @@ impl<S: ControlSide> Reaction<S> {
         for pid in pids {
             self.uncover(pid, None);
         }
+        // The arrival figures of every online process still watched; the probe's links go with it.
+        self.finish_arrivals();
+        self.arrivals = None;
     }
 }

@@ -31,6 +31,7 @@ impl<S: ControlSide> Reaction<S> {
         self.online[i].add_queue(addrs);
         self.lane(addrs.gpu_id, now).online_queues += 1;
         self.cover(pid, addrs);
+        self.watch_arrivals(pid, now);
     }
 
     /// `Command::OnlineQueueGone`: stop watching one queue of online process `pid`.
@@ -46,6 +47,7 @@ impl<S: ControlSide> Reaction<S> {
 
     pub(super) fn online_gone(&mut self, pid: HostPid, now: u64) {
         self.uncover(pid, None);
+        self.unwatch_arrivals(pid);
         for lane in &mut self.lanes {
             lane.occupancy.retain(|(p, _)| *p != pid);
         }

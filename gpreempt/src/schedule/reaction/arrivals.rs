@@ -1,0 +1,425 @@
+//! The arrival probe on the reaction thread: which online processes it watches (their cgroup and
+//! listening ports, refreshed), its hits taken at each step, and the *pending holds* they open.
+//!
+//! A request that reaches a watched port opens a pending hold for its process
+//! ([`super::super::arrival::lead`]): from the planned issue time until the process publishes
+//! GPU work (a doorbell store or a moved index) the process's GPUs count as having online work,
+//! so their policies suspend the offline side as they would for the work itself, one burst from
+//! the arrival to the request's end. The hold ends at the first GPU work (the lead is learnt from
+//! it) or, with none, at the plan's bound (counted as wasted: the offline side was held for
+//! nothing, the bound keeps that short). A process is armed again once its GPUs run idle, so each
+//! request after an idle period costs one record.
+
+use std::{collections::BTreeSet, path::PathBuf};
+
+use gpreempt_common::arrival::ArrivalHit;
+
+use super::{Reaction, messages::Report};
+use crate::{
+    domain::{GpuId, HostPid},
+    host::{cgroup::cgroup_dir, sockets::tcp_listening_ports},
+    schedule::{
+        arrival::{
+            ArrivalProbe,
+            lead::{LeadModel, LeadSample, PendingCounts, PendingEnd, PendingPlan},
+            report::ArrivalReport,
+        },
+        config::ArrivalConfig,
+        policy::State,
+        seams::ControlSide,
+    },
+    stats::Summary,
+};
+
+/// How often a watched process's listening ports are read again (a server that opens its port
+/// after its first GPU queue, as vLLM does once the model is loaded, is watched from then on).
+const REFRESH_NS: u64 = 2_000_000_000;
+/// Lead and arrival→suspend samples kept per process for the report.
+const REPORT_SAMPLES: usize = 100_000;
+
+/// One request between its arrival and its first GPU work.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    arrival_ns: u64,
+    size: u32,
+    plan: PendingPlan,
+    /// When the SUSPENDs that hold the offline side for it returned (or the process's GPUs were
+    /// already held when it was issued).
+    held_ns: Option<u64>,
+}
+
+/// One online process as the arrival path sees it.
+struct Watched {
+    pid: HostPid,
+    /// The probe's slot; None while it is not watched (`why`).
+    slot: Option<u32>,
+    cgroup: Option<PathBuf>,
+    why: Option<String>,
+    /// Not watched for good (no cgroup v2, an attach refused): not retried.
+    permanent: bool,
+    /// What was said last: watched (true) or not (false); said again when it changes.
+    said: Option<bool>,
+    armed: bool,
+    pending: Option<Pending>,
+    model: LeadModel,
+    counts: PendingCounts,
+    leads_us: Vec<f64>,
+    to_suspend_us: Vec<f64>,
+    refreshed_ns: u64,
+}
+
+impl Watched {
+    fn new(pid: HostPid) -> Self {
+        Self {
+            pid,
+            slot: None,
+            cgroup: None,
+            why: None,
+            permanent: false,
+            said: None,
+            armed: false,
+            pending: None,
+            model: LeadModel::default(),
+            counts: PendingCounts::default(),
+            leads_us: Vec::new(),
+            to_suspend_us: Vec::new(),
+            refreshed_ns: 0,
+        }
+    }
+}
+
+/// The arrival path's state on the reaction thread.
+pub(super) struct Arrivals {
+    /// None: the probe could not load (`load_error` says why, once per online process).
+    probe: Option<ArrivalProbe>,
+    load_error: Option<String>,
+    config: ArrivalConfig,
+    proc_root: PathBuf,
+    watched: Vec<Watched>,
+    hits: Vec<ArrivalHit>,
+}
+
+impl Arrivals {
+    pub(super) fn load(config: ArrivalConfig, proc_root: PathBuf) -> Self {
+        let loaded = config
+            .patterns()
+            .map_err(|e| e.to_string())
+            .and_then(|patterns| ArrivalProbe::load(&patterns).map_err(|e| e.to_string()));
+        let (probe, load_error) = match loaded {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(e)),
+        };
+        Self { probe, load_error, config, proc_root, watched: Vec::new(), hits: Vec::new() }
+    }
+
+    /// Why the probe could not load, if it could not.
+    pub(super) fn load_error(&self) -> Option<&str> {
+        self.load_error.as_deref()
+    }
+
+    /// The ring buffer's fd, for the reaction thread's wait.
+    pub(super) fn fd(&self) -> Option<std::os::fd::RawFd> {
+        self.probe.as_ref().map(ArrivalProbe::fd)
+    }
+
+    /// The earliest planned issue time of a pending hold not yet in force (the wait's deadline).
+    pub(super) fn next_issue(&self, now: u64) -> Option<u64> {
+        self.watched.iter().filter_map(|w| w.pending).map(|p| p.plan.issue_at_ns).filter(|&t| t > now).min()
+    }
+
+    /// Watch `pid` (its first queue): its cgroup and ports, armed.
+    fn watch(&mut self, pid: HostPid, now: u64) -> Option<Report> {
+        if !self.watched.iter().any(|w| w.pid == pid) {
+            self.watched.push(Watched::new(pid));
+        }
+        self.refresh(pid, now);
+        self.announce(pid)
+    }
+
+    /// When `pid` became watched or stopped being: what the arrival path sees of it (said once
+    /// per change).
+    fn announce(&mut self, pid: HostPid) -> Option<Report> {
+        let ports: Vec<u16> = self.ports_of(pid).into_iter().collect();
+        let w = self.watched.iter_mut().find(|w| w.pid == pid)?;
+        let watched = w.slot.is_some() && w.why.is_none();
+        if w.said == Some(watched) {
+            return None;
+        }
+        w.said = Some(watched);
+        Some(Report::ArrivalWatch {
+            pid,
+            ports: if watched { ports } else { Vec::new() },
+            cgroup: w.cgroup.as_ref().map(|c| c.display().to_string()),
+            why: w.why.clone(),
+        })
+    }
+
+    fn ports_of(&self, pid: HostPid) -> BTreeSet<u16> {
+        let slot = self.watched.iter().find(|w| w.pid == pid).and_then(|w| w.slot);
+        match (&self.probe, slot) {
+            (Some(p), Some(s)) => p.ports_of(s),
+            _ => BTreeSet::new(),
+        }
+    }
+
+    /// Read `pid`'s cgroup and ports again and watch it on them.
+    fn refresh(&mut self, pid: HostPid, now: u64) {
+        let Some(i) = self.watched.iter().position(|w| w.pid == pid) else { return };
+        self.watched[i].refreshed_ns = now;
+        if self.watched[i].permanent {
+            return;
+        }
+        let Some(probe) = self.probe.as_mut() else {
+            let w = &mut self.watched[i];
+            w.why = Some(format!("the arrival probe is not available: {}", self.load_error.as_deref().unwrap_or("?")));
+            w.permanent = true;
+            return;
+        };
+        let w = &mut self.watched[i];
+        let cgroup = match &w.cgroup {
+            Some(c) => c.clone(),
+            None => match cgroup_dir(&self.proc_root, pid) {
+                Ok(c) => c,
+                Err(e) => {
+                    w.why = Some(e.to_string());
+                    w.permanent = true;
+                    return;
+                }
+            },
+        };
+        let ports: BTreeSet<u16> = if self.config.ports.is_empty() {
+            match tcp_listening_ports(&self.proc_root, pid) {
+                Ok(p) => p,
+                Err(e) => {
+                    w.why = Some(format!("its sockets cannot be read: {e}"));
+                    return;
+                }
+            }
+        } else {
+            self.config.ports.iter().copied().collect()
+        };
+        if ports.is_empty() {
+            w.why = Some("it listens on no TCP port yet (or give --arrival-port)".into());
+            return;
+        }
+        match probe.watch(pid, &cgroup, &ports) {
+            Ok(slot) => {
+                if w.slot.is_none() {
+                    w.armed = true;
+                }
+                w.slot = Some(slot);
+                w.cgroup = Some(cgroup);
+                w.why = None;
+            }
+            Err(e) => {
+                w.why = Some(e.to_string());
+                w.permanent = matches!(e, crate::schedule::arrival::ArrivalError::Program(_));
+            }
+        }
+    }
+
+    /// Stop watching `pid` (it exited or stops being online); its figures.
+    fn unwatch(&mut self, pid: HostPid) -> Option<ArrivalReport> {
+        let i = self.watched.iter().position(|w| w.pid == pid)?;
+        let report = self.report_of(i);
+        let w = self.watched.remove(i);
+        if let (Some(probe), Some(slot)) = (self.probe.as_mut(), w.slot) {
+            probe.unwatch(slot);
+        }
+        Some(report)
+    }
+
+    fn report_of(&self, i: usize) -> ArrivalReport {
+        let w = &self.watched[i];
+        let counts = match (&self.probe, w.slot) {
+            (Some(p), Some(s)) => p.counts(s).into(),
+            _ => Default::default(),
+        };
+        ArrivalReport {
+            pid: w.pid,
+            ports: self.ports_of(w.pid).into_iter().collect(),
+            cgroup: w.cgroup.as_ref().map(|c| c.display().to_string()),
+            why: w.why.clone(),
+            counts,
+            pending: PendingCounts { open: u64::from(w.pending.is_some()), ..w.counts },
+            lead_us: Summary::of(&w.leads_us),
+            arrival_to_suspend_us: Summary::of(&w.to_suspend_us),
+        }
+    }
+}
+
+fn push_capped(v: &mut Vec<f64>, x: f64) {
+    if v.len() < REPORT_SAMPLES {
+        v.push(x);
+    }
+}
+
+impl<S: ControlSide> Reaction<S> {
+    /// The GPUs online process `pid` has queues on.
+    fn gpus_of(&self, pid: HostPid) -> Vec<GpuId> {
+        self.online.iter().find(|p| p.pid == pid).map(|p| p.gpus().collect()).unwrap_or_default()
+    }
+
+    /// `pid`'s first queue: watch it for arrivals (said once).
+    pub(super) fn watch_arrivals(&mut self, pid: HostPid, now: u64) {
+        let Some(a) = self.arrivals.as_mut() else { return };
+        if let Some(r) = a.watch(pid, now) {
+            self.report(r);
+        }
+    }
+
+    /// `pid` is no longer online: its arrival figures.
+    pub(super) fn unwatch_arrivals(&mut self, pid: HostPid) {
+        let Some(a) = self.arrivals.as_mut() else { return };
+        if let Some(r) = a.unwatch(pid) {
+            self.report(Report::ArrivalDone(Box::new(r)));
+        }
+    }
+
+    /// The probe's hits since the last step: each opens a pending hold for its process, planned
+    /// from its learnt lead; and the ports of each watched process read again when due.
+    pub(super) fn take_arrivals(&mut self, now: u64) {
+        let Some(a) = self.arrivals.as_mut() else { return };
+        let due: Vec<HostPid> =
+            a.watched.iter().filter(|w| !w.permanent && now >= w.refreshed_ns + REFRESH_NS).map(|w| w.pid).collect();
+        let mut said = Vec::new();
+        for pid in due {
+            a.refresh(pid, now);
+            said.extend(a.announce(pid));
+        }
+        for r in said {
+            self.report(r);
+        }
+        let Some(a) = self.arrivals.as_mut() else { return };
+        let Some(probe) = a.probe.as_mut() else { return };
+        a.hits.clear();
+        probe.drain(&mut a.hits);
+        let hits = std::mem::take(&mut a.hits);
+        for h in &hits {
+            let Some(i) = self.arrivals.as_ref().and_then(|a| a.watched.iter().position(|w| w.slot == Some(h.slot)))
+            else {
+                continue;
+            };
+            let pid = self.arrivals.as_ref().map_or(HostPid(0), |a| a.watched[i].pid);
+            // The SUSPENDs take what a suspend of these GPUs has cost (the slowest of them).
+            let gpus = self.gpus_of(pid);
+            let cost =
+                self.lanes.iter().filter(|l| gpus.contains(&l.gpu)).filter_map(|l| l.policy.suspend_cost()).max();
+            let held = self.lanes.iter().any(|l| gpus.contains(&l.gpu) && l.policy.state() == State::Suspended);
+            // Online work already visible there (another request's): this one needs no hold of
+            // its own, and its lead could not be told from the other's work.
+            let busy = self.lanes.iter().any(|l| gpus.contains(&l.gpu) && l.active);
+            let Some(a) = self.arrivals.as_mut() else { return };
+            let w = &mut a.watched[i];
+            w.armed = false;
+            w.counts.arrivals += 1;
+            if busy || w.pending.is_some() {
+                w.counts.busy += 1;
+                continue;
+            }
+            let plan = w.model.plan(h.ktime_ns, h.payload_len, cost.unwrap_or(0));
+            w.pending = Some(Pending {
+                arrival_ns: h.ktime_ns,
+                size: h.payload_len,
+                plan,
+                held_ns: held.then_some(h.ktime_ns),
+            });
+        }
+        if let Some(a) = self.arrivals.as_mut() {
+            a.hits = hits;
+        }
+    }
+
+    /// Whether a pending hold is in force on `gpu` at `now` (its issue time passed, no GPU work
+    /// yet, its bound not reached).
+    pub(super) fn arrival_holds(&self, gpu: GpuId, now: u64) -> bool {
+        let Some(a) = &self.arrivals else { return false };
+        a.watched.iter().any(|w| {
+            w.pending.is_some_and(|p| p.plan.issue_at_ns <= now && now < p.plan.release_at_ns)
+                && self.online.iter().any(|o| o.pid == w.pid && o.gpus().any(|g| g == gpu))
+        })
+    }
+
+    /// GPU work of the online side was published on `gpu` at `work_ns` (a doorbell store's stamp
+    /// or this step): the pending holds of the processes there end, and their leads are learnt.
+    pub(super) fn arrival_work(&mut self, gpu: GpuId, work_ns: u64) {
+        let pids: Vec<HostPid> = self.online.iter().filter(|o| o.gpus().any(|g| g == gpu)).map(|o| o.pid).collect();
+        let Some(a) = self.arrivals.as_mut() else { return };
+        for w in a.watched.iter_mut().filter(|w| pids.contains(&w.pid)) {
+            let Some(p) = w.pending else { continue };
+            // Work stamped before the arrival belongs to an earlier request.
+            if work_ns < p.arrival_ns {
+                continue;
+            }
+            let lead_ns = work_ns - p.arrival_ns;
+            let end = match p.held_ns {
+                Some(held) if held <= work_ns => PendingEnd::Served { lead_ns },
+                _ => PendingEnd::Late { lead_ns },
+            };
+            w.counts.end(end);
+            w.model.record(LeadSample { size: p.size, lead_ns });
+            push_capped(&mut w.leads_us, lead_ns as f64 / 1e3);
+            w.pending = None;
+        }
+    }
+
+    /// A SUSPEND of `gpu` entered the kernel at `entered` and returned at `done`: the pending
+    /// holds there are held from `done`; for those issued at their arrival, the arrival → SUSPEND
+    /// figure.
+    pub(super) fn arrival_suspended(&mut self, gpu: GpuId, entered: u64, done: u64) {
+        let pids: Vec<HostPid> = self.online.iter().filter(|o| o.gpus().any(|g| g == gpu)).map(|o| o.pid).collect();
+        let Some(a) = self.arrivals.as_mut() else { return };
+        for w in a.watched.iter_mut().filter(|w| pids.contains(&w.pid)) {
+            let Some(p) = w.pending.as_mut() else { continue };
+            if p.held_ns.is_some() || p.plan.issue_at_ns > entered {
+                continue;
+            }
+            p.held_ns = Some(done);
+            if p.plan.issue_at_ns == p.arrival_ns {
+                push_capped(&mut w.to_suspend_us, entered.saturating_sub(p.arrival_ns) as f64 / 1e3);
+            }
+        }
+    }
+
+    /// Pending holds past their bound end as wasted; processes whose GPUs all run idle are armed
+    /// again.
+    pub(super) fn rearm_arrivals(&mut self, now: u64) {
+        let idle: Vec<(HostPid, bool)> = self
+            .online
+            .iter()
+            .map(|o| {
+                let idle = o
+                    .gpus()
+                    .all(|g| self.lanes.iter().any(|l| l.gpu == g && !l.active && l.policy.state() == State::Running));
+                (o.pid, idle)
+            })
+            .collect();
+        let Some(a) = self.arrivals.as_mut() else { return };
+        let Some(probe) = a.probe.as_mut() else { return };
+        let mut armed_now = false;
+        for w in &mut a.watched {
+            if let Some(p) = w.pending
+                && now >= p.plan.release_at_ns
+            {
+                w.counts.end(PendingEnd::Wasted);
+                w.pending = None;
+            }
+            let Some(slot) = w.slot else { continue };
+            let idle = idle.iter().any(|&(pid, idle)| pid == w.pid && idle);
+            if !w.armed && w.pending.is_none() && idle && probe.arm(slot).is_ok() {
+                w.armed = true;
+                armed_now = true;
+            }
+        }
+        self.armed_now |= armed_now;
+    }
+
+    /// Every watched process's figures (the thread stops).
+    pub(super) fn finish_arrivals(&mut self) {
+        let pids: Vec<HostPid> =
+            self.arrivals.as_ref().map(|a| a.watched.iter().map(|w| w.pid).collect()).unwrap_or_default();
+        for pid in pids {
+            self.unwatch_arrivals(pid);
+        }
+    }
+}
