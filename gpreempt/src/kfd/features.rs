@@ -17,13 +17,16 @@ use serde::Serialize;
 
 use super::KfdVersion;
 
+/// Whether `/proc/kallsyms` names a function of the KFD module.
+pub type SymbolSign<'a> = &'a dyn Fn(&str) -> bool;
+/// Whether the KFD module's BTF has `struct <0>` with a member `<1>`.
+pub type BtfMemberSign<'a> = &'a dyn Fn(&str, &str) -> bool;
+
 /// What the host offers to decide a gate: each source `None` when it could not be read.
 #[derive(Default)]
 pub struct Signs<'a> {
-    /// Whether `/proc/kallsyms` names a function of the KFD module.
-    pub symbol: Option<&'a dyn Fn(&str) -> bool>,
-    /// Whether the KFD module's BTF has `struct <0>` with a member `<1>`.
-    pub btf_member: Option<&'a dyn Fn(&str, &str) -> bool>,
+    pub symbol: Option<SymbolSign<'a>>,
+    pub btf_member: Option<BtfMemberSign<'a>>,
     /// `AMDKFD_IOC_GET_VERSION` of `/dev/kfd`.
     pub version: Option<KfdVersion>,
     /// The running kernel's release (`/proc/sys/kernel/osrelease`), e.g. `7.3.4+deb13-amd64`.

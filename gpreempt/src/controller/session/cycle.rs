@@ -276,7 +276,7 @@ impl Session {
             let outcome = QueueOutcome::from_raw(raw);
             match outcome.suspend_result() {
                 QueueResult::Done if !self.suspended.contains(&outcome.queue_id) => {
-                    self.suspended.push(outcome.queue_id)
+                    self.suspended.push(outcome.queue_id);
                 }
                 QueueResult::Reset if !self.reset.contains(&outcome.queue_id) => newly_reset.push(outcome.queue_id),
                 _ => {}
