@@ -239,6 +239,31 @@ fn a_bare_number_duration_is_refused_with_the_unit_to_add() {
 }
 
 #[test]
+fn a_bad_arrival_port_or_pattern_is_refused_at_once_with_the_syntax() {
+    for (args, first_line) in [
+        (
+            &["schedule", "--online", "1", "--offline", "2", "--arrival-port", "0"][..],
+            "error: invalid value '0' for '--arrival-port <PORT>': 0 is not in 1..=65535",
+        ),
+        (
+            &["schedule", "--online", "1", "--offline", "2", "--arrival-port", "http"],
+            "error: invalid value 'http' for '--arrival-port <PORT>': invalid digit found in string",
+        ),
+        (
+            &["schedule", "--online", "1", "--offline", "2", "--arrival-allow", r"POST\q"],
+            r#"error: invalid value 'POST\q' for '--arrival-allow <PATTERN>': arrival pattern "POST\\q" has a bad escape: use \r, \n, \t, \\ or \xNN"#,
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(text(&out.stderr).lines().next(), Some(first_line), "{args:?}");
+        // Refused before anything slow starts (no probe, no /dev/kfd); generous for a loaded host.
+        assert!(started.elapsed() < std::time::Duration::from_secs(1), "{args:?}: {:?}", started.elapsed());
+    }
+}
+
+#[test]
 fn zero_iterations_is_a_usage_error() {
     let out = run(&["preempt", "--offline", "1", "--iterations", "0"]);
     assert_eq!(out.status.code(), Some(2));

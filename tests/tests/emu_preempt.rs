@@ -269,43 +269,29 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
     assert_eq!(tracer_pid(pid).unwrap(), 0);
 }
 
-/// From KFD 1.19 a process's second /dev/kfd file can be a secondary context that the debug
-/// trap cannot see: such a process is refused before it is seized. The emulator reports 1.19 for
-/// this test (its `kfd_minor_version`); at its usual 1.17 the same process is accepted.
+/// A second /dev/kfd file is no secondary context: amdsmi's event notification and
+/// rocprofiler-sdk keep one open on the same primary context. Whatever KFD version the driver
+/// reports (the emulator at 1.19 here, its usual 1.17 after), such a process is scheduled like any
+/// other; only `proc/<pid>/context_<id>/` directories in sysfs refuse one (docs/kfd.md §1.5).
 #[test]
-fn from_kfd_1_19_a_process_with_two_kfd_files_is_refused_before_it_is_seized() {
+fn a_process_with_an_extra_primary_kfd_file_is_preempted_normally() {
     let two = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable", "--extra-kfd-files", "1"]);
-    let one = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
     let run = |pid: u32| {
         preempt(&["--offline", &pid.to_string(), "--iterations", "3", "--hold", "1ms", "--gap", "1ms", "--no-trace"])
             .wait_with_output()
             .unwrap()
     };
-    {
-        let _version = EmuParam::set("kfd_minor_version", 19).unwrap();
+    for minor in [Some(19), None] {
+        let _version = minor.map(|m| EmuParam::set("kfd_minor_version", m).unwrap());
         let out = run(two.pid());
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{stderr}");
-        assert!(
-            stderr.contains(&format!(
-                "refusing pid {}: it has 2 /dev/kfd files open, and from KFD 1.19 (this driver: 1.19) each file after \
-                 the first can be a secondary KFD context",
-                two.pid()
-            )),
-            "{stderr}"
-        );
-        assert_eq!(tracer_pid(two.pid()).unwrap(), 0, "never seized");
-        let out = run(one.pid());
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "KFD 1.{minor:?}: {}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(
             String::from_utf8_lossy(&out.stdout).lines().next(),
-            Some("3 of 3 iterations, 3 fully successful (100.0%)")
+            Some("3 of 3 iterations, 3 fully successful (100.0%)"),
+            "KFD 1.{minor:?}"
         );
+        assert_eq!(tracer_pid(two.pid()).unwrap(), 0, "detached after the run");
     }
-    let out = run(two.pid());
-    assert!(out.status.success(), "at 1.17: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(tracer_pid(two.pid()).unwrap(), 0);
-    assert_eq!(tracer_pid(one.pid()).unwrap(), 0);
 }
 
 #[test]
