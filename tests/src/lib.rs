@@ -19,6 +19,7 @@ pub mod agent;
 pub mod controller;
 pub mod daemon;
 pub mod emu_workload;
+pub mod http_service;
 pub mod kfd_abi;
 pub mod podman;
 pub mod prometheus;
