@@ -159,7 +159,7 @@ pub enum Command {
     /// namespace and container when the process runs in a Kubernetes pod. Memory stays bounded:
     /// an exited process's series leave after the config's grace period. Logs key=value lines to
     /// stderr. SIGHUP reloads --config (an invalid file is rejected and the old one kept);
-    /// SIGTERM or Ctrl-C exits cleanly.
+    /// SIGTERM or Ctrl-C exits cleanly. `--check FILE` validates a configuration and exits.
     #[command(after_help = EXIT_CODES)]
     Agent(AgentArgs),
     /// Compare queue ids across recorded runs (`gpreempt trace --json` output, one file per run).
@@ -583,15 +583,19 @@ pub struct PsArgs {
     /// Add the hardware view from debugfs and check KFD queues vs MQDs vs active HQD slots.
     #[arg(long)]
     pub hw: bool,
-    /// Block until a new KFD process appears (in --container if given), print it and exit.
+    /// Block until a new KFD process appears (in --container if given), print it and exit; says
+    /// on stderr what it waits for. Ends at --timeout (exit status 1), and at once when KFD is
+    /// absent.
     #[arg(long)]
     pub wait_new: bool,
     /// Only processes in this container (name, full id or id prefix, as container:NAME selects).
     #[arg(long, value_name = "NAME_OR_ID")]
     pub container: Option<String>,
-    /// With --wait-new: give up after this long (e.g. 30s; exit status 1); default: wait forever.
-    #[arg(long, value_parser = duration::with_unit("s"), value_name = "DURATION")]
-    pub timeout: Option<Duration>,
+    /// With --wait-new: give up after this long (e.g. 30s, 1h) with exit status 1; 0 waits
+    /// without a bound.
+    #[arg(long, value_parser = duration::with_unit("s"), value_name = "DURATION", default_value = "10m",
+          requires = "wait_new")]
+    pub timeout: Duration,
     /// Print only host pids, one per line (for `gpreempt trace --pid $(gpreempt ps --ids-only …)`).
     #[arg(long)]
     pub ids_only: bool,
@@ -622,6 +626,11 @@ pub struct AgentArgs {
     /// (a host pid, container:NAME or pod:NAMESPACE/NAME). Without it: defaults, no policies.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Validate FILE as --config would (its syntax, every policy's selectors and settings, and
+    /// policies that contradict one another) and exit: 0 valid, 1 with every problem named. Starts
+    /// nothing and needs neither root nor a GPU.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["config", "metrics_addr", "hostname"])]
+    pub check: Option<PathBuf>,
     /// Serve /metrics and /healthz here (IP:PORT); overrides the config's metrics_addr.
     /// Default: 127.0.0.1:9464.
     #[arg(long, value_name = "ADDR")]

@@ -489,3 +489,81 @@ fn doctor_without_amdgpu_says_so_once() {
     assert!(stdout.contains("FAIL  amdgpu                       amdgpu is not loaded (no /dev/kfd"), "{stdout}");
     assert_eq!(text(&out.stderr), "gpreempt: error: 1 check(s) failed\n");
 }
+
+#[test]
+fn agent_check_validates_a_config_and_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    fs::write(&good, "[[policy]]\nname = \"a\"\nonline = [\"pod:serving/*\"]\noffline = [4242]\nidle_ms = 5\n")
+        .unwrap();
+    let out = run(&["agent", "--check", good.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), format!("{}: valid, 1 policy: a\n", good.display()));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "gpreempt: warning: {}, line 5: `idle_ms = 5` is an older spelling kept as an alias: write idle = \"5ms\"\n",
+            good.display()
+        )
+    );
+
+    let bad = dir.path().join("bad.toml");
+    fs::write(
+        &bad,
+        "[[policy]]\nname = \"a\"\nonline = [\"pod:serving/*\"]\noffline = [\"pod:batch/*\"]\n\
+         [[policy]]\nname = \"b\"\nonline = [\"pod:batch/eval-0\"]\noffline = [\"pod:serving/vllm-0\"]\n",
+    )
+    .unwrap();
+    let out = run(&["agent", "--check", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), "");
+    let b = bad.display();
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "gpreempt: error: {b}, line 8: policy `b` holds pod:serving/vllm-0 offline, but policy `a` (line 3) runs \
+             pod:serving/* online: a process of both would be held and protected at once; narrow one of them\n\
+             {b}, line 7: policy `b` runs pod:batch/eval-0 online, but policy `a` (line 4) holds pod:batch/* \
+             offline: a process of both would be held and protected at once; narrow one of them\n"
+        )
+    );
+
+    let out = run(&["agent", "--check", dir.path().join("missing.toml").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).starts_with("gpreempt: error: cannot read "), "{}", text(&out.stderr));
+}
+
+#[test]
+fn ps_wait_new_says_what_it_waits_for_and_ends_at_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().to_str().unwrap();
+    // Without KFD: an error at once, nothing waited for.
+    let started = std::time::Instant::now();
+    let out = run(&["ps", "--wait-new", "--sysfs-root", sys]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "gpreempt: error: {sys}/class/kfd/kfd/proc does not exist: the KFD driver is not loaded (run `modprobe \
+             amdgpu`) or the path is wrong\n"
+        )
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+
+    // With KFD and one process already there: the line says what it waits for, then the bound ends it.
+    fake_sysfs(dir.path(), 4242);
+    let out = run(&["ps", "--wait-new", "--container", "trainer", "--timeout", "300ms", "--sysfs-root", sys]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr),
+        "gpreempt: waiting for a new KFD process in container trainer (a pid that opens /dev/kfd from now on; 1 \
+         already present), giving up after 300ms (--timeout)\n\
+         gpreempt: error: no new KFD process in container trainer appeared within 0.3 s\n"
+    );
+
+    // The default bound is said too; --timeout without --wait-new is a usage error.
+    let help = text(&run(&["ps", "--help"]).stdout);
+    assert!(help.contains("[default: 10m]"), "{help}");
+    assert_eq!(run(&["ps", "--timeout", "1s", "--sysfs-root", sys]).status.code(), Some(2));
+}

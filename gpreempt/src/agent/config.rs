@@ -13,15 +13,20 @@
 //! offline_min_share = 0.1    # and defaults (SchedulerSettings)
 //! ```
 //!
-//! The previous release's keys (`idle_ms = 50`, `poll_us`, `max_suspend_ms`: bare numbers, with
-//! defaults of their own) still parse, each with a warning naming its line and its successor;
-//! they go in the next release.
+//! Three keys have an older spelling, kept as aliases: `idle_ms = 50`, `poll_us`, `max_suspend_ms`
+//! (bare numbers in the unit their name carries). Each parses with a warning naming its line and
+//! the key to write instead.
+//!
+//! Policies must not contradict one another ([`overlap`](super::overlap)): a selector online in one
+//! policy may not overlap one offline in another (or in the same), and two policies may not hold
+//! overlapping offline selectors. Such a file is refused with every conflict named.
 
 use std::{collections::HashSet, net::SocketAddr, ops::Range, path::Path, time::Duration};
 
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::overlap::{overlaps, what};
 use crate::{host::select::Selector, schedule::SchedulerSettings};
 
 /// The default `--metrics-addr`: loopback only, the port Prometheus's exporter list gives the
@@ -36,7 +41,7 @@ pub struct AgentConfig {
     pub metrics_addr: Option<SocketAddr>,
     pub process_grace: Duration,
     pub policies: Vec<AgentPolicy>,
-    /// What the file still says the previous release's way, one line each (for the log).
+    /// The older key spellings the file uses, one line each (for the log).
     pub warnings: Vec<String>,
 }
 
@@ -56,7 +61,7 @@ pub struct AgentPolicy {
     pub settings: SchedulerSettings,
 }
 
-/// The previous release's keys: their bare number's unit and their successor.
+/// The older key spellings: their bare number's unit and the key to write instead.
 const OLD_KEYS: [(&str, &str, &str); 3] =
     [("idle_ms", "ms", "idle"), ("poll_us", "us", "poll"), ("max_suspend_ms", "ms", "max_suspend")];
 
@@ -69,6 +74,9 @@ pub enum ConfigError {
     Parse { path: String, message: String },
     #[error("{path}, line {line}: {message}")]
     Invalid { path: String, line: usize, message: String },
+    /// Policies that contradict one another: one line per conflict, each located.
+    #[error("{}", .0.join("\n"))]
+    Conflicts(Vec<String>),
 }
 
 #[derive(Deserialize)]
@@ -114,6 +122,8 @@ impl AgentConfig {
         let mut names = HashSet::new();
         let mut policies = Vec::new();
         let mut warnings = Vec::new();
+        // Each policy's lines of `online` and `offline`, for the conflicts between policies.
+        let mut lines = Vec::new();
         for p in raw.policy {
             let span = p.span();
             let mut table = p.into_inner();
@@ -164,11 +174,24 @@ impl AgentConfig {
                 }
                 list.iter()
                     .map(|v| {
-                        let Some(s) = v.as_str() else {
-                            return Err(invalid(
-                                key_span(side),
-                                format!("policy `{name}`, {side}: `{v:?}` is not a string"),
-                            ));
+                        // A pid may be written as a number (`offline = [4242]`).
+                        let s = match v {
+                            toml::Value::String(s) => s.clone(),
+                            toml::Value::Integer(n) => n.to_string(),
+                            other => {
+                                let other = match other {
+                                    toml::Value::Float(f) => f.to_string(),
+                                    toml::Value::Boolean(b) => b.to_string(),
+                                    other => format!("a {}", other.type_str()),
+                                };
+                                return Err(invalid(
+                                    key_span(side),
+                                    format!(
+                                        "policy `{name}`, {side}: `{other}` is not a selector: write a host pid, \
+                                         \"container:NAME\" or \"pod:NAMESPACE/NAME\""
+                                    ),
+                                ));
+                            }
                         };
                         s.parse::<Selector>()
                             .map_err(|e| invalid(key_span(side), format!("policy `{name}`, {side}: {e}")))
@@ -183,6 +206,19 @@ impl AgentConfig {
                     format!("policy `{name}`: {both} is both online and offline"),
                 ));
             }
+            for on in &online {
+                if let Some(off) = offline.iter().find(|off| overlaps(on, off)) {
+                    return Err(invalid(
+                        key_span("offline"),
+                        format!(
+                            "policy `{name}`: online {on} and offline {off} can name the same {}, which cannot be \
+                             both; narrow one of them",
+                            what(on)
+                        ),
+                    ));
+                }
+            }
+            lines.push((line_of(key_span("online").start), line_of(key_span("offline").start)));
             for (old, unit, new) in OLD_KEYS {
                 let Some(value) = table.remove(old) else { continue };
                 let number = match &value {
@@ -203,7 +239,7 @@ impl AgentConfig {
                 }
                 let line = line_of(key_span(old).start);
                 warnings.push(format!(
-                    "{path}, line {line}: `{old} = {number}` is deprecated and goes in the next release: write {new} = \"{number}{unit}\""
+                    "{path}, line {line}: `{old} = {number}` is an older spelling kept as an alias: write {new} = \"{number}{unit}\""
                 ));
                 table.insert(new.into(), toml::Value::String(format!("{number}{unit}")));
             }
@@ -219,8 +255,63 @@ impl AgentConfig {
                 .map_err(|e| invalid(span.clone(), format!("policy `{name}`: {}", e.message())))?;
             policies.push(AgentPolicy { name, online, offline, settings });
         }
+        let conflicts = conflicts(&policies, &lines);
+        if !conflicts.is_empty() {
+            return Err(ConfigError::Conflicts(
+                conflicts.into_iter().map(|(line, message)| format!("{path}, line {line}: {message}")).collect(),
+            ));
+        }
         Ok(Self { metrics_addr, process_grace, policies, warnings })
     }
+}
+
+/// The conflicts between policies, each at the line of the later policy's selectors: a selector
+/// offline in one that overlaps one online in an earlier one (or the reverse), and overlapping
+/// offline selectors in two. `lines[i]` is policy `i`'s lines of `online` and `offline`.
+fn conflicts(policies: &[AgentPolicy], lines: &[(usize, usize)]) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let pairs = |a: &[Selector], b: &[Selector]| -> Vec<(Selector, Selector)> {
+        a.iter().flat_map(|x| b.iter().filter(|y| overlaps(x, y)).map(move |y| (x.clone(), y.clone()))).collect()
+    };
+    let same = |x: &Selector, y: &Selector| {
+        if x == y { format!("{x}") } else { format!("{x} and {y} (they can name the same {})", what(x)) }
+    };
+    for (j, later) in policies.iter().enumerate() {
+        let (online_line, offline_line) = lines[j];
+        for (i, earlier) in policies[..j].iter().enumerate() {
+            let (a, b) = (&earlier.name, &later.name);
+            let (earlier_online, earlier_offline) = lines[i];
+            for (x, y) in pairs(&earlier.online, &later.offline) {
+                out.push((
+                    offline_line,
+                    format!(
+                        "policy `{b}` holds {y} offline, but policy `{a}` (line {earlier_online}) runs {x} online: \
+                         a process of both would be held and protected at once; narrow one of them"
+                    ),
+                ));
+            }
+            for (x, y) in pairs(&earlier.offline, &later.online) {
+                out.push((
+                    online_line,
+                    format!(
+                        "policy `{b}` runs {y} online, but policy `{a}` (line {earlier_offline}) holds {x} offline: \
+                         a process of both would be held and protected at once; narrow one of them"
+                    ),
+                ));
+            }
+            for (x, y) in pairs(&earlier.offline, &later.offline) {
+                out.push((
+                    offline_line,
+                    format!(
+                        "policies `{a}` (line {earlier_offline}) and `{b}` both hold {} offline: two schedulers \
+                         would suspend and resume the same processes; keep them in one policy",
+                        same(&x, &y)
+                    ),
+                ));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -263,7 +354,7 @@ mod tests {
     }
 
     #[test]
-    fn the_previous_releases_keys_parse_with_a_warning_each() {
+    fn the_older_key_spellings_parse_with_a_warning_each() {
         let text = "[[policy]]\nname = \"a\"\nonline = [\"1\"]\noffline = [\"7\"]\nidle_ms = 50\npoll_us = 500\nmax_suspend_ms = 2000\n";
         let c = AgentConfig::parse(text, "agent.toml").unwrap();
         assert_eq!(
@@ -278,9 +369,9 @@ mod tests {
         assert_eq!(
             c.warnings,
             [
-                "agent.toml, line 5: `idle_ms = 50` is deprecated and goes in the next release: write idle = \"50ms\"",
-                "agent.toml, line 6: `poll_us = 500` is deprecated and goes in the next release: write poll = \"500us\"",
-                "agent.toml, line 7: `max_suspend_ms = 2000` is deprecated and goes in the next release: write max_suspend = \"2000ms\"",
+                "agent.toml, line 5: `idle_ms = 50` is an older spelling kept as an alias: write idle = \"50ms\"",
+                "agent.toml, line 6: `poll_us = 500` is an older spelling kept as an alias: write poll = \"500us\"",
+                "agent.toml, line 7: `max_suspend_ms = 2000` is an older spelling kept as an alias: write max_suspend = \"2000ms\"",
             ]
         );
         assert_eq!(
@@ -292,6 +383,75 @@ mod tests {
     #[test]
     fn an_empty_file_is_the_default() {
         assert_eq!(AgentConfig::parse("", "agent.toml").unwrap(), AgentConfig::default());
+    }
+
+    #[test]
+    fn pids_may_be_written_as_numbers() {
+        let c = AgentConfig::parse("[[policy]]\nname = \"a\"\nonline = [4242]\noffline = [\"7\", 8]\n", "agent.toml")
+            .unwrap();
+        assert_eq!(c.policies[0].online, [Selector::Pid(crate::domain::HostPid(4242))]);
+        assert_eq!(
+            c.policies[0].offline,
+            [Selector::Pid(crate::domain::HostPid(7)), Selector::Pid(crate::domain::HostPid(8))]
+        );
+        assert_eq!(
+            err("[[policy]]\nname = \"a\"\nonline = [0]\noffline = [\"7\"]\n"),
+            "agent.toml, line 3: policy `a`, online: pid 0 names no process; give the host pid of a KFD process (see `gpreempt ps`)"
+        );
+        assert_eq!(
+            err("[[policy]]\nname = \"a\"\nonline = [1.5]\noffline = [\"7\"]\n"),
+            "agent.toml, line 3: policy `a`, online: `1.5` is not a selector: write a host pid, \"container:NAME\" or \"pod:NAMESPACE/NAME\""
+        );
+    }
+
+    #[test]
+    fn overlapping_selectors_within_a_policy_are_refused() {
+        assert_eq!(
+            err("[[policy]]\nname = \"a\"\nonline = [\"pod:serving/*\"]\noffline = [\"pod:*/vllm-0\"]\n"),
+            "agent.toml, line 4: policy `a`: online pod:serving/* and offline pod:*/vllm-0 can name the same pod, \
+             which cannot be both; narrow one of them"
+        );
+    }
+
+    #[test]
+    fn contradictory_policies_are_refused_with_every_conflict_named() {
+        let text = "\
+[[policy]]
+name = \"serve\"
+online = [\"pod:serving/*\"]
+offline = [\"pod:batch/*\"]
+
+[[policy]]
+name = \"other\"
+online = [\"4242\"]
+offline = [\"pod:serving/vllm-0\", \"pod:batch/train-*\"]
+
+[[policy]]
+name = \"third\"
+online = [\"pod:batch/eval\"]
+offline = [\"container:trainer\"]
+
+[[policy]]
+name = \"fourth\"
+online = [\"4243\"]
+offline = [\"container:trainer\"]
+";
+        assert_eq!(
+            err(text),
+            "agent.toml, line 9: policy `other` holds pod:serving/vllm-0 offline, but policy `serve` (line 3) runs \
+             pod:serving/* online: a process of both would be held and protected at once; narrow one of them\n\
+             agent.toml, line 9: policies `serve` (line 4) and `other` both hold pod:batch/* and pod:batch/train-* \
+             (they can name the same pod) offline: two schedulers would suspend and resume the same processes; keep \
+             them in one policy\n\
+             agent.toml, line 13: policy `third` runs pod:batch/eval online, but policy `serve` (line 4) holds \
+             pod:batch/* offline: a process of both would be held and protected at once; narrow one of them\n\
+             agent.toml, line 19: policies `third` (line 14) and `fourth` both hold container:trainer offline: two \
+             schedulers would suspend and resume the same processes; keep them in one policy"
+        );
+        // Policies over different pods, or sharing their online side, are fine.
+        let fine = "[[policy]]\nname = \"a\"\nonline = [\"pod:serving/*\"]\noffline = [\"pod:batch/a-*\"]\n\
+                    [[policy]]\nname = \"b\"\nonline = [\"pod:serving/*\"]\noffline = [\"pod:batch/b-*\"]\n";
+        assert_eq!(AgentConfig::parse(fine, "agent.toml").unwrap().policies.len(), 2);
     }
 
     #[test]

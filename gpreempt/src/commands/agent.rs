@@ -1,6 +1,6 @@
 //! `gpreempt agent`: the tracer as a node daemon, with Prometheus metrics on HTTP.
 
-use super::stderr::errln;
+use super::{stderr::errln, stdout::outln};
 use std::{cell::RefCell, path::Path, rc::Rc, time::Duration};
 
 use anyhow::{Context, Result};
@@ -35,11 +35,11 @@ fn log(level: &str, msg: &str, fields: &[(&str, &dyn std::fmt::Display)]) {
     errln!("{}", log_line(level, msg, fields));
 }
 
-/// Parse the configuration's text; what it still says the previous release's way is logged.
+/// Parse the configuration's text; the older key spellings it uses are logged.
 fn parse(text: &str, path: &Path) -> Result<AgentConfig, config::ConfigError> {
     let config = AgentConfig::parse(text, &path.display().to_string())?;
     for w in &config.warnings {
-        log("warn", "deprecated configuration key", &[("detail", w)]);
+        log("warn", "older configuration key", &[("detail", w)]);
     }
     Ok(config)
 }
@@ -68,7 +68,24 @@ fn describe_policies(c: &AgentConfig) -> String {
     if names.is_empty() { "none".into() } else { names.join(",") }
 }
 
+/// `agent --check FILE`: the configuration validated, nothing started. The older key spellings
+/// it uses are said on stderr; a valid file gets one line on stdout.
+fn check(path: &Path) -> Result<()> {
+    let config = AgentConfig::load(path)?;
+    for w in &config.warnings {
+        errln!("gpreempt: warning: {w}");
+    }
+    let n = config.policies.len();
+    let plural = if n == 1 { "policy" } else { "policies" };
+    let names = if n == 0 { String::new() } else { format!(": {}", describe_policies(&config)) };
+    outln!("{}: valid, {n} {plural}{names}", path.display());
+    Ok(())
+}
+
 pub async fn run(args: AgentArgs) -> Result<()> {
+    if let Some(path) = args.check.as_deref() {
+        return check(path);
+    }
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;

@@ -116,14 +116,21 @@ fn print_table(processes: &[KfdProcess]) {
 }
 
 /// Poll the KFD sysfs tree until a pid that was not there at start appears (KFD creates the
-/// directory at the process's first open of /dev/kfd).
+/// directory at the process's first open of /dev/kfd), or until `--timeout`. Without KFD (its
+/// sysfs directory absent) nothing can appear: an error at once.
 async fn wait_new(args: &PsArgs, roots: &Roots) -> Result<()> {
-    let before: HashSet<HostPid> = processes::pids(roots).unwrap_or_default().into_iter().collect();
+    let before: HashSet<HostPid> = processes::pids(roots)?.into_iter().collect();
+    let scope = args.container.as_deref().map(|c| format!(" in container {c}")).unwrap_or_default();
+    let bound = if args.timeout.is_zero() {
+        "no time limit".to_owned()
+    } else {
+        format!("giving up after {} (--timeout)", show(args.timeout))
+    };
     // The baseline is taken: anything that opens /dev/kfd from now on is reported. Scripts (and
     // our tests) wait for this line before starting the workload.
     errln!(
-        "gpreempt: waiting for a new KFD process{} ({} already present)",
-        args.container.as_deref().map(|c| format!(" in container {c}")).unwrap_or_default(),
+        "gpreempt: waiting for a new KFD process{scope} (a pid that opens /dev/kfd from now on; {} already \
+         present), {bound}",
         before.len()
     );
     let started = Instant::now();
@@ -151,15 +158,20 @@ async fn wait_new(args: &PsArgs, roots: &Roots) -> Result<()> {
                 return Ok(());
             }
         }
-        if let Some(t) = args.timeout
-            && started.elapsed() > t
-        {
-            bail!(
-                "no new KFD process{} appeared within {:.1} s",
-                args.container.as_deref().map(|c| format!(" in container {c}")).unwrap_or_default(),
-                t.as_secs_f64()
-            );
+        if !args.timeout.is_zero() && started.elapsed() > args.timeout {
+            bail!("no new KFD process{scope} appeared within {:.1} s", args.timeout.as_secs_f64());
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A bound as a user writes it: `10m`, `30s`, `1h`, `1500ms`.
+fn show(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match (d.subsec_nanos(), s) {
+        (0, s) if s > 0 && s % 3600 == 0 => format!("{}h", s / 3600),
+        (0, s) if s > 0 && s % 60 == 0 => format!("{}m", s / 60),
+        (0, s) => format!("{s}s"),
+        _ => format!("{}ms", d.as_millis()),
     }
 }
