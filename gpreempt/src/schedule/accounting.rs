@@ -380,6 +380,8 @@ impl Accounts {
             offline_deferred: stats.offline_deferred.load(Ordering::Relaxed),
             offline_late_suspends: stats.offline_late_suspends.load(Ordering::Relaxed),
             resumes_cut_short: stats.resumes_cut_short.load(Ordering::Relaxed),
+            offline_parks: stats.offline_parks.load(Ordering::Relaxed),
+            offline_unparks: stats.offline_unparks.load(Ordering::Relaxed),
             doorbell_stores: self.doorbell_stores.clone(),
             arrival: self.arrival.clone(),
             suspend_us: Stats::of(&suspend),

@@ -60,6 +60,10 @@ pub struct ScheduleConfig {
     pub defer_idle: bool,
     /// Hold each offline job (one selector) on all of its GPUs or on none.
     pub gang: bool,
+    /// Offline processes kept runnable per GPU while it has no online work (0: all); the others
+    /// are parked and take turns every `rotate` (`--runnable`).
+    pub runnable: usize,
+    pub rotate: Duration,
 }
 
 /// The arrival probe's settings (`--arrival-port`, `--arrival-allow`, `--arrival-deny`).
@@ -111,6 +115,10 @@ impl Default for ScheduleConfig {
             // online requests costing the online P99 more than the ioctls it saves.
             defer_idle: false,
             gang: false,
+            // All runnable: parking costs offline throughput wherever one process cannot fill the
+            // GPU, and no measurement says yet where it pays (docs/guide/schedule.md).
+            runnable: 0,
+            rotate: Duration::from_millis(250),
         }
     }
 }

@@ -164,6 +164,9 @@ pub struct ScheduleReport {
     /// Resumes of several offline processes stopped between two RESUMEs because online work was
     /// published meanwhile (the rest stayed held and the next suspend held them with no ioctl).
     pub resumes_cut_short: u64,
+    /// `--runnable`: offline processes parked and unparked (their turn to run).
+    pub offline_parks: u64,
+    pub offline_unparks: u64,
     /// Per online queue the probe filtered on, its stores (queues gone before the end included).
     pub doorbell_stores: Vec<DoorbellCount>,
     /// Per online process the arrival probe watched (or could not), what it saw and how each

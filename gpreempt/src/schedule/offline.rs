@@ -64,6 +64,12 @@ pub(super) struct Offline<C> {
     deferred: Vec<(GpuId, u64)>,
     /// `--gang`: the GPUs whose policy holds its job now (it is suspended everywhere while any).
     gang_holds: Vec<GpuId>,
+    /// `--runnable`: the GPUs it is parked on (suspended while the GPU has no online work, so
+    /// that fewer offline processes run there and fewer SUSPENDs are due when online work comes).
+    /// A subset of `held`; no policy's hold.
+    parked: Vec<GpuId>,
+    /// `--runnable`: per GPU, when its current turn (running or parked there) began, ns.
+    turns: Vec<(GpuId, u64)>,
     /// Its queues' index addresses.
     queues: Vec<QueueAddrs>,
     /// The last snapshot of its new queues failed: never taken for idle until one succeeds.
@@ -98,6 +104,8 @@ impl<C: Control> Offline<C> {
             held: Vec::new(),
             deferred: Vec::new(),
             gang_holds: Vec::new(),
+            parked: Vec::new(),
+            turns: Vec::new(),
             queues: Vec::new(),
             stale: false,
             occupancy,
@@ -175,9 +183,41 @@ impl<C: Control> Offline<C> {
         self.indices(gpu).is_none_or(|now| now.pending || now.writes != writes)
     }
 
-    /// Suspended or deferred on `gpu`.
+    /// Suspended or deferred on `gpu` for its policy (parked is no policy's hold).
     pub fn holds(&self, gpu: GpuId) -> bool {
-        self.held.contains(&gpu) || self.deferred.iter().any(|(g, _)| *g == gpu)
+        (self.held.contains(&gpu) && !self.parked.contains(&gpu)) || self.deferred.iter().any(|(g, _)| *g == gpu)
+    }
+
+    /// `--runnable`: suspended on `gpu` while it has no online work, from `now`.
+    pub fn park(&mut self, gpu: GpuId, now: u64) {
+        if !self.held.contains(&gpu) {
+            self.held.push(gpu);
+        }
+        if !self.parked.contains(&gpu) {
+            self.parked.push(gpu);
+        }
+        self.begin_turn(gpu, now);
+    }
+
+    /// `--runnable`: it runs on `gpu` again, from `now`.
+    pub fn unpark(&mut self, gpu: GpuId, now: u64) {
+        self.parked.retain(|g| *g != gpu);
+        self.held.retain(|g| *g != gpu);
+        self.begin_turn(gpu, now);
+    }
+
+    pub fn is_parked_on(&self, gpu: GpuId) -> bool {
+        self.parked.contains(&gpu)
+    }
+
+    /// When its current turn on `gpu` (running or parked) began (0: since it was attached).
+    pub fn turn_began(&self, gpu: GpuId) -> u64 {
+        self.turns.iter().find(|(g, _)| *g == gpu).map_or(0, |(_, t)| *t)
+    }
+
+    fn begin_turn(&mut self, gpu: GpuId, now: u64) {
+        self.turns.retain(|(g, _)| *g != gpu);
+        self.turns.push((gpu, now));
     }
 
     /// Its queues on `gpu` are suspended (the kernel's state).
@@ -264,12 +304,14 @@ impl<C: Control> Offline<C> {
     /// Suspended nowhere (a RESUME of every queue of it was asked for).
     pub fn release_all(&mut self) {
         self.held.clear();
+        self.parked.clear();
     }
 
     /// Its session's watchdog resumed every queue of it: no hold is left but its deferrals.
     /// Returns the GPUs it was suspended on.
     pub fn resumed_by_watchdog(&mut self) -> Vec<GpuId> {
         self.gang_holds.clear();
+        self.parked.clear();
         std::mem::take(&mut self.held)
     }
 }

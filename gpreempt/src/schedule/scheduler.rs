@@ -129,6 +129,8 @@ impl Scheduler {
             gang: config.gang,
             arrival: config.arrival.clone(),
             proc_root: config.roots.proc.clone(),
+            runnable: config.runnable,
+            rotate_ns: ns_of(config.rotate),
         };
         // Without an eventfd the thread never waits on the probe (it steps every --poll).
         let nudge = if config.doorbell { Nudge::new().ok().map(Arc::new) } else { None };

@@ -125,6 +125,16 @@ pub struct SchedulerSettings {
     /// collective anyway).
     #[arg(long)]
     pub gang: bool,
+    /// Keep only N offline processes runnable on a GPU while it has no online work, the others
+    /// suspended ("parked") and taking turns every --rotate: each online burst then pays N
+    /// SUSPENDs instead of one per offline process. For offline processes that each keep the
+    /// GPU busy alone; loader-bound ones lose throughput parked. 0: all runnable. Not with --gang.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub runnable: usize,
+    /// How often parked offline processes take their turn (--runnable), e.g. 250ms.
+    #[arg(long, default_value = "250ms", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
+    #[serde(deserialize_with = "in_ms")]
+    pub rotate: Duration,
 }
 
 impl Default for SchedulerSettings {
@@ -153,6 +163,8 @@ impl Default for SchedulerSettings {
             busy_share: config.policy.busy_share,
             defer_idle_offline: config.defer_idle,
             gang: config.gang,
+            runnable: config.runnable,
+            rotate: config.rotate,
         }
     }
 }
@@ -188,6 +200,8 @@ impl SchedulerSettings {
             cross_check: self.cross_check,
             defer_idle: self.defer_idle_offline,
             gang: self.gang,
+            runnable: self.runnable,
+            rotate: self.rotate.max(Duration::from_millis(1)),
             ..ScheduleConfig::default()
         }
     }
@@ -333,7 +347,7 @@ mod tests {
                 default.defer_idle
             )
         );
-        assert_eq!(config.gang, default.gang);
+        assert_eq!((config.gang, config.runnable, config.rotate), (default.gang, default.runnable, default.rotate));
         assert_eq!(
             (config.realtime.priority, config.realtime.cpu, config.realtime.lock_memory),
             (DEFAULT_RT_PRIORITY, None, true)
@@ -366,6 +380,8 @@ mod tests {
             ("busy-share", "0.1"),
             ("defer-idle-offline", ""),
             ("gang", ""),
+            ("runnable", "2"),
+            ("rotate", "100ms"),
         ];
         let flags: Vec<String> =
             Flags::command().get_arguments().filter_map(|a| a.get_long().map(String::from)).collect();

@@ -821,3 +821,62 @@ fn a_resume_of_several_offline_processes_stops_when_online_work_is_published_dur
     );
     assert_eq!((report.suspends, report.resumes, report.resumes_cut_short), (2, 2, 1));
 }
+
+#[test]
+fn with_one_runnable_the_second_offline_process_is_parked_and_costs_no_ioctl_when_online_work_comes_and_goes() {
+    static R: AtomicU64 = AtomicU64::new(0);
+    static W: AtomicU64 = AtomicU64::new(0);
+    const FIRST: u32 = 3_999_960;
+    const SECOND: u32 = 3_999_961;
+    // Two offline processes on A, the online GPU; one kept runnable, no rotation within the test.
+    let Setup { host: _host, side, config } = two_offline(FIRST, SECOND, A, (&R, &W));
+    let config = ScheduleConfig { runnable: 1, rotate: Duration::from_secs(3600), ..config };
+    let (events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
+        // The online GPU idle: one of the two is parked.
+        c.wait_until(|calls| count(calls, "suspend") == 1);
+        W.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "suspend") == 2);
+        R.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "resume") == 1);
+    });
+    assert_eq!(
+        side.calls(),
+        [
+            format!("attach {FIRST}"),
+            format!("attach {SECOND}"),
+            format!("suspend Gpu(GpuId({A}))"),
+            format!("suspend Gpu(GpuId({A}))"),
+            "resume 0x1000".into(),
+            format!("detach {FIRST}"),
+            format!("detach {SECOND}"),
+        ]
+    );
+    // The online burst: one SUSPEND and the parked process held with no ioctl; one RESUME.
+    assert_eq!(transitions(&events), ["suspend 0x1000 1 1", "resume 0x1000 1 0"]);
+    assert_eq!((report.suspends, report.resumes, report.offline_parks, report.offline_unparks), (1, 1, 1, 0));
+}
+
+#[test]
+fn parked_offline_processes_take_turns_while_the_gpu_has_no_online_work() {
+    static R: AtomicU64 = AtomicU64::new(0);
+    static W: AtomicU64 = AtomicU64::new(0);
+    const FIRST: u32 = 3_999_950;
+    const SECOND: u32 = 3_999_951;
+    let Setup { host: _host, side, config } = two_offline(FIRST, SECOND, A, (&R, &W));
+    let config = ScheduleConfig { runnable: 1, rotate: Duration::from_millis(5), ..config };
+    let (events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
+        // Parked, then two rotations: each a RESUME of the parked one and a SUSPEND of the other.
+        c.wait_until(|calls| count(calls, "suspend") >= 3 && count(calls, "resume") >= 2);
+    });
+    let calls = side.calls();
+    let park = format!("suspend Gpu(GpuId({A}))");
+    assert_eq!(&calls[2..7], [park.clone(), "resume 0x1000".into(), park.clone(), "resume 0x1000".into(), park]);
+    // No online work: no transition of the GPU's policy; every park and turn counted.
+    assert_eq!(transitions(&events), Vec::<String>::new());
+    assert_eq!(report.offline_parks, report.offline_unparks + 1, "one parked at a time");
+    assert!(report.offline_unparks >= 2, "{report:?}");
+}

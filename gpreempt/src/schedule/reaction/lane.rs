@@ -35,6 +35,8 @@ pub(super) struct Lane {
     pub published_ns: Option<u64>,
     /// Online work was seen here at the last step.
     pub active: bool,
+    /// `--runnable`: when the offline processes here last rotated.
+    pub rotated_ns: u64,
 }
 
 impl Lane {
@@ -52,6 +54,7 @@ impl Lane {
             doorbell_ns: None,
             published_ns: None,
             active: false,
+            rotated_ns: now,
         }
     }
 

@@ -25,7 +25,8 @@
 //! fresh reading must follow an ioctl, the clock itself). [`messages`] what the threads tell
 //! each other, [`stats`] what the thread measures, [`lane`] one GPU's policy, [`doorbells`] the
 //! probe, [`online_watch`] the online side, [`offline_sessions`] the offline sessions,
-//! [`transition`] one suspend or resume, [`arrivals`] the arrival probe and its pending holds.
+//! [`transition`] one suspend or resume, [`arrivals`] the arrival probe and its pending holds,
+//! [`runnable`] the offline processes parked and rotated (`--runnable`).
 
 mod arrivals;
 mod doorbells;
@@ -33,6 +34,7 @@ mod lane;
 mod messages;
 mod offline_sessions;
 mod online_watch;
+mod runnable;
 mod stats;
 mod transition;
 
@@ -93,6 +95,10 @@ pub struct ReactionConfig {
     pub arrival: Option<ArrivalConfig>,
     /// Where the online processes' cgroup and sockets are read (`/proc`).
     pub proc_root: std::path::PathBuf,
+    /// Offline processes kept runnable per GPU while it has no online work (0: all), the
+    /// others parked ([`runnable`]), rotated every `rotate_ns`.
+    pub runnable: usize,
+    pub rotate_ns: u64,
 }
 
 /// The reaction loop's state; lives and dies on its thread.
@@ -303,6 +309,7 @@ impl<S: ControlSide> Reaction<S> {
                 self.act(i, action);
             }
         }
+        self.balance_runnable(now);
         self.rearm();
         self.rearm_arrivals(now);
         true

@@ -35,6 +35,10 @@ pub struct LoopStats {
     /// Resumes of several offline processes stopped between two RESUMEs because online work
     /// was published meanwhile (the rest stayed held).
     pub resumes_cut_short: AtomicU64,
+    /// `--runnable`: offline processes parked (suspended while their GPU had no online work) and
+    /// unparked (their turn to run).
+    pub offline_parks: AtomicU64,
+    pub offline_unparks: AtomicU64,
     /// Online dispatch delay seen in the indices: first seen pending → consumed, ns.
     pub dispatch_delay: Histogram,
     pub steps: AtomicU64,

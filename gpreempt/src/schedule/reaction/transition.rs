@@ -33,6 +33,8 @@ pub(super) struct Facts {
     pub held: bool,
     /// Held on this GPU with no ioctl (idle there).
     pub deferred: bool,
+    /// `--runnable`: parked on this GPU (suspended while it has no online work).
+    pub parked: bool,
 }
 
 impl Facts {
@@ -42,6 +44,7 @@ impl Facts {
             gang_holds: p.gang_holds(gpu),
             held: p.is_held_on(gpu),
             deferred: p.is_deferred_on(gpu),
+            parked: p.is_parked_on(gpu),
         }
     }
 }
@@ -94,6 +97,9 @@ pub(super) fn plan(kind: TransitionKind, facts: Facts, defer_idle: bool, idle: i
             Some(writes) => Step::Defer { writes },
             None => Step::Suspend,
         },
+        // Parked by `--runnable`: it stays suspended when the online work ends (its turn comes at
+        // a rotation), one RESUME fewer.
+        TransitionKind::Resume if facts.parked => Step::Nothing,
         TransitionKind::Resume if facts.held => Step::Resume,
         TransitionKind::Resume if facts.deferred => Step::EndDeferral,
         TransitionKind::Resume => Step::Nothing,
@@ -333,7 +339,8 @@ mod tests {
     const GPU: GpuId = GpuId(0x1000);
 
     /// A process on its own (no gang), neither held nor deferred here.
-    const FREE: Facts = Facts { in_gang: false, gang_holds: GangHolds::None, held: false, deferred: false };
+    const FREE: Facts =
+        Facts { in_gang: false, gang_holds: GangHolds::None, held: false, deferred: false, parked: false };
 
     fn never() -> Option<u64> {
         panic!("the idle reading is taken only for a suspend of a process free here, with defer_idle")
@@ -366,6 +373,13 @@ mod tests {
         assert_eq!(plan(TransitionKind::Resume, FREE, true, never), Step::Nothing);
         assert_eq!(plan(TransitionKind::Resume, Facts { deferred: true, ..FREE }, true, never), Step::EndDeferral);
         assert_eq!(plan(TransitionKind::Resume, Facts { held: true, ..FREE }, true, never), Step::Resume);
+    }
+
+    #[test]
+    fn a_parked_process_is_held_with_no_ioctl_and_stays_parked_when_the_online_work_ends() {
+        let parked = Facts { held: true, parked: true, ..FREE };
+        assert_eq!(plan(TransitionKind::Suspend, parked, false, never), Step::StillHeld);
+        assert_eq!(plan(TransitionKind::Resume, parked, false, never), Step::Nothing);
     }
 
     #[test]
