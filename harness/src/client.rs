@@ -4,8 +4,12 @@
 
 use std::{
     collections::VecDeque,
+    net::TcpListener,
     path::Path,
-    sync::atomic::{AtomicU32, Ordering},
+    sync::{
+        Mutex,
+        atomic::{AtomicU32, Ordering},
+    },
     time::Duration,
 };
 
@@ -42,6 +46,13 @@ pub struct ClientResult {
     /// uprobe's cost per kernel launch is its difference with and without the probe).
     #[serde(default)]
     pub doorbell_store_ns: Vec<u64>,
+    /// A served online client: per request, when it was read, its first dispatch published and
+    /// its last seen complete (CLOCK_MONOTONIC, ns), in the order answered.
+    #[serde(default)]
+    pub served: Vec<crate::server::Served>,
+    /// A served online client: the probes and scrapes it answered, and other messages (404).
+    #[serde(default)]
+    pub answered: crate::server::Answered,
 }
 
 use crate::doorbell_stub::Store;
@@ -74,22 +85,33 @@ pub struct QueueRef {
     pub gpu: usize,
 }
 
-struct Ctx<'a> {
+/// What a client's loops share: its queues, its wake word, the stand-in runtime's store. Shared
+/// by the connection threads of a served client, so each queue publishes under its own lock.
+pub(crate) struct Ctx<'a> {
     region: &'a Region,
     wake: &'a AtomicU32,
     queues: Vec<(&'a QueueSlot, usize)>,
+    /// One publisher per queue at a time (a served client publishes from several threads).
+    publishing: Vec<Mutex<()>>,
     /// The stand-in runtime's doorbell store (online clients), and each call's duration.
     store: Option<Store>,
-    store_ns: std::cell::RefCell<Vec<u64>>,
+    store_ns: Mutex<Vec<u64>>,
 }
 
 impl Ctx<'_> {
-    fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         self.region.stop.load(Ordering::Acquire) != 0
     }
 
-    /// Publish dispatches on queue `q` together (waiting for ring room); the write index after.
-    fn publish(&self, q: usize, dispatches: &[u64]) -> (u64, u64) {
+    pub(crate) fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// Publish dispatches on queue `q` together (waiting for ring room); the write index after
+    /// and the publish time.
+    pub(crate) fn publish(&self, q: usize, dispatches: &[u64]) -> (u64, u64) {
+        // A poisoned lock only means another publisher panicked: the slot is still consistent.
+        let _one = self.publishing[q].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (slot, gpu) = self.queues[q];
         while slot.room() < dispatches.len() as u64 && !self.stopped() {
             let seen = self.wake.load(Ordering::Acquire);
@@ -106,14 +128,15 @@ impl Ctx<'_> {
             let before = monotonic_ns();
             // SAFETY: the handle is the address of this slot's `doorbell_value` in our mapping.
             unsafe { store(slot.doorbell_signal.load(Ordering::Relaxed), w as i64) };
-            self.store_ns.borrow_mut().push(monotonic_ns() - before);
+            let took = monotonic_ns() - before;
+            self.store_ns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(took);
         }
         ring(&self.region.doorbell[gpu]);
         (w, at)
     }
 
     /// Wait until queue `q` has completed `target` dispatches (or the run stops).
-    fn wait_done(&self, q: usize, target: u64) -> bool {
+    pub(crate) fn wait_done(&self, q: usize, target: u64) -> bool {
         loop {
             let seen = self.wake.load(Ordering::Acquire);
             if self.queues[q].0.completed.load(Ordering::Acquire) >= target {
@@ -139,6 +162,16 @@ pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) ->
     crate::shm::tight_timers();
     pin_from_env()?;
     let shm = Shm::open(shm).with_context(|| format!("mapping {}", shm.display()))?;
+    // A served client listens before it attaches, so the harness finds its port with its queues
+    // (and in this process's cgroup, which the socket is charged to from here on).
+    let listener = match spec {
+        ClientSpec::Served { .. } => {
+            let l = TcpListener::bind(("127.0.0.1", 0)).context("listening on a loopback port")?;
+            shm.client_port[client].store(u32::from(l.local_addr()?.port()), Ordering::Release);
+            Some(l)
+        }
+        _ => None,
+    };
     let pid = std::process::id();
     for q in queues {
         let slot = &shm.queues[q.slot];
@@ -149,7 +182,7 @@ pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) ->
         slot.owner.store(pid, Ordering::Release);
     }
     // Only the online side rings through the runtime (the offline trainers are raw clients).
-    let online = matches!(spec, ClientSpec::Requests { .. } | ClientSpec::Batching { .. });
+    let online = matches!(spec, ClientSpec::Requests { .. } | ClientSpec::Batching { .. } | ClientSpec::Served { .. });
     let store = if online { doorbell_store()? } else { None };
     while shm.go.load(Ordering::Acquire) == 0 {
         futex_wait(&shm.go, 0, Some(Duration::from_millis(100)));
@@ -158,12 +191,17 @@ pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) ->
         region: &shm,
         wake: &shm.client_wake[client],
         queues: queues.iter().map(|q| (&shm.queues[q.slot], q.gpu)).collect(),
+        publishing: queues.iter().map(|_| Mutex::new(())).collect(),
         store,
-        store_ns: std::cell::RefCell::new(Vec::new()),
+        store_ns: Mutex::new(Vec::new()),
     };
     let t0 = shm.start_ns.load(Ordering::Acquire);
     let mut result = match spec {
         ClientSpec::Requests { requests } => requests_loop(&ctx, t0, requests),
+        ClientSpec::Served { requests, cpu } => {
+            let l = listener.context("a served client without its listener")?;
+            crate::server::serve(&ctx, l, requests, *cpu)
+        }
         ClientSpec::Batching { arrivals, model, gap_lo_ns, gap_hi_ns, seed } => {
             batching_loop(&ctx, t0, arrivals, *model, (*gap_lo_ns, *gap_hi_ns), *seed)
         }
@@ -174,7 +212,8 @@ pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) ->
             dp_loop(&ctx, *dispatch_ns, *spread, *step_dispatches, *ranks, *seed)
         }
     };
-    result.doorbell_store_ns = ctx.store_ns.take();
+    result.doorbell_store_ns =
+        std::mem::take(&mut *ctx.store_ns.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     Ok(result)
 }
 

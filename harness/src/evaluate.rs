@@ -10,7 +10,10 @@ use serde::Serialize;
 
 use crate::{
     figures::{StateFigures, reduce},
-    floor::{StepFloor, SuspendFloor, step_floor, suspend_floor},
+    floor::{
+        GOAL_RATIO_FROM_ARRIVAL, GOAL_RATIO_FROM_SUBMISSION, LeadFloor, StepFloor, SuspendFloor, lead_floor,
+        step_floor, suspend_floor,
+    },
     profile::section7,
     run::{Raw, run_state},
     scenario::{ENGINE_GAP_NS, Offline, Online, Scenario},
@@ -33,6 +36,10 @@ pub struct Comparison {
     pub offline_of_idle: f64,
     /// The data-parallel job's steps/s against alone.
     pub job_steps_ratio: Option<f64>,
+    /// Requests over TCP: P50 and P99 measured from arrival (the sender's write → its answer)
+    /// against alone's, measured the same way.
+    pub p50_ratio_from_arrival: Option<f64>,
+    pub p99_ratio_from_arrival: Option<f64>,
 }
 
 /// Whether the emulator profile reproduces §7.3 within PROFILES.md's tolerance.
@@ -55,6 +62,10 @@ pub struct ScenarioResult {
     pub suspend_floor: Option<SuspendFloor>,
     /// Continuous batching: what the step goal asks of the offline side's idle time.
     pub step_floor: Option<StepFloor>,
+    /// Poisson requests over TCP next to trainers: the floor with the CPU phase as a lead,
+    /// judged from arrival and from the first submission (`floor.rs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lead_floors: Vec<LeadFloor>,
 }
 
 fn ratio(a: Option<&Summary>, b: Option<&Summary>, f: fn(&Summary) -> f64) -> Option<f64> {
@@ -68,6 +79,7 @@ pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> 
     let online_raw = run_state(sc, &alone, 0.0)?;
     let online = reduce(&alone, &online_raw, sc.requests());
     let (suspend_floor, step_floor) = floors(sc, &online_raw, &online);
+    let lead_floors = lead_floors(sc, &online_raw, &online);
     let seconds = online.window_s.clamp(2.0, 8.0);
     eprintln!("[{}] offline alone ({seconds:.1} s)", sc.name);
     let alone = BenchState::new(State::OfflineAlone);
@@ -93,6 +105,8 @@ pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> 
             kept: s.gpus.iter().zip(&offline.gpus).map(|(c, a)| c.offline_share / a.offline_share.max(1e-9)).collect(),
             offline_of_idle: s.gpus.first().map_or(0.0, |g| g.offline_of_idle),
             job_steps_ratio: s.job_steps_per_s.zip(offline.job_steps_per_s).map(|(c, a)| c / a.max(1e-9)),
+            p50_ratio_from_arrival: ratio(from_arrival(s), from_arrival(&online), |x| x.p50),
+            p99_ratio_from_arrival: ratio(from_arrival(s), from_arrival(&online), |x| x.p99),
         })
         .collect();
     let section7 = section7_mirror.then(|| {
@@ -113,7 +127,45 @@ pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> 
     states.push(online);
     states.push(offline);
     states.extend(co);
-    Ok(ScenarioResult { scenario: sc.clone(), states, comparisons, section7, suspend_floor, step_floor })
+    Ok(ScenarioResult { scenario: sc.clone(), states, comparisons, section7, suspend_floor, step_floor, lead_floors })
+}
+
+fn from_arrival(s: &StateFigures) -> Option<&Summary> {
+    s.request_path.as_ref()?.latency_from_arrival_ms.as_ref()
+}
+
+/// The floor with a lead (`floor.rs`), for Poisson requests over TCP next to trainers that always
+/// have work queued: from the alone run, each request's latency (from arrival and from its first
+/// submission) and its lead; the SUSPENDs and RESUMEs at the profile's shortest, one per trainer;
+/// the gaps between the online GPU's busy periods alone.
+fn lead_floors(sc: &Scenario, alone: &Raw, figures: &StateFigures) -> Vec<LeadFloor> {
+    let (Offline::Trainers { processes, host_gap_ns: (0, 0), .. }, Online::Poisson { .. }, Some(_)) =
+        (&sc.offline, &sc.online, sc.serving)
+    else {
+        return Vec::new();
+    };
+    let trainers = *processes as u64;
+    let costs = (trainers * sc.profile.suspend.min(), trainers * sc.profile.resume.min());
+    let joined = crate::request_path::joined(alone);
+    let end = alone.start_ns + alone.window_ns;
+    let busy: Vec<_> = alone
+        .busy
+        .first()
+        .into_iter()
+        .flatten()
+        .filter(|b| b.start_ns >= alone.start_ns && b.start_ns <= end)
+        .collect();
+    let gaps: Vec<u64> = busy.windows(2).map(|w| w[1].start_ns.saturating_sub(w[0].end_ns)).collect();
+    let share = figures.gpus.first().map_or(0.0, |g| g.online_share);
+    let idle = (alone.window_ns as f64 * (1.0 - share)) as u64;
+    let leads: Vec<u64> = joined.iter().map(|j| j.1).collect();
+    [
+        ("arrival", GOAL_RATIO_FROM_ARRIVAL, joined.iter().map(|j| j.0).collect::<Vec<_>>()),
+        ("submission", GOAL_RATIO_FROM_SUBMISSION, joined.iter().map(|j| j.2).collect()),
+    ]
+    .into_iter()
+    .filter_map(|(from, ratio, alone_ns)| lead_floor(&alone_ns, &leads, from, ratio, costs, &gaps, share, idle))
+    .collect()
 }
 
 /// The floors of a load next to trainers that always have work queued (a loader-bound trainer or

@@ -38,6 +38,24 @@ impl FakeRoots {
         fs::write(proc_dir.join("cgroup"), "0::/user.slice\n")
     }
 
+    /// A served online client: the scheduler's arrival path finds its cgroup v2 directory and
+    /// its listening ports under the roots (`host::cgroup`: `proc/self/mountinfo` and
+    /// `proc/PID/cgroup`; `host::sockets`: `proc/PID/fd` and `proc/PID/net`), so those are the
+    /// real ones: the cgroup line copied, the rest linked to `/proc`.
+    pub fn served_process(&self, pid: u32) -> io::Result<()> {
+        let proc_dir = self.dir.join(format!("proc/{pid}"));
+        fs::create_dir_all(&proc_dir)?;
+        fs::write(proc_dir.join("cgroup"), fs::read(format!("/proc/{pid}/cgroup"))?)?;
+        for entry in ["fd", "net"] {
+            std::os::unix::fs::symlink(format!("/proc/{pid}/{entry}"), proc_dir.join(entry))?;
+        }
+        let me = self.dir.join("proc/self");
+        if fs::symlink_metadata(&me).is_err() {
+            std::os::unix::fs::symlink("/proc/self", me)?;
+        }
+        Ok(())
+    }
+
     /// A file inside the root (the clients' specs live here too).
     pub fn file(&self, name: &str) -> PathBuf {
         self.dir.join(name)
@@ -56,5 +74,42 @@ impl FakeRoots {
 impl Drop for FakeRoots {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::BTreeSet, net::TcpListener, path::Path};
+
+    use gpreempt::{
+        domain::HostPid,
+        host::{cgroup::cgroup_dir, sockets::tcp_listening_ports},
+    };
+
+    use super::*;
+
+    #[test]
+    fn a_served_process_shows_its_real_cgroup_and_ports_under_the_roots() {
+        let roots = FakeRoots::new().unwrap();
+        let me = std::process::id();
+        roots.kfd_process(me, &[(0, GpuId(1))]).unwrap();
+        roots.served_process(me).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let proc_root = roots.roots().proc;
+        let ports = tcp_listening_ports(&proc_root, HostPid(me)).unwrap();
+        assert!(ports.contains(&port), "{port} not in {ports:?}");
+        let real = cgroup_dir(Path::new("/proc"), HostPid(me)).unwrap();
+        assert_eq!(cgroup_dir(&proc_root, HostPid(me)).unwrap(), real);
+        // The KFD entries stay the fake ones; the same pid twice is refused.
+        assert!(proc_root.join(format!("{me}/status")).is_file());
+        assert_eq!(roots.served_process(me).unwrap_err().kind(), io::ErrorKind::AlreadyExists);
+        drop(listener);
+        let ports = tcp_listening_ports(&proc_root, HostPid(me)).unwrap();
+        assert!(ports.is_disjoint(&BTreeSet::from([port])));
+        let dir = roots.file("");
+        drop(roots);
+        assert!(!dir.exists());
+        assert!(Path::new("/proc/self/fd").is_dir(), "the links were removed, not their targets");
     }
 }

@@ -110,6 +110,9 @@ pub struct SchedulerFigures {
     pub resumes_by_reason: BTreeMap<String, u64>,
     pub resumes_skipped: u64,
     pub realtime: String,
+    /// Per online process: the arrival path as the scheduler reports it (segment counts, pending
+    /// holds served / late / wasted, the lead, arrival → SUSPEND).
+    pub arrival: Vec<gpreempt::schedule::arrival::report::ArrivalReport>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -131,6 +134,9 @@ pub struct StateFigures {
     /// The data-parallel job's steps per second (both ranks meet every step).
     pub job_steps_per_s: Option<f64>,
     pub scheduler: Option<SchedulerFigures>,
+    /// Requests over TCP (issue 45): from arrival, the lead, probes, requests found held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_path: Option<crate::request_path::RequestPathFigures>,
     pub warnings: Vec<String>,
 }
 
@@ -175,7 +181,7 @@ fn gpu_figures(
 const BACK_TO_BACK_NS: u64 = 100_000;
 
 /// Held intervals of GPU `g` (some offline process suspended), from the stamps.
-fn held_intervals(stamps: &[Stamp], g: usize) -> Vec<(u64, u64)> {
+pub(crate) fn held_intervals(stamps: &[Stamp], g: usize) -> Vec<(u64, u64)> {
     let mut s: Vec<&Stamp> = stamps.iter().filter(|s| s.gpu == g).collect();
     s.sort_by_key(|s| s.entered_ns);
     let (mut n, mut since, mut out) = (0usize, 0u64, Vec::new());
@@ -377,6 +383,7 @@ pub fn reduce(state: &BenchState, raw: &Raw, requests: usize) -> StateFigures {
             resumes_by_reason: report.resumes_by_reason.iter().map(|(r, n)| (r.name().to_owned(), *n)).collect(),
             resumes_skipped: report.resumes_skipped,
             realtime: report.realtime.policy.to_owned(),
+            arrival: report.arrival.clone(),
         }
     });
     StateFigures {
@@ -400,6 +407,10 @@ pub fn reduce(state: &BenchState, raw: &Raw, requests: usize) -> StateFigures {
         gpus,
         job_steps_per_s,
         scheduler,
+        request_path: crate::request_path::reduce(
+            raw,
+            raw.report.as_ref().map(|_| held_intervals(&raw.stamps, 0)).as_deref(),
+        ),
         warnings: raw.warnings.clone(),
     }
 }

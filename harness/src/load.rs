@@ -3,13 +3,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::rng::Rng;
+use crate::{cpu_phase::CpuPhase, rng::Rng};
 
 /// One online request: when it arrives (ns after the load's start) and its dispatches' GPU times.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Request {
     pub at_ns: u64,
     pub dispatches: Vec<u64>,
+    /// Its prompt's tokens (the CPU phase and the body sent over TCP grow with it); 0 where no
+    /// prompt is modelled.
+    #[serde(default)]
+    pub tokens: u64,
 }
 
 /// One arrival of the trace, for the continuous-batching server.
@@ -41,6 +45,10 @@ pub enum ClientSpec {
     /// Open loop: each request's dispatches published together at its arrival, on the client's
     /// queues in turn; latency = publish of its first dispatch → completion of its last.
     Requests { requests: Vec<Request> },
+    /// The same requests, received over loopback TCP (the harness sends them at their arrival
+    /// times, `server.rs`): each read, its CPU phase spun, then its dispatches published on the
+    /// client's queues in turn (request id modulo queues), its answer sent when they completed.
+    Served { requests: Vec<Request>, cpu: CpuPhase },
     /// A continuous-batching engine: while any request is in flight, one step (a dispatch) at a
     /// time, requests joining at the next step, a CPU gap between steps.
     Batching { arrivals: Vec<Arrival>, model: TokenModel, gap_lo_ns: u64, gap_hi_ns: u64, seed: u64 },
@@ -67,7 +75,11 @@ pub fn poisson(
         .map(|_| {
             at += rng.exponential(1e9 / rate_hz);
             let n = rng.between(1, mean_dispatches.max(1) * 2 - 1);
-            Request { at_ns: at as u64, dispatches: (0..n).map(|_| rng.around(dispatch_ns, spread)).collect() }
+            Request {
+                at_ns: at as u64,
+                dispatches: (0..n).map(|_| rng.around(dispatch_ns, spread)).collect(),
+                tokens: 0,
+            }
         })
         .collect()
 }
@@ -119,10 +131,24 @@ pub fn trace_requests(arrivals: &[Arrival], model: TokenModel) -> Vec<Request> {
                 model.decode_step_ns + model.per_sequence_ns,
                 a.generated.saturating_sub(1) as usize,
             ));
-            Request { at_ns: a.at_ns, dispatches: d }
+            Request { at_ns: a.at_ns, dispatches: d, tokens: a.context }
         })
         .collect()
 }
+
+/// Prompts for requests that have none (Poisson): each a `ContextTokens` of the conversation
+/// slice of the Azure trace (157 values, median 862, 2-4 107 tokens), drawn uniformly and
+/// seeded, so a Poisson load's CPU phases have the spread of a real service's prompts.
+pub fn with_prompts(requests: &mut [Request], seed: u64) {
+    let contexts: Vec<u64> = Trace::Conv.arrivals(usize::MAX).iter().map(|a| a.context).collect();
+    let mut rng = Rng::new(seed ^ PROMPT_SEED);
+    for r in requests {
+        r.tokens = contexts[rng.between(0, contexts.len() as u64 - 1) as usize];
+    }
+}
+
+/// Mixed into the load's seed for its prompts (so the dispatches drawn stay those of before).
+const PROMPT_SEED: u64 = 0x7072_6f6d_7074;
 
 /// A step of the batching engine: `batch` sequences, `joining_context` prefill tokens.
 pub fn step_ns(model: TokenModel, batch: u64, joining_context: u64) -> u64 {
@@ -149,7 +175,7 @@ mod tests {
     fn tokens_map_to_a_prefill_and_one_decode_step_per_later_token() {
         let m = TokenModel::default();
         let r = trace_requests(&[Arrival { at_ns: 5, context: 1000, generated: 3 }], m);
-        assert_eq!(r, vec![Request { at_ns: 5, dispatches: vec![5_000_000, 820_000, 820_000] }]);
+        assert_eq!(r, vec![Request { at_ns: 5, dispatches: vec![5_000_000, 820_000, 820_000], tokens: 1000 }]);
         assert_eq!(step_ns(m, 4, 100), 800_000 + 80_000 + 500_000);
     }
 
@@ -162,5 +188,21 @@ mod tests {
         assert!(r.iter().flat_map(|q| &q.dispatches).all(|&d| (MS / 2..=3 * MS / 2).contains(&d)));
         let mean_gap = r[199].at_ns as f64 / 200.0;
         assert!((mean_gap - 50e6).abs() < 10e6, "{mean_gap}");
+    }
+
+    #[test]
+    fn poisson_prompts_come_from_the_conversation_slice_and_leave_the_dispatches_alone() {
+        let mut r = poisson(20.0, 200, 3, MS, 0.5, 1);
+        let before = r.clone();
+        with_prompts(&mut r, 1);
+        let contexts: Vec<u64> = Trace::Conv.arrivals(1000).iter().map(|a| a.context).collect();
+        assert!(r.iter().all(|q| contexts.contains(&q.tokens)));
+        assert!(r.iter().zip(&before).all(|(a, b)| a.at_ns == b.at_ns && a.dispatches == b.dispatches));
+        // Seeded: the same seed, the same prompts; and not all one value.
+        let mut again = before.clone();
+        with_prompts(&mut again, 1);
+        assert_eq!(again, r);
+        assert!(r.iter().any(|q| q.tokens != r[0].tokens));
+        assert_eq!((contexts.iter().min(), contexts.iter().max()), (Some(&2), Some(&4_107)));
     }
 }

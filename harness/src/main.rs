@@ -7,11 +7,12 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use harness::{
     client::{self, QueueRef},
+    cpu_phase::CpuPhase,
     evaluate::evaluate,
     gpu::core::Bound,
     load::{ClientSpec, Trace},
     profile::Profile,
-    scenario::{self, Online, Scenario},
+    scenario::{self, NO_PROBES, Online, STRESS_PROBES, Scenario, Serving, USUAL_PROBES},
     suite, timer_floor,
 };
 
@@ -33,6 +34,16 @@ enum LoadArg {
     Idle,
     /// §7.3's 1-offline point (Poisson 20/s over 2 queues, one §7 trainer).
     Section7,
+}
+
+/// Health probes and metric scrapes beside requests over TCP.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ProbesArg {
+    None,
+    /// `GET /health` every second, `GET /metrics` every 15 s.
+    Usual,
+    /// `GET /health` 20 times a second, `GET /metrics` every 15 s.
+    Stress,
 }
 
 #[derive(Subcommand)]
@@ -60,6 +71,13 @@ enum Cmd {
         requests: usize,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Send the requests over loopback TCP to the online client (in a cgroup of its own),
+        /// each with this CPU phase before its first dispatch (Poisson and trace loads).
+        #[arg(long, value_enum)]
+        cpu_phase: Option<CpuPhase>,
+        /// With --cpu-phase: health probes and scrapes beside the requests.
+        #[arg(long, value_enum, default_value = "none")]
+        probes: ProbesArg,
     },
     /// The whole matrix (BENCHMARKS §9); `--quick`: fewer requests and sweep points.
     Suite {
@@ -78,6 +96,16 @@ enum Cmd {
         #[arg(long, default_value_t = 4.0)]
         seconds: f64,
     },
+    /// The arrival probe's cost per packet: a loopback request load on one keep-alive
+    /// connection to a receiver in a cgroup of its own, without and with the cgroup_skb program
+    /// attached (root, and a build with the eBPF objects).
+    PacketCost {
+        #[arg(long, default_value_t = 40_000)]
+        requests: usize,
+    },
+    /// The receiver of packet-cost (prints its port, answers everything, ends at stdin's EOF).
+    #[command(hide = true)]
+    Sink,
     #[command(hide = true)]
     Client {
         #[arg(long)]
@@ -94,7 +122,19 @@ enum Cmd {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Cmd::Run { load, offline, data_parallel, loader_bound, profile, bound, variants, requests, seed } => {
+        Cmd::Run {
+            load,
+            offline,
+            data_parallel,
+            loader_bound,
+            profile,
+            bound,
+            variants,
+            requests,
+            seed,
+            cpu_phase,
+            probes,
+        } => {
             let profile = Profile::by_name(&profile).with_context(|| format!("no profile named {profile}"))?;
             let online = match load {
                 LoadArg::Poisson | LoadArg::Section7 => scenario::poisson(requests),
@@ -117,6 +157,14 @@ fn main() -> Result<()> {
                 bound,
                 variants,
                 seed,
+                serving: cpu_phase.map(|cpu| {
+                    let rates = match probes {
+                        ProbesArg::None => NO_PROBES,
+                        ProbesArg::Usual => USUAL_PROBES,
+                        ProbesArg::Stress => STRESS_PROBES,
+                    };
+                    Serving::new(cpu, rates)
+                }),
             };
             let floor = timer_floor::measure(1.0);
             let result = evaluate(&sc, matches!(load, LoadArg::Section7))?;
@@ -128,6 +176,11 @@ fn main() -> Result<()> {
             println!("{}", serde_json::to_string(&harness::store_cost::measure(calls)?)?);
             Ok(())
         }
+        Cmd::PacketCost { requests } => {
+            println!("{}", serde_json::to_string(&harness::packet_cost::measure(requests)?)?);
+            Ok(())
+        }
+        Cmd::Sink => harness::sink::run(),
         Cmd::WakeFloor { seconds } => {
             println!("{}", serde_json::to_string(&harness::wake_floor::measure(seconds))?);
             Ok(())

@@ -26,6 +26,7 @@ use gpreempt::{
 };
 
 use crate::{
+    cgroup::OwnCgroup,
     client::ClientResult,
     control::{ModelOccupancySource, ModelSide, Stamp, World},
     fake_roots::FakeRoots,
@@ -34,7 +35,9 @@ use crate::{
         core::{Accounting, BusyPeriod, GpuCore, Side},
     },
     idle_cpu::{self, IdleCpu},
+    load::ClientSpec,
     scenario::{ClientPlan, Online, Scenario},
+    sender::{self, SenderResult},
     shm::{MAX_CLIENTS, MAX_QUEUES, Shm, futex_wake},
     started::Started,
 };
@@ -55,6 +58,10 @@ pub struct Raw {
     pub run_thread_cpu_ns: u64,
     /// The idle load's scheduled states: gpreempt's CPU inside its quiet time.
     pub idle_cpu: Option<IdleCpu>,
+    /// A served online client: what the harness's sender sent and was answered, and the cgroup
+    /// the client ran in (None: it could not have one, see the warnings).
+    pub sender: Option<SenderResult>,
+    pub cgroup: Option<String>,
     pub warnings: Vec<String>,
 }
 
@@ -86,6 +93,7 @@ fn spawn_client(
     slots: &[usize],
     dir: &FakeRoots,
     cpu: Option<usize>,
+    cgroup: Option<&OwnCgroup>,
 ) -> Result<Child> {
     let spec_path = dir.file(&format!("spec-{index}.json"));
     std::fs::write(&spec_path, serde_json::to_vec(&plan.spec)?)?;
@@ -101,6 +109,9 @@ fn spawn_client(
     }
     if let Some(cpu) = cpu {
         cmd.env(crate::client::CPU_ENV, cpu.to_string());
+    }
+    if let Some(cgroup) = cgroup {
+        cgroup.place(&mut cmd);
     }
     cmd.stdout(Stdio::piped()).stdin(Stdio::null()).stderr(Stdio::inherit());
     cmd.spawn().context("starting a client process")
@@ -144,12 +155,22 @@ pub fn run_state(sc: &Scenario, state: &BenchState, seconds: f64) -> Result<Raw>
     // KFD processes there).
     let roots = FakeRoots::new()?;
     let mut started = Started::new(shm.clone(), gpus.clone())?;
+    let mut warnings = Vec::new();
+    // A served online client runs in a cgroup v2 of its own, where the arrival probe attaches.
+    let served = with_online && plans.first().is_some_and(|p| matches!(p.spec, ClientSpec::Served { .. }));
+    if served {
+        match OwnCgroup::create() {
+            Ok(c) => started.cgroup = Some(c),
+            Err(e) => warnings.push(format!("the online client runs in the harness's cgroup: {e:#}")),
+        }
+    }
     let mut pids: Vec<HostPid> = Vec::new();
     // `same-cpu`: the online client on the reaction thread's CPU.
     let same_cpu = state.variant() == Some(crate::variants::SAME_CPU_VARIANT);
     for (i, p) in plans.iter().enumerate() {
         let cpu = (same_cpu && p.side == Side::Online).then_some(crate::variants::SAME_CPU);
-        let child = spawn_client(&shm, i, p, &slots[i], &roots, cpu)?;
+        let cgroup = started.cgroup.as_ref().filter(|_| served && i == 0);
+        let child = spawn_client(&shm, i, p, &slots[i], &roots, cpu, cgroup)?;
         pids.push(HostPid(child.id()));
         started.adopt(child);
     }
@@ -170,7 +191,16 @@ pub fn run_state(sc: &Scenario, state: &BenchState, seconds: f64) -> Result<Raw>
             roots.kfd_process(pid.0, &queues)?;
         }
     }
-    let mut warnings = Vec::new();
+    // Its port, and its cgroup and sockets where the scheduler looks for them.
+    let port = if served {
+        roots.served_process(pids[0].0).context("the served client's /proc entries")?;
+        match u16::try_from(shm.client_port[0].load(Ordering::Acquire)) {
+            Ok(p) if p != 0 => Some(p),
+            _ => bail!("the served client attached without a port"),
+        }
+    } else {
+        None
+    };
     let mut emit = |e: &ScheduleEvent| {
         if let ScheduleEvent::Warning { message } = e {
             warnings.push(message.clone());
@@ -213,6 +243,22 @@ pub fn run_state(sc: &Scenario, state: &BenchState, seconds: f64) -> Result<Raw>
     shm.start_ns.store(start_ns, Ordering::Release);
     shm.go.store(1, Ordering::Release);
     futex_wake(&shm.go);
+    // The requests, probes and scrapes over TCP, from their origin.
+    let sender = match (port, plans.first().map(|p| &p.spec), sc.serving) {
+        (Some(port), Some(ClientSpec::Served { requests, .. }), Some(serving)) => {
+            let plan = sender::Plan {
+                port,
+                start_ns,
+                requests: requests.iter().map(|r| (r.at_ns, r.tokens)).collect(),
+                health_per_s: serving.health_per_s,
+                metrics_per_s: serving.metrics_per_s,
+                warm: sender::WARM,
+            };
+            let shm = shm.clone();
+            Some(started.spawn(move || sender::run(&plan, &move || shm.stop.load(Ordering::Acquire) != 0))?)
+        }
+        _ => None,
+    };
     let before: Vec<Accounting> = {
         while monotonic_ns() < start_ns {
             std::thread::sleep(Duration::from_micros(200));
@@ -265,13 +311,15 @@ pub fn run_state(sc: &Scenario, state: &BenchState, seconds: f64) -> Result<Raw>
     started.stop_clients();
     let mut results: Vec<(Side, ClientResult)> = Vec::new();
     let (online, after, busy, end_ns) = watched??;
+    let sender = sender.map(|r| r.recv()).transpose().map_err(|_| anyhow::anyhow!("the sender panicked"))?;
     if let Some(out) = online {
         results.push((Side::Online, started.collect_from(0, &out)?));
     }
     for i in usize::from(with_online)..plans.len() {
         results.push((Side::Offline, started.collect(i)?));
     }
-    // The model GPUs stop and their drivers are joined.
+    let cgroup = started.cgroup.as_ref().map(|c| c.dir().display().to_string());
+    // The model GPUs stop and their drivers are joined; the cgroup is removed.
     drop(started);
     let _ = std::io::stderr().flush();
     Ok(Raw {
@@ -285,6 +333,8 @@ pub fn run_state(sc: &Scenario, state: &BenchState, seconds: f64) -> Result<Raw>
         report,
         run_thread_cpu_ns,
         idle_cpu,
+        sender,
+        cgroup,
         warnings,
     })
 }

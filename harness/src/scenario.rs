@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::{
+    cpu_phase::CpuPhase,
     gpu::core::{Bound, Side},
     load::{self, ClientSpec, Request, TokenModel, Trace},
     profile::Profile,
@@ -41,6 +42,31 @@ pub enum Offline {
     DataParallel { dispatch_ns: u64, spread: f64, step_dispatches: u32 },
 }
 
+/// How requests reach the online client (issue 45): over loopback TCP from the harness, each
+/// with its CPU phase before its first dispatch, beside health probes and metric scrapes on
+/// connections of their own; the client in a cgroup v2 of its own, so the scheduler's arrival
+/// probe (`cgroup_skb` ingress) runs on its packets natively.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Serving {
+    pub cpu: CpuPhase,
+    /// `GET /health` per second (a kubelet's default probe period is 10 s, a load balancer's
+    /// health check often 1 s: 1/s is the usual rate taken; 20/s the stress rate).
+    pub health_per_s: f64,
+    /// `GET /metrics` per second (Prometheus scrapes every 15 s by default: 1/15).
+    pub metrics_per_s: f64,
+}
+
+/// Probe and scrape rates (PROFILES.md "Requests over TCP").
+pub const NO_PROBES: (f64, f64) = (0.0, 0.0);
+pub const USUAL_PROBES: (f64, f64) = (1.0, 1.0 / 15.0);
+pub const STRESS_PROBES: (f64, f64) = (20.0, 1.0 / 15.0);
+
+impl Serving {
+    pub fn new(cpu: CpuPhase, (health_per_s, metrics_per_s): (f64, f64)) -> Self {
+        Self { cpu, health_per_s, metrics_per_s }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Scenario {
     pub name: String,
@@ -50,6 +76,9 @@ pub struct Scenario {
     pub bound: Bound,
     pub variants: Vec<String>,
     pub seed: u64,
+    /// None: the requests are the online client's own, published at their arrival (as before
+    /// issue 45); Some: sent over TCP (Poisson and trace loads only).
+    pub serving: Option<Serving>,
 }
 
 /// A client process to start: its side, what it runs, its queues' GPUs.
@@ -80,7 +109,9 @@ impl Scenario {
                 (ClientSpec::Requests { requests: r }, 1)
             }
             Online::Idle { seconds } => (
-                ClientSpec::Requests { requests: vec![Request { at_ns: seconds * 1_000 * MS, dispatches: vec![MS] }] },
+                ClientSpec::Requests {
+                    requests: vec![Request { at_ns: seconds * 1_000 * MS, dispatches: vec![MS], tokens: 0 }],
+                },
                 1,
             ),
             Online::Batching { trace, requests } => (
@@ -93,6 +124,15 @@ impl Scenario {
                 },
                 1,
             ),
+        };
+        let spec = match (spec, self.serving) {
+            (ClientSpec::Requests { mut requests }, Some(serving)) => {
+                if matches!(self.online, Online::Poisson { .. }) {
+                    load::with_prompts(&mut requests, self.seed);
+                }
+                ClientSpec::Served { requests, cpu: serving.cpu }
+            }
+            (spec, _) => spec,
         };
         ClientPlan { side: Side::Online, spec, gpus: vec![0; queues.max(1)] }
     }

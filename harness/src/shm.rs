@@ -71,6 +71,9 @@ pub struct Region {
     pub go: AtomicU32,
     /// Set once: long-running clients (offline) stop (clients also get their wake word bumped).
     pub stop: AtomicU32,
+    /// Per client: the loopback TCP port it listens on (a served online client, set before it
+    /// attaches its queues), else 0.
+    pub client_port: [AtomicU32; MAX_CLIENTS],
     /// The data-parallel job's barrier: arrivals in this generation, and the generation.
     pub barrier_arrived: AtomicU32,
     pub barrier_generation: AtomicU32,

@@ -28,7 +28,7 @@ use crate::{
 /// Dropping it stops, in this order: the scheduler (it resumes and detaches the offline clients
 /// through the model), the clients not collected yet (told to stop, then killed), the watching
 /// threads (joined: a client they wait on is dead by then), the clients (reaped), the model GPUs
-/// (their drivers joined). The normal path collects the clients itself and then drops it.
+/// (their drivers joined), and removes the served client's cgroup. The normal path collects the clients itself and then drops it.
 pub struct Started {
     shm: Arc<Shm>,
     gpus: Vec<Arc<ModelGpu>>,
@@ -39,6 +39,9 @@ pub struct Started {
     /// Set once started; taken by the run.
     pub scheduler: Option<Scheduler>,
     watchers: Vec<JoinHandle<()>>,
+    /// The served online client's cgroup: removed after the clients are reaped (a field is
+    /// dropped after `drop` ran).
+    pub cgroup: Option<crate::cgroup::OwnCgroup>,
 }
 
 impl Started {
@@ -52,6 +55,7 @@ impl Started {
             clients: Vec::new(),
             scheduler: None,
             watchers: Vec::new(),
+            cgroup: None,
         };
         for g in gpus {
             // Pushed before the next spawn can fail, so that a failure stops the ones started.

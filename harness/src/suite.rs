@@ -7,12 +7,14 @@ use anyhow::Result;
 use serde_json::{Value, json};
 
 use crate::{
+    cpu_phase::CpuPhase,
     evaluate::evaluate,
     gpu::core::Bound,
     load::Trace,
     profile::Profile,
-    scenario::{self, Offline, Online, Scenario},
+    scenario::{self, NO_PROBES, Offline, Online, STRESS_PROBES, Scenario, Serving, USUAL_PROBES},
     timer_floor,
+    variants::NO_ARRIVAL_VARIANT,
 };
 
 /// Every scenario runs this scheduler and the previous one in the same run (before and after).
@@ -27,6 +29,7 @@ fn scenario(name: &str, online: Online, offline: Offline, profile: Profile, boun
         bound,
         variants: VARIANTS_COMPARED.iter().map(|v| (*v).to_owned()).collect(),
         seed: 1,
+        serving: None,
     }
 }
 
@@ -133,6 +136,38 @@ pub fn policy_matrix() -> Vec<Scenario> {
     ]
 }
 
+/// The arrival probe (issue 45): Poisson requests sent over loopback TCP to a client in a cgroup
+/// of its own, each with a CPU phase before its first dispatch, under the scheduler with the
+/// probe (default) and without it (`no-arrival`) in the same run: the `vllm-mi300x` phase with
+/// 1-3 trainers; with health probes and scrapes at their usual rates and at the stress rate (the
+/// default only: against the run without probes); and the `lean` phase, shorter than the
+/// SUSPENDs. MI300X central profile, serial bound.
+pub fn arrival_matrix(quick: bool) -> Vec<Scenario> {
+    let requests = if quick { 60 } else { 200 };
+    let served = |name: &str, n: usize, cpu: CpuPhase, probes: (f64, f64), variants: &[&str]| {
+        let mut sc = scenario(
+            &format!("arrival/{name}"),
+            scenario::poisson(requests),
+            scenario::trainers(n),
+            Profile::mi300x(),
+            Bound::Serial,
+        );
+        sc.serving = Some(Serving::new(cpu, probes));
+        sc.variants = variants.iter().map(|v| (*v).to_owned()).collect();
+        sc
+    };
+    let both = &["default", NO_ARRIVAL_VARIANT];
+    let vllm = CpuPhase::VllmMi300x;
+    vec![
+        served("poisson-1off-vllm", 1, vllm, NO_PROBES, both),
+        served("poisson-2off-vllm", 2, vllm, NO_PROBES, both),
+        served("poisson-3off-vllm", 3, vllm, NO_PROBES, both),
+        served("poisson-1off-vllm-probes", 1, vllm, USUAL_PROBES, &["default"]),
+        served("poisson-1off-vllm-stress", 1, vllm, STRESS_PROBES, &["default"]),
+        served("poisson-1off-lean", 1, CpuPhase::Lean, NO_PROBES, both),
+    ]
+}
+
 fn evaluated(sc: &Scenario, mirror: bool) -> Result<Value> {
     Ok(match evaluate(sc, mirror) {
         Ok(r) => serde_json::to_value(r)?,
@@ -163,6 +198,14 @@ pub fn run(quick: bool) -> Result<()> {
         Ok(c) => serde_json::to_value(c)?,
         Err(e) => json!({"error": format!("{e:#}")}),
     };
+    let mut arrival: Vec<Value> = Vec::new();
+    for sc in arrival_matrix(quick) {
+        arrival.push(evaluated(&sc, false)?);
+    }
+    let packet_cost = match crate::packet_cost::measure(if quick { 8_000 } else { 40_000 }) {
+        Ok(c) => serde_json::to_value(c)?,
+        Err(e) => json!({"error": format!("{e:#}")}),
+    };
     let profiles: Vec<Profile> =
         [Profile::emulator(), Profile::mi300x()].into_iter().chain(Profile::mi300x_sweep()).collect();
     let out = json!({
@@ -174,6 +217,7 @@ pub fn run(quick: bool) -> Result<()> {
         "scenarios": scenarios,
         "policy": {"scenarios": policy},
         "doorbell": {"scenarios": doorbell, "store_cost": store_cost},
+        "arrival": {"scenarios": arrival, "packet_cost": packet_cost},
     });
     println!("{}", serde_json::to_string(&out)?);
     Ok(())

@@ -11,7 +11,7 @@ pub type Variant = (&'static str, fn(&mut ScheduleConfig));
 pub const VARIANTS: &[Variant] = &[
     ("default", |_| {}),
     // The scheduler before this wave's detection and policy changes (commit 52b2870): no doorbell
-    // probe, no moved write index counted, cu_occupancy every 1 ms, a fixed idle threshold, the watchdog cliff.
+    // probe, no arrival probe, no moved write index counted, cu_occupancy every 1 ms, a fixed idle threshold, the watchdog cliff.
     // (A resume cut short by online work between two RESUMEs is a rule of the reaction thread, not
     // a setting: it applies here too.)
     ("previous", |c| {
@@ -21,7 +21,11 @@ pub const VARIANTS: &[Variant] = &[
         c.policy.learn_idle = false;
         c.policy.busy_share = 0.0;
         c.defer_idle = false;
+        c.arrival = None;
     }),
+    // Today's scheduler without the arrival probe (`--no-arrival`): a request is seen at its first
+    // kernel (doorbell probe or poll), not when it reaches the online process's socket.
+    (NO_ARRIVAL_VARIANT, |c| c.arrival = None),
     // Today's scheduler without the doorbell probe: the index poll every --poll, idle or not.
     ("poll", |c| c.doorbell = false),
     // The idle threshold halved: what continuous batching's ~1 ms step gaps do to the default.
@@ -42,6 +46,9 @@ pub const VARIANTS: &[Variant] = &[
     // the host's wake-up of another, idle vCPU.
     (SAME_CPU_VARIANT, |c| c.realtime.cpu = Some(SAME_CPU)),
 ];
+
+/// The variant without the arrival probe.
+pub const NO_ARRIVAL_VARIANT: &str = "no-arrival";
 
 /// The variant that pins the reaction thread and the online client to one CPU, and that CPU.
 pub const SAME_CPU_VARIANT: &str = "same-cpu";

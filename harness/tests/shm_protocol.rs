@@ -33,7 +33,8 @@ fn a_client_process_publishes_and_the_model_gpu_consumes_exactly_that() {
         let (gpu, stop) = (gpu.clone(), stop.clone());
         std::thread::spawn(move || gpu.run(&stop))
     };
-    let requests = (0..3).map(|i| Request { at_ns: i * 20_000_000, dispatches: vec![100_000, 200_000] }).collect();
+    let requests =
+        (0..3).map(|i| Request { at_ns: i * 20_000_000, dispatches: vec![100_000, 200_000], tokens: 0 }).collect();
     let spec = std::env::temp_dir().join(format!("harness-test-spec-{}.json", std::process::id()));
     std::fs::write(&spec, serde_json::to_vec(&ClientSpec::Requests { requests }).unwrap()).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_harness"))
