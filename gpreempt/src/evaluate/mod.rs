@@ -12,8 +12,8 @@
 //! - [`offline_log`]: the part of the offline job's log written during a state (`--offline-log`);
 //! - [`hold`]: the offline processes held suspended for the online-alone state;
 //! - [`host_facts`]: kernel, KFD, GPUs, ROCm versions;
-//! - [`run`]: the evaluation; [`report`]: its record and the summary over the rounds;
-//!   [`render`]: the terminal table and Markdown.
+//! - [`run`]: the evaluation; [`report`]: its record, the summary over the rounds and the arrival
+//!   path per online process; [`render`]: the terminal table and Markdown.
 
 pub mod hold;
 pub mod host_facts;

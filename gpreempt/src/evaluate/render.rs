@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::{
     metric::MetricSpec,
-    report::{Ended, EvaluationReport, FigureSummary, StateSummary},
+    report::{ArrivalSummary, Ended, EvaluationReport, FigureSummary, StateSummary},
 };
 
 /// A figure's value as the tables show it: three significant digits, no exponent.
@@ -126,6 +126,47 @@ fn schedule_lines(r: &EvaluationReport) -> Vec<String> {
         .collect()
 }
 
+/// Per online process, what the arrival path did over the scheduled runs (none with
+/// --no-arrival).
+fn arrival_lines(r: &EvaluationReport) -> Vec<String> {
+    r.arrival.iter().map(arrival_line).collect()
+}
+
+fn arrival_line(a: &ArrivalSummary) -> String {
+    let runs = format!("{} scheduled run{}", a.runs, if a.runs == 1 { "" } else { "s" });
+    if let Some(why) = &a.why {
+        return format!(
+            "arrival path, online pid {} ({runs}): not watched, its requests were seen at their first GPU work: {why}",
+            a.pid
+        );
+    }
+    let ports: Vec<String> = a.ports.iter().map(u16::to_string).collect();
+    let open = if a.open > 0 { format!(", {} open", a.open) } else { String::new() };
+    let lead = a.lead_p50_us.map_or_else(
+        || "-".to_owned(),
+        |l| {
+            if l.n > 1 {
+                format!("{} us ({}–{})", num(l.median), num(l.min), num(l.max))
+            } else {
+                format!("{} us", num(l.median))
+            }
+        },
+    );
+    format!(
+        "arrival path, online pid {} on port {} ({runs}): {} requests seen, {} probes/scrapes denied; {} pending \
+         holds: {} served, {} late, {} wasted, {} busy{open}; lead p50 {lead}",
+        a.pid,
+        ports.join(","),
+        a.requests,
+        a.denied,
+        a.arrivals,
+        a.served,
+        a.late,
+        a.wasted,
+        a.busy,
+    )
+}
+
 fn warnings(r: &EvaluationReport) -> Vec<String> {
     r.runs
         .iter()
@@ -159,7 +200,7 @@ pub fn terminal(r: &EvaluationReport) -> String {
         let _ = writeln!(out, "{}", line(row));
     }
     let _ = writeln!(out, "{LEGEND}");
-    for l in schedule_lines(r) {
+    for l in schedule_lines(r).into_iter().chain(arrival_lines(r)) {
         let _ = writeln!(out, "{l}");
     }
     for n in &r.notes {
@@ -212,7 +253,7 @@ pub fn markdown(r: &EvaluationReport) -> String {
         let _ = writeln!(out, "| {} |", row.iter().map(|c| md_escape(c)).collect::<Vec<_>>().join(" | "));
     }
     let _ = writeln!(out, "\n{LEGEND}\n");
-    for l in schedule_lines(r).into_iter().chain(r.notes.iter().map(|n| format!("Note: {n}"))) {
+    for l in schedule_lines(r).into_iter().chain(arrival_lines(r)).chain(r.notes.iter().map(|n| format!("Note: {n}"))) {
         let _ = writeln!(out, "- {}", md_escape(&l));
     }
     for w in warnings(r) {
@@ -268,6 +309,7 @@ mod tests {
             offline: vec![HostPid(20)],
             load: "load --n 10 | tee x".into(),
             summary: summarise(&runs, &metrics, &offline_metrics()),
+            arrival: Vec::new(),
             metrics,
             offline_log: Some("/var/log/train.log".into()),
             offline_metrics: offline_metrics(),
@@ -322,6 +364,54 @@ mod tests {
         assert!(md.contains("Load: `load --n 10 | tee x`"), "{md}");
         assert!(md.contains("- GPU 0x1000: aldebaran (gfx90a)"), "{md}");
         assert!(md.contains("- kernel 6.12.0, KFD 1.17"), "{md}");
+    }
+
+    #[test]
+    fn the_arrival_path_has_a_line_per_online_process_in_both_forms() {
+        use crate::{
+            evaluate::report::{
+                arrival_summary,
+                tests::{arrival, scheduled},
+            },
+            schedule::arrival::report::ArrivalReport,
+        };
+        let gone =
+            ArrivalReport { pid: HostPid(11), why: Some("no cgroup v2 mount".into()), ..ArrivalReport::default() };
+        let runs = vec![
+            scheduled(1, vec![arrival(10, 40, 12, [36, 3, 0, 1], Some(31_000.0)), gone]),
+            scheduled(2, vec![arrival(10, 40, 11, [38, 1, 1, 0], Some(33_000.0))]),
+        ];
+        let mut r = report();
+        r.arrival = arrival_summary(&runs);
+        r.runs = runs;
+        let expected = [
+            "arrival path, online pid 10 on port 8000 (2 scheduled runs): 80 requests seen, 23 probes/scrapes denied; \
+             80 pending holds: 74 served, 4 late, 1 wasted, 1 busy; lead p50 32000 us (31000–33000)",
+            "arrival path, online pid 11 (1 scheduled run): not watched, its requests were seen at their first GPU \
+             work: no cgroup v2 mount",
+        ];
+        let text = terminal(&r);
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("arrival path")).collect();
+        assert_eq!(lines, expected, "{text}");
+        // After the scheduled runs' own lines.
+        let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle}: {text}"));
+        assert!(at("round 2 scheduled:") < at("arrival path"), "{text}");
+        let md = markdown(&r);
+        let items: Vec<&str> = md.lines().filter_map(|l| l.strip_prefix("- arrival path")).collect();
+        assert_eq!(items.len(), 2, "{md}");
+        assert_eq!(format!("arrival path{}", items[0]), expected[0]);
+        assert_eq!(format!("arrival path{}", items[1]), expected[1]);
+        // A single run's lead has no range; --no-arrival (no report) has no line.
+        r.arrival = arrival_summary(&r.runs[1..]);
+        let text = terminal(&r);
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("arrival path")).collect();
+        assert_eq!(
+            lines,
+            ["arrival path, online pid 10 on port 8000 (1 scheduled run): 40 requests seen, 11 probes/scrapes \
+                 denied; 40 pending holds: 38 served, 1 late, 1 wasted, 0 busy; lead p50 33000 us"]
+        );
+        r.arrival = Vec::new();
+        assert!(!terminal(&r).contains("arrival path"));
     }
 
     #[test]

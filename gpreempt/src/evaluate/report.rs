@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     domain::{GpuId, HostPid},
-    schedule::ScheduleReport,
+    schedule::{ScheduleReport, arrival::report::ArrivalReport},
     stats::Summary,
 };
 
@@ -166,8 +166,126 @@ pub struct EvaluationReport {
     pub rounds: u32,
     pub runs: Vec<StateRun>,
     pub summary: Vec<StateSummary>,
+    /// The arrival path over the scheduled runs, per online process (empty with --no-arrival).
+    pub arrival: Vec<ArrivalSummary>,
     pub ended: Ended,
     pub notes: Vec<String>,
+}
+
+/// What the arrival path of `schedule` did for one online process over the scheduled runs: the
+/// requests its probe saw before their first kernel, the probes and scrapes it let by, and how the
+/// pending hold each request opened ended (each run's `schedule.arrival` has the details).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ArrivalSummary {
+    pub pid: HostPid,
+    /// The ports it was watched on in the last run that watched it.
+    pub ports: Vec<u16>,
+    /// Scheduled runs that reported it.
+    pub runs: usize,
+    /// Requests the allow list matched, summed over the runs.
+    pub requests: u64,
+    /// Health probes and metric scrapes the deny list matched: no hold, no suspend.
+    pub denied: u64,
+    /// Pending holds (one per request that found the process armed), and how they ended.
+    pub arrivals: u64,
+    pub served: u64,
+    pub late: u64,
+    pub wasted: u64,
+    pub busy: u64,
+    /// Still pending when a run ended.
+    pub open: u64,
+    /// Arrival to first GPU work, µs: each run's p50, their median and range.
+    pub lead_p50_us: Option<Range>,
+    /// Why the probe did not watch it, when no run did (its requests were then seen at their
+    /// first GPU work).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+/// A figure's median and range over the runs that gave it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Range {
+    pub n: usize,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Range {
+    fn of(mut values: Vec<f64>) -> Option<Self> {
+        if values.is_empty() {
+            return None;
+        }
+        values.sort_by(f64::total_cmp);
+        Some(Self { n: values.len(), median: median(&values), min: values[0], max: values[values.len() - 1] })
+    }
+}
+
+/// Per online process (in the order first reported), the arrival path over every scheduled run
+/// (one cut short by Ctrl-C included: its counts are what happened).
+pub fn arrival_summary(runs: &[StateRun]) -> Vec<ArrivalSummary> {
+    let mut per_pid: Vec<(ArrivalSummary, Vec<f64>, bool)> = Vec::new();
+    let reports = runs.iter().filter_map(|r| r.schedule.as_ref()).flat_map(|s| &s.arrival);
+    for a in reports {
+        let i = match per_pid.iter().position(|(s, ..)| s.pid == a.pid) {
+            Some(i) => i,
+            None => {
+                per_pid.push((ArrivalSummary::empty(a.pid), Vec::new(), false));
+                per_pid.len() - 1
+            }
+        };
+        let (s, leads, watched) = &mut per_pid[i];
+        add(s, a);
+        leads.extend(a.lead_us.as_ref().map(|l| l.p50));
+        if a.cgroup.is_some() && a.why.is_none() {
+            *watched = true;
+            s.ports.clone_from(&a.ports);
+        } else if !*watched {
+            s.why.clone_from(&a.why);
+        }
+    }
+    per_pid
+        .into_iter()
+        .map(|(mut s, leads, watched)| {
+            s.lead_p50_us = Range::of(leads);
+            if watched {
+                s.why = None;
+            }
+            s
+        })
+        .collect()
+}
+
+fn add(s: &mut ArrivalSummary, a: &ArrivalReport) {
+    s.runs += 1;
+    s.requests += a.counts.allowed;
+    s.denied += a.counts.denied;
+    s.arrivals += a.pending.arrivals;
+    s.served += a.pending.served;
+    s.late += a.pending.late;
+    s.wasted += a.pending.wasted;
+    s.busy += a.pending.busy;
+    s.open += a.pending.open;
+}
+
+impl ArrivalSummary {
+    fn empty(pid: HostPid) -> Self {
+        Self {
+            pid,
+            ports: Vec::new(),
+            runs: 0,
+            requests: 0,
+            denied: 0,
+            arrivals: 0,
+            served: 0,
+            late: 0,
+            wasted: 0,
+            busy: 0,
+            open: 0,
+            lead_p50_us: None,
+            why: None,
+        }
+    }
 }
 
 /// Figure names the report uses besides the user's metrics.
@@ -286,6 +404,90 @@ pub(crate) mod tests {
             interrupted: false,
             warnings: Vec::new(),
         }
+    }
+
+    /// What `schedule` reported of an online process's arrival path in one scheduled run.
+    pub(crate) fn arrival(pid: u32, allowed: u64, denied: u64, ends: [u64; 4], lead_p50: Option<f64>) -> ArrivalReport {
+        use crate::schedule::arrival::{lead::PendingCounts, report::SegmentCounts};
+        let [served, late, wasted, busy] = ends;
+        let arrivals = served + late + wasted + busy;
+        ArrivalReport {
+            pid: HostPid(pid),
+            ports: vec![8000],
+            cgroup: Some("/sys/fs/cgroup/serving".into()),
+            why: None,
+            counts: SegmentCounts {
+                segments: allowed + denied,
+                allowed,
+                denied,
+                unmatched: 0,
+                tls: 0,
+                armings: arrivals,
+            },
+            pending: PendingCounts { arrivals, served, late, wasted, busy, open: 0 },
+            lead_us: lead_p50.map(|p50| Summary { count: 1, p50, ..Summary::default() }),
+            arrival_to_suspend_us: None,
+        }
+    }
+
+    /// A scheduled run whose `schedule` reported `arrival`.
+    pub(crate) fn scheduled(round: u32, arrival: Vec<ArrivalReport>) -> StateRun {
+        StateRun {
+            schedule: Some(Box::new(ScheduleReport { arrival, ..ScheduleReport::default() })),
+            ..run(round, State::Scheduled, Some(12.0), 150.0, 80.0)
+        }
+    }
+
+    #[test]
+    fn the_arrival_path_is_summed_per_online_process_over_the_scheduled_runs() {
+        let not_watched = ArrivalReport {
+            pid: HostPid(11),
+            why: Some("it listens on no TCP port yet (or give --arrival-port)".into()),
+            ..ArrivalReport::default()
+        };
+        let runs = vec![
+            run(1, State::CoLocated, Some(30.0), 900.0, 50.0),
+            scheduled(1, vec![arrival(10, 40, 12, [36, 3, 0, 1], Some(31_000.0)), not_watched.clone()]),
+            scheduled(2, vec![arrival(10, 40, 11, [38, 1, 1, 0], Some(33_000.0)), not_watched]),
+            // --no-arrival, or a run whose scheduler saw no online process: nothing to add.
+            scheduled(3, Vec::new()),
+        ];
+        let s = arrival_summary(&runs);
+        assert_eq!(
+            s,
+            [
+                ArrivalSummary {
+                    pid: HostPid(10),
+                    ports: vec![8000],
+                    runs: 2,
+                    requests: 80,
+                    denied: 23,
+                    arrivals: 80,
+                    served: 74,
+                    late: 4,
+                    wasted: 1,
+                    busy: 1,
+                    open: 0,
+                    lead_p50_us: Some(Range { n: 2, median: 32_000.0, min: 31_000.0, max: 33_000.0 }),
+                    why: None,
+                },
+                ArrivalSummary {
+                    why: Some("it listens on no TCP port yet (or give --arrival-port)".into()),
+                    runs: 2,
+                    ..ArrivalSummary::empty(HostPid(11))
+                },
+            ]
+        );
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            json[0]["lead_p50_us"],
+            serde_json::json!({"n": 2, "median": 32000.0, "min": 31000.0, "max": 33000.0})
+        );
+        assert_eq!(
+            (json[0].get("why"), &json[1]["why"]),
+            (None, &serde_json::json!("it listens on no TCP port yet (or give --arrival-port)"))
+        );
+        assert_eq!(arrival_summary(&runs[..1]), []);
     }
 
     pub(crate) fn metrics() -> Vec<MetricSpec> {

@@ -21,7 +21,9 @@ use super::{
     observe::{Observation, Observed, Ticker, Watched, learn_queues},
     offline_log::LogWindow,
     plan::{Step, plan},
-    report::{Ended, EvaluationReport, GpuProgress, Held, LoadOutcome, REPORT_VERSION, StateRun, summarise},
+    report::{
+        Ended, EvaluationReport, GpuProgress, Held, LoadOutcome, REPORT_VERSION, StateRun, arrival_summary, summarise,
+    },
     state::State,
 };
 use crate::{
@@ -426,6 +428,7 @@ pub fn evaluate(
         offline_metrics: config.offline_metrics.clone(),
         rounds: config.rounds,
         summary: summarise(&runs, &config.metrics, &config.offline_metrics),
+        arrival: arrival_summary(&runs),
         runs,
         ended,
         notes,
