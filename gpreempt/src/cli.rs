@@ -3,9 +3,9 @@
 //! One convention across the commands: `-j/--json` prints JSON on stdout, `-o/--output FILE`
 //! writes a file, every duration carries its unit ([`duration`]: `--hold 20ms`, `--poll 200us`),
 //! processes are named by selectors (a host pid, `container:NAME`, `pod:NAMESPACE/NAME`), and
-//! `--log` comes last. The flags of the previous release (`--hold-ms 20`, `--idle-ms 0.5`,
-//! `preempt --json FILE`, …) still work, hidden, with a warning ([`Cli::deprecations`],
-//! [`rewrite_legacy_json`]); they go in the next release.
+//! `--log` comes last. Older spellings of some flags (`--hold-ms 20`, `--idle-ms 0.5`: a bare
+//! number in the unit of the name; `preempt --json FILE`) are kept as hidden aliases that work
+//! and say what to write instead ([`Cli::deprecations`], [`rewrite_legacy_json`]).
 
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
@@ -195,7 +195,7 @@ pub struct ManArgs {
     pub dir: PathBuf,
 }
 
-/// A deprecated flag's value: a bare number in the unit its name carried (`--hold-ms 20`).
+/// An older flag spelling's value: a bare number in the unit its name carries (`--hold-ms 20`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct OldDuration {
     /// As given (`20`, `0.5`).
@@ -203,12 +203,12 @@ pub struct OldDuration {
     pub duration: Duration,
 }
 
-/// Value parser of a deprecated `--…-ms`/`--…-us` flag.
+/// Value parser of an older `--…-ms`/`--…-us` flag spelling.
 fn old_in(unit: &'static str) -> impl Fn(&str) -> Result<OldDuration, String> + Clone + Send + Sync + 'static {
     move |text| duration::in_unit(unit)(text).map(|duration| OldDuration { text: text.trim().to_owned(), duration })
 }
 
-/// Put a deprecated flag's value where its successor's goes, and say so: `--hold-ms 20` is
+/// Put an older flag spelling's value where the current flag's goes, and say so: `--hold-ms 20` is
 /// `--hold 20ms`.
 fn migrate(
     new: &mut Duration,
@@ -217,16 +217,13 @@ fn migrate(
     warnings: &mut Vec<String>,
 ) {
     if let Some(old) = old {
-        warnings.push(format!(
-            "{old_flag} is deprecated and goes in the next release: write {new_flag} {}{unit}",
-            old.text
-        ));
+        warnings.push(format!("{old_flag} is an older spelling kept as an alias: write {new_flag} {}{unit}", old.text));
         *new = old.duration;
     }
 }
 
 impl Cli {
-    /// Apply the deprecated flags given (hidden aliases of the previous release) to their
+    /// Apply the older flag spellings given (hidden aliases) to their
     /// successors; one warning each, for stderr.
     pub fn deprecations(&mut self) -> Vec<String> {
         let mut w = Vec::new();
@@ -258,7 +255,7 @@ impl Cli {
     }
 }
 
-/// `preempt --json FILE` (the previous release's spelling) is `preempt --output FILE` now that
+/// `preempt --json FILE` (an older spelling) is `preempt --output FILE` now that
 /// `--json` prints to stdout: rewritten before parsing (a `--json` followed by a value that is
 /// not a flag), with a warning for stderr. Everything after a `--` is left alone.
 pub fn rewrite_legacy_json(args: Vec<OsString>) -> (Vec<OsString>, Option<String>) {
@@ -300,7 +297,7 @@ pub fn rewrite_legacy_json(args: Vec<OsString>) -> (Vec<OsString>, Option<String
         match file {
             Some(f) => {
                 warning = Some(format!(
-                    "`preempt --json FILE` is deprecated and goes in the next release: write -o/--output {} \
+                    "`preempt --json FILE` is an older spelling kept as an alias: write -o/--output {} \
                      (--json now prints the JSON on stdout)",
                     f.to_string_lossy()
                 ));
@@ -346,22 +343,22 @@ pub struct ScheduleArgs {
     // own: --log stays the last option.
     #[command(flatten)]
     pub settings: SchedulerSettings,
-    /// Deprecated: --idle with a unit.
+    /// Older spelling: --idle with a unit.
     #[arg(long = "idle-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "idle")]
     pub idle_ms: Option<OldDuration>,
-    /// Deprecated: --poll with a unit.
+    /// Older spelling: --poll with a unit.
     #[arg(long = "poll-us", hide = true, value_parser = old_in("us"), conflicts_with = "poll")]
     pub poll_us: Option<OldDuration>,
-    /// Deprecated: --occupancy with a unit.
+    /// Older spelling: --occupancy with a unit.
     #[arg(long = "occupancy-us", hide = true, value_parser = old_in("us"), conflicts_with = "occupancy")]
     pub occupancy_us: Option<OldDuration>,
-    /// Deprecated: --share-window with a unit.
+    /// Older spelling: --share-window with a unit.
     #[arg(long = "share-window-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "share_window")]
     pub share_window_ms: Option<OldDuration>,
-    /// Deprecated: --max-suspend with a unit.
+    /// Older spelling: --max-suspend with a unit.
     #[arg(long = "max-suspend-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "max_suspend")]
     pub max_suspend_ms: Option<OldDuration>,
-    /// Deprecated: --interval with a unit.
+    /// Older spelling: --interval with a unit.
     #[arg(long = "interval-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "interval")]
     pub interval_ms: Option<OldDuration>,
 }
@@ -375,9 +372,10 @@ pub struct EvaluateArgs {
     #[arg(long, value_name = "SEL", num_args = 1.., required = true)]
     pub offline: Vec<Selector>,
     /// The command that sends requests to the online service and reports its own latency, run
-    /// through /bin/sh once per state and round (e.g. 'vllm bench serve --num-prompts 200').
-    #[arg(long, value_name = "COMMAND")]
-    pub load: String,
+    /// through /bin/sh once per state and round (e.g. 'vllm bench serve --num-prompts 200'). Its
+    /// program must exist and be executable (a usage error otherwise).
+    #[arg(long, value_name = "COMMAND", value_parser = parse_load)]
+    pub load: gpreempt::evaluate::LoadCommand,
     /// A figure of the load command's output: NAME=REGEX (the first capture group, or the whole
     /// match, as a number; the last match wins) or NAME=json:PATH (a number at PATH in its JSON
     /// output, e.g. json:latency.p99). Repeat for several.
@@ -426,6 +424,12 @@ fn parse_metric(s: &str) -> Result<gpreempt::evaluate::MetricSpec, String> {
 }
 
 /// As [`parse_metric`]; the error names the flag given.
+/// `--load`: a program that is not there is a usage error, refused before anything starts.
+fn parse_load(s: &str) -> Result<gpreempt::evaluate::LoadCommand, String> {
+    let path = std::env::var("PATH").ok();
+    gpreempt::evaluate::LoadCommand::check(s, path.as_deref()).map_err(|e| e.to_string())
+}
+
 fn parse_offline_metric(s: &str) -> Result<gpreempt::evaluate::MetricSpec, String> {
     parse_metric(s).map_err(|e| e.replacen("--metric", "--offline-metric", 1))
 }
@@ -524,13 +528,13 @@ pub struct PreemptArgs {
     /// Do not attach the tracer (no kernel-side breakdown: fence wait, collateral queues).
     #[arg(long)]
     pub no_trace: bool,
-    /// Deprecated: --hold with a unit.
+    /// Older spelling: --hold with a unit.
     #[arg(long = "hold-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "hold")]
     pub hold_ms: Option<OldDuration>,
-    /// Deprecated: --gap with a unit.
+    /// Older spelling: --gap with a unit.
     #[arg(long = "gap-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "gap")]
     pub gap_ms: Option<OldDuration>,
-    /// Deprecated: --max-suspend with a unit.
+    /// Older spelling: --max-suspend with a unit.
     #[arg(long = "max-suspend-ms", hide = true, value_parser = old_in("ms"), conflicts_with = "max_suspend")]
     pub max_suspend_ms: Option<OldDuration>,
 }
@@ -664,7 +668,9 @@ pub struct TopArgs {
     /// Show only processes whose pid, command, container or pod contains TEXT (case-insensitive).
     #[arg(long, value_name = "TEXT", default_value = "")]
     pub filter: String,
-    /// Where a `gpreempt agent` serves its metrics, to show its schedulers' per-GPU state.
+    /// Where a `gpreempt agent` serves its metrics (IP:PORT), to show its schedulers' per-GPU
+    /// state. The DaemonSet's agent listens on its pod's IP, not the node's loopback: pass that
+    /// IP (`kubectl -n gpreempt get pod -o wide`), or `kubectl port-forward` it to 127.0.0.1:9464.
     #[arg(long, value_name = "ADDR", default_value = gpreempt::agent::config::DEFAULT_METRICS_ADDR)]
     pub agent: std::net::SocketAddr,
     /// Do not ask an agent for the scheduler's state.
@@ -876,9 +882,9 @@ mod tests {
         assert_eq!(
             cli.deprecations(),
             [
-                "--hold-ms is deprecated and goes in the next release: write --hold 20ms",
-                "--gap-ms is deprecated and goes in the next release: write --gap 5ms",
-                "--max-suspend-ms is deprecated and goes in the next release: write --max-suspend 900ms",
+                "--hold-ms is an older spelling kept as an alias: write --hold 20ms",
+                "--gap-ms is an older spelling kept as an alias: write --gap 5ms",
+                "--max-suspend-ms is an older spelling kept as an alias: write --max-suspend 900ms",
             ]
         );
         let Command::Preempt(p) = cli.command else { panic!("not preempt") };
@@ -951,7 +957,7 @@ mod tests {
         assert_eq!(
             warning.as_deref(),
             Some(
-                "`preempt --json FILE` is deprecated and goes in the next release: write -o/--output r.json (--json now prints the JSON on stdout)"
+                "`preempt --json FILE` is an older spelling kept as an alias: write -o/--output r.json (--json now prints the JSON on stdout)"
             )
         );
         let (args, warning) = rewrite_legacy_json(os(&["gpreempt", "preempt", "--json=r.json", "--offline", "1"]));

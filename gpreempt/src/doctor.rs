@@ -113,8 +113,15 @@ fn read_trimmed(path: &Path) -> Option<String> {
 /// Module BTF (`/sys/kernel/btf/<module>`, CONFIG_DEBUG_INFO_BTF_MODULES) appeared in Linux 5.11.
 const MODULE_BTF_SINCE: (u32, u32) = (5, 11);
 
-/// Capability bits we care about (linux/capability.h).
-const CAPS: [(u32, &str); 4] = [(19, "CAP_SYS_PTRACE"), (21, "CAP_SYS_ADMIN"), (38, "CAP_PERFMON"), (39, "CAP_BPF")];
+/// The bits of the capabilities [`AGENT_NEEDS`] names (linux/capability.h).
+const CAP_BITS: [(&str, u32); 6] = [
+    ("CAP_IPC_LOCK", 14),
+    ("CAP_SYS_PTRACE", 19),
+    ("CAP_SYS_NICE", 23),
+    ("CAP_SYSLOG", 34),
+    ("CAP_PERFMON", 38),
+    ("CAP_BPF", 39),
+];
 
 /// Run every check. `kfd` is the KFD version if known (None: ask `/dev/kfd`).
 pub fn diagnose(roots: &Roots, kallsyms: Option<&Kallsyms>, kfd: Option<KfdVersion>) -> DoctorReport {
@@ -542,18 +549,28 @@ fn ptrace_scope_check(roots: &Roots) -> Check {
     }
 }
 
-/// This process's effective capabilities against the ones gpreempt uses ([`CAPS`]).
+/// This process's effective capabilities against the ones gpreempt uses ([`capability_check`]).
 fn capabilities_check(roots: &Roots) -> Check {
     let caps = read_trimmed(&roots.proc.join("self/status")).as_deref().and_then(effective_caps).unwrap_or(0);
-    let missing: Vec<&str> = CAPS.iter().filter(|(bit, _)| caps & (1 << bit) == 0).map(|(_, n)| *n).collect();
+    capability_check(caps)
+}
+
+/// The effective capability mask `caps` against exactly those of `agent-needs` ([`AGENT_NEEDS`]):
+/// what the agent is granted in its unit and its DaemonSet is enough here. CAP_SYS_ADMIN is not
+/// asked for: only Debian's and Ubuntu's `perf_event_paranoid` above 2 wants it, which
+/// [`perf_event_paranoid_check`] says.
+fn capability_check(caps: u64) -> Check {
+    let held = |name: &str| CAP_BITS.iter().find(|(n, _)| *n == name).is_some_and(|(_, bit)| caps & (1 << bit) != 0);
+    let needed: Vec<&str> = AGENT_NEEDS.capabilities.iter().map(|n| n.name).collect();
+    let missing: Vec<&str> = needed.iter().copied().filter(|n| !held(n)).collect();
     if missing.is_empty() {
-        Check::new("capabilities", Status::Ok, "CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE", None)
+        Check::new("capabilities", Status::Ok, needed.join(", "), None)
     } else {
         Check::new(
             "capabilities",
             Status::Warn,
             format!("missing {}", missing.join(", ")),
-            Some("run gpreempt as root (sudo)"),
+            Some("run gpreempt as root (sudo); a service needs those of agent-needs"),
         )
     }
 }
@@ -770,7 +787,7 @@ mod tests {
         assert_eq!(get("debug-trap").detail, "absent: needs KFD ≥ 1.13, this kernel has 1.11");
         assert_eq!(get("module-btf").status, Status::Warn);
         assert_eq!(get("ptrace-scope").status, Status::Fail);
-        assert_eq!(get("capabilities").detail, "missing CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF");
+        assert_eq!(get("capabilities").detail, "missing CAP_BPF, CAP_PERFMON, CAP_SYSLOG, CAP_SYS_NICE, CAP_IPC_LOCK");
         assert_eq!(get("perf-event-paranoid").status, Status::Warn);
         assert!(get("perf-event-paranoid").detail.starts_with("kernel.perf_event_paranoid=3: "));
         assert_eq!(
@@ -823,6 +840,26 @@ mod tests {
         let losses = r.checks.iter().find(|c| c.name == "return-probe-losses").unwrap();
         assert_eq!(losses.status, Status::Ok);
         assert!(losses.detail.starts_with("counted: each return probe holds 16 concurrent calls"), "{}", losses.detail);
+    }
+
+    /// Exactly the capabilities `agent-needs` lists (as the unit and the DaemonSet grant them) are
+    /// no capability problem; each one missing is named.
+    #[test]
+    fn the_capabilities_of_agent_needs_are_enough() {
+        let bit = |name: &str| CAP_BITS.iter().find(|(n, _)| *n == name).map(|(_, b)| 1u64 << b).unwrap();
+        let granted = AGENT_NEEDS.capabilities.iter().fold(0, |mask, n| mask | bit(n.name));
+        assert_eq!(granted, (1 << 14) | (1 << 19) | (1 << 23) | (1 << 34) | (1 << 38) | (1 << 39));
+        let c = capability_check(granted);
+        assert_eq!(c.status, Status::Ok);
+        assert_eq!(c.detail, "CAP_BPF, CAP_PERFMON, CAP_SYSLOG, CAP_SYS_PTRACE, CAP_SYS_NICE, CAP_IPC_LOCK");
+        assert_eq!(c.fix, None);
+        let c = capability_check(granted & !(1 << 34) & !(1 << 14));
+        assert_eq!(c.status, Status::Warn);
+        assert_eq!(c.detail, "missing CAP_SYSLOG, CAP_IPC_LOCK");
+        assert_eq!(
+            capability_check(0).detail,
+            "missing CAP_BPF, CAP_PERFMON, CAP_SYSLOG, CAP_SYS_PTRACE, CAP_SYS_NICE, CAP_IPC_LOCK"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The command line as a user meets it, on the built binary: one convention in every
 //! subcommand's `--help` (`-j/--json` on stdout, `-o/--output FILE`, durations with units,
 //! selectors with `pod:` and `container:`, help for every option, `--log` last, the exit codes),
-//! the deprecated flags that still work and warn, and the answers that used to be wrong (a
+//! the older flag spellings that still work and warn, and the answers that used to be wrong (a
 //! closed stdout, `analyze` on a file with no record, `--iterations 0`, selector errors, `queues`
 //! without /dev/kfd, `doctor` without amdgpu). Host-side: nothing here needs root, a GPU or a VM.
 
@@ -191,11 +191,11 @@ fn an_old_flag_still_works_and_warns() {
     let mut lines = stderr.lines();
     assert_eq!(
         lines.next(),
-        Some("gpreempt: warning: --idle-ms is deprecated and goes in the next release: write --idle 0.5ms")
+        Some("gpreempt: warning: --idle-ms is an older spelling kept as an alias: write --idle 0.5ms")
     );
     assert_eq!(
         lines.next(),
-        Some("gpreempt: warning: --poll-us is deprecated and goes in the next release: write --poll 300us")
+        Some("gpreempt: warning: --poll-us is an older spelling kept as an alias: write --poll 300us")
     );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("r.json");
@@ -204,9 +204,9 @@ fn an_old_flag_still_works_and_warns() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.starts_with(&format!(
-            "gpreempt: warning: `preempt --json FILE` is deprecated and goes in the next release: write -o/--output \
-             {} (--json now prints the JSON on stdout)\ngpreempt: warning: --hold-ms is deprecated and goes in the \
-             next release: write --hold 20ms\n",
+            "gpreempt: warning: `preempt --json FILE` is an older spelling kept as an alias: write -o/--output \
+             {} (--json now prints the JSON on stdout)\ngpreempt: warning: --hold-ms is an older spelling kept as an \
+             alias: write --hold 20ms\n",
             file.display()
         )),
         "{stderr}"
@@ -566,4 +566,18 @@ fn ps_wait_new_says_what_it_waits_for_and_ends_at_its_bound() {
     let help = text(&run(&["ps", "--help"]).stdout);
     assert!(help.contains("[default: 10m]"), "{help}");
     assert_eq!(run(&["ps", "--timeout", "1s", "--sysfs-root", sys]).status.code(), Some(2));
+}
+
+#[test]
+fn evaluate_refuses_a_load_program_that_is_not_there_as_a_usage_error() {
+    let out = run(&["evaluate", "--online", "1", "--offline", "2", "--load", "/nonexistent/loadgen --rps 5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with(
+            "error: invalid value '/nonexistent/loadgen --rps 5' for '--load <COMMAND>': --load: \
+             \"/nonexistent/loadgen\" is not an executable file"
+        ),
+        "{stderr}"
+    );
 }

@@ -134,15 +134,16 @@ fn the_daemonset_lands_on_tainted_amd_gpu_nodes_and_runs_the_versioned_image() {
     assert_eq!(spec["nodeSelector"]["feature.node.kubernetes.io/amd-gpu"], "true");
     assert_eq!(spec["priorityClassName"], "system-node-critical");
 
-    // The image: named `gpreempt` in the DaemonSet, tagged with this crate's version by the
-    // kustomization, never pulled when the node has it.
+    // The image: fully qualified in the DaemonSet (containerd's CRI expands a short name to
+    // docker.io/library/…, not what an imported archive is called), tagged with this crate's
+    // version by the kustomization, never pulled when the node has it.
     let c = agent_container(&ds);
-    assert_eq!(c["image"], "gpreempt");
+    assert_eq!(c["image"], "localhost/gpreempt");
     assert_eq!(c["imagePullPolicy"], "IfNotPresent");
     let k = yaml(&format!("{BASE}/kustomization.yaml"));
     let images = k["images"].as_sequence().unwrap();
     assert_eq!(images.len(), 1);
-    assert_eq!(images[0]["name"], "gpreempt");
+    assert_eq!(images[0]["name"], "localhost/gpreempt");
     assert_eq!(images[0]["newTag"].as_str(), Some(env!("CARGO_PKG_VERSION")));
 }
 

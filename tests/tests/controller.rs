@@ -436,7 +436,7 @@ fn bad_targets_are_refused_with_the_cause() {
     assert_eq!(
         Debugger::attach(HostPid(std::process::id()), Options::default()).err().unwrap().to_string(),
         format!(
-            "pid {} is gpreempt itself; give the pid of the offline GPU process (see `gpreempt ps`)",
+            "pid {} is gpreempt itself; give the pid of another process that uses the GPU (see `gpreempt ps`)",
             std::process::id()
         )
     );

@@ -370,7 +370,7 @@ fn agent_in_its_image_labels_containers_for_prometheus_and_every_dashboard_panel
     }
     let summary = serving.recv()?;
     assert_eq!(summary["event"], "summary", "{summary}");
-    let transitions = "sum by (transition) (gpreempt_scheduler_transitions_total{policy=\"colocate\",gpu=\"4096\"})";
+    let transitions = "sum by (transition) (gpreempt_scheduler_transitions_total{policy=\"colocate\",gpu_id=\"4096\"})";
     // Settled: every suspend has its resume and two scrapes 2.5 s apart agree (the counters
     // Prometheus has lag the agent's by up to a scrape).
     let deadline = Instant::now() + Duration::from_secs(120);

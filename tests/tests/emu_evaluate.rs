@@ -255,10 +255,10 @@ fn emu_evaluate_refuses_a_metric_that_never_matches_before_anything_is_held() {
 #[test]
 fn emu_evaluate_refuses_bad_input_naming_the_cause_and_the_fix() {
     let _t = Elapsed::start("emu_evaluate_refuses_bad_input");
-    // A load command that is not there: refused before the selectors are even looked at.
+    // A load command that is not there: a usage error, refused before the selectors are even looked at.
     let out = evaluate(&["--online", "1", "--offline", "2", "--load", "/nonexistent/loadgen --rps 5"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--load: \"/nonexistent/loadgen\" is not an executable file"), "{stderr}");
     let out = evaluate(&["--online", "1", "--offline", "2", "--load", "no-such-loadgen --rps 5"]);
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -391,7 +391,7 @@ fn emu_top_shows_the_agents_scheduler_per_gpu() {
     // Settled: every suspend resumed, the same on two reads a second apart.
     let counts = |text: &str| {
         let of =
-            |t: &str| series(text, "gpreempt_scheduler_transitions_total", &["policy=\"colo\"", "gpu=\"4096\"", t]);
+            |t: &str| series(text, "gpreempt_scheduler_transitions_total", &["policy=\"colo\"", "gpu_id=\"4096\"", t]);
         (of("transition=\"suspend\""), of("transition=\"resume\""))
     };
     let mut last = (u64::MAX, 0);
@@ -406,7 +406,7 @@ fn emu_top_shows_the_agents_scheduler_per_gpu() {
         "the policy never settled: {last:?}"
     );
     let text = exposition(&addr);
-    let reactions = series(&text, "gpreempt_scheduler_reaction_seconds_count", &["policy=\"colo\"", "gpu=\"4096\""]);
+    let reactions = series(&text, "gpreempt_scheduler_reaction_seconds_count", &["policy=\"colo\"", "gpu_id=\"4096\""]);
     let out = top(&["--json", "--agent", &addr, "--interval", "500ms"]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let s = &v["scheduler"];

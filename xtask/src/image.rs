@@ -1,9 +1,13 @@
 //! `cargo xtask image`: the gpreempt container image (deploy/Containerfile), built offline with
 //! Debian's podman (`cargo xtask setup` installs it): `FROM scratch`, no registry pull; tagged
-//! `gpreempt:VERSION`, the tag deploy/kubernetes runs, and `gpreempt:latest`.
+//! `localhost/gpreempt:VERSION` ([`name`]), the name deploy/kubernetes runs, and `gpreempt:latest`.
+//!
+//! The name is fully qualified because containerd's CRI expands a short one: a DaemonSet asking
+//! for `gpreempt:0.1.0` looks for `docker.io/library/gpreempt:0.1.0`, which an imported
+//! `localhost/gpreempt:0.1.0` (podman's name for `gpreempt:0.1.0`) is not, and the kubelet pulls.
 //!
 //! The build context is assembled here: `rootfs/usr/bin/<binary>` (debug sections stripped) and,
-//! unless it is static (`cargo xtask dist` builds the image `gpreempt:VERSION` from its static
+//! unless it is static (`cargo xtask dist` builds the image `localhost/gpreempt:VERSION` from its static
 //! binary: nothing else goes in), every shared object `ldd` names for it, copied (symlinks followed) to the path `ldd` names, so
 //! the loader finds them where the binary's `PT_INTERP` and the loader's search path point. The
 //! VM tests assemble the same way from the debug binaries and build the image inside the guest.
@@ -21,17 +25,23 @@ use crate::util::{cargo, output, run as run_command, succeeds, target_dir, works
 
 #[derive(Args, Debug)]
 pub struct ImageArgs {
-    /// A further name and tag for the image; it is always tagged gpreempt:VERSION (the
-    /// workspace's version, the tag deploy/kubernetes runs) too.
+    /// A further name and tag for the image; it is always tagged localhost/gpreempt:VERSION (the
+    /// workspace's version, the name deploy/kubernetes runs) too.
     #[arg(long, default_value = "gpreempt:latest")]
     pub tag: String,
     /// Package this gpreempt binary instead of building the release one.
     #[arg(long)]
     pub binary: Option<PathBuf>,
-    /// Also write the image, as gpreempt:VERSION, to this OCI archive (`podman load -i FILE` on
-    /// another machine).
+    /// Also write the image, as localhost/gpreempt:VERSION, to this OCI archive (`podman load -i
+    /// FILE` or `ctr -n k8s.io images import FILE` on another machine).
     #[arg(long)]
     pub save: Option<PathBuf>,
+}
+
+/// The image's name, fully qualified as deploy/kubernetes/base names it: what `podman load` and
+/// `ctr images import` of the saved archive call it, and what containerd's CRI looks up.
+pub fn name(version: &str) -> String {
+    format!("localhost/gpreempt:{version}")
 }
 
 /// The Containerfile every gpreempt image is built from.
@@ -64,11 +74,11 @@ pub fn run(args: &ImageArgs) -> Result<()> {
     Ok(())
 }
 
-/// The image's tags: `gpreempt:VERSION` (a kubelet pulls a `:latest` image at every start
-/// unless told otherwise; a versioned tag with `imagePullPolicy: IfNotPresent` runs what the node
-/// has), then `extra` unless it is that one.
+/// The image's tags: [`name`] (a kubelet pulls a `:latest` image at every start unless told
+/// otherwise; a versioned tag with `imagePullPolicy: IfNotPresent` runs what the node has), then
+/// `extra` unless it is that one.
 fn tags(version: &str, extra: &str) -> Vec<String> {
-    let versioned = format!("gpreempt:{version}");
+    let versioned = name(version);
     if extra == versioned { vec![versioned] } else { vec![versioned, extra.to_owned()] }
 }
 
@@ -156,8 +166,8 @@ mod tests {
 
     #[test]
     fn the_image_is_tagged_with_the_version_first_and_the_extra_tag_once() {
-        assert_eq!(tags("0.1.0", "gpreempt:latest"), ["gpreempt:0.1.0", "gpreempt:latest"]);
-        assert_eq!(tags("0.1.0", "gpreempt:0.1.0"), ["gpreempt:0.1.0"]);
+        assert_eq!(tags("0.1.0", "gpreempt:latest"), ["localhost/gpreempt:0.1.0", "gpreempt:latest"]);
+        assert_eq!(tags("0.1.0", "localhost/gpreempt:0.1.0"), ["localhost/gpreempt:0.1.0"]);
         let cmd = build_command(Path::new("/ctx"), &tags("0.1.0", "registry.example/gpreempt:dev"));
         let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         let file = containerfile().display().to_string();
@@ -170,7 +180,7 @@ mod tests {
                 "--file",
                 file.as_str(),
                 "--tag",
-                "gpreempt:0.1.0",
+                "localhost/gpreempt:0.1.0",
                 "--tag",
                 "registry.example/gpreempt:dev",
                 "/ctx"
@@ -192,5 +202,20 @@ mod tests {
         assert_eq!(parse_ldd("\tstatically linked\n").unwrap(), Vec::<PathBuf>::new());
         let err = parse_ldd("\tlibfoo.so.1 => not found\n").unwrap_err();
         assert_eq!(err.to_string(), "ldd: libfoo.so.1 not found; install the package that provides it");
+    }
+
+    /// The DaemonSet asks for exactly the name the image is built and saved under, fully
+    /// qualified: containerd's CRI would expand a short name to docker.io/library/….
+    #[test]
+    fn the_kustomization_runs_the_image_by_its_fully_qualified_name() {
+        let text = fs::read_to_string(workspace_root().join("deploy/kubernetes/base/kustomization.yaml")).unwrap();
+        let images = &text[text.find("\nimages:").expect("an images: list")..];
+        let field = |key: &str| {
+            images.lines().find_map(|l| l.trim().trim_start_matches("- ").strip_prefix(key)).unwrap().trim().to_owned()
+        };
+        let version = crate::util::package_version().unwrap();
+        assert_eq!(format!("{}:{}", field("name:"), field("newTag:")), name(&version));
+        let ds = fs::read_to_string(workspace_root().join("deploy/kubernetes/base/daemonset.yaml")).unwrap();
+        assert!(ds.contains(&format!("\n          image: {}\n", field("name:"))), "{ds}");
     }
 }

@@ -322,13 +322,13 @@ mod tests {
         assert_eq!(
             lines,
             [
-                r#"gpreempt_scheduler_detection_seconds_count{hostname="node-a",policy="p",gpu="4096"} 1"#,
-                r#"gpreempt_scheduler_detection_seconds_sum{hostname="node-a",policy="p",gpu="4096"} 0.00075"#,
-                r#"gpreempt_scheduler_reaction_seconds_count{hostname="node-a",policy="p",gpu="4096"} 1"#,
-                r#"gpreempt_scheduler_reaction_seconds_sum{hostname="node-a",policy="p",gpu="4096"} 0.0015"#,
-                r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p",gpu="4096"} 0.25"#,
-                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",gpu="4096",transition="resume"} 2"#,
-                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",gpu="4096",transition="suspend"} 2"#,
+                r#"gpreempt_scheduler_detection_seconds_count{hostname="node-a",policy="p",gpu_id="4096"} 1"#,
+                r#"gpreempt_scheduler_detection_seconds_sum{hostname="node-a",policy="p",gpu_id="4096"} 0.00075"#,
+                r#"gpreempt_scheduler_reaction_seconds_count{hostname="node-a",policy="p",gpu_id="4096"} 1"#,
+                r#"gpreempt_scheduler_reaction_seconds_sum{hostname="node-a",policy="p",gpu_id="4096"} 0.0015"#,
+                r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p",gpu_id="4096"} 0.25"#,
+                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",gpu_id="4096",transition="resume"} 2"#,
+                r#"gpreempt_scheduler_transitions_total{hostname="node-a",policy="p",gpu_id="4096",transition="suspend"} 2"#,
             ]
         );
     }
@@ -348,7 +348,7 @@ mod tests {
             text.lines().filter(|l| l.starts_with("gpreempt_scheduler_suspended_seconds_total")).collect();
         assert_eq!(
             suspended,
-            [r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p",gpu="4096"} 1.25"#]
+            [r#"gpreempt_scheduler_suspended_seconds_total{hostname="node-a",policy="p",gpu_id="4096"} 1.25"#]
         );
     }
 }

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use gpreempt::{
     controller::vocabulary::Options,
     evaluate::{
-        self, EvaluateConfig, LoadCommand, Progress, Step, Ticker, render,
+        self, EvaluateConfig, Progress, Step, Ticker, render,
         report::{Ended, StateRun},
     },
     host::roots::Roots,
@@ -83,9 +83,8 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 pub fn run(args: &EvaluateArgs) -> Result<()> {
     let stop = interrupt::install()?;
-    // Checked before anything else starts: a typo in --load is refused at once.
-    let path = std::env::var("PATH").ok();
-    let load = LoadCommand::check(&args.load, path.as_deref())?;
+    // --load was checked while parsing (cli::parse_load): a typo is a usage error.
+    let load = args.load.clone();
     let roots = Roots::default();
     let session = Options::default();
     let config = EvaluateConfig {

@@ -87,7 +87,7 @@ impl Eq for ProcessHandle {}
 pub enum TargetError {
     #[error("no process with pid {0} (see `gpreempt ps` for the KFD processes)")]
     NoSuchProcess(HostPid),
-    #[error("pid {0} is gpreempt itself; give the pid of the offline GPU process (see `gpreempt ps`)")]
+    #[error("pid {0} is gpreempt itself; give the pid of another process that uses the GPU (see `gpreempt ps`)")]
     OwnProcess(HostPid),
     #[error(
         "pid {pid} ({}) has never opened /dev/kfd, so it has no GPU queues to suspend \
@@ -95,7 +95,7 @@ pub enum TargetError {
         escape(.comm)
     )]
     NotKfdProcess { pid: HostPid, comm: String },
-    #[error("pid {pid} is a thread of process {tgid}; KFD debugs whole processes: use --offline {tgid}")]
+    #[error("pid {pid} is a thread of process {tgid}; KFD knows whole processes: give pid {tgid}")]
     NotLeader { pid: HostPid, tgid: HostPid },
     #[error(
         "pid {pid} ({}) exited after it was inspected; the pid may now name another process, so it was not \
@@ -342,9 +342,15 @@ mod tests {
             Target::inspect(&roots, HostPid(999_999)).unwrap_err(),
             TargetError::NoSuchProcess(HostPid(999_999))
         );
+        let own = Target::inspect(&roots, HostPid(std::process::id())).unwrap_err();
+        assert_eq!(own, TargetError::OwnProcess(HostPid(std::process::id())));
+        // Said to --online as to --offline: no side is named.
         assert_eq!(
-            Target::inspect(&roots, HostPid(std::process::id())).unwrap_err(),
-            TargetError::OwnProcess(HostPid(std::process::id()))
+            own.to_string(),
+            format!(
+                "pid {} is gpreempt itself; give the pid of another process that uses the GPU (see `gpreempt ps`)",
+                std::process::id()
+            )
         );
         let init = Target::inspect(&roots, HostPid(1)).unwrap();
         assert_eq!(

@@ -106,8 +106,8 @@ const fn in_seconds(name: &'static str, help: &'static str, kind: Kind) -> Famil
 pub mod label {
     /// The agent's `[[policy]]` name.
     pub const POLICY: &str = "policy";
-    /// KFD's `gpu_id`, in decimal.
-    pub const GPU: &str = "gpu";
+    /// KFD's `gpu_id`, in decimal: the same label name as the other families' GPU label.
+    pub const GPU_ID: &str = "gpu_id";
     /// [`crate::domain::TransitionKind::name`].
     pub const TRANSITION: &str = "transition";
     /// A histogram bucket's upper bound (`+Inf` for the last), written by the encoder.

@@ -210,7 +210,7 @@ impl Metrics {
     pub fn scheduler_transition(&self, policy: &str, gpu: GpuId, t: TransitionKind) {
         let labels = vec![
             (label::POLICY, policy.to_owned()),
-            (label::GPU, gpu.to_string()),
+            (label::GPU_ID, gpu.to_string()),
             (label::TRANSITION, t.name().to_owned()),
         ];
         self.transitions.get_or_create(&labels).inc();
@@ -466,5 +466,5 @@ impl Subscriber for std::rc::Rc<std::cell::RefCell<Recorder>> {
 mod tests;
 
 fn policy_gpu(policy: &str, gpu: GpuId) -> Labels {
-    vec![(label::POLICY, policy.to_owned()), (label::GPU, gpu.to_string())]
+    vec![(label::POLICY, policy.to_owned()), (label::GPU_ID, gpu.to_string())]
 }

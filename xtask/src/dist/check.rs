@@ -356,7 +356,7 @@ fn image_check(archive: &Path, version: &str) -> Result<String> {
     };
     let archive = archive.to_str().context("the image archive path is not UTF-8")?;
     let loaded = podman(&["load", "--input", archive])?;
-    let tag = format!("gpreempt:{version}");
+    let tag = crate::image::name(version);
     podman(&["image", "exists", &tag])?;
     // Debian's kernels refuse perf_event_open to CAP_PERFMON alone above 2 (docs/install.md).
     fs::write("/proc/sys/kernel/perf_event_paranoid", "2").context("setting kernel.perf_event_paranoid=2")?;

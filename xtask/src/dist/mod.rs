@@ -5,7 +5,7 @@
 //!   inside, as every build embeds it), its man pages, the bash/zsh/fish completions, the systemd
 //!   unit and the sample agent configuration (its policy commented out);
 //! - `gpreempt_VERSION_amd64.deb` ([`deb`]): the same files where Debian puts them;
-//! - `gpreempt-VERSION.oci.tar`: the container image `gpreempt:VERSION` from the same binary
+//! - `gpreempt-VERSION.oci.tar`: the container image `localhost/gpreempt:VERSION` from the same binary
 //!   (`image.rs`), for `podman load -i` / `docker load -i` elsewhere;
 //! - `SHA256SUMS`.
 //!
@@ -216,7 +216,7 @@ fn build(dist: &Path, version: &str, image: bool) -> Result<Artifacts> {
     )?;
 
     if image {
-        let tag = format!("gpreempt:{version}");
+        let tag = crate::image::name(version);
         let context = target_dir().join("dist-work/image");
         crate::image::assemble(std::slice::from_ref(&binary), &context)?;
         run_command(&mut crate::image::build_command(&context, &[&tag]))?;

@@ -58,7 +58,8 @@ pub struct SchedulerStatus {
 pub enum ScrapeError {
     #[error(
         "no gpreempt agent answers on {addr} ({source}); start `gpreempt agent` with [[policy]] \
-         tables to see the scheduler here, or pass --agent ADDR (--no-agent: do not ask)"
+         tables to see the scheduler here, or pass --agent ADDR (on Kubernetes: the agent pod's IP:9464, \
+         see docs/guide/kubernetes.md; --no-agent: do not ask)"
     )]
     Connect { addr: SocketAddr, source: std::io::Error },
     #[error("reading {addr}{path}: {source}", path = METRICS_PATH)]
@@ -178,7 +179,7 @@ pub fn parse(exposition: &str) -> Vec<SchedulerGpu> {
             continue;
         }
         let (Some(policy), Some(gpu)) =
-            (s.labels.get(label::POLICY), s.labels.get(label::GPU).and_then(|g| g.parse().ok()))
+            (s.labels.get(label::POLICY), s.labels.get(label::GPU_ID).and_then(|g| g.parse().ok()))
         else {
             continue;
         };
@@ -305,7 +306,11 @@ mod tests {
             let of_name: Vec<&Sample<'_>> = emitted.iter().filter(|s| s.name == name).collect();
             assert_eq!(of_name.len(), n, "{name}:\n{text}");
             for s in &of_name {
-                assert_eq!((s.labels[label::POLICY].as_str(), s.labels[label::GPU].as_str()), ("p", "4096"), "{name}");
+                assert_eq!(
+                    (s.labels[label::POLICY].as_str(), s.labels[label::GPU_ID].as_str()),
+                    ("p", "4096"),
+                    "{name}"
+                );
             }
             let other: BTreeSet<Option<&str>> = of_name
                 .iter()
@@ -331,13 +336,13 @@ mod tests {
 
     #[test]
     fn label_values_with_escapes_and_any_label_order() {
-        let s = sample(r#"gpreempt_scheduler_transitions_total{transition="resume",policy="a\"b\\c",gpu="8192"} 7"#)
+        let s = sample(r#"gpreempt_scheduler_transitions_total{transition="resume",policy="a\"b\\c",gpu_id="8192"} 7"#)
             .unwrap();
         assert_eq!((s.name, s.value), ("gpreempt_scheduler_transitions_total", 7.0));
         assert_eq!(s.labels["policy"], "a\"b\\c");
         let rows = parse(&format!(
             "# TYPE x counter\n{}\ngpreempt_processes{{hostname=\"h\"}} 3\ngarbage{{\n",
-            r#"gpreempt_scheduler_transitions_total{transition="resume",policy="a\"b\\c",gpu="8192"} 7"#
+            r#"gpreempt_scheduler_transitions_total{transition="resume",policy="a\"b\\c",gpu_id="8192"} 7"#
         ));
         assert_eq!(rows.len(), 1);
         assert_eq!(
@@ -357,6 +362,7 @@ mod tests {
         let error = status.error.unwrap();
         assert!(error.starts_with(&format!("no gpreempt agent answers on {addr} (")), "{error}");
         assert!(error.contains("start `gpreempt agent`"), "{error}");
+        assert!(error.contains("or pass --agent ADDR (on Kubernetes: the agent pod's IP:9464, "), "{error}");
         assert!(status.gpus.is_empty());
     }
 
