@@ -84,6 +84,11 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// The suite's arrival part alone (issue 45): the arrival matrix and packet-cost, JSON.
+    Arrival {
+        #[arg(long)]
+        quick: bool,
+    },
     /// The doorbell probe's cost per doorbell store (per kernel launch) in this process, natively:
     /// without the probe, and with it on an unregistered, a disarmed and an armed signal (root).
     StoreCost {
@@ -172,6 +177,10 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Suite { quick } => suite::run(quick),
+        Cmd::Arrival { quick } => {
+            println!("{}", serde_json::to_string(&suite::arrival(quick)?)?);
+            Ok(())
+        }
         Cmd::StoreCost { calls } => {
             println!("{}", serde_json::to_string(&harness::store_cost::measure(calls)?)?);
             Ok(())

@@ -168,6 +168,20 @@ pub fn arrival_matrix(quick: bool) -> Vec<Scenario> {
     ]
 }
 
+/// The suite's `arrival` part alone (`harness arrival [--quick]`): the arrival matrix and the
+/// probe's cost per packet.
+pub fn arrival(quick: bool) -> Result<Value> {
+    let mut scenarios: Vec<Value> = Vec::new();
+    for sc in arrival_matrix(quick) {
+        scenarios.push(evaluated(&sc, false)?);
+    }
+    let packet_cost = match crate::packet_cost::measure(if quick { 8_000 } else { 40_000 }) {
+        Ok(c) => serde_json::to_value(c)?,
+        Err(e) => json!({"error": format!("{e:#}")}),
+    };
+    Ok(json!({"scenarios": scenarios, "packet_cost": packet_cost}))
+}
+
 fn evaluated(sc: &Scenario, mirror: bool) -> Result<Value> {
     Ok(match evaluate(sc, mirror) {
         Ok(r) => serde_json::to_value(r)?,
@@ -198,14 +212,7 @@ pub fn run(quick: bool) -> Result<()> {
         Ok(c) => serde_json::to_value(c)?,
         Err(e) => json!({"error": format!("{e:#}")}),
     };
-    let mut arrival: Vec<Value> = Vec::new();
-    for sc in arrival_matrix(quick) {
-        arrival.push(evaluated(&sc, false)?);
-    }
-    let packet_cost = match crate::packet_cost::measure(if quick { 8_000 } else { 40_000 }) {
-        Ok(c) => serde_json::to_value(c)?,
-        Err(e) => json!({"error": format!("{e:#}")}),
-    };
+    let arrival = arrival(quick)?;
     let profiles: Vec<Profile> =
         [Profile::emulator(), Profile::mi300x()].into_iter().chain(Profile::mi300x_sweep()).collect();
     let out = json!({
@@ -217,7 +224,7 @@ pub fn run(quick: bool) -> Result<()> {
         "scenarios": scenarios,
         "policy": {"scenarios": policy},
         "doorbell": {"scenarios": doorbell, "store_cost": store_cost},
-        "arrival": {"scenarios": arrival, "packet_cost": packet_cost},
+        "arrival": arrival,
     });
     println!("{}", serde_json::to_string(&out)?);
     Ok(())
