@@ -175,6 +175,12 @@ impl OnlineProcess {
         self.queues.iter().map(|w| w.addrs.gpu_id)
     }
 
+    /// The sum of its queues' write indices at the last poll (wrapping): a moved sum is a
+    /// submission, whatever the read indices did meanwhile.
+    pub fn writes(&self) -> u64 {
+        self.queues.iter().filter_map(|w| w.last_write).fold(0, u64::wrapping_add)
+    }
+
     /// GPUs with a queue whose indices showed online work at the last poll (repeats included).
     pub fn pending_gpus(&self) -> impl Iterator<Item = GpuId> + '_ {
         self.queues.iter().filter(|w| w.active).map(|w| w.addrs.gpu_id)

@@ -25,6 +25,7 @@ use crate::{
             report::ArrivalReport,
         },
         config::ArrivalConfig,
+        online::OnlineProcess,
         policy::State,
         seams::ControlSide,
     },
@@ -34,6 +35,9 @@ use crate::{
 /// How often a watched process's listening ports are read again (a server that opens its port
 /// after its first GPU queue, as vLLM does once the model is loaded, is watched from then on).
 const REFRESH_NS: u64 = 2_000_000_000;
+/// Pending holds kept per process: more requests than this in their CPU phase at once, none of
+/// which reached the GPU, give up the oldest.
+const MAX_PENDING: usize = 64;
 /// Lead and arrival→suspend samples kept per process for the report.
 const REPORT_SAMPLES: usize = 100_000;
 
@@ -46,6 +50,11 @@ struct Pending {
     /// When the SUSPENDs that hold the offline side for it returned (or the process's GPUs were
     /// already held when it was issued).
     held_ns: Option<u64>,
+    /// The process's write-index sum when the hold was opened (None: not read yet): a moved sum
+    /// is its first submission.
+    writes: Option<u64>,
+    /// Its lead is learnt from (it found the process's GPUs free of online work).
+    learn: bool,
 }
 
 /// One online process as the arrival path sees it.
@@ -60,7 +69,8 @@ struct Watched {
     /// What was said last: watched (true) or not (false); said again when it changes.
     said: Option<bool>,
     armed: bool,
-    pending: Option<Pending>,
+    /// Pending holds, oldest first.
+    pending: Vec<Pending>,
     model: LeadModel,
     counts: PendingCounts,
     leads_us: Vec<f64>,
@@ -78,7 +88,7 @@ impl Watched {
             permanent: false,
             said: None,
             armed: false,
-            pending: None,
+            pending: Vec::new(),
             model: LeadModel::default(),
             counts: PendingCounts::default(),
             leads_us: Vec::new(),
@@ -124,7 +134,7 @@ impl Arrivals {
 
     /// The earliest planned issue time of a pending hold not yet in force (the wait's deadline).
     pub(super) fn next_issue(&self, now: u64) -> Option<u64> {
-        self.watched.iter().filter_map(|w| w.pending).map(|p| p.plan.issue_at_ns).filter(|&t| t > now).min()
+        self.watched.iter().flat_map(|w| &w.pending).map(|p| p.plan.issue_at_ns).filter(|&t| t > now).min()
     }
 
     /// Watch `pid` (its first queue): its cgroup and ports, armed.
@@ -241,11 +251,16 @@ impl Arrivals {
             cgroup: w.cgroup.as_ref().map(|c| c.display().to_string()),
             why: w.why.clone(),
             counts,
-            pending: PendingCounts { open: u64::from(w.pending.is_some()), ..w.counts },
+            pending: PendingCounts { open: w.pending.len() as u64, ..w.counts },
             lead_us: Summary::of(&w.leads_us),
             arrival_to_suspend_us: Summary::of(&w.to_suspend_us),
         }
     }
+}
+
+/// Arm `slot` (false if the probe is gone or the map refused: tried again at the next step).
+fn probe_arm(probe: Option<&mut ArrivalProbe>, slot: u32) -> bool {
+    probe.is_some_and(|p| p.arm(slot).is_ok())
 }
 
 fn push_capped(v: &mut Vec<f64>, x: f64) {
@@ -277,7 +292,8 @@ impl<S: ControlSide> Reaction<S> {
     }
 
     /// The probe's hits since the last step: each opens a pending hold for its process, planned
-    /// from its learnt lead; and the ports of each watched process read again when due.
+    /// from its learnt lead, and arms the process again at once (every request is one record);
+    /// and the ports of each watched process read again when due.
     pub(super) fn take_arrivals(&mut self, now: u64) {
         let Some(a) = self.arrivals.as_mut() else { return };
         let due: Vec<HostPid> =
@@ -306,24 +322,34 @@ impl<S: ControlSide> Reaction<S> {
             let cost =
                 self.lanes.iter().filter(|l| gpus.contains(&l.gpu)).filter_map(|l| l.policy.suspend_cost()).max();
             let held = self.lanes.iter().any(|l| gpus.contains(&l.gpu) && l.policy.state() == State::Suspended);
-            // Online work already visible there (another request's): this one needs no hold of
-            // its own, and its lead could not be told from the other's work.
+            // Online work already visible there (another request's): the hold starts at once, and
+            // its lead cannot be told from the other's work, so it is not learnt from.
             let busy = self.lanes.iter().any(|l| gpus.contains(&l.gpu) && l.active);
+            let writes = self.online.iter().find(|o| o.pid == pid).map(OnlineProcess::writes);
             let Some(a) = self.arrivals.as_mut() else { return };
             let w = &mut a.watched[i];
-            w.armed = false;
             w.counts.arrivals += 1;
-            if busy || w.pending.is_some() {
-                w.counts.busy += 1;
-                continue;
+            if w.pending.len() >= MAX_PENDING {
+                // A flood of requests none of which reached the GPU: the oldest is given up.
+                w.pending.remove(0);
+                w.counts.end(PendingEnd::Wasted);
             }
-            let plan = w.model.plan(h.ktime_ns, h.payload_len, cost.unwrap_or(0));
-            w.pending = Some(Pending {
+            let mut plan = w.model.plan(h.ktime_ns, h.payload_len, cost.unwrap_or(0));
+            if busy {
+                w.counts.busy += 1;
+                plan.issue_at_ns = h.ktime_ns;
+            }
+            w.pending.push(Pending {
                 arrival_ns: h.ktime_ns,
                 size: h.payload_len,
                 plan,
                 held_ns: held.then_some(h.ktime_ns),
+                writes,
+                learn: !busy,
             });
+            if let Some(slot) = w.slot {
+                w.armed = probe_arm(a.probe.as_mut(), slot);
+            }
         }
         if let Some(a) = self.arrivals.as_mut() {
             a.hits = hits;
@@ -335,31 +361,46 @@ impl<S: ControlSide> Reaction<S> {
     pub(super) fn arrival_holds(&self, gpu: GpuId, now: u64) -> bool {
         let Some(a) = &self.arrivals else { return false };
         a.watched.iter().any(|w| {
-            w.pending.is_some_and(|p| p.plan.issue_at_ns <= now && now < p.plan.release_at_ns)
+            w.pending.iter().any(|p| p.plan.issue_at_ns <= now && now < p.plan.release_at_ns)
                 && self.online.iter().any(|o| o.pid == w.pid && o.gpus().any(|g| g == gpu))
         })
     }
 
-    /// GPU work of the online side was published on `gpu` at `work_ns` (a doorbell store's stamp
-    /// or this step): the pending holds of the processes there end, and their leads are learnt.
-    pub(super) fn arrival_work(&mut self, gpu: GpuId, work_ns: u64) {
-        let pids: Vec<HostPid> = self.online.iter().filter(|o| o.gpus().any(|g| g == gpu)).map(|o| o.pid).collect();
+    /// The oldest pending hold of each watched process ends at the process's first submission
+    /// since the hold was opened: its write indices moved (read at this step), stamped with a
+    /// doorbell store of its GPUs at or after the arrival where the probe saw one, else `now`. Its
+    /// lead is learnt; the holds after it wait for a later submission.
+    pub(super) fn arrival_progress(&mut self, now: u64) {
         let Some(a) = self.arrivals.as_mut() else { return };
-        for w in a.watched.iter_mut().filter(|w| pids.contains(&w.pid)) {
-            let Some(p) = w.pending else { continue };
-            // Work stamped before the arrival belongs to an earlier request.
-            if work_ns < p.arrival_ns {
+        for w in a.watched.iter_mut().filter(|w| !w.pending.is_empty()) {
+            let Some(o) = self.online.iter().find(|o| o.pid == w.pid) else { continue };
+            let writes = o.writes();
+            let p = w.pending[0];
+            if p.writes.is_some_and(|before| before == writes) {
                 continue;
             }
+            let store = self
+                .lanes
+                .iter()
+                .filter(|l| o.gpus().any(|g| g == l.gpu))
+                .filter_map(|l| l.doorbell_ns)
+                .filter(|&t| t >= p.arrival_ns)
+                .min();
+            let work_ns = store.unwrap_or(now).max(p.arrival_ns);
             let lead_ns = work_ns - p.arrival_ns;
             let end = match p.held_ns {
                 Some(held) if held <= work_ns => PendingEnd::Served { lead_ns },
                 _ => PendingEnd::Late { lead_ns },
             };
             w.counts.end(end);
-            w.model.record(LeadSample { size: p.size, lead_ns });
-            push_capped(&mut w.leads_us, lead_ns as f64 / 1e3);
-            w.pending = None;
+            if p.learn {
+                w.model.record(LeadSample { size: p.size, lead_ns });
+                push_capped(&mut w.leads_us, lead_ns as f64 / 1e3);
+            }
+            w.pending.remove(0);
+            for q in &mut w.pending {
+                q.writes = Some(writes);
+            }
         }
     }
 
@@ -370,45 +411,33 @@ impl<S: ControlSide> Reaction<S> {
         let pids: Vec<HostPid> = self.online.iter().filter(|o| o.gpus().any(|g| g == gpu)).map(|o| o.pid).collect();
         let Some(a) = self.arrivals.as_mut() else { return };
         for w in a.watched.iter_mut().filter(|w| pids.contains(&w.pid)) {
-            let Some(p) = w.pending.as_mut() else { continue };
-            if p.held_ns.is_some() || p.plan.issue_at_ns > entered {
-                continue;
-            }
-            p.held_ns = Some(done);
-            if p.plan.issue_at_ns == p.arrival_ns {
-                push_capped(&mut w.to_suspend_us, entered.saturating_sub(p.arrival_ns) as f64 / 1e3);
+            for p in &mut w.pending {
+                if p.held_ns.is_some() || p.plan.issue_at_ns > entered {
+                    continue;
+                }
+                p.held_ns = Some(done);
+                if p.plan.issue_at_ns == p.arrival_ns && p.learn {
+                    push_capped(&mut w.to_suspend_us, entered.saturating_sub(p.arrival_ns) as f64 / 1e3);
+                }
             }
         }
     }
 
-    /// Pending holds past their bound end as wasted; processes whose GPUs all run idle are armed
-    /// again.
+    /// Pending holds past their bound end as wasted; a process whose arming failed is armed again.
     pub(super) fn rearm_arrivals(&mut self, now: u64) {
-        let idle: Vec<(HostPid, bool)> = self
-            .online
-            .iter()
-            .map(|o| {
-                let idle = o
-                    .gpus()
-                    .all(|g| self.lanes.iter().any(|l| l.gpu == g && !l.active && l.policy.state() == State::Running));
-                (o.pid, idle)
-            })
-            .collect();
         let Some(a) = self.arrivals.as_mut() else { return };
-        let Some(probe) = a.probe.as_mut() else { return };
         let mut armed_now = false;
         for w in &mut a.watched {
-            if let Some(p) = w.pending
-                && now >= p.plan.release_at_ns
-            {
+            let before = w.pending.len();
+            w.pending.retain(|p| now < p.plan.release_at_ns);
+            for _ in w.pending.len()..before {
                 w.counts.end(PendingEnd::Wasted);
-                w.pending = None;
             }
-            let Some(slot) = w.slot else { continue };
-            let idle = idle.iter().any(|&(pid, idle)| pid == w.pid && idle);
-            if !w.armed && w.pending.is_none() && idle && probe.arm(slot).is_ok() {
-                w.armed = true;
-                armed_now = true;
+            if let Some(slot) = w.slot
+                && !w.armed
+            {
+                w.armed = probe_arm(a.probe.as_mut(), slot);
+                armed_now |= w.armed;
             }
         }
         self.armed_now |= armed_now;

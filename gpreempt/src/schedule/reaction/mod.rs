@@ -263,22 +263,15 @@ impl<S: ControlSide> Reaction<S> {
         self.take_arrivals(now);
         self.read_hints();
         self.read_online(now);
+        self.arrival_progress(now);
         self.watch_deferred();
         let hint = self.hint;
         for i in 0..self.lanes.len() {
             let occupancy_ns = self.config.occupancy_ns;
-            let (gpu, doorbell, published) = {
-                let lane = &mut self.lanes[i];
-                let doorbell = lane.doorbell_ns.take();
-                // New online work: a store's stamp, or indices that turned pending since a step that
-                // saw none (work still pending from a step that saw it is the same request's).
-                (lane.gpu, doorbell, doorbell.or((lane.pending && !lane.active).then_some(now)))
-            };
-            if let Some(at) = published {
-                self.arrival_work(gpu, at);
-            }
+            let gpu = self.lanes[i].gpu;
             let arrival = self.arrival_holds(gpu, now);
             let lane = &mut self.lanes[i];
+            let doorbell = lane.doorbell_ns.take();
             let mut active = lane.pending || doorbell.is_some() || arrival || (hint && lane.online_queues > 0);
             // After a wait on the probe, the idle reading that let the thread wait still holds
             // when the indices agree: a dispatch that started since was published first, and a
