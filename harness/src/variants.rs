@@ -41,11 +41,17 @@ pub const VARIANTS: &[Variant] = &[
     ("defer-idle", |c| c.defer_idle = true),
     // Each offline job held on all of its GPUs or on none (`--gang`).
     ("gang", |c| c.gang = true),
+    // One offline process runnable per GPU while it has no online work, the others parked and
+    // taking turns (`--runnable 1`): one SUSPEND per transition instead of one per process.
+    (RUNNABLE_1_VARIANT, |c| c.runnable = 1),
     // The reaction thread on the online client's CPU (`--cpu`; the client is pinned there too,
     // run.rs): the probe's wake-up is then local, so the figure is the probe path's own and not
     // the host's wake-up of another, idle vCPU.
     (SAME_CPU_VARIANT, |c| c.realtime.cpu = Some(SAME_CPU)),
 ];
+
+/// The variant that keeps one offline process runnable (`--runnable 1`).
+pub const RUNNABLE_1_VARIANT: &str = "runnable-1";
 
 /// The variant without the arrival probe.
 pub const NO_ARRIVAL_VARIANT: &str = "no-arrival";
