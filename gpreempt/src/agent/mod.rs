@@ -1,11 +1,12 @@
 //! `gpreempt agent`: the node daemon's parts that are not the tracer loop itself — its
 //! configuration ([`config`]), which policies contradict one another ([`overlap`]), when it is
-//! reloaded ([`reload`]), its HTTP endpoint ([`http`]),
+//! reloaded ([`reload`]), its manual page ([`manual`]), its HTTP endpoint ([`http`]),
 //! its log lines ([`log_line`]) and the seam through which configured policies reach a scheduler
 //! ([`PolicyRunner`], run by [`policies::Policies`]).
 
 pub mod config;
 pub mod http;
+pub mod manual;
 pub mod overlap;
 pub mod policies;
 pub mod reload;

@@ -8,8 +8,13 @@ use std::{fs, path::Path};
 use anyhow::{Context, Result};
 use clap::CommandFactory;
 
-use super::stdout::out;
+use gpreempt::agent::manual::{self, roff_escape, roff_example};
+
+use super::{examples, stdout::out};
 use crate::cli::{Cli, CompletionsArgs, ManArgs};
+
+/// Where the packages put the documentation the pages and the help cite as `docs/…`.
+const DOC_DIR: &str = "/usr/share/doc/gpreempt";
 
 /// The completion script of `args.shell` on stdout.
 pub fn completions(args: &CompletionsArgs) -> Result<()> {
@@ -47,13 +52,45 @@ fn without_hidden(cmd: &clap::Command) -> clap::Command {
 }
 
 /// One roff page per command in `args.dir`: `gpreempt.1`, then `gpreempt-<sub>.1` for every
-/// subcommand a user runs (the hidden ones and clap's `help` have none). Prints the files written.
+/// subcommand a user runs (the hidden ones and clap's `help` have none), each with EXAMPLES and
+/// SEE ALSO, and the configuration's `gpreempt-agent.toml.5`. Prints the files written.
 pub fn man(args: &ManArgs) -> Result<()> {
     fs::create_dir_all(&args.dir).with_context(|| format!("cannot create {}", args.dir.display()))?;
     for file in pages(&args.dir)? {
         super::stdout::outln!("{}", file);
     }
     Ok(())
+}
+
+/// The sections after clap's: EXAMPLES of `command`, then SEE ALSO with where the cited docs are.
+fn tail(command: &str) -> String {
+    let mut roff = String::new();
+    let examples = examples::of(command);
+    if !examples.is_empty() {
+        roff.push_str(".SH EXAMPLES\n");
+        for (what, line) in examples {
+            roff.push_str(&format!(".PP\n{}\n", roff_escape(what)));
+            roff.push_str(&roff_example(line));
+        }
+    }
+    roff.push_str(".SH SEE ALSO\n");
+    let mut see: Vec<String> = Vec::new();
+    if command != "gpreempt" {
+        see.push("\\fBgpreempt\\fR(1)".to_owned());
+    }
+    if command == "agent" {
+        see.push(format!("\\fB{}\\fR(5)", roff_escape(manual::CONFIG_PAGE)));
+    }
+    roff.push_str(&see.join(", "));
+    if !see.is_empty() {
+        roff.push('\n');
+    }
+    roff.push_str(&format!(
+        ".PP\nThe documentation these pages and \\fB\\-\\-help\\fR cite as docs/\\&... is in {}: \
+         README.md, docs/cli.md (conventions and exit codes), docs/guide/ (one guide per task).\n",
+        roff_escape(DOC_DIR)
+    ));
+    roff
 }
 
 fn pages(dir: &Path) -> Result<Vec<String>> {
@@ -63,19 +100,20 @@ fn pages(dir: &Path) -> Result<Vec<String>> {
     cmd.build();
     let mut written = Vec::new();
     let version = cmd.get_version().unwrap_or_default().to_owned();
-    let mut write = |name: String, page: clap::Command| -> Result<()> {
+    let mut write = |name: String, command: &str, page: clap::Command| -> Result<()> {
         let path = dir.join(format!("{name}.1"));
         let mut roff = Vec::new();
         clap_mangen::Man::new(page)
             .title(name.to_uppercase())
             .source(format!("gpreempt {version}"))
             .render(&mut roff)?;
+        roff.extend_from_slice(tail(command).as_bytes());
         fs::write(&path, roff).with_context(|| format!("cannot write {}", path.display()))?;
         written.push(path.display().to_string());
         Ok(())
     };
     // The top page lists the subcommands, each as its page: clap's `help` has none.
-    write("gpreempt".to_owned(), Cli::command().disable_help_subcommand(true))?;
+    write("gpreempt".to_owned(), "gpreempt", Cli::command().disable_help_subcommand(true))?;
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
         let name = format!("gpreempt-{}", sub.get_name());
         // `gpreempt-doctor(1)`: the page's NAME and SYNOPSIS say the command as it is typed.
@@ -86,8 +124,11 @@ fn pages(dir: &Path) -> Result<Vec<String>> {
             .name(leak(name.clone()))
             .bin_name(format!("gpreempt {}", sub.get_name()))
             .version(leak(version.clone()));
-        write(name, page)?;
+        write(name, sub.get_name(), page)?;
     }
+    let path = dir.join(format!("{}.5", manual::CONFIG_PAGE));
+    fs::write(&path, manual::config_page(&version)).with_context(|| format!("cannot write {}", path.display()))?;
+    written.push(path.display().to_string());
     Ok(written)
 }
 
@@ -119,8 +160,24 @@ mod tests {
                 "gpreempt-trace.1",
                 "gpreempt-agent.1",
                 "gpreempt-analyze.1",
+                "gpreempt-agent.toml.5",
             ]
         );
+        // Every command page has examples and says where the docs it cites are.
+        for name in &names[..names.len() - 1] {
+            let page = fs::read_to_string(dir.path().join(name)).unwrap();
+            assert!(page.contains("\n.SH EXAMPLES\n.PP\n"), "{name}");
+            assert!(page.contains(" is in /usr/share/doc/gpreempt: README.md, docs/cli.md"), "{name}");
+        }
+        let agent = fs::read_to_string(dir.path().join("gpreempt-agent.1")).unwrap();
+        assert!(
+            agent.contains(
+                "\n.PP\nCheck a configuration without starting anything:\n.PP\n.RS 4\n.nf\n\
+                 gpreempt agent \\-\\-check /etc/gpreempt/agent.toml\n.fi\n.RE\n"
+            ),
+            "{agent}"
+        );
+        assert!(agent.contains("\\fBgpreempt\\-agent.toml\\fR(5)"), "{agent}");
         let version = env!("CARGO_PKG_VERSION");
         let doctor = fs::read_to_string(dir.path().join("gpreempt-doctor.1")).unwrap();
         assert!(doctor.contains(&format!("\n.TH GPREEMPT-DOCTOR 1  \"gpreempt {version}\" \n")), "{doctor}");
@@ -151,5 +208,59 @@ mod tests {
         }
         let bash = script(clap_complete::Shell::Bash).unwrap();
         assert!(bash.contains("complete -F _gpreempt -o nosort -o bashdefault -o default gpreempt\n"), "{bash}");
+    }
+
+    /// Each example of a gpreempt command line parses as the command line would (the ones that
+    /// pipe, substitute or redirect are checked up to that point).
+    #[test]
+    fn every_example_is_a_valid_command_line() {
+        let commands: Vec<String> =
+            Cli::command().get_subcommands().filter(|s| !s.is_hide_set()).map(|s| s.get_name().to_owned()).collect();
+        for (command, examples) in examples::EXAMPLES {
+            assert!(*command == "gpreempt" || commands.iter().any(|c| c == command), "{command}");
+            for (_, line) in *examples {
+                // A command substitution: the inner command, and the outer one with a value.
+                let lines = match line.split_once("$(").and_then(|(a, b)| Some((a, b.split_once(')')?))) {
+                    Some((before, (inner, after))) => vec![inner.to_owned(), format!("{before}1{after}")],
+                    None => vec![(*line).to_owned()],
+                };
+                for line in &lines {
+                    let line = line.trim_start_matches("sudo ");
+                    if !line.starts_with("gpreempt ") {
+                        continue;
+                    }
+                    let words = split(line.split(['|', '>']).next().unwrap());
+                    match <Cli as clap::Parser>::try_parse_from(&words) {
+                        Ok(_) => {}
+                        // The load generator is on the user's host, not here.
+                        Err(e) if e.to_string().contains("is not found in PATH") => {}
+                        Err(e) => panic!("{line}: {e}"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Words as sh splits them, for the examples' quoting: single quotes and backslashes.
+    fn split(line: &str) -> Vec<String> {
+        let (mut words, mut word, mut quoted, mut any) = (Vec::new(), String::new(), false, false);
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\'' => (quoted, any) = (!quoted, true),
+                '\\' if !quoted => word.extend(chars.next()),
+                c if c.is_whitespace() && !quoted => {
+                    if any || !word.is_empty() {
+                        words.push(std::mem::take(&mut word));
+                    }
+                    any = false;
+                }
+                c => word.push(c),
+            }
+        }
+        if any || !word.is_empty() {
+            words.push(word);
+        }
+        words
     }
 }

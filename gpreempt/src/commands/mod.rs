@@ -4,6 +4,7 @@ pub mod agent;
 pub mod analyze;
 pub mod doctor;
 pub mod evaluate;
+pub mod examples;
 pub mod generate;
 pub mod hw;
 pub mod interrupt;

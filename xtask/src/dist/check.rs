@@ -142,20 +142,28 @@ pub fn check_in_root(root: &Path, deb_file: &Path, version: &str) -> Result<Stri
         bail!("dpkg-query says `{said}`, expected `{expected}`");
     }
     let listed = ok_in_root(root, &["dpkg", "-L", "gpreempt"])?;
-    let pages: Vec<String> = fs::read_dir(root.join("usr/share/man/man1"))?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("gpreempt"))
-        .map(|n| n.trim_end_matches(".gz").to_owned())
-        .collect();
-    for (file, _) in deb::files(&pages) {
+    let installed = |section: &str| -> Result<Vec<String>> {
+        Ok(fs::read_dir(root.join(format!("usr/share/man/man{section}")))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("gpreempt"))
+            .map(|n| n.trim_end_matches(".gz").to_owned())
+            .collect())
+    };
+    let pages = installed("1")?;
+    let config_pages = installed("5")?;
+    let all_pages: Vec<String> = pages.iter().chain(&config_pages).cloned().collect();
+    for (file, _) in deb::files(&all_pages, &deb::doc_files()?) {
         if !listed.lines().any(|l| l == format!("/{file}")) {
             bail!("dpkg -L gpreempt does not list /{file}:\n{listed}");
         }
     }
-    // One page per command a user runs (gpreempt/src/commands/generate.rs).
+    // One page per command a user runs (gpreempt/src/commands/generate.rs), and the config's.
     if pages.len() != 10 {
         bail!("{} man pages installed, expected 10 (gpreempt and 9 commands): {pages:?}", pages.len());
+    }
+    if config_pages != ["gpreempt-agent.toml.5"] {
+        bail!("section 5 holds {config_pages:?}, expected gpreempt-agent.toml.5");
     }
     say(format!("dpkg: gpreempt {expected}; {} files, {} man pages", listed.lines().count(), pages.len()));
 

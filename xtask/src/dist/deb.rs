@@ -1,8 +1,10 @@
 //! The Debian package, assembled by hand and built with `dpkg-deb` (no debhelper, no source
 //! package): the static binary, its man pages (gzipped), the bash/zsh/fish completions where each
 //! shell looks for them, the systemd unit installed but not enabled, the sample agent
-//! configuration (a conffile, its policy commented out) and the copyright file. No `Depends`:
-//! the binary needs no shared object.
+//! configuration (a conffile, its policy commented out), the documentation the pages and `--help`
+//! cite (README.md and docs/, under /usr/share/doc/gpreempt) and the copyright file. No
+//! `Depends`: the binary needs no shared object. No `Homepage`: the project has no public
+//! address yet; the package's documentation is its reference.
 
 use std::{
     fmt::Write as _,
@@ -47,10 +49,42 @@ pub fn debian_version(cargo_version: &str) -> String {
     cargo_version.replacen('-', "~", 1)
 }
 
-/// Every file of the package (relative to `/`) with its mode, for these man pages.
-pub fn files(man_pages: &[String]) -> Vec<(String, u32)> {
+/// Where the documentation goes: the paths the pages cite (`docs/cli.md`) under it.
+pub const DOC_DIR: &str = "usr/share/doc/gpreempt";
+
+/// The documentation the package carries, relative to the workspace: README.md, then every
+/// Markdown file under docs/, sorted.
+pub fn doc_files() -> Result<Vec<String>> {
+    fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) -> Result<()> {
+        for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                walk(&path, root, out)?;
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path.strip_prefix(root)?.display().to_string());
+            }
+        }
+        Ok(())
+    }
+    let root = workspace_root();
+    let mut docs = Vec::new();
+    walk(&root.join("docs"), &root, &mut docs)?;
+    docs.sort();
+    docs.insert(0, "README.md".to_owned());
+    Ok(docs)
+}
+
+/// A man page's directory by its section, the file name's last extension (`gpreempt.1`,
+/// `gpreempt-agent.toml.5`).
+fn man_path(page: &str) -> String {
+    let section = page.rsplit('.').next().unwrap_or("1");
+    format!("usr/share/man/man{section}/{page}.gz")
+}
+
+/// Every file of the package (relative to `/`) with its mode, for these man pages and docs.
+pub fn files(man_pages: &[String], docs: &[String]) -> Vec<(String, u32)> {
     let mut files = vec![(BINARY_PATH.to_owned(), 0o755)];
-    files.extend(man_pages.iter().map(|page| (format!("usr/share/man/man1/{page}.gz"), 0o644)));
+    files.extend(man_pages.iter().map(|page| (man_path(page), 0o644)));
     for path in [
         "usr/share/bash-completion/completions/gpreempt",
         "usr/share/zsh/vendor-completions/_gpreempt",
@@ -61,6 +95,7 @@ pub fn files(man_pages: &[String]) -> Vec<(String, u32)> {
     ] {
         files.push((path.to_owned(), 0o644));
     }
+    files.extend(docs.iter().map(|doc| (format!("{DOC_DIR}/{doc}"), 0o644)));
     files
 }
 
@@ -122,7 +157,6 @@ pub fn control(cargo_version: &str, installed_kib: u64) -> String {
          Recommends: procps\n\
          Section: admin\n\
          Priority: optional\n\
-         Homepage: https://example.invalid/gpreempt\n\
          Description: protect latency-critical GPU work from batch work on AMD GPUs\n \
          gpreempt suspends the compute queues of batch (offline) processes while\n \
          latency-critical (online) processes have work on the same AMD GPU, on the\n \
@@ -172,11 +206,12 @@ fn copyright() -> Result<String> {
     let mut out = String::from(
         "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\
          Upstream-Name: gpreempt\n\
-         Source: https://example.invalid/gpreempt\n\
          Comment: /usr/bin/gpreempt is statically linked with the GNU C Library (LGPL-2.1+, see\n \
          /usr/share/common-licenses/LGPL-2.1) and with Rust crates under MIT, Apache-2.0 and\n \
          compatible licenses. The complete source, from which the binary can be rebuilt and\n \
-         relinked, is at the Source address above.\n\
+         relinked, is distributed by the gpreempt developers with each release (the project\n \
+         has no public address yet); /usr/share/doc/gpreempt/docs/install.md says how to build\n \
+         it.\n\
          \n\
          Files: *\n\
          Copyright: The gpreempt developers\n\
@@ -208,7 +243,8 @@ pub fn build(inputs: &Inputs<'_>, work: &Path, dist: &Path) -> Result<PathBuf> {
         .iter()
         .map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()).context("a man page without a name"))
         .collect::<Result<_>>()?;
-    let listed = files(&page_names);
+    let docs = doc_files()?;
+    let listed = files(&page_names, &docs);
     let put = |relative: &str, content: &[u8], mode: u32| -> Result<()> {
         let path = work.join(relative);
         if let Some(dir) = path.parent() {
@@ -224,13 +260,20 @@ pub fn build(inputs: &Inputs<'_>, work: &Path, dist: &Path) -> Result<PathBuf> {
             UNIT_PATH => packaged_unit(inputs.unit)?.into_bytes(),
             CONFIG_PATH => inputs.sample.as_bytes().to_vec(),
             "usr/share/doc/gpreempt/copyright" => copyright()?.into_bytes(),
+            r if r.starts_with(DOC_DIR) && r.ends_with(".md") => {
+                let doc = r.trim_start_matches(DOC_DIR).trim_start_matches('/');
+                fs::read(workspace_root().join(doc)).with_context(|| format!("reading {doc}"))?
+            }
             r if r.ends_with("/gpreempt") => fs::read(&g.bash)?,
             r if r.ends_with("/_gpreempt") => fs::read(&g.zsh)?,
             r if r.ends_with("/gpreempt.fish") => fs::read(&g.fish)?,
-            r if r.starts_with("usr/share/man/man1/") => {
-                let name = r.trim_start_matches("usr/share/man/man1/").trim_end_matches(".gz");
-                let page =
-                    g.man_pages.iter().find(|p| p.ends_with(name)).context("a listed page that was not generated")?;
+            r if r.starts_with("usr/share/man/man") => {
+                let name = Path::new(r).file_name().map(|n| n.to_string_lossy().trim_end_matches(".gz").to_owned());
+                let page = g
+                    .man_pages
+                    .iter()
+                    .find(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()) == name)
+                    .context("a listed page that was not generated")?;
                 // -n: no name or time stamp in the header, so the same page gives the same bytes.
                 let mut gzip = Command::new("gzip");
                 gzip.args(["-9", "-n", "-c"]).arg(page);
@@ -289,17 +332,21 @@ mod tests {
 
     #[test]
     fn the_package_holds_the_binary_pages_completions_unit_and_config() {
-        let files = files(&["gpreempt.1".to_owned(), "gpreempt-doctor.1".to_owned()]);
+        let pages = ["gpreempt.1", "gpreempt-doctor.1", "gpreempt-agent.toml.5"].map(str::to_owned);
+        let files = files(&pages, &["README.md".to_owned(), "docs/cli.md".to_owned()]);
         let expected: Vec<(String, u32)> = [
             ("usr/bin/gpreempt", 0o755),
             ("usr/share/man/man1/gpreempt.1.gz", 0o644),
             ("usr/share/man/man1/gpreempt-doctor.1.gz", 0o644),
+            ("usr/share/man/man5/gpreempt-agent.toml.5.gz", 0o644),
             ("usr/share/bash-completion/completions/gpreempt", 0o644),
             ("usr/share/zsh/vendor-completions/_gpreempt", 0o644),
             ("usr/share/fish/vendor_completions.d/gpreempt.fish", 0o644),
             ("usr/lib/systemd/system/gpreempt-agent.service", 0o644),
             ("etc/gpreempt/agent.toml", 0o644),
             ("usr/share/doc/gpreempt/copyright", 0o644),
+            ("usr/share/doc/gpreempt/README.md", 0o644),
+            ("usr/share/doc/gpreempt/docs/cli.md", 0o644),
         ]
         .into_iter()
         .map(|(p, m)| (p.to_owned(), m))
@@ -322,7 +369,6 @@ mod tests {
                 "Recommends: procps",
                 "Section: admin",
                 "Priority: optional",
-                "Homepage: https://example.invalid/gpreempt",
                 "Description: protect latency-critical GPU work from batch work on AMD GPUs",
             ]
         );
@@ -373,5 +419,20 @@ mod tests {
         assert!(packaged.contains("\nExecStart=/usr/bin/gpreempt agent --config /etc/gpreempt/agent.toml\n"));
         assert!(packaged.contains("\n[Install]\nWantedBy=multi-user.target\n"));
         assert!(packaged_unit("ExecStart=/opt/gpreempt agent\n").is_err());
+    }
+
+    /// What the pages and `--help` cite as `docs/…` is in the package, and the readme first.
+    #[test]
+    fn the_package_carries_the_docs_its_pages_cite() {
+        let docs = doc_files().unwrap();
+        assert_eq!(docs[0], "README.md");
+        for cited in
+            ["docs/cli.md", "docs/evaluate.md", "docs/install.md", "docs/guide/agent.md", "docs/guide/kubernetes.md"]
+        {
+            assert!(docs.iter().any(|d| d == cited), "{cited} not in {docs:?}");
+        }
+        let copyright = copyright().unwrap();
+        assert!(!copyright.contains("example.invalid"), "{copyright}");
+        assert!(!control("0.1.0", 1).contains("example.invalid/"), "a homepage that is no address");
     }
 }

@@ -268,18 +268,31 @@ fn build_streaming(cmd: &mut Command) -> Result<String> {
 
 /// The man pages and completions, as the binary itself generates them.
 pub struct Generated {
-    /// `man/man1/*.1`, sorted.
+    /// `man/man1/*.1` and `man/man5/*.5`, sorted.
     pub man_pages: Vec<PathBuf>,
     pub bash: PathBuf,
     pub zsh: PathBuf,
     pub fish: PathBuf,
 }
 
-/// Run the binary's hidden generators into `tree`: `man/man1/`, `completions/`.
+/// Run the binary's hidden generators into `tree`: `man/man1/`, `man/man5/`, `completions/`.
 fn generate(binary: &Path, tree: &Path) -> Result<Generated> {
     let man = tree.join("man/man1");
     run_command(Command::new(binary).arg("man").arg(&man).stdout(std::process::Stdio::null()))?;
-    let mut man_pages: Vec<PathBuf> = fs::read_dir(&man)?.map(|e| e.map(|e| e.path())).collect::<io::Result<_>>()?;
+    // The configuration's page (`gpreempt-agent.toml.5`) goes to man5, as man(1) looks for it.
+    let mut man_pages = Vec::new();
+    for page in fs::read_dir(&man)?.map(|e| e.map(|e| e.path())).collect::<io::Result<Vec<_>>>()? {
+        let section = page.extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
+        if section == "1" {
+            man_pages.push(page);
+            continue;
+        }
+        let dir = tree.join(format!("man/man{section}"));
+        fs::create_dir_all(&dir)?;
+        let moved = dir.join(page.file_name().context("a man page without a name")?);
+        fs::rename(&page, &moved)?;
+        man_pages.push(moved);
+    }
     man_pages.sort();
     let completions = tree.join("completions");
     fs::create_dir_all(&completions)?;
