@@ -400,7 +400,7 @@ static struct kobj_type prop_type = {
 };
 
 /* every topology kobject, released in reverse order at unload */
-#define EMU_TOPO_MAX_KOBJS 64
+#define EMU_TOPO_MAX_KOBJS 256	/* 16 GPU nodes x 9 + the CPU node's 5 + 16 links */
 static struct kobject *topo_kobjs[EMU_TOPO_MAX_KOBJS];
 static unsigned int topo_nkobjs;
 

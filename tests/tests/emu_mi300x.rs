@@ -44,25 +44,39 @@ fn kernel_log() -> Vec<String> {
 }
 
 /// Unload kfd_emu once every KFD process is gone and load it with `params`.
-fn reload(params: &[String]) {
+fn try_reload(params: &[String]) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while std::fs::read_dir("/sys/class/kfd/kfd/proc").map(|mut d| d.next().is_some()).unwrap_or(false) {
-        assert!(Instant::now() < deadline, "kfd processes still alive");
+        if Instant::now() > deadline {
+            return Err("kfd processes still alive".into());
+        }
         thread::sleep(Duration::from_millis(100));
     }
-    let mut out = run("rmmod", &["kfd_emu"]);
-    while !out.status.success() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(100));
-        out = run("rmmod", &["kfd_emu"]);
+    if Path::new("/sys/module/kfd_emu").exists() {
+        let mut out = run("rmmod", &["kfd_emu"]);
+        while !out.status.success() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(100));
+            out = run("rmmod", &["kfd_emu"]);
+        }
+        if !out.status.success() {
+            return Err(format!("rmmod kfd_emu: {}", String::from_utf8_lossy(&out.stderr)));
+        }
     }
-    assert!(out.status.success(), "rmmod kfd_emu: {}", String::from_utf8_lossy(&out.stderr));
-    let ko = ko("kfd_emu.ko");
-    let out = Command::new("insmod").arg(&ko).args(params).output().unwrap();
-    assert!(out.status.success(), "insmod {params:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("insmod").arg(ko("kfd_emu.ko")).args(params).output().unwrap();
+    if !out.status.success() {
+        return Err(format!("insmod {params:?}: {}", String::from_utf8_lossy(&out.stderr)));
+    }
     while !Path::new("/dev/kfd").exists() {
-        assert!(Instant::now() < deadline, "/dev/kfd did not come back");
+        if Instant::now() > deadline {
+            return Err("/dev/kfd did not come back".into());
+        }
         thread::sleep(Duration::from_millis(50));
     }
+    Ok(())
+}
+
+fn reload(params: &[String]) {
+    try_reload(params).unwrap();
 }
 
 /// kfd_emu loaded with a profile for the guard's life; dropping it loads it again as the pass had
@@ -77,15 +91,20 @@ impl Profile {
         let pass: Vec<String> = names.iter().map(|p| format!("{p}={}", emu_param(p).unwrap())).collect();
         let mut with: Vec<String> = pass.iter().filter(|p| !p.starts_with("num_gpus=")).cloned().collect();
         with.extend(params.iter().map(|p| (*p).to_owned()));
+        // Built first: if the load fails, dropping it loads the pass's kfd_emu again.
+        let profile = Profile { pass };
         reload(&with);
-        Profile { pass }
+        profile
     }
 }
 
 impl Drop for Profile {
+    /// Also after a failure: the binaries after this one need the pass's kfd_emu.
     fn drop(&mut self) {
+        let _ = run("rmmod", &["amdgpu_emu"]);
+        let back = try_reload(&self.pass);
         if !thread::panicking() {
-            reload(&self.pass);
+            back.unwrap();
         }
     }
 }
