@@ -135,7 +135,8 @@ fn topology_nodes() -> usize {
 #[test]
 fn mi300x_partition_modes_expose_one_kfd_node_per_partition_with_its_share_of_the_package() {
     for (mode, parts, packages) in [("spx", 1u64, 1u64), ("dpx", 2, 1), ("qpx", 4, 1), ("cpx", 8, 2)] {
-        let _profile = Profile::load(&["profile=mi300x", &format!("partition={mode}"), &format!("num_gpus={packages}")]);
+        let _profile =
+            Profile::load(&["profile=mi300x", &format!("partition={mode}"), &format!("num_gpus={packages}")]);
         assert_eq!(topology_nodes() as u64, 1 + parts * packages, "{mode}: the CPU and one node per partition");
         for package in 0..packages {
             for k in 0..parts {
@@ -240,7 +241,12 @@ fn rocr_6_1_lists_mi300x_partitions_as_gfx942_agents_in_spx_and_cpx() {
             thread::sleep(Duration::from_millis(100));
             rm = run("rmmod", &["amdgpu_emu"]);
         }
-        assert!(out.status.success(), "{mode} rocminfo: {}\n{text}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{mode} rocminfo: {}\n{text}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
         let agents = agents(&text);
         let gpus: Vec<&BTreeMap<String, String>> =
             agents.iter().filter(|a| a.get("Device Type").map(String::as_str) == Some("GPU")).collect();
@@ -302,7 +308,10 @@ fn a_queue_stuck_in_its_preemption_is_reset_alone_and_the_others_are_suspended_n
     let reset = format!("kfd_emu: queue id 0x1 at pasid 0x{pasid:x} is reset");
     assert!(new.iter().any(|l| l.contains(&reset)), "{reset} in {new:#?}");
     assert_eq!(new.iter().filter(|l| l.contains(" is reset")).count(), 1, "only the stuck queue: {new:#?}");
-    assert!(new.iter().any(|l| l.contains("Queues reset on process") && l.ends_with(&format!("pid {}", w.pid()))), "{new:#?}");
+    assert!(
+        new.iter().any(|l| l.contains("Queues reset on process") && l.ends_with(&format!("pid {}", w.pid()))),
+        "{new:#?}"
+    );
     assert!(!new.iter().any(|l| l.contains("unrecoverable") || l.contains("fence wait")), "no HWS hang: {new:#?}");
     assert_eq!(moving(&mut w), [false, false, false], "suspended");
     assert_eq!(moving(&mut bystander), [true], "the other process's queue was unmapped and mapped again");
