@@ -171,7 +171,12 @@ pub fn load(
     }
     let out = command.output().context("running emu-workload request")?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    ensure!(out.status.success(), "emu-workload request failed: {}{stdout}", String::from_utf8_lossy(&out.stderr));
+    ensure!(
+        out.status.success(),
+        "emu-workload request {}: stderr {:?}, stdout {stdout:?}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     LoadResult::parse(stdout.trim())
 }
 
