@@ -80,7 +80,7 @@ wait $tracer
 /// the way a user would find it out on their own node: `gpreempt evaluate` against a running
 /// HTTP service (`emu-workload server --listen`, in a cgroup of its own, each request a CPU phase
 /// longer than a SUSPEND before its dispatches, as an LLM server's), its load command with health
-/// probes beside it, and two training jobs, one on the service's GPU and one on another; run twice,
+/// probes beside it, an offline job on the service's GPU and a training job on another; run twice,
 /// with `--no-arrival` and with the arrival path on, so the table shows the service's P50/P99
 /// alone, co-located, under `schedule --no-arrival` and under `schedule`, and what the arrival
 /// path did; then where gpreempt cannot help (a request with no lead, shorter than a SUSPEND).
@@ -139,8 +139,9 @@ echo "== the story, as a user runs it: gpreempt evaluate"
 echo "   online: an HTTP service on gpu 0x1000 (one queue, 3 ms dispatches) in a cgroup of its own; each request spends"
 echo "   {STORY_CPU_MS} ms on the CPU before its 2 dispatches, as an LLM server tokenizes and templates a prompt before its first kernel"
 echo "   its load: 40 requests, 80 ms apart, a health probe every 100 ms beside them (emu-workload request --url, which prints p50_ms/p99_ms)"
-echo "   offline: two training jobs (dispatches back to back): two queues of 6 ms ones on the service's GPU, one queue of 2 ms ones on gpu 0x2000"
-echo "   (the emulated CP runs one dispatch at a time, taking the queues in turn: co-located, a request waits behind the training job's)"
+echo "   offline: a job that keeps its ring full of 10 ms dispatches on the service's GPU (and waits asleep, leaving the guest's two"
+echo "   vCPUs to the service), and a training job on gpu 0x2000 (2 ms dispatches back to back)"
+echo "   (the emulated CP runs one dispatch at a time, taking the queues in turn: co-located, a request waits behind the offline job's)"
 echo "   evaluated twice in this boot, one round each: under schedule --no-arrival (the SUSPEND issued when the request's first"
 echo "   dispatch is seen), then schedule with its defaults (the arrival path: issued when the request reaches the service's socket)"
 # The service joins its cgroup before it listens (a socket keeps the cgroup it was created in):
@@ -150,7 +151,7 @@ if [ -z "$cg" ]; then mount -t cgroup2 none /sys/fs/cgroup && cg=/sys/fs/cgroup;
 cg="$cg/gpreempt-demo-service"
 mkdir -p "$cg"
 sleep 900 | sh -c 'echo $$ > "$1/cgroup.procs" && exec "$0" server --gpu-id 0x1000 --queues 1 --runtime-enable --dispatch-us 3000 --cpu-ms {STORY_CPU_MS} --listen 127.0.0.1:0' {workload} "$cg" > "$out/service.json" &
-sleep 900 | {workload} train --gpu-ids 0x1000 --queues 2 --runtime-enable --dispatch-us 6000 > "$out/train1.json" &
+sleep 900 | {workload} offline --gpu-id 0x1000 --runtime-enable --dispatch-us 10000 > "$out/train1.json" &
 sleep 900 | {workload} train --gpu-ids 0x2000 --queues 1 --runtime-enable --dispatch-us 2000 > "$out/train2.json" &
 for _ in $(seq 100); do [ -s "$out/service.json" ] && [ -s "$out/train1.json" ] && [ -s "$out/train2.json" ] && break; sleep 0.1; done
 field_of() {{ python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }}
@@ -188,7 +189,7 @@ exit $rc
 const STORY_CPU_MS: u32 = 30;
 
 /// The story's table from the two evaluations' reports (`--output`): the service's P50 and P99
-/// alone, co-located, under `schedule --no-arrival` and under `schedule`, the training job's
+/// alone, co-located, under `schedule --no-arrival` and under `schedule`, the offline job's
 /// progress on the service's GPU, what the arrival path did, and where gpreempt cannot help.
 const STORY_TABLE: &str = r#"
 import json, sys
@@ -216,8 +217,8 @@ rows = [
 ]
 alone = {m: mean([r["metrics"][m] for r in rows[0][1]]) for m in ("p50_ms", "p99_ms")}
 offline_alone = mean([on_gpu(r) for rep in both for r in runs(rep, "offline_alone")])
-print("== the story: the service's latency per request (arrival to answer) and the training job on its GPU")
-print(f"   {'state':<26} {'P50':>16} {'P99':>16}   training job on 0x1000")
+print("== the story: the service's latency per request (arrival to answer) and the offline job on its GPU")
+print(f"   {'state':<26} {'P50':>16} {'P99':>16}   offline job on 0x1000")
 for label, rs in rows:
     cells = []
     for m in ("p50_ms", "p99_ms"):
