@@ -137,8 +137,9 @@ impl LeadModel {
     }
 }
 
-/// Tallies of pending holds, per online process (the report's figures): every arrival is one
-/// of `served`, `late`, `wasted`, `busy` or `open`.
+/// Tallies of pending holds, per online process (the report's figures): every arrival ends
+/// `served`, `late` or `wasted`, or is still `open`; `busy` counts those of them that found the
+/// process's GPU work already visible.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PendingCounts {
     /// Arrivals the probe sent (one per arming).
@@ -149,7 +150,8 @@ pub struct PendingCounts {
     pub late: u64,
     /// No GPU work by the bound: released, the offline side held for nothing.
     pub wasted: u64,
-    /// It found the process's GPU work already visible (another request's): no hold of its own.
+    /// It found the process's GPU work already visible (another request's): its hold started at
+    /// once and its lead is not learnt from.
     pub busy: u64,
     /// Still pending when the figures were taken.
     pub open: u64,

@@ -25,7 +25,6 @@ use crate::{
             report::ArrivalReport,
         },
         config::ArrivalConfig,
-        online::OnlineProcess,
         policy::State,
         seams::ControlSide,
     },
@@ -50,8 +49,8 @@ struct Pending {
     /// When the SUSPENDs that hold the offline side for it returned (or the process's GPUs were
     /// already held when it was issued).
     held_ns: Option<u64>,
-    /// The process's write-index sum when the hold was opened (None: not read yet): a moved sum
-    /// is its first submission.
+    /// The process's write-index sum at the first look at its indices after the hold opened
+    /// (None: not looked yet): a moved sum is its first submission.
     writes: Option<u64>,
     /// Its lead is learnt from (it found the process's GPUs free of online work).
     learn: bool,
@@ -325,7 +324,6 @@ impl<S: ControlSide> Reaction<S> {
             // Online work already visible there (another request's): the hold starts at once, and
             // its lead cannot be told from the other's work, so it is not learnt from.
             let busy = self.lanes.iter().any(|l| gpus.contains(&l.gpu) && l.active);
-            let writes = self.online.iter().find(|o| o.pid == pid).map(OnlineProcess::writes);
             let Some(a) = self.arrivals.as_mut() else { return };
             let w = &mut a.watched[i];
             w.counts.arrivals += 1;
@@ -344,7 +342,9 @@ impl<S: ControlSide> Reaction<S> {
                 size: h.payload_len,
                 plan,
                 held_ns: held.then_some(h.ktime_ns),
-                writes,
+                // Read at this step's look at the indices (after this), not the last one's: a
+                // submission published since belongs to an earlier request.
+                writes: None,
                 learn: !busy,
             });
             if let Some(slot) = w.slot {
@@ -376,9 +376,6 @@ impl<S: ControlSide> Reaction<S> {
             let Some(o) = self.online.iter().find(|o| o.pid == w.pid) else { continue };
             let writes = o.writes();
             let p = w.pending[0];
-            if p.writes.is_some_and(|before| before == writes) {
-                continue;
-            }
             let store = self
                 .lanes
                 .iter()
@@ -386,6 +383,20 @@ impl<S: ControlSide> Reaction<S> {
                 .filter_map(|l| l.doorbell_ns)
                 .filter(|&t| t >= p.arrival_ns)
                 .min();
+            // A doorbell store stamped after the arrival is its work; else its write indices must
+            // move past the sum read at the first look after the hold opened.
+            if store.is_none() {
+                match p.writes {
+                    None => {
+                        for q in w.pending.iter_mut().filter(|q| q.writes.is_none()) {
+                            q.writes = Some(writes);
+                        }
+                        continue;
+                    }
+                    Some(before) if before == writes => continue,
+                    Some(_) => {}
+                }
+            }
             let work_ns = store.unwrap_or(now).max(p.arrival_ns);
             let lead_ns = work_ns - p.arrival_ns;
             let end = match p.held_ns {
