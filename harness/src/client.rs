@@ -98,6 +98,21 @@ pub(crate) struct Ctx<'a> {
     store_ns: Mutex<Vec<u64>>,
 }
 
+impl crate::server::Publisher for Ctx<'_> {
+    fn stopped(&self) -> bool {
+        Ctx::stopped(self)
+    }
+    fn queue_count(&self) -> usize {
+        Ctx::queue_count(self)
+    }
+    fn publish(&self, q: usize, dispatches: &[u64]) -> (u64, u64) {
+        Ctx::publish(self, q, dispatches)
+    }
+    fn wait_done(&self, q: usize, target: u64) -> bool {
+        Ctx::wait_done(self, q, target)
+    }
+}
+
 impl Ctx<'_> {
     pub(crate) fn stopped(&self) -> bool {
         self.region.stop.load(Ordering::Acquire) != 0
@@ -200,7 +215,13 @@ pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) ->
         ClientSpec::Requests { requests } => requests_loop(&ctx, t0, requests),
         ClientSpec::Served { requests, cpu } => {
             let l = listener.context("a served client without its listener")?;
-            crate::server::serve(&ctx, l, requests, *cpu)
+            let run = crate::server::serve(&ctx, l, requests, *cpu);
+            ClientResult {
+                latencies_ns: run.served.iter().map(|r| r.completed_ns - r.published_ns).collect(),
+                answered: run.answered,
+                served: run.served,
+                ..ClientResult::default()
+            }
         }
         ClientSpec::Batching { arrivals, model, gap_lo_ns, gap_hi_ns, seed } => {
             batching_loop(&ctx, t0, arrivals, *model, (*gap_lo_ns, *gap_hi_ns), *seed)

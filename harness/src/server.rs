@@ -20,7 +20,6 @@ use gpreempt::clock::monotonic_ns;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    client::{ClientResult, Ctx},
     cpu_phase::CpuPhase,
     http::{self, Ask},
     load::Request,
@@ -73,8 +72,26 @@ fn readable(fd: i32, timeout: Duration) -> bool {
     n > 0
 }
 
-struct Shared<'a> {
-    ctx: &'a Ctx<'a>,
+/// Where a served client publishes its requests' dispatches and sees them complete (the client's
+/// queues in the shared region): the client hands itself in, so this module needs nothing of it.
+pub(crate) trait Publisher: Sync {
+    /// The harness told the client to stop.
+    fn stopped(&self) -> bool;
+    fn queue_count(&self) -> usize;
+    /// Publish `dispatches` on queue `q`: the write index to wait for, and when it was published.
+    fn publish(&self, q: usize, dispatches: &[u64]) -> (u64, u64);
+    /// Wait until queue `q` completed up to `target` (false: stopped first).
+    fn wait_done(&self, q: usize, target: u64) -> bool;
+}
+
+/// What a served client did: each request, and the other answers.
+pub(crate) struct ServedRun {
+    pub served: Vec<Served>,
+    pub answered: Answered,
+}
+
+struct Shared<'a, P: Publisher> {
+    ctx: &'a P,
     requests: &'a [Request],
     cpu: CpuPhase,
     done: AtomicUsize,
@@ -83,7 +100,7 @@ struct Shared<'a> {
     metrics: Vec<u8>,
 }
 
-impl Shared<'_> {
+impl<P: Publisher> Shared<'_, P> {
     fn finished(&self) -> bool {
         self.done.load(Ordering::Acquire) >= self.requests.len() || self.ctx.stopped()
     }
@@ -157,7 +174,7 @@ impl Shared<'_> {
 }
 
 /// Serve `requests` (by id) on `listener` until each has been answered or the run stops.
-pub(crate) fn serve(ctx: &Ctx, listener: TcpListener, requests: &[Request], cpu: CpuPhase) -> ClientResult {
+pub(crate) fn serve<P: Publisher>(ctx: &P, listener: TcpListener, requests: &[Request], cpu: CpuPhase) -> ServedRun {
     let shared = Shared {
         ctx,
         requests,
@@ -181,11 +198,8 @@ pub(crate) fn serve(ctx: &Ctx, listener: TcpListener, requests: &[Request], cpu:
             }
         }
     });
-    let served = shared.served.into_inner().unwrap_or_else(PoisonError::into_inner);
-    ClientResult {
-        latencies_ns: served.iter().map(|r| r.completed_ns - r.published_ns).collect(),
+    ServedRun {
+        served: shared.served.into_inner().unwrap_or_else(PoisonError::into_inner),
         answered: shared.answered.into_inner().unwrap_or_else(PoisonError::into_inner),
-        served,
-        ..ClientResult::default()
     }
 }
