@@ -90,7 +90,7 @@ fn settled_transitions(prometheus: SocketAddr, policy: &str, suspends_at_least: 
         let mut now = (0.0, 0.0);
         for (labels, v) in query_at(prometheus, &promql)? {
             // Per GPU: the workloads share the emulator's first GPU.
-            if labels["gpu"] != "4096" {
+            if labels["gpu_id"] != "4096" {
                 bail!("a transition series of another GPU: {labels}");
             }
             match labels["transition"].as_str() {

@@ -91,9 +91,10 @@ fn ps_lists_the_emulated_queues_of_a_process() {
     assert_eq!(
         me["queues"],
         serde_json::json!([
-            {"queue_id": 0, "gpu_id": 4096, "kernel_type": 0, "ring_size": 4096},
-            {"queue_id": 1, "gpu_id": 4096, "kernel_type": 0, "ring_size": 4096},
-            {"queue_id": 2, "gpu_id": 8192, "kernel_type": 1, "ring_size": 8192},
+            // A process with no secondary context: every queue is its primary context's.
+            {"queue_id": 0, "gpu_id": 4096, "kernel_type": 0, "ring_size": 4096, "context": "primary"},
+            {"queue_id": 1, "gpu_id": 4096, "kernel_type": 0, "ring_size": 4096, "context": "primary"},
+            {"queue_id": 2, "gpu_id": 8192, "kernel_type": 1, "ring_size": 8192, "context": "primary"},
         ])
     );
     let gpus: Vec<(u64, u64, u64)> = me["gpus"]
