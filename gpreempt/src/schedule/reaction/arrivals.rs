@@ -368,8 +368,9 @@ impl<S: ControlSide> Reaction<S> {
 
     /// The oldest pending hold of each watched process ends at the process's first submission
     /// since the hold was opened: its write indices moved (read at this step), stamped with a
-    /// doorbell store of its GPUs at or after the arrival where the probe saw one, else `now`. Its
-    /// lead is learnt; the holds after it wait for a later submission.
+    /// doorbell store of its GPUs at or after the arrival where the probe saw one, else `now` (read
+    /// after the indices: an upper bound of the submission). Its lead is learnt; the holds after
+    /// it wait for a later submission.
     pub(super) fn arrival_progress(&mut self, now: u64) {
         let Some(a) = self.arrivals.as_mut() else { return };
         for w in a.watched.iter_mut().filter(|w| !w.pending.is_empty()) {

@@ -263,7 +263,9 @@ impl<S: ControlSide> Reaction<S> {
         self.take_arrivals(now);
         self.read_hints();
         self.read_online(now);
-        self.arrival_progress(now);
+        // After the read: a submission the read saw was published before this instant (the step's
+        // `now` may precede it by the step's own work), so a lead is never shorter than it was.
+        self.arrival_progress(monotonic_ns());
         self.watch_deferred();
         let hint = self.hint;
         for i in 0..self.lanes.len() {
