@@ -14,7 +14,7 @@
  *   shader engines x 1 array x 10 CUs (38 active per XCC: 304), in one of the compute
  *   partition modes SPX, DPX, QPX, CPX (parameter partition=): 1, 2, 4 or 8 KFD nodes per
  *   package (amdgpu_xcp.c; "Add spatial partitioning support in KFD", Linux 6.5), each with
- *   8/N XCCs. The SPX values are a real MI300X node's (../shared/design/MI300X.md §3.1: the
+ *   8/N XCCs. The SPX values are a real MI300X node's (the
  *   gpuq mock of a real node's properties, rocminfo of ROCm 6.2.3 in ROCm/legacy-rocm-build#4021).
  */
 #ifndef EMU_GPU_H

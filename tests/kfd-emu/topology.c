@@ -96,7 +96,7 @@ static const struct emu_profile emu_mi210 = {
 };
 
 /*
- * gfx942 (MI300X), SPX values of a real node (../shared/design/MI300X.md §3.1; the gpuq mock
+ * gfx942 (MI300X), SPX values of a real node (the gpuq mock
  * of a real MI300X's properties, corroborated by RVS GPUP docs and rocminfo in
  * ROCm/legacy-rocm-build#4021): simd_count 1216, array_count 32, simd_arrays_per_engine 1,
  * cu_per_simd_array 10, max_waves_per_simd 8, gfx_target_version 90402, device_id 29857,

@@ -4,7 +4,7 @@
 //! - `profile=mi300x partition=spx|dpx|qpx|cpx`: one KFD node per compute partition, each with its
 //!   gpu id, its share of the package's XCCs, CUs, SDMA engines and memory, the package's
 //!   location_id, and the per-XCC save-area sizes (the real SPX node's properties,
-//!   ../shared/design/MI300X.md §3.1);
+//!   tests/kfd-emu/README.md "Profiles" and topology.c, with their sources);
 //! - trixie's ROCr 6.1 (bookworm's `rocminfo` run with trixie's loader and libraries) lists the
 //!   partitions as gfx942 agents in SPX and CPX;
 //! - a queue whose CWSR save never completes (the `stuck_queue` hook) is reset alone, as gfx9 does
