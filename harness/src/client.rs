@@ -18,8 +18,10 @@ use gpreempt::clock::monotonic_ns;
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    engine::Engine,
     load::{ClientSpec, step_ns},
     rng::Rng,
+    server::Backend,
     shm::{QueueSlot, Region, Shm, futex_wait, futex_wake, ring},
 };
 
@@ -179,13 +181,12 @@ pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) ->
     let shm = Shm::open(shm).with_context(|| format!("mapping {}", shm.display()))?;
     // A served client listens before it attaches, so the harness finds its port with its queues
     // (and in this process's cgroup, which the socket is charged to from here on).
-    let listener = match spec {
-        ClientSpec::Served { .. } => {
-            let l = TcpListener::bind(("127.0.0.1", 0)).context("listening on a loopback port")?;
-            shm.client_port[client].store(u32::from(l.local_addr()?.port()), Ordering::Release);
-            Some(l)
-        }
-        _ => None,
+    let listener = if spec.is_served() {
+        let l = TcpListener::bind(("127.0.0.1", 0)).context("listening on a loopback port")?;
+        shm.client_port[client].store(u32::from(l.local_addr()?.port()), Ordering::Release);
+        Some(l)
+    } else {
+        None
     };
     let pid = std::process::id();
     for q in queues {
@@ -197,7 +198,7 @@ pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) ->
         slot.owner.store(pid, Ordering::Release);
     }
     // Only the online side rings through the runtime (the offline trainers are raw clients).
-    let online = matches!(spec, ClientSpec::Requests { .. } | ClientSpec::Batching { .. } | ClientSpec::Served { .. });
+    let online = matches!(spec, ClientSpec::Requests { .. } | ClientSpec::Batching { .. }) || spec.is_served();
     let store = if online { doorbell_store()? } else { None };
     while shm.go.load(Ordering::Acquire) == 0 {
         futex_wait(&shm.go, 0, Some(Duration::from_millis(100)));
@@ -215,9 +216,35 @@ pub fn run(shm: &Path, client: usize, queues: &[QueueRef], spec: &ClientSpec) ->
         ClientSpec::Requests { requests } => requests_loop(&ctx, t0, requests),
         ClientSpec::Served { requests, cpu } => {
             let l = listener.context("a served client without its listener")?;
-            let run = crate::server::serve(&ctx, l, requests, *cpu);
+            let run = crate::server::serve(&ctx, l, Backend::Direct(requests), *cpu);
             ClientResult {
                 latencies_ns: run.served.iter().map(|r| r.completed_ns - r.published_ns).collect(),
+                answered: run.answered,
+                served: run.served,
+                ..ClientResult::default()
+            }
+        }
+        ClientSpec::ServedBatching { arrivals, model, gap_lo_ns, gap_hi_ns, seed, cpu } => {
+            let l = listener.context("a served client without its listener")?;
+            let engine = Engine::new(&ctx, arrivals, *model, (*gap_lo_ns, *gap_hi_ns));
+            let run = std::thread::scope(|s| {
+                let engine = &engine;
+                let runner = s.spawn(move || engine.run(*seed));
+                let run = crate::server::serve(&ctx, l, Backend::Engine(engine), *cpu);
+                engine.close();
+                // A panicked engine thread recorded what it did before; its record is still read.
+                let _ = runner.join();
+                run
+            });
+            let record = engine.into_record();
+            ClientResult {
+                // Per request: the publish of the step that admitted it → its last step's
+                // completion (the unserved engine counts from the arrival: here the arrival is
+                // the sender's, in the request path's figures).
+                latencies_ns: run.served.iter().map(|r| r.completed_ns - r.published_ns).collect(),
+                step_ns: record.step_ns,
+                step_opens_busy: record.step_opens_busy,
+                engine_busy_ns: record.busy_ns,
                 answered: run.answered,
                 served: run.served,
                 ..ClientResult::default()

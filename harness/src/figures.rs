@@ -9,6 +9,7 @@ use gpreempt::{evaluate::BenchState, stats::Summary};
 use serde::Serialize;
 
 use crate::{
+    client::ClientResult,
     control::{Call, Stamp},
     gpu::core::{Accounting, BusyPeriod, Side},
     run::Raw,
@@ -127,6 +128,10 @@ pub struct StateFigures {
     /// acts on visible work can protect (the opening step waits for its reaction, and on HWS the
     /// SUSPEND unmaps the online queue too).
     pub online_step_later_ms: Option<Summary>,
+    /// The steps that open an engine busy period alone (their prefill admits the first request
+    /// to an idle engine): the step a scheduler that sees the request before the GPU can protect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub online_step_opening_ms: Option<Summary>,
     /// The online client's doorbell stores through the stand-in runtime, µs each (with the
     /// doorbell probe attached they include its uprobe trap: the cost per kernel launch).
     pub doorbell_store_us: Option<Summary>,
@@ -284,6 +289,16 @@ impl BusyPeriodSamples {
     }
 }
 
+/// A batching engine's step times, those that open a busy period (`opening`) or the others.
+fn steps(o: &ClientResult, opening: bool) -> Vec<u64> {
+    o.step_ns
+        .iter()
+        .zip(o.step_opens_busy.iter().chain(std::iter::repeat(&false)))
+        .filter(|(_, opens)| **opens == opening)
+        .map(|(ns, _)| *ns)
+        .collect()
+}
+
 pub fn reduce(state: &BenchState, raw: &Raw, requests: usize) -> StateFigures {
     let end = raw.start_ns + raw.window_ns;
     let sides: Vec<Side> = raw.clients.iter().map(|c| c.0).collect();
@@ -392,16 +407,8 @@ pub fn reduce(state: &BenchState, raw: &Raw, requests: usize) -> StateFigures {
         requests: online.map_or(0, |o| o.latencies_ns.len()),
         online_latency_ms: online.and_then(|o| ms(&o.latencies_ns)),
         online_step_ms: online.and_then(|o| ms(&o.step_ns)),
-        online_step_later_ms: online.and_then(|o| {
-            let later: Vec<u64> = o
-                .step_ns
-                .iter()
-                .zip(o.step_opens_busy.iter().chain(std::iter::repeat(&false)))
-                .filter(|(_, opens)| !**opens)
-                .map(|(ns, _)| *ns)
-                .collect();
-            ms(&later)
-        }),
+        online_step_later_ms: online.and_then(|o| ms(&steps(o, false))),
+        online_step_opening_ms: online.and_then(|o| ms(&steps(o, true))),
         doorbell_store_us: online
             .and_then(|o| Summary::of(&o.doorbell_store_ns.iter().map(|&ns| ns as f64 / 1e3).collect::<Vec<_>>())),
         gpus,

@@ -7,6 +7,7 @@ pub mod client;
 pub mod control;
 pub mod cpu_phase;
 pub mod doorbell_stub;
+pub mod engine;
 pub mod evaluate;
 pub mod fake_roots;
 pub mod figures;

@@ -52,12 +52,40 @@ pub enum ClientSpec {
     /// A continuous-batching engine: while any request is in flight, one step (a dispatch) at a
     /// time, requests joining at the next step, a CPU gap between steps.
     Batching { arrivals: Vec<Arrival>, model: TokenModel, gap_lo_ns: u64, gap_hi_ns: u64, seed: u64 },
+    /// The same engine behind a served client (`engine.rs`): the requests received over loopback
+    /// TCP at the arrivals' times, each read, its CPU phase spun (its context tokens), then
+    /// joining the engine's next step; answered when its last token is generated.
+    ServedBatching {
+        arrivals: Vec<Arrival>,
+        model: TokenModel,
+        gap_lo_ns: u64,
+        gap_hi_ns: u64,
+        seed: u64,
+        cpu: CpuPhase,
+    },
     /// Training steps kept `inflight` deep until told to stop.
     /// With `host_gap_ns` (lo, hi) not (0, 0): after each step, host work of a uniform time in
     /// [lo, hi] before the next is published (a data loader that cannot keep up).
     Trainer { dispatch_ns: u64, spread: f64, step_dispatches: u32, inflight: u32, host_gap_ns: (u64, u64), seed: u64 },
     /// One rank of a data-parallel job: a step, then a barrier with the other ranks.
     DpRank { dispatch_ns: u64, spread: f64, step_dispatches: u32, ranks: u32, seed: u64 },
+}
+
+impl ClientSpec {
+    /// A served client's requests as the harness's sender sends them: (arrival after the load's
+    /// origin, prompt tokens), by id. None: the client is not served over TCP.
+    pub fn sent(&self) -> Option<Vec<(u64, u64)>> {
+        match self {
+            Self::Served { requests, .. } => Some(requests.iter().map(|r| (r.at_ns, r.tokens)).collect()),
+            Self::ServedBatching { arrivals, .. } => Some(arrivals.iter().map(|a| (a.at_ns, a.context)).collect()),
+            _ => None,
+        }
+    }
+
+    /// Whether the client is served over TCP (it listens, in a cgroup of its own).
+    pub fn is_served(&self) -> bool {
+        matches!(self, Self::Served { .. } | Self::ServedBatching { .. })
+    }
 }
 
 /// Poisson arrivals at `rate_hz`; 1 to 2K-1 dispatches (uniform) of `dispatch_ns` ± `spread`.

@@ -72,7 +72,8 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Send the requests over loopback TCP to the online client (in a cgroup of its own),
-        /// each with this CPU phase before its first dispatch (Poisson and trace loads).
+        /// each with this CPU phase before its first dispatch (Poisson and trace loads) or before
+        /// it joins the engine's next step (batching).
         #[arg(long, value_enum)]
         cpu_phase: Option<CpuPhase>,
         /// With --cpu-phase: health probes and scrapes beside the requests.

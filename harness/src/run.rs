@@ -35,7 +35,6 @@ use crate::{
         core::{Accounting, BusyPeriod, GpuCore, Side},
     },
     idle_cpu::{self, IdleCpu},
-    load::ClientSpec,
     scenario::{ClientPlan, Online, Scenario},
     sender::{self, SenderResult},
     shm::{MAX_CLIENTS, MAX_QUEUES, Shm, futex_wake},
@@ -157,7 +156,7 @@ pub fn run_state(sc: &Scenario, state: &BenchState, seconds: f64) -> Result<Raw>
     let mut started = Started::new(shm.clone(), gpus.clone())?;
     let mut warnings = Vec::new();
     // A served online client runs in a cgroup v2 of its own, where the arrival probe attaches.
-    let served = with_online && plans.first().is_some_and(|p| matches!(p.spec, ClientSpec::Served { .. }));
+    let served = with_online && plans.first().is_some_and(|p| p.spec.is_served());
     if served {
         match OwnCgroup::create() {
             Ok(c) => started.cgroup = Some(c),
@@ -244,12 +243,12 @@ pub fn run_state(sc: &Scenario, state: &BenchState, seconds: f64) -> Result<Raw>
     shm.go.store(1, Ordering::Release);
     futex_wake(&shm.go);
     // The requests, probes and scrapes over TCP, from their origin.
-    let sender = match (port, plans.first().map(|p| &p.spec), sc.serving) {
-        (Some(port), Some(ClientSpec::Served { requests, .. }), Some(serving)) => {
+    let sender = match (port, plans.first().map(|p| p.spec.sent()), sc.serving) {
+        (Some(port), Some(Some(requests)), Some(serving)) => {
             let plan = sender::Plan {
                 port,
                 start_ns,
-                requests: requests.iter().map(|r| (r.at_ns, r.tokens)).collect(),
+                requests,
                 health_per_s: serving.health_per_s,
                 metrics_per_s: serving.metrics_per_s,
                 warm: sender::WARM,

@@ -77,7 +77,7 @@ pub struct Scenario {
     pub variants: Vec<String>,
     pub seed: u64,
     /// None: the requests are the online client's own, published at their arrival (as before
-    /// issue 45); Some: sent over TCP (Poisson and trace loads only).
+    /// issue 45); Some: sent over TCP (Poisson, trace and batching loads).
     pub serving: Option<Serving>,
 }
 
@@ -131,6 +131,9 @@ impl Scenario {
                     load::with_prompts(&mut requests, self.seed);
                 }
                 ClientSpec::Served { requests, cpu: serving.cpu }
+            }
+            (ClientSpec::Batching { arrivals, model, gap_lo_ns, gap_hi_ns, seed }, Some(serving)) => {
+                ClientSpec::ServedBatching { arrivals, model, gap_lo_ns, gap_hi_ns, seed, cpu: serving.cpu }
             }
             (spec, _) => spec,
         };

@@ -2,8 +2,10 @@
 //! cgroup v2 of its own (the harness placed it there before it ran), and serves keep-alive
 //! connections, a thread each, as an HTTP serving stack does: a `POST /generate` is read, its
 //! CPU phase spun, its dispatches published on the client's queues, and it is answered when they
-//! have completed; `GET /health` and `GET /metrics` are answered at once, with no GPU work. It
-//! ends when every request of its load has been answered.
+//! have completed (or, behind a continuous-batching engine, `engine.rs`: it joins the engine's
+//! next step and is answered when its last token is generated); `GET /health` and `GET /metrics`
+//! are answered at once, with no GPU work. It ends when every request of its load has been
+//! answered.
 
 use std::{
     io::BufReader,
@@ -21,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     cpu_phase::CpuPhase,
+    engine::Engine,
     http::{self, Ask},
     load::Request,
 };
@@ -90,9 +93,33 @@ pub(crate) struct ServedRun {
     pub answered: Answered,
 }
 
+/// What a request's GPU work is, once its CPU phase has run.
+pub(crate) enum Backend<'a, P: Publisher> {
+    /// Its own dispatches, published together on the client's queues in turn (id modulo queues).
+    Direct(&'a [Request]),
+    /// A step of the continuous-batching engine each token, with whatever else is in flight.
+    Engine(&'a Engine<'a, P>),
+}
+
+impl<P: Publisher> Backend<'_, P> {
+    fn len(&self) -> usize {
+        match self {
+            Self::Direct(requests) => requests.len(),
+            Self::Engine(engine) => engine.len(),
+        }
+    }
+
+    fn tokens(&self, id: u64) -> Option<u64> {
+        match self {
+            Self::Direct(requests) => requests.get(id as usize).map(|r| r.tokens),
+            Self::Engine(engine) => engine.tokens(id),
+        }
+    }
+}
+
 struct Shared<'a, P: Publisher> {
     ctx: &'a P,
-    requests: &'a [Request],
+    backend: Backend<'a, P>,
     cpu: CpuPhase,
     done: AtomicUsize,
     served: Mutex<Vec<Served>>,
@@ -102,7 +129,7 @@ struct Shared<'a, P: Publisher> {
 
 impl<P: Publisher> Shared<'_, P> {
     fn finished(&self) -> bool {
-        self.done.load(Ordering::Acquire) >= self.requests.len() || self.ctx.stopped()
+        self.done.load(Ordering::Acquire) >= self.backend.len() || self.ctx.stopped()
     }
 
     fn count(&self, f: impl FnOnce(&mut Answered)) {
@@ -111,14 +138,21 @@ impl<P: Publisher> Shared<'_, P> {
 
     /// One request: its CPU phase, its dispatches, its completion. None if the run stopped.
     fn generate(&self, id: u64, read_ns: u64) -> Option<Served> {
-        let r = self.requests.get(id as usize)?;
-        self.cpu.run(r.tokens);
-        let q = id as usize % self.ctx.queue_count();
-        let (target, published_ns) = self.ctx.publish(q, &r.dispatches);
-        if !self.ctx.wait_done(q, target) {
-            return None;
+        self.cpu.run(self.backend.tokens(id)?);
+        match &self.backend {
+            Backend::Direct(requests) => {
+                let q = id as usize % self.ctx.queue_count();
+                let (target, published_ns) = self.ctx.publish(q, &requests.get(id as usize)?.dispatches);
+                if !self.ctx.wait_done(q, target) {
+                    return None;
+                }
+                Some(Served { id, read_ns, published_ns, completed_ns: monotonic_ns() })
+            }
+            Backend::Engine(engine) => {
+                let (published_ns, completed_ns) = engine.admit(id)?;
+                Some(Served { id, read_ns, published_ns, completed_ns })
+            }
         }
-        Some(Served { id, read_ns, published_ns, completed_ns: monotonic_ns() })
     }
 
     fn connection(&self, stream: TcpStream) {
@@ -173,11 +207,17 @@ impl<P: Publisher> Shared<'_, P> {
     }
 }
 
-/// Serve `requests` (by id) on `listener` until each has been answered or the run stops.
-pub(crate) fn serve<P: Publisher>(ctx: &P, listener: TcpListener, requests: &[Request], cpu: CpuPhase) -> ServedRun {
+/// Serve the backend's requests (by id) on `listener` until each has been answered or the run
+/// stops.
+pub(crate) fn serve<'a, P: Publisher>(
+    ctx: &'a P,
+    listener: TcpListener,
+    backend: Backend<'a, P>,
+    cpu: CpuPhase,
+) -> ServedRun {
     let shared = Shared {
         ctx,
-        requests,
+        backend,
         cpu,
         done: AtomicUsize::new(0),
         served: Mutex::new(Vec::new()),

@@ -167,6 +167,13 @@ pub fn arrival_matrix(quick: bool) -> Vec<Scenario> {
         served("poisson-1off-vllm-probes", 1, vllm, USUAL_PROBES, &["default"]),
         served("poisson-1off-vllm-stress", 1, vllm, STRESS_PROBES, &["default"]),
         served("poisson-1off-lean", 1, CpuPhase::Lean, NO_PROBES, both),
+        // Continuous batching over TCP: each request's CPU phase before it joins the engine's
+        // next step; the opening step of each busy period is the one the arrival can protect.
+        {
+            let mut sc = served("batching-1off-vllm", 1, vllm, NO_PROBES, both);
+            sc.online = Online::Batching { trace: Trace::Conv, requests: if quick { 40 } else { 100 } };
+            sc
+        },
     ]
 }
 

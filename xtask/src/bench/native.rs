@@ -335,8 +335,11 @@ struct Comparison {
     p99_ratio: Option<f64>,
     step_p99_ratio: Option<f64>,
     step_later_p99_ratio: Option<f64>,
+    step_opening_p99_ratio: Option<f64>,
+    step_opening_p50_ratio: Option<f64>,
     kept: Vec<f64>,
     offline_of_idle: f64,
+    offline_of_idle_outside_busy: Option<f64>,
     job_steps_ratio: Option<f64>,
     p50_ratio_from_arrival: Option<f64>,
     p99_ratio_from_arrival: Option<f64>,
@@ -1134,6 +1137,26 @@ fn arrival_goals(md: &mut String, a: &Arrival) {
         // Every probe filtered in the kernel and every request allowed: no probe can open a hold.
         let pass = arrival.is_some_and(|a| a.counts.denied == probes && a.counts.allowed == requests);
         let _ = writeln!(md, "| 20 probes per second: no suspend for a probe | {text} | {} |", verdict(pass));
+    }
+    if let Some(s) = named("batching-1off-vllm/") {
+        let c = s.comparison(&default);
+        let opening = c.and_then(|c| c.step_opening_p99_ratio);
+        let outside = c.and_then(|c| c.offline_of_idle_outside_busy);
+        let without = s.comparison(&BenchState::scheduled("no-arrival"));
+        let _ = writeln!(
+            md,
+            "| Continuous batching: opening-step P99 ≤ 1.05× alone; offline ≥ 95 % of the idle time outside the \
+             engine's busy periods | opening step P99 {} / P50 {} (`--no-arrival` {} / {}), all steps P99 {}; \
+             offline {} of the idle time outside the busy periods (`--no-arrival` {}) | {} |",
+            x(opening),
+            x(c.and_then(|c| c.step_opening_p50_ratio)),
+            x(without.and_then(|c| c.step_opening_p99_ratio)),
+            x(without.and_then(|c| c.step_opening_p50_ratio)),
+            x(c.and_then(|c| c.step_p99_ratio)),
+            outside.map_or("–".into(), pct),
+            without.and_then(|c| c.offline_of_idle_outside_busy).map_or("–".into(), pct),
+            verdict(opening.is_some_and(|o| o <= 1.05) && outside.is_some_and(|o| o >= 0.95))
+        );
     }
     let p99 = a
         .scenarios
