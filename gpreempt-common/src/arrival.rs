@@ -50,9 +50,11 @@ pub struct Pattern {
     pub _pad: u32,
 }
 
-/// Per slot and CPU: what the program saw (the tests' exact counts).
+/// Per slot and CPU: what the program saw (the tests' exact counts); summed over the CPUs, the
+/// scheduler's report carries it as it is (`counts` of an online process's arrival path).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(serde::Serialize))]
 pub struct ArrivalCounts {
     /// TCP segments with payload to a watched port of this slot.
     pub segments: u64,

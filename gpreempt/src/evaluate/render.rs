@@ -141,7 +141,8 @@ fn arrival_line(a: &ArrivalSummary) -> String {
         );
     }
     let ports: Vec<String> = a.ports.iter().map(u16::to_string).collect();
-    let open = if a.open > 0 { format!(", {} open", a.open) } else { String::new() };
+    let p = &a.pending;
+    let open = if p.open > 0 { format!(", {} open", p.open) } else { String::new() };
     let lead = a.lead_p50_us.map_or_else(
         || "-".to_owned(),
         |l| {
@@ -159,11 +160,11 @@ fn arrival_line(a: &ArrivalSummary) -> String {
         ports.join(","),
         a.requests,
         a.denied,
-        a.arrivals,
-        a.served,
-        a.late,
-        a.wasted,
-        a.busy,
+        p.arrivals,
+        p.served,
+        p.late,
+        p.wasted,
+        p.busy,
     )
 }
 

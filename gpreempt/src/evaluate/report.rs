@@ -15,7 +15,10 @@ use super::{
 };
 use crate::{
     domain::{GpuId, HostPid},
-    schedule::{ScheduleReport, arrival::report::ArrivalReport},
+    schedule::{
+        ScheduleReport,
+        arrival::{lead::PendingCounts, report::ArrivalReport},
+    },
     stats::Summary,
 };
 
@@ -186,14 +189,10 @@ pub struct ArrivalSummary {
     pub requests: u64,
     /// Health probes and metric scrapes the deny list matched: no hold, no suspend.
     pub denied: u64,
-    /// Pending holds (one per request that found the process armed), and how they ended.
-    pub arrivals: u64,
-    pub served: u64,
-    pub late: u64,
-    pub wasted: u64,
-    pub busy: u64,
-    /// Still pending when a run ended.
-    pub open: u64,
+    /// Pending holds (one per request that found the process armed), how they ended, and those
+    /// still pending when a run ended (flattened: `arrivals`, `served`, … beside the fields above).
+    #[serde(flatten)]
+    pub pending: PendingCounts,
     /// Arrival to first GPU work, µs: each run's p50, their median and range.
     pub lead_p50_us: Option<Range>,
     /// Why the probe did not watch it, when no run did (its requests were then seen at their
@@ -260,12 +259,7 @@ fn add(s: &mut ArrivalSummary, a: &ArrivalReport) {
     s.runs += 1;
     s.requests += a.counts.allowed;
     s.denied += a.counts.denied;
-    s.arrivals += a.pending.arrivals;
-    s.served += a.pending.served;
-    s.late += a.pending.late;
-    s.wasted += a.pending.wasted;
-    s.busy += a.pending.busy;
-    s.open += a.pending.open;
+    s.pending.add(&a.pending);
 }
 
 impl ArrivalSummary {
@@ -276,12 +270,7 @@ impl ArrivalSummary {
             runs: 0,
             requests: 0,
             denied: 0,
-            arrivals: 0,
-            served: 0,
-            late: 0,
-            wasted: 0,
-            busy: 0,
-            open: 0,
+            pending: PendingCounts::default(),
             lead_p50_us: None,
             why: None,
         }
@@ -408,7 +397,7 @@ pub(crate) mod tests {
 
     /// What `schedule` reported of an online process's arrival path in one scheduled run.
     pub(crate) fn arrival(pid: u32, allowed: u64, denied: u64, ends: [u64; 4], lead_p50: Option<f64>) -> ArrivalReport {
-        use crate::schedule::arrival::{lead::PendingCounts, report::SegmentCounts};
+        use gpreempt_common::arrival::ArrivalCounts;
         let [served, late, wasted, busy] = ends;
         let arrivals = served + late + wasted + busy;
         ArrivalReport {
@@ -416,7 +405,7 @@ pub(crate) mod tests {
             ports: vec![8000],
             cgroup: Some("/sys/fs/cgroup/serving".into()),
             why: None,
-            counts: SegmentCounts {
+            counts: ArrivalCounts {
                 segments: allowed + denied,
                 allowed,
                 denied,
@@ -462,12 +451,7 @@ pub(crate) mod tests {
                     runs: 2,
                     requests: 80,
                     denied: 23,
-                    arrivals: 80,
-                    served: 74,
-                    late: 4,
-                    wasted: 1,
-                    busy: 1,
-                    open: 0,
+                    pending: PendingCounts { arrivals: 80, served: 74, late: 4, wasted: 1, busy: 1, open: 0 },
                     lead_p50_us: Some(Range { n: 2, median: 32_000.0, min: 31_000.0, max: 33_000.0 }),
                     why: None,
                 },

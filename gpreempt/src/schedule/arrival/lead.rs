@@ -158,6 +158,16 @@ pub struct PendingCounts {
 }
 
 impl PendingCounts {
+    /// Another run's tallies added to these (`evaluate`'s sum over the scheduled runs).
+    pub fn add(&mut self, other: &Self) {
+        self.arrivals += other.arrivals;
+        self.served += other.served;
+        self.late += other.late;
+        self.wasted += other.wasted;
+        self.busy += other.busy;
+        self.open += other.open;
+    }
+
     pub fn end(&mut self, end: PendingEnd) {
         match end {
             PendingEnd::Served { .. } => self.served += 1,

@@ -241,7 +241,7 @@ impl Arrivals {
     fn report_of(&self, i: usize) -> ArrivalReport {
         let w = &self.watched[i];
         let counts = match (&self.probe, w.slot) {
-            (Some(p), Some(s)) => p.counts(s).into(),
+            (Some(p), Some(s)) => p.counts(s),
             _ => Default::default(),
         };
         ArrivalReport {
