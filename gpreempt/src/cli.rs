@@ -2,7 +2,8 @@
 //!
 //! One convention across the commands: `-j/--json` prints JSON on stdout, `-o/--output FILE`
 //! writes a file, every duration carries its unit ([`duration`]: `--hold 20ms`, `--poll 200us`),
-//! processes are named by selectors (a host pid, `container:NAME`, `pod:NAMESPACE/NAME`), and
+//! processes are named by selectors (a host pid, `container:NAME`, `pod:NAMESPACE/NAME`,
+//! `pod-label:KEY=VALUE`), and
 //! `--log` comes last. Older spellings of some flags (`--hold-ms 20`, `--idle-ms 0.5`: a bare
 //! number in the unit of the name; `preempt --json FILE`) are kept as hidden aliases that work
 //! and say what to write instead ([`Cli::deprecations`], [`rewrite_legacy_json`]).
@@ -28,12 +29,18 @@ latency-critical (online) processes have work, and resumes them when those go id
 debug-trap API (Linux 6.5+ or amdgpu-dkms; root). It also shows and traces every process's GPU queues (eBPF \
 on the KFD paths of amdgpu, any kernel with kprobes).\n\nFirst steps: `gpreempt doctor` (what this host \
 supports), `gpreempt schedule --online SEL --offline SEL`, `gpreempt top`. A process is named by a selector: \
-a host pid, container:NAME (name, id or id prefix) or pod:NAMESPACE/NAME (globs).",
+a host pid, container:NAME (name, id or id prefix), pod:NAMESPACE/NAME (globs) or pod-label:KEY=VALUE[,KEY!=VALUE] \
+(the pods' labels, asked of the node's CRI runtime: see --cri-socket).",
     after_help = EXIT_CODES
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+
+    /// The node's CRI runtime socket, for pod-label: selectors (a path or unix:///path).
+    /// Default: the kubelet's defaults, /run/containerd/containerd.sock then /var/run/crio/crio.sock.
+    #[arg(long, global = true, value_name = "PATH", env = "GPREEMPT_CRI_SOCKET", display_order = 999)]
+    pub cri_socket: Option<String>,
 
     /// Log level for diagnostics on stderr (error, warn, info, debug, trace).
     // Last in every help (global options are listed after the subcommand's own).
@@ -313,8 +320,11 @@ pub fn rewrite_legacy_json(args: Vec<OsString>) -> (Vec<OsString>, Option<String
 /// The help text of every selector flag ends with this.
 macro_rules! selector_forms {
     () => {
-        "a host pid, container:NAME (a container's name, id or id prefix: every KFD process in it) or \
-         pod:NAMESPACE/NAME (a Kubernetes pod, globs allowed: pod:batch/train-*)"
+        "a host pid, container:NAME (a container's name, id or id prefix, or a Kubernetes container's \
+         name: every KFD process in it), pod:NAMESPACE/NAME (a Kubernetes pod, globs allowed: \
+         pod:batch/train-*) or pod-label:KEY=VALUE[,KEY2!=VALUE2] (the pods with these labels, \
+         kubectl's equality syntax: pod-label:gpreempt.io/role=offline; asked of the CRI runtime, see \
+         --cri-socket)"
     };
 }
 
@@ -627,7 +637,7 @@ pub struct AnalyzeArgs {
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// Configuration file (TOML; see deploy/agent.toml): its policies name processes by selectors
-    /// (a host pid, container:NAME or pod:NAMESPACE/NAME). Without it: defaults, no policies.
+    /// (a host pid, container:NAME, pod:NAMESPACE/NAME or pod-label:KEY=VALUE). Without it: defaults, no policies.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Validate FILE as --config would (its syntax, every policy's selectors and settings, and

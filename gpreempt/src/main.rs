@@ -15,6 +15,9 @@ fn main() -> std::process::ExitCode {
     let (args, legacy_json) = cli::rewrite_legacy_json(std::env::args_os().collect());
     let mut cli = cli::Cli::parse_from(args);
     env_logger::Builder::new().filter_level(cli.log).format_timestamp(None).init();
+    if let Some(socket) = &cli.cri_socket {
+        gpreempt::host::cri::CriSocket::configure(socket);
+    }
     for warning in legacy_json.into_iter().chain(cli.deprecations()) {
         say(format_args!("gpreempt: warning: {warning}"));
     }

@@ -46,6 +46,8 @@ impl FakeHost {
             proc: r.join("proc"),
             docker: r.join("docker"),
             containers_storage: vec![r.join("containers/storage/overlay-containers")],
+            // The runtimes' sockets are looked for in the tree too (a test may bind one there).
+            cri: crate::host::cri::CriSocket::Discover(r.to_path_buf()),
             ..Roots::default()
         }
     }

@@ -300,8 +300,38 @@ fn selector_errors_name_the_selector_as_given() {
         text(&out.stderr).lines().next(),
         Some(
             "error: invalid value 'foo' for '--online <SEL>...': `foo` is none of: a host pid, container:NAME, \
-             pod:NAMESPACE/NAME (see `gpreempt ps` for the KFD processes)"
+             pod:NAMESPACE/NAME, pod-label:KEY=VALUE (see `gpreempt ps` for the KFD processes)"
         )
+    );
+    // A malformed label selector is a usage error, refused before anything starts, with the syntax.
+    let start = std::time::Instant::now();
+    let out = run(&["schedule", "--online", "pod-label:gpreempt.io/role", "--offline", "1"]);
+    assert!(start.elapsed() < std::time::Duration::from_secs(1), "took {:?}", start.elapsed());
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).lines().next(),
+        Some(
+            "error: invalid value 'pod-label:gpreempt.io/role' for '--online <SEL>...': `pod-label:gpreempt.io/role`: \
+             `gpreempt.io/role` is a set-based requirement (in, notin, exists), which gpreempt does not take; write \
+             pod-label:KEY=VALUE[,KEY2=VALUE2,KEY3!=VALUE3] (kubectl's equality-based selector, e.g. \
+             pod-label:gpreempt.io/role=offline)"
+        )
+    );
+    // No runtime at the named socket: one line naming it and the fix.
+    let out = run(&[
+        "queues",
+        "pod-label:app=x",
+        "--cri-socket",
+        "/nonexistent/containerd.sock",
+        "--sysfs-root",
+        "/nonexistent",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "gpreempt: error: queues pod-label:app=x: cannot connect to the CRI runtime at /nonexistent/containerd.sock: \
+         No such file or directory (os error 2); start containerd or CRI-O, or name the runtime's socket with \
+         --cri-socket PATH (agent config: cri_socket)\n"
     );
     let out = run(&["queues", "pod:batch/train", "--sysfs-root", "/nonexistent"]);
     assert_eq!(out.status.code(), Some(1));

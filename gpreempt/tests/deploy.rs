@@ -279,8 +279,14 @@ fn the_scheduling_overlay_replaces_the_config_with_one_valid_policy() {
     assert_eq!(config.policies.len(), 1);
     let policy = &config.policies[0];
     assert_eq!(policy.name, "inference-first");
-    assert_eq!(policy.online.iter().map(ToString::to_string).collect::<Vec<_>>(), ["pod:serving/llm-*"]);
-    assert_eq!(policy.offline.iter().map(ToString::to_string).collect::<Vec<_>>(), ["pod:batch/*"]);
+    assert_eq!(
+        policy.online.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        ["pod-label:gpreempt.io/role=online"]
+    );
+    assert_eq!(
+        policy.offline.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        ["pod-label:gpreempt.io/role=offline"]
+    );
 }
 
 /// The image the DaemonSet runs is the one `cargo xtask image` builds: the binary is its

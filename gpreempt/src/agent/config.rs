@@ -4,11 +4,12 @@
 //! ```toml
 //! metrics_addr = "127.0.0.1:9464"   # --metrics-addr wins
 //! process_grace_s = 60              # an exited process's series stay this long
+//! cri_socket = "/run/containerd/containerd.sock"  # for pod-label:; --cri-socket wins
 //!
 //! [[policy]]
 //! name = "inference-first"
-//! online = ["pod:serving/llm-*"]
-//! offline = ["pod:batch/*", "container:trainer"]
+//! online = ["pod-label:gpreempt.io/role=online"]
+//! offline = ["pod-label:gpreempt.io/role=offline", "pod:batch/*"]
 //! idle = "2ms"               # any `gpreempt schedule` setting, `-` as `_`, same units
 //! offline_min_share = 0.1    # and defaults (SchedulerSettings)
 //! ```
@@ -39,6 +40,8 @@ pub const DEFAULT_PROCESS_GRACE: Duration = Duration::from_secs(60);
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentConfig {
     pub metrics_addr: Option<SocketAddr>,
+    /// The node's CRI runtime socket (`pod-label:` selectors); read at start, not on reload.
+    pub cri_socket: Option<String>,
     pub process_grace: Duration,
     pub policies: Vec<AgentPolicy>,
     /// The older key spellings the file uses, one line each (for the log).
@@ -47,7 +50,13 @@ pub struct AgentConfig {
 
 impl Default for AgentConfig {
     fn default() -> Self {
-        Self { metrics_addr: None, process_grace: DEFAULT_PROCESS_GRACE, policies: Vec::new(), warnings: Vec::new() }
+        Self {
+            metrics_addr: None,
+            cri_socket: None,
+            process_grace: DEFAULT_PROCESS_GRACE,
+            policies: Vec::new(),
+            warnings: Vec::new(),
+        }
     }
 }
 
@@ -83,6 +92,7 @@ pub enum ConfigError {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     metrics_addr: Option<Spanned<String>>,
+    cri_socket: Option<String>,
     process_grace_s: Option<Spanned<u64>>,
     #[serde(default)]
     policy: Vec<Spanned<RawPolicy>>,
@@ -188,7 +198,7 @@ impl AgentConfig {
                                     key_span(side),
                                     format!(
                                         "policy `{name}`, {side}: `{other}` is not a selector: write a host pid, \
-                                         \"container:NAME\" or \"pod:NAMESPACE/NAME\""
+                                         \"container:NAME\", \"pod:NAMESPACE/NAME\" or \"pod-label:KEY=VALUE\""
                                     ),
                                 ));
                             }
@@ -261,7 +271,7 @@ impl AgentConfig {
                 conflicts.into_iter().map(|(line, message)| format!("{path}, line {line}: {message}")).collect(),
             ));
         }
-        Ok(Self { metrics_addr, process_grace, policies, warnings })
+        Ok(Self { metrics_addr, cri_socket: raw.cri_socket, process_grace, policies, warnings })
     }
 }
 
@@ -340,8 +350,8 @@ mod tests {
         assert_eq!(c.policies.len(), 1);
         let p = &c.policies[0];
         assert_eq!(p.name, "inference-first");
-        assert_eq!(p.online, [Selector::Pod("pod:serving/llm-*".parse().unwrap())]);
-        assert_eq!(p.offline, [Selector::Pod("pod:batch/*".parse().unwrap()), Selector::Container("trainer".into())]);
+        assert_eq!(p.online, [Selector::PodLabel("pod-label:gpreempt.io/role=online".parse().unwrap())]);
+        assert_eq!(p.offline, [Selector::PodLabel("pod-label:gpreempt.io/role=offline".parse().unwrap())]);
         assert_eq!(
             p.settings,
             SchedulerSettings {
@@ -400,7 +410,30 @@ mod tests {
         );
         assert_eq!(
             err("[[policy]]\nname = \"a\"\nonline = [1.5]\noffline = [\"7\"]\n"),
-            "agent.toml, line 3: policy `a`, online: `1.5` is not a selector: write a host pid, \"container:NAME\" or \"pod:NAMESPACE/NAME\""
+            "agent.toml, line 3: policy `a`, online: `1.5` is not a selector: write a host pid, \"container:NAME\", \"pod:NAMESPACE/NAME\" or \"pod-label:KEY=VALUE\""
+        );
+    }
+
+    #[test]
+    fn label_selectors_and_the_runtimes_socket() {
+        let c = AgentConfig::parse(
+            "cri_socket = \"unix:///run/k3s/containerd/containerd.sock\"\n[[policy]]\nname = \"a\"\n\
+             online = [\"pod-label:gpreempt.io/role=online\"]\noffline = [\"pod-label:gpreempt.io/role=offline,tier!=canary\"]\n",
+            "agent.toml",
+        )
+        .unwrap();
+        assert_eq!(c.cri_socket.as_deref(), Some("unix:///run/k3s/containerd/containerd.sock"));
+        assert_eq!(c.policies[0].offline[0].to_string(), "pod-label:gpreempt.io/role=offline,tier!=canary");
+        assert_eq!(
+            err("[[policy]]\nname = \"a\"\nonline = [\"pod-label:role=x\"]\noffline = [\"pod-label:app=y\"]\n"),
+            "agent.toml, line 4: policy `a`: online pod-label:role=x and offline pod-label:app=y can name the same pod, \
+             which cannot be both; narrow one of them"
+        );
+        assert_eq!(
+            err("[[policy]]\nname = \"a\"\nonline = [\"pod-label:role\"]\noffline = [\"7\"]\n"),
+            "agent.toml, line 3: policy `a`, online: `pod-label:role`: `role` is a set-based requirement (in, notin, \
+             exists), which gpreempt does not take; write pod-label:KEY=VALUE[,KEY2=VALUE2,KEY3!=VALUE3] (kubectl's \
+             equality-based selector, e.g. pod-label:gpreempt.io/role=offline)"
         );
     }
 

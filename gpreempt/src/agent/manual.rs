@@ -84,6 +84,13 @@ pub fn config_page(version: &str) -> String {
     );
     item(
         &mut p,
+        "cri_socket",
+        "The node's CRI runtime socket (a path or unix:///path), asked which pods carry the labels of \
+         pod-label: selectors; read at start (--cri-socket wins). Default: the kubelet's defaults, \
+         /run/containerd/containerd.sock then /var/run/crio/crio.sock.",
+    );
+    item(
+        &mut p,
         "[[policy]]",
         "A scheduling policy (any number, none by default): while an online process has work on a GPU, \
          the queues of its offline processes on that GPU are suspended, within the settings below. \
@@ -94,9 +101,11 @@ pub fn config_page(version: &str) -> String {
     item(
         &mut p,
         "online, offline",
-        "Lists of selectors, neither empty: a host pid (a number or a string), \"container:NAME\" (a \
-         container's name, full id or id prefix) or \"pod:NAMESPACE/NAME\" (each part a glob with * and \
-         ?). Processes that open /dev/kfd later are picked up.",
+        "Lists of selectors, neither empty: \"pod-label:KEY=VALUE[,KEY2=VALUE2,KEY3!=VALUE3]\" (the pods \
+         whose labels match, kubectl's equality syntax, asked of the CRI runtime), a host pid (a number \
+         or a string), \"container:NAME\" (a container's name, full id or id prefix, or a Kubernetes \
+         container's name) or \"pod:NAMESPACE/NAME\" (each part a glob with * and ?). Processes that \
+         open /dev/kfd later are picked up.",
     );
     para(
         &mut p,
@@ -121,14 +130,20 @@ pub fn config_page(version: &str) -> String {
          another or in the same (pod:serving/* and pod:serving/vllm-0), and two policies whose offline \
          selectors overlap (two schedulers would suspend and resume the same processes). Pod globs \
          overlap when some namespace and name match both, container selectors when equal or when one id \
-         prefix extends the other, pids when equal. Selectors of different kinds are not compared.",
+         prefix extends the other, pids when equal, label selectors unless one asks a key for a value \
+         the other asks for another value or refuses (gpreempt.io/role=online never meets \
+         gpreempt.io/role=offline). Selectors of different kinds are not compared.",
     );
     p.push_str(".SH EXAMPLES\n");
-    para(&mut p, "Serving pods first, training pods held while they have work:");
+    para(&mut p, "Serving pods first, training pods held while they have work, chosen by their labels:");
     p.push_str(&roff_example(
         "metrics_addr = \"0.0.0.0:9464\"\n\n[[policy]]\nname = \"inference-first\"\n\
-         online = [\"pod:serving/llm-*\"]\noffline = [\"pod:batch/*\"]\noffline_min_share = 0.1\n\
-         max_suspend = \"2s\"",
+         online = [\"pod-label:gpreempt.io/role=online\"]\noffline = [\"pod-label:gpreempt.io/role=offline\"]\n\
+         offline_min_share = 0.1\nmax_suspend = \"2s\"",
+    ));
+    para(&mut p, "By the pods' names (globs):");
+    p.push_str(&roff_example(
+        "[[policy]]\nname = \"by-name\"\nonline = [\"pod:serving/llm-*\"]\noffline = [\"pod:batch/*\"]",
     ));
     para(&mut p, "By host pid (numbers or strings), then checked before it is applied:");
     p.push_str(&roff_example(

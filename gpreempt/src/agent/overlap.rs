@@ -22,6 +22,7 @@ pub fn overlaps(a: &Selector, b: &Selector) -> bool {
             x == y || (hex(x) && hex(y) && (x.starts_with(y.as_str()) || y.starts_with(x.as_str())))
         }
         (Selector::Pod(x), Selector::Pod(y)) => globs_meet(&x.namespace, &y.namespace) && globs_meet(&x.name, &y.name),
+        (Selector::PodLabel(x), Selector::PodLabel(y)) => x.can_meet(y),
         _ => false,
     }
 }
@@ -31,7 +32,7 @@ pub fn what(a: &Selector) -> &'static str {
     match a {
         Selector::Pid(_) => "process",
         Selector::Container(_) => "container",
-        Selector::Pod(_) => "pod",
+        Selector::Pod(_) | Selector::PodLabel(_) => "pod",
     }
 }
 
@@ -126,5 +127,9 @@ mod tests {
         assert!(overlaps(&sel("container:3f2a"), &sel("container:3f2a9c01")));
         assert!(!overlaps(&sel("container:4242"), &sel("4242")));
         assert!(!overlaps(&sel("container:serving"), &sel("pod:serving/*")));
+        assert!(!overlaps(&sel("pod-label:gpreempt.io/role=online"), &sel("pod-label:gpreempt.io/role=offline")));
+        assert!(overlaps(&sel("pod-label:gpreempt.io/role=online"), &sel("pod-label:app=llm")));
+        assert!(!overlaps(&sel("pod-label:app=llm,role!=batch"), &sel("pod-label:role=batch")));
+        assert!(!overlaps(&sel("pod-label:app=llm"), &sel("pod:serving/*")), "a name and labels are not compared");
     }
 }

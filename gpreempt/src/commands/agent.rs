@@ -112,6 +112,10 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let addr = listener.local_addr().unwrap_or(addr);
 
+    // --cri-socket, configured first, stands over the file's key.
+    if let Some(socket) = &config.cri_socket {
+        gpreempt::host::cri::CriSocket::configure(socket);
+    }
     let roots = Roots::default();
     let limits = Limits { finished_max: FINISHED_MAX, finished_grace_ns: Some(config.process_grace.as_nanos() as u64) };
     let mut tracer = InProcessTracer::start(&TracerOptions {
@@ -122,6 +126,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     })?;
     let (probes, missing) = tracer.probe_counts();
     metrics.set_probes(probes, missing);
+    metrics.set_partitions(&gpreempt::host::partition::Partitions::read(&roots.sys));
     for p in tracer.probes().probes.iter().filter(|p| p.symbol.is_none()) {
         log(
             "warn",

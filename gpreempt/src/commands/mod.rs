@@ -31,6 +31,9 @@ pub fn one_process(selector: &Selector, roots: &Roots, flag: &str) -> Result<Hos
         return Ok(*pid);
     }
     let resolved = gpreempt::host::select::resolve(std::slice::from_ref(selector), roots);
+    if let Some(message) = resolved.lookup_errors.first() {
+        bail!("{flag} {message}");
+    }
     match resolved.pids.as_slice() {
         [pid] => Ok(*pid),
         [] => bail!("{flag} {selector}: no KFD process runs there now (see `gpreempt ps` for the KFD processes)"),

@@ -80,7 +80,7 @@ pub fn plan(
         .iter()
         .find(|s| !matches!(s, Selector::Pid(_)) && !processes.iter().any(|p| s.matches_process(p, roots)));
     match empty {
-        Some(s @ Selector::Pod(_)) => return Err(PlanError::EmptyPod(s.clone())),
+        Some(s @ (Selector::Pod(_) | Selector::PodLabel(_))) => return Err(PlanError::EmptyPod(s.clone())),
         Some(s) => return Err(PlanError::EmptyContainer(s.clone())),
         None => {}
     }
@@ -114,7 +114,7 @@ pub fn plan(
 fn takes(selector: &Selector, processes: &[KfdProcess], roots: &Roots, pid: HostPid) -> bool {
     match selector {
         Selector::Pid(p) => *p == pid,
-        Selector::Container(_) | Selector::Pod(_) => {
+        Selector::Container(_) | Selector::Pod(_) | Selector::PodLabel(_) => {
             processes.iter().any(|p| p.pid() == pid && selector.matches_process(p, roots))
         }
     }

@@ -64,6 +64,12 @@ pub const AGENT_NEEDS: AgentNeeds = AgentNeeds {
         optional("/run/containers/storage/overlay-containers", "CRI-O: a container's pod name and namespace"),
         optional("/var/lib/containers/storage/overlay-containers", "Podman: a container's name (containers.json)"),
         optional("/var/lib/docker/containers", "Docker (cri-dockerd): a container's pod name and namespace"),
+        // The sockets' directories, not the sockets: a hostPath socket that is absent would be
+        // created as a directory. connect(2) needs no write access to the mount (the kernel
+        // checks write permission on the socket inode only, and a read-only mount refuses writes
+        // to files, directories and links, not sockets: fs/namei.c sb_permission).
+        optional("/run/containerd", "containerd's CRI socket (containerd.sock): the pods of pod-label: selectors"),
+        optional("/var/run/crio", "CRI-O's CRI socket (crio.sock): the pods of pod-label: selectors"),
     ],
     devices: &[need("/dev/kfd", "policies: the debug-trap ioctls on offline processes")],
 };

@@ -20,7 +20,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::host::procinfo::Container;
+use crate::host::{cri::CriSocket, procinfo::Container};
 
 /// A process's pod, as the node's files name it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,11 +43,13 @@ pub struct K8sRoots {
     pub crio: PathBuf,
     /// Docker's containers (`/var/lib/docker/containers`).
     pub docker: PathBuf,
+    /// The CRI runtime's socket (pod labels).
+    pub cri: CriSocket,
 }
 
 impl Default for K8sRoots {
     fn default() -> Self {
-        Self::under(Path::new("/"))
+        Self { cri: CriSocket::node(), ..Self::under(Path::new("/")) }
     }
 }
 
@@ -59,13 +61,14 @@ impl K8sRoots {
             containerd: root.join("run/containerd/io.containerd.runtime.v2.task/k8s.io"),
             crio: root.join("run/containers/storage/overlay-containers"),
             docker: root.join("var/lib/docker/containers"),
+            cri: CriSocket::Discover(root.to_path_buf()),
         }
     }
 
     /// The node's state beside `roots`: under the directory that holds its `/proc` (`/` on a
     /// node; the captured tree when `roots` points at one).
     pub fn beside(roots: &crate::host::roots::Roots) -> Self {
-        Self::under(roots.proc.parent().unwrap_or_else(|| Path::new("/")))
+        Self { cri: roots.cri.clone(), ..Self::under(roots.proc.parent().unwrap_or_else(|| Path::new("/"))) }
     }
 
     /// The pod of a container found in a cgroup path, or `None` when the node's files do not

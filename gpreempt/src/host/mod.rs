@@ -12,6 +12,7 @@ pub mod debugfs;
 pub mod k8s;
 pub mod kernel_queue_type;
 pub mod partition;
+pub mod pod_label;
 pub mod processes;
 pub mod procinfo;
 pub mod roots;

@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use crate::host::cri::CriSocket;
+
 /// The usual procfs mount point.
 pub const PROC_ROOT: &str = "/proc";
 /// Docker's default data root (`dockerd --data-root`).
@@ -27,6 +29,8 @@ pub struct Roots {
     pub containers_storage: Vec<PathBuf>,
     /// Stands for `/sys/kernel/debug/kfd` (`mqds`, `hqds`, `rls`; root only).
     pub debugfs_kfd: PathBuf,
+    /// The node's CRI runtime (pod labels): `--cri-socket`, or the kubelet's default sockets.
+    pub cri: CriSocket,
 }
 
 impl Default for Roots {
@@ -37,6 +41,7 @@ impl Default for Roots {
             docker: DOCKER_ROOT.into(),
             containers_storage: CONTAINERS_STORAGE.iter().map(PathBuf::from).collect(),
             debugfs_kfd: "/sys/kernel/debug/kfd".into(),
+            cri: CriSocket::node(),
         }
     }
 }

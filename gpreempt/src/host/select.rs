@@ -1,7 +1,10 @@
 //! Which processes a command acts on: a host pid, every KFD process of a container
 //! (`container:NAME`, where NAME is a container name, id or id prefix as `docker` accepts them),
 //! or every KFD process of the Kubernetes pods `pod:NAMESPACE/NAME` names (globs; the pod is
-//! read from the node's files by [`crate::host::k8s`], and an unknown pod matches nothing).
+//! read from the node's files by [`crate::host::k8s`], and an unknown pod matches nothing), or of
+//! the pods whose labels satisfy `pod-label:KEY=VALUE[,…]` (asked of the node's CRI runtime by
+//! [`crate::host::pod_label`]; when the runtime cannot be reached the selector matches nothing and
+//! the resolution's notes say why in one line, while pid and name selectors go on working).
 //!
 //! A selector resolves against the KFD processes of the moment ([`resolve`], the same scan as
 //! `gpreempt ps`) and decides whether a process that opens `/dev/kfd` later belongs to it
@@ -15,7 +18,9 @@ use serde::Serialize;
 use crate::{
     domain::HostPid,
     host::{
+        cri::CriClient,
         k8s::{K8sRoots, POD_PREFIX, PodPattern, PodPatternError},
+        pod_label::{POD_LABEL_PREFIX, PodLabelError, PodLabelSelector},
         processes::{self, KfdProcess},
         procinfo::{self, Container},
         roots::Roots,
@@ -34,21 +39,25 @@ pub enum Selector {
     Container(String),
     /// `pod:NAMESPACE/NAME`, each part a glob.
     Pod(PodPattern),
+    /// `pod-label:KEY=VALUE[,KEY2!=VALUE2]`: pods by label, through CRI.
+    PodLabel(PodLabelSelector),
 }
 
 /// Why a selector does not parse.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SelectorError {
-    #[error("empty selector: give a host pid (e.g. 4242), container:NAME or pod:NAMESPACE/NAME")]
+    #[error("empty selector: give a host pid (e.g. 4242), container:NAME, pod:NAMESPACE/NAME or pod-label:KEY=VALUE")]
     Empty,
     #[error("`container:` needs a container name or id after it (e.g. container:trainer)")]
     EmptyContainer,
     #[error(
-        "`{0}` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME (see `gpreempt ps` for the KFD processes)"
+        "`{0}` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME, pod-label:KEY=VALUE (see `gpreempt ps` for the KFD processes)"
     )]
     Invalid(String),
     #[error(transparent)]
     Pod(#[from] PodPatternError),
+    #[error(transparent)]
+    PodLabel(#[from] PodLabelError),
     #[error("pid 0 names no process; give the host pid of a KFD process (see `gpreempt ps`)")]
     ZeroPid,
 }
@@ -64,6 +73,9 @@ impl FromStr for Selector {
         if let Some(name) = s.strip_prefix(CONTAINER_PREFIX) {
             let name = name.trim();
             return if name.is_empty() { Err(SelectorError::EmptyContainer) } else { Ok(Self::Container(name.into())) };
+        }
+        if s.starts_with(POD_LABEL_PREFIX) {
+            return Ok(Self::PodLabel(s.parse()?));
         }
         if s.starts_with(POD_PREFIX) {
             return Ok(Self::Pod(s.parse()?));
@@ -82,6 +94,7 @@ impl fmt::Display for Selector {
             Self::Pid(pid) => write!(f, "{}", pid.0),
             Self::Container(name) => write!(f, "{CONTAINER_PREFIX}{name}"),
             Self::Pod(pattern) => write!(f, "{pattern}"),
+            Self::PodLabel(labels) => write!(f, "{labels}"),
         }
     }
 }
@@ -94,6 +107,14 @@ impl Selector {
             Self::Pid(p) => *p == pid,
             Self::Container(name) => container.is_some_and(|c| c.matches(name)),
             Self::Pod(pattern) => pattern.matches(container.and_then(|c| k8s.identify(c)).as_ref()),
+            Self::PodLabel(labels) => container.is_some_and(|c| {
+                CriClient::connect(&k8s.cri)
+                    .and_then(|mut client| labels.takes_container(&mut client, &c.id))
+                    .unwrap_or_else(|e| {
+                        log::warn!("{self}: pid {pid} not taken: {e}");
+                        false
+                    })
+            }),
         }
     }
 
@@ -107,7 +128,7 @@ impl Selector {
     pub fn matches_new(&self, roots: &Roots, pid: HostPid) -> bool {
         match self {
             Self::Pid(p) => *p == pid,
-            Self::Container(_) | Self::Pod(_) => procinfo::read_with(roots, pid)
+            Self::Container(_) | Self::Pod(_) | Self::PodLabel(_) => procinfo::read_with(roots, pid)
                 .ok()
                 .is_some_and(|info| self.matches(pid, info.container.as_ref(), &K8sRoots::beside(roots))),
         }
@@ -128,10 +149,14 @@ pub struct Resolved {
     /// see [`crate::controller::target::Target`] for why).
     pub unmatched_pids: Vec<HostPid>,
     /// Container and pod selectors with no KFD process now (their processes may start later),
-    /// as written: `container:NAME`, `pod:NAMESPACE/NAME`.
+    /// as written: `container:NAME`, `pod:NAMESPACE/NAME`, `pod-label:KEY=VALUE`.
     pub empty_containers: Vec<String>,
     /// What the scan could not read.
     pub notes: Vec<String>,
+    /// Selectors that could not be looked up at all (a `pod-label:` one whose CRI runtime did not
+    /// answer), one line each naming the selector, the socket and the fix: unlike an empty
+    /// selector, waiting will not fill these.
+    pub lookup_errors: Vec<String>,
 }
 
 /// Match `selectors` against the KFD processes under `roots` now.
@@ -144,13 +169,26 @@ pub fn resolve(selectors: &[Selector], roots: &Roots) -> Resolved {
 pub fn resolve_in(selectors: &[Selector], processes: &[KfdProcess], notes: Vec<String>, roots: &Roots) -> Resolved {
     let mut out = Resolved { notes, ..Resolved::default() };
     for sel in selectors {
-        let hits: Vec<HostPid> =
-            processes.iter().filter(|p| sel.matches_process(p, roots)).map(KfdProcess::pid).collect();
+        let hits: Vec<HostPid> = match sel {
+            // One question to the runtime for the whole scan, not one per process.
+            Selector::PodLabel(labels) => match labels.containers(&roots.cri) {
+                Ok(ids) => processes
+                    .iter()
+                    .filter(|p| p.info.as_ref().and_then(|i| i.container.as_ref()).is_some_and(|c| ids.contains(&c.id)))
+                    .map(KfdProcess::pid)
+                    .collect(),
+                Err(e) => {
+                    out.lookup_errors.push(format!("{sel}: {e}"));
+                    Vec::new()
+                }
+            },
+            _ => processes.iter().filter(|p| sel.matches_process(p, roots)).map(KfdProcess::pid).collect(),
+        };
         if hits.is_empty() {
             match sel {
                 Selector::Pid(pid) => out.unmatched_pids.push(*pid),
                 Selector::Container(name) => out.empty_containers.push(format!("container:{name}")),
-                Selector::Pod(pattern) => out.empty_containers.push(pattern.to_string()),
+                Selector::Pod(_) | Selector::PodLabel(_) => out.empty_containers.push(sel.to_string()),
             }
         }
         out.pids.extend(hits);
@@ -165,7 +203,10 @@ mod tests {
     use std::{fs, path::Path};
 
     use super::*;
-    use crate::test_support::FakeHost;
+    use crate::{
+        host::cri::test_server::{FakeRuntime, TestServer},
+        test_support::FakeHost,
+    };
 
     const ID_A: &str = "3f1b6c0f5e2d4a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b";
     const ID_B: &str = "aa1b6c0f5e2d4a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b";
@@ -201,7 +242,8 @@ mod tests {
         let err = "trainer".parse::<Selector>().unwrap_err().to_string();
         assert_eq!(
             err,
-            "`trainer` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME (see `gpreempt ps` for the KFD processes)"
+            "`trainer` is none of: a host pid, container:NAME, pod:NAMESPACE/NAME, pod-label:KEY=VALUE (see `gpreempt ps` \
+             for the KFD processes)"
         );
         assert_eq!(
             "pod:batch/train-*".parse(),
@@ -258,6 +300,101 @@ mod tests {
         // Without the kubelet's pod directory the pod is unknown, and unknown matches nothing.
         fs::remove_dir_all(host.path().join("var/lib/kubelet")).unwrap();
         assert!(!any_matches_new(&sel("pod:*/*"), &roots, HostPid(500)));
+    }
+
+    /// Pid 500 in pod serving/llm-0 (labels role=online), 600 and 601 in batch/train-0
+    /// (role=offline), containerd with the systemd driver; the runtime answers on the tree's
+    /// default containerd socket.
+    fn labelled_host() -> (FakeHost, Roots, TestServer) {
+        let (mut host, roots) = host();
+        let cgroup = |uid: &str, id: &str| {
+            format!(
+                "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/cri-containerd-{id}.scope\n",
+                uid.replace('-', "_")
+            )
+        };
+        for (pid, uid, id) in [(500, UID_ON, C_ON), (600, UID_OFF, C_OFF), (601, UID_OFF, C_OFF)] {
+            host.kfd_process(pid).process(
+                pid,
+                "python3",
+                &format!("Name:\tpython3\nNSpid:\t{pid}\n"),
+                &cgroup(uid, id),
+            );
+        }
+        let runtime = FakeRuntime::default()
+            .pod("sb-on", "serving", "llm-0", &[("gpreempt.io/role", "online"), ("app", "llm")], &[(C_ON, "server")])
+            .pod("sb-off", "batch", "train-0", &[("gpreempt.io/role", "offline")], &[(C_OFF, "trainer")]);
+        let server =
+            TestServer::start_at(&host.path().join("run/containerd/containerd.sock"), move |m, b| runtime.reply(m, b));
+        (host, roots, server)
+    }
+
+    const UID_ON: &str = "11111111-2222-4333-8444-555555555555";
+    const UID_OFF: &str = "66666666-7777-4888-8999-000000000000";
+    const C_ON: &str = "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0";
+    const C_OFF: &str = "d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1";
+
+    #[test]
+    fn pod_label_selectors_resolve_through_the_runtime() {
+        let (_host, roots, server) = labelled_host();
+        let sel = |s: &str| -> Vec<Selector> { vec![s.parse().unwrap()] };
+        assert_eq!(resolve(&sel("pod-label:gpreempt.io/role=offline"), &roots).pids, vec![HostPid(600), HostPid(601)]);
+        assert_eq!(resolve(&sel("pod-label:gpreempt.io/role=online,app=llm"), &roots).pids, vec![HostPid(500)]);
+        assert_eq!(resolve(&sel("pod-label:gpreempt.io/role!=online"), &roots).pids, vec![HostPid(600), HostPid(601)]);
+        let none = resolve(&sel("pod-label:gpreempt.io/role=online,app!=llm"), &roots);
+        assert_eq!(
+            (none.pids, none.empty_containers, none.lookup_errors),
+            (vec![], vec!["pod-label:gpreempt.io/role=online,app!=llm".to_owned()], vec![])
+        );
+        // The `=` requirements went to the runtime as its label filter, the `!=` one stayed here.
+        let listed: Vec<_> = server
+            .calls()
+            .iter()
+            .filter(|c| c.path.ends_with("/ListPodSandbox"))
+            .map(|c| {
+                let request: crate::host::cri::messages::ListPodSandboxRequest = c.decode();
+                request.filter.unwrap_or_default().label_selector.len()
+            })
+            .collect();
+        assert_eq!(listed, [1, 2, 0, 1]);
+        // A process that opens /dev/kfd later: its container's pod, then that pod's labels.
+        assert!(any_matches_new(&sel("pod-label:gpreempt.io/role=offline"), &roots, HostPid(601)));
+        assert!(!any_matches_new(&sel("pod-label:gpreempt.io/role=offline"), &roots, HostPid(500)));
+        assert!(!any_matches_new(&sel("pod-label:gpreempt.io/role=offline"), &roots, HostPid(100)), "not in a pod");
+    }
+
+    #[test]
+    fn without_a_runtime_a_label_selector_says_why_and_the_others_still_resolve() {
+        let (host, roots) = host();
+        let sels: Vec<Selector> =
+            ["pod-label:gpreempt.io/role=offline", "container:trainer"].iter().map(|s| s.parse().unwrap()).collect();
+        let r = resolve(&sels, &roots);
+        assert_eq!(r.pids, vec![HostPid(100), HostPid(101)]);
+        assert_eq!(r.empty_containers, vec!["pod-label:gpreempt.io/role=offline".to_owned()]);
+        assert_eq!(r.notes, Vec::<String>::new());
+        assert_eq!(
+            r.lookup_errors,
+            vec![format!(
+                "pod-label:gpreempt.io/role=offline: no CRI runtime socket at {0}/run/containerd/containerd.sock or \
+                 {0}/var/run/crio/crio.sock: start containerd or CRI-O, or name the runtime's socket with \
+                 --cri-socket PATH (agent config: cri_socket)",
+                host.path().display()
+            )]
+        );
+        assert!(!any_matches_new(&sels[..1], &roots, HostPid(100)));
+    }
+
+    #[test]
+    fn a_malformed_label_selector_is_refused_with_the_syntax() {
+        let err = "pod-label:role".parse::<Selector>().unwrap_err();
+        assert!(matches!(err, SelectorError::PodLabel(_)));
+        assert_eq!(
+            err.to_string(),
+            "`pod-label:role`: `role` is a set-based requirement (in, notin, exists), which gpreempt does not take; \
+             write pod-label:KEY=VALUE[,KEY2=VALUE2,KEY3!=VALUE3] (kubectl's equality-based selector, e.g. \
+             pod-label:gpreempt.io/role=offline)"
+        );
+        assert_eq!("pod-label:a=b,c!=d".parse::<Selector>().unwrap().to_string(), "pod-label:a=b,c!=d");
     }
 
     #[test]

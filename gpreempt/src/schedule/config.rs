@@ -150,6 +150,9 @@ pub enum ScheduleError {
     /// No /dev/kfd, or a kernel without the debug trap.
     #[error(transparent)]
     Kernel(DebugError),
+    /// A selector that cannot be looked up (a `pod-label:` one with no CRI runtime answering).
+    #[error("--{role} {message}")]
+    Lookup { role: Role, message: String },
 }
 
 /// The kernel can suspend another process's queues: /dev/kfd opens and has the debug trap.
@@ -210,6 +213,9 @@ pub(super) fn resolve_selection(
     let online_sel = select::resolve(&config.online, roots);
     let offline_sel = select::resolve(&config.offline, roots);
     for (role, r) in [(Role::Online, &online_sel), (Role::Offline, &offline_sel)] {
+        if let Some(message) = r.lookup_errors.first() {
+            return Err(ScheduleError::Lookup { role, message: message.clone() });
+        }
         for &pid in &r.unmatched_pids {
             check_pid(roots, role, pid)?;
         }

@@ -1,6 +1,11 @@
 //! The blocking CRI client the rest of gpreempt calls: a current-thread tokio runtime of its own
 //! drives one HTTP/2 connection, and every call (the connection too) is bounded by a timeout, so
 //! a hung runtime costs a command seconds, never forever.
+//!
+//! The callers are blocking code that may itself run inside a tokio runtime (the commands run in
+//! `main`'s, the agent in its own). Tokio refuses to block on a runtime from inside another, or
+//! to drop one there, so a call made from a runtime's thread runs on a short-lived scoped thread,
+//! and the client's runtime is shut down in the background when dropped.
 
 use std::{
     collections::HashMap,
@@ -25,9 +30,33 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 pub const API_VERSION: &str = "v1";
 
 pub struct CriClient {
-    runtime: tokio::runtime::Runtime,
+    /// `Some` until dropped.
+    runtime: Option<tokio::runtime::Runtime>,
     channel: Channel,
     timeout: Duration,
+}
+
+impl Drop for CriClient {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Run `future` to completion on `runtime`, from whatever thread calls.
+fn block_on<F>(runtime: &tokio::runtime::Runtime, future: F) -> F::Output
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    if tokio::runtime::Handle::try_current().is_err() {
+        return runtime.block_on(future);
+    }
+    std::thread::scope(|s| match s.spawn(|| runtime.block_on(future)).join() {
+        Ok(output) => output,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
 }
 
 impl CriClient {
@@ -39,12 +68,18 @@ impl CriClient {
     /// Connect to exactly `path`, each call bounded by `timeout`.
     pub fn connect_path(path: &Path, timeout: Duration) -> Result<Self, CriError> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(CriError::Runtime)?;
-        let channel = runtime.block_on(async {
+        let connected = block_on(&runtime, async {
             tokio::time::timeout(timeout, Channel::connect(path))
                 .await
                 .unwrap_or_else(|_| Err(CriError::Timeout { socket: path.to_owned(), method: "(connect)", timeout }))
-        })?;
-        Ok(Self { runtime, channel, timeout })
+        });
+        match connected {
+            Ok(channel) => Ok(Self { runtime: Some(runtime), channel, timeout }),
+            Err(e) => {
+                runtime.shutdown_background();
+                Err(e)
+            }
+        }
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -52,9 +87,13 @@ impl CriClient {
     }
 
     /// One unary call of the runtime service, bounded by the client's timeout.
-    pub fn call<R: Call>(&mut self, request: &R) -> Result<R::Response, CriError> {
+    pub fn call<R: Call + Sync>(&mut self, request: &R) -> Result<R::Response, CriError>
+    where
+        R::Response: Send,
+    {
         let (timeout, channel) = (self.timeout, &mut self.channel);
-        self.runtime.block_on(async {
+        let Some(runtime) = &self.runtime else { unreachable!("the runtime is taken only by drop") };
+        block_on(runtime, async {
             match tokio::time::timeout(timeout, channel.unary(request)).await {
                 Ok(answer) => answer,
                 Err(_) => Err(CriError::Timeout { socket: channel.socket().to_owned(), method: R::METHOD, timeout }),
@@ -119,7 +158,7 @@ mod tests {
 
     #[test]
     fn a_unary_call_is_framed_and_its_answer_decoded() {
-        let server = TestServer::start(|method| match method {
+        let server = TestServer::start(|method, _| match method {
             "Version" => Reply::message(&VersionResponse {
                 version: "0.1.0".into(),
                 runtime_name: "containerd".into(),
@@ -149,7 +188,10 @@ mod tests {
             ["/runtime.v1.RuntimeService/Version", "/runtime.v1.RuntimeService/ListPodSandbox"]
         );
         for call in &calls {
-            assert_eq!(call.headers.get("content-type").map(hyper::header::HeaderValue::as_bytes), Some(&b"application/grpc"[..]));
+            assert_eq!(
+                call.headers.get("content-type").map(hyper::header::HeaderValue::as_bytes),
+                Some(&b"application/grpc"[..])
+            );
             assert_eq!(call.headers.get("te").map(hyper::header::HeaderValue::as_bytes), Some(&b"trailers"[..]));
         }
         assert_eq!(calls[0].decode::<VersionRequest>(), VersionRequest { version: "v1".into() });
@@ -158,8 +200,24 @@ mod tests {
     }
 
     #[test]
+    fn works_from_inside_another_tokio_runtime() {
+        // As `gpreempt queues` calls it: blocking code on the thread of main's runtime.
+        let server = TestServer::start(|_, _| {
+            Reply::message(&VersionResponse { runtime_name: "cri-o".into(), ..VersionResponse::default() })
+        });
+        let outer = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let name = outer.block_on(async {
+            let mut client = CriClient::connect(&CriSocket::Path(server.socket.clone())).unwrap();
+            let name = client.version().unwrap().runtime_name;
+            drop(client);
+            name
+        });
+        assert_eq!(name, "cri-o");
+    }
+
+    #[test]
     fn a_grpc_error_in_the_trailers_or_the_headers_is_the_runtimes_status() {
-        let server = TestServer::start(|method| match method {
+        let server = TestServer::start(|method, _| match method {
             "PodSandboxStatus" => Reply::Status(5, "an error occurred when try to find sandbox %22p9%22: not found"),
             _ => Reply::HeadersOnly(12, "unknown service runtime.v1.RuntimeService"),
         });
@@ -187,7 +245,7 @@ mod tests {
 
     #[test]
     fn a_silent_runtime_costs_the_timeout_and_a_missing_one_says_so() {
-        let server = TestServer::start(|_| Reply::Hang);
+        let server = TestServer::start(|_, _| Reply::Hang);
         let mut client = CriClient::connect_path(&server.socket, Duration::from_millis(300)).unwrap();
         let start = Instant::now();
         let err = client.version().unwrap_err();

@@ -18,7 +18,7 @@ pub mod socket;
 pub mod transport;
 
 #[cfg(test)]
-mod test_server;
+pub(crate) mod test_server;
 
 pub use client::CriClient;
 pub use error::CriError;

@@ -8,6 +8,7 @@
 use std::{
     os::unix::fs::FileTypeExt,
     path::{Path, PathBuf},
+    sync::OnceLock,
 };
 
 use crate::host::cri::CriError;
@@ -30,7 +31,22 @@ impl Default for CriSocket {
     }
 }
 
+/// The socket the command line named (`--cri-socket`), for every [`crate::host::roots::Roots`]
+/// the command builds: set once at the binary's edge, before any lookup.
+static CONFIGURED: OnceLock<CriSocket> = OnceLock::new();
+
 impl CriSocket {
+    /// Name the node's socket for the rest of the process (the CLI's `--cri-socket`). A second
+    /// call is ignored: the first, made from the command line, stands.
+    pub fn configure(endpoint: &str) {
+        let _ = CONFIGURED.set(Self::configured(endpoint));
+    }
+
+    /// The node's socket: the one the command line named, or the kubelet's defaults under `/`.
+    pub fn node() -> Self {
+        CONFIGURED.get().cloned().unwrap_or_default()
+    }
+
     /// A configured endpoint: a path, or the kubelet's `unix:///path` form.
     pub fn configured(endpoint: &str) -> Self {
         Self::Path(PathBuf::from(endpoint.strip_prefix("unix://").unwrap_or(endpoint)))
