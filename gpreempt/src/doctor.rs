@@ -4,13 +4,13 @@
 //! text or JSON. Reading only: nothing is attached and nothing is changed, except that the KFD
 //! version is asked by opening `/dev/kfd` (which registers a short-lived KFD process).
 
-use std::{fs, path::Path};
+use std::{collections::BTreeMap, fs, path::Path};
 
 use serde::Serialize;
 
 use crate::{
     deploy::{AGENT_NEEDS, AgentNeeds, Need},
-    host::{self, procinfo::effective_caps, roots::Roots, topology::GpuNode},
+    host::{self, partition::Partitions, procinfo::effective_caps, roots::Roots, topology::GpuNode},
     kfd::{
         Device, KfdVersion,
         device::DeviceError,
@@ -177,6 +177,7 @@ pub fn diagnose_opened(
     }
     checks.extend(kfd_contexts_check(&features.secondary_contexts));
     checks.extend(expert_scheduling_check(&gpus, &features.expert_sched_trap));
+    checks.extend(partitions_check(&Partitions::of(&roots.sys, &gpus)));
     checks.extend(per_queue_reset_check(&gpus));
     checks.extend(cwsr_size_check(&gpus));
     if amdgpu_loaded {
@@ -354,6 +355,36 @@ fn expert_scheduling_check(gpus: &[GpuNode], expert: &Detection) -> Option<Check
                 KfdVersion::EXPERT_SCHED_TRAP
             ),
             Some("do not suspend processes on these GPUs; use a driver with KFD ≥ 1.20"),
+        )
+    })
+}
+
+/// Each package's KFD nodes (its partitions) and mode, as users name them: a SUSPEND unmaps the
+/// queues of its own partition only (one HWS runlist per KFD node, Linux 6.5), so the other
+/// partitions of a package are never collateral.
+fn partitions_check(partitions: &Partitions) -> Option<Check> {
+    let mut packages: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
+    for (gpu, p) in partitions.iter() {
+        let mode = p.mode.map_or_else(|| "mode unknown".to_owned(), |m| m.name().to_owned());
+        let entry = packages.entry(p.package.to_string()).or_insert_with(|| (mode, Vec::new()));
+        entry.1.push(format!("{:#x} #{}", gpu.0, p.index));
+    }
+    (!packages.is_empty()).then(|| {
+        let rows: Vec<String> = packages
+            .iter()
+            .map(|(package, (mode, gpus))| {
+                format!("{package} {mode}, {} KFD node(s): gpu {}", gpus.len(), gpus.join(", "))
+            })
+            .collect();
+        Check::new(
+            "gpu-partitions",
+            Status::Info,
+            format!(
+                "GPU packages by PCI address, their compute partition mode and partitions (gpu_id #index): {}; \
+                 a suspend preempts the queues of its own partition only",
+                rows.join("; ")
+            ),
+            None,
         )
     })
 }
@@ -1014,7 +1045,8 @@ mod tests {
         let props = |capability: u32| {
             format!(
                 "simd_count 152\narray_count 4\nsimd_arrays_per_engine 1\nsimd_per_cu 4\ngfx_target_version 90402\n\
-                 capability {capability}\nnum_xcc 1\ncwsr_size 23203840\nctl_stack_size 12288\n"
+                 capability {capability}\nnum_xcc 1\ncwsr_size 23203840\nctl_stack_size 12288\nlocation_id 768\n\
+                 domain 0\ndrm_render_minor 128\n"
             )
         };
         host.file(format!("{nodes}/1/gpu_id"), "4096\n")
@@ -1034,5 +1066,16 @@ mod tests {
             "a preemption timeout resets only the hung queue (by sysfs topology capability bit 31): gpu 0x1000 yes; \
              gpu 0x2000 no; elsewhere it resets the GPU"
         );
+        // One package (location_id 768 = bus 3) whose mode partition 0's render node says.
+        assert_eq!(
+            get("gpu-partitions").detail,
+            "GPU packages by PCI address, their compute partition mode and partitions (gpu_id #index): 0000:03:00.0 \
+             mode unknown, 2 KFD node(s): gpu 0x1000 #0, 0x2000 #1; a suspend preempts the queues of its own \
+             partition only"
+        );
+        host.file("sys/class/drm/renderD128/device/current_compute_partition", "CPX\n");
+        let r = diagnose(&roots(&host), None, Some(KFD_1_17));
+        let get = |n: &str| r.checks.iter().find(|c| c.name == n).unwrap();
+        assert!(get("gpu-partitions").detail.contains(": 0000:03:00.0 CPX, 2 KFD node(s): gpu 0x1000 #0, 0x2000 #1;"));
     }
 }

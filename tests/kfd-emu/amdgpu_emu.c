@@ -44,6 +44,7 @@
 struct emu_drm_gpu {
 	struct platform_device *pdev;
 	struct drm_device *drm;
+	bool partition_attr;	/* current_compute_partition created on pdev */
 };
 
 static struct emu_drm_gpu emu_drm_gpus[EMU_MAX_GPUS];
@@ -216,6 +217,25 @@ static const struct kfd_emu_render_ops emu_render_ops = {
 	.gpu_of_file = emu_gpu_of_file,
 };
 
+/*
+ * current_compute_partition (amdgpu_gfx.c, Linux 6.5+ through 7.x; amdgpu_gfx_sysfs_init creates
+ * it on the PCI device of a GPU with an XCP manager, GC 9.4.3): "SPX\n", "DPX\n", "QPX\n" or
+ * "CPX\n" (amdgpu_gfx_get_current_compute_partition -> amdgpu_gfx_compute_mode_desc). The PCI
+ * device is partition 0's DRM parent (amdgpu_xcp.c amdgpu_xcp_dev_alloc: "xcp #0 shares drm
+ * device setting with adev"), so here it sits on each package's first platform device, which
+ * /sys/class/drm/renderD<minor>/device names for partition 0's render node. 0444 here: amdgpu's
+ * is 0644 (a write switches the mode), the emulator's mode is the partition= parameter at load.
+ */
+static ssize_t current_compute_partition_show(struct device *dev, struct device_attribute *attr,
+					      char *buf)
+{
+	static const char *const desc[] = { [1] = "SPX", [2] = "DPX", [4] = "QPX", [8] = "CPX" };
+	unsigned int n = kfd_emu_partitions();
+
+	return sysfs_emit(buf, "%s\n", n < ARRAY_SIZE(desc) && desc[n] ? desc[n] : "UNKNOWN");
+}
+static DEVICE_ATTR_RO(current_compute_partition);
+
 static void emu_drm_remove(void)
 {
 	while (emu_drm_ngpus) {
@@ -223,6 +243,8 @@ static void emu_drm_remove(void)
 
 		drm_dev_unregister(g->drm);
 		drm_dev_put(g->drm);
+		if (g->partition_attr)
+			device_remove_file(&g->pdev->dev, &dev_attr_current_compute_partition);
 		platform_device_unregister(g->pdev);
 	}
 }
@@ -255,6 +277,13 @@ static int __init amdgpu_emu_init(void)
 		}
 		emu_drm_ngpus = i + 1;
 		minors[i] = g->drm->render->index;
+		/* multi-XCC packages (gfx942) have the XCP manager; a package's first node */
+		if (kfd_emu_profile()->num_xcc > 1 && i % kfd_emu_partitions() == 0) {
+			err = device_create_file(&g->pdev->dev, &dev_attr_current_compute_partition);
+			if (err)
+				goto fail;
+			g->partition_attr = true;
+		}
 	}
 	err = kfd_emu_render_register(&emu_render_ops, minors);
 	if (err)

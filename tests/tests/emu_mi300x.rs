@@ -21,7 +21,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpreempt_tests::{LineHelper, emu_param, read_sysfs, wait_kfd_released};
+use gpreempt_tests::{
+    LineHelper, emu_param, read_sysfs,
+    schedule::{Elapsed, LONG, Schedule, holds, progresses, summary},
+    wait_kfd_released,
+};
 
 const EC_QUEUE_NEW: u64 = 1 << 30;
 const EC_PROCESS_RUNTIME: u64 = 1 << 47;
@@ -51,6 +55,17 @@ fn try_reload(params: &[String]) -> Result<(), String> {
             return Err("kfd processes still alive".into());
         }
         thread::sleep(Duration::from_millis(100));
+    }
+    // amdgpu_emu holds kfd_emu (its render nodes are registered there) until it goes.
+    if Path::new("/sys/module/amdgpu_emu").exists() {
+        let mut out = run("rmmod", &["amdgpu_emu"]);
+        while !out.status.success() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(100));
+            out = run("rmmod", &["amdgpu_emu"]);
+        }
+        if !out.status.success() {
+            return Err(format!("rmmod amdgpu_emu: {}", String::from_utf8_lossy(&out.stderr)));
+        }
     }
     if Path::new("/sys/module/kfd_emu").exists() {
         let mut out = run("rmmod", &["kfd_emu"]);
@@ -101,7 +116,6 @@ impl Profile {
 impl Drop for Profile {
     /// Also after a failure: the binaries after this one need the pass's kfd_emu.
     fn drop(&mut self) {
-        let _ = run("rmmod", &["amdgpu_emu"]);
         let back = try_reload(&self.pass);
         if !thread::panicking() {
             back.unwrap();
@@ -331,4 +345,151 @@ fn a_queue_stuck_in_its_preemption_is_reset_alone_and_the_others_are_suspended_n
     assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "already reset");
     let err = std::fs::write("/sys/kernel/kfd_emu/stuck_queue", "999999 0").unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::ESRCH));
+}
+
+/// `emu-workload run` on `gpu` with one queue and libhsakmt's full save area (the gfx942 profile
+/// checks it), its ring kept full of 1 ms dispatches (`fill_us` 1000) or empty (0).
+fn partition_client(gpu: &str, fill_us: &str) -> LineHelper {
+    workload(&["--gpu-id", gpu, "--queues", "1", "--runtime-enable", "--full-save-area", "--fill-us", fill_us])
+}
+
+/// `gpreempt ps` and `queues`, table and JSON, name X's GPU (0x1000) and Y's (0x1001) as the
+/// package's partitions 0 and 1 of 8 in CPX: the package's PCI address from the nodes' shared
+/// `location_id` (bus 3), the mode from `current_compute_partition` behind partition 0's render
+/// node (amdgpu_emu's, as amdgpu's PCI device).
+fn partitions_are_named_as_users_see_them(x: u32, y: u32) {
+    let gpreempt = gpreempt_tests::binary("gpreempt").unwrap();
+    let ps = Command::new(&gpreempt).args(["ps", "--json"]).output().unwrap();
+    assert!(ps.status.success(), "{}", String::from_utf8_lossy(&ps.stderr));
+    let ps: serde_json::Value = serde_json::from_slice(&ps.stdout).unwrap();
+    for (pid, gpu, index) in [(x, 0x1000, 0), (y, 0x1001, 1)] {
+        let p = ps["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).unwrap();
+        // KFD gives a process a device entry on every node at its open: all 8 partitions.
+        let gpus = p["gpus"].as_array().unwrap();
+        assert_eq!(gpus.len(), 8, "{p}");
+        let on = gpus.iter().find(|g| g["gpu_id"] == gpu).unwrap_or_else(|| panic!("{p}"));
+        assert_eq!(
+            on["partition"],
+            serde_json::json!({"package": "0000:03:00.0", "index": index, "count": 8, "mode": "cpx"}),
+            "{p}"
+        );
+    }
+    let table = String::from_utf8(Command::new(&gpreempt).arg("ps").output().unwrap().stdout).unwrap();
+    // One row per process and GPU: Y's queue on 0x1001.
+    let y_row = |l: &&str| l.split_whitespace().next() == Some(&y.to_string()) && l.contains(" 0x1001 ");
+    let row = table.lines().find(y_row).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains(" 0x1001 0000:03:00.0 CPX 1/8 0:compute "), "{table}");
+    let queues = Command::new(&gpreempt).args(["queues", &y.to_string(), "--json"]).output().unwrap();
+    let queues: serde_json::Value = serde_json::from_slice(&queues.stdout).unwrap();
+    assert_eq!(
+        (&queues["queues"][0]["gpu_id"], &queues["queues"][0]["partition"]),
+        (
+            &serde_json::json!(0x1001),
+            &serde_json::json!({"package": "0000:03:00.0", "index": 1, "count": 8, "mode": "cpx"})
+        ),
+        "{queues}"
+    );
+}
+
+/// The first queue of `w` (pid, read-index address).
+fn first_queue(w: &LineHelper) -> (u32, u64) {
+    (w.pid(), w.hello["queues"][0]["rptr"].as_u64().unwrap())
+}
+
+/// CPX (8 KFD nodes per package): online work on partition 0 (gpu 0x1000) suspends the offline
+/// process on partition 0 and never the one on partition 1 (0x1001) of the same package: each
+/// partition has its own HWS runlist (kfd_node, Linux 6.5), so a SUSPEND unmaps its partition
+/// only. Exact counts from the scheduler's transitions and its tracer's driver report: one
+/// SUSPEND_QUEUES per request, for X alone, whose device-wide unmap preempted the online
+/// process's queue on 0x1000 (collateral) and nothing of Y's.
+#[test]
+fn cpx_online_work_on_partition_0_suspends_only_partition_0s_offline_process() {
+    let _t = Elapsed::start("cpx_online_work_on_partition_0_suspends_only_partition_0s_offline_process");
+    let _profile = Profile::load(&["profile=mi300x", "partition=cpx", "num_gpus=1"]);
+    assert!(run("modprobe", &["drm"]).status.success());
+    let out = run("insmod", &[ko("amdgpu_emu.ko").to_str().unwrap()]);
+    assert!(out.status.success(), "insmod amdgpu_emu: {}", String::from_utf8_lossy(&out.stderr));
+    let (p0, p1) = (0x1000u64, 0x1001u64);
+    assert_eq!((gpu_id(1), gpu_id(2)), (p0, p1));
+    let x = partition_client("0x1000", "1000");
+    let y = partition_client("0x1001", "1000");
+    let mut online = partition_client("0x1000", "0");
+    for w in [&x, &y, &online] {
+        assert_eq!(w.hello["errors"], serde_json::json!([]), "{}", w.hello);
+    }
+    let (x_q, y_q) = (first_queue(&x), first_queue(&y));
+    partitions_are_named_as_users_see_them(x.pid(), y.pid());
+    let mut s = Schedule::start(&[
+        "--online",
+        &online.pid().to_string(),
+        "--offline",
+        &x.pid().to_string(),
+        &y.pid().to_string(),
+        "--idle",
+        "20ms",
+    ]);
+    let attached = s.wait_events("offline_attached", 2, LONG);
+    let by_pid = |pid: u32| attached.iter().find(|a| a["pid"] == pid).unwrap_or_else(|| panic!("{pid}: {attached:?}"));
+    assert_eq!((by_pid(x.pid())["queues"].as_u64(), &by_pid(x.pid())["gpus"]), (Some(1), &serde_json::json!([p0])));
+    assert_eq!((by_pid(y.pid())["queues"].as_u64(), &by_pid(y.pid())["gpus"]), (Some(1), &serde_json::json!([p1])));
+    const REQUESTS: usize = 2;
+    for request in 1..=REQUESTS {
+        let slot = online.cmd("reserve 0").unwrap()["index"].as_u64().unwrap();
+        let susp = s.wait_transitions("suspend", request, LONG);
+        let t = &susp[request - 1];
+        assert_eq!(
+            (t["gpu_id"].as_u64(), t["queues"].as_i64(), t["ioctls"].as_u64()),
+            (Some(p0), Some(1), Some(1)),
+            "{t}"
+        );
+        assert!(holds(x_q.0, x_q.1), "X on partition 0 runs during the online request");
+        assert!(progresses(y_q.0, y_q.1), "Y on partition 1 is held by online work on partition 0");
+        assert_eq!(online.cmd(&format!("commit 0 {slot} 1000")).unwrap()["ret"], 0);
+        let res = s.wait_transitions("resume", request, LONG);
+        let t = &res[request - 1];
+        assert_eq!((t["gpu_id"].as_u64(), t["queues"].as_i64()), (Some(p0), Some(1)), "{t}");
+        assert!(progresses(x_q.0, x_q.1));
+    }
+    let (lines, stderr) = s.stop();
+    let sum = summary(&lines);
+    assert_eq!((sum["suspends"].as_u64(), sum["resumes"].as_u64()), (Some(2), Some(2)), "{sum}");
+    let gpus = sum["gpus"].as_array().unwrap();
+    let gpu = |id: u64| gpus.iter().find(|g| g["gpu_id"] == id).unwrap_or_else(|| panic!("{id}: {sum}"));
+    assert_eq!(
+        (gpu(p0)["scheduled"].as_bool(), gpu(p0)["suspends"].as_u64(), gpu(p0)["resumes"].as_u64()),
+        (Some(true), Some(2), Some(2)),
+        "{sum}"
+    );
+    // Partition 1 had offline work only: no policy ran for it, nothing was suspended there.
+    assert_eq!(
+        (gpu(p1)["scheduled"].as_bool(), gpu(p1)["suspends"].as_u64(), gpu(p1)["failed_suspends"].as_u64()),
+        (Some(false), Some(0), Some(0)),
+        "{sum}"
+    );
+    assert!(gpu(p1)["offline_dispatches"].as_u64().unwrap() > 0, "{sum}");
+    // The tracer's view of the driver: one suspend and one resume of X per request, each
+    // preempting the online process's queue on partition 0 as collateral, and no queue of Y's.
+    let k = &sum["kernel"];
+    assert!(!stderr.contains("could not attach"), "the scheduler's tracer gives the driver report: {stderr}");
+    assert_eq!(
+        (k["suspend"]["count"].as_u64(), k["resume"]["count"].as_u64()),
+        (Some(REQUESTS as u64), Some(REQUESTS as u64)),
+        "{k}"
+    );
+    assert_eq!(
+        (k["suspend"]["collateral_queues"].as_u64(), k["suspend"]["collateral_online_queues"].as_u64()),
+        (Some(REQUESTS as u64), Some(REQUESTS as u64)),
+        "{k}"
+    );
+    assert_eq!(k["collateral_pids"], serde_json::json!([online.pid()]), "{k}");
+    // KFD's own accounting agrees: Y was never evicted.
+    let evicted = read_sysfs(&format!("/sys/class/kfd/kfd/proc/{}/stats_{p1}/evicted_ms", y.pid())).unwrap();
+    assert_eq!(evicted.trim(), "0");
+    let refused: Vec<&serde_json::Value> = lines.iter().filter(|l| l["event"] == "warning").collect();
+    assert!(refused.is_empty(), "{refused:?}\n{stderr}");
+    let pids = [x.pid(), y.pid(), online.pid()];
+    drop((x, y, online));
+    for pid in pids {
+        wait_kfd_released(pid).unwrap();
+    }
 }

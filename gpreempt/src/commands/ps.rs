@@ -7,6 +7,7 @@ use anyhow::{Result, bail};
 use gpreempt::{
     domain::{GpuId, HostPid},
     host::{
+        partition::Partitions,
         processes::{self, KfdProcess},
         procinfo,
         roots::Roots,
@@ -28,6 +29,8 @@ pub async fn run(args: &PsArgs) -> Result<()> {
         return wait_new(args, &roots).await;
     }
     let (mut processes, notes) = processes::scan(&roots);
+    let partitions = Partitions::read(&roots.sys);
+    with_partitions(&mut processes, &partitions);
     if let Some(c) = &args.container {
         processes.retain(|p| p.in_container(c));
     }
@@ -43,7 +46,7 @@ pub async fn run(args: &PsArgs) -> Result<()> {
         }
         outln!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        print_table(&processes);
+        print_table(&processes, &partitions);
         if let Some(hw) = &hw {
             let pids: Vec<HostPid> = processes.iter().map(KfdProcess::pid).collect();
             crate::commands::hw::print(hw, &pids);
@@ -65,14 +68,22 @@ fn container_label(p: &KfdProcess) -> String {
     }
 }
 
-fn print_table(processes: &[KfdProcess]) {
+/// Each GPU's partition from the topology (not in the process's directory).
+fn with_partitions(processes: &mut [KfdProcess], partitions: &Partitions) {
+    for g in processes.iter_mut().flat_map(|p| p.sysfs.gpus.iter_mut()) {
+        g.partition = partitions.get(g.gpu_id).copied();
+    }
+}
+
+fn print_table(processes: &[KfdProcess], partitions: &Partitions) {
     outln!(
-        "{:>8} {:>7} {:<24} {:<16} {:>8} {:<28} {:>10} {:>9} {:>4}",
+        "{:>8} {:>7} {:<24} {:<16} {:>8} {:<20} {:<28} {:>10} {:>9} {:>4}",
         "PID",
         "NSPID",
         "CONTAINER",
         "COMM",
         "GPU",
+        "PARTITION",
         "QUEUES (id:type)",
         "VRAM MiB",
         "EVICT ms",
@@ -102,10 +113,11 @@ fn print_table(processes: &[KfdProcess]) {
             let stats = p.sysfs.gpus.iter().find(|g| g.gpu_id == gpu);
             let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
             outln!(
-                "{:>8} {ns_pid:>7} {:<24} {comm:<16} {:>8} {:<28} {:>10} {:>9} {:>4}",
+                "{:>8} {ns_pid:>7} {:<24} {comm:<16} {:>8} {:<20} {:<28} {:>10} {:>9} {:>4}",
                 p.pid(),
                 container_label(p),
                 format!("{gpu:#x}"),
+                partitions.label(gpu),
                 if queues.is_empty() { "-".to_owned() } else { queues.join(" ") },
                 opt(stats.and_then(|s| s.vram_bytes).map(|b| format!("{:.1}", b as f64 / 1048576.0))),
                 opt(stats.and_then(|s| s.evicted_ms).map(|v| v.to_string())),
@@ -138,7 +150,9 @@ async fn wait_new(args: &PsArgs, roots: &Roots) -> Result<()> {
         let now = processes::pids(roots).unwrap_or_default();
         let fresh: Vec<HostPid> = now.into_iter().filter(|p| !before.contains(p)).collect();
         if !fresh.is_empty() {
-            let (processes, _) = processes::scan(roots);
+            let (mut processes, _) = processes::scan(roots);
+            let partitions = Partitions::read(&roots.sys);
+            with_partitions(&mut processes, &partitions);
             let matching: Vec<&KfdProcess> = processes
                 .iter()
                 .filter(|p| fresh.contains(&p.pid()))
@@ -153,7 +167,7 @@ async fn wait_new(args: &PsArgs, roots: &Roots) -> Result<()> {
                     }
                 }
                 if !args.ids_only && !args.json {
-                    print_table(&matching.into_iter().cloned().collect::<Vec<_>>());
+                    print_table(&matching.into_iter().cloned().collect::<Vec<_>>(), &partitions);
                 }
                 return Ok(());
             }

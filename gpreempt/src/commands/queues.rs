@@ -16,7 +16,7 @@ use gpreempt::{
     clock::boottime_ns,
     controller::{Debugger, measure::sleep_unless, target::Target, vocabulary::Options},
     domain::HostPid,
-    host::{roots::Roots, sysfs},
+    host::{partition::Partitions, roots::Roots, sysfs},
     kfd::{Device, KfdVersion},
     model::QueueNotice,
     output::text::escape,
@@ -60,6 +60,15 @@ impl Lister {
     }
 }
 
+/// Each row's partition, from the topology (read once: partitions change only with a driver
+/// reload).
+fn with_partitions(mut rows: Vec<QueueRow>, partitions: &Partitions) -> Vec<QueueRow> {
+    for r in &mut rows {
+        r.partition = r.gpu_id.and_then(|g| partitions.get(g)).copied();
+    }
+    rows
+}
+
 /// What `--debug-snapshot` costs, said on stderr whenever it is used.
 const SNAPSHOT_COST: &str = "gpreempt: --debug-snapshot: debug ENABLE and DISABLE each preempt every queue of every \
                              process on the GPU (a hardware-scheduler runlist refresh), and may reserve a debug VMID \
@@ -96,7 +105,7 @@ pub fn run(args: &QueuesArgs) -> Result<()> {
             watch(args, &target, &lister, interval, tracer)
         }
         None => {
-            let rows = lister.sample()?;
+            let rows = with_partitions(lister.sample()?, &Partitions::read(&roots.sys));
             print_once(args, &target, version, lister.source(), &rows)
         }
     }
@@ -136,9 +145,10 @@ fn print_table(rows: &[QueueRow]) {
     let hex = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:#x}"));
     let num = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
     outln!(
-        "{:>5} {:>6} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  EXCEPTIONS",
+        "{:>5} {:>6} {:<20} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  EXCEPTIONS",
         "QUEUE",
         "GPU",
+        "PARTITION",
         "TYPE",
         "RING",
         "RING_SIZE",
@@ -149,9 +159,10 @@ fn print_table(rows: &[QueueRow]) {
     );
     for q in rows {
         outln!(
-            "{:>5} {:>6} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  {}",
+            "{:>5} {:>6} {:<20} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  {}",
             q.queue_id,
             num(q.gpu_id.map(u64::from)),
+            q.partition.map_or_else(|| "-".to_owned(), |p| p.label()),
             q.queue_type,
             hex(q.ring_base),
             num(q.ring_size),
@@ -221,10 +232,11 @@ fn watch(
     let start = Instant::now();
     let start_boot_ns = boottime_ns();
     let mut rows = Vec::new();
+    let partitions = Partitions::read(&args.sysfs_root);
     let mut samples = Vec::new();
     while start.elapsed() < duration {
         let tick = Instant::now();
-        let mut now = lister.sample()?;
+        let mut now = with_partitions(lister.sample()?, &partitions);
         if let Some(t) = tracer.as_mut() {
             t.drain();
             now.iter_mut().for_each(|row| t.queues.enrich(row));

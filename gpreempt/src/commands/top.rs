@@ -19,6 +19,7 @@ use gpreempt::{
     domain::GpuId,
     host::{
         k8s::{K8sRoots, PodRef},
+        partition::Partitions,
         procinfo::Container,
         roots::Roots,
         topology,
@@ -52,6 +53,7 @@ struct Source {
     log: SpanLog,
     events: u64,
     topology_gpus: Vec<GpuId>,
+    partitions: Partitions,
     k8s: K8sRoots,
     /// Pod lookups by container id: the node's files are read once per container.
     pods: HashMap<String, Option<PodRef>>,
@@ -76,6 +78,7 @@ impl Source {
             log: SpanLog::default(),
             events: 0,
             topology_gpus,
+            partitions: Partitions::read(&roots.sys),
             k8s: K8sRoots::beside(&roots),
             pods: HashMap::new(),
         })
@@ -107,7 +110,7 @@ impl Source {
         }
         let (k8s, pods) = (&self.k8s, &mut self.pods);
         let mut pod_of = |c: &Container| pods.entry(c.id.clone()).or_insert_with(|| k8s.identify(c)).clone();
-        Snapshot::take(
+        let mut s = Snapshot::take(
             boottime_ns(),
             self.tracer.model(),
             &self.log,
@@ -115,7 +118,9 @@ impl Source {
             &mut pod_of,
             scheduler,
             tracer,
-        )
+        );
+        s.name_partitions(&self.partitions);
+        s
     }
 }
 

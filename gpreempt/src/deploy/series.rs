@@ -159,6 +159,12 @@ pub const TRACER_EVENTS: Family = family("tracer_events", "Events the tracer dec
 pub const TRACER_LOST_RECORDS: Family =
     family("tracer_lost_records", "Records that did not become events, by cause", Kind::Counter);
 pub const PROBES: Family = family("probes", "Tracer probes, by state (attached or missing)", Kind::Gauge);
+pub const GPU_PARTITION: Family = family(
+    "gpu_partition",
+    "Each GPU's package (PCI address), its partition index and the package's partition count and compute \
+     partition mode; 1 per GPU, to join on gpu_id",
+    Kind::Gauge,
+);
 pub const CONFIG_RELOADS: Family = family(
     "config_reloads",
     "Configuration reloads (a changed file seen by the watch, or SIGHUP), by result",
@@ -204,7 +210,7 @@ pub const SCHEDULER: [Family; 6] = [
 ];
 
 /// Every family the agent registers, in the exposition's order.
-pub const FAMILIES: [Family; 24] = [
+pub const FAMILIES: [Family; 25] = [
     BUILD,
     PROCESSES,
     QUEUES,
@@ -222,6 +228,7 @@ pub const FAMILIES: [Family; 24] = [
     TRACER_EVENTS,
     TRACER_LOST_RECORDS,
     PROBES,
+    GPU_PARTITION,
     CONFIG_RELOADS,
     SCHEDULER_TRANSITIONS,
     SCHEDULER_SUSPENDED,

@@ -11,7 +11,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::kernel_queue_type::KernelQueueType;
+use super::{kernel_queue_type::KernelQueueType, partition::Partition};
 use crate::{
     domain::{GpuId, HostPid, QueueId},
     kfd::features::QueueTypeNumbering,
@@ -122,6 +122,9 @@ pub struct SysfsGpu {
     /// CUs occupied by the process' waves at the moment of reading. The file only exists where the kernel has a
     /// `get_cu_occupancy` callback (gfx9+), so its absence is not noted.
     pub cu_occupancy: Option<i64>,
+    /// The GPU's package, index and mode: not in the process's directory but in the topology
+    /// ([`crate::host::partition::Partitions`]), filled in by the views that show it.
+    pub partition: Option<Partition>,
 }
 
 /// Host pids that currently have a `kfd_process`, sorted.
@@ -287,6 +290,7 @@ fn read_gpu(dir: &Path, gpu_id: GpuId, notes: &mut Vec<String>) -> SysfsGpu {
         sdma_us: read_number(dir, &format!("sdma_{gpu_id}"), Presence::Expected, notes),
         evicted_ms: read_number(dir, &format!("stats_{gpu_id}/evicted_ms"), Presence::Expected, notes),
         cu_occupancy: read_number(dir, &format!("stats_{gpu_id}/cu_occupancy"), Presence::Optional, notes),
+        partition: None,
     }
 }
 
@@ -415,6 +419,7 @@ mod tests {
                         sdma_us: Some(0),
                         evicted_ms: Some(0),
                         cu_occupancy: None,
+                        partition: None,
                     },
                     SysfsGpu {
                         gpu_id: GpuId(53394),
@@ -422,6 +427,7 @@ mod tests {
                         sdma_us: Some(1500),
                         evicted_ms: Some(120),
                         cu_occupancy: Some(24),
+                        partition: None,
                     },
                 ],
                 notes: vec![],
@@ -443,6 +449,7 @@ mod tests {
                     sdma_us: Some(0),
                     evicted_ms: Some(35),
                     cu_occupancy: None,
+                    partition: None,
                 }],
                 notes: vec![],
             }

@@ -31,6 +31,23 @@ pub struct GpuNode {
     /// What [`GpuNode::save_area`] computes from: `num_xcc`, `simd_count`, `simd_per_cu`,
     /// `array_count`, `simd_arrays_per_engine`.
     pub shape: Shape,
+    /// Where the node sits: its package's PCI address and its render node
+    /// ([`crate::host::partition`] groups the partitions of a package by it).
+    pub placement: Placement,
+}
+
+/// A node's PCI location and render node, as kfd_topology.c prints them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// `domain`: the PCI domain (`pci_domain_nr`).
+    pub domain: Option<u32>,
+    /// `location_id`: `pci_dev_id()`, bus << 8 | devfn. Every partition of a package has its
+    /// package's (Linux 6.5+ spatial partitioning: the nodes share one PCI function).
+    pub location_id: Option<u32>,
+    /// `drm_render_minor`: `/dev/dri/renderD<minor>`; partition 0's is the PCI device's own
+    /// render node (amdgpu_xcp.c `amdgpu_xcp_dev_alloc`: "xcp #0 shares drm device setting with
+    /// adev"), the others' are `amdgpu_xcp` platform devices.
+    pub drm_render_minor: Option<u32>,
 }
 
 /// The node properties the context-save size depends on (kfd_queue.c
@@ -126,6 +143,11 @@ pub fn gpu_nodes(sys: &Path) -> io::Result<Vec<GpuNode>> {
                 array_count: u32_of("array_count"),
                 simd_arrays_per_engine: u32_of("simd_arrays_per_engine"),
             },
+            placement: Placement {
+                domain: u32_of("domain"),
+                location_id: u32_of("location_id"),
+                drm_render_minor: u32_of("drm_render_minor"),
+            },
         });
     }
     nodes.sort_by_key(|n| n.node);
@@ -148,7 +170,8 @@ mod tests {
             .file(format!("{nodes}/2/gpu_id"), "8192\n")
             .file(
                 format!("{nodes}/2/properties"),
-                "gfx_target_version 120001\ncwsr_size 2138112\nctl_stack_size 20480\n",
+                "gfx_target_version 120001\ncwsr_size 2138112\nctl_stack_size 20480\nlocation_id 3072\n\
+                 drm_render_minor 129\ndomain 1\n",
             );
         let gpus = gpu_nodes(&host.path().join("sys")).unwrap();
         assert_eq!(
@@ -162,6 +185,7 @@ mod tests {
                     ctl_stack_size: None,
                     capability: Some(0x8000_0000),
                     shape: Shape { simd_count: Some(8), ..Shape::default() },
+                    placement: Placement::default(),
                 },
                 GpuNode {
                     node: 2,
@@ -171,6 +195,7 @@ mod tests {
                     ctl_stack_size: Some(20480),
                     capability: None,
                     shape: Shape::default(),
+                    placement: Placement { domain: Some(1), location_id: Some(0x0c00), drm_render_minor: Some(129) },
                 },
             ]
         );
@@ -199,6 +224,7 @@ mod tests {
                 array_count: Some(4 * num_xcc),
                 simd_arrays_per_engine: Some(1),
             },
+            placement: Placement::default(),
         };
         // 38 CUs per XCC → 1520 waves → debug area 48640 B per XCC; (23203840 + 48640) × XCCs,
         // page-aligned (SPX's 186019840 is a whole number of pages, DPX's and CPX's are not).

@@ -28,7 +28,7 @@ use crate::{
     deploy::series::{self, label},
     domain::{GpuId, HostPid, TransitionKind},
     event::Losses,
-    host::k8s::PodRef,
+    host::{k8s::PodRef, partition::Partitions},
     model::{
         Model, ModelNotice, QueueAddrs,
         registry::{ProcessEntry, QueueState},
@@ -89,6 +89,7 @@ pub struct Metrics {
     /// Last cumulative loss counts seen, to turn the stream's totals into counter increments.
     losses_seen: Arc<[AtomicU64; LOSS_CAUSES]>,
     probes: GaugeFamily,
+    gpu_partition: GaugeFamily,
     config_reloads: CounterFamily,
     processes: Gauge,
     transitions: CounterFamily,
@@ -128,6 +129,7 @@ impl Metrics {
             losses: CounterFamily::default(),
             losses_seen: Arc::new(Default::default()),
             probes: GaugeFamily::default(),
+            gpu_partition: GaugeFamily::default(),
             config_reloads: CounterFamily::default(),
             processes: Gauge::default(),
             transitions: CounterFamily::default(),
@@ -155,6 +157,7 @@ impl Metrics {
         register(r, &series::TRACER_EVENTS, m.events.clone());
         register(r, &series::TRACER_LOST_RECORDS, m.losses.clone());
         register(r, &series::PROBES, m.probes.clone());
+        register(r, &series::GPU_PARTITION, m.gpu_partition.clone());
         register(r, &series::CONFIG_RELOADS, m.config_reloads.clone());
         register(r, &series::SCHEDULER_TRANSITIONS, m.transitions.clone());
         register(r, &series::SCHEDULER_SUSPENDED, m.suspended_seconds.clone());
@@ -198,6 +201,21 @@ impl Metrics {
     pub fn set_probes(&self, attached: usize, missing: usize) {
         self.probes.get_or_create(&vec![("state", "attached".to_owned())]).set(attached as i64);
         self.probes.get_or_create(&vec![("state", "missing".to_owned())]).set(missing as i64);
+    }
+
+    /// Each GPU's package, partition index, count and mode (`mode` left out where amdgpu does
+    /// not say it), set once: partitions change only with a driver reload.
+    pub fn set_partitions(&self, partitions: &Partitions) {
+        for (gpu, p) in partitions.iter() {
+            let mut labels = vec![
+                (label::GPU_ID, gpu.to_string()),
+                ("package", p.package.to_string()),
+                ("partition", p.index.to_string()),
+                ("partitions", p.count.to_string()),
+            ];
+            labels.extend(p.mode.map(|m| ("mode", m.key().to_owned())));
+            self.gpu_partition.get_or_create(&labels).set(1);
+        }
     }
 
     /// A reload of a changed configuration (watch or SIGHUP): applied (`true`) or rejected.

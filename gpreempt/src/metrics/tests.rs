@@ -14,6 +14,19 @@ use crate::{
     test_support::{call, create, ev, suspend},
 };
 
+/// Two partitions of a CPX package at 0000:03:00.0 (gpu 0xa, its first, and 0xb), and a GPU
+/// whose mode amdgpu does not say (0000:04:00.0).
+fn cpx_package() -> crate::host::partition::Partitions {
+    let mut host = crate::test_support::FakeHost::new();
+    let nodes = "sys/class/kfd/kfd/topology/nodes";
+    for (n, gpu, location) in [(1, 0xa, 0x300), (2, 0xb, 0x300), (3, 0xc, 0x400)] {
+        host.file(format!("{nodes}/{n}/gpu_id"), format!("{gpu}\n"))
+            .file(format!("{nodes}/{n}/properties"), format!("location_id {location}\ndomain 0\n"));
+    }
+    host.file("sys/bus/pci/devices/0000:03:00.0/current_compute_partition", "CPX\n");
+    crate::host::partition::Partitions::read(&host.path().join("sys"))
+}
+
 fn exit(pid: u32, ts: u64) -> Event {
     ev(5, ts, EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(pid)), stage: "kfd_process_wq_release" }))
 }
@@ -73,6 +86,7 @@ fn rest_of_the_script(metrics: &Metrics, p: &mut Pipeline, recorder: &std::rc::R
     recorder.borrow_mut().refresh(p.model());
     metrics.add_events(9);
     metrics.set_probes(21, 2);
+    metrics.set_partitions(&cpx_package());
     metrics.set_losses(&Losses { ringbuf_full: 3, return_probes_missed: Some(1), ..Default::default() });
     metrics.config_reload(false);
     let gpu = crate::domain::GpuId(0x1000);

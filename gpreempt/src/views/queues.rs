@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::{
     domain::{GpuId, QueueId},
-    host::sysfs::SysfsQueue,
+    host::{partition::Partition, sysfs::SysfsQueue},
     kfd::uapi::{QueueSnapshotEntry, exception, queue_type},
 };
 
@@ -26,6 +26,8 @@ pub enum Source {
 pub struct QueueRow {
     pub queue_id: QueueId,
     pub gpu_id: Option<GpuId>,
+    /// The gpu's package, index and mode ([`Partition`]), from the topology when it names it.
+    pub partition: Option<Partition>,
     /// The ioctl's `KFD_IOC_QUEUE_TYPE_*` name from a snapshot, the kernel's `enum kfd_queue_type`
     /// name from sysfs ([`SysfsQueue::type_name`]): two numberings, so a name, not a
     /// [`crate::domain::QueueType`].
@@ -46,6 +48,7 @@ impl From<&QueueSnapshotEntry> for QueueRow {
         Self {
             queue_id: QueueId(e.queue_id),
             gpu_id: Some(GpuId(e.gpu_id)),
+            partition: None,
             // The snapshot reports the ioctl's KFD_IOC_QUEUE_TYPE_* (set_queue_type_for_user, 6.12).
             queue_type: queue_type::name(e.queue_type).map_or_else(|| format!("type {}", e.queue_type), str::to_owned),
             ring_base: Some(e.ring_base_address),
@@ -65,6 +68,7 @@ impl From<&SysfsQueue> for QueueRow {
         Self {
             queue_id: q.queue_id,
             gpu_id: q.gpu_id,
+            partition: None,
             queue_type: q.type_name(),
             ring_base: None,
             ring_size: q.ring_size,
@@ -171,6 +175,7 @@ pub(crate) mod tests {
         QueueRow {
             queue_id: QueueId(id),
             gpu_id: Some(GpuId(gpu)),
+            partition: None,
             queue_type: ty.into(),
             ring_base: None,
             ring_size: None,

@@ -45,6 +45,8 @@ mod aql;
 mod load;
 #[path = "emu_workload/rocr.rs"]
 mod rocr;
+#[path = "emu_workload/save_area.rs"]
+mod save_area;
 #[path = "emu_workload/serve.rs"]
 mod serve;
 #[path = "emu_workload/server.rs"]
@@ -55,7 +57,7 @@ mod train;
 use gpreempt_tests::{parse_u32, parse_u64};
 use std::{
     io::BufRead,
-    os::fd::{AsRawFd, OwnedFd},
+    os::fd::{AsFd, AsRawFd, OwnedFd},
     path::PathBuf,
     sync::{
         Arc,
@@ -66,6 +68,7 @@ use std::{
 };
 
 use aql::{DispatchPacket, QueueMem, Records};
+use save_area::SaveAreas;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -103,6 +106,11 @@ enum Mode {
         /// turns such a file into a secondary context with AMDKFD_IOC_CREATE_PROCESS).
         #[arg(long, default_value_t = 0)]
         extra_kfd_files: u32,
+        /// Give each compute queue the full context-save area libhsakmt allocates (a GPU memory
+        /// object of (cwsr_size + debug) x num_xcc bytes: the emulator's gfx942 profile checks
+        /// it), through the GPU's render node (amdgpu_emu loaded); default: a header only.
+        #[arg(long)]
+        full_save_area: bool,
     },
     /// Periodic requests of K dispatches of D µs every P µs (+ jitter): per-request latency.
     Online {
@@ -320,14 +328,16 @@ fn runtime_enable(device: &Device, mode_mask: u32) -> i64 {
     ret_of_unit(device.runtime_enable(&mut args))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn create(
     device: &Device,
+    save: &mut SaveAreas,
     gpu_id: u32,
     queue_type: u32,
     ring_size: u32,
     percentage: u32,
     priority: u32,
-) -> (i64, Option<QueueMem>) {
+) -> Result<(i64, Option<QueueMem>)> {
     let mut mem = QueueMem::alloc(ring_size);
     let mut args = uapi::CreateQueueArgsV17 {
         base: uapi::CreateQueueArgs {
@@ -339,12 +349,16 @@ fn create(
             queue_type,
             queue_percentage: percentage,
             queue_priority: priority,
-            ctx_save_restore_address: mem.ctx_save as u64,
-            ctx_save_restore_size: size_of::<aql::ContextSaveAreaHeader>() as u32,
             ..Default::default()
         },
         ..Default::default()
     };
+    if queue_type == uapi::queue_type::COMPUTE_AQL || queue_type == uapi::queue_type::COMPUTE {
+        mem.ctx_save = save.provide(&mut args.base, mem.ctx_save)?;
+    } else {
+        args.base.ctx_save_restore_address = mem.ctx_save as u64;
+        args.base.ctx_save_restore_size = size_of::<aql::ContextSaveAreaHeader>() as u32;
+    }
     // SAFETY: every address is `mem`'s, which `QueueMem::alloc` leaked: it lives until the
     // process exits, longer than any queue. The ring covers `ring_size` bytes and at least 1 KiB,
     // 256-byte aligned (`ring_bytes`); the indices are 8-byte-aligned u64s; the CWSR header is the
@@ -354,9 +368,9 @@ fn create(
         Ok(()) => {
             mem.queue_id = args.base.queue_id;
             mem.gpu_id = gpu_id;
-            (0, Some(mem))
+            Ok((0, Some(mem)))
         }
-        Err(e) => (ret_of(Err(e)), None),
+        Err(e) => Ok((ret_of(Err(e)), None)),
     }
 }
 
@@ -389,8 +403,17 @@ fn queue_arg(mems: &[QueueMem], words: &[u64]) -> Result<QueueMem> {
     mems.get(i).copied().with_context(|| format!("no queue #{i}"))
 }
 
-fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: u64, extra_files: u32) -> Result<()> {
+fn run(
+    gpu_id: u32,
+    queues: u32,
+    runtime_enable: bool,
+    ring_size: u32,
+    fill_us: u64,
+    extra_files: u32,
+    full_save_area: bool,
+) -> Result<()> {
     let device = open_kfd()?;
+    let mut save = if full_save_area { SaveAreas::full(device.as_fd().as_raw_fd()) } else { SaveAreas::HeaderOnly };
     // Held open until the process exits.
     let _extra: Vec<Device> = (0..extra_files).map(|_| open_kfd()).collect::<Result<_>>()?;
     let version = device.version()?.to_string();
@@ -401,7 +424,7 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: 
     let mut mems = Vec::new();
     let mut errors = Vec::new();
     for _ in 0..queues {
-        match create(&device, gpu_id, uapi::queue_type::COMPUTE_AQL, ring_size, 100, 7) {
+        match create(&device, &mut save, gpu_id, uapi::queue_type::COMPUTE_AQL, ring_size, 100, 7)? {
             (_, Some(q)) => mems.push(q),
             (ret, None) => errors.push(ret),
         }
@@ -434,12 +457,13 @@ fn run(gpu_id: u32, queues: u32, runtime_enable: bool, ring_size: u32, fill_us: 
             "create" => {
                 let (ret, q) = create(
                     &device,
+                    &mut save,
                     arg(&w, 0)? as u32,
                     arg(&w, 1)? as u32,
                     arg(&w, 2)? as u32,
                     arg(&w, 3)? as u32,
                     arg(&w, 4)? as u32,
-                );
+                )?;
                 let queue_id = q.as_ref().map(|q| q.queue_id);
                 let queue = q.as_ref().map(describe);
                 if let Some(q) = q {
@@ -549,7 +573,15 @@ fn load_queue(a: &QueueArgs) -> Result<(Device, QueueMem, Value)> {
     } else {
         Value::Null
     };
-    let q = match create(&device, a.gpu_id, uapi::queue_type::COMPUTE_AQL, a.ring_size, 100, 7) {
+    let q = match create(
+        &device,
+        &mut SaveAreas::HeaderOnly,
+        a.gpu_id,
+        uapi::queue_type::COMPUTE_AQL,
+        a.ring_size,
+        100,
+        7,
+    )? {
         (_, Some(q)) => q,
         (ret, None) => bail!("CREATE_QUEUE on gpu {:#x} failed: {ret}", a.gpu_id),
     };
@@ -720,13 +752,13 @@ fn hold_arrival(pid: u32) -> Result<()> {
 
 fn main() -> Result<()> {
     match Cli::parse().mode {
-        Mode::Run { gpu_id, queues, runtime_enable, ring_size, fill_us, cgroup, extra_kfd_files } => {
+        Mode::Run { gpu_id, queues, runtime_enable, ring_size, fill_us, cgroup, extra_kfd_files, full_save_area } => {
             if let Some(dir) = cgroup {
                 let procs = dir.join("cgroup.procs");
                 std::fs::write(&procs, std::process::id().to_string())
                     .with_context(|| format!("joining {}", procs.display()))?;
             }
-            run(gpu_id, queues, runtime_enable, ring_size, fill_us, extra_kfd_files)
+            run(gpu_id, queues, runtime_enable, ring_size, fill_us, extra_kfd_files, full_save_area)
         }
         Mode::Online { queue, dispatches, dispatch_us, period_us, jitter_us, requests, seed, wait_go, out } => {
             let (_device, q, hello) = load_queue(&queue)?;

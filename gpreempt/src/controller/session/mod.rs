@@ -697,6 +697,7 @@ mod tests {
             ctl_stack_size: None,
             capability: None,
             shape: Default::default(),
+            placement: Default::default(),
         };
         let nodes = [node(1, A, 90010), node(2, B, 120001)];
         let v = |minor| KfdVersion { major: 1, minor };

@@ -17,6 +17,7 @@ use crate::{
     event::Losses,
     host::{
         k8s::PodRef,
+        partition::{Partition, Partitions},
         procinfo::{self, Container},
     },
     model::{
@@ -251,6 +252,8 @@ impl SpanLog {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct GpuCounts {
     pub gpu_id: GpuId,
+    /// Its package, index and mode, where the topology names them ([`Snapshot::name_partitions`]).
+    pub partition: Option<Partition>,
     pub processes: usize,
     pub queues: usize,
     pub active: usize,
@@ -317,6 +320,7 @@ impl Snapshot {
                     processes.iter().flat_map(|p| p.gpus.iter().filter(|g| g.gpu_id == Some(gpu_id))).collect();
                 GpuCounts {
                     gpu_id,
+                    partition: None,
                     processes: on.len(),
                     queues: on.iter().map(|g| g.queues.len()).sum(),
                     active: on.iter().map(|g| g.count(QueueState::Active)).sum(),
@@ -327,6 +331,14 @@ impl Snapshot {
             })
             .collect();
         Self { ts_ns, processes, gpus, spans: log.recent().cloned().collect(), scheduler, tracer }
+    }
+
+    /// Each GPU's partition from the topology (read once: partitions change only with a driver
+    /// reload).
+    pub fn name_partitions(&mut self, partitions: &Partitions) {
+        for g in &mut self.gpus {
+            g.partition = partitions.get(g.gpu_id).copied();
+        }
     }
 }
 
@@ -445,12 +457,13 @@ pub fn process_cells(p: &ProcessRow) -> Vec<[String; 9]> {
 }
 
 /// Column headers of [`gpu_cells`].
-pub const GPU_HEADER: [&str; 9] =
-    ["GPU", "PROCS", "QUEUES", "ACTIVE", "EVICTED", "SUSPENDED", "EVICTIONS", "SUSPENDS", "RESUMES"];
+pub const GPU_HEADER: [&str; 10] =
+    ["GPU", "PARTITION", "PROCS", "QUEUES", "ACTIVE", "EVICTED", "SUSPENDED", "EVICTIONS", "SUSPENDS", "RESUMES"];
 
-pub fn gpu_cells(g: &GpuCounts) -> [String; 9] {
+pub fn gpu_cells(g: &GpuCounts) -> [String; 10] {
     [
         format!("{:#x}", g.gpu_id),
+        g.partition.map_or_else(|| "-".to_owned(), |p| p.label()),
         g.processes.to_string(),
         g.queues.to_string(),
         g.active.to_string(),

@@ -275,7 +275,10 @@ fn the_text_frame_has_every_table_with_exact_rows() {
         lines[0],
         "gpreempt top: 2 KFD processes, 3 queues, 3 GPUs; tracer 55 probes (0 missing), 11 events, 0 lost; sort pid"
     );
-    assert!(lines.contains(&"0x1000  1      2       0       0        2          0          1         0"), "{text}");
+    assert!(
+        lines.contains(&"0x1000  -          1      2       0       0        2          0          1         0"),
+        "{text}"
+    );
     assert!(lines.contains(&"10   -          p10   0x1000  2  0,1  suspended  0      1"), "{text}");
     assert!(lines.contains(&"20   -          p20   0x2000  1  0    evicted    2      0"), "{text}");
     assert!(lines.contains(&"scheduler: agent at http://127.0.0.1:9464/metrics"), "{text}");
@@ -346,4 +349,32 @@ fn the_live_frame_shows_the_rows_on_screen() {
     assert!(has("│1.0   eviction/ttm 20  p20  0x2000 0 3.0      -        -        -        0"), "{screen:#?}");
     assert!(has("│1.0   suspend      10  p10  0x1000 2 0.9      0.5      0.4      0.3      0"), "{screen:#?}");
     assert!(screen[39].starts_with(render::KEYS), "{screen:#?}");
+}
+
+/// The GPU table and its JSON twin name each GPU's partition: 0x1000 and 0x2000 are partitions 0
+/// and 1 of one package at 0000:03:00.0 in CPX (a made-up two-node package), 0x3000 is not in
+/// the topology.
+#[test]
+fn gpus_are_named_by_their_package_partition_and_mode() {
+    let mut host = crate::test_support::FakeHost::new();
+    let nodes = "sys/class/kfd/kfd/topology/nodes";
+    for (n, gpu, minor) in [(1, 0x1000, 128), (2, 0x2000, 129)] {
+        host.file(format!("{nodes}/{n}/gpu_id"), format!("{gpu}\n"))
+            .file(format!("{nodes}/{n}/properties"), format!("location_id 768\ndomain 0\ndrm_render_minor {minor}\n"));
+    }
+    host.file("sys/class/drm/renderD128/device/current_compute_partition", "CPX\n");
+    let mut s = snapshot(SchedulerStatus::default());
+    s.name_partitions(&crate::host::partition::Partitions::read(&host.path().join("sys")));
+    let cells: Vec<(String, String)> = s.gpus.iter().map(gpu_cells).map(|c| (c[0].clone(), c[1].clone())).collect();
+    assert_eq!(
+        cells,
+        [("0x1000", "0000:03:00.0 CPX 0/2"), ("0x2000", "0000:03:00.0 CPX 1/2"), ("0x3000", "-")]
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+    );
+    let v = serde_json::to_value(&s).unwrap();
+    assert_eq!(
+        v["gpus"][1]["partition"],
+        serde_json::json!({"package": "0000:03:00.0", "index": 1, "count": 2, "mode": "cpx"})
+    );
+    assert_eq!(v["gpus"][2]["partition"], serde_json::Value::Null);
 }
