@@ -58,7 +58,13 @@ pub async fn run(args: &PsArgs) -> Result<()> {
     Ok(())
 }
 
+/// `runtime:name` (or `runtime:short-id`); for a Kubernetes pod's container
+/// `namespace/pod/container`, as the runtime's record names them.
 fn container_label(p: &KfdProcess) -> String {
+    if let Some(pod) = &p.pod {
+        let container = p.container_name.as_deref().unwrap_or("?");
+        return escape(&format!("{}/{}/{container}", pod.namespace, pod.name)).into_owned();
+    }
     match p.info.as_ref().and_then(|i| i.container.as_ref()) {
         None => "-".to_owned(),
         Some(c) => match &c.name {

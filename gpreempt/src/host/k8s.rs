@@ -22,13 +22,15 @@ use std::{
 
 use crate::host::{cri::CriSocket, procinfo::Container};
 
-/// A process's pod, as the node's files name it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A process's pod, as the node's files name it. In JSON: `{namespace, name, uid}` (the
+/// container's name is its own field beside it: `container_name`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct PodRef {
     pub namespace: String,
     pub name: String,
     pub uid: String,
     /// The container's name in the pod spec, when the record says.
+    #[serde(skip)]
     pub container: Option<String>,
 }
 

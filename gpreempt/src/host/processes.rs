@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::procinfo::{self, ProcInfo};
 use crate::domain::HostPid;
+use crate::host::k8s::{K8sRoots, PodRef};
 use crate::host::roots::Roots;
 use crate::host::sysfs::{self, SysfsProcess};
 
@@ -16,6 +17,13 @@ pub struct KfdProcess {
     pub sysfs: SysfsProcess,
     /// Identity from /proc; `None` when /proc has no such pid (another pid namespace, a captured tree).
     pub info: Option<ProcInfo>,
+    /// The Kubernetes pod its container belongs to, when the node's files say
+    /// ([`K8sRoots::identify`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
+    /// The container's name in its pod's spec (Kubernetes), when the runtime's record says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_name: Option<String>,
 }
 
 impl KfdProcess {
@@ -23,15 +31,18 @@ impl KfdProcess {
         self.sysfs.pid
     }
 
-    /// Does `filter` (a container name, a full id or an id prefix) name this process's container?
+    /// Does `filter` (a container name, a full id or an id prefix, or a Kubernetes container's
+    /// name) name this process's container?
     pub fn in_container(&self, filter: &str) -> bool {
         self.info.as_ref().and_then(|i| i.container.as_ref()).is_some_and(|c| c.matches(filter))
+            || self.container_name.as_deref() == Some(filter)
     }
 }
 
 /// Every KFD process now, plus notes on what could not be read.
 pub fn scan(roots: &Roots) -> (Vec<KfdProcess>, Vec<String>) {
     let (processes, mut notes) = sysfs::read_all(&roots.kfd_proc());
+    let k8s = K8sRoots::beside(roots);
     let processes = processes
         .into_iter()
         .map(|sysfs| {
@@ -42,7 +53,9 @@ pub fn scan(roots: &Roots) -> (Vec<KfdProcess>, Vec<String>) {
                     None
                 }
             };
-            KfdProcess { sysfs, info }
+            let pod = info.as_ref().and_then(|i| i.container.as_ref()).and_then(|c| k8s.identify(c));
+            let container_name = pod.as_ref().and_then(|p| p.container.clone());
+            KfdProcess { sysfs, info, pod, container_name }
         })
         .collect();
     (processes, notes)

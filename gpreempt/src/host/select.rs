@@ -9,7 +9,9 @@
 //! A selector resolves against the KFD processes of the moment ([`resolve`], the same scan as
 //! `gpreempt ps`) and decides whether a process that opens `/dev/kfd` later belongs to it
 //! ([`Selector::matches`], fed by the tracer's process-open notices). Container matching is
-//! [`Container::matches`]: one rule for `ps`, the registry and the selectors.
+//! [`Container::matches`] (name, id, id prefix) or, for a Kubernetes container, its name in the
+//! pod spec as the runtime's record gives it ([`K8sRoots::identify`]): one rule for `ps`, the
+//! registry and the selectors.
 
 use std::{fmt, str::FromStr};
 
@@ -105,7 +107,11 @@ impl Selector {
     pub fn matches(&self, pid: HostPid, container: Option<&Container>, k8s: &K8sRoots) -> bool {
         match self {
             Self::Pid(p) => *p == pid,
-            Self::Container(name) => container.is_some_and(|c| c.matches(name)),
+            // A Kubernetes container is named in its pod's spec, not by the runtime: its record says.
+            Self::Container(name) => container.is_some_and(|c| {
+                c.matches(name)
+                    || (c.pod_uid.is_some() && k8s.identify(c).and_then(|p| p.container).as_deref() == Some(name))
+            }),
             Self::Pod(pattern) => pattern.matches(container.and_then(|c| k8s.identify(c)).as_ref()),
             Self::PodLabel(labels) => container.is_some_and(|c| {
                 CriClient::connect(&k8s.cri)
@@ -292,6 +298,26 @@ mod tests {
             .file(task, fs::read_to_string(fixture.join(task)).unwrap());
         let sel = |s: &str| -> Vec<Selector> { vec![s.parse().unwrap()] };
         assert_eq!(resolve(&sel("pod:ml/trainer-*"), &roots).pids, vec![HostPid(500)]);
+        // `container:` takes the container's name in the pod spec (the runtime's record says
+        // "trainer"), as kubectl names it.
+        assert_eq!(resolve(&sel("container:trainer"), &roots).pids, vec![HostPid(100), HostPid(101), HostPid(500)]);
+        assert!(any_matches_new(&sel("container:trainer"), &roots, HostPid(500)));
+        let (processes, _) = processes::scan(&roots);
+        let p500 = processes.iter().find(|p| p.pid() == HostPid(500)).unwrap();
+        assert_eq!(
+            p500.pod.as_ref().map(|p| (p.namespace.as_str(), p.name.as_str(), p.uid.as_str())),
+            Some(("ml", "trainer-0", "5f1c2b3a-9d8e-4f70-a1b2-c3d4e5f60718"))
+        );
+        assert_eq!(p500.container_name.as_deref(), Some("trainer"));
+        assert!(p500.in_container("trainer"));
+        let json = serde_json::to_value(p500).unwrap();
+        assert_eq!(
+            (&json["pod"], &json["container_name"]),
+            (
+                &serde_json::json!({"namespace": "ml", "name": "trainer-0", "uid": "5f1c2b3a-9d8e-4f70-a1b2-c3d4e5f60718"}),
+                &serde_json::json!("trainer")
+            )
+        );
         assert_eq!(resolve(&sel("pod:*/*"), &roots).pids, vec![HostPid(500)], "Docker's processes are in no pod");
         let none = resolve(&sel("pod:batch/*"), &roots);
         assert_eq!((none.pids, none.empty_containers), (vec![], vec!["pod:batch/*".to_owned()]));

@@ -251,6 +251,8 @@ mod tests {
                 notes: vec![],
             },
             info: None,
+            pod: None,
+            container_name: None,
         }
     }
 

@@ -76,7 +76,8 @@ pub struct ProcessRow {
     /// Its pid inside its pid namespace.
     pub ns_pid: Option<u32>,
     pub comm: Option<String>,
-    /// `runtime:name` (or `runtime:short-id` when the name is unknown).
+    /// `runtime:name` (or `runtime:short-id` when the name is unknown); in a Kubernetes pod,
+    /// the container's name in the pod spec when the runtime's record says.
     pub container: Option<String>,
     /// `namespace/name` when the node's files say which pod it runs in.
     pub pod: Option<String>,
@@ -97,9 +98,15 @@ impl ProcessRow {
         self.gpus.iter().map(|g| g.count(state)).sum()
     }
 
-    /// What the CONTAINER column shows: the pod when known, else the container, else `-`.
-    pub fn place(&self) -> &str {
-        self.pod.as_deref().or(self.container.as_deref()).unwrap_or("-")
+    /// What the CONTAINER column shows: `namespace/pod/container` in a pod, else the
+    /// container, else `-`.
+    pub fn place(&self) -> std::borrow::Cow<'_, str> {
+        match (&self.pod, &self.container) {
+            // A name from the pod spec is a DNS label, never `runtime:…`.
+            (Some(pod), Some(container)) if !container.contains(':') => format!("{pod}/{container}").into(),
+            (Some(pod), _) => pod.into(),
+            (None, container) => container.as_deref().unwrap_or("-").into(),
+        }
     }
 
     /// From the model's entry; `pod_of` names the pod of a container (`None`: not in a pod).
@@ -113,11 +120,14 @@ impl ProcessRow {
                 state_seen: !(q.bootstrapped && q.since_ns == 0),
             });
         }
-        let container = p.container.as_ref().map(|c| match &c.name {
-            Some(name) => format!("{}:{name}", c.runtime),
-            None => format!("{}:{}", c.runtime, procinfo::short_id(&c.id)),
-        });
-        let pod = p.container.as_ref().and_then(pod_of).map(|r| format!("{}/{}", r.namespace, r.name));
+        let pod_ref = p.container.as_ref().and_then(pod_of);
+        let container =
+            p.container.as_ref().map(|c| match (&c.name, pod_ref.as_ref().and_then(|r| r.container.as_ref())) {
+                (_, Some(in_spec)) => in_spec.clone(),
+                (Some(name), None) => format!("{}:{name}", c.runtime),
+                (None, None) => format!("{}:{}", c.runtime, procinfo::short_id(&c.id)),
+            });
+        let pod = pod_ref.map(|r| format!("{}/{}", r.namespace, r.name));
         Self {
             pid: p.pid,
             ns_pid: p.ns_pid,
@@ -408,7 +418,7 @@ impl Order {
             let by = match self.sort {
                 SortKey::Pid => a.pid.cmp(&b.pid),
                 SortKey::Comm => a.comm.cmp(&b.comm),
-                SortKey::Container => a.place().cmp(b.place()),
+                SortKey::Container => a.place().cmp(&b.place()),
                 SortKey::Queues => b.queue_count().cmp(&a.queue_count()),
                 SortKey::Suspended => b.count(QueueState::Suspended).cmp(&a.count(QueueState::Suspended)),
                 SortKey::Evictions => b.evictions.cmp(&a.evictions),
@@ -429,7 +439,7 @@ pub fn process_cells(p: &ProcessRow) -> Vec<[String; 9]> {
     let fixed = |gpu: String, q: String, ids: String, state: String| {
         [
             p.pid.to_string(),
-            escape(p.place()).into_owned(),
+            escape(&p.place()).into_owned(),
             escape(p.comm.as_deref().unwrap_or("?")).into_owned(),
             gpu,
             q,

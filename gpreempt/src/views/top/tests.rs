@@ -191,6 +191,9 @@ fn process_cells_say_the_state_or_the_mix() {
     let mut in_pod = row(50, "y", Some("containerd:abc"), 1, 0, 0);
     in_pod.pod = Some("ml/serve-0".into());
     assert_eq!(process_cells(&in_pod)[0][1], "ml/serve-0");
+    // With the container's name from the pod spec: namespace/pod/container.
+    in_pod.container = Some("server".into());
+    assert_eq!(process_cells(&in_pod)[0][1], "ml/serve-0/server");
 }
 
 #[test]
@@ -211,6 +214,16 @@ fn a_container_and_its_pod_come_from_the_model_entry() {
     assert_eq!(row.container.as_deref(), Some("containerd:0123456789ab"));
     assert_eq!(row.pod.as_deref(), Some("ml/serve-0"));
     assert_eq!(asked, ["0123456789abcdef0123"]);
+    // The runtime's record names the container in the pod spec: that name, not the id.
+    let row = ProcessRow::of(&entry, &mut |_: &Container| {
+        Some(PodRef {
+            namespace: "ml".into(),
+            name: "serve-0".into(),
+            uid: "u-1".into(),
+            container: Some("server".into()),
+        })
+    });
+    assert_eq!((row.container.as_deref(), row.place()), (Some("server"), "ml/serve-0/server".into()));
 }
 
 #[test]
