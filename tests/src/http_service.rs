@@ -51,7 +51,8 @@ impl Drop for Cgroup {
     }
 }
 
-/// `emu-workload server --listen 127.0.0.1:0 ARGS…` in `cgroup`: its hello line, its port.
+/// An HTTP service in `cgroup` (`emu-workload server --listen 127.0.0.1:0 ARGS…`, or any program
+/// that prints the same hello): its hello line, its port.
 pub struct HttpService {
     child: Child,
     stdin: Option<ChildStdin>,
@@ -62,20 +63,28 @@ pub struct HttpService {
 
 impl HttpService {
     pub fn start(cgroup: &Cgroup, args: &[&str]) -> Result<Self> {
+        let args: Vec<&str> =
+            ["server", "--listen", "127.0.0.1:0"].iter().copied().chain(args.iter().copied()).collect();
+        Self::start_program(cgroup, &binary("emu-workload")?, &args)
+    }
+
+    /// `program ARGS…` exec'd in `cgroup`; its first line on stdout is a JSON hello with its
+    /// `pid` (the one exec'd: no wrapper left between) and the `port` it listens on.
+    pub fn start_program(cgroup: &Cgroup, program: &Path, args: &[&str]) -> Result<Self> {
         let mut child = Command::new("sh")
-            .args(["-c", r#"echo $$ > "$1/cgroup.procs" && shift 2 && exec "$0" server --listen 127.0.0.1:0 "$@""#])
-            .arg(binary("emu-workload")?)
+            .args(["-c", r#"echo $$ > "$1/cgroup.procs" && shift 2 && exec "$0" "$@""#])
+            .arg(program)
             .arg(&cgroup.0)
             .arg("--")
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .context("spawning the HTTP service")?;
+            .with_context(|| format!("spawning the HTTP service {}", program.display()))?;
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().context("no stdout")?);
         let mut service = Self { child, stdin, stdout, hello: Value::Null, port: 0 };
-        service.hello = service.recv().with_context(|| format!("emu-workload server {args:?} did not start"))?;
+        service.hello = service.recv().with_context(|| format!("{} {args:?} did not start", program.display()))?;
         service.port = service.hello["port"]
             .as_u64()
             .and_then(|p| u16::try_from(p).ok())

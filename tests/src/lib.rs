@@ -23,6 +23,7 @@ pub mod http_service;
 pub mod kfd_abi;
 pub mod podman;
 pub mod prometheus;
+pub mod render_nodes;
 pub mod schedule;
 pub mod target;
 

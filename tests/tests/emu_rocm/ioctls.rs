@@ -7,6 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use gpreempt_tests::render_nodes::{MODULE, RenderNodes};
 use gpreempt_tests::{
     kfd_abi::{
         ACQUIRE_VM, AVAILABLE_MEMORY, AcquireVm, AmdgpuInfo, Apertures, AperturesArgs, Available, CREATE_EVENT, Clocks,
@@ -19,7 +20,6 @@ use gpreempt_tests::{
 
 use crate::{
     emulator::{GPU0, GPU1, gpreempt_queues, sysfs_queues, topology},
-    render_nodes::{MODULE, RenderNodes},
     run_in_child,
 };
 

@@ -5,8 +5,9 @@
 //! `cargo xtask test`; each test loads amdgpu_emu (built beside kfd_emu) and unloads it at the end,
 //! which must leave kfd_emu without references and the kernel log without a warning.
 //!
-//! One module per section (below); the shared set-up is in `render_nodes` (amdgpu_emu loaded for
-//! one test at a time), `emulator` (what the emulated GPUs show) and `rocm_run` (the ROCm programs
+//! One module per section (below); the shared set-up is in `gpreempt_tests::render_nodes`
+//! (amdgpu_emu loaded for one test at a time), `emulator` (what the emulated GPUs show) and
+//! `rocm_run` (the ROCm programs
 //! run). The tests themselves are declared here, at the crate root, each calling its section's
 //! function of the same name: their names are what `cargo xtask test` selects with `--exact`
 //! (`FOCUSED` in xtask/src/test.rs) and what [`run_in_child`] runs again, so a test keeps its
@@ -22,7 +23,6 @@ mod hip;
 mod ioctls;
 mod packets;
 mod preempt_rocm;
-mod render_nodes;
 mod rocm_run;
 mod rocminfo;
 mod sdma;

@@ -7,12 +7,10 @@ use std::{
     process::{Command, Stdio},
 };
 
+use gpreempt_tests::render_nodes::{MODULE, RenderNodes};
 use gpreempt_tests::wait_kfd_released;
 
-use crate::{
-    emulator::cp_stats,
-    render_nodes::{MODULE, RenderNodes},
-};
+use crate::emulator::cp_stats;
 
 pub(crate) fn hsa_dispatch() -> (PathBuf, PathBuf) {
     let exe = gpreempt_tests::binary("hsa-dispatch").expect(

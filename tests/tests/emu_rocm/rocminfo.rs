@@ -9,12 +9,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpreempt_tests::wait_kfd_released;
-
-use crate::{
-    emulator::topology,
+use gpreempt_tests::{
     render_nodes::{MODULE, RenderNodes, run},
+    wait_kfd_released,
 };
+
+use crate::emulator::topology;
 
 /// `rocminfo`'s agents: `Agent N` → (`key:` → value) for the agent's top-level lines, plus
 /// `Pool N Size` and `ISA 1 Name`.

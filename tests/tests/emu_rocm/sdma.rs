@@ -6,9 +6,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use gpreempt_tests::render_nodes::{MODULE, RenderNodes};
+
 use crate::{
     emulator::{GPU0, GPU1, counters, cp_stats, cp_stats_since},
-    render_nodes::{MODULE, RenderNodes},
     run_in_child,
 };
 

@@ -1,5 +1,6 @@
-//! amdgpu_emu (the emulated GPUs' render nodes) loaded for one test at a time, and the checks its
-//! unloading makes.
+//! amdgpu_emu (the emulated GPUs' render nodes, which ROCr opens beside /dev/kfd) loaded for one
+//! test at a time, and the checks its unloading makes: the ROCm tests (`emu_rocm`) and the HIP
+//! service of `emu_arrival`.
 
 use std::{
     path::PathBuf,
@@ -9,10 +10,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpreempt_tests::read_sysfs;
+use crate::read_sysfs;
 
 /// One test at a time: each loads and unloads amdgpu_emu.
-pub(crate) static MODULE: Mutex<()> = Mutex::new(());
+pub static MODULE: Mutex<()> = Mutex::new(());
 
 /// `target/kfd-emu/<release>/amdgpu_emu.ko`, built by xtask beside the loaded kfd_emu.ko.
 fn amdgpu_emu_ko() -> PathBuf {
@@ -22,7 +23,7 @@ fn amdgpu_emu_ko() -> PathBuf {
     target.join("kfd-emu").join(release.trim()).join("amdgpu_emu.ko")
 }
 
-pub(crate) fn run(cmd: &str, args: &[&str]) -> std::process::Output {
+pub fn run(cmd: &str, args: &[&str]) -> std::process::Output {
     Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"))
 }
 
@@ -34,12 +35,12 @@ fn kernel_log() -> Vec<String> {
 
 /// amdgpu_emu loaded for the guard's life; dropping it unloads it and checks that nothing was left
 /// behind: kfd_emu without references (every KFD process released) and no kernel warning.
-pub(crate) struct RenderNodes {
+pub struct RenderNodes {
     log_at: usize,
 }
 
 impl RenderNodes {
-    pub(crate) fn load() -> Self {
+    pub fn load() -> Self {
         let log_at = kernel_log().len();
         // drm.ko (the DRM core amdgpu_emu registers with) left with amdgpu at the pass's start.
         assert!(run("modprobe", &["drm"]).status.success(), "modprobe drm");
