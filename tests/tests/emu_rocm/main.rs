@@ -7,8 +7,7 @@
 //!
 //! One module per section (below); the shared set-up is in `gpreempt_tests::render_nodes`
 //! (amdgpu_emu loaded for one test at a time), `emulator` (what the emulated GPUs show) and
-//! `rocm_run` (the ROCm programs
-//! run). The tests themselves are declared here, at the crate root, each calling its section's
+//! `rocm_run` (the ROCm programs run). The tests themselves are declared here, at the crate root, each calling its section's
 //! function of the same name: their names are what `cargo xtask test` selects with `--exact`
 //! (`FOCUSED` in xtask/src/test.rs) and what [`run_in_child`] runs again, so a test keeps its
 //! name whichever file its body is in.
