@@ -2,6 +2,7 @@
 
 mod bench;
 mod binaries;
+mod containerd;
 mod demo;
 mod dist;
 mod fuzz;

@@ -69,6 +69,7 @@ pub fn run() -> Result<()> {
     containers_storage()?;
     kernels()?;
     rocm6()?;
+    containerd()?;
     virtme_ng()?;
     manifest_tools()?;
     Ok(())
@@ -107,6 +108,18 @@ fn rocm6() -> Result<()> {
     }
     step(what, "downloading and unpacking (not installed)");
     crate::rocm6::provision()
+}
+
+/// Forky's containerd 2.x and bookworm's runc, for the VM tests that run pods through CRI
+/// (`containerd.rs`).
+fn containerd() -> Result<()> {
+    let what = "containerd 2.x (forky) and runc (bookworm)";
+    if crate::containerd::present() {
+        step(what, "present");
+        return Ok(());
+    }
+    step(what, "downloading and unpacking (not installed)");
+    crate::containerd::provision()
 }
 
 fn nightly() -> Result<()> {
