@@ -238,11 +238,15 @@ pub enum KfdFn {
     ProcfsDelQueue = 19,
     /// `kfd_process_wq_release`: entry only; the kfd_process is freed.
     ProcessRelease = 20,
+    /// `set_queue_as_reset`: entry only; `args[0]` is the queue id, the owner from the qpd, the
+    /// gpu from the dqm. A queue the driver reset after it failed a preemption (gfx9 per-queue
+    /// reset, 6.12+); the SUSPEND_QUEUES that caused it still counts it suspended.
+    QueueSetReset = 21,
 }
 
 impl KfdFn {
     /// Every variant, in wire order (`ALL[i] as u32 == i + 1`).
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 21] = [
         Self::EvictProcessQueuesCpsch,
         Self::EvictProcessQueuesNocpsch,
         Self::RestoreProcessQueuesCpsch,
@@ -263,6 +267,7 @@ impl KfdFn {
         Self::ProcessDequeueAll,
         Self::ProcfsDelQueue,
         Self::ProcessRelease,
+        Self::QueueSetReset,
     ];
 
     /// The kernel symbol (base name, without a `.constprop.N` suffix).
@@ -288,6 +293,7 @@ impl KfdFn {
             Self::ProcessDequeueAll => "kfd_process_dequeue_from_all_devices",
             Self::ProcfsDelQueue => "kfd_procfs_del_queue",
             Self::ProcessRelease => "kfd_process_wq_release",
+            Self::QueueSetReset => "set_queue_as_reset",
         }
     }
 

@@ -1,16 +1,17 @@
 //! The hardware scheduler path: HWS runlist (execute/unmap/map), its fence wait and packets,
-//! MES on gfx11/gfx12, and the GPU reset a failed preemption ends in. Each call becomes a
-//! [`gpreempt_common::record::KfdCallRecord`] at its return (the reset at its entry).
+//! MES on gfx11/gfx12, and the resets a failed preemption ends in (one queue's, or the GPU's).
+//! Each call becomes a [`gpreempt_common::record::KfdCallRecord`] at its return (the resets at
+//! their entry).
 //!
 //! These calls nest in a suspend or an eviction on the same thread; userspace pairs them by
 //! thread and time. They are device-wide: the gpu comes from `dqm->dev->id` (BTF offsets), there
-//! is no owner.
+//! is no owner (a queue's reset has its queue's).
 
 use aya_ebpf::{macros::kprobe, programs::ProbeContext};
-use gpreempt_common::record::{CallPhase, KfdFn};
+use gpreempt_common::record::{CallPhase, KfdFn, OFFSET_UNKNOWN};
 
 use crate::{
-    maps::{config, gpu_of_dqm},
+    maps::{config, gpu_of_dqm, owner_of_qpd, read_at},
     pairs::{arg, call_pair, emit_call, now},
 };
 
@@ -91,6 +92,26 @@ call_pair!(
 );
 
 // ---- GPU reset -------------------------------------------------------------------------------
+
+/// match-proto:v7.3.4:kfd_device_queue_manager.c: static void set_queue_as_reset(struct
+/// device_queue_manager *dqm, struct queue *q, struct qcm_process_device *qpd) — gfx9 per-queue
+/// reset (6.12+): the queue the MEC could not preempt, reset alone; the unmap then succeeds, so
+/// SUSPEND_QUEUES counts it suspended (docs/kfd.md §2.4). Static: inlined on Debian 6.12.117, a
+/// symbol in .text.unlikely on 7.3.4. Owner from the qpd, gpu from the dqm, queue id at q+48.
+#[kprobe]
+pub fn set_queue_as_reset(ctx: ProbeContext) -> u32 {
+    let cfg = config();
+    let (dqm, q, qpd) = (arg(&ctx, 0), arg(&ctx, 1), arg(&ctx, 2));
+    let queue_id = if q == 0 || cfg.queue_queue_id == OFFSET_UNKNOWN {
+        u64::from(u32::MAX)
+    } else {
+        read_at::<u32>(q, cfg.queue_queue_id).map_or(u64::from(u32::MAX), u64::from)
+    };
+    let (owner, gpu) = (owner_of_qpd(&cfg, qpd), gpu_of_dqm(&cfg, dqm));
+    let now = now();
+    emit_call(KfdFn::QueueSetReset, CallPhase::Entry, now, owner, gpu, [queue_id, 0, 0, 0], 0);
+    0
+}
 
 /// match-proto:v6.1.192,v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdgpu/amdgpu_amdkfd.c:
 /// void amdgpu_amdkfd_gpu_reset(struct amdgpu_device *adev) — reached from `kfd_hws_hang`

@@ -49,6 +49,7 @@ pub enum EventKind {
     ProcessOpen(ProcessOpen),
     ProcessExit(ProcessExit),
     QueueRemoved(QueueRemoved),
+    QueueReset(QueueReset),
     GpuReset(GpuReset),
 }
 
@@ -68,6 +69,7 @@ impl EventKind {
             Self::ProcessOpen(_) => "process_open",
             Self::ProcessExit(_) => "process_exit",
             Self::QueueRemoved(_) => "queue_removed",
+            Self::QueueReset(_) => "queue_reset",
             Self::GpuReset(_) => "gpu_reset",
         }
     }
@@ -263,6 +265,17 @@ pub struct ProcessExit {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueRemoved {
     pub owner_pid: Option<HostPid>,
+    /// `None` when unreadable.
+    pub queue_id: Option<QueueId>,
+}
+
+/// `set_queue_as_reset`: the driver reset one queue that failed a preemption (gfx9 per-queue
+/// reset, 6.12+). It is gone for its process's work; the SUSPEND_QUEUES that caused it counted
+/// it suspended all the same (docs/kfd.md §2.4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct QueueReset {
+    pub owner_pid: Option<HostPid>,
+    pub gpu_id: Option<GpuId>,
     /// `None` when unreadable.
     pub queue_id: Option<QueueId>,
 }

@@ -493,3 +493,57 @@ fn cpx_online_work_on_partition_0_suspends_only_partition_0s_offline_process() {
         wait_kfd_released(pid).unwrap();
     }
 }
+
+/// `gpreempt schedule` meets a per-queue reset: the offline process's queue 1 never reaches a
+/// save point (`stuck_queue`), so the first suspend's unmap resets it alone and succeeds. As on
+/// 6.12-7.x the SUSPEND_QUEUES reply counts it suspended with no bit (docs/kfd.md §2.4); the
+/// tracer's probe on `set_queue_as_reset` tells the scheduler, which reports the queue gone (not a
+/// failed suspend), resumes and suspends the other two from then on, and never names queue 1
+/// again.
+#[test]
+fn a_queue_reset_during_a_schedule_suspend_is_reported_gone_and_never_resumed() {
+    let _t = Elapsed::start("a_queue_reset_during_a_schedule_suspend_is_reported_gone_and_never_resumed");
+    let mut w = workload(&["--queues", "3", "--runtime-enable"]);
+    let mut online = workload(&["--queues", "1", "--runtime-enable", "--fill-us", "0"]);
+    let mut s =
+        Schedule::start(&["--online", &online.pid().to_string(), "--offline", &w.pid().to_string(), "--idle", "20ms"]);
+    assert_eq!(s.wait_events("offline_attached", 1, LONG)[0]["queues"], 3);
+    assert_eq!(moving(&mut w), [true, true, true]);
+    let log_at = kernel_log().len();
+    std::fs::write("/sys/kernel/kfd_emu/stuck_queue", format!("{} 1", w.pid())).unwrap();
+    for request in 1..=2 {
+        let slot = online.cmd("reserve 0").unwrap()["index"].as_u64().unwrap();
+        let susp = s.wait_transitions("suspend", request, LONG);
+        let t = &susp[request - 1];
+        // The first SUSPEND's reply counts the reset queue (the kernel's); later ones leave it out.
+        let held = if request == 1 { 3 } else { 2 };
+        assert_eq!(
+            (t["gpu_id"].as_u64(), t["queues"].as_i64(), t["ioctls"].as_u64()),
+            (Some(4096), Some(held), Some(1)),
+            "{t}"
+        );
+        assert_eq!(t["errors"], serde_json::json!([]), "not a failed suspend: {t}");
+        let reset = s.wait_events("offline_queues_reset", 1, LONG);
+        assert_eq!(reset.len(), 1, "reported once: {reset:?}");
+        assert_eq!(
+            (reset[0]["pid"].as_u64(), &reset[0]["queues"]),
+            (Some(u64::from(w.pid())), &serde_json::json!([1]))
+        );
+        assert_eq!(moving(&mut w), [false, false, false], "held, and queue 1 reset");
+        assert_eq!(online.cmd(&format!("commit 0 {slot} 1000")).unwrap()["ret"], 0);
+        let res = s.wait_transitions("resume", request, LONG);
+        // Queue 1 is never resumed: only 0 and 2.
+        assert_eq!((res[request - 1]["gpu_id"].as_u64(), res[request - 1]["queues"].as_i64()), (Some(4096), Some(2)));
+        assert_eq!(moving(&mut w), [true, false, true], "queue 1 is gone");
+    }
+    let (lines, stderr) = s.stop();
+    let sum = summary(&lines);
+    assert_eq!((sum["suspends"].as_u64(), sum["resumes"].as_u64()), (Some(2), Some(2)), "{sum}");
+    assert_eq!(sum["queues_reset"], serde_json::json!([{"pid": w.pid(), "queue_id": 1}]), "{sum}");
+    let gpu = &sum["gpus"][0];
+    assert_eq!((gpu["gpu_id"].as_u64(), gpu["failed_suspends"].as_u64()), (Some(4096), Some(0)), "{sum}");
+    let warnings: Vec<&serde_json::Value> = lines.iter().filter(|l| l["event"] == "warning").collect();
+    assert!(warnings.is_empty(), "{warnings:?}\n{stderr}");
+    let log = kernel_log();
+    assert_eq!(log[log_at..].iter().filter(|l| l.contains(" is reset")).count(), 1, "{:#?}", &log[log_at..]);
+}

@@ -206,6 +206,14 @@ impl Recorder<'_> {
                     &[("policy", policy), ("pid", pid), ("queues", queues)],
                 );
             }
+            ScheduleEvent::OfflineQueuesReset { pid, queues } => {
+                let queues = queues.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+                log(
+                    "warn",
+                    "offline queues reset by the driver after a failed preemption (gone)",
+                    &[("policy", policy), ("pid", pid), ("queues", &queues)],
+                );
+            }
             ScheduleEvent::OnlineAdded { pid, queues, .. } => {
                 log("info", "online process watched", &[("policy", policy), ("pid", pid), ("queues", queues)]);
             }

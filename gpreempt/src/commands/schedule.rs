@@ -110,6 +110,11 @@ fn show(e: &ScheduleEvent, json: bool, status: bool) {
         ScheduleEvent::OfflineQueuesHeld { pid, queues } => {
             errln!("gpreempt: offline pid {pid} created queues while held; {queues} queue(s) suspended now");
         }
+        ScheduleEvent::OfflineQueuesReset { pid, queues } => errln!(
+            "gpreempt: offline pid {pid}: the driver reset queue(s) {} after a failed preemption; gone (their \
+             work is lost), not suspended or resumed again; its other queues go on",
+            queues.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        ),
         ScheduleEvent::OnlineAdded { pid, queues, snapshot, occupancy_files } => errln!(
             "gpreempt: online pid {pid} watched, {queues} queue(s){}{}",
             if *snapshot { " (learnt with one debug-trap snapshot: two runlist refreshes)" } else { "" },

@@ -9,7 +9,7 @@ use crate::{
         session::Session,
         vocabulary::{Batch, DRIVER_GRACE_PERIOD, DebugError, Detached, Selection, SessionNotice},
     },
-    domain::GpuId,
+    domain::{GpuId, QueueId},
     kfd::uapi::QueueSnapshotEntry,
 };
 
@@ -31,6 +31,12 @@ pub trait Control: Sized {
     fn comm(&self) -> String;
     /// Resume, DISABLE (one runlist refresh), detach.
     fn detach(self) -> Detached;
+    /// The driver reset `queue` after it failed a preemption (the tracer saw it; the SUSPEND
+    /// reply did not say): gone, never suspended or resumed again. True when it was news. By
+    /// default nothing is: a model GPU resets no queue.
+    fn queue_reset(&mut self, _queue: QueueId) -> bool {
+        false
+    }
 }
 
 /// The scheduler's thread is the session's thread: attach, suspend, resume and detach are direct
@@ -66,5 +72,9 @@ impl Control for Session {
 
     fn detach(self) -> Detached {
         Session::detach(self)
+    }
+
+    fn queue_reset(&mut self, queue: QueueId) -> bool {
+        Session::queue_reset(self, queue)
     }
 }

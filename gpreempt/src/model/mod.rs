@@ -17,7 +17,7 @@ use self::{
 };
 use crate::{
     domain::{GpuId, HostPid, QueueId, QueueType},
-    event::Event,
+    event::{Event, EventKind},
     host::roots::Roots,
     kfd::uapi::QueueSnapshotEntry,
 };
@@ -66,6 +66,10 @@ pub enum ModelNotice {
     ProcessOpened { pid: HostPid },
     /// A process's KFD state was torn down (it exited or closed /dev/kfd).
     ProcessGone { pid: HostPid },
+    /// The driver reset one of its queues after the queue failed a preemption (gfx9 per-queue
+    /// reset, `set_queue_as_reset`): its work is lost; it stays listed until destroyed, and the
+    /// SUSPEND_QUEUES that caused it counted it suspended (docs/kfd.md §2.4).
+    QueueReset { pid: HostPid, queue_id: QueueId, gpu_id: Option<GpuId> },
 }
 
 /// A queue as its successful CREATE_QUEUE made it: the arguments KFD accepted
@@ -216,7 +220,14 @@ impl Model {
     pub fn apply(&mut self, event: &Event) -> Applied {
         let spans = self.spans.on_event(event, &self.registry);
         let change = self.registry.apply_in_full(event);
-        let notice = change.map(Lifecycle::notice);
+        let reset = match &event.kind {
+            EventKind::QueueReset(r) => match (r.owner_pid, r.queue_id) {
+                (Some(pid), Some(queue_id)) => Some(ModelNotice::QueueReset { pid, queue_id, gpu_id: r.gpu_id }),
+                _ => None,
+            },
+            _ => None,
+        };
+        let notice = change.map(Lifecycle::notice).or(reset);
         let queue = change.and_then(Lifecycle::queue);
         let mut forgotten = Vec::new();
         if matches!(notice, Some(ModelNotice::ProcessGone { .. })) {

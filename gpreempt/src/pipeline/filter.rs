@@ -114,6 +114,7 @@ impl Filter {
             EventKind::ProcessOpen(p) => Some(p.owner_pid),
             EventKind::ProcessExit(p) => p.owner_pid,
             EventKind::QueueRemoved(q) => q.owner_pid,
+            EventKind::QueueReset(q) => q.owner_pid,
             _ => None,
         };
         // Kworker-context events are about their owner, not the kworker.
@@ -123,6 +124,7 @@ impl Filter {
                 | EventKind::QueueRestore(_)
                 | EventKind::ProcessExit(_)
                 | EventKind::QueueRemoved(_)
+                | EventKind::QueueReset(_)
         );
         (caller_counts && self.keep_pid(e.pid, model)) || about.is_some_and(|p| self.keep_pid(p, model))
     }

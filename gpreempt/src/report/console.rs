@@ -128,6 +128,12 @@ impl<W: Write> Console<W> {
                 q.queue_id.map_or_else(|| "?".to_owned(), |q| q.to_string()),
                 q.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
             ),
+            EventKind::QueueReset(q) => format!(
+                "queue {:>4} owner {} gpu {}  reset by the driver after a failed preemption (gone)",
+                q.queue_id.map_or_else(|| "?".to_owned(), |q| q.to_string()),
+                q.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
+                gpu(q.gpu_id)
+            ),
             EventKind::GpuReset(r) => {
                 if self.colour {
                     format!("{RED}{}{RESET}", r.alarm)

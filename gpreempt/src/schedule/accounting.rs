@@ -11,7 +11,8 @@ use std::{
 use super::{
     arrival::report::ArrivalReport,
     events::{
-        DoorbellCount, GpuInterval, GpuReport, Interval, ScheduleEvent, ScheduleReport, Transition, TransitionError,
+        DoorbellCount, GpuInterval, GpuReport, Interval, ResetQueue, ScheduleEvent, ScheduleReport, Transition,
+        TransitionError,
     },
     hints::HintCounts,
     kernel::KernelBreakdown,
@@ -81,6 +82,8 @@ pub(super) struct Accounts {
     /// The doorbell probe's store counts, per online queue, as the reaction thread reports them.
     pub doorbell_stores: Vec<DoorbellCount>,
     pub arrival: Vec<ArrivalReport>,
+    /// Offline queues the driver reset, as reported.
+    pub queues_reset: Vec<ResetQueue>,
     /// The driver's side of the transitions (with the tracer).
     kernel: Option<KernelBreakdown>,
 }
@@ -113,6 +116,7 @@ impl Accounts {
             attach_refreshes: 0,
             doorbell_stores: Vec::new(),
             arrival: Vec::new(),
+            queues_reset: Vec::new(),
             kernel: sees_driver.then(KernelBreakdown::default),
         }
     }
@@ -397,6 +401,7 @@ impl Accounts {
             reaction_panicked: facts.reaction_panicked,
             hints: facts.hints,
             attach_refreshes: self.attach_refreshes,
+            queues_reset: self.queues_reset.clone(),
             cpu_ms: cpu,
             cpu_share: if elapsed_ms > 0.0 { cpu / elapsed_ms } else { 0.0 },
             reaction_cpu_ms: stats.cpu_ns.load(Ordering::Relaxed) as f64 / 1e6,

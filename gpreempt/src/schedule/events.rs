@@ -194,6 +194,8 @@ pub struct ScheduleReport {
     pub hints: Option<HintCounts>,
     /// Runlist refreshes caused by attaching (ENABLE and DISABLE of offline sessions, online snapshots).
     pub attach_refreshes: u64,
+    /// Offline queues the driver reset (gone, not failed suspends), in the order reported.
+    pub queues_reset: Vec<ResetQueue>,
     /// This process's CPU time (user + system), ms, and as a share of the elapsed time.
     pub cpu_ms: f64,
     pub cpu_share: f64,
@@ -258,6 +260,13 @@ pub enum DetectionPath {
     Poll,
 }
 
+/// An offline process's queue the driver reset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ResetQueue {
+    pub pid: HostPid,
+    pub queue_id: QueueId,
+}
+
 /// Everything the scheduler reports.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -285,6 +294,14 @@ pub enum ScheduleEvent {
     OfflineQueuesHeld {
         pid: HostPid,
         queues: u32,
+    },
+    /// The driver reset these queues of an offline process after they failed a preemption
+    /// (gfx9 per-queue reset: seen by the tracer, since SUSPEND_QUEUES counts such a queue
+    /// suspended; or a SUSPEND's ERROR). They are gone — not failed suspends — and never
+    /// suspended or resumed again; its other queues go on being held (docs/kfd.md §2.4).
+    OfflineQueuesReset {
+        pid: HostPid,
+        queues: Vec<QueueId>,
     },
     /// An online process is watched; `snapshot`: its existing queues were learnt with one
     /// debug-trap snapshot (ENABLE, GET_QUEUE_SNAPSHOT, DISABLE: two runlist refreshes).

@@ -19,7 +19,7 @@ use super::{
     config::{Role, ScheduleConfig, ScheduleError, resolve_selection},
     discover::Discovery,
     doorbell::wake::Nudge,
-    events::{DetachReason, ScheduleEvent, ScheduleReport},
+    events::{DetachReason, ResetQueue, ScheduleEvent, ScheduleReport},
     hints::HintSocket,
     offline::{self, JobId},
     online,
@@ -424,6 +424,10 @@ impl Scheduler {
                 emit(&ScheduleEvent::OfflineDetached { pid, reason, detached });
             }
             Report::QueuesHeld { pid, queues } => emit(&ScheduleEvent::OfflineQueuesHeld { pid, queues }),
+            Report::QueuesReset { pid, queues } => {
+                self.accounts.queues_reset.extend(queues.iter().map(|&queue_id| ResetQueue { pid, queue_id }));
+                emit(&ScheduleEvent::OfflineQueuesReset { pid, queues });
+            }
             Report::WatchdogResumed { t_ns, pid, held_ms, still_held } => {
                 emit(&ScheduleEvent::WatchdogResumed { t_ms: self.accounts.t_ms(t_ns), pid, held_ms, still_held });
             }
@@ -496,6 +500,13 @@ impl Scheduler {
             ModelNotice::QueueGone { pid, queue_id } => {
                 if self.online.contains(&pid) {
                     self.send(Command::OnlineQueueGone { pid, queue_id });
+                }
+            }
+            // The SUSPEND that caused it counted it suspended (docs/kfd.md §2.4): its session
+            // learns it from here.
+            ModelNotice::QueueReset { pid, queue_id, .. } => {
+                if self.accounts.is_offline(pid) {
+                    self.send(Command::OfflineQueueReset { pid, queue_id });
                 }
             }
         }

@@ -167,6 +167,10 @@ impl Control for Recorder {
         self.log(format!("detach {}", self.pid));
         Detached::default()
     }
+    fn queue_reset(&mut self, queue: QueueId) -> bool {
+        self.log(format!("reset {queue}"));
+        true
+    }
 }
 
 /// A KFD process with one queue in the fake host, as the scheduler's checks see it.

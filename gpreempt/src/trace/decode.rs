@@ -36,6 +36,11 @@ fn kfd_call(r: &KfdCallRecord) -> Result<EventKind, DecodeError> {
             owner_pid,
             queue_id: u32::try_from(r.args[0]).ok().filter(|&q| q != u32::MAX).map(QueueId),
         }),
+        KfdFn::QueueSetReset => EventKind::QueueReset(QueueReset {
+            owner_pid,
+            gpu_id: nonzero(r.gpu_id).map(GpuId),
+            queue_id: u32::try_from(r.args[0]).ok().filter(|&q| q != u32::MAX).map(QueueId),
+        }),
         f => {
             if phase != CallPhase::Return {
                 return Err(DecodeError::UnknownFunction(r.function));
@@ -434,6 +439,16 @@ pub(crate) mod tests {
         assert_eq!(
             decode(&bytes_of(&removed)).unwrap().kind,
             EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(HostPid(42)), queue_id: Some(QueueId(7)) })
+        );
+        // A queue reset alone: its owner (from the qpd), gpu (from the dqm) and id.
+        let reset = call(KfdFn::QueueSetReset, CallPhase::Entry, 42, 0x1001, [1, 0, 0, 0], 0);
+        assert_eq!(
+            decode(&bytes_of(&reset)).unwrap().kind,
+            EventKind::QueueReset(QueueReset {
+                owner_pid: Some(HostPid(42)),
+                gpu_id: Some(GpuId(0x1001)),
+                queue_id: Some(QueueId(1))
+            })
         );
         let exit = call(KfdFn::ProcessRelease, CallPhase::Entry, 42, 0, [0; 4], 0);
         assert_eq!(

@@ -341,6 +341,17 @@ pub const PROBES: &[ProbeSpec] = &[
         None,
         "ALARM: GPU reset (a preemption failed or the HWS hung)",
     ),
+    // gfx9 per-queue reset (6.12+), kfd_device_queue_manager.c: static void set_queue_as_reset(
+    // struct device_queue_manager *dqm, struct queue *q, struct qcm_process_device *qpd); inlined on
+    // Debian 6.12.117, a .text.unlikely symbol on 7.3.4 (docs/kfd.md §2.4).
+    row(
+        "set_queue_as_reset",
+        "set_queue_as_reset",
+        K,
+        false,
+        Some(Since::Linux("6.12", "gfx9 per-queue reset")),
+        "a queue reset alone after it failed a preemption: owner, gpu, queue id (SUSPEND_QUEUES counts it suspended)",
+    ),
 ];
 
 /// `gpreempt trace --empty-probes` (hidden, for `cargo xtask bench`): empty programs on the
@@ -517,12 +528,17 @@ mod tests {
                 "resume_queues_return",
                 "runtime_enable_entry",
                 "runtime_enable_return",
+                "set_queue_as_reset",
                 "suspend_queues_entry",
                 "suspend_queues_return",
             ]
         );
         assert_eq!(attached, PROBES.len() - names.len());
         let reason = |program: &str| missing.iter().find(|(p, _)| p == program).map(|(_, r)| r.as_str());
+        assert_eq!(
+            reason("set_queue_as_reset"),
+            Some("set_queue_as_reset appeared in Linux 6.12 (gfx9 per-queue reset); this kernel is 6.1.0-56-amd64")
+        );
         assert_eq!(
             reason("suspend_queues_entry"),
             Some("suspend_queues appeared in KFD 1.13 (Linux 6.5); this kernel has 1.11")
@@ -540,8 +556,16 @@ mod tests {
     #[test]
     fn debian_6_12_attaches_every_probe_including_the_constprop_execute() {
         let (attached, missing) = missing(PROBES, "6.12", Some(KfdVersion { major: 1, minor: 17 }));
-        assert_eq!(missing, Vec::<(String, String)>::new());
-        assert_eq!(attached, PROBES.len());
+        // set_queue_as_reset is inlined into unmap_queues_cpsch in Debian's 6.12.117 build.
+        assert_eq!(
+            missing,
+            [(
+                "set_queue_as_reset".to_owned(),
+                "set_queue_as_reset is not in /proc/kallsyms for module amdgpu (inlined or renamed in this build)"
+                    .to_owned()
+            )]
+        );
+        assert_eq!(attached, PROBES.len() - 1);
         let k = Kallsyms::parse(include_str!("fixtures/kallsyms-amdgpu-6.12.txt"));
         assert_eq!(k.resolve("execute_queues_cpsch", Some("amdgpu")).unwrap().name, "execute_queues_cpsch.constprop.0");
     }
@@ -589,6 +613,7 @@ mod tests {
                 "resume_queues_return",
                 "runtime_enable_entry",
                 "runtime_enable_return",
+                "set_queue_as_reset",
                 "smi_eviction",
                 "smi_restore",
                 "suspend_queues_entry",
@@ -634,7 +659,7 @@ mod tests {
     #[test]
     fn the_coverage_over_the_four_kernels() {
         let count = |kernel, kfd| missing(PROBES, kernel, kfd).0;
-        assert_eq!(PROBES.len(), 55);
+        assert_eq!(PROBES.len(), 56);
         assert_eq!(
             [
                 count("5.10", Some(KfdVersion { major: 1, minor: 3 })),
@@ -642,7 +667,7 @@ mod tests {
                 count("6.12", Some(KfdVersion { major: 1, minor: 17 })),
                 count("7.3", None),
             ],
-            [35, 41, 55, 55]
+            [35, 41, 55, 56]
         );
     }
 }

@@ -300,6 +300,21 @@ impl Session {
         &self.reset
     }
 
+    /// The driver reset `queue` alone (the tracer saw `set_queue_as_reset`): the SUSPEND that
+    /// caused it counted it suspended, as 6.12-7.x `suspend_queues` does when the per-queue reset
+    /// lets the unmap succeed (docs/kfd.md §2.4). It is gone, as if its SUSPEND had said ERROR:
+    /// out of the suspended set (no RESUME maps it again), never in a suspend or resume array
+    /// again, with a [`SessionNotice::QueuesReset`]. False when it was known already.
+    pub fn queue_reset(&mut self, queue: QueueId) -> bool {
+        if self.reset.contains(&queue) {
+            return false;
+        }
+        self.reset.push(queue);
+        self.suspended.retain(|&q| q != queue);
+        self.notices.push(SessionNotice::QueuesReset { queues: vec![queue] });
+        true
+    }
+
     /// RESUME_QUEUES of the queues this session suspended on `gpu`, ending that GPU's hold; its
     /// holds of other GPUs go on.
     pub fn resume_gpu(&mut self, gpu: GpuId) -> Result<Batch, DebugError> {

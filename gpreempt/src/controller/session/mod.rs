@@ -762,6 +762,31 @@ mod tests {
         assert!(s.notices().is_empty(), "one notice per reset queue");
     }
 
+    /// A per-queue reset as 6.12-7.x report it: SUSPEND_QUEUES counts all three queues suspended
+    /// and marks none; the tracer then says queue 1 was reset (`set_queue_as_reset`). The session
+    /// takes it as gone: out of the held set (RESUME leaves it out), one notice, never in an
+    /// array again; told twice, it is news once.
+    #[test]
+    fn a_queue_reset_the_suspend_reply_did_not_mark_is_gone_once_the_tracer_says_so() {
+        let (_k, calls) = kernel(&[0, 1, 2], |_, _| None);
+        let mut s = fake_session(RuntimeState::Enabled);
+        let b = s.suspend(&Selection::All, 0).unwrap();
+        assert_eq!((b.count, b.done(), b.reset()), (3, 3, 0));
+        assert!(s.queue_reset(QueueId(1)));
+        assert!(!s.queue_reset(QueueId(1)), "already known");
+        assert_eq!(s.suspended(), [0, 2].map(QueueId));
+        assert_eq!(s.reset_queues(), [QueueId(1)]);
+        assert_eq!(s.notices(), [SessionNotice::QueuesReset { queues: vec![QueueId(1)] }]);
+        let r = s.resume_tally().unwrap();
+        assert_eq!((r.count, r.done), (2, 2));
+        let t = s.suspend_tally(&Selection::All, 0).unwrap();
+        assert_eq!((t.count, t.done), (2, 2));
+        let arrays: Vec<Vec<u32>> =
+            calls.borrow().iter().filter(|c| c.0 != SNAPSHOT && c.0 != QUERY).map(|c| c.1.clone()).collect();
+        assert_eq!(arrays, [vec![0, 1, 2], vec![0, 2], vec![0, 2]]);
+        assert!(s.notices().is_empty());
+    }
+
     /// A kernel that passes -ETIME up from SUSPEND_QUEUES: every id of the call is gone.
     #[test]
     fn etime_from_suspend_resets_every_id_of_the_call() {

@@ -42,6 +42,12 @@ pub enum Command {
     OfflineGone {
         pid: HostPid,
     },
+    /// The tracer saw the driver reset one of its queues (`set_queue_as_reset`): gone, never
+    /// suspended or resumed again.
+    OfflineQueueReset {
+        pid: HostPid,
+        queue_id: QueueId,
+    },
     /// An online process's occupancy reader for a GPU (see [`super::lane::Lane::occupancy`]).
     OnlineOccupancy {
         pid: HostPid,
@@ -100,6 +106,12 @@ pub enum Report {
     QueuesHeld {
         pid: HostPid,
         queues: u32,
+    },
+    /// The driver reset these queues of `pid` (a SUSPEND's ERROR, or the tracer's
+    /// `set_queue_as_reset`): gone, not failed suspends; its other queues go on being held.
+    QueuesReset {
+        pid: HostPid,
+        queues: Vec<QueueId>,
     },
     /// A session's own watchdog resumed every queue of `pid` (this loop did not resume in time).
     WatchdogResumed {

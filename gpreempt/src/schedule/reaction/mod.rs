@@ -64,7 +64,10 @@ use super::{
 };
 use crate::{
     clock::{monotonic_ns, thread_cpu_ns},
-    controller::vocabulary::{Options, SharedError},
+    controller::{
+        control::Control,
+        vocabulary::{Options, SharedError},
+    },
     domain::{GpuId, HostPid, TransitionKind},
 };
 
@@ -365,6 +368,12 @@ impl<S: ControlSide> Reaction<S> {
             Command::OfflineGone { pid } => {
                 if let Some(i) = self.offline.iter().position(|p| p.pid == pid) {
                     self.detach(i, DetachReason::Exited, now);
+                }
+            }
+            Command::OfflineQueueReset { pid, queue_id } => {
+                // Its session's notice reports it (`service_offline`), as a SUSPEND's ERROR does.
+                if let Some(p) = self.offline.iter_mut().find(|p| p.pid == pid) {
+                    p.control.queue_reset(queue_id);
                 }
             }
             Command::OnlineOccupancy { pid, reader } => self.lane(reader.gpu(), now).occupancy.push((pid, reader)),

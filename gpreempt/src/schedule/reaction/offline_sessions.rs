@@ -144,6 +144,10 @@ impl<S: ControlSide> Reaction<S> {
                         let pid = self.offline[i].pid;
                         self.report(Report::QueuesHeld { pid, queues: count });
                     }
+                    SessionNotice::QueuesReset { queues } => {
+                        let pid = self.offline[i].pid;
+                        self.report(Report::QueuesReset { pid, queues });
+                    }
                     SessionNotice::Failed { op, error } => {
                         let pid = self.offline[i].pid;
                         self.report(Report::Warning(format!("offline pid {pid}: {op} failed: {error}")));
