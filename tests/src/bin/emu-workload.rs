@@ -2,8 +2,10 @@
 //! stdin; every reply is one JSON object on stdout. Integer results (`ret`) are the ioctl's
 //! return value or `-errno`.
 //!
-//! `emu-workload run --gpu-id 0x1000 --queues 2 [--runtime-enable] [--fill-us 1000]` opens
-//! /dev/kfd, creates AQL queues with real ring / read-index / write-index / CWSR-header memory,
+//! `emu-workload run --gpu-id 0x1000 --queues 2 [--runtime-enable] [--fill-us 1000]
+//! [--full-save-area]` opens /dev/kfd, creates AQL queues with real ring / read-index /
+//! write-index / CWSR-header memory (with `--full-save-area`, the whole save area libhsakmt
+//! allocates, which the emulator's gfx942 profile checks: `emu_workload/save_area.rs`),
 //! keeps each ring full of dispatches of `--fill-us` µs (0: leave them empty), prints
 //! `{"pid", "queues": [{queue_id, gpu_id, rptr, wptr, ring, error_payload}], …}` and then answers
 //! `rptr` (current read indices), `create GPU TYPE RING_SIZE PERCENT PRIORITY` (replies the new
