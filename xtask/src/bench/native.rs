@@ -987,7 +987,10 @@ fn arrival(md: &mut String, a: &Arrival) {
          submission* = the first dispatch published → the last complete; each against the same measure alone. \
          *Found held*: requests whose first dispatch found the offline side already suspended. Pending holds and \
          segment counts are the scheduler's (`ScheduleReport.arrival`); *lead* = the sender's write → the first \
-         dispatch published, as the harness measured it.\n"
+         dispatch published, as the harness measured it. The `batching-1off-vllm` row is the continuous-batching \
+         engine served the same way (the Azure conversation slice's arrivals and prompts; each request joins the \
+         engine's next step after its CPU phase, PROFILES.md \"Continuous batching over TCP\"): its latencies are \
+         per request, its step figures in the goals below.\n"
     );
     md.push_str(
         "| scenario | CPU phase | probes: health / metrics | scheduler | P50 / P99 vs alone from arrival | from the first submission | offline of the idle GPU time | found held | pending holds: arrivals (served / late / wasted) | segments: requests / probes | arrival → SUSPEND p50 / p99 µs | lead p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
