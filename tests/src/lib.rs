@@ -16,6 +16,7 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 pub mod agent;
+pub mod containerd;
 pub mod controller;
 pub mod daemon;
 pub mod emu_workload;

@@ -67,6 +67,7 @@ pub fn run() -> Result<()> {
     bpf_linker()?;
     apt_packages()?;
     containers_storage()?;
+    kubelet_pods()?;
     kernels()?;
     rocm6()?;
     containerd()?;
@@ -244,6 +245,20 @@ fn containers_storage() -> Result<()> {
     }
     step(CONTAINERS_STORAGE, "creating");
     fs::create_dir_all(CONTAINERS_STORAGE).with_context(|| format!("creating {CONTAINERS_STORAGE} (are you root?)"))
+}
+
+/// The kubelet's pod directories: the containerd VM test (tests/tests/emu_k8s.rs) mounts a
+/// tmpfs here and creates each pod's directory as the kubelet does; the VM shares the host's root
+/// read-only, so the mount point has to exist on the host.
+const KUBELET_PODS: &str = "/var/lib/kubelet/pods";
+
+fn kubelet_pods() -> Result<()> {
+    if Path::new(KUBELET_PODS).is_dir() {
+        step(KUBELET_PODS, "present");
+        return Ok(());
+    }
+    step(KUBELET_PODS, "creating");
+    fs::create_dir_all(KUBELET_PODS).with_context(|| format!("creating {KUBELET_PODS} (are you root?)"))
 }
 
 /// Every kernel of [`KERNELS`]: Debian 12's own with the host's apt at the pinned version,

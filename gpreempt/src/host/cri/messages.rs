@@ -294,6 +294,9 @@ pub struct ContainerConfig {
     /// Relative to the sandbox's `log_directory`.
     #[prost(string, tag = "11")]
     pub log_path: String,
+    /// Keep a stdin open for the process (a program that ends at EOF on stdin keeps running).
+    #[prost(bool, tag = "12")]
+    pub stdin: bool,
     #[prost(message, optional, tag = "15")]
     pub linux: Option<LinuxContainerConfig>,
 }
