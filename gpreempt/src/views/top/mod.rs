@@ -76,11 +76,12 @@ pub struct ProcessRow {
     /// Its pid inside its pid namespace.
     pub ns_pid: Option<u32>,
     pub comm: Option<String>,
-    /// `runtime:name` (or `runtime:short-id` when the name is unknown); in a Kubernetes pod,
-    /// the container's name in the pod spec when the runtime's record says.
+    /// `runtime:name` (or `runtime:short-id` when the name is unknown).
     pub container: Option<String>,
-    /// `namespace/name` when the node's files say which pod it runs in.
-    pub pod: Option<String>,
+    /// The pod, when the node's files say which it runs in: `{namespace, name, uid}` in JSON.
+    pub pod: Option<PodRef>,
+    /// The container's name in its pod's spec, when the runtime's record says.
+    pub container_name: Option<String>,
     /// Per GPU, in GPU order.
     pub gpus: Vec<ProcessGpu>,
     /// Evictions (counted as they begin) and debug-trap suspends the tracer saw of it since
@@ -101,11 +102,10 @@ impl ProcessRow {
     /// What the CONTAINER column shows: `namespace/pod/container` in a pod, else the
     /// container, else `-`.
     pub fn place(&self) -> std::borrow::Cow<'_, str> {
-        match (&self.pod, &self.container) {
-            // A name from the pod spec is a DNS label, never `runtime:…`.
-            (Some(pod), Some(container)) if !container.contains(':') => format!("{pod}/{container}").into(),
-            (Some(pod), _) => pod.into(),
-            (None, container) => container.as_deref().unwrap_or("-").into(),
+        match (&self.pod, &self.container_name) {
+            (Some(pod), Some(container)) => format!("{}/{}/{container}", pod.namespace, pod.name).into(),
+            (Some(pod), None) => format!("{}/{}", pod.namespace, pod.name).into(),
+            (None, _) => self.container.as_deref().unwrap_or("-").into(),
         }
     }
 
@@ -120,20 +120,19 @@ impl ProcessRow {
                 state_seen: !(q.bootstrapped && q.since_ns == 0),
             });
         }
-        let pod_ref = p.container.as_ref().and_then(pod_of);
-        let container =
-            p.container.as_ref().map(|c| match (&c.name, pod_ref.as_ref().and_then(|r| r.container.as_ref())) {
-                (_, Some(in_spec)) => in_spec.clone(),
-                (Some(name), None) => format!("{}:{name}", c.runtime),
-                (None, None) => format!("{}:{}", c.runtime, procinfo::short_id(&c.id)),
-            });
-        let pod = pod_ref.map(|r| format!("{}/{}", r.namespace, r.name));
+        let container = p.container.as_ref().map(|c| match &c.name {
+            Some(name) => format!("{}:{name}", c.runtime),
+            None => format!("{}:{}", c.runtime, procinfo::short_id(&c.id)),
+        });
+        let pod = p.container.as_ref().and_then(pod_of);
+        let container_name = pod.as_ref().and_then(|r| r.container.clone());
         Self {
             pid: p.pid,
             ns_pid: p.ns_pid,
             comm: p.comm.clone(),
             container,
             pod,
+            container_name,
             gpus: gpus.into_iter().map(|(gpu_id, queues)| ProcessGpu { gpu_id, queues }).collect(),
             evictions: p.churn.evictions,
             suspends: p.churn.suspends,
@@ -407,7 +406,12 @@ impl Order {
             return true;
         }
         let needle = self.filter.to_lowercase();
-        let hay = [Some(p.pid.to_string()), p.comm.clone(), p.container.clone(), p.pod.clone()];
+        let hay = [
+            Some(p.pid.to_string()),
+            p.comm.clone(),
+            p.container.clone(),
+            p.pod.as_ref().map(|_| p.place().into_owned()),
+        ];
         hay.iter().flatten().any(|h| h.to_lowercase().contains(&needle))
     }
 

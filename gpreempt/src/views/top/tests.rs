@@ -140,6 +140,7 @@ fn row(pid: u32, comm: &str, container: Option<&str>, queues: u32, suspended: u3
         comm: Some(comm.into()),
         container: container.map(str::to_owned),
         pod: None,
+        container_name: None,
         gpus: vec![ProcessGpu { gpu_id: Some(GpuId(0x1000)), queues: (0..queues).map(q).collect() }],
         evictions,
         suspends: 0,
@@ -189,10 +190,10 @@ fn process_cells_say_the_state_or_the_mix() {
     bare.gpus.clear();
     assert_eq!(process_cells(&bare), [["40", "-", "x\\e[2J", "-", "0", "-", "-", "0", "0"].map(String::from)]);
     let mut in_pod = row(50, "y", Some("containerd:abc"), 1, 0, 0);
-    in_pod.pod = Some("ml/serve-0".into());
+    in_pod.pod = Some(PodRef { namespace: "ml".into(), name: "serve-0".into(), uid: "u-1".into(), container: None });
     assert_eq!(process_cells(&in_pod)[0][1], "ml/serve-0");
     // With the container's name from the pod spec: namespace/pod/container.
-    in_pod.container = Some("server".into());
+    in_pod.container_name = Some("server".into());
     assert_eq!(process_cells(&in_pod)[0][1], "ml/serve-0/server");
 }
 
@@ -212,7 +213,8 @@ fn a_container_and_its_pod_come_from_the_model_entry() {
         Some(PodRef { namespace: "ml".into(), name: "serve-0".into(), uid: "u-1".into(), container: None })
     });
     assert_eq!(row.container.as_deref(), Some("containerd:0123456789ab"));
-    assert_eq!(row.pod.as_deref(), Some("ml/serve-0"));
+    assert_eq!(row.pod.as_ref().map(|p| (p.namespace.as_str(), p.name.as_str())), Some(("ml", "serve-0")));
+    assert_eq!(row.container_name, None);
     assert_eq!(asked, ["0123456789abcdef0123"]);
     // The runtime's record names the container in the pod spec: that name, not the id.
     let row = ProcessRow::of(&entry, &mut |_: &Container| {
@@ -223,7 +225,16 @@ fn a_container_and_its_pod_come_from_the_model_entry() {
             container: Some("server".into()),
         })
     });
-    assert_eq!((row.container.as_deref(), row.place()), (Some("server"), "ml/serve-0/server".into()));
+    assert_eq!((row.container_name.as_deref(), row.place()), (Some("server"), "ml/serve-0/server".into()));
+    let json = serde_json::to_value(&row).unwrap();
+    assert_eq!(
+        (&json["pod"], &json["container_name"], &json["container"]),
+        (
+            &serde_json::json!({"namespace": "ml", "name": "serve-0", "uid": "u-1"}),
+            &serde_json::json!("server"),
+            &serde_json::json!("containerd:0123456789ab")
+        )
+    );
 }
 
 #[test]
