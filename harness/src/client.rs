@@ -100,7 +100,7 @@ pub(crate) struct Ctx<'a> {
     store_ns: Mutex<Vec<u64>>,
 }
 
-impl crate::server::Publisher for Ctx<'_> {
+impl crate::publisher::Publisher for Ctx<'_> {
     fn stopped(&self) -> bool {
         Ctx::stopped(self)
     }

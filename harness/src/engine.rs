@@ -15,8 +15,8 @@ use gpreempt::clock::monotonic_ns;
 
 use crate::{
     load::{Arrival, TokenModel, step_ns},
+    publisher::Publisher,
     rng::Rng,
-    server::Publisher,
 };
 
 /// How long the engine thread or a waiting connection sleeps before it looks whether the run

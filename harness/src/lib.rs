@@ -18,6 +18,7 @@ pub mod idle_cpu;
 pub mod load;
 pub mod packet_cost;
 pub mod profile;
+pub mod publisher;
 pub mod request_path;
 pub mod rng;
 pub mod run;

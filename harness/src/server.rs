@@ -26,6 +26,7 @@ use crate::{
     engine::Engine,
     http::{self, Ask},
     load::Request,
+    publisher::Publisher,
 };
 
 /// One request as the client served it (CLOCK_MONOTONIC, ns).
@@ -73,18 +74,6 @@ fn readable(fd: i32, timeout: Duration) -> bool {
     // SAFETY: one live pollfd for the call.
     let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
     n > 0
-}
-
-/// Where a served client publishes its requests' dispatches and sees them complete (the client's
-/// queues in the shared region): the client hands itself in, so this module needs nothing of it.
-pub(crate) trait Publisher: Sync {
-    /// The harness told the client to stop.
-    fn stopped(&self) -> bool;
-    fn queue_count(&self) -> usize;
-    /// Publish `dispatches` on queue `q`: the write index to wait for, and when it was published.
-    fn publish(&self, q: usize, dispatches: &[u64]) -> (u64, u64);
-    /// Wait until queue `q` completed up to `target` (false: stopped first).
-    fn wait_done(&self, q: usize, target: u64) -> bool;
 }
 
 /// What a served client did: each request, and the other answers.
