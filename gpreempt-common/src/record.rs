@@ -556,7 +556,7 @@ mod tests {
             assert!(KfdFn::ALL[..i].iter().all(|g| g.name() != f.name()), "{} twice", f.name());
         }
         assert_eq!(KfdFn::try_from(0), Err(0));
-        assert_eq!(KfdFn::try_from(21), Err(21));
+        assert_eq!(KfdFn::try_from(22), Err(22));
         assert_eq!(KfdFn::FenceWaitTimeout.name(), "amdkfd_fence_wait_timeout");
         assert_eq!(KfdFn::FenceWaitTimeout.stash_slot(), 108);
     }
