@@ -66,6 +66,7 @@ fn emu_top_json_and_once_name_the_workloads_pid_gpu_queues_and_state() {
     let gpu = |id: u32, counts: &Value| {
         let mut g = counts.clone();
         g["gpu_id"] = json!(id);
+        g["partition"] = json!({"package": package(&format!("{id:#x}")), "index": 0, "count": 1, "mode": null});
         g
     };
     assert_eq!(v["gpus"], json!([gpu(0x1000, &zero), gpu(0x2000, &on)]), "{v:#}");
@@ -97,8 +98,22 @@ fn tokens_of(lines: &[&str], first: &str) -> Option<Vec<String>> {
     })
 }
 
+/// The emulated GPUs' packages as `top` names them (each an MI210: one partition, the package's
+/// PCI address alone, from the node's `domain` and `location_id`).
+fn package(gpu: &str) -> &'static str {
+    match gpu {
+        "0x1000" => "0000:03:00.0",
+        "0x2000" => "0000:04:00.0",
+        other => panic!("no emulated GPU {other}"),
+    }
+}
+
+/// The GPU table's row of `gpu`, its PARTITION cell checked to be the GPU's package and left out.
 fn gpu_row(lines: &[&str], gpu: &str) -> Option<Vec<String>> {
-    tokens_of(lines, gpu)
+    let mut cells = tokens_of(lines, gpu)?;
+    assert_eq!(cells.get(1).map(String::as_str), Some(package(gpu)), "{cells:?}");
+    cells.remove(1);
+    Some(cells)
 }
 
 /// The span rows (`AGO SPAN PID COMM GPU Q TOTAL UNMAP FENCE REMAP OTHERS`) of `kind` for `pid`,
