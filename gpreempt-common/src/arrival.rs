@@ -71,6 +71,18 @@ pub struct ArrivalCounts {
     pub armings: u64,
 }
 
+impl ArrivalCounts {
+    /// Another CPU's counts added to these (userspace sums the per-CPU map).
+    pub fn add(&mut self, other: &Self) {
+        self.segments += other.segments;
+        self.allowed += other.allowed;
+        self.denied += other.denied;
+        self.unmatched += other.unmatched;
+        self.tls += other.tls;
+        self.armings += other.armings;
+    }
+}
+
 /// The first request on an armed slot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -38,25 +38,6 @@ const SMALL_TOKENS: u64 = 16;
 /// Rounds of each kind, interleaved so that the host's drift falls on all of them alike.
 const ROUNDS: usize = 8;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Counts {
-    pub segments: u64,
-    pub allowed: u64,
-    pub denied: u64,
-    pub unmatched: u64,
-    pub armings: u64,
-}
-
-impl Counts {
-    fn add(&mut self, c: ArrivalCounts) {
-        self.segments += c.segments;
-        self.allowed += c.allowed;
-        self.denied += c.denied;
-        self.unmatched += c.unmatched;
-        self.armings += c.armings;
-    }
-}
-
 #[derive(Debug, Serialize)]
 pub struct PacketCost {
     /// Requests per kind of round and rounds of each kind.
@@ -74,7 +55,7 @@ pub struct PacketCost {
     pub sent: u64,
     pub answered: u64,
     /// The program's counts over the rounds it was attached, and the hits drained.
-    pub counts: Counts,
+    pub counts: ArrivalCounts,
     pub hits: usize,
 }
 
@@ -151,7 +132,7 @@ fn run_rounds(requests: usize, port: u16, pid: HostPid, cgroup: &OwnCgroup) -> R
     conn.round(per_round, || Ok(()))?;
     let (mut bare, mut disarmed, mut armed) = (Vec::new(), Vec::new(), Vec::new());
     let (mut added_disarmed, mut added_armed) = (Vec::new(), Vec::new());
-    let mut counts = Counts::default();
+    let mut counts = ArrivalCounts::default();
     let mut hits = Vec::new();
     for _ in 0..ROUNDS {
         let b = conn.round(per_round, || Ok(()))?;
@@ -169,7 +150,7 @@ fn run_rounds(requests: usize, port: u16, pid: HostPid, cgroup: &OwnCgroup) -> R
             Ok(())
         })?;
         probe.drain(&mut hits);
-        counts.add(probe.counts(slot));
+        counts.add(&probe.counts(slot));
         probe.unwatch(slot);
         if !probe.cgroups().is_empty() {
             bail!("the program stayed attached after the slot was unwatched");
@@ -184,11 +165,12 @@ fn run_rounds(requests: usize, port: u16, pid: HostPid, cgroup: &OwnCgroup) -> R
     // session and of each round is a POST), each armed one an arming, and the watch's own arm.
     let attached = (ROUNDS * (1 + 2 * per_round)) as u64;
     let posts = (ROUNDS * (1 + 2 * per_round.div_ceil(2))) as u64;
-    let expected = Counts {
+    let expected = ArrivalCounts {
         segments: attached,
         allowed: posts,
         denied: attached - posts,
         unmatched: 0,
+        tls: 0,
         armings: (ROUNDS * (1 + per_round.div_ceil(2))) as u64,
     };
     if counts != expected {

@@ -205,12 +205,7 @@ impl ArrivalProbe {
         let mut sum = ArrivalCounts::default();
         if let Ok(per_cpu) = self.counts.get(&slot, 0) {
             for c in per_cpu.iter() {
-                sum.segments += c.segments;
-                sum.allowed += c.allowed;
-                sum.denied += c.denied;
-                sum.unmatched += c.unmatched;
-                sum.tls += c.tls;
-                sum.armings += c.armings;
+                sum.add(c);
             }
         }
         sum
