@@ -441,6 +441,47 @@ static int kfd_ioctl_set_trap_handler(struct file *filep, struct kfd_process *p,
 	return err;
 }
 
+#if EMU_SECONDARY_CONTEXTS
+/*
+ * Mirrors: static int kfd_ioctl_create_process(struct file *filep, struct kfd_process *p,
+ *     void *data) (kfd_chardev.c 7.0: cc6b66d661fd, "amdkfd: introduce new ioctl
+ * AMDKFD_IOC_CREATE_PROCESS", in its V7 form with Felix Kuehling's locking, and the NULL check
+ * first as fixed after it). It turns the calling /dev/kfd file into a new secondary context of
+ * the calling process: -EINVAL unless the file's context is the primary one ("Each FD owns only
+ * one kfd_process"), create_process(current, false) under kfd_processes_mutex, the file's
+ * private_data replaced, the context's sysfs directory made (a failure only warns), and the
+ * file's reference on the primary dropped. No argument; returns 0. Global and noinline here so
+ * that kallsyms names it, as 7.x's does (gpreempt's feature detection: docs/kfd.md §1.5).
+ */
+__used noinline int kfd_ioctl_create_process(struct file *filep, struct kfd_process *p, void *data)
+{
+	struct kfd_process *process;
+
+	if (!filep->private_data || !p)
+		return -EINVAL;
+	/* Each FD owns only one kfd_process */
+	if (p->context_id != KFD_CONTEXT_ID_PRIMARY)
+		return -EINVAL;
+	mutex_lock(&kfd_processes_mutex);
+	if (p != filep->private_data) {
+		mutex_unlock(&kfd_processes_mutex);
+		return -EINVAL;
+	}
+	process = create_process(current, false);
+	if (IS_ERR(process)) {
+		mutex_unlock(&kfd_processes_mutex);
+		return PTR_ERR(process);
+	}
+	filep->private_data = process;
+	if (kfd_process_add_sysfs(process))
+		pr_warn("kfd_emu: Failed to create sysfs entry for the kfd_process");
+	mutex_unlock(&kfd_processes_mutex);
+	/* the reference open() took on the primary, which this file no longer holds */
+	kfd_unref_process(p);
+	return 0;
+}
+#endif
+
 typedef int amdkfd_ioctl_t(struct file *filep, struct kfd_process *p, void *data);
 
 struct amdkfd_ioctl_desc {
@@ -473,6 +514,9 @@ static const struct amdkfd_ioctl_desc amdkfd_ioctls[AMDKFD_COMMAND_END] = {
 	[0x23] = { AMDKFD_IOC_AVAILABLE_MEMORY, kfd_ioctl_get_available_memory },
 	[0x25] = { AMDKFD_IOC_RUNTIME_ENABLE, kfd_ioctl_runtime_enable },
 	[0x26] = { AMDKFD_IOC_DBG_TRAP, kfd_ioctl_set_debug_trap },
+#if EMU_SECONDARY_CONTEXTS
+	[0x27] = { AMDKFD_IOC_CREATE_PROCESS, kfd_ioctl_create_process },
+#endif
 };
 
 /*
@@ -541,13 +585,20 @@ static int kfd_open(struct inode *inode, struct file *filep)
 	return 0;
 }
 
-/* kfd_release() (6.12.117): only drops the file's reference; the process lives with its mm. */
+/*
+ * kfd_release() (6.12.117): only drops the file's reference; the process lives with its mm.
+ * 7.0 (65cce2a172ff): a secondary context lives with its file: it leaves the table (and the
+ * debug state) first, then its last reference goes.
+ */
 static int kfd_release(struct inode *inode, struct file *filep)
 {
 	struct kfd_process *process = filep->private_data;
 
-	if (process)
-		kfd_unref_process(process);
+	if (!process)
+		return 0;
+	if (!kfd_process_is_primary(process))
+		kfd_process_notifier_release_internal(process);
+	kfd_unref_process(process);
 	return 0;
 }
 

@@ -443,6 +443,15 @@ __used noinline int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_proc
 	struct pid *pid = NULL;
 	int r = 0;
 
+	/*
+	 * 7.0 ("amdkfd: process debug trap ioctl only on a primary context", e3491fa3f3c9, Reviewed-by
+	 * Felix Kuehling): first of all, the caller's context must be the primary one.
+	 */
+	if (!kfd_process_is_primary(p)) {
+		pr_debug("kfd_emu: Set debug trap ioctl can not be invoked on non-primary kfd process\n");
+		return -EOPNOTSUPP;
+	}
+
 	pid = find_get_pid(args->pid);
 	if (!pid) {
 		r = -ESRCH;
@@ -475,6 +484,12 @@ __used noinline int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_proc
 	if (IS_ERR_OR_NULL(target)) {
 		r = target ? PTR_ERR(target) : -ESRCH;
 		target = NULL;
+		goto out;
+	}
+	/* 7.0 (e3491fa3f3c9): and so must the target's (a pid finds its primary, so it is) */
+	if (!kfd_process_is_primary(target)) {
+		pr_debug("kfd_emu: Set debug trap ioctl not supported on non-primary kfd process\n");
+		r = -EOPNOTSUPP;
 		goto out;
 	}
 

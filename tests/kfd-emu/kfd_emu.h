@@ -61,10 +61,29 @@
 #define EMU_GPU_ID0 0x1000
 #define EMU_GPU_ID1 0x2000
 
+/*
+ * Secondary KFD contexts (Linux 7.0, KFD 1.19): built against 7.x headers the emulator mirrors
+ * the series "amdkfd: introduce new ioctl AMDKFD_IOC_CREATE_PROCESS" (Zhu Lingshan, V7, merged
+ * for v7.0-rc1: cc6b66d661fd the ioctl, e3491fa3f3c9 "process debug trap ioctl only on a primary
+ * context", fac682a1d1af context ids and sysfs, 65cce2a172ff a secondary dies with its file,
+ * e1b73b64271d "remove DIQ support"): AMDKFD_IOC_CREATE_PROCESS, kfd_process.context_id, the
+ * context_<id> sysfs directories, DBG_TRAP's -EOPNOTSUPP, the queue-type enum without DIQ and
+ * GET_VERSION 1.19. Older builds stay 6.12.117's KFD 1.17 (README "Secondary contexts").
+ */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 0, 0)
+#define EMU_SECONDARY_CONTEXTS 1
+#else
+#define EMU_SECONDARY_CONTEXTS 0
+#endif
+
 /* ---- UAPI (include/uapi/linux/kfd_ioctl.h, KFD 1.17 as in Linux 6.12.117; MIT licence) ---- */
 
 #define KFD_IOCTL_MAJOR_VERSION 1
+#if EMU_SECONDARY_CONTEXTS
+#define KFD_IOCTL_MINOR_VERSION 19	/* "1.19 - Add a new ioctl to craete secondary kfd processes" */
+#else
 #define KFD_IOCTL_MINOR_VERSION 17
+#endif
 
 struct kfd_ioctl_get_version_args {
 	__u32 major_version;
@@ -619,18 +638,33 @@ struct kfd_ioctl_get_tile_config_args {
 #define AMDKFD_IOC_RUNTIME_ENABLE _IOWR(AMDKFD_IOCTL_BASE, 0x25, struct kfd_ioctl_runtime_enable_args)
 #define AMDKFD_IOC_DBG_TRAP _IOWR(AMDKFD_IOCTL_BASE, 0x26, struct kfd_ioctl_dbg_trap_args)
 #define AMDKFD_COMMAND_START 0x01
+#if EMU_SECONDARY_CONTEXTS
+/* kfd_ioctl.h 7.0: AMDKFD_IO(0x27), no argument (cc6b66d661fd) */
+#define AMDKFD_IOC_CREATE_PROCESS _IO(AMDKFD_IOCTL_BASE, 0x27)
+#define AMDKFD_COMMAND_END 0x28
+#else
 #define AMDKFD_COMMAND_END 0x27
+#endif
 
 /* ---- internal structures (names from kfd_priv.h / kfd_device_queue_manager.h, 6.12.117) ---- */
 
-/* Kernel-internal queue types (6.12.117): what sysfs queues/<id>/type prints. */
+/*
+ * Kernel-internal queue types (6.12.117): what sysfs queues/<id>/type prints. 7.0 removed DIQ
+ * ("amdkfd: remove DIQ support", e1b73b64271d, the CREATE_PROCESS series): the values after HIQ
+ * moved down by one (docs/kfd.md §1).
+ */
 enum kfd_queue_type {
 	KFD_QUEUE_TYPE_COMPUTE = 0,
 	KFD_QUEUE_TYPE_SDMA = 1,
 	KFD_QUEUE_TYPE_HIQ = 2,
+#if EMU_SECONDARY_CONTEXTS
+	KFD_QUEUE_TYPE_SDMA_XGMI = 3,
+	KFD_QUEUE_TYPE_SDMA_BY_ENG_ID = 4,
+#else
 	KFD_QUEUE_TYPE_DIQ = 3,
 	KFD_QUEUE_TYPE_SDMA_XGMI = 4,
 	KFD_QUEUE_TYPE_SDMA_BY_ENG_ID = 5,
+#endif
 };
 
 enum kfd_queue_format {
@@ -881,7 +915,33 @@ struct kfd_process {
 	struct kobject *kobj;
 	struct kobject *kobj_queues;
 	struct attribute attr_pasid;
+#if EMU_SECONDARY_CONTEXTS
+	/*
+	 * kfd_priv.h 7.0 (fac682a1d1af): KFD_CONTEXT_ID_PRIMARY for the context kfd_open made, else
+	 * the id the primary's id_table gave this secondary (0..0xFFFE); the primary's IDA.
+	 */
+	u16 context_id;
+	struct ida id_table;
+	/*
+	 * Emulator: a secondary keeps its primary referenced until it is released, so the primary's
+	 * sysfs directory (its context_<id> parent) and IDA outlive it (upstream the kobject's parent
+	 * reference keeps the directory, and a lookup by mm finds the primary).
+	 */
+	struct kfd_process *primary_process;
+#endif
 };
+
+#define KFD_CONTEXT_ID_PRIMARY 0xFFFF
+
+/* Whether p is the context kfd_open made (every context before 7.0). */
+static inline bool kfd_process_is_primary(const struct kfd_process *p)
+{
+#if EMU_SECONDARY_CONTEXTS
+	return p->context_id == KFD_CONTEXT_ID_PRIMARY;
+#else
+	return true;
+#endif
+}
 
 /* ---- the functions the tracer probes: amdkfd names and 6.12.117 prototypes ---- */
 long kfd_ioctl(struct file *filep, unsigned int cmd, unsigned long arg);
@@ -890,6 +950,9 @@ int kfd_ioctl_destroy_queue(struct file *filp, struct kfd_process *p, void *data
 int kfd_ioctl_update_queue(struct file *filp, struct kfd_process *p, void *data);
 int kfd_ioctl_set_debug_trap(struct file *filep, struct kfd_process *p, void *data);
 int kfd_ioctl_runtime_enable(struct file *filep, struct kfd_process *p, void *data);
+#if EMU_SECONDARY_CONTEXTS
+int kfd_ioctl_create_process(struct file *filep, struct kfd_process *p, void *data);
+#endif
 int pqm_create_queue(struct process_queue_manager *pqm, struct kfd_node *dev, struct file *f,
 		     struct queue_properties *properties, unsigned int *qid,
 		     const void *q_data, const void *restore_mqd, const void *restore_ctl_stack,
@@ -1011,7 +1074,8 @@ extern spinlock_t kfd_processes_lock;
 struct kfd_process *find_process_by_mm(const struct mm_struct *mm);
 struct kfd_process *kfd_lookup_process_by_pid(struct pid *pid);
 void kfd_unref_process(struct kfd_process *p);
-struct kfd_process *create_process(struct task_struct *thread);
+struct kfd_process *create_process(struct task_struct *thread, bool primary);
+void kfd_process_notifier_release_internal(struct kfd_process *p);
 
 /* chardev.c: /dev/kfd, registered by init */
 extern const struct file_operations kfd_fops;

@@ -425,7 +425,14 @@ int kfd_mmap(struct file *filp, struct vm_area_struct *vma)
 	void *pages = NULL;
 	int err;
 
+#if EMU_SECONDARY_CONTEXTS
+	/* 7.0 (4eb38fc0f1da): the file's context, which may be a secondary one */
+	p = filp->private_data;
+	if (p)
+		kref_get(&p->ref);
+#else
 	p = emu_process_of_current();
+#endif
 	if (!p)
 		return -EINVAL;
 	if (KFD_MMAP_GET_GPU_ID(offset))

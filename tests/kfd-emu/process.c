@@ -20,12 +20,18 @@ LIST_HEAD(kfd_processes_list);
 DEFINE_SPINLOCK(kfd_processes_lock);
 static atomic_t pasid_counter = ATOMIC_INIT(0x8000);
 
+/*
+ * find_process_by_mm() (6.12.117): the process of an mm. Since 7.0 several contexts share an mm
+ * and the lookup "always return[s] the primary context" (commit 3880d8e3c6ef of the
+ * CREATE_PROCESS series): so do kfd_open's second open, a pid's lookup (DBG_TRAP) and the
+ * control files.
+ */
 struct kfd_process *find_process_by_mm(const struct mm_struct *mm)
 {
 	struct kfd_process *p;
 
 	list_for_each_entry(p, &kfd_processes_list, processes)
-		if (p->mm == mm)
+		if (p->mm == mm && kfd_process_is_primary(p))
 			return p;
 	return NULL;
 }
@@ -97,7 +103,22 @@ __used noinline void kfd_process_wq_release(struct work_struct *work)
 	for (i = 0; i < p->n_pdds; i++)
 		if (p->pdds[i].drm_file)
 			fput(p->pdds[i].drm_file);
+#if EMU_SECONDARY_CONTEXTS
+	/*
+	 * kfd_process_wq_release() 7.0 (fac682a1d1af): a secondary gives its id back to its primary
+	 * (kfd_process_free_id, with the 2026 fix of its inverted test: "if (process->context_id ==
+	 * KFD_CONTEXT_ID_PRIMARY) return;"), a primary destroys its IDA.
+	 */
+	if (!kfd_process_is_primary(p))
+		ida_free(&p->primary_process->id_table, p->context_id);
+	else
+		ida_destroy(&p->id_table);
+#endif
 	kfd_process_remove_sysfs(p);
+#if EMU_SECONDARY_CONTEXTS
+	if (p->primary_process)
+		kfd_unref_process(p->primary_process);
+#endif
 	mmdrop(p->mm_grabbed);
 	put_task_struct(p->lead_thread);
 	kfree(p);
@@ -107,11 +128,12 @@ __used noinline void kfd_process_wq_release(struct work_struct *work)
 /*
  * kfd_process_notifier_release_internal() (6.12.117): at exit_mmap the process leaves the table,
  * disables debugging of itself and of every process it debugs (resuming their queues: the
- * "debugger exit auto-resume"), and drops the notifier's reference.
+ * "debugger exit auto-resume"), and drops the notifier's reference. 7.0 (65cce2a172ff, "a
+ * secondary context dies with its file") also calls it from kfd_release for a secondary, which
+ * has no notifier.
  */
-static void kfd_process_notifier_release(struct mmu_notifier *mn, struct mm_struct *mm)
+void kfd_process_notifier_release_internal(struct kfd_process *p)
 {
-	struct kfd_process *p = container_of(mn, struct kfd_process, mmu_notifier);
 	struct kfd_process *target, *refs[16];
 	int n = 0, i;
 
@@ -140,7 +162,14 @@ static void kfd_process_notifier_release(struct mmu_notifier *mn, struct mm_stru
 		mutex_unlock(&refs[i]->mutex);
 		kfd_unref_process(refs[i]);
 	}
-	mmu_notifier_put(&p->mmu_notifier);
+	/* 7.0 (65cce2a172ff): only a primary has a notifier */
+	if (kfd_process_is_primary(p))
+		mmu_notifier_put(&p->mmu_notifier);
+}
+
+static void kfd_process_notifier_release(struct mmu_notifier *mn, struct mm_struct *mm)
+{
+	kfd_process_notifier_release_internal(container_of(mn, struct kfd_process, mmu_notifier));
 }
 
 static void kfd_process_free_notifier(struct mmu_notifier *mn)
@@ -153,11 +182,31 @@ static const struct mmu_notifier_ops kfd_process_mmu_notifier_ops = {
 	.free_notifier = kfd_process_free_notifier,
 };
 
-struct kfd_process *create_process(struct task_struct *thread)
+/*
+ * create_process(thread, primary) (kfd_process.c; the primary argument and the export to
+ * kfd_chardev.c since 7.0, cc6b66d661fd), under kfd_processes_mutex. A primary registers the
+ * mm's notifier, which owns its first reference, and its sysfs directory; a secondary (7.0) has
+ * no notifier (its first reference is its file's), takes an id from its primary's IDA
+ * (kfd_process_alloc_id: 0..KFD_CONTEXT_ID_PRIMARY - 1) and gets its sysfs directory from the
+ * CREATE_PROCESS ioctl.
+ */
+struct kfd_process *create_process(struct task_struct *thread, bool primary)
 {
 	struct kfd_process *p;
 	unsigned int i;
 	int err;
+#if EMU_SECONDARY_CONTEXTS
+	struct kfd_process *primary_process = NULL;
+
+	if (!primary) {
+		primary_process = find_process_by_mm(thread->mm);
+		if (!primary_process)
+			return ERR_PTR(-ESRCH);
+	}
+#else
+	if (!primary)
+		return ERR_PTR(-EINVAL);
+#endif
 
 	p = kzalloc(sizeof(*p), GFP_KERNEL);
 	if (!p)
@@ -202,22 +251,43 @@ struct kfd_process *create_process(struct task_struct *thread)
 	}
 	p->n_pdds = emu_num_nodes;
 
+#if EMU_SECONDARY_CONTEXTS
+	if (!primary) {
+		err = ida_alloc_range(&primary_process->id_table, 0, KFD_CONTEXT_ID_PRIMARY - 1,
+				      GFP_KERNEL);
+		if (err < 0) {
+			pr_err("kfd_emu: Creating kfd process: failed to alloc an id\n");
+			goto err_free;
+		}
+		p->context_id = err;
+		kref_get(&primary_process->ref);
+		p->primary_process = primary_process;
+		spin_lock(&kfd_processes_lock);
+		list_add(&p->processes, &kfd_processes_list);
+		spin_unlock(&kfd_processes_lock);
+		return p;	/* sysfs: kfd_ioctl_create_process */
+	}
+	p->context_id = KFD_CONTEXT_ID_PRIMARY;
+	ida_init(&p->id_table);
+#endif
 	p->mmu_notifier.ops = &kfd_process_mmu_notifier_ops;
 	err = mmu_notifier_register(&p->mmu_notifier, p->mm);
-	if (err) {
-		mmdrop(p->mm_grabbed);
-		put_task_struct(p->lead_thread);
-		bitmap_free(p->pqm.queue_slot_bitmap);
-		kfree(p);
-		module_put(THIS_MODULE);
-		return ERR_PTR(err);
-	}
+	if (err)
+		goto err_free;
 	spin_lock(&kfd_processes_lock);
 	list_add(&p->processes, &kfd_processes_list);
 	spin_unlock(&kfd_processes_lock);
 	if (kfd_process_add_sysfs(p))
 		pr_warn("kfd_emu: Creating procfs for pid %d failed\n", p->lead_thread->pid);
 	return p;
+
+err_free:
+	mmdrop(p->mm_grabbed);
+	put_task_struct(p->lead_thread);
+	bitmap_free(p->pqm.queue_slot_bitmap);
+	kfree(p);
+	module_put(THIS_MODULE);
+	return ERR_PTR(err);
 }
 
 /*
@@ -241,7 +311,7 @@ __used noinline struct kfd_process *kfd_create_process(struct task_struct *threa
 	if (process) {
 		kref_get(&process->ref);
 	} else {
-		process = create_process(thread);
+		process = create_process(thread, true);
 		if (!IS_ERR(process))
 			kref_get(&process->ref);
 	}

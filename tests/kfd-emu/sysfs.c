@@ -110,6 +110,11 @@ static void kfd_sysfs_init_attr(struct attribute *attr, const char *name)
 	attr->mode = 0444;
 }
 
+/*
+ * kfd_create_process_sysfs() (kfd_process.c): proc/<pid>/ for a primary; for a secondary (7.0,
+ * fac682a1d1af) the same files in its primary's directory as context_<context_id>/, so queues
+ * of a secondary are proc/<pid>/context_<id>/queues/<queue id>/ (ids per context).
+ */
 int kfd_process_add_sysfs(struct kfd_process *p)
 {
 	int i, ret;
@@ -117,8 +122,16 @@ int kfd_process_add_sysfs(struct kfd_process *p)
 	p->kobj = kzalloc(sizeof(*p->kobj), GFP_KERNEL);
 	if (!p->kobj)
 		return -ENOMEM;
-	ret = kobject_init_and_add(p->kobj, &procfs_type, procfs_kobj, "%d",
-				   (int)p->lead_thread->pid);
+#if EMU_SECONDARY_CONTEXTS
+	if (!kfd_process_is_primary(p) && !p->primary_process->kobj)
+		ret = -ESRCH;	/* upstream: no primary found by mm */
+	else if (!kfd_process_is_primary(p))
+		ret = kobject_init_and_add(p->kobj, &procfs_type, p->primary_process->kobj,
+					   "context_%u", p->context_id);
+	else
+#endif
+		ret = kobject_init_and_add(p->kobj, &procfs_type, procfs_kobj, "%d",
+					   (int)p->lead_thread->pid);
 	if (ret) {
 		kobject_put(p->kobj);
 		kfree(p->kobj);
@@ -221,7 +234,7 @@ static ssize_t emu_evict_store_common(const char *buf, size_t count, bool evict)
 		return err;
 	mutex_lock(&kfd_processes_mutex);
 	list_for_each_entry(p, &kfd_processes_list, processes) {
-		if (p->lead_thread->pid == pid) {
+		if (p->lead_thread->pid == pid && kfd_process_is_primary(p)) {
 			found = p;
 			kref_get(&p->ref);
 			break;
@@ -269,7 +282,7 @@ static ssize_t stuck_queue_store(struct kobject *kobj, struct kobj_attribute *at
 		return -EINVAL;
 	mutex_lock(&kfd_processes_mutex);
 	list_for_each_entry(p, &kfd_processes_list, processes) {
-		if (p->lead_thread->pid == pid) {
+		if (p->lead_thread->pid == pid && kfd_process_is_primary(p)) {
 			found = p;
 			kref_get(&p->ref);
 			break;
