@@ -432,7 +432,11 @@ pub struct ProbeConfig {
     pub fence_wait_takes_dqm: u32,
     /// 1 when `kfd_smi_event_queue_*`'s second argument is a pid (all released kernels).
     pub smi_arg_is_pid: u32,
-    pub _pad: u32,
+    /// `struct kfd_process.context_id` (u16; Linux 7.0, `KFD_CONTEXT_ID_PRIMARY` 0xFFFF for the
+    /// context `kfd_open` made): the programs leave out what happens in a secondary context,
+    /// whose queue ids repeat the primary's (docs/kfd.md §1.4). Unknown before 7.0 (no such
+    /// member: every context is the primary) and without module BTF.
+    pub process_context_id: u32,
 }
 
 /// "Unknown" for every offset of [`ProbeConfig`]: 0 is the offset of a first member (the
@@ -455,7 +459,7 @@ impl ProbeConfig {
         create_process_takes_task: 0,
         fence_wait_takes_dqm: 0,
         smi_arg_is_pid: 1,
-        _pad: 0,
+        process_context_id: OFFSET_UNKNOWN,
     };
 }
 

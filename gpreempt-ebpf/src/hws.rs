@@ -11,7 +11,7 @@ use aya_ebpf::{macros::kprobe, programs::ProbeContext};
 use gpreempt_common::record::{CallPhase, KfdFn, OFFSET_UNKNOWN};
 
 use crate::{
-    maps::{config, gpu_of_dqm, owner_of_qpd, read_at},
+    maps::{config, gpu_of_dqm, is_secondary_context, owner_of_qpd, process_of_qpd, read_at},
     pairs::{arg, call_pair, emit_call, now},
 };
 
@@ -102,6 +102,10 @@ call_pair!(
 pub fn set_queue_as_reset(ctx: ProbeContext) -> u32 {
     let cfg = config();
     let (dqm, q, qpd) = (arg(&ctx, 0), arg(&ctx, 1), arg(&ctx, 2));
+    // A secondary context's queue (Linux 7.0) has an id of that context: left out.
+    if process_of_qpd(&cfg, qpd).is_some_and(|p| is_secondary_context(&cfg, p)) {
+        return 0;
+    }
     let queue_id = if q == 0 || cfg.queue_queue_id == OFFSET_UNKNOWN {
         u64::from(u32::MAX)
     } else {

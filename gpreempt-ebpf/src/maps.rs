@@ -82,6 +82,27 @@ pub fn known_owner(cfg: &ProbeConfig, p: u64) -> Option<u32> {
     unsafe { OWNERS.get(&p) }.copied()
 }
 
+/// `KFD_CONTEXT_ID_PRIMARY` (kfd_priv.h 7.0, commit fac682a1d1af).
+const CONTEXT_ID_PRIMARY: u16 = 0xFFFF;
+
+/// Whether `p` (`struct kfd_process *`) is a secondary KFD context (Linux 7.0: `context_id` is not
+/// `KFD_CONTEXT_ID_PRIMARY`). Its queue ids repeat its primary's, and the model knows a process by
+/// its pid, so what happens in it is left out (docs/kfd.md §1.4). False where BTF has no
+/// `context_id` (kernels before 7.0, whose contexts are all primary; no module BTF) or the read
+/// fails.
+pub fn is_secondary_context(cfg: &ProbeConfig, p: u64) -> bool {
+    cfg.process_context_id != OFFSET_UNKNOWN
+        && read_at::<u16>(p, cfg.process_context_id).is_some_and(|id| id != CONTEXT_ID_PRIMARY)
+}
+
+/// The `kfd_process*` of a `qcm_process_device*`: `qpd->pqm->process` (offsets 8 and 0 on 6.1/6.12).
+pub fn process_of_qpd(cfg: &ProbeConfig, qpd: u64) -> Option<u64> {
+    if cfg.qpd_pqm == OFFSET_UNKNOWN || cfg.pqm_process == OFFSET_UNKNOWN {
+        return None;
+    }
+    read_at::<u64>(qpd, cfg.qpd_pqm).and_then(|pqm| read_at::<u64>(pqm, cfg.pqm_process))
+}
+
 /// Owner of a `qcm_process_device*`: `qpd->pqm->process` (offsets 8 and 0 on 6.1/6.12).
 pub fn owner_of_qpd(cfg: &ProbeConfig, qpd: u64) -> u32 {
     if cfg.qpd_pqm == OFFSET_UNKNOWN || cfg.pqm_process == OFFSET_UNKNOWN {

@@ -18,7 +18,7 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use gpreempt_common::record::{CallPhase, KfdCallRecord, KfdFn, Record, RecordHeader, counter};
 
-use crate::maps::{count, emit, header, stash, stash_call, take};
+use crate::maps::{config, count, emit, header, is_secondary_context, stash, stash_call, take};
 
 /// Integer argument `n` of the probed function (0 when the context cannot give it).
 pub fn arg(ctx: &ProbeContext, n: usize) -> u64 {
@@ -31,10 +31,11 @@ pub fn now() -> u64 {
     unsafe { aya_ebpf::helpers::bpf_ktime_get_boot_ns() }
 }
 
-/// Entry of an ioctl handler: keep `data` (argument 2) for the return probe.
+/// Entry of an ioctl handler: keep `data` (argument 2) and the file's KFD context `p` (argument
+/// 1) for the return probe.
 #[inline(always)]
 pub fn ioctl_entry(ctx: &ProbeContext, slot: u32) {
-    stash(slot, [arg(ctx, 2), 0, 0, 0, 0]);
+    stash(slot, [arg(ctx, 2), arg(ctx, 1), 0, 0, 0]);
 }
 
 /// Return of an ioctl handler: read `A` at the `data` the entry kept and emit the record `build`
@@ -48,6 +49,10 @@ pub fn ioctl_return<A, R: Record>(
     build: impl FnOnce(RecordHeader, A, i64) -> R,
 ) {
     let Some(entry) = take(slot) else { return };
+    // A call through a secondary context's file (Linux 7.0): its queue ids are that context's.
+    if is_secondary_context(&config(), entry.args[1]) {
+        return;
+    }
     // SAFETY: bpf_probe_read_kernel checks the address; a fault returns an error.
     let Ok(args) = (unsafe { bpf_probe_read_kernel(entry.args[0] as *const A) }) else {
         count(counter::READ_FAILED);

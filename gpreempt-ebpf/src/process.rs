@@ -14,11 +14,15 @@ use gpreempt_common::record::{CallPhase, KfdFn, OFFSET_UNKNOWN, ProcessCreateRec
 
 use crate::{
     maps::{
-        clear_teardown, config, count, emit, forget_owner, header, learn_owner, owner_of_process, read_at,
-        set_teardown, stash, take, task_tgid, teardown_owner,
+        clear_teardown, config, count, emit, forget_owner, header, is_secondary_context, learn_owner, owner_of_process,
+        peek, read_at, set_teardown, stash, take, task_tgid, teardown_owner,
     },
     pairs::{arg, emit_call, now},
 };
+
+/// The teardown mark of a secondary KFD context's release (no tgid is `u32::MAX`): the queue
+/// removals nested in it are left out (`maps::is_secondary_context`).
+const SECONDARY_TEARDOWN: u32 = u32::MAX;
 
 /// match-proto:v6.1.192:drivers/gpu/drm/amd/amdkfd/kfd_process.c:
 /// struct kfd_process *kfd_create_process(struct file *filep)
@@ -62,6 +66,13 @@ pub fn process_release_entry(ctx: ProbeContext) -> u32 {
     let work = arg(&ctx, 0);
     let (p, owner) = if cfg.process_release_work != OFFSET_UNKNOWN && work > u64::from(cfg.process_release_work) {
         let p = work - u64::from(cfg.process_release_work);
+        if is_secondary_context(&cfg, p) {
+            // A secondary context's release (its file closed, Linux 7.0): not the process's
+            // end, and its queue removals are that context's ids.
+            set_teardown(SECONDARY_TEARDOWN);
+            stash(KfdFn::ProcessRelease.stash_slot(), [0; 5]);
+            return 0;
+        }
         (p, owner_of_process(&cfg, p))
     } else {
         // No BTF: the owner comes from `kfd_process_dequeue_from_all_devices` just after.
@@ -95,6 +106,10 @@ pub fn process_release_return(_ctx: RetProbeContext) -> u32 {
 pub fn dequeue_all_entry(ctx: ProbeContext) -> u32 {
     let cfg = config();
     let p = arg(&ctx, 0);
+    if is_secondary_context(&cfg, p) {
+        set_teardown(SECONDARY_TEARDOWN);
+        return 0;
+    }
     let owner = owner_of_process(&cfg, p);
     if owner != 0 {
         set_teardown(owner);
@@ -114,12 +129,20 @@ pub fn procfs_del_queue(ctx: ProbeContext) -> u32 {
     if q == 0 {
         return 0;
     }
+    // A secondary context's queue (Linux 7.0): removed in its teardown, or by DESTROY_QUEUE
+    // through its file (the handler's entry stashed the file's context).
+    let teardown = teardown_owner();
+    if teardown == Some(SECONDARY_TEARDOWN)
+        || peek(stash_slot::DESTROY_QUEUE).is_some_and(|ioctl| is_secondary_context(&cfg, ioctl.args[1]))
+    {
+        return 0;
+    }
     let queue_id = if cfg.queue_queue_id == OFFSET_UNKNOWN {
         u64::from(u32::MAX)
     } else {
         read_at::<u32>(q, cfg.queue_queue_id).map_or(u64::from(u32::MAX), u64::from)
     };
-    let owner = teardown_owner().unwrap_or((bpf_get_current_pid_tgid() >> 32) as u32);
+    let owner = teardown.unwrap_or((bpf_get_current_pid_tgid() >> 32) as u32);
     let now = now();
     emit_call(KfdFn::ProcfsDelQueue, CallPhase::Entry, now, owner, 0, [queue_id, 0, 0, 0], 0);
     0

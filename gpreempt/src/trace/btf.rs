@@ -336,6 +336,7 @@ pub fn config_from(btf: &Btf) -> ProbeConfig {
     c.process_lead_thread = opt(btf.member_offset("kfd_process", "lead_thread"));
     c.task_tgid = opt(btf.member_offset("task_struct", "tgid"));
     c.process_release_work = opt(btf.member_offset("kfd_process", "release_work"));
+    c.process_context_id = opt(btf.member_offset("kfd_process", "context_id"));
     c.qpd_pqm = btf.member_offset("qcm_process_device", "pqm").unwrap_or(c.qpd_pqm);
     c.pqm_process = btf.member_offset("process_queue_manager", "process").unwrap_or(c.pqm_process);
     c.dqm_dev = opt(btf.member_offset("device_queue_manager", "dev"));
@@ -388,7 +389,7 @@ pub fn describe(c: &ProbeConfig) -> String {
     format!(
         "kfd_process.lead_thread={} task_struct.tgid={} kfd_process.release_work={} \
          device_queue_manager.dev={} kfd_node.id={} queue.properties.queue_id={} \
-         create_process(task)={} fence_wait(dqm)={} smi(pid)={}",
+         create_process(task)={} fence_wait(dqm)={} smi(pid)={} kfd_process.context_id={}",
         show(c.process_lead_thread),
         show(c.task_tgid),
         show(c.process_release_work),
@@ -398,6 +399,7 @@ pub fn describe(c: &ProbeConfig) -> String {
         c.create_process_takes_task,
         c.fence_wait_takes_dqm,
         c.smi_arg_is_pid,
+        show(c.process_context_id),
     )
 }
 
@@ -553,6 +555,20 @@ pub(crate) mod tests {
         let text = describe(&c);
         assert!(text.contains("device_queue_manager.dev=0 kfd_node.id=0"), "{text}");
         assert!(text.contains("kfd_process.lead_thread=0 task_struct.tgid=? kfd_process.release_work=?"), "{text}");
+        // No context_id before Linux 7.0: every context is the primary, nothing is left out.
+        assert_eq!(c.process_context_id, OFFSET_UNKNOWN);
+        assert!(text.ends_with("kfd_process.context_id=?"), "{text}");
+    }
+
+    /// Linux 7.0's `kfd_process.context_id` (a u16 at byte 2074 of 2096 in Debian 7.3.4's module
+    /// BTF, docs/kfd.md §1.4): the programs read it to leave secondary contexts out.
+    #[test]
+    fn the_context_id_of_a_7_x_kfd_process_is_found() {
+        let mut b = Builder::new();
+        b.int("int").ptr(1).strukt("kfd_process", 2096, &[("lead_thread", 2, 88 * 8), ("context_id", 1, 2074 * 8)]);
+        let c = config_from(&Btf::parse(&b.build()).unwrap());
+        assert_eq!((c.process_lead_thread, c.process_context_id), (88, 2074));
+        assert!(describe(&c).ends_with("kfd_process.context_id=2074"), "{}", describe(&c));
     }
 
     #[test]
