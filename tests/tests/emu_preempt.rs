@@ -18,12 +18,14 @@ use std::{
 
 use gpreempt::clock::monotonic_ns;
 use gpreempt_tests::{
-    EmuParam, LineHelper, binary,
+    EmuParam, LineHelper, Tracer, binary,
     controller::{advances, rptr_now},
-    emu_param,
+    emu_param, events_of, read_sysfs, skip, summary,
     target::{eventually, tracer_pid},
+    vm_kernel, wait_kfd_released,
 };
 use nix::sys::signal::Signal;
+use serde_json::json;
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -271,8 +273,9 @@ fn a_thousand_iterations_stop_the_offline_work_in_every_hold_and_not_in_any_gap(
 
 /// A second /dev/kfd file is no secondary context: amdsmi's event notification and
 /// rocprofiler-sdk keep one open on the same primary context. Whatever KFD version the driver
-/// reports (the emulator at 1.19 here, its usual 1.17 after), such a process is scheduled like any
-/// other; only `proc/<pid>/context_<id>/` directories in sysfs refuse one (docs/kfd.md §1.5).
+/// reports (the emulator at 1.19 here, then its own: 1.17, or 1.19 built for 7.x, where it has
+/// CREATE_PROCESS), such a process is scheduled like any other; only `proc/<pid>/context_<id>/`
+/// directories in sysfs refuse one (docs/kfd.md §1.5).
 #[test]
 fn a_process_with_an_extra_primary_kfd_file_is_preempted_normally() {
     let two = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable", "--extra-kfd-files", "1"]);
@@ -292,6 +295,110 @@ fn a_process_with_an_extra_primary_kfd_file_is_preempted_normally() {
         );
         assert_eq!(tracer_pid(two.pid()).unwrap(), 0, "detached after the run");
     }
+}
+
+/// Linux 7.0's secondary KFD contexts, on the emulator built for 7.x (tests/kfd-emu README
+/// "Secondary contexts"): a process turns a second /dev/kfd file into a secondary context with
+/// AMDKFD_IOC_CREATE_PROCESS and creates a queue there. Queue ids are per context (its first is
+/// 0 again), sysfs shows it under `proc/<pid>/context_0/`, DBG_TRAP through that file is
+/// EOPNOTSUPP (the caller's context is not the primary one), a second CREATE_PROCESS on it EINVAL,
+/// and `gpreempt preempt` refuses the process before seizing it, naming the context: the pid
+/// reaches only the primary context, whose suspend would leave the secondary's queue running.
+#[test]
+fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_their_own_ids() {
+    if vm_kernel() != "7" {
+        skip!("secondary KFD contexts are Linux 7.0's: the emulator built for {} has no CREATE_PROCESS", vm_kernel());
+    }
+    // The tracer leaves out what happens in a secondary context (its queue ids repeat the
+    // primary's; docs/kfd.md §1.4): it reads kfd_process.context_id from the module's BTF.
+    let tracer = Tracer::start(&[]).unwrap();
+    let mut w = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable", "--secondary-context", "1"]);
+    let pid = w.pid();
+    assert_eq!(w.hello["kfd_version"], "1.19");
+    let secondary = &w.hello["secondary"];
+    assert_eq!((&secondary["create_process"], &secondary["errors"]), (&json!(0), &json!([])), "{}", w.hello);
+    let ids = |queues: &serde_json::Value| -> Vec<u64> {
+        queues.as_array().unwrap().iter().map(|q| q["queue_id"].as_u64().unwrap()).collect()
+    };
+    assert_eq!((ids(&w.hello["queues"]), ids(&secondary["queues"])), (vec![0, 1], vec![0]));
+    let dir = format!("/sys/class/kfd/kfd/proc/{pid}");
+    let mut contexts: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("context_"))
+        .collect();
+    contexts.sort();
+    assert_eq!(contexts, ["context_0"]);
+    let queue_file = |path: &str| read_sysfs(&format!("{dir}/{path}")).unwrap();
+    assert_eq!(
+        (queue_file("context_0/queues/0/gpuid"), queue_file("context_0/queues/0/type")),
+        ("4096".into(), "0".into())
+    );
+    assert!(!std::path::Path::new(&format!("{dir}/context_0/queues/1")).exists());
+    assert_eq!((queue_file("queues/0/gpuid"), queue_file("queues/1/gpuid")), ("4096".into(), "4096".into()));
+    // DBG_TRAP DISABLE of itself: through the secondary file EOPNOTSUPP, before any other check;
+    // through the primary file the op's own answer (the process is not debug-enabled: EINVAL,
+    // docs/kfd.md §2.1).
+    assert_eq!(w.cmd("dbg_trap 1 1").unwrap()["ret"], -(nix::errno::Errno::EOPNOTSUPP as i64));
+    assert_eq!(w.cmd("dbg_trap 0 1").unwrap()["ret"], -(nix::errno::Errno::EINVAL as i64));
+    // "Each FD owns only one kfd_process": a secondary file cannot be made secondary again.
+    assert_eq!(w.cmd("create_process").unwrap()["ret"], -(nix::errno::Errno::EINVAL as i64));
+    // `ps` shows the secondary's queue keyed by its context, beside the primary's of the same id.
+    let ps = Command::new(binary("gpreempt").unwrap()).args(["ps", "--json"]).output().unwrap();
+    assert!(ps.status.success(), "{}", String::from_utf8_lossy(&ps.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&ps.stdout).unwrap();
+    let me = v["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).cloned().unwrap();
+    let keys: Vec<(serde_json::Value, u64)> = me["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| (q["context"].clone(), q["queue_id"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(keys, [(json!("primary"), 0), (json!("primary"), 1), (json!({"secondary": 0}), 0)], "{me}");
+    // The refusal, before any seize: exit 1, the reason naming the context.
+    let out = preempt(&["--offline", &pid.to_string(), "--iterations", "1", "--hold", "1ms", "--no-trace"])
+        .wait_with_output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim_end().lines().last(),
+        Some(
+            format!(
+                "gpreempt: error: refusing pid {pid} (emu-workload): it has secondary KFD contexts (context_0; \
+                 AMDKFD_IOC_CREATE_PROCESS, Linux 7.0), and DBG_TRAP returns EOPNOTSUPP for a secondary context \
+                 while the pid names only its primary one, so the queues of those contexts can be neither listed \
+                 nor suspended and would keep running while gpreempt reported the process suspended"
+            )
+            .as_str()
+        ),
+        "{stderr}"
+    );
+    assert_eq!(tracer_pid(pid).unwrap(), 0, "never seized");
+    // Both contexts' queues kept running.
+    let rptr = |w: &mut LineHelper| w.cmd("rptr").unwrap();
+    let before = rptr(&mut w);
+    assert!(
+        eventually(10 * SECOND, || {
+            let now = rptr(&mut w);
+            ["rptr", "secondary_rptr"].iter().all(|k| {
+                let (a, b) = (before[k].as_array().unwrap(), now[k].as_array().unwrap());
+                a.len() == b.len() && a.iter().zip(b).all(|(a, b)| b.as_u64() > a.as_u64())
+            })
+        }),
+        "{before}"
+    );
+    // Exit: the secondary goes with its file, the primary with the mm.
+    assert!(w.finish().unwrap().success());
+    wait_kfd_released(pid).unwrap();
+    let objects = tracer.stop().unwrap();
+    let creates: Vec<(&serde_json::Value, &serde_json::Value)> =
+        events_of(&objects, pid, "queue_create").iter().map(|e| (&e["queue_id"], &e["ret"])).collect();
+    assert_eq!(creates, [(&json!(0), &json!(0)), (&json!(1), &json!(0))], "only the primary's: {objects:?}");
+    let traps: Vec<(&serde_json::Value, &serde_json::Value)> =
+        events_of(&objects, pid, "debug_trap").iter().map(|e| (&e["op"], &e["ret"])).collect();
+    assert_eq!(traps, [(&json!("disable"), &json!(-22))], "the primary file's DISABLE only: {objects:?}");
+    assert_eq!(summary(&objects).unwrap()["dropped"], 0);
 }
 
 #[test]

@@ -281,11 +281,15 @@ const FOCUSED: &[(&str, &[&str])] = &[
             "suspend_stops_progress_within_the_preemption_delay_and_resume_restarts_it",
         ],
     ),
+    // Secondary KFD contexts (7.x; the test skips elsewhere) and the extra primary /dev/kfd file
+    // that is none (every kernel): a few seconds each.
     (
         "emu_preempt",
         &[
             "queues_lists_the_real_queues_with_every_field",
             "cycles_without_hold_or_gap_suspend_every_queue_and_pick_up_one_created_mid_run",
+            "a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_their_own_ids",
+            "a_process_with_an_extra_primary_kfd_file_is_preempted_normally",
         ],
     ),
     ("emu_schedule", &["emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_never_ends"]),

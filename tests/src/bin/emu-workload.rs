@@ -17,6 +17,11 @@
 //! yet: queued work the CP cannot start), `commit QID INDEX COST_US` (write that slot's dispatch),
 //! `records QID` (the completion records written so far), `error QID` (the CWSR error payload). QID is an index into `queues`. EOF exits without destroying anything (the
 //! driver tears the queues down).
+//! With `--secondary-context N` it also opens /dev/kfd once more, turns that file into a secondary
+//! KFD context (`AMDKFD_IOC_CREATE_PROCESS`, Linux 7.0) and creates N queues there, filled like the
+//! others (the hello line's `secondary`: `{create_process, queues, errors}`); then
+//! `dbg_trap FILE OP` issues DBG_TRAP op OP on this process's own pid through the primary (FILE
+//! 0) or the secondary (1) file, and `create_process` CREATE_PROCESS again on the secondary file.
 //!
 //! `emu-workload online …` and `emu-workload offline …`: the load generators of `load.rs`.
 //! `emu-workload serve …` and `emu-workload train …`: an inference-like and a training-like
@@ -108,6 +113,10 @@ enum Mode {
         /// turns such a file into a secondary context with AMDKFD_IOC_CREATE_PROCESS).
         #[arg(long, default_value_t = 0)]
         extra_kfd_files: u32,
+        /// Open /dev/kfd once more, make that file a secondary KFD context
+        /// (AMDKFD_IOC_CREATE_PROCESS, Linux 7.0) and create this many queues on it.
+        #[arg(long)]
+        secondary_context: Option<u32>,
         /// Give each compute queue the full context-save area libhsakmt allocates (a GPU memory
         /// object of (cwsr_size + debug) x num_xcc bytes: the emulator's gfx942 profile checks
         /// it), through the GPU's render node (amdgpu_emu loaded); default: a header only.
@@ -405,6 +414,39 @@ fn queue_arg(mems: &[QueueMem], words: &[u64]) -> Result<QueueMem> {
     mems.get(i).copied().with_context(|| format!("no queue #{i}"))
 }
 
+/// `AMDKFD_IOC_CREATE_PROCESS`: `AMDKFD_IO(0x27)`, no argument (kfd_ioctl.h 7.0, commit
+/// cc6b66d661fd), on `file`; returns `ret`.
+fn create_process(file: &Device) -> i64 {
+    const AMDKFD_IOC_CREATE_PROCESS: libc::c_ulong = 0x4B27; // _IO('K', 0x27)
+    // SAFETY: an ioctl without argument on a file this process owns.
+    let r = unsafe { libc::ioctl(file.as_fd().as_raw_fd(), AMDKFD_IOC_CREATE_PROCESS, 0) };
+    if r < 0 { -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)) } else { i64::from(r) }
+}
+
+/// The secondary context of `--secondary-context`: its file and queues.
+struct Secondary {
+    file: Device,
+    mems: Vec<QueueMem>,
+}
+
+/// Opens /dev/kfd again, makes the file a secondary context and creates `queues` queues there.
+fn secondary(gpu_id: u32, queues: u32, ring_size: u32) -> Result<(Secondary, Value)> {
+    let file = open_kfd()?;
+    let ret = create_process(&file);
+    let mut save = SaveAreas::HeaderOnly;
+    let (mut mems, mut errors) = (Vec::new(), Vec::new());
+    for _ in 0..queues {
+        match create(&file, &mut save, gpu_id, uapi::queue_type::COMPUTE_AQL, ring_size, 100, 7)? {
+            (_, Some(q)) => mems.push(q),
+            (ret, None) => errors.push(ret),
+        }
+    }
+    let hello =
+        json!({"create_process": ret, "queues": mems.iter().map(describe).collect::<Vec<_>>(), "errors": errors});
+    Ok((Secondary { file, mems }, hello))
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run(
     gpu_id: u32,
     queues: u32,
@@ -413,6 +455,7 @@ fn run(
     fill_us: u64,
     extra_files: u32,
     full_save_area: bool,
+    secondary_queues: Option<u32>,
 ) -> Result<()> {
     let device = open_kfd()?;
     let mut save = if full_save_area { SaveAreas::full(device.as_fd().as_raw_fd()) } else { SaveAreas::HeaderOnly };
@@ -431,10 +474,18 @@ fn run(
             (ret, None) => errors.push(ret),
         }
     }
+    let (secondary, secondary_hello) = match secondary_queues {
+        Some(n) => {
+            let (s, hello) = self::secondary(gpu_id, n, ring_size)?;
+            (Some(s), hello)
+        }
+        None => (None, Value::Null),
+    };
+    let secondary_mems = secondary.as_ref().map(|s| s.mems.clone()).unwrap_or_default();
     let stop = Arc::new(AtomicBool::new(false));
     let mut fillers = Vec::new();
     if fill_us > 0 {
-        for q in &mems {
+        for q in mems.iter().chain(&secondary_mems) {
             let (q, stop) = (*q, stop.clone());
             fillers.push(thread::spawn(move || fill(q, fill_us * 1000, stop)));
         }
@@ -447,6 +498,7 @@ fn run(
         "runtime_enable": runtime,
         "queues": mems.iter().map(describe).collect::<Vec<_>>(),
         "errors": errors,
+        "secondary": secondary_hello,
     }))?;
     for line in std::io::stdin().lock().lines() {
         let line = line?;
@@ -454,7 +506,9 @@ fn run(
         match line.split_whitespace().next().unwrap_or_default() {
             "rptr" => {
                 let values: Vec<u64> = mems.iter().map(QueueMem::read_index).collect();
-                reply(json!({"rptr": values, "queue_ids": mems.iter().map(|q| q.queue_id).collect::<Vec<_>>()}))?;
+                let secondary: Vec<u64> = secondary_mems.iter().map(QueueMem::read_index).collect();
+                reply(json!({"rptr": values, "queue_ids": mems.iter().map(|q| q.queue_id).collect::<Vec<_>>(),
+                             "secondary_rptr": secondary}))?;
             }
             "create" => {
                 let (ret, q) = create(
@@ -561,6 +615,26 @@ fn run(
                 reply(json!({"records": done, "pending": pending}))?;
             }
             "error" => reply(json!({"err_payload": queue_arg(&mems, &w)?.error_payload()}))?,
+            "dbg_trap" => {
+                let file = match (arg(&w, 0)?, &secondary) {
+                    (0, _) => &device,
+                    (1, Some(s)) => &s.file,
+                    (f, _) => bail!("no file #{f}"),
+                };
+                let op = arg(&w, 1)? as u32;
+                if op == uapi::dbg_trap_op::ENABLE {
+                    bail!("dbg_trap: ENABLE would take fd 0 (stdin) as its event file");
+                }
+                let mut args = uapi::DbgTrapArgs { pid: std::process::id(), op, data: [0; 3] };
+                // SAFETY: no pointer in the arguments (the data words are 0: null pointers, arrays
+                // of 0 queues, buffers of size 0) and not ENABLE, the op that keeps an fd.
+                let r = unsafe { file.dbg_trap(&mut args) };
+                reply(json!({"ret": ret_of(r)}))?;
+            }
+            "create_process" => match &secondary {
+                Some(s) => reply(json!({"ret": create_process(&s.file)}))?,
+                None => bail!("no secondary context"),
+            },
             other => bail!("unknown command {other:?}"),
         }
     }
@@ -754,13 +828,23 @@ fn hold_arrival(pid: u32) -> Result<()> {
 
 fn main() -> Result<()> {
     match Cli::parse().mode {
-        Mode::Run { gpu_id, queues, runtime_enable, ring_size, fill_us, cgroup, extra_kfd_files, full_save_area } => {
+        Mode::Run {
+            gpu_id,
+            queues,
+            runtime_enable,
+            ring_size,
+            fill_us,
+            cgroup,
+            extra_kfd_files,
+            full_save_area,
+            secondary_context,
+        } => {
             if let Some(dir) = cgroup {
                 let procs = dir.join("cgroup.procs");
                 std::fs::write(&procs, std::process::id().to_string())
                     .with_context(|| format!("joining {}", procs.display()))?;
             }
-            run(gpu_id, queues, runtime_enable, ring_size, fill_us, extra_kfd_files, full_save_area)
+            run(gpu_id, queues, runtime_enable, ring_size, fill_us, extra_kfd_files, full_save_area, secondary_context)
         }
         Mode::Online { queue, dispatches, dispatch_us, period_us, jitter_us, requests, seed, wait_go, out } => {
             let (_device, q, hello) = load_queue(&queue)?;
