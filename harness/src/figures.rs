@@ -95,8 +95,15 @@ pub struct SchedulerFigures {
     /// those suspended later in the hold at their first submission (the scheduler's counts).
     pub offline_deferred: u64,
     pub offline_late_suspends: u64,
-    /// Resumes stopped between two RESUMEs for online work published meanwhile.
+    /// Resumes stopped between two RESUMEs for online work published meanwhile (or a request
+    /// whose SUSPENDs were due before the next could run).
     pub resumes_cut_short: u64,
+    /// `--runnable`: offline processes parked and unparked; with `auto`, one more made runnable
+    /// on a GPU, or one fewer (the scheduler's counts).
+    pub offline_parks: u64,
+    pub offline_unparks: u64,
+    pub runnable_raised: u64,
+    pub runnable_lowered: u64,
     pub loop_step_us: Option<Summary>,
     /// gpreempt's CPU: the reaction thread (its report) + the thread calling `run()`, as a share
     /// of one core over the scheduler's run.
@@ -390,6 +397,10 @@ pub fn reduce(state: &BenchState, raw: &Raw, requests: usize) -> StateFigures {
             offline_deferred: report.offline_deferred,
             offline_late_suspends: report.offline_late_suspends,
             resumes_cut_short: report.resumes_cut_short,
+            offline_parks: report.offline_parks,
+            offline_unparks: report.offline_unparks,
+            runnable_raised: report.runnable_raised,
+            runnable_lowered: report.runnable_lowered,
             loop_step_us: report.loop_step_us.clone(),
             cpu_share: cpu_ms / report.elapsed_ms.max(1e-9),
             reaction_cpu_ms: report.reaction_cpu_ms,

@@ -14,7 +14,7 @@ use crate::{
     profile::Profile,
     scenario::{self, NO_PROBES, Offline, Online, STRESS_PROBES, Scenario, Serving, USUAL_PROBES},
     timer_floor,
-    variants::{NO_ARRIVAL_VARIANT, RUNNABLE_1_VARIANT},
+    variants::{ALL_RUNNABLE_VARIANT, NO_ARRIVAL_VARIANT},
 };
 
 /// Every scenario runs this scheduler and the previous one in the same run (before and after).
@@ -157,13 +157,21 @@ pub fn arrival_matrix(quick: bool) -> Vec<Scenario> {
         sc
     };
     let both = &["default", NO_ARRIVAL_VARIANT];
-    // With several trainers, also one kept runnable (`--runnable 1`): fewer SUSPENDs per transition.
-    let several = &["default", NO_ARRIVAL_VARIANT, RUNNABLE_1_VARIANT];
+    // With several trainers, also every one runnable (`--runnable all`): the default keeps only as
+    // many as fill the GPU, one SUSPEND per transition with compute-bound trainers.
+    let several = &["default", NO_ARRIVAL_VARIANT, ALL_RUNNABLE_VARIANT];
     let vllm = CpuPhase::VllmMi300x;
     vec![
         served("poisson-1off-vllm", 1, vllm, NO_PROBES, both),
         served("poisson-2off-vllm", 2, vllm, NO_PROBES, several),
         served("poisson-3off-vllm", 3, vllm, NO_PROBES, several),
+        // Loader-bound trainers (one step in flight, 5-25 ms of host work between steps): none
+        // fills the GPU alone, so the default must find that and let them all run.
+        {
+            let mut sc = served("poisson-2off-loader-vllm", 2, vllm, NO_PROBES, &["default", ALL_RUNNABLE_VARIANT]);
+            sc.offline = scenario::loader_bound_trainers(2);
+            sc
+        },
         served("poisson-1off-vllm-probes", 1, vllm, USUAL_PROBES, &["default"]),
         served("poisson-1off-vllm-stress", 1, vllm, STRESS_PROBES, &["default"]),
         served("poisson-1off-lean", 1, CpuPhase::Lean, NO_PROBES, both),

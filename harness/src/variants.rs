@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use gpreempt::schedule::ScheduleConfig;
+use gpreempt::schedule::{ScheduleConfig, runnable::Runnable};
 
 pub type Variant = (&'static str, fn(&mut ScheduleConfig));
 
@@ -16,6 +16,7 @@ pub const VARIANTS: &[Variant] = &[
     // a setting: it applies here too.)
     ("previous", |c| {
         c.doorbell = false;
+        c.runnable = Runnable::All;
         c.watch_writes = false;
         c.occupancy = Duration::from_millis(1);
         c.policy.learn_idle = false;
@@ -41,17 +42,20 @@ pub const VARIANTS: &[Variant] = &[
     ("defer-idle", |c| c.defer_idle = true),
     // Each offline job held on all of its GPUs or on none (`--gang`).
     ("gang", |c| c.gang = true),
+    // Every offline process runnable (`--runnable all`, the default before issue 45): one SUSPEND
+    // per offline process per transition. The default (`auto`) keeps as many as fill the GPU.
+    (ALL_RUNNABLE_VARIANT, |c| c.runnable = Runnable::All),
     // One offline process runnable per GPU while it has no online work, the others parked and
-    // taking turns (`--runnable 1`): one SUSPEND per transition instead of one per process.
-    (RUNNABLE_1_VARIANT, |c| c.runnable = 1),
+    // taking turns (`--runnable 1`): one SUSPEND per transition, whatever the trainers.
+    ("runnable-1", |c| c.runnable = Runnable::Keep(1)),
     // The reaction thread on the online client's CPU (`--cpu`; the client is pinned there too,
     // run.rs): the probe's wake-up is then local, so the figure is the probe path's own and not
     // the host's wake-up of another, idle vCPU.
     (SAME_CPU_VARIANT, |c| c.realtime.cpu = Some(SAME_CPU)),
 ];
 
-/// The variant that keeps one offline process runnable (`--runnable 1`).
-pub const RUNNABLE_1_VARIANT: &str = "runnable-1";
+/// The variant that keeps every offline process runnable (`--runnable all`).
+pub const ALL_RUNNABLE_VARIANT: &str = "all-runnable";
 
 /// The variant without the arrival probe.
 pub const NO_ARRIVAL_VARIANT: &str = "no-arrival";

@@ -141,6 +141,9 @@ fn podman_containers_are_listed_selected_preempted_and_scheduled_by_name() -> Re
         "container:serving",
         "--offline",
         "container:training",
+        // Two offline processes on 0x1000, both runnable: one ioctl each per suspend.
+        "--runnable",
+        "all",
         "--idle",
         "20ms",
         "--no-cost-aware",

@@ -478,6 +478,9 @@ fn emu_schedule_an_offline_exit_mid_suspension_is_detached_and_a_second_controll
         "--offline",
         &kept,
         "--no-trace",
+        // Both on 0x1000 and both runnable: a suspend holds one queue of each.
+        "--runnable",
+        "all",
         "--idle",
         "5000ms",
         // The hold spans two refused controllers and an exit: longer than the default 5 s
@@ -732,6 +735,10 @@ fn emu_schedule_online_work_on_one_gpu_suspends_only_the_offline_queues_on_that_
         &y.pid().to_string(),
         "--idle",
         "20ms",
+        // X and Y share 0x2000: both stay runnable there (`auto` may park one once it finds
+        // either keeps the GPU busy), so a suspend of 0x2000 is one ioctl per process.
+        "--runnable",
+        "all",
     ]);
     let attached = s.wait_events("offline_attached", 2, LONG);
     let by_pid = |pid: u32| attached.iter().find(|a| a["pid"] == pid).unwrap_or_else(|| panic!("{pid}: {attached:?}"));

@@ -233,7 +233,7 @@ fn print_report(r: &ScheduleReport) {
             None => outln!(
                 "arrivals of online pid {}: {} requests ({} segments: {} probes or scrapes, {} other, {} TLS); {} \
                  arrivals: {} held before their first kernel, {} late, {} wasted, {} found it busy; lead, us: {}; \
-                 arrival -> SUSPEND entered, us: {}",
+                 arrival -> SUSPEND entered, us: {} (arrived during a transition's ioctls: {})",
                 a.pid,
                 c.allowed,
                 c.segments,
@@ -246,7 +246,8 @@ fn print_report(r: &ScheduleReport) {
                 p.wasted,
                 p.busy,
                 line(&a.lead_us),
-                line(&a.arrival_to_suspend_us)
+                line(&a.arrival_to_suspend_us),
+                line(&a.arrival_to_suspend_in_transition_us)
             ),
             Some(why) => outln!("arrivals of online pid {}: not seen ({why})", a.pid),
         }

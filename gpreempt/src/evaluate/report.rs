@@ -416,6 +416,7 @@ pub(crate) mod tests {
             pending: PendingCounts { arrivals, served, late, wasted, busy, open: 0 },
             lead_us: lead_p50.map(|p50| Summary { count: 1, p50, ..Summary::default() }),
             arrival_to_suspend_us: None,
+            arrival_to_suspend_in_transition_us: None,
         }
     }
 

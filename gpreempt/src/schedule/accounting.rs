@@ -386,6 +386,8 @@ impl Accounts {
             resumes_cut_short: stats.resumes_cut_short.load(Ordering::Relaxed),
             offline_parks: stats.offline_parks.load(Ordering::Relaxed),
             offline_unparks: stats.offline_unparks.load(Ordering::Relaxed),
+            runnable_raised: stats.runnable_raised.load(Ordering::Relaxed),
+            runnable_lowered: stats.runnable_lowered.load(Ordering::Relaxed),
             doorbell_stores: self.doorbell_stores.clone(),
             arrival: self.arrival.clone(),
             suspend_us: Stats::of(&suspend),

@@ -5,7 +5,7 @@ use std::{path::PathBuf, time::Duration};
 
 use serde::Serialize;
 
-use super::{online::ReadError, policy::PolicyConfig, realtime::RealtimeConfig};
+use super::{online::ReadError, policy::PolicyConfig, realtime::RealtimeConfig, runnable::Runnable};
 use crate::{
     controller::{
         target::{Target, TargetError},
@@ -60,9 +60,9 @@ pub struct ScheduleConfig {
     pub defer_idle: bool,
     /// Hold each offline job (one selector) on all of its GPUs or on none.
     pub gang: bool,
-    /// Offline processes kept runnable per GPU while it has no online work (0: all); the others
-    /// are parked and take turns every `rotate` (`--runnable`).
-    pub runnable: usize,
+    /// Offline processes kept runnable per GPU while it has no online work; the others are
+    /// parked and take turns every `rotate` (`--runnable`).
+    pub runnable: Runnable,
     pub rotate: Duration,
 }
 
@@ -115,9 +115,9 @@ impl Default for ScheduleConfig {
             // online requests costing the online P99 more than the ioctls it saves.
             defer_idle: false,
             gang: false,
-            // All runnable: parking costs offline throughput wherever one process cannot fill the
-            // GPU, and no measurement says yet where it pays (docs/guide/schedule.md).
-            runnable: 0,
+            // As many as keep the GPU busy: one SUSPEND per transition where one trainer fills the
+            // GPU, all of them where none can (the native harness, BENCHMARKS §9.5; runnable.rs).
+            runnable: Runnable::Auto,
             rotate: Duration::from_millis(250),
         }
     }

@@ -167,6 +167,10 @@ pub struct ScheduleReport {
     /// `--runnable`: offline processes parked and unparked (their turn to run).
     pub offline_parks: u64,
     pub offline_unparks: u64,
+    /// `--runnable auto`: one more offline process made runnable on a GPU (those running left it
+    /// idle), and one fewer (they kept it busy).
+    pub runnable_raised: u64,
+    pub runnable_lowered: u64,
     /// Per online queue the probe filtered on, its stores (queues gone before the end included).
     pub doorbell_stores: Vec<DoorbellCount>,
     /// Per online process the arrival probe watched (or could not), what it saw and how each

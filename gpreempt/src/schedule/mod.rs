@@ -52,6 +52,7 @@ pub mod online;
 pub mod policy;
 pub mod reaction;
 pub mod realtime;
+pub mod runnable;
 pub mod scheduler;
 pub mod seams;
 pub mod settings;

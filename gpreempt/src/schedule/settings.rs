@@ -12,6 +12,7 @@ use super::{
     config::{ArrivalConfig, DEFAULT_RT_PRIORITY, ScheduleConfig},
     policy::{DEFAULT_BUSY_SHARE, PolicyConfig},
     realtime::RealtimeConfig,
+    runnable::Runnable,
 };
 use crate::{duration, host::select::Selector};
 
@@ -125,12 +126,13 @@ pub struct SchedulerSettings {
     /// collective anyway).
     #[arg(long)]
     pub gang: bool,
-    /// Keep only N offline processes runnable on a GPU while it has no online work, the others
-    /// suspended ("parked") and taking turns every --rotate: each online burst then pays N
-    /// SUSPENDs instead of one per offline process. For offline processes that each keep the
-    /// GPU busy alone; loader-bound ones lose throughput parked. 0: all runnable. Not with --gang.
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub runnable: usize,
+    /// How many offline processes run on a GPU while it has no online work, the others
+    /// suspended ("parked") and taking turns every --rotate: each online burst then pays that
+    /// many SUSPENDs instead of one per offline process. auto: one, and one more whenever those
+    /// running leave the GPU idle (loader-bound trainers), learnt per GPU; all (or 0): every
+    /// offline process; N: at most N. Not with --gang (a job's ranks run together).
+    #[arg(long, default_value = "auto", value_name = "auto|all|N")]
+    pub runnable: Runnable,
     /// How often parked offline processes take their turn (--runnable), e.g. 250ms.
     #[arg(long, default_value = "250ms", value_parser = duration::with_unit("ms"), value_name = "DURATION")]
     #[serde(deserialize_with = "in_ms")]

@@ -19,6 +19,7 @@ use super::{
     discover::Discovery,
     policy::{PolicyConfig, ResumeReason},
     realtime::{Realtime, RealtimeConfig},
+    runnable::Runnable,
     seams::{ControlSide, Seams, SysfsOccupancy},
 };
 use crate::{
@@ -788,8 +789,9 @@ fn a_resume_of_several_offline_processes_stops_when_online_work_is_published_dur
     static W: AtomicU64 = AtomicU64::new(0);
     const FIRST: u32 = 3_999_970;
     const SECOND: u32 = 3_999_971;
-    // Two offline processes on A, the online GPU.
+    // Two offline processes on A, the online GPU, both runnable (`auto` would park one).
     let Setup { host: _host, side, config } = two_offline(FIRST, SECOND, A, (&R, &W));
+    let config = ScheduleConfig { runnable: Runnable::All, ..config };
     // The online job publishes its next dispatch while the first RESUME runs.
     side.with(|s| s.publish_during_resume = Some((&W, 2)));
     let (events, mut emit) = sink();
@@ -834,7 +836,7 @@ fn with_one_runnable_the_second_offline_process_is_parked_and_costs_no_ioctl_whe
     const SECOND: u32 = 3_999_961;
     // Two offline processes on A, the online GPU; one kept runnable, no rotation within the test.
     let Setup { host: _host, side, config } = two_offline(FIRST, SECOND, A, (&R, &W));
-    let config = ScheduleConfig { runnable: 1, rotate: Duration::from_secs(3600), ..config };
+    let config = ScheduleConfig { runnable: Runnable::Keep(1), rotate: Duration::from_secs(3600), ..config };
     let (events, mut emit) = sink();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
     let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
@@ -869,7 +871,7 @@ fn parked_offline_processes_take_turns_while_the_gpu_has_no_online_work() {
     const FIRST: u32 = 3_999_950;
     const SECOND: u32 = 3_999_951;
     let Setup { host: _host, side, config } = two_offline(FIRST, SECOND, A, (&R, &W));
-    let config = ScheduleConfig { runnable: 1, rotate: Duration::from_millis(5), ..config };
+    let config = ScheduleConfig { runnable: Runnable::Keep(1), rotate: Duration::from_millis(5), ..config };
     let (events, mut emit) = sink();
     let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Quiet)), &mut emit).unwrap();
     let ((), report) = run_scripted(s, &side, &mut emit, move |c| {

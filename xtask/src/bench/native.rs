@@ -109,6 +109,7 @@ struct ArrivalPath {
     pending: PendingCounts,
     lead_us: Option<Stats>,
     arrival_to_suspend_us: Option<Stats>,
+    arrival_to_suspend_in_transition_us: Option<Stats>,
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
@@ -993,7 +994,7 @@ fn arrival(md: &mut String, a: &Arrival) {
          per request, its step figures in the goals below.\n"
     );
     md.push_str(
-        "| scenario | CPU phase | probes: health / metrics | scheduler | P50 / P99 vs alone from arrival | from the first submission | offline of the idle GPU time | found held | pending holds: arrivals (served / late / wasted) | segments: requests / probes | arrival → SUSPEND p50 / p99 µs | lead p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| scenario | CPU phase | probes: health / metrics | scheduler | P50 / P99 vs alone from arrival | from the first submission | offline of the idle GPU time | found held | pending holds: arrivals (served / late / wasted) | segments: requests / probes | arrival → SUSPEND p50 / p99 µs (arrived during a transition: count, p99) | lead p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for s in &a.scenarios {
         if let Some(e) = &s.error {
@@ -1029,7 +1030,14 @@ fn arrival(md: &mut String, a: &Arrival) {
                     ),
                 }),
                 arrival.map_or("–".into(), |a| format!("{} / {}", a.counts.allowed, a.counts.denied)),
-                arrival.map_or("–".into(), |a| us(&a.arrival_to_suspend_us)),
+                arrival.map_or("–".into(), |a| {
+                    let during = a.arrival_to_suspend_in_transition_us.as_ref();
+                    format!(
+                        "{} ({})",
+                        us(&a.arrival_to_suspend_us),
+                        during.map_or("0".into(), |d| format!("{:.0}, {:.0}", d.count, d.p99))
+                    )
+                }),
                 path.and_then(|p| p.lead_ms.as_ref()).map_or("–".into(), |l| format!("{:.2} / {:.2}", l.p50, l.p99)),
             );
         }
@@ -1161,16 +1169,25 @@ fn arrival_goals(md: &mut String, a: &Arrival) {
             verdict(opening.is_some_and(|o| o <= 1.05) && outside.is_some_and(|o| o >= 0.95))
         );
     }
-    let p99 = a
-        .scenarios
-        .iter()
-        .filter_map(|s| {
-            s.state(&default)?.scheduler.as_ref()?.arrival.first()?.arrival_to_suspend_us.as_ref().map(|x| x.p99)
-        })
-        .fold(f64::NAN, f64::max);
+    let paths: Vec<&ArrivalPath> =
+        a.scenarios.iter().filter_map(|s| s.state(&default)?.scheduler.as_ref()?.arrival.first()).collect();
+    let p99 = paths.iter().filter_map(|p| p.arrival_to_suspend_us.as_ref().map(|x| x.p99)).fold(f64::NAN, f64::max);
+    let during: Vec<&Stats> = paths.iter().filter_map(|p| p.arrival_to_suspend_in_transition_us.as_ref()).collect();
+    let issued: f64 = paths.iter().filter_map(|p| p.arrival_to_suspend_us.as_ref()).map(|x| x.count).sum();
+    let during_note = if during.is_empty() {
+        "none arrived during a transition's ioctls".to_owned()
+    } else {
+        format!(
+            "{:.0} more arrived during a transition's ioctls (a RESUME in the kernel, which nothing cuts short), worst \
+             p99 {:.0} µs",
+            during.iter().map(|d| d.count).sum::<f64>(),
+            during.iter().map(|d| d.p99).fold(f64::NAN, f64::max)
+        )
+    };
     let _ = writeln!(
         md,
-        "| Arrival → first SUSPEND entered, when issued at once: p99 ≤ 100 µs | worst {p99:.0} µs | {} |",
+        "| Arrival → first SUSPEND entered, when issued at once: p99 ≤ 100 µs | worst {p99:.0} µs over {issued:.0} \
+         arrivals that found the reaction thread outside the kernel; {during_note} | {} |",
         verdict(p99 <= 100.0)
     );
     let c = &a.packet_cost;
@@ -1292,7 +1309,7 @@ mod tests {
             rows,
             [
                 "| arrival/poisson-1off-vllm/mi300x/serial | vllm-mi300x | 1/s / every 15 s | default | 1.00× / 1.02× | \
-                 1.01× / 1.04× | 93 % | 99.5 % | 150 (148 / 1 / 1) | 200 / 10 | 40 / 90 | 4.30 / 8.10 |",
+                 1.01× / 1.04× | 93 % | 99.5 % | 150 (148 / 1 / 1) | 200 / 10 | 40 / 90 (0) | 4.30 / 8.10 |",
                 "| arrival/poisson-1off-vllm/mi300x/serial | vllm-mi300x | 1/s / every 15 s | no-arrival | 1.10× / 1.15× | \
                  1.20× / 1.30× | 94 % | – | – | – | – | – |",
                 "| Poisson, 1-3 offline: P50 and P99 ≤ 1.03× alone from arrival | worst P50 1.00×, P99 1.02× \
@@ -1305,7 +1322,8 @@ mod tests {
             "| ≥ 99 % of requests find the SUSPENDs done before their first doorbell | worst 99.5 % | **pass** |"
         ));
         assert!(md.contains(
-            "| Arrival → first SUSPEND entered, when issued at once: p99 ≤ 100 µs | worst 90 µs | **pass** |"
+            "| Arrival → first SUSPEND entered, when issued at once: p99 ≤ 100 µs | worst 90 µs over 10 arrivals that \
+             found the reaction thread outside the kernel; none arrived during a transition's ioctls | **pass** |"
         ));
         assert!(md.contains("0.40 µs disarmed, 0.70 µs armed"), "{md}");
     }

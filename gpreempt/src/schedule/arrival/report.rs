@@ -26,6 +26,11 @@ pub struct ArrivalReport {
     /// late request.
     pub lead_us: Option<Stats>,
     /// Arrival → first SUSPEND entering the kernel, µs, for arrivals whose SUSPENDs were issued
-    /// at once (cold, or a lead shorter than the transitions' cost).
+    /// at once (cold, or a lead shorter than the transitions' cost) and that found the reaction
+    /// thread outside the kernel.
     pub arrival_to_suspend_us: Option<Stats>,
+    /// The same for those that arrived while the reaction thread was inside a transition's
+    /// ioctls (a RESUME, or another GPU's SUSPEND): each waited for that ioctl to return, which
+    /// no thread can cut short (KFD serialises them on its device queue manager's lock).
+    pub arrival_to_suspend_in_transition_us: Option<Stats>,
 }

@@ -54,6 +54,10 @@ struct Pending {
     writes: Option<u64>,
     /// Its lead is learnt from (it found the process's GPUs free of online work).
     learn: bool,
+    /// It reached the socket while the reaction thread was inside a transition's ioctls: its
+    /// SUSPENDs could start only once they returned (one RESUME at most: a resume is cut short
+    /// for it, [`Reaction::arrival_due_on`]).
+    in_transition: bool,
 }
 
 /// One online process as the arrival path sees it.
@@ -74,6 +78,7 @@ struct Watched {
     counts: PendingCounts,
     leads_us: Vec<f64>,
     to_suspend_us: Vec<f64>,
+    to_suspend_in_transition_us: Vec<f64>,
     refreshed_ns: u64,
 }
 
@@ -92,6 +97,7 @@ impl Watched {
             counts: PendingCounts::default(),
             leads_us: Vec::new(),
             to_suspend_us: Vec::new(),
+            to_suspend_in_transition_us: Vec::new(),
             refreshed_ns: 0,
         }
     }
@@ -106,6 +112,9 @@ pub(super) struct Arrivals {
     proc_root: PathBuf,
     watched: Vec<Watched>,
     hits: Vec<ArrivalHit>,
+    /// The reaction thread's latest transition: when its first ioctl entered the kernel and when
+    /// its last returned (None: under way).
+    transition: (u64, Option<u64>),
 }
 
 impl Arrivals {
@@ -118,7 +127,7 @@ impl Arrivals {
             Ok(p) => (Some(p), None),
             Err(e) => (None, Some(e)),
         };
-        Self { probe, load_error, config, proc_root, watched: Vec::new(), hits: Vec::new() }
+        Self { probe, load_error, config, proc_root, watched: Vec::new(), hits: Vec::new(), transition: (0, Some(0)) }
     }
 
     /// Why the probe could not load, if it could not.
@@ -253,6 +262,7 @@ impl Arrivals {
             pending: PendingCounts { open: w.pending.len() as u64, ..w.counts },
             lead_us: Summary::of(&w.leads_us),
             arrival_to_suspend_us: Summary::of(&w.to_suspend_us),
+            arrival_to_suspend_in_transition_us: Summary::of(&w.to_suspend_in_transition_us),
         }
     }
 }
@@ -290,10 +300,10 @@ impl<S: ControlSide> Reaction<S> {
         }
     }
 
-    /// The probe's hits since the last step: each opens a pending hold for its process, planned
-    /// from its learnt lead, and arms the process again at once (every request is one record);
-    /// and the ports of each watched process read again when due.
-    pub(super) fn take_arrivals(&mut self, now: u64) {
+    /// The ports of each watched process read again when due: at the end of a step, after its
+    /// transitions (reading a process's sockets walks its fds and `/proc/<pid>/net/tcp*`: not
+    /// between an arrival and its SUSPENDs).
+    fn refresh_arrivals(&mut self, now: u64) {
         let Some(a) = self.arrivals.as_mut() else { return };
         let due: Vec<HostPid> =
             a.watched.iter().filter(|w| !w.permanent && now >= w.refreshed_ns + REFRESH_NS).map(|w| w.pid).collect();
@@ -305,6 +315,27 @@ impl<S: ControlSide> Reaction<S> {
         for r in said {
             self.report(r);
         }
+    }
+
+    /// Between two RESUMEs of `gpu`'s offline processes: whether a request that arrived for an
+    /// online process there (its hits taken now, as at a step) plans its SUSPENDs before the
+    /// next process could be resumed and suspended again (`now` + the GPU's suspend cost): then
+    /// resuming it would only add a RESUME and a SUSPEND ahead of the request's first kernel
+    /// (with 3 offline processes at 0.45-0.75 ms each, a request that arrived during the first
+    /// RESUME waited for all three before its SUSPENDs began).
+    pub(super) fn arrival_due_on(&mut self, gpu: GpuId, now: u64) -> bool {
+        if self.arrivals.is_none() {
+            return false;
+        }
+        self.take_arrivals();
+        let cost = self.lanes.iter().find(|l| l.gpu == gpu).and_then(|l| l.policy.suspend_cost()).unwrap_or(0);
+        self.arrival_holds(gpu, now + cost)
+    }
+
+    /// The probe's hits since they were last taken (at each step, and between two RESUMEs): each
+    /// opens a pending hold for its process, planned from its learnt lead, and arms the process
+    /// again at once (every request is one record).
+    pub(super) fn take_arrivals(&mut self) {
         let Some(a) = self.arrivals.as_mut() else { return };
         let Some(probe) = a.probe.as_mut() else { return };
         a.hits.clear();
@@ -325,6 +356,8 @@ impl<S: ControlSide> Reaction<S> {
             // its lead cannot be told from the other's work, so it is not learnt from.
             let busy = self.lanes.iter().any(|l| gpus.contains(&l.gpu) && l.active);
             let Some(a) = self.arrivals.as_mut() else { return };
+            let (entered, returned) = a.transition;
+            let in_transition = h.ktime_ns >= entered && returned.is_none_or(|r| h.ktime_ns <= r);
             let w = &mut a.watched[i];
             w.counts.arrivals += 1;
             if w.pending.len() >= MAX_PENDING {
@@ -346,6 +379,7 @@ impl<S: ControlSide> Reaction<S> {
                 // submission published since belongs to an earlier request.
                 writes: None,
                 learn: !busy,
+                in_transition,
             });
             if let Some(slot) = w.slot {
                 w.armed = probe_arm(a.probe.as_mut(), slot);
@@ -357,7 +391,7 @@ impl<S: ControlSide> Reaction<S> {
     }
 
     /// Whether a pending hold is in force on `gpu` at `now` (its issue time passed, no GPU work
-    /// yet, its bound not reached).
+    /// yet, its bound not reached); `now` may be ahead of the clock ([`Self::arrival_due_on`]).
     pub(super) fn arrival_holds(&self, gpu: GpuId, now: u64) -> bool {
         let Some(a) = &self.arrivals else { return false };
         a.watched.iter().any(|w| {
@@ -429,14 +463,28 @@ impl<S: ControlSide> Reaction<S> {
                 }
                 p.held_ns = Some(done);
                 if p.plan.issue_at_ns == p.arrival_ns && p.learn {
-                    push_capped(&mut w.to_suspend_us, entered.saturating_sub(p.arrival_ns) as f64 / 1e3);
+                    let us = entered.saturating_sub(p.arrival_ns) as f64 / 1e3;
+                    push_capped(
+                        if p.in_transition { &mut w.to_suspend_in_transition_us } else { &mut w.to_suspend_us },
+                        us,
+                    );
                 }
             }
         }
     }
 
-    /// Pending holds past their bound end as wasted; a process whose arming failed is armed again.
+    /// A transition's first ioctl enters the kernel at `entered`, or (`returned`) its last
+    /// returned: arrivals in between wait for it.
+    pub(super) fn arrival_transition(&mut self, entered: u64, returned: Option<u64>) {
+        if let Some(a) = self.arrivals.as_mut() {
+            a.transition = (entered, returned);
+        }
+    }
+
+    /// Pending holds past their bound end as wasted; a process whose arming failed is armed again;
+    /// the ports read again where due.
     pub(super) fn rearm_arrivals(&mut self, now: u64) {
+        self.refresh_arrivals(now);
         let Some(a) = self.arrivals.as_mut() else { return };
         let mut armed_now = false;
         for w in &mut a.watched {

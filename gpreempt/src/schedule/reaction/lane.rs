@@ -4,6 +4,7 @@ use crate::{
     domain::{GpuId, HostPid},
     schedule::{
         policy::{PolicyConfig, PolicyMachine},
+        runnable::RunnableTarget,
         seams::Occupancy,
     },
 };
@@ -37,6 +38,8 @@ pub(super) struct Lane {
     pub active: bool,
     /// `--runnable`: when the offline processes here last rotated.
     pub rotated_ns: u64,
+    /// `--runnable auto`: how many of them run here, learnt.
+    pub runnable: RunnableTarget,
 }
 
 impl Lane {
@@ -55,6 +58,7 @@ impl Lane {
             published_ns: None,
             active: false,
             rotated_ns: now,
+            runnable: RunnableTarget::default(),
         }
     }
 

@@ -98,9 +98,9 @@ pub struct ReactionConfig {
     pub arrival: Option<ArrivalConfig>,
     /// Where the online processes' cgroup and sockets are read (`/proc`).
     pub proc_root: std::path::PathBuf,
-    /// Offline processes kept runnable per GPU while it has no online work (0: all), the
-    /// others parked ([`runnable`]), rotated every `rotate_ns`.
-    pub runnable: usize,
+    /// Offline processes kept runnable per GPU while it has no online work, the others parked
+    /// ([`runnable`]), rotated every `rotate_ns`.
+    pub runnable: crate::schedule::runnable::Runnable,
     pub rotate_ns: u64,
 }
 
@@ -263,7 +263,7 @@ impl<S: ControlSide> Reaction<S> {
         }
         self.service_offline(now, monotonic_ns);
         self.take_hits(now);
-        self.take_arrivals(now);
+        self.take_arrivals();
         self.read_hints();
         self.read_online(now);
         // After the read: a submission the read saw was published before this instant (the step's
@@ -330,8 +330,10 @@ impl<S: ControlSide> Reaction<S> {
         self.gang_jobs(gpu);
         let cpu_before = thread_cpu_ns();
         let entered = monotonic_ns();
+        self.arrival_transition(entered, None);
         let tally = self.execute(gpu, kind, monotonic_ns);
         let now = monotonic_ns();
+        self.arrival_transition(entered, Some(now));
         self.stats.transition_cpu_ns.fetch_add(thread_cpu_ns().saturating_sub(cpu_before), Ordering::Relaxed);
         self.conclude(i, resume, tally, entered, now);
         if kind == TransitionKind::Suspend && self.lanes[i].policy.state() == State::Suspended {

@@ -16,6 +16,7 @@ use crate::{
         events::DetachReason,
         offline::{JobId, Offline},
         policy::State,
+        runnable::Runnable,
         seams::ControlSide,
     },
 };
@@ -42,7 +43,10 @@ impl<S: ControlSide> Reaction<S> {
                 return;
             }
         };
-        let occupancy = if self.config.defer_idle { self.occupancy.open(pid) } else { Vec::new() };
+        // Its waves in flight tell a drained queue from an idle GPU: for `--defer-idle-offline`
+        // and for `--runnable auto`'s looks.
+        let waves = self.config.defer_idle || self.config.runnable == Runnable::Auto;
+        let occupancy = if waves { self.occupancy.open(pid) } else { Vec::new() };
         let p = Offline::new(pid, control, job, &queues, occupancy);
         self.report(Report::Attached { pid, comm: p.control.comm(), queues, picked_up });
         self.offline.push(p);

@@ -1,16 +1,13 @@
-//! `--runnable N`: keep only N offline processes runnable on a GPU, the others *parked*
-//! (suspended while the GPU has no online work), rotating them so each gets its turn.
+//! `--runnable`: keep only some offline processes runnable on a GPU while it has no online work,
+//! the others *parked* (suspended while the GPU has no online work), rotating them so each gets
+//! its turn; with `auto`, as many as keep the GPU busy (why and the rule:
+//! [`crate::schedule::runnable`]).
 //!
-//! Why: on HWS GPUs each SUSPEND_QUEUES unmaps every queue of the device and KFD takes one
-//! process per call (docs/kfd.md), so with K offline processes on the online GPU every online
-//! burst pays K SUSPENDs before its work runs. Where one trainer already keeps the GPU busy,
-//! the others add little offline throughput while they run together, but each adds a SUSPEND to
-//! every transition. Parked, a process costs no ioctl when online work comes (it is already held)
-//! and none when it ends (it stays parked). Rotation: every `rotate`, while the GPU has no online
-//! work, the process parked longest runs (one RESUME) and the one that ran longest is parked (one
-//! SUSPEND), so each gets about N/K of the idle time. Where a single process cannot fill the GPU
-//! (a loader-bound trainer) parking loses offline throughput: leave N at 0 (all runnable, the
-//! default) there. Not with `--gang`: a job's ranks are held and released together.
+//! Parked, a process costs no ioctl when online work comes (it is already held) and none when it
+//! ends (it stays parked). Rotation: every `rotate`, while the GPU has no online work, the process
+//! parked longest runs (one RESUME) and the one that ran longest is parked (one SUSPEND), so each
+//! gets about N/K of the idle time. Not with `--gang`: a job's ranks are held and released
+//! together.
 
 use std::sync::atomic::Ordering;
 
@@ -18,7 +15,11 @@ use super::{Reaction, messages::Report};
 use crate::{
     controller::{control::Control, vocabulary::Selection},
     domain::GpuId,
-    schedule::{policy::State, seams::ControlSide},
+    schedule::{
+        policy::State,
+        runnable::{Runnable, TargetChange},
+        seams::ControlSide,
+    },
 };
 
 /// What one lane's balance does at this step: at most one RESUME and one SUSPEND.
@@ -52,8 +53,7 @@ pub(super) fn balance(processes: &[(usize, bool, u64)], runnable: usize, rotate_
 impl<S: ControlSide> Reaction<S> {
     /// Park and rotate the offline processes of every GPU that runs with no online work.
     pub(super) fn balance_runnable(&mut self, now: u64) {
-        let runnable = self.config.runnable;
-        if runnable == 0 || self.config.gang {
+        if self.config.runnable == Runnable::All || self.config.gang {
             return;
         }
         for i in 0..self.lanes.len() {
@@ -70,6 +70,11 @@ impl<S: ControlSide> Reaction<S> {
                 .filter(|(_, p)| p.has_queues_on(gpu))
                 .map(|(k, p)| (k, p.is_parked_on(gpu), p.turn_began(gpu)))
                 .collect();
+            let runnable = match self.config.runnable {
+                Runnable::All => return,
+                Runnable::Keep(n) => n,
+                Runnable::Auto => self.learn_runnable(i, now, &processes),
+            };
             let Balance { unpark, park } = balance(&processes, runnable, rotate_due);
             if unpark.is_none() && park.is_none() {
                 continue;
@@ -97,6 +102,31 @@ impl<S: ControlSide> Reaction<S> {
                 self.park(k, gpu, now);
             }
         }
+    }
+
+    /// `auto`: lane `i`'s count of runnable processes, after a look at those running when one
+    /// is due (with two offline processes there at least: one has no other to park for).
+    fn learn_runnable(&mut self, i: usize, now: u64, processes: &[(usize, bool, u64)]) -> usize {
+        let gpu = self.lanes[i].gpu;
+        let target = &self.lanes[i].runnable;
+        if processes.len() < 2 || !target.look_due(now) {
+            return target.of(processes.len());
+        }
+        // Starved: nothing of the running processes on the GPU (every queue drained, no wave).
+        let mut starved = true;
+        for &(k, parked, _) in processes {
+            if !parked && self.offline[k].idle_on(gpu).is_none() {
+                starved = false;
+                break;
+            }
+        }
+        let lane = &mut self.lanes[i];
+        match lane.runnable.look(now, starved, processes.len()) {
+            Some(TargetChange::Raised(_)) => self.stats.runnable_raised.fetch_add(1, Ordering::Relaxed),
+            Some(TargetChange::Lowered(_)) => self.stats.runnable_lowered.fetch_add(1, Ordering::Relaxed),
+            None => 0,
+        };
+        self.lanes[i].runnable.of(processes.len())
     }
 
     fn park(&mut self, k: usize, gpu: GpuId, now: u64) {

@@ -39,6 +39,10 @@ pub struct LoopStats {
     /// unparked (their turn to run).
     pub offline_parks: AtomicU64,
     pub offline_unparks: AtomicU64,
+    /// `--runnable auto`: one more offline process made runnable (those running left the GPU
+    /// idle), or one fewer (they kept it busy).
+    pub runnable_raised: AtomicU64,
+    pub runnable_lowered: AtomicU64,
     /// Online dispatch delay seen in the indices: first seen pending → consumed, ns.
     pub dispatch_delay: Histogram,
     pub steps: AtomicU64,

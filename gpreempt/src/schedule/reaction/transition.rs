@@ -239,11 +239,15 @@ impl<S: ControlSide> Reaction<S> {
             let step = plan(kind, facts, defer_idle, || p.idle_on(gpu));
             // A resume of several offline processes is one RESUME each, and each unmaps the
             // device's queues (HWS): online work published meanwhile waits for every one left,
-            // then for the suspends. Between two, look at the online indices; with work there,
-            // leave the rest held (the next suspend holds them with no ioctl).
-            if step == Step::Resume && tally.ioctls > 0 && self.online_pending_on(gpu, clock()) {
-                self.stats.resumes_cut_short.fetch_add(1, Ordering::Relaxed);
-                break;
+            // then for the suspends. Between two, look at the online indices and the arrival
+            // probe; with work there, or a request whose SUSPENDs are due before this process
+            // could run, leave the rest held (the next suspend holds them with no ioctl).
+            if step == Step::Resume && tally.ioctls > 0 {
+                let now = clock();
+                if self.online_pending_on(gpu, now) || self.arrival_due_on(gpu, now) {
+                    self.stats.resumes_cut_short.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
             }
             let p = &mut self.offline[k];
             let pid = p.pid;
