@@ -288,13 +288,19 @@ fn a_process_with_an_extra_primary_kfd_file_is_preempted_normally() {
         let _version = minor.map(|m| EmuParam::set("kfd_minor_version", m).unwrap());
         let out = run(two.pid());
         assert!(out.status.success(), "KFD 1.{minor:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(stdout.lines().next(), Some("3 of 3 iterations, 3 fully successful (100.0%)"), "KFD 1.{minor:?}");
+        // Its one queue, every iteration.
         assert_eq!(
-            String::from_utf8_lossy(&out.stdout).lines().next(),
-            Some("3 of 3 iterations, 3 fully successful (100.0%)"),
+            stdout.lines().nth(1),
+            Some("queues suspended in total: 3; INVALID answers: 0; ERROR answers: 0"),
             "KFD 1.{minor:?}"
         );
         assert_eq!(tracer_pid(two.pid()).unwrap(), 0, "detached after the run");
     }
+    // Two /dev/kfd files, one context: no context_<id> directory.
+    let dir = std::fs::read_dir(format!("/sys/class/kfd/kfd/proc/{}", two.pid())).unwrap();
+    assert!(dir.map(|e| e.unwrap().file_name()).all(|n| !n.to_string_lossy().starts_with("context_")));
 }
 
 /// Linux 7.0's secondary KFD contexts, on the emulator built for 7.x (tests/kfd-emu README
