@@ -88,19 +88,24 @@ impl Containerd {
             guard.mounts.push(dir.to_owned());
         }
         let config = scratch.join("containerd.toml");
+        let cni = cni_config(scratch)?;
         // containerd 2.x's configuration version 3: the CRI plugins' names are
         // io.containerd.cri.v1.{runtime,images}; cgroupfs driver (SystemdCgroup false: the VM
         // has no systemd), the native snapshotter (overlayfs needs no upper on a tmpfs, but the
-        // native one needs nothing at all).
+        // native one needs nothing at all); the CNI plugins from Debian's
+        // containernetworking-plugins in /usr/lib/cni (Debian's containerd looks there by
+        // default), their configuration here.
         std::fs::write(
             &config,
             format!(
                 "version = 3\nroot = \"{root}\"\nstate = \"{STATE}\"\n[grpc]\n  address = \"{SOCKET}\"\n\
                  [plugins.'io.containerd.cri.v1.images']\n  snapshotter = \"native\"\n\
                  [plugins.'io.containerd.cri.v1.images'.pinned_images]\n  sandbox = \"{PAUSE_IMAGE}\"\n\
+                 [plugins.'io.containerd.cri.v1.runtime'.cni]\n  conf_dir = \"{cni}\"\n\
                  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n\
                  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n  BinaryName = \"{runc}\"\n",
                 root = root.display(),
+                cni = cni.display(),
                 runc = unpacked().join("usr/sbin/runc").display(),
             ),
         )?;
@@ -145,10 +150,9 @@ impl Containerd {
     }
 
     /// What the kubelet does for a new pod: its directory, then RunPodSandbox with the pod's
-    /// metadata, labels and annotations, on the host network (no CNI here), the pod's cgroup
-    /// under `kubepods/besteffort` (cgroupfs driver).
+    /// metadata, labels and annotations, on the host network, the pod's cgroup under
+    /// `kubepods/besteffort` (cgroupfs driver).
     pub fn run_pod(&mut self, namespace: &str, name: &str, uid: &str, labels: &[(&str, &str)]) -> Result<Pod> {
-        std::fs::create_dir_all(Path::new(KUBELET_PODS).join(uid))?;
         let host_network = NamespaceOption {
             network: NamespaceMode::Node as i32,
             pid: NamespaceMode::Pod as i32,
@@ -169,26 +173,47 @@ impl Containerd {
             linux: Some(LinuxPodSandboxConfig {
                 cgroup_parent: format!("/kubepods/besteffort/pod{uid}"),
                 security_context: Some(LinuxSandboxSecurityContext {
-                    namespace_options: Some(host_network.clone()),
+                    namespace_options: Some(host_network),
                     privileged: false,
                 }),
             }),
         };
+        self.run_sandbox(config)
+    }
+
+    /// The pod's directory under the kubelet's (created before the sandbox, as the kubelet
+    /// does), then RunPodSandbox with `config`.
+    pub fn run_sandbox(&mut self, config: PodSandboxConfig) -> Result<Pod> {
+        let uid = config.metadata.as_ref().map(|m| m.uid.clone()).unwrap_or_default();
+        std::fs::create_dir_all(Path::new(KUBELET_PODS).join(&uid))?;
         let id = self
             .client
             .call(&RunPodSandboxRequest { config: Some(config.clone()), runtime_handler: String::new() })?
             .pod_sandbox_id;
         self.pods.push(id.clone());
-        Ok(Pod { id, config, host_network })
+        Ok(Pod { id, config })
     }
 
     /// CreateContainer then StartContainer: `command` from `image` in `pod`, with /dev/kfd and
     /// a stdin kept open.
     pub fn start_container(&mut self, pod: &Pod, name: &str, image: &str, command: &[&str]) -> Result<String> {
+        self.start_container_with(pod, name, image, command, Vec::new())
+    }
+
+    /// [`Containerd::start_container`] with the kubelet's bind mounts of the pod's volumes.
+    pub fn start_container_with(
+        &mut self,
+        pod: &Pod,
+        name: &str,
+        image: &str,
+        command: &[&str],
+        mounts: Vec<Mount>,
+    ) -> Result<String> {
         let config = ContainerConfig {
             metadata: Some(ContainerMetadata { name: name.into(), attempt: 0 }),
             image: Some(ImageSpec { image: image.into() }),
             command: command.iter().map(|s| (*s).to_owned()).collect(),
+            mounts,
             devices: vec![Device {
                 container_path: "/dev/kfd".into(),
                 host_path: "/dev/kfd".into(),
@@ -198,12 +223,18 @@ impl Containerd {
             stdin: true,
             linux: Some(LinuxContainerConfig {
                 security_context: Some(LinuxContainerSecurityContext {
-                    privileged: false,
-                    namespace_options: Some(pod.host_network.clone()),
+                    namespace_options: pod.namespace_options(),
+                    ..LinuxContainerSecurityContext::default()
                 }),
+                ..LinuxContainerConfig::default()
             }),
             ..ContainerConfig::default()
         };
+        self.create_and_start(pod, config)
+    }
+
+    /// CreateContainer with `config` in `pod`, then StartContainer: the container's id.
+    pub fn create_and_start(&mut self, pod: &Pod, config: ContainerConfig) -> Result<String> {
         let id = self
             .client
             .call(&CreateContainerRequest {
@@ -215,13 +246,40 @@ impl Containerd {
         self.client.call(&StartContainerRequest { container_id: id.clone() })?;
         Ok(id)
     }
+
+    /// StopContainer as the kubelet ends a container: SIGTERM, SIGKILL after `grace_s` seconds.
+    pub fn stop_container(&mut self, id: &str, grace_s: i64) -> Result<()> {
+        self.client.call(&StopContainerRequest { container_id: id.into(), timeout: grace_s })?;
+        Ok(())
+    }
+
+    /// The pod's IP on its own network (none on the host network).
+    pub fn pod_ip(&mut self, pod: &Pod) -> Result<String> {
+        let status = self.client.pod_status(&pod.id)?.context("the runtime does not know the pod")?;
+        let ip = status.network.map(|n| n.ip).unwrap_or_default();
+        if ip.is_empty() {
+            bail!("pod {} has no IP", pod.id);
+        }
+        Ok(ip)
+    }
 }
 
 /// A pod the test runs: what CreateContainer needs again.
 pub struct Pod {
     pub id: String,
-    config: PodSandboxConfig,
-    host_network: NamespaceOption,
+    pub config: PodSandboxConfig,
+}
+
+impl Pod {
+    /// The sandbox's namespaces, which its containers share.
+    pub fn namespace_options(&self) -> Option<NamespaceOption> {
+        self.config.linux.as_ref()?.security_context.as_ref()?.namespace_options.clone()
+    }
+
+    /// Where the runtime writes the output of the container whose `log_path` is `log_path`.
+    pub fn log(&self, log_path: &str) -> PathBuf {
+        Path::new(&self.config.log_directory).join(log_path)
+    }
 }
 
 /// Mounts made before containerd runs, undone if starting fails half-way.
@@ -270,8 +328,82 @@ impl Drop for Containerd {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
             }
         }
+        // The pods' bridge, which the CNI plugin leaves when the last pod goes.
+        let _ = Command::new("ip").args(["link", "delete", "cni0"]).stderr(Stdio::null()).status();
         drop(Guard { mounts: std::mem::take(&mut self.mounts) });
     }
+}
+
+/// The image the tests' workload pods run: the emulator workload's podman image, under the name
+/// it is imported as.
+pub const WORKLOAD_IMAGE: &str = "localhost/emu-workload:latest";
+
+/// containerd started under `scratch` with the pause image and, for each `(binary, name)`, the
+/// project's podman image of `binary` (`gpreempt`, `emu-workload`) imported as `name`.
+pub fn with_images(scratch: &Path, images: &[(&str, &str)]) -> Result<Containerd> {
+    crate::podman::ready()?;
+    let mut archives = vec![pause_archive(scratch)?];
+    for (binary, name) in images {
+        crate::podman::podman(&["tag", &crate::podman::image(binary), name])?;
+        archives.push(save(name, &scratch.join(format!("{binary}.tar")))?);
+    }
+    let ctrd = Containerd::start(scratch)?;
+    for archive in &archives {
+        ctrd.import(archive)?;
+    }
+    Ok(ctrd)
+}
+
+/// The host pid of the process of container `id` whose comm is `comm`, once it has opened
+/// /dev/kfd (KFD made its directory under /sys/class/kfd/kfd/proc).
+pub fn kfd_pid_of(id: &str, comm: &str) -> Result<u32> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for entry in std::fs::read_dir("/proc")? {
+            let Some(pid) = entry?.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if cgroup.contains(id)
+                && name.trim() == comm
+                && Path::new(&format!("/sys/class/kfd/kfd/proc/{pid}")).exists()
+            {
+                return Ok(pid);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("no KFD process {comm} in container {id} after 60 s");
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The subnet of the pods that are not on the host network.
+pub const POD_SUBNET: &str = "10.244.0.0/24";
+
+/// A CNI network as a node's simplest plugin setup gives it: the `bridge` plugin on `cni0` with
+/// the node as the gateway (so the node reaches a pod's IP, as under every CNI), addresses from
+/// `host-local` (its leases in `scratch`: the VM's /var/lib is read-only). No masquerade: the
+/// pods talk to the node only. Returns the configuration directory.
+fn cni_config(scratch: &Path) -> Result<PathBuf> {
+    let dir = scratch.join("cni");
+    std::fs::create_dir_all(&dir)?;
+    let conf = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "gpreempt-test",
+        "plugins": [{
+            "type": "bridge",
+            "bridge": "cni0",
+            "isGateway": true,
+            "ipMasq": false,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": POD_SUBNET}]],
+                "dataDir": scratch.join("cni-leases"),
+            },
+        }],
+    });
+    std::fs::write(dir.join("10-gpreempt-test.conflist"), serde_json::to_string_pretty(&conf)?)?;
+    Ok(dir)
 }
 
 /// The static `pause` a sandbox runs, built with `cc -static`, in an image `FROM scratch`,

@@ -1,5 +1,5 @@
 //! A background process a test talks to through its log (the agent, Prometheus): its stderr lines
-//! collected on a thread, waited for by content; killed on drop.
+//! collected on a thread, waited for by content ([`Lines`], also a container's log); killed on drop.
 
 use std::{
     process::{Child, Command, ExitStatus, Stdio},
@@ -17,8 +17,14 @@ use crate::stderr_lines;
 
 /// A child whose stderr lines are collected on a thread.
 pub struct Daemon {
-    name: &'static str,
     child: Child,
+    log: Lines,
+}
+
+/// Lines a program writes (its stderr, its container's log), as they come over a channel, waited
+/// for by content; the lines seen are kept for the error that says what came instead.
+pub struct Lines {
+    name: &'static str,
     lines: mpsc::Receiver<String>,
     seen: Vec<String>,
 }
@@ -27,10 +33,45 @@ impl Daemon {
     pub fn spawn(name: &'static str, command: &mut Command) -> Result<Self> {
         let mut child = command.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().context(name)?;
         let lines = stderr_lines(child.stderr.take().context("no stderr")?, name);
-        Ok(Self { name, child, lines, seen: Vec::new() })
+        Ok(Self { child, log: Lines::new(name, lines) })
     }
 
-    /// For each of `needles`, the first new stderr line containing every whitespace-separated
+    /// See [`Lines::wait_lines`].
+    pub fn wait_lines(&mut self, needles: &[&str], wait: Duration) -> Result<Vec<String>> {
+        self.log.wait_lines(needles, wait)
+    }
+
+    /// See [`Lines::wait_line`].
+    pub fn wait_line(&mut self, needle: &str, wait: Duration) -> Result<String> {
+        self.log.wait_line(needle, wait)
+    }
+
+    /// See [`Lines::next_line`].
+    pub fn next_line(&mut self, wait: Duration) -> Option<String> {
+        self.log.next_line(wait)
+    }
+
+    pub fn signal(&self, signal: Signal) -> Result<()> {
+        Ok(kill(Pid::from_raw(self.child.id() as i32), signal)?)
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Wait for it to exit.
+    pub fn wait(&mut self) -> Result<ExitStatus> {
+        Ok(self.child.wait()?)
+    }
+}
+
+impl Lines {
+    pub fn new(name: &'static str, lines: mpsc::Receiver<String>) -> Self {
+        Self { name, lines, seen: Vec::new() }
+    }
+
+    /// For each of `needles`, the first new line containing every whitespace-separated
     /// word of it (`msg="policy stopped" policy=a` takes the message and the field), in whatever
     /// order they come (lines of the policy threads interleave with the main loop's), within
     /// `wait`.
@@ -52,7 +93,7 @@ impl Daemon {
         Ok(found.into_iter().flatten().collect())
     }
 
-    /// The first new stderr line containing `needle`, within `wait`.
+    /// The first new line containing `needle`, within `wait`.
     pub fn wait_line(&mut self, needle: &str, wait: Duration) -> Result<String> {
         let deadline = Instant::now() + wait;
         loop {
@@ -69,25 +110,11 @@ impl Daemon {
         }
     }
 
-    pub fn signal(&self, signal: Signal) -> Result<()> {
-        Ok(kill(Pid::from_raw(self.child.id() as i32), signal)?)
-    }
-
-    /// The next stderr line within `wait` (kept with the lines seen); None when none came.
+    /// The next line within `wait` (kept with the lines seen); None when none came.
     pub fn next_line(&mut self, wait: Duration) -> Option<String> {
         let line = self.lines.recv_timeout(wait).ok()?;
         self.seen.push(line.clone());
         Some(line)
-    }
-
-    /// Its pid.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Wait for it to exit.
-    pub fn wait(&mut self) -> Result<ExitStatus> {
-        Ok(self.child.wait()?)
     }
 }
 

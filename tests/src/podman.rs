@@ -72,11 +72,16 @@ fn path_str(path: &Path) -> Result<&str> {
     path.to_str().with_context(|| format!("{} is not UTF-8", path.display()))
 }
 
-/// `target/vm-images/<binary>`, assembled by `cargo xtask test`.
-fn context(binary: &str) -> Result<PathBuf> {
+/// `target/vm-images`, where `cargo xtask test` prepares what the guest cannot make itself.
+pub fn vm_images() -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let target = exe.ancestors().nth(3).context("test binary is not in target/<profile>/deps")?;
-    let dir = target.join("vm-images").join(binary);
+    Ok(target.join("vm-images"))
+}
+
+/// `target/vm-images/<binary>`, assembled by `cargo xtask test`.
+fn context(binary: &str) -> Result<PathBuf> {
+    let dir = vm_images()?.join(binary);
     if !dir.join("rootfs/usr/bin").join(binary).exists() {
         bail!("{} has no build context: run the test through `cargo xtask test`, which assembles it", dir.display());
     }

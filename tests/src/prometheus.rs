@@ -54,6 +54,15 @@ pub fn query_at(addr: SocketAddr, promql: &str) -> Result<Vec<(Value, f64)>> {
         .collect()
 }
 
+/// The value of the series of `family` whose labels include every one of `labels`
+/// (`state="active"`), as the agent's exposition prints it (0 when absent).
+pub fn series(text: &str, family: &str, labels: &[&str]) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) && labels.iter().all(|want| l.contains(want)))
+        .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
 /// A loopback port nobody listens on now.
 pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())

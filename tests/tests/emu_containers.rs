@@ -31,6 +31,7 @@ use gpreempt_tests::{
     daemon::Daemon,
     log_field,
     podman::{self, Workload, podman},
+    preempt,
     prometheus::{Prometheus, free_port, http_get},
     schedule::{LONG, Schedule},
     scratch,
@@ -105,32 +106,8 @@ fn podman_containers_are_listed_selected_preempted_and_scheduled_by_name() -> Re
 
     // preempt --offline container:training: its process only, both queues every cycle.
     let json = scratch("containers")?.join("preempt.json");
-    let out = gpreempt(&[
-        "preempt",
-        "--no-trace",
-        "--offline",
-        "container:training",
-        "--iterations",
-        "5",
-        "--hold",
-        "20ms",
-        "--gap",
-        "20ms",
-        "--output",
-        json.to_str().context("path")?,
-    ])?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
-    let targets = doc["targets"].as_array().context("no targets")?;
-    assert_eq!(targets.len(), 1, "{doc}");
-    assert_eq!(targets[0]["target"]["pid"], offline.pid, "{doc}");
-    let cycles: Vec<(i64, i64, bool)> = targets[0]["iterations"]
-        .as_array()
-        .context("no iterations")?
-        .iter()
-        .map(|i| (i["suspended"].as_i64().unwrap_or(-1), i["resumed"].as_i64().unwrap_or(-1), i["ok"] == true))
-        .collect();
-    assert_eq!(cycles, vec![(2, 2, true); 5], "{doc}");
+    let (doc, cycles) = preempt::cycles("container:training", 5, &json)?;
+    assert_eq!(cycles, vec![(offline.pid.into(), vec![(2, 2, true); 5])], "{doc}");
     assert_eq!(tracer_pid(offline.pid)?, 0);
     assert!(runs(&mut offline)?, "left suspended");
 

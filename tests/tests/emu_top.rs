@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use gpreempt_tests::{LineHelper, binary, target::eventually, wait_kfd_released};
+use gpreempt_tests::{LineHelper, binary, prometheus::series, target::eventually, wait_kfd_released};
 use serde_json::{Value, json};
 
 /// Under TCG the in-process tracer alone takes tens of seconds to start.
@@ -357,15 +357,6 @@ fn exposition(addr: &str) -> String {
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
     text
-}
-
-/// The value of the series of `family` whose labels include every one of `labels`, as the
-/// agent prints it (0 when absent).
-fn series(text: &str, family: &str, labels: &[&str]) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{family}{{")) && labels.iter().all(|want| l.contains(want)))
-        .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
 }
 
 #[test]

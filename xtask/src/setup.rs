@@ -247,7 +247,7 @@ fn containers_storage() -> Result<()> {
     fs::create_dir_all(CONTAINERS_STORAGE).with_context(|| format!("creating {CONTAINERS_STORAGE} (are you root?)"))
 }
 
-/// The kubelet's pod directories: the containerd VM test (tests/tests/emu_k8s.rs) mounts a
+/// The kubelet's pod directories: the containerd VM test (tests/tests/emu_k8s/) mounts a
 /// tmpfs here and creates each pod's directory as the kubelet does; the VM shares the host's root
 /// read-only, so the mount point has to exist on the host.
 const KUBELET_PODS: &str = "/var/lib/kubelet/pods";

@@ -435,12 +435,24 @@ fn pass_tally(kernel: Kernel, out: &Path, index: usize, pass: &Pass) -> Result<T
     Ok(tally)
 }
 
-/// The build contexts the container tests (`tests/tests/emu_containers.rs`) build their images
-/// from in the VM: `target/vm-images/<binary>`, assembled as `cargo xtask image` does (a second
-/// or two: the debug binaries without their debug sections, and four shared objects).
+/// The build contexts the container tests (`tests/tests/emu_containers.rs`, `emu_k8s`) build
+/// their images from in the VM: `target/vm-images/<binary>`, assembled as `cargo xtask image`
+/// does (a second or two: the debug binaries without their debug sections, and four shared
+/// objects); and the rendered manifests `emu_k8s` starts the DaemonSet's pod from.
 fn vm_images(debug: &Path) -> Result<()> {
     for binary in ["gpreempt", "emu-workload"] {
         image::assemble(&[debug.join(binary)], &target_dir().join("vm-images").join(binary))?;
+    }
+    // And deploy/kubernetes rendered as `cargo xtask manifests` renders it (`kubectl kustomize`):
+    // tests/tests/emu_k8s/daemonset.rs starts the DaemonSet's pod from it, and the guest has no
+    // kubectl on its PATH. Without kubectl that test reports itself skipped.
+    let out = target_dir().join("vm-images/manifests");
+    let _ = std::fs::remove_dir_all(&out);
+    match manifests::kubectl() {
+        Ok(kubectl) => {
+            manifests::render(&kubectl, &manifests::root(), &out)?;
+        }
+        Err(e) => eprintln!("xtask test: deploy/kubernetes not rendered for the VM: {e:#}"),
     }
     Ok(())
 }

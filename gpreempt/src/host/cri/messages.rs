@@ -152,10 +152,19 @@ pub struct PodSandboxStatus {
     pub state: i32,
     #[prost(int64, tag = "4")]
     pub created_at: i64,
+    /// The pod's IP, when the runtime set up its network (CNI); absent on the host network.
+    #[prost(message, optional, tag = "5")]
+    pub network: Option<PodSandboxNetworkStatus>,
     #[prost(map = "string, string", tag = "7")]
     pub labels: HashMap<String, String>,
     #[prost(map = "string, string", tag = "8")]
     pub annotations: HashMap<String, String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PodSandboxNetworkStatus {
+    #[prost(string, tag = "1")]
+    pub ip: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -255,16 +264,78 @@ pub struct Device {
     pub permissions: String,
 }
 
+/// Capabilities as the pod spec names them (`BPF`, not `CAP_BPF`: the runtime adds the prefix).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Capability {
+    #[prost(string, repeated, tag = "1")]
+    pub add_capabilities: Vec<String>,
+    #[prost(string, repeated, tag = "2")]
+    pub drop_capabilities: Vec<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Int64Value {
+    #[prost(int64, tag = "1")]
+    pub value: i64,
+}
+
+/// `SecurityProfile.ProfileType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum ProfileType {
+    RuntimeDefault = 0,
+    Unconfined = 1,
+    Localhost = 2,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SecurityProfile {
+    #[prost(enumeration = "ProfileType", tag = "1")]
+    pub profile_type: i32,
+    #[prost(string, tag = "2")]
+    pub localhost_ref: String,
+}
+
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct LinuxContainerSecurityContext {
+    #[prost(message, optional, tag = "1")]
+    pub capabilities: Option<Capability>,
     #[prost(bool, tag = "2")]
     pub privileged: bool,
     #[prost(message, optional, tag = "3")]
     pub namespace_options: Option<NamespaceOption>,
+    /// Absent: the image's user.
+    #[prost(message, optional, tag = "5")]
+    pub run_as_user: Option<Int64Value>,
+    #[prost(bool, tag = "7")]
+    pub readonly_rootfs: bool,
+    /// The kubelet sets it unless `allowPrivilegeEscalation` is true (or implied, as by privileged).
+    #[prost(bool, tag = "11")]
+    pub no_new_privs: bool,
+    /// Absent: the runtime's default profile.
+    #[prost(message, optional, tag = "15")]
+    pub seccomp: Option<SecurityProfile>,
+}
+
+/// The cgroup settings the kubelet derives from a container's requests and limits.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LinuxContainerResources {
+    #[prost(int64, tag = "1")]
+    pub cpu_period: i64,
+    #[prost(int64, tag = "2")]
+    pub cpu_quota: i64,
+    #[prost(int64, tag = "3")]
+    pub cpu_shares: i64,
+    #[prost(int64, tag = "4")]
+    pub memory_limit_in_bytes: i64,
+    #[prost(int64, tag = "5")]
+    pub oom_score_adj: i64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct LinuxContainerConfig {
+    #[prost(message, optional, tag = "1")]
+    pub resources: Option<LinuxContainerResources>,
     #[prost(message, optional, tag = "2")]
     pub security_context: Option<LinuxContainerSecurityContext>,
 }
@@ -325,6 +396,18 @@ pub struct StartContainerRequest {
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct StartContainerResponse {}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StopContainerRequest {
+    #[prost(string, tag = "1")]
+    pub container_id: String,
+    /// Seconds between SIGTERM and SIGKILL: the pod's `terminationGracePeriodSeconds`.
+    #[prost(int64, tag = "2")]
+    pub timeout: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StopContainerResponse {}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
 #[repr(i32)]
@@ -435,6 +518,7 @@ calls! {
     ListPodSandboxRequest => ListPodSandboxResponse as "ListPodSandbox",
     CreateContainerRequest => CreateContainerResponse as "CreateContainer",
     StartContainerRequest => StartContainerResponse as "StartContainer",
+    StopContainerRequest => StopContainerResponse as "StopContainer",
     ListContainersRequest => ListContainersResponse as "ListContainers",
     ContainerStatusRequest => ContainerStatusResponse as "ContainerStatus",
 }

@@ -11,26 +11,26 @@
 //! - `preempt --offline pod-label:gpreempt.io/role=offline` suspends and resumes the offline
 //!   pod's queues, and only those;
 //! - `schedule` with label selectors suspends the offline pod's queues during the online pod's
-//!   requests (told by `--hint-socket` hints) and resumes them after.
+//!   requests (told by `--hint-socket` hints) and resumes them after;
+//! - the DaemonSet's own pod, started beside them as the kubelet starts it from the rendered
+//!   manifests, runs the agent, whose `pod-label:` policy schedules them ([`daemonset`]). It
+//!   shares this test's containerd, images and pods: starting them again would cost CI two
+//!   minutes.
 
-use std::{
-    io::Write,
-    os::unix::net::UnixStream,
-    path::Path,
-    process::Command,
-    thread,
-    time::{Duration, Instant},
-};
+mod daemonset;
+
+use std::{io::Write, os::unix::net::UnixStream, process::Command};
 
 use anyhow::{Context, Result, bail};
 use gpreempt::{
     domain::HostPid,
-    host::{roots::Roots, select},
+    host::{cri::messages::Mount, roots::Roots, select},
 };
 use gpreempt_tests::{
     binary,
-    containerd::{self, Containerd},
-    podman,
+    containerd::{self, WORKLOAD_IMAGE, kfd_pid_of},
+    kubelet::Rendered,
+    preempt,
     schedule::{LONG, Schedule},
     scratch, skip,
     target::tracer_pid,
@@ -39,33 +39,9 @@ use serde_json::Value;
 
 const ONLINE_UID: &str = "6a1f0c3e-2b4d-4e5f-8a9b-0c1d2e3f4a5b";
 const OFFLINE_UID: &str = "7b2e1d4f-3c5e-4f60-9bac-1d2e3f4a5b6c";
-const WORKLOAD_IMAGE: &str = "localhost/emu-workload:latest";
 
 fn gpreempt(args: &[&str]) -> Result<std::process::Output> {
     Ok(Command::new(binary("gpreempt")?).args(args).output()?)
-}
-
-/// The host pid of the process of container `id` whose comm is `emu-workload`, once it has
-/// opened /dev/kfd (its KFD directory exists).
-fn kfd_pid_of(id: &str) -> Result<u32> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        for entry in std::fs::read_dir("/proc")? {
-            let Some(pid) = entry?.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            if cgroup.contains(id)
-                && comm.trim() == "emu-workload"
-                && Path::new(&format!("/sys/class/kfd/kfd/proc/{pid}")).exists()
-            {
-                return Ok(pid);
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("no KFD process in container {id} after 60 s");
-        }
-        thread::sleep(Duration::from_millis(200));
-    }
 }
 
 fn resolve(selector: &str) -> Result<Vec<u32>> {
@@ -78,9 +54,13 @@ fn resolve(selector: &str) -> Result<Vec<u32>> {
 }
 
 #[test]
-fn pods_run_through_cri_are_selected_by_name_label_and_container_name() {
+fn pods_run_through_cri_are_selected_by_name_label_and_container_name_and_the_daemonsets_agent_schedules_them() {
     if let Some(why) = containerd::unavailable() {
         skip!("{why}");
+    }
+    // Rendered on the host by `cargo xtask test` with the kubectl `cargo xtask setup` installs.
+    if let Err(e) = Rendered::load("base") {
+        skip!("{e:#}");
     }
     if let Err(e) = pods_by_name_label_and_container_name() {
         panic!("{e:#}");
@@ -88,32 +68,54 @@ fn pods_run_through_cri_are_selected_by_name_label_and_container_name() {
 }
 
 fn pods_by_name_label_and_container_name() -> Result<()> {
-    podman::ready()?;
     let scratch = scratch("k8s")?;
-    let pause = containerd::pause_archive(&scratch)?;
-    podman::podman(&["tag", &podman::image("emu-workload"), WORKLOAD_IMAGE])?;
-    let workload = containerd::save(WORKLOAD_IMAGE, &scratch.join("emu-workload.tar"))?;
-    let mut ctrd = Containerd::start(&scratch)?;
-    ctrd.import(&pause)?;
-    ctrd.import(&workload)?;
+    let mut ctrd =
+        containerd::with_images(&scratch, &[("emu-workload", WORKLOAD_IMAGE), ("gpreempt", &daemonset::image())])?;
 
-    let run = |extra: &[&'static str]| -> Vec<&'static str> {
-        let mut c = vec!["/usr/bin/emu-workload", "run", "--gpu-id", "0x1000"];
-        c.extend_from_slice(extra);
-        c
-    };
+    // Online: a server with one idle queue, taking requests (a line `N`: N dispatches) on a
+    // socket in a hostPath; offline: two queues kept busy.
+    let requests = scratch.join("online");
+    std::fs::create_dir_all(&requests)?;
     let online_pod = ctrd.run_pod("serving", "llm-0", ONLINE_UID, &[("gpreempt.io/role", "online"), ("app", "llm")])?;
-    let online_id =
-        ctrd.start_container(&online_pod, "server", WORKLOAD_IMAGE, &run(&["--queues", "1", "--fill-us", "0"]))?;
+    let online_id = ctrd.start_container_with(
+        &online_pod,
+        "server",
+        WORKLOAD_IMAGE,
+        &[
+            "/usr/bin/emu-workload",
+            "server",
+            "--gpu-id",
+            "0x1000",
+            "--dispatch-us",
+            &daemonset::DISPATCH_US.to_string(),
+            "--socket",
+            "/run/online/requests.sock",
+        ],
+        vec![Mount {
+            container_path: "/run/online".into(),
+            host_path: requests.display().to_string(),
+            readonly: false,
+        }],
+    )?;
     let offline_pod = ctrd.run_pod("batch", "train-0", OFFLINE_UID, &[("gpreempt.io/role", "offline")])?;
     let offline_id = ctrd.start_container(
         &offline_pod,
         "trainer",
         WORKLOAD_IMAGE,
-        &run(&["--queues", "2", "--fill-us", "1000", "--runtime-enable"]),
+        &[
+            "/usr/bin/emu-workload",
+            "run",
+            "--gpu-id",
+            "0x1000",
+            "--queues",
+            "2",
+            "--fill-us",
+            "1000",
+            "--runtime-enable",
+        ],
     )?;
-    let online = kfd_pid_of(&online_id)?;
-    let offline = kfd_pid_of(&offline_id)?;
+    let online = kfd_pid_of(&online_id, "emu-workload")?;
+    let offline = kfd_pid_of(&offline_id, "emu-workload")?;
 
     // The selectors, as every command resolves them (the runtime found at its default socket).
     assert_eq!(resolve("pod:serving/llm-0")?, [online]);
@@ -153,33 +155,8 @@ fn pods_by_name_label_and_container_name() -> Result<()> {
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{offline}\n"));
 
     // preempt by label: the offline pod's process only, both its queues every cycle.
-    let json = scratch.join("preempt.json");
-    let out = gpreempt(&[
-        "preempt",
-        "--no-trace",
-        "--offline",
-        "pod-label:gpreempt.io/role=offline",
-        "--iterations",
-        "3",
-        "--hold",
-        "20ms",
-        "--gap",
-        "20ms",
-        "--output",
-        json.to_str().context("path")?,
-    ])?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
-    let targets = doc["targets"].as_array().context("no targets")?;
-    assert_eq!(targets.len(), 1, "{doc}");
-    assert_eq!(targets[0]["target"]["pid"], offline, "{doc}");
-    let cycles: Vec<(i64, i64, bool)> = targets[0]["iterations"]
-        .as_array()
-        .context("no iterations")?
-        .iter()
-        .map(|i| (i["suspended"].as_i64().unwrap_or(-1), i["resumed"].as_i64().unwrap_or(-1), i["ok"] == true))
-        .collect();
-    assert_eq!(cycles, vec![(2, 2, true); 3], "{doc}");
+    let (doc, cycles) = preempt::cycles("pod-label:gpreempt.io/role=offline", 3, &scratch.join("preempt.json"))?;
+    assert_eq!(cycles, vec![(offline.into(), vec![(2, 2, true); 3])], "{doc}");
 
     // schedule by labels: the online pod's requests (told by hints) suspend the offline pod's
     // two queues, and their end resumes them.
@@ -206,6 +183,8 @@ fn pods_by_name_label_and_container_name() -> Result<()> {
     assert_eq!(resume["queues"].as_i64(), Some(2), "{resume}");
     s.stop();
     assert_eq!(tracer_pid(offline)?, 0, "detached");
+
+    daemonset::agent_beside(&mut ctrd, &scratch, offline, &requests.join("requests.sock"))?;
     drop(ctrd);
     Ok(())
 }
