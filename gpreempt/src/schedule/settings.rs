@@ -128,8 +128,9 @@ pub struct SchedulerSettings {
     pub gang: bool,
     /// How many offline processes run on a GPU while it has no online work, the others
     /// suspended ("parked") and taking turns every --rotate: each online burst then pays that
-    /// many SUSPENDs instead of one per offline process. auto: one, and one more whenever those
-    /// running leave the GPU idle (loader-bound trainers), learnt per GPU; all (or 0): every
+    /// many SUSPENDs instead of one per offline process. auto: all at first, one fewer each time
+    /// those running are seen to keep the GPU busy by themselves (compute-bound trainers), one
+    /// more when they leave it idle (loader-bound ones), learnt per GPU; all (or 0): every
     /// offline process; N: at most N. Not with --gang (a job's ranks run together).
     #[arg(long, default_value = "auto", value_name = "auto|all|N")]
     pub runnable: Runnable,
