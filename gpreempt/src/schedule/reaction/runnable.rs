@@ -53,9 +53,13 @@ pub(super) fn balance(processes: &[(usize, bool, u64)], runnable: usize, rotate_
 impl<S: ControlSide> Reaction<S> {
     /// Park and rotate the offline processes of every GPU that runs with no online work.
     pub(super) fn balance_runnable(&mut self, now: u64) {
-        if self.config.runnable == Runnable::All || self.config.gang {
-            return;
-        }
+        // A fixed count (None: `auto`, learnt per lane); every process runnable: nothing to do.
+        let fixed = match self.config.runnable {
+            _ if self.config.gang => return,
+            Runnable::All => return,
+            Runnable::Keep(n) => Some(n),
+            Runnable::Auto => None,
+        };
         for i in 0..self.lanes.len() {
             let lane = &self.lanes[i];
             if lane.active || lane.policy.state() != State::Running {
@@ -70,10 +74,9 @@ impl<S: ControlSide> Reaction<S> {
                 .filter(|(_, p)| p.has_queues_on(gpu))
                 .map(|(k, p)| (k, p.is_parked_on(gpu), p.turn_began(gpu)))
                 .collect();
-            let runnable = match self.config.runnable {
-                Runnable::All => return,
-                Runnable::Keep(n) => n,
-                Runnable::Auto => self.learn_runnable(i, now, &processes),
+            let runnable = match fixed {
+                Some(n) => n,
+                None => self.learn_runnable(i, now, &processes),
             };
             let Balance { unpark, park } = balance(&processes, runnable, rotate_due);
             if unpark.is_none() && park.is_none() {
@@ -121,12 +124,15 @@ impl<S: ControlSide> Reaction<S> {
             }
         }
         let lane = &mut self.lanes[i];
-        match lane.runnable.look(now, starved, processes.len()) {
-            Some(TargetChange::Raised(_)) => self.stats.runnable_raised.fetch_add(1, Ordering::Relaxed),
-            Some(TargetChange::Lowered(_)) => self.stats.runnable_lowered.fetch_add(1, Ordering::Relaxed),
-            None => 0,
+        let counter = match lane.runnable.look(now, starved, processes.len()) {
+            Some(TargetChange::Raised(_)) => Some(&self.stats.runnable_raised),
+            Some(TargetChange::Lowered(_)) => Some(&self.stats.runnable_lowered),
+            None => None,
         };
-        self.lanes[i].runnable.of(processes.len())
+        if let Some(c) = counter {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        lane.runnable.of(processes.len())
     }
 
     fn park(&mut self, k: usize, gpu: GpuId, now: u64) {
