@@ -605,7 +605,12 @@ pub(crate) fn evaluate_measures_a_hip_5_7_service_against_a_hip_5_7_training_job
             "scheduled" => {
                 let s = &r["schedule"];
                 let suspends = s["suspends"].as_u64().unwrap();
-                assert!((1..=REQUESTS + 1).contains(&suspends), "{s}");
+                // A SUSPEND answers online work seen after the last RESUME, and a RESUME comes
+                // only when the service's queues are empty: at most one per online dispatch. A
+                // request is two dispatches here (the launch, then hipStreamSynchronize's marker);
+                // a vCPU stalled between them for longer than --idle splits it in two (CI saw 12
+                // for 10 requests), so the bound is the dispatches, not the requests.
+                assert!((1..=2 * REQUESTS).contains(&suspends), "{s}");
                 assert_eq!((&s["resumes"], &s["failed_suspends"]), (&s["suspends"], &0.into()), "{s}");
                 // The in-process tracer saw the driver run each of them.
                 let k = &s["kernel"];
