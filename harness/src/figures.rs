@@ -117,6 +117,9 @@ pub struct SchedulerFigures {
     /// measured before have the variant's Debug name lowercased: `onlinegone`, `minshare`).
     pub resumes_by_reason: BTreeMap<String, u64>,
     pub resumes_skipped: u64,
+    /// Per scheduled GPU, the idle threshold in force at its last idle resume (learnt or
+    /// `--idle`), µs.
+    pub idle_threshold_us: Vec<Option<f64>>,
     pub realtime: String,
     /// Per online process: the arrival path as the scheduler reports it (segment counts, pending
     /// holds served / late / wasted, the lead, arrival → SUSPEND).
@@ -408,6 +411,7 @@ pub fn reduce(state: &BenchState, raw: &Raw, requests: usize) -> StateFigures {
             idle_cpu: raw.idle_cpu,
             resumes_by_reason: report.resumes_by_reason.iter().map(|(r, n)| (r.name().to_owned(), *n)).collect(),
             resumes_skipped: report.resumes_skipped,
+            idle_threshold_us: report.gpus.iter().filter(|g| g.scheduled).map(|g| g.idle_threshold_us).collect(),
             realtime: report.realtime.policy.to_owned(),
             arrival: report.arrival.clone(),
         }

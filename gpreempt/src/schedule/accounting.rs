@@ -212,6 +212,9 @@ impl Accounts {
                 g.resume_us.push(us(r.latency_ns));
                 // A resume always has its reason; `Stop` stands in should one ever not.
                 *g.report.resumes_by_reason.entry(r.reason.unwrap_or(ResumeReason::Stop)).or_default() += 1;
+                if r.reason == Some(ResumeReason::Idle) {
+                    g.report.idle_threshold_us = r.idle_threshold_ns.map(us);
+                }
                 g.end_suspension(r.t_ns, start);
                 g.state = Some(State::Running);
             }

@@ -119,6 +119,9 @@ pub struct GpuReport {
     pub resumes_by_reason: BTreeMap<ResumeReason, u64>,
     /// Idle resumes skipped because the gap was predicted shorter than the transitions cost.
     pub resumes_skipped: u64,
+    /// The idle threshold in force at the last resume for idleness, µs: learnt from the online
+    /// gaps (the valley between gaps inside a request and between requests) or `--idle`.
+    pub idle_threshold_us: Option<f64>,
     pub failed_suspends: u64,
     pub suspended_ms: f64,
     pub suspended_share: f64,

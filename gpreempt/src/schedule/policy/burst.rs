@@ -63,8 +63,8 @@ impl Burst {
 mod tests {
     use super::*;
 
-    const ON: Observation = Observation { online_active: true, online_gone: false };
-    const OFF: Observation = Observation { online_active: false, online_gone: false };
+    const ON: Observation = Observation { online_active: true, online_gone: false, announced: false };
+    const OFF: Observation = Observation { online_active: false, online_gone: false, announced: false };
 
     #[test]
     fn a_gap_ends_at_the_first_poll_that_sees_online_work_again() {
@@ -91,7 +91,7 @@ mod tests {
         b.end_if_over(3, OFF, 3);
         assert!(b.may_suspend());
         b.serve();
-        b.end_if_over(0, Observation { online_active: false, online_gone: true }, 3);
+        b.end_if_over(0, Observation { online_active: false, online_gone: true, announced: false }, 3);
         assert!(b.may_suspend());
         b.serve();
         b.allow_another_suspend();

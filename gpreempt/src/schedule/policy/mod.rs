@@ -160,6 +160,9 @@ pub struct Observation {
     pub online_active: bool,
     /// An online process exited since the previous poll.
     pub online_gone: bool,
+    /// A request the arrival probe saw is pending on this GPU (opened before its first GPU work):
+    /// online work that comes back now ends a gap between requests.
+    pub announced: bool,
 }
 
 /// The state machine: where the offline queues are, composed with the online bursts, the share
@@ -238,10 +241,10 @@ impl PolicyMachine {
     }
 
     /// Record a gap that ended with online work seen again.
-    fn note_gap(&mut self, gap: u64) {
+    fn note_gap(&mut self, gap: u64, announced: bool) {
         if self.config.learn_idle {
             self.record.push(gap);
-            self.threshold.note_gap(self.record.sorted());
+            self.threshold.note_gap(self.record.sorted(), gap, announced);
         }
         // Measured against the threshold this gap may just have moved.
         if gap >= self.threshold.ns() {
@@ -275,7 +278,7 @@ impl PolicyMachine {
     /// controller reports the outcome with [`PolicyMachine::suspended`] / [`PolicyMachine::resumed`].
     pub fn tick(&mut self, now: u64, seen: Observation) -> Option<Action> {
         if let Some(gap) = self.burst.poll(now, seen.online_active) {
-            self.note_gap(gap);
+            self.note_gap(gap, seen.announced);
         }
         if seen.online_active {
             self.decision.new_gap();
@@ -427,13 +430,13 @@ mod tests {
     fn an_online_exit_resumes_at_once() {
         let mut p = policy(50, 1000, 0.0);
         assert_eq!(run(&mut p, 0, 5, on()), vec![(0, Action::Suspend)]);
-        let gone = Observation { online_active: false, online_gone: true };
+        let gone = Observation { online_active: false, online_gone: true, announced: false };
         assert_eq!(p.tick(6 * MS, gone), Some(Action::Resume(ResumeReason::OnlineGone)));
         p.resumed(6 * MS);
         // Another online process still busy when one exits: no resume.
         let mut p = policy(50, 1000, 0.0);
         run(&mut p, 0, 5, on());
-        assert_eq!(p.tick(6 * MS, Observation { online_active: true, online_gone: true }), None);
+        assert_eq!(p.tick(6 * MS, Observation { online_active: true, online_gone: true, announced: false }), None);
     }
 
     #[test]

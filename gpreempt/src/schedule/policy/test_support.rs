@@ -22,7 +22,7 @@ pub(super) fn policy(idle_ms: u64, max_ms: u64, share: f64) -> PolicyMachine {
 }
 
 pub(super) fn on() -> Observation {
-    Observation { online_active: true, online_gone: false }
+    Observation { online_active: true, online_gone: false, announced: false }
 }
 
 pub(super) fn off() -> Observation {
@@ -69,7 +69,7 @@ pub(super) fn drive(p: &mut PolicyMachine, polls: &[(u64, bool)], costs: Option<
     let mut out = Vec::new();
     for &(t, active) in polls {
         let now = t * 1_000;
-        if let Some(a) = p.tick(now, Observation { online_active: active, online_gone: false }) {
+        if let Some(a) = p.tick(now, Observation { online_active: active, online_gone: false, announced: false }) {
             match a {
                 Action::Suspend => {
                     p.suspended(now, true);

@@ -349,6 +349,9 @@ impl<S: ControlSide> Reaction<S> {
             let pid = self.arrivals.as_ref().map_or(HostPid(0), |a| a.watched[i].pid);
             // The SUSPENDs take what a suspend of these GPUs has cost (the slowest of them).
             let gpus = self.gpus_of(pid);
+            for l in self.lanes.iter_mut().filter(|l| gpus.contains(&l.gpu)) {
+                l.arrived_since_gap = true;
+            }
             let cost =
                 self.lanes.iter().filter(|l| gpus.contains(&l.gpu)).filter_map(|l| l.policy.suspend_cost()).max();
             let held = self.lanes.iter().any(|l| gpus.contains(&l.gpu) && l.policy.state() == State::Suspended);
@@ -398,6 +401,15 @@ impl<S: ControlSide> Reaction<S> {
             w.pending.iter().any(|p| p.plan.issue_at_ns <= now && now < p.plan.release_at_ns)
                 && self.online.iter().any(|o| o.pid == w.pid && o.gpus().any(|g| g == gpu))
         })
+    }
+
+    /// Whether a request the probe saw is pending on `gpu` (a hold opened, its first GPU work not
+    /// yet seen): online work that comes back on `gpu` now may be its first.
+    pub(super) fn arrival_pending_on(&self, gpu: GpuId) -> bool {
+        let Some(a) = &self.arrivals else { return false };
+        a.watched
+            .iter()
+            .any(|w| !w.pending.is_empty() && self.online.iter().any(|o| o.pid == w.pid && o.gpus().any(|g| g == gpu)))
     }
 
     /// The oldest pending hold of each watched process ends at the process's first submission

@@ -36,6 +36,11 @@ pub(super) struct Lane {
     pub published_ns: Option<u64>,
     /// Online work was seen here at the last step.
     pub active: bool,
+    /// The arrival probe saw a request for an online process here since the online work was
+    /// last seen coming back after a gap: the work that ends the next gap may be its first (a
+    /// request that arrived during another's work has its hold ended by that work, so its own
+    /// first work after the gap finds no hold open).
+    pub arrived_since_gap: bool,
     /// `--runnable`: when the offline processes here last rotated.
     pub rotated_ns: u64,
     /// `--runnable auto`: how many of them run here, learnt.
@@ -57,6 +62,7 @@ impl Lane {
             doorbell_ns: None,
             published_ns: None,
             active: false,
+            arrived_since_gap: false,
             rotated_ns: now,
             runnable: RunnableTarget::default(),
         }

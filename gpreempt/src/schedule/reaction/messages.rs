@@ -79,6 +79,8 @@ pub struct TransitionRecord {
     /// Offline processes counted as held with no ioctl: idle on the GPU (deferred, see
     /// [`crate::schedule::offline`]) or already held by their gang.
     pub held_no_ioctl: u32,
+    /// Resume only: the idle threshold in force when it was decided (learnt or `--idle`), ns.
+    pub idle_threshold_ns: Option<u64>,
 }
 
 /// What the reaction thread tells the other threads.

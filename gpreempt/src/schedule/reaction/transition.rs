@@ -159,7 +159,7 @@ pub(super) struct Notes {
 /// at `entered` and last returned at `now`, and what the policy and the stats note of it.
 pub(super) fn record(
     gpu: GpuId,
-    resume: Option<ResumeReason>,
+    resume: Option<(ResumeReason, u64)>,
     tally: Tally,
     burst: Burst,
     entered: u64,
@@ -184,6 +184,7 @@ pub(super) fn record(
                 queues,
                 ioctls,
                 held_no_ioctl,
+                idle_threshold_ns: None,
             };
             let notes = Notes {
                 held,
@@ -194,7 +195,7 @@ pub(super) fn record(
             };
             (record, notes)
         }
-        Some(reason) => {
+        Some((reason, threshold_ns)) => {
             let record = TransitionRecord {
                 t_ns: now,
                 gpu,
@@ -206,6 +207,7 @@ pub(super) fn record(
                 queues,
                 ioctls,
                 held_no_ioctl: 0,
+                idle_threshold_ns: Some(threshold_ns),
             };
             let notes = Notes {
                 held: false,
@@ -310,7 +312,8 @@ impl<S: ControlSide> Reaction<S> {
         let gpu = lane.gpu;
         let published_ns = if resume.is_none() { lane.published_ns.take() } else { None };
         let burst = Burst { visible_ns: lane.visible_ns, published_ns, quiet_ns: lane.quiet_ns };
-        let (record, notes) = record(gpu, resume, tally, burst, entered, now);
+        let resume_at = resume.map(|reason| (reason, lane.policy.idle_threshold_ns()));
+        let (record, notes) = record(gpu, resume_at, tally, burst, entered, now);
         match resume {
             None => lane.policy.suspended(now, notes.held),
             Some(_) => lane.policy.resumed(now),
@@ -413,6 +416,7 @@ mod tests {
                 queues: 3,
                 ioctls: 2,
                 held_no_ioctl: 1,
+                idle_threshold_ns: None,
             }
         );
         let noted =
@@ -436,7 +440,7 @@ mod tests {
     #[test]
     fn a_resume_notes_its_latency_only_when_it_called_the_kernel() {
         let tally = Tally { queues: 3, ioctls: 2, latency_ns: 400, held_no_ioctl: 0 };
-        let (recorded, notes) = record(GPU, Some(ResumeReason::Idle), tally, Burst::default(), 5, 900);
+        let (recorded, notes) = record(GPU, Some((ResumeReason::Idle, 2_000_000)), tally, Burst::default(), 5, 900);
         assert_eq!(
             recorded,
             TransitionRecord {
@@ -450,11 +454,12 @@ mod tests {
                 queues: 3,
                 ioctls: 2,
                 held_no_ioctl: 0,
+                idle_threshold_ns: Some(2_000_000),
             }
         );
         assert_eq!(notes.resume_ns, Some(400));
         assert!(!notes.held);
-        let (_, notes) = record(GPU, Some(ResumeReason::Stop), Tally::default(), Burst::default(), 5, 900);
+        let (_, notes) = record(GPU, Some((ResumeReason::Stop, 2_000_000)), Tally::default(), Burst::default(), 5, 900);
         assert_eq!(notes.resume_ns, None);
     }
 }
