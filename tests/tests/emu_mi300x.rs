@@ -7,6 +7,9 @@
 //!   tests/kfd-emu/README.md "Profiles" and topology.c, with their sources);
 //! - trixie's ROCr 6.1 (bookworm's `rocminfo` run with trixie's loader and libraries) lists the
 //!   partitions as gfx942 agents in SPX and CPX;
+//! - a HIP 5.7 program with a gfx942 code object of its own (`hip-streams-gfx942`, built by
+//!   trixie's clang 17) runs its streams in SPX, and `gpreempt preempt` holds it mid-kernel on one
+//!   CPX partition; its results and what the emulated CP executed are exact;
 //! - a queue whose CWSR save never completes (the `stuck_queue` hook) is reset alone, as gfx9 does
 //!   from 6.12, and the other queues are suspended and resumed normally.
 //!
@@ -26,6 +29,21 @@ use gpreempt_tests::{
     schedule::{Elapsed, LONG, Schedule, holds, progresses, summary},
     wait_kfd_released,
 };
+
+// The ROCm sections' helpers (tests/tests/emu_rocm/): what the emulated CP executed, a ROCm
+// program run with amdgpu_emu loaded, `gpreempt preempt` on a ROCr 6.1 process and HIP 5.7's
+// offline counts. Shared by path; this binary calls some of each module's items only.
+#[allow(dead_code)]
+#[path = "emu_rocm/emulator.rs"]
+mod emulator;
+#[allow(dead_code)]
+#[path = "emu_rocm/hip.rs"]
+mod hip;
+#[path = "emu_rocm/preempt_rocm.rs"]
+mod preempt_rocm;
+#[allow(dead_code)]
+#[path = "emu_rocm/rocm_run.rs"]
+mod rocm_run;
 
 const EC_QUEUE_NEW: u64 = 1 << 30;
 const EC_PROCESS_RUNTIME: u64 = 1 << 47;
@@ -546,4 +564,128 @@ fn a_queue_reset_during_a_schedule_suspend_is_reported_gone_and_never_resumed() 
     assert!(warnings.is_empty(), "{warnings:?}\n{stderr}");
     let log = kernel_log();
     assert_eq!(log[log_at..].iter().filter(|l| l.contains(" is reset")).count(), 1, "{:#?}", &log[log_at..]);
+}
+
+/// `tests/rocm/hip_streams.hip` built by trixie's clang 17 against HIP 5.7 with a gfx942 code
+/// object, linked to run on trixie's HIP 5.7 and ROCr 6.1 (xtask/src/rocm6.rs).
+fn hip_gfx942() -> PathBuf {
+    let exe = gpreempt_tests::binary("hip-streams-gfx942").expect(
+        "hip-streams-gfx942 is built by `cargo xtask test` once `cargo xtask setup` unpacked trixie's HIP 5.7 and clang 17",
+    );
+    // Its fat binary holds one device code object, for gfx942 (clang-offload-bundler's entry ids):
+    // ROCr would load no other on a gfx942 agent.
+    let bytes = std::fs::read(&exe).unwrap();
+    let has = |id: &[u8]| bytes.windows(id.len()).any(|w| w == id);
+    assert!(has(b"hipv4-amdgcn-amd-amdhsa--gfx942"), "{}: no gfx942 code object", exe.display());
+    assert!(!has(b"amdgcn-amd-amdhsa--gfx90a"), "{}: a gfx90a code object too", exe.display());
+    exe
+}
+
+/// `hip-streams-gfx942 STREAMS GRID BYTES hold` up to its `holding` line, on `devices` agents: as
+/// on gfx90a (tests/tests/emu_rocm/hip.rs), per stream the kernel's emulated time between its two
+/// events and every byte of the hipMemcpy round trip back, in the stream's pattern.
+fn hip_streams_until_holding(run: &mut rocm_run::RocmRun, devices: u64, streams: u64, grid: u64, bytes: u64) {
+    let pid = run.pid;
+    assert_eq!(run.json_line(), serde_json::json!({"pid": pid, "devices": devices, "streams": streams}));
+    let kernel_ms = (grid * emulator::ns_per_workitem()) as f64 / 1e6;
+    let pattern = |stream: u64, k: u64| (k * 131 + stream * 17 + 7) & 0xff;
+    for i in 0..streams {
+        let v = run.json_line();
+        let elapsed = v["elapsed_ms"].as_f64().unwrap();
+        assert!(elapsed >= kernel_ms * (1.0 - 1e-6), "hipEventElapsedTime below the kernel's {kernel_ms} ms: {v}");
+        let expect = serde_json::json!({
+            "stream": i,
+            "elapsed_ms": v["elapsed_ms"],
+            "bytes": bytes,
+            "equal": bytes,
+            "first": pattern(i, 0),
+            "last": pattern(i, bytes - 1),
+        });
+        assert_eq!(v, expect);
+    }
+    assert_eq!(run.line(), format!(r#"{{"holding":{streams}}}"#));
+}
+
+/// SPX (one KFD node, gpu 0x1000, all 8 XCCs): HIP 5.7 loads the program's gfx942 code object and
+/// runs 3 streams' kernels, events and copies, with HIP 5.7's queues and counts on gfx90a but one
+/// difference: ROCclr 5.7 marks hipEventRecord with an AMD barrier-value packet on gfx90a only
+/// (rocclr/device/rocm/rocsettings.cpp, rocm-5.7.1: `barrier_value_packet_` when `gcnArch == 910`),
+/// so on gfx942 its 6 markers are barrier-AND packets.
+#[test]
+fn a_hip_5_7_program_with_a_gfx942_code_object_runs_its_streams_on_mi300x_in_spx() {
+    let _t = Elapsed::start("a_hip_5_7_program_with_a_gfx942_code_object_runs_its_streams_on_mi300x_in_spx");
+    const STREAMS: u64 = 3;
+    const BYTES: u64 = 4096;
+    let exe = hip_gfx942();
+    let _profile = Profile::load(&["profile=mi300x", "partition=spx", "num_gpus=1"]);
+    let (streams, bytes) = (STREAMS.to_string(), BYTES.to_string());
+    let args = [&*streams, "640", &bytes, "hold"].map(std::ffi::OsStr::new);
+    let mut run = rocm_run::RocmRun::start(&exe, &args);
+    let pid = run.pid;
+    hip_streams_until_holding(&mut run, 1, STREAMS, 640, BYTES);
+    // ROCr's utility queue (64 packets), one 16384-packet queue per stream and the null stream's,
+    // and ROCr's two SDMA queues: HIP 5.7's on gfx90a.
+    let compute = |size| (0x1000, 0, size);
+    let sdma = (0x1000, 1, 1 << 20);
+    let expect = [compute(4096), compute(1 << 20), compute(1 << 20), compute(1 << 20), compute(1 << 20), sdma, sdma];
+    assert_eq!(emulator::sysfs_queues(pid), expect);
+    if let Some(stdin) = run.child.stdin.as_mut() {
+        std::io::Write::write_all(stdin, b"go\n").unwrap();
+    }
+    assert_eq!(run.finish(), [format!(r#"{{"streams":{STREAMS},"done":true}}"#)]);
+    // Measured, the same on every run; as gfx90a's (hip.rs) with barriers_value 2 x STREAMS moved
+    // to barriers_and.
+    let gpu = emulator::counters(&[
+        ("kernels", 2 + STREAMS),
+        ("barriers_and", 3 + 2 * STREAMS),
+        ("pm4_ibs", 2),
+        ("signals", 13),
+        ("interrupts", 19),
+        ("events_set", 19),
+        ("sdma_copies", 2 * STREAMS),
+        ("sdma_bytes", 2 * STREAMS * BYTES),
+        ("sdma_fences", 2 * STREAMS),
+        ("sdma_traps", 2 * STREAMS),
+        ("sdma_atomics", 2 * STREAMS),
+        ("sdma_polls", 2 * STREAMS),
+    ]);
+    assert_eq!(emulator::cp_stats_since(&run.before), BTreeMap::from([(0x1000, gpu)]));
+    run.end();
+}
+
+/// CPX (8 KFD nodes of one XCC each): a HIP 5.7 training loop with a gfx942 kernel on partition 3
+/// (`ROCR_VISIBLE_DEVICES=3`, gpu 0x1003) of 64,000 work-items per kernel (64 ms at the default
+/// 1 µs) is held mid-kernel by `gpreempt preempt`, as the gfx90a HIP 5.7 test is, and its results
+/// come back exact; the other 7 partitions executed nothing.
+#[test]
+fn gpreempt_preempt_suspends_a_hip_5_7_gfx942_program_mid_kernel_on_one_cpx_partition() {
+    let _t = Elapsed::start("gpreempt_preempt_suspends_a_hip_5_7_gfx942_program_mid_kernel_on_one_cpx_partition");
+    let exe = hip_gfx942();
+    let _profile = Profile::load(&["profile=mi300x", "partition=cpx", "num_gpus=1"]);
+    // `env` runs the program in its own process (exec): the pid is the program's.
+    let args = [std::ffi::OsStr::new("ROCR_VISIBLE_DEVICES=3"), exe.as_os_str(), "offline".as_ref(), "64000".as_ref()];
+    let mut run = rocm_run::RocmRun::start(Path::new("/usr/bin/env"), &args);
+    let pid = run.pid;
+    assert_eq!(run.json_line(), serde_json::json!({"pid": pid, "looping": 1}));
+    // Its two KFD queues (ROCr's utility queue, the stream's), both on partition 3, which gpreempt
+    // names as such.
+    assert_eq!(emulator::sysfs_queues(pid), [(0x1003, 0, 4096), (0x1003, 0, 1 << 20)]);
+    let queues = emulator::gpreempt_queues(pid);
+    let partition = serde_json::json!({"package": "0000:03:00.0", "index": 3, "count": 8, "mode": "cpx"});
+    for q in queues["queues"].as_array().unwrap() {
+        assert_eq!((&q["gpu_id"], &q["partition"]), (&serde_json::json!(0x1003), &partition), "{queues}");
+    }
+    // 5 cycles of 300 ms holds, each suspending and resuming both queues.
+    preempt_rocm::preempt_two_queues_5_times(pid);
+    let rest = run.finish();
+    assert_eq!(rest.len(), 2, "{rest:?}");
+    let (_, k, longest) = hip::hip_offline_end(&rest[0], &rest[1]);
+    let ns = emulator::ns_per_workitem();
+    assert!(longest >= 64_000 * ns + 300_000_000, "no kernel was held mid-way: {}", rest[1]);
+    // HIP 5.7's counts of the loop on gfx90a (no events: no marker differs), on partition 3 only.
+    let mut expect: BTreeMap<u32, BTreeMap<String, u64>> =
+        (0..8).map(|p| (0x1000 + p, emulator::counters(&[]))).collect();
+    expect.insert(0x1003, emulator::counters(&hip::hip_5_7_offline_counters(k)));
+    assert_eq!(emulator::cp_stats_since(&run.before), expect);
+    run.end();
 }

@@ -45,9 +45,10 @@ pub fn build_doorbell_stub(debug: &std::path::Path) -> Result<PathBuf> {
 }
 
 /// `hsa-dispatch-6`: `tests/rocm/hsa_dispatch.c` against trixie's ROCm 6.1 runtime (`rocm6.rs`),
-/// which enables the debug interface, and `hip-streams-6`: `tests/rocm/hip_streams.hip` built by
-/// bookworm's hipcc to run on trixie's HIP 5.7 over it; without them (`cargo xtask setup`) the
-/// tests that run them fail and say so.
+/// which enables the debug interface, `hip-streams-6`: `tests/rocm/hip_streams.hip` built by
+/// bookworm's hipcc to run on trixie's HIP 5.7 over it, and `hip-streams-gfx942`: the same
+/// program built by trixie's clang 17 against HIP 5.7 with a gfx942 code object; without them
+/// (`cargo xtask setup`) the tests that run them fail and say so.
 fn build_rocm6_client(debug: &std::path::Path) -> Result<()> {
     if !crate::rocm6::present() || !std::path::Path::new("/usr/include/hsa/hsa.h").exists() {
         eprintln!("xtask: the ROCm 6.1 runtime is not unpacked (cargo xtask setup): not building hsa-dispatch-6");
@@ -60,7 +61,14 @@ fn build_rocm6_client(debug: &std::path::Path) -> Result<()> {
         .arg(&src)
         .args(crate::rocm6::link_args()))
     .with_context(|| format!("building {} against ROCm 6.1", src.display()))?;
-    build_hip_client(debug, "hip-streams-6", &crate::rocm6::loader_args())
+    build_hip_client(debug, "hip-streams-6", &crate::rocm6::loader_args())?;
+    let src = workspace_root().join("tests/rocm/hip_streams.hip");
+    run(Command::new(crate::rocm6::clang())
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(debug.join("hip-streams-gfx942"))
+        .args(crate::rocm6::hip_args("gfx942"))
+        .arg(&src))
+    .with_context(|| format!("building hip-streams-gfx942 from {} with trixie's clang 17", src.display()))
 }
 
 /// The C clients of Debian's ROCm runtime (`tests/rocm/`), built with the system compiler

@@ -9,15 +9,48 @@
 //! libraries changes. HIP 5.7 (`libamdhip64.so.5`: the SONAME of bookworm's HIP 5.2, its
 //! symbols under the same `hip_4.2` version) runs a program built by bookworm's `hipcc` once it
 //! is linked that way (`hip-streams-6`).
+//!
+//! Trixie's LLVM 17 comes along too, the compiler trixie's `hipcc` 5.7 runs: it builds the same
+//! program with a gfx942 (MI300X) code object (`hip-streams-gfx942`) against HIP 5.7's own headers
+//! and ROCm's device libraries for LLVM 17. Bookworm's clang-15 cannot: it rejects `gfx942`
+//! ("invalid target ID 'gfx942'"; its newest GFX9.4 target is gfx940, which ROCr does not load on a
+//! gfx942 agent).
 
-use std::{fs, path::PathBuf};
+use std::{fs, path::PathBuf, process::Command};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
-use crate::kernels::{self, PrivateApt, TRIXIE};
+use crate::{
+    kernels::{self, PrivateApt, TRIXIE},
+    util::{self, output},
+};
 
-/// The runtime and HIP, pinned: a moved pin is fetched again.
-const PINNED: &[&str] = &["libhsa-runtime64-1=6.1.2-3", "libhsakmt1=6.2.4+ds-1", "libamdhip64-5=5.7.1-6+deb13u1"];
+/// The runtime and HIP (with HIP's headers, for the gfx942 build), pinned: a moved pin is fetched
+/// again.
+const PINNED: &[&str] = &[
+    "libhsa-runtime64-1=6.1.2-3",
+    "libhsakmt1=6.2.4+ds-1",
+    "libamdhip64-5=5.7.1-6+deb13u1",
+    "libamdhip64-dev=5.7.1-6+deb13u1",
+];
+
+/// Trixie's LLVM 17 as its `hipcc` 5.7 uses it (`apt-cache depends hipcc`), less what a HIP
+/// program's build does not run: the driver with the HIP front end and the AMDGPU back end
+/// (`clang-17`, `libclang-cpp17t64`), the resource headers with HIP's wrapper headers
+/// (`libclang-common-17-dev`), the device-code linker (`lld-17`), `clang-offload-bundler`
+/// (`clang-tools-17`), which makes the fat binary HIP's runtime reads, and ROCm's device
+/// libraries built for LLVM 17 (`rocm-device-libs-17`: HIP 5.7's headers read the work-item ids
+/// through ockl). Taken as trixie has them, with `libllvm17t64` above: one version of LLVM.
+const TOOLCHAIN: &[&str] =
+    &["clang-17", "libclang-cpp17t64", "libclang-common-17-dev", "lld-17", "clang-tools-17", "rocm-device-libs-17"];
+
+/// The toolchain's executables that a HIP build runs, relative to the root. The clang driver runs
+/// its front end again as itself (`/proc/self/exe`) and lld and the bundler from its own
+/// directory, so a wrapper script that runs them through trixie's loader (as `kernels.rs` does for
+/// kbuild tools) would leave the driver executing the loader: instead their ELF interpreter and
+/// library path name trixie's (`patchelf`), and they run as they are.
+const TOOLS: &[&str] =
+    &["usr/lib/llvm-17/bin/clang", "usr/lib/llvm-17/bin/lld", "usr/lib/llvm-17/bin/clang-offload-bundler"];
 
 /// Their dependencies as trixie has them (`apt-cache depends --recurse`): glibc, the C++ runtime,
 /// libdrm, libnuma, libelf and its compressors; for HIP the code object manager (comgr 2), the
@@ -57,13 +90,19 @@ pub fn lib_dir() -> PathBuf {
 }
 
 fn stamp() -> String {
-    format!("{} {}\n", PINNED.join(" "), DEPENDENCIES.join(" "))
+    format!("{} {} {}\n", PINNED.join(" "), DEPENDENCIES.join(" "), TOOLCHAIN.join(" "))
 }
 
 pub fn present() -> bool {
     fs::read_to_string(root().join(STAMP)).is_ok_and(|s| s == stamp())
         && lib_dir().join("libhsa-runtime64.so.1").exists()
         && lib_dir().join("libamdhip64.so.5").exists()
+        && clang().exists()
+}
+
+/// Trixie's `clang++` 17 (a link to `clang`).
+pub fn clang() -> PathBuf {
+    root().join("usr/lib/llvm-17/bin/clang++")
 }
 
 /// Fetch and unpack the runtime unless it is in place.
@@ -73,7 +112,7 @@ pub fn provision() -> Result<()> {
     let debs = kernels::kernels_dir().join(".debs").join("rocm-6.1");
     let _ = fs::remove_dir_all(&debs);
     let mut wanted: Vec<String> = PINNED.iter().map(|p| (*p).to_owned()).collect();
-    wanted.extend(DEPENDENCIES.iter().map(|p| format!("{p}/{}", TRIXIE.name)));
+    wanted.extend(DEPENDENCIES.iter().chain(TOOLCHAIN).map(|p| format!("{p}/{}", TRIXIE.name)));
     apt.download(&wanted, &debs)?;
     let root = root();
     kernels::unpack_debs(&debs, &root)?;
@@ -82,8 +121,44 @@ pub fn provision() -> Result<()> {
     // dependencies (ld.so(8)), so without this link libffi, libedit, libz3, libtinfo and
     // libxml2 would come from the host.
     std::os::unix::fs::symlink("x86_64-linux-gnu", root.join("usr/lib/lib"))?;
+    let (loader, lib) = (lib_dir().join("ld-linux-x86-64.so.2"), lib_dir());
+    for tool in TOOLS {
+        // DT_RPATH (`--force-rpath`), as for the clients below: it also applies to the tools'
+        // libraries (libclang-cpp, libLLVM), which must find trixie's libc and libstdc++.
+        util::run(
+            Command::new("patchelf")
+                .arg("--set-interpreter")
+                .arg(&loader)
+                .arg("--force-rpath")
+                .arg("--set-rpath")
+                .arg(&lib)
+                .arg(root.join(tool)),
+        )
+        .with_context(|| format!("patchelf {tool} (cargo xtask setup installs patchelf)"))?;
+    }
+    // The tools must run on this host; one call proves it.
+    output(Command::new(clang()).arg("--version")).context("trixie's clang 17 does not run on this host")?;
     fs::write(root.join(STAMP), stamp())?;
     Ok(())
+}
+
+/// `clang++` arguments that build a HIP source for `arch` against HIP 5.7 as trixie's `hipcc` 5.7
+/// would (`-x hip --offload-arch`), linked to run on trixie's HIP 5.7 and loader. The driver finds
+/// the device libraries in its resource directory (Debian's layout). `--hip-path` alone would
+/// put HIP 5.7's headers after the system's (`-idirafter`), where bookworm's HIP 5.2 headers
+/// (`libamdhip64-dev`, for `hip-streams`) come first: `-isystem` puts 5.7's ahead.
+pub fn hip_args(arch: &str) -> Vec<String> {
+    let usr = root().join("usr");
+    let mut args = vec![
+        "-x".to_owned(),
+        "hip".to_owned(),
+        format!("--offload-arch={arch}"),
+        format!("--hip-path={}", usr.display()),
+        format!("-isystem{}", usr.join("include").display()),
+    ];
+    args.extend(["-L".to_owned(), lib_dir().display().to_string(), "-l:libamdhip64.so.5".to_owned()]);
+    args.extend(loader_args());
+    args
 }
 
 /// `cc` arguments that link a client against this runtime and make it run with trixie's loader

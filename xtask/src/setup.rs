@@ -50,6 +50,9 @@ const APT_TOOLS: &[(&str, &str)] = &[
     // headers).
     ("hipcc", "/usr/bin/hipcc"),
     ("libamdhip64-dev", "/usr/include/hip/hip_runtime.h"),
+    // Trixie's clang 17, unpacked for the gfx942 HIP build (rocm6.rs), runs with trixie's loader
+    // named in its ELF header.
+    ("patchelf", "/usr/bin/patchelf"),
 ];
 
 /// Podman's storage as root (graphroot). The VM shares the host's root read-only and mounts a
@@ -100,9 +103,9 @@ fn manifest_tools() -> Result<()> {
 }
 
 /// Trixie's ROCm 6.1 runtime and HIP 5.7 for the tests that need a runtime which enables the
-/// debug interface (`rocm6.rs`).
+/// debug interface, and its LLVM 17 for a gfx942 code object (`rocm6.rs`).
 fn rocm6() -> Result<()> {
-    let what = "ROCm 6.1 runtime and HIP 5.7 (trixie, for the tests)";
+    let what = "ROCm 6.1, HIP 5.7 and clang 17 (trixie, for the tests)";
     if crate::rocm6::present() {
         step(what, "present");
         return Ok(());
