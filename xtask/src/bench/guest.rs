@@ -546,10 +546,46 @@ fn json_of(cmd: &mut Command) -> Result<Value> {
 // ---- rows 5-6: the KFD emulator ----
 
 fn emulator(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut Vec<String>) -> Result<()> {
-    let bin = &args.bin;
     let default_delay = emu_param("preempt_delay_us")?;
-    let mut workload = Command::new(bin.join("emu-workload"))
+    let result = default_profile_rows(args, sizes, samples, notes);
+    let result =
+        result.and_then(|()| if args.controller_only { Ok(()) } else { gfx942_rows(args, sizes, samples, notes) });
+    set_emu_param("preempt_delay_us", default_delay)?;
+    result
+}
+
+/// Rows 5 and 6 on the module as the VM loaded it: the default profile, mi210 (gfx90a).
+fn default_profile_rows(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut Vec<String>) -> Result<()> {
+    let (mut workload, pid) = emu_workload(args, &[])?;
+    let result = (|| {
+        if !args.no_controller {
+            controller_row(args, sizes, samples, notes, &pid)?;
+        }
+        if !args.controller_only {
+            save_area_sample(samples, GFX90A)?;
+            emulated_row(sizes, samples, args, &pid, GFX90A)?;
+        }
+        Ok(())
+    })();
+    drop(workload.stdin.take());
+    let _ = workload.wait();
+    result
+}
+
+/// Row 6's label of the default profile's cases.
+const GFX90A: &str = "gfx90a (mi210)";
+
+/// The gfx942 profiles row 6 also measures: (label, kfd_emu's parameters), one package each.
+const GFX942: [(&str, &[&str]); 2] = [
+    ("gfx942 SPX (mi300x)", &["profile=mi300x", "partition=spx", "num_gpus=1"]),
+    ("gfx942 CPX (mi300x)", &["profile=mi300x", "partition=cpx", "num_gpus=1"]),
+];
+
+/// `emu-workload run` with two queues on gpu 0x1000 (the first node) and `extra`; it and its pid.
+fn emu_workload(args: &GuestArgs, extra: &[&str]) -> Result<(Child, String)> {
+    let mut workload = Command::new(args.bin.join("emu-workload"))
         .args(["run", "--gpu-id", "0x1000", "--queues", "2", "--runtime-enable"])
+        .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -557,21 +593,92 @@ fn emulator(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut 
     let mut hello = String::new();
     BufReader::new(workload.stdout.as_mut().context("emu-workload stdout")?).read_line(&mut hello)?;
     let hello: Value = serde_json::from_str(&hello).context("emu-workload hello")?;
+    if hello["errors"].as_array().is_some_and(|e| !e.is_empty()) {
+        bail!("emu-workload could not create its queues: {hello}");
+    }
     let pid = hello["pid"].as_u64().context("emu-workload pid")?.to_string();
-    let result = (|| {
-        if !args.no_controller {
-            controller_row(args, sizes, samples, notes, &pid)?;
-        }
-        if !args.controller_only {
-            emulated_row(sizes, samples, args, &pid)?;
-        }
-        Ok(())
-    })();
-    drop(workload.stdin.take());
-    let _ = workload.wait();
-    set_emu_param("preempt_delay_us", default_delay)?;
-    result
+    Ok((workload, pid))
 }
+
+/// Row 6 on the gfx942 profile in SPX and CPX: kfd_emu loaded again with the profile (and
+/// amdgpu_emu, whose render node maps the save area), the workload's queues each given the whole
+/// save area libhsakmt allocates (`--full-save-area`: the profile checks its size at
+/// CREATE_QUEUE, tests/kfd-emu README "Save-area checks").
+fn gfx942_rows(args: &GuestArgs, sizes: &Sizes, samples: &mut Samples, notes: &mut Vec<String>) -> Result<()> {
+    // target/release → target/kfd-emu/<release>/, where the host built the modules for this kernel.
+    let kos = args.bin.parent().context("--bin has no parent")?.join("kfd-emu").join(kernel_release());
+    notes.push(
+        "emulated row: gfx942 cases: kfd_emu loaded again with profile=mi300x partition=spx|cpx num_gpus=1 \
+         (its other parameters at their defaults, as the VM loads it) and amdgpu_emu; emu-workload \
+         --full-save-area on gpu 0x1000 (SPX: the package; CPX: partition 0 of 8)"
+            .into(),
+    );
+    for (label, params) in GFX942 {
+        load_emulator(&kos, params)?;
+        save_area_sample(samples, label)?;
+        let (mut workload, pid) = emu_workload(args, &["--full-save-area"])?;
+        let result = emulated_row(sizes, samples, args, &pid, label);
+        drop(workload.stdin.take());
+        let _ = workload.wait();
+        result?;
+    }
+    Ok(())
+}
+
+/// Unload amdgpu_emu and kfd_emu (once the last KFD process has let go: retried for 30 s) and
+/// load kfd_emu with `params`, then amdgpu_emu.
+fn load_emulator(kos: &Path, params: &[&str]) -> Result<()> {
+    for module in ["amdgpu_emu", "kfd_emu"] {
+        if !Path::new("/sys/module").join(module).exists() {
+            continue;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !Command::new("rmmod").arg(module).status()?.success() {
+            if Instant::now() > deadline {
+                bail!("rmmod {module} failed for 30 s");
+            }
+            thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let status = Command::new("insmod").arg(kos.join("kfd_emu.ko")).args(params).status()?;
+    if !status.success() {
+        bail!("insmod kfd_emu.ko {} failed ({status})", params.join(" "));
+    }
+    // drm.ko, which amdgpu_emu registers with, left with amdgpu when the VM loaded kfd_emu.
+    if !Command::new("modprobe").arg("drm").status()?.success() {
+        bail!("modprobe drm failed");
+    }
+    let status = Command::new("insmod").arg(kos.join("amdgpu_emu.ko")).status()?;
+    if !status.success() {
+        bail!("insmod amdgpu_emu.ko failed ({status})");
+    }
+    Ok(())
+}
+
+/// The save area a compute queue on gpu 0x1000 (topology node 1) gets from libhsakmt, as the
+/// profile implies it: `PAGE_ALIGN((cwsr_size + debug_memory_size) x num_xcc)` (kfd_queue.c
+/// 6.12, `kfd_queue_acquire_buffers`), `cwsr_size` per XCC from sysfs and the debugger's 32 bytes
+/// per wave of an XCC (libhsakmt's `update_ctx_save_restore_size`); in MiB, under `label`.
+fn save_area_sample(samples: &mut Samples, label: &str) -> Result<()> {
+    let text = fs::read_to_string("/sys/class/kfd/kfd/topology/nodes/1/properties")?;
+    let prop = |key: &str| -> Result<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .with_context(|| format!("node 1 has no {key}"))
+    };
+    let xcc = prop("num_xcc")?.max(1);
+    let cu_per_xcc = prop("simd_count")? / prop("simd_per_cu")?.max(1) / xcc;
+    let waves = (cu_per_xcc * 40).min(prop("array_count")? / prop("simd_arrays_per_engine")?.max(1) / xcc * 512);
+    let per_xcc = prop("cwsr_size")? + (waves * 32).next_multiple_of(64);
+    let per_queue = (per_xcc * xcc).next_multiple_of(4096);
+    samples.add("emulated", &format!("{label}: save area per XCC"), Tool::Emulator, per_xcc as f64 / MIB, "MiB");
+    samples.add("emulated", &format!("{label}: XCCs"), Tool::Emulator, xcc as f64, "");
+    samples.add("emulated", &format!("{label}: save area per queue"), Tool::Emulator, per_queue as f64 / MIB, "MiB");
+    Ok(())
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
 
 /// Row 5: the controller's userspace time per cycle against the C ioctl pair and its Rust twin.
 fn controller_row(
@@ -638,8 +745,9 @@ fn controller_row(
     Ok(())
 }
 
-/// Row 6: end-to-end suspend latency and the tracer's fence-wait span vs the emulated delay.
-fn emulated_row(sizes: &Sizes, samples: &mut Samples, args: &GuestArgs, pid: &str) -> Result<()> {
+/// Row 6: end-to-end suspend latency and the tracer's fence-wait span vs the emulated delay, on
+/// the profile `label` names.
+fn emulated_row(sizes: &Sizes, samples: &mut Samples, args: &GuestArgs, pid: &str, label: &str) -> Result<()> {
     for &delay in sizes.fence_delays_us {
         set_emu_param("preempt_delay_us", delay.into())?;
         let json = Path::new(SCRATCH).join("fence.json");
@@ -648,7 +756,7 @@ fn emulated_row(sizes: &Sizes, samples: &mut Samples, args: &GuestArgs, pid: &st
         let its = doc["iterations"].as_array().context("no iterations")?;
         let suspend: Vec<f64> = its.iter().filter_map(|it| it["suspend_us"].as_f64()).collect();
         let fence: Vec<f64> = its.iter().filter_map(|it| it["kernel"]["suspend"]["fence_wait_us"].as_f64()).collect();
-        let case = format!("delay {delay} us");
+        let case = format!("{label}, delay {delay} us");
         for (name, values) in [("suspend ioctl", &suspend), ("fence-wait span", &fence)] {
             for (label, value) in p50_p99(values) {
                 samples.add("emulated", &format!("{case}: {name} {label}"), Tool::Gpreempt, value, "us");

@@ -404,18 +404,37 @@ pub fn markdown(results: &Benchmarks) -> String {
     let _ = writeln!(
         md,
         "`gpreempt preempt --iterations {} --hold 2ms --gap 2ms` against the emulator with its \
-         emulated CWSR save delay (`preempt_delay_us`) set. The SUSPEND_QUEUES ioctl as gpreempt \
-         times it (end-to-end) and the `amdkfd_fence_wait_timeout` span the in-process tracer \
-         measures (the same eBPF programs as `gpreempt trace`), against the delay the emulator was \
-         told to spend. Emulation-only figures: they show gpreempt's added latency and the span's \
-         accuracy, not a GPU's.\n",
+         emulated CWSR save delay (`preempt_delay_us`) set, on two queues of its first node, for \
+         each of its profiles: gfx90a (mi210, the default: one XCC) and gfx942 (mi300x) in SPX (the \
+         package as one node of 8 XCCs) and in CPX (partition 0 of 8, one XCC), the gfx942 queues \
+         each with the whole save area libhsakmt allocates, which that profile checks at \
+         CREATE_QUEUE. The SUSPEND_QUEUES ioctl as gpreempt times it (end-to-end) and the \
+         `amdkfd_fence_wait_timeout` span the in-process tracer measures (the same eBPF programs as \
+         `gpreempt trace`), against the delay the emulator was told to spend. What the profiles \
+         differ in here is the save area per queue (the emulator rows: per XCC, `cwsr_size` plus the \
+         debugger's 32 bytes per wave; per queue, that times the node's XCCs, page-aligned, \
+         `kfd_queue_acquire_buffers` in 6.12); the emulated save takes the delay it is told \
+         whatever the area's size, so the figures show the driver path's cost with each profile's \
+         areas and nodes, not the time a real GPU takes to write them. Emulation-only figures: they \
+         show gpreempt's added latency and the span's accuracy, not a GPU's.\n",
         size(Scenario::Emulator, |s| s.fence_iterations)
     );
     let g6 = groups(results, Scenario::Emulator, "emulated");
     table(&mut md, &g6, "emulator", false, |g| format!("{} run", g.values.len()));
     for k in kernels_of(&g6) {
         for g in g6.iter().filter(|g| g.kernel == k && g.tool == "emulator") {
-            let case = g.case.trim_end_matches(": emulated CWSR delay");
+            let Some(profile) = g.case.strip_suffix(": save area per queue") else { continue };
+            let at = |what: &str| med(&g6, k, &format!("{profile}: {what}"), "emulator").unwrap_or(0.0);
+            let _ = writeln!(
+                md,
+                "- {k}, {profile}: a save area of {} MiB per queue = {} MiB per XCC x {} XCC(s).",
+                num(g.median()),
+                num(at("save area per XCC")),
+                num(at("XCCs")),
+            );
+        }
+        for g in g6.iter().filter(|g| g.kernel == k && g.tool == "emulator") {
+            let Some(case) = g.case.strip_suffix(": emulated CWSR delay") else { continue };
             let delay = g.median();
             let at = |what: &str| med(&g6, k, &format!("{case}: {what}"), "gpreempt").unwrap_or(0.0);
             let _ = writeln!(
