@@ -242,11 +242,16 @@ pub enum KfdFn {
     /// gpu from the dqm. A queue the driver reset after it failed a preemption (gfx9 per-queue
     /// reset, 6.12+); the SUSPEND_QUEUES that caused it still counts it suspended.
     QueueSetReset = 21,
+    /// `kfd_ioctl_create_process` (AMDKFD_IOC_CREATE_PROCESS, Linux 7.0): written at its return;
+    /// the owner is the caller, `args[0]` the new secondary context's `context_id` (read through
+    /// the file's `private_data`; `u32::MAX` when unreadable or the call failed), `ret` the
+    /// handler's result.
+    ContextCreate = 22,
 }
 
 impl KfdFn {
     /// Every variant, in wire order (`ALL[i] as u32 == i + 1`).
-    pub const ALL: [Self; 21] = [
+    pub const ALL: [Self; 22] = [
         Self::EvictProcessQueuesCpsch,
         Self::EvictProcessQueuesNocpsch,
         Self::RestoreProcessQueuesCpsch,
@@ -268,6 +273,7 @@ impl KfdFn {
         Self::ProcfsDelQueue,
         Self::ProcessRelease,
         Self::QueueSetReset,
+        Self::ContextCreate,
     ];
 
     /// The kernel symbol (base name, without a `.constprop.N` suffix).
@@ -294,6 +300,7 @@ impl KfdFn {
             Self::ProcfsDelQueue => "kfd_procfs_del_queue",
             Self::ProcessRelease => "kfd_process_wq_release",
             Self::QueueSetReset => "set_queue_as_reset",
+            Self::ContextCreate => "kfd_ioctl_create_process",
         }
     }
 
@@ -437,6 +444,9 @@ pub struct ProbeConfig {
     /// whose queue ids repeat the primary's (docs/kfd.md §1.4). Unknown before 7.0 (no such
     /// member: every context is the primary) and without module BTF.
     pub process_context_id: u32,
+    /// `struct file.private_data` (vmlinux BTF): the KFD context a `/dev/kfd` file holds, which
+    /// CREATE_PROCESS replaces with the new secondary one (docs/kfd.md §1.4).
+    pub file_private_data: u32,
 }
 
 /// "Unknown" for every offset of [`ProbeConfig`]: 0 is the offset of a first member (the
@@ -460,6 +470,7 @@ impl ProbeConfig {
         fence_wait_takes_dqm: 0,
         smi_arg_is_pid: 1,
         process_context_id: OFFSET_UNKNOWN,
+        file_private_data: OFFSET_UNKNOWN,
     };
 }
 
@@ -518,7 +529,7 @@ const _: () = {
     assert!(size_of::<KfdCallRecord>() == 48 + 16 + 32 + 8);
     assert!(size_of::<QueueSuspendRecord>() == 48 + 32 + 64 + 8);
     assert!(size_of::<ProcessCreateRecord>() == 48 + 16);
-    assert!(size_of::<ProbeConfig>() == 48);
+    assert!(size_of::<ProbeConfig>() == 52);
 };
 
 #[cfg(feature = "user")]
@@ -560,7 +571,7 @@ mod tests {
             assert!(KfdFn::ALL[..i].iter().all(|g| g.name() != f.name()), "{} twice", f.name());
         }
         assert_eq!(KfdFn::try_from(0), Err(0));
-        assert_eq!(KfdFn::try_from(22), Err(22));
+        assert_eq!(KfdFn::try_from(23), Err(23));
         assert_eq!(KfdFn::FenceWaitTimeout.name(), "amdkfd_fence_wait_timeout");
         assert_eq!(KfdFn::FenceWaitTimeout.stash_slot(), 108);
     }

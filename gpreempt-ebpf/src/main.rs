@@ -1,12 +1,13 @@
 //! gpreempt's eBPF programs: kprobes/kretprobes on the KFD paths of `amdgpu.ko`.
 //!
-//! One module per area ([`queue`], [`debug`], [`eviction`], [`hws`], [`process`], [`floor`]);
-//! [`maps`] holds the maps shared by all of them and the helpers every probe uses (stash entry
-//! arguments for the kretprobe, write a record or count why not), [`pairs`] the two shapes of
-//! entry/return pair.
+//! One module per area ([`queue`], [`debug`], [`eviction`], [`hws`], [`process`], [`context`],
+//! [`floor`]); [`maps`] holds the maps shared by all of them and the helpers every probe uses
+//! (stash entry arguments for the kretprobe, write a record or count why not), [`pairs`] the two
+//! shapes of entry/return pair.
 #![no_std]
 #![no_main]
 
+mod context;
 mod debug;
 mod eviction;
 mod floor;

@@ -50,6 +50,7 @@ pub enum EventKind {
     ProcessExit(ProcessExit),
     QueueRemoved(QueueRemoved),
     QueueReset(QueueReset),
+    ContextCreate(ContextCreate),
     GpuReset(GpuReset),
 }
 
@@ -70,6 +71,7 @@ impl EventKind {
             Self::ProcessExit(_) => "process_exit",
             Self::QueueRemoved(_) => "queue_removed",
             Self::QueueReset(_) => "queue_reset",
+            Self::ContextCreate(_) => "context_create",
             Self::GpuReset(_) => "gpu_reset",
         }
     }
@@ -278,6 +280,19 @@ pub struct QueueReset {
     pub gpu_id: Option<GpuId>,
     /// `None` when unreadable.
     pub queue_id: Option<QueueId>,
+}
+
+/// `kfd_ioctl_create_process` (AMDKFD_IOC_CREATE_PROCESS, Linux 7.0) returned: the caller turned
+/// one of its `/dev/kfd` files into a secondary KFD context. DBG_TRAP cannot reach such a context
+/// (EOPNOTSUPP), so `gpreempt` cannot suspend its queues; the tracer leaves out what happens in
+/// it (docs/kfd.md §1.4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ContextCreate {
+    /// The context's `context_id` (`proc/<pid>/context_<id>/` in sysfs); `None` when the call
+    /// failed or the id could not be read (no BTF offsets).
+    pub context_id: Option<u16>,
+    pub result: KernelResult,
+    pub ret: i64,
 }
 
 /// `amdgpu_amdkfd_gpu_reset`: an alarm (failed preemption or HWS hang resets the whole GPU).

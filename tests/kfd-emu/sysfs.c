@@ -74,12 +74,22 @@ static int emu_cu_occupancy(struct kfd_process_device *pdd)
 
 static ssize_t kfd_procfs_show(struct kobject *kobj, struct attribute *attr, char *buffer)
 {
-	struct kfd_process *p;
 	struct kfd_process_device *pdd;
 
 	if (!strcmp(attr->name, "pasid")) {
-		p = container_of(attr, struct kfd_process, attr_pasid);
+#if EMU_SECONDARY_CONTEXTS
+		/*
+		 * 6.14+ (8544374c0f82, "Have kfd driver use same PASID values from graphic driver"):
+		 * the PASID is per device (kfd_process_device), and kfd_procfs_show keeps the file but
+		 * prints 0 ("%d\n", 0), for tools that read it (docs/kfd.md §4.1). The 7.x build only:
+		 * older builds mirror 6.12.117.
+		 */
+		return sysfs_emit(buffer, "%d\n", 0);
+#else
+		struct kfd_process *p = container_of(attr, struct kfd_process, attr_pasid);
+
 		return sysfs_emit(buffer, "%d\n", p->pasid);
+#endif
 	}
 	if (!strncmp(attr->name, "vram_", 5))
 		return sysfs_emit(buffer, "%llu\n", 0ULL);	/* the emulator allocates no VRAM */

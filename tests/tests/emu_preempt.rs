@@ -361,6 +361,10 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
         .map(|q| (q["context"].clone(), q["queue_id"].as_u64().unwrap()))
         .collect();
     assert_eq!(keys, [(json!("primary"), 0), (json!("primary"), 1), (json!({"secondary": 0}), 0)], "{me}");
+    // 6.14+ keeps `pasid` but prints 0 (the PASID is per device since; docs/kfd.md §4.1), as the
+    // 7.x emulator does: unknown to gpreempt, never an error, the rest of the process intact.
+    assert_eq!((queue_file("pasid"), queue_file("context_0/pasid")), ("0\n".into(), "0\n".into()));
+    assert_eq!(me["pasid"], json!(null), "{me}");
     // The refusal, before any seize: exit 1, the reason naming the context.
     let out = preempt(&["--offline", &pid.to_string(), "--iterations", "1", "--hold", "1ms", "--no-trace"])
         .wait_with_output()
@@ -381,6 +385,42 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
         "{stderr}"
     );
     assert_eq!(tracer_pid(pid).unwrap(), 0, "never seized");
+    // `schedule` refuses it at start, on either side, before the tracer attaches: offline, its
+    // secondary queues could not be suspended; online, their work could not be seen.
+    let other = workload(&["--gpu-id", "0x1000", "--queues", "1", "--runtime-enable"]);
+    let schedule = |online: u32, offline: u32| {
+        let out = Command::new(binary("gpreempt").unwrap())
+            .args(["schedule", "--online", &online.to_string(), "--offline", &offline.to_string()])
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).trim_end().to_owned())
+    };
+    assert_eq!(
+        schedule(other.pid(), pid),
+        (
+            Some(1),
+            format!(
+                "gpreempt: error: --offline {pid}: refusing pid {pid} (emu-workload): it has secondary KFD contexts \
+                 (context_0; AMDKFD_IOC_CREATE_PROCESS, Linux 7.0), and DBG_TRAP returns EOPNOTSUPP for a secondary \
+                 context while the pid names only its primary one, so the queues of those contexts can be neither \
+                 listed nor suspended and would keep running while gpreempt reported the process suspended"
+            )
+        )
+    );
+    assert_eq!(
+        schedule(pid, other.pid()),
+        (
+            Some(1),
+            format!(
+                "gpreempt: error: --online {pid}: refusing pid {pid} (emu-workload) as online: it has secondary KFD \
+                 contexts (context_0; AMDKFD_IOC_CREATE_PROCESS, Linux 7.0), whose queues neither DBG_TRAP's snapshot \
+                 nor the tracer reaches, so its work there would go unseen and the offline processes would keep \
+                 running beside it; plain ROCr opens only the primary context"
+            )
+        )
+    );
+    assert_eq!((tracer_pid(pid).unwrap(), tracer_pid(other.pid()).unwrap()), (0, 0), "neither seized");
+    assert!(other.finish().unwrap().success());
     // Both contexts' queues kept running.
     let rptr = |w: &mut LineHelper| w.cmd("rptr").unwrap();
     let before = rptr(&mut w);
@@ -404,6 +444,11 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
     let traps: Vec<(&serde_json::Value, &serde_json::Value)> =
         events_of(&objects, pid, "debug_trap").iter().map(|e| (&e["op"], &e["ret"])).collect();
     assert_eq!(traps, [(&json!("disable"), &json!(-22))], "the primary file's DISABLE only: {objects:?}");
+    // The tracer learns the secondary context (kfd_ioctl_create_process): context 0 made, then
+    // the second CREATE_PROCESS on that file refused (no context).
+    let contexts: Vec<(&serde_json::Value, &serde_json::Value)> =
+        events_of(&objects, pid, "context_create").iter().map(|e| (&e["context_id"], &e["ret"])).collect();
+    assert_eq!(contexts, [(&json!(0), &json!(0)), (&json!(null), &json!(-22))], "{objects:?}");
     assert_eq!(summary(&objects).unwrap()["dropped"], 0);
 }
 

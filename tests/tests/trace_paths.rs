@@ -41,7 +41,7 @@ fn probe_table_attaches_what_this_kernel_has_and_says_why_not_the_rest() {
             // Debian 7.3.4: the whole table (execute_queues_cpsch.constprop.0 again); lead_thread
             // at byte 88 and the SMI helpers take a task_struct * (module BTF).
             assert_eq!(resolved, expected.len(), "7.3.4 resolves the whole table");
-            assert_eq!(resolved, 56);
+            assert_eq!(resolved, 58);
             assert!(missing.is_empty(), "{missing:?}");
             assert!(resolution.contains("kfd_process.lead_thread=88"), "{resolution}");
             assert!(resolution.contains("kfd_node.id=36"), "{resolution}");
@@ -53,16 +53,26 @@ fn probe_table_attaches_what_this_kernel_has_and_says_why_not_the_rest() {
             assert!(missing.contains(&&"gpreempt: probe smi_eviction not attached: kfd_smi_event_queue_eviction is not in /proc/kallsyms: it appeared in KFD 1.10 (Linux 5.19) and this KFD is older".to_owned()), "{missing:?}");
         }
         "6.12" => {
-            // The whole table but set_queue_as_reset, which Debian 6.12.117's amdgpu.ko inlines
-            // (a symbol of its own from 7.x; docs/kfd.md §2.4).
-            assert_eq!(resolved, expected.len() - 1, "{attached}");
+            // The whole table but CREATE_PROCESS (Linux 7.0) and set_queue_as_reset, which Debian
+            // 6.12.117's amdgpu.ko inlines (a symbol of its own from 7.x; docs/kfd.md §2.4).
+            assert_eq!(resolved, expected.len() - 3, "{attached}");
             assert!(resolution.contains("kfd_process.lead_thread=96"), "{resolution}");
             assert!(attached.contains("execute_queues_cpsch.constprop.0"), "{attached}");
+            let create = |program: &str| {
+                format!(
+                    "gpreempt: probe {program} not attached: kfd_ioctl_create_process is not in /proc/kallsyms: it \
+                     appeared in KFD 1.19 (Linux 7.0) and this KFD is older"
+                )
+            };
             assert_eq!(
                 missing,
-                [&"gpreempt: probe set_queue_as_reset not attached: set_queue_as_reset is not in /proc/kallsyms for \
-                   module amdgpu (inlined or renamed in this build)"
-                    .to_owned()],
+                [
+                    &create("create_context_entry"),
+                    &create("create_context_return"),
+                    &"gpreempt: probe set_queue_as_reset not attached: set_queue_as_reset is not in /proc/kallsyms for \
+                      module amdgpu (inlined or renamed in this build)"
+                        .to_owned()
+                ],
                 "{missing:?}"
             );
             assert!(resolution.contains("kfd_node.id=36"), "{resolution}");

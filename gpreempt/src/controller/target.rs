@@ -121,6 +121,16 @@ pub enum TargetError {
         contexts_list(.contexts)
     )]
     SecondaryContexts { pid: HostPid, comm: String, contexts: Vec<u16> },
+    /// The online side's form of [`TargetError::SecondaryContexts`]: nothing suspends an online
+    /// process, but its work in a secondary context cannot be seen.
+    #[error(
+        "refusing pid {pid} ({}) as online: it has secondary KFD contexts ({}; AMDKFD_IOC_CREATE_PROCESS, Linux \
+         7.0), whose queues neither DBG_TRAP's snapshot nor the tracer reaches, so its work there would go unseen \
+         and the offline processes would keep running beside it; plain ROCr opens only the primary context",
+        escape(.comm),
+        contexts_list(.contexts)
+    )]
+    OnlineSecondaryContexts { pid: HostPid, comm: String, contexts: Vec<u16> },
 }
 
 /// `context_0, context_3`: the contexts as sysfs names them.

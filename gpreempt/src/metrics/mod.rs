@@ -396,7 +396,7 @@ impl Subscriber for Recorder {
             ModelNotice::ProcessOpened { pid } => {
                 self.track(pid, model);
             }
-            ModelNotice::ProcessGone { .. } | ModelNotice::QueueReset { .. } => {}
+            ModelNotice::ProcessGone { .. } | ModelNotice::QueueReset { .. } | ModelNotice::ContextCreated { .. } => {}
         }
     }
 

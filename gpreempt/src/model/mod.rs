@@ -70,6 +70,10 @@ pub enum ModelNotice {
     /// reset, `set_queue_as_reset`): its work is lost; it stays listed until destroyed, and the
     /// SUSPEND_QUEUES that caused it counted it suspended (docs/kfd.md §2.4).
     QueueReset { pid: HostPid, queue_id: QueueId, gpu_id: Option<GpuId> },
+    /// It made a secondary KFD context (Linux 7.0, `AMDKFD_IOC_CREATE_PROCESS`; `context_id`
+    /// `None` when unreadable): DBG_TRAP cannot reach the queues created there, and the tracer
+    /// leaves them out (docs/kfd.md §1.4).
+    ContextCreated { pid: HostPid, context_id: Option<u16> },
 }
 
 /// A queue as its successful CREATE_QUEUE made it: the arguments KFD accepted
@@ -225,6 +229,9 @@ impl Model {
                 (Some(pid), Some(queue_id)) => Some(ModelNotice::QueueReset { pid, queue_id, gpu_id: r.gpu_id }),
                 _ => None,
             },
+            EventKind::ContextCreate(c) if c.result.is_ok() => {
+                Some(ModelNotice::ContextCreated { pid: event.pid, context_id: c.context_id })
+            }
             _ => None,
         };
         let notice = change.map(Lifecycle::notice).or(reset);

@@ -134,6 +134,12 @@ impl<W: Write> Console<W> {
                 q.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
                 gpu(q.gpu_id)
             ),
+            EventKind::ContextCreate(c) if c.result.is_ok() => format!(
+                "context_{} (secondary: DBG_TRAP cannot suspend its queues)  {}",
+                c.context_id.map_or_else(|| "?".to_owned(), |id| id.to_string()),
+                self.result(c.result)
+            ),
+            EventKind::ContextCreate(c) => format!("no secondary context made  {}", self.result(c.result)),
             EventKind::GpuReset(r) => {
                 if self.colour {
                     format!("{RED}{}{RESET}", r.alarm)
@@ -403,5 +409,25 @@ mod tests {
         );
         let coloured = Console::new(Vec::new(), WallClock::from_offset(0), true);
         assert!(coloured.line(&decode(&bytes_of(&rec)).unwrap()).contains("\x1b[31mEINVAL\x1b[0m"));
+    }
+
+    /// A secondary KFD context made (Linux 7.0), and a CREATE_PROCESS refused.
+    #[test]
+    fn a_context_create_line_names_the_context_and_what_it_means() {
+        use crate::event::{ContextCreate, KernelResult};
+        let c = Console::new(Vec::new(), WallClock::from_offset(0), false);
+        let made = ContextCreate { context_id: Some(0), result: KernelResult(0), ret: 0 };
+        let refused = ContextCreate { context_id: None, result: KernelResult(-22), ret: -22 };
+        assert_eq!(
+            [
+                c.line(&ev(42, 1_000, EventKind::ContextCreate(made))),
+                c.line(&ev(42, 1_000, EventKind::ContextCreate(refused)))
+            ],
+            [
+                "00:00:00.000001      42 p42             context_create context_0 (secondary: DBG_TRAP cannot suspend \
+                 its queues)  OK (0.0 µs)",
+                "00:00:00.000001      42 p42             context_create no secondary context made  EINVAL (0.0 µs)",
+            ]
+        );
     }
 }

@@ -183,13 +183,28 @@ impl std::fmt::Display for Role {
     }
 }
 
-/// Check a pid selector's process: it exists and has opened /dev/kfd.
+/// Check a pid selector's process: it exists, has opened /dev/kfd and has no secondary KFD
+/// context (Linux 7.0: DBG_TRAP cannot reach one, docs/kfd.md §1.4), before anything slow starts.
 fn check_pid(roots: &Roots, role: Role, pid: HostPid) -> Result<(), ScheduleError> {
     let target = Target::inspect(roots, pid).map_err(|source| ScheduleError::Target { role, pid, cause: source })?;
     if !target.uses_kfd {
         return Err(ScheduleError::Target { role, pid, cause: TargetError::NotKfdProcess { pid, comm: target.comm } });
     }
-    Ok(())
+    refuse_secondary_contexts(role, target)
+}
+
+/// A process with a secondary KFD context (Linux 7.0) is refused on either side: DBG_TRAP reaches
+/// only its primary context, so such queues can be neither suspended (offline) nor seen (online).
+fn refuse_secondary_contexts(role: Role, target: Target) -> Result<(), ScheduleError> {
+    if target.secondary_contexts.is_empty() {
+        return Ok(());
+    }
+    let (pid, comm, contexts) = (target.pid, target.comm, target.secondary_contexts);
+    let cause = match role {
+        Role::Offline => TargetError::SecondaryContexts { pid, comm, contexts },
+        Role::Online => TargetError::OnlineSecondaryContexts { pid, comm, contexts },
+    };
+    Err(ScheduleError::Target { role, pid, cause })
 }
 
 /// The selectors resolved against the KFD processes of the moment, or why they cannot be
@@ -218,6 +233,13 @@ pub(super) fn resolve_selection(
         }
         for &pid in &r.unmatched_pids {
             check_pid(roots, role, pid)?;
+        }
+        // The KFD processes selected now, by pid, container or pod: a context_<id> directory
+        // refuses one (docs/kfd.md §1.4); one that exits meanwhile is left to the attach.
+        for &pid in &r.pids {
+            if let Ok(target) = Target::inspect(roots, pid) {
+                refuse_secondary_contexts(role, target)?;
+            }
         }
     }
     if let Some(&pid) = online_sel.pids.iter().find(|p| offline_sel.pids.contains(p)) {

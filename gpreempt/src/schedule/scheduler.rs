@@ -509,6 +509,28 @@ impl Scheduler {
                     self.send(Command::OfflineQueueReset { pid, queue_id });
                 }
             }
+            // A process with one is refused at start (config::resolve_selection); one made during
+            // the run is said once per context, and the process stays attached (its primary
+            // context's queues are still held): the debug trap cannot reach it (docs/kfd.md §1.4).
+            ModelNotice::ContextCreated { pid, context_id } => {
+                let context = context_id.map_or_else(|| "context_?".to_owned(), |id| format!("context_{id}"));
+                let made = format!("made a secondary KFD context ({context}; AMDKFD_IOC_CREATE_PROCESS, Linux 7.0)");
+                let message = if self.accounts.is_offline(pid) {
+                    format!(
+                        "offline pid {pid} {made}: DBG_TRAP cannot suspend the queues it creates there, so they keep \
+                         running while its primary context's queues are held; run it without that context to have \
+                         all its work held"
+                    )
+                } else if self.online.contains(&pid) {
+                    format!(
+                        "online pid {pid} {made}: its work there is not seen, so the offline processes are not held \
+                         for it; run it without that context"
+                    )
+                } else {
+                    return;
+                };
+                emit(&ScheduleEvent::Warning { message });
+            }
         }
     }
 

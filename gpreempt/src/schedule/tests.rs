@@ -886,3 +886,107 @@ fn parked_offline_processes_take_turns_while_the_gpu_has_no_online_work() {
     assert_eq!(report.offline_parks, report.offline_unparks + 1, "one parked at a time");
     assert!(report.offline_unparks >= 2, "{report:?}");
 }
+
+/// A process with a secondary KFD context (Linux 7.0: `proc/<pid>/context_<id>/`) is refused at
+/// start on either side, before anything is attached: DBG_TRAP reaches only its primary context
+/// (docs/kfd.md §1.4).
+#[test]
+fn a_process_with_a_secondary_kfd_context_is_refused_at_start_on_either_side() {
+    use super::{Role, ScheduleError, check_selection};
+    use crate::controller::target::TargetError;
+    let Setup { mut host, side, config } = setup(4242, Vec::new(), Vec::new(), false);
+    host.kfd_file(4242, "context_0/pasid", "0\n").kfd_file(4242, "context_3/pasid", "0\n");
+    let (comm, contexts) = ("worker".to_owned(), vec![0, 3]);
+    let offline = check_selection(&config).unwrap_err();
+    assert_eq!(
+        offline.to_string(),
+        ScheduleError::Target {
+            role: Role::Offline,
+            pid: HostPid(4242),
+            cause: TargetError::SecondaryContexts {
+                pid: HostPid(4242),
+                comm: comm.clone(),
+                contexts: contexts.clone()
+            },
+        }
+        .to_string()
+    );
+    assert!(offline.to_string().starts_with(
+        "--offline 4242: refusing pid 4242 (worker): it has secondary KFD contexts (context_0, context_3;"
+    ));
+    // As the online process: its work in those contexts could not be seen.
+    let other = HostPid(4343);
+    kfd_process(&mut host, other.0);
+    let swapped =
+        ScheduleConfig { online: vec![Selector::Pid(HostPid(4242))], offline: vec![Selector::Pid(other)], ..config };
+    assert_eq!(
+        check_selection(&swapped).unwrap_err().to_string(),
+        ScheduleError::Target {
+            role: Role::Online,
+            pid: HostPid(4242),
+            cause: TargetError::OnlineSecondaryContexts { pid: HostPid(4242), comm, contexts },
+        }
+        .to_string()
+    );
+    assert_eq!(side.calls(), Vec::<String>::new(), "nothing attached");
+}
+
+/// A secondary KFD context made during the run (the tracer's `context_create`) is said once per
+/// side, naming the process and the context: the debug trap cannot reach it (docs/kfd.md §1.4).
+/// One made by a process that is neither side says nothing.
+#[test]
+fn a_secondary_kfd_context_made_during_the_run_is_a_warning_naming_its_process() {
+    const OFF: u32 = 3_999_940;
+    let Setup { host: _host, side, config } = setup(OFF, Vec::new(), vec![queue(0, A, &OFF_READ, &OFF_READ)], false);
+    let (events, mut emit) = sink();
+    let (tx, rx) = mpsc::channel();
+    let s = Scheduler::start(config.clone(), seams_of(&side, &config, Box::new(Fed(rx))), &mut emit).unwrap();
+    let seen = events.clone();
+    let warnings = move || -> Vec<String> {
+        let events = seen.lock().unwrap();
+        events
+            .iter()
+            .filter_map(|e| match e {
+                ScheduleEvent::Warning { message } if message.contains("secondary KFD context") => {
+                    Some(message.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let online = std::process::id();
+    let ((), _) = run_scripted(s, &side, &mut emit, move |_| {
+        tx.send(ModelNotice::ContextCreated { pid: HostPid(3_999_941), context_id: Some(1) }).unwrap();
+        tx.send(ModelNotice::ContextCreated { pid: HostPid(OFF), context_id: Some(0) }).unwrap();
+        tx.send(ModelNotice::ContextCreated { pid: HostPid(online), context_id: None }).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while warnings().len() < 2 {
+            assert!(Instant::now() < deadline, "{:?}", warnings());
+            thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let messages: Vec<String> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            ScheduleEvent::Warning { message } if message.contains("secondary KFD context") => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            format!(
+                "offline pid {OFF} made a secondary KFD context (context_0; AMDKFD_IOC_CREATE_PROCESS, Linux 7.0): \
+                 DBG_TRAP cannot suspend the queues it creates there, so they keep running while its primary \
+                 context's queues are held; run it without that context to have all its work held"
+            ),
+            format!(
+                "online pid {online} made a secondary KFD context (context_?; AMDKFD_IOC_CREATE_PROCESS, Linux 7.0): \
+                 its work there is not seen, so the offline processes are not held for it; run it without that \
+                 context"
+            ),
+        ]
+    );
+}

@@ -337,6 +337,8 @@ pub fn config_from(btf: &Btf) -> ProbeConfig {
     c.task_tgid = opt(btf.member_offset("task_struct", "tgid"));
     c.process_release_work = opt(btf.member_offset("kfd_process", "release_work"));
     c.process_context_id = opt(btf.member_offset("kfd_process", "context_id"));
+    // The context a /dev/kfd file holds, which CREATE_PROCESS replaces (vmlinux BTF).
+    c.file_private_data = opt(btf.member_offset("file", "private_data"));
     c.qpd_pqm = btf.member_offset("qcm_process_device", "pqm").unwrap_or(c.qpd_pqm);
     c.pqm_process = btf.member_offset("process_queue_manager", "process").unwrap_or(c.pqm_process);
     c.dqm_dev = opt(btf.member_offset("device_queue_manager", "dev"));
@@ -389,7 +391,7 @@ pub fn describe(c: &ProbeConfig) -> String {
     format!(
         "kfd_process.lead_thread={} task_struct.tgid={} kfd_process.release_work={} \
          device_queue_manager.dev={} kfd_node.id={} queue.properties.queue_id={} \
-         create_process(task)={} fence_wait(dqm)={} smi(pid)={} kfd_process.context_id={}",
+         create_process(task)={} fence_wait(dqm)={} smi(pid)={} file.private_data={} kfd_process.context_id={}",
         show(c.process_lead_thread),
         show(c.task_tgid),
         show(c.process_release_work),
@@ -399,6 +401,7 @@ pub fn describe(c: &ProbeConfig) -> String {
         c.create_process_takes_task,
         c.fence_wait_takes_dqm,
         c.smi_arg_is_pid,
+        show(c.file_private_data),
         show(c.process_context_id),
     )
 }
@@ -566,9 +569,11 @@ pub(crate) mod tests {
     fn the_context_id_of_a_7_x_kfd_process_is_found() {
         let mut b = Builder::new();
         b.int("int").ptr(1).strukt("kfd_process", 2096, &[("lead_thread", 2, 88 * 8), ("context_id", 1, 2074 * 8)]);
+        // With `struct file` (vmlinux; an offset for the test) the tracer reads a new context's id.
+        b.strukt("file", 256, &[("private_data", 2, 200 * 8)]);
         let c = config_from(&Btf::parse(&b.build()).unwrap());
-        assert_eq!((c.process_lead_thread, c.process_context_id), (88, 2074));
-        assert!(describe(&c).ends_with("kfd_process.context_id=2074"), "{}", describe(&c));
+        assert_eq!((c.process_lead_thread, c.process_context_id, c.file_private_data), (88, 2074, 200));
+        assert!(describe(&c).ends_with("file.private_data=200 kfd_process.context_id=2074"), "{}", describe(&c));
     }
 
     #[test]

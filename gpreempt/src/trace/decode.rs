@@ -41,6 +41,14 @@ fn kfd_call(r: &KfdCallRecord) -> Result<EventKind, DecodeError> {
             gpu_id: nonzero(r.gpu_id).map(GpuId),
             queue_id: u32::try_from(r.args[0]).ok().filter(|&q| q != u32::MAX).map(QueueId),
         }),
+        KfdFn::ContextCreate => {
+            let ret = i64::from(r.ret as i32);
+            EventKind::ContextCreate(ContextCreate {
+                context_id: u16::try_from(r.args[0]).ok(),
+                result: KernelResult(ret.min(0)),
+                ret,
+            })
+        }
         f => {
             if phase != CallPhase::Return {
                 return Err(DecodeError::UnknownFunction(r.function));
@@ -449,6 +457,17 @@ pub(crate) mod tests {
                 gpu_id: Some(GpuId(0x1001)),
                 queue_id: Some(QueueId(1))
             })
+        );
+        // A secondary context made (Linux 7.0), its id read; a failed CREATE_PROCESS has none.
+        let made = call(KfdFn::ContextCreate, CallPhase::Return, 42, 0, [3, 0, 0, 0], 0);
+        assert_eq!(
+            decode(&bytes_of(&made)).unwrap().kind,
+            EventKind::ContextCreate(ContextCreate { context_id: Some(3), result: KernelResult(0), ret: 0 })
+        );
+        let refused = call(KfdFn::ContextCreate, CallPhase::Return, 42, 0, [u64::from(u32::MAX), 0, 0, 0], -22);
+        assert_eq!(
+            decode(&bytes_of(&refused)).unwrap().kind,
+            EventKind::ContextCreate(ContextCreate { context_id: None, result: KernelResult(-22), ret: -22 })
         );
         let exit = call(KfdFn::ProcessRelease, CallPhase::Entry, 42, 0, [0; 4], 0);
         assert_eq!(

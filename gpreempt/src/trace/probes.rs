@@ -63,6 +63,11 @@ const MES11: Option<Since> = Some(Since::Linux("6.0", "gfx11 MES"));
 /// mes_v12_0.c came with gfx12 (Linux 6.11; Debian 6.12.117 has it, 6.1.192 not).
 const MES12: Option<Since> = Some(Since::Linux("6.11", "gfx12 MES"));
 
+/// KFD 1.19 (Linux 7.0): `AMDKFD_IOC_CREATE_PROCESS`, secondary contexts (docs/kfd.md §1.4).
+/// Only the upstream numbering: ROCm's DKMS calls 1.19 something else (§1.5), so on such a
+/// kernel the reason may name the wrong version; whether the probe attaches is kallsyms' call.
+const CONTEXTS: Option<Since> = Some(Since::Kfd(KfdVersion { major: 1, minor: 19 }, "7.0"));
+
 /// Every probe gpreempt knows. The kernel prototype each relies on, with the versions checked
 /// (Debian 6.1.192 = KFD 1.11 and 6.12.117 = KFD 1.17 in source; 7.3.4 = KFD 1.23 in its module
 /// BTF, where every probed function kept its name and only the SMI helpers changed an argument
@@ -118,6 +123,17 @@ pub const PROBES: &[ProbeSpec] = &[
         false,
         None,
         "process open: kfd_process pointer -> host pid (pointer learning for kworker probes)",
+    ),
+    // Secondary KFD contexts (Linux 7.0, KFD 1.19), kfd_chardev.c v7.0 (cc6b66d661fd):
+    // static int kfd_ioctl_create_process(struct file *filep, struct kfd_process *p, void *data).
+    row("create_context_entry", "kfd_ioctl_create_process", K, false, CONTEXTS, "secondary context: the file pointer"),
+    row(
+        "create_context_return",
+        "kfd_ioctl_create_process",
+        R,
+        false,
+        CONTEXTS,
+        "secondary context made: caller, context id (filep->private_data->context_id), result",
     ),
     row(
         "process_release_entry",
@@ -516,6 +532,8 @@ mod tests {
         assert_eq!(
             names,
             [
+                "create_context_entry",
+                "create_context_return",
                 "debug_trap_entry",
                 "debug_trap_return",
                 "execute_queues_entry",
@@ -544,6 +562,10 @@ mod tests {
             Some("suspend_queues appeared in KFD 1.13 (Linux 6.5); this kernel has 1.11")
         );
         assert_eq!(
+            reason("create_context_return"),
+            Some("kfd_ioctl_create_process appeared in KFD 1.19 (Linux 7.0); this kernel has 1.11")
+        );
+        assert_eq!(
             reason("mes12_add_entry"),
             Some("mes_v12_0_add_hw_queue appeared in Linux 6.11 (gfx12 MES); this kernel is 6.1.0-56-amd64")
         );
@@ -554,18 +576,20 @@ mod tests {
     }
 
     #[test]
-    fn debian_6_12_attaches_every_probe_including_the_constprop_execute() {
+    fn debian_6_12_attaches_every_probe_but_create_process_and_the_inlined_reset_including_the_constprop_execute() {
         let (attached, missing) = missing(PROBES, "6.12", Some(KfdVersion { major: 1, minor: 17 }));
-        // set_queue_as_reset is inlined into unmap_queues_cpsch in Debian's 6.12.117 build.
-        assert_eq!(
-            missing,
-            [(
-                "set_queue_as_reset".to_owned(),
-                "set_queue_as_reset is not in /proc/kallsyms for module amdgpu (inlined or renamed in this build)"
-                    .to_owned()
-            )]
-        );
-        assert_eq!(attached, PROBES.len() - 1);
+        // set_queue_as_reset is inlined into unmap_queues_cpsch in Debian's 6.12.117 build;
+        // CREATE_PROCESS came in 7.0.
+        let create = "kfd_ioctl_create_process appeared in KFD 1.19 (Linux 7.0); this kernel has 1.17";
+        let inlined =
+            "set_queue_as_reset is not in /proc/kallsyms for module amdgpu (inlined or renamed in this build)";
+        let expected: Vec<(String, String)> =
+            [("create_context_entry", create), ("create_context_return", create), ("set_queue_as_reset", inlined)]
+                .iter()
+                .map(|(p, r)| ((*p).to_owned(), (*r).to_owned()))
+                .collect();
+        assert_eq!(missing, expected);
+        assert_eq!(attached, PROBES.len() - 3);
         let k = Kallsyms::parse(include_str!("fixtures/kallsyms-amdgpu-6.12.txt"));
         assert_eq!(k.resolve("execute_queues_cpsch", Some("amdgpu")).unwrap().name, "execute_queues_cpsch.constprop.0");
     }
@@ -597,6 +621,8 @@ mod tests {
         assert_eq!(
             names,
             [
+                "create_context_entry",
+                "create_context_return",
                 "debug_trap_entry",
                 "debug_trap_return",
                 "execute_queues_entry",
@@ -659,7 +685,7 @@ mod tests {
     #[test]
     fn the_coverage_over_the_four_kernels() {
         let count = |kernel, kfd| missing(PROBES, kernel, kfd).0;
-        assert_eq!(PROBES.len(), 56);
+        assert_eq!(PROBES.len(), 58);
         assert_eq!(
             [
                 count("5.10", Some(KfdVersion { major: 1, minor: 3 })),
@@ -667,7 +693,7 @@ mod tests {
                 count("6.12", Some(KfdVersion { major: 1, minor: 17 })),
                 count("7.3", None),
             ],
-            [35, 41, 55, 56]
+            [35, 41, 55, 58]
         );
     }
 }
