@@ -30,8 +30,13 @@ pub const MAX_PATTERNS: u32 = 16;
 /// Payload bytes a pattern can match: four little-endian words.
 pub const PREFIX_WORDS: usize = 4;
 pub const PREFIX_BYTES: usize = PREFIX_WORDS * 8;
-/// Ring buffer size: at most one hit per slot is in flight between two re-arms.
-pub const HITS_BYTES: u32 = 64 * 1024;
+/// The payload's first bytes a hit carries ([`ArrivalHit::head`]): an HTTP/1.1 request's header
+/// block, whose `Content-Length` gives the request's size where its body follows in later
+/// segments (a body larger than the MSS, 1448 bytes on a 1500-byte Ethernet MTU, or headers and
+/// body written apart by the client).
+pub const HEAD_BYTES: usize = 512;
+/// Ring buffer size: at most one hit per slot is in flight between two re-arms (256 of 536 bytes).
+pub const HITS_BYTES: u32 = 256 * 1024;
 
 /// A pattern's verdict ([`Pattern::verdict`]); 0 is an unused entry.
 pub const VERDICT_UNUSED: u32 = 0;
@@ -85,23 +90,39 @@ impl ArrivalCounts {
 
 /// The first request on an armed slot.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArrivalHit {
     pub slot: u32,
     /// The local port it arrived on.
     pub port: u32,
-    /// The segment's payload bytes (a request's size, roughly: the lead from arrival to the first
-    /// kernel grows with the prompt).
+    /// The segment's payload bytes (the request's size when it fits one segment: the lead from
+    /// arrival to the first kernel grows with the prompt).
     pub payload_len: u32,
-    pub _pad: u32,
+    /// Bytes of [`Self::head`] the program could read (0: none).
+    pub head_len: u32,
     /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC, the clock the scheduler stamps with.
     pub ktime_ns: u64,
+    /// The payload's first `head_len` bytes (the rest unspecified).
+    pub head: [u8; HEAD_BYTES],
+}
+
+impl Default for ArrivalHit {
+    fn default() -> Self {
+        Self { slot: 0, port: 0, payload_len: 0, head_len: 0, ktime_ns: 0, head: [0; HEAD_BYTES] }
+    }
+}
+
+impl ArrivalHit {
+    /// The payload's first bytes the program read.
+    pub fn head(&self) -> &[u8] {
+        &self.head[..(self.head_len as usize).min(HEAD_BYTES)]
+    }
 }
 
 const _: () = {
     assert!(core::mem::size_of::<Pattern>() == 72);
     assert!(core::mem::size_of::<ArrivalCounts>() == 48);
-    assert!(core::mem::size_of::<ArrivalHit>() == 24);
+    assert!(core::mem::size_of::<ArrivalHit>() == 24 + HEAD_BYTES);
 };
 
 #[cfg(feature = "user")]

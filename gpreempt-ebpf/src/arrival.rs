@@ -22,8 +22,8 @@ use aya_ebpf::{
     programs::SkBuffContext,
 };
 use gpreempt_common::arrival::{
-    ArrivalCounts, ArrivalHit, HITS_BYTES, MAX_PATTERNS, MAX_PORTS, MAX_SLOTS, PREFIX_BYTES, PREFIX_WORDS, Pattern,
-    VERDICT_ALLOW, VERDICT_DENY,
+    ArrivalCounts, ArrivalHit, HEAD_BYTES, HITS_BYTES, MAX_PATTERNS, MAX_PORTS, MAX_SLOTS, PREFIX_BYTES, PREFIX_WORDS,
+    Pattern, VERDICT_ALLOW, VERDICT_DENY,
 };
 
 /// Watched local port → the online process's slot.
@@ -160,11 +160,41 @@ fn classify(ctx: &SkBuffContext) -> Option<()> {
     unsafe { (*counts).armings += 1 };
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let ktime_ns = unsafe { bpf_ktime_get_ns() };
-    let hit = ArrivalHit { slot, port: u32::from(port), payload_len: len as u32, _pad: 0, ktime_ns };
     // A full ring (the reader stopped) drops the hit: the doorbell probe and the poll still see
     // the request's kernels.
-    let _ = ARRIVAL_HITS.output::<ArrivalHit>(&hit, 0);
+    let mut entry = ARRIVAL_HITS.reserve::<ArrivalHit>(0)?;
+    let hit = entry.as_mut_ptr();
+    // SAFETY: `hit` is the reserved record, ArrivalHit-sized; every field is written before the
+    // submit (the head's bytes past `head_len` stay unspecified, as the type says).
+    unsafe {
+        (*hit).slot = slot;
+        (*hit).port = u32::from(port);
+        (*hit).payload_len = len as u32;
+        (*hit).ktime_ns = ktime_ns;
+        (*hit).head_len = load_head(ctx, offset, len, (*hit).head.as_mut_ptr().cast());
+    }
+    entry.submit(0);
     Some(())
+}
+
+/// The payload's first min(`len`, HEAD_BYTES) bytes into `dst` (HEAD_BYTES long): their count,
+/// or 0 if the helper refused.
+///
+/// The helper's size must be provably within 1..=HEAD_BYTES in the register it is passed in
+/// (Linux 5.10's verifier: "R3 min value is outside of the allowed memory range" for a size of
+/// umin 0, which is what a `min` and an `== 0` check compile to, the check folded away by LLVM
+/// or made on another register). So the count is read back opaquely and masked: ((n − 1) &
+/// (HEAD_BYTES − 1)) + 1 is n for every n in 1..=HEAD_BYTES, and its bounds are the mask's.
+#[inline(always)]
+fn load_head(ctx: &SkBuffContext, offset: usize, len: usize, dst: *mut core::ffi::c_void) -> u32 {
+    const _: () = assert!(HEAD_BYTES.is_power_of_two());
+    let n = core::cmp::min(len, HEAD_BYTES) as u64;
+    // SAFETY: a read of a local.
+    let n = unsafe { core::ptr::read_volatile(&n) };
+    let n = (n.wrapping_sub(1) & (HEAD_BYTES as u64 - 1)) + 1;
+    // SAFETY: `dst` holds HEAD_BYTES ≥ `n` bytes; the helper checks offset and length against the
+    // packet.
+    if unsafe { bpf_skb_load_bytes(ctx.skb.skb.cast(), offset as u32, dst, n as u32) } == 0 { n as u32 } else { 0 }
 }
 
 #[cfg(not(test))]

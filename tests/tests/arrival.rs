@@ -27,9 +27,9 @@ use gpreempt::{
         cgroup::{cgroup_dir, unified_mount},
         sockets::tcp_listening_ports,
     },
-    schedule::arrival::{ArrivalProbe, Patterns},
+    schedule::arrival::{ArrivalProbe, Patterns, size::request_size},
 };
-use gpreempt_common::arrival::{ArrivalCounts, ArrivalHit, PROGRAM};
+use gpreempt_common::arrival::{ArrivalCounts, ArrivalHit, HEAD_BYTES, PROGRAM};
 use gpreempt_tests::{LineHelper, binary, target::eventually};
 use serde_json::{Value, json};
 
@@ -340,6 +340,8 @@ fn arrival_hits_once_per_arming_and_counts_requests_and_probes_exactly() {
         assert_eq!(hits.len(), 1, "request {i}: {hits:?}");
         let hit = hits[0];
         assert_eq!((hit.slot, hit.port, hit.payload_len), (slot, u32::from(server.port), request.len() as u32));
+        // The whole request is its head, and its size.
+        assert_eq!((hit.head(), request_size(&hit)), (&request[..], request.len() as u32));
         assert!((sent_ns..=answered_ns).contains(&hit.ktime_ns), "{sent_ns} ≤ {} ≤ {answered_ns}", hit.ktime_ns);
     }
     assert_eq!(probe.counts(slot), counts(N, N, 0, 0, N));
@@ -396,6 +398,9 @@ fn arrival_counts_a_request_larger_than_a_segment_once() {
     assert_eq!(hits.len(), 1, "{hits:?}");
     let first = hits[0].payload_len as usize;
     assert!(first < request.len(), "the hit is the first segment's: {first} of {} bytes", request.len());
+    // Its first HEAD_BYTES came with it; the size is the header block and its Content-Length.
+    assert_eq!(hits[0].head(), &request[..HEAD_BYTES]);
+    assert_eq!(request_size(&hits[0]), request.len() as u32);
     let c = probe.counts(slot);
     assert!(c.segments >= 2, "{c:?}");
     assert_eq!(c, counts(c.segments, 1, 0, c.segments - 1, 1), "the first segment a request, the rest unmatched");
@@ -406,6 +411,34 @@ fn arrival_counts_a_request_larger_than_a_segment_once() {
     assert_eq!(probe.counts(slot), counts(c.segments + 1, 2, 0, c.segments - 1, 2));
     drop(client);
     assert_eq!(totals(&server.stop()), (2, 0, 0, 1));
+}
+
+#[test]
+fn arrival_sizes_a_request_whose_body_follows_its_headers_by_its_content_length() {
+    let _serial = one_at_a_time();
+    let cgroup = Cgroup::new("split");
+    let server = Server::start(&cgroup);
+    let (dir, ports) = watched(&server, &cgroup);
+    let mut probe = probe_or_skip!();
+    let slot = probe.watch(server.pid(), &dir, &ports).unwrap();
+    let mut client = Client::connect(server.port);
+    // As an HTTP client with TCP_NODELAY that writes the header block, then the JSON body: two
+    // segments, the first of headers only (what a 1448-byte MSS also makes of a large prompt).
+    client.0.set_nodelay(true).unwrap();
+    let mut body = b"0\n".to_vec();
+    body.resize(3000, b'x');
+    let request = post(&body);
+    let headers = request.len() - body.len();
+    client.0.write_all(&request[..headers]).unwrap();
+    client.exchange(&request[headers..], &ok(DONE));
+    let hits = hits_when_any(&mut probe);
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!((hits[0].payload_len as usize, hits[0].head()), (headers, &request[..headers]));
+    assert_eq!(request_size(&hits[0]), request.len() as u32);
+    // The body's segment: not a request (it starts with no pattern's bytes), counted unmatched.
+    assert_eq!(probe.counts(slot), counts(2, 1, 0, 1, 1));
+    drop(client);
+    assert_eq!(totals(&server.stop()), (1, 0, 0, 1));
 }
 
 #[test]

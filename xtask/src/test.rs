@@ -265,6 +265,7 @@ const FOCUSED: &[(&str, &[&str])] = &[
         &[
             "arrival_hits_once_per_arming_and_counts_requests_and_probes_exactly",
             "arrival_counts_a_request_larger_than_a_segment_once",
+            "arrival_sizes_a_request_whose_body_follows_its_headers_by_its_content_length",
             "arrival_sees_nothing_on_a_port_it_does_not_watch_in_the_same_cgroup",
             "arrival_probe_dropped_leaves_no_program_attached_or_loaded",
             "arrival_probe_of_a_process_killed_with_sigkill_leaves_no_program_attached_or_loaded",

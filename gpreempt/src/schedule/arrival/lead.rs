@@ -12,7 +12,7 @@
 //! and must cost the offline side no more than the bound.
 //!
 //! The model, over the last [`SAMPLES`] requests that brought GPU work: lead ≈ a + b × size (least
-//! squares on the first segment's payload bytes, the size the probe sees), and the spread of the
+//! squares on the request's size as the probe sees it, `size.rs`), and the spread of the
 //! residuals. An arrival of size s is predicted to publish its first work no earlier than
 //! `fit(s) + q_low` and no later than `fit(s) + q_high`; the SUSPENDs are issued at
 //! `arrival + fit(s) + q_low − 2 × cost` (the transition's cost as the policy measures it: each
@@ -184,7 +184,7 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     /// The vLLM-on-MI300X fit (docs/scheduling.md): 3.2 ms + 1.26 µs per prompt token, a token
-    /// taken as 4 bytes of the first segment.
+    /// taken as 4 bytes of the request.
     fn vllm(size: u32) -> u64 {
         3_200_000 + u64::from(size) / 4 * 1_260
     }

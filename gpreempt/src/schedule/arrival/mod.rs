@@ -6,7 +6,8 @@
 //! - [`patterns`]: what counts as a request in a segment's first bytes (allow and deny lists);
 //! - [`probe`]: the `cgroup_skb` ingress program, per-cgroup attach, per-process ports and armed
 //!   flags, the hits;
-//! - [`report`]: what the arrival path did per online process (the summary's `arrival`).
+//! - [`report`]: what the arrival path did per online process (the summary's `arrival`);
+//! - [`size`]: a request's size from its first segment (its HTTP/1.1 `Content-Length`).
 //!
 //! The host facts it rests on are read in `host`: a process's cgroup v2 directory
 //! ([`crate::host::cgroup`]) and its listening TCP ports ([`crate::host::sockets`]).
@@ -15,6 +16,7 @@ pub mod lead;
 pub mod patterns;
 pub mod probe;
 pub mod report;
+pub mod size;
 
 pub use patterns::{PatternError, Patterns, Prefix};
 pub use probe::{ArrivalError, ArrivalProbe};

@@ -23,6 +23,7 @@ use crate::{
             ArrivalProbe,
             lead::{LeadModel, LeadSample, PendingCounts, PendingEnd, PendingPlan},
             report::ArrivalReport,
+            size::request_size,
         },
         config::ArrivalConfig,
         policy::State,
@@ -368,14 +369,15 @@ impl<S: ControlSide> Reaction<S> {
                 w.pending.remove(0);
                 w.counts.end(PendingEnd::Wasted);
             }
-            let mut plan = w.model.plan(h.ktime_ns, h.payload_len, cost.unwrap_or(0));
+            let size = request_size(h);
+            let mut plan = w.model.plan(h.ktime_ns, size, cost.unwrap_or(0));
             if busy {
                 w.counts.busy += 1;
                 plan.issue_at_ns = h.ktime_ns;
             }
             w.pending.push(Pending {
                 arrival_ns: h.ktime_ns,
-                size: h.payload_len,
+                size,
                 plan,
                 held_ns: held.then_some(h.ktime_ns),
                 // Read at this step's look at the indices (after this), not the last one's: a
