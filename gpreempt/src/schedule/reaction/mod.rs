@@ -266,10 +266,12 @@ impl<S: ControlSide> Reaction<S> {
         self.take_arrivals();
         self.read_hints();
         self.read_online(now);
-        // Before the holds end at their first work (next): the GPUs whose work, if it comes back
-        // now, may be a request the probe announced (its gap then lies between requests).
-        let announced: Vec<bool> =
-            self.lanes.iter().map(|l| l.arrived_since_gap || self.arrival_pending_on(l.gpu)).collect();
+        // Before the holds end at their first work (next): a hold still open means the work that
+        // comes back may be its request's first (the gap it ends then lies between requests).
+        let open: Vec<GpuId> = self.lanes.iter().map(|l| l.gpu).filter(|&g| self.arrival_pending_on(g)).collect();
+        for lane in self.lanes.iter_mut().filter(|l| open.contains(&l.gpu)) {
+            lane.arrived_since_gap = true;
+        }
         // After the read: a submission the read saw was published before this instant (the step's
         // `now` may precede it by the step's own work), so a lead is never shorter than it was.
         self.arrival_progress(monotonic_ns());
@@ -297,17 +299,15 @@ impl<S: ControlSide> Reaction<S> {
                 lane.visible_ns = Some(now);
                 lane.published_ns = doorbell;
             }
+            let announced = lane.arrived_since_gap;
             if active && !lane.active {
                 // The online work is back: the gap it ends is classified (`announced`), the next
                 // one starts with no request seen.
                 lane.arrived_since_gap = false;
             }
             lane.active = active;
-            let seen = Observation {
-                online_active: active,
-                online_gone: std::mem::take(&mut lane.online_gone),
-                announced: announced[i],
-            };
+            let seen =
+                Observation { online_active: active, online_gone: std::mem::take(&mut lane.online_gone), announced };
             let action = lane.policy.tick(now, seen);
             if !active {
                 lane.quiet_ns = now;
