@@ -209,6 +209,18 @@ macro_rules! skip {
 }
 
 /// The line behind [`skip!`].
+/// A finished command's exit code and the last line of its stderr (where gpreempt's error line
+/// is), with the whole stderr for the assertion's message.
+pub fn exit_and_last_line(out: &std::process::Output) -> (Option<i32>, String, String) {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), last_line(&stderr).to_owned(), stderr)
+}
+
+/// The last line of `text` ("" for none).
+pub fn last_line(text: &str) -> &str {
+    text.trim_end().lines().last().unwrap_or("")
+}
+
 pub fn report_skip(test: &str, why: &str) {
     let mut out = std::io::stdout().lock();
     // Best effort: a test that cannot write to stdout still ends (and is then counted as passed).

@@ -28,7 +28,7 @@ use gpreempt::{
 use gpreempt_tests::{
     binary,
     controller::spawn_preempt,
-    field, no_debug_trap_message,
+    field, last_line, no_debug_trap_message,
     target::{RtTarget, eventually, state, tracer_pid},
     without_debug_trap,
 };
@@ -81,10 +81,6 @@ fn gpreempt(args: &[&str]) -> Output {
 
 fn stderr_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn last_line(text: &str) -> &str {
-    text.trim_end().lines().last().unwrap_or("")
 }
 
 /// `gpreempt preempt ARGS` against `target`, whose RUNTIME_ENABLE is still to be read: on 6.12 the

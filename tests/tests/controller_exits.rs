@@ -16,7 +16,7 @@ use gpreempt::{controller::tracee::DETACH_DEADLINE, kfd::Device};
 use gpreempt_tests::{
     LineHelper, binary,
     controller::spawn_preempt,
-    skip,
+    exit_and_last_line, skip,
     target::{eventually, state, tracer_pid},
 };
 use nix::{sys::signal::Signal, unistd::Pid};
@@ -187,17 +187,17 @@ fn finding_9_a_symlinked_json_path_is_refused_and_its_target_untouched() {
         .args(["--gap", "0ms", "--queues", "0", "--output", link.to_str().unwrap()])
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, last, stderr) = exit_and_last_line(&out);
     assert_eq!(
-        stderr.trim_end().lines().last(),
-        Some(
+        (code, last),
+        (
+            Some(1),
             format!(
                 "gpreempt: error: {} is a symbolic link; gpreempt does not write through links (give the real path)",
                 link.display()
             )
-            .as_str()
-        )
+        ),
+        "{stderr}"
     );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2, "no temporary file left behind");

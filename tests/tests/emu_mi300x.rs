@@ -581,31 +581,6 @@ fn hip_gfx942() -> PathBuf {
     exe
 }
 
-/// `hip-streams-gfx942 STREAMS GRID BYTES hold` up to its `holding` line, on `devices` agents: as
-/// on gfx90a (tests/tests/emu_rocm/hip.rs), per stream the kernel's emulated time between its two
-/// events and every byte of the hipMemcpy round trip back, in the stream's pattern.
-fn hip_streams_until_holding(run: &mut rocm_run::RocmRun, devices: u64, streams: u64, grid: u64, bytes: u64) {
-    let pid = run.pid;
-    assert_eq!(run.json_line(), serde_json::json!({"pid": pid, "devices": devices, "streams": streams}));
-    let kernel_ms = (grid * emulator::ns_per_workitem()) as f64 / 1e6;
-    let pattern = |stream: u64, k: u64| (k * 131 + stream * 17 + 7) & 0xff;
-    for i in 0..streams {
-        let v = run.json_line();
-        let elapsed = v["elapsed_ms"].as_f64().unwrap();
-        assert!(elapsed >= kernel_ms * (1.0 - 1e-6), "hipEventElapsedTime below the kernel's {kernel_ms} ms: {v}");
-        let expect = serde_json::json!({
-            "stream": i,
-            "elapsed_ms": v["elapsed_ms"],
-            "bytes": bytes,
-            "equal": bytes,
-            "first": pattern(i, 0),
-            "last": pattern(i, bytes - 1),
-        });
-        assert_eq!(v, expect);
-    }
-    assert_eq!(run.line(), format!(r#"{{"holding":{streams}}}"#));
-}
-
 /// SPX (one KFD node, gpu 0x1000, all 8 XCCs): HIP 5.7 loads the program's gfx942 code object and
 /// runs 3 streams' kernels, events and copies, with HIP 5.7's queues and counts on gfx90a but one
 /// difference: ROCclr 5.7 marks hipEventRecord with an AMD barrier-value packet on gfx90a only
@@ -622,7 +597,7 @@ fn a_hip_5_7_program_with_a_gfx942_code_object_runs_its_streams_on_mi300x_in_spx
     let args = [&*streams, "640", &bytes, "hold"].map(std::ffi::OsStr::new);
     let mut run = rocm_run::RocmRun::start(&exe, &args);
     let pid = run.pid;
-    hip_streams_until_holding(&mut run, 1, STREAMS, 640, BYTES);
+    hip::hip_streams_until_holding(&mut run, 1, STREAMS, 640, BYTES);
     // ROCr's utility queue (64 packets), one 16384-packet queue per stream and the null stream's,
     // and ROCr's two SDMA queues: HIP 5.7's on gfx90a.
     let compute = |size| (0x1000, 0, size);

@@ -20,7 +20,7 @@ use gpreempt::clock::monotonic_ns;
 use gpreempt_tests::{
     EmuParam, LineHelper, Tracer, binary,
     controller::{advances, rptr_now},
-    emu_param, events_of, read_sysfs, skip, summary,
+    emu_param, events_of, exit_and_last_line, read_sysfs, skip, summary,
     target::{eventually, tracer_pid},
     vm_kernel, wait_kfd_released,
 };
@@ -369,18 +369,17 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
     let out = preempt(&["--offline", &pid.to_string(), "--iterations", "1", "--hold", "1ms", "--no-trace"])
         .wait_with_output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (code, last, stderr) = exit_and_last_line(&out);
     assert_eq!(
-        stderr.trim_end().lines().last(),
-        Some(
+        (code, last),
+        (
+            Some(1),
             format!(
                 "gpreempt: error: refusing pid {pid} (emu-workload): it has secondary KFD contexts (context_0; \
                  AMDKFD_IOC_CREATE_PROCESS, Linux 7.0), and DBG_TRAP returns EOPNOTSUPP for a secondary context \
                  while the pid names only its primary one, so the queues of those contexts can be neither listed \
                  nor suspended and would keep running while gpreempt reported the process suspended"
             )
-            .as_str()
         ),
         "{stderr}"
     );
@@ -393,7 +392,8 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
             .args(["schedule", "--online", &online.to_string(), "--offline", &offline.to_string()])
             .output()
             .unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).trim_end().to_owned())
+        let (code, last, _) = exit_and_last_line(&out);
+        (code, last)
     };
     assert_eq!(
         schedule(other.pid(), pid),
@@ -463,11 +463,10 @@ fn ctrl_c_and_kill_9_during_a_hold_leave_the_queues_running() {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
         let out = child.wait_with_output().unwrap();
         if signal == Signal::SIGINT {
-            let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(
-                stderr.trim_end().lines().last(),
+                exit_and_last_line(&out).1,
                 // The interrupted iteration still suspended and resumed, so it is recorded.
-                Some("gpreempt: error: interrupted by SIGINT after 1 of 3 iterations; queues resumed, target detached")
+                "gpreempt: error: interrupted by SIGINT after 1 of 3 iterations; queues resumed, target detached"
             );
         }
         // gpreempt resumed them (SIGINT) or the kernel did when the debugger died (SIGKILL, §2.7).
@@ -573,13 +572,14 @@ fn session_fault_after_a_successful_suspend_still_resumes_those_queues() {
         json.to_str().unwrap(),
     ];
     let out = preempt_with_fault(&args, "after-suspend").wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (code, last, stderr) = exit_and_last_line(&out);
     assert_eq!(
-        stderr.trim_end().lines().last(),
-        Some(
+        (code, last.as_str()),
+        (
+            Some(1),
             "gpreempt: error: stopped after 0 of 3 iterations: injected fault (after-suspend) from GPREEMPT_TEST_FAULT"
-        )
+        ),
+        "{stderr}"
     );
     let doc = json_of(&json);
     assert_eq!(doc["iterations"], serde_json::json!([]));

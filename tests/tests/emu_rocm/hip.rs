@@ -40,11 +40,12 @@ pub(crate) fn hip_streams_run(args: &[&str]) -> RocmRun {
 /// `hip-streams STREAMS GRID BYTES hold` up to its `holding` line: its first line, then per
 /// stream the kernel's emulated time (grid x ns_per_workitem) between the stream's two events and
 /// every byte of the hipMemcpy round trip back, in the stream's pattern.
-fn hip_streams_until_holding(run: &mut RocmRun, streams: u64, grid: u64, bytes: u64) {
+/// `devices`: the GPUs HIP lists (both emulated gfx90a GPUs; one MI300X partition or package).
+pub(crate) fn hip_streams_until_holding(run: &mut RocmRun, devices: u64, streams: u64, grid: u64, bytes: u64) {
     let pid = run.pid;
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&run.line()).unwrap(),
-        serde_json::json!({"pid": pid, "devices": 2, "streams": streams})
+        serde_json::json!({"pid": pid, "devices": devices, "streams": streams})
     );
     let kernel_ms = (grid * ns_per_workitem()) as f64 / 1e6;
     for i in 0..streams {
@@ -83,7 +84,7 @@ pub(crate) fn a_rocm_hip_program_with_streams_events_and_copies_runs_to_completi
     let grid = 640u64;
     let mut run = hip_streams_run(&[&STREAMS.to_string(), &grid.to_string(), &BYTES.to_string(), "hold"]);
     let pid = run.pid;
-    hip_streams_until_holding(&mut run, STREAMS, grid, BYTES);
+    hip_streams_until_holding(&mut run, 2, STREAMS, grid, BYTES);
     // What HIP 5.2 created in KFD on the first GPU for 3 streams and the copies: ROCr's own
     // 64-packet queue (4 KiB ring); one 4096-packet queue (256 KiB) per stream and one for the
     // null stream the synchronous hipMemcpy runs on (ROCclr, at most 4 per priority); and ROCr's
@@ -163,7 +164,7 @@ pub(crate) fn a_hip_5_7_program_on_rocr_6_1_runs_its_streams_with_barrier_value_
     // The same program, built by bookworm's hipcc, on trixie's HIP 5.7 and ROCr 6.1.
     let mut run = hip_run(Hip::V5_7, &[&STREAMS.to_string(), "640", &BYTES.to_string(), "hold"]);
     let pid = run.pid;
-    hip_streams_until_holding(&mut run, STREAMS, 640, BYTES);
+    hip_streams_until_holding(&mut run, 2, STREAMS, 640, BYTES);
     let compute = |size| (GPU0, 0, size);
     let sdma = (GPU0, 1, 1 << 20);
     assert_eq!(sysfs_queues(pid), HIP_5_7_QUEUES.map(|(t, size)| if t == 0 { compute(size) } else { sdma }));
