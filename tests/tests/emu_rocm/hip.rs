@@ -66,7 +66,7 @@ pub(crate) fn hip_streams_until_holding(run: &mut RocmRun, devices: u64, streams
 }
 
 /// Tell a holding `hip-streams` to end, and its last line.
-fn hip_streams_release(run: &mut RocmRun, streams: u64) {
+pub(crate) fn hip_streams_release(run: &mut RocmRun, streams: u64) {
     if let Some(stdin) = run.child.stdin.as_mut() {
         std::io::Write::write_all(stdin, b"go\n").unwrap();
     }
