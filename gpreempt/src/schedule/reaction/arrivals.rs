@@ -405,13 +405,21 @@ impl<S: ControlSide> Reaction<S> {
         })
     }
 
-    /// Whether a request the probe saw is pending on `gpu` (a hold opened, its first GPU work not
-    /// yet seen): online work that comes back on `gpu` now may be its first.
-    pub(super) fn arrival_pending_on(&self, gpu: GpuId) -> bool {
-        let Some(a) = &self.arrivals else { return false };
-        a.watched
-            .iter()
-            .any(|w| !w.pending.is_empty() && self.online.iter().any(|o| o.pid == w.pid && o.gpus().any(|g| g == gpu)))
+    /// Every lane whose GPU has a request the probe saw pending (a hold opened, its first GPU work
+    /// not yet seen) is marked `arrived_since_gap`: online work that comes back there now may be
+    /// its first. No allocation: this runs at every step of the reaction thread.
+    pub(super) fn mark_pending_arrivals(&mut self) {
+        let Some(a) = &self.arrivals else { return };
+        let online = &self.online;
+        for lane in &mut self.lanes {
+            let gpu = lane.gpu;
+            if a.watched
+                .iter()
+                .any(|w| !w.pending.is_empty() && online.iter().any(|o| o.pid == w.pid && o.gpus().any(|g| g == gpu)))
+            {
+                lane.arrived_since_gap = true;
+            }
+        }
     }
 
     /// The oldest pending hold of each watched process ends at the process's first submission

@@ -268,10 +268,7 @@ impl<S: ControlSide> Reaction<S> {
         self.read_online(now);
         // Before the holds end at their first work (next): a hold still open means the work that
         // comes back may be its request's first (the gap it ends then lies between requests).
-        let open: Vec<GpuId> = self.lanes.iter().map(|l| l.gpu).filter(|&g| self.arrival_pending_on(g)).collect();
-        for lane in self.lanes.iter_mut().filter(|l| open.contains(&l.gpu)) {
-            lane.arrived_since_gap = true;
-        }
+        self.mark_pending_arrivals();
         // After the read: a submission the read saw was published before this instant (the step's
         // `now` may precede it by the step's own work), so a lead is never shorter than it was.
         self.arrival_progress(monotonic_ns());
