@@ -188,6 +188,7 @@ fn main() -> anyhow::Result<()> {
         control: StampSide,
         discovery: Box::new(Quiet),
         occupancy: std::sync::Arc::new(SysfsOccupancy { roots: config.roots.clone() }),
+        arrival: std::sync::Arc::new(gpreempt::schedule::arrival::ProbeLoader),
     };
     let scheduler = Scheduler::start(config, seams, &mut ignore)?;
     let flag = stop.clone();

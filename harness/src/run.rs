@@ -234,6 +234,8 @@ pub fn run_state(sc: &Scenario, state: &BenchState, seconds: f64) -> Result<Raw>
             control: ModelSide(world.clone()),
             discovery: Box::new(Quiet),
             occupancy: std::sync::Arc::new(ModelOccupancySource(world.clone())),
+            // The real cgroup_skb program on the client's cgroup (requests over loopback TCP).
+            arrival: std::sync::Arc::new(gpreempt::schedule::arrival::ProbeLoader),
         };
         started.scheduler = Some(Scheduler::start(config, seams, &mut emit).context("starting the scheduler")?);
     }

@@ -232,8 +232,9 @@ fn print_report(r: &ScheduleReport) {
         match &a.why {
             None => outln!(
                 "arrivals of online pid {}: {} requests ({} segments: {} probes or scrapes, {} other, {} TLS); {} \
-                 arrivals: {} held before their first kernel, {} late, {} wasted, {} found it busy; lead, us: {}; \
-                 arrival -> SUSPEND entered, us: {} (arrived during a transition's ioctls: {})",
+                 arrivals: {} held before their first kernel, {} late ({} of them before their SUSPENDs were due), {} \
+                 wasted, {} found it busy; lead, us: {}; arrival -> SUSPEND entered, us: {} (of it, arrival -> the \
+                 reaction thread took the record: {}; arrived during a transition's ioctls: {})",
                 a.pid,
                 c.allowed,
                 c.segments,
@@ -243,10 +244,12 @@ fn print_report(r: &ScheduleReport) {
                 p.arrivals,
                 p.served,
                 p.late,
+                p.late_before_issue,
                 p.wasted,
                 p.busy,
                 line(&a.lead_us),
                 line(&a.arrival_to_suspend_us),
+                line(&a.arrival_to_taken_us),
                 line(&a.arrival_to_suspend_in_transition_us)
             ),
             Some(why) => outln!("arrivals of online pid {}: not seen ({why})", a.pid),

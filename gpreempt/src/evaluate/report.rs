@@ -413,9 +413,10 @@ pub(crate) mod tests {
                 tls: 0,
                 armings: arrivals,
             },
-            pending: PendingCounts { arrivals, served, late, wasted, busy, open: 0 },
+            pending: PendingCounts { arrivals, served, late, late_before_issue: 0, wasted, busy, open: 0 },
             lead_us: lead_p50.map(|p50| Summary { count: 1, p50, ..Summary::default() }),
             arrival_to_suspend_us: None,
+            arrival_to_taken_us: None,
             arrival_to_suspend_in_transition_us: None,
         }
     }
@@ -452,7 +453,15 @@ pub(crate) mod tests {
                     runs: 2,
                     requests: 80,
                     denied: 23,
-                    pending: PendingCounts { arrivals: 80, served: 74, late: 4, wasted: 1, busy: 1, open: 0 },
+                    pending: PendingCounts {
+                        arrivals: 80,
+                        served: 74,
+                        late: 4,
+                        late_before_issue: 0,
+                        wasted: 1,
+                        busy: 1,
+                        open: 0
+                    },
                     lead_p50_us: Some(Range { n: 2, median: 32_000.0, min: 31_000.0, max: 33_000.0 }),
                     why: None,
                 },

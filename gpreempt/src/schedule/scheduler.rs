@@ -109,7 +109,7 @@ impl Scheduler {
             ),
             None => None,
         };
-        let Seams { control, discovery, occupancy } = seams;
+        let Seams { control, discovery, occupancy, arrival: arrival_loader } = seams;
         let side = Arc::new(control);
         let (commands, command_rx) = mpsc::sync_channel(COMMAND_QUEUE);
         let (report_tx, reports) = mpsc::sync_channel(REPORT_QUEUE);
@@ -128,6 +128,7 @@ impl Scheduler {
             defer_idle: config.defer_idle,
             gang: config.gang,
             arrival: config.arrival.clone(),
+            arrival_loader,
             proc_root: config.roots.proc.clone(),
             runnable: config.runnable,
             rotate_ns: ns_of(config.rotate),

@@ -1,8 +1,10 @@
-//! Where the scheduler meets the host, as three seams: how an offline (or, for one snapshot, an
+//! Where the scheduler meets the host, as four seams: how an offline (or, for one snapshot, an
 //! online) process's debug-trap session is attached ([`ControlSide`]), where processes and queues
-//! that appear come from ([`Discovery`]), and where an online process's waves in flight are read
-//! ([`OccupancySource`]). The real ones drive KFD, the tracer and sysfs; unit tests plug in
-//! recorders and the native harness (`harness/`) a model GPU, through the same three.
+//! that appear come from ([`Discovery`]), where an online process's waves in flight are read
+//! ([`OccupancySource`]), and where requests' arrivals come from ([`ArrivalLoader`]). The real ones
+//! drive KFD, the tracer, sysfs and the arrival probe; unit tests plug in recorders and scripts,
+//! and the native harness (`harness/`) a model GPU with the real arrival probe, through the same
+//! four.
 
 use std::sync::Arc;
 
@@ -15,6 +17,7 @@ use crate::{
     domain::{GpuId, HostPid},
     host::roots::Roots,
     schedule::{
+        arrival::{ArrivalLoader, ProbeLoader},
         discover::Discovery,
         online::{OccupancyFile, occupancy_files},
     },
@@ -95,11 +98,18 @@ pub struct Seams<S: ControlSide> {
     pub control: S,
     pub discovery: Box<dyn Discovery>,
     pub occupancy: Arc<dyn OccupancySource>,
+    /// Where requests' arrivals come from (used with `ScheduleConfig::arrival`).
+    pub arrival: Arc<dyn ArrivalLoader>,
 }
 
 impl Seams<SessionSide> {
     /// The real host: debug-trap sessions, `discovery` as started by the caller, sysfs occupancy.
     pub fn host(roots: Roots, discovery: Box<dyn Discovery>) -> Self {
-        Self { control: SessionSide, discovery, occupancy: Arc::new(SysfsOccupancy { roots }) }
+        Self {
+            control: SessionSide,
+            discovery,
+            occupancy: Arc::new(SysfsOccupancy { roots }),
+            arrival: Arc::new(ProbeLoader),
+        }
     }
 }

@@ -16,13 +16,18 @@ use std::{
 
 use super::{
     ScheduleConfig, ScheduleEvent, ScheduleReport, Scheduler,
+    arrival::{ArrivalError, ArrivalLoader, ArrivalSource, Patterns},
+    config::ArrivalConfig,
     discover::Discovery,
     policy::{PolicyConfig, ResumeReason},
     realtime::{Realtime, RealtimeConfig},
     runnable::Runnable,
     seams::{ControlSide, Seams, SysfsOccupancy},
 };
+use gpreempt_common::arrival::{ArrivalCounts, ArrivalHit};
+
 use crate::{
+    clock::monotonic_ns,
     controller::{
         control::Control,
         vocabulary::{Batch, DebugError, Detached, Options, Selection, SessionNotice},
@@ -48,6 +53,8 @@ struct Script {
     release_at_once: bool,
     /// Stored into at the first RESUME of a GPU (the online job publishing during it).
     publish_during_resume: Option<(&'static AtomicU64, u64)>,
+    /// A request reaches the online service at the first RESUME of a GPU.
+    arrive_during_resume: Option<ScriptedArrivals>,
     calls: Vec<String>,
 }
 
@@ -144,6 +151,9 @@ impl Control for Recorder {
             if let Some((word, value)) = self.side.with(|s| s.publish_during_resume.take()) {
                 word.store(value, Ordering::SeqCst);
             }
+            if let Some(arrivals) = self.side.with(|s| s.arrive_during_resume.take()) {
+                arrivals.arrive();
+            }
             Ok(Batch { count: n as i32, latency_ns: 1_000, ..Batch::default() })
         } else {
             Ok(Batch { skipped: true, ..Batch::default() })
@@ -171,6 +181,90 @@ impl Control for Recorder {
     fn queue_reset(&mut self, queue: QueueId) -> bool {
         self.log(format!("reset {queue}"));
         true
+    }
+}
+
+/// The arrival path's kernel side as a script: a test (or a RESUME, `arrive_during_resume`) hands
+/// over a request's hit, stamped when it is handed; the reaction thread takes it at its next look.
+#[derive(Clone, Debug, Default)]
+struct ScriptedArrivals(Arc<Mutex<ArrivalScript>>);
+
+#[derive(Debug, Default)]
+struct ArrivalScript {
+    /// Watched pids and their ports, by slot.
+    watched: Vec<Option<(HostPid, std::collections::BTreeSet<u16>)>>,
+    hits: Vec<ArrivalHit>,
+    armed: Vec<bool>,
+    counts: ArrivalCounts,
+}
+
+impl ScriptedArrivals {
+    /// A request reaches the (one) watched process now: one hit if it is armed, as the program
+    /// sends one per arming.
+    fn arrive(&self) {
+        let mut s = self.0.lock().unwrap();
+        s.counts.segments += 1;
+        s.counts.allowed += 1;
+        if let Some(slot) = s.armed.iter().position(|&a| a) {
+            s.armed[slot] = false;
+            s.counts.armings += 1;
+            let head = b"POST /generate HTTP/1.1\r\nContent-Length: 4\r\n\r\n";
+            let mut hit = ArrivalHit {
+                slot: slot as u32,
+                port: 8000,
+                payload_len: head.len() as u32 + 4,
+                head_len: head.len() as u32,
+                ktime_ns: monotonic_ns(),
+                ..ArrivalHit::default()
+            };
+            hit.head[..head.len()].copy_from_slice(head);
+            s.hits.push(hit);
+        }
+    }
+}
+
+impl ArrivalLoader for ScriptedArrivals {
+    fn load(&self, _: &Patterns) -> Result<Box<dyn ArrivalSource>, ArrivalError> {
+        Ok(Box::new(self.clone()))
+    }
+}
+
+impl ArrivalSource for ScriptedArrivals {
+    fn watch(
+        &mut self,
+        pid: HostPid,
+        _: &std::path::Path,
+        ports: &std::collections::BTreeSet<u16>,
+    ) -> Result<u32, ArrivalError> {
+        let mut s = self.0.lock().unwrap();
+        if let Some(i) = s.watched.iter().position(|w| w.as_ref().is_some_and(|(p, _)| *p == pid)) {
+            s.watched[i] = Some((pid, ports.clone()));
+            return Ok(i as u32);
+        }
+        s.watched.push(Some((pid, ports.clone())));
+        s.armed.push(true);
+        Ok(s.watched.len() as u32 - 1)
+    }
+    fn unwatch(&mut self, slot: u32) {
+        let mut s = self.0.lock().unwrap();
+        s.watched[slot as usize] = None;
+        s.armed[slot as usize] = false;
+    }
+    fn ports_of(&self, slot: u32) -> std::collections::BTreeSet<u16> {
+        self.0.lock().unwrap().watched[slot as usize].as_ref().map(|(_, p)| p.clone()).unwrap_or_default()
+    }
+    fn arm(&mut self, slot: u32) -> Result<(), ArrivalError> {
+        self.0.lock().unwrap().armed[slot as usize] = true;
+        Ok(())
+    }
+    fn counts(&self, _: u32) -> ArrivalCounts {
+        self.0.lock().unwrap().counts
+    }
+    fn drain(&mut self, out: &mut Vec<ArrivalHit>) {
+        out.append(&mut self.0.lock().unwrap().hits);
+    }
+    fn fd(&self) -> Option<std::os::fd::RawFd> {
+        None
     }
 }
 
@@ -208,6 +302,7 @@ fn seams_of(side: &RecorderSide, config: &ScheduleConfig, discovery: Box<dyn Dis
         control: side.clone(),
         discovery,
         occupancy: std::sync::Arc::new(SysfsOccupancy { roots: config.roots.clone() }),
+        arrival: std::sync::Arc::new(ScriptedArrivals::default()),
     }
 }
 
@@ -826,6 +921,73 @@ fn a_resume_of_several_offline_processes_stops_when_online_work_is_published_dur
         ["suspend 0x1000 2 0", "resume 0x1000 1 0", "suspend 0x1000 1 1", "resume 0x1000 2 0"]
     );
     assert_eq!((report.suspends, report.resumes, report.resumes_cut_short), (2, 2, 1));
+}
+
+#[test]
+fn a_resume_of_several_offline_processes_stops_when_a_request_arrives_during_it() {
+    static R: AtomicU64 = AtomicU64::new(0);
+    static W: AtomicU64 = AtomicU64::new(0);
+    const FIRST: u32 = 3_999_960;
+    const SECOND: u32 = 3_999_961;
+    // Two offline processes on A, both runnable; the online process (this one) in a cgroup v2 of
+    // the fake host, watched on port 8000 by a scripted arrival source.
+    let Setup { mut host, side, config } = two_offline(FIRST, SECOND, A, (&R, &W));
+    let cgroups = host.path().join("cgroup");
+    host.dir("cgroup/user.slice").file(
+        "proc/self/mountinfo",
+        format!("31 24 0:27 / {} rw,relatime shared:10 - cgroup2 cgroup2 rw\n", cgroups.display()),
+    );
+    let arrivals = ScriptedArrivals::default();
+    let config = ScheduleConfig {
+        runnable: Runnable::All,
+        arrival: Some(ArrivalConfig { ports: vec![8000], ..ArrivalConfig::default() }),
+        ..config
+    };
+    let seams = Seams { arrival: Arc::new(arrivals.clone()), ..seams_of(&side, &config, Box::new(Quiet)) };
+    // A request reaches the service while the first RESUME runs. Nothing is known of its lead
+    // yet: its SUSPENDs are due at once, before the second process could run, so that process's
+    // RESUME is not made.
+    side.with(|s| s.arrive_during_resume = Some(arrivals.clone()));
+    let (events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams, &mut emit).unwrap();
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
+        W.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "suspend") == 2);
+        R.store(1, Ordering::SeqCst);
+        // The idle resume: the request arrives during the first RESUME; the first process is
+        // suspended again for it and the second stays held with no ioctl. The request brings no
+        // GPU work: its hold ends at the cold bound (50 ms) as wasted, then the idle resume.
+        c.wait_until(|calls| count(calls, "resume") == 3);
+    });
+    assert_eq!(
+        side.calls(),
+        [
+            format!("attach {FIRST}"),
+            format!("attach {SECOND}"),
+            format!("suspend Gpu(GpuId({A}))"),
+            format!("suspend Gpu(GpuId({A}))"),
+            "resume 0x1000".into(),
+            format!("suspend Gpu(GpuId({A}))"),
+            "resume 0x1000".into(),
+            "resume 0x1000".into(),
+            format!("detach {FIRST}"),
+            format!("detach {SECOND}"),
+        ]
+    );
+    assert_eq!(
+        transitions(&events),
+        ["suspend 0x1000 2 0", "resume 0x1000 1 0", "suspend 0x1000 1 1", "resume 0x1000 2 0"]
+    );
+    assert_eq!((report.suspends, report.resumes, report.resumes_cut_short), (2, 2, 1));
+    // One arrival, through the scripted source, watched on the configured port; its hold wasted.
+    assert_eq!(report.arrival.len(), 1);
+    let a = &report.arrival[0];
+    assert_eq!((a.pid, a.ports.as_slice(), a.why.as_deref()), (HostPid(std::process::id()), &[8000u16][..], None));
+    assert_eq!((a.counts.allowed, a.counts.armings), (1, 1));
+    assert_eq!((a.pending.arrivals, a.pending.served, a.pending.late, a.pending.wasted), (1, 0, 0, 1));
+    // It arrived while the reaction thread was inside the RESUME: counted apart.
+    assert_eq!(a.arrival_to_suspend_us.as_ref().map(|s| s.count), None);
+    assert_eq!(a.arrival_to_suspend_in_transition_us.as_ref().map(|s| s.count), Some(1));
 }
 
 #[test]

@@ -148,6 +148,9 @@ pub struct PendingCounts {
     pub served: u64,
     /// Its GPU work came before the SUSPENDs returned: the request waited for (some of) them.
     pub late: u64,
+    /// Of the late ones, those whose GPU work came before the SUSPENDs' planned issue time: the
+    /// lead was shorter than the model's bracket (the rest found their SUSPENDs under way).
+    pub late_before_issue: u64,
     /// No GPU work by the bound: released, the offline side held for nothing.
     pub wasted: u64,
     /// It found the process's GPU work already visible (another request's): its hold started at
@@ -163,6 +166,7 @@ impl PendingCounts {
         self.arrivals += other.arrivals;
         self.served += other.served;
         self.late += other.late;
+        self.late_before_issue += other.late_before_issue;
         self.wasted += other.wasted;
         self.busy += other.busy;
         self.open += other.open;
@@ -252,6 +256,9 @@ mod tests {
         {
             c.end(e);
         }
-        assert_eq!(c, PendingCounts { arrivals: 4, served: 1, late: 1, wasted: 2, busy: 0, open: 0 });
+        assert_eq!(
+            c,
+            PendingCounts { arrivals: 4, served: 1, late: 1, late_before_issue: 0, wasted: 2, busy: 0, open: 0 }
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! - [`probe`]: the `cgroup_skb` ingress program, per-cgroup attach, per-process ports and armed
 //!   flags, the hits;
 //! - [`report`]: what the arrival path did per online process (the summary's `arrival`);
+//! - [`source`]: the seam between the reaction thread and the probe (unit tests script hits);
 //! - [`size`]: a request's size from its first segment (its HTTP/1.1 `Content-Length`).
 //!
 //! The host facts it rests on are read in `host`: a process's cgroup v2 directory
@@ -17,6 +18,8 @@ pub mod patterns;
 pub mod probe;
 pub mod report;
 pub mod size;
+pub mod source;
 
 pub use patterns::{PatternError, Patterns, Prefix};
 pub use probe::{ArrivalError, ArrivalProbe};
+pub use source::{ArrivalLoader, ArrivalSource, ProbeLoader};

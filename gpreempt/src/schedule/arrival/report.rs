@@ -29,6 +29,11 @@ pub struct ArrivalReport {
     /// at once (cold, or a lead shorter than the transitions' cost) and that found the reaction
     /// thread outside the kernel.
     pub arrival_to_suspend_us: Option<Stats>,
+    /// Of those, arrival → the reaction thread taking the probe's record, µs: the part of
+    /// `arrival_to_suspend_us` spent before gpreempt's own code runs (the ring buffer's wake-up
+    /// and the host waking the thread, or the rest of a poll interval); the remainder is the
+    /// step up to the SUSPEND.
+    pub arrival_to_taken_us: Option<Stats>,
     /// The same for those that arrived while the reaction thread was inside a transition's
     /// ioctls (a RESUME, or another GPU's SUSPEND): each waited for that ioctl to return, which
     /// no thread can cut short (KFD serialises them on its device queue manager's lock).

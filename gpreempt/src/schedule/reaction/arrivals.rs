@@ -16,11 +16,12 @@ use gpreempt_common::arrival::ArrivalHit;
 
 use super::{Reaction, messages::Report};
 use crate::{
+    clock::monotonic_ns,
     domain::{GpuId, HostPid},
     host::{cgroup::cgroup_dir, sockets::tcp_listening_ports},
     schedule::{
         arrival::{
-            ArrivalProbe,
+            ArrivalLoader, ArrivalSource,
             lead::{LeadModel, LeadSample, PendingCounts, PendingEnd, PendingPlan},
             report::ArrivalReport,
             size::request_size,
@@ -45,6 +46,8 @@ const REPORT_SAMPLES: usize = 100_000;
 #[derive(Clone, Copy, Debug)]
 struct Pending {
     arrival_ns: u64,
+    /// When the reaction thread took the probe's record.
+    taken_ns: u64,
     size: u32,
     plan: PendingPlan,
     /// When the SUSPENDs that hold the offline side for it returned (or the process's GPUs were
@@ -79,6 +82,7 @@ struct Watched {
     counts: PendingCounts,
     leads_us: Vec<f64>,
     to_suspend_us: Vec<f64>,
+    to_taken_us: Vec<f64>,
     to_suspend_in_transition_us: Vec<f64>,
     refreshed_ns: u64,
 }
@@ -98,6 +102,7 @@ impl Watched {
             counts: PendingCounts::default(),
             leads_us: Vec::new(),
             to_suspend_us: Vec::new(),
+            to_taken_us: Vec::new(),
             to_suspend_in_transition_us: Vec::new(),
             refreshed_ns: 0,
         }
@@ -107,7 +112,7 @@ impl Watched {
 /// The arrival path's state on the reaction thread.
 pub(super) struct Arrivals {
     /// None: the probe could not load (`load_error` says why, once per online process).
-    probe: Option<ArrivalProbe>,
+    probe: Option<Box<dyn ArrivalSource>>,
     load_error: Option<String>,
     config: ArrivalConfig,
     proc_root: PathBuf,
@@ -119,11 +124,11 @@ pub(super) struct Arrivals {
 }
 
 impl Arrivals {
-    pub(super) fn load(config: ArrivalConfig, proc_root: PathBuf) -> Self {
+    pub(super) fn load(config: ArrivalConfig, proc_root: PathBuf, loader: &dyn ArrivalLoader) -> Self {
         let loaded = config
             .patterns()
             .map_err(|e| e.to_string())
-            .and_then(|patterns| ArrivalProbe::load(&patterns).map_err(|e| e.to_string()));
+            .and_then(|patterns| loader.load(&patterns).map_err(|e| e.to_string()));
         let (probe, load_error) = match loaded {
             Ok(p) => (Some(p), None),
             Err(e) => (None, Some(e)),
@@ -138,7 +143,7 @@ impl Arrivals {
 
     /// The ring buffer's fd, for the reaction thread's wait.
     pub(super) fn fd(&self) -> Option<std::os::fd::RawFd> {
-        self.probe.as_ref().map(ArrivalProbe::fd)
+        self.probe.as_ref().and_then(|p| p.fd())
     }
 
     /// The earliest planned issue time of a pending hold not yet in force (the wait's deadline).
@@ -263,13 +268,14 @@ impl Arrivals {
             pending: PendingCounts { open: w.pending.len() as u64, ..w.counts },
             lead_us: Summary::of(&w.leads_us),
             arrival_to_suspend_us: Summary::of(&w.to_suspend_us),
+            arrival_to_taken_us: Summary::of(&w.to_taken_us),
             arrival_to_suspend_in_transition_us: Summary::of(&w.to_suspend_in_transition_us),
         }
     }
 }
 
 /// Arm `slot` (false if the probe is gone or the map refused: tried again at the next step).
-fn probe_arm(probe: Option<&mut ArrivalProbe>, slot: u32) -> bool {
+fn probe_arm(probe: Option<&mut Box<dyn ArrivalSource>>, slot: u32) -> bool {
     probe.is_some_and(|p| p.arm(slot).is_ok())
 }
 
@@ -342,6 +348,7 @@ impl<S: ControlSide> Reaction<S> {
         a.hits.clear();
         probe.drain(&mut a.hits);
         let hits = std::mem::take(&mut a.hits);
+        let taken_ns = if hits.is_empty() { 0 } else { monotonic_ns() };
         for h in &hits {
             let Some(i) = self.arrivals.as_ref().and_then(|a| a.watched.iter().position(|w| w.slot == Some(h.slot)))
             else {
@@ -377,6 +384,7 @@ impl<S: ControlSide> Reaction<S> {
             }
             w.pending.push(Pending {
                 arrival_ns: h.ktime_ns,
+                taken_ns,
                 size,
                 plan,
                 held_ns: held.then_some(h.ktime_ns),
@@ -461,6 +469,9 @@ impl<S: ControlSide> Reaction<S> {
                 _ => PendingEnd::Late { lead_ns },
             };
             w.counts.end(end);
+            if matches!(end, PendingEnd::Late { .. }) && work_ns < p.plan.issue_at_ns {
+                w.counts.late_before_issue += 1;
+            }
             if p.learn {
                 w.model.record(LeadSample { size: p.size, lead_ns });
                 push_capped(&mut w.leads_us, lead_ns as f64 / 1e3);
@@ -486,10 +497,12 @@ impl<S: ControlSide> Reaction<S> {
                 p.held_ns = Some(done);
                 if p.plan.issue_at_ns == p.arrival_ns && p.learn {
                     let us = entered.saturating_sub(p.arrival_ns) as f64 / 1e3;
-                    push_capped(
-                        if p.in_transition { &mut w.to_suspend_in_transition_us } else { &mut w.to_suspend_us },
-                        us,
-                    );
+                    if p.in_transition {
+                        push_capped(&mut w.to_suspend_in_transition_us, us);
+                    } else {
+                        push_capped(&mut w.to_suspend_us, us);
+                        push_capped(&mut w.to_taken_us, p.taken_ns.saturating_sub(p.arrival_ns) as f64 / 1e3);
+                    }
                 }
             }
         }

@@ -52,6 +52,7 @@ pub use self::{
     stats::LoopStats,
 };
 use super::{
+    arrival::ArrivalLoader,
     config::ArrivalConfig,
     doorbell::{DoorbellProbe, wake::Nudge},
     events::DetachReason,
@@ -96,6 +97,8 @@ pub struct ReactionConfig {
     pub gang: bool,
     /// Load the arrival probe and open a pending hold at each request (None: `--no-arrival`).
     pub arrival: Option<ArrivalConfig>,
+    /// Where the arrival path's hits come from (the probe; a script in unit tests).
+    pub arrival_loader: Arc<dyn ArrivalLoader>,
     /// Where the online processes' cgroup and sockets are read (`/proc`).
     pub proc_root: std::path::PathBuf,
     /// Offline processes kept runnable per GPU while it has no online work, the others parked
@@ -203,7 +206,7 @@ impl<S: ControlSide> Reaction<S> {
             }
         }
         if let Some(config) = self.config.arrival.clone() {
-            let arrivals = Arrivals::load(config, self.config.proc_root.clone());
+            let arrivals = Arrivals::load(config, self.config.proc_root.clone(), &*self.config.arrival_loader);
             if let Some(e) = arrivals.load_error() {
                 self.report(Report::Warning(format!(
                     "the arrival probe is not available ({e}); requests are seen at their first GPU work"
