@@ -40,7 +40,8 @@ pub const DEFAULT_PROCESS_GRACE: Duration = Duration::from_secs(60);
 #[derive(Clone, Debug, PartialEq)]
 pub struct AgentConfig {
     pub metrics_addr: Option<SocketAddr>,
-    /// The node's CRI runtime socket (`pod-label:` selectors); read at start, not on reload.
+    /// The node's CRI runtime socket (`pod-label:` selectors); applied at start and at every
+    /// reload ([`super::cri`]).
     pub cri_socket: Option<String>,
     pub process_grace: Duration,
     pub policies: Vec<AgentPolicy>,

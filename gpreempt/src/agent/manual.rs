@@ -86,8 +86,9 @@ pub fn config_page(version: &str) -> String {
         &mut p,
         "cri_socket",
         "The node's CRI runtime socket (a path or unix:///path), asked which pods carry the labels of \
-         pod-label: selectors; read at start (--cri-socket wins). Default: the kubelet's defaults, \
-         /run/containerd/containerd.sock then /var/run/crio/crio.sock.",
+         pod-label: selectors (--cri-socket wins). A change applies at the reload that reads it: the \
+         policies with pod-label: selectors restart on the new socket, the others run on. Default: \
+         the kubelet's defaults, /run/containerd/containerd.sock then /var/run/crio/crio.sock.",
     );
     item(
         &mut p,

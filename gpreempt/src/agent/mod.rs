@@ -1,10 +1,11 @@
 //! `gpreempt agent`: the node daemon's parts that are not the tracer loop itself — its
-//! configuration ([`config`]), which policies contradict one another ([`overlap`]), when it is
-//! reloaded ([`reload`]), its manual page ([`manual`]), its HTTP endpoint ([`http`]),
-//! its log lines ([`log_line`]) and the seam through which configured policies reach a scheduler
-//! ([`PolicyRunner`], run by [`policies::Policies`]).
+//! configuration ([`config`]), which CRI socket its policies ask ([`cri`]), which policies
+//! contradict one another ([`overlap`]), when it is reloaded ([`reload`]), its manual page
+//! ([`manual`]), its HTTP endpoint ([`http`]), its log lines ([`log_line`]) and the seam through
+//! which configured policies reach a scheduler ([`PolicyRunner`], run by [`policies::Policies`]).
 
 pub mod config;
+pub mod cri;
 pub mod http;
 pub mod manual;
 pub mod overlap;
@@ -14,7 +15,7 @@ pub mod reload;
 use std::fmt::Write as _;
 
 pub use self::config::{AgentConfig, AgentPolicy};
-use crate::model::ModelNotice;
+use crate::{host::cri::CriSocket, model::ModelNotice};
 
 /// One structured log line for stderr: `level=info msg="…" key=value …`, values quoted when
 /// they hold spaces, quotes or `=`. journald keeps each line as one entry (with its own
@@ -53,8 +54,10 @@ fn quote(v: &str) -> String {
 /// notice of the model through [`PolicyRunner::notice`], and calls [`PolicyRunner::shutdown`] on
 /// SIGTERM; a runner resumes and detaches every process it suspended before `shutdown` returns.
 pub trait PolicyRunner {
-    /// The policies in force from now on (replacing the previous ones).
-    fn configure(&mut self, policies: &[AgentPolicy]);
+    /// The policies in force from now on (replacing the previous ones), their `pod-label:`
+    /// selectors asking the CRI runtime at `cri`. A policy whose scheduler could not start is
+    /// started again, so a reload retries it.
+    fn configure(&mut self, policies: &[AgentPolicy], cri: &CriSocket);
     /// A process or a queue appeared or went away (the model's notice).
     fn notice(&mut self, notice: ModelNotice);
     /// The agent is exiting: leave every process running and detached.

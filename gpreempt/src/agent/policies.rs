@@ -7,7 +7,8 @@
 //!
 //! A reload stops the policies that changed or went (their offline processes resumed and
 //! detached: the thread joins only after DISABLE) before it starts the new ones, so no process is
-//! ever held by two policies' sessions at once (KFD accepts one debugger per process).
+//! ever held by two policies' sessions at once (KFD accepts one debugger per process). A reload
+//! that changes the CRI socket restarts the policies that ask it ([`super::cri`]) the same way.
 
 use std::{
     collections::BTreeMap,
@@ -20,9 +21,10 @@ use std::{
     time::Duration,
 };
 
-use super::{AgentPolicy, PolicyRunner, log_line};
+use super::{AgentPolicy, PolicyRunner, cri, log_line};
 use crate::{
     domain::{GpuId, TransitionKind},
+    host::cri::CriSocket,
     metrics::Metrics,
     model::ModelNotice,
     schedule::{self, ScheduleEvent, Scheduler, channel, seams::Seams},
@@ -31,6 +33,8 @@ use crate::{
 /// One policy's thread.
 struct Running {
     policy: AgentPolicy,
+    /// The CRI socket its `pod-label:` selectors ask.
+    cri: CriSocket,
     changes: Sender<ModelNotice>,
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
@@ -55,17 +59,19 @@ impl Policies {
         Self { metrics, running: Vec::new() }
     }
 
-    fn start(&mut self, policy: &AgentPolicy) {
+    fn start(&mut self, policy: &AgentPolicy, cri: &CriSocket) {
         // The channel exists before the scheduler resolves its selectors, so a process that
         // opens /dev/kfd while it attaches is still announced to it.
         let (changes, discovery) = channel::pair();
         let stop = Arc::new(AtomicBool::new(false));
-        let (p, flag, metrics) = (policy.clone(), stop.clone(), self.metrics.clone());
+        let (p, socket, flag, metrics) = (policy.clone(), cri.clone(), stop.clone(), self.metrics.clone());
         let spawned = thread::Builder::new()
             .name(format!("policy-{}", policy.name))
-            .spawn(move || run(&p, discovery, &flag, &metrics));
+            .spawn(move || run(&p, &socket, discovery, &flag, &metrics));
         match spawned {
-            Ok(thread) => self.running.push(Running { policy: policy.clone(), changes, stop, thread }),
+            Ok(thread) => {
+                self.running.push(Running { policy: policy.clone(), cri: cri.clone(), changes, stop, thread });
+            }
             Err(e) => log("error", "policy thread not started", &[("policy", &policy.name), ("error", &e)]),
         }
     }
@@ -86,14 +92,20 @@ impl Policies {
     }
 }
 
+/// Does a running policy stop at a [`PolicyRunner::configure`] with `wanted` on `cri`? When it
+/// went or changed, when its scheduler has ended (it could not start: a reload retries it), and
+/// when it asks the CRI runtime (a `pod-label:` selector) and the socket changed. A policy that
+/// asks nothing of the runtime runs on whatever the socket.
+fn retires(policy: &AgentPolicy, started_on: &CriSocket, ended: bool, wanted: &[AgentPolicy], cri: &CriSocket) -> bool {
+    !wanted.contains(policy) || ended || (started_on != cri && cri::asks_cri(policy))
+}
+
 impl PolicyRunner for Policies {
-    /// A policy whose scheduler could not start (its thread has ended) is started again, so a
-    /// reload retries it.
-    fn configure(&mut self, policies: &[AgentPolicy]) {
-        self.stop_where(|r| !policies.contains(&r.policy) || r.thread.is_finished());
+    fn configure(&mut self, policies: &[AgentPolicy], cri: &CriSocket) {
+        self.stop_where(|r| retires(&r.policy, &r.cri, r.thread.is_finished(), policies, cri));
         for p in policies {
             if !self.running.iter().any(|r| &r.policy == p) {
-                self.start(p);
+                self.start(p, cri);
             }
         }
     }
@@ -110,21 +122,29 @@ impl PolicyRunner for Policies {
     }
 }
 
-/// The scheduler's configuration for `policy`.
-fn scheduler_config(policy: &AgentPolicy) -> schedule::ScheduleConfig {
-    schedule::ScheduleConfig {
+/// The scheduler's configuration for `policy`, its `pod-label:` selectors asking `cri`.
+fn scheduler_config(policy: &AgentPolicy, cri: &CriSocket) -> schedule::ScheduleConfig {
+    let mut config = schedule::ScheduleConfig {
         // The periodic report is not logged; it refreshes the loop-step gauges.
         interval: Duration::from_secs(5),
         ..policy.settings.config(policy.online.clone(), policy.offline.clone())
-    }
+    };
+    config.roots.cri = cri.clone();
+    config
 }
 
 /// The policy thread: start the scheduler, run it until `stop`, report into `metrics` and the log.
-fn run(policy: &AgentPolicy, discovery: channel::ChannelDiscovery, stop: &AtomicBool, metrics: &Metrics) {
+fn run(
+    policy: &AgentPolicy,
+    cri: &CriSocket,
+    discovery: channel::ChannelDiscovery,
+    stop: &AtomicBool,
+    metrics: &Metrics,
+) {
     let name = policy.name.as_str();
     let mut recorder = Recorder { name, metrics, suspended_at_ms: BTreeMap::new() };
     let mut emit = |e: &ScheduleEvent| recorder.event(e);
-    let config = scheduler_config(policy);
+    let config = scheduler_config(policy, cri);
     let scheduler =
         match Scheduler::start(config.clone(), Seams::host(config.roots.clone(), Box::new(discovery)), &mut emit) {
             Ok(s) => s,
@@ -296,7 +316,9 @@ mod tests {
         let text = "[[policy]]\nname = \"p\"\nonline = [\"pod:serving/*\"]\noffline = [\"42\", \"container:batch\"]\n\
                     idle = \"7ms\"\npoll = \"300us\"\noffline_min_share = 0.25\nmax_suspend = \"900ms\"\nno_doorbell = true\n";
         let config = AgentConfig::parse(text, "agent.toml").unwrap();
-        let c = scheduler_config(&config.policies[0]);
+        let cri = CriSocket::Path("/run/k3s/containerd/containerd.sock".into());
+        let c = scheduler_config(&config.policies[0], &cri);
+        assert_eq!(c.roots.cri, cri);
         assert_eq!(c.online, config.policies[0].online);
         assert_eq!(c.offline, config.policies[0].offline);
         assert_eq!(
@@ -311,6 +333,26 @@ mod tests {
         assert_eq!(c.poll, Duration::from_micros(300));
         assert!(!c.doorbell);
         assert_eq!(c.interval, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_changed_cri_socket_restarts_exactly_the_policies_that_ask_it() {
+        let config = AgentConfig::parse(
+            "[[policy]]\nname = \"labels\"\nonline = [\"pod:serving/*\"]\noffline = [\"pod-label:role=offline\"]\n\
+             [[policy]]\nname = \"names\"\nonline = [\"pod:web/*\"]\noffline = [\"container:trainer\"]\n",
+            "agent.toml",
+        )
+        .unwrap();
+        let (labels, names) = (&config.policies[0], &config.policies[1]);
+        let (old, new) = (CriSocket::default(), CriSocket::Path("/run/k3s/containerd/containerd.sock".into()));
+        let wanted = &config.policies;
+        // The socket changed: the label policy restarts on the new one, the other runs on.
+        assert!(retires(labels, &old, false, wanted, &new));
+        assert!(!retires(names, &old, false, wanted, &new));
+        // The socket stayed: neither restarts, unless it went or its scheduler ended.
+        assert!(!retires(labels, &new, false, wanted, &new));
+        assert!(retires(labels, &new, true, wanted, &new));
+        assert!(retires(names, &new, false, std::slice::from_ref(labels), &new));
     }
 
     #[test]

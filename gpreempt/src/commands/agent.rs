@@ -8,13 +8,14 @@ use gpreempt::{
     agent::{
         PolicyRunner,
         config::{self, AgentConfig},
+        cri::{self, CriReload},
         http::{self, Health},
         log_line,
         policies::Policies,
         reload::{AsyncWatch, ConfigFile, DirWatch, ReloadError, Trigger},
     },
     clock::boottime_ns,
-    host::{k8s::K8sRoots, roots::Roots},
+    host::{cri::CriSocket, k8s::K8sRoots, roots::Roots},
     metrics::{Metrics, Recorder},
     model::Limits,
     pipeline::{
@@ -112,10 +113,9 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let addr = listener.local_addr().unwrap_or(addr);
 
-    // --cri-socket, configured first, stands over the file's key.
-    if let Some(socket) = &config.cri_socket {
-        gpreempt::host::cri::CriSocket::configure(socket);
-    }
+    // The policies' CRI socket is chosen here and at every reload (agent::cri); --cri-socket,
+    // set at the binary's edge, stands over the file's key.
+    let command_line_cri = CriSocket::command_line();
     let roots = Roots::default();
     let limits = Limits { finished_max: FINISHED_MAX, finished_grace_ns: Some(config.process_grace.as_nanos() as u64) };
     let mut tracer = InProcessTracer::start(&TracerOptions {
@@ -164,8 +164,13 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             ("process_grace_s", &config.process_grace.as_secs()),
         ],
     );
+    let cri = cri::in_force(command_line_cri.as_ref(), config.cri_socket.as_deref());
+    if let (Some(_), Some(key)) = (&command_line_cri, &config.cri_socket) {
+        log("info", "cri_socket in the config is not used: --cri-socket names the socket", &[("cri_socket", key)]);
+    }
+    log("info", "CRI socket for pod-label: selectors", &[("cri_socket", &cri)]);
     let mut policies = Policies::new(metrics.clone());
-    policies.configure(&config.policies);
+    policies.configure(&config.policies, &cri);
 
     let mut tick = tokio::time::interval(TICK);
     let mut events: u64 = 0;
@@ -175,13 +180,17 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             _ = sigint.recv() => break "SIGINT",
             _ = sighup.recv() => {
                 if let Some(file) = file.as_mut() {
-                    reload(file, Trigger::Signal, &mut config, &mut policies, &metrics);
+                    let cri = command_line_cri.as_ref();
+                    reload(file, Trigger::Signal, cri, &mut config, &mut policies, &metrics);
                 } else {
                     log("info", "SIGHUP: no --config to reload", &[]);
                 }
             }
             changed = directory_changed(watch.as_ref()) => match (changed, file.as_mut()) {
-                (Ok(_), Some(file)) => reload(file, Trigger::Watch, &mut config, &mut policies, &metrics),
+                (Ok(_), Some(file)) => {
+                    let cri = command_line_cri.as_ref();
+                    reload(file, Trigger::Watch, cri, &mut config, &mut policies, &metrics);
+                }
                 (Ok(_), None) => {}
                 (Err(e), _) => {
                     log("warn", "configuration changes are not watched any more; reload with SIGHUP", &[("error", &e)]);
@@ -221,10 +230,12 @@ pub async fn run(args: AgentArgs) -> Result<()> {
 
 /// Reload the configuration if the file's content changed since it was last read (by the watch or
 /// by SIGHUP: a change is applied once, whichever sees it first). An invalid file is rejected,
-/// logged and counted; the configuration in force stays.
+/// logged and counted; the configuration in force stays. A changed `cri_socket` applies now
+/// (agent::cri says why it can), unless `command_line_cri` stands over it.
 fn reload(
     file: &mut ConfigFile,
     trigger: Trigger,
+    command_line_cri: Option<&CriSocket>,
     config: &mut AgentConfig,
     policies: &mut Policies,
     metrics: &Metrics,
@@ -245,9 +256,28 @@ fn reload(
             if new.process_grace != config.process_grace || new.metrics_addr != config.metrics_addr {
                 log("warn", "process_grace_s and metrics_addr take effect at the next start", &[]);
             }
-            // Changed policies stop (their offline processes resumed and detached) before the new
-            // ones start.
-            policies.configure(&new.policies);
+            match cri::on_reload(command_line_cri, config.cri_socket.as_deref(), new.cri_socket.as_deref()) {
+                CriReload::Unchanged => {}
+                CriReload::Changed { from, to } => {
+                    let restarted: Vec<&str> =
+                        new.policies.iter().filter(|p| cri::asks_cri(p)).map(|p| p.name.as_str()).collect();
+                    let restarted = if restarted.is_empty() { "none".into() } else { restarted.join(",") };
+                    log(
+                        "info",
+                        "cri_socket changed; the policies with pod-label: selectors restart on it",
+                        &[("from", &from), ("to", &to), ("policies", &restarted)],
+                    );
+                }
+                CriReload::Overridden { file, command_line } => log(
+                    "warn",
+                    "cri_socket changed in the config but is not used: --cri-socket names the socket",
+                    &[("cri_socket", &file.as_deref().unwrap_or("(removed)")), ("in_force", &command_line)],
+                ),
+            }
+            // Changed policies, and those asking a CRI socket that changed, stop (their offline
+            // processes resumed and detached) before the new ones start.
+            let cri = cri::in_force(command_line_cri, new.cri_socket.as_deref());
+            policies.configure(&new.policies, &cri);
             log("info", "config reloaded", &[("policies", &describe_policies(&new)), ("trigger", &trigger)]);
             *config = new;
         }

@@ -6,6 +6,7 @@
 //! with or without the kubelet's `unix://` scheme.
 
 use std::{
+    fmt,
     os::unix::fs::FileTypeExt,
     path::{Path, PathBuf},
     sync::OnceLock,
@@ -44,7 +45,12 @@ impl CriSocket {
 
     /// The node's socket: the one the command line named, or the kubelet's defaults under `/`.
     pub fn node() -> Self {
-        CONFIGURED.get().cloned().unwrap_or_default()
+        Self::command_line().unwrap_or_default()
+    }
+
+    /// The socket the command line named, if it named one (it stands over a config file's).
+    pub fn command_line() -> Option<Self> {
+        CONFIGURED.get().cloned()
     }
 
     /// A configured endpoint: a path, or the kubelet's `unix:///path` form.
@@ -59,6 +65,19 @@ impl CriSocket {
             Self::Discover(root) => {
                 let candidates: Vec<PathBuf> = DEFAULT_SOCKETS.iter().map(|s| root.join(s)).collect();
                 candidates.iter().find(|p| is_socket(p)).cloned().ok_or(CriError::NoSocket { looked_at: candidates })
+            }
+        }
+    }
+}
+
+/// The socket as a log line names it: the path, or the paths discovery tries, in order.
+impl fmt::Display for CriSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Path(path) => write!(f, "{}", path.display()),
+            Self::Discover(root) => {
+                let tried: Vec<String> = DEFAULT_SOCKETS.iter().map(|s| root.join(s).display().to_string()).collect();
+                write!(f, "{}", tried.join(" or "))
             }
         }
     }
@@ -98,5 +117,7 @@ mod tests {
             PathBuf::from("/run/k3s/containerd/containerd.sock")
         );
         assert_eq!(CriSocket::configured("/x.sock"), CriSocket::Path("/x.sock".into()));
+        assert_eq!(CriSocket::configured("unix:///x.sock").to_string(), "/x.sock");
+        assert_eq!(CriSocket::default().to_string(), "/run/containerd/containerd.sock or /var/run/crio/crio.sock");
     }
 }
