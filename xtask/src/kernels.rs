@@ -337,6 +337,13 @@ impl PrivateApt {
         util::run(self.command("apt-get").args(["update", "-q"])).context("apt-get update (private lists) failed")
     }
 
+    /// The versions of `package` the suites offer, each with its suite (`apt-cache madison`).
+    pub(crate) fn offered(&self, package: &str) -> Result<Vec<Offered>> {
+        let text = output(self.command("apt-cache").args(["madison", package]))
+            .with_context(|| format!("apt-cache madison {package} (private lists)"))?;
+        Ok(parse_madison(&text))
+    }
+
     /// Download `specs` (`name=version` or `name/suite`) into `into`.
     pub(crate) fn download(&self, specs: &[String], into: &Path) -> Result<()> {
         fs::create_dir_all(into)?;
@@ -353,6 +360,26 @@ impl PrivateApt {
         }
         Ok(())
     }
+}
+
+/// One version of a package that a suite offers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Offered {
+    pub version: String,
+    pub suite: String,
+}
+
+/// `apt-cache madison`'s lines, ` containerd | 2.1.9+ds1-5 | http://deb.debian.org/debian
+/// forky/main amd64 Packages`: the version and the suite (before the component).
+fn parse_madison(text: &str) -> Vec<Offered> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split('|').map(str::trim);
+            let (_, version, source) = (fields.next()?, fields.next()?, fields.next()?);
+            let suite = source.split_whitespace().nth(1)?.split('/').next()?;
+            Some(Offered { version: version.to_owned(), suite: suite.to_owned() })
+        })
+        .collect()
 }
 
 /// Fetch and unpack `kernel` (an [`Provision::Unpacked`] one) unless it is in place.
@@ -470,6 +497,20 @@ pub fn host_install_args(kernel: Kernel) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn madison_lines_give_each_version_with_its_suite() {
+        let text = " containerd | 2.1.9+ds1-5 | http://deb.debian.org/debian forky/main amd64 Packages\n \
+                    containerd | 1.6.20~ds1-1+deb12u3 | http://deb.debian.org/debian bookworm/main amd64 Packages\n";
+        assert_eq!(
+            parse_madison(text),
+            [
+                Offered { version: "2.1.9+ds1-5".into(), suite: "forky".into() },
+                Offered { version: "1.6.20~ds1-1+deb12u3".into(), suite: "bookworm".into() },
+            ]
+        );
+        assert_eq!(parse_madison("N: Unable to locate package containerd\n"), []);
+    }
 
     #[test]
     fn one_table_entry_per_kernel_in_order() {

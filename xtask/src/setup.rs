@@ -114,10 +114,11 @@ fn rocm6() -> Result<()> {
     crate::rocm6::provision()
 }
 
-/// Forky's containerd 2.x and bookworm's runc, for the VM tests that run pods through CRI
-/// (`containerd.rs`).
+/// Forky's containerd 2.x and bookworm's runc at their pinned versions, for the VM tests that
+/// run pods through CRI (`containerd.rs`).
 fn containerd() -> Result<()> {
-    let what = "containerd 2.x (forky) and runc (bookworm)";
+    let what = crate::containerd::describe();
+    let what = what.as_str();
     if crate::containerd::present() {
         step(what, "present");
         return Ok(());
