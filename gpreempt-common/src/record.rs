@@ -121,6 +121,11 @@ record! {
 /// `TASK_COMM_LEN`
 pub const COMM_LEN: usize = 16;
 
+/// `KFD_CONTEXT_ID_PRIMARY` (kfd_priv.h, Linux 7.0, commit fac682a1d1af): the `context_id` of the
+/// context `kfd_open` made. Queue records carry it where the kernel has no secondary contexts
+/// (before 7.0) or BTF gives no `kfd_process.context_id` offset (docs/kfd.md §1.4).
+pub const CONTEXT_ID_PRIMARY: u32 = 0xFFFF;
+
 /// Common start of every record.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,6 +153,10 @@ pub struct RecordHeader {
 pub struct QueueCreateRecord {
     pub header: RecordHeader,
     pub args: CreateQueueArgs,
+    /// `context_id` of the handler's `kfd_process` (Linux 7.0: queue ids are per context);
+    /// [`CONTEXT_ID_PRIMARY`] when the kernel has no contexts or the offset is unknown.
+    pub context_id: u32,
+    pub _pad: u32,
     /// Return value of the handler: 0 or a negative errno.
     pub ret: i64,
 }
@@ -158,7 +167,8 @@ pub struct QueueCreateRecord {
 pub struct QueueDestroyRecord {
     pub header: RecordHeader,
     pub queue_id: u32,
-    pub _pad: u32,
+    /// As [`QueueCreateRecord::context_id`].
+    pub context_id: u32,
     /// Return value of the handler: 0 or a negative errno.
     pub ret: i64,
 }
@@ -170,6 +180,9 @@ pub struct QueueDestroyRecord {
 pub struct QueueUpdateRecord {
     pub header: RecordHeader,
     pub args: UpdateQueueArgs,
+    /// As [`QueueCreateRecord::context_id`].
+    pub context_id: u32,
+    pub _pad: u32,
     pub ret: i64,
 }
 
@@ -233,13 +246,14 @@ pub enum KfdFn {
     GpuReset = 17,
     /// `kfd_process_dequeue_from_all_devices`: entry only; process teardown begins.
     ProcessDequeueAll = 18,
-    /// `kfd_procfs_del_queue`: entry only; `args[0]` is the queue id. Every queue removal,
-    /// including those of process teardown.
+    /// `kfd_procfs_del_queue`: entry only; `args[0]` is the queue id, `args[1]` the context id
+    /// ([`CONTEXT_ID_PRIMARY`] unless known secondary). Every queue removal, including those of
+    /// process teardown.
     ProcfsDelQueue = 19,
     /// `kfd_process_wq_release`: entry only; the kfd_process is freed.
     ProcessRelease = 20,
-    /// `set_queue_as_reset`: entry only; `args[0]` is the queue id, the owner from the qpd, the
-    /// gpu from the dqm. A queue the driver reset after it failed a preemption (gfx9 per-queue
+    /// `set_queue_as_reset`: entry only; `args[0]` is the queue id, `args[1]` the context id, the
+    /// owner from the qpd, the gpu from the dqm. A queue the driver reset after it failed a preemption (gfx9 per-queue
     /// reset, 6.12+); the SUSPEND_QUEUES that caused it still counts it suspended.
     QueueSetReset = 21,
     /// `kfd_ioctl_create_process` (AMDKFD_IOC_CREATE_PROCESS, Linux 7.0): written at its return;
@@ -439,10 +453,10 @@ pub struct ProbeConfig {
     pub fence_wait_takes_dqm: u32,
     /// 1 when `kfd_smi_event_queue_*`'s second argument is a pid (all released kernels).
     pub smi_arg_is_pid: u32,
-    /// `struct kfd_process.context_id` (u16; Linux 7.0, `KFD_CONTEXT_ID_PRIMARY` 0xFFFF for the
-    /// context `kfd_open` made): the programs leave out what happens in a secondary context,
-    /// whose queue ids repeat the primary's (docs/kfd.md §1.4). Unknown before 7.0 (no such
-    /// member: every context is the primary) and without module BTF.
+    /// `struct kfd_process.context_id` (u16; Linux 7.0, [`CONTEXT_ID_PRIMARY`] for the context
+    /// `kfd_open` made): queue records carry it, since a secondary context's queue ids repeat the
+    /// primary's (docs/kfd.md §1.4). Unknown before 7.0 (no such member: every context is the
+    /// primary) and without module BTF.
     pub process_context_id: u32,
     /// `struct file.private_data` (vmlinux BTF): the KFD context a `/dev/kfd` file holds, which
     /// CREATE_PROCESS replaces with the new secondary one (docs/kfd.md §1.4).
@@ -518,11 +532,11 @@ pub mod stash_slot {
 
 const _: () = {
     assert!(size_of::<RecordHeader>() == 48);
-    assert!(size_of::<QueueCreateRecord>() == 48 + 88 + 8);
+    assert!(size_of::<QueueCreateRecord>() == 48 + 88 + 8 + 8);
     assert!(size_of::<QueueDestroyRecord>() == 48 + 16);
     assert!(size_of::<StashKey>() == 16);
     assert!(size_of::<EntryStash>() == 56);
-    assert!(size_of::<QueueUpdateRecord>() == 48 + 24 + 8);
+    assert!(size_of::<QueueUpdateRecord>() == 48 + 24 + 8 + 8);
     assert!(size_of::<DebugTrapRecord>() == 48 + 32 + 8);
     assert!(size_of::<RuntimeEnableRecord>() == 48 + 16 + 8);
     assert!(size_of::<SmiQueueRecord>() == 48 + 16);

@@ -1,8 +1,8 @@
 //! Secondary KFD contexts (Linux 7.0): `AMDKFD_IOC_CREATE_PROCESS` turns the calling `/dev/kfd`
 //! file into a new context of the same process (docs/kfd.md §1.4). The tracer reports each one
 //! it sees made, with its `context_id`, as a [`KfdFn::ContextCreate`] call record at the
-//! handler's return; what later happens inside such a context is left out by the other programs
-//! (`maps::is_secondary_context`).
+//! handler's return; the queue records of the other programs carry the context they happen in
+//! (`maps::context_of`).
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,

@@ -14,8 +14,8 @@ use aya_ebpf::{
 use gpreempt_common::{
     kfd_uapi::{DbgTrapArgs, RuntimeEnableArgs},
     record::{
-        DebugTrapRecord, EntryStash, MAX_QUEUE_IDS, ProbeConfig, QueueSuspendRecord, RuntimeEnableRecord, counter,
-        stash_slot,
+        CONTEXT_ID_PRIMARY, DebugTrapRecord, EntryStash, MAX_QUEUE_IDS, ProbeConfig, QueueSuspendRecord,
+        RuntimeEnableRecord, counter, stash_slot,
     },
 };
 
@@ -62,7 +62,8 @@ ioctl_pair!(
     stash_slot::DEBUG_TRAP,
     "kfd_ioctl_set_debug_trap",
     DbgTrapArgs,
-    |header, args, ret| DebugTrapRecord { header, args, ret }
+    // Refused through a secondary context's file (EOPNOTSUPP, Linux 7.0, docs/kfd.md §1.4).
+    |header, args, ret, context_id| (context_id == CONTEXT_ID_PRIMARY).then_some(DebugTrapRecord { header, args, ret })
 );
 
 ioctl_pair!(
@@ -76,7 +77,10 @@ ioctl_pair!(
     stash_slot::RUNTIME_ENABLE,
     "kfd_ioctl_runtime_enable",
     RuntimeEnableArgs,
-    |header, args, ret| RuntimeEnableRecord { header, args, ret }
+    // A secondary context's runtime state is not the process's (Linux 7.0): left out.
+    |header, args, ret, context_id| {
+        (context_id == CONTEXT_ID_PRIMARY).then_some(RuntimeEnableRecord { header, args, ret })
+    }
 );
 
 /// match-proto:v6.12.117,v7.3.4:drivers/gpu/drm/amd/amdkfd/kfd_device_queue_manager.c:

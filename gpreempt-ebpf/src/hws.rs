@@ -8,10 +8,10 @@
 //! is no owner (a queue's reset has its queue's).
 
 use aya_ebpf::{macros::kprobe, programs::ProbeContext};
-use gpreempt_common::record::{CallPhase, KfdFn, OFFSET_UNKNOWN};
+use gpreempt_common::record::{CONTEXT_ID_PRIMARY, CallPhase, KfdFn, OFFSET_UNKNOWN};
 
 use crate::{
-    maps::{config, gpu_of_dqm, is_secondary_context, owner_of_qpd, process_of_qpd, read_at},
+    maps::{config, context_of, gpu_of_dqm, owner_of_qpd, process_of_qpd, read_at},
     pairs::{arg, call_pair, emit_call, now},
 };
 
@@ -97,15 +97,14 @@ call_pair!(
 /// device_queue_manager *dqm, struct queue *q, struct qcm_process_device *qpd) — gfx9 per-queue
 /// reset (6.12+): the queue the MEC could not preempt, reset alone; the unmap then succeeds, so
 /// SUSPEND_QUEUES counts it suspended (docs/kfd.md §2.4). Static: inlined on Debian 6.12.117, a
-/// symbol in .text.unlikely on 7.3.4. Owner from the qpd, gpu from the dqm, queue id at q+48.
+/// symbol in .text.unlikely on 7.3.4. Owner and context from the qpd, gpu from the dqm, queue id at
+/// q+48.
 #[kprobe]
 pub fn set_queue_as_reset(ctx: ProbeContext) -> u32 {
     let cfg = config();
     let (dqm, q, qpd) = (arg(&ctx, 0), arg(&ctx, 1), arg(&ctx, 2));
-    // A secondary context's queue (Linux 7.0) has an id of that context: left out.
-    if process_of_qpd(&cfg, qpd).is_some_and(|p| is_secondary_context(&cfg, p)) {
-        return 0;
-    }
+    // Queue ids are per KFD context (Linux 7.0): the record says whose.
+    let context_id = process_of_qpd(&cfg, qpd).map_or(CONTEXT_ID_PRIMARY, |p| context_of(&cfg, p));
     let queue_id = if q == 0 || cfg.queue_queue_id == OFFSET_UNKNOWN {
         u64::from(u32::MAX)
     } else {
@@ -113,7 +112,7 @@ pub fn set_queue_as_reset(ctx: ProbeContext) -> u32 {
     };
     let (owner, gpu) = (owner_of_qpd(&cfg, qpd), gpu_of_dqm(&cfg, dqm));
     let now = now();
-    emit_call(KfdFn::QueueSetReset, CallPhase::Entry, now, owner, gpu, [queue_id, 0, 0, 0], 0);
+    emit_call(KfdFn::QueueSetReset, CallPhase::Entry, now, owner, gpu, [queue_id, u64::from(context_id), 0, 0], 0);
     0
 }
 

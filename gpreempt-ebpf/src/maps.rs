@@ -7,7 +7,8 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray, RingBuf},
 };
 use gpreempt_common::record::{
-    COMM_LEN, EVENTS_BYTES, EntryStash, OFFSET_UNKNOWN, ProbeConfig, Record, RecordHeader, StashKey, counter,
+    COMM_LEN, CONTEXT_ID_PRIMARY, EVENTS_BYTES, EntryStash, OFFSET_UNKNOWN, ProbeConfig, Record, RecordHeader,
+    StashKey, counter,
 };
 
 /// Records for userspace (`gpreempt::trace::stream`).
@@ -28,11 +29,18 @@ static ENTRY_STASH: LruHashMap<StashKey, EntryStash> = LruHashMap::with_max_entr
 #[map]
 static OWNERS: LruHashMap<u64, u32> = LruHashMap::with_max_entries(16 * 1024, 0);
 
-/// Thread (pid_tgid of a kworker) → tgid of the process it is tearing down, set at
+/// Thread (pid_tgid of a kworker) → the KFD context it is tearing down, set at
 /// `kfd_process_wq_release` / `kfd_process_dequeue_from_all_devices` entry so the queue
-/// removals nested in the teardown are attributed to their owner.
+/// removals nested in the teardown are attributed to their owner and context.
 #[map]
-static TEARDOWN: LruHashMap<u64, u32> = LruHashMap::with_max_entries(1024, 0);
+static TEARDOWN: LruHashMap<u64, Teardown> = LruHashMap::with_max_entries(1024, 0);
+
+/// A context being torn down: its owner's tgid and its `context_id`.
+#[derive(Clone, Copy)]
+pub struct Teardown {
+    pub owner: u32,
+    pub context_id: u32,
+}
 
 /// Struct offsets from BTF, set by the loader (`EbpfLoader::override_global`); until then the
 /// layout-free [`ProbeConfig::DEFAULT`].
@@ -82,17 +90,21 @@ pub fn known_owner(cfg: &ProbeConfig, p: u64) -> Option<u32> {
     unsafe { OWNERS.get(&p) }.copied()
 }
 
-/// `KFD_CONTEXT_ID_PRIMARY` (kfd_priv.h 7.0, commit fac682a1d1af).
-const CONTEXT_ID_PRIMARY: u16 = 0xFFFF;
-
-/// Whether `p` (`struct kfd_process *`) is a secondary KFD context (Linux 7.0: `context_id` is not
-/// `KFD_CONTEXT_ID_PRIMARY`). Its queue ids repeat its primary's, and the model knows a process by
-/// its pid, so what happens in it is left out (docs/kfd.md §1.4). False where BTF has no
+/// The `context_id` of `p` (`struct kfd_process *`): Linux 7.0 gave each KFD context of a process
+/// its own id and its own queue ids (docs/kfd.md §1.4). [`CONTEXT_ID_PRIMARY`] where BTF has no
 /// `context_id` (kernels before 7.0, whose contexts are all primary; no module BTF) or the read
 /// fails.
+pub fn context_of(cfg: &ProbeConfig, p: u64) -> u32 {
+    if cfg.process_context_id == OFFSET_UNKNOWN {
+        return CONTEXT_ID_PRIMARY;
+    }
+    read_at::<u16>(p, cfg.process_context_id).map_or(CONTEXT_ID_PRIMARY, u32::from)
+}
+
+/// Whether `p` is a secondary KFD context ([`context_of`] is not the primary's): DBG_TRAP and
+/// RUNTIME_ENABLE through its file are about that context, whose state the model does not keep.
 pub fn is_secondary_context(cfg: &ProbeConfig, p: u64) -> bool {
-    cfg.process_context_id != OFFSET_UNKNOWN
-        && read_at::<u16>(p, cfg.process_context_id).is_some_and(|id| id != CONTEXT_ID_PRIMARY)
+    context_of(cfg, p) != CONTEXT_ID_PRIMARY
 }
 
 /// The `kfd_process*` of a `qcm_process_device*`: `qpd->pqm->process` (offsets 8 and 0 on 6.1/6.12).
@@ -142,11 +154,11 @@ pub fn forget_owner(p: u64) {
     let _ = OWNERS.remove(&p);
 }
 
-pub fn set_teardown(tgid: u32) {
-    let _ = TEARDOWN.insert(&bpf_get_current_pid_tgid(), &tgid, 0);
+pub fn set_teardown(owner: u32, context_id: u32) {
+    let _ = TEARDOWN.insert(&bpf_get_current_pid_tgid(), &Teardown { owner, context_id }, 0);
 }
 
-pub fn teardown_owner() -> Option<u32> {
+pub fn teardown_of_thread() -> Option<Teardown> {
     // SAFETY: copied out immediately.
     unsafe { TEARDOWN.get(&bpf_get_current_pid_tgid()) }.copied()
 }

@@ -18,7 +18,7 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use gpreempt_common::record::{CallPhase, KfdCallRecord, KfdFn, Record, RecordHeader, counter};
 
-use crate::maps::{config, count, emit, header, is_secondary_context, stash, stash_call, take};
+use crate::maps::{config, context_of, count, emit, header, stash, stash_call, take};
 
 /// Integer argument `n` of the probed function (0 when the context cannot give it).
 pub fn arg(ctx: &ProbeContext, n: usize) -> u64 {
@@ -39,20 +39,18 @@ pub fn ioctl_entry(ctx: &ProbeContext, slot: u32) {
 }
 
 /// Return of an ioctl handler: read `A` at the `data` the entry kept and emit the record `build`
-/// makes of it and the handler's `int` result. An unreadable `data` is counted as
-/// [`counter::READ_FAILED`], never written.
+/// makes of it, the handler's `int` result and the `context_id` of the file's KFD context (Linux
+/// 7.0: a secondary context's queue ids are its own); `build` returns `None` for a call it leaves
+/// out. An unreadable `data` is counted as [`counter::READ_FAILED`], never written.
 #[inline(always)]
 pub fn ioctl_return<A, R: Record>(
     ctx: &RetProbeContext,
     slot: u32,
     handler: &'static str,
-    build: impl FnOnce(RecordHeader, A, i64) -> R,
+    build: impl FnOnce(RecordHeader, A, i64, u32) -> Option<R>,
 ) {
     let Some(entry) = take(slot) else { return };
-    // A call through a secondary context's file (Linux 7.0): its queue ids are that context's.
-    if is_secondary_context(&config(), entry.args[1]) {
-        return;
-    }
+    let context_id = context_of(&config(), entry.args[1]);
     // SAFETY: bpf_probe_read_kernel checks the address; a fault returns an error.
     let Ok(args) = (unsafe { bpf_probe_read_kernel(entry.args[0] as *const A) }) else {
         count(counter::READ_FAILED);
@@ -60,11 +58,13 @@ pub fn ioctl_return<A, R: Record>(
         return;
     };
     let ret: i32 = ctx.ret();
-    emit(&build(header(entry.entry_ns), args, i64::from(ret)));
+    if let Some(record) = build(header(entry.entry_ns), args, i64::from(ret), context_id) {
+        emit(&record);
+    }
 }
 
 /// A kprobe on `kfd_ioctl_*` and its kretprobe, named `$entry` and `$ret`; `$build` makes the
-/// record from `(header, args: $args, ret)`.
+/// record from `(header, args: $args, ret, context_id)`, or `None`.
 macro_rules! ioctl_pair {
     ($(#[$doc:meta])* $entry:ident, $ret:ident, $slot:expr, $handler:literal, $args:ty, $build:expr) => {
         $(#[$doc])*

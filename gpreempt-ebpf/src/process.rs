@@ -3,26 +3,24 @@
 //!
 //! Teardown runs in a `kfd_process_wq` kworker (docs/kfd.md §3.2): the owner comes from the
 //! `kfd_process*` argument (`maps::owner_of_process`), and the queue removals nested in a
-//! teardown are attributed to it through the per-thread `TEARDOWN` map.
+//! teardown are attributed to it and its KFD context through the per-thread `TEARDOWN` map.
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
     macros::{kprobe, kretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use gpreempt_common::record::{CallPhase, KfdFn, OFFSET_UNKNOWN, ProcessCreateRecord, counter, stash_slot};
+use gpreempt_common::record::{
+    CONTEXT_ID_PRIMARY, CallPhase, KfdFn, OFFSET_UNKNOWN, ProcessCreateRecord, counter, stash_slot,
+};
 
 use crate::{
     maps::{
-        clear_teardown, config, count, emit, forget_owner, header, is_secondary_context, learn_owner, owner_of_process,
-        peek, read_at, set_teardown, stash, take, task_tgid, teardown_owner,
+        clear_teardown, config, context_of, count, emit, forget_owner, header, learn_owner, owner_of_process, peek,
+        read_at, set_teardown, stash, take, task_tgid, teardown_of_thread,
     },
     pairs::{arg, emit_call, now},
 };
-
-/// The teardown mark of a secondary KFD context's release (no tgid is `u32::MAX`): the queue
-/// removals nested in it are left out (`maps::is_secondary_context`).
-const SECONDARY_TEARDOWN: u32 = u32::MAX;
 
 /// match-proto:v6.1.192:drivers/gpu/drm/amd/amdkfd/kfd_process.c:
 /// struct kfd_process *kfd_create_process(struct file *filep)
@@ -66,10 +64,11 @@ pub fn process_release_entry(ctx: ProbeContext) -> u32 {
     let work = arg(&ctx, 0);
     let (p, owner) = if cfg.process_release_work != OFFSET_UNKNOWN && work > u64::from(cfg.process_release_work) {
         let p = work - u64::from(cfg.process_release_work);
-        if is_secondary_context(&cfg, p) {
-            // A secondary context's release (its file closed, Linux 7.0): not the process's
-            // end, and its queue removals are that context's ids.
-            set_teardown(SECONDARY_TEARDOWN);
+        let context_id = context_of(&cfg, p);
+        if context_id != CONTEXT_ID_PRIMARY {
+            // A secondary context's release (its file closed, Linux 7.0): not the process's end;
+            // its queue removals are keyed by its context.
+            set_teardown(owner_of_process(&cfg, p), context_id);
             stash(KfdFn::ProcessRelease.stash_slot(), [0; 5]);
             return 0;
         }
@@ -80,7 +79,7 @@ pub fn process_release_entry(ctx: ProbeContext) -> u32 {
         (0, 0)
     };
     if owner != 0 {
-        set_teardown(owner);
+        set_teardown(owner, CONTEXT_ID_PRIMARY);
     }
     stash(KfdFn::ProcessRelease.stash_slot(), [p, 0, 0, 0, 0]);
     let now = now();
@@ -106,13 +105,15 @@ pub fn process_release_return(_ctx: RetProbeContext) -> u32 {
 pub fn dequeue_all_entry(ctx: ProbeContext) -> u32 {
     let cfg = config();
     let p = arg(&ctx, 0);
-    if is_secondary_context(&cfg, p) {
-        set_teardown(SECONDARY_TEARDOWN);
+    let context_id = context_of(&cfg, p);
+    let owner = owner_of_process(&cfg, p);
+    if context_id != CONTEXT_ID_PRIMARY {
+        // A secondary context's teardown (Linux 7.0): not the process's end.
+        set_teardown(owner, context_id);
         return 0;
     }
-    let owner = owner_of_process(&cfg, p);
     if owner != 0 {
-        set_teardown(owner);
+        set_teardown(owner, CONTEXT_ID_PRIMARY);
     }
     let now = now();
     emit_call(KfdFn::ProcessDequeueAll, CallPhase::Entry, now, owner, 0, [p, 0, 0, 0], 0);
@@ -121,7 +122,9 @@ pub fn dequeue_all_entry(ctx: ProbeContext) -> u32 {
 
 /// match-proto:v6.1.192,v6.12.117,v7.3.4:kfd_process.c: void kfd_procfs_del_queue(struct queue *q)
 /// Every queue removal: destroy ioctl (current = owner) and teardown (kworker: owner from the
-/// enclosing release). `q->properties.queue_id` is at q+48 on 6.1/6.12 (docs/kfd.md §3.3).
+/// enclosing release). `q->properties.queue_id` is at q+48 on 6.1/6.12 (docs/kfd.md §3.3). The
+/// context (Linux 7.0) is the enclosing teardown's, or that of the DESTROY_QUEUE's file (its entry
+/// stashed the handler's `p`), else the primary.
 #[kprobe]
 pub fn procfs_del_queue(ctx: ProbeContext) -> u32 {
     let cfg = config();
@@ -129,21 +132,18 @@ pub fn procfs_del_queue(ctx: ProbeContext) -> u32 {
     if q == 0 {
         return 0;
     }
-    // A secondary context's queue (Linux 7.0): removed in its teardown, or by DESTROY_QUEUE
-    // through its file (the handler's entry stashed the file's context).
-    let teardown = teardown_owner();
-    if teardown == Some(SECONDARY_TEARDOWN)
-        || peek(stash_slot::DESTROY_QUEUE).is_some_and(|ioctl| is_secondary_context(&cfg, ioctl.args[1]))
-    {
-        return 0;
-    }
+    let teardown = teardown_of_thread();
+    let context_id = match teardown {
+        Some(t) => t.context_id,
+        None => peek(stash_slot::DESTROY_QUEUE).map_or(CONTEXT_ID_PRIMARY, |ioctl| context_of(&cfg, ioctl.args[1])),
+    };
     let queue_id = if cfg.queue_queue_id == OFFSET_UNKNOWN {
         u64::from(u32::MAX)
     } else {
         read_at::<u32>(q, cfg.queue_queue_id).map_or(u64::from(u32::MAX), u64::from)
     };
-    let owner = teardown.unwrap_or((bpf_get_current_pid_tgid() >> 32) as u32);
+    let owner = teardown.map_or((bpf_get_current_pid_tgid() >> 32) as u32, |t| t.owner);
     let now = now();
-    emit_call(KfdFn::ProcfsDelQueue, CallPhase::Entry, now, owner, 0, [queue_id, 0, 0, 0], 0);
+    emit_call(KfdFn::ProcfsDelQueue, CallPhase::Entry, now, owner, 0, [queue_id, u64::from(context_id), 0, 0], 0);
     0
 }

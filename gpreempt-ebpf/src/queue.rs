@@ -3,7 +3,8 @@
 //! Both handlers run in the ioctl caller's context (`kfd_ioctl()` refuses a /dev/kfd fd used by
 //! another process), so `current` is the queue's owner. `data` is the kernel's copy of the ioctl
 //! arguments, read here rather than any internal struct because the UAPI layout is stable across
-//! versions.
+//! versions. Each record carries the `context_id` of the handler's `kfd_process` (Linux 7.0:
+//! queue ids are per KFD context, docs/kfd.md §1.4).
 
 use gpreempt_common::{
     kfd_uapi::{CreateQueueArgs, UpdateQueueArgs},
@@ -22,7 +23,7 @@ ioctl_pair!(
     stash_slot::CREATE_QUEUE,
     "kfd_ioctl_create_queue",
     CreateQueueArgs,
-    |header, args, ret| QueueCreateRecord { header, args, ret }
+    |header, args, ret, context_id| Some(QueueCreateRecord { header, args, context_id, _pad: 0, ret })
 );
 
 ioctl_pair!(
@@ -34,7 +35,7 @@ ioctl_pair!(
     stash_slot::DESTROY_QUEUE,
     "kfd_ioctl_destroy_queue",
     u32,
-    |header, queue_id, ret| QueueDestroyRecord { header, queue_id, _pad: 0, ret }
+    |header, queue_id, ret, context_id| Some(QueueDestroyRecord { header, queue_id, context_id, ret })
 );
 
 ioctl_pair!(
@@ -46,5 +47,5 @@ ioctl_pair!(
     stash_slot::UPDATE_QUEUE,
     "kfd_ioctl_update_queue",
     UpdateQueueArgs,
-    |header, args, ret| QueueUpdateRecord { header, args, ret }
+    |header, args, ret, context_id| Some(QueueUpdateRecord { header, args, context_id, _pad: 0, ret })
 );

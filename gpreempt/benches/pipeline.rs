@@ -18,7 +18,7 @@ use gpreempt::{
 };
 use gpreempt_common::{
     kfd_uapi::CreateQueueArgs,
-    record::{COMM_LEN, QueueCreateRecord, QueueDestroyRecord, RecordHeader, RecordKind},
+    record::{COMM_LEN, CONTEXT_ID_PRIMARY, QueueCreateRecord, QueueDestroyRecord, RecordHeader, RecordKind},
 };
 
 fn bytes_of<T>(value: &T) -> Vec<u8> {
@@ -54,21 +54,28 @@ fn records() -> Vec<Vec<u8>> {
                 ctx_save_restore_size: 0x2_0000,
                 ..Default::default()
             };
-            out.push(bytes_of(&QueueCreateRecord { header: header(RecordKind::QueueCreate, pid, ts), args, ret: 0 }));
+            let header = header(RecordKind::QueueCreate, pid, ts);
+            out.push(bytes_of(&QueueCreateRecord { header, args, context_id: CONTEXT_ID_PRIMARY, _pad: 0, ret: 0 }));
         }
         ts += 1_000;
         let bad = CreateQueueArgs { gpu_id: 0x1234, ring_size: 65536, queue_type: 2, ..Default::default() };
         out.push(bytes_of(&QueueCreateRecord {
             header: header(RecordKind::QueueCreate, pid, ts),
             args: bad,
+            context_id: CONTEXT_ID_PRIMARY,
+            _pad: 0,
             ret: -22,
         }));
     }
     for pid in 1000..1064u32 {
         for q in 0..8u32 {
             ts += 1_000;
-            let record =
-                QueueDestroyRecord { header: header(RecordKind::QueueDestroy, pid, ts), queue_id: q, _pad: 0, ret: 0 };
+            let record = QueueDestroyRecord {
+                header: header(RecordKind::QueueDestroy, pid, ts),
+                queue_id: q,
+                context_id: CONTEXT_ID_PRIMARY,
+                ret: 0,
+            };
             out.push(bytes_of(&record));
         }
     }

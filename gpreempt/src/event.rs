@@ -108,11 +108,22 @@ impl Serialize for KernelResult {
     }
 }
 
+/// The KFD context of a queue event, as the record carried it: `None` for the primary context
+/// (the only one before Linux 7.0, and what a record says when BTF gave no
+/// `kfd_process.context_id`), the `context_id` of a secondary one (`proc/<pid>/context_<id>/`).
+/// Queue ids are per context (docs/kfd.md §1.4).
+pub fn context_id_of_wire(raw: u32) -> Option<u16> {
+    if raw == gpreempt_common::record::CONTEXT_ID_PRIMARY { None } else { u16::try_from(raw).ok() }
+}
+
 /// `kfd_ioctl_create_queue` returned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueCreate {
     /// Assigned queue id; only meaningful when the call succeeded.
     pub queue_id: Option<QueueId>,
+    /// The KFD context the queue was made in: `None` (JSON `null`) for the primary one, else the
+    /// secondary context's `context_id` ([`context_id_of_wire`]).
+    pub context_id: Option<u16>,
     pub gpu_id: GpuId,
     /// `KFD_IOC_QUEUE_TYPE_*` name (`compute-aql`), or the number when unknown.
     pub queue_type: QueueType,
@@ -136,6 +147,8 @@ pub struct QueueCreate {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueDestroy {
     pub queue_id: QueueId,
+    /// As [`QueueCreate::context_id`].
+    pub context_id: Option<u16>,
     pub result: KernelResult,
     pub ret: i64,
 }
@@ -144,6 +157,8 @@ pub struct QueueDestroy {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueUpdate {
     pub queue_id: QueueId,
+    /// As [`QueueCreate::context_id`].
+    pub context_id: Option<u16>,
     pub ring_base: u64,
     pub ring_size: u32,
     pub percentage: u32,
@@ -269,6 +284,8 @@ pub struct QueueRemoved {
     pub owner_pid: Option<HostPid>,
     /// `None` when unreadable.
     pub queue_id: Option<QueueId>,
+    /// As [`QueueCreate::context_id`].
+    pub context_id: Option<u16>,
 }
 
 /// `set_queue_as_reset`: the driver reset one queue that failed a preemption (gfx9 per-queue
@@ -280,12 +297,14 @@ pub struct QueueReset {
     pub gpu_id: Option<GpuId>,
     /// `None` when unreadable.
     pub queue_id: Option<QueueId>,
+    /// As [`QueueCreate::context_id`].
+    pub context_id: Option<u16>,
 }
 
 /// `kfd_ioctl_create_process` (AMDKFD_IOC_CREATE_PROCESS, Linux 7.0) returned: the caller turned
 /// one of its `/dev/kfd` files into a secondary KFD context. DBG_TRAP cannot reach such a context
-/// (EOPNOTSUPP), so `gpreempt` cannot suspend its queues; the tracer leaves out what happens in
-/// it (docs/kfd.md §1.4).
+/// (EOPNOTSUPP), so `gpreempt` cannot suspend its queues; the tracer keys them by context
+/// (docs/kfd.md §1.4).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ContextCreate {
     /// The context's `context_id` (`proc/<pid>/context_<id>/` in sysfs); `None` when the call

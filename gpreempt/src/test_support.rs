@@ -105,6 +105,7 @@ pub(crate) fn ev(pid: u32, ts_ns: u64, kind: EventKind) -> Event {
 pub(crate) fn create(queue_id: u32, gpu_id: u32) -> EventKind {
     EventKind::QueueCreate(QueueCreate {
         queue_id: Some(QueueId(queue_id)),
+        context_id: None,
         gpu_id: GpuId(gpu_id),
         queue_type: QueueType::ComputeAql,
         priority: 7,

@@ -305,20 +305,23 @@ fn a_process_with_an_extra_primary_kfd_file_is_preempted_normally() {
 
 /// Linux 7.0's secondary KFD contexts, on the emulator built for 7.x (tests/kfd-emu README
 /// "Secondary contexts"): a process turns a second /dev/kfd file into a secondary context with
-/// AMDKFD_IOC_CREATE_PROCESS and creates a queue there. Queue ids are per context (its first is
-/// 0 again), sysfs shows it under `proc/<pid>/context_0/`, DBG_TRAP through that file is
+/// AMDKFD_IOC_CREATE_PROCESS and creates two queues there. Queue ids are per context (its first is
+/// 0 again), sysfs shows them under `proc/<pid>/context_0/`, DBG_TRAP through that file is
 /// EOPNOTSUPP (the caller's context is not the primary one), a second CREATE_PROCESS on it EINVAL,
 /// and `gpreempt preempt` refuses the process before seizing it, naming the context: the pid
-/// reaches only the primary context, whose suspend would leave the secondary's queue running.
+/// reaches only the primary context, whose suspend would leave the secondary's queues running.
+/// The tracer keys queues by (pid, context, queue id): the primary's queue 0 and the secondary's
+/// queue 0 are two queues, each created, destroyed by its own DESTROY_QUEUE, and every queue of
+/// either context gone exactly once.
 #[test]
 fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_their_own_ids() {
     if vm_kernel() != "7" {
         skip!("secondary KFD contexts are Linux 7.0's: the emulator built for {} has no CREATE_PROCESS", vm_kernel());
     }
-    // The tracer leaves out what happens in a secondary context (its queue ids repeat the
+    // The tracer keys what happens in a secondary context by its id (its queue ids repeat the
     // primary's; docs/kfd.md §1.4): it reads kfd_process.context_id from the module's BTF.
     let tracer = Tracer::start(&[]).unwrap();
-    let mut w = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable", "--secondary-context", "1"]);
+    let mut w = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable", "--secondary-context", "2"]);
     let pid = w.pid();
     assert_eq!(w.hello["kfd_version"], "1.19");
     let secondary = &w.hello["secondary"];
@@ -326,7 +329,7 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
     let ids = |queues: &serde_json::Value| -> Vec<u64> {
         queues.as_array().unwrap().iter().map(|q| q["queue_id"].as_u64().unwrap()).collect()
     };
-    assert_eq!((ids(&w.hello["queues"]), ids(&secondary["queues"])), (vec![0, 1], vec![0]));
+    assert_eq!((ids(&w.hello["queues"]), ids(&secondary["queues"])), (vec![0, 1], vec![0, 1]));
     let dir = format!("/sys/class/kfd/kfd/proc/{pid}");
     let mut contexts: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
@@ -340,7 +343,8 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
         (queue_file("context_0/queues/0/gpuid"), queue_file("context_0/queues/0/type")),
         ("4096".into(), "0".into())
     );
-    assert!(!std::path::Path::new(&format!("{dir}/context_0/queues/1")).exists());
+    assert_eq!(queue_file("context_0/queues/1/gpuid"), "4096");
+    assert!(!std::path::Path::new(&format!("{dir}/context_0/queues/2")).exists());
     assert_eq!((queue_file("queues/0/gpuid"), queue_file("queues/1/gpuid")), ("4096".into(), "4096".into()));
     // DBG_TRAP DISABLE of itself: through the secondary file EOPNOTSUPP, before any other check;
     // through the primary file the op's own answer (the process is not debug-enabled: EINVAL,
@@ -360,7 +364,11 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
         .iter()
         .map(|q| (q["context"].clone(), q["queue_id"].as_u64().unwrap()))
         .collect();
-    assert_eq!(keys, [(json!("primary"), 0), (json!("primary"), 1), (json!({"secondary": 0}), 0)], "{me}");
+    assert_eq!(
+        keys,
+        [(json!("primary"), 0), (json!("primary"), 1), (json!({"secondary": 0}), 0), (json!({"secondary": 0}), 1)],
+        "{me}"
+    );
     // 6.14+ keeps `pasid` but prints 0 (the PASID is per device since; docs/kfd.md §4.1), as the
     // 7.x emulator does: unknown to gpreempt, never an error, the rest of the process intact.
     assert_eq!((queue_file("pasid"), queue_file("context_0/pasid")), ("0\n".into(), "0\n".into()));
@@ -434,13 +442,48 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
         }),
         "{before}"
     );
-    // Exit: the secondary goes with its file, the primary with the mm.
+    // Queue 0 of each context destroyed by its own file's DESTROY_QUEUE, the secondary's first.
+    assert_eq!(w.cmd("destroy_secondary 0").unwrap()["ret"], 0);
+    assert_eq!(w.cmd("destroy 0").unwrap()["ret"], 0);
+    assert!(!std::path::Path::new(&format!("{dir}/context_0/queues/0")).exists());
+    assert!(!std::path::Path::new(&format!("{dir}/queues/0")).exists());
+    // Exit: the secondary (its queue 1) goes with its file, the primary (its queue 1) with the mm.
     assert!(w.finish().unwrap().success());
     wait_kfd_released(pid).unwrap();
     let objects = tracer.stop().unwrap();
-    let creates: Vec<(&serde_json::Value, &serde_json::Value)> =
-        events_of(&objects, pid, "queue_create").iter().map(|e| (&e["queue_id"], &e["ret"])).collect();
-    assert_eq!(creates, [(&json!(0), &json!(0)), (&json!(1), &json!(0))], "only the primary's: {objects:?}");
+    // Every queue of both contexts, keyed by (context_id, queue_id): null is the primary context.
+    let key = |e: &serde_json::Value| (e["context_id"].clone(), e["queue_id"].clone());
+    let creates: Vec<_> = events_of(&objects, pid, "queue_create")
+        .iter()
+        .map(|e| (key(e), e["gpu_id"].clone(), e["ret"].clone()))
+        .collect();
+    let created = |context: serde_json::Value, id: u32| ((context, json!(id)), json!(0x1000), json!(0));
+    assert_eq!(
+        creates,
+        [created(json!(null), 0), created(json!(null), 1), created(json!(0), 0), created(json!(0), 1)],
+        "{objects:?}"
+    );
+    let destroys: Vec<_> =
+        events_of(&objects, pid, "queue_destroy").iter().map(|e| (key(e), e["ret"].clone())).collect();
+    assert_eq!(destroys, [((json!(0), json!(0)), json!(0)), ((json!(null), json!(0)), json!(0))], "{objects:?}");
+    // Conservation: each queue created is gone exactly once (its sysfs removal: in its own
+    // DESTROY_QUEUE, or in its context's teardown, in KFD's worker).
+    let mut removed: Vec<_> = objects
+        .iter()
+        .filter(|o| o["event"] == "queue_removed" && o["owner_pid"] == pid)
+        .map(|e| (key(e), e["pid"] == pid))
+        .collect();
+    removed.sort_by_key(|((context, id), _)| (context.as_u64().unwrap_or(u64::MAX), id.as_u64()));
+    assert_eq!(
+        removed,
+        [
+            ((json!(0), json!(0)), true),
+            ((json!(0), json!(1)), false),
+            ((json!(null), json!(0)), true),
+            ((json!(null), json!(1)), false)
+        ],
+        "(key, removed in the owner's own task): {objects:?}"
+    );
     let traps: Vec<(&serde_json::Value, &serde_json::Value)> =
         events_of(&objects, pid, "debug_trap").iter().map(|e| (&e["op"], &e["ret"])).collect();
     assert_eq!(traps, [(&json!("disable"), &json!(-22))], "the primary file's DISABLE only: {objects:?}");

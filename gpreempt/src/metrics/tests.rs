@@ -78,6 +78,7 @@ fn rest_of_the_script(metrics: &Metrics, p: &mut Pipeline, recorder: &std::rc::R
         3_100_000_000,
         EventKind::QueueDestroy(crate::event::QueueDestroy {
             queue_id: QueueId(1),
+            context_id: None,
             result: crate::event::KernelResult(0),
             ret: 0,
         }),
@@ -209,8 +210,12 @@ fn ten_thousand_short_lived_processes_leave_no_series_behind() {
         let (pid, ts) = (1000 + i, u64::from(i) * 1_000_000);
         p.deliver(&ev(pid, ts, create(0, 0xa)));
         p.deliver(&ev(pid, ts + 1, create(1, 0xa)));
-        let destroy =
-            crate::event::QueueDestroy { queue_id: QueueId(0), result: crate::event::KernelResult(0), ret: 0 };
+        let destroy = crate::event::QueueDestroy {
+            queue_id: QueueId(0),
+            context_id: None,
+            result: crate::event::KernelResult(0),
+            ret: 0,
+        };
         p.deliver(&ev(pid, ts + 2, EventKind::QueueDestroy(destroy)));
         p.deliver(&exit(pid, ts + 3));
         if i % 100 == 0 {

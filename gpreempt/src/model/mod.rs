@@ -71,8 +71,8 @@ pub enum ModelNotice {
     /// SUSPEND_QUEUES that caused it counted it suspended (docs/kfd.md §2.4).
     QueueReset { pid: HostPid, queue_id: QueueId, gpu_id: Option<GpuId> },
     /// It made a secondary KFD context (Linux 7.0, `AMDKFD_IOC_CREATE_PROCESS`; `context_id`
-    /// `None` when unreadable): DBG_TRAP cannot reach the queues created there, and the tracer
-    /// leaves them out (docs/kfd.md §1.4).
+    /// `None` when unreadable): DBG_TRAP cannot reach the queues created there; the model keys
+    /// them by context and announces none of them (docs/kfd.md §1.4).
     ContextCreated { pid: HostPid, context_id: Option<u16> },
 }
 
@@ -225,7 +225,8 @@ impl Model {
         let spans = self.spans.on_event(event, &self.registry);
         let change = self.registry.apply_in_full(event);
         let reset = match &event.kind {
-            EventKind::QueueReset(r) => match (r.owner_pid, r.queue_id) {
+            // A secondary context's queue is not announced (registry: DBG_TRAP cannot reach it).
+            EventKind::QueueReset(r) if r.context_id.is_none() => match (r.owner_pid, r.queue_id) {
                 (Some(pid), Some(queue_id)) => Some(ModelNotice::QueueReset { pid, queue_id, gpu_id: r.gpu_id }),
                 _ => None,
             },

@@ -1,6 +1,11 @@
 //! The live PID → queue map: bootstrapped from `/sys/class/kfd/kfd/proc/<pid>/queues/` for
 //! queues that existed before the tracer started, then kept current by applying events.
 //!
+//! A queue is keyed by its KFD context and id ([`QueueKey`]): since Linux 7.0 a process may have
+//! secondary contexts, each with its own queue ids from 0 (docs/kfd.md §1.4). Only the primary
+//! context's queues are announced to subscribers ([`Lifecycle`]): DBG_TRAP reaches no other, so
+//! the scheduler and the agent have nothing to do with them.
+//!
 //! Per queue: state (Active / Evicted / Suspended) and attributes; per process: host pid, comm,
 //! container and the pid inside it (from /proc, read once when the process is first seen), and
 //! the churn counters the exit summary reports. A process whose KFD state is torn down leaves
@@ -19,8 +24,47 @@ use crate::{
         processes,
         procinfo::{self, Container},
         roots::Roots,
+        sysfs::KfdContext,
     },
 };
+
+/// Where a queue is: its KFD context and its id there (ids are per context, Linux 7.0). Primary
+/// queues sort first. In JSON a map key: `"3"` for the primary context's queue 3,
+/// `"context_0/3"` for secondary context 0's (the sysfs path under `proc/<pid>/`, without
+/// `queues/`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueueKey {
+    pub context: KfdContext,
+    pub queue_id: QueueId,
+}
+
+impl QueueKey {
+    /// The key of queue `queue_id` in the context a record named (`None`: the primary).
+    pub fn new(context_id: Option<u16>, queue_id: QueueId) -> Self {
+        let context = context_id.map_or(KfdContext::Primary, KfdContext::Secondary);
+        Self { context, queue_id }
+    }
+
+    /// A primary context's queue 3.
+    pub fn primary(queue_id: QueueId) -> Self {
+        Self { context: KfdContext::Primary, queue_id }
+    }
+}
+
+impl std::fmt::Display for QueueKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.context {
+            KfdContext::Primary => write!(f, "{}", self.queue_id.0),
+            KfdContext::Secondary(id) => write!(f, "context_{id}/{}", self.queue_id.0),
+        }
+    }
+}
+
+impl Serialize for QueueKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -45,6 +89,8 @@ impl QueueState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueEntry {
     pub queue_id: QueueId,
+    /// The secondary KFD context it is in; `None` (JSON `null`) for the primary one.
+    pub context_id: Option<u16>,
     pub gpu_id: Option<GpuId>,
     /// `compute-aql`, … from the create ioctl; sysfs's kernel type name for bootstrapped queues.
     pub queue_type: Option<String>,
@@ -76,7 +122,7 @@ pub struct ProcessEntry {
     /// Pid inside its pid namespace (NSpid), equal to `pid` on the host.
     pub ns_pid: Option<u32>,
     pub container: Option<Container>,
-    pub queues: BTreeMap<QueueId, QueueEntry>,
+    pub queues: BTreeMap<QueueKey, QueueEntry>,
     pub churn: Churn,
     /// CLOCK_BOOTTIME ns of its KFD teardown (`None` while it runs).
     #[serde(skip)]
@@ -112,7 +158,8 @@ pub struct Collateral {
     pub gpu_id: Option<GpuId>,
 }
 
-/// One event's lifecycle change, as [`Registry::apply_in_full`] derives it.
+/// One event's lifecycle change, as [`Registry::apply_in_full`] derives it (a primary context's
+/// queue, or a process).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lifecycle {
     /// A queue created or gone, in full.
@@ -189,10 +236,15 @@ impl Registry {
             });
             for q in &p.sysfs.queues {
                 let queue_id = q.queue_id;
+                let context_id = match q.context {
+                    KfdContext::Primary => None,
+                    KfdContext::Secondary(id) => Some(id),
+                };
                 entry.queues.insert(
-                    queue_id,
+                    QueueKey { context: q.context, queue_id },
                     QueueEntry {
                         queue_id,
+                        context_id,
                         gpu_id: q.gpu_id,
                         queue_type: Some(q.type_name()),
                         priority: None,
@@ -286,9 +338,10 @@ impl Registry {
                 p.churn.queues_created += 1;
                 let queue_type = queue.queue_type;
                 p.queues.insert(
-                    queue.queue_id,
+                    QueueKey::new(c.context_id, queue.queue_id),
                     QueueEntry {
                         queue_id: queue.queue_id,
+                        context_id: c.context_id,
                         gpu_id: Some(queue.gpu_id),
                         queue_type: Some(queue_type.name().map_or_else(|| queue_type.to_string(), str::to_owned)),
                         priority: Some(queue.priority),
@@ -300,10 +353,11 @@ impl Registry {
                         bootstrapped: false,
                     },
                 );
-                Some(Lifecycle::Queue(QueueNotice::Created { pid: e.pid, ts_ns: ts, queue }))
+                let primary = c.context_id.is_none();
+                primary.then_some(Lifecycle::Queue(QueueNotice::Created { pid: e.pid, ts_ns: ts, queue }))
             }
             EventKind::QueueDestroy(d) if d.result.is_ok() => {
-                self.remove_queue(e.pid, d.queue_id, ts, GoneCause::Destroyed)
+                self.remove_queue(e.pid, QueueKey::new(d.context_id, d.queue_id), ts, GoneCause::Destroyed)
             }
             EventKind::QueueRemoved(r) => {
                 let (Some(pid), Some(queue_id)) = (r.owner_pid, r.queue_id) else { return None };
@@ -317,10 +371,11 @@ impl Registry {
                 // returns 0 with no removal seen ends the queue too (a lost record). Teardown
                 // removes queues in KFD's worker, with no destroy ioctl.
                 let cause = if pid == e.pid { GoneCause::Destroyed } else { GoneCause::TornDown };
-                self.remove_queue(pid, queue_id, ts, cause)
+                self.remove_queue(pid, QueueKey::new(r.context_id, queue_id), ts, cause)
             }
             EventKind::QueueUpdate(u) if u.result.is_ok() => {
-                if let Some(q) = self.processes.get_mut(&e.pid).and_then(|p| p.queues.get_mut(&u.queue_id)) {
+                let key = QueueKey::new(u.context_id, u.queue_id);
+                if let Some(q) = self.processes.get_mut(&e.pid).and_then(|p| p.queues.get_mut(&key)) {
                     q.priority = Some(u.priority);
                     q.percentage = Some(u.percentage);
                     q.ring_base = Some(u.ring_base);
@@ -371,7 +426,9 @@ impl Registry {
                 let handled: Vec<QueueId> = s.queues.iter().filter(|o| o.handled()).map(|o| o.queue_id).collect();
                 // Resume without an array (debugger DISABLE / exit) resumes every suspended queue.
                 let all = resume && s.queues.is_empty() && s.result.is_ok();
-                for q in self.queues_on(pid, None) {
+                // DBG_TRAP reaches the primary context only (Linux 7.0, docs/kfd.md §1.4): a
+                // secondary context's queue of the same id is another queue.
+                for q in self.queues_on(pid, None).filter(|q| q.context_id.is_none()) {
                     if !(all || handled.contains(&q.queue_id)) {
                         continue;
                     }
@@ -392,11 +449,17 @@ impl Registry {
         }
     }
 
-    fn remove_queue(&mut self, pid: HostPid, queue_id: QueueId, ts_ns: u64, cause: GoneCause) -> Option<Lifecycle> {
+    fn remove_queue(&mut self, pid: HostPid, key: QueueKey, ts_ns: u64, cause: GoneCause) -> Option<Lifecycle> {
         let p = self.processes.get_mut(&pid)?;
-        p.queues.remove(&queue_id)?;
+        p.queues.remove(&key)?;
         p.churn.queues_destroyed += 1;
-        Some(Lifecycle::Queue(QueueNotice::Gone { pid, queue_id, ts_ns, cause }))
+        let queue_id = key.queue_id;
+        (key.context == KfdContext::Primary).then_some(Lifecycle::Queue(QueueNotice::Gone {
+            pid,
+            queue_id,
+            ts_ns,
+            cause,
+        }))
     }
 }
 
@@ -460,12 +523,17 @@ mod tests {
         r.apply(&ev(30, 9, suspend(10, &[], true)));
         assert!(states(&r, 10).iter().all(|(_, s)| *s == QueueState::Active));
         // Destroy, then teardown removal of the rest, then exit.
-        let destroy = EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(1), result: KernelResult(0), ret: 0 });
+        let destroy = EventKind::QueueDestroy(QueueDestroy {
+            queue_id: QueueId(1),
+            context_id: None,
+            result: KernelResult(0),
+            ret: 0,
+        });
         assert_eq!(
             r.apply(&ev(10, 10, destroy)),
             Some(ModelNotice::QueueGone { pid: HostPid(10), queue_id: QueueId(1) })
         );
-        let removed = QueueRemoved { owner_pid: Some(HostPid(10)), queue_id: Some(QueueId(0)) };
+        let removed = QueueRemoved { owner_pid: Some(HostPid(10)), queue_id: Some(QueueId(0)), context_id: None };
         r.apply(&ev(5, 11, EventKind::QueueRemoved(removed)));
         assert_eq!(states(&r, 10), [(2, QueueState::Active)]);
         let exit =
@@ -476,6 +544,46 @@ mod tests {
         assert_eq!(gone.churn, Churn { queues_created: 3, queues_destroyed: 2, evictions: 1, suspends: 1 });
         assert_eq!((gone.exited_ns, r.lookup(HostPid(10)).map(|p| p.pid)), (Some(12), Some(HostPid(10))));
         assert_eq!(r.processes.keys().copied().collect::<Vec<_>>(), [HostPid(20)]);
+    }
+
+    /// Linux 7.0: a secondary KFD context's queue 0 and the primary's queue 0 of one pid are two
+    /// queues (docs/kfd.md §1.4). Only the primary's are announced; a suspend reaches only them.
+    #[test]
+    fn a_secondary_context_s_queue_is_another_queue_of_the_same_id() {
+        use crate::event::{KernelResult, QueueDestroy, QueueRemoved};
+        let in_context = |context_id, kind: EventKind| match kind {
+            EventKind::QueueCreate(c) => EventKind::QueueCreate(crate::event::QueueCreate { context_id, ..c }),
+            other => other,
+        };
+        let mut r = Registry::new(None);
+        let primary = r.apply(&ev(10, 1, create(0, 0x1234)));
+        assert!(matches!(primary, Some(ModelNotice::QueueCreated { pid: HostPid(10), .. })));
+        assert_eq!(r.apply(&ev(10, 2, in_context(Some(0), create(0, 0x1234)))), None, "not announced");
+        let keys: Vec<String> = r.processes[&HostPid(10)].queues.keys().map(ToString::to_string).collect();
+        assert_eq!(keys, ["0", "context_0/0"]);
+        let contexts: Vec<Option<u16>> = r.processes[&HostPid(10)].queues.values().map(|q| q.context_id).collect();
+        assert_eq!(contexts, [None, Some(0)]);
+        let json = serde_json::to_value(&r.processes[&HostPid(10)]).unwrap();
+        assert_eq!(json["queues"]["context_0/0"]["context_id"], 0);
+        assert_eq!(json["queues"]["0"]["context_id"], serde_json::Value::Null);
+        // SUSPEND_QUEUES of id 0 reaches the primary's queue only.
+        r.apply(&ev(30, 3, suspend(10, &[0], false)));
+        let by_context: Vec<(Option<u16>, QueueState)> =
+            r.processes[&HostPid(10)].queues.values().map(|q| (q.context_id, q.state)).collect();
+        assert_eq!(by_context, [(None, QueueState::Suspended), (Some(0), QueueState::Active)]);
+        // The secondary's DESTROY_QUEUE (its removal, then its return) takes its own queue 0.
+        let removal = QueueRemoved { owner_pid: Some(HostPid(10)), queue_id: Some(QueueId(0)), context_id: Some(0) };
+        assert_eq!(r.apply(&ev(10, 4, EventKind::QueueRemoved(removal))), None, "not announced");
+        let destroy = QueueDestroy { queue_id: QueueId(0), context_id: Some(0), result: KernelResult(0), ret: 0 };
+        assert_eq!(r.apply(&ev(10, 5, EventKind::QueueDestroy(destroy))), None);
+        assert_eq!(states(&r, 10), [(0, QueueState::Suspended)], "the primary's queue 0 stays");
+        let destroy = QueueDestroy { queue_id: QueueId(0), context_id: None, result: KernelResult(0), ret: 0 };
+        assert_eq!(
+            r.apply(&ev(10, 6, EventKind::QueueDestroy(destroy))),
+            Some(ModelNotice::QueueGone { pid: HostPid(10), queue_id: QueueId(0) })
+        );
+        let churn = &r.processes[&HostPid(10)].churn;
+        assert_eq!((churn.queues_created, churn.queues_destroyed), (2, 2));
     }
 
     #[test]
@@ -519,7 +627,12 @@ mod tests {
         assert_eq!(r.apply(&ev(7, 1, EventKind::QueueCreate(failed))), None);
         assert!(r.lookup(HostPid(7)).is_none_or(|p| p.queues.is_empty()));
         let destroy = |result| {
-            EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(3), result: KernelResult(result), ret: result })
+            EventKind::QueueDestroy(QueueDestroy {
+                queue_id: QueueId(3),
+                context_id: None,
+                result: KernelResult(result),
+                ret: result,
+            })
         };
         assert_eq!(r.apply(&ev(7, 2, destroy(0))), None, "no such queue");
         r.apply(&ev(7, 3, create(3, 0x1000)));
@@ -537,10 +650,19 @@ mod tests {
             event::{KernelResult, QueueDestroy, QueueRemoved},
         };
         let removal = |id: u32| {
-            EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(HostPid(7)), queue_id: Some(QueueId(id)) })
+            EventKind::QueueRemoved(QueueRemoved {
+                owner_pid: Some(HostPid(7)),
+                queue_id: Some(QueueId(id)),
+                context_id: None,
+            })
         };
         let destroy = |id: u32, r: i64| {
-            EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(id), result: KernelResult(r), ret: r })
+            EventKind::QueueDestroy(QueueDestroy {
+                queue_id: QueueId(id),
+                context_id: None,
+                result: KernelResult(r),
+                ret: r,
+            })
         };
         let EventKind::QueueCreate(mut c) = create(3, 0x1000) else { unreachable!() };
         c.queue_type = QueueType::Sdma;

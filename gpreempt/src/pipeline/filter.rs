@@ -153,8 +153,11 @@ mod tests {
         assert!(f.keep_event(&ev(10, 1, create(0, 1)), &reg));
         assert!(!f.keep_event(&ev(11, 1, create(0, 1)), &reg));
         // A kworker (pid 3) removing pid 10's queue at teardown is about pid 10.
-        let removed =
-            EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(HostPid(10)), queue_id: Some(QueueId(0)) });
+        let removed = EventKind::QueueRemoved(QueueRemoved {
+            owner_pid: Some(HostPid(10)),
+            queue_id: Some(QueueId(0)),
+            context_id: None,
+        });
         assert!(f.keep_event(&ev(3, 1, removed.clone()), &reg));
         let mut g = Filter::new(&[HostPid(3)], None, "/nonexistent");
         assert!(!g.keep_event(&ev(3, 1, removed), &reg), "the kworker itself is not the subject");

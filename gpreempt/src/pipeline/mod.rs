@@ -329,8 +329,12 @@ mod tests {
         let (tx, rx) = mpsc::channel::<QueueNotice>();
         p.subscribe(Box::new(tx));
         p.deliver(&ev(10, 1, create(0, 0xa)));
-        let destroy =
-            crate::event::QueueDestroy { queue_id: QueueId(0), result: crate::event::KernelResult(0), ret: 0 };
+        let destroy = crate::event::QueueDestroy {
+            queue_id: QueueId(0),
+            context_id: None,
+            result: crate::event::KernelResult(0),
+            ret: 0,
+        };
         p.deliver(&ev(10, 2, EventKind::QueueDestroy(destroy)));
         let exit = ProcessExit { owner_pid: Some(HostPid(10)), stage: "kfd_process_wq_release" };
         p.deliver(&ev(5, 3, EventKind::ProcessExit(exit)));

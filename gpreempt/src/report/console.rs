@@ -51,18 +51,22 @@ impl<W: Write> Console<W> {
             format!("{} {:>7} {:<15} {:<14}", self.clock.time_of_day(e.ts_ns), e.pid, escape(&e.comm), e.kind.name());
         let body = match &e.kind {
             EventKind::QueueCreate(c) => format!(
-                "queue {:>4} gpu {:#06x} {:<12} prio {:>2} ring {:>8}  {}",
+                "queue {:>4}{} gpu {:#06x} {:<12} prio {:>2} ring {:>8}  {}",
                 c.queue_id.map_or_else(|| "-".to_owned(), |q| q.to_string()),
+                context(c.context_id),
                 c.gpu_id,
                 c.queue_type,
                 c.priority,
                 c.ring_size,
                 self.result(c.result)
             ),
-            EventKind::QueueDestroy(d) => format!("queue {:>4}  {}", d.queue_id, self.result(d.result)),
+            EventKind::QueueDestroy(d) => {
+                format!("queue {:>4}{}  {}", d.queue_id, context(d.context_id), self.result(d.result))
+            }
             EventKind::QueueUpdate(u) => format!(
-                "queue {:>4} prio {:>2} pct {:>3} ring {:>8}  {}",
+                "queue {:>4}{} prio {:>2} pct {:>3} ring {:>8}  {}",
                 u.queue_id,
+                context(u.context_id),
                 u.priority,
                 u.percentage,
                 u.ring_size,
@@ -124,13 +128,15 @@ impl<W: Write> Console<W> {
                 format!("owner {} ({})", p.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string()), p.stage)
             }
             EventKind::QueueRemoved(q) => format!(
-                "queue {:>4} owner {}",
+                "queue {:>4}{} owner {}",
                 q.queue_id.map_or_else(|| "?".to_owned(), |q| q.to_string()),
+                context(q.context_id),
                 q.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
             ),
             EventKind::QueueReset(q) => format!(
-                "queue {:>4} owner {} gpu {}  reset by the driver after a failed preemption (gone)",
+                "queue {:>4}{} owner {} gpu {}  reset by the driver after a failed preemption (gone)",
                 q.queue_id.map_or_else(|| "?".to_owned(), |q| q.to_string()),
+                context(q.context_id),
                 q.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
                 gpu(q.gpu_id)
             ),
@@ -154,6 +160,12 @@ impl<W: Write> Console<W> {
 
 fn gpu(id: Option<GpuId>) -> String {
     id.map_or_else(|| "?".to_owned(), |g| format!("{g:#06x}"))
+}
+
+/// ` context_0` after a secondary KFD context's queue id (Linux 7.0: ids are per context), nothing
+/// for the primary's.
+fn context(context_id: Option<u16>) -> String {
+    context_id.map_or_else(String::new, |id| format!(" context_{id}"))
 }
 
 /// `[0, 1]`
@@ -228,8 +240,9 @@ impl<W: Write> Console<W> {
             for q in p.queues.values() {
                 let _ = writeln!(
                     out,
-                    "    queue {:>4} gpu {} {:<12} {:<9} prio {}",
+                    "    queue {:>4}{} gpu {} {:<12} {:<9} prio {}",
                     q.queue_id,
+                    context(q.context_id),
                     gpu(q.gpu_id),
                     q.queue_type.as_deref().unwrap_or("?"),
                     q.state.name(),
@@ -400,6 +413,8 @@ mod tests {
                 ring_size: 65536,
                 ..Default::default()
             },
+            context_id: gpreempt_common::record::CONTEXT_ID_PRIMARY,
+            _pad: 0,
             ret: -22,
         };
         let c = Console::new(Vec::new(), WallClock::from_offset(0), false);
@@ -409,6 +424,12 @@ mod tests {
         );
         let coloured = Console::new(Vec::new(), WallClock::from_offset(0), true);
         assert!(coloured.line(&decode(&bytes_of(&rec)).unwrap()).contains("\x1b[31mEINVAL\x1b[0m"));
+        // The same create in secondary context 0 (Linux 7.0) names it after the queue id.
+        let secondary = QueueCreateRecord { context_id: 0, ..rec };
+        assert_eq!(
+            c.line(&decode(&bytes_of(&secondary)).unwrap()),
+            "00:00:00.000004    4242 kfd-client      queue_create   queue    - context_0 gpu 0x1234 compute-aql  prio  7 ring    65536  EINVAL (3.5 µs)"
+        );
     }
 
     /// A secondary KFD context made (Linux 7.0), and a CREATE_PROCESS refused.

@@ -117,7 +117,12 @@ mod tests {
     fn writes_one_object_per_line_and_a_summary() {
         let mut out = Vec::new();
         let mut sink = JsonLines::new(&mut out, WallClock::from_offset(0));
-        let d = QueueDestroyRecord { header: header(RecordKind::QueueDestroy, 9, "y"), queue_id: 42, _pad: 0, ret: 0 };
+        let d = QueueDestroyRecord {
+            header: header(RecordKind::QueueDestroy, 9, "y"),
+            queue_id: 42,
+            context_id: gpreempt_common::record::CONTEXT_ID_PRIMARY,
+            ret: 0,
+        };
         sink.event(&decode(&bytes_of(&d)).unwrap()).unwrap();
         let losses = Losses { ringbuf_full: 2, ..Default::default() };
         sink.summary(&TraceSummary { events: 1, dropped: 2, losses, duration_ms: 10, ..Default::default() }).unwrap();

@@ -243,7 +243,7 @@ mod tests {
             }
         };
         lifecycle(ev(10, 1_000, create(3, 0xa)), &mut p);
-        let destroy = QueueDestroy { queue_id: QueueId(3), result: KernelResult(0), ret: 0 };
+        let destroy = QueueDestroy { queue_id: QueueId(3), context_id: None, result: KernelResult(0), ret: 0 };
         lifecycle(ev(10, 9_000, EventKind::QueueDestroy(destroy)), &mut p);
         lifecycle(ev(20, 2_000, create(0, 0xa)), &mut p);
         let span = Span {

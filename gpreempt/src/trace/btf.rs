@@ -558,7 +558,7 @@ pub(crate) mod tests {
         let text = describe(&c);
         assert!(text.contains("device_queue_manager.dev=0 kfd_node.id=0"), "{text}");
         assert!(text.contains("kfd_process.lead_thread=0 task_struct.tgid=? kfd_process.release_work=?"), "{text}");
-        // No context_id before Linux 7.0: every context is the primary, nothing is left out.
+        // No context_id before Linux 7.0: every queue record names the primary context.
         assert_eq!(c.process_context_id, OFFSET_UNKNOWN);
         assert!(text.ends_with("kfd_process.context_id=?"), "{text}");
     }

@@ -35,11 +35,13 @@ fn kfd_call(r: &KfdCallRecord) -> Result<EventKind, DecodeError> {
         KfdFn::ProcfsDelQueue => EventKind::QueueRemoved(QueueRemoved {
             owner_pid,
             queue_id: u32::try_from(r.args[0]).ok().filter(|&q| q != u32::MAX).map(QueueId),
+            context_id: context_id_of_wire(r.args[1] as u32),
         }),
         KfdFn::QueueSetReset => EventKind::QueueReset(QueueReset {
             owner_pid,
             gpu_id: nonzero(r.gpu_id).map(GpuId),
             queue_id: u32::try_from(r.args[0]).ok().filter(|&q| q != u32::MAX).map(QueueId),
+            context_id: context_id_of_wire(r.args[1] as u32),
         }),
         KfdFn::ContextCreate => {
             let ret = i64::from(r.ret as i32);
@@ -184,6 +186,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             let ok = r.ret >= 0;
             EventKind::QueueCreate(QueueCreate {
                 queue_id: ok.then_some(QueueId(a.queue_id)),
+                context_id: context_id_of_wire(r.context_id),
                 gpu_id: GpuId(a.gpu_id),
                 queue_type: QueueType::from_raw(a.queue_type),
                 priority: a.queue_priority,
@@ -206,6 +209,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             let r: QueueDestroyRecord = read(bytes)?;
             EventKind::QueueDestroy(QueueDestroy {
                 queue_id: QueueId(r.queue_id),
+                context_id: context_id_of_wire(r.context_id),
                 result: KernelResult(r.ret),
                 ret: r.ret,
             })
@@ -214,6 +218,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             let r: QueueUpdateRecord = read(bytes)?;
             EventKind::QueueUpdate(QueueUpdate {
                 queue_id: QueueId(r.args.queue_id),
+                context_id: context_id_of_wire(r.context_id),
                 ring_base: r.args.ring_base_address,
                 ring_size: r.args.ring_size,
                 percentage: r.args.queue_percentage,
@@ -271,7 +276,10 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use gpreempt_common::{kfd_uapi::CreateQueueArgs, record::COMM_LEN};
+    use gpreempt_common::{
+        kfd_uapi::CreateQueueArgs,
+        record::{COMM_LEN, CONTEXT_ID_PRIMARY},
+    };
 
     use super::*;
 
@@ -307,6 +315,8 @@ pub(crate) mod tests {
                 ctx_save_restore_size: 0x5000,
                 ctl_stack_size: 0x1000,
             },
+            context_id: CONTEXT_ID_PRIMARY,
+            _pad: 0,
             ret: -22,
         };
         let e = decode(&bytes_of(&rec)).unwrap();
@@ -314,6 +324,7 @@ pub(crate) mod tests {
         assert_eq!(e.duration_ns(), 3_500);
         let EventKind::QueueCreate(c) = e.kind else { panic!("wrong kind") };
         assert_eq!(c.queue_id, None, "a failed create assigns no queue id");
+        assert_eq!(c.context_id, None, "the primary context");
         assert_eq!(c.gpu_id, GpuId(0x1234));
         assert_eq!(c.queue_type, QueueType::ComputeAql);
         assert_eq!((c.priority, c.percentage, c.ring_size), (7, 100, 65536));
@@ -328,12 +339,14 @@ pub(crate) mod tests {
         let mut rec = QueueCreateRecord {
             header: header(RecordKind::QueueCreate, 1, "x"),
             args: CreateQueueArgs { queue_id: 3, doorbell_offset: 0x1000, queue_type: 9, ..Default::default() },
+            context_id: 2,
+            _pad: 0,
             ret: 0,
         };
         let EventKind::QueueCreate(c) = decode(&bytes_of(&rec)).unwrap().kind else { panic!() };
         assert_eq!(
-            (c.queue_id, c.doorbell_offset, c.queue_type),
-            (Some(QueueId(3)), Some(0x1000), QueueType::Other(9))
+            (c.queue_id, c.context_id, c.doorbell_offset, c.queue_type),
+            (Some(QueueId(3)), Some(2), Some(0x1000), QueueType::Other(9))
         );
         assert_eq!(c.result.name(), "OK");
         rec.ret = -4095;
@@ -343,12 +356,21 @@ pub(crate) mod tests {
         assert_eq!(KernelResult(i64::MIN).name(), "-9223372036854775808");
         assert_eq!(KernelResult(-(1 << 40)).name(), "-1099511627776");
 
-        let d =
-            QueueDestroyRecord { header: header(RecordKind::QueueDestroy, 9, "y"), queue_id: 42, _pad: 0, ret: -22 };
+        let d = QueueDestroyRecord {
+            header: header(RecordKind::QueueDestroy, 9, "y"),
+            queue_id: 42,
+            context_id: 0,
+            ret: -22,
+        };
         let e = decode(&bytes_of(&d)).unwrap();
         assert_eq!(
             e.kind,
-            EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(42), result: KernelResult(-22), ret: -22 })
+            EventKind::QueueDestroy(QueueDestroy {
+                queue_id: QueueId(42),
+                context_id: Some(0),
+                result: KernelResult(-22),
+                ret: -22
+            })
         );
     }
 
@@ -356,7 +378,7 @@ pub(crate) mod tests {
     fn short_and_unknown_records_are_errors() {
         assert_eq!(decode(&[0u8; 10]), Err(DecodeError::Short { len: 10, need: 48, what: "header" }));
         let h = header(RecordKind::QueueCreate, 1, "x");
-        assert_eq!(decode(&bytes_of(&h)), Err(DecodeError::Short { len: 48, need: 144, what: "queue_create record" }));
+        assert_eq!(decode(&bytes_of(&h)), Err(DecodeError::Short { len: 48, need: 152, what: "queue_create record" }));
         let mut unknown = h;
         unknown.kind = 999;
         assert_eq!(decode(&bytes_of(&unknown)), Err(DecodeError::UnknownKind(999)));
@@ -364,14 +386,21 @@ pub(crate) mod tests {
 
     #[test]
     fn json_field_names_are_stable() {
-        let d =
-            QueueDestroyRecord { header: header(RecordKind::QueueDestroy, 9, "y"), queue_id: 42, _pad: 0, ret: -22 };
+        let d = QueueDestroyRecord {
+            header: header(RecordKind::QueueDestroy, 9, "y"),
+            queue_id: 42,
+            context_id: CONTEXT_ID_PRIMARY,
+            ret: -22,
+        };
         let json = serde_json::to_value(decode(&bytes_of(&d)).unwrap()).unwrap();
         assert_eq!(
             json,
             serde_json::json!({"ts_ns": 4500, "entry_ns": 1000, "cpu": 1, "pid": 9, "tid": 10, "comm": "y",
-                "event": "queue_destroy", "queue_id": 42, "result": "EINVAL", "ret": -22})
+                "event": "queue_destroy", "queue_id": 42, "context_id": null, "result": "EINVAL", "ret": -22})
         );
+        let secondary = QueueDestroyRecord { context_id: 0, ..d };
+        let json = serde_json::to_value(decode(&bytes_of(&secondary)).unwrap()).unwrap();
+        assert_eq!((json["queue_id"].as_u64(), json["context_id"].as_u64()), (Some(42), Some(0)));
     }
 
     #[test]
@@ -443,19 +472,28 @@ pub(crate) mod tests {
         let evict = call(KfdFn::ProcessEvictQueues, CallPhase::Return, 42, 0, [2, 0, 0, 0], 0);
         let EventKind::KfdCall(c) = decode(&bytes_of(&evict)).unwrap().kind else { panic!() };
         assert_eq!((c.owner_pid, c.trigger), (Some(HostPid(42)), Some(EvictionTrigger::Ttm)));
+        let primary = u64::from(CONTEXT_ID_PRIMARY);
+        let removed = call(KfdFn::ProcfsDelQueue, CallPhase::Entry, 42, 0, [7, primary, 0, 0], 0);
+        let removal = |context_id| {
+            EventKind::QueueRemoved(QueueRemoved {
+                owner_pid: Some(HostPid(42)),
+                queue_id: Some(QueueId(7)),
+                context_id,
+            })
+        };
+        assert_eq!(decode(&bytes_of(&removed)).unwrap().kind, removal(None));
+        // The same queue id in secondary context 0 (Linux 7.0) is another queue.
         let removed = call(KfdFn::ProcfsDelQueue, CallPhase::Entry, 42, 0, [7, 0, 0, 0], 0);
-        assert_eq!(
-            decode(&bytes_of(&removed)).unwrap().kind,
-            EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(HostPid(42)), queue_id: Some(QueueId(7)) })
-        );
-        // A queue reset alone: its owner (from the qpd), gpu (from the dqm) and id.
-        let reset = call(KfdFn::QueueSetReset, CallPhase::Entry, 42, 0x1001, [1, 0, 0, 0], 0);
+        assert_eq!(decode(&bytes_of(&removed)).unwrap().kind, removal(Some(0)));
+        // A queue reset alone: its owner (from the qpd), gpu (from the dqm), id and context.
+        let reset = call(KfdFn::QueueSetReset, CallPhase::Entry, 42, 0x1001, [1, primary, 0, 0], 0);
         assert_eq!(
             decode(&bytes_of(&reset)).unwrap().kind,
             EventKind::QueueReset(QueueReset {
                 owner_pid: Some(HostPid(42)),
                 gpu_id: Some(GpuId(0x1001)),
-                queue_id: Some(QueueId(1))
+                queue_id: Some(QueueId(1)),
+                context_id: None,
             })
         );
         // A secondary context made (Linux 7.0), its id read; a failed CREATE_PROCESS has none.

@@ -167,7 +167,7 @@ mod tests {
             (q.created_ns, q.destroyed_ns, q.queue.queue_type.to_string().as_str(), q.queue.doorbell_offset),
             (1_000, None, "compute-aql", Some(0))
         );
-        let destroy = QueueDestroy { queue_id: QueueId(1), result: KernelResult(0), ret: 0 };
+        let destroy = QueueDestroy { queue_id: QueueId(1), context_id: None, result: KernelResult(0), ret: 0 };
         let gone = ev(42, 5_000, EventKind::QueueDestroy(destroy));
         w.observe(&gone);
         let t = &w.view;
@@ -181,7 +181,7 @@ mod tests {
     fn a_traced_queue_serialises_to_the_fields_queues_watch_prints() {
         let mut w = Watch::new();
         w.observe(&ev(42, 1_000, create(3, 0x1000)));
-        let destroy = QueueDestroy { queue_id: QueueId(3), result: KernelResult(0), ret: 0 };
+        let destroy = QueueDestroy { queue_id: QueueId(3), context_id: None, result: KernelResult(0), ret: 0 };
         w.observe(&ev(42, 9_000, EventKind::QueueDestroy(destroy)));
         let q = w.view.queues().next().map(serde_json::to_value).transpose().unwrap();
         assert_eq!(
@@ -199,10 +199,19 @@ mod tests {
     fn a_queue_destroyed_by_its_process_shows_when_it_went_and_one_torn_down_shows_none() {
         use crate::event::QueueRemoved;
         let removed = |id: u32| {
-            EventKind::QueueRemoved(QueueRemoved { owner_pid: Some(HostPid(42)), queue_id: Some(QueueId(id)) })
+            EventKind::QueueRemoved(QueueRemoved {
+                owner_pid: Some(HostPid(42)),
+                queue_id: Some(QueueId(id)),
+                context_id: None,
+            })
         };
         let destroy = |id: u32, r: i64| {
-            EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(id), result: KernelResult(r), ret: r })
+            EventKind::QueueDestroy(QueueDestroy {
+                queue_id: QueueId(id),
+                context_id: None,
+                result: KernelResult(r),
+                ret: r,
+            })
         };
         let mut w = Watch::new();
         for id in 0..3 {

@@ -21,7 +21,8 @@
 //! KFD context (`AMDKFD_IOC_CREATE_PROCESS`, Linux 7.0) and creates N queues there, filled like the
 //! others (the hello line's `secondary`: `{create_process, queues, errors}`); then
 //! `dbg_trap FILE OP` issues DBG_TRAP op OP on this process's own pid through the primary (FILE
-//! 0) or the secondary (1) file, and `create_process` CREATE_PROCESS again on the secondary file.
+//! 0) or the secondary (1) file, `create_process` CREATE_PROCESS again on the secondary file,
+//! and `destroy_secondary ID` DESTROY_QUEUE of the secondary context's queue ID.
 //!
 //! `emu-workload online …` and `emu-workload offline …`: the load generators of `load.rs`.
 //! `emu-workload serve …` and `emu-workload train …`: an inference-like and a training-like
@@ -633,6 +634,12 @@ fn run(
             }
             "create_process" => match &secondary {
                 Some(s) => reply(json!({"ret": create_process(&s.file)}))?,
+                None => bail!("no secondary context"),
+            },
+            // Queue ids are per context (Linux 7.0): through the secondary file, ID is its queue.
+            // Its memory stays mapped (the fillers may still write it), as `destroy`'s does.
+            "destroy_secondary" => match &secondary {
+                Some(s) => reply(json!({"ret": ret_of_unit(s.file.destroy_queue(arg(&w, 0)? as u32))}))?,
                 None => bail!("no secondary context"),
             },
             other => bail!("unknown command {other:?}"),
