@@ -54,12 +54,23 @@ pub fn asks_cri(policy: &AgentPolicy) -> bool {
     policy.online.iter().chain(&policy.offline).any(|s| matches!(s, Selector::PodLabel(_)))
 }
 
+/// Two policies, `labels` (a `pod-label:` selector) and `names` (pod, container and pid
+/// selectors), for the tests of what a socket change does.
+#[cfg(test)]
+pub(super) fn label_and_name_policies() -> Vec<AgentPolicy> {
+    let text = "[[policy]]\nname = \"labels\"\nonline = [\"pod:serving/*\"]\noffline = [\"pod-label:role=offline\"]\n\
+                [[policy]]\nname = \"names\"\nonline = [\"pod:web/*\"]\noffline = [\"container:trainer\", 42]\n";
+    match super::AgentConfig::parse(text, "agent.toml") {
+        Ok(c) => c.policies,
+        Err(e) => panic!("{e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::agent::AgentConfig;
 
     fn path(p: &str) -> CriSocket {
         CriSocket::Path(PathBuf::from(p))
@@ -108,13 +119,8 @@ mod tests {
 
     #[test]
     fn only_policies_with_a_label_selector_ask_the_runtime() {
-        let c = AgentConfig::parse(
-            "[[policy]]\nname = \"labels\"\nonline = [\"pod:serving/*\"]\noffline = [\"pod-label:role=offline\"]\n\
-             [[policy]]\nname = \"names\"\nonline = [\"pod:web/*\"]\noffline = [\"container:trainer\", 42]\n",
-            "agent.toml",
-        )
-        .unwrap();
-        let asking: Vec<&str> = c.policies.iter().filter(|p| asks_cri(p)).map(|p| p.name.as_str()).collect();
+        let policies = label_and_name_policies();
+        let asking: Vec<&str> = policies.iter().filter(|p| asks_cri(p)).map(|p| p.name.as_str()).collect();
         assert_eq!(asking, ["labels"]);
     }
 }

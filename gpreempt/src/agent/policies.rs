@@ -337,15 +337,9 @@ mod tests {
 
     #[test]
     fn a_changed_cri_socket_restarts_exactly_the_policies_that_ask_it() {
-        let config = AgentConfig::parse(
-            "[[policy]]\nname = \"labels\"\nonline = [\"pod:serving/*\"]\noffline = [\"pod-label:role=offline\"]\n\
-             [[policy]]\nname = \"names\"\nonline = [\"pod:web/*\"]\noffline = [\"container:trainer\"]\n",
-            "agent.toml",
-        )
-        .unwrap();
-        let (labels, names) = (&config.policies[0], &config.policies[1]);
+        let wanted = &cri::label_and_name_policies();
+        let (labels, names) = (&wanted[0], &wanted[1]);
         let (old, new) = (CriSocket::default(), CriSocket::Path("/run/k3s/containerd/containerd.sock".into()));
-        let wanted = &config.policies;
         // The socket changed: the label policy restarts on the new one, the other runs on.
         assert!(retires(labels, &old, false, wanted, &new));
         assert!(!retires(names, &old, false, wanted, &new));
