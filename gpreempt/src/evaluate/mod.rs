@@ -11,6 +11,7 @@
 //! - [`observe`]: what is measured from outside in every state (AQL indices);
 //! - [`offline_log`]: the part of the offline job's log written during a state (`--offline-log`);
 //! - [`hold`]: the offline processes held suspended for the online-alone state;
+//! - [`ranks`]: whether an offline process is a rank of a data-parallel job (warned before a hold);
 //! - [`host_facts`]: kernel, KFD, GPUs, ROCm versions;
 //! - [`run`]: the evaluation; [`report`]: its record, the summary over the rounds and the arrival
 //!   path per online process; [`render`]: the terminal table and Markdown.
@@ -22,6 +23,7 @@ pub mod metric;
 pub mod observe;
 pub mod offline_log;
 pub mod plan;
+pub mod ranks;
 pub mod render;
 pub mod report;
 pub mod run;

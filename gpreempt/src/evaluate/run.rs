@@ -21,6 +21,7 @@ use super::{
     observe::{Observation, Observed, Ticker, Watched, learn_queues},
     offline_log::LogWindow,
     plan::{Step, plan},
+    ranks,
     report::{
         Ended, EvaluationReport, GpuProgress, Held, LoadOutcome, REPORT_VERSION, StateRun, arrival_summary, summarise,
     },
@@ -138,6 +139,9 @@ fn prepare(config: &EvaluateConfig, progress: &mut dyn Progress) -> Result<Prepa
             learn_queues(pid, &s.session).map_err(|cause| EvaluateError::Learn { role: Role::Offline, pid, cause })?;
         if w.queues.is_empty() {
             progress.note(&format!("offline pid {pid} has no GPU queue now: its progress counts as 0"));
+        }
+        if let Some(rank) = ranks::rank_of(&s.roots, pid) {
+            progress.note(&ranks::warning(pid, &rank, config.state_timeout));
         }
         offline.push(w);
     }
