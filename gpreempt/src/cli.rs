@@ -37,8 +37,9 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 
-    /// The node's CRI runtime socket, for pod-label: selectors (a path or unix:///path).
-    /// Default: the kubelet's defaults, /run/containerd/containerd.sock then /var/run/crio/crio.sock.
+    /// The node's CRI runtime socket, for pod-label: selectors (a path or unix:///path); stands
+    /// over the agent config's cri_socket. Default: the kubelet's defaults,
+    /// /run/containerd/containerd.sock then /var/run/crio/crio.sock.
     #[arg(long, global = true, value_name = "PATH", env = "GPREEMPT_CRI_SOCKET", display_order = 999)]
     pub cri_socket: Option<String>,
 
@@ -165,8 +166,10 @@ pub enum Command {
     /// their in-driver breakdown, collateral preemptions, tracer losses, labelled with the pod,
     /// namespace and container when the process runs in a Kubernetes pod. Memory stays bounded:
     /// an exited process's series leave after the config's grace period. Logs key=value lines to
-    /// stderr. SIGHUP reloads --config (an invalid file is rejected and the old one kept);
-    /// SIGTERM or Ctrl-C exits cleanly. `--check FILE` validates a configuration and exits.
+    /// stderr. --config is reloaded when its content changes (its directory is watched, which
+    /// also sees a Kubernetes ConfigMap update) or on SIGHUP; an invalid file is rejected and the
+    /// old one kept. SIGTERM or Ctrl-C exits cleanly. `--check FILE` validates a configuration
+    /// and exits.
     #[command(after_help = EXIT_CODES)]
     Agent(AgentArgs),
     /// Compare queue ids across recorded runs (`gpreempt trace --json` output, one file per run).
