@@ -15,6 +15,8 @@
 //!   swap is reloaded, and its `pod-label:` policy holds the offline pod's two queues suspended
 //!   during the online pod's request and resumes them after; the agent opened the emulator's
 //!   /dev/kfd (KFD made a process of it) and holds the offline process;
+//! - a second update that adds `cri_socket` is applied by that reload: the label policy restarts
+//!   on the named socket and holds the offline process again;
 //! - StopContainer with the pod's grace period (SIGTERM) ends the agent cleanly: the policy
 //!   stops, the offline process is detached and runs on.
 
@@ -32,7 +34,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use gpreempt_tests::{
-    containerd::{Containerd, kfd_pid_of},
+    containerd::{Containerd, SOCKET, kfd_pid_of},
     expected_probes,
     kubelet::{Node, PodPlan, Rendered, follow_log},
     log_field,
@@ -186,6 +188,32 @@ pub fn agent_beside(ctrd: &mut Containerd, scratch: &Path, offline: u32, request
     assert_eq!(transitions(&text, "suspend"), transitions(&text, "resume"), "{text}");
     let online_suspends = ["pod=\"llm-0\"", "operation=\"suspend\""];
     assert_eq!(series(&text, "gpreempt_debug_trap_operations_total", &online_suspends), 0, "{text}");
+
+    // A ConfigMap update that names the runtime's socket: the reload applies it, restarting the
+    // label policy on it (its offline process detached, then attached through that socket).
+    let mut files = scheduling.config_map("gpreempt-agent")?;
+    let toml = files.iter_mut().find(|(k, _)| k == "agent.toml").context("no agent.toml in the ConfigMap")?;
+    toml.1 = format!("cri_socket = \"unix://{SOCKET}\"\n{}", toml.1);
+    plan.config_maps[0].update(&files)?;
+    let lines = log.lines.wait_lines(
+        &[
+            &format!("msg=\"cri_socket changed; to={SOCKET} policies={POLICY}"),
+            &format!("msg=\"policy stopped\" policy={POLICY}"),
+            &format!("msg=\"config reloaded\" policies={POLICY}"),
+            &format!("msg=\"policy started\" policy={POLICY}"),
+            "msg=\"offline process attached\"",
+        ],
+        Duration::from_secs(120),
+    )?;
+    let from = r#"from="/run/containerd/containerd.sock or /var/run/crio/crio.sock""#;
+    assert!(lines[0].contains(from), "{}", lines[0]);
+    assert_eq!(
+        (log_field(&lines[4], "pid"), log_field(&lines[4], "queues")),
+        (Some(offline.to_string().as_str()), Some("2")),
+        "{}",
+        lines[4]
+    );
+    assert_eq!(tracer_pid(offline)?, agent_pid, "the restarted policy holds the offline process");
 
     // The kubelet ends the pod: StopContainer with its grace period, SIGTERM first.
     ctrd.stop_container(&agent_id, plan.grace_s)?;
