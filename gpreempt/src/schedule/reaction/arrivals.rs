@@ -146,7 +146,8 @@ impl Arrivals {
         self.probe.as_ref().and_then(|p| p.fd())
     }
 
-    /// The earliest planned issue time of a pending hold not yet in force (the wait's deadline).
+    /// The earliest planned issue time of a pending hold not yet in force at `now` (the wait's
+    /// deadline).
     pub(super) fn next_issue(&self, now: u64) -> Option<u64> {
         self.watched.iter().flat_map(|w| &w.pending).map(|p| p.plan.issue_at_ns).filter(|&t| t > now).min()
     }
@@ -426,6 +427,23 @@ impl<S: ControlSide> Reaction<S> {
                 .any(|w| !w.pending.is_empty() && online.iter().any(|o| o.pid == w.pid && o.gpus().any(|g| g == gpu)))
             {
                 lane.arrived_since_gap = true;
+            }
+        }
+    }
+
+    /// A pending hold whose issue time came while its process's GPUs were already held (another
+    /// request's hold, or online work, suspended them) is held from this step: no SUSPEND of its
+    /// own will come to say so, and without this it would be counted late at its first work.
+    pub(super) fn note_holds_in_force(&mut self, now: u64) {
+        let Some(a) = self.arrivals.as_mut() else { return };
+        for w in a.watched.iter_mut() {
+            let Some(o) = self.online.iter().find(|o| o.pid == w.pid) else { continue };
+            let mut lanes = self.lanes.iter().filter(|l| o.gpus().any(|g| g == l.gpu)).peekable();
+            if lanes.peek().is_none() || !lanes.all(|l| l.policy.state() == State::Suspended) {
+                continue;
+            }
+            for p in w.pending.iter_mut().filter(|p| p.held_ns.is_none() && p.plan.issue_at_ns <= now) {
+                p.held_ns = Some(now);
             }
         }
     }

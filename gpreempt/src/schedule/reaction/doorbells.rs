@@ -3,6 +3,7 @@
 
 use super::{Reaction, messages::Report};
 use crate::{
+    clock::monotonic_ns,
     domain::{GpuId, HostPid, QueueId},
     model::QueueAddrs,
     schedule::{
@@ -69,8 +70,10 @@ impl<S: ControlSide> Reaction<S> {
     }
 
     /// The one wait: a hit, an arrival, a command, a hint client or line, a pending hold's issue
-    /// time, or the cross-check. True when something woke it.
-    pub(super) fn wait_for_work(&mut self, now: u64) -> bool {
+    /// time, or the cross-check. True when something woke it. `step_ns`: the start of the step
+    /// before it, the instant its holds were judged at: an issue time that came due since (during
+    /// the step's own work) ends the wait at once instead of being slept past.
+    pub(super) fn wait_for_work(&mut self, step_ns: u64) -> bool {
         let Some(probe) = &self.probe else { return false };
         let mut fds = vec![probe.fd()];
         if let Some(n) = &self.nudge {
@@ -84,8 +87,8 @@ impl<S: ControlSide> Reaction<S> {
         let mut timeout = self.config.cross_check_ns;
         if let Some(a) = &self.arrivals {
             fds.extend(a.fd());
-            if let Some(at) = a.next_issue(now) {
-                timeout = timeout.min(at - now);
+            if let Some(at) = a.next_issue(step_ns) {
+                timeout = timeout.min(at.saturating_sub(monotonic_ns()));
             }
         }
         let woken = wait_readable(&fds, timeout);

@@ -234,7 +234,7 @@ impl<S: ControlSide> Reaction<S> {
                 // store, a command or the cross-check. The step interval measures the poll's
                 // cadence, which this wait is not.
                 self.stats.doorbell_waits.fetch_add(1, Ordering::Relaxed);
-                if self.wait_for_work(monotonic_ns()) {
+                if self.wait_for_work(now) {
                     self.stats.doorbell_wakes.fetch_add(1, Ordering::Relaxed);
                 }
                 self.after_wait = true;
@@ -272,6 +272,7 @@ impl<S: ControlSide> Reaction<S> {
         // Before the holds end at their first work (next): a hold still open means the work that
         // comes back may be its request's first (the gap it ends then lies between requests).
         self.mark_pending_arrivals();
+        self.note_holds_in_force(now);
         // After the read: a submission the read saw was published before this instant (the step's
         // `now` may precede it by the step's own work), so a lead is never shorter than it was.
         self.arrival_progress(monotonic_ns());
