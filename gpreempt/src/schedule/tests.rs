@@ -268,6 +268,17 @@ impl ArrivalSource for ScriptedArrivals {
     }
 }
 
+/// The arrival path on for the online process (this one, in cgroup `user.slice` of a cgroup v2
+/// mount in the fake host), watched on port 8000.
+fn watched_on_8000(host: &mut FakeHost, config: ScheduleConfig) -> ScheduleConfig {
+    let cgroups = host.path().join("cgroup");
+    host.dir("cgroup/user.slice").file(
+        "proc/self/mountinfo",
+        format!("31 24 0:27 / {} rw,relatime shared:10 - cgroup2 cgroup2 rw\n", cgroups.display()),
+    );
+    ScheduleConfig { arrival: Some(ArrivalConfig { ports: vec![8000], ..ArrivalConfig::default() }), ..config }
+}
+
 /// A KFD process with one queue in the fake host, as the scheduler's checks see it.
 fn kfd_process(host: &mut FakeHost, pid: u32) {
     host.kfd_file(pid, "queues/0/gpuid", "4096").kfd_file(pid, "queues/0/type", "0").kfd_process(pid).process(
@@ -932,17 +943,8 @@ fn a_resume_of_several_offline_processes_stops_when_a_request_arrives_during_it(
     // Two offline processes on A, both runnable; the online process (this one) in a cgroup v2 of
     // the fake host, watched on port 8000 by a scripted arrival source.
     let Setup { mut host, side, config } = two_offline(FIRST, SECOND, A, (&R, &W));
-    let cgroups = host.path().join("cgroup");
-    host.dir("cgroup/user.slice").file(
-        "proc/self/mountinfo",
-        format!("31 24 0:27 / {} rw,relatime shared:10 - cgroup2 cgroup2 rw\n", cgroups.display()),
-    );
     let arrivals = ScriptedArrivals::default();
-    let config = ScheduleConfig {
-        runnable: Runnable::All,
-        arrival: Some(ArrivalConfig { ports: vec![8000], ..ArrivalConfig::default() }),
-        ..config
-    };
+    let config = ScheduleConfig { runnable: Runnable::All, ..watched_on_8000(&mut host, config) };
     let seams = Seams { arrival: Arc::new(arrivals.clone()), ..seams_of(&side, &config, Box::new(Quiet)) };
     // A request reaches the service while the first RESUME runs. Nothing is known of its lead
     // yet: its SUSPENDs are due at once, before the second process could run, so that process's
@@ -988,6 +990,52 @@ fn a_resume_of_several_offline_processes_stops_when_a_request_arrives_during_it(
     // It arrived while the reaction thread was inside the RESUME: counted apart.
     assert_eq!(a.arrival_to_suspend_us.as_ref().map(|s| s.count), None);
     assert_eq!(a.arrival_to_suspend_in_transition_us.as_ref().map(|s| s.count), Some(1));
+}
+
+#[test]
+fn a_hold_that_comes_due_while_another_requests_hold_has_the_gpu_suspended_is_served_not_late() {
+    static R: AtomicU64 = AtomicU64::new(0);
+    static W: AtomicU64 = AtomicU64::new(0);
+    // Margins of 2-5 ms on every side of each instant below (a stalled thread is not a failure).
+    const LEAD: Duration = Duration::from_millis(10);
+    let offline = vec![queue(0, A, &OFF_READ, &OFF_READ)];
+    let Setup { mut host, side, config } = setup(3_999_950, vec![queue(0, A, &R, &W)], offline, false);
+    let config = watched_on_8000(&mut host, config);
+    let arrivals = ScriptedArrivals::default();
+    let seams = Seams { arrival: Arc::new(arrivals.clone()), ..seams_of(&side, &config, Box::new(Quiet)) };
+    let (_events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams, &mut emit).unwrap();
+    let script = arrivals.clone();
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
+        // Eight requests, one at a time, each publishing its work LEAD after its arrival: nothing
+        // is known yet, so each is suspended for at its arrival, and its lead is learnt.
+        for n in 1..=8u64 {
+            script.arrive();
+            thread::sleep(LEAD);
+            W.store(n, Ordering::SeqCst);
+            R.store(n, Ordering::SeqCst);
+            c.wait_until(|calls| count(calls, "resume") == n as usize);
+        }
+        // Two more, 3 ms apart: the first's SUSPEND is issued just before its predicted work (at
+        // about LEAD); the second comes due 3 ms later with the GPU still held for the first,
+        // whose work comes at LEAD + 5 ms: no SUSPEND of its own. Its work comes at LEAD + 5 ms
+        // too, well within its bound (twice the lead).
+        script.arrive();
+        thread::sleep(Duration::from_millis(3));
+        script.arrive();
+        thread::sleep(LEAD + Duration::from_millis(2));
+        W.store(9, Ordering::SeqCst);
+        thread::sleep(Duration::from_millis(3));
+        W.store(10, Ordering::SeqCst);
+        R.store(10, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "resume") == 9);
+    });
+    assert_eq!((report.suspends, report.resumes), (9, 9));
+    let a = &report.arrival[0];
+    assert_eq!(
+        (a.pending.arrivals, a.pending.served, a.pending.late, a.pending.wasted, a.pending.busy, a.pending.open),
+        (10, 10, 0, 0, 0, 0)
+    );
 }
 
 #[test]
