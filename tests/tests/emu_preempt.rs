@@ -421,9 +421,10 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
             Some(1),
             format!(
                 "gpreempt: error: --online {pid}: refusing pid {pid} (emu-workload) as online: it has secondary KFD \
-                 contexts (context_0; AMDKFD_IOC_CREATE_PROCESS, Linux 7.0), whose queues neither DBG_TRAP's snapshot \
-                 nor the tracer reaches, so its work there would go unseen and the offline processes would keep \
-                 running beside it; plain ROCr opens only the primary context"
+                 contexts (context_0; AMDKFD_IOC_CREATE_PROCESS, Linux 7.0), whose queues DBG_TRAP's snapshot does \
+                 not reach and the scheduler does not watch (`gpreempt trace` lists them, by context), so its work \
+                 there would go unseen and the offline processes would keep running beside it; plain ROCr opens only \
+                 the primary context"
             )
         )
     );

@@ -125,8 +125,9 @@ pub enum TargetError {
     /// process, but its work in a secondary context cannot be seen.
     #[error(
         "refusing pid {pid} ({}) as online: it has secondary KFD contexts ({}; AMDKFD_IOC_CREATE_PROCESS, Linux \
-         7.0), whose queues neither DBG_TRAP's snapshot nor the tracer reaches, so its work there would go unseen \
-         and the offline processes would keep running beside it; plain ROCr opens only the primary context",
+         7.0), whose queues DBG_TRAP's snapshot does not reach and the scheduler does not watch (`gpreempt trace` \
+         lists them, by context), so its work there would go unseen and the offline processes would keep running \
+         beside it; plain ROCr opens only the primary context",
         escape(.comm),
         contexts_list(.contexts)
     )]
