@@ -889,6 +889,36 @@ fn with_gang_the_job_is_held_on_all_of_its_gpus_when_one_of_them_is_and_resumed_
     assert_eq!((report.suspends, report.resumes, report.offline_deferred), (1, 1, 0));
 }
 
+/// Two offline processes on A held, the idle resume's first RESUME cut short (the second process
+/// stays held with no ioctl), the first suspended again, then both resumed at the end.
+fn assert_one_resume_cut_short(
+    side: &RecorderSide,
+    events: &Mutex<Vec<ScheduleEvent>>,
+    report: &ScheduleReport,
+    (first, second): (u32, u32),
+) {
+    assert_eq!(
+        side.calls(),
+        [
+            format!("attach {first}"),
+            format!("attach {second}"),
+            format!("suspend Gpu(GpuId({A}))"),
+            format!("suspend Gpu(GpuId({A}))"),
+            "resume 0x1000".into(),
+            format!("suspend Gpu(GpuId({A}))"),
+            "resume 0x1000".into(),
+            "resume 0x1000".into(),
+            format!("detach {first}"),
+            format!("detach {second}"),
+        ]
+    );
+    assert_eq!(
+        transitions(events),
+        ["suspend 0x1000 2 0", "resume 0x1000 1 0", "suspend 0x1000 1 1", "resume 0x1000 2 0"]
+    );
+    assert_eq!((report.suspends, report.resumes, report.resumes_cut_short), (2, 2, 1));
+}
+
 #[test]
 fn a_resume_of_several_offline_processes_stops_when_online_work_is_published_during_it() {
     static R: AtomicU64 = AtomicU64::new(0);
@@ -912,26 +942,7 @@ fn a_resume_of_several_offline_processes_stops_when_online_work_is_published_dur
         R.store(2, Ordering::SeqCst);
         c.wait_until(|calls| count(calls, "resume") == 3);
     });
-    assert_eq!(
-        side.calls(),
-        [
-            format!("attach {FIRST}"),
-            format!("attach {SECOND}"),
-            format!("suspend Gpu(GpuId({A}))"),
-            format!("suspend Gpu(GpuId({A}))"),
-            "resume 0x1000".into(),
-            format!("suspend Gpu(GpuId({A}))"),
-            "resume 0x1000".into(),
-            "resume 0x1000".into(),
-            format!("detach {FIRST}"),
-            format!("detach {SECOND}"),
-        ]
-    );
-    assert_eq!(
-        transitions(&events),
-        ["suspend 0x1000 2 0", "resume 0x1000 1 0", "suspend 0x1000 1 1", "resume 0x1000 2 0"]
-    );
-    assert_eq!((report.suspends, report.resumes, report.resumes_cut_short), (2, 2, 1));
+    assert_one_resume_cut_short(&side, &events, &report, (FIRST, SECOND));
 }
 
 #[test]
@@ -961,26 +972,7 @@ fn a_resume_of_several_offline_processes_stops_when_a_request_arrives_during_it(
         // GPU work: its hold ends at the cold bound (50 ms) as wasted, then the idle resume.
         c.wait_until(|calls| count(calls, "resume") == 3);
     });
-    assert_eq!(
-        side.calls(),
-        [
-            format!("attach {FIRST}"),
-            format!("attach {SECOND}"),
-            format!("suspend Gpu(GpuId({A}))"),
-            format!("suspend Gpu(GpuId({A}))"),
-            "resume 0x1000".into(),
-            format!("suspend Gpu(GpuId({A}))"),
-            "resume 0x1000".into(),
-            "resume 0x1000".into(),
-            format!("detach {FIRST}"),
-            format!("detach {SECOND}"),
-        ]
-    );
-    assert_eq!(
-        transitions(&events),
-        ["suspend 0x1000 2 0", "resume 0x1000 1 0", "suspend 0x1000 1 1", "resume 0x1000 2 0"]
-    );
-    assert_eq!((report.suspends, report.resumes, report.resumes_cut_short), (2, 2, 1));
+    assert_one_resume_cut_short(&side, &events, &report, (FIRST, SECOND));
     // One arrival, through the scripted source, watched on the configured port; its hold wasted.
     assert_eq!(report.arrival.len(), 1);
     let a = &report.arrival[0];
