@@ -296,11 +296,8 @@ fn emu_arrival_sees_a_python_hip_service_it_was_never_tuned_on() {
     let offline_pid = offline.pid().to_string();
     let co_located = unseen_load(port, "co-located");
 
-    let mut s = Schedule::between(pid, &offline_pid, &["--no-arrival"]);
-    s.wait_events("offline_attached", 1, LONG);
-    let no_arrival = unseen_load(port, "schedule --no-arrival");
-    s.stop();
-
+    // No `--no-arrival` state here: the project's own service above measures against it, and this
+    // one's P50s are only printed (below), so the state would cost CI about 40 s for a figure.
     let mut s = Schedule::between(pid, &offline_pid, &[]);
     s.wait_events("offline_attached", 1, LONG);
     let said = s.wait_events("online_arrival", 1, LONG);
@@ -327,9 +324,8 @@ fn emu_arrival_sees_a_python_hip_service_it_was_never_tuned_on() {
     assert_eq!(n(&sum, "resumes"), n(&sum, "suspends"), "{sum}");
     say(&format!(
         "emu_arrival: unseen service P50: alone {alone:.1} ms, co-located {co_located:.1} ms (x{:.2}), schedule \
-         --no-arrival {no_arrival:.1} ms (x{:.2}), schedule {scheduled:.1} ms (x{:.2})",
+         {scheduled:.1} ms (x{:.2})",
         co_located / alone,
-        no_arrival / alone,
         scheduled / alone
     ));
     // The P50s are printed, not asserted. This Python service's requests run its CPU phase, the
