@@ -126,6 +126,14 @@ pub(crate) fn create(queue_id: u32, gpu_id: u32) -> EventKind {
     })
 }
 
+/// [`create`] in secondary KFD context `context_id` (Linux 7.0: its queue ids are its own).
+pub(crate) fn create_in(context_id: u16, queue_id: u32, gpu_id: u32) -> EventKind {
+    match create(queue_id, gpu_id) {
+        EventKind::QueueCreate(c) => EventKind::QueueCreate(QueueCreate { context_id: Some(context_id), ..c }),
+        other => other,
+    }
+}
+
 /// SUSPEND_QUEUES (or RESUME_QUEUES if `resume`) of `target`'s queues; `ids` are the raw
 /// per-queue results, bit 31 marking a queue the kernel did not handle.
 pub(crate) fn suspend(target: u32, ids: &[u32], resume: bool) -> EventKind {

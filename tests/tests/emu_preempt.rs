@@ -320,7 +320,8 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
     }
     // The tracer keys what happens in a secondary context by its id (its queue ids repeat the
     // primary's; docs/kfd.md §1.4): it reads kfd_process.context_id from the module's BTF.
-    let tracer = Tracer::start(&[]).unwrap();
+    let perfetto = std::env::temp_dir().join("emu-secondary-context.perfetto.json");
+    let tracer = Tracer::start(&["--perfetto", perfetto.to_str().unwrap()]).unwrap();
     let mut w = workload(&["--gpu-id", "0x1000", "--queues", "2", "--runtime-enable", "--secondary-context", "2"]);
     let pid = w.pid();
     assert_eq!(w.hello["kfd_version"], "1.19");
@@ -369,6 +370,23 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
         [(json!("primary"), 0), (json!("primary"), 1), (json!({"secondary": 0}), 0), (json!({"secondary": 0}), 1)],
         "{me}"
     );
+    // `queues --watch` (sysfs) lists them too, the secondary's named by their context.
+    let watch = |format: &str| {
+        let args = ["queues", &pid.to_string(), "--watch", "100ms", "--duration", "250ms", "--no-trace", format];
+        let out = Command::new(binary("gpreempt").unwrap()).args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let v: serde_json::Value = serde_json::from_str(&watch("--json")).unwrap();
+    assert_eq!(v["samples"][0]["queue_ids"], json!(["0", "1", "context_0/0", "context_0/1"]), "{v}");
+    let rows: Vec<(&serde_json::Value, &serde_json::Value)> =
+        v["queues"].as_array().unwrap().iter().map(|q| (&q["context_id"], &q["queue_id"])).collect();
+    assert_eq!(
+        rows,
+        [(&json!(null), &json!(0)), (&json!(null), &json!(1)), (&json!(0), &json!(0)), (&json!(0), &json!(1))]
+    );
+    let text = watch("--ids-only");
+    assert_eq!(text.lines().collect::<Vec<_>>(), ["0", "1", "context_0/0", "context_0/1"], "{text}");
     // 6.14+ keeps `pasid` but prints 0 (the PASID is per device since; docs/kfd.md §4.1), as the
     // 7.x emulator does: unknown to gpreempt, never an error, the rest of the process intact.
     assert_eq!((queue_file("pasid"), queue_file("context_0/pasid")), ("0\n".into(), "0\n".into()));
@@ -494,6 +512,24 @@ fn a_process_with_a_secondary_context_is_refused_naming_it_and_its_queues_have_t
         events_of(&objects, pid, "context_create").iter().map(|e| (&e["context_id"], &e["ret"])).collect();
     assert_eq!(contexts, [(&json!(0), &json!(0)), (&json!(null), &json!(-22))], "{objects:?}");
     assert_eq!(summary(&objects).unwrap()["dropped"], 0);
+    // The Perfetto export: a track per queue of either context, the secondary's named by it, each
+    // with its lifetime.
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&perfetto).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let named = |ph: &str| -> Vec<&str> {
+        events
+            .iter()
+            .filter(|e| e["pid"] == pid && e["ph"] == ph && e["cat"] != "span")
+            .filter_map(|e| if ph == "M" { e["args"]["name"].as_str() } else { e["name"].as_str() })
+            .filter(|n| n.starts_with("queue "))
+            .collect()
+    };
+    let tracks = ["queue 0", "queue 1", "queue context_0/0", "queue context_0/1"];
+    assert_eq!(named("M"), tracks, "{doc}");
+    let mut lifetimes = named("X");
+    lifetimes.sort_unstable();
+    assert_eq!(lifetimes, tracks, "{doc}");
+    let _ = std::fs::remove_file(&perfetto);
 }
 
 #[test]

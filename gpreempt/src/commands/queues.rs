@@ -22,8 +22,8 @@ use gpreempt::{
     output::text::escape,
     pipeline::in_process::{InProcessTracer, TracerOptions},
     views::{
-        queues::{QueueRow, Sample, Source, WatchStats},
-        traced_queues::{TracedQueue, TracedQueues},
+        queues::{self, QueueRow, Sample, Source, WatchStats},
+        traced_queues::{self, TracedQueue, TracedQueues},
     },
 };
 use serde_json::json;
@@ -47,7 +47,7 @@ impl Lister {
         }
     }
 
-    /// Sorted by queue id (KFD lists a process's queues newest first: `list_add` in
+    /// Sorted by context, then queue id (KFD lists a process's queues newest first: `list_add` in
     /// pqm_create_queue, 6.12).
     fn sample(&self) -> Result<Vec<QueueRow>> {
         let mut rows: Vec<QueueRow> = match self {
@@ -55,7 +55,7 @@ impl Lister {
             Self::DebugTrap(d) => d.snapshot(false)?.iter().map(QueueRow::from).collect(),
             Self::Sysfs(root, pid) => sysfs::read_process(root, *pid)?.queues.iter().map(QueueRow::from).collect(),
         };
-        rows.sort_by_key(|q| q.queue_id);
+        rows.sort_by_key(QueueRow::key);
         Ok(rows)
     }
 }
@@ -119,7 +119,7 @@ fn print_once(
     rows: &[QueueRow],
 ) -> Result<()> {
     if args.ids_only {
-        rows.iter().for_each(|q| outln!("{}", q.queue_id));
+        rows.iter().for_each(|q| outln!("{}", q.key()));
     } else if args.json {
         let out =
             json!({"pid": target.pid, "comm": target.comm, "kfd_version": version, "source": source, "queues": rows});
@@ -139,40 +139,7 @@ fn source_name(source: Source) -> &'static str {
 }
 
 fn print_table(rows: &[QueueRow]) {
-    if rows.is_empty() {
-        return;
-    }
-    let hex = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:#x}"));
-    let num = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
-    outln!(
-        "{:>5} {:>6} {:<20} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  EXCEPTIONS",
-        "QUEUE",
-        "GPU",
-        "PARTITION",
-        "TYPE",
-        "RING",
-        "RING_SIZE",
-        "RPTR",
-        "WPTR",
-        "CWSR",
-        "CWSR_SIZE"
-    );
-    for q in rows {
-        outln!(
-            "{:>5} {:>6} {:<20} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  {}",
-            q.queue_id,
-            num(q.gpu_id.map(u64::from)),
-            q.partition.map_or_else(|| "-".to_owned(), |p| p.label()),
-            q.queue_type,
-            hex(q.ring_base),
-            num(q.ring_size),
-            hex(q.read_pointer_address),
-            hex(q.write_pointer_address),
-            hex(q.cwsr_address),
-            num(q.cwsr_size.map(u64::from)),
-            if q.exceptions.is_empty() { "-".to_owned() } else { q.exceptions.join(",") }
-        );
-    }
+    queues::table(rows).iter().for_each(|line| outln!("{line}"));
 }
 
 /// The in-process tracer while watching, and what it learnt of the process's queues.
@@ -242,11 +209,9 @@ fn watch(
             now.iter_mut().for_each(|row| t.queues.enrich(row));
         }
         let sample =
-            Sample { t_ms: start.elapsed().as_millis() as u64, queue_ids: now.iter().map(|q| q.queue_id).collect() };
+            Sample { t_ms: start.elapsed().as_millis() as u64, queue_ids: now.iter().map(QueueRow::key).collect() };
         if !args.json && !args.ids_only {
-            // The bare numbers, as `[0, 1]` (QueueId's Debug would print `QueueId(0)`).
-            let ids: Vec<u32> = sample.queue_ids.iter().copied().map(u32::from).collect();
-            outln!("{:>8} ms  {:>3} queue(s)  {ids:?}", sample.t_ms, sample.queue_ids.len());
+            outln!("{}", sample.line());
         }
         samples.push(sample);
         rows.push(now);
@@ -311,45 +276,6 @@ fn watch(
 
 /// The queues created while watching, as the tracer saw their CREATE_QUEUE.
 fn print_traced(t: &Watcher, start_boot_ns: u64) {
-    let queues: Vec<&TracedQueue> = t.queues.queues().collect();
-    outln!("queues created while watching (from the tracer): {}", queues.len());
-    if queues.is_empty() {
-        return;
-    }
-    let ms = |ns: u64| format!("{:.1}", ns.saturating_sub(start_boot_ns) as f64 / 1e6);
-    outln!(
-        "{:>5} {:>6} {:<12} {:>4} {:>16} {:>9} {:>16} {:>16} {:>10} {:>16} {:>9} {:>10} {:>10}",
-        "QUEUE",
-        "GPU",
-        "TYPE",
-        "PRIO",
-        "RING",
-        "RING_SIZE",
-        "RPTR",
-        "WPTR",
-        "DOORBELL",
-        "CWSR",
-        "CWSR_SIZE",
-        "CREATED_MS",
-        "GONE_MS"
-    );
-    for q in queues {
-        let c = &q.queue;
-        outln!(
-            "{:>5} {:>6} {:<12} {:>4} {:>16} {:>9} {:>16} {:>16} {:>10} {:>16} {:>9} {:>10} {:>10}",
-            c.queue_id,
-            c.gpu_id.0,
-            c.queue_type,
-            c.priority,
-            format!("{:#x}", c.ring_base),
-            c.ring_size,
-            format!("{:#x}", c.read_pointer_address),
-            format!("{:#x}", c.write_pointer_address),
-            c.doorbell_offset.map_or_else(|| "-".to_owned(), |d| format!("{d:#x}")),
-            format!("{:#x}", c.cwsr_address),
-            c.cwsr_size,
-            ms(q.created_ns),
-            q.destroyed_ns.map_or_else(|| "-".to_owned(), ms)
-        );
-    }
+    outln!("queues created while watching (from the tracer): {}", t.queues.queues().count());
+    traced_queues::table(t.queues.queues(), start_boot_ns).iter().for_each(|line| outln!("{line}"));
 }

@@ -12,7 +12,7 @@ pub mod spans;
 use serde::Serialize;
 
 use self::{
-    registry::{Lifecycle, ProcessEntry, Registry},
+    registry::{Lifecycle, ProcessEntry, QueueKey, Registry},
     spans::{Span, SpanTracker},
 };
 use crate::{
@@ -51,7 +51,8 @@ impl QueueAddrs {
 /// targets, the agent's policies and metrics — reacts to these rather than to raw events. At most
 /// one per event, so applying an event allocates nothing for it. A queue's notice is the compact
 /// form of a [`QueueNotice`], which says when and, for a new queue, everything its create record
-/// said.
+/// said. Its queues are the primary KFD context's only: DBG_TRAP reaches no other (Linux 7.0,
+/// docs/kfd.md §1.4), so a secondary context's queue has its [`QueueNotice`] and no notice here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "notice", rename_all = "snake_case")]
 pub enum ModelNotice {
@@ -72,7 +73,7 @@ pub enum ModelNotice {
     QueueReset { pid: HostPid, queue_id: QueueId, gpu_id: Option<GpuId> },
     /// It made a secondary KFD context (Linux 7.0, `AMDKFD_IOC_CREATE_PROCESS`; `context_id`
     /// `None` when unreadable): DBG_TRAP cannot reach the queues created there; the model keys
-    /// them by context and announces none of them (docs/kfd.md §1.4).
+    /// them by context and announces none of them here (docs/kfd.md §1.4).
     ContextCreated { pid: HostPid, context_id: Option<u16> },
 }
 
@@ -82,6 +83,9 @@ pub enum ModelNotice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct CreatedQueue {
     pub queue_id: QueueId,
+    /// The secondary KFD context it was created in (Linux 7.0; ids are per context); `None`
+    /// (JSON `null`) for the primary one.
+    pub context_id: Option<u16>,
     pub gpu_id: GpuId,
     pub queue_type: QueueType,
     pub priority: u32,
@@ -97,6 +101,11 @@ pub struct CreatedQueue {
 }
 
 impl CreatedQueue {
+    /// Where it is: its context and id.
+    pub fn key(&self) -> QueueKey {
+        QueueKey::new(self.context_id, self.queue_id)
+    }
+
     /// Where it keeps its dispatch indices: what the scheduler reads of it.
     pub fn addrs(&self) -> QueueAddrs {
         QueueAddrs {
@@ -118,10 +127,11 @@ pub enum GoneCause {
 }
 
 /// A queue created or gone, in full: what [`ModelNotice::QueueCreated`] and
-/// [`ModelNotice::QueueGone`] say, with the event's time, the create record's arguments and why
-/// the queue went. The scheduler and the agent keep the compact notice (ids and index addresses,
-/// a third of the size, which is what crosses their channels); a view that shows a queue's
-/// arguments and times takes this one ([`crate::pipeline::Subscriber::queue`]).
+/// [`ModelNotice::QueueGone`] say, with the event's time, the create record's arguments, its KFD
+/// context and why the queue went. The scheduler and the agent keep the compact notice (ids and
+/// index addresses, a third of the size, which is what crosses their channels), which only a
+/// primary context's queue has; a view that shows a queue's arguments and times takes this one
+/// ([`crate::pipeline::Subscriber::queue`]), for every context's queues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueNotice {
     Created {
@@ -132,7 +142,7 @@ pub enum QueueNotice {
     },
     Gone {
         pid: HostPid,
-        queue_id: QueueId,
+        key: QueueKey,
         /// CLOCK_BOOTTIME ns of the record that ended it (its sysfs removal, or a destroy's
         /// return when no removal was seen).
         ts_ns: u64,
@@ -148,12 +158,24 @@ impl QueueNotice {
         }
     }
 
-    /// The compact notice every subscriber gets.
-    pub fn notice(&self) -> ModelNotice {
+    /// Which queue: its context and id.
+    pub fn key(&self) -> QueueKey {
         match *self {
-            Self::Created { pid, queue, .. } => ModelNotice::QueueCreated { pid, queue: queue.addrs() },
-            Self::Gone { pid, queue_id, .. } => ModelNotice::QueueGone { pid, queue_id },
+            Self::Created { queue, .. } => queue.key(),
+            Self::Gone { key, .. } => key,
         }
+    }
+
+    /// The compact notice every subscriber gets: none for a secondary KFD context's queue, which
+    /// DBG_TRAP cannot reach ([`ModelNotice`]).
+    pub fn notice(&self) -> Option<ModelNotice> {
+        if !self.key().is_primary() {
+            return None;
+        }
+        Some(match *self {
+            Self::Created { pid, queue, .. } => ModelNotice::QueueCreated { pid, queue: queue.addrs() },
+            Self::Gone { pid, key, .. } => ModelNotice::QueueGone { pid, queue_id: key.queue_id },
+        })
     }
 }
 
@@ -163,7 +185,8 @@ pub struct Applied {
     /// Spans it closed (a suspend, a resume, an eviction restored or ended by an exit).
     pub spans: Vec<Span>,
     pub notice: Option<ModelNotice>,
-    /// The same change in full when it is a queue's (`notice` is then its compact form).
+    /// The same change in full when it is a queue's (`notice` is then its compact form, or
+    /// `None` for a secondary KFD context's queue).
     pub queue: Option<QueueNotice>,
     /// Exited processes the model no longer keeps (past [`Limits`]): their series can go.
     pub forgotten: Vec<HostPid>,
@@ -235,7 +258,7 @@ impl Model {
             }
             _ => None,
         };
-        let notice = change.map(Lifecycle::notice).or(reset);
+        let notice = change.and_then(Lifecycle::notice).or(reset);
         let queue = change.and_then(Lifecycle::queue);
         let mut forgotten = Vec::new();
         if matches!(notice, Some(ModelNotice::ProcessGone { .. })) {
@@ -342,6 +365,7 @@ mod tests {
         let a = m.apply(&ev(10, 1, create(2, 0xa)));
         let queue = CreatedQueue {
             queue_id: QueueId(2),
+            context_id: None,
             gpu_id: GpuId(0xa),
             queue_type: QueueType::ComputeAql,
             priority: 7,
@@ -355,7 +379,7 @@ mod tests {
             cwsr_size: 0,
         };
         assert_eq!(a.queue, Some(QueueNotice::Created { pid: HostPid(10), ts_ns: 1, queue }));
-        assert_eq!(a.notice, a.queue.map(|q| q.notice()));
+        assert_eq!(a.notice, a.queue.and_then(|q| q.notice()));
         let a = m.apply(&exit(10, 4));
         assert_eq!((a.notice, a.queue), (Some(ModelNotice::ProcessGone { pid: HostPid(10) }), None));
     }

@@ -2,9 +2,11 @@
 //! queues that existed before the tracer started, then kept current by applying events.
 //!
 //! A queue is keyed by its KFD context and id ([`QueueKey`]): since Linux 7.0 a process may have
-//! secondary contexts, each with its own queue ids from 0 (docs/kfd.md §1.4). Only the primary
-//! context's queues are announced to subscribers ([`Lifecycle`]): DBG_TRAP reaches no other, so
-//! the scheduler and the agent have nothing to do with them.
+//! secondary contexts, each with its own queue ids from 0 (docs/kfd.md §1.4). Every queue's
+//! change comes out in full ([`QueueNotice`], which the views and the Perfetto export show,
+//! labelled by [`QueueKey`]); only the primary context's queues get the compact [`ModelNotice`]
+//! the scheduler and the agent take: DBG_TRAP reaches no other, so they have nothing to do with
+//! them.
 //!
 //! Per queue: state (Active / Evicted / Suspended) and attributes; per process: host pid, comm,
 //! container and the pid inside it (from /proc, read once when the process is first seen), and
@@ -49,13 +51,29 @@ impl QueueKey {
     pub fn primary(queue_id: QueueId) -> Self {
         Self { context: KfdContext::Primary, queue_id }
     }
+
+    /// Its context as the records and JSON name it: `None` for the primary.
+    pub fn context_id(&self) -> Option<u16> {
+        match self.context {
+            KfdContext::Primary => None,
+            KfdContext::Secondary(id) => Some(id),
+        }
+    }
+
+    /// In the primary context: the only one DBG_TRAP reaches, so the only one announced to the
+    /// scheduler and the agent.
+    pub fn is_primary(&self) -> bool {
+        self.context == KfdContext::Primary
+    }
 }
 
+/// The label every view gives a queue: `3`, `context_0/3` (also its JSON map key).
 impl std::fmt::Display for QueueKey {
+    /// Honours width and alignment (`{key:>5}`), as a queue id does.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.context {
-            KfdContext::Primary => write!(f, "{}", self.queue_id.0),
-            KfdContext::Secondary(id) => write!(f, "context_{id}/{}", self.queue_id.0),
+            KfdContext::Primary => std::fmt::Display::fmt(&self.queue_id.0, f),
+            KfdContext::Secondary(id) => f.pad(&format!("context_{id}/{}", self.queue_id.0)),
         }
     }
 }
@@ -103,6 +121,13 @@ pub struct QueueEntry {
     pub since_ns: u64,
     /// Found in sysfs at start rather than seen being created.
     pub bootstrapped: bool,
+}
+
+impl QueueEntry {
+    /// Where it is: its context and id.
+    pub fn key(&self) -> QueueKey {
+        QueueKey::new(self.context_id, self.queue_id)
+    }
 }
 
 /// Counters over the whole trace, per process.
@@ -158,8 +183,8 @@ pub struct Collateral {
     pub gpu_id: Option<GpuId>,
 }
 
-/// One event's lifecycle change, as [`Registry::apply_in_full`] derives it (a primary context's
-/// queue, or a process).
+/// One event's lifecycle change, as [`Registry::apply_in_full`] derives it (a queue of any
+/// context, or a process).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lifecycle {
     /// A queue created or gone, in full.
@@ -169,11 +194,12 @@ pub enum Lifecycle {
 }
 
 impl Lifecycle {
-    /// The notice every subscriber gets.
-    pub fn notice(self) -> ModelNotice {
+    /// The notice every subscriber gets; none for a secondary context's queue
+    /// ([`QueueNotice::notice`]).
+    pub fn notice(self) -> Option<ModelNotice> {
         match self {
             Self::Queue(q) => q.notice(),
-            Self::Process(n) => n,
+            Self::Process(n) => Some(n),
         }
     }
 
@@ -190,6 +216,7 @@ impl Lifecycle {
 fn created(queue_id: QueueId, c: &QueueCreate) -> CreatedQueue {
     CreatedQueue {
         queue_id,
+        context_id: c.context_id,
         gpu_id: c.gpu_id,
         queue_type: c.queue_type,
         priority: c.priority,
@@ -235,16 +262,12 @@ impl Registry {
                 exited_ns: None,
             });
             for q in &p.sysfs.queues {
-                let queue_id = q.queue_id;
-                let context_id = match q.context {
-                    KfdContext::Primary => None,
-                    KfdContext::Secondary(id) => Some(id),
-                };
+                let key = QueueKey { context: q.context, queue_id: q.queue_id };
                 entry.queues.insert(
-                    QueueKey { context: q.context, queue_id },
+                    key,
                     QueueEntry {
-                        queue_id,
-                        context_id,
+                        queue_id: key.queue_id,
+                        context_id: key.context_id(),
                         gpu_id: q.gpu_id,
                         queue_type: Some(q.type_name()),
                         priority: None,
@@ -324,7 +347,7 @@ impl Registry {
 
     /// Apply one event; returns what it created or ended, for subscribers.
     pub fn apply(&mut self, e: &Event) -> Option<ModelNotice> {
-        self.apply_in_full(e).map(Lifecycle::notice)
+        self.apply_in_full(e).and_then(Lifecycle::notice)
     }
 
     /// Apply one event; returns what it created or ended, a queue's change in full.
@@ -338,10 +361,10 @@ impl Registry {
                 p.churn.queues_created += 1;
                 let queue_type = queue.queue_type;
                 p.queues.insert(
-                    QueueKey::new(c.context_id, queue.queue_id),
+                    queue.key(),
                     QueueEntry {
                         queue_id: queue.queue_id,
-                        context_id: c.context_id,
+                        context_id: queue.context_id,
                         gpu_id: Some(queue.gpu_id),
                         queue_type: Some(queue_type.name().map_or_else(|| queue_type.to_string(), str::to_owned)),
                         priority: Some(queue.priority),
@@ -353,8 +376,7 @@ impl Registry {
                         bootstrapped: false,
                     },
                 );
-                let primary = c.context_id.is_none();
-                primary.then_some(Lifecycle::Queue(QueueNotice::Created { pid: e.pid, ts_ns: ts, queue }))
+                Some(Lifecycle::Queue(QueueNotice::Created { pid: e.pid, ts_ns: ts, queue }))
             }
             EventKind::QueueDestroy(d) if d.result.is_ok() => {
                 self.remove_queue(e.pid, QueueKey::new(d.context_id, d.queue_id), ts, GoneCause::Destroyed)
@@ -453,13 +475,7 @@ impl Registry {
         let p = self.processes.get_mut(&pid)?;
         p.queues.remove(&key)?;
         p.churn.queues_destroyed += 1;
-        let queue_id = key.queue_id;
-        (key.context == KfdContext::Primary).then_some(Lifecycle::Queue(QueueNotice::Gone {
-            pid,
-            queue_id,
-            ts_ns,
-            cause,
-        }))
+        Some(Lifecycle::Queue(QueueNotice::Gone { pid, key, ts_ns, cause }))
     }
 }
 
@@ -558,7 +574,10 @@ mod tests {
         let mut r = Registry::new(None);
         let primary = r.apply(&ev(10, 1, create(0, 0x1234)));
         assert!(matches!(primary, Some(ModelNotice::QueueCreated { pid: HostPid(10), .. })));
-        assert_eq!(r.apply(&ev(10, 2, in_context(Some(0), create(0, 0x1234)))), None, "not announced");
+        let secondary = r.apply_in_full(&ev(10, 2, in_context(Some(0), create(0, 0x1234))));
+        assert_eq!(secondary.and_then(Lifecycle::notice), None, "not announced to the scheduler and the agent");
+        let shown = secondary.and_then(Lifecycle::queue).map(|q| q.key().to_string());
+        assert_eq!(shown.as_deref(), Some("context_0/0"), "in full, for the views");
         let keys: Vec<String> = r.processes[&HostPid(10)].queues.keys().map(ToString::to_string).collect();
         assert_eq!(keys, ["0", "context_0/0"]);
         let contexts: Vec<Option<u16>> = r.processes[&HostPid(10)].queues.values().map(|q| q.context_id).collect();
@@ -573,7 +592,9 @@ mod tests {
         assert_eq!(by_context, [(None, QueueState::Suspended), (Some(0), QueueState::Active)]);
         // The secondary's DESTROY_QUEUE (its removal, then its return) takes its own queue 0.
         let removal = QueueRemoved { owner_pid: Some(HostPid(10)), queue_id: Some(QueueId(0)), context_id: Some(0) };
-        assert_eq!(r.apply(&ev(10, 4, EventKind::QueueRemoved(removal))), None, "not announced");
+        let gone = r.apply_in_full(&ev(10, 4, EventKind::QueueRemoved(removal)));
+        assert_eq!(gone.and_then(Lifecycle::notice), None, "not announced");
+        assert_eq!(gone.and_then(Lifecycle::queue).map(|q| q.key()), Some(QueueKey::new(Some(0), QueueId(0))));
         let destroy = QueueDestroy { queue_id: QueueId(0), context_id: Some(0), result: KernelResult(0), ret: 0 };
         assert_eq!(r.apply(&ev(10, 5, EventKind::QueueDestroy(destroy))), None);
         assert_eq!(states(&r, 10), [(0, QueueState::Suspended)], "the primary's queue 0 stays");
@@ -672,6 +693,7 @@ mod tests {
         let created = r.apply_in_full(&ev(7, 1_000, EventKind::QueueCreate(c)));
         let queue = CreatedQueue {
             queue_id: QueueId(3),
+            context_id: None,
             gpu_id: GpuId(0x1000),
             queue_type: QueueType::Sdma,
             priority: 15,
@@ -687,16 +709,27 @@ mod tests {
         assert_eq!(created, Some(Lifecycle::Queue(QueueNotice::Created { pid: HostPid(7), ts_ns: 1_000, queue })));
         let addrs =
             QueueAddrs { queue_id: QueueId(3), gpu_id: GpuId(0x1000), read: 0x7f00_0000_3080, write: 0x7f00_0000_3038 };
-        assert_eq!(created.map(Lifecycle::notice), Some(ModelNotice::QueueCreated { pid: HostPid(7), queue: addrs }));
+        assert_eq!(
+            created.and_then(Lifecycle::notice),
+            Some(ModelNotice::QueueCreated { pid: HostPid(7), queue: addrs })
+        );
         // Its DESTROY_QUEUE as the kernel writes it (Linux ≥ 6.2): the sysfs removal in its own
         // task once the queue is freed, then the ioctl's return, which finds it gone.
         let gone = r.apply_in_full(&ev(7, 2_000, removal(3)));
         let cause = GoneCause::Destroyed;
         assert_eq!(
             gone,
-            Some(Lifecycle::Queue(QueueNotice::Gone { pid: HostPid(7), queue_id: QueueId(3), ts_ns: 2_000, cause }))
+            Some(Lifecycle::Queue(QueueNotice::Gone {
+                pid: HostPid(7),
+                key: QueueKey::primary(QueueId(3)),
+                ts_ns: 2_000,
+                cause
+            }))
         );
-        assert_eq!(gone.map(Lifecycle::notice), Some(ModelNotice::QueueGone { pid: HostPid(7), queue_id: QueueId(3) }));
+        assert_eq!(
+            gone.and_then(Lifecycle::notice),
+            Some(ModelNotice::QueueGone { pid: HostPid(7), queue_id: QueueId(3) })
+        );
         assert_eq!(r.apply_in_full(&ev(7, 2_500, destroy(3, 0))), None, "gone at the removal");
         // A destroy that returned 0 with no removal seen (a lost record) ends the queue at its
         // return; one that failed with no removal leaves it.
@@ -705,14 +738,24 @@ mod tests {
         assert_eq!(r.apply_in_full(&ev(7, 3_100, destroy(4, -16))), None);
         assert_eq!(
             r.apply_in_full(&ev(7, 3_200, destroy(4, 0))),
-            Some(Lifecycle::Queue(QueueNotice::Gone { pid: HostPid(7), queue_id: QueueId(4), ts_ns: 3_200, cause }))
+            Some(Lifecycle::Queue(QueueNotice::Gone {
+                pid: HostPid(7),
+                key: QueueKey::primary(QueueId(4)),
+                ts_ns: 3_200,
+                cause
+            }))
         );
         assert_eq!(states(&r, 7), [(5, QueueState::Active)]);
         // Teardown, in KFD's worker (pid 0 here), removes the rest.
         let cause = GoneCause::TornDown;
         assert_eq!(
             r.apply_in_full(&ev(0, 4_000, removal(5))),
-            Some(Lifecycle::Queue(QueueNotice::Gone { pid: HostPid(7), queue_id: QueueId(5), ts_ns: 4_000, cause }))
+            Some(Lifecycle::Queue(QueueNotice::Gone {
+                pid: HostPid(7),
+                key: QueueKey::primary(QueueId(5)),
+                ts_ns: 4_000,
+                cause
+            }))
         );
         let exit = EventKind::ProcessExit(ProcessExit { owner_pid: Some(HostPid(7)), stage: "kfd_process_wq_release" });
         let gone = r.apply_in_full(&ev(0, 5_000, exit));

@@ -27,7 +27,8 @@ use crate::{
 pub trait Subscriber {
     /// A queue or a process appeared or went away.
     fn notice(&mut self, _notice: ModelNotice, _model: &Model) {}
-    /// A queue appeared or went away, in full (after [`Subscriber::notice`] of the same change).
+    /// A queue appeared or went away, in full (after [`Subscriber::notice`] of the same change);
+    /// a secondary KFD context's queue too, which has no notice ([`ModelNotice`]).
     fn queue(&mut self, _queue: QueueNotice, _model: &Model) {}
     /// A span closed (suspend, resume, eviction).
     fn span(&mut self, _span: &Span, _model: &Model) {}
@@ -241,7 +242,7 @@ mod tests {
         event::{EventKind, ProcessExit},
         model::QueueAddrs,
         report::jsonl::JsonLines,
-        test_support::{create, ev, suspend},
+        test_support::{create, create_in, ev, suspend},
     };
 
     /// A sink that records what it was given, shared with the test.
@@ -324,11 +325,18 @@ mod tests {
 
     #[test]
     fn a_queue_subscriber_gets_each_queue_change_in_full_and_nothing_else() {
-        use crate::model::GoneCause;
+        use crate::model::{GoneCause, registry::QueueKey};
         let mut p = Pipeline::new(Model::new(None), Filter::default());
         let (tx, rx) = mpsc::channel::<QueueNotice>();
         p.subscribe(Box::new(tx));
+        let (observed, notices) = mpsc::channel::<Observed>();
+        p.subscribe(Box::new(observed));
         p.deliver(&ev(10, 1, create(0, 0xa)));
+        // Secondary context 0's queue 0 (Linux 7.0): in full for the views, no notice for the
+        // scheduler and the agent (DBG_TRAP cannot reach it).
+        p.deliver(&ev(10, 1, create_in(0, 0, 0xa)));
+        let created: Vec<Observed> = notices.try_iter().collect();
+        assert!(matches!(created[..], [Observed::Notice(ModelNotice::QueueCreated { .. })]), "{created:?}");
         let destroy = crate::event::QueueDestroy {
             queue_id: QueueId(0),
             context_id: None,
@@ -342,8 +350,10 @@ mod tests {
         assert!(
             matches!(seen[0], QueueNotice::Created { pid: HostPid(10), ts_ns: 1, queue } if queue.queue_id == QueueId(0))
         );
+        assert_eq!(seen[1].key().to_string(), "context_0/0");
         let cause = GoneCause::Destroyed;
-        assert_eq!(seen[1..], [QueueNotice::Gone { pid: HostPid(10), queue_id: QueueId(0), ts_ns: 2, cause }]);
+        let key = QueueKey::primary(QueueId(0));
+        assert_eq!(seen[2..], [QueueNotice::Gone { pid: HostPid(10), key, ts_ns: 2, cause }]);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Chrome trace-event JSON (`{"traceEvents":[…]}`) that ui.perfetto.dev and chrome://tracing
-//! open: one track (process) per host pid with a thread per queue, a track per GPU for the
-//! HWS/MES calls, and complete ("X") events for evictions, suspends/resumes, fence waits and
+//! open: one track (process) per host pid with a thread per queue (named by its [`QueueKey`]:
+//! `queue 3`, `queue context_0/3` for a secondary KFD context's, Linux 7.0), a track per GPU for
+//! the HWS/MES calls, and complete ("X") events for evictions, suspends/resumes, fence waits and
 //! queue lifetimes. Written once, at the end (the format is one JSON document).
 
 use std::{collections::BTreeMap, io::Write};
@@ -10,20 +11,35 @@ use serde_json::{Value, json};
 
 use super::Sink;
 use crate::{
-    domain::{HostPid, QueueId},
+    domain::HostPid,
     event::{Event, EventKind},
+    host::sysfs::KfdContext,
     model::{
         Model, QueueNotice,
+        registry::QueueKey,
         spans::{Span, SpanKind},
     },
 };
 
 /// Pseudo pids for the GPU tracks (above any real pid: PID_MAX_LIMIT is 2^22).
 const GPU_TRACK_BASE: u64 = 1 << 30;
-/// Thread ids of per-queue tracks inside a process track (queue ids are < 1024).
+/// Thread ids of per-queue tracks inside a process track: the primary context's queues from
+/// here, each secondary context's ([`queue_tid`]) in a block of [`QUEUE_IDS`] after it.
 const QUEUE_TID_BASE: u64 = 1 << 24;
+/// Queue ids per KFD context (`KFD_MAX_NUM_OF_QUEUES_PER_PROCESS`: ids are < 1024).
+const QUEUE_IDS: u64 = 1024;
 /// The process-level thread of a process track.
 const PROCESS_TID: u64 = 0;
+
+/// The thread id of queue `key`'s track: distinct per context and id, below 2^31 for every
+/// context id (0..0xFFFE).
+fn queue_tid(key: QueueKey) -> u64 {
+    let block = match key.context {
+        KfdContext::Primary => 0,
+        KfdContext::Secondary(id) => 1 + u64::from(id),
+    };
+    QUEUE_TID_BASE + block * QUEUE_IDS + u64::from(key.queue_id)
+}
 
 fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
@@ -35,8 +51,8 @@ pub struct Perfetto<W: Write> {
     out: W,
     events: Vec<Value>,
     names: BTreeMap<(u64, Option<u64>), String>,
-    /// Open queue lifetimes: (pid, queue id) → created at.
-    queues: BTreeMap<(HostPid, QueueId), u64>,
+    /// Open queue lifetimes: (pid, queue) → created at.
+    queues: BTreeMap<(HostPid, QueueKey), u64>,
 }
 
 impl<W: Write> Sink for Perfetto<W> {
@@ -88,9 +104,9 @@ impl<W: Write> Perfetto<W> {
         }));
     }
 
-    fn queue_track(&mut self, pid: HostPid, queue_id: QueueId) -> u64 {
-        let tid = QUEUE_TID_BASE + u64::from(queue_id);
-        self.name_thread(u64::from(pid), tid, format!("queue {queue_id}"));
+    fn queue_track(&mut self, pid: HostPid, key: QueueKey) -> u64 {
+        let tid = queue_tid(key);
+        self.name_thread(u64::from(pid), tid, format!("queue {key}"));
         tid
     }
 
@@ -141,14 +157,14 @@ impl<W: Write> Perfetto<W> {
         }
     }
 
-    /// A queue's lifetime, from the model's notices: an instant at its creation, a complete
-    /// event from creation to its end (or the trace's).
+    /// A queue's lifetime, from the model's notices (every KFD context's queues): an instant at
+    /// its creation, a complete event from creation to its end (or the trace's).
     fn record_queue(&mut self, queue: &QueueNotice, comm: Option<&str>) {
         match *queue {
             QueueNotice::Created { pid, ts_ns, queue: q } => {
                 let p = self.process_track(pid, comm);
-                let tid = self.queue_track(pid, q.queue_id);
-                self.queues.insert((pid, q.queue_id), ts_ns);
+                let tid = self.queue_track(pid, q.key());
+                self.queues.insert((pid, q.key()), ts_ns);
                 self.instant(
                     "create",
                     "queue",
@@ -158,18 +174,19 @@ impl<W: Write> Perfetto<W> {
                     json!({"gpu_id": q.gpu_id, "type": q.queue_type, "priority": q.priority}),
                 );
             }
-            QueueNotice::Gone { pid, queue_id, ts_ns, .. } => self.end_queue(pid, queue_id, ts_ns),
+            QueueNotice::Gone { pid, key, ts_ns, .. } => self.end_queue(pid, key, ts_ns),
         }
     }
 
-    fn end_queue(&mut self, pid: HostPid, queue_id: QueueId, ts_ns: u64) {
-        if let Some(start) = self.queues.remove(&(pid, queue_id)) {
-            let tid = self.queue_track(pid, queue_id);
-            self.complete(&format!("queue {queue_id}"), "queue", (u64::from(pid), tid), start, ts_ns, json!({}));
+    fn end_queue(&mut self, pid: HostPid, key: QueueKey, ts_ns: u64) {
+        if let Some(start) = self.queues.remove(&(pid, key)) {
+            let tid = self.queue_track(pid, key);
+            self.complete(&format!("queue {key}"), "queue", (u64::from(pid), tid), start, ts_ns, json!({}));
         }
     }
 
-    /// One closed span: on the target's process track and on each affected queue's track.
+    /// One closed span: on the target's process track and on each affected queue's track (a
+    /// suspend's and resume's queues are the primary context's: DBG_TRAP reaches no other).
     fn record_span(&mut self, s: &Span, comm_of: impl Fn(HostPid) -> Option<String>) {
         let Some(pid) = s.target_pid else { return };
         let p = self.process_track(pid, comm_of(pid).as_deref());
@@ -184,12 +201,12 @@ impl<W: Write> Perfetto<W> {
         });
         self.complete(name, "span", (p, PROCESS_TID), s.start_ns, s.end_ns, args);
         for q in &s.queues {
-            let tid = self.queue_track(pid, *q);
+            let tid = self.queue_track(pid, QueueKey::primary(*q));
             self.complete(name, "span", (p, tid), s.start_ns, s.end_ns, json!({}));
         }
         for c in &s.collateral {
             let cp = self.process_track(c.pid, comm_of(c.pid).as_deref());
-            let tid = self.queue_track(c.pid, c.queue_id);
+            let tid = self.queue_track(c.pid, QueueKey::primary(c.queue_id));
             self.complete(
                 "preempted (collateral)",
                 "span",
@@ -203,7 +220,7 @@ impl<W: Write> Perfetto<W> {
 
     /// Close queue lifetimes still open at `end_ns` and write the document.
     fn write(&mut self, end_ns: u64) -> std::io::Result<()> {
-        let open: Vec<(HostPid, QueueId)> = self.queues.keys().copied().collect();
+        let open: Vec<(HostPid, QueueKey)> = self.queues.keys().copied().collect();
         for (pid, q) in open {
             self.end_queue(pid, q, end_ns);
         }
@@ -226,9 +243,10 @@ mod tests {
     use super::*;
     use crate::domain::GpuId;
     use crate::{
+        domain::QueueId,
         event::{KernelResult, QueueDestroy},
         model::{registry::Collateral, spans::Breakdown},
-        test_support::{create, ev},
+        test_support::{create, create_in, ev},
     };
 
     #[test]
@@ -246,6 +264,8 @@ mod tests {
         let destroy = QueueDestroy { queue_id: QueueId(3), context_id: None, result: KernelResult(0), ret: 0 };
         lifecycle(ev(10, 9_000, EventKind::QueueDestroy(destroy)), &mut p);
         lifecycle(ev(20, 2_000, create(0, 0xa)), &mut p);
+        // Queue 3 of pid 10's secondary KFD context 0 (Linux 7.0): another queue, its own track.
+        lifecycle(ev(10, 1_500, create_in(0, 3, 0xa)), &mut p);
         let span = Span {
             kind: SpanKind::Suspend,
             target_pid: Some(HostPid(10)),
@@ -294,6 +314,7 @@ mod tests {
                 .collect()
         };
         let q = |id: u64| QUEUE_TID_BASE + id;
+        let context_0 = |id: u64| QUEUE_TID_BASE + 1024 + id;
         let gpu = GPU_TRACK_BASE + 0xa;
         assert_eq!(
             names("M"),
@@ -301,6 +322,7 @@ mod tests {
                 (10, 0, "p10 10".to_owned()),
                 (10, 0, "process".to_owned()),
                 (10, q(3), "queue 3".to_owned()),
+                (10, context_0(3), "queue context_0/3".to_owned()),
                 (20, 0, "p20 20".to_owned()),
                 (20, 0, "process".to_owned()),
                 (20, q(0), "queue 0".to_owned()),
@@ -316,6 +338,7 @@ mod tests {
                 (10, 0, "suspend".to_owned()),
                 (10, q(3), "queue 3".to_owned()),
                 (10, q(3), "suspend".to_owned()),
+                (10, context_0(3), "queue context_0/3".to_owned()),
                 (20, q(0), "preempted (collateral)".to_owned()),
                 (20, q(0), "queue 0".to_owned()),
                 (gpu, 30, "fence wait".to_owned()),
@@ -328,5 +351,16 @@ mod tests {
         let queue0 = events.iter().find(|e| e["name"] == "queue 0").unwrap();
         assert_eq!((queue0["ts"].as_f64(), queue0["dur"].as_f64()), (Some(2.0), Some(8.0)), "closed at the end");
         assert!(events.iter().all(|e| e["ph"].is_string() && e["pid"].is_u64()));
+        let secondary = events.iter().find(|e| e["name"] == "queue context_0/3").unwrap();
+        assert_eq!((secondary["ts"].as_f64(), secondary["dur"].as_f64()), (Some(1.5), Some(8.5)), "open to the end");
+    }
+
+    #[test]
+    fn every_context_s_queues_have_their_own_tracks_below_2_pow_31() {
+        let key = |context_id, id| QueueKey::new(context_id, QueueId(id));
+        assert_eq!(queue_tid(key(None, 3)), QUEUE_TID_BASE + 3);
+        assert_eq!(queue_tid(key(Some(0), 3)), QUEUE_TID_BASE + 1024 + 3);
+        assert_ne!(queue_tid(key(None, 1023)), queue_tid(key(Some(0), 0)));
+        assert!(queue_tid(key(Some(0xFFFE), 1023)) < 1 << 31);
     }
 }

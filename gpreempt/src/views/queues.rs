@@ -1,5 +1,7 @@
 //! One process's queues as `gpreempt queues` shows them — from a debug-trap snapshot (every
 //! field) or from sysfs (id, gpu, type, ring size) — and the statistics of a `--watch` series.
+//! A queue is named by its [`QueueKey`]: sysfs lists a secondary KFD context's queues too
+//! (Linux 7.0, `context_0/3`), the snapshot only the primary's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,6 +11,7 @@ use crate::{
     domain::{GpuId, QueueId},
     host::{partition::Partition, sysfs::SysfsQueue},
     kfd::uapi::{QueueSnapshotEntry, exception, queue_type},
+    model::registry::QueueKey,
 };
 
 /// Where a queue listing came from.
@@ -25,6 +28,9 @@ pub enum Source {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueRow {
     pub queue_id: QueueId,
+    /// The secondary KFD context whose `context_<id>/queues/` lists it (Linux 7.0); `None` (JSON
+    /// `null`) for the primary context, the only one a debug-trap snapshot reaches.
+    pub context_id: Option<u16>,
     pub gpu_id: Option<GpuId>,
     /// The gpu's package, index and mode ([`Partition`]), from the topology when it names it.
     pub partition: Option<Partition>,
@@ -43,10 +49,19 @@ pub struct QueueRow {
     pub exceptions: Vec<String>,
 }
 
+impl QueueRow {
+    /// Where it is: its context and id.
+    pub fn key(&self) -> QueueKey {
+        QueueKey::new(self.context_id, self.queue_id)
+    }
+}
+
 impl From<&QueueSnapshotEntry> for QueueRow {
     fn from(e: &QueueSnapshotEntry) -> Self {
         Self {
             queue_id: QueueId(e.queue_id),
+            // DBG_TRAP reaches the primary context only (docs/kfd.md §1.4).
+            context_id: None,
             gpu_id: Some(GpuId(e.gpu_id)),
             partition: None,
             // The snapshot reports the ioctl's KFD_IOC_QUEUE_TYPE_* (set_queue_type_for_user, 6.12).
@@ -67,6 +82,7 @@ impl From<&SysfsQueue> for QueueRow {
     fn from(q: &SysfsQueue) -> Self {
         Self {
             queue_id: q.queue_id,
+            context_id: QueueKey { context: q.context, queue_id: q.queue_id }.context_id(),
             gpu_id: q.gpu_id,
             partition: None,
             queue_type: q.type_name(),
@@ -80,6 +96,43 @@ impl From<&SysfsQueue> for QueueRow {
             exceptions: Vec::new(),
         }
     }
+}
+
+/// The width of a table's QUEUE column: its header's, or its longest label's (`context_0/3`).
+pub fn queue_column_width(keys: impl IntoIterator<Item = QueueKey>) -> usize {
+    keys.into_iter().map(|k| k.to_string().len()).fold("QUEUE".len(), usize::max)
+}
+
+/// The text table of `rows` (a header, then a line per queue); nothing without rows. Fields the
+/// source does not give are `-`.
+pub fn table(rows: &[QueueRow]) -> Vec<String> {
+    if rows.is_empty() {
+        return Vec::new();
+    }
+    let hex = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:#x}"));
+    let num = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    let w = queue_column_width(rows.iter().map(QueueRow::key));
+    let mut lines = vec![format!(
+        "{:>w$} {:>6} {:<20} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  EXCEPTIONS",
+        "QUEUE", "GPU", "PARTITION", "TYPE", "RING", "RING_SIZE", "RPTR", "WPTR", "CWSR", "CWSR_SIZE"
+    )];
+    for q in rows {
+        lines.push(format!(
+            "{:>w$} {:>6} {:<20} {:<12} {:>16} {:>9} {:>16} {:>16} {:>16} {:>9}  {}",
+            q.key(),
+            num(q.gpu_id.map(u64::from)),
+            q.partition.map_or_else(|| "-".to_owned(), |p| p.label()),
+            q.queue_type,
+            hex(q.ring_base),
+            num(q.ring_size),
+            hex(q.read_pointer_address),
+            hex(q.write_pointer_address),
+            hex(q.cwsr_address),
+            num(q.cwsr_size.map(u64::from)),
+            if q.exceptions.is_empty() { "-".to_owned() } else { q.exceptions.join(",") }
+        ));
+    }
+    lines
 }
 
 /// `EC_*` names of the set bits of an exception status word.
@@ -114,7 +167,16 @@ pub fn exception_names(status: u64) -> Vec<String> {
 pub struct Sample {
     /// Milliseconds since the first sample.
     pub t_ms: u64,
-    pub queue_ids: Vec<QueueId>,
+    /// Its queues' labels ([`QueueKey`]: `"3"`, `"context_0/3"`).
+    pub queue_ids: Vec<QueueKey>,
+}
+
+impl Sample {
+    /// Its line in `--watch`'s text output: `     200 ms    2 queue(s)  [0, context_0/0]`.
+    pub fn line(&self) -> String {
+        let ids: Vec<String> = self.queue_ids.iter().map(QueueKey::to_string).collect();
+        format!("{:>8} ms  {:>3} queue(s)  [{}]", self.t_ms, self.queue_ids.len(), ids.join(", "))
+    }
 }
 
 /// The proof-of-concept's watch statistics, over a series of samples.
@@ -126,8 +188,8 @@ pub struct WatchStats {
     pub max_count: usize,
     /// Every sample had exactly the same queue ids.
     pub stable: bool,
-    /// Queue id → number of samples it was in.
-    pub id_frequency: BTreeMap<QueueId, usize>,
+    /// Queue ([`QueueKey`]) → number of samples it was in.
+    pub id_frequency: BTreeMap<QueueKey, usize>,
     /// gpu id → queue observations over all samples (sysfs may lack the gpu: key "unknown").
     pub per_gpu: BTreeMap<String, usize>,
     /// queue type → queue observations over all samples.
@@ -140,7 +202,7 @@ impl WatchStats {
         let counts: Vec<usize> = rows.iter().map(Vec::len).collect();
         let min_count = *counts.iter().min()?;
         let max_count = *counts.iter().max()?;
-        let sets: Vec<BTreeSet<QueueId>> = rows.iter().map(|s| s.iter().map(|q| q.queue_id).collect()).collect();
+        let sets: Vec<BTreeSet<QueueKey>> = rows.iter().map(|s| s.iter().map(QueueRow::key).collect()).collect();
         let mut id_frequency = BTreeMap::new();
         let mut per_gpu = BTreeMap::new();
         let mut per_type = BTreeMap::new();
@@ -174,6 +236,7 @@ pub(crate) mod tests {
     pub(crate) fn row(id: u32, gpu: u32, ty: &str) -> QueueRow {
         QueueRow {
             queue_id: QueueId(id),
+            context_id: None,
             gpu_id: Some(GpuId(gpu)),
             partition: None,
             queue_type: ty.into(),
@@ -210,6 +273,45 @@ pub(crate) mod tests {
         assert_eq!(exception_names(1 << 62), vec!["EC_63"]);
     }
 
+    /// Linux 7.0: sysfs lists a secondary KFD context's queues (`context_<id>/queues/`); every
+    /// `queues` view names them by their context and never merges them with the primary's of the
+    /// same id.
+    #[test]
+    fn a_secondary_context_s_queue_is_named_by_its_context() {
+        use crate::host::sysfs::KfdContext;
+        let sysfs = SysfsQueue {
+            context: KfdContext::Secondary(0),
+            queue_id: QueueId(0),
+            gpu_id: Some(GpuId(4096)),
+            kernel_type: Some(0),
+            ring_size: Some(4096),
+        };
+        let secondary = QueueRow::from(&sysfs);
+        assert_eq!((secondary.context_id, secondary.key().to_string()), (Some(0), "context_0/0".to_owned()));
+        let rows = vec![QueueRow { ring_size: Some(4096), ..row(0, 4096, "compute") }, secondary];
+        let sample = Sample { t_ms: 200, queue_ids: rows.iter().map(QueueRow::key).collect() };
+        assert_eq!(sample.line(), "     200 ms    2 queue(s)  [0, context_0/0]");
+        assert_eq!(
+            table(&rows),
+            [
+                "      QUEUE    GPU PARTITION            TYPE                     RING RING_SIZE             RPTR             WPTR             CWSR CWSR_SIZE  EXCEPTIONS",
+                "          0   4096 -                    compute                     -      4096                -                -                -         -  -",
+                "context_0/0   4096 -                    compute                     -      4096                -                -                -         -  -",
+            ]
+        );
+        let stats = WatchStats::of(&[rows.clone(), rows.clone()]).unwrap();
+        assert_eq!((stats.min_count, stats.stable), (2, true));
+        let json = serde_json::to_value((&sample, &stats.id_frequency, &rows[1])).unwrap();
+        assert_eq!(json[0], serde_json::json!({"t_ms": 200, "queue_ids": ["0", "context_0/0"]}));
+        assert_eq!(json[1], serde_json::json!({"0": 2, "context_0/0": 2}));
+        assert_eq!((&json[2]["queue_id"], &json[2]["context_id"]), (&serde_json::json!(0), &serde_json::json!(0)));
+        // A primary-only table keeps its five-wide column.
+        assert_eq!(
+            table(&rows[..1])[1],
+            "    0   4096 -                    compute                     -      4096                -                -                -         -  -"
+        );
+    }
+
     #[test]
     fn watch_stats_match_the_proof_of_concept() {
         let samples = vec![
@@ -220,7 +322,8 @@ pub(crate) mod tests {
         let s = WatchStats::of(&samples).unwrap();
         assert_eq!((s.samples, s.min_count, s.max_count, s.stable), (3, 1, 3, false));
         assert_eq!(s.avg_count, 2.0);
-        assert_eq!(s.id_frequency, BTreeMap::from([(QueueId(0), 3), (QueueId(1), 2), (QueueId(2), 1)]));
+        let q = |id| QueueKey::primary(QueueId(id));
+        assert_eq!(s.id_frequency, BTreeMap::from([(q(0), 3), (q(1), 2), (q(2), 1)]));
         assert_eq!(s.per_gpu, BTreeMap::from([("1".into(), 5), ("2".into(), 1)]));
         assert_eq!(s.per_type, BTreeMap::from([("compute-aql".into(), 4), ("sdma".into(), 2)]));
         let steady = WatchStats::of(&[vec![row(4, 1, "sdma")], vec![row(4, 1, "sdma")]]).unwrap();

@@ -2,7 +2,9 @@
 //! not disturb the GPU (`gpreempt queues --watch`): a queue's CREATE_QUEUE arguments — type,
 //! priority, ring address and size, read/write index addresses, doorbell offset, CWSR area — and
 //! when it was created and destroyed, from the model's queue notices ([`QueueNotice`]) while the
-//! tracer was attached. A queue created before that is known to sysfs only. No debug-trap call is
+//! tracer was attached, for every KFD context's queues (keyed by [`QueueKey`]: a secondary
+//! context's queue 0 is not the primary's, Linux 7.0). A queue created before that is known to
+//! sysfs only. No debug-trap call is
 //! made to learn any of it (docs/kfd.md §2.1: debug ENABLE and DISABLE each refresh the runlist).
 //!
 //! Also counted: the runlist refreshes (`execute_queues_cpsch`) each caller made while watching,
@@ -13,11 +15,11 @@ use std::collections::BTreeMap;
 use gpreempt_common::record::KfdFn;
 use serde::Serialize;
 
-use super::queues::QueueRow;
+use super::queues::{QueueRow, queue_column_width};
 use crate::{
-    domain::{HostPid, QueueId},
+    domain::HostPid,
     event::{Event, EventKind},
-    model::{CreatedQueue, GoneCause, QueueNotice},
+    model::{CreatedQueue, GoneCause, QueueNotice, registry::QueueKey},
 };
 
 /// One queue as its CREATE_QUEUE showed it.
@@ -37,7 +39,7 @@ pub struct TracedQueue {
 #[derive(Clone, Debug)]
 pub struct TracedQueues {
     pid: HostPid,
-    queues: BTreeMap<QueueId, TracedQueue>,
+    queues: BTreeMap<QueueKey, TracedQueue>,
     /// `execute_queues_cpsch` calls by calling process.
     refreshes: BTreeMap<HostPid, u64>,
 }
@@ -52,12 +54,12 @@ impl TracedQueues {
         match *notice {
             // A reused id is a new queue: it replaces the destroyed one it was before.
             QueueNotice::Created { pid, ts_ns, queue } if pid == self.pid => {
-                self.queues.insert(queue.queue_id, TracedQueue { queue, created_ns: ts_ns, destroyed_ns: None });
+                self.queues.insert(queue.key(), TracedQueue { queue, created_ns: ts_ns, destroyed_ns: None });
             }
             // Only its process's DESTROY_QUEUE gives a destroyed time: a queue removed with it at
             // teardown was never destroyed by it, and the whole process is gone from sysfs then.
-            QueueNotice::Gone { pid, queue_id, ts_ns, cause: GoneCause::Destroyed } if pid == self.pid => {
-                if let Some(q) = self.queues.get_mut(&queue_id) {
+            QueueNotice::Gone { pid, key, ts_ns, cause: GoneCause::Destroyed } if pid == self.pid => {
+                if let Some(q) = self.queues.get_mut(&key) {
                     q.destroyed_ns = Some(ts_ns);
                 }
             }
@@ -75,7 +77,7 @@ impl TracedQueues {
         }
     }
 
-    /// Every queue created while watching, by id.
+    /// Every queue created while watching, by [`QueueKey`] (the primary context's first).
     pub fn queues(&self) -> impl Iterator<Item = &TracedQueue> {
         self.queues.values()
     }
@@ -88,7 +90,7 @@ impl TracedQueues {
     /// Fill in what sysfs left out of `row` (addresses, CWSR), when this queue's creation was seen
     /// and it is still the same queue (a destroyed id may be reused by a later queue).
     pub fn enrich(&self, row: &mut QueueRow) {
-        let Some(q) = self.queues.get(&row.queue_id).filter(|q| q.destroyed_ns.is_none()).map(|q| &q.queue) else {
+        let Some(q) = self.queues.get(&row.key()).filter(|q| q.destroyed_ns.is_none()).map(|q| &q.queue) else {
             return;
         };
         row.gpu_id.get_or_insert(q.gpu_id);
@@ -101,10 +103,58 @@ impl TracedQueues {
     }
 }
 
+/// The text table of the queues created while watching (a header, then a line per queue; nothing
+/// without queues), their times in ms since `start_boot_ns` (CLOCK_BOOTTIME).
+pub fn table<'a>(queues: impl IntoIterator<Item = &'a TracedQueue>, start_boot_ns: u64) -> Vec<String> {
+    let queues: Vec<&TracedQueue> = queues.into_iter().collect();
+    if queues.is_empty() {
+        return Vec::new();
+    }
+    let ms = |ns: u64| format!("{:.1}", ns.saturating_sub(start_boot_ns) as f64 / 1e6);
+    let w = queue_column_width(queues.iter().map(|q| q.queue.key()));
+    let mut lines = vec![format!(
+        "{:>w$} {:>6} {:<12} {:>4} {:>16} {:>9} {:>16} {:>16} {:>10} {:>16} {:>9} {:>10} {:>10}",
+        "QUEUE",
+        "GPU",
+        "TYPE",
+        "PRIO",
+        "RING",
+        "RING_SIZE",
+        "RPTR",
+        "WPTR",
+        "DOORBELL",
+        "CWSR",
+        "CWSR_SIZE",
+        "CREATED_MS",
+        "GONE_MS"
+    )];
+    for q in queues {
+        let c = &q.queue;
+        lines.push(format!(
+            "{:>w$} {:>6} {:<12} {:>4} {:>16} {:>9} {:>16} {:>16} {:>10} {:>16} {:>9} {:>10} {:>10}",
+            c.key(),
+            c.gpu_id.0,
+            c.queue_type,
+            c.priority,
+            format!("{:#x}", c.ring_base),
+            c.ring_size,
+            format!("{:#x}", c.read_pointer_address),
+            format!("{:#x}", c.write_pointer_address),
+            c.doorbell_offset.map_or_else(|| "-".to_owned(), |d| format!("{d:#x}")),
+            format!("{:#x}", c.cwsr_address),
+            c.cwsr_size,
+            ms(q.created_ns),
+            q.destroyed_ns.map_or_else(|| "-".to_owned(), ms)
+        ));
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{
+        domain::QueueId,
         event::{KernelResult, QueueDestroy},
         model::Model,
         test_support::{create, ev},
@@ -177,6 +227,42 @@ mod tests {
         assert_eq!(reused, sysfs_row(1), "a destroyed queue's facts are not another queue's");
     }
 
+    /// Linux 7.0: a queue created in a secondary KFD context is shown too, named by its context,
+    /// and fills in only its own sysfs row (`context_0/queues/0`), not the primary's queue 0.
+    #[test]
+    fn a_secondary_context_s_queue_is_shown_named_by_its_context() {
+        use crate::test_support::create_in;
+        let mut w = Watch::new();
+        w.observe(&ev(42, 1_000_000, create(0, 0x1000)));
+        let EventKind::QueueCreate(mut c) = create_in(0, 0, 0x1000) else { unreachable!() };
+        c.read_pointer = 0x7f00_0000_9080;
+        w.observe(&ev(42, 2_500_000, EventKind::QueueCreate(c)));
+        let keys: Vec<String> = w.view.queues().map(|q| q.queue.key().to_string()).collect();
+        assert_eq!(keys, ["0", "context_0/0"]);
+        assert_eq!(
+            table(w.view.queues(), 0),
+            [
+                "      QUEUE    GPU TYPE         PRIO             RING RING_SIZE             RPTR             WPTR   DOORBELL             CWSR CWSR_SIZE CREATED_MS    GONE_MS",
+                "          0   4096 compute-aql     7           0x1000      4096   0x7f0000000080   0x7f0000000038        0x0              0x0         0        1.0          -",
+                "context_0/0   4096 compute-aql     7           0x1000      4096   0x7f0000009080   0x7f0000000038        0x0              0x0         0        2.5          -",
+            ]
+        );
+        let json = serde_json::to_value(w.view.queues().nth(1)).unwrap();
+        assert_eq!((&json["queue_id"], &json["context_id"]), (&serde_json::json!(0), &serde_json::json!(0)));
+        let (mut primary, mut secondary) = (sysfs_row(0), QueueRow { context_id: Some(0), ..sysfs_row(0) });
+        w.view.enrich(&mut primary);
+        w.view.enrich(&mut secondary);
+        assert_eq!(
+            (primary.read_pointer_address, secondary.read_pointer_address),
+            (Some(0x7f00_0000_0080), Some(0x7f00_0000_9080))
+        );
+        // Its destroy (through its own file) ends it, not the primary's queue 0.
+        let destroy = QueueDestroy { queue_id: QueueId(0), context_id: Some(0), result: KernelResult(0), ret: 0 };
+        w.observe(&ev(42, 3_000_000, EventKind::QueueDestroy(destroy)));
+        let gone: Vec<Option<u64>> = w.view.queues().map(|q| q.destroyed_ns).collect();
+        assert_eq!(gone, [None, Some(3_000_000)]);
+    }
+
     #[test]
     fn a_traced_queue_serialises_to_the_fields_queues_watch_prints() {
         let mut w = Watch::new();
@@ -187,7 +273,7 @@ mod tests {
         assert_eq!(
             q,
             Some(serde_json::json!({
-                "queue_id": 3, "gpu_id": 4096, "queue_type": "compute-aql", "priority": 7, "percentage": 100,
+                "queue_id": 3, "context_id": null, "gpu_id": 4096, "queue_type": "compute-aql", "priority": 7, "percentage": 100,
                 "ring_base": 4096, "ring_size": 4096, "read_pointer_address": 0x7f00_0000_3080_u64,
                 "write_pointer_address": 0x7f00_0000_3038_u64, "doorbell_offset": 0, "cwsr_address": 0,
                 "cwsr_size": 0, "created_ns": 1_000, "destroyed_ns": 9_000

@@ -22,7 +22,7 @@ use crate::{
     },
     model::{
         Model,
-        registry::{ProcessEntry, QueueState},
+        registry::{ProcessEntry, QueueKey, QueueState},
         spans::{Span, SpanKind},
     },
     output::text::escape,
@@ -33,6 +33,9 @@ use crate::{
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct QueueStateRow {
     pub queue_id: QueueId,
+    /// The secondary KFD context it is in (Linux 7.0; ids are per context, and DBG_TRAP does not
+    /// reach it); `None` (JSON `null`) for the primary one.
+    pub context_id: Option<u16>,
     pub queue_type: Option<String>,
     pub state: QueueState,
     /// `false` for a queue found in sysfs when the tracer started and not changed since: sysfs
@@ -46,6 +49,13 @@ pub struct QueueStateRow {
 pub struct ProcessGpu {
     pub gpu_id: Option<GpuId>,
     pub queues: Vec<QueueStateRow>,
+}
+
+impl QueueStateRow {
+    /// Where it is: its context and id.
+    pub fn key(&self) -> QueueKey {
+        QueueKey::new(self.context_id, self.queue_id)
+    }
 }
 
 impl ProcessGpu {
@@ -115,6 +125,7 @@ impl ProcessRow {
         for q in p.queues.values() {
             gpus.entry(q.gpu_id).or_default().push(QueueStateRow {
                 queue_id: q.queue_id,
+                context_id: q.context_id,
                 queue_type: q.queue_type.clone(),
                 state: q.state,
                 state_seen: !(q.bootstrapped && q.since_ns == 0),
@@ -438,7 +449,8 @@ impl Order {
 pub const PROCESS_HEADER: [&str; 9] = ["PID", "CONTAINER", "COMM", "GPU", "Q", "IDS", "STATE", "EVICT", "SUSP"];
 
 /// The process table's text cells: one row per process and GPU (a process without queues has
-/// one row with `-`). Names another process controls are escaped for the terminal.
+/// one row with `-`); `IDS` names a secondary KFD context's queue by its context
+/// (`0,context_0/0`). Names another process controls are escaped for the terminal.
 pub fn process_cells(p: &ProcessRow) -> Vec<[String; 9]> {
     let fixed = |gpu: String, q: String, ids: String, state: String| {
         [
@@ -459,7 +471,7 @@ pub fn process_cells(p: &ProcessRow) -> Vec<[String; 9]> {
     p.gpus
         .iter()
         .map(|g| {
-            let ids: Vec<String> = g.queues.iter().map(|q| q.queue_id.to_string()).collect();
+            let ids: Vec<String> = g.queues.iter().map(|q| q.key().to_string()).collect();
             fixed(
                 g.gpu_id.map_or_else(|| "?".to_owned(), |id| format!("{id:#x}")),
                 g.queues.len().to_string(),

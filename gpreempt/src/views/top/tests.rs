@@ -15,7 +15,7 @@ use crate::{
     event::{Event, EventKind, QueueEviction, QueueRestore},
     host::procinfo::Runtime,
     model::Model,
-    test_support::{call, create, ev, suspend},
+    test_support::{call, create, create_in, ev, suspend},
 };
 
 fn evict(pid: u32, ts: u64, gpu: u32, restore: bool) -> Event {
@@ -130,6 +130,7 @@ fn the_json_twin_names_pid_gpu_queues_and_states() {
 fn row(pid: u32, comm: &str, container: Option<&str>, queues: u32, suspended: u32, evictions: u64) -> ProcessRow {
     let q = |i: u32| QueueStateRow {
         queue_id: QueueId(i),
+        context_id: None,
         queue_type: None,
         state: if i < suspended { QueueState::Suspended } else { QueueState::Active },
         state_seen: true,
@@ -195,6 +196,33 @@ fn process_cells_say_the_state_or_the_mix() {
     // With the container's name from the pod spec: namespace/pod/container.
     in_pod.container_name = Some("server".into());
     assert_eq!(process_cells(&in_pod)[0][1], "ml/serve-0/server");
+}
+
+/// Linux 7.0: pid 10's queue 0 and its secondary KFD context 0's queue 0 are two queues; the
+/// secondary's is named by its context (IDS, `context_id` in JSON), and a suspend (DBG_TRAP)
+/// leaves it running.
+#[test]
+fn a_secondary_context_s_queue_is_named_by_its_context() {
+    let mut m = Model::new(None);
+    for e in [ev(10, 1, create(0, 0x1000)), ev(10, 2, create_in(0, 0, 0x1000)), ev(30, 3, suspend(10, &[0], false))] {
+        m.apply(&e);
+    }
+    let (scheduler, tracer) = (SchedulerStatus::default(), TracerStatus::default());
+    let s = Snapshot::take(1_000, &m, &SpanLog::default(), &[], &mut no_pod, scheduler, tracer);
+    assert_eq!(
+        process_cells(&s.processes[0]),
+        [["10", "-", "p10", "0x1000", "2", "0,context_0/0", "1 active, 1 suspended", "0", "1"].map(String::from)]
+    );
+    let text = render::text(&s, &Order::default(), 10);
+    let line = text.lines().find(|l| l.starts_with("10 ")).unwrap_or_default();
+    assert_eq!(line, "10   -          p10   0x1000  2  0,context_0/0  1 active, 1 suspended  0      1", "{text}");
+    let v = serde_json::to_value(&s).unwrap();
+    let queues = &v["processes"][0]["gpus"][0]["queues"];
+    assert_eq!((&queues[0]["queue_id"], &queues[0]["context_id"]), (&serde_json::json!(0), &serde_json::Value::Null));
+    assert_eq!(
+        (&queues[1]["queue_id"], &queues[1]["context_id"], &queues[1]["state"]),
+        (&serde_json::json!(0), &serde_json::json!(0), &serde_json::json!("active"))
+    );
 }
 
 #[test]
