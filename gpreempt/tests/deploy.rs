@@ -332,7 +332,13 @@ fn the_systemd_unit_grants_exactly_what_the_agent_needs() {
     assert_eq!(values("DevicePolicy"), ["closed"]);
     let devices: BTreeSet<String> = values("DeviceAllow")
         .iter()
-        .map(|d| d.strip_suffix(" rw").unwrap_or_else(|| panic!("{d}: read-write")).to_owned())
+        .map(|d| {
+            let (path, access) = d.rsplit_once(' ').unwrap_or_else(|| panic!("{d}: no access"));
+            // Write-only where the agent only writes (the PM QoS request), read-write otherwise.
+            let want = if path == "/dev/cpu_dma_latency" { "w" } else { "rw" };
+            assert_eq!(access, want, "{d}");
+            path.to_owned()
+        })
         .collect();
     assert_eq!(devices, names(AGENT_NEEDS.devices));
     assert_eq!(values("ProtectSystem"), ["strict"]);

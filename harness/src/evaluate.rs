@@ -79,6 +79,8 @@ pub struct ScenarioResult {
     /// judged from arrival and from the first submission (`floor.rs`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub lead_floors: Vec<LeadFloor>,
+    /// The CPU wake latency request held for every state (crate::cpu_wake).
+    pub cpu_wake: crate::cpu_wake::CpuWake,
 }
 
 fn ratio(a: Option<&Summary>, b: Option<&Summary>, f: fn(&Summary) -> f64) -> Option<f64> {
@@ -86,6 +88,8 @@ fn ratio(a: Option<&Summary>, b: Option<&Summary>, f: fn(&Summary) -> f64) -> Op
 }
 
 pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> {
+    // The scheduler's default request, held for the baselines too (`_held` until the end).
+    let (cpu_wake, _held) = crate::cpu_wake::hold();
     let mut states = Vec::new();
     eprintln!("[{}] online alone", sc.name);
     let alone = BenchState::new(State::OnlineAlone);
@@ -156,7 +160,16 @@ pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> 
     states.push(online);
     states.push(offline);
     states.extend(co);
-    Ok(ScenarioResult { scenario: sc.clone(), states, comparisons, section7, suspend_floor, step_floor, lead_floors })
+    Ok(ScenarioResult {
+        scenario: sc.clone(),
+        states,
+        comparisons,
+        section7,
+        suspend_floor,
+        step_floor,
+        lead_floors,
+        cpu_wake,
+    })
 }
 
 fn from_arrival(s: &StateFigures) -> Option<&Summary> {

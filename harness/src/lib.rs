@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod client;
 pub mod control;
 pub mod cpu_phase;
+pub mod cpu_wake;
 pub mod doorbell_stub;
 pub mod engine;
 pub mod evaluate;

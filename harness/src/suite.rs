@@ -188,6 +188,12 @@ pub fn arrival_matrix(quick: bool) -> Vec<Scenario> {
 /// The suite's `arrival` part alone (`harness arrival [--quick]`): the arrival matrix and the
 /// probe's cost per packet.
 pub fn arrival(quick: bool) -> Result<Value> {
+    // The wake floor with the idle states as the host has them, then the scheduler's default CPU
+    // wake latency request held for every state of every scenario (crate::cpu_wake), and the
+    // floor again under it.
+    let wake_floor_as_is = crate::wake_floor::measure(4.0);
+    let (cpu_wake, _held) = crate::cpu_wake::hold();
+    let wake_floor_held = if cpu_wake.limit_us.is_some() { crate::wake_floor::measure(4.0) } else { None };
     let mut scenarios: Vec<Value> = Vec::new();
     for sc in arrival_matrix(quick) {
         scenarios.push(evaluated(&sc, false)?);
@@ -196,7 +202,12 @@ pub fn arrival(quick: bool) -> Result<Value> {
         Ok(c) => serde_json::to_value(c)?,
         Err(e) => json!({"error": format!("{e:#}")}),
     };
-    Ok(json!({"scenarios": scenarios, "packet_cost": packet_cost}))
+    Ok(json!({
+        "scenarios": scenarios,
+        "packet_cost": packet_cost,
+        "cpu_wake": cpu_wake,
+        "wake_floor": {"as_is": wake_floor_as_is, "held": wake_floor_held},
+    }))
 }
 
 fn evaluated(sc: &Scenario, mirror: bool) -> Result<Value> {

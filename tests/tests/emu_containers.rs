@@ -199,6 +199,10 @@ impl Agent {
             command.arg("--volume").arg(format!("{0}:{0}:ro", path.name));
         }
         for device in AGENT_NEEDS.devices {
+            // An optional device the guest's kernel lacks is absent, as on such a node.
+            if device.optional && !std::path::Path::new(device.name).exists() {
+                continue;
+            }
             command.args(["--device", device.name]);
         }
         command.arg(podman::image("gpreempt")).args(["agent", "--config", "/etc/gpreempt/agent.toml"]);

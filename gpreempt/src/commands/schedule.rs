@@ -199,10 +199,18 @@ fn print_report(r: &ScheduleReport) {
     outln!("ran {:.1} s, {} polls", r.elapsed_ms / 1e3, r.polls);
     let rt = &r.realtime;
     outln!(
-        "reaction thread: {}{}{}; step interval, us: {}",
+        "reaction thread: {}{}{}{}; step interval, us: {}",
         if rt.policy == "fifo" { format!("SCHED_FIFO {}", rt.priority) } else { "normal priority".into() },
         rt.cpu.map_or_else(String::new, |c| format!(", on CPU {c}")),
         if rt.memory_locked { ", memory locked" } else { "" },
+        rt.cpu_wake_limit_us.map_or_else(String::new, |l| {
+            let out = if rt.idle_states_excluded.is_empty() {
+                String::new()
+            } else {
+                format!(" (idle states kept out: {})", rt.idle_states_excluded.join(", "))
+            };
+            format!(", idle CPUs wake within {l} us{out}")
+        }),
         line(&r.loop_step_us)
     );
     outln!(

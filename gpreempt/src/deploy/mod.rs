@@ -71,5 +71,11 @@ pub const AGENT_NEEDS: AgentNeeds = AgentNeeds {
         optional("/run/containerd", "containerd's CRI socket (containerd.sock): the pods of pod-label: selectors"),
         optional("/var/run/crio", "CRI-O's CRI socket (crio.sock): the pods of pod-label: selectors"),
     ],
-    devices: &[need("/dev/kfd", "policies: the debug-trap ioctls on offline processes")],
+    devices: &[
+        need("/dev/kfd", "policies: the debug-trap ioctls on offline processes"),
+        optional(
+            "/dev/cpu_dma_latency",
+            "policies: the CPU wake latency request (cpu_wake_latency), so an idle CPU wakes the reaction thread at once",
+        ),
+    ],
 };

@@ -5,7 +5,9 @@ use std::{path::PathBuf, time::Duration};
 
 use serde::Serialize;
 
-use super::{online::ReadError, policy::PolicyConfig, realtime::RealtimeConfig, runnable::Runnable};
+use super::{
+    online::ReadError, policy::PolicyConfig, realtime::RealtimeConfig, runnable::Runnable, wake_latency::WakeLatency,
+};
 use crate::{
     controller::{
         target::{Target, TargetError},
@@ -96,7 +98,12 @@ impl Default for ScheduleConfig {
             policy: PolicyConfig::default(),
             poll: Duration::from_micros(200),
             busy_poll: false,
-            realtime: RealtimeConfig { priority: DEFAULT_RT_PRIORITY, cpu: None, lock_memory: true },
+            realtime: RealtimeConfig {
+                priority: DEFAULT_RT_PRIORITY,
+                cpu: None,
+                lock_memory: true,
+                wake_latency: WakeLatency::Auto,
+            },
             // Submissions are seen in the write indices (`watch_writes`) and a fresh read precedes
             // every idle resume, so the periodic read only backs up queues the scheduler does not
             // watch (no tracer): at the MI300X profile's 50 µs a read, 1 kHz would be 5 % of a

@@ -58,6 +58,7 @@ pub mod seams;
 pub mod settings;
 #[cfg(test)]
 mod tests;
+pub mod wake_latency;
 
 pub use self::{
     config::{DEFAULT_RT_PRIORITY, Role, ScheduleConfig, ScheduleError, check_kernel, check_selection},

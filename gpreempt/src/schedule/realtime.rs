@@ -4,8 +4,12 @@
 
 use serde::Serialize;
 
-/// What the reaction thread asked of the host.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+use super::wake_latency::{self, IdleStates, WakeLatency};
+
+/// What the reaction thread asked of the host. The default asks nothing (normal priority, no
+/// pinning, no lock, no wake latency request); the scheduler's footing is
+/// `ScheduleConfig::default().realtime`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RealtimeConfig {
     /// SCHED_FIFO priority (1-99); 0 keeps the normal scheduling class.
     pub priority: u8,
@@ -14,6 +18,14 @@ pub struct RealtimeConfig {
     /// `mlockall`: no page fault of the process's memory (the tracer's buffers, the session's
     /// arrays) stalls a step.
     pub lock_memory: bool,
+    /// How quickly an idle CPU must wake (a PM QoS request held while the thread runs).
+    pub wake_latency: WakeLatency,
+}
+
+impl Default for RealtimeConfig {
+    fn default() -> Self {
+        Self { priority: 0, cpu: None, lock_memory: false, wake_latency: WakeLatency::Off }
+    }
 }
 
 /// What the host granted, reported in the summary.
@@ -24,13 +36,19 @@ pub struct Realtime {
     pub priority: u8,
     pub cpu: Option<usize>,
     pub memory_locked: bool,
+    /// The CPU wake latency limit in force, µs (None: the idle states as the host has them).
+    pub cpu_wake_limit_us: Option<u32>,
+    /// The idle states that limit keeps out (`C6 (133 µs)`).
+    pub idle_states_excluded: Vec<String>,
     /// What was refused, and why (one line each).
     pub refused: Vec<String>,
 }
 
-/// Apply `config` to the calling thread (priority, affinity) and the process (memory lock).
-pub fn apply(config: RealtimeConfig) -> Realtime {
+/// Apply `config` to the calling thread (priority, affinity) and the process (memory lock,
+/// the CPU wake latency request, in force while the returned request lives).
+pub fn apply(config: RealtimeConfig) -> (Realtime, Option<wake_latency::Request>) {
     let mut out = Realtime { policy: "normal", ..Realtime::default() };
+    let request = ask_wake_latency(config.wake_latency, &mut out);
     if config.priority > 0 {
         let param = libc::sched_param { sched_priority: i32::from(config.priority.min(99)) };
         // SAFETY: pthread_self() is this thread; `param` is a valid sched_param for the call.
@@ -73,7 +91,29 @@ pub fn apply(config: RealtimeConfig) -> Realtime {
             ));
         }
     }
-    out
+    (out, request)
+}
+
+/// Hold the CPU wake latency `setting` asks for on this host, noting it (or its refusal) in `out`.
+fn ask_wake_latency(setting: WakeLatency, out: &mut Realtime) -> Option<wake_latency::Request> {
+    let idle = IdleStates::read(std::path::Path::new("/sys/devices/system/cpu"));
+    let limit = idle.limit_us(setting)?;
+    match wake_latency::request(std::path::Path::new(wake_latency::DEVICE), limit) {
+        Ok(r) => {
+            out.cpu_wake_limit_us = Some(limit);
+            out.idle_states_excluded = idle.excluded(limit);
+            Some(r)
+        }
+        Err(why) => {
+            out.refused.push(format!(
+                "the CPU wake latency request ({limit} us on {}) refused ({why}): needs root (the device is \
+                 root's, mode 0600); idle CPUs keep their deep states and wake the reaction thread later \
+                 (--cpu-wake-latency off says nothing)",
+                wake_latency::DEVICE
+            ));
+            None
+        }
+    }
 }
 
 /// Pin the calling thread to `cpu`.
@@ -108,13 +148,15 @@ mod tests {
 
     #[test]
     fn nothing_asked_is_nothing_refused() {
-        let r = apply(RealtimeConfig::default());
+        let (r, request) = apply(RealtimeConfig::default());
         assert_eq!(r, Realtime { policy: "normal", ..Realtime::default() });
+        assert!(request.is_none());
     }
 
     #[test]
     fn a_cpu_that_does_not_exist_is_refused_with_the_reason() {
-        let r = apply(RealtimeConfig { cpu: Some(100_000), ..RealtimeConfig::default() });
+        let (r, _) =
+            apply(RealtimeConfig { cpu: Some(100_000), wake_latency: WakeLatency::Off, ..RealtimeConfig::default() });
         assert_eq!(r.cpu, None);
         assert_eq!(r.refused.len(), 1);
         assert!(r.refused[0].starts_with("--cpu 100000 refused ("), "{}", r.refused[0]);

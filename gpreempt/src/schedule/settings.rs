@@ -13,6 +13,7 @@ use super::{
     policy::{DEFAULT_BUSY_SHARE, PolicyConfig},
     realtime::RealtimeConfig,
     runnable::Runnable,
+    wake_latency::WakeLatency,
 };
 use crate::{duration, host::select::Selector};
 
@@ -51,6 +52,14 @@ pub struct SchedulerSettings {
     /// Do not lock gpreempt's memory (mlockall) against page faults in the reaction thread.
     #[arg(long)]
     pub no_mlock: bool,
+    /// How quickly an idle CPU must wake for the reaction thread, held as a CPU latency PM QoS
+    /// request (/dev/cpu_dma_latency) while the scheduler runs and dropped by the kernel when
+    /// gpreempt exits, however it exits. auto: 0 (idle CPUs poll) in a KVM guest with the
+    /// haltpoll idle driver, where a halted vCPU waits for the host to wake it; 10us elsewhere,
+    /// which keeps C1 and excludes the deep C-states. A duration: that limit (e.g. 0us, 20us).
+    /// off: the idle states as the host has them. The cost is power on idle CPUs.
+    #[arg(long, default_value = "auto", value_name = "auto|off|DURATION")]
+    pub cpu_wake_latency: WakeLatency,
     /// Do not use the doorbell probe (eBPF uprobes on the libhsa-runtime64 each online process
     /// maps, which see a submission the moment the runtime rings the queue's doorbell): poll the
     /// online dispatch indices every --poll instead, also while the online side is idle.
@@ -152,6 +161,7 @@ impl Default for SchedulerSettings {
             cpu: config.realtime.cpu,
             busy_poll: config.busy_poll,
             no_mlock: !config.realtime.lock_memory,
+            cpu_wake_latency: config.realtime.wake_latency,
             no_doorbell: !config.doorbell,
             no_arrival: config.arrival.is_none(),
             arrival_port: Vec::new(),
@@ -192,7 +202,12 @@ impl SchedulerSettings {
             },
             poll: self.poll,
             busy_poll: self.busy_poll,
-            realtime: RealtimeConfig { priority: self.rt_priority, cpu: self.cpu, lock_memory: !self.no_mlock },
+            realtime: RealtimeConfig {
+                priority: self.rt_priority,
+                cpu: self.cpu,
+                lock_memory: !self.no_mlock,
+                wake_latency: self.cpu_wake_latency,
+            },
             occupancy: self.occupancy,
             doorbell: !self.no_doorbell,
             arrival: (!self.no_arrival).then(|| ArrivalConfig {
@@ -352,8 +367,8 @@ mod tests {
         );
         assert_eq!((config.gang, config.runnable, config.rotate), (default.gang, default.runnable, default.rotate));
         assert_eq!(
-            (config.realtime.priority, config.realtime.cpu, config.realtime.lock_memory),
-            (DEFAULT_RT_PRIORITY, None, true)
+            (config.realtime.priority, config.realtime.cpu, config.realtime.lock_memory, config.realtime.wake_latency),
+            (DEFAULT_RT_PRIORITY, None, true, WakeLatency::Auto)
         );
     }
 
@@ -369,6 +384,7 @@ mod tests {
             ("cpu", "1"),
             ("busy-poll", ""),
             ("no-mlock", ""),
+            ("cpu-wake-latency", "20us"),
             ("no-doorbell", ""),
             ("no-arrival", ""),
             ("arrival-port", "[8000]"),
@@ -421,6 +437,7 @@ mod tests {
         assert_ne!(from_file, SchedulerSettings::default());
         assert_eq!(from_file.idle, Duration::from_micros(500));
         assert_eq!(from_file.rt_priority, 30);
+        assert_eq!(from_file.cpu_wake_latency, WakeLatency::Limit(Duration::from_micros(20)));
         assert_eq!((from_file.arrival_port, from_file.arrival_allow), (vec![8000], vec!["POST ".to_owned()]));
     }
 

@@ -193,7 +193,9 @@ impl<S: ControlSide> Reaction<S> {
     /// Take the real-time footing, then step until `stop` is set (or the other side hung up);
     /// then resume every GPU, detach every offline process and return what was granted.
     pub fn run(mut self, stop: &AtomicBool) -> Realtime {
-        let granted = realtime::apply(self.config.realtime);
+        // `_wake_latency` holds the PM QoS request until the thread returns (and the kernel drops
+        // it with the file on any exit).
+        let (granted, _wake_latency) = realtime::apply(self.config.realtime);
         for why in &granted.refused {
             self.report(Report::Warning(why.clone()));
         }
