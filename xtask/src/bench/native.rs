@@ -45,6 +45,27 @@ struct Doc {
 struct Arrival {
     scenarios: Vec<ScenarioResult>,
     packet_cost: PacketCost,
+    /// The CPU wake latency request held for every state (harness/src/cpu_wake.rs).
+    cpu_wake: Option<CpuWake>,
+    wake_floor: ArrivalWakeFloor,
+}
+
+/// harness/src/cpu_wake.rs `CpuWake`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CpuWake {
+    driver: Option<String>,
+    limit_us: Option<u32>,
+    excluded: Vec<String>,
+    refused: Option<String>,
+}
+
+/// The wake floor measured before the request was taken and under it.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ArrivalWakeFloor {
+    as_is: Option<WakeFloor>,
+    held: Option<WakeFloor>,
 }
 
 /// `harness packet-cost` (harness/src/packet_cost.rs).
@@ -130,6 +151,29 @@ struct PendingCounts {
     late: u64,
     late_before_issue: u64,
     wasted: u64,
+}
+
+/// What the run asked of the host's idle CPUs, and the cross-CPU wake floor without and with it.
+fn cpu_wake_note(a: &Arrival) -> String {
+    let floor = |f: &Option<WakeFloor>| {
+        f.as_ref()
+            .and_then(|f| f.cross_cpu_us.as_ref())
+            .map_or("–".to_owned(), |s| format!("{:.1} / {:.1}", s.p50, s.p99))
+    };
+    match &a.cpu_wake {
+        None => String::new(),
+        Some(CpuWake { refused: Some(why), .. }) => format!("; the CPU wake latency request was refused ({why})"),
+        Some(w) => format!(
+            "; every state ran with the scheduler's default CPU wake latency request held (`--cpu-wake-latency \
+             auto`: {} µs, idle driver {}, keeping out {}): the host's cross-CPU wake floor p50 / p99 {} µs as the \
+             host has its idle states, {} µs under the request",
+            w.limit_us.map_or("–".to_owned(), |l| l.to_string()),
+            w.driver.as_deref().unwrap_or("none"),
+            if w.excluded.is_empty() { "nothing".to_owned() } else { w.excluded.join(", ") },
+            floor(&a.wake_floor.as_is),
+            floor(&a.wake_floor.held),
+        ),
+    }
 }
 
 /// The host's wake-up floor (harness/src/wake_floor.rs), µs.
@@ -1204,7 +1248,8 @@ fn arrival_goals(md: &mut String, a: &Arrival) {
     let _ = writeln!(
         md,
         "| Arrival → first SUSPEND entered, when issued at once: p99 ≤ 100 µs | worst {p99:.0} µs over {issued:.0} \
-         arrivals that found the reaction thread outside the kernel{taken_note}; {during_note} | {} |",
+         arrivals that found the reaction thread outside the kernel{taken_note}; {during_note}{} | {} |",
+        cpu_wake_note(a),
         verdict(p99 <= 100.0)
     );
     let c = &a.packet_cost;
