@@ -350,7 +350,23 @@ fn emu_schedule_max_suspend_and_min_share_end_suspensions_of_a_request_that_neve
 /// Suspend through a hint, then end things in the way `finish` says; the offline queue must
 /// run afterwards and the offline process must not be traced. Without the tracer (exits do not
 /// depend on it, and each start takes seconds instead of tens under TCG).
+/// The CPU latency PM QoS limit in force (the device reads the aggregate as a binary s32; opening
+/// it adds a request at the default value, which changes no minimum).
+fn qos_limit() -> i32 {
+    let bytes = std::fs::read(gpreempt::schedule::wake_latency::DEVICE).unwrap();
+    i32::from_ne_bytes(bytes[..4].try_into().unwrap())
+}
+
+/// What `--cpu-wake-latency auto` asks for on this guest.
+fn auto_limit() -> u32 {
+    use gpreempt::schedule::wake_latency::{IdleStates, WakeLatency};
+    IdleStates::read(std::path::Path::new("/sys/devices/system/cpu")).limit_us(WakeLatency::Auto).unwrap()
+}
+
 fn held_then(tag: &str, finish: impl FnOnce(&mut Schedule, &mut Option<LineHelper>)) -> Vec<Value> {
+    // No request is held before the run (the kernel's default is far above any state's latency).
+    let before = qos_limit();
+    assert!(before > 1_000_000, "{tag}: a CPU latency request is already held ({before} us)");
     let offline = offline_run();
     let mut online = Some(online_idle());
     let path = sock_path(tag);
@@ -364,11 +380,15 @@ fn held_then(tag: &str, finish: impl FnOnce(&mut Schedule, &mut Option<LineHelpe
     hint.write_all(b"begin\n").unwrap();
     s.wait_transitions("suspend", 1, LONG);
     assert!(held(&offline));
+    // The reaction thread's CPU wake latency request is in force while it runs.
+    assert_eq!(qos_limit(), auto_limit() as i32, "{tag}");
     finish(&mut s, &mut online);
     assert!(runs(&offline), "{tag}: the offline queue does not run afterwards");
     let lines = s.lines();
     drop(s);
     assert_eq!(tracer_pid(offline.pid()).unwrap(), 0, "{tag}");
+    // ... and gone with the process, however it ended (kill -9 too): the kernel drops it with the fd.
+    assert_eq!(qos_limit(), before, "{tag}: the CPU wake latency request outlived gpreempt");
     lines
 }
 
@@ -397,7 +417,9 @@ fn emu_schedule_exits_leave_the_offline_job_running_and_untraced() {
             assert_eq!(res[0]["reason"], "stop");
             let detached = s.events("offline_detached");
             assert_eq!(detached[0]["detached"]["resumed"], 0, "already resumed by the stop");
-            assert_eq!(s.events("summary").len(), 1);
+            let summaries = s.events("summary");
+            assert_eq!(summaries.len(), 1);
+            assert_eq!(summaries[0]["realtime"]["cpu_wake_limit_us"], auto_limit(), "{tag}");
         });
     }
     // SIGKILL: the kernel resumes and detaches when the debugger dies.
