@@ -5,15 +5,13 @@ use std::{collections::HashSet, time::Instant};
 
 use anyhow::{Result, bail};
 use gpreempt::{
-    domain::{GpuId, HostPid},
+    domain::HostPid,
     host::{
         partition::Partitions,
         processes::{self, KfdProcess},
-        procinfo,
         roots::Roots,
     },
-    output::text::escape,
-    views::hw,
+    views::{hw, processes as table},
 };
 
 use super::stdout::outln;
@@ -58,22 +56,6 @@ pub async fn run(args: &PsArgs) -> Result<()> {
     Ok(())
 }
 
-/// `runtime:name` (or `runtime:short-id`); for a Kubernetes pod's container
-/// `namespace/pod/container`, as the runtime's record names them.
-fn container_label(p: &KfdProcess) -> String {
-    if let Some(pod) = &p.pod {
-        let container = p.container_name.as_deref().unwrap_or("?");
-        return escape(&format!("{}/{}/{container}", pod.namespace, pod.name)).into_owned();
-    }
-    match p.info.as_ref().and_then(|i| i.container.as_ref()) {
-        None => "-".to_owned(),
-        Some(c) => match &c.name {
-            Some(name) => format!("{}:{}", c.runtime, escape(name)),
-            None => format!("{}:{}", c.runtime, procinfo::short_id(&c.id)),
-        },
-    }
-}
-
 /// Each GPU's partition from the topology (not in the process's directory).
 fn with_partitions(processes: &mut [KfdProcess], partitions: &Partitions) {
     for g in processes.iter_mut().flat_map(|p| p.sysfs.gpus.iter_mut()) {
@@ -82,54 +64,8 @@ fn with_partitions(processes: &mut [KfdProcess], partitions: &Partitions) {
 }
 
 fn print_table(processes: &[KfdProcess], partitions: &Partitions) {
-    outln!(
-        "{:>8} {:>7} {:<24} {:<16} {:>8} {:<20} {:<28} {:>10} {:>9} {:>4}",
-        "PID",
-        "NSPID",
-        "CONTAINER",
-        "COMM",
-        "GPU",
-        "PARTITION",
-        "QUEUES (id:type)",
-        "VRAM MiB",
-        "EVICT ms",
-        "CU"
-    );
-    for p in processes {
-        let comm = escape(p.info.as_ref().and_then(|i| i.comm.as_deref()).unwrap_or("?"));
-        let ns_pid = p.info.as_ref().and_then(|i| i.ns_pid).map_or_else(|| "?".to_owned(), |n| n.to_string());
-        let gpus: Vec<GpuId> = {
-            let mut g: Vec<GpuId> = p.sysfs.gpus.iter().map(|g| g.gpu_id).collect();
-            g.extend(p.sysfs.queues.iter().filter_map(|q| q.gpu_id));
-            g.sort_unstable();
-            g.dedup();
-            g
-        };
-        if gpus.is_empty() {
-            outln!("{:>8} {ns_pid:>7} {:<24} {comm:<16} {:>8}", p.pid(), container_label(p), "-");
-        }
-        for gpu in gpus {
-            let queues: Vec<String> = p
-                .sysfs
-                .queues
-                .iter()
-                .filter(|q| q.gpu_id == Some(gpu))
-                .map(|q| format!("{}:{}", q.queue_id, q.type_name()))
-                .collect();
-            let stats = p.sysfs.gpus.iter().find(|g| g.gpu_id == gpu);
-            let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
-            outln!(
-                "{:>8} {ns_pid:>7} {:<24} {comm:<16} {:>8} {:<20} {:<28} {:>10} {:>9} {:>4}",
-                p.pid(),
-                container_label(p),
-                format!("{gpu:#x}"),
-                partitions.label(gpu),
-                if queues.is_empty() { "-".to_owned() } else { queues.join(" ") },
-                opt(stats.and_then(|s| s.vram_bytes).map(|b| format!("{:.1}", b as f64 / 1048576.0))),
-                opt(stats.and_then(|s| s.evicted_ms).map(|v| v.to_string())),
-                opt(stats.and_then(|s| s.cu_occupancy).map(|v| v.to_string())),
-            );
-        }
+    for line in table::table(processes, partitions) {
+        outln!("{line}");
     }
 }
 

@@ -572,6 +572,7 @@ mod tests {
                 .map(|(pid, queue_id)| Collateral {
                     pid: HostPid(pid),
                     queue_id: QueueId(queue_id),
+                    context_id: None,
                     gpu_id: Some(GpuId(0x1000)),
                 })
                 .collect(),

@@ -175,12 +175,22 @@ impl ProcessEntry {
 }
 
 /// A queue of another process preempted by a device-wide unmap (what a span reports; the
-/// registry knows which queues were active).
+/// registry knows which queues were active). The unmap takes every context's queues on the GPU,
+/// so a secondary KFD context's are among them, named by their context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Collateral {
     pub pid: HostPid,
     pub queue_id: QueueId,
+    /// The secondary KFD context it is in; `None` (JSON `null`) for the primary one.
+    pub context_id: Option<u16>,
     pub gpu_id: Option<GpuId>,
+}
+
+impl Collateral {
+    /// Where it is: its context and id (labelled `3`, `context_0/3`).
+    pub fn key(&self) -> QueueKey {
+        QueueKey::new(self.context_id, self.queue_id)
+    }
 }
 
 /// One event's lifecycle change, as [`Registry::apply_in_full`] derives it (a queue of any
@@ -315,7 +325,12 @@ impl Registry {
             for q in p.queues.values().filter(|q| q.state == QueueState::Active) {
                 let on_gpu = gpus.is_empty() || q.gpu_id.is_none_or(|g| gpus.contains(&g));
                 if on_gpu {
-                    out.push(Collateral { pid: p.pid, queue_id: q.queue_id, gpu_id: q.gpu_id });
+                    out.push(Collateral {
+                        pid: p.pid,
+                        queue_id: q.queue_id,
+                        context_id: q.context_id,
+                        gpu_id: q.gpu_id,
+                    });
                 }
             }
         }
@@ -531,7 +546,7 @@ mod tests {
         assert_eq!(states(&r, 10), [(0, QueueState::Suspended), (1, QueueState::Active), (2, QueueState::Suspended)]);
         assert_eq!(
             r.active_queues_of_others(Some(HostPid(10)), &[GpuId(0x1234)]),
-            [Collateral { pid: HostPid(20), queue_id: QueueId(0), gpu_id: Some(GpuId(0x1234)) }]
+            [Collateral { pid: HostPid(20), queue_id: QueueId(0), context_id: None, gpu_id: Some(GpuId(0x1234)) }]
         );
         r.apply(&ev(30, 8, suspend(10, &[0], true)));
         assert_eq!(states(&r, 10)[0], (0, QueueState::Active));
@@ -590,6 +605,14 @@ mod tests {
         let by_context: Vec<(Option<u16>, QueueState)> =
             r.processes[&HostPid(10)].queues.values().map(|q| (q.context_id, q.state)).collect();
         assert_eq!(by_context, [(None, QueueState::Suspended), (Some(0), QueueState::Active)]);
+        // Another process's device-wide unmap preempts the secondary's active queue 0: collateral
+        // named by its context, not the (suspended) primary's queue 0.
+        let collateral = r.active_queues_of_others(Some(HostPid(99)), &[GpuId(0x1234)]);
+        assert_eq!(
+            collateral,
+            [Collateral { pid: HostPid(10), queue_id: QueueId(0), context_id: Some(0), gpu_id: Some(GpuId(0x1234)) }]
+        );
+        assert_eq!(collateral[0].key().to_string(), "context_0/0");
         // The secondary's DESTROY_QUEUE (its removal, then its return) takes its own queue 0.
         let removal = QueueRemoved { owner_pid: Some(HostPid(10)), queue_id: Some(QueueId(0)), context_id: Some(0) };
         let gone = r.apply_in_full(&ev(10, 4, EventKind::QueueRemoved(removal)));

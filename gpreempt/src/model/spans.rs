@@ -443,7 +443,10 @@ mod tests {
             Some(Breakdown { unmap_ns: 490, fence_wait_ns: 400, remap_ns: 280, gpus: vec![GpuId(0xa)] })
         );
         assert_eq!(span.phases.len(), 4);
-        assert_eq!(span.collateral, [Collateral { pid: HostPid(20), queue_id: QueueId(0), gpu_id: Some(GpuId(0xa)) }]);
+        assert_eq!(
+            span.collateral,
+            [Collateral { pid: HostPid(20), queue_id: QueueId(0), context_id: None, gpu_id: Some(GpuId(0xa)) }]
+        );
         assert_eq!(t.fence_wait_ns.values().collect::<Vec<_>>(), [400]);
         assert_eq!(t.suspend_ns.values().collect::<Vec<_>>(), [950]);
         assert_eq!(t.collateral_queues, 1);

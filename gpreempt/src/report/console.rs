@@ -10,6 +10,7 @@ use crate::{
     host::procinfo,
     model::{
         Model, QueueMap,
+        registry::QueueKey,
         spans::{Span, SpanKind},
     },
     output::text::escape,
@@ -51,9 +52,8 @@ impl<W: Write> Console<W> {
             format!("{} {:>7} {:<15} {:<14}", self.clock.time_of_day(e.ts_ns), e.pid, escape(&e.comm), e.kind.name());
         let body = match &e.kind {
             EventKind::QueueCreate(c) => format!(
-                "queue {:>4}{} gpu {:#06x} {:<12} prio {:>2} ring {:>8}  {}",
-                c.queue_id.map_or_else(|| "-".to_owned(), |q| q.to_string()),
-                context(c.context_id),
+                "queue {:>4} gpu {:#06x} {:<12} prio {:>2} ring {:>8}  {}",
+                label(c.context_id, c.queue_id, "-"),
                 c.gpu_id,
                 c.queue_type,
                 c.priority,
@@ -61,12 +61,11 @@ impl<W: Write> Console<W> {
                 self.result(c.result)
             ),
             EventKind::QueueDestroy(d) => {
-                format!("queue {:>4}{}  {}", d.queue_id, context(d.context_id), self.result(d.result))
+                format!("queue {:>4}  {}", QueueKey::new(d.context_id, d.queue_id), self.result(d.result))
             }
             EventKind::QueueUpdate(u) => format!(
-                "queue {:>4}{} prio {:>2} pct {:>3} ring {:>8}  {}",
-                u.queue_id,
-                context(u.context_id),
+                "queue {:>4} prio {:>2} pct {:>3} ring {:>8}  {}",
+                QueueKey::new(u.context_id, u.queue_id),
                 u.priority,
                 u.percentage,
                 u.ring_size,
@@ -128,15 +127,13 @@ impl<W: Write> Console<W> {
                 format!("owner {} ({})", p.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string()), p.stage)
             }
             EventKind::QueueRemoved(q) => format!(
-                "queue {:>4}{} owner {}",
-                q.queue_id.map_or_else(|| "?".to_owned(), |q| q.to_string()),
-                context(q.context_id),
+                "queue {:>4} owner {}",
+                label(q.context_id, q.queue_id, "?"),
                 q.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
             ),
             EventKind::QueueReset(q) => format!(
-                "queue {:>4}{} owner {} gpu {}  reset by the driver after a failed preemption (gone)",
-                q.queue_id.map_or_else(|| "?".to_owned(), |q| q.to_string()),
-                context(q.context_id),
+                "queue {:>4} owner {} gpu {}  reset by the driver after a failed preemption (gone)",
+                label(q.context_id, q.queue_id, "?"),
                 q.owner_pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
                 gpu(q.gpu_id)
             ),
@@ -162,10 +159,15 @@ fn gpu(id: Option<GpuId>) -> String {
     id.map_or_else(|| "?".to_owned(), |g| format!("{g:#06x}"))
 }
 
-/// ` context_0` after a secondary KFD context's queue id (Linux 7.0: ids are per context), nothing
-/// for the primary's.
-fn context(context_id: Option<u16>) -> String {
-    context_id.map_or_else(String::new, |id| format!(" context_{id}"))
+/// A queue's label as every view gives it ([`QueueKey`]: `3`, `context_0/3` for a secondary KFD
+/// context's, Linux 7.0: ids are per context); `unknown` stands for an id the record lacks
+/// (`-`, `context_0/-`).
+fn label(context_id: Option<u16>, queue_id: Option<QueueId>, unknown: &str) -> String {
+    match (queue_id, context_id) {
+        (Some(id), _) => QueueKey::new(context_id, id).to_string(),
+        (None, None) => unknown.to_owned(),
+        (None, Some(context)) => format!("context_{context}/{unknown}"),
+    }
 }
 
 /// `[0, 1]`
@@ -210,7 +212,7 @@ impl<W: Write> Console<W> {
             ));
         }
         if !s.collateral.is_empty() {
-            let others: Vec<String> = s.collateral.iter().map(|c| format!("{}:{}", c.pid, c.queue_id)).collect();
+            let others: Vec<String> = s.collateral.iter().map(|c| format!("{}:{}", c.pid, c.key())).collect();
             line.push_str(&format!(" collateral [{}]", others.join(" ")));
         }
         line
@@ -240,9 +242,8 @@ impl<W: Write> Console<W> {
             for q in p.queues.values() {
                 let _ = writeln!(
                     out,
-                    "    queue {:>4}{} gpu {} {:<12} {:<9} prio {}",
-                    q.queue_id,
-                    context(q.context_id),
+                    "    queue {:>4} gpu {} {:<12} {:<9} prio {}",
+                    q.key(),
                     gpu(q.gpu_id),
                     q.queue_type.as_deref().unwrap_or("?"),
                     q.state.name(),
@@ -368,7 +369,11 @@ mod tests {
             trigger: None,
             queues: vec![QueueId(0), QueueId(1)],
             rejected: vec![QueueId(5)],
-            collateral: vec![Collateral { pid: HostPid(20), queue_id: QueueId(4), gpu_id: Some(GpuId(0xa)) }],
+            collateral: vec![
+                Collateral { pid: HostPid(20), queue_id: QueueId(4), context_id: None, gpu_id: Some(GpuId(0xa)) },
+                // Queue 4 of pid 20's secondary KFD context 0 (Linux 7.0), another queue.
+                Collateral { pid: HostPid(20), queue_id: QueueId(4), context_id: Some(0), gpu_id: Some(GpuId(0xa)) },
+            ],
             breakdown: Some(Breakdown {
                 unmap_ns: 1_500_000,
                 fence_wait_ns: 1_000_000,
@@ -382,7 +387,7 @@ mod tests {
         assert_eq!(
             c.span_line(&span),
             "00:00:00.003000      10 span suspended 2.000 ms queues [0, 1] rejected [5] \
-             (unmap 1.500 fence 1.000 remap 0.250 ms) collateral [20:4]"
+             (unmap 1.500 fence 1.000 remap 0.250 ms) collateral [20:4 20:context_0/4]"
         );
     }
 
@@ -393,6 +398,15 @@ mod tests {
         assert_eq!(
             Console::<Vec<u8>>::map_text(&m.snapshot(5, |_| true)),
             "queue map: 1 process(es)\n  pid 10 (p10) nspid ? queues 1\n    queue    3 gpu 0x1234 compute-aql  active    prio 7\n"
+        );
+        // Queue 3 of its secondary KFD context 0 (Linux 7.0): labelled by QueueKey, after the primary's.
+        let mut both = Model::new(None);
+        both.apply(&ev(10, 1, create(3, 0x1234)));
+        both.apply(&ev(10, 2, crate::test_support::create_in(0, 3, 0x1234)));
+        assert_eq!(
+            Console::<Vec<u8>>::map_text(&both.snapshot(5, |_| true)),
+            "queue map: 1 process(es)\n  pid 10 (p10) nspid ? queues 2\n    queue    3 gpu 0x1234 compute-aql  active    prio 7\n    \
+             queue context_0/3 gpu 0x1234 compute-aql  active    prio 7\n"
         );
         assert_eq!(Console::<Vec<u8>>::map_text(&m.snapshot(5, |p| p == HostPid(1))), "queue map: 0 process(es)\n");
         let mut quiet = Console::summary_only(Vec::new(), WallClock::from_offset(0));
@@ -424,11 +438,63 @@ mod tests {
         );
         let coloured = Console::new(Vec::new(), WallClock::from_offset(0), true);
         assert!(coloured.line(&decode(&bytes_of(&rec)).unwrap()).contains("\x1b[31mEINVAL\x1b[0m"));
-        // The same create in secondary context 0 (Linux 7.0) names it after the queue id.
+        // The same create in secondary context 0 (Linux 7.0) is labelled as every view labels a
+        // queue (QueueKey), its id unknown.
         let secondary = QueueCreateRecord { context_id: 0, ..rec };
         assert_eq!(
             c.line(&decode(&bytes_of(&secondary)).unwrap()),
-            "00:00:00.000004    4242 kfd-client      queue_create   queue    - context_0 gpu 0x1234 compute-aql  prio  7 ring    65536  EINVAL (3.5 µs)"
+            "00:00:00.000004    4242 kfd-client      queue_create   queue context_0/- gpu 0x1234 compute-aql  prio  7 ring    65536  EINVAL (3.5 µs)"
+        );
+    }
+
+    /// Every queue line of a secondary KFD context's queue (Linux 7.0) carries QueueKey's label,
+    /// the one every other view shows; a primary's keeps its bare id.
+    #[test]
+    fn a_secondary_context_s_queue_lines_carry_the_queue_label() {
+        use crate::{
+            domain::{GpuId, QueueId},
+            event::{KernelResult, QueueDestroy, QueueRemoved, QueueReset, QueueUpdate},
+        };
+        let c = Console::new(Vec::new(), WallClock::from_offset(0), false);
+        let destroy = |context_id| {
+            EventKind::QueueDestroy(QueueDestroy { queue_id: QueueId(0), context_id, result: KernelResult(0), ret: 0 })
+        };
+        let update = QueueUpdate {
+            queue_id: QueueId(2),
+            context_id: Some(1),
+            priority: 7,
+            percentage: 100,
+            ring_base: 0x1000,
+            ring_size: 4096,
+            result: KernelResult(0),
+            ret: 0,
+        };
+        let removed = |queue_id| QueueRemoved { owner_pid: Some(HostPid(42)), queue_id, context_id: Some(0) };
+        let reset = QueueReset {
+            owner_pid: Some(HostPid(42)),
+            queue_id: Some(QueueId(1)),
+            context_id: Some(0),
+            gpu_id: Some(GpuId(0x1234)),
+        };
+        let lines = [
+            c.line(&ev(42, 1_000, destroy(None))),
+            c.line(&ev(42, 1_000, destroy(Some(0)))),
+            c.line(&ev(42, 1_000, EventKind::QueueUpdate(update))),
+            c.line(&ev(42, 1_000, EventKind::QueueRemoved(removed(Some(QueueId(3)))))),
+            c.line(&ev(42, 1_000, EventKind::QueueRemoved(removed(None)))),
+            c.line(&ev(42, 1_000, EventKind::QueueReset(reset))),
+        ];
+        assert_eq!(
+            lines,
+            [
+                "00:00:00.000001      42 p42             queue_destroy  queue    0  OK (0.0 µs)",
+                "00:00:00.000001      42 p42             queue_destroy  queue context_0/0  OK (0.0 µs)",
+                "00:00:00.000001      42 p42             queue_update   queue context_1/2 prio  7 pct 100 ring     4096  OK (0.0 µs)",
+                "00:00:00.000001      42 p42             queue_removed  queue context_0/3 owner 42 (0.0 µs)",
+                "00:00:00.000001      42 p42             queue_removed  queue context_0/? owner 42 (0.0 µs)",
+                "00:00:00.000001      42 p42             queue_reset    queue context_0/1 owner 42 gpu 0x1234  reset by the \
+                 driver after a failed preemption (gone) (0.0 µs)",
+            ]
         );
     }
 

@@ -186,7 +186,8 @@ impl<W: Write> Perfetto<W> {
     }
 
     /// One closed span: on the target's process track and on each affected queue's track (a
-    /// suspend's and resume's queues are the primary context's: DBG_TRAP reaches no other).
+    /// suspend's and resume's queues are the primary context's: DBG_TRAP reaches no other; its
+    /// collateral, any context's, each on its own queue's track).
     fn record_span(&mut self, s: &Span, comm_of: impl Fn(HostPid) -> Option<String>) {
         let Some(pid) = s.target_pid else { return };
         let p = self.process_track(pid, comm_of(pid).as_deref());
@@ -206,7 +207,7 @@ impl<W: Write> Perfetto<W> {
         }
         for c in &s.collateral {
             let cp = self.process_track(c.pid, comm_of(c.pid).as_deref());
-            let tid = self.queue_track(c.pid, QueueKey::primary(c.queue_id));
+            let tid = self.queue_track(c.pid, c.key());
             self.complete(
                 "preempted (collateral)",
                 "span",
@@ -266,6 +267,9 @@ mod tests {
         lifecycle(ev(20, 2_000, create(0, 0xa)), &mut p);
         // Queue 3 of pid 10's secondary KFD context 0 (Linux 7.0): another queue, its own track.
         lifecycle(ev(10, 1_500, create_in(0, 3, 0xa)), &mut p);
+        // Pid 20's secondary context 1 has a queue 0 too: the suspend's collateral besides its
+        // primary queue 0, drawn on its own track.
+        lifecycle(ev(20, 2_500, create_in(1, 0, 0xa)), &mut p);
         let span = Span {
             kind: SpanKind::Suspend,
             target_pid: Some(HostPid(10)),
@@ -276,7 +280,10 @@ mod tests {
             trigger: None,
             queues: vec![QueueId(3)],
             rejected: vec![],
-            collateral: vec![Collateral { pid: HostPid(20), queue_id: QueueId(0), gpu_id: Some(GpuId(0xa)) }],
+            collateral: vec![
+                Collateral { pid: HostPid(20), queue_id: QueueId(0), context_id: None, gpu_id: Some(GpuId(0xa)) },
+                Collateral { pid: HostPid(20), queue_id: QueueId(0), context_id: Some(1), gpu_id: Some(GpuId(0xa)) },
+            ],
             breakdown: Some(Breakdown { unmap_ns: 1, fence_wait_ns: 1, remap_ns: 1, gpus: vec![GpuId(0xa)] }),
             phases: vec![],
             open: false,
@@ -315,6 +322,7 @@ mod tests {
         };
         let q = |id: u64| QUEUE_TID_BASE + id;
         let context_0 = |id: u64| QUEUE_TID_BASE + 1024 + id;
+        let context_1 = |id: u64| QUEUE_TID_BASE + 2 * 1024 + id;
         let gpu = GPU_TRACK_BASE + 0xa;
         assert_eq!(
             names("M"),
@@ -326,6 +334,7 @@ mod tests {
                 (20, 0, "p20 20".to_owned()),
                 (20, 0, "process".to_owned()),
                 (20, q(0), "queue 0".to_owned()),
+                (20, context_1(0), "queue context_1/0".to_owned()),
                 (gpu, 0, "GPU 0xa".to_owned()),
                 (gpu, 30, "p30 30".to_owned()),
             ]
@@ -341,6 +350,8 @@ mod tests {
                 (10, context_0(3), "queue context_0/3".to_owned()),
                 (20, q(0), "preempted (collateral)".to_owned()),
                 (20, q(0), "queue 0".to_owned()),
+                (20, context_1(0), "preempted (collateral)".to_owned()),
+                (20, context_1(0), "queue context_1/0".to_owned()),
                 (gpu, 30, "fence wait".to_owned()),
             ]
         );
@@ -348,6 +359,9 @@ mod tests {
         let suspend = events.iter().find(|e| e["name"] == "suspend" && e["tid"] == 0).unwrap();
         assert_eq!((suspend["ts"].as_f64(), suspend["dur"].as_f64()), (Some(3.0), Some(2.0)));
         assert_eq!(suspend["args"]["collateral"][0]["pid"], 20);
+        let contexts: Vec<&Value> =
+            suspend["args"]["collateral"].as_array().unwrap().iter().map(|c| &c["context_id"]).collect();
+        assert_eq!(contexts, [&Value::Null, &json!(1)]);
         let queue0 = events.iter().find(|e| e["name"] == "queue 0").unwrap();
         assert_eq!((queue0["ts"].as_f64(), queue0["dur"].as_f64()), (Some(2.0), Some(8.0)), "closed at the end");
         assert!(events.iter().all(|e| e["ph"].is_string() && e["pid"].is_u64()));

@@ -134,7 +134,12 @@ mod tests {
             rejected: Vec::new(),
             collateral: collateral
                 .iter()
-                .map(|&p| Collateral { pid: HostPid(p), queue_id: QueueId(0), gpu_id: Some(GpuId(0x1000)) })
+                .map(|&p| Collateral {
+                    pid: HostPid(p),
+                    queue_id: QueueId(0),
+                    context_id: None,
+                    gpu_id: Some(GpuId(0x1000)),
+                })
                 .collect(),
             breakdown: Some(Breakdown {
                 unmap_ns: 6_000,
