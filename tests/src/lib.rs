@@ -268,8 +268,14 @@ pub struct LineHelper {
 
 impl LineHelper {
     pub fn spawn(name: &str, args: &[&str]) -> Result<Self> {
+        Self::spawn_with_env(name, args, &[])
+    }
+
+    /// [`LineHelper::spawn`] with extra environment variables (what a launcher would set).
+    pub fn spawn_with_env(name: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Self> {
         let mut child = Command::new(binary(name)?)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -60,11 +60,16 @@ fn train() -> LineHelper {
 
 /// The training job, writing a progress line to `log` whenever dispatches completed.
 fn train_logging(log: Option<&std::path::Path>) -> LineHelper {
+    train_with(log, &[])
+}
+
+/// The training job, with `env` added to its environment (a launcher's rank variables).
+fn train_with(log: Option<&std::path::Path>, env: &[(&str, &str)]) -> LineHelper {
     let mut args = vec!["train", "--gpu-ids", "0x1000", "--queues", "1", "--runtime-enable", "--dispatch-us", "2000"];
     if let Some(log) = log {
         args.extend(["--log", log.to_str().unwrap()]);
     }
-    LineHelper::spawn("emu-workload", &args).unwrap()
+    LineHelper::spawn_with_env("emu-workload", &args, env).unwrap()
 }
 
 /// (pid, address) of a helper's first queue's `field` index.
@@ -92,7 +97,9 @@ fn emu_evaluate_runs_every_state_in_rotated_order_and_the_load_matches_the_onlin
     let (mut online, path) = server("rounds");
     let log = std::env::temp_dir().join(format!("gpreempt-eval-train-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
-    let offline = train_logging(Some(&log));
+    // Rank 1 of a two-rank job, as torchrun would start it: warned of, and otherwise evaluated
+    // exactly as a job alone (the warning holds nothing back).
+    let offline = train_with(Some(&log), &[("WORLD_SIZE", "2"), ("RANK", "1")]);
     let (online_pid, wptr) = index(&online, "wptr");
     let published_before = rptr_now(online_pid, wptr);
     let out = evaluate(&[
@@ -118,7 +125,22 @@ fn emu_evaluate_runs_every_state_in_rotated_order_and_the_load_matches_the_onlin
         "5ms",
         "--json",
     ]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // The rank is warned of once, before the first state (nothing held yet), with the default
+    // --state-timeout (10 min); the warning is on stderr only, the JSON report has no field for it.
+    let warning = format!(
+        "gpreempt: warning: offline pid {} is rank 1 of a data-parallel job of 2 (WORLD_SIZE=2 in its environment): \
+         holding it through online alone (up to --state-timeout, 600 s) stops its peers at their next collective, \
+         and a hold longer than the job's collective timeout fails the job; keep --state-timeout below that \
+         timeout, or evaluate with a job that runs on this node alone",
+        offline.pid()
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.iter().filter(|l| **l == warning).count(), 1, "{stderr}");
+    let first_state =
+        lines.iter().position(|l| l.contains("round 1: co-located")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(lines.iter().position(|l| *l == warning).unwrap() < first_state, "{stderr}");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let runs = report["runs"].as_array().unwrap();
     let order: Vec<(u64, &str)> =
