@@ -6,7 +6,7 @@
 //! compared with baselines on a slower host. Held for all, the ratios compare scheduling alone,
 //! and the wake floor is measured both ways to show what the request itself buys.
 
-use gpreempt::schedule::wake_latency::{self, IdleStates, WakeLatency};
+use gpreempt::schedule::wake_latency::{self, WakeLatency};
 use serde::Serialize;
 
 /// What was asked of the host, for the run's JSON.
@@ -23,19 +23,8 @@ pub struct CpuWake {
 
 /// Hold the scheduler's default request for as long as the returned request lives.
 pub fn hold() -> (CpuWake, Option<wake_latency::Request>) {
-    let idle = IdleStates::read(std::path::Path::new("/sys/devices/system/cpu"));
-    let limit = idle.limit_us(WakeLatency::Auto);
-    let mut out = CpuWake { driver: idle.driver.clone(), limit_us: None, excluded: Vec::new(), refused: None };
-    let Some(limit) = limit else { return (out, None) };
-    match wake_latency::request(std::path::Path::new(wake_latency::DEVICE), limit) {
-        Ok(r) => {
-            out.limit_us = Some(limit);
-            out.excluded = idle.excluded(limit);
-            (out, Some(r))
-        }
-        Err(e) => {
-            out.refused = Some(format!("{}: {e}", wake_latency::DEVICE));
-            (out, None)
-        }
-    }
+    let held = wake_latency::hold(WakeLatency::Auto);
+    let refused = held.refused.as_ref().map(|e| format!("{}: {e}", wake_latency::DEVICE));
+    let limit_us = held.request.as_ref().map(|r| r.limit_us);
+    (CpuWake { driver: held.driver, limit_us, excluded: held.excluded, refused }, held.request)
 }

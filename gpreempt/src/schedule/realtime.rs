@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::wake_latency::{self, IdleStates, WakeLatency};
+use super::wake_latency::{self, WakeLatency};
 
 /// What the reaction thread asked of the host. The default asks nothing (normal priority, no
 /// pinning, no lock, no wake latency request); the scheduler's footing is
@@ -96,24 +96,20 @@ pub fn apply(config: RealtimeConfig) -> (Realtime, Option<wake_latency::Request>
 
 /// Hold the CPU wake latency `setting` asks for on this host, noting it (or its refusal) in `out`.
 fn ask_wake_latency(setting: WakeLatency, out: &mut Realtime) -> Option<wake_latency::Request> {
-    let idle = IdleStates::read(std::path::Path::new("/sys/devices/system/cpu"));
-    let limit = idle.limit_us(setting)?;
-    match wake_latency::request(std::path::Path::new(wake_latency::DEVICE), limit) {
-        Ok(r) => {
-            out.cpu_wake_limit_us = Some(limit);
-            out.idle_states_excluded = idle.excluded(limit);
-            Some(r)
-        }
-        Err(why) => {
-            out.refused.push(format!(
-                "the CPU wake latency request ({limit} us on {}) refused ({why}): needs root (the device is \
-                 root's, mode 0600); idle CPUs keep their deep states and wake the reaction thread later \
-                 (--cpu-wake-latency off says nothing)",
-                wake_latency::DEVICE
-            ));
-            None
-        }
+    let held = wake_latency::hold(setting);
+    if let (Some(limit), Some(why)) = (held.limit_us, &held.refused) {
+        out.refused.push(format!(
+            "the CPU wake latency request ({limit} us on {}) refused ({why}): needs root (the device is \
+             root's, mode 0600); idle CPUs keep their deep states and wake the reaction thread later \
+             (--cpu-wake-latency off says nothing)",
+            wake_latency::DEVICE
+        ));
     }
+    if held.request.is_some() {
+        out.cpu_wake_limit_us = held.limit_us;
+        out.idle_states_excluded = held.excluded;
+    }
+    held.request
 }
 
 /// Pin the calling thread to `cpu`.

@@ -161,6 +161,39 @@ pub struct Request {
     pub limit_us: u32,
 }
 
+/// What holding a setting on this host came to.
+#[derive(Debug)]
+pub struct Held {
+    /// The cpuidle driver (`haltpoll` in a KVM guest).
+    pub driver: Option<String>,
+    /// The limit asked for, µs (None: `off`).
+    pub limit_us: Option<u32>,
+    /// The idle states it keeps out, when held.
+    pub excluded: Vec<String>,
+    /// The request, in force while this lives; None when `off` or refused.
+    pub request: Option<Request>,
+    /// Why the device refused it.
+    pub refused: Option<std::io::Error>,
+}
+
+/// Hold `setting` on this host (the idle states of `/sys/devices/system/cpu`, the request on
+/// [`DEVICE`]).
+pub fn hold(setting: WakeLatency) -> Held {
+    let idle = IdleStates::read(Path::new("/sys/devices/system/cpu"));
+    let limit_us = idle.limit_us(setting);
+    let mut held = Held { driver: idle.driver.clone(), limit_us, excluded: Vec::new(), request: None, refused: None };
+    if let Some(limit) = limit_us {
+        match request(Path::new(DEVICE), limit) {
+            Ok(r) => {
+                held.excluded = idle.excluded(limit);
+                held.request = Some(r);
+            }
+            Err(e) => held.refused = Some(e),
+        }
+    }
+    held
+}
+
 /// Ask the kernel, through `device`, for idle CPUs that wake within `limit_us`.
 pub fn request(device: &Path, limit_us: u32) -> std::io::Result<Request> {
     let mut file = std::fs::OpenOptions::new().write(true).open(device)?;
