@@ -54,7 +54,8 @@ fn emu_top_json_and_once_name_the_workloads_pid_gpu_queues_and_state() {
         (&json!(pid), &json!("emu-workload"), &json!(0), &json!(0))
     );
     // Both queues predate `top`: read from sysfs (kernel type `compute`), taken as active.
-    let queue = |id: u32| json!({"queue_id": id, "queue_type": "compute", "state": "active", "state_seen": false});
+    // `context_id` null: the primary KFD context (a secondary's number otherwise, Linux 7.0).
+    let queue = |id: u32| json!({"queue_id": id, "context_id": null, "queue_type": "compute", "state": "active", "state_seen": false});
     assert_eq!(p["gpus"], json!([{"gpu_id": 0x2000, "queues": [queue(0), queue(1)]}]), "{p:#}");
     let zero = json!({"processes": 0, "queues": 0, "active": 0, "evicted": 0, "suspended": 0, "evictions": 0, "suspends": 0, "resumes": 0});
     let mut on = zero.clone();
