@@ -101,7 +101,7 @@ fn ask_wake_latency(setting: WakeLatency, out: &mut Realtime) -> Option<wake_lat
         out.refused.push(format!(
             "the CPU wake latency request ({limit} us on {}) refused ({why}): needs root (the device is \
              root's, mode 0600); idle CPUs keep their deep states and wake the reaction thread later \
-             (--cpu-wake-latency off says nothing)",
+             (--cpu-wake-latency off asks for nothing and says nothing)",
             wake_latency::DEVICE
         ));
     }
@@ -151,8 +151,7 @@ mod tests {
 
     #[test]
     fn a_cpu_that_does_not_exist_is_refused_with_the_reason() {
-        let (r, _) =
-            apply(RealtimeConfig { cpu: Some(100_000), wake_latency: WakeLatency::Off, ..RealtimeConfig::default() });
+        let (r, _) = apply(RealtimeConfig { cpu: Some(100_000), ..RealtimeConfig::default() });
         assert_eq!(r.cpu, None);
         assert_eq!(r.refused.len(), 1);
         assert!(r.refused[0].starts_with("--cpu 100000 refused ("), "{}", r.refused[0]);
