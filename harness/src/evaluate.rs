@@ -87,6 +87,20 @@ fn ratio(a: Option<&Summary>, b: Option<&Summary>, f: fn(&Summary) -> f64) -> Op
     Some(f(a?) / f(b?).max(1e-9))
 }
 
+impl ScenarioResult {
+    /// Arrival → first SUSPEND, µs, of every request whose SUSPENDs the scheduler's default
+    /// issued at once in this scenario (every online process's; the suite pools them).
+    pub fn arrival_to_suspend_samples_us(&self) -> Vec<f64> {
+        let default = BenchState::new(State::Scheduled);
+        self.states
+            .iter()
+            .filter(|s| s.state == default)
+            .filter_map(|s| s.scheduler.as_ref())
+            .flat_map(|s| s.arrival.iter().flat_map(|a| a.arrival_to_suspend_samples_us.iter().copied()))
+            .collect()
+    }
+}
+
 pub fn evaluate(sc: &Scenario, section7_mirror: bool) -> Result<ScenarioResult> {
     // The scheduler's default request, held for the baselines too (`_held` until the end).
     let (cpu_wake, _held) = crate::cpu_wake::hold();

@@ -418,6 +418,7 @@ pub(crate) mod tests {
             arrival_to_suspend_us: None,
             arrival_to_taken_us: None,
             arrival_to_suspend_in_transition_us: None,
+            arrival_to_suspend_samples_us: Vec::new(),
         }
     }
 

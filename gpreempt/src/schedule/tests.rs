@@ -62,6 +62,12 @@ struct Script {
 #[derive(Clone, Default)]
 struct RecorderSide(Arc<Mutex<Script>>);
 
+impl std::fmt::Debug for RecorderSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecorderSide")
+    }
+}
+
 impl RecorderSide {
     fn with<T>(&self, f: impl FnOnce(&mut Script) -> T) -> T {
         f(&mut self.0.lock().unwrap())
@@ -196,6 +202,8 @@ struct ArrivalScript {
     hits: Vec<ArrivalHit>,
     armed: Vec<bool>,
     counts: ArrivalCounts,
+    /// Where each `arm` is logged (`arm SLOT`) beside the sessions' calls, when a test orders them.
+    log: Option<RecorderSide>,
 }
 
 impl ScriptedArrivals {
@@ -254,7 +262,11 @@ impl ArrivalSource for ScriptedArrivals {
         self.0.lock().unwrap().watched[slot as usize].as_ref().map(|(_, p)| p.clone()).unwrap_or_default()
     }
     fn arm(&mut self, slot: u32) -> Result<(), ArrivalError> {
-        self.0.lock().unwrap().armed[slot as usize] = true;
+        let mut s = self.0.lock().unwrap();
+        s.armed[slot as usize] = true;
+        if let Some(side) = &s.log {
+            side.with(|c| c.calls.push(format!("arm {slot}")));
+        }
         Ok(())
     }
     fn counts(&self, _: u32) -> ArrivalCounts {
@@ -982,6 +994,55 @@ fn a_resume_of_several_offline_processes_stops_when_a_request_arrives_during_it(
     // It arrived while the reaction thread was inside the RESUME: counted apart.
     assert_eq!(a.arrival_to_suspend_us.as_ref().map(|s| s.count), None);
     assert_eq!(a.arrival_to_suspend_in_transition_us.as_ref().map(|s| s.count), Some(1));
+}
+
+#[test]
+fn a_request_is_suspended_for_before_its_process_is_armed_again() {
+    static R: AtomicU64 = AtomicU64::new(0);
+    static W: AtomicU64 = AtomicU64::new(0);
+    const PID: u32 = 3_999_940;
+    let offline = vec![queue(0, A, &OFF_READ, &OFF_READ)];
+    let Setup { mut host, side, config } = setup(PID, vec![queue(0, A, &R, &W)], offline, false);
+    let config = watched_on_8000(&mut host, config);
+    let arrivals = ScriptedArrivals::default();
+    arrivals.0.lock().unwrap().log = Some(side.clone());
+    let seams = Seams { arrival: Arc::new(arrivals.clone()), ..seams_of(&side, &config, Box::new(Quiet)) };
+    let (_events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams, &mut emit).unwrap();
+    let script = arrivals.clone();
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
+        // Cold (no lead learnt): the request's SUSPEND is issued in the step that takes its record;
+        // the probe's map update that arms the process again comes after it.
+        script.arrive();
+        c.wait_until(|calls| count(calls, "arm") == 1);
+        W.store(1, Ordering::SeqCst);
+        R.store(1, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "resume") == 1);
+        // Armed again: the next request sends its record.
+        script.arrive();
+        c.wait_until(|calls| count(calls, "arm") == 2);
+        W.store(2, Ordering::SeqCst);
+        R.store(2, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "resume") == 2);
+    });
+    let suspend = format!("suspend Gpu(GpuId({A}))");
+    let resume = format!("resume {A:#x}");
+    assert_eq!(
+        side.calls(),
+        [
+            format!("attach {PID}"),
+            suspend.clone(),
+            "arm 0".into(),
+            resume.clone(),
+            suspend,
+            "arm 0".into(),
+            resume,
+            format!("detach {PID}")
+        ]
+    );
+    let a = &report.arrival[0];
+    assert_eq!((a.counts.allowed, a.counts.armings), (2, 2));
+    assert_eq!((a.pending.arrivals, a.pending.served, a.pending.late, a.pending.wasted), (2, 2, 0, 0));
 }
 
 #[test]

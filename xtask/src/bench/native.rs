@@ -48,6 +48,9 @@ struct Arrival {
     /// The CPU wake latency request held for every state (harness/src/cpu_wake.rs).
     cpu_wake: Option<CpuWake>,
     wake_floor: ArrivalWakeFloor,
+    /// Arrival → first SUSPEND over every arrival issued at once in the matrix's default states
+    /// (harness/src/suite.rs; absent from runs before it was pooled).
+    arrival_to_suspend_pooled_us: Option<Stats>,
 }
 
 /// harness/src/cpu_wake.rs `CpuWake`.
@@ -1245,12 +1248,28 @@ fn arrival_goals(md: &mut String, a: &Arrival) {
             during.iter().map(|d| d.p99).fold(f64::NAN, f64::max)
         )
     };
+    // Each scenario has a few dozen such arrivals, so its p99 is its maximum: the goal is judged
+    // on the p99 over all of them where the run pooled them, else on the worst scenario's.
+    let (figure, judged) = match &a.arrival_to_suspend_pooled_us {
+        Some(pooled) => (
+            format!(
+                "p99 {:.0} µs (p50 {:.0}, max {:.0}) over all {:.0} arrivals that found the reaction thread outside \
+                 the kernel; per scenario, worst p99 {p99:.0} µs",
+                pooled.p99, pooled.p50, pooled.max, pooled.count
+            ),
+            pooled.p99,
+        ),
+        None => (
+            format!("worst {p99:.0} µs over {issued:.0} arrivals that found the reaction thread outside the kernel"),
+            p99,
+        ),
+    };
     let _ = writeln!(
         md,
-        "| Arrival → first SUSPEND entered, when issued at once: p99 ≤ 100 µs | worst {p99:.0} µs over {issued:.0} \
-         arrivals that found the reaction thread outside the kernel{taken_note}; {during_note}{} | {} |",
+        "| Arrival → first SUSPEND entered, when issued at once: p99 ≤ 100 µs | {figure}{taken_note}; \
+         {during_note}{} | {} |",
         cpu_wake_note(a),
-        verdict(p99 <= 100.0)
+        verdict(judged <= 100.0)
     );
     let c = &a.packet_cost;
     match &c.error {
@@ -1390,5 +1409,44 @@ mod tests {
              found the reaction thread outside the kernel; none arrived during a transition's ioctls | **pass** |"
         ));
         assert!(md.contains("0.40 µs disarmed, 0.70 µs armed"), "{md}");
+    }
+
+    #[test]
+    fn the_arrival_to_suspend_goal_is_judged_on_the_pooled_p99_where_the_run_has_it() {
+        // One scenario's 19 arrivals with one 1.28 ms stall: its p99 is that stall; over the
+        // matrix's 258, the p99 is 95 µs.
+        let doc = |pooled: serde_json::Value| {
+            serde_json::json!({
+                "scenarios": [{
+                    "scenario": {"name": "arrival/poisson-3off-vllm/mi300x/serial"},
+                    "states": [{"state": "schedule:default", "scheduler": {"arrival": [{
+                        "arrival_to_suspend_us": {"count": 19.0, "p50": 51.0, "p90": 70.0, "p99": 1280.0, "max": 1280.0}
+                    }]}}]
+                }],
+                "packet_cost": {"sent": 1, "answered": 1},
+                "arrival_to_suspend_pooled_us": pooled
+            })
+        };
+        let row = |a: &Arrival| {
+            let mut md = String::new();
+            arrival(&mut md, a);
+            md.lines().find(|l| l.starts_with("| Arrival → first SUSPEND")).map(str::to_owned).unwrap_or_default()
+        };
+        let pooled: Arrival = serde_json::from_value(doc(
+            serde_json::json!({"count": 258.0, "p50": 48.0, "p90": 70.0, "p99": 95.0, "max": 1280.0}),
+        ))
+        .unwrap();
+        assert_eq!(
+            row(&pooled),
+            "| Arrival → first SUSPEND entered, when issued at once: p99 ≤ 100 µs | p99 95 µs (p50 48, max 1280) over \
+             all 258 arrivals that found the reaction thread outside the kernel; per scenario, worst p99 1280 µs; none \
+             arrived during a transition's ioctls | **pass** |"
+        );
+        let before: Arrival = serde_json::from_value(doc(serde_json::Value::Null)).unwrap();
+        assert_eq!(
+            row(&before),
+            "| Arrival → first SUSPEND entered, when issued at once: p99 ≤ 100 µs | worst 1280 µs over 19 arrivals \
+             that found the reaction thread outside the kernel; none arrived during a transition's ioctls | **FAIL** |"
+        );
     }
 }

@@ -38,4 +38,9 @@ pub struct ArrivalReport {
     /// ioctls (a RESUME, or another GPU's SUSPEND): each waited for that ioctl to return, which
     /// no thread can cut short (KFD serialises them on its device queue manager's lock).
     pub arrival_to_suspend_in_transition_us: Option<Stats>,
+    /// The samples behind `arrival_to_suspend_us`, µs, in arrival order, for a caller in this
+    /// process that pools several runs (the harness's p99 over its whole arrival matrix, where
+    /// each run has a few dozen). Not in the JSON: the summary above is the run's figure.
+    #[serde(skip)]
+    pub arrival_to_suspend_samples_us: Vec<f64>,
 }

@@ -7,8 +7,9 @@
 //! so their policies suspend the offline side as they would for the work itself, one burst from
 //! the arrival to the request's end. The hold ends at the first GPU work (the lead is learnt from
 //! it) or, with none, at the plan's bound (counted as wasted: the offline side was held for
-//! nothing, the bound keeps that short). A process is armed again once its GPUs run idle, so each
-//! request after an idle period costs one record.
+//! nothing, the bound keeps that short). The probe disarms a process as it sends its record; the
+//! step that takes the record arms it again at its end, so each request costs one record (one
+//! more arriving within that step and its SUSPENDs sends none: it finds the hold in force).
 
 use std::{collections::BTreeSet, path::PathBuf};
 
@@ -271,6 +272,7 @@ impl Arrivals {
             arrival_to_suspend_us: Summary::of(&w.to_suspend_us),
             arrival_to_taken_us: Summary::of(&w.to_taken_us),
             arrival_to_suspend_in_transition_us: Summary::of(&w.to_suspend_in_transition_us),
+            arrival_to_suspend_samples_us: w.to_suspend_us.clone(),
         }
     }
 }
@@ -341,8 +343,8 @@ impl<S: ControlSide> Reaction<S> {
     }
 
     /// The probe's hits since they were last taken (at each step, and between two RESUMEs): each
-    /// opens a pending hold for its process, planned from its learnt lead, and arms the process
-    /// again at once (every request is one record).
+    /// opens a pending hold for its process, planned from its learnt lead; the process is armed
+    /// again at the step's end (`rearm_arrivals`).
     pub(super) fn take_arrivals(&mut self) {
         let Some(a) = self.arrivals.as_mut() else { return };
         let Some(probe) = a.probe.as_mut() else { return };
@@ -395,9 +397,10 @@ impl<S: ControlSide> Reaction<S> {
                 learn: !busy,
                 in_transition,
             });
-            if let Some(slot) = w.slot {
-                w.armed = probe_arm(a.probe.as_mut(), slot);
-            }
+            // The probe disarmed the slot as it sent this record. It is armed again at the end of
+            // this step (`rearm_arrivals`), after the step's SUSPENDs: the map update is a
+            // syscall (~6 µs natively, measured in the step) that has no business on their path.
+            w.armed = false;
         }
         if let Some(a) = self.arrivals.as_mut() {
             a.hits = hits;
@@ -534,8 +537,8 @@ impl<S: ControlSide> Reaction<S> {
         }
     }
 
-    /// Pending holds past their bound end as wasted; a process whose arming failed is armed again;
-    /// the ports read again where due.
+    /// Pending holds past their bound end as wasted; a process the probe disarmed (a record taken
+    /// this step) or whose arming failed is armed again; the ports read again where due.
     pub(super) fn rearm_arrivals(&mut self, now: u64) {
         self.refresh_arrivals(now);
         let Some(a) = self.arrivals.as_mut() else { return };
