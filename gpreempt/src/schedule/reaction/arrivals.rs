@@ -149,8 +149,16 @@ impl Arrivals {
 
     /// The earliest planned issue time of a pending hold not yet in force at `now` (the wait's
     /// deadline).
-    pub(super) fn next_issue(&self, now: u64) -> Option<u64> {
+    fn next_issue(&self, now: u64) -> Option<u64> {
         self.watched.iter().flat_map(|w| &w.pending).map(|p| p.plan.issue_at_ns).filter(|&t| t > now).min()
+    }
+
+    /// How long the thread may wait from `now`, at most `limit_ns`: until the earliest issue time
+    /// planned after `step_ns` (the start of the step before the wait, the instant its holds were
+    /// judged at). One that came due since, during the step's own work, gives 0: the wait ends at
+    /// once instead of sleeping past it (and the next step issues its SUSPENDs).
+    pub(super) fn wait_ns(&self, step_ns: u64, now: u64, limit_ns: u64) -> u64 {
+        self.next_issue(step_ns).map_or(limit_ns, |at| limit_ns.min(at.saturating_sub(now)))
     }
 
     /// Watch `pid` (its first queue): its cgroup and ports, armed.
@@ -566,5 +574,52 @@ impl<S: ControlSide> Reaction<S> {
         for pid in pids {
             self.unwatch_arrivals(pid);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// One watched process with a pending hold planned at each of `issue_at`.
+    fn pending_at(issue_at: &[u64]) -> Arrivals {
+        let mut w = Watched::new(HostPid(7));
+        for &t in issue_at {
+            w.pending.push(Pending {
+                arrival_ns: 0,
+                taken_ns: 0,
+                size: 0,
+                plan: PendingPlan { issue_at_ns: t, release_at_ns: t + 10 * MS, predicted_ns: Some(t) },
+                held_ns: None,
+                writes: None,
+                learn: true,
+                in_transition: false,
+            });
+        }
+        Arrivals {
+            probe: None,
+            load_error: None,
+            config: ArrivalConfig::default(),
+            proc_root: PathBuf::new(),
+            watched: vec![w],
+            hits: Vec::new(),
+            transition: (0, Some(0)),
+        }
+    }
+
+    #[test]
+    fn the_wait_ends_at_the_next_issue_time_and_at_once_for_one_that_came_due_during_the_step() {
+        // The step began at 100 ms; the wait begins at 101 ms; the cross-check is 10 ms.
+        let (step, now, limit) = (100 * MS, 101 * MS, 10 * MS);
+        assert_eq!(pending_at(&[]).wait_ns(step, now, limit), limit, "nothing pending: the cross-check");
+        assert_eq!(pending_at(&[120 * MS, 104 * MS]).wait_ns(step, now, limit), 3 * MS, "the earliest, from now");
+        assert_eq!(pending_at(&[150 * MS]).wait_ns(step, now, limit), limit, "past the cross-check");
+        // Due at 100.5 ms, while the step worked: no wait at all (measured from the wait's start,
+        // an issue time already past would be dropped and slept through to the cross-check).
+        assert_eq!(pending_at(&[100 * MS + MS / 2, 104 * MS]).wait_ns(step, now, limit), 0);
+        // Due at or before the step's start: that step judged it (in force); it sets no deadline.
+        assert_eq!(pending_at(&[100 * MS]).wait_ns(step, now, limit), limit);
     }
 }

@@ -87,9 +87,7 @@ impl<S: ControlSide> Reaction<S> {
         let mut timeout = self.config.cross_check_ns;
         if let Some(a) = &self.arrivals {
             fds.extend(a.fd());
-            if let Some(at) = a.next_issue(step_ns) {
-                timeout = timeout.min(at.saturating_sub(monotonic_ns()));
-            }
+            timeout = a.wait_ns(step_ns, monotonic_ns(), timeout);
         }
         let woken = wait_readable(&fds, timeout);
         if let Some(n) = &self.nudge {
