@@ -16,6 +16,13 @@
 /// Map names in the object (the userspace side looks them up by these).
 pub const PORTS_MAP: &str = "ARRIVAL_PORTS";
 pub const ARMED_MAP: &str = "ARRIVAL_ARMED";
+/// [`ARMED_MAP`]'s flags: BPF_F_MMAPABLE (include/uapi/linux/bpf.h, Linux 5.5; array maps only):
+/// userspace maps its values and arms a slot with a store, not a `BPF_MAP_UPDATE_ELEM` syscall
+/// (the re-arm comes in the step that takes a hit, before its SUSPENDs). Each value sits at
+/// `slot` × [`ARMED_STRIDE`] bytes of the mapping (kernel/bpf/arraymap.c: `elem_size` is the value
+/// size rounded up to 8).
+pub const ARMED_MAP_FLAGS: u32 = 1 << 10;
+pub const ARMED_STRIDE: usize = 8;
 pub const PATTERNS_MAP: &str = "ARRIVAL_PATTERNS";
 pub const COUNTS_MAP: &str = "ARRIVAL_COUNTS";
 pub const HITS_MAP: &str = "ARRIVAL_HITS";

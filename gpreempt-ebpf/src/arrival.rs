@@ -22,17 +22,17 @@ use aya_ebpf::{
     programs::SkBuffContext,
 };
 use gpreempt_common::arrival::{
-    ArrivalCounts, ArrivalHit, HEAD_BYTES, HITS_BYTES, MAX_PATTERNS, MAX_PORTS, MAX_SLOTS, PREFIX_BYTES, PREFIX_WORDS,
-    Pattern, VERDICT_ALLOW, VERDICT_DENY,
+    ARMED_MAP_FLAGS, ArrivalCounts, ArrivalHit, HEAD_BYTES, HITS_BYTES, MAX_PATTERNS, MAX_PORTS, MAX_SLOTS,
+    PREFIX_BYTES, PREFIX_WORDS, Pattern, VERDICT_ALLOW, VERDICT_DENY,
 };
 
 /// Watched local port → the online process's slot.
 #[map]
 static ARRIVAL_PORTS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_PORTS, 0);
 
-/// Slot → armed (non-zero) or not.
+/// Slot → armed (non-zero) or not; userspace arms through its mapping of the values.
 #[map]
-static ARRIVAL_ARMED: Array<u32> = Array::with_max_entries(MAX_SLOTS, 0);
+static ARRIVAL_ARMED: Array<u32> = Array::with_max_entries(MAX_SLOTS, ARMED_MAP_FLAGS);
 
 #[map]
 static ARRIVAL_PATTERNS: Array<Pattern> = Array::with_max_entries(MAX_PATTERNS, 0);

@@ -13,6 +13,7 @@
 //! The host facts it rests on are read in `host`: a process's cgroup v2 directory
 //! ([`crate::host::cgroup`]) and its listening TCP ports ([`crate::host::sockets`]).
 
+pub mod armed;
 pub mod lead;
 pub mod patterns;
 pub mod probe;

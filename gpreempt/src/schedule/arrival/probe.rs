@@ -10,20 +10,20 @@
 
 use std::{
     collections::BTreeSet,
-    os::fd::{AsRawFd, RawFd},
+    os::fd::{AsFd, AsRawFd, RawFd},
     path::{Path, PathBuf},
 };
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuValues, RingBuf},
+    maps::{Array, HashMap, Map, MapData, PerCpuArray, PerCpuValues, RingBuf},
     programs::{CgroupAttachMode, CgroupSkb, CgroupSkbAttachType, ProgramError, cgroup_skb::CgroupSkbLinkId},
 };
 use gpreempt_common::arrival::{
     ARMED_MAP, ArrivalCounts, ArrivalHit, COUNTS_MAP, HITS_MAP, MAX_SLOTS, PATTERNS_MAP, PORTS_MAP, PROGRAM,
 };
 
-use super::patterns::Patterns;
+use super::{armed::ArmedFlags, patterns::Patterns};
 use crate::domain::HostPid;
 
 /// The arrival object built by `build.rs` (empty when built with `AYA_BUILD_SKIP=1`).
@@ -39,6 +39,13 @@ pub enum ArrivalError {
     Missing(&'static str),
     #[error("arrival probe map {name}: {cause}")]
     Map { name: &'static str, cause: aya::maps::MapError },
+    #[error(
+        "arrival probe map {name}: mapping its values failed ({cause}); it is created BPF_F_MMAPABLE, which needs \
+         Linux 5.5 or later"
+    )]
+    Mmap { name: &'static str, cause: std::io::Error },
+    #[error("the arrival probe has no slot {0}")]
+    NoSlot(u32),
     #[error("arrival probe: {0} (attaching to a cgroup needs CAP_NET_ADMIN and CAP_BPF, or root)")]
     Program(#[from] ProgramError),
     #[error("cannot open cgroup {}: {cause}", path.display())]
@@ -61,7 +68,9 @@ struct Slot {
 pub struct ArrivalProbe {
     ebpf: Ebpf,
     ports: HashMap<MapData, u32, u32>,
-    armed: Array<MapData, u32>,
+    armed: ArmedFlags,
+    /// The armed map's fd: the program's instructions name it until the program is loaded.
+    _armed_map: MapData,
     counts: PerCpuArray<MapData, ArrivalCounts>,
     hits: RingBuf<MapData>,
     /// Attached cgroups and their links.
@@ -80,7 +89,11 @@ impl ArrivalProbe {
         let map = |ebpf: &mut Ebpf, name: &'static str| ebpf.take_map(name).ok_or(ArrivalError::Missing(name));
         let err = |name| move |cause| ArrivalError::Map { name, cause };
         let ports = HashMap::try_from(map(&mut ebpf, PORTS_MAP)?).map_err(err(PORTS_MAP))?;
-        let armed = Array::try_from(map(&mut ebpf, ARMED_MAP)?).map_err(err(ARMED_MAP))?;
+        let Map::Array(armed_map) = map(&mut ebpf, ARMED_MAP)? else {
+            return Err(ArrivalError::Missing(ARMED_MAP));
+        };
+        let armed = ArmedFlags::map(armed_map.fd().as_fd().as_raw_fd())
+            .map_err(|cause| ArrivalError::Mmap { name: ARMED_MAP, cause })?;
         let counts = PerCpuArray::try_from(map(&mut ebpf, COUNTS_MAP)?).map_err(err(COUNTS_MAP))?;
         let hits = RingBuf::try_from(map(&mut ebpf, HITS_MAP)?).map_err(err(HITS_MAP))?;
         let mut table: Array<MapData, gpreempt_common::arrival::Pattern> =
@@ -92,7 +105,17 @@ impl ArrivalProbe {
         program.load()?;
         let cpus = aya::util::nr_cpus()
             .map_err(|(_, cause)| ArrivalError::Cgroup { path: "/sys/devices/system/cpu/possible".into(), cause })?;
-        Ok(Self { ebpf, ports, armed, counts, hits, cgroups: Vec::new(), slots: Vec::new(), cpus })
+        Ok(Self {
+            ebpf,
+            ports,
+            armed,
+            _armed_map: armed_map,
+            counts,
+            hits,
+            cgroups: Vec::new(),
+            slots: Vec::new(),
+            cpus,
+        })
     }
 
     fn program(&mut self) -> Result<&mut CgroupSkb, ArrivalError> {
@@ -183,7 +206,7 @@ impl ArrivalProbe {
         for port in &s.ports {
             let _ = self.ports.remove(&u32::from(*port));
         }
-        let _ = self.armed.set(slot, 0, 0);
+        self.armed.disarm(slot);
         if self.slots.iter().flatten().any(|o| o.cgroup == s.cgroup) {
             return;
         }
@@ -195,9 +218,9 @@ impl ArrivalProbe {
         }
     }
 
-    /// Arm `slot`: its next request sends one hit.
+    /// Arm `slot`: its next request sends one hit (a store into the mapped map, `armed.rs`).
     pub fn arm(&mut self, slot: u32) -> Result<(), ArrivalError> {
-        self.armed.set(slot, 1, 0).map_err(|cause| ArrivalError::Map { name: ARMED_MAP, cause })
+        if self.armed.arm(slot) { Ok(()) } else { Err(ArrivalError::NoSlot(slot)) }
     }
 
     /// What the program saw for `slot` since it was watched (every CPU's counts summed).

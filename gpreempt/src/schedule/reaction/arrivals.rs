@@ -8,8 +8,7 @@
 //! the arrival to the request's end. The hold ends at the first GPU work (the lead is learnt from
 //! it) or, with none, at the plan's bound (counted as wasted: the offline side was held for
 //! nothing, the bound keeps that short). The probe disarms a process as it sends its record; the
-//! step that takes the record arms it again at its end, so each request costs one record (one
-//! more arriving within that step and its SUSPENDs sends none: it finds the hold in force).
+//! step that takes the record arms it again at once, so each request costs one record.
 
 use std::{collections::BTreeSet, path::PathBuf};
 
@@ -351,8 +350,8 @@ impl<S: ControlSide> Reaction<S> {
     }
 
     /// The probe's hits since they were last taken (at each step, and between two RESUMEs): each
-    /// opens a pending hold for its process, planned from its learnt lead; the process is armed
-    /// again at the step's end (`rearm_arrivals`).
+    /// opens a pending hold for its process, planned from its learnt lead, and arms the process
+    /// again at once (every request is one record).
     pub(super) fn take_arrivals(&mut self) {
         let Some(a) = self.arrivals.as_mut() else { return };
         let Some(probe) = a.probe.as_mut() else { return };
@@ -405,10 +404,12 @@ impl<S: ControlSide> Reaction<S> {
                 learn: !busy,
                 in_transition,
             });
-            // The probe disarmed the slot as it sent this record. It is armed again at the end of
-            // this step (`rearm_arrivals`), after the step's SUSPENDs: the map update is a
-            // syscall (~6 µs natively, measured in the step) that has no business on their path.
-            w.armed = false;
+            // The probe disarmed the slot as it sent this record: armed again now, before this
+            // step's SUSPENDs, so a request that arrives while they run sends its own record. A
+            // store into the mapped map (`arrival/armed.rs`), not a syscall on their path.
+            if let Some(slot) = w.slot {
+                w.armed = probe_arm(a.probe.as_mut(), slot);
+            }
         }
         if let Some(a) = self.arrivals.as_mut() {
             a.hits = hits;
@@ -545,8 +546,8 @@ impl<S: ControlSide> Reaction<S> {
         }
     }
 
-    /// Pending holds past their bound end as wasted; a process the probe disarmed (a record taken
-    /// this step) or whose arming failed is armed again; the ports read again where due.
+    /// Pending holds past their bound end as wasted; a process whose arming failed is armed again;
+    /// the ports read again where due.
     pub(super) fn rearm_arrivals(&mut self, now: u64) {
         self.refresh_arrivals(now);
         let Some(a) = self.arrivals.as_mut() else { return };
