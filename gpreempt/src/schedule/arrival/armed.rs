@@ -30,7 +30,7 @@ impl ArmedFlags {
     pub fn map(fd: RawFd) -> std::io::Result<Self> {
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
-        let len = (MAX_SLOTS as usize * ARMED_STRIDE).div_ceil(page) * page;
+        let len = mapping_len(page);
         // SAFETY: a fresh shared mapping of `len` bytes of `fd` at offset 0; the kernel checks
         // that the map is mmapable and at least this large (EINVAL otherwise).
         let addr = unsafe {
@@ -67,9 +67,15 @@ impl ArmedFlags {
     }
 
     /// Whether `slot` is armed now (the program disarms it as it sends a hit).
-    pub fn is_armed(&self, slot: u32) -> bool {
+    #[cfg(test)]
+    fn is_armed(&self, slot: u32) -> bool {
         self.flag(slot).is_some_and(|f| f.load(Ordering::Acquire) != 0)
     }
+}
+
+/// The mapping's length: every slot's value, in whole pages.
+fn mapping_len(page: usize) -> usize {
+    (MAX_SLOTS as usize * ARMED_STRIDE).div_ceil(page) * page
 }
 
 impl Drop for ArmedFlags {
@@ -85,7 +91,7 @@ mod tests {
 
     /// An anonymous shared page stands in for the map's (the kernel side is the VM tests').
     fn anonymous() -> ArmedFlags {
-        let len = (MAX_SLOTS as usize * ARMED_STRIDE).div_ceil(4096) * 4096;
+        let len = mapping_len(4096);
         // SAFETY: a fresh anonymous mapping.
         let addr = unsafe {
             libc::mmap(
