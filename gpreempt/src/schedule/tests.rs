@@ -1087,6 +1087,63 @@ fn a_hold_that_comes_due_while_another_requests_hold_has_the_gpu_suspended_is_se
 }
 
 #[test]
+fn a_request_on_the_gpu_that_submits_again_does_not_end_the_next_requests_hold() {
+    static R: AtomicU64 = AtomicU64::new(0);
+    static W: AtomicU64 = AtomicU64::new(0);
+    // Margins of several ms on every side of each instant below (a stalled thread is not a
+    // failure): the second request's own work can come no earlier than its bracket allows, one
+    // bracket width below it (a few ms on a loaded host), and the first's second submission comes
+    // 8 ms before that.
+    const LEAD: Duration = Duration::from_millis(30);
+    let ms = Duration::from_millis;
+    let offline = vec![queue(0, A, &OFF_READ, &OFF_READ)];
+    let Setup { mut host, side, config } = setup(3_999_955, vec![queue(0, A, &R, &W)], offline, false);
+    let config = watched_on_8000(&mut host, config);
+    let arrivals = ScriptedArrivals::default();
+    let seams = Seams { arrival: Arc::new(arrivals.clone()), ..seams_of(&side, &config, Box::new(Quiet)) };
+    let (_events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams, &mut emit).unwrap();
+    let script = arrivals.clone();
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
+        // Eight requests, one at a time, each publishing its work LEAD after its arrival: the lead
+        // is learnt.
+        for n in 1..=8u64 {
+            script.arrive();
+            thread::sleep(LEAD);
+            W.store(n, Ordering::SeqCst);
+            R.store(n, Ordering::SeqCst);
+            c.wait_until(|calls| count(calls, "resume") == n as usize);
+        }
+        // X arrives, then Y 15 ms later. X publishes 3 ms after its learnt lead (its SUSPEND,
+        // planned at the lead's early edge, is done by then) and again 4 ms later, its work still
+        // in flight (read index behind): that second submission is X's, 8 ms before Y's own work
+        // could come. Y publishes 3 ms after its lead too; everything completes after.
+        script.arrive();
+        thread::sleep(ms(15));
+        script.arrive();
+        thread::sleep(LEAD + ms(3) - ms(15));
+        W.store(9, Ordering::SeqCst);
+        thread::sleep(ms(4));
+        W.store(10, Ordering::SeqCst);
+        thread::sleep(ms(11));
+        W.store(11, Ordering::SeqCst);
+        thread::sleep(ms(2));
+        R.store(11, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "resume") == 9);
+    });
+    assert_eq!((report.suspends, report.resumes), (9, 9));
+    let a = &report.arrival[0];
+    // Taken oldest first at any movement, X's second submission ended Y's hold before its issue
+    // time (late, its lead learnt as 19 ms).
+    assert_eq!(
+        (a.pending.arrivals, a.pending.served, a.pending.late, a.pending.wasted, a.pending.continued, a.pending.open),
+        (10, 10, 0, 0, 1, 0)
+    );
+    // The eight and X are learnt; Y, whose hold saw a continuation, is not.
+    assert_eq!(a.lead_us.as_ref().map(|s| s.count), Some(9));
+}
+
+#[test]
 fn with_one_runnable_the_second_offline_process_is_parked_and_costs_no_ioctl_when_online_work_comes_and_goes() {
     static R: AtomicU64 = AtomicU64::new(0);
     static W: AtomicU64 = AtomicU64::new(0);

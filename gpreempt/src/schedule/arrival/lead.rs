@@ -22,6 +22,8 @@
 
 use std::collections::VecDeque;
 
+use super::attribution::Prediction;
+
 /// Requests kept for the fit.
 pub const SAMPLES: usize = 64;
 /// Requests on record before the lead is predicted (before: issue at once).
@@ -53,8 +55,9 @@ pub struct PendingPlan {
     pub issue_at_ns: u64,
     /// Release the hold, counted as wasted, if no GPU work came by this time.
     pub release_at_ns: u64,
-    /// The lead predicted, ns (None: cold).
-    pub predicted_ns: Option<u64>,
+    /// Where the first work is expected, from the lead's bracket (None: cold), for the
+    /// attribution of submissions to requests (`attribution.rs`).
+    pub prediction: Option<Prediction>,
 }
 
 /// How one pending hold ended.
@@ -148,12 +151,12 @@ impl LeadModel {
     pub fn plan(&self, arrival_ns: u64, size: u32, cost_ns: u64) -> PendingPlan {
         match self.bracket(size) {
             None => {
-                PendingPlan { issue_at_ns: arrival_ns, release_at_ns: arrival_ns + COLD_BOUND_NS, predicted_ns: None }
+                PendingPlan { issue_at_ns: arrival_ns, release_at_ns: arrival_ns + COLD_BOUND_NS, prediction: None }
             }
             Some((early, late)) => PendingPlan {
                 issue_at_ns: arrival_ns + early.saturating_sub(2 * cost_ns),
                 release_at_ns: arrival_ns + (BOUND_FACTOR * late).max(MIN_BOUND_NS),
-                predicted_ns: Some(early),
+                prediction: Some(Prediction::of(arrival_ns, (early, late))),
             },
         }
     }
@@ -175,9 +178,13 @@ pub struct PendingCounts {
     pub late_before_issue: u64,
     /// No GPU work by the bound: released, the offline side held for nothing.
     pub wasted: u64,
-    /// It found the process's GPU work already visible (another request's): its hold started at
-    /// once and its lead is not learnt from.
+    /// It found the process's GPU work already visible (another request's): its lead is not
+    /// learnt from (its first work cannot be told from the other's for sure).
     pub busy: u64,
+    /// Submissions taken as an earlier request's continuation while holds were pending: they came
+    /// while its work was in flight and before any hold's own work could (`attribution.rs`), and
+    /// ended none.
+    pub continued: u64,
     /// Still pending when the figures were taken.
     pub open: u64,
 }
@@ -191,6 +198,7 @@ impl PendingCounts {
         self.late_before_issue += other.late_before_issue;
         self.wasted += other.wasted;
         self.busy += other.busy;
+        self.continued += other.continued;
         self.open += other.open;
     }
 
@@ -220,7 +228,7 @@ mod tests {
         let m = LeadModel::default();
         assert_eq!(
             m.plan(10 * MS, 4_000, 900_000),
-            PendingPlan { issue_at_ns: 10 * MS, release_at_ns: 10 * MS + COLD_BOUND_NS, predicted_ns: None }
+            PendingPlan { issue_at_ns: 10 * MS, release_at_ns: 10 * MS + COLD_BOUND_NS, prediction: None }
         );
     }
 
@@ -303,7 +311,16 @@ mod tests {
         }
         assert_eq!(
             c,
-            PendingCounts { arrivals: 4, served: 1, late: 1, late_before_issue: 0, wasted: 2, busy: 0, open: 0 }
+            PendingCounts {
+                arrivals: 4,
+                served: 1,
+                late: 1,
+                late_before_issue: 0,
+                wasted: 2,
+                busy: 0,
+                continued: 0,
+                open: 0
+            }
         );
     }
 }

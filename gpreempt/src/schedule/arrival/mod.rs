@@ -3,6 +3,8 @@
 //! SUSPENDs can be done by the time the GPU work comes (docs/arrival.md).
 //!
 //! - [`lead`]: the lead from arrival to first GPU work, learnt, and the pending hold it plans;
+//! - [`attribution`]: which pending request a submission is the first work of;
+//! - [`ports`]: the watched processes' listening ports, read on a thread of their own;
 //! - [`patterns`]: what counts as a request in a segment's first bytes (allow and deny lists);
 //! - [`probe`]: the `cgroup_skb` ingress program, per-cgroup attach, per-process ports and armed
 //!   flags, the hits;
@@ -14,8 +16,10 @@
 //! ([`crate::host::cgroup`]) and its listening TCP ports ([`crate::host::sockets`]).
 
 pub mod armed;
+pub mod attribution;
 pub mod lead;
 pub mod patterns;
+pub mod ports;
 pub mod probe;
 pub mod report;
 pub mod size;

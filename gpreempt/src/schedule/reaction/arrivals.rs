@@ -22,7 +22,9 @@ use crate::{
     schedule::{
         arrival::{
             ArrivalLoader, ArrivalSource,
+            attribution::{Attribution, Candidate, attribute},
             lead::{LeadModel, LeadSample, PendingCounts, PendingEnd, PendingPlan},
+            ports::PortReader,
             report::ArrivalReport,
             size::request_size,
         },
@@ -76,8 +78,13 @@ struct Watched {
     /// What was said last: watched (true) or not (false); said again when it changes.
     said: Option<bool>,
     armed: bool,
+    /// A read of its ports is under way on the reader thread.
+    reading: bool,
     /// Pending holds, oldest first.
     pending: Vec<Pending>,
+    /// Its indices (or a doorbell store) showed GPU work at the last step's look: a submission
+    /// seen now may be that work's continuation (`attribution.rs`).
+    in_flight: bool,
     model: LeadModel,
     counts: PendingCounts,
     leads_us: Vec<f64>,
@@ -97,7 +104,9 @@ impl Watched {
             permanent: false,
             said: None,
             armed: false,
+            reading: false,
             pending: Vec::new(),
+            in_flight: false,
             model: LeadModel::default(),
             counts: PendingCounts::default(),
             leads_us: Vec::new(),
@@ -116,8 +125,12 @@ pub(super) struct Arrivals {
     load_error: Option<String>,
     config: ArrivalConfig,
     proc_root: PathBuf,
+    /// The thread that reads the watched processes' ports (Err: it could not start, why).
+    reader: Result<PortReader, String>,
     watched: Vec<Watched>,
     hits: Vec<ArrivalHit>,
+    /// The attribution's view of one process's pending holds (kept: no allocation per step).
+    candidates: Vec<Candidate>,
     /// The reaction thread's latest transition: when its first ioctl entered the kernel and when
     /// its last returned (None: under way).
     transition: (u64, Option<u64>),
@@ -133,7 +146,23 @@ impl Arrivals {
             Ok(p) => (Some(p), None),
             Err(e) => (None, Some(e)),
         };
-        Self { probe, load_error, config, proc_root, watched: Vec::new(), hits: Vec::new(), transition: (0, Some(0)) }
+        // Only needed where the ports are found, not given; spawned only where the probe loaded.
+        let reader = if probe.is_some() && config.ports.is_empty() {
+            PortReader::spawn(proc_root.clone()).map_err(|e| e.to_string())
+        } else {
+            Err("the ports are given (--arrival-port), or the probe did not load".into())
+        };
+        Self {
+            probe,
+            load_error,
+            config,
+            proc_root,
+            reader,
+            watched: Vec::new(),
+            hits: Vec::new(),
+            candidates: Vec::new(),
+            transition: (0, Some(0)),
+        }
     }
 
     /// Why the probe could not load, if it could not.
@@ -174,6 +203,10 @@ impl Arrivals {
     fn announce(&mut self, pid: HostPid) -> Option<Report> {
         let ports: Vec<u16> = self.ports_of(pid).into_iter().collect();
         let w = self.watched.iter_mut().find(|w| w.pid == pid)?;
+        if w.reading && w.said.is_none() {
+            // Its first read is under way: said when it is answered.
+            return None;
+        }
         let watched = w.slot.is_some() && w.why.is_none();
         if w.said == Some(watched) {
             return None;
@@ -195,41 +228,73 @@ impl Arrivals {
         }
     }
 
-    /// Read `pid`'s cgroup and ports again and watch it on them.
+    /// Read `pid`'s cgroup and ports again and watch it on them: the ports given
+    /// (`--arrival-port`) at once, the ones it listens on through the reader thread (their answer
+    /// is applied at a later step, [`Arrivals::take_ports`]).
     fn refresh(&mut self, pid: HostPid, now: u64) {
         let Some(i) = self.watched.iter().position(|w| w.pid == pid) else { return };
         self.watched[i].refreshed_ns = now;
         if self.watched[i].permanent {
             return;
         }
-        let Some(probe) = self.probe.as_mut() else {
+        if self.probe.is_none() {
             let w = &mut self.watched[i];
             w.why = Some(format!("the arrival probe is not available: {}", self.load_error.as_deref().unwrap_or("?")));
             w.permanent = true;
             return;
-        };
+        }
         let w = &mut self.watched[i];
-        let cgroup = match &w.cgroup {
-            Some(c) => c.clone(),
-            None => match cgroup_dir(&self.proc_root, pid) {
-                Ok(c) => c,
+        if w.cgroup.is_none() {
+            match cgroup_dir(&self.proc_root, pid) {
+                Ok(c) => w.cgroup = Some(c),
                 Err(e) => {
                     w.why = Some(e.to_string());
                     w.permanent = true;
                     return;
                 }
-            },
-        };
-        let ports: BTreeSet<u16> = if self.config.ports.is_empty() {
-            match tcp_listening_ports(&self.proc_root, pid) {
-                Ok(p) => p,
-                Err(e) => {
-                    w.why = Some(format!("its sockets cannot be read: {e}"));
-                    return;
-                }
             }
-        } else {
-            self.config.ports.iter().copied().collect()
+        }
+        if !self.config.ports.is_empty() {
+            let ports = self.config.ports.iter().copied().collect();
+            self.apply_ports(pid, Ok(ports));
+            return;
+        }
+        match &self.reader {
+            Ok(reader) => {
+                reader.ask(pid);
+                self.watched[i].reading = true;
+            }
+            // No reader thread: read here (a few ms of the reaction thread every REFRESH_NS).
+            Err(_) => {
+                let read = tcp_listening_ports(&self.proc_root, pid);
+                self.apply_ports(pid, read);
+            }
+        }
+    }
+
+    /// The reader's answers so far applied; the processes they were for.
+    fn take_ports(&mut self) -> Vec<HostPid> {
+        let mut answered = Vec::new();
+        while let Some((pid, read)) = self.reader.as_ref().ok().and_then(PortReader::take) {
+            if let Some(w) = self.watched.iter_mut().find(|w| w.pid == pid) {
+                w.reading = false;
+                self.apply_ports(pid, read);
+                answered.push(pid);
+            }
+        }
+        answered
+    }
+
+    /// Watch `pid` on the ports read (or say why not).
+    fn apply_ports(&mut self, pid: HostPid, read: std::io::Result<BTreeSet<u16>>) {
+        let Some(w) = self.watched.iter_mut().find(|w| w.pid == pid) else { return };
+        let (Some(probe), Some(cgroup)) = (self.probe.as_mut(), w.cgroup.clone()) else { return };
+        let ports = match read {
+            Ok(p) => p,
+            Err(e) => {
+                w.why = Some(format!("its sockets cannot be read: {e}"));
+                return;
+            }
         };
         if ports.is_empty() {
             w.why = Some("it listens on no TCP port yet (or give --arrival-port)".into());
@@ -241,7 +306,6 @@ impl Arrivals {
                     w.armed = true;
                 }
                 w.slot = Some(slot);
-                w.cgroup = Some(cgroup);
                 w.why = None;
             }
             Err(e) => {
@@ -317,9 +381,9 @@ impl<S: ControlSide> Reaction<S> {
         }
     }
 
-    /// The ports of each watched process read again when due: at the end of a step, after its
-    /// transitions (reading a process's sockets walks its fds and `/proc/<pid>/net/tcp*`: not
-    /// between an arrival and its SUSPENDs).
+    /// The ports of each watched process asked for again when due, and the answers come back
+    /// applied: at the end of a step, after its transitions. The read itself runs on the reader
+    /// thread (`arrival/ports.rs`: `/proc/<pid>/net/tcp*` takes milliseconds to build).
     fn refresh_arrivals(&mut self, now: u64) {
         let Some(a) = self.arrivals.as_mut() else { return };
         let due: Vec<HostPid> =
@@ -327,6 +391,9 @@ impl<S: ControlSide> Reaction<S> {
         let mut said = Vec::new();
         for pid in due {
             a.refresh(pid, now);
+            said.extend(a.announce(pid));
+        }
+        for pid in a.take_ports() {
             said.extend(a.announce(pid));
         }
         for r in said {
@@ -373,8 +440,10 @@ impl<S: ControlSide> Reaction<S> {
             let cost =
                 self.lanes.iter().filter(|l| gpus.contains(&l.gpu)).filter_map(|l| l.policy.suspend_cost()).max();
             let held = self.lanes.iter().any(|l| gpus.contains(&l.gpu) && l.policy.state() == State::Suspended);
-            // Online work already visible there (another request's): the hold starts at once, and
-            // its lead cannot be told from the other's work, so it is not learnt from.
+            // Online work already visible there (another request's): its lead cannot be told from
+            // the other's work for sure, so it is not learnt from. It is planned as any other:
+            // the other's submissions before its own work could come end no hold
+            // (`attribution.rs`), so it needs no hold from its arrival (cold, it has one anyway).
             let busy = self.lanes.iter().any(|l| gpus.contains(&l.gpu) && l.active);
             let Some(a) = self.arrivals.as_mut() else { return };
             let (entered, returned) = a.transition;
@@ -387,10 +456,9 @@ impl<S: ControlSide> Reaction<S> {
                 w.counts.end(PendingEnd::Wasted);
             }
             let size = request_size(h);
-            let mut plan = w.model.plan(h.ktime_ns, size, cost.unwrap_or(0));
+            let plan = w.model.plan(h.ktime_ns, size, cost.unwrap_or(0));
             if busy {
                 w.counts.busy += 1;
-                plan.issue_at_ns = h.ktime_ns;
             }
             w.pending.push(Pending {
                 arrival_ns: h.ktime_ns,
@@ -460,55 +528,81 @@ impl<S: ControlSide> Reaction<S> {
         }
     }
 
-    /// The oldest pending hold of each watched process ends at the process's first submission
-    /// since the hold was opened: its write indices moved (read at this step), stamped with a
-    /// doorbell store of its GPUs at or after the arrival where the probe saw one, else `now` (read
-    /// after the indices: an upper bound of the submission). Its lead is learnt; the holds after
-    /// it wait for a later submission.
+    /// A watched process's submission since its holds' baselines (its write indices moved, read at
+    /// this step, or a doorbell store of its GPUs at or after a hold's arrival) ends the pending
+    /// hold whose request it is the first work of ([`attribute`]: the nearest prediction; while the
+    /// process's earlier work is in flight, none whose own work could not have come yet). It is
+    /// stamped with the store where the probe saw one, else `now` (read after the indices: an
+    /// upper bound of the submission). That hold's lead is learnt; the others wait for a later
+    /// submission. One hold ends per step and process.
     pub(super) fn arrival_progress(&mut self, now: u64) {
         let Some(a) = self.arrivals.as_mut() else { return };
-        for w in a.watched.iter_mut().filter(|w| !w.pending.is_empty()) {
+        let candidates = &mut a.candidates;
+        for w in a.watched.iter_mut() {
             let Some(o) = self.online.iter().find(|o| o.pid == w.pid) else { continue };
+            let stores = || self.lanes.iter().filter(|l| o.gpus().any(|g| g == l.gpu)).filter_map(|l| l.doorbell_ns);
+            // The look before this one (read at the previous step) showed the process's work.
+            let in_flight = w.in_flight;
+            w.in_flight = o.pending_gpus().next().is_some() || stores().next().is_some();
+            if w.pending.is_empty() {
+                continue;
+            }
             let writes = o.writes();
-            let p = w.pending[0];
-            let store = self
-                .lanes
-                .iter()
-                .filter(|l| o.gpus().any(|g| g == l.gpu))
-                .filter_map(|l| l.doorbell_ns)
-                .filter(|&t| t >= p.arrival_ns)
-                .min();
-            // A doorbell store stamped after the arrival is its work; else its write indices must
-            // move past the sum read at the first look after the hold opened.
-            if store.is_none() {
-                match p.writes {
-                    None => {
-                        for q in w.pending.iter_mut().filter(|q| q.writes.is_none()) {
-                            q.writes = Some(writes);
-                        }
-                        continue;
+            let store = stores().min();
+            candidates.clear();
+            candidates.extend(w.pending.iter().map(|p| Candidate {
+                prediction: p.plan.prediction,
+                moved: store.is_some_and(|t| t >= p.arrival_ns) || p.writes.is_some_and(|b| b != writes),
+            }));
+            let work_ns = store.unwrap_or(now);
+            match attribute(candidates, work_ns, in_flight) {
+                Attribution::Nothing => {}
+                Attribution::Continuation => {
+                    w.counts.continued += 1;
+                    // Its own first work may have been this one: whatever ends it later is no lead.
+                    for (p, c) in w.pending.iter_mut().zip(candidates.iter()) {
+                        p.learn &= !c.moved;
                     }
-                    Some(before) if before == writes => continue,
-                    Some(_) => {}
+                }
+                Attribution::First(i) => {
+                    let p = w.pending.remove(i);
+                    let work_ns = work_ns.max(p.arrival_ns);
+                    let lead_ns = work_ns - p.arrival_ns;
+                    let end = match p.held_ns {
+                        Some(held) if held <= work_ns => PendingEnd::Served { lead_ns },
+                        _ => PendingEnd::Late { lead_ns },
+                    };
+                    w.counts.end(end);
+                    if matches!(end, PendingEnd::Late { .. }) && work_ns < p.plan.issue_at_ns {
+                        w.counts.late_before_issue += 1;
+                    }
+                    if p.learn {
+                        w.model.record(LeadSample { size: p.size, lead_ns });
+                        push_capped(&mut w.leads_us, lead_ns as f64 / 1e3);
+                    }
                 }
             }
-            let work_ns = store.unwrap_or(now).max(p.arrival_ns);
-            let lead_ns = work_ns - p.arrival_ns;
-            let end = match p.held_ns {
-                Some(held) if held <= work_ns => PendingEnd::Served { lead_ns },
-                _ => PendingEnd::Late { lead_ns },
-            };
-            w.counts.end(end);
-            if matches!(end, PendingEnd::Late { .. }) && work_ns < p.plan.issue_at_ns {
-                w.counts.late_before_issue += 1;
+            // A hold opened at this step takes this look as its baseline (a submission published
+            // before it belongs to an earlier request); a movement taken (or judged a
+            // continuation) is no later hold's.
+            let taken = candidates.iter().any(|c| c.moved);
+            for p in &mut w.pending {
+                if taken || p.writes.is_none() {
+                    p.writes = Some(writes);
+                }
             }
-            if p.learn {
-                w.model.record(LeadSample { size: p.size, lead_ns });
-                push_capped(&mut w.leads_us, lead_ns as f64 / 1e3);
-            }
-            w.pending.remove(0);
-            for q in &mut w.pending {
-                q.writes = Some(writes);
+        }
+    }
+
+    /// A RESUME of `gpu` returned: the pending holds there that counted as held (found their GPUs
+    /// already suspended at their arrival) are not any more; the SUSPEND issued for them, or the
+    /// next look that finds their GPUs held, says when they are again.
+    pub(super) fn arrival_resumed(&mut self, gpu: GpuId) {
+        let pids: Vec<HostPid> = self.online.iter().filter(|o| o.gpus().any(|g| g == gpu)).map(|o| o.pid).collect();
+        let Some(a) = self.arrivals.as_mut() else { return };
+        for w in a.watched.iter_mut().filter(|w| pids.contains(&w.pid)) {
+            for p in &mut w.pending {
+                p.held_ns = None;
             }
         }
     }
@@ -592,7 +686,7 @@ mod tests {
                 arrival_ns: 0,
                 taken_ns: 0,
                 size: 0,
-                plan: PendingPlan { issue_at_ns: t, release_at_ns: t + 10 * MS, predicted_ns: Some(t) },
+                plan: PendingPlan { issue_at_ns: t, release_at_ns: t + 10 * MS, prediction: None },
                 held_ns: None,
                 writes: None,
                 learn: true,
@@ -604,8 +698,10 @@ mod tests {
             load_error: None,
             config: ArrivalConfig::default(),
             proc_root: PathBuf::new(),
+            reader: Err("none in this test".into()),
             watched: vec![w],
             hits: Vec::new(),
+            candidates: Vec::new(),
             transition: (0, Some(0)),
         }
     }

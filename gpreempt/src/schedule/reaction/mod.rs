@@ -283,7 +283,15 @@ impl<S: ControlSide> Reaction<S> {
         for i in 0..self.lanes.len() {
             let occupancy_ns = self.config.occupancy_ns;
             let gpu = self.lanes[i].gpu;
-            let arrival = self.arrival_holds(gpu, now);
+            // A held GPU whose pending hold comes due before a RESUME and the SUSPEND after it
+            // could both be done stays held: resuming would only put those two ahead of the
+            // request's first kernel (the native harness: an idle resume entered 34 µs after a
+            // hold's issue time came, and the request's kernel waited for the SUSPEND after it).
+            let horizon = match self.lanes[i].policy.state() {
+                State::Suspended => self.lanes[i].policy.transition_cost().unwrap_or(0),
+                _ => 0,
+            };
+            let arrival = self.arrival_holds(gpu, now + horizon);
             let lane = &mut self.lanes[i];
             let doorbell = lane.doorbell_ns.take();
             let mut active = lane.pending || doorbell.is_some() || arrival || (hint && lane.online_queues > 0);
@@ -352,8 +360,10 @@ impl<S: ControlSide> Reaction<S> {
         self.arrival_transition(entered, Some(now));
         self.stats.transition_cpu_ns.fetch_add(thread_cpu_ns().saturating_sub(cpu_before), Ordering::Relaxed);
         self.conclude(i, resume, tally, entered, now);
-        if kind == TransitionKind::Suspend && self.lanes[i].policy.state() == State::Suspended {
-            self.arrival_suspended(gpu, entered, now);
+        match (kind, self.lanes[i].policy.state()) {
+            (TransitionKind::Suspend, State::Suspended) => self.arrival_suspended(gpu, entered, now),
+            (TransitionKind::Resume, State::Running) => self.arrival_resumed(gpu),
+            _ => {}
         }
     }
 
