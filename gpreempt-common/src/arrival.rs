@@ -8,8 +8,9 @@
 //! [`Pattern`]s of [`PATTERNS_MAP`]: a deny pattern that matches (a health probe, a scrape) wins,
 //! then an allow pattern (an HTTP `POST`, an HTTP/2 HEADERS frame); with no allow pattern
 //! configured every payload that no deny pattern matches is a request. A request on a slot whose
-//! [`ARMED_MAP`] entry is non-zero disarms it and sends one [`ArrivalHit`] to [`HITS_MAP`], so only
-//! the first request after the scheduler re-armed the slot reaches userspace.
+//! [`ARMED_MAP`] entry (its credits) is non-zero takes one credit and sends one [`ArrivalHit`] to
+//! [`HITS_MAP`]; arming a slot gives it [`ARMED_CREDITS`], so at most that many requests reach
+//! userspace between two of the scheduler's looks, each with its own record.
 //!
 //! The program never drops, delays or alters a packet: it returns "pass" (1) on every path.
 
@@ -23,6 +24,12 @@ pub const ARMED_MAP: &str = "ARRIVAL_ARMED";
 /// size rounded up to 8).
 pub const ARMED_MAP_FLAGS: u32 = 1 << 10;
 pub const ARMED_STRIDE: usize = 8;
+/// The records a slot may send between two re-arms. More than one: two requests that reach the
+/// service microseconds apart (a client's burst; the native harness's Poisson load had two 6 µs
+/// apart) arrive before the reaction thread can take the first record and arm the slot again
+/// (its wake alone is tens of µs), and the second, unrecorded, found the offline side running at
+/// its first kernel. Bounded: a flood of requests costs at most this many records per look.
+pub const ARMED_CREDITS: u32 = 8;
 pub const PATTERNS_MAP: &str = "ARRIVAL_PATTERNS";
 pub const COUNTS_MAP: &str = "ARRIVAL_COUNTS";
 pub const HITS_MAP: &str = "ARRIVAL_HITS";

@@ -151,11 +151,13 @@ fn classify(ctx: &SkBuffContext) -> Option<()> {
     let armed = ARRIVAL_ARMED.get_ptr_mut(slot)?;
     // SAFETY: a map value pointer the helper returned; userspace writes it too (re-arming), so
     // volatile accesses.
-    if unsafe { core::ptr::read_volatile(armed) } == 0 {
+    let credits = unsafe { core::ptr::read_volatile(armed) };
+    if credits == 0 {
         return None;
     }
+    // One credit taken (two CPUs taking the same one at once merely send one record more).
     // SAFETY: as above.
-    unsafe { core::ptr::write_volatile(armed, 0) };
+    unsafe { core::ptr::write_volatile(armed, credits - 1) };
     // SAFETY: as for the counts above.
     unsafe { (*counts).armings += 1 };
     // SAFETY: bpf_ktime_get_ns has no preconditions.

@@ -136,9 +136,9 @@ fn run_rounds(requests: usize, port: u16, pid: HostPid, cgroup: &OwnCgroup) -> R
     let mut hits = Vec::new();
     for _ in 0..ROUNDS {
         let b = conn.round(per_round, || Ok(()))?;
-        // Attached and disarmed: watching arms the slot, the first request takes the arm.
+        // Attached and disarmed: watching arms the slot; disarmed, its requests send no record.
         let slot = probe.watch(pid, cgroup.dir(), &ports)?;
-        conn.round(1, || Ok(()))?;
+        probe.disarm(slot);
         let d = conn.round(per_round, || Ok(()))?;
         let mut i = 0;
         let a = conn.round(per_round, || {
@@ -161,17 +161,17 @@ fn run_rounds(requests: usize, port: u16, pid: HostPid, cgroup: &OwnCgroup) -> R
         disarmed.extend(d);
         armed.extend(a);
     }
-    // Per watched session: 1 + 2 × per_round requests, half of them POSTs (the first of each
-    // session and of each round is a POST), each armed one an arming, and the watch's own arm.
-    let attached = (ROUNDS * (1 + 2 * per_round)) as u64;
-    let posts = (ROUNDS * (1 + 2 * per_round.div_ceil(2))) as u64;
+    // Per watched session: 2 × per_round requests, half of them POSTs (the first of each round
+    // is a POST), each armed one an arming (the watch's own arm is taken back at once).
+    let attached = (ROUNDS * 2 * per_round) as u64;
+    let posts = (ROUNDS * 2 * per_round.div_ceil(2)) as u64;
     let expected = ArrivalCounts {
         segments: attached,
         allowed: posts,
         denied: attached - posts,
         unmatched: 0,
         tls: 0,
-        armings: (ROUNDS * (1 + per_round.div_ceil(2))) as u64,
+        armings: (ROUNDS * per_round.div_ceil(2)) as u64,
     };
     if counts != expected {
         bail!("the program counted {counts:?}, {expected:?} were sent");

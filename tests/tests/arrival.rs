@@ -29,7 +29,7 @@ use gpreempt::{
     },
     schedule::arrival::{ArrivalProbe, Patterns, size::request_size},
 };
-use gpreempt_common::arrival::{ArrivalCounts, ArrivalHit, HEAD_BYTES, PROGRAM};
+use gpreempt_common::arrival::{ARMED_CREDITS, ArrivalCounts, ArrivalHit, HEAD_BYTES, PROGRAM};
 use gpreempt_tests::{LineHelper, binary, target::eventually};
 use serde_json::{Value, json};
 
@@ -314,7 +314,7 @@ fn arrival_programs() -> usize {
 }
 
 #[test]
-fn arrival_hits_once_per_arming_and_counts_requests_and_probes_exactly() {
+fn arrival_hits_once_per_credit_and_counts_requests_and_probes_exactly() {
     let _serial = one_at_a_time();
     let cgroup = Cgroup::new("counts");
     let server = Server::start(&cgroup);
@@ -346,13 +346,22 @@ fn arrival_hits_once_per_arming_and_counts_requests_and_probes_exactly() {
     }
     assert_eq!(probe.counts(slot), counts(N, N, 0, 0, N));
 
-    // Disarmed (the N-th hit disarmed it; not re-armed): K requests are counted, none is a hit.
+    // Not re-armed: the N-th hit took one of the last arm's credits; the rest send a hit each (a
+    // burst between two looks of the scheduler is recorded whole)…
+    let c = u64::from(ARMED_CREDITS) - 1;
+    for _ in 0..c {
+        client.exchange(&request, &ok(DONE));
+    }
+    assert_eq!(drained(&mut probe).len() as u64, c, "one hit per credit left");
+    assert_eq!(probe.counts(slot), counts(N + c, N + c, 0, 0, N + c));
+
+    // …then, the credits spent, K requests are counted and none is a hit.
     const K: u64 = 4;
     for _ in 0..K {
         client.exchange(&request, &ok(DONE));
     }
-    assert_eq!(drained(&mut probe), vec![], "no hit while disarmed");
-    assert_eq!(probe.counts(slot), counts(N + K, N + K, 0, 0, N));
+    assert_eq!(drained(&mut probe), vec![], "no hit with no credit");
+    assert_eq!(probe.counts(slot), counts(N + c + K, N + c + K, 0, 0, N + c));
 
     // Armed: M health probes and scrapes are denied and leave it armed…
     probe.arm(slot).unwrap();
@@ -364,20 +373,26 @@ fn arrival_hits_once_per_arming_and_counts_requests_and_probes_exactly() {
             client.exchange(&get("/health"), &ok("ok\n"));
         } else {
             scrapes += 1;
-            client.exchange(&get("/metrics"), &ok(&metrics(N + K, health, scrapes)));
+            client.exchange(&get("/metrics"), &ok(&metrics(N + c + K, health, scrapes)));
         }
     }
     assert_eq!(drained(&mut probe), vec![], "no hit for a probe or a scrape");
-    assert_eq!(probe.counts(slot), counts(N + K + M, N + K, M, 0, N));
+    assert_eq!(probe.counts(slot), counts(N + c + K + M, N + c + K, M, 0, N + c));
 
     // …for the next request, which hits.
     client.exchange(&request, &ok(DONE));
     assert_eq!(hits_when_any(&mut probe).len(), 1);
-    assert_eq!(probe.counts(slot), counts(N + K + M + 1, N + K + 1, M, 0, N + 1));
+    assert_eq!(probe.counts(slot), counts(N + c + K + M + 1, N + c + K + 1, M, 0, N + c + 1));
+
+    // Disarmed: a request is counted and sends no hit.
+    probe.disarm(slot);
+    client.exchange(&request, &ok(DONE));
+    assert_eq!(drained(&mut probe), vec![], "no hit while disarmed");
+    assert_eq!(probe.counts(slot), counts(N + c + K + M + 2, N + c + K + 2, M, 0, N + c + 1));
 
     // The server answered every request and probe on the one connection.
     drop(client);
-    assert_eq!(totals(&server.stop()), (N + K + 1, health, scrapes, 1));
+    assert_eq!(totals(&server.stop()), (N + c + K + 2, health, scrapes, 1));
 }
 
 #[test]
@@ -404,7 +419,7 @@ fn arrival_counts_a_request_larger_than_a_segment_once() {
     let c = probe.counts(slot);
     assert!(c.segments >= 2, "{c:?}");
     assert_eq!(c, counts(c.segments, 1, 0, c.segments - 1, 1), "the first segment a request, the rest unmatched");
-    // The next small request finds the slot disarmed: the body's segments did not re-arm or hit.
+    // The body's segments took no credit (armings 1 above); armed again, the next request hits.
     probe.arm(slot).unwrap();
     client.exchange(&post(b"0"), &ok(DONE));
     assert_eq!(hits_when_any(&mut probe).len(), 1);

@@ -57,6 +57,8 @@ struct Script {
     arrive_during_resume: Option<ScriptedArrivals>,
     /// A request reaches the online service at the first SUSPEND.
     arrive_during_suspend: Option<ScriptedArrivals>,
+    /// How long each SUSPEND and each RESUME of a held GPU takes.
+    transition: Duration,
     calls: Vec<String>,
 }
 
@@ -128,6 +130,7 @@ impl Recorder {
 impl Control for Recorder {
     fn suspend(&mut self, selection: &Selection) -> Result<Batch, DebugError> {
         self.log(format!("suspend {selection:?}"));
+        thread::sleep(self.side.with(|s| s.transition));
         if let Some(arrivals) = self.side.with(|s| s.arrive_during_suspend.take()) {
             arrivals.arrive();
         }
@@ -159,6 +162,7 @@ impl Control for Recorder {
         self.held.retain(|g| *g != gpu);
         if held {
             self.log(format!("resume {gpu:#x}"));
+            thread::sleep(self.side.with(|s| s.transition));
             if let Some((word, value)) = self.side.with(|s| s.publish_during_resume.take()) {
                 word.store(value, Ordering::SeqCst);
             }
@@ -205,21 +209,22 @@ struct ArrivalScript {
     /// Watched pids and their ports, by slot.
     watched: Vec<Option<(HostPid, std::collections::BTreeSet<u16>)>>,
     hits: Vec<ArrivalHit>,
-    armed: Vec<bool>,
+    /// Each slot's credits, as the program keeps them.
+    armed: Vec<u32>,
     counts: ArrivalCounts,
     /// Where each `arm` is logged (`arm SLOT`) beside the sessions' calls, when a test orders them.
     log: Option<RecorderSide>,
 }
 
 impl ScriptedArrivals {
-    /// A request reaches the (one) watched process now: one hit if it is armed, as the program
-    /// sends one per arming.
+    /// A request reaches the (one) watched process now: one hit if it has a credit left, as the
+    /// program sends one per credit.
     fn arrive(&self) {
         let mut s = self.0.lock().unwrap();
         s.counts.segments += 1;
         s.counts.allowed += 1;
-        if let Some(slot) = s.armed.iter().position(|&a| a) {
-            s.armed[slot] = false;
+        if let Some(slot) = s.armed.iter().position(|&a| a > 0) {
+            s.armed[slot] -= 1;
             s.counts.armings += 1;
             let head = b"POST /generate HTTP/1.1\r\nContent-Length: 4\r\n\r\n";
             let mut hit = ArrivalHit {
@@ -255,20 +260,20 @@ impl ArrivalSource for ScriptedArrivals {
             return Ok(i as u32);
         }
         s.watched.push(Some((pid, ports.clone())));
-        s.armed.push(true);
+        s.armed.push(gpreempt_common::arrival::ARMED_CREDITS);
         Ok(s.watched.len() as u32 - 1)
     }
     fn unwatch(&mut self, slot: u32) {
         let mut s = self.0.lock().unwrap();
         s.watched[slot as usize] = None;
-        s.armed[slot as usize] = false;
+        s.armed[slot as usize] = 0;
     }
     fn ports_of(&self, slot: u32) -> std::collections::BTreeSet<u16> {
         self.0.lock().unwrap().watched[slot as usize].as_ref().map(|(_, p)| p.clone()).unwrap_or_default()
     }
     fn arm(&mut self, slot: u32) -> Result<(), ArrivalError> {
         let mut s = self.0.lock().unwrap();
-        s.armed[slot as usize] = true;
+        s.armed[slot as usize] = gpreempt_common::arrival::ARMED_CREDITS;
         if let Some(side) = &s.log {
             side.with(|c| c.calls.push(format!("arm {slot}")));
         }
@@ -1141,6 +1146,57 @@ fn a_request_on_the_gpu_that_submits_again_does_not_end_the_next_requests_hold()
     );
     // The eight and X are learnt; Y, whose hold saw a continuation, is not.
     assert_eq!(a.lead_us.as_ref().map(|s| s.count), Some(9));
+}
+
+#[test]
+fn a_held_gpu_stays_held_when_a_pending_hold_comes_due_within_a_resume_and_a_suspend() {
+    static R: AtomicU64 = AtomicU64::new(0);
+    static W: AtomicU64 = AtomicU64::new(0);
+    // Each SUSPEND and RESUME takes 6 ms: a resume now and the suspend after it cost ≈ 12 ms.
+    const LEAD: Duration = Duration::from_millis(30);
+    let ms = Duration::from_millis;
+    let offline = vec![queue(0, A, &OFF_READ, &OFF_READ)];
+    let Setup { mut host, side, config } = setup(3_999_957, vec![queue(0, A, &R, &W)], offline, false);
+    let config = watched_on_8000(&mut host, config);
+    // A fixed 5 ms idle threshold, no cost-aware holds: the idle resume comes 5 ms into the gap.
+    let policy = PolicyConfig { idle: ms(5), cost_aware: false, learn_idle: false, ..config.policy };
+    let config = ScheduleConfig { policy, ..config };
+    side.with(|s| s.transition = ms(6));
+    let arrivals = ScriptedArrivals::default();
+    let seams = Seams { arrival: Arc::new(arrivals.clone()), ..seams_of(&side, &config, Box::new(Quiet)) };
+    let (_events, mut emit) = sink();
+    let s = Scheduler::start(config.clone(), seams, &mut emit).unwrap();
+    let script = arrivals.clone();
+    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
+        // Eight requests, one at a time, their work LEAD after their arrival: the lead (≈ 30 ms)
+        // and the suspend's cost (≈ 6 ms) are learnt.
+        for n in 1..=8u64 {
+            script.arrive();
+            thread::sleep(LEAD);
+            W.store(n, Ordering::SeqCst);
+            R.store(n, Ordering::SeqCst);
+            c.wait_until(|calls| count(calls, "resume") == n as usize);
+            // The offline side runs between requests (its share of the window).
+            thread::sleep(LEAD);
+        }
+        // X at 0: its SUSPEND planned at ≈ 30 − 2 × 6 = 18 ms; its work at 33 ms, done at once:
+        // the idle resume is due at ≈ 38 ms. Y at 26 ms: its SUSPEND is planned at ≈ 44 ms, within
+        // a RESUME and a SUSPEND of 38 ms (≈ 12 ms): the GPU stays held until Y's work at 59 ms.
+        script.arrive();
+        thread::sleep(ms(26));
+        script.arrive();
+        thread::sleep(ms(7));
+        W.store(9, Ordering::SeqCst);
+        R.store(9, Ordering::SeqCst);
+        thread::sleep(ms(26));
+        W.store(10, Ordering::SeqCst);
+        R.store(10, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "resume") == 9);
+    });
+    // Resumed at the idle threshold, Y's hold would have suspended it again 6 ms later: 10 and 10.
+    assert_eq!((report.suspends, report.resumes), (9, 9));
+    let a = &report.arrival[0];
+    assert_eq!((a.pending.arrivals, a.pending.served, a.pending.late, a.pending.wasted), (10, 10, 0, 0));
 }
 
 #[test]

@@ -1,8 +1,9 @@
-//! The arrival program's armed flags, mapped into this process: arming a slot is one store.
+//! The arrival program's armed flags (each slot's credits, `ARMED_CREDITS` records at most),
+//! mapped into this process: arming a slot is one store.
 //!
-//! The slot is armed again in the reaction thread's step that takes its hit, ahead of that
-//! step's SUSPENDs, so that a second request arriving while they run still sends its record
-//! (one record per request). Through `BPF_MAP_UPDATE_ELEM` that re-arm cost the step ~6 µs
+//! The slot is armed again in the reaction thread's step that takes its hits, ahead of that
+//! step's SUSPENDs, so that requests arriving while they run still send their records (one
+//! record per request). Through `BPF_MAP_UPDATE_ELEM` that re-arm cost the step ~6 µs
 //! natively (measured in the step); through the mapping it is a store. The map is created
 //! BPF_F_MMAPABLE (`ARMED_MAP_FLAGS`, Linux 5.5, kernel/bpf/arraymap.c `array_map_mmap`): the
 //! mapping is the array's values themselves, `slot` × [`ARMED_STRIDE`] bytes in, and it holds the
@@ -14,7 +15,7 @@ use std::{
     sync::atomic::{AtomicU32, Ordering},
 };
 
-use gpreempt_common::arrival::{ARMED_STRIDE, MAX_SLOTS};
+use gpreempt_common::arrival::{ARMED_CREDITS, ARMED_STRIDE, MAX_SLOTS};
 
 /// The armed flags of [`MAX_SLOTS`] slots, shared with the program.
 pub struct ArmedFlags {
@@ -56,7 +57,7 @@ impl ArmedFlags {
 
     /// Arm `slot` (false: no such slot).
     pub fn arm(&self, slot: u32) -> bool {
-        self.flag(slot).map(|f| f.store(1, Ordering::Release)).is_some()
+        self.flag(slot).map(|f| f.store(ARMED_CREDITS, Ordering::Release)).is_some()
     }
 
     /// Disarm `slot` (it is no longer watched).
@@ -66,7 +67,7 @@ impl ArmedFlags {
         }
     }
 
-    /// Whether `slot` is armed now (the program disarms it as it sends a hit).
+    /// Whether `slot` is armed now (credits left: the program takes one per hit).
     #[cfg(test)]
     fn is_armed(&self, slot: u32) -> bool {
         self.flag(slot).is_some_and(|f| f.load(Ordering::Acquire) != 0)
@@ -116,7 +117,7 @@ mod tests {
         // The program's view: the u32 at 3 × 8 bytes, the rest of its 8 bytes untouched.
         // SAFETY: within the mapping.
         let words = unsafe { std::slice::from_raw_parts(flags.base.as_ptr().cast::<u32>(), 10) };
-        assert_eq!(words, [0, 0, 0, 0, 0, 0, 1, 0, 0, 0]);
+        assert_eq!(words, [0, 0, 0, 0, 0, 0, ARMED_CREDITS, 0, 0, 0]);
         flags.disarm(3);
         assert!(!flags.is_armed(3));
         assert!(flags.arm(MAX_SLOTS - 1));

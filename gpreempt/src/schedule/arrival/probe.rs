@@ -218,9 +218,15 @@ impl ArrivalProbe {
         }
     }
 
-    /// Arm `slot`: its next request sends one hit (a store into the mapped map, `armed.rs`).
+    /// Arm `slot`: its next `ARMED_CREDITS` requests send one hit each (a store into the mapped
+    /// map, `armed.rs`).
     pub fn arm(&mut self, slot: u32) -> Result<(), ArrivalError> {
         if self.armed.arm(slot) { Ok(()) } else { Err(ArrivalError::NoSlot(slot)) }
+    }
+
+    /// Disarm `slot`: its requests are counted and send no hit until it is armed again.
+    pub fn disarm(&mut self, slot: u32) {
+        self.armed.disarm(slot);
     }
 
     /// What the program saw for `slot` since it was watched (every CPU's counts summed).

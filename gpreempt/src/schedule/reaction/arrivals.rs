@@ -7,8 +7,9 @@
 //! so their policies suspend the offline side as they would for the work itself, one burst from
 //! the arrival to the request's end. The hold ends at the first GPU work (the lead is learnt from
 //! it) or, with none, at the plan's bound (counted as wasted: the offline side was held for
-//! nothing, the bound keeps that short). The probe disarms a process as it sends its record; the
-//! step that takes the record arms it again at once, so each request costs one record.
+//! nothing, the bound keeps that short). The probe takes one of a process's credits as it sends a
+//! record; the step that takes the records arms it again at once (its credits full), so each
+//! request costs one record, a burst of them included.
 
 use std::{collections::BTreeSet, path::PathBuf};
 
@@ -472,8 +473,8 @@ impl<S: ControlSide> Reaction<S> {
                 learn: !busy,
                 in_transition,
             });
-            // The probe disarmed the slot as it sent this record: armed again now, before this
-            // step's SUSPENDs, so a request that arrives while they run sends its own record. A
+            // The probe took a credit as it sent this record: armed again now, before this step's
+            // SUSPENDs, so the requests that arrive while they run send their own records. A
             // store into the mapped map (`arrival/armed.rs`), not a syscall on their path.
             if let Some(slot) = w.slot {
                 w.armed = probe_arm(a.probe.as_mut(), slot);
