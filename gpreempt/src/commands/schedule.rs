@@ -241,7 +241,7 @@ fn print_report(r: &ScheduleReport) {
             None => outln!(
                 "arrivals of online pid {}: {} requests ({} segments: {} probes or scrapes, {} other, {} TLS); {} \
                  arrivals: {} held before their first kernel, {} late ({} of them before their SUSPENDs were due), {} \
-                 wasted, {} found it busy; lead, us: {}; arrival -> SUSPEND entered, us: {} (of it, arrival -> the \
+                 wasted, {} found it busy, {} submissions taken as an earlier request's; lead, us: {}; arrival -> SUSPEND entered, us: {} (of it, arrival -> the \
                  reaction thread took the record: {}; arrived during a transition's ioctls: {})",
                 a.pid,
                 c.allowed,
@@ -255,6 +255,7 @@ fn print_report(r: &ScheduleReport) {
                 p.late_before_issue,
                 p.wasted,
                 p.busy,
+                p.continued,
                 line(&a.lead_us),
                 line(&a.arrival_to_suspend_us),
                 line(&a.arrival_to_taken_us),
