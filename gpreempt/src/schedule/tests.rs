@@ -1045,30 +1045,64 @@ fn a_request_that_arrives_during_anothers_suspend_sends_its_own_record() {
     assert_eq!((a.pending.arrivals, a.pending.served, a.pending.late, a.pending.wasted), (2, 0, 0, 2));
 }
 
+/// The scheduler over one online queue of this process on A (indices `r`, `w`) watched on port
+/// 8000 through a scripted arrival source, and one offline process on A.
+struct ArrivalRig {
+    _host: FakeHost,
+    side: RecorderSide,
+    config: ScheduleConfig,
+    arrivals: ScriptedArrivals,
+}
+
+fn arrival_rig(pid: u32, r: &'static AtomicU64, w: &'static AtomicU64) -> ArrivalRig {
+    let offline = vec![queue(0, A, &OFF_READ, &OFF_READ)];
+    let Setup { mut host, side, config } = setup(pid, vec![queue(0, A, r, w)], offline, false);
+    let config = watched_on_8000(&mut host, config);
+    ArrivalRig { _host: host, side, config, arrivals: ScriptedArrivals::default() }
+}
+
+impl ArrivalRig {
+    /// Run the scheduler while `script` plays the requests (with the arrival source and the
+    /// sessions' calls); its report.
+    fn run(&self, script: impl FnOnce(ScriptedArrivals, RecorderSide) + Send + 'static) -> ScheduleReport {
+        let seams =
+            Seams { arrival: Arc::new(self.arrivals.clone()), ..seams_of(&self.side, &self.config, Box::new(Quiet)) };
+        let (_events, mut emit) = sink();
+        let s = Scheduler::start(self.config.clone(), seams, &mut emit).unwrap();
+        let arrivals = self.arrivals.clone();
+        run_scripted(s, &self.side, &mut emit, move |c| script(arrivals, c)).1
+    }
+}
+
+/// Eight requests (the lead model's `MIN_SAMPLES`), one at a time, each publishing its work `lead`
+/// after its arrival and completing at once, each waited for until the GPU is resumed, then
+/// `pause`: nothing is known yet, so each is suspended for at its arrival, and its lead is learnt.
+fn learn_the_lead(
+    script: &ScriptedArrivals,
+    c: &RecorderSide,
+    (r, w): (&AtomicU64, &AtomicU64),
+    lead: Duration,
+    pause: Duration,
+) {
+    for n in 1..=crate::schedule::arrival::lead::MIN_SAMPLES as u64 {
+        script.arrive();
+        thread::sleep(lead);
+        w.store(n, Ordering::SeqCst);
+        r.store(n, Ordering::SeqCst);
+        c.wait_until(|calls| count(calls, "resume") == n as usize);
+        thread::sleep(pause);
+    }
+}
+
 #[test]
 fn a_hold_that_comes_due_while_another_requests_hold_has_the_gpu_suspended_is_served_not_late() {
     static R: AtomicU64 = AtomicU64::new(0);
     static W: AtomicU64 = AtomicU64::new(0);
     // Margins of 2-5 ms on every side of each instant below (a stalled thread is not a failure).
     const LEAD: Duration = Duration::from_millis(10);
-    let offline = vec![queue(0, A, &OFF_READ, &OFF_READ)];
-    let Setup { mut host, side, config } = setup(3_999_950, vec![queue(0, A, &R, &W)], offline, false);
-    let config = watched_on_8000(&mut host, config);
-    let arrivals = ScriptedArrivals::default();
-    let seams = Seams { arrival: Arc::new(arrivals.clone()), ..seams_of(&side, &config, Box::new(Quiet)) };
-    let (_events, mut emit) = sink();
-    let s = Scheduler::start(config.clone(), seams, &mut emit).unwrap();
-    let script = arrivals.clone();
-    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
-        // Eight requests, one at a time, each publishing its work LEAD after its arrival: nothing
-        // is known yet, so each is suspended for at its arrival, and its lead is learnt.
-        for n in 1..=8u64 {
-            script.arrive();
-            thread::sleep(LEAD);
-            W.store(n, Ordering::SeqCst);
-            R.store(n, Ordering::SeqCst);
-            c.wait_until(|calls| count(calls, "resume") == n as usize);
-        }
+    let rig = arrival_rig(3_999_950, &R, &W);
+    let report = rig.run(move |script, c| {
+        learn_the_lead(&script, &c, (&R, &W), LEAD, Duration::ZERO);
         // Two more, 3 ms apart: the first's SUSPEND is issued just before its predicted work (at
         // about LEAD); the second comes due 3 ms later with the GPU still held for the first,
         // whose work comes at LEAD + 5 ms: no SUSPEND of its own. Its work comes at LEAD + 5 ms
@@ -1101,24 +1135,9 @@ fn a_request_on_the_gpu_that_submits_again_does_not_end_the_next_requests_hold()
     // 8 ms before that.
     const LEAD: Duration = Duration::from_millis(30);
     let ms = Duration::from_millis;
-    let offline = vec![queue(0, A, &OFF_READ, &OFF_READ)];
-    let Setup { mut host, side, config } = setup(3_999_955, vec![queue(0, A, &R, &W)], offline, false);
-    let config = watched_on_8000(&mut host, config);
-    let arrivals = ScriptedArrivals::default();
-    let seams = Seams { arrival: Arc::new(arrivals.clone()), ..seams_of(&side, &config, Box::new(Quiet)) };
-    let (_events, mut emit) = sink();
-    let s = Scheduler::start(config.clone(), seams, &mut emit).unwrap();
-    let script = arrivals.clone();
-    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
-        // Eight requests, one at a time, each publishing its work LEAD after its arrival: the lead
-        // is learnt.
-        for n in 1..=8u64 {
-            script.arrive();
-            thread::sleep(LEAD);
-            W.store(n, Ordering::SeqCst);
-            R.store(n, Ordering::SeqCst);
-            c.wait_until(|calls| count(calls, "resume") == n as usize);
-        }
+    let rig = arrival_rig(3_999_955, &R, &W);
+    let report = rig.run(move |script, c| {
+        learn_the_lead(&script, &c, (&R, &W), LEAD, Duration::ZERO);
         // X arrives, then Y 15 ms later. X publishes 3 ms after its learnt lead (its SUSPEND,
         // planned at the lead's early edge, is done by then) and again 4 ms later, its work still
         // in flight (read index behind): that second submission is X's, 8 ms before Y's own work
@@ -1155,30 +1174,14 @@ fn a_held_gpu_stays_held_when_a_pending_hold_comes_due_within_a_resume_and_a_sus
     // Each SUSPEND and RESUME takes 6 ms: a resume now and the suspend after it cost ≈ 12 ms.
     const LEAD: Duration = Duration::from_millis(30);
     let ms = Duration::from_millis;
-    let offline = vec![queue(0, A, &OFF_READ, &OFF_READ)];
-    let Setup { mut host, side, config } = setup(3_999_957, vec![queue(0, A, &R, &W)], offline, false);
-    let config = watched_on_8000(&mut host, config);
+    let mut rig = arrival_rig(3_999_957, &R, &W);
     // A fixed 5 ms idle threshold, no cost-aware holds: the idle resume comes 5 ms into the gap.
-    let policy = PolicyConfig { idle: ms(5), cost_aware: false, learn_idle: false, ..config.policy };
-    let config = ScheduleConfig { policy, ..config };
-    side.with(|s| s.transition = ms(6));
-    let arrivals = ScriptedArrivals::default();
-    let seams = Seams { arrival: Arc::new(arrivals.clone()), ..seams_of(&side, &config, Box::new(Quiet)) };
-    let (_events, mut emit) = sink();
-    let s = Scheduler::start(config.clone(), seams, &mut emit).unwrap();
-    let script = arrivals.clone();
-    let ((), report) = run_scripted(s, &side, &mut emit, move |c| {
-        // Eight requests, one at a time, their work LEAD after their arrival: the lead (≈ 30 ms)
-        // and the suspend's cost (≈ 6 ms) are learnt.
-        for n in 1..=8u64 {
-            script.arrive();
-            thread::sleep(LEAD);
-            W.store(n, Ordering::SeqCst);
-            R.store(n, Ordering::SeqCst);
-            c.wait_until(|calls| count(calls, "resume") == n as usize);
-            // The offline side runs between requests (its share of the window).
-            thread::sleep(LEAD);
-        }
+    rig.config.policy = PolicyConfig { idle: ms(5), cost_aware: false, learn_idle: false, ..rig.config.policy };
+    rig.side.with(|s| s.transition = ms(6));
+    let report = rig.run(move |script, c| {
+        // The lead (≈ 30 ms) and the suspend's cost (≈ 6 ms) learnt; the offline side runs between
+        // the requests (its share of the policy's window).
+        learn_the_lead(&script, &c, (&R, &W), LEAD, LEAD);
         // X at 0: its SUSPEND planned at ≈ 30 − 2 × 6 = 18 ms; its work at 33 ms, done at once:
         // the idle resume is due at ≈ 38 ms. Y at 26 ms: its SUSPEND is planned at ≈ 44 ms, within
         // a RESUME and a SUSPEND of 38 ms (≈ 12 ms): the GPU stays held until Y's work at 59 ms.
