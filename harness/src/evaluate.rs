@@ -88,6 +88,17 @@ fn ratio(a: Option<&Summary>, b: Option<&Summary>, f: fn(&Summary) -> f64) -> Op
 }
 
 impl ScenarioResult {
+    /// Each request's latency in `state`, ms: from its arrival at the service, or from its first
+    /// submission (empty if the state did not run).
+    pub fn latency_samples_ms(&self, state: &BenchState, from_arrival: bool) -> Vec<f64> {
+        self.states
+            .iter()
+            .find(|s| &s.state == state)
+            .map(|s| if from_arrival { &s.latency_from_arrival_samples_ms } else { &s.latency_samples_ms })
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// Arrival → first SUSPEND, µs, of every request whose SUSPENDs the scheduler's default
     /// issued at once in this scenario (every online process's; the suite pools them).
     pub fn arrival_to_suspend_samples_us(&self) -> Vec<f64> {

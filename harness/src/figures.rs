@@ -153,6 +153,13 @@ pub struct StateFigures {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_path: Option<crate::request_path::RequestPathFigures>,
     pub warnings: Vec<String>,
+    /// Each request's latency from its first submission, ms (in-process callers pool them; not
+    /// in the JSON).
+    #[serde(skip)]
+    pub latency_samples_ms: Vec<f64>,
+    /// Each request's latency from its arrival at the service, ms (requests over TCP; likewise).
+    #[serde(skip)]
+    pub latency_from_arrival_samples_ms: Vec<f64>,
 }
 
 fn ms(xs: &[u64]) -> Option<Summary> {
@@ -434,6 +441,13 @@ pub fn reduce(state: &BenchState, raw: &Raw, requests: usize) -> StateFigures {
             raw.report.as_ref().map(|_| held_intervals(&raw.stamps, 0)).as_deref(),
         ),
         warnings: raw.warnings.clone(),
+        latency_samples_ms: online
+            .map(|o| o.latencies_ns.iter().map(|&ns| ns as f64 / 1e6).collect())
+            .unwrap_or_default(),
+        latency_from_arrival_samples_ms: crate::request_path::joined(raw)
+            .iter()
+            .map(|&(from_arrival, _, _)| from_arrival as f64 / 1e6)
+            .collect(),
     }
 }
 
