@@ -263,7 +263,7 @@ const FOCUSED: &[(&str, &[&str])] = &[
     (
         "arrival",
         &[
-            "arrival_hits_once_per_arming_and_counts_requests_and_probes_exactly",
+            "arrival_hits_once_per_credit_and_counts_requests_and_probes_exactly",
             "arrival_counts_a_request_larger_than_a_segment_once",
             "arrival_sizes_a_request_whose_body_follows_its_headers_by_its_content_length",
             "arrival_sees_nothing_on_a_port_it_does_not_watch_in_the_same_cgroup",
