@@ -210,7 +210,7 @@ pub fn arrival(quick: bool) -> Result<Value> {
     // first submission, 8d3d04a+, BENCHMARKS §9.5).
     let mut pooled = PooledLatency::default();
     for sc in arrival_matrix(quick) {
-        let goal = POISSON_GOAL_SCENARIOS.iter().any(|n| sc.name == format!("arrival/{n}"));
+        let goal = is_poisson_goal(&sc.name);
         scenarios.push(evaluated_with(&sc, false, |r| {
             at_once.extend(r.arrival_to_suspend_samples_us());
             if goal {
@@ -234,6 +234,14 @@ pub fn arrival(quick: bool) -> Result<Value> {
 
 /// The arrival matrix's scenarios the Poisson latency goals are judged on (issue 45).
 const POISSON_GOAL_SCENARIOS: [&str; 3] = ["poisson-1off-vllm", "poisson-2off-vllm", "poisson-3off-vllm"];
+
+/// Whether the scenario named `name` (`arrival/NAME/PROFILE/BOUND`) is one the Poisson latency
+/// goals are judged on.
+fn is_poisson_goal(name: &str) -> bool {
+    POISSON_GOAL_SCENARIOS
+        .iter()
+        .any(|n| name.strip_prefix("arrival/").and_then(|r| r.strip_prefix(n)).is_some_and(|r| r.starts_with('/')))
+}
 
 /// The goal scenarios' requests, alone and under the scheduler's default, from arrival and from
 /// the first submission.
@@ -322,4 +330,23 @@ pub fn run(quick: bool) -> Result<()> {
     });
     println!("{}", serde_json::to_string(&out)?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_poisson_goals_are_pooled_over_the_three_vllm_scenarios_of_the_arrival_matrix() {
+        let goals: Vec<String> =
+            arrival_matrix(false).into_iter().map(|s| s.name).filter(|n| is_poisson_goal(n)).collect();
+        assert_eq!(
+            goals,
+            [
+                "arrival/poisson-1off-vllm/mi300x/serial",
+                "arrival/poisson-2off-vllm/mi300x/serial",
+                "arrival/poisson-3off-vllm/mi300x/serial"
+            ]
+        );
+    }
 }
