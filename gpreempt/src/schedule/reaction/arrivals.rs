@@ -126,8 +126,9 @@ pub(super) struct Arrivals {
     load_error: Option<String>,
     config: ArrivalConfig,
     proc_root: PathBuf,
-    /// The thread that reads the watched processes' ports (Err: it could not start, why).
-    reader: Result<PortReader, String>,
+    /// The thread that reads the watched processes' ports (None: the ports are given, the probe
+    /// did not load, or the thread could not start: then they are read on this thread).
+    reader: Option<PortReader>,
     watched: Vec<Watched>,
     hits: Vec<ArrivalHit>,
     /// The attribution's view of one process's pending holds (kept: no allocation per step).
@@ -148,11 +149,8 @@ impl Arrivals {
             Err(e) => (None, Some(e)),
         };
         // Only needed where the ports are found, not given; spawned only where the probe loaded.
-        let reader = if probe.is_some() && config.ports.is_empty() {
-            PortReader::spawn(proc_root.clone()).map_err(|e| e.to_string())
-        } else {
-            Err("the ports are given (--arrival-port), or the probe did not load".into())
-        };
+        let reader =
+            (probe.is_some() && config.ports.is_empty()).then(|| PortReader::spawn(proc_root.clone()).ok()).flatten();
         Self {
             probe,
             load_error,
@@ -261,12 +259,12 @@ impl Arrivals {
             return;
         }
         match &self.reader {
-            Ok(reader) => {
+            Some(reader) => {
                 reader.ask(pid);
                 self.watched[i].reading = true;
             }
             // No reader thread: read here (a few ms of the reaction thread every REFRESH_NS).
-            Err(_) => {
+            None => {
                 let read = tcp_listening_ports(&self.proc_root, pid);
                 self.apply_ports(pid, read);
             }
@@ -276,7 +274,7 @@ impl Arrivals {
     /// The reader's answers so far applied; the processes they were for.
     fn take_ports(&mut self) -> Vec<HostPid> {
         let mut answered = Vec::new();
-        while let Some((pid, read)) = self.reader.as_ref().ok().and_then(PortReader::take) {
+        while let Some((pid, read)) = self.reader.as_ref().and_then(PortReader::take) {
             if let Some(w) = self.watched.iter_mut().find(|w| w.pid == pid) {
                 w.reading = false;
                 self.apply_ports(pid, read);
@@ -361,6 +359,11 @@ fn push_capped(v: &mut Vec<f64>, x: f64) {
 }
 
 impl<S: ControlSide> Reaction<S> {
+    /// The online processes with queues on `gpu`.
+    fn online_pids_on(&self, gpu: GpuId) -> Vec<HostPid> {
+        self.online.iter().filter(|o| o.gpus().any(|g| g == gpu)).map(|o| o.pid).collect()
+    }
+
     /// The GPUs online process `pid` has queues on.
     fn gpus_of(&self, pid: HostPid) -> Vec<GpuId> {
         self.online.iter().find(|p| p.pid == pid).map(|p| p.gpus().collect()).unwrap_or_default()
@@ -541,15 +544,14 @@ impl<S: ControlSide> Reaction<S> {
         let candidates = &mut a.candidates;
         for w in a.watched.iter_mut() {
             let Some(o) = self.online.iter().find(|o| o.pid == w.pid) else { continue };
-            let stores = || self.lanes.iter().filter(|l| o.gpus().any(|g| g == l.gpu)).filter_map(|l| l.doorbell_ns);
+            let store = self.lanes.iter().filter(|l| o.gpus().any(|g| g == l.gpu)).filter_map(|l| l.doorbell_ns).min();
             // The look before this one (read at the previous step) showed the process's work.
             let in_flight = w.in_flight;
-            w.in_flight = o.pending_gpus().next().is_some() || stores().next().is_some();
+            w.in_flight = o.pending_gpus().next().is_some() || store.is_some();
             if w.pending.is_empty() {
                 continue;
             }
             let writes = o.writes();
-            let store = stores().min();
             candidates.clear();
             candidates.extend(w.pending.iter().map(|p| Candidate {
                 prediction: p.plan.prediction,
@@ -599,7 +601,7 @@ impl<S: ControlSide> Reaction<S> {
     /// already suspended at their arrival) are not any more; the SUSPEND issued for them, or the
     /// next look that finds their GPUs held, says when they are again.
     pub(super) fn arrival_resumed(&mut self, gpu: GpuId) {
-        let pids: Vec<HostPid> = self.online.iter().filter(|o| o.gpus().any(|g| g == gpu)).map(|o| o.pid).collect();
+        let pids = self.online_pids_on(gpu);
         let Some(a) = self.arrivals.as_mut() else { return };
         for w in a.watched.iter_mut().filter(|w| pids.contains(&w.pid)) {
             for p in &mut w.pending {
@@ -612,7 +614,7 @@ impl<S: ControlSide> Reaction<S> {
     /// holds there are held from `done`; for those issued at their arrival, the arrival → SUSPEND
     /// figure.
     pub(super) fn arrival_suspended(&mut self, gpu: GpuId, entered: u64, done: u64) {
-        let pids: Vec<HostPid> = self.online.iter().filter(|o| o.gpus().any(|g| g == gpu)).map(|o| o.pid).collect();
+        let pids = self.online_pids_on(gpu);
         let Some(a) = self.arrivals.as_mut() else { return };
         for w in a.watched.iter_mut().filter(|w| pids.contains(&w.pid)) {
             for p in &mut w.pending {
@@ -699,7 +701,7 @@ mod tests {
             load_error: None,
             config: ArrivalConfig::default(),
             proc_root: PathBuf::new(),
-            reader: Err("none in this test".into()),
+            reader: None,
             watched: vec![w],
             hits: Vec::new(),
             candidates: Vec::new(),
