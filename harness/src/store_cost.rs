@@ -38,6 +38,9 @@ fn attach_detach(probe: &mut DoorbellProbe, pid: HostPid, rounds: usize) -> (Opt
     for _ in 0..rounds {
         let t = monotonic_ns();
         probe.uncover(pid);
+        // The whole detach, not only the hand-off to the reaper thread (the reaction thread's
+        // share since `schedule/reaper.rs`): the uprobe is out of the text once settled.
+        probe.settle();
         detach.push((monotonic_ns() - t) as f64 / 1e3);
         let t = monotonic_ns();
         let covered = probe.cover(pid).covered();

@@ -9,6 +9,7 @@
 //! - [`policy`]: when to suspend and resume one GPU (a pure state machine, cost-aware).
 //! - [`reaction`]: the real-time thread that reads the indices, runs one policy per GPU and
 //!   holds the offline sessions (attached once, kept attached); [`realtime`] its footing;
+//!   [`reaper`] closes the links whose close waits for RCU, off that thread;
 //!   [`offline`] one offline process as it holds it (idle ones deferred, gangs).
 //! - [`discover`]: processes and queues that appear later (tracer, or sysfs).
 //! - [`kernel`]: the driver's side of the suspends and resumes (tracer only).
@@ -52,6 +53,7 @@ pub mod online;
 pub mod policy;
 pub mod reaction;
 pub mod realtime;
+pub mod reaper;
 pub mod runnable;
 pub mod scheduler;
 pub mod seams;

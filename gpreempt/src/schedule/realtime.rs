@@ -112,6 +112,24 @@ fn ask_wake_latency(setting: WakeLatency, out: &mut Realtime) -> Option<wake_lat
     held.request
 }
 
+/// The calling thread back to the normal footing: SCHED_OTHER and the process's CPUs (those of
+/// its main thread). A thread inherits its creator's policy and affinity, so a helper the
+/// reaction thread starts (the port reader, the link reaper) would otherwise run at its FIFO
+/// priority on its pinned CPU. Best effort: a refusal leaves the helper where it was.
+pub fn normal_footing() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pthread_self() is this thread; `param` is a valid sched_param for SCHED_OTHER.
+    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_OTHER, &param) };
+    // SAFETY: an all-zero cpu_set_t is the empty set, filled by the call.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: getpid() is the main thread's tid; `set` is a valid cpu_set_t of the size given.
+    if unsafe { libc::sched_getaffinity(libc::getpid(), size, &mut set) } == 0 {
+        // SAFETY: pid 0 is the calling thread; `set` as read above.
+        unsafe { libc::sched_setaffinity(0, size, &set) };
+    }
+}
+
 /// Pin the calling thread to `cpu`.
 pub fn pin(cpu: usize) -> std::io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {

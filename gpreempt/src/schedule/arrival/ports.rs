@@ -18,7 +18,7 @@ use std::{
     thread::JoinHandle,
 };
 
-use crate::{domain::HostPid, host::sockets::tcp_listening_ports};
+use crate::{domain::HostPid, host::sockets::tcp_listening_ports, schedule::realtime::normal_footing};
 
 /// One process's ports as read, or why they could not be.
 pub type PortsRead = (HostPid, io::Result<BTreeSet<u16>>);
@@ -33,12 +33,12 @@ pub struct PortReader {
 
 impl PortReader {
     /// Start the reader over `proc_root` (`/proc`, or a test's fake). It runs at normal priority
-    /// whatever its creator's (the reaction thread's SCHED_FIFO would be inherited).
+    /// on the process's CPUs whatever its creator's ([`normal_footing`]).
     pub fn spawn(proc_root: PathBuf) -> io::Result<Self> {
         let (asks, asked) = channel::<HostPid>();
         let (answer, answers) = channel();
         let thread = std::thread::Builder::new().name("gpreempt-ports".into()).spawn(move || {
-            normal_priority();
+            normal_footing();
             for pid in asked {
                 if answer.send((pid, tcp_listening_ports(&proc_root, pid))).is_err() {
                     break;
@@ -70,13 +70,6 @@ impl Drop for PortReader {
             let _ = t.join();
         }
     }
-}
-
-/// The calling thread back to SCHED_OTHER (a thread inherits its creator's policy).
-fn normal_priority() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pthread_self() is this thread; `param` is a valid sched_param for SCHED_OTHER.
-    unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_OTHER, &param) };
 }
 
 #[cfg(test)]

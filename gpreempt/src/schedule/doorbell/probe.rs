@@ -22,7 +22,7 @@ use super::{
     library::{RuntimeLibrary, runtime_libraries},
     target::{ProbePoint, probe_points},
 };
-use crate::domain::HostPid;
+use crate::{domain::HostPid, schedule::reaper::Reaper};
 
 /// The doorbell object built by `build.rs` (empty when built with `AYA_BUILD_SKIP=1`).
 static DOORBELL_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/doorbell"));
@@ -66,6 +66,9 @@ impl Coverage {
     }
 }
 
+/// Processes remembered as [`DoorbellProbe`]'s `reaping` before it settles the reaper.
+const MAX_REAPING: usize = 64;
+
 /// The loaded probe and its per-process attachments; dropping it detaches every uprobe and
 /// frees the maps.
 pub struct DoorbellProbe {
@@ -76,6 +79,13 @@ pub struct DoorbellProbe {
     /// Per covered process: its uprobe links and the library files they are on.
     links: BTreeMap<HostPid, Vec<UProbeLinkId>>,
     cpus: usize,
+    /// Closes a process's links off the reaction thread (each close waits for RCU grace
+    /// periods, `reaper.rs`). Declared after `ebpf`: the links still attached at drop are closed
+    /// first, then the reaper's are.
+    reaper: Reaper,
+    /// Processes whose links went to the reaper since it last settled: one covered again waits
+    /// for them first (two links on one process would run the program twice per store).
+    reaping: Vec<HostPid>,
 }
 
 impl DoorbellProbe {
@@ -96,7 +106,16 @@ impl DoorbellProbe {
         program.load()?;
         // Per-CPU values are sized by the possible CPUs, as the kernel sizes them.
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| DoorbellError::Maps { pid: HostPid(0), cause: e })?;
-        Ok(Self { ebpf, armed, stores, hits, links: BTreeMap::new(), cpus })
+        Ok(Self {
+            ebpf,
+            armed,
+            stores,
+            hits,
+            links: BTreeMap::new(),
+            cpus,
+            reaper: Reaper::spawn("gpreempt-reaper"),
+            reaping: Vec::new(),
+        })
     }
 
     fn program(&mut self) -> Result<&mut UProbe, DoorbellError> {
@@ -126,6 +145,9 @@ impl DoorbellProbe {
         let Some(scope) = NonZeroU32::new(pid.0) else { return Err(DoorbellError::Missing("a pid")) };
         if self.links.contains_key(&pid) {
             return Ok(Vec::new());
+        }
+        if self.reaping.contains(&pid) {
+            self.settle();
         }
         let (mut links, mut attached) = (Vec::new(), Vec::new());
         let mut result = Ok(());
@@ -159,14 +181,26 @@ impl DoorbellProbe {
         result.map(|()| attached)
     }
 
-    /// Detach `pid`'s uprobes and forget its doorbells (it exited, or is no longer online).
+    /// Detach `pid`'s uprobes and forget its doorbells (it exited, or is no longer online). Its
+    /// doorbells send nothing from here on; its links close on the reaper's thread
+    /// ([`DoorbellProbe::settle`] waits for them).
     pub fn uncover(&mut self, pid: HostPid) {
         if let Some(links) = self.links.remove(&pid)
             && let Ok(program) = self.program()
         {
-            for link in links {
-                // A process that exited took its uprobe with it; detach then only closes the link.
-                let _ = program.detach(link);
+            // Taken out of the program and closed on the reaper's thread: each close waits for
+            // RCU grace periods (`reaper.rs`). The armed keys go below, at once, so the uprobe
+            // sends nothing in the meantime.
+            let taken: Vec<_> = links.into_iter().filter_map(|link| program.take_link(link).ok()).collect();
+            for link in taken {
+                self.reaper.reap(link);
+            }
+            if !self.reaping.contains(&pid) {
+                self.reaping.push(pid);
+            }
+            if self.reaping.len() > MAX_REAPING {
+                // Long since closed, as a rule (a close takes ~0.2 s): the wait is a round trip.
+                self.settle();
             }
         }
         let keys: Vec<DoorbellKey> = self.armed.keys().filter_map(Result::ok).filter(|k| k.tgid == pid.0).collect();
@@ -174,6 +208,13 @@ impl DoorbellProbe {
             let _ = self.armed.remove(&key);
             let _ = self.stores.remove(&key);
         }
+    }
+
+    /// Wait until the links of every process uncovered so far are closed (their uprobes out of
+    /// the processes' text): for tests, and for timing a whole detach.
+    pub fn settle(&mut self) {
+        self.reaper.settle();
+        self.reaping.clear();
     }
 
     /// Whether `pid` is attached.
