@@ -13,68 +13,106 @@
 //! owner's drop joins it: no link outlives the probe that made it.
 
 use std::{
-    sync::mpsc::{Sender, SyncSender, channel, sync_channel},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+        mpsc::{Sender, SyncSender, channel, sync_channel},
+    },
     thread::JoinHandle,
 };
 
 use super::realtime::normal_footing;
 
-/// Anything whose drop may block (a link), dropped on the reaper's thread.
-type Reaped = Box<dyn Send>;
+/// What goes down the channel, in order.
+enum Job {
+    /// Anything whose drop may block (a link), dropped on the reaper's thread.
+    Drop(Box<dyn Send>),
+    /// [`Reaper::settle`]'s marker: answered once everything before it is dropped and counted.
+    Settle(SyncSender<()>),
+}
+
+impl Job {
+    /// Do it and count it in `dropped`; a marker is answered after it is counted.
+    fn finish(self, dropped: &AtomicU64) {
+        let answer = match self {
+            Job::Drop(what) => {
+                drop(what);
+                None
+            }
+            Job::Settle(answer) => Some(answer),
+        };
+        dropped.fetch_add(1, Ordering::Release);
+        if let Some(a) = answer {
+            let _ = a.send(());
+        }
+    }
+}
 
 /// The reaper thread and the channel to it.
 pub struct Reaper {
     /// None when the thread could not start (links are then dropped where they are given), and
     /// once dropped (the thread's loop ends when it is).
-    tx: Option<Sender<Reaped>>,
+    tx: Option<Sender<Job>>,
     thread: Option<JoinHandle<()>>,
+    /// Items handed over so far: the last one's ticket.
+    sent: AtomicU64,
+    /// Items dropped so far (in the order handed over), counted by whoever dropped them.
+    dropped: Arc<AtomicU64>,
 }
 
 impl Reaper {
     /// Start a reaper thread named `name`, at normal priority on the process's CPUs whatever its
     /// creator's ([`normal_footing`]).
     pub fn spawn(name: &str) -> Self {
-        let (tx, rx) = channel::<Reaped>();
+        let (tx, rx) = channel::<Job>();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let counted = dropped.clone();
         let thread = std::thread::Builder::new().name(name.into()).spawn(move || {
             normal_footing();
-            for what in rx {
-                drop(what);
+            for job in rx {
+                job.finish(&counted);
             }
         });
-        match thread {
-            Ok(t) => Self { tx: Some(tx), thread: Some(t) },
-            Err(_) => Self { tx: None, thread: None },
-        }
+        let (tx, thread) = match thread {
+            Ok(t) => (Some(tx), Some(t)),
+            Err(_) => (None, None),
+        };
+        Self { tx, thread, sent: AtomicU64::new(0), dropped }
     }
 
-    /// Drop `what` on the reaper's thread (here, when the thread could not start).
-    pub fn reap<T: Send + 'static>(&self, what: T) {
-        let what: Reaped = Box::new(what);
-        match &self.tx {
+    /// Drop `what` on the reaper's thread (here, when the thread could not start); its ticket for
+    /// [`Reaper::dropped_through`].
+    pub fn reap<T: Send + 'static>(&self, what: T) -> u64 {
+        self.send(Job::Drop(Box::new(what)))
+    }
+
+    /// Hand `job` to the thread, or do it here when there is none; its ticket.
+    fn send(&self, job: Job) -> u64 {
+        let ticket = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
+        let job = match &self.tx {
             // The thread ends only when this is dropped: a send cannot fail before.
-            Some(tx) => {
-                let _ = tx.send(what);
-            }
-            None => drop(what),
+            Some(tx) => tx.send(job).err().map(|e| e.0),
+            None => Some(job),
+        };
+        if let Some(job) = job {
+            job.finish(&self.dropped);
         }
+        ticket
     }
 
-    /// Wait until everything handed over so far is dropped: a marker goes down the same channel
-    /// (in order), and its drop answers.
+    /// Whether the item with `ticket`, and every one handed over before it, is dropped (never
+    /// waits).
+    pub fn dropped_through(&self, ticket: u64) -> bool {
+        self.dropped.load(Ordering::Acquire) >= ticket
+    }
+
+    /// Wait until everything handed over so far is dropped and counted: a marker goes down the
+    /// same channel (in order, with a ticket of its own) and is answered after them.
     pub fn settle(&self) {
         let (answer, answered) = sync_channel(1);
-        self.reap(Settled(answer));
-        // Err only if the thread died without dropping it (a panic in a drop): nothing to wait for.
+        self.send(Job::Settle(answer));
+        // Err only if the thread died (a panic in a drop): nothing left to wait for.
         let _ = answered.recv();
-    }
-}
-
-/// [`Reaper::settle`]'s marker: answers when it is dropped.
-struct Settled(SyncSender<()>);
-
-impl Drop for Settled {
-    fn drop(&mut self) {
-        let _ = self.0.try_send(());
     }
 }
 
@@ -135,5 +173,18 @@ mod tests {
         reaper.reap(Witness(dropped.clone()));
         reaper.settle();
         assert_eq!(dropped.lock().expect("the witnesses' record").len(), 101);
+    }
+
+    #[test]
+    fn tickets_count_the_items_handed_over_and_are_dropped_through_once_settled() {
+        let dropped = Arc::new(Mutex::new(Vec::new()));
+        let reaper = Reaper::spawn("gpreempt-reaper-test");
+        let tickets: Vec<u64> = (0..3).map(|_| reaper.reap(Witness(dropped.clone()))).collect();
+        assert_eq!(tickets, [1, 2, 3]);
+        // The marker `settle` sends is item 4.
+        reaper.settle();
+        assert!(reaper.dropped_through(4));
+        assert!(!reaper.dropped_through(5), "nothing handed over past the marker");
+        assert_eq!(reaper.reap(Witness(dropped.clone())), 5);
     }
 }

@@ -66,9 +66,6 @@ impl Coverage {
     }
 }
 
-/// Processes remembered as [`DoorbellProbe`]'s `reaping` before it settles the reaper.
-const MAX_REAPING: usize = 64;
-
 /// The loaded probe and its per-process attachments; dropping it detaches every uprobe and
 /// frees the maps.
 pub struct DoorbellProbe {
@@ -83,9 +80,10 @@ pub struct DoorbellProbe {
     /// periods, `reaper.rs`). Declared after `ebpf`: the links still attached at drop are closed
     /// first, then the reaper's are.
     reaper: Reaper,
-    /// Processes whose links went to the reaper since it last settled: one covered again waits
-    /// for them first (two links on one process would run the program twice per store).
-    reaping: Vec<HostPid>,
+    /// Processes whose links the reaper may still be closing, with their last link's ticket: one
+    /// covered again waits for them first (two links on one process would run the program twice
+    /// per store). Entries go once their links are closed, so only those in flight are kept.
+    reaping: Vec<(HostPid, u64)>,
 }
 
 impl DoorbellProbe {
@@ -146,7 +144,7 @@ impl DoorbellProbe {
         if self.links.contains_key(&pid) {
             return Ok(Vec::new());
         }
-        if self.reaping.contains(&pid) {
+        if self.reaping.iter().any(|&(p, ticket)| p == pid && !self.reaper.dropped_through(ticket)) {
             self.settle();
         }
         let (mut links, mut attached) = (Vec::new(), Vec::new());
@@ -192,15 +190,11 @@ impl DoorbellProbe {
             // RCU grace periods (`reaper.rs`). The armed keys go below, at once, so the uprobe
             // sends nothing in the meantime.
             let taken: Vec<_> = links.into_iter().filter_map(|link| program.take_link(link).ok()).collect();
-            for link in taken {
-                self.reaper.reap(link);
-            }
-            if !self.reaping.contains(&pid) {
-                self.reaping.push(pid);
-            }
-            if self.reaping.len() > MAX_REAPING {
-                // Long since closed, as a rule (a close takes ~0.2 s): the wait is a round trip.
-                self.settle();
+            let last = taken.into_iter().map(|link| self.reaper.reap(link)).last();
+            let reaper = &self.reaper;
+            self.reaping.retain(|&(p, ticket)| p != pid && !reaper.dropped_through(ticket));
+            if let Some(ticket) = last {
+                self.reaping.push((pid, ticket));
             }
         }
         let keys: Vec<DoorbellKey> = self.armed.keys().filter_map(Result::ok).filter(|k| k.tgid == pid.0).collect();
